@@ -1,0 +1,1 @@
+//! Polars frames. (Being written.)

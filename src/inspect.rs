@@ -1,0 +1,1 @@
+//! Inspector. (Being written.)

@@ -1,0 +1,1 @@
+//! Dump tree discovery. (Being written.)
