@@ -1,1 +1,279 @@
-//! Inspector. (Being written.)
+//! The inspector behind `dumpdiff --inspect`: "what is in this file?" answered as a tree
+//! of keys, dtypes, shapes, views and small stats; for a folder, the discovered layout.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+
+use crate::error::Result;
+use crate::readers::layout::{DumpTree, Kind};
+use crate::readers::read_any;
+use crate::tensor::Tensor;
+use crate::value::Value;
+
+/// Items of a list shown before the rest is summarised.
+const SHOWN_ITEMS: usize = 4;
+/// Tensors larger than this many elements get no stats (inspection stays instant).
+const STATS_LIMIT: usize = 50_000_000;
+
+/// Describe a dump file (value tree) or a dump folder (layout), as text for a terminal.
+pub fn inspect_path(path: &Path) -> Result<String> {
+    if path.is_dir() {
+        return DumpTree::discover(path).map(|t| render_layout(&t));
+    }
+    let value = read_any(path)?;
+    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let mut out = format!("{}  ({})\n", path.display(), human_bytes(size));
+    render_value(&value, "", &mut out);
+    Ok(out)
+}
+
+/// Summary statistics of a numeric tensor, computed in f64.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Stats {
+    /// Smallest finite value.
+    pub min: f64,
+    /// Largest finite value.
+    pub max: f64,
+    /// Mean of the finite values.
+    pub mean: f64,
+    /// Number of NaN elements.
+    pub nan: usize,
+    /// Number of ±inf elements.
+    pub inf: usize,
+}
+
+/// Stats over the finite values of `t` (min/max/mean are NaN when there are none).
+pub fn tensor_stats(t: &Tensor) -> Stats {
+    let (mut min, mut max, mut sum, mut n, mut nan, mut inf) =
+        (f64::INFINITY, f64::NEG_INFINITY, 0.0, 0usize, 0usize, 0usize);
+    for x in t.to_f64_vec() {
+        if x.is_nan() {
+            nan += 1;
+        } else if x.is_infinite() {
+            inf += 1;
+        } else {
+            min = min.min(x);
+            max = max.max(x);
+            sum += x;
+            n += 1;
+        }
+    }
+    if n == 0 {
+        (min, max) = (f64::NAN, f64::NAN);
+    }
+    Stats {
+        min,
+        max,
+        mean: if n == 0 { f64::NAN } else { sum / n as f64 },
+        nan,
+        inf,
+    }
+}
+
+fn tensor_line(t: &Tensor, from_list: bool) -> String {
+    let mut s = if from_list {
+        format!("list {} {:?}", if t.dtype().is_float() { "float" } else { "int" }, t.shape())
+    } else {
+        format!("tensor {} {:?}", t.dtype(), t.shape())
+    };
+    if !from_list && !t.is_contiguous() || t.offset() != 0 {
+        let _ = write!(s, " strides {:?} offset {}", t.strides(), t.offset());
+    }
+    if !from_list && t.storage_numel() != t.numel() {
+        let _ = write!(
+            s,
+            " (view of storage {} with {} elements)",
+            t.storage_key().unwrap_or("?"),
+            t.storage_numel()
+        );
+    }
+    if t.numel() == 1 {
+        if let Some(x) = t.scalar_f64() {
+            let _ = write!(s, " = {x}");
+        }
+    } else if t.numel() > 0 && t.numel() <= STATS_LIMIT {
+        let st = tensor_stats(t);
+        let _ = write!(
+            s,
+            "  min {} max {} mean {}",
+            fmt_num(st.min),
+            fmt_num(st.max),
+            fmt_num(st.mean)
+        );
+        if st.nan > 0 || st.inf > 0 {
+            let _ = write!(s, "  nan {} inf {}", st.nan, st.inf);
+        }
+    }
+    s
+}
+
+fn fmt_num(x: f64) -> String {
+    if x.is_finite() && x == x.trunc() && x.abs() < 1e15 {
+        format!("{x}")
+    } else {
+        format!("{x:.6}")
+    }
+}
+
+/// One line describing `v` (without children).
+fn headline(v: &Value) -> String {
+    match v {
+        Value::None => "None".into(),
+        Value::Bool(b) => format!("bool {}", if *b { "True" } else { "False" }),
+        Value::Int(i) => format!("int {i}"),
+        Value::BigInt(s) => format!("int {s}"),
+        Value::Float(f) => format!("float {f}"),
+        Value::Str(s) => {
+            let short: String = s.chars().take(60).collect();
+            let ell = if short.len() < s.len() { "…" } else { "" };
+            format!("str {short:?}{ell}")
+        }
+        Value::Bytes(b) => format!("bytes ({} bytes)", b.len()),
+        Value::Tensor(t) => tensor_line(t, false),
+        Value::Dict(items) => format!("dict ({} keys)", items.len()),
+        Value::List(items) | Value::Tuple(items) => match v.to_tensor() {
+            Some(t) if !items.is_empty() => tensor_line(&t, true),
+            _ => format!("{} ({} items)", v.type_name(), items.len()),
+        },
+    }
+}
+
+fn render_value(v: &Value, indent: &str, out: &mut String) {
+    let _ = writeln!(out, "{}", headline(v));
+    render_children(v, indent, out);
+}
+
+fn render_children(v: &Value, indent: &str, out: &mut String) {
+    let children: Vec<(String, &Value)> = match v {
+        Value::Dict(items) => items
+            .iter()
+            .map(|(k, val)| (key_text(k), val))
+            .collect(),
+        Value::List(items) | Value::Tuple(items) if v.to_tensor().is_none() => items
+            .iter()
+            .take(SHOWN_ITEMS)
+            .enumerate()
+            .map(|(i, val)| (format!("[{i}]"), val))
+            .collect(),
+        _ => return,
+    };
+    let hidden = match v {
+        Value::List(items) | Value::Tuple(items) => items.len().saturating_sub(SHOWN_ITEMS),
+        _ => 0,
+    };
+    let n = children.len();
+    for (i, (k, val)) in children.into_iter().enumerate() {
+        let last = i + 1 == n && hidden == 0;
+        let (branch, cont) = if last { ("└─ ", "   ") } else { ("├─ ", "│  ") };
+        let _ = write!(out, "{indent}{branch}{k}: ");
+        render_value(val, &format!("{indent}{cont}"), out);
+    }
+    if hidden > 0 {
+        let _ = writeln!(out, "{indent}└─ … {hidden} more items");
+    }
+}
+
+fn key_text(k: &Value) -> String {
+    match k {
+        Value::Str(s) => s.clone(),
+        other => headline(other),
+    }
+}
+
+/// Compress a set of numbers into ranges: `0-11`, `0,2,5-7`.
+pub fn ranges(set: &BTreeSet<u32>) -> String {
+    let mut parts = Vec::new();
+    let mut iter = set.iter().copied().peekable();
+    while let Some(start) = iter.next() {
+        let mut end = start;
+        while iter.peek() == Some(&(end + 1)) {
+            end += 1;
+            iter.next();
+        }
+        parts.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+    }
+    if parts.is_empty() {
+        "—".into()
+    } else {
+        parts.join(",")
+    }
+}
+
+fn human_bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64),
+        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64),
+        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
+        n => format!("{n} B"),
+    }
+}
+
+/// The layout of a dump tree: producer, steps, and per kind and step the files, formats,
+/// ranks, micros and holes in the rank × micro grid.
+pub fn render_layout(tree: &DumpTree) -> String {
+    let mut out = format!(
+        "dump tree {}\nproducer: {}   files: {}   size: {}\n",
+        tree.root.display(),
+        tree.producer,
+        tree.files().len(),
+        human_bytes(tree.total_bytes())
+    );
+    let mut table = Table::new();
+    table.load_style(UTF8_FULL_CONDENSED);
+    table.set_header(vec!["kind", "step", "files", "format", "ranks", "micros", "missing"]);
+    for kind in Kind::ALL {
+        for step in tree.steps() {
+            let files: Vec<_> = tree.files_of(kind, step).collect();
+            if files.is_empty() {
+                continue;
+            }
+            let formats: BTreeSet<&str> = files.iter().map(|f| f.format.extension()).collect();
+            let missing = tree.missing_cells(kind, step);
+            let missing_text = if missing.is_empty() {
+                "—".to_string()
+            } else {
+                missing
+                    .iter()
+                    .map(|(r, m)| format!("rank{r}/micro{m}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            table.add_row(vec![
+                kind.dir_name().to_string(),
+                step.to_string(),
+                files.len().to_string(),
+                formats.into_iter().collect::<Vec<_>>().join(","),
+                ranges(&tree.ranks(kind, step)),
+                ranges(&tree.micros(kind, step)),
+                missing_text,
+            ]);
+        }
+    }
+    let _ = writeln!(out, "{table}");
+    if !tree.unrecognised.is_empty() {
+        let _ = writeln!(out, "not placed ({} files):", tree.unrecognised.len());
+        for u in &tree.unrecognised {
+            let _ = writeln!(out, "  {}: {}", u.path.display(), u.reason);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_compress_runs() {
+        let s: BTreeSet<u32> = [0, 1, 2, 3, 5, 7, 8, 10, 11].into_iter().collect();
+        assert_eq!(ranges(&s), "0-3,5,7-8,10-11");
+        assert_eq!(ranges(&BTreeSet::new()), "—");
+    }
+}
