@@ -193,7 +193,7 @@ impl DumpTree {
                     continue;
                 }
                 let ft = entry.file_type().map_err(|e| Error::io(&path, e))?;
-                if !ft.is_file() && !(ft.is_symlink() && path.is_file()) {
+                if !(ft.is_file() || (ft.is_symlink() && path.is_file())) {
                     unrecognised.push(Unrecognised {
                         path,
                         reason: "not a regular file".into(),

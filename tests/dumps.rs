@@ -1,0 +1,340 @@
+//! Dump trees written by real `torch.save` / `json.dumps` (fixtures/gen/make_dumps.py):
+//! discovery, every tensor and scalar against the generator's manifest, and frames that are
+//! identical whether a dump was written as `.pt` or `.jsonl`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use polars::prelude::{AnyValue, ChunkCompareEq, DataFrame};
+use rlforensics::frames::{build_frames, tokens_hash};
+use rlforensics::readers::layout::{DumpTree, Kind, Producer};
+use rlforensics::readers::{read_any, FileFormat};
+use rlforensics::{DType, Value};
+use serde_json::Value as J;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/dumps")
+}
+
+fn manifest() -> J {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/expected/manifest.json"),
+    )
+    .unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The manifest writes floats as Python reprs ('nan', 'inf', '-inf' included).
+fn num(v: &J) -> Option<f64> {
+    match v {
+        J::Number(n) => n.as_f64(),
+        J::String(s) => s.parse::<f64>().ok(),
+        J::Bool(b) => Some(*b as u8 as f64),
+        _ => None,
+    }
+}
+
+fn same(a: f64, b: f64) -> bool {
+    a == b || (a.is_nan() && b.is_nan())
+}
+
+fn manifest_files(m: &J, tree: &str) -> Vec<J> {
+    m["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["tree"] == tree)
+        .cloned()
+        .collect()
+}
+
+/// (kind, format, step, rank, micro) of one dump file.
+type Cell = (String, String, i64, Option<u32>, Option<u32>);
+
+const TREES: [(&str, Producer); 7] = [
+    ("self_hosted_pt", Producer::SelfHosted),
+    ("self_hosted_jsonl", Producer::SelfHosted),
+    ("remote_api_pt", Producer::RemoteApi),
+    ("remote_api_jsonl", Producer::RemoteApi),
+    ("weaver_pt", Producer::Weaver),
+    ("weaver_jsonl", Producer::Weaver),
+    ("weaver_faulty_pt", Producer::Weaver),
+];
+
+#[test]
+fn discovery_places_every_generated_file() {
+    let m = manifest();
+    for (tree, producer) in TREES {
+        let t = DumpTree::discover(&root().join(tree)).unwrap();
+        assert_eq!(t.producer, producer, "{tree}");
+        assert!(t.unrecognised.is_empty(), "{tree}: {:?}", t.unrecognised);
+        let found: BTreeSet<Cell> = t
+            .files()
+            .iter()
+            .map(|f| {
+                let fmt = f.format.extension().to_string();
+                (f.kind.dir_name().to_string(), fmt, f.step, f.rank, f.micro)
+            })
+            .collect();
+        let expected: BTreeSet<_> = manifest_files(&m, tree)
+            .iter()
+            .map(|f| {
+                (
+                    f["kind"].as_str().unwrap().to_string(),
+                    f["format"].as_str().unwrap().to_string(),
+                    f["step"].as_i64().unwrap(),
+                    f["rank"].as_u64().map(|r| r as u32),
+                    f["micro"].as_u64().map(|r| r as u32),
+                )
+            })
+            .collect();
+        assert_eq!(found, expected, "{tree}");
+    }
+}
+
+#[test]
+fn ranks_sort_by_number_and_negative_steps_parse() {
+    let t = DumpTree::discover(&root().join("self_hosted_pt")).unwrap();
+    let ranks: Vec<u32> = t.ranks(Kind::ForwardData, 0).into_iter().collect();
+    assert_eq!(ranks, (0..12).collect::<Vec<_>>());
+    let order: Vec<u32> = t
+        .files_of(Kind::ForwardData, 0)
+        .filter_map(|f| f.rank)
+        .collect();
+    let pos2 = order.iter().position(|&r| r == 2).unwrap();
+    let pos10 = order.iter().position(|&r| r == 10).unwrap();
+    assert!(pos2 < pos10, "rank10 must come after rank2: {order:?}");
+    assert_eq!(t.steps().into_iter().collect::<Vec<_>>(), vec![-1, 0]);
+    let neg = t.get(Kind::Trajectory, -1, None, None).unwrap();
+    assert!(neg.path.ends_with("trajectory/step_-00001.pt"));
+}
+
+#[test]
+fn a_rank_missing_on_one_side_is_visible() {
+    let t = DumpTree::discover(&root().join("weaver_faulty_pt")).unwrap();
+    let ranks = t.ranks(Kind::IsLossDebug, 0);
+    assert!(!ranks.contains(&10));
+    assert_eq!(ranks.len(), 11);
+    assert!(t.missing_cells(Kind::IsLossDebug, 0).is_empty());
+}
+
+#[test]
+fn every_tensor_and_scalar_matches_the_generator() {
+    let m = manifest();
+    let mut checked_tensors = 0;
+    let mut checked_views = 0;
+    for (tree, _) in TREES {
+        for f in manifest_files(&m, tree) {
+            let path = root().join(f["path"].as_str().unwrap());
+            let value = read_any(&path).unwrap_or_else(|e| panic!("{e}"));
+            for (key, exp) in f["tensors"].as_object().unwrap() {
+                let v = value.get(key).unwrap_or_else(|| panic!("{path:?} lacks {key}"));
+                let t = v.to_tensor().unwrap_or_else(|| panic!("{path:?} {key}"));
+                let shape: Vec<usize> = exp["shape"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_u64().unwrap() as usize)
+                    .collect();
+                assert_eq!(t.shape(), shape.as_slice(), "{path:?} {key}");
+                if let Some(dt) = exp["dtype"].as_str() {
+                    assert_eq!(Some(t.dtype()), DType::from_torch_name(dt), "{path:?} {key}");
+                    let strides: Vec<usize> = exp["strides"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|x| x.as_u64().unwrap() as usize)
+                        .collect();
+                    assert_eq!(t.strides(), strides.as_slice(), "{path:?} {key}");
+                    assert_eq!(t.offset() as u64, exp["storage_offset"].as_u64().unwrap());
+                    assert_eq!(
+                        t.storage_numel() as u64,
+                        exp["storage_numel"].as_u64().unwrap(),
+                        "{path:?} {key}"
+                    );
+                    if t.offset() != 0 || !t.is_contiguous() {
+                        checked_views += 1;
+                    }
+                }
+                let vals = t.to_f64_vec();
+                for (i, e) in exp["first4"].as_array().unwrap().iter().enumerate() {
+                    assert!(same(vals[i], num(e).unwrap()), "{path:?} {key}[{i}]");
+                }
+                let nan = vals.iter().filter(|x| x.is_nan()).count();
+                assert_eq!(nan as u64, exp["nan_count"].as_u64().unwrap(), "{path:?} {key}");
+                let sum: f64 = vals.iter().filter(|x| !x.is_nan()).sum();
+                let want = num(&exp["sum"]).unwrap();
+                assert!(
+                    same(sum, want) || (sum - want).abs() <= 1e-12 * want.abs().max(1.0),
+                    "{path:?} {key}: sum {sum} vs {want}"
+                );
+                checked_tensors += 1;
+            }
+            for (key, exp) in f["scalars"].as_object().unwrap() {
+                let Some(want) = num(exp) else { continue };
+                let mut cur = &value;
+                for part in key.split('.') {
+                    cur = cur.get(part).unwrap_or_else(|| panic!("{path:?} lacks {key}"));
+                }
+                let got = cur.as_f64().unwrap_or_else(|| panic!("{path:?} {key}"));
+                assert!(same(got, want), "{path:?} {key}: {got} vs {want}");
+            }
+        }
+    }
+    assert!(checked_tensors > 500, "{checked_tensors}");
+    assert!(checked_views >= 1, "the generator writes at least one strided view");
+}
+
+/// Rows of a frame as comparable text, NaN-aware and order-preserving.
+fn rows(df: &DataFrame) -> Vec<String> {
+    (0..df.height())
+        .map(|i| {
+            df.columns()
+                .iter()
+                .map(|c| match c.get(i).unwrap() {
+                    AnyValue::Float64(x) if x.is_nan() => "nan".to_string(),
+                    AnyValue::Float64(x) => format!("{:?}", x),
+                    other => format!("{other}"),
+                })
+                .collect::<Vec<_>>()
+                .join("|")
+        })
+        .collect()
+}
+
+fn names(df: &DataFrame) -> Vec<String> {
+    df.get_column_names()
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+#[test]
+fn pt_and_jsonl_dumps_give_identical_frames() {
+    for (pt, jsonl) in [
+        ("self_hosted_pt", "self_hosted_jsonl"),
+        ("remote_api_pt", "remote_api_jsonl"),
+        ("weaver_pt", "weaver_jsonl"),
+    ] {
+        let a = build_frames(&DumpTree::discover(&root().join(pt)).unwrap(), Some(0)).unwrap();
+        let b = build_frames(&DumpTree::discover(&root().join(jsonl)).unwrap(), Some(0)).unwrap();
+        for (x, y, what) in [
+            (&a.scalars, &b.scalars, "scalars"),
+            (&a.tokens, &b.tokens, "tokens"),
+            (&a.trajectories, &b.trajectories, "trajectories"),
+        ] {
+            assert_eq!(names(x), names(y), "{pt} {what}");
+            assert_eq!(x.height(), y.height(), "{pt} {what}");
+            assert_eq!(rows(x), rows(y), "{pt} {what}");
+        }
+        assert!(a.scalars.height() > 0 || pt.starts_with("remote"));
+    }
+}
+
+#[test]
+fn frames_hold_the_expected_rows() {
+    let tree = DumpTree::discover(&root().join("self_hosted_pt")).unwrap();
+    let f = build_frames(&tree, Some(0)).unwrap();
+    // 12 ranks x 2 micros of forward_data [2, R] plus the whole-batch old_log_probs [48, R].
+    let olp_file = read_any(&root().join("self_hosted_pt/old_log_probs/step_000000.pt")).unwrap();
+    let r = olp_file.get("old_log_probs").unwrap().to_tensor().unwrap().shape()[1];
+    assert!(r > 0);
+    let fd = f.tokens.clone().of_kind("forward_data");
+    assert_eq!(fd.height(), 12 * 2 * 2 * r);
+    let olp = f.tokens.clone().of_kind("old_log_probs");
+    assert_eq!(olp.height(), 48 * r);
+    assert_eq!(f.trajectories.height(), 48);
+    let losses = f
+        .scalars
+        .clone()
+        .of_kind("loss");
+    let keys: BTreeSet<String> = losses
+        .column("key")
+        .unwrap()
+        .str()
+        .unwrap()
+        .iter()
+        .flatten()
+        .map(str::to_string)
+        .collect();
+    for k in ["loss", "pg_loss", "entropy_loss", "metrics.approx_kl"] {
+        assert!(keys.contains(k), "{k} not in {keys:?}");
+    }
+}
+
+/// Filter a frame to one `kind` (small helper so tests read plainly).
+trait KindFilter {
+    fn of_kind(self, kind: &str) -> DataFrame;
+}
+
+impl KindFilter for DataFrame {
+    fn of_kind(self, kind: &str) -> DataFrame {
+        let mask = self
+            .column("kind")
+            .unwrap()
+            .str()
+            .unwrap()
+            .equal(kind);
+        self.filter(&mask).unwrap()
+    }
+}
+
+#[test]
+fn datums_match_their_trajectories_across_the_one_token_shift() {
+    let m = manifest();
+    let tree = DumpTree::discover(&root().join("remote_api_pt")).unwrap();
+    let f = build_frames(&tree, Some(0)).unwrap();
+    let t = &f.trajectories;
+    let kinds: Vec<String> = t
+        .column("kind")
+        .unwrap()
+        .str()
+        .unwrap()
+        .iter()
+        .flatten()
+        .map(str::to_string)
+        .collect();
+    let hashes: Vec<u64> = t
+        .column("tokens_hash")
+        .unwrap()
+        .u64()
+        .unwrap()
+        .into_no_null_iter()
+        .collect();
+    let mut traj_hash = BTreeMap::new();
+    let mut datum_hash = BTreeMap::new();
+    for (i, k) in kinds.iter().enumerate() {
+        let idx = t.column("index").unwrap().get(i).unwrap().extract::<i64>().unwrap();
+        match k.as_str() {
+            "prepared_trajectories" => traj_hash.insert(idx, hashes[i]),
+            "datums" => datum_hash.insert(idx, hashes[i]),
+            _ => None,
+        };
+    }
+    let dat = m["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "remote_api_pt/datums/step_000000.pt")
+        .unwrap();
+    let items = dat["datums"]["items"].as_array().unwrap();
+    assert_eq!(datum_hash.len(), items.len());
+    assert!(items.len() < traj_hash.len(), "all-zero-advantage datums are dropped");
+    for it in items {
+        let d = it["index"].as_i64().unwrap();
+        let ti = it["trajectory_index"].as_i64().unwrap();
+        assert_eq!(datum_hash[&d], traj_hash[&ti], "datum {d} ↔ trajectory {ti}");
+    }
+    assert_ne!(tokens_hash(&[1, 2, 3]), tokens_hash(&[1, 2]));
+}
+
+#[test]
+fn format_comes_from_the_extension() {
+    assert_eq!(FileFormat::from_path(Path::new("a/b.PT")), Some(FileFormat::Pt));
+    assert_eq!(FileFormat::from_path(Path::new("a/b.txt")), None);
+    assert!(matches!(
+        read_any(Path::new("x.txt")),
+        Err(rlforensics::Error::Format { .. })
+    ));
+    let _ = Value::None;
+}
