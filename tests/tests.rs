@@ -1,1 +1,5 @@
-
+//! The one integration-test binary (one link, like ripgrep's tests/tests.rs); one module per area.
+mod dumps;
+mod arrays;
+mod cli;
+mod logscan;

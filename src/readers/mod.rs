@@ -5,6 +5,10 @@ pub mod layout;
 pub mod npy;
 pub mod pt;
 pub mod safetensors;
+pub mod aliases;
+pub mod events;
+pub mod steps;
+pub mod textlog;
 
 use std::path::Path;
 

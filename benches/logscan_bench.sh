@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Side-by-side bench: logscan vs python-polars read_ndjson + the same zero-loss/NaN filter
+# vs `wc -l`, on a generated ~1 GB DebugTrainer steps.jsonl (not committed; written under
+# bench-data/, which .gitignore excludes).
+#
+#   cargo build --release --bin logscan     # ~25 min cold on 2 cores
+#   benches/logscan_bench.sh [SIZE_MB]      # default 1024
+#
+# Prints MB/s for each and the ratios logscan/polars and logscan/wc.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SIZE_MB=${1:-1024}
+BIN=${LOGSCAN_BIN:-target/release/logscan}
+DATA=bench-data/steps_${SIZE_MB}mb.jsonl
+mkdir -p bench-data
+[ -x "$BIN" ] || { echo "build first: cargo build --release --bin logscan" >&2; exit 2; }
+
+if [ ! -s "$DATA" ]; then
+  python3 - "$DATA" "$SIZE_MB" <<'PY'
+import json, random, sys
+path, size = sys.argv[1], int(sys.argv[2]) << 20
+random.seed(0)
+with open(path, "w") as f:
+    step, written = 0, 0
+    while written < size:
+        zero = 1000 <= step % 50000 < 1010
+        rec = {"step": step, "train_loss": 0.0 if zero else random.uniform(0.01, 0.1),
+               "step_loss": random.uniform(0.01, 0.1),
+               "grad_norm": float("nan") if step % 100003 == 7 else random.uniform(0.1, 1.0),
+               "grad_nan_count": 0, "param_norm": 101.5, "update_performed": True, "lr": 1e-5,
+               "it_per_sec": 1.0, "tokens_per_sec": 900.0, "trained_tokens": step * 1000,
+               "peak_memory_gb": 10.0, "timestamp": 1759944000.0 + step,
+               "metrics": {"reward_mean": random.random(), "reward_std": 0.0 if zero else 0.3,
+                           "kl": random.uniform(0, 0.01), "entropy": 1.0},
+               "token_count_summary": {"min": 3, "max": 120, "mean": 60.5, "empty_count": 0}}
+        line = json.dumps(rec) + "\n"   # bare NaN, like the trainer
+        f.write(line)
+        written += len(line)
+        step += 1
+PY
+fi
+BYTES=$(stat -c %s "$DATA")
+MB=$(python3 -c "print($BYTES/1048576)")
+cat "$DATA" > /dev/null   # warm the page cache for every contender
+
+t() { local s e; s=$(date +%s.%N); "$@" > /dev/null; e=$(date +%s.%N); python3 -c "print($e-$s)"; }
+
+T_WC=$(t wc -l "$DATA")
+T_LS=$(t "$BIN" "$DATA" --zero-loss --nan-grad --fail-on critical --no-color)
+T_PL=$(t python3 - "$DATA" <<'PY'
+import sys, polars as pl
+# polars' NDJSON reader rejects bare NaN: it must be rewritten first (part of the cost).
+text = open(sys.argv[1]).read().replace("NaN", "null")
+df = pl.read_ndjson(text.encode(), infer_schema_length=None)
+zero = df.filter((pl.col("train_loss").abs() <= 1e-8)
+                 & (pl.col("metrics").struct.field("reward_std") <= 1e-6))
+nan = df.filter(pl.col("grad_norm").is_null() | pl.col("grad_norm").is_nan())
+print(zero.height, nan.height)
+PY
+)
+python3 - "$MB" "$T_WC" "$T_LS" "$T_PL" <<'PY'
+import sys
+mb, wc, ls, pl = map(float, sys.argv[1:])
+print(f"file: {mb:.0f} MB")
+for name, t in [("wc -l", wc), ("logscan --zero-loss --nan-grad", ls), ("python-polars read_ndjson + filter", pl)]:
+    print(f"{name:40s} {t:8.2f} s {mb / t:9.1f} MB/s")
+print(f"logscan / polars speed ratio: {pl / ls:.2f}x   logscan / wc -l: {wc / ls:.2f}x")
+PY

@@ -1,0 +1,213 @@
+//! Completion and group signatures: dead groups (zero reward std), truncation, empty
+//! completions.
+
+use super::{Context, Detector, Finding, Severity};
+
+/// `--dead-groups`: many groups with identical rewards (zero std) give no signal.
+pub struct DeadGroups;
+
+impl Detector for DeadGroups {
+    fn name(&self) -> &'static str {
+        "dead-groups"
+    }
+    fn summary(&self) -> &'static str {
+        "frac_reward_zero_std high (groups with identical rewards give no gradient)"
+    }
+    fn detect(&self, ctx: &Context) -> Vec<Finding> {
+        let f = ctx.frame;
+        let (series, derived) = {
+            let s = f.series("frac_reward_zero_std");
+            if !s.is_empty() {
+                (s, false)
+            } else {
+                // Group-level reward std exactly 0 means every group is dead.
+                let s = f
+                    .series("reward_std")
+                    .into_iter()
+                    .filter(|(_, v)| v.is_finite())
+                    .map(|(st, v)| (st, if v == 0.0 { 1.0 } else { 0.0 }))
+                    .collect::<Vec<_>>();
+                (s, true)
+            }
+        };
+        if series.is_empty() {
+            return vec![];
+        }
+        let th = ctx.th.get("dead_groups.frac");
+        let dead: Vec<(i64, f64)> = series.iter().copied().filter(|(_, v)| *v >= th).collect();
+        let share = dead.len() as f64 / series.len() as f64;
+        if dead.is_empty() || share < ctx.th.get("dead_groups.min_share") {
+            return vec![];
+        }
+        let severity = if share >= ctx.th.get("dead_groups.error_share") {
+            Severity::Error
+        } else {
+            Severity::Warning
+        };
+        let mean_frac = series.iter().map(|(_, v)| v).sum::<f64>() / series.len() as f64;
+        let how = if derived {
+            "group reward std is exactly 0"
+        } else {
+            "frac_reward_zero_std is high"
+        };
+        vec![Finding::new(
+            self.name(),
+            severity,
+            dead.iter().map(|(s, _)| *s).collect(),
+            format!(
+                "{how} on {} of {} logged steps ({:.0}%): those groups contribute no gradient",
+                dead.len(),
+                series.len(),
+                share * 100.0
+            ),
+            &[
+                "task too hard (all completions score 0) or too easy (all score 1) for the model",
+                "group size too small to see reward variance (group_size 2)",
+                "judge/reward function returning a constant",
+                "empty or identical completions within a group",
+            ],
+        )
+        .num("dead_step_share", share)
+        .num("mean_frac_zero_std", mean_frac)
+        .with("derived_from_reward_std", derived)
+        .with("logged_steps", series.len())]
+    }
+}
+
+/// `--truncation`: too many completions hit the max length.
+pub struct Truncation;
+
+impl Detector for Truncation {
+    fn name(&self) -> &'static str {
+        "truncation"
+    }
+    fn summary(&self) -> &'static str {
+        "truncation/clip ratio of completions at or above 0.2"
+    }
+    fn detect(&self, ctx: &Context) -> Vec<Finding> {
+        let s = ctx.frame.series("truncation_ratio");
+        let th = ctx.th.get("truncation.ratio");
+        let hits: Vec<(i64, f64)> = s.into_iter().filter(|(_, v)| *v >= th).collect();
+        if hits.is_empty() {
+            return vec![];
+        }
+        let max = hits.iter().map(|(_, v)| *v).fold(0.0, f64::max);
+        let severity = if max >= ctx.th.get("truncation.error_ratio") {
+            Severity::Error
+        } else {
+            Severity::Warning
+        };
+        vec![Finding::new(
+            self.name(),
+            severity,
+            hits.iter().map(|(s, _)| *s).collect(),
+            format!(
+                "up to {:.0}% of completions hit the length limit",
+                max * 100.0
+            ),
+            &[
+                "max completion length too small for the task",
+                "model looping / not emitting EOS (repetition)",
+                "EOS token id mismatch between tokenizer and sampler",
+            ],
+        )
+        .num("max_truncation_ratio", max)]
+    }
+}
+
+/// `--empty-completions`: completions with zero tokens.
+pub struct EmptyCompletions;
+
+impl Detector for EmptyCompletions {
+    fn name(&self) -> &'static str {
+        "empty-completions"
+    }
+    fn summary(&self) -> &'static str {
+        "completion length 0: min length 0, empty_count > 0, empty_completion_tokens events"
+    }
+    fn detect(&self, ctx: &Context) -> Vec<Finding> {
+        let f = ctx.frame;
+        let mut steps = Vec::new();
+        let mut row_empty = 0.0;
+        for i in 0..f.len() {
+            let ec = f
+                .at("empty_count", i)
+                .filter(|v| v.is_finite())
+                .unwrap_or(0.0);
+            let min0 = f.at("completion_len_min", i) == Some(0.0);
+            if ec > 0.0 || min0 {
+                steps.push(f.steps[i]);
+                row_empty += ec.max(if min0 { 1.0 } else { 0.0 });
+            }
+        }
+        let evs: Vec<_> = ctx
+            .events
+            .iter()
+            .filter(|e| e.kind == "empty_completion_tokens")
+            .collect();
+        let mut ev_empty = 0usize;
+        let mut ev_total = 0usize;
+        let mut stale = 0usize;
+        for e in &evs {
+            if let Some(s) = e.step {
+                steps.push(s);
+            }
+            if e.step_inferred {
+                stale += 1;
+            }
+            if let Some(tc) = e.list("token_counts") {
+                ev_empty += tc.iter().filter(|v| **v == 0.0).count();
+                ev_total += tc.len();
+            } else if let Some(ix) = e.list("indices") {
+                ev_empty += ix.len();
+            }
+        }
+        if steps.is_empty() {
+            return vec![];
+        }
+        let frac = if ev_total > 0 {
+            ev_empty as f64 / ev_total as f64
+        } else {
+            0.0
+        };
+        let severity = if frac >= ctx.th.get("empty.error_frac") {
+            Severity::Error
+        } else {
+            Severity::Warning
+        };
+        let mut explanation = if evs.is_empty() {
+            format!("completions with zero tokens on {} step(s)", steps.len())
+        } else {
+            format!(
+                "{} empty_completion_tokens events: {ev_empty} of {ev_total} completions in those batches are empty ({:.0}%)",
+                evs.len(),
+                frac * 100.0
+            )
+        };
+        if stale > 0 {
+            explanation.push_str(&format!(
+                "; {stale} events carry a stale step field and were placed after the last reported iteration"
+            ));
+        }
+        let mut finding = Finding::new(
+            self.name(),
+            severity,
+            steps,
+            explanation,
+            &[
+                "the model emits EOS immediately (chat template / generation prompt missing)",
+                "min_new_tokens not enforced in the sampler; stop strings matching at position 0",
+                "empty token slices crash log-prob code (logsumexp over an empty array) or zero the loss",
+            ],
+        )
+        .with("events", evs.len())
+        .with("empty_completions_in_events", ev_empty)
+        .with("completions_in_event_batches", ev_total)
+        .num("empty_frac_in_event_batches", frac)
+        .with("events_with_stale_step", stale);
+        if row_empty > 0.0 {
+            finding = finding.num("empty_count_in_step_records", row_empty);
+        }
+        vec![finding]
+    }
+}

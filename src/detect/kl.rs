@@ -1,0 +1,225 @@
+//! Policy-divergence signatures: KL explosion, negative k3 KL (a sign bug), entropy
+//! collapse, and trainer/rollout log-prob mismatch.
+
+use super::{median, runs, spikes, Context, Detector, Finding, Severity, G};
+
+/// `--kl-explosion`: kl above an absolute bound or far above its recent median.
+pub struct KlExplosion;
+
+impl Detector for KlExplosion {
+    fn name(&self) -> &'static str {
+        "kl-explosion"
+    }
+    fn summary(&self) -> &'static str {
+        "kl above 1.0, or above 10x its recent median"
+    }
+    fn detect(&self, ctx: &Context) -> Vec<Finding> {
+        let s = ctx.frame.series("kl");
+        let abs = ctx.th.get("kl_explosion.abs");
+        let mut steps: Vec<i64> = s
+            .iter()
+            .filter(|(_, v)| v.is_finite() && *v > abs)
+            .map(|(st, _)| *st)
+            .collect();
+        let rel = spikes(
+            &s,
+            ctx.th.get("kl_explosion.factor"),
+            20,
+            5,
+            ctx.th.get("kl_explosion.floor"),
+        );
+        steps.extend(rel.iter().map(|(i, _, _)| s[*i].0));
+        if steps.is_empty() {
+            return vec![];
+        }
+        let max = s
+            .iter()
+            .map(|(_, v)| *v)
+            .filter(|v| v.is_finite())
+            .fold(f64::MIN, f64::max);
+        let med = median(
+            &s.iter()
+                .map(|(_, v)| *v)
+                .filter(|v| v.is_finite())
+                .collect::<Vec<_>>(),
+        )
+        .unwrap_or(f64::NAN);
+        vec![Finding::new(
+            self.name(),
+            Severity::Error,
+            steps,
+            format!(
+                "kl reaches {} (run median {}): the policy is running away from the reference",
+                G(max),
+                G(med)
+            ),
+            &[
+                "learning rate too high or too many PPO epochs per batch",
+                "KL coefficient (beta) too small or KL term sign/estimator bug",
+                "reference model/adapter not the one the policy started from",
+            ],
+        )
+        .num("max_kl", max)
+        .num("median_kl", med)]
+    }
+}
+
+/// `--kl-negative`: k3 / low-variance KL estimates cannot be negative.
+pub struct KlNegative;
+
+impl Detector for KlNegative {
+    fn name(&self) -> &'static str {
+        "kl-negative"
+    }
+    fn summary(&self) -> &'static str {
+        "kl < 0: k3 estimators cannot be negative (sign bug)"
+    }
+    fn detect(&self, ctx: &Context) -> Vec<Finding> {
+        let eps = ctx.th.get("kl_negative.eps");
+        let s = ctx.frame.series("kl");
+        let neg: Vec<(i64, f64)> = s.into_iter().filter(|(_, v)| *v < -eps).collect();
+        if neg.is_empty() {
+            return vec![];
+        }
+        let min = neg.iter().map(|(_, v)| *v).fold(f64::INFINITY, f64::min);
+        vec![Finding::new(
+            self.name(),
+            Severity::Error,
+            neg.iter().map(|(s, _)| *s).collect(),
+            format!(
+                "kl is negative on {} step(s) (min {}); k3 = exp(r) - 1 - r >= 0",
+                neg.len(),
+                G(min)
+            ),
+            &[
+                "log-ratio computed as ref - policy with the wrong sign (backwards KL formula)",
+                "k1 estimator (log-ratio mean) logged as kl: can be negative, use k3/low_var_kl",
+                "KL averaged over padding with a wrong mask",
+            ],
+        )
+        .num("min_kl", min)]
+    }
+}
+
+/// `--entropy-collapse`: entropy falls near zero or to a small share of its start.
+pub struct EntropyCollapse;
+
+impl Detector for EntropyCollapse {
+    fn name(&self) -> &'static str {
+        "entropy-collapse"
+    }
+    fn summary(&self) -> &'static str {
+        "entropy < 0.05 or < 10% of its initial value, sustained"
+    }
+    fn detect(&self, ctx: &Context) -> Vec<Finding> {
+        let s: Vec<(i64, f64)> = ctx
+            .frame
+            .series("entropy")
+            .into_iter()
+            .filter(|(_, v)| v.is_finite())
+            .collect();
+        if s.is_empty() {
+            return vec![];
+        }
+        let initial = median(&s.iter().take(5).map(|(_, v)| *v).collect::<Vec<_>>()).unwrap_or(0.0);
+        let abs = ctx.th.get("entropy_collapse.abs");
+        let ratio = ctx.th.get("entropy_collapse.ratio");
+        let min = ctx.th.get("entropy_collapse.min_steps").max(1.0) as usize;
+        let flags: Vec<bool> = s
+            .iter()
+            .map(|(_, v)| *v < abs || *v < ratio * initial)
+            .collect();
+        let Some((a, b)) = runs(&flags).into_iter().find(|(a, b)| b + 1 - a >= min) else {
+            return vec![];
+        };
+        let steps: Vec<i64> = flags
+            .iter()
+            .zip(&s)
+            .filter(|(f, _)| **f)
+            .map(|(_, (st, _))| *st)
+            .collect();
+        let lowest = s.iter().map(|(_, v)| *v).fold(f64::INFINITY, f64::min);
+        vec![Finding::new(
+            self.name(),
+            Severity::Warning,
+            steps,
+            format!(
+                "entropy falls from {} to {}, collapsed from step {} on",
+                G(initial),
+                G(lowest),
+                s[a].0
+            ),
+            &[
+                "policy converging to deterministic outputs (reward hacking a format)",
+                "no entropy bonus and a high learning rate",
+                "sampling temperature mismatch between rollout and training",
+            ],
+        )
+        .num("initial_entropy", initial)
+        .num("min_entropy", lowest)
+        .with("collapse_from_step", s[a].0)
+        .with("first_run_end_step", s[b].0)]
+    }
+}
+
+/// `--logprob-mismatch`: trainer and rollout disagree on the sampled tokens' probabilities.
+pub struct LogprobMismatch;
+
+impl Detector for LogprobMismatch {
+    fn name(&self) -> &'static str {
+        "logprob-mismatch"
+    }
+    fn summary(&self) -> &'static str {
+        "rollout vs trainer prob diff too large, ratio far from 1, or log-probs all zero"
+    }
+    fn detect(&self, ctx: &Context) -> Vec<Finding> {
+        let f = ctx.frame;
+        let dm = ctx.th.get("logprob_mismatch.diff_mean");
+        let dx = ctx.th.get("logprob_mismatch.diff_max");
+        let rd = ctx.th.get("logprob_mismatch.ratio_dev");
+        let mut steps = Vec::new();
+        let mut worst_mean: f64 = 0.0;
+        let mut worst_max: f64 = 0.0;
+        let mut worst_ratio_dev: f64 = 0.0;
+        for i in 0..f.len() {
+            let m = f.at("logprob_diff_mean", i).filter(|v| v.is_finite());
+            let x = f.at("logprob_diff_max", i).filter(|v| v.is_finite());
+            let r = f
+                .at("ratio_mean", i)
+                .filter(|v| v.is_finite())
+                .map(|v| (v - 1.0).abs());
+            worst_mean = worst_mean.max(m.unwrap_or(0.0));
+            worst_max = worst_max.max(x.unwrap_or(0.0));
+            worst_ratio_dev = worst_ratio_dev.max(r.unwrap_or(0.0));
+            if m.is_some_and(|v| v > dm) || x.is_some_and(|v| v > dx) || r.is_some_and(|v| v > rd) {
+                steps.push(f.steps[i]);
+            }
+        }
+        let zero_lp: Vec<i64> = ctx
+            .events
+            .iter()
+            .filter(|e| e.kind == "logprobs_near_zero")
+            .filter_map(|e| e.step)
+            .collect();
+        steps.extend(zero_lp.iter().copied());
+        if steps.is_empty() {
+            return vec![];
+        }
+        vec![Finding::new(
+            self.name(),
+            Severity::Error,
+            steps,
+            "the trainer's log-probs disagree with the rollout's (or are all zero)",
+            &[
+                "rollout engine and trainer use different weights (LoRA not synced to the sampler)",
+                "different chat template / tokenisation between sampling and training",
+                "precision or kernel differences (bf16 sampler vs fp32 trainer), temperature not applied",
+                "no masked positions: sequence log-probs sum over nothing",
+            ],
+        )
+        .num("max_diff_mean", worst_mean)
+        .num("max_diff_max", worst_max)
+        .num("max_ratio_deviation", worst_ratio_dev)
+        .with("logprobs_near_zero_warnings", zero_lp.len())]
+    }
+}

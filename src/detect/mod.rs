@@ -1,0 +1,520 @@
+//! Failure-signature detectors over the normalised log frame. One trait, one file per
+//! family; every detector has a flag, documented default thresholds (overridable with
+//! `--threshold name=value`) and a severity.
+//!
+//! | detector | fires when (defaults) | severity |
+//! |---|---|---|
+//! | zero-loss | \|loss\| ≤ 1e-8 with reward std / \|adv\| / grad norm / kl ≤ 1e-6 (or an "All advantages are near zero" warning), ≥ 2 consecutive logged steps | error (warning without companion evidence) |
+//! | dead-groups | frac_reward_zero_std ≥ 0.5 (or group reward std exactly 0 ⇒ 1.0) on ≥ 25 % of logged steps | warning, error when ≥ 90 % |
+//! | nan-grad | any non-finite grad_norm/loss/kl/reward/entropy, `nan_gradient` events, grad_nan_count > 0, loss 0.0 next to a NaN grad norm | critical |
+//! | grad-spike | grad_norm > 10 × median of the previous 20 (≥ 5 of history) | warning |
+//! | zero-grad | 0 ≤ grad_norm ≤ 1e-10 for ≥ 2 consecutive steps | error |
+//! | kl-explosion | kl > 1.0, or kl > 10 × median of previous 20 and > 0.1 | error |
+//! | kl-negative | kl < −1e-6 (k3/low-var KL cannot be negative) | error |
+//! | entropy-collapse | entropy < 0.05 or < 10 % of its first-5 median, ≥ 3 consecutive steps | warning |
+//! | truncation | truncation_ratio ≥ 0.2 | warning, error ≥ 0.5 |
+//! | empty-completions | completion_len_min = 0, empty_count > 0, `empty_completion_tokens` events | warning, error when ≥ 25 % of completions are empty |
+//! | adv-explosion | 0 < reward_std < 1e-3 (advantages divided by a tiny std) or \|adv\| > 10 | warning |
+//! | slowdown | step time > 3 × median of previous 20; last-quarter median > 1.5 × first-quarter; a later step slower than 2 × the first (compile) step | warning (first-step compile is info) |
+//! | mem-growth | peak memory grows > 20 % from first to last, ≥ 5 points, rising ≥ 80 % of the time | warning |
+//! | logprob-mismatch | rollout/trainer prob diff mean > 0.05 or max > 0.5, \|ratio_mean − 1\| > 0.2, "All sequence_log_probs are near zero" | error |
+//! | plateau | reward mean of last 25 % ≤ first 25 % + 0.01 over ≥ 10 points | warning |
+
+mod completions;
+mod kl;
+mod loss;
+mod numeric;
+mod perf;
+
+use std::collections::BTreeMap;
+
+use crate::error::{Error, Result};
+use crate::logscan::frame::LogFrame;
+use crate::logscan::record::LogEvent;
+
+/// How bad a finding is; `--fail-on` compares against it.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Worth knowing, not a problem by itself.
+    Info,
+    /// Likely a problem; look at it.
+    Warning,
+    /// The run is not learning or is wrong.
+    Error,
+    /// The numbers are broken (NaN/inf).
+    Critical,
+}
+
+impl Severity {
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Error => "error",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
+/// One detected signature with its evidence.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Finding {
+    /// Detector name (its flag without `--`).
+    pub detector: String,
+    /// Severity.
+    pub severity: Severity,
+    /// First step involved.
+    pub first_step: Option<i64>,
+    /// Last step involved.
+    pub last_step: Option<i64>,
+    /// Steps involved (at most [`MAX_STEPS_LISTED`]).
+    pub steps: Vec<i64>,
+    /// Number of steps (or events) involved.
+    pub count: usize,
+    /// Named evidence values.
+    pub evidence: serde_json::Map<String, serde_json::Value>,
+    /// One line saying what was seen.
+    pub explanation: String,
+    /// Likely causes, most likely first (from the seeds' experience).
+    pub likely_causes: Vec<String>,
+}
+
+/// Most steps listed in a finding.
+pub const MAX_STEPS_LISTED: usize = 50;
+
+impl Finding {
+    /// A finding over `steps` (sorted, deduplicated here).
+    pub fn new(
+        detector: &str,
+        severity: Severity,
+        mut steps: Vec<i64>,
+        explanation: impl Into<String>,
+        causes: &[&str],
+    ) -> Self {
+        steps.sort_unstable();
+        steps.dedup();
+        let count = steps.len();
+        let first_step = steps.first().copied();
+        let last_step = steps.last().copied();
+        steps.truncate(MAX_STEPS_LISTED);
+        Finding {
+            detector: detector.to_string(),
+            severity,
+            first_step,
+            last_step,
+            steps,
+            count,
+            evidence: serde_json::Map::new(),
+            explanation: explanation.into(),
+            likely_causes: causes.iter().map(|c| c.to_string()).collect(),
+        }
+    }
+
+    /// Add a numeric evidence value (NaN/inf written as strings, JSON has no NaN).
+    pub fn num(mut self, name: &str, v: f64) -> Self {
+        self.evidence.insert(name.to_string(), json_num(v));
+        self
+    }
+
+    /// Add any evidence value.
+    pub fn with(mut self, name: &str, v: impl Into<serde_json::Value>) -> Self {
+        self.evidence.insert(name.to_string(), v.into());
+        self
+    }
+
+    /// The step range as text: `12`, `12–40`, or `-`.
+    pub fn step_range(&self) -> String {
+        match (self.first_step, self.last_step) {
+            (Some(a), Some(b)) if a == b => a.to_string(),
+            (Some(a), Some(b)) => format!("{a}–{b}"),
+            _ => "-".to_string(),
+        }
+    }
+}
+
+/// A number for JSON evidence: finite as a number, NaN/inf as `"NaN"`, `"inf"`, `"-inf"`.
+pub fn json_num(v: f64) -> serde_json::Value {
+    if v.is_finite() {
+        serde_json::Number::from_f64(v)
+            .map(serde_json::Value::Number)
+            .unwrap_or(serde_json::Value::Null)
+    } else if v.is_nan() {
+        "NaN".into()
+    } else if v > 0.0 {
+        "inf".into()
+    } else {
+        "-inf".into()
+    }
+}
+
+/// Every threshold: (name, default, meaning). The module doc's table says the same.
+pub const THRESHOLDS: &[(&str, f64, &str)] = &[
+    ("zero_loss.eps", 1e-8, "|loss| at or below this is zero"),
+    (
+        "zero_loss.std_eps",
+        1e-6,
+        "reward std, |advantage|, grad norm or kl at or below this is zero",
+    ),
+    (
+        "zero_loss.min_steps",
+        2.0,
+        "consecutive logged steps needed",
+    ),
+    (
+        "dead_groups.frac",
+        0.5,
+        "frac_reward_zero_std at or above this marks a dead-group step",
+    ),
+    (
+        "dead_groups.min_share",
+        0.25,
+        "share of logged steps that must be dead-group steps",
+    ),
+    (
+        "dead_groups.error_share",
+        0.9,
+        "share of dead-group steps that makes it an error",
+    ),
+    (
+        "grad_spike.factor",
+        10.0,
+        "grad_norm above factor x median of the previous window",
+    ),
+    ("grad_spike.window", 20.0, "previous steps in the median"),
+    (
+        "grad_spike.min_history",
+        5.0,
+        "previous steps needed before judging",
+    ),
+    ("zero_grad.eps", 1e-10, "grad_norm at or below this is zero"),
+    (
+        "zero_grad.min_steps",
+        2.0,
+        "consecutive logged steps needed",
+    ),
+    ("kl_explosion.abs", 1.0, "kl above this is an explosion"),
+    (
+        "kl_explosion.factor",
+        10.0,
+        "kl above factor x median of previous window (and above floor)",
+    ),
+    (
+        "kl_explosion.floor",
+        0.1,
+        "relative rule applies only above this kl",
+    ),
+    ("kl_negative.eps", 1e-6, "kl below -eps is negative"),
+    (
+        "entropy_collapse.abs",
+        0.05,
+        "entropy below this is collapsed",
+    ),
+    (
+        "entropy_collapse.ratio",
+        0.1,
+        "entropy below ratio x its first-5 median is collapsed",
+    ),
+    (
+        "entropy_collapse.min_steps",
+        3.0,
+        "consecutive logged steps needed",
+    ),
+    (
+        "truncation.ratio",
+        0.2,
+        "truncation ratio at or above this is a warning",
+    ),
+    (
+        "truncation.error_ratio",
+        0.5,
+        "truncation ratio at or above this is an error",
+    ),
+    (
+        "empty.error_frac",
+        0.25,
+        "share of empty completions that makes it an error",
+    ),
+    (
+        "adv_explosion.std_max",
+        1e-3,
+        "0 < reward std below this blows advantages up",
+    ),
+    ("adv_explosion.abs", 10.0, "|advantage| above this"),
+    (
+        "slowdown.spike_factor",
+        3.0,
+        "step time above factor x median of previous window",
+    ),
+    ("slowdown.window", 20.0, "previous steps in the median"),
+    (
+        "slowdown.trend_factor",
+        1.5,
+        "last-quarter median above factor x first-quarter median",
+    ),
+    (
+        "slowdown.compile_factor",
+        2.0,
+        "first step above factor x median of the rest is compile time",
+    ),
+    (
+        "mem_growth.frac",
+        0.2,
+        "growth from first to last above this fraction",
+    ),
+    ("mem_growth.min_points", 5.0, "points needed"),
+    (
+        "logprob_mismatch.diff_mean",
+        0.05,
+        "mean rollout/trainer prob diff above this",
+    ),
+    (
+        "logprob_mismatch.diff_max",
+        0.5,
+        "max rollout/trainer prob diff above this",
+    ),
+    (
+        "logprob_mismatch.ratio_dev",
+        0.2,
+        "|ratio_mean - 1| above this",
+    ),
+    (
+        "plateau.min_gain",
+        0.01,
+        "reward gain (last vs first quarter) below this is a plateau",
+    ),
+    ("plateau.min_points", 10.0, "reward points needed"),
+];
+
+/// Threshold values: the defaults of [`THRESHOLDS`] with user overrides.
+#[derive(Debug, Clone)]
+pub struct Thresholds {
+    values: BTreeMap<&'static str, f64>,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            values: THRESHOLDS.iter().map(|(k, v, _)| (*k, *v)).collect(),
+        }
+    }
+}
+
+impl Thresholds {
+    /// Override from `name=value` strings; unknown names are a usage error.
+    pub fn with_overrides(overrides: &[String]) -> Result<Thresholds> {
+        let mut t = Thresholds::default();
+        for o in overrides {
+            let (k, v) = o
+                .split_once('=')
+                .ok_or_else(|| Error::Usage(format!("--threshold {o}: expected name=value")))?;
+            let key = THRESHOLDS
+                .iter()
+                .map(|(n, _, _)| *n)
+                .find(|n| *n == k.trim())
+                .ok_or_else(|| {
+                    Error::Usage(format!(
+                        "--threshold {o}: unknown threshold {k:?} (see logscan --help)"
+                    ))
+                })?;
+            let v: f64 = v
+                .trim()
+                .parse()
+                .map_err(|_| Error::Usage(format!("--threshold {o}: {v:?} is not a number")))?;
+            t.values.insert(key, v);
+        }
+        Ok(t)
+    }
+
+    /// The value of threshold `name` (0 for a name not in [`THRESHOLDS`], a programming error
+    /// caught by the unit test `every_threshold_used_is_declared`).
+    pub fn get(&self, name: &str) -> f64 {
+        self.values.get(name).copied().unwrap_or(0.0)
+    }
+}
+
+/// What a detector sees.
+#[derive(Debug, Clone, Copy)]
+pub struct Context<'a> {
+    /// The normalised frame.
+    pub frame: &'a LogFrame,
+    /// Discrete events (warnings, NaN gradients, empty completions).
+    pub events: &'a [LogEvent],
+    /// Thresholds.
+    pub th: &'a Thresholds,
+}
+
+/// A failure-signature detector.
+pub trait Detector: Sync {
+    /// Flag name without `--` (`zero-loss`).
+    fn name(&self) -> &'static str;
+    /// One-line description for `--help`.
+    fn summary(&self) -> &'static str;
+    /// Findings over the frame and events.
+    fn detect(&self, ctx: &Context) -> Vec<Finding>;
+}
+
+/// Every detector, in report order.
+pub fn all_detectors() -> Vec<Box<dyn Detector>> {
+    vec![
+        Box::new(numeric::NanGrad),
+        Box::new(loss::ZeroLoss),
+        Box::new(completions::DeadGroups),
+        Box::new(numeric::GradSpike),
+        Box::new(numeric::ZeroGrad),
+        Box::new(kl::KlExplosion),
+        Box::new(kl::KlNegative),
+        Box::new(kl::EntropyCollapse),
+        Box::new(completions::Truncation),
+        Box::new(completions::EmptyCompletions),
+        Box::new(numeric::AdvExplosion),
+        Box::new(perf::Slowdown),
+        Box::new(perf::MemGrowth),
+        Box::new(kl::LogprobMismatch),
+        Box::new(loss::Plateau),
+    ]
+}
+
+/// Run the detectors named in `only` (all when empty) and sort findings by severity
+/// (worst first), then first step.
+pub fn run_detectors(ctx: &Context, only: &[String]) -> Vec<Finding> {
+    let mut out: Vec<Finding> = all_detectors()
+        .iter()
+        .filter(|d| only.is_empty() || only.iter().any(|o| o == d.name()))
+        .flat_map(|d| d.detect(ctx))
+        .collect();
+    out.sort_by(|a, b| {
+        b.severity
+            .cmp(&a.severity)
+            .then(a.first_step.cmp(&b.first_step))
+    });
+    out
+}
+
+/// Runs of consecutive flagged positions: `[(start, end_inclusive)]` over indices 0..n.
+pub(crate) fn runs(flags: &[bool]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut start = None;
+    for (i, f) in flags.iter().enumerate() {
+        match (f, start) {
+            (true, None) => start = Some(i),
+            (false, Some(s)) => {
+                out.push((s, i - 1));
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(s) = start {
+        out.push((s, flags.len() - 1));
+    }
+    out
+}
+
+/// Median of a slice (NaN-free input assumed; NaNs sort last).
+pub(crate) fn median(xs: &[f64]) -> Option<f64> {
+    if xs.is_empty() {
+        return None;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// Values ≥ `factor` × median of the previous `window` finite values (with at least
+/// `min_history` of them) and above `floor`: `(series index, value, median)`.
+pub(crate) fn spikes(
+    series: &[(i64, f64)],
+    factor: f64,
+    window: usize,
+    min_history: usize,
+    floor: f64,
+) -> Vec<(usize, f64, f64)> {
+    let mut out = Vec::new();
+    let mut hist: std::collections::VecDeque<f64> = std::collections::VecDeque::new();
+    for (i, &(_, v)) in series.iter().enumerate() {
+        if !v.is_finite() {
+            continue;
+        }
+        if hist.len() >= min_history.max(1) {
+            let h: Vec<f64> = hist.iter().copied().collect();
+            if let Some(m) = median(&h) {
+                if v > factor * m && v > floor {
+                    out.push((i, v, m));
+                }
+            }
+        }
+        hist.push_back(v);
+        if hist.len() > window.max(1) {
+            hist.pop_front();
+        }
+    }
+    out
+}
+
+/// `%g`-style number for messages: 4 significant digits, scientific when tiny or huge.
+pub(crate) struct G(pub f64);
+
+impl std::fmt::Display for G {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let x = self.0;
+        if !x.is_finite() || x == 0.0 {
+            return write!(f, "{x}");
+        }
+        let e = x.abs().log10().floor() as i32;
+        if !(-4..6).contains(&e) {
+            write!(f, "{x:.3e}")
+        } else {
+            let decimals = (3 - e).max(0) as usize;
+            write!(f, "{x:.decimals$}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_are_found() {
+        assert_eq!(
+            runs(&[true, true, false, true, false, true, true, true]),
+            vec![(0, 1), (3, 3), (5, 7)]
+        );
+        assert_eq!(runs(&[]), vec![]);
+    }
+
+    #[test]
+    fn overrides_parse_and_unknown_names_fail() {
+        let t = Thresholds::with_overrides(&["grad_spike.factor=4".to_string()]).unwrap();
+        assert_eq!(t.get("grad_spike.factor"), 4.0);
+        assert!(Thresholds::with_overrides(&["nope=1".to_string()]).is_err());
+    }
+
+    #[test]
+    fn every_threshold_used_is_declared() {
+        let src = [
+            include_str!("loss.rs"),
+            include_str!("numeric.rs"),
+            include_str!("kl.rs"),
+            include_str!("completions.rs"),
+            include_str!("perf.rs"),
+        ]
+        .concat();
+        for part in src.split("th.get(\"").skip(1) {
+            let name = &part[..part.find('"').unwrap()];
+            assert!(
+                THRESHOLDS.iter().any(|(n, _, _)| *n == name),
+                "threshold {name} used but not declared"
+            );
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! Gradient and advantage numerics: NaN/inf anywhere, gradient spikes, zero gradients,
+//! advantages blown up by a tiny reward std.
+
+use super::{runs, spikes, Context, Detector, Finding, Severity, G};
+
+/// Metrics whose non-finite values mean the numbers are broken.
+const FINITE_METRICS: &[&str] = &[
+    "grad_norm",
+    "loss",
+    "kl",
+    "reward_mean",
+    "reward_std",
+    "entropy",
+    "ppo_kl",
+    "adv_max",
+    "adv_min",
+];
+
+/// `--nan-grad`: any non-finite gradient/loss/kl/reward, NaN gradient events,
+/// `grad_nan_count > 0`, and a NaN hidden as loss 0.0 next to a NaN grad norm.
+pub struct NanGrad;
+
+impl Detector for NanGrad {
+    fn name(&self) -> &'static str {
+        "nan-grad"
+    }
+    fn summary(&self) -> &'static str {
+        "non-finite grad_norm/loss/kl/reward, nan_gradient events, grad_nan_count > 0"
+    }
+    fn detect(&self, ctx: &Context) -> Vec<Finding> {
+        let f = ctx.frame;
+        let mut steps = Vec::new();
+        let mut f_out = Vec::new();
+        let mut per_metric = serde_json::Map::new();
+        for name in FINITE_METRICS {
+            let bad: Vec<i64> = f
+                .series(name)
+                .into_iter()
+                .filter(|(_, v)| !v.is_finite())
+                .map(|(s, _)| s)
+                .collect();
+            if !bad.is_empty() {
+                per_metric.insert(name.to_string(), bad.len().into());
+                steps.extend(bad);
+            }
+        }
+        let nan_count: Vec<(i64, f64)> = f
+            .series("grad_nan_count")
+            .into_iter()
+            .filter(|(_, v)| *v > 0.0 || v.is_nan())
+            .collect();
+        steps.extend(nan_count.iter().map(|(s, _)| *s));
+        let hidden: Vec<i64> = (0..f.len())
+            .filter(|&i| {
+                f.at("loss", i) == Some(0.0) && f.at("grad_norm", i).is_some_and(|g| !g.is_finite())
+            })
+            .map(|i| f.steps[i])
+            .collect();
+        let events: Vec<i64> = ctx
+            .events
+            .iter()
+            .filter(|e| e.kind == "nan_gradient")
+            .filter_map(|e| e.step)
+            .collect();
+        steps.extend(events.iter().copied());
+        if steps.is_empty() {
+            return vec![];
+        }
+        let mut explanation = "non-finite values in the training numbers".to_string();
+        if !hidden.is_empty() {
+            explanation.push_str(&format!(
+                "; loss logged as 0.0 while grad_norm is NaN at {} step(s): the NaN is hidden as a zero loss",
+                hidden.len()
+            ));
+        }
+        let first_step = steps.iter().min().copied();
+        let mut finding = Finding::new(
+            self.name(),
+            Severity::Critical,
+            steps,
+            explanation,
+            &[
+                "division by a zero/tiny reward std in advantage normalisation",
+                "log of zero / empty completion slices (logsumexp over an empty array)",
+                "learning rate too high or fp16/bf16 overflow; missing gradient clipping",
+                "exp() of large log-ratio without clamping",
+            ],
+        )
+        .with(
+            "non_finite_by_metric",
+            serde_json::Value::Object(per_metric),
+        )
+        .with("grad_nan_count_steps", nan_count.len())
+        .with("nan_gradient_events", events.len())
+        .with("loss_zero_with_nan_grad_steps", hidden);
+        if let Some(max) = nan_count.iter().map(|(_, v)| *v).reduce(f64::max) {
+            finding = finding.num("max_grad_nan_count", max);
+        }
+        if let Some(s) = first_step {
+            finding = finding.with("first_bad_step", s);
+        }
+        f_out.push(finding);
+        f_out
+    }
+}
+
+/// `--grad-spike`: grad_norm far above its recent median.
+pub struct GradSpike;
+
+impl Detector for GradSpike {
+    fn name(&self) -> &'static str {
+        "grad-spike"
+    }
+    fn summary(&self) -> &'static str {
+        "grad_norm above factor x median of the previous window"
+    }
+    fn detect(&self, ctx: &Context) -> Vec<Finding> {
+        let s = ctx.frame.series("grad_norm");
+        let hits = spikes(
+            &s,
+            ctx.th.get("grad_spike.factor"),
+            ctx.th.get("grad_spike.window") as usize,
+            ctx.th.get("grad_spike.min_history") as usize,
+            0.0,
+        );
+        if hits.is_empty() {
+            return vec![];
+        }
+        let (wi, wv, wm) = hits
+            .iter()
+            .copied()
+            .fold((0usize, f64::MIN, 1.0f64), |a, h| {
+                if h.1 / h.2.max(1e-300) > a.1 / a.2.max(1e-300) {
+                    h
+                } else {
+                    a
+                }
+            });
+        let steps: Vec<i64> = hits.iter().map(|(i, _, _)| s[*i].0).collect();
+        vec![Finding::new(
+            self.name(),
+            Severity::Warning,
+            steps,
+            format!(
+                "grad_norm spikes to {} at step {} ({:.1}x the recent median {})",
+                G(wv),
+                s[wi].0,
+                wv / wm.max(1e-300),
+                G(wm)
+            ),
+            &[
+                "advantages blown up by a tiny reward std (see adv-explosion)",
+                "a batch with extreme importance ratios (stale old log-probs, off-policy data)",
+                "learning rate too high or warm-up too short",
+            ],
+        )
+        .num("max_grad_norm", wv)
+        .num("median_before", wm)
+        .num("ratio", wv / wm.max(1e-300))
+        .with("worst_step", s[wi].0)]
+    }
+}
+
+/// `--zero-grad`: grad_norm exactly (or nearly) zero on consecutive steps.
+pub struct ZeroGrad;
+
+impl Detector for ZeroGrad {
+    fn name(&self) -> &'static str {
+        "zero-grad"
+    }
+    fn summary(&self) -> &'static str {
+        "grad_norm ~ 0 on consecutive steps: nothing is updated"
+    }
+    fn detect(&self, ctx: &Context) -> Vec<Finding> {
+        let s = ctx.frame.series("grad_norm");
+        let eps = ctx.th.get("zero_grad.eps");
+        let min = ctx.th.get("zero_grad.min_steps").max(1.0) as usize;
+        let flags: Vec<bool> = s
+            .iter()
+            .map(|(_, v)| v.is_finite() && v.abs() <= eps)
+            .collect();
+        runs(&flags)
+            .into_iter()
+            .filter(|(a, b)| b + 1 - a >= min)
+            .map(|(a, b)| {
+                let steps: Vec<i64> = s[a..=b].iter().map(|(st, _)| *st).collect();
+                Finding::new(
+                    self.name(),
+                    Severity::Error,
+                    steps,
+                    format!(
+                        "grad_norm is zero on {} consecutive logged steps",
+                        b + 1 - a
+                    ),
+                    &[
+                        "zero advantages (identical rewards per group) give zero policy gradient",
+                        "parameters frozen / LoRA adapter not attached to the optimised model",
+                        "loss mask all zero or loss detached from the graph",
+                    ],
+                )
+                .num(
+                    "max_grad_norm",
+                    s[a..=b].iter().map(|(_, v)| *v).fold(0.0, f64::max),
+                )
+            })
+            .collect()
+    }
+}
+
+/// `--adv-explosion`: a tiny but non-zero reward std divides the advantages up.
+pub struct AdvExplosion;
+
+impl Detector for AdvExplosion {
+    fn name(&self) -> &'static str {
+        "adv-explosion"
+    }
+    fn summary(&self) -> &'static str {
+        "0 < reward std < 1e-3 or |advantage| > 10: advantages blown up"
+    }
+    fn detect(&self, ctx: &Context) -> Vec<Finding> {
+        let f = ctx.frame;
+        let std_max = ctx.th.get("adv_explosion.std_max");
+        let abs = ctx.th.get("adv_explosion.abs");
+        let mut steps = Vec::new();
+        let mut min_std = f64::INFINITY;
+        let mut max_adv: f64 = 0.0;
+        for i in 0..f.len() {
+            let tiny = f
+                .at("reward_std", i)
+                .is_some_and(|s| s.is_finite() && s > 0.0 && s < std_max);
+            let adv = f
+                .at("adv_max", i)
+                .into_iter()
+                .chain(f.at("adv_min", i))
+                .filter(|v| v.is_finite())
+                .fold(0.0f64, |m, v| m.max(v.abs()));
+            if tiny {
+                min_std = min_std.min(f.at("reward_std", i).unwrap_or(f64::INFINITY));
+            }
+            max_adv = max_adv.max(adv);
+            if tiny || adv > abs {
+                steps.push(f.steps[i]);
+            }
+        }
+        if steps.is_empty() {
+            return vec![];
+        }
+        let mut finding = Finding::new(
+            self.name(),
+            Severity::Warning,
+            steps,
+            "reward std tiny but non-zero (or |advantage| large): (r - mean)/(std + eps) turns rounding noise into huge advantages",
+            &[
+                "group-normalised advantages with a small eps (verl 1e-6) on near-identical rewards",
+                "reward function returning values that differ only by float rounding",
+                "consider batch-std scaling, Dr. GRPO (no std scaling) or a larger eps",
+            ],
+        );
+        if min_std.is_finite() {
+            finding = finding
+                .num("min_reward_std", min_std)
+                .num("advantage_scale_1_over_std", 1.0 / min_std);
+        }
+        if max_adv > 0.0 {
+            finding = finding.num("max_abs_advantage", max_adv);
+        }
+        vec![finding]
+    }
+}

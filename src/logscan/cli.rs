@@ -1,0 +1,165 @@
+//! The `logscan` command line: arguments (clap derive) and `run`, which does everything
+//! but print, so the binary stays a few lines and tests call it directly.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use crate::detect::{Severity, THRESHOLDS};
+use crate::error::{Error, Result};
+use crate::exit_codes::{EXIT_CLEAN, EXIT_FOUND};
+use crate::logscan::{scan, ScanOptions};
+
+/// The defaults table shown by `--help`.
+pub fn thresholds_help() -> String {
+    let mut s = String::from(
+        "Detectors (all run when none is given):\n  zero-loss dead-groups nan-grad grad-spike zero-grad kl-explosion kl-negative\n  entropy-collapse truncation empty-completions adv-explosion slowdown mem-growth\n  logprob-mismatch plateau\n\nThresholds (override with --threshold NAME=VALUE):\n",
+    );
+    for (name, v, what) in THRESHOLDS {
+        s.push_str(&format!("  {name:<28} {v:<8} {what}\n"));
+    }
+    s.push_str("\nExit codes: 0 clean, 1 a finding at or above --fail-on, 2 usage error or unreadable input.\n");
+    s
+}
+
+/// `logscan` arguments.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "logscan",
+    about = "Scan GRPO/GSPO training logs (steps.jsonl, events.jsonl, verl, HF trainer_state.json, text) for failure signatures",
+    after_long_help = thresholds_help()
+)]
+pub struct LogscanArgs {
+    /// Log files or run directories (a directory means every log in it).
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// Loss ~ 0 with zero reward std / advantages / grad, sustained.
+    #[arg(long)]
+    pub zero_loss: bool,
+    /// Many groups with zero reward std.
+    #[arg(long)]
+    pub dead_groups: bool,
+    /// Non-finite grad/loss/kl/reward, NaN gradient events, grad_nan_count > 0.
+    #[arg(long)]
+    pub nan_grad: bool,
+    /// grad_norm spikes.
+    #[arg(long)]
+    pub grad_spike: bool,
+    /// grad_norm ~ 0 on consecutive steps.
+    #[arg(long)]
+    pub zero_grad: bool,
+    /// KL explosion.
+    #[arg(long)]
+    pub kl_explosion: bool,
+    /// Negative KL (k3 cannot be negative).
+    #[arg(long)]
+    pub kl_negative: bool,
+    /// Entropy collapse.
+    #[arg(long)]
+    pub entropy_collapse: bool,
+    /// Completions truncated at max length.
+    #[arg(long)]
+    pub truncation: bool,
+    /// Zero-token completions.
+    #[arg(long)]
+    pub empty_completions: bool,
+    /// Advantages blown up by a tiny reward std.
+    #[arg(long)]
+    pub adv_explosion: bool,
+    /// Step-time spikes and trends.
+    #[arg(long)]
+    pub slowdown: bool,
+    /// Peak memory growth.
+    #[arg(long)]
+    pub mem_growth: bool,
+    /// Trainer vs rollout log-prob mismatch.
+    #[arg(long)]
+    pub logprob_mismatch: bool,
+    /// Reward not improving.
+    #[arg(long)]
+    pub plateau: bool,
+    /// Override a threshold: NAME=VALUE (repeatable; see the table below).
+    #[arg(long = "threshold", value_name = "NAME=VALUE")]
+    pub thresholds: Vec<String>,
+    /// Extra metric aliases (JSON {"canonical": ["raw key", …]}), tried before the built-in ones.
+    #[arg(long, value_name = "FILE")]
+    pub aliases: Option<PathBuf>,
+    /// Stdout format.
+    #[arg(long, value_parser = ["table", "json", "markdown"], default_value = "table")]
+    pub format: String,
+    /// Write the JSON report (with schema_version) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Write the normalised frame (canonical + raw columns) as Parquet.
+    #[arg(long, value_name = "FILE")]
+    pub export: Option<PathBuf>,
+    /// Exit 1 when a finding is at or above this severity.
+    #[arg(long, value_enum, default_value = "error")]
+    pub fail_on: Severity,
+    /// Never colour the table.
+    #[arg(long)]
+    pub no_color: bool,
+}
+
+impl LogscanArgs {
+    /// Detector names selected by flags.
+    pub fn selected(&self) -> Vec<String> {
+        let flags = [
+            (self.zero_loss, "zero-loss"),
+            (self.dead_groups, "dead-groups"),
+            (self.nan_grad, "nan-grad"),
+            (self.grad_spike, "grad-spike"),
+            (self.zero_grad, "zero-grad"),
+            (self.kl_explosion, "kl-explosion"),
+            (self.kl_negative, "kl-negative"),
+            (self.entropy_collapse, "entropy-collapse"),
+            (self.truncation, "truncation"),
+            (self.empty_completions, "empty-completions"),
+            (self.adv_explosion, "adv-explosion"),
+            (self.slowdown, "slowdown"),
+            (self.mem_growth, "mem-growth"),
+            (self.logprob_mismatch, "logprob-mismatch"),
+            (self.plateau, "plateau"),
+        ];
+        flags
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, n)| n.to_string())
+            .collect()
+    }
+}
+
+/// What the binary prints and returns.
+#[derive(Debug)]
+pub struct RunOutput {
+    /// Text for stdout.
+    pub stdout: String,
+    /// Process exit code.
+    pub code: u8,
+}
+
+/// Scan, write the requested files, render stdout, decide the exit code.
+pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
+    let opts = ScanOptions {
+        detectors: args.selected(),
+        thresholds: args.thresholds.clone(),
+        aliases: args.aliases.clone(),
+        keep_raw: args.export.is_some(),
+    };
+    let report = scan(&args.paths, &opts)?;
+    if let Some(out) = &args.output {
+        let text = crate::report::json::JsonRenderer.render_report(&report)?;
+        std::fs::write(out, text).map_err(|e| Error::io(out, e))?;
+    }
+    if let Some(p) = &args.export {
+        report.frame.write_parquet(p)?;
+    }
+    let renderer = crate::report::renderer(&args.format, color && !args.no_color)
+        .ok_or_else(|| Error::Usage(format!("unknown format {}", args.format)))?;
+    let stdout = renderer.render(&report)?;
+    let code = match report.worst() {
+        Some(w) if w >= args.fail_on => EXIT_FOUND,
+        _ => EXIT_CLEAN,
+    };
+    Ok(RunOutput { stdout, code })
+}

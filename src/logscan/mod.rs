@@ -1,0 +1,135 @@
+//! `logscan`: read every log a GRPO/GSPO run leaves, normalise it into one frame of
+//! canonical metrics per step, and run the failure-signature detectors.
+//!
+//! ```no_run
+//! use rlforensics::logscan::{scan, ScanOptions};
+//! let report = scan(&["debug_runs/20251008-110028".into()], &ScanOptions::default()).unwrap();
+//! for f in &report.findings {
+//!     println!("{} {} {}", f.detector, f.step_range(), f.explanation);
+//! }
+//! ```
+
+pub mod cli;
+pub mod frame;
+pub mod record;
+pub mod scan;
+
+use std::path::PathBuf;
+
+use crate::detect::{self, Context, Finding, Severity, Thresholds};
+use crate::error::Result;
+use crate::readers::aliases::AliasTable;
+use frame::{FrameBuilder, LogFrame};
+use record::{FileStats, LogEvent};
+
+/// Version of the JSON report layout.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// What to scan for and how.
+#[derive(Debug, Clone, Default)]
+pub struct ScanOptions {
+    /// Detector names to run (all when empty).
+    pub detectors: Vec<String>,
+    /// Threshold overrides `name=value`.
+    pub thresholds: Vec<String>,
+    /// A user alias file extending the built-in table.
+    pub aliases: Option<PathBuf>,
+    /// Keep raw columns in the frame (needed for `--export`).
+    pub keep_raw: bool,
+}
+
+/// A scan's result: the frame, the events, per-file statistics and the findings.
+#[derive(Debug, serde::Serialize)]
+pub struct ScanReport {
+    /// Layout version of this report.
+    pub schema_version: u32,
+    /// Files read, with what was odd about each.
+    pub files: Vec<FileStats>,
+    /// Logged steps in the frame.
+    pub steps: usize,
+    /// First logged step.
+    pub first_step: Option<i64>,
+    /// Last logged step.
+    pub last_step: Option<i64>,
+    /// Canonical metrics found.
+    pub metrics: Vec<String>,
+    /// Event counts by type.
+    pub event_counts: std::collections::BTreeMap<String, usize>,
+    /// Detectors that ran.
+    pub detectors_run: Vec<String>,
+    /// Findings, worst first.
+    pub findings: Vec<Finding>,
+    /// The normalised frame (not serialised; export it as Parquet).
+    #[serde(skip)]
+    pub frame: LogFrame,
+    /// The events (not serialised).
+    #[serde(skip)]
+    pub events: Vec<LogEvent>,
+}
+
+impl ScanReport {
+    /// The worst severity found.
+    pub fn worst(&self) -> Option<Severity> {
+        self.findings.iter().map(|f| f.severity).max()
+    }
+
+    /// Findings of detector `name`.
+    pub fn by_detector(&self, name: &str) -> Vec<&Finding> {
+        self.findings
+            .iter()
+            .filter(|f| f.detector == name)
+            .collect()
+    }
+}
+
+/// Scan `paths` (files or run directories) and run the detectors.
+pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
+    let known: Vec<&str> = detect::all_detectors().iter().map(|d| d.name()).collect();
+    for d in &opts.detectors {
+        if !known.contains(&d.as_str()) {
+            return Err(crate::Error::Usage(format!(
+                "unknown detector {d:?}; known: {}",
+                known.join(", ")
+            )));
+        }
+    }
+    let th = Thresholds::with_overrides(&opts.thresholds)?;
+    let aliases = match &opts.aliases {
+        Some(p) => AliasTable::with_user_file(p)?,
+        None => AliasTable::builtin()?,
+    };
+    let files = scan::expand_paths(paths)?;
+    let mut col = scan::Collected::new(FrameBuilder::new(aliases, opts.keep_raw));
+    for f in &files {
+        col.read_file(f)?;
+    }
+    let frame = col.builder.finish();
+    let events = col.events;
+    let ctx = Context {
+        frame: &frame,
+        events: &events,
+        th: &th,
+    };
+    let findings = detect::run_detectors(&ctx, &opts.detectors);
+    let mut event_counts = std::collections::BTreeMap::new();
+    for e in &events {
+        *event_counts.entry(e.kind.clone()).or_insert(0) += 1;
+    }
+    Ok(ScanReport {
+        schema_version: SCHEMA_VERSION,
+        files: col.files,
+        steps: frame.len(),
+        first_step: frame.steps.first().copied(),
+        last_step: frame.steps.last().copied(),
+        metrics: frame.columns.iter().map(|(n, _)| n.clone()).collect(),
+        event_counts,
+        detectors_run: detect::all_detectors()
+            .iter()
+            .map(|d| d.name().to_string())
+            .filter(|n| opts.detectors.is_empty() || opts.detectors.contains(n))
+            .collect(),
+        findings,
+        frame,
+        events,
+    })
+}

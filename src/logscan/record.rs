@@ -1,0 +1,233 @@
+//! What every log reader emits: per-step metric records, discrete events and the
+//! data-quality counts (bad lines, NaN, nulls, type changes) that are reported, never fatal.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// Which kind of log a record came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    /// DebugTrainer `steps.jsonl`.
+    Steps,
+    /// DebugTrainer `events.jsonl` (`train_report`, `val_report`, `nan_gradient`, …).
+    Events,
+    /// verl file-logger JSONL `{"step", "data"}`.
+    VerlJsonl,
+    /// Hugging Face `trainer_state.json` `log_history`.
+    HfTrainerState,
+    /// verl console `step:N - key:value - …`.
+    VerlConsole,
+    /// TRL stdout dict lines `{'loss': 0.0, …}`.
+    TrlDict,
+    /// mlx-lm-lora `Iter N: Train loss …` reports.
+    MlxReport,
+    /// nanoGPT-style `iter N: loss …` lines.
+    NanoGpt,
+    /// Per-micro diagnostics `[Micro k] 3. Samples scored: …`.
+    MicroDiag,
+    /// A JSONL file of flat objects with a step field, of no known producer.
+    GenericJsonl,
+}
+
+impl SourceKind {
+    /// A short stable name for tables and the frame's `source` column.
+    pub fn name(self) -> &'static str {
+        match self {
+            SourceKind::Steps => "steps",
+            SourceKind::Events => "events",
+            SourceKind::VerlJsonl => "verl_jsonl",
+            SourceKind::HfTrainerState => "hf_trainer_state",
+            SourceKind::VerlConsole => "verl_console",
+            SourceKind::TrlDict => "trl_dict",
+            SourceKind::MlxReport => "mlx_report",
+            SourceKind::NanoGpt => "nanogpt",
+            SourceKind::MicroDiag => "micro_diag",
+            SourceKind::GenericJsonl => "jsonl",
+        }
+    }
+}
+
+/// One step's numbers from one line (or one aggregated group of text lines).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogRecord {
+    /// Training step; `None` when the line carries none (a TRL dict line).
+    pub step: Option<i64>,
+    /// Unix time in seconds, if the line has one.
+    pub timestamp: Option<f64>,
+    /// Producer format.
+    pub source: SourceKind,
+    /// 0-based index of the file in the scan.
+    pub file: usize,
+    /// 1-based line the record starts on.
+    pub line: u64,
+    /// Raw numeric fields, nested keys joined with `.`; NaN/±inf kept as they are.
+    pub fields: Vec<(String, f64)>,
+}
+
+/// A discrete event: a warning line, a DebugTrainer event, a crash.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LogEvent {
+    /// Event type (`empty_completion_tokens`, `nan_gradient`, `advantages_near_zero`, …).
+    pub kind: String,
+    /// Step the event belongs to (after inference, see `step_inferred`).
+    pub step: Option<i64>,
+    /// The step the producer wrote, when it differs from `step`.
+    pub reported_step: Option<i64>,
+    /// True when `step` was inferred from the file order rather than read.
+    pub step_inferred: bool,
+    /// Unix time in seconds.
+    pub timestamp: Option<f64>,
+    /// `level` field (`warning`, `info`, …) when present.
+    pub level: Option<String>,
+    /// 0-based index of the file in the scan.
+    pub file: usize,
+    /// 1-based line.
+    pub line: u64,
+    /// Numeric payload (`nan_count`, `grad_norm`, …).
+    pub numbers: Vec<(String, f64)>,
+    /// Integer lists of the payload (`token_counts`, `indices`).
+    pub lists: Vec<(String, Vec<f64>)>,
+    /// A short text payload (`message`), if any.
+    pub text: Option<String>,
+}
+
+impl LogEvent {
+    /// An event of `kind` at `line` with nothing else filled in.
+    pub fn new(kind: impl Into<String>, file: usize, line: u64) -> Self {
+        LogEvent {
+            kind: kind.into(),
+            step: None,
+            reported_step: None,
+            step_inferred: false,
+            timestamp: None,
+            level: None,
+            file,
+            line,
+            numbers: Vec::new(),
+            lists: Vec::new(),
+            text: None,
+        }
+    }
+
+    /// The numeric payload field `name`.
+    pub fn number(&self, name: &str) -> Option<f64> {
+        self.numbers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| *v)
+    }
+
+    /// The list payload field `name`.
+    pub fn list(&self, name: &str) -> Option<&[f64]> {
+        self.lists
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_slice())
+    }
+}
+
+/// A line that could not be read, kept for the report.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BadLine {
+    /// 1-based line.
+    pub line: u64,
+    /// What was wrong (with column when known).
+    pub message: String,
+}
+
+/// A key whose JSON type changed between lines.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TypeChange {
+    /// The flattened key.
+    pub key: String,
+    /// Line where it first appeared with `from`.
+    pub first_line: u64,
+    /// Line where it first appeared with `to`.
+    pub line: u64,
+    /// The earlier type name.
+    pub from: String,
+    /// The later type name.
+    pub to: String,
+}
+
+/// Most bad lines kept verbatim per file; the rest are only counted.
+pub const MAX_BAD_LINES_KEPT: usize = 20;
+
+/// Per-file reading statistics: what was read and what was odd about it.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct FileStats {
+    /// The file.
+    pub path: PathBuf,
+    /// Detected format (`steps`, `events`, `verl_jsonl`, `text`, …).
+    pub format: String,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Lines seen (including blank ones).
+    pub lines: u64,
+    /// Records produced.
+    pub records: u64,
+    /// Events produced.
+    pub events: u64,
+    /// Lines that could not be parsed (the truncated last line included).
+    pub bad_line_count: u64,
+    /// The first few bad lines.
+    pub bad_lines: Vec<BadLine>,
+    /// The last line ended without a newline and did not parse: a crash cut it.
+    pub truncated_last_line: bool,
+    /// Fields that were `null`.
+    pub nulls: u64,
+    /// Numeric fields that were NaN or ±Infinity.
+    pub non_finite: u64,
+    /// Keys whose type changed between lines (first change per key).
+    pub type_changes: Vec<TypeChange>,
+    /// Text lines that matched no known pattern.
+    pub unrecognised_lines: u64,
+    /// Events dropped as exact duplicates of the previous one (same payload, <1 s apart).
+    pub duplicate_events: u64,
+    /// Events whose step was inferred from file order (their own step field was stale).
+    pub inferred_steps: u64,
+}
+
+impl FileStats {
+    /// Remember a bad line (the first [`MAX_BAD_LINES_KEPT`] verbatim).
+    pub fn bad_line(&mut self, line: u64, message: impl Into<String>) {
+        self.bad_line_count += 1;
+        if self.bad_lines.len() < MAX_BAD_LINES_KEPT {
+            self.bad_lines.push(BadLine {
+                line,
+                message: message.into(),
+            });
+        }
+    }
+}
+
+/// Tracks each key's first JSON type to report changes between lines.
+#[derive(Debug, Default)]
+pub struct TypeTracker {
+    seen: HashMap<String, (&'static str, u64)>,
+    reported: std::collections::HashSet<String>,
+}
+
+impl TypeTracker {
+    /// Note that `key` had type `ty` on `line`; record the first change per key.
+    pub fn observe(&mut self, key: &str, ty: &'static str, line: u64, stats: &mut FileStats) {
+        match self.seen.get(key) {
+            None => {
+                self.seen.insert(key.to_string(), (ty, line));
+            }
+            Some(&(first, first_line)) => {
+                if first != ty && !self.reported.contains(key) {
+                    self.reported.insert(key.to_string());
+                    stats.type_changes.push(TypeChange {
+                        key: key.to_string(),
+                        first_line,
+                        line,
+                        from: first.to_string(),
+                        to: ty.to_string(),
+                    });
+                }
+            }
+        }
+    }
+}

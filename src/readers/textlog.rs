@@ -1,0 +1,564 @@
+//! Text training logs, one pattern per producer, recognised line by line (a console log
+//! mixes them): verl console `step:N - key:value - …`, TRL dict lines `{'loss': 0.0, …}`,
+//! mlx-lm-lora `Iter N: Train loss X, …`, nanoGPT-style `iter N: loss X (main X, critic X),
+//! time Xms`, per-micro diagnostics `[Micro k] 3. Samples scored: mem=… MB, time=…s,
+//! rewards=X±Y`, and the `WARNING: All advantages/sequence_log_probs are near zero!` lines.
+//!
+//! Units are normalised in keys: `…ms`/`…s` → `<name>_s` seconds, `MB`/`GB` → `<name>_gb`.
+
+use crate::logscan::record::{LogEvent, LogRecord, SourceKind};
+use crate::readers::steps::parse_number_text;
+
+/// What one text line is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TextItem {
+    /// A line carrying a step and its metrics.
+    Step {
+        /// Producer.
+        source: SourceKind,
+        /// Step, when the line names one.
+        step: Option<i64>,
+        /// Metrics.
+        fields: Vec<(String, f64)>,
+    },
+    /// A per-micro diagnostic, attached to the iteration reported next.
+    Micro {
+        /// `micro_` prefixed metrics.
+        fields: Vec<(String, f64)>,
+    },
+    /// A warning line that is an event (`advantages_near_zero`, `logprobs_near_zero`).
+    Warning(&'static str),
+    /// Nothing we recognise.
+    Other,
+}
+
+/// Recognise one line.
+pub fn parse_text_line(line: &str) -> TextItem {
+    let t = line.trim();
+    if t.is_empty() {
+        return TextItem::Other;
+    }
+    if t.contains("All advantages are near zero") {
+        return TextItem::Warning("advantages_near_zero");
+    }
+    if t.contains("All sequence_log_probs are near zero") {
+        return TextItem::Warning("logprobs_near_zero");
+    }
+    if let Some(item) = parse_micro(t) {
+        return item;
+    }
+    if let Some(item) = parse_iter(t) {
+        return item;
+    }
+    if let Some(item) = parse_verl_console(t) {
+        return item;
+    }
+    if let Some(item) = parse_py_dict(t) {
+        return item;
+    }
+    TextItem::Other
+}
+
+/// Split at `sep` outside (), [], {} and quotes.
+fn split_top(s: &str, sep: char) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut depth = 0i32;
+    let mut quote: Option<char> = None;
+    let mut start = 0;
+    for (i, c) in s.char_indices() {
+        match quote {
+            Some(q) => {
+                if c == q {
+                    quote = None;
+                }
+            }
+            None => match c {
+                '\'' | '"' => quote = Some(c),
+                '(' | '[' | '{' => depth += 1,
+                ')' | ']' | '}' => depth -= 1,
+                _ if c == sep && depth == 0 => {
+                    out.push(&s[start..i]);
+                    start = i + c.len_utf8();
+                }
+                _ => {}
+            },
+        }
+    }
+    out.push(&s[start..]);
+    out
+}
+
+/// `name` lowercased with spaces as `_`.
+fn key_of(words: &[&str]) -> String {
+    words.join("_").to_ascii_lowercase()
+}
+
+/// A value with an optional unit glued or spaced: `21747.97ms`, `0.412s`, `812 MB`, `12.3%`.
+/// Returns the value in canonical units and the key suffix.
+fn value_with_unit(num: &str, unit_word: Option<&str>) -> Option<(f64, &'static str, bool)> {
+    if let Some(v) = parse_number_text(num) {
+        let unit = unit_word.unwrap_or("");
+        return Some(match unit {
+            "ms" => (v / 1000.0, "_s", true),
+            "s" | "sec" => (v, "_s", true),
+            "MB" | "MiB" => (v / 1024.0, "_gb", true),
+            "GB" | "GiB" => (v, "_gb", true),
+            _ => (v, "", false),
+        });
+    }
+    let split = num
+        .char_indices()
+        .rev()
+        .find(|(_, c)| c.is_ascii_digit() || *c == '.')
+        .map(|(i, _)| i + 1)?;
+    let (n, unit) = num.split_at(split);
+    let v = parse_number_text(n)?;
+    match unit {
+        "ms" => Some((v / 1000.0, "_s", true)),
+        "s" => Some((v, "_s", true)),
+        "MB" => Some((v / 1024.0, "_gb", true)),
+        "GB" => Some((v, "_gb", true)),
+        "%" => Some((v / 100.0, "_frac", true)),
+        _ => None,
+    }
+}
+
+/// `Name words 1.23[unit] [(sub 1, sub 2)]` → fields.
+fn parse_named_part(part: &str, prefix: &str, out: &mut Vec<(String, f64)>) {
+    let (main, paren) = match part.find('(') {
+        Some(i) if part.trim_end().ends_with(')') => {
+            let inner = part[i + 1..].trim_end();
+            (&part[..i], Some(&inner[..inner.len() - 1]))
+        }
+        _ => (part, None),
+    };
+    let words: Vec<&str> = main.split_whitespace().collect();
+    // Find the last word that is a number (possibly with a glued unit).
+    for idx in (1..words.len()).rev() {
+        let unit = words.get(idx + 1).copied();
+        if let Some((v, suffix, used)) = value_with_unit(words[idx], unit) {
+            let name = key_of(&words[..idx]);
+            let key = if used {
+                format!("{prefix}{name}{suffix}")
+            } else {
+                format!("{prefix}{name}")
+            };
+            out.push((key, v));
+            if let Some(inner) = paren {
+                for sub in split_top(inner, ',') {
+                    parse_named_part(sub, &format!("{prefix}{name}_"), out);
+                }
+            }
+            return;
+        }
+    }
+}
+
+/// `iter N: …` (nanoGPT) and `Iter N: …` (mlx-lm-lora), after any prefix.
+fn parse_iter(t: &str) -> Option<TextItem> {
+    let (pos, source) = match (t.find("Iter "), t.find("iter ")) {
+        (Some(i), _) => (i, SourceKind::MlxReport),
+        (None, Some(i)) => (i, SourceKind::NanoGpt),
+        _ => return None,
+    };
+    if pos > 0 && t.as_bytes()[pos - 1].is_ascii_alphanumeric() {
+        return None;
+    }
+    let rest = &t[pos + 5..];
+    let colon = rest.find(':')?;
+    let step: i64 = rest[..colon].trim().parse().ok()?;
+    let mut fields = Vec::new();
+    for part in split_top(&rest[colon + 1..], ',') {
+        parse_named_part(part, "", &mut fields);
+    }
+    if fields.is_empty() {
+        return None;
+    }
+    Some(TextItem::Step {
+        source,
+        step: Some(step),
+        fields,
+    })
+}
+
+/// `[Micro k] 3. Samples scored: mem=812 MB, time=0.412s, rewards=0.5±0.1` and the
+/// unnumbered-micro `5. Optimizer step finished: mem=… MB, time=…s total`.
+fn parse_micro(t: &str) -> Option<TextItem> {
+    let body = if let Some(rest) = t.strip_prefix("[Micro") {
+        rest.split_once(']')?.1
+    } else if t.contains("Optimizer step finished:") {
+        t
+    } else {
+        return None;
+    };
+    let (label, kv) = body.split_once(':')?;
+    let label = label.trim();
+    let mut fields = Vec::new();
+    for part in split_top(kv, ',') {
+        let Some((k, v)) = part.split_once('=') else {
+            continue;
+        };
+        let k = k.trim();
+        let v = v.trim();
+        if let Some((m, s)) = v.split_once('±') {
+            if let (Some(m), Some(s)) = (parse_number_text(m), parse_number_text(s)) {
+                fields.push((format!("micro_{k}_mean"), m));
+                fields.push((format!("micro_{k}_std"), s));
+            }
+            continue;
+        }
+        let mut words = v.split_whitespace();
+        let num = words.next().unwrap_or("");
+        let unit = words.next();
+        if let Some((val, suffix, _)) = value_with_unit(num, unit) {
+            if k == "time" && !label.contains("Optimizer step finished") {
+                continue; // cumulative time inside the iteration, not a step time
+            }
+            let key = if k == "time" {
+                "step_time_s".to_string()
+            } else {
+                format!("micro_{k}{suffix}")
+            };
+            fields.push((key, val));
+        }
+    }
+    Some(TextItem::Micro { fields })
+}
+
+/// `step:34 - actor/pg_loss:0.0424 - actor/grad_norm:0.1296 - …` after any prefix.
+fn parse_verl_console(t: &str) -> Option<TextItem> {
+    let pos = t.find("step:")?;
+    if pos > 0 && t.as_bytes()[pos - 1].is_ascii_alphanumeric() {
+        return None;
+    }
+    let body = &t[pos..];
+    let mut step = None;
+    let mut fields = Vec::new();
+    for part in body.split(" - ") {
+        let Some((k, v)) = part.rsplit_once(':') else {
+            continue;
+        };
+        let k = k.trim();
+        let v = v.trim();
+        let v = v
+            .strip_prefix("np.float64(")
+            .or_else(|| v.strip_prefix("np.float32("))
+            .and_then(|x| x.strip_suffix(')'))
+            .unwrap_or(v);
+        if k == "step" {
+            step = v.parse::<i64>().ok();
+        } else if let Some(f) = parse_number_text(v) {
+            fields.push((k.to_string(), f));
+        }
+    }
+    step?;
+    Some(TextItem::Step {
+        source: SourceKind::VerlConsole,
+        step,
+        fields,
+    })
+}
+
+/// A Python dict repr line `{'loss': 0.0, 'grad_norm': nan, …}` (TRL/transformers stdout).
+fn parse_py_dict(t: &str) -> Option<TextItem> {
+    let start = t.find("{'")?;
+    let body = t[start..].strip_suffix('}').or_else(|| {
+        let end = t.rfind('}')?;
+        Some(&t[start..end])
+    })?;
+    let body = body.strip_prefix('{')?;
+    let mut fields = Vec::new();
+    for part in split_top(body, ',') {
+        let Some((k, v)) = part.split_once(':') else {
+            continue;
+        };
+        let k = k.trim().trim_matches(|c| c == '\'' || c == '"');
+        let v = v.trim();
+        let v = v
+            .strip_prefix("tensor(")
+            .and_then(|x| x.split([',', ')']).next())
+            .unwrap_or(v);
+        let f = match v {
+            "True" => Some(1.0),
+            "False" => Some(0.0),
+            _ => parse_number_text(v),
+        };
+        if let Some(f) = f {
+            fields.push((k.to_string(), f));
+        }
+    }
+    if fields.is_empty() {
+        return None;
+    }
+    let step = fields
+        .iter()
+        .find(|(k, _)| k == "step" || k == "global_step")
+        .map(|(_, v)| *v as i64);
+    Some(TextItem::Step {
+        source: SourceKind::TrlDict,
+        step,
+        fields,
+    })
+}
+
+/// Assembles parsed text lines in file order into records and events: micro diagnostics
+/// and warnings attach to the next `iter N` line (they are printed before it), TRL dict
+/// lines without a step are numbered in order.
+#[derive(Debug, Default)]
+pub struct TextAssembler {
+    file: usize,
+    pending_micro: Vec<(String, f64)>,
+    pending_first_line: u64,
+    pending_events: Vec<LogEvent>,
+    last_step: Option<i64>,
+    unnumbered: i64,
+    /// Records ready for the frame.
+    pub records: Vec<LogRecord>,
+    /// Events ready for the detectors.
+    pub events: Vec<LogEvent>,
+    /// Lines that matched nothing.
+    pub unrecognised: u64,
+}
+
+impl TextAssembler {
+    /// An assembler for file index `file`.
+    pub fn new(file: usize) -> Self {
+        TextAssembler {
+            file,
+            ..TextAssembler::default()
+        }
+    }
+
+    /// Feed the next line's item.
+    pub fn push(&mut self, line: u64, item: TextItem) {
+        match item {
+            TextItem::Other => self.unrecognised += 1,
+            TextItem::Warning(kind) => {
+                self.pending_events
+                    .push(LogEvent::new(kind, self.file, line));
+            }
+            TextItem::Micro { fields } => {
+                if self.pending_micro.is_empty() {
+                    self.pending_first_line = line;
+                }
+                self.pending_micro.extend(fields);
+            }
+            TextItem::Step {
+                source,
+                step,
+                fields,
+            } => {
+                let (step, inferred) = match step {
+                    Some(s) => (s, false),
+                    None => {
+                        self.unnumbered += 1;
+                        (self.unnumbered - 1, true)
+                    }
+                };
+                self.flush(step);
+                let mut rec = LogRecord {
+                    step: Some(step),
+                    timestamp: None,
+                    source,
+                    file: self.file,
+                    line,
+                    fields,
+                };
+                if inferred {
+                    rec.fields.push(("step_inferred".to_string(), 1.0));
+                }
+                self.last_step = Some(step);
+                self.records.push(rec);
+            }
+        }
+    }
+
+    /// Attach pending micro lines and warnings to `step`.
+    fn flush(&mut self, step: i64) {
+        for mut ev in self.pending_events.drain(..) {
+            ev.step = Some(step);
+            self.events.push(ev);
+        }
+        if self.pending_micro.is_empty() {
+            return;
+        }
+        let fields = aggregate_micro(std::mem::take(&mut self.pending_micro));
+        self.records.push(LogRecord {
+            step: Some(step),
+            timestamp: None,
+            source: SourceKind::MicroDiag,
+            file: self.file,
+            line: self.pending_first_line,
+            fields,
+        });
+    }
+
+    /// Flush what is pending at end of file (to the step after the last one seen).
+    pub fn finish(&mut self) {
+        let next = self.last_step.map_or(0, |s| s + 1);
+        self.flush(next);
+    }
+}
+
+/// Combine one iteration's micro diagnostics: stds and memory take the max (all-zero
+/// std means every micro had identical rewards), everything else the mean.
+fn aggregate_micro(fields: Vec<(String, f64)>) -> Vec<(String, f64)> {
+    let mut keys: Vec<String> = Vec::new();
+    let mut vals: Vec<Vec<f64>> = Vec::new();
+    for (k, v) in fields {
+        match keys.iter().position(|x| *x == k) {
+            Some(i) => vals[i].push(v),
+            None => {
+                keys.push(k);
+                vals.push(vec![v]);
+            }
+        }
+    }
+    keys.into_iter()
+        .zip(vals)
+        .map(|(k, vs)| {
+            let take_max = k.ends_with("_std") || k.ends_with("_gb") || k == "step_time_s";
+            let v = if take_max {
+                vs.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+            } else {
+                vs.iter().sum::<f64>() / vs.len() as f64
+            };
+            (k, v)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(item: &TextItem) -> Vec<(String, f64)> {
+        match item {
+            TextItem::Step { fields, .. } | TextItem::Micro { fields } => fields.clone(),
+            _ => vec![],
+        }
+    }
+
+    #[test]
+    fn nanogpt_line_with_parenthesised_parts() {
+        let it =
+            parse_text_line("iter 0: loss 0.1235 (main 0.1235, critic 0.0000), time 21747.97ms");
+        assert!(matches!(
+            it,
+            TextItem::Step {
+                source: SourceKind::NanoGpt,
+                step: Some(0),
+                ..
+            }
+        ));
+        assert_eq!(
+            fields(&it),
+            vec![
+                ("loss".to_string(), 0.1235),
+                ("loss_main".to_string(), 0.1235),
+                ("loss_critic".to_string(), 0.0),
+                ("time_s".to_string(), 21747.97 / 1000.0),
+            ]
+        );
+    }
+
+    #[test]
+    fn mlx_report_line() {
+        let it = parse_text_line("Iter 10: Train loss 0.000, Learning Rate 1.000e-05, It/sec 5.343, Tokens/sec 1736.078, Trained Tokens 3249, Peak mem 5.040 GB");
+        assert!(matches!(
+            it,
+            TextItem::Step {
+                source: SourceKind::MlxReport,
+                step: Some(10),
+                ..
+            }
+        ));
+        let f = fields(&it);
+        assert_eq!(f[0], ("train_loss".to_string(), 0.0));
+        assert_eq!(f[1], ("learning_rate".to_string(), 1e-5));
+        assert_eq!(f[2], ("it/sec".to_string(), 5.343));
+        assert_eq!(f[5], ("peak_mem_gb".to_string(), 5.04));
+        let val = parse_text_line("Iter 1: Val loss 0.002, Val took 21.048s");
+        assert_eq!(
+            fields(&val),
+            vec![
+                ("val_loss".to_string(), 0.002),
+                ("val_took_s".to_string(), 21.048)
+            ]
+        );
+    }
+
+    #[test]
+    fn micro_and_warning_lines() {
+        let it = parse_text_line(
+            "[Micro 0] 3. Samples scored: mem=812 MB, time=0.412s, rewards=0.5000±0.1200",
+        );
+        assert_eq!(
+            fields(&it),
+            vec![
+                ("micro_mem_gb".to_string(), 812.0 / 1024.0),
+                ("micro_rewards_mean".to_string(), 0.5),
+                ("micro_rewards_std".to_string(), 0.12),
+            ]
+        );
+        assert_eq!(
+            parse_text_line("WARNING: All advantages are near zero! rewards_grouped=[[0.0, 0.0]]"),
+            TextItem::Warning("advantages_near_zero")
+        );
+    }
+
+    #[test]
+    fn verl_console_and_trl_dict() {
+        let it = parse_text_line(
+            "(TaskRunner pid=1) step:34 - actor/pg_loss:0.0424 - actor/grad_norm:nan",
+        );
+        assert!(matches!(
+            it,
+            TextItem::Step {
+                source: SourceKind::VerlConsole,
+                step: Some(34),
+                ..
+            }
+        ));
+        let f = fields(&it);
+        assert_eq!(f[0], ("actor/pg_loss".to_string(), 0.0424));
+        assert!(f[1].1.is_nan());
+        let d = parse_text_line("{'loss': 0.0, 'grad_norm': nan, 'reward': 0.5, 'completions/mean_length': 12.0, 'epoch': 0.01}");
+        assert!(matches!(
+            d,
+            TextItem::Step {
+                source: SourceKind::TrlDict,
+                step: None,
+                ..
+            }
+        ));
+        assert_eq!(fields(&d).len(), 5);
+    }
+
+    #[test]
+    fn micro_lines_attach_to_next_iter() {
+        let mut a = TextAssembler::new(0);
+        let lines = [
+            "[Micro 0] 3. Samples scored: mem=800 MB, time=0.4s, rewards=0.0000±0.0000",
+            "[Micro 1] 3. Samples scored: mem=900 MB, time=0.4s, rewards=1.0000±0.0000",
+            "WARNING: All advantages are near zero! rewards_grouped=[...]",
+            "iter 1: loss 0.0000 (main 0.0000, critic 0.0000), time 103634.20ms",
+        ];
+        for (i, l) in lines.iter().enumerate() {
+            a.push(i as u64 + 1, parse_text_line(l));
+        }
+        a.finish();
+        assert_eq!(a.events.len(), 1);
+        assert_eq!(a.events[0].step, Some(1));
+        let micro = &a.records[0];
+        assert_eq!(micro.step, Some(1));
+        assert_eq!(
+            micro.fields,
+            vec![
+                ("micro_mem_gb".to_string(), 900.0 / 1024.0),
+                ("micro_rewards_mean".to_string(), 0.5),
+                ("micro_rewards_std".to_string(), 0.0),
+            ]
+        );
+    }
+}

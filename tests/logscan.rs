@@ -1,0 +1,359 @@
+//! logscan over generated fixtures (fixtures/gen/make_logs.py: faults at known steps) and
+//! the real DebugTrainer corpus.
+
+use std::path::{Path, PathBuf};
+
+use rlforensics::detect::Severity;
+use rlforensics::logscan::{scan, ScanOptions, ScanReport};
+
+fn fixture(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/logs")
+        .join(p)
+}
+
+fn corpus(run: &str) -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/corpus/droid-finetuning")
+        .join(run);
+    p.is_dir().then_some(p)
+}
+
+fn run(paths: &[PathBuf]) -> ScanReport {
+    scan(paths, &ScanOptions::default()).unwrap()
+}
+
+/// Steps listed by the single finding of `detector`.
+fn steps_of(r: &ScanReport, detector: &str) -> Vec<i64> {
+    let f = r.by_detector(detector);
+    assert_eq!(f.len(), 1, "{detector}: {f:?}");
+    f[0].steps.clone()
+}
+
+fn severity_of(r: &ScanReport, detector: &str) -> Severity {
+    r.by_detector(detector)[0].severity
+}
+
+#[test]
+fn healthy_run_has_no_findings() {
+    let r = run(&[fixture("healthy")]);
+    assert_eq!(r.steps, 60);
+    assert!(r.findings.is_empty(), "{:#?}", r.findings);
+}
+
+#[test]
+fn debug_faults_each_detector_fires_at_its_steps() {
+    let r = run(&[fixture("debug_faults")]);
+    assert_eq!(r.steps, 100);
+    assert_eq!(steps_of(&r, "zero-loss"), (20..25).collect::<Vec<_>>());
+    assert_eq!(severity_of(&r, "zero-loss"), Severity::Error);
+    assert_eq!(steps_of(&r, "zero-grad"), (20..25).collect::<Vec<_>>());
+    assert_eq!(steps_of(&r, "truncation"), vec![30, 31, 32]);
+    assert_eq!(severity_of(&r, "truncation"), Severity::Error);
+    assert_eq!(steps_of(&r, "nan-grad"), vec![40]);
+    assert_eq!(severity_of(&r, "nan-grad"), Severity::Critical);
+    let nan = r.by_detector("nan-grad")[0];
+    assert_eq!(
+        nan.evidence["loss_zero_with_nan_grad_steps"],
+        serde_json::json!([40])
+    );
+    assert_eq!(nan.evidence["nan_gradient_events"], serde_json::json!(1));
+    assert_eq!(nan.evidence["max_grad_nan_count"], serde_json::json!(3.0));
+    assert_eq!(steps_of(&r, "empty-completions"), vec![45]);
+    let empty = r.by_detector("empty-completions")[0];
+    assert_eq!(empty.evidence["events"], serde_json::json!(1)); // duplicate dropped
+    assert_eq!(
+        empty.evidence["empty_completions_in_events"],
+        serde_json::json!(2)
+    );
+    assert_eq!(steps_of(&r, "grad-spike"), vec![50]);
+    assert_eq!(steps_of(&r, "adv-explosion"), vec![55]);
+    let mut dead: Vec<i64> = (20..25).collect();
+    dead.extend(60..90);
+    assert_eq!(r.by_detector("dead-groups")[0].count, 35);
+    assert_eq!(steps_of(&r, "dead-groups"), dead);
+    assert_eq!(steps_of(&r, "kl-explosion"), vec![70]);
+    assert_eq!(steps_of(&r, "kl-negative"), vec![75]);
+    assert_eq!(steps_of(&r, "logprob-mismatch"), vec![80]);
+    assert_eq!(
+        steps_of(&r, "entropy-collapse"),
+        (90..100).collect::<Vec<_>>()
+    );
+    assert_eq!(steps_of(&r, "mem-growth"), vec![0, 99]);
+    assert_eq!(steps_of(&r, "plateau"), vec![0, 99]);
+    // slowdown: the spike at 65 (warning) and the compile step 0 (info), kept apart.
+    let slow = r.by_detector("slowdown");
+    assert_eq!(slow.len(), 2);
+    let spike = slow
+        .iter()
+        .find(|f| f.severity == Severity::Warning)
+        .unwrap();
+    assert_eq!(spike.steps, vec![65]);
+    let compile = slow.iter().find(|f| f.severity == Severity::Info).unwrap();
+    assert_eq!(compile.steps, vec![0]);
+    assert_eq!(r.findings.len(), 16);
+}
+
+#[test]
+fn truncated_last_line_null_and_type_change_are_reported_not_fatal() {
+    let r = run(&[fixture("debug_faults/steps.jsonl")]);
+    let f = &r.files[0];
+    assert_eq!(f.lines, 101);
+    assert_eq!(f.records, 100);
+    assert!(f.truncated_last_line);
+    assert_eq!(f.bad_line_count, 1);
+    assert_eq!(f.bad_lines[0].line, 101);
+    assert_eq!(f.nulls, 1);
+    assert_eq!(f.non_finite, 1);
+    assert_eq!(f.type_changes.len(), 1);
+    assert_eq!(f.type_changes[0].key, "lr");
+    assert_eq!(
+        (f.type_changes[0].first_line, f.type_changes[0].line),
+        (1, 11)
+    );
+    // The string "1e-05" is still read as a number.
+    assert_eq!(r.frame.at("lr", 10), Some(1e-5));
+}
+
+#[test]
+fn selected_detectors_only() {
+    let opts = ScanOptions {
+        detectors: vec!["zero-loss".into(), "nan-grad".into()],
+        ..ScanOptions::default()
+    };
+    let r = scan(&[fixture("debug_faults")], &opts).unwrap();
+    let mut names: Vec<&str> = r.findings.iter().map(|f| f.detector.as_str()).collect();
+    names.sort();
+    assert_eq!(names, vec!["nan-grad", "zero-loss"]);
+}
+
+#[test]
+fn threshold_override_changes_result() {
+    let opts = ScanOptions {
+        thresholds: vec!["grad_spike.factor=100".into()],
+        detectors: vec!["grad-spike".into()],
+        ..ScanOptions::default()
+    };
+    let r = scan(&[fixture("debug_faults")], &opts).unwrap();
+    assert!(r.findings.is_empty());
+}
+
+#[test]
+fn verl_jsonl_null_is_nan_and_clip_ratio_truncation() {
+    let r = run(&[fixture("verl/metrics.jsonl")]);
+    assert_eq!(r.steps, 20);
+    assert_eq!(r.files[0].format, "verl_jsonl");
+    assert_eq!(steps_of(&r, "nan-grad"), vec![7]);
+    assert_eq!(steps_of(&r, "truncation"), vec![10, 11, 12]);
+    assert_eq!(r.findings.len(), 2);
+}
+
+#[test]
+fn hf_trainer_state_kl_negative_and_dead_groups() {
+    let r = run(&[fixture("hf/trainer_state.json")]);
+    assert_eq!(r.steps, 10);
+    assert_eq!(steps_of(&r, "kl-negative"), vec![30, 40]);
+    assert_eq!(severity_of(&r, "dead-groups"), Severity::Error);
+    assert_eq!(r.findings.len(), 2);
+}
+
+#[test]
+fn nanogpt_seed_lines_zero_loss_and_slow_steps() {
+    let r = run(&[fixture("text/nanogpt_seed.log")]);
+    assert_eq!(r.frame.steps, vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(r.frame.at("step_time", 1), Some(103634.20 / 1000.0));
+    assert_eq!(steps_of(&r, "zero-loss"), vec![1, 2, 3, 4, 5]);
+    let z = r.by_detector("zero-loss")[0];
+    assert_eq!(
+        z.evidence["companions"],
+        serde_json::json!(["reward_std = 0", "advantages = 0", "kl = 0"])
+    );
+    assert_eq!(steps_of(&r, "slowdown"), vec![1, 2, 3, 4, 5]);
+    assert_eq!(r.event_counts["advantages_near_zero"], 10);
+}
+
+#[test]
+fn trl_dict_nan_hidden_as_zero_loss() {
+    let r = run(&[fixture("text/trl_stdout.log")]);
+    assert_eq!(r.steps, 8);
+    assert_eq!(r.files[0].unrecognised_lines, 1);
+    assert_eq!(steps_of(&r, "nan-grad"), vec![3]);
+    let f = r.by_detector("nan-grad")[0];
+    assert_eq!(
+        f.evidence["loss_zero_with_nan_grad_steps"],
+        serde_json::json!([3])
+    );
+    assert!(r.by_detector("zero-loss").is_empty());
+}
+
+#[test]
+fn verl_console_entropy_collapse() {
+    let r = run(&[fixture("text/verl_console.log")]);
+    assert_eq!(r.steps, 20);
+    assert_eq!(
+        steps_of(&r, "entropy-collapse"),
+        (12..=20).collect::<Vec<_>>()
+    );
+    assert_eq!(r.findings.len(), 1);
+}
+
+#[test]
+fn mlx_report_zero_loss() {
+    let r = run(&[fixture("text/mlx_report.log")]);
+    assert_eq!(r.frame.steps, vec![1, 10, 20, 30, 40, 50]);
+    assert_eq!(steps_of(&r, "zero-loss"), vec![10, 20, 30, 40]);
+}
+
+#[test]
+fn parquet_export_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("frame.parquet");
+    let opts = ScanOptions {
+        keep_raw: true,
+        ..ScanOptions::default()
+    };
+    let r = scan(&[fixture("healthy")], &opts).unwrap();
+    r.frame.write_parquet(&out).unwrap();
+    let df = r.frame.to_polars().unwrap();
+    assert_eq!(df.height(), 60);
+    assert!(df.column("raw:metrics.hit_max_tokens_ratio").is_ok());
+    assert!(df.column("truncation_ratio").is_ok());
+    assert!(std::fs::metadata(&out).unwrap().len() > 1000);
+}
+
+/// What a human sees in run 20251008-102227 (GRPO, token-level IS): stopped after
+/// iteration 20 of 200; train reports at 10 and 20 have loss 0.0, reward mean/std 0,
+/// grouped std 0, kl 0; every generation has 2 of 4 completions empty (each event
+/// written twice, its step field stuck at 0).
+#[test]
+fn corpus_102227_zero_loss_dead_groups_empty_completions() {
+    let Some(dir) = corpus("20251008-102227") else {
+        return;
+    };
+    let r = run(&[dir]);
+    assert_eq!(r.frame.steps, vec![1, 10, 20]);
+    assert_eq!(steps_of(&r, "zero-loss"), vec![10, 20]);
+    assert_eq!(steps_of(&r, "dead-groups"), vec![10, 20]);
+    assert_eq!(severity_of(&r, "dead-groups"), Severity::Error);
+    let e = r.by_detector("empty-completions")[0];
+    assert_eq!(e.severity, Severity::Error);
+    assert_eq!(e.evidence["events"], serde_json::json!(5));
+    assert_eq!(
+        e.evidence["empty_completions_in_events"],
+        serde_json::json!(10)
+    );
+    assert_eq!(
+        e.evidence["completions_in_event_batches"],
+        serde_json::json!(20)
+    );
+    let ev = &r
+        .files
+        .iter()
+        .find(|f| f.path.ends_with("events.jsonl"))
+        .unwrap();
+    assert_eq!(ev.duplicate_events, 5);
+    assert_eq!(r.findings.len(), 3);
+    assert!(r.by_detector("nan-grad").is_empty());
+}
+
+/// What a human sees in run 20251008-110028 (GSPO, sequence-level IS, 200 iterations):
+/// loss exactly 0 with grouped reward std 0 and kl 0 at iterations 10-40; after that small
+/// non-zero losses but grouped reward std 0 in 12 of 20 reports; reward mean never
+/// improves (0-0.15); 2 of 4 completions empty in most generations (80 events, 40 unique);
+/// memory flat (5.04 -> 5.10 GB), throughput noisy but no trend, kl small and positive.
+#[test]
+fn corpus_110028_zero_loss_then_dead_groups_and_plateau() {
+    let Some(dir) = corpus("20251008-110028") else {
+        return;
+    };
+    let r = run(&[dir]);
+    assert_eq!(r.steps, 21);
+    assert_eq!(steps_of(&r, "zero-loss"), vec![10, 20, 30, 40]);
+    assert_eq!(
+        steps_of(&r, "dead-groups"),
+        vec![10, 20, 30, 40, 60, 70, 80, 90, 120, 140, 150, 160]
+    );
+    assert_eq!(severity_of(&r, "dead-groups"), Severity::Warning);
+    assert_eq!(steps_of(&r, "plateau"), vec![10, 200]);
+    let e = r.by_detector("empty-completions")[0];
+    assert_eq!(e.evidence["events"], serde_json::json!(40));
+    assert_eq!(
+        e.evidence["empty_completions_in_events"],
+        serde_json::json!(67)
+    );
+    assert_eq!(
+        e.evidence["completions_in_event_batches"],
+        serde_json::json!(160)
+    );
+    for silent in [
+        "nan-grad",
+        "kl-negative",
+        "kl-explosion",
+        "mem-growth",
+        "slowdown",
+        "grad-spike",
+    ] {
+        assert!(r.by_detector(silent).is_empty(), "{silent} fired");
+    }
+    assert_eq!(r.findings.len(), 4);
+}
+
+#[test]
+fn cli_exit_codes() {
+    use assert_cmd::Command;
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(fixture("healthy"))
+        .assert()
+        .code(0);
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .args([
+            fixture("debug_faults/steps.jsonl").as_os_str(),
+            "--zero-loss".as_ref(),
+            "--nan-grad".as_ref(),
+        ])
+        .assert()
+        .code(1);
+    // Findings below --fail-on: clean exit.
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .args([
+            fixture("debug_faults").as_os_str(),
+            "--plateau".as_ref(),
+            "--fail-on".as_ref(),
+            "error".as_ref(),
+        ])
+        .assert()
+        .code(0);
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .arg("/no/such/file.jsonl")
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("/no/such/file.jsonl"));
+}
+
+#[test]
+fn cli_output_json_has_schema_version() {
+    use assert_cmd::Command;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report.json");
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .args([
+            fixture("verl").as_os_str(),
+            "--output".as_ref(),
+            out.as_os_str(),
+            "--format".as_ref(),
+            "markdown".as_ref(),
+        ])
+        .assert()
+        .code(1)
+        .stdout(predicates::str::contains("| critical | nan-grad | 7 |"));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["findings"][0]["detector"], "nan-grad");
+    assert_eq!(v["findings"][0]["first_step"], 7);
+}
