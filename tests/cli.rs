@@ -145,14 +145,3 @@ fn not_a_dump_folder_exits_2() {
         .code(2)
         .stderr(predicate::str::contains("absent.pt"));
 }
-
-#[test]
-fn python_style_flag_spellings_are_accepted() {
-    // The comparison is a later issue; the aliases already parse (exit 2 comes from the
-    // missing comparison, not from clap's usage error, which also exits 2 — so check text).
-    dumpdiff()
-        .args(["--self_hosted_dir", "a", "--weaver_dir", "b", "--step", "0"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("not built yet"));
-}

@@ -2,4 +2,5 @@
 mod dumps;
 mod arrays;
 mod cli;
+mod pt;
 mod logscan;
