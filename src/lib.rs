@@ -13,6 +13,8 @@
 //! }
 //! ```
 
+pub mod compare;
+pub mod dumpdiff;
 pub mod error;
 pub mod exit_codes;
 pub mod frames;

@@ -4,3 +4,4 @@ mod arrays;
 mod cli;
 mod pt;
 mod logscan;
+mod dumpdiff;

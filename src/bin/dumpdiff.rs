@@ -2,14 +2,34 @@
 //! step. This binary is thin: it parses flags, calls the library, prints, and maps the
 //! outcome to the exit codes of SPEC §1 (0 clean, 1 beyond tolerance, 2 bad input).
 
+use std::collections::BTreeSet;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
+use rlforensics::compare::tolerance::{Severity, TolerancePolicy, ToleranceRules};
+use rlforensics::dumpdiff::{self, render, Options};
 use rlforensics::exit_codes::{EXIT_BAD_INPUT, EXIT_CLEAN};
 use rlforensics::frames::{build_frames, export_frames};
 use rlforensics::inspect::inspect_path;
 use rlforensics::readers::layout::DumpTree;
+use rlforensics::Error;
+
+/// Output formats for stdout.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Format {
+    Table,
+    Json,
+    Markdown,
+}
+
+/// What reaches exit code 1.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum FailOn {
+    Warn,
+    Fail,
+}
 
 /// Compare RL training-step dumps, or inspect one dump file or folder.
 #[derive(Parser, Debug)]
@@ -22,10 +42,10 @@ struct Args {
     /// With --inspect on a folder: also write scalars/tokens/trajectories Parquet frames here.
     #[arg(long, value_name = "DIR", requires = "inspect")]
     export_frames: Option<PathBuf>,
-    /// Training step to read (default: every step).
+    /// Training step to compare (with --inspect: to read; default every step).
     #[arg(long, allow_negative_numbers = true)]
     step: Option<i64>,
-    /// Dump folder of the self-hosted trainer.
+    /// Dump folder of the self-hosted trainer (the reference side).
     #[arg(long, alias = "self_hosted_dir", value_name = "DIR")]
     self_hosted_dir: Option<PathBuf>,
     /// Dump folder of the remote-API run.
@@ -37,9 +57,64 @@ struct Args {
     /// Where to write the JSON report.
     #[arg(long, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Format of stdout (table by default).
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+    /// Only these ranks (`0,3,5-7`; default: all found).
+    #[arg(long, value_name = "LIST")]
+    ranks: Option<String>,
+    /// Only these micro-batches (`0,1`; default: all found).
+    #[arg(long, value_name = "LIST")]
+    micros: Option<String>,
+    /// Compare only ranks 0..N (the python comparator's flag).
+    #[arg(long, alias = "num_ranks", value_name = "N", conflicts_with = "ranks")]
+    num_ranks: Option<u32>,
+    /// Compare only micros 0..N (the python comparator's flag).
+    #[arg(
+        long,
+        alias = "num_micros",
+        value_name = "N",
+        conflicts_with = "micros"
+    )]
+    num_micros: Option<u32>,
+    /// Absolute tolerance for every pair (overrides dtype defaults and rules).
+    #[arg(long)]
+    atol: Option<f64>,
+    /// Relative tolerance for every pair (overrides dtype defaults and rules).
+    #[arg(long)]
+    rtol: Option<f64>,
+    /// TOML file of per-tensor rules: [[rule]] name, atol, rtol, allowed_fraction, severity.
+    #[arg(long, alias = "tol_file", value_name = "FILE")]
+    tol_file: Option<PathBuf>,
+    /// Lowest verdict that makes the exit code 1.
+    #[arg(long, alias = "fail_on", value_enum, default_value = "fail")]
+    fail_on: FailOn,
 }
 
-fn run(args: Args) -> Result<u8, rlforensics::Error> {
+/// Parse `0,3,5-7` into a set.
+fn parse_list(s: &str) -> Result<BTreeSet<u32>, Error> {
+    let bad = || {
+        Error::Usage(format!(
+            "bad list '{s}': expected numbers and ranges like 0,3,5-7"
+        ))
+    };
+    let mut set = BTreeSet::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u32, u32) =
+                    (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+                set.extend(a..=b);
+            }
+            None => {
+                set.insert(part.parse().map_err(|_| bad())?);
+            }
+        }
+    }
+    Ok(set)
+}
+
+fn run(args: Args) -> Result<u8, Error> {
     if let Some(path) = &args.inspect {
         print!("{}", inspect_path(path)?);
         if let Some(dir) = &args.export_frames {
@@ -51,9 +126,59 @@ fn run(args: Args) -> Result<u8, rlforensics::Error> {
         }
         return Ok(EXIT_CLEAN);
     }
-    Err(rlforensics::Error::Usage(
-        "comparing dumps is not built yet; use --inspect PATH to read a dump".into(),
-    ))
+    let self_hosted = args
+        .self_hosted_dir
+        .clone()
+        .ok_or_else(|| Error::Usage("--self-hosted-dir is required (or --inspect PATH)".into()))?;
+    let step = args
+        .step
+        .ok_or_else(|| Error::Usage("--step is required".into()))?;
+    let rules = match &args.tol_file {
+        Some(p) => ToleranceRules::load(p)?,
+        None => ToleranceRules::default(),
+    };
+    let opts = Options {
+        self_hosted,
+        remote_api: args.remote_api_dir.clone(),
+        weaver: args.weaver_dir.clone(),
+        step,
+        ranks: match (&args.ranks, args.num_ranks) {
+            (Some(s), _) => Some(parse_list(s)?),
+            (None, Some(n)) => Some((0..n).collect()),
+            _ => None,
+        },
+        micros: match (&args.micros, args.num_micros) {
+            (Some(s), _) => Some(parse_list(s)?),
+            (None, Some(n)) => Some((0..n).collect()),
+            _ => None,
+        },
+        policy: TolerancePolicy {
+            rules,
+            atol: args.atol,
+            rtol: args.rtol,
+        },
+        tol_file: args.tol_file.clone(),
+    };
+    let report = dumpdiff::run(&opts)?;
+    if let Some(out) = &args.output {
+        let json = render::json::JsonRenderer;
+        let text = render::Renderer::render(&json, &report)?;
+        std::fs::write(out, text).map_err(|e| Error::io(out, e))?;
+    }
+    let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let name = match args.format {
+        Format::Table => "table",
+        Format::Json => "json",
+        Format::Markdown => "markdown",
+    };
+    if let Some(r) = render::by_name(name, color) {
+        print!("{}", r.render(&report)?);
+    }
+    let fail_on = match args.fail_on {
+        FailOn::Warn => Severity::Warn,
+        FailOn::Fail => Severity::Fail,
+    };
+    Ok(dumpdiff::exit_code(&report, fail_on))
 }
 
 fn main() -> ExitCode {

@@ -1,0 +1,160 @@
+//! Tolerance propagation for quantities derived from log-probabilities.
+//!
+//! A derived element inherits the error its inputs are allowed to carry; judging it by
+//! its own dtype alone either fails clean runs (long tails of large |log p|) or needs a
+//! blanket widening that hides real faults. The rules, per element of the reference side:
+//!
+//! - **log-ratio** `Δ = logp − old`: its inputs may each be off by their own tolerance,
+//!   so `E = tol_logp(logp) + tol_old(old)` (`atol + rtol·|x|` of the pair each input is
+//!   compared as).
+//! - **ratio** `r = exp(Δ)`: `|exp(Δ + e) − exp(Δ)| ≤ r·(e^E − 1)` for `|e| ≤ E`
+//!   (first order `r·E`; the exact bound keeps large `E` honest).
+//! - **elementwise loss** `−r·A`: `|A|·r·(e^E − 1)` (advantages are compared on their own).
+//! - **masked mean** (loss, pg_loss, avg_ratio): the mean of its elements' tolerances.
+//! - **count fraction** `k/n` (`clip_frac`: share of valid tokens with `|r − 1| > ε`):
+//!   only tokens whose ratio lies within its tolerance of a clip boundary `1 ± ε` can
+//!   flip, so the fraction may move by `flips / n`.
+//!
+//! What a derived value is compared with is then `allowed = atol + rtol·|a| + propagated`,
+//! where `atol`/`rtol` are the default (or rule) tolerance of the value's own precision:
+//! the rounding of the result itself comes on top of what it inherits.
+
+/// The allowed log-ratio error at one element: the sum of both inputs' allowed errors.
+pub fn log_ratio_allowed(tol_logp: f64, tol_old: f64) -> f64 {
+    tol_logp + tol_old
+}
+
+/// The allowed error of `r = exp(Δ)` when `Δ` may be off by `e_log`: `r·(e^E − 1)`.
+pub fn ratio_allowed(ratio: f64, e_log: f64) -> f64 {
+    ratio.abs() * e_log.exp_m1()
+}
+
+/// The allowed error of `−r·A` given the ratio's allowed error.
+pub fn product_allowed(ratio_allowed: f64, advantage: f64) -> f64 {
+    advantage.abs() * ratio_allowed
+}
+
+/// True when a ratio with allowed error `allowed` could lie on either side of a clip
+/// boundary `1 − eps_low` or `1 + eps_high`, i.e. its clip decision may flip.
+pub fn may_flip(ratio: f64, allowed: f64, eps_low: f64, eps_high: f64) -> bool {
+    (ratio - (1.0 - eps_low)).abs() <= allowed || (ratio - (1.0 + eps_high)).abs() <= allowed
+}
+
+/// One valid element of the reference side's importance-sampling chain.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ChainElem {
+    /// `exp(logp − old)`.
+    pub ratio: f64,
+    /// The ratio's propagated allowed error.
+    pub ratio_allowed: f64,
+    /// `|A|` of the element's row, when advantages are known.
+    pub abs_advantage: Option<f64>,
+}
+
+/// The propagated tolerances of one micro's masked aggregates, from its valid elements.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChainStats {
+    /// The valid elements, row-major.
+    pub elems: Vec<ChainElem>,
+}
+
+impl ChainStats {
+    /// Valid elements (the `n` of every masked mean and count fraction).
+    pub fn count(&self) -> usize {
+        self.elems.len()
+    }
+
+    /// Propagated tolerance of the masked mean ratio (`avg_ratio`).
+    pub fn mean_ratio_allowed(&self) -> Option<f64> {
+        mean(self.elems.iter().map(|e| e.ratio_allowed), self.count())
+    }
+
+    /// Propagated tolerance of the masked mean of `−r·A` (token-mean `loss`, `pg_loss`);
+    /// None when any element's advantage is unknown.
+    pub fn mean_loss_allowed(&self) -> Option<f64> {
+        let mut sum = 0.0;
+        for e in &self.elems {
+            sum += product_allowed(e.ratio_allowed, e.abs_advantage?);
+        }
+        mean(std::iter::once(sum), self.count())
+    }
+
+    /// Tokens whose clip decision at `1 − eps_low`, `1 + eps_high` may flip.
+    pub fn flips(&self, eps_low: f64, eps_high: f64) -> usize {
+        self.elems
+            .iter()
+            .filter(|e| may_flip(e.ratio, e.ratio_allowed, eps_low, eps_high))
+            .count()
+    }
+
+    /// Propagated tolerance of a clip fraction: `flips / n`.
+    pub fn clip_fraction_allowed(&self, eps_low: f64, eps_high: f64) -> Option<f64> {
+        (self.count() > 0).then(|| self.flips(eps_low, eps_high) as f64 / self.count() as f64)
+    }
+}
+
+/// `Σ values / n`, None for `n == 0`.
+fn mean(values: impl Iterator<Item = f64>, n: usize) -> Option<f64> {
+    (n > 0).then(|| values.sum::<f64>() / n as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn elem(ratio: f64, ratio_allowed: f64, adv: f64) -> ChainElem {
+        ChainElem {
+            ratio,
+            ratio_allowed,
+            abs_advantage: Some(adv),
+        }
+    }
+
+    #[test]
+    fn ratio_bound_covers_the_worst_input_error() {
+        // logp = −10 at bf16 rtol 1.6e-2: E = 0.16; the true Δ may move by up to E.
+        let e = log_ratio_allowed(1e-5 + 1.6e-2 * 10.0, 1e-5 + 1.3e-6 * 10.0);
+        let delta: f64 = 0.02;
+        let r = delta.exp();
+        let allowed = ratio_allowed(r, e);
+        assert_eq!(allowed, r * e.exp_m1());
+        assert!(((delta + e).exp() - r).abs() <= allowed);
+        assert!((r - (delta - e).exp()).abs() <= allowed);
+        // and nothing much wider: a shift twice as large is beyond it
+        assert!(((delta + 2.0 * e).exp() - r).abs() > allowed);
+    }
+
+    #[test]
+    fn masked_means_average_element_tolerances() {
+        let s = ChainStats {
+            elems: vec![elem(1.0, 0.1, 2.0), elem(2.0, 0.3, 0.5)],
+        };
+        assert_eq!(s.mean_ratio_allowed(), Some(0.2));
+        assert_eq!(s.mean_loss_allowed(), Some((0.2 + 0.15) / 2.0));
+        let unknown = ChainStats {
+            elems: vec![ChainElem {
+                abs_advantage: None,
+                ..elem(1.0, 0.1, 0.0)
+            }],
+        };
+        assert_eq!(unknown.mean_loss_allowed(), None);
+        assert_eq!(ChainStats::default().mean_ratio_allowed(), None);
+    }
+
+    #[test]
+    fn clip_fraction_tolerance_counts_tokens_near_the_boundary() {
+        // 1.19 ± 0.02 reaches 1.2; 0.79 ± 0.005 does not reach 0.8; 1.0 is far from both.
+        let s = ChainStats {
+            elems: vec![
+                elem(1.19, 0.02, 1.0),
+                elem(0.79, 0.005, 1.0),
+                elem(1.0, 0.05, 1.0),
+                elem(0.805, 0.01, 1.0),
+            ],
+        };
+        assert_eq!(s.flips(0.2, 0.2), 2);
+        assert_eq!(s.clip_fraction_allowed(0.2, 0.2), Some(0.5));
+        // asymmetric clip (DAPO clip-higher): only 1.19 is near 1.28? no; 0.805 near 0.8 yes
+        assert_eq!(s.flips(0.2, 0.28), 1);
+    }
+}

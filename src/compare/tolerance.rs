@@ -1,0 +1,450 @@
+//! Tolerances: torch.testing's per-dtype defaults, per-tensor rules from a TOML file
+//! (name glob → atol, rtol, allowed fraction, severity), and the pass/warn/fail verdict.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Position, Result};
+use crate::tensor::DType;
+
+/// How bad a beyond-tolerance result is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Worth a look; does not fail the run unless `--fail-on warn`.
+    Warn,
+    /// A divergence; exit code 1.
+    Fail,
+}
+
+/// The outcome of one comparison, cell or section; ordered from best to worst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Nothing to compare here (e.g. a tensor only one producer dumps).
+    Skipped,
+    /// Within tolerance.
+    Pass,
+    /// Present on one side only (coverage, not values).
+    Missing,
+    /// Beyond tolerance at warn severity.
+    Warn,
+    /// Beyond tolerance.
+    Fail,
+}
+
+impl Verdict {
+    /// The one-character symbol of the terminal grid.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Verdict::Skipped => "·",
+            Verdict::Pass => "✓",
+            Verdict::Missing => "–",
+            Verdict::Warn => "!",
+            Verdict::Fail => "✗",
+        }
+    }
+
+    /// True when this verdict reaches `fail_on` (missing files count as warnings).
+    pub fn reaches(self, fail_on: Severity) -> bool {
+        match fail_on {
+            Severity::Fail => self == Verdict::Fail,
+            Severity::Warn => matches!(self, Verdict::Fail | Verdict::Warn | Verdict::Missing),
+        }
+    }
+}
+
+/// The tolerance one pair is judged against: element `(a, b)` is within when
+/// `|a − b| ≤ atol + rtol·|a|`, `a` being the reference side (see [`Tolerance::allows`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Tolerance {
+    /// Absolute tolerance.
+    pub atol: f64,
+    /// Relative tolerance.
+    pub rtol: f64,
+    /// Fraction of elements allowed beyond tolerance before the verdict turns.
+    pub allowed_fraction: f64,
+    /// What a pair beyond tolerance is.
+    pub severity: Severity,
+    /// Where these numbers came from (`dtype default bfloat16`, a rule's glob, `--atol/--rtol`).
+    pub source: String,
+}
+
+impl Tolerance {
+    /// A fail-severity tolerance with no allowed fraction.
+    pub fn new(atol: f64, rtol: f64, source: impl Into<String>) -> Self {
+        Tolerance {
+            atol,
+            rtol,
+            allowed_fraction: 0.0,
+            severity: Severity::Fail,
+            source: source.into(),
+        }
+    }
+
+    /// torch.testing's defaults for `dtype` (integers and bools compare exactly).
+    pub fn for_dtype(dtype: DType) -> Self {
+        let (atol, rtol) = match dtype {
+            DType::F64 => (1e-7, 1e-7),
+            DType::F32 => (1e-5, 1.3e-6),
+            DType::F16 => (1e-5, 1e-3),
+            DType::BF16 => (1e-5, 1.6e-2),
+            _ => (0.0, 0.0),
+        };
+        Tolerance::new(atol, rtol, format!("dtype default {}", dtype.torch_name()))
+    }
+
+    /// Is `(a, b)` within tolerance? `a` is the reference value (torch's `expected`), so
+    /// the relative part scales with `|a|`. NaN equals NaN; ±Inf equals itself only.
+    pub fn allows(&self, a: f64, b: f64) -> bool {
+        self.allows_with(a, b, 0.0)
+    }
+
+    /// The allowed `|a − b|` at reference value `a`: `atol + rtol·|a|`.
+    pub fn allowed(&self, a: f64) -> f64 {
+        self.atol + self.rtol * a.abs()
+    }
+
+    /// [`Tolerance::allows`] with `extra` added to the allowed difference: the error a
+    /// derived element inherits from its inputs (see [`crate::compare::propagate`]).
+    pub fn allows_with(&self, a: f64, b: f64, extra: f64) -> bool {
+        if a.is_nan() || b.is_nan() {
+            return a.is_nan() && b.is_nan();
+        }
+        if a == b {
+            return true;
+        }
+        if a.is_infinite() || b.is_infinite() {
+            return false;
+        }
+        (a - b).abs() <= self.allowed(a) + extra
+    }
+
+    /// The verdict for `beyond` of `count` elements beyond tolerance, with the reason.
+    pub fn verdict(&self, beyond: u64, count: u64) -> (Verdict, String) {
+        if count == 0 {
+            return (Verdict::Skipped, "no valid positions to compare".into());
+        }
+        let frac = beyond as f64 / count as f64;
+        if beyond == 0 || frac <= self.allowed_fraction {
+            let why = if beyond == 0 {
+                format!(
+                    "all {count} within atol {:e} rtol {:e}",
+                    self.atol, self.rtol
+                )
+            } else {
+                format!(
+                    "{beyond}/{count} beyond tolerance, within allowed fraction {}",
+                    self.allowed_fraction
+                )
+            };
+            return (Verdict::Pass, why);
+        }
+        let v = match self.severity {
+            Severity::Warn => Verdict::Warn,
+            Severity::Fail => Verdict::Fail,
+        };
+        (
+            v,
+            format!(
+                "{beyond}/{count} beyond atol {:e} rtol {:e} ({})",
+                self.atol, self.rtol, self.source
+            ),
+        )
+    }
+}
+
+/// The coarser of two dtypes for tolerance purposes (bf16 > f16 > f32 > f64 in looseness).
+pub fn coarser(a: DType, b: DType) -> DType {
+    let rank = |d: DType| match d {
+        DType::BF16 => 4,
+        DType::F16 => 3,
+        DType::F32 => 2,
+        DType::F64 => 1,
+        _ => 0,
+    };
+    if rank(a) >= rank(b) {
+        a
+    } else {
+        b
+    }
+}
+
+/// How much a derived RL quantity amplifies the relative error of its log-prob inputs:
+/// `exp` turns an absolute log-space error into a relative one (ratios, elementwise
+/// losses: 2×), squared log-ratios (approx_kl and other KL estimates: 4×).
+pub fn derived_rtol_factor(name: &str) -> f64 {
+    let leaf = name.rsplit('.').next().unwrap_or(name);
+    if leaf.contains("kl") {
+        4.0
+    } else if leaf.contains("ratio") || leaf.contains("elementwise") {
+        2.0
+    } else {
+        1.0
+    }
+}
+
+/// One `[[rule]]` of a tolerance file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// Glob (`*`, `?`) matched against the full name (`is_loss.prob_ratio`,
+    /// `loss.metrics.approx_kl`) and against the last component (`prob_ratio`).
+    pub name: String,
+    /// Absolute tolerance (default: the dtype default's).
+    pub atol: Option<f64>,
+    /// Relative tolerance (default: the dtype default's).
+    pub rtol: Option<f64>,
+    /// Fraction of elements allowed beyond tolerance (default 0).
+    pub allowed_fraction: Option<f64>,
+    /// `warn` or `fail` (default fail).
+    pub severity: Option<Severity>,
+}
+
+/// The rules of a tolerance file, tried in order; the first match wins.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToleranceRules {
+    /// The rules, in file order.
+    #[serde(default, rename = "rule")]
+    pub rules: Vec<Rule>,
+}
+
+/// Everything that decides a pair's tolerance: file rules, then command-line overrides.
+#[derive(Debug, Clone, Default)]
+pub struct TolerancePolicy {
+    /// Rules from `--tol-file`.
+    pub rules: ToleranceRules,
+    /// `--atol` (overrides everything when given).
+    pub atol: Option<f64>,
+    /// `--rtol` (overrides everything when given).
+    pub rtol: Option<f64>,
+}
+
+impl ToleranceRules {
+    /// Parse a tolerance file's text; errors name `path` and the line.
+    pub fn parse(text: &str, path: &Path) -> Result<Self> {
+        let rules: ToleranceRules = toml::from_str(text).map_err(|e| {
+            let pos = match e.span() {
+                Some(span) => {
+                    let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+                    Position::Line(line as u64)
+                }
+                None => Position::File,
+            };
+            Error::format(path, pos, e.message().to_string())
+        })?;
+        for (i, r) in rules.rules.iter().enumerate() {
+            let bad = |what: &str| {
+                Error::format(
+                    path,
+                    Position::Key(format!("rule[{i}].{what}")),
+                    format!("{what} must be a finite number ≥ 0"),
+                )
+            };
+            for (what, v) in [("atol", r.atol), ("rtol", r.rtol)] {
+                if v.is_some_and(|v| !(v.is_finite() && v >= 0.0)) {
+                    return Err(bad(what));
+                }
+            }
+            if r.allowed_fraction
+                .is_some_and(|f| !(0.0..=1.0).contains(&f))
+            {
+                return Err(Error::format(
+                    path,
+                    Position::Key(format!("rule[{i}].allowed_fraction")),
+                    "allowed_fraction must be between 0 and 1",
+                ));
+            }
+        }
+        Ok(rules)
+    }
+
+    /// Read and parse a tolerance file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        Self::parse(&text, path)
+    }
+
+    /// The first rule matching `name` (full dotted name or its last component).
+    pub fn find(&self, name: &str) -> Option<&Rule> {
+        let leaf = name.rsplit('.').next().unwrap_or(name);
+        self.rules
+            .iter()
+            .find(|r| glob_match(&r.name, name) || glob_match(&r.name, leaf))
+    }
+}
+
+impl TolerancePolicy {
+    /// True when `--atol`/`--rtol` override every tolerance (propagation is off then).
+    pub fn overridden(&self) -> bool {
+        self.atol.is_some() || self.rtol.is_some()
+    }
+
+    /// The tolerance for the pair called `name` whose coarser effective dtype is `dtype`.
+    /// `derived` says the values are computed downstream of log-probs at that precision,
+    /// so the dtype default's rtol is scaled by [`derived_rtol_factor`].
+    pub fn resolve(&self, name: &str, dtype: DType, derived: bool) -> Tolerance {
+        let mut t = Tolerance::for_dtype(dtype);
+        if derived && dtype.is_float() {
+            let f = derived_rtol_factor(name);
+            if f != 1.0 {
+                t.rtol *= f;
+                t.source = format!("{} ×{f} (derived from log-probs)", t.source);
+            }
+        }
+        if let Some(rule) = self.rules.find(name) {
+            t.atol = rule.atol.unwrap_or(t.atol);
+            t.rtol = rule.rtol.unwrap_or(t.rtol);
+            t.allowed_fraction = rule.allowed_fraction.unwrap_or(0.0);
+            t.severity = rule.severity.unwrap_or(Severity::Fail);
+            t.source = format!("rule '{}'", rule.name);
+        }
+        if self.atol.is_some() || self.rtol.is_some() {
+            t.atol = self.atol.unwrap_or(t.atol);
+            t.rtol = self.rtol.unwrap_or(t.rtol);
+            t.source = "--atol/--rtol".into();
+        }
+        t
+    }
+}
+
+/// Shell-style glob with `*` (any run, including dots) and `?` (one character).
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn torch_testing_defaults() {
+        let t = Tolerance::for_dtype(DType::F32);
+        assert_eq!((t.atol, t.rtol), (1e-5, 1.3e-6));
+        let t = Tolerance::for_dtype(DType::BF16);
+        assert_eq!((t.atol, t.rtol), (1e-5, 1.6e-2));
+        let t = Tolerance::for_dtype(DType::F16);
+        assert_eq!((t.atol, t.rtol), (1e-5, 1e-3));
+        let t = Tolerance::for_dtype(DType::F64);
+        assert_eq!((t.atol, t.rtol), (1e-7, 1e-7));
+        let t = Tolerance::for_dtype(DType::I64);
+        assert!(t.allows(3.0, 3.0) && !t.allows(3.0, 4.0));
+    }
+
+    #[test]
+    fn allows_scales_with_reference() {
+        let t = Tolerance::new(0.0, 0.1, "t");
+        assert!(t.allows(10.0, 11.0));
+        assert!(!t.allows(1.0, 1.2));
+        assert!(t.allows(f64::NAN, f64::NAN));
+        assert!(!t.allows(f64::NAN, 0.0));
+        assert!(t.allows(f64::NEG_INFINITY, f64::NEG_INFINITY));
+        assert!(!t.allows(f64::INFINITY, f64::NEG_INFINITY));
+    }
+
+    #[test]
+    fn verdict_uses_allowed_fraction_and_severity() {
+        let mut t = Tolerance::new(0.0, 0.0, "t");
+        assert_eq!(t.verdict(0, 10).0, Verdict::Pass);
+        assert_eq!(t.verdict(1, 10).0, Verdict::Fail);
+        t.allowed_fraction = 0.1;
+        assert_eq!(t.verdict(1, 10).0, Verdict::Pass);
+        t.severity = Severity::Warn;
+        assert_eq!(t.verdict(2, 10).0, Verdict::Warn);
+        assert_eq!(t.verdict(0, 0).0, Verdict::Skipped);
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("*", "a.b"));
+        assert!(glob_match("is_loss.*ratio", "is_loss.prob_ratio"));
+        assert!(glob_match(
+            "loss.metrics.?pprox_kl",
+            "loss.metrics.approx_kl"
+        ));
+        assert!(!glob_match("loss.*", "is_loss.loss"));
+        assert!(glob_match("*loss", "is_loss.loss"));
+        assert!(!glob_match("a?", "a"));
+    }
+
+    #[test]
+    fn rules_override_defaults_in_order() {
+        let text = r#"
+[[rule]]
+name = "prob_ratio"
+rtol = 0.05
+allowed_fraction = 0.1
+severity = "warn"
+
+[[rule]]
+name = "*"
+atol = 1e-3
+"#;
+        let rules = ToleranceRules::parse(text, Path::new("t.toml")).unwrap();
+        let policy = TolerancePolicy {
+            rules,
+            ..Default::default()
+        };
+        let t = policy.resolve("is_loss.prob_ratio", DType::F32, false);
+        assert_eq!((t.atol, t.rtol, t.allowed_fraction), (1e-5, 0.05, 0.1));
+        assert_eq!(t.severity, Severity::Warn);
+        let t = policy.resolve("forward_data.log_probs", DType::BF16, false);
+        assert_eq!((t.atol, t.rtol), (1e-3, 1.6e-2));
+        let cli = TolerancePolicy {
+            atol: Some(0.5),
+            ..policy
+        };
+        assert_eq!(cli.resolve("x", DType::F32, false).atol, 0.5);
+    }
+
+    #[test]
+    fn derived_quantities_scale_rtol() {
+        let p = TolerancePolicy::default();
+        assert_eq!(
+            p.resolve("is_loss.prob_ratio", DType::BF16, true).rtol,
+            3.2e-2
+        );
+        assert_eq!(
+            p.resolve("loss.metrics.approx_kl", DType::BF16, true).rtol,
+            6.4e-2
+        );
+        assert_eq!(p.resolve("loss.loss", DType::BF16, true).rtol, 1.6e-2);
+        assert_eq!(
+            p.resolve("is_loss.prob_ratio", DType::BF16, false).rtol,
+            1.6e-2
+        );
+    }
+
+    #[test]
+    fn bad_rule_file_names_line() {
+        let err = ToleranceRules::parse("[[rule]]\nname = 3\n", Path::new("tol.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("tol.toml: line 2"), "{err}");
+        let err = ToleranceRules::parse("[[rule]]\nname = \"x\"\nrtol = -1.0\n", Path::new("t"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rule[0].rtol"), "{err}");
+    }
+}

@@ -1,0 +1,498 @@
+//! `dumpdiff`: compare two or three producers' dumps of one training step, per rank and
+//! per micro-batch, and find the first place they really diverge.
+//!
+//! [`run`] discovers the trees, reads every needed file once in parallel, runs the
+//! sections, and returns a [`report::Report`]; renderers in [`render`] turn it into text.
+
+pub mod render;
+pub mod report;
+pub mod sections;
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+
+use rayon::prelude::*;
+
+use crate::compare::tolerance::{Severity, TolerancePolicy, Verdict};
+use crate::error::{Error, Result};
+use crate::frames::tokens_hash;
+use crate::readers::layout::{DumpTree, Kind};
+use crate::readers::read_any;
+use crate::value::Value;
+use report::{Cell, Coverage, Finding, Report, Section, SideSummary, SCHEMA_VERSION};
+use sections::{BatchInputs, Mat, SideData};
+
+/// What to compare and how strictly.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Self-hosted dump root (the reference side).
+    pub self_hosted: PathBuf,
+    /// Remote-API dump root.
+    pub remote_api: Option<PathBuf>,
+    /// Weaver dump root.
+    pub weaver: Option<PathBuf>,
+    /// The step to compare.
+    pub step: i64,
+    /// Only these ranks (default: every rank found).
+    pub ranks: Option<BTreeSet<u32>>,
+    /// Only these micros (default: every micro found).
+    pub micros: Option<BTreeSet<u32>>,
+    /// Tolerance rules and overrides.
+    pub policy: TolerancePolicy,
+    /// The tolerance file the rules came from, for the report.
+    pub tol_file: Option<PathBuf>,
+}
+
+/// The exit code for a report: 1 when some verdict reaches `fail_on`, else 0.
+pub fn exit_code(report: &Report, fail_on: Severity) -> u8 {
+    let hit = report.sections.iter().any(|s| s.verdict.reaches(fail_on))
+        || (!report.coverage.is_empty() && Verdict::Missing.reaches(fail_on));
+    if hit {
+        crate::exit_codes::EXIT_FOUND
+    } else {
+        crate::exit_codes::EXIT_CLEAN
+    }
+}
+
+/// Discover one side and read its files of `step` (filtered by ranks/micros) in parallel.
+fn load_side(role: &'static str, root: &std::path::Path, opts: &Options) -> Result<SideData> {
+    let tree = DumpTree::discover(root)?;
+    let wanted: Vec<&crate::readers::layout::DumpFile> = tree
+        .files()
+        .iter()
+        .filter(|f| f.step == opts.step)
+        .filter(|f| {
+            f.rank
+                .is_none_or(|r| opts.ranks.as_ref().is_none_or(|s| s.contains(&r)))
+        })
+        .filter(|f| {
+            f.micro
+                .is_none_or(|m| opts.micros.as_ref().is_none_or(|s| s.contains(&m)))
+        })
+        .collect();
+    let values = wanted
+        .par_iter()
+        .map(|f| read_any(&f.path).map(|v| (f.path.clone(), v)))
+        .collect::<Result<HashMap<_, _>>>()?;
+    Ok(SideData {
+        role,
+        tree,
+        values,
+        step: opts.step,
+    })
+}
+
+/// Per-(rank, micro) cells of `kind` present on either side.
+fn cells_of(a: &SideData, ka: Kind, b: &SideData, kb: Kind) -> BTreeSet<(u32, Option<u32>)> {
+    let mut set = BTreeSet::new();
+    for (side, kind) in [(a, ka), (b, kb)] {
+        for f in side.tree.files_of(kind, side.step) {
+            if let (Some(r), true) = (f.rank, side.values.contains_key(&f.path)) {
+                set.insert((r, f.micro));
+            }
+        }
+    }
+    set
+}
+
+/// Compare the trees named in `opts`.
+pub fn run(opts: &Options) -> Result<Report> {
+    if opts.weaver.is_none() && opts.remote_api.is_none() {
+        return Err(Error::Usage(
+            "nothing to compare: pass --weaver-dir and/or --remote-api-dir besides --self-hosted-dir".into(),
+        ));
+    }
+    let s = load_side("self-hosted", &opts.self_hosted, opts)?;
+    let w = opts
+        .weaver
+        .as_ref()
+        .map(|p| load_side("weaver", p, opts))
+        .transpose()?;
+    let r = opts
+        .remote_api
+        .as_ref()
+        .map(|p| load_side("remote-api", p, opts))
+        .transpose()?;
+    if s.values.is_empty() {
+        return Err(Error::Usage(format!(
+            "{}: no files for step {} (steps present: {:?})",
+            s.tree.root.display(),
+            opts.step,
+            s.tree.steps()
+        )));
+    }
+    let mut sections = Vec::new();
+    let mut coverage = Vec::new();
+    if let Some(w) = &w {
+        sections.extend(weaver_sections(
+            &s,
+            w,
+            r.as_ref(),
+            &opts.policy,
+            &mut coverage,
+        ));
+    }
+    sections.sort_by_key(|sec| sec.id);
+    let sides: Vec<&SideData> = [Some(&s), w.as_ref(), r.as_ref()]
+        .into_iter()
+        .flatten()
+        .collect();
+    let (first_divergence, worst) = findings(&sections);
+    let verdict = sections
+        .iter()
+        .map(|s| s.verdict)
+        .chain((!coverage.is_empty()).then_some(Verdict::Missing))
+        .max()
+        .unwrap_or(Verdict::Skipped);
+    Ok(Report {
+        schema_version: SCHEMA_VERSION,
+        step: opts.step,
+        sides: sides
+            .iter()
+            .map(|d| SideSummary {
+                role: d.role.into(),
+                root: d.tree.root.clone(),
+                producer: d.tree.producer,
+                files: d.values.len(),
+            })
+            .collect(),
+        tolerance_file: opts.tol_file.clone(),
+        verdict,
+        sections,
+        coverage,
+        first_divergence,
+        worst,
+        files_read: sides.iter().map(|d| d.values.len()).sum(),
+        bytes_read: sides
+            .iter()
+            .flat_map(|d| {
+                d.tree
+                    .files()
+                    .iter()
+                    .filter(|f| d.values.contains_key(&f.path))
+            })
+            .map(|f| f.size)
+            .sum(),
+    })
+}
+
+/// Make a section from its cells.
+fn section(id: u8, name: &str, pair: &str, cells: Vec<Cell>, notes: Vec<String>) -> Section {
+    Section {
+        id,
+        name: name.into(),
+        pair: pair.into(),
+        verdict: cells
+            .iter()
+            .map(|c| c.verdict)
+            .max()
+            .unwrap_or(Verdict::Skipped),
+        cells,
+        notes,
+    }
+}
+
+/// Sections 2, 3, 4 and 6: self-hosted against weaver.
+fn weaver_sections(
+    s: &SideData,
+    w: &SideData,
+    r: Option<&SideData>,
+    policy: &TolerancePolicy,
+    coverage: &mut Vec<Coverage>,
+) -> Vec<Section> {
+    let pair = "self-hosted vs weaver";
+    let mut note_missing = |kind: Kind, rank: u32, micro: Option<u32>, a_has: bool| {
+        let (present_on, missing_on) = if a_has {
+            ("self-hosted", "weaver")
+        } else {
+            ("weaver", "self-hosted")
+        };
+        coverage.push(Coverage {
+            kind: kind.dir_name().into(),
+            rank: Some(rank),
+            micro,
+            present_on: present_on.into(),
+            missing_on: missing_on.into(),
+        });
+        sections::missing_cell(Some(rank), micro, present_on, missing_on)
+    };
+    let mut out = Vec::new();
+
+    // Section 2: forward_data; also gives each cell's log-prob precision.
+    let fwd_cells: Vec<(u32, Option<u32>)> = cells_of(s, Kind::ForwardData, w, Kind::ForwardData)
+        .into_iter()
+        .collect();
+    let mut precision = HashMap::new();
+    for &(rank, micro) in &fwd_cells {
+        let (a, b) = (
+            s.get(Kind::ForwardData, Some(rank), micro),
+            w.get(Kind::ForwardData, Some(rank), micro),
+        );
+        if let (Some(a), Some(b)) = (a, b) {
+            let p = sections::logprob_precision(
+                Mat::of(a, "log_probs").as_ref(),
+                Mat::of(b, "log_probs").as_ref(),
+            );
+            precision.insert((rank, micro), p);
+        }
+    }
+    let mut cells: Vec<Cell> = fwd_cells
+        .par_iter()
+        .filter_map(|&(rank, micro)| {
+            let (a, b) = (
+                s.get(Kind::ForwardData, Some(rank), micro)?,
+                w.get(Kind::ForwardData, Some(rank), micro)?,
+            );
+            Some(sections::forward_data_cell(
+                policy,
+                rank,
+                micro.unwrap_or(0),
+                a,
+                b,
+            ))
+        })
+        .collect();
+    for &(rank, micro) in &fwd_cells {
+        let (a, b) = (
+            s.get(Kind::ForwardData, Some(rank), micro),
+            w.get(Kind::ForwardData, Some(rank), micro),
+        );
+        if a.is_none() != b.is_none() {
+            cells.push(note_missing(Kind::ForwardData, rank, micro, a.is_some()));
+        }
+    }
+    sort_cells(&mut cells);
+    out.push(section(2, "forward_data", pair, cells, vec![]));
+
+    // Section 3: loss.
+    let loss_cells: Vec<(u32, Option<u32>)> =
+        cells_of(s, Kind::Loss, w, Kind::Loss).into_iter().collect();
+    let mut notes = Vec::new();
+    let mut cells = Vec::new();
+    for &(rank, micro) in &loss_cells {
+        match (
+            s.get(Kind::Loss, Some(rank), micro),
+            w.get(Kind::Loss, Some(rank), micro),
+        ) {
+            (Some(a), Some(b)) => {
+                let p = precision.get(&(rank, micro)).copied().flatten();
+                let (c, n) = sections::loss_cell(policy, rank, micro.unwrap_or(0), a, b, p);
+                cells.push(c);
+                notes.extend(n);
+            }
+            (a, _) => cells.push(note_missing(Kind::Loss, rank, micro, a.is_some())),
+        }
+    }
+    out.push(section(3, "loss", pair, cells, notes));
+
+    // Section 4: is_loss_debug against the self-hosted forward_data + old_log_probs.
+    if w.tree.kinds().contains(&Kind::IsLossDebug) {
+        let inputs = batch_inputs(s, r);
+        let is_cells: Vec<(u32, Option<u32>)> =
+            cells_of(s, Kind::ForwardData, w, Kind::IsLossDebug)
+                .into_iter()
+                .collect();
+        let mut cells: Vec<Cell> = is_cells
+            .par_iter()
+            .filter_map(|&(rank, micro)| {
+                let a = s.get(Kind::ForwardData, Some(rank), micro)?;
+                let b = w.get(Kind::IsLossDebug, Some(rank), micro)?;
+                Some(sections::is_loss_cell(
+                    policy,
+                    rank,
+                    micro.unwrap_or(0),
+                    a,
+                    s.get(Kind::Loss, Some(rank), micro),
+                    b,
+                    w.get(Kind::ForwardData, Some(rank), micro),
+                    &inputs,
+                ))
+            })
+            .collect();
+        for &(rank, micro) in &is_cells {
+            let (a, b) = (
+                s.get(Kind::ForwardData, Some(rank), micro),
+                w.get(Kind::IsLossDebug, Some(rank), micro),
+            );
+            if a.is_none() != b.is_none() {
+                cells.push(note_missing(Kind::IsLossDebug, rank, micro, a.is_some()));
+            }
+        }
+        sort_cells(&mut cells);
+        let mut notes = vec![];
+        if inputs.advantages.is_none() {
+            notes.push("advantages and elementwise_loss need the remote-api prepared_trajectories (--remote-api-dir)".into());
+        }
+        out.push(section(4, "is_loss", pair, cells, notes));
+    }
+
+    // Section 6: param / gradient (self-hosted per rank, weaver per rank or per micro).
+    for (kind, key) in [(Kind::Param, "param"), (Kind::Gradient, "gradient")] {
+        let mut cells = Vec::new();
+        let ranks: BTreeSet<u32> = s
+            .tree
+            .ranks(kind, s.step)
+            .union(&w.tree.ranks(kind, w.step))
+            .copied()
+            .collect();
+        for rank in ranks {
+            let a = s.get(kind, Some(rank), None);
+            let b_files: Vec<Option<u32>> = w
+                .tree
+                .files_of(kind, w.step)
+                .filter(|f| f.rank == Some(rank) && w.values.contains_key(&f.path))
+                .map(|f| f.micro)
+                .collect();
+            match (a, b_files.is_empty()) {
+                (Some(a), false) => {
+                    for m in b_files {
+                        if let Some(b) = w.get(kind, Some(rank), m) {
+                            cells.push(sections::tensor_cell(policy, key, key, rank, m, a, b));
+                        }
+                    }
+                }
+                (Some(_), true) => cells.push(note_missing(kind, rank, None, true)),
+                (None, false) => cells.push(note_missing(kind, rank, None, false)),
+                (None, true) => {}
+            }
+        }
+        if !cells.is_empty() {
+            out.push(section(6, key, pair, cells, vec![]));
+        }
+    }
+    out
+}
+
+fn sort_cells(cells: &mut [Cell]) {
+    cells.sort_by_key(|c| (c.rank, c.micro));
+}
+
+/// The self-hosted whole-batch inputs: old_log_probs, trajectory index by token hash,
+/// advantages from remote-api prepared_trajectories when given.
+fn batch_inputs(s: &SideData, r: Option<&SideData>) -> BatchInputs {
+    let old_log_probs = s
+        .get(Kind::OldLogProbs, None, None)
+        .and_then(|v| Mat::of(v, "old_log_probs"));
+    let traj_tokens = |v: &Value| -> Vec<Vec<i64>> {
+        v.get("trajectories")
+            .and_then(Value::as_seq)
+            .map(|ts| {
+                ts.iter()
+                    .map(|t| {
+                        t.get("tokens")
+                            .and_then(Value::to_tensor)
+                            .map(|t| t.to_i64_vec())
+                            .unwrap_or_default()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut traj_index = HashMap::new();
+    if let Some(tr) = s.get(Kind::Trajectory, None, None) {
+        for (i, toks) in traj_tokens(tr).iter().enumerate() {
+            traj_index.entry(tokens_hash(toks)).or_insert(i);
+        }
+    }
+    // Advantages by self-hosted batch index, matched by token content.
+    let advantages = r
+        .and_then(|r| r.get(Kind::PreparedTrajectories, None, None))
+        .and_then(|p| {
+            let adv = p.get("advantages")?.to_tensor()?.to_f64_vec();
+            let toks = traj_tokens(p);
+            let mut out = vec![f64::NAN; traj_index.len().max(adv.len())];
+            for (j, t) in toks.iter().enumerate() {
+                let i = if traj_index.is_empty() {
+                    Some(j)
+                } else {
+                    traj_index.get(&tokens_hash(t)).copied()
+                };
+                if let (Some(i), Some(a)) = (i, adv.get(j)) {
+                    if let Some(slot) = out.get_mut(i) {
+                        *slot = *a;
+                    }
+                }
+            }
+            Some(out)
+        });
+    let micros_per_rank = s.tree.micros(Kind::ForwardData, s.step).len().max(1);
+    BatchInputs {
+        old_log_probs,
+        traj_index,
+        advantages,
+        micros_per_rank,
+    }
+}
+
+/// Order of sections along the data flow, for "first divergence".
+fn flow_rank(id: u8) -> u8 {
+    match id {
+        1 => 0,
+        5 => 1,
+        2 => 2,
+        4 => 3,
+        3 => 4,
+        _ => 5,
+    }
+}
+
+/// The first divergence (earliest in data flow, then comparison order, rank, micro) and
+/// the worst offenders (furthest beyond tolerance).
+fn findings(sections: &[Section]) -> (Option<Finding>, Vec<Finding>) {
+    let mut all = Vec::new();
+    for sec in sections {
+        for cell in &sec.cells {
+            for (ci, c) in cell.comparisons.iter().enumerate() {
+                if c.verdict < Verdict::Warn {
+                    continue;
+                }
+                let key = (
+                    c.verdict != Verdict::Fail,
+                    flow_rank(sec.id),
+                    ci,
+                    cell.rank,
+                    cell.micro,
+                );
+                all.push((key, finding(sec, cell, c)));
+            }
+        }
+    }
+    all.sort_by_key(|x| x.0);
+    let first = all.first().map(|(_, f)| f.clone());
+    let mut worst: Vec<Finding> = all.into_iter().map(|(_, f)| f).collect();
+    worst.sort_by(|x, y| y.excess.total_cmp(&x.excess));
+    worst.truncate(5);
+    (first, worst)
+}
+
+fn finding(sec: &Section, cell: &Cell, c: &report::Comparison) -> Finding {
+    let scalar = c.shape_a.is_empty() && c.shape_b.is_empty();
+    let m = c.metrics.as_ref();
+    let at = m.and_then(|m| m.first_beyond.or(m.max_abs));
+    let (a, b, abs_diff) = at.map_or((f64::NAN, f64::NAN, f64::NAN), |d| (d.a, d.b, d.abs_diff));
+    let max_d = m.and_then(|m| m.max_abs).map_or(abs_diff, |d| d.abs_diff);
+    let max_a = m.and_then(|m| m.max_abs).map_or(a, |d| d.a);
+    let allowed_max = c.tolerance.atol + c.tolerance.rtol * max_a.abs();
+    let excess = if allowed_max > 0.0 {
+        max_d / allowed_max
+    } else if max_d > 0.0 {
+        f64::INFINITY
+    } else {
+        0.0
+    };
+    Finding {
+        section: sec.name.clone(),
+        name: c.name.clone(),
+        rank: cell.rank,
+        micro: cell.micro,
+        row: at.filter(|_| !scalar).map(|d| d.loc.row),
+        other_row: at.filter(|_| !scalar).map(|d| d.loc.other_row),
+        pos: at.filter(|_| !scalar).map(|d| d.loc.pos),
+        a,
+        b,
+        abs_diff,
+        excess,
+        verdict: c.verdict,
+        reason: c.reason.clone(),
+    }
+}

@@ -1,0 +1,212 @@
+//! The report model every renderer sees: sections × cells × comparisons, coverage gaps,
+//! the first divergence and the worst offenders. One `Serialize` tree; JSON is this as is.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::compare::align::MatchMethod;
+use crate::compare::metrics::PairMetrics;
+use crate::compare::tolerance::{Tolerance, Verdict};
+use crate::readers::layout::Producer;
+use crate::tensor::DType;
+
+/// Version of the JSON report layout; bumped on incompatible changes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The whole comparison of one step.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Layout version of this report.
+    pub schema_version: u32,
+    /// The compared training step.
+    pub step: i64,
+    /// The dump trees compared, reference first.
+    pub sides: Vec<SideSummary>,
+    /// The tolerance file used, if any.
+    pub tolerance_file: Option<PathBuf>,
+    /// Worst verdict over every section.
+    pub verdict: Verdict,
+    /// Sections in report order (1 trajectories … 6 param/gradient).
+    pub sections: Vec<Section>,
+    /// Files present on one side only.
+    pub coverage: Vec<Coverage>,
+    /// The earliest failing comparison in data-flow order, if any.
+    pub first_divergence: Option<Finding>,
+    /// The failing or warning comparisons furthest beyond tolerance, worst first.
+    pub worst: Vec<Finding>,
+    /// Files read (each once).
+    pub files_read: usize,
+    /// Bytes read.
+    pub bytes_read: u64,
+}
+
+/// One dump tree taking part.
+#[derive(Debug, Clone, Serialize)]
+pub struct SideSummary {
+    /// `self-hosted`, `remote-api` or `weaver`: the flag it came from.
+    pub role: String,
+    /// Its dump root.
+    pub root: PathBuf,
+    /// The producer recognised from its files.
+    pub producer: Producer,
+    /// Files of the compared step.
+    pub files: usize,
+}
+
+/// One section of the comparison (SPEC issue 3: 1 trajectories … 6 param/gradient).
+#[derive(Debug, Clone, Serialize)]
+pub struct Section {
+    /// Section number as the issue lists them.
+    pub id: u8,
+    /// Short name (`forward_data`, `is_loss`, …).
+    pub name: String,
+    /// Which sides are compared (`self-hosted vs weaver`).
+    pub pair: String,
+    /// Worst cell verdict.
+    pub verdict: Verdict,
+    /// Per rank × micro (or whole-batch) results.
+    pub cells: Vec<Cell>,
+    /// Why something was not compared, count explanations, and the like.
+    pub notes: Vec<String>,
+}
+
+/// One rank × micro cell of a section (`rank`/`micro` absent for whole-batch files).
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    /// Rank, for per-rank files.
+    pub rank: Option<u32>,
+    /// Micro-batch, for per-micro files.
+    pub micro: Option<u32>,
+    /// Worst comparison verdict (or Missing).
+    pub verdict: Verdict,
+    /// One line saying why.
+    pub reason: String,
+    /// How rows were paired, for row-wise tensors.
+    pub rows: Option<RowSummary>,
+    /// Every tensor or scalar compared.
+    pub comparisons: Vec<Comparison>,
+}
+
+/// How a cell's rows were paired.
+#[derive(Debug, Clone, Serialize)]
+pub struct RowSummary {
+    /// Content, content with the datum shift, or index.
+    pub method: MatchMethod,
+    /// `(reference row, other row)` pairs.
+    pub pairs: Vec<(usize, usize)>,
+    /// Reference rows without partner.
+    pub only_reference: Vec<usize>,
+    /// Other rows without partner.
+    pub only_other: Vec<usize>,
+}
+
+/// Where a compared value came from on one side.
+#[derive(Debug, Clone, Serialize)]
+pub struct Origin {
+    /// `dumped`, `derived` or `sliced`.
+    pub how: String,
+    /// The file (kind folder) and key, or the formula.
+    pub from: String,
+}
+
+impl Origin {
+    /// A value read as is from `kind` under `key`.
+    pub fn dumped(kind: &str, key: &str) -> Self {
+        Origin {
+            how: "dumped".into(),
+            from: format!("{kind}.{key}"),
+        }
+    }
+
+    /// A value computed here from dumped inputs.
+    pub fn derived(formula: impl Into<String>) -> Self {
+        Origin {
+            how: "derived".into(),
+            from: formula.into(),
+        }
+    }
+
+    /// Rows cut from a whole-batch tensor.
+    pub fn sliced(from: impl Into<String>) -> Self {
+        Origin {
+            how: "sliced".into(),
+            from: from.into(),
+        }
+    }
+}
+
+/// One compared tensor or scalar pair.
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    /// Full name (`is_loss.prob_ratio`), the key tolerance rules match.
+    pub name: String,
+    /// Reference side origin.
+    pub origin_a: Origin,
+    /// Other side origin.
+    pub origin_b: Origin,
+    /// Declared dtype, reference side.
+    pub dtype_a: Option<DType>,
+    /// Declared dtype, other side.
+    pub dtype_b: Option<DType>,
+    /// The precision the pair is judged at (coarsest of declared and value-detected).
+    pub precision: Option<DType>,
+    /// Shape, reference side (empty for scalars).
+    pub shape_a: Vec<usize>,
+    /// Shape, other side.
+    pub shape_b: Vec<usize>,
+    /// The tolerance applied.
+    pub tolerance: Tolerance,
+    /// The metrics (absent when not compared).
+    pub metrics: Option<PairMetrics>,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Why.
+    pub reason: String,
+}
+
+/// A file (or cell) present on one side only.
+#[derive(Debug, Clone, Serialize)]
+pub struct Coverage {
+    /// Kind folder.
+    pub kind: String,
+    /// Rank, when per-rank.
+    pub rank: Option<u32>,
+    /// Micro, when per-micro.
+    pub micro: Option<u32>,
+    /// The side that has it.
+    pub present_on: String,
+    /// The side that lacks it.
+    pub missing_on: String,
+}
+
+/// One place worth pointing a user at.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    /// Section name.
+    pub section: String,
+    /// Comparison name.
+    pub name: String,
+    /// Rank.
+    pub rank: Option<u32>,
+    /// Micro.
+    pub micro: Option<u32>,
+    /// Reference-side row (None for scalars).
+    pub row: Option<usize>,
+    /// Other-side row.
+    pub other_row: Option<usize>,
+    /// Position along the response.
+    pub pos: Option<usize>,
+    /// Reference value.
+    pub a: f64,
+    /// Other value.
+    pub b: f64,
+    /// `|a − b|`.
+    pub abs_diff: f64,
+    /// `|a − b|` over the allowed difference at that element (how many tolerances off).
+    pub excess: f64,
+    /// The comparison's verdict.
+    pub verdict: Verdict,
+    /// The comparison's reason.
+    pub reason: String,
+}

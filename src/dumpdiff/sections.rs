@@ -1,0 +1,853 @@
+//! The comparison sections: each turns the values read for one rank × micro cell (or the
+//! whole batch) into typed [`Comparison`]s. Reference side = self-hosted ("a"), other = "b".
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use crate::compare::align::{match_rows, split_positions, strip_pad, RowMatch};
+use crate::compare::metrics::{effective_dtype, Accumulator, ElemLoc};
+use crate::compare::tolerance::{coarser, Tolerance, TolerancePolicy, Verdict};
+use crate::dumpdiff::report::{Cell, Comparison, Origin, RowSummary};
+use crate::frames::tokens_hash;
+use crate::readers::layout::{DumpTree, Kind};
+use crate::tensor::DType;
+use crate::value::Value;
+
+/// One side's tree and the values of its files at the compared step, each read once.
+pub struct SideData {
+    /// The flag it came from: `self-hosted`, `remote-api`, `weaver`.
+    pub role: &'static str,
+    /// Its discovered layout.
+    pub tree: DumpTree,
+    /// Parsed files by path.
+    pub values: HashMap<PathBuf, Value>,
+    /// The compared step.
+    pub step: i64,
+}
+
+impl SideData {
+    /// The parsed file of `kind` at (rank, micro), if that file exists.
+    pub fn get(&self, kind: Kind, rank: Option<u32>, micro: Option<u32>) -> Option<&Value> {
+        let f = self.tree.get(kind, self.step, rank, micro)?;
+        self.values.get(&f.path)
+    }
+}
+
+/// A tensor as rows × width of f64 (1-d → one row, 0-d → 1 × 1), with its declared dtype.
+#[derive(Debug, Clone)]
+pub struct Mat {
+    /// Original shape.
+    pub shape: Vec<usize>,
+    /// Number of rows.
+    pub rows: usize,
+    /// Elements per row.
+    pub width: usize,
+    /// Row-major values.
+    pub data: Vec<f64>,
+    /// Declared dtype (f64/i64 for `.jsonl` lists).
+    pub dtype: DType,
+}
+
+impl Mat {
+    /// The tensor under `key` of a dict, as a matrix (None when absent or above 2-d).
+    pub fn of(v: &Value, key: &str) -> Option<Mat> {
+        let t = v.get(key)?.to_tensor()?;
+        let shape = t.shape().to_vec();
+        let (rows, width) = match shape.as_slice() {
+            [] => (1, 1),
+            [n] => (1, *n),
+            [r, w] => (*r, *w),
+            _ => return None,
+        };
+        Some(Mat {
+            data: t.to_f64_vec(),
+            shape,
+            rows,
+            width,
+            dtype: t.dtype(),
+        })
+    }
+
+    /// Row `i` (empty when out of range).
+    pub fn row(&self, i: usize) -> &[f64] {
+        if i >= self.rows {
+            return &[];
+        }
+        &self.data[i * self.width..(i + 1) * self.width]
+    }
+
+    /// The precision of the values (see [`effective_dtype`]).
+    pub fn precision(&self) -> DType {
+        effective_dtype(self.dtype, &self.data)
+    }
+}
+
+/// The token rows of `key` (e.g. `input_ids`) with padding (0) stripped.
+pub fn token_rows(v: &Value, key: &str) -> Option<Vec<Vec<i64>>> {
+    let t = v.get(key)?.to_tensor()?;
+    if t.ndim() != 2 {
+        return None;
+    }
+    let w = t.shape()[1];
+    let all = t.to_i64_vec();
+    Some(
+        all.chunks(w.max(1))
+            .map(|r| strip_pad(r, 0).to_vec())
+            .collect(),
+    )
+}
+
+/// Pair rows of two per-micro dicts by their `input_ids` (by index when either lacks them).
+pub fn pair_rows(
+    a: Option<Vec<Vec<i64>>>,
+    b: Option<Vec<Vec<i64>>>,
+    na: usize,
+    nb: usize,
+) -> RowMatch {
+    match (a, b) {
+        (Some(a), Some(b)) => {
+            let ar: Vec<&[i64]> = a.iter().map(Vec::as_slice).collect();
+            let br: Vec<&[i64]> = b.iter().map(Vec::as_slice).collect();
+            match_rows(&ar, &br)
+        }
+        _ => RowMatch::by_index(na, nb),
+    }
+}
+
+/// The row summary the report shows.
+pub fn row_summary(rm: &RowMatch) -> RowSummary {
+    RowSummary {
+        method: rm.method,
+        pairs: rm.pairs.clone(),
+        only_reference: rm.only_a.clone(),
+        only_other: rm.only_b.clone(),
+    }
+}
+
+/// Shared inputs of one cell's comparisons.
+pub struct PairCtx<'a> {
+    /// Tolerance policy.
+    pub policy: &'a TolerancePolicy,
+    /// Section prefix of names (`forward_data`).
+    pub section: &'a str,
+    /// Row pairing.
+    pub rows: &'a RowMatch,
+    /// Validity mask, reference side (None: every position of the data is valid).
+    pub mask_a: Option<&'a Mat>,
+    /// Validity mask, other side.
+    pub mask_b: Option<&'a Mat>,
+    /// The precision of the cell's log-prob inputs, which bounds derived quantities.
+    pub cell_precision: Option<DType>,
+}
+
+fn mask_row(mask: Option<&Mat>, row: usize, width: usize) -> Vec<i64> {
+    match mask {
+        Some(m) => m.row(row).iter().map(|&v| (v != 0.0) as i64).collect(),
+        None => vec![1; width],
+    }
+}
+
+fn ulp_dtype(a: DType, b: DType) -> Option<DType> {
+    (a == b && a.is_float()).then_some(a)
+}
+
+impl PairCtx<'_> {
+    fn tolerance(&self, name: &str, precision: DType, derived: bool) -> (Tolerance, DType) {
+        let p = match (derived, self.cell_precision) {
+            (true, Some(c)) if precision.is_float() => coarser(precision, c),
+            _ => precision,
+        };
+        (self.policy.resolve(name, p, derived), p)
+    }
+
+    /// Compare two row-wise tensors at positions valid on both sides.
+    #[allow(clippy::too_many_arguments)]
+    pub fn masked(
+        &self,
+        key: &str,
+        a: &Mat,
+        b: &Mat,
+        origin_a: Origin,
+        origin_b: Origin,
+        derived: bool,
+        logprob: bool,
+    ) -> Comparison {
+        self.masked_with(key, a, b, origin_a, origin_b, derived, logprob, None)
+    }
+
+    /// [`PairCtx::masked`] for a derived tensor whose elements carry the error propagated
+    /// from their inputs (`extra`, same layout as `a`): judged at the values' own precision
+    /// plus that error (see [`crate::compare::propagate`]).
+    pub fn propagated(
+        &self,
+        key: &str,
+        a: &Mat,
+        b: &Mat,
+        origin_a: Origin,
+        origin_b: Origin,
+        extra: &Mat,
+    ) -> Comparison {
+        self.masked_with(key, a, b, origin_a, origin_b, false, false, Some(extra))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn masked_with(
+        &self,
+        key: &str,
+        a: &Mat,
+        b: &Mat,
+        origin_a: Origin,
+        origin_b: Origin,
+        derived: bool,
+        logprob: bool,
+        extra: Option<&Mat>,
+    ) -> Comparison {
+        let name = format!("{}.{key}", self.section);
+        let (mut tol, precision) =
+            self.tolerance(&name, coarser(a.precision(), b.precision()), derived);
+        let extra = extra.filter(|_| !self.policy.overridden());
+        if extra.is_some() {
+            tol.source = format!("{} + error propagated from log-prob inputs", tol.source);
+        }
+        let mut acc = Accumulator::new(tol.clone(), ulp_dtype(a.dtype, b.dtype), logprob);
+        for &(ra, rb) in &self.rows.pairs {
+            let ma = mask_row(self.mask_a, ra, a.width);
+            let mb = mask_row(self.mask_b, rb, b.width);
+            let (xa, xb) = (a.row(ra), b.row(rb));
+            let ex = extra.map(|e| e.row(ra));
+            for p in split_positions(&ma, &mb).both {
+                if let (Some(&x), Some(&y)) = (xa.get(p), xb.get(p)) {
+                    let e = ex.and_then(|e| e.get(p)).copied().unwrap_or(0.0);
+                    acc.push_allowing(
+                        x,
+                        y,
+                        e,
+                        ElemLoc {
+                            row: ra,
+                            other_row: rb,
+                            pos: p,
+                        },
+                    );
+                }
+            }
+        }
+        finish(name, acc, tol, precision, a, b, origin_a, origin_b)
+    }
+
+    /// Compare two masks (or other 0/1 tensors) exactly over every position, a position
+    /// past a trimmed side's width counting as 0.
+    pub fn exact_rows(
+        &self,
+        key: &str,
+        a: &Mat,
+        b: &Mat,
+        origin_a: Origin,
+        origin_b: Origin,
+    ) -> Comparison {
+        let name = format!("{}.{key}", self.section);
+        let tol = self.policy.resolve(&name, DType::I64, false);
+        let mut acc = Accumulator::new(tol.clone(), None, false);
+        for &(ra, rb) in &self.rows.pairs {
+            let (xa, xb) = (a.row(ra), b.row(rb));
+            for p in 0..xa.len().max(xb.len()) {
+                let x = xa.get(p).copied().unwrap_or(0.0);
+                let y = xb.get(p).copied().unwrap_or(0.0);
+                acc.push(
+                    x,
+                    y,
+                    ElemLoc {
+                        row: ra,
+                        other_row: rb,
+                        pos: p,
+                    },
+                );
+            }
+        }
+        finish(name, acc, tol, DType::I64, a, b, origin_a, origin_b)
+    }
+
+    /// Compare two scalars.
+    pub fn scalar(
+        &self,
+        key: &str,
+        a: &Value,
+        b: &Value,
+        origin_a: Origin,
+        origin_b: Origin,
+        derived: bool,
+    ) -> Option<Comparison> {
+        self.scalar_with(key, a, b, origin_a, origin_b, derived, None)
+    }
+
+    /// Compare two scalars; `propagated` (the error a masked aggregate inherits from its
+    /// elements, with how it was obtained) replaces the derived-precision rule when known.
+    #[allow(clippy::too_many_arguments)]
+    pub fn scalar_with(
+        &self,
+        key: &str,
+        a: &Value,
+        b: &Value,
+        origin_a: Origin,
+        origin_b: Origin,
+        derived: bool,
+        propagated: Option<(f64, String)>,
+    ) -> Option<Comparison> {
+        let propagated = propagated.filter(|_| !self.policy.overridden());
+        let derived = derived && propagated.is_none();
+        let (x, y) = (a.as_f64()?, b.as_f64()?);
+        let dt = |v: &Value| match v {
+            Value::Int(_) | Value::Bool(_) => DType::I64,
+            Value::Tensor(t) => t.dtype(),
+            _ => DType::F64,
+        };
+        let (da, db) = (dt(a), dt(b));
+        let prec = coarser(effective_dtype(da, &[x]), effective_dtype(db, &[y]));
+        let prec = if da.is_float() || db.is_float() {
+            prec
+        } else {
+            DType::I64
+        };
+        let name = format!("{}.{key}", self.section);
+        let (mut tol, precision) = self.tolerance(&name, prec, derived);
+        let extra = match &propagated {
+            Some((e, how)) => {
+                tol.source = format!("{} + {e:e} {how}", tol.source);
+                *e
+            }
+            None => 0.0,
+        };
+        let mut acc = Accumulator::new(tol.clone(), None, false);
+        acc.push_allowing(x, y, extra, ElemLoc::default());
+        let metrics = acc.finish();
+        let (verdict, reason) = tol.verdict(metrics.beyond, metrics.count);
+        Some(Comparison {
+            name,
+            origin_a,
+            origin_b,
+            dtype_a: Some(da),
+            dtype_b: Some(db),
+            precision: Some(precision),
+            shape_a: vec![],
+            shape_b: vec![],
+            tolerance: tol,
+            metrics: Some(metrics),
+            verdict,
+            reason,
+        })
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    name: String,
+    acc: Accumulator,
+    tol: Tolerance,
+    precision: DType,
+    a: &Mat,
+    b: &Mat,
+    origin_a: Origin,
+    origin_b: Origin,
+) -> Comparison {
+    let metrics = acc.finish();
+    let (verdict, reason) = tol.verdict(metrics.beyond, metrics.count);
+    Comparison {
+        name,
+        origin_a,
+        origin_b,
+        dtype_a: Some(a.dtype),
+        dtype_b: Some(b.dtype),
+        precision: Some(precision),
+        shape_a: a.shape.clone(),
+        shape_b: b.shape.clone(),
+        tolerance: tol,
+        metrics: Some(metrics),
+        verdict,
+        reason,
+    }
+}
+
+/// A comparison that could not be made, with the reason (verdict Skipped).
+pub fn skipped(section: &str, key: &str, reason: impl Into<String>) -> Comparison {
+    Comparison {
+        name: format!("{section}.{key}"),
+        origin_a: Origin::dumped("-", key),
+        origin_b: Origin::dumped("-", key),
+        dtype_a: None,
+        dtype_b: None,
+        precision: None,
+        shape_a: vec![],
+        shape_b: vec![],
+        tolerance: Tolerance::new(0.0, 0.0, "n/a"),
+        metrics: None,
+        verdict: Verdict::Skipped,
+        reason: reason.into(),
+    }
+}
+
+/// Build a cell from its comparisons: the verdict is the worst, the reason the worst one's.
+pub fn cell(
+    rank: Option<u32>,
+    micro: Option<u32>,
+    rows: Option<RowSummary>,
+    comparisons: Vec<Comparison>,
+) -> Cell {
+    let worst = comparisons.iter().max_by_key(|c| c.verdict);
+    let (verdict, reason) = match worst {
+        Some(c) if c.verdict > Verdict::Pass => (c.verdict, format!("{}: {}", c.name, c.reason)),
+        Some(_) => (
+            Verdict::Pass,
+            format!(
+                "{} compared, all within tolerance",
+                comparisons
+                    .iter()
+                    .filter(|c| c.verdict == Verdict::Pass)
+                    .count()
+            ),
+        ),
+        None => (Verdict::Skipped, "nothing to compare".into()),
+    };
+    let verdict =
+        if comparisons.iter().all(|c| c.verdict == Verdict::Skipped) && !comparisons.is_empty() {
+            Verdict::Skipped
+        } else {
+            verdict
+        };
+    Cell {
+        rank,
+        micro,
+        verdict,
+        reason,
+        rows,
+        comparisons,
+    }
+}
+
+/// A cell present on one side only.
+pub fn missing_cell(rank: Option<u32>, micro: Option<u32>, present: &str, missing: &str) -> Cell {
+    Cell {
+        rank,
+        micro,
+        verdict: Verdict::Missing,
+        reason: format!("present on {present} only, missing on {missing}"),
+        rows: None,
+        comparisons: vec![],
+    }
+}
+
+/// The coarser precision of two log-prob tensors, when both are there.
+pub fn logprob_precision(a: Option<&Mat>, b: Option<&Mat>) -> Option<DType> {
+    Some(coarser(a?.precision(), b?.precision()))
+}
+
+/// Section 2: `forward_data` — response_mask exactly, log_probs and entropy mask-aware.
+pub fn forward_data_cell(
+    policy: &TolerancePolicy,
+    rank: u32,
+    micro: u32,
+    a: &Value,
+    b: &Value,
+) -> Cell {
+    let (lp_a, lp_b) = (Mat::of(a, "log_probs"), Mat::of(b, "log_probs"));
+    let (ma, mb) = (Mat::of(a, "response_mask"), Mat::of(b, "response_mask"));
+    let na = lp_a.as_ref().map_or(0, |m| m.rows);
+    let nb = lp_b.as_ref().map_or(0, |m| m.rows);
+    let rows = pair_rows(
+        token_rows(a, "input_ids"),
+        token_rows(b, "input_ids"),
+        na,
+        nb,
+    );
+    let ctx = PairCtx {
+        policy,
+        section: "forward_data",
+        rows: &rows,
+        mask_a: ma.as_ref(),
+        mask_b: mb.as_ref(),
+        cell_precision: None,
+    };
+    let mut out = Vec::new();
+    match (&ma, &mb) {
+        (Some(x), Some(y)) => out.push(ctx.exact_rows(
+            "response_mask",
+            x,
+            y,
+            Origin::dumped("forward_data", "response_mask"),
+            Origin::dumped("forward_data", "response_mask"),
+        )),
+        _ => out.push(skipped(
+            "forward_data",
+            "response_mask",
+            "not dumped on both sides",
+        )),
+    }
+    for (key, logprob) in [("log_probs", true), ("entropy", false)] {
+        match (Mat::of(a, key), Mat::of(b, key)) {
+            (Some(x), Some(y)) => out.push(ctx.masked(
+                key,
+                &x,
+                &y,
+                Origin::dumped("forward_data", key),
+                Origin::dumped("forward_data", key),
+                false,
+                logprob,
+            )),
+            _ => out.push(skipped("forward_data", key, "not dumped on both sides")),
+        }
+    }
+    if !rows.only_a.is_empty() || !rows.only_b.is_empty() {
+        out.push(row_coverage_fail("forward_data", &rows));
+    }
+    cell(Some(rank), Some(micro), Some(row_summary(&rows)), out)
+}
+
+/// A failing pseudo-comparison for rows that found no partner by content.
+fn row_coverage_fail(section: &str, rows: &RowMatch) -> Comparison {
+    let mut c = skipped(section, "rows", "");
+    c.verdict = Verdict::Fail;
+    c.reason = format!(
+        "rows without a content match: reference {:?}, other {:?}",
+        rows.only_a, rows.only_b
+    );
+    c
+}
+
+/// Whole-batch inputs the self-hosted side needs to mirror weaver's `is_loss_debug`.
+pub struct BatchInputs {
+    /// `old_log_probs` `[B, R]` from `old_log_probs/step_N`.
+    pub old_log_probs: Option<Mat>,
+    /// Token hash of each trajectory → its batch index.
+    pub traj_index: HashMap<u64, usize>,
+    /// Per-trajectory advantages (remote-api `prepared_trajectories`), by batch index.
+    pub advantages: Option<Vec<f64>>,
+    /// Micros per rank on the self-hosted side (for contiguous slicing without trajectories).
+    pub micros_per_rank: usize,
+}
+
+/// The batch indices of a self-hosted micro's rows: by token content through the
+/// trajectory file, else contiguous (`(rank·micros + micro)·rows + row`).
+fn batch_indices(
+    inputs: &BatchInputs,
+    fwd: &Value,
+    rank: u32,
+    micro: u32,
+    nrows: usize,
+) -> (Vec<Option<usize>>, String) {
+    if let Some(tok) = token_rows(fwd, "input_ids") {
+        if !inputs.traj_index.is_empty() {
+            let idx: Vec<Option<usize>> = tok
+                .iter()
+                .map(|t| inputs.traj_index.get(&tokens_hash(t)).copied())
+                .collect();
+            if idx.iter().all(Option::is_some) {
+                return (idx, "rows located in the batch by token hash".into());
+            }
+        }
+    }
+    let base = (rank as usize * inputs.micros_per_rank + micro as usize) * nrows;
+    (
+        (0..nrows).map(|r| Some(base + r)).collect(),
+        "rows located in the batch contiguously".into(),
+    )
+}
+
+/// Section 4: `is_loss_debug` intermediates, the self-hosted side sliced and derived.
+#[allow(clippy::too_many_arguments)]
+pub fn is_loss_cell(
+    policy: &TolerancePolicy,
+    rank: u32,
+    micro: u32,
+    a_fwd: &Value,
+    a_loss: Option<&Value>,
+    b_is: &Value,
+    b_fwd: Option<&Value>,
+    inputs: &BatchInputs,
+) -> Cell {
+    const S: &str = "is_loss";
+    let lp_a = Mat::of(a_fwd, "log_probs");
+    let mask_a = Mat::of(a_fwd, "response_mask");
+    let lp_b = Mat::of(b_is, "log_probs");
+    let mask_b = Mat::of(b_is, "effective_valid");
+    let na = lp_a.as_ref().map_or(0, |m| m.rows);
+    let nb = lp_b.as_ref().map_or(0, |m| m.rows);
+    let b_tokens = b_fwd.and_then(|f| token_rows(f, "input_ids"));
+    let rows = pair_rows(token_rows(a_fwd, "input_ids"), b_tokens, na, nb);
+    let ctx = PairCtx {
+        policy,
+        section: S,
+        rows: &rows,
+        mask_a: mask_a.as_ref(),
+        mask_b: mask_b.as_ref(),
+        cell_precision: logprob_precision(lp_a.as_ref(), lp_b.as_ref()),
+    };
+    let mut out = Vec::new();
+    let dumped_b = |k: &str| Origin::dumped("is_loss_debug", k);
+    match (&mask_a, &mask_b) {
+        (Some(x), Some(y)) => out.push(ctx.exact_rows(
+            "effective_valid",
+            x,
+            y,
+            Origin::dumped("forward_data", "response_mask"),
+            dumped_b("effective_valid"),
+        )),
+        _ => out.push(skipped(
+            S,
+            "effective_valid",
+            "mask not dumped on both sides",
+        )),
+    }
+    match (&lp_a, &lp_b) {
+        (Some(x), Some(y)) => out.push(ctx.masked(
+            "log_probs",
+            x,
+            y,
+            Origin::dumped("forward_data", "log_probs"),
+            dumped_b("log_probs"),
+            false,
+            true,
+        )),
+        _ => out.push(skipped(S, "log_probs", "not dumped on both sides")),
+    }
+    // old_log_probs: sliced from the whole batch to this micro's rows.
+    let (idx, how) = batch_indices(inputs, a_fwd, rank, micro, na);
+    let old_a = inputs.old_log_probs.as_ref().and_then(|old| {
+        let mut data = Vec::with_capacity(na * old.width);
+        for i in &idx {
+            let r = old.row((*i)?);
+            if r.len() != old.width {
+                return None;
+            }
+            data.extend_from_slice(r);
+        }
+        Some(Mat {
+            shape: vec![na, old.width],
+            rows: na,
+            width: old.width,
+            data,
+            dtype: old.dtype,
+        })
+    });
+    let rows_list: Vec<String> = idx
+        .iter()
+        .map(|i| i.map_or("?".into(), |i| i.to_string()))
+        .collect();
+    let old_origin = Origin::sliced(format!(
+        "old_log_probs.old_log_probs rows [{}] ({how})",
+        rows_list.join(", ")
+    ));
+    match (&old_a, Mat::of(b_is, "old_log_probs")) {
+        (Some(x), Some(y)) => out.push(ctx.masked(
+            "old_log_probs",
+            x,
+            &y,
+            old_origin,
+            dumped_b("old_log_probs"),
+            false,
+            true,
+        )),
+        (None, _) => out.push(skipped(
+            S,
+            "old_log_probs",
+            "self-hosted old_log_probs file missing or rows not found",
+        )),
+        (_, None) => out.push(skipped(S, "old_log_probs", "not dumped by weaver")),
+    }
+    // advantages: broadcast from prepared_trajectories.
+    let adv_a = inputs.advantages.as_ref().and_then(|adv| {
+        let w = lp_a.as_ref()?.width;
+        let mut data = Vec::with_capacity(na * w);
+        for i in &idx {
+            let v = *adv.get((*i)?)?;
+            data.extend(std::iter::repeat_n(v, w));
+        }
+        Some(Mat {
+            shape: vec![na, w],
+            rows: na,
+            width: w,
+            data,
+            dtype: DType::F64,
+        })
+    });
+    match (&adv_a, Mat::of(b_is, "advantages")) {
+        (Some(x), Some(y)) => out.push(ctx.masked("advantages", x, &y, Origin::derived("prepared_trajectories.advantages broadcast over valid positions"), dumped_b("advantages"), false, false)),
+        (None, _) => out.push(skipped(S, "advantages", "self-hosted dumps no advantages; pass --remote-api-dir to take them from prepared_trajectories")),
+        (_, None) => out.push(skipped(S, "advantages", "not dumped by weaver")),
+    }
+    // prob_ratio = exp(log_probs − old_log_probs) on the valid mask.
+    let ratio_a = match (&lp_a, &old_a) {
+        (Some(lp), Some(old)) => {
+            let data = (0..lp.rows)
+                .flat_map(|r| {
+                    let (x, o) = (lp.row(r), old.row(r));
+                    (0..lp.width).map(move |p| (x[p] - o.get(p).copied().unwrap_or(f64::NAN)).exp())
+                })
+                .collect();
+            Some(Mat {
+                data,
+                dtype: DType::F64,
+                ..lp.clone()
+            })
+        }
+        _ => None,
+    };
+    match (&ratio_a, Mat::of(b_is, "prob_ratio")) {
+        (Some(x), Some(y)) => out.push(ctx.masked(
+            "prob_ratio",
+            x,
+            &y,
+            Origin::derived("exp(forward_data.log_probs − old_log_probs)"),
+            dumped_b("prob_ratio"),
+            true,
+            false,
+        )),
+        _ => out.push(skipped(S, "prob_ratio", "inputs to derive it are missing")),
+    }
+    let el_a = match (&ratio_a, &adv_a) {
+        (Some(r), Some(a)) => Some(Mat {
+            data: r.data.iter().zip(&a.data).map(|(r, a)| -r * a).collect(),
+            ..r.clone()
+        }),
+        _ => None,
+    };
+    match (&el_a, Mat::of(b_is, "elementwise_loss")) {
+        (Some(x), Some(y)) => out.push(ctx.masked(
+            "elementwise_loss",
+            x,
+            &y,
+            Origin::derived("−prob_ratio · advantages"),
+            dumped_b("elementwise_loss"),
+            true,
+            false,
+        )),
+        _ => out.push(skipped(
+            S,
+            "elementwise_loss",
+            "advantages needed to derive it (pass --remote-api-dir)",
+        )),
+    }
+    match (a_loss.and_then(|l| l.get("loss")), b_is.get("loss")) {
+        (Some(x), Some(y)) => out.extend(ctx.scalar(
+            "loss",
+            x,
+            y,
+            Origin::dumped("loss", "loss"),
+            dumped_b("loss"),
+            true,
+        )),
+        _ => out.push(skipped(S, "loss", "not dumped on both sides")),
+    }
+    if !rows.only_a.is_empty() || !rows.only_b.is_empty() {
+        out.push(row_coverage_fail(S, &rows));
+    }
+    cell(Some(rank), Some(micro), Some(row_summary(&rows)), out)
+}
+
+/// Section 3: `loss` scalars and every shared key of `metrics`.
+pub fn loss_cell(
+    policy: &TolerancePolicy,
+    rank: u32,
+    micro: u32,
+    a: &Value,
+    b: &Value,
+    precision: Option<DType>,
+) -> (Cell, Vec<String>) {
+    let rows = RowMatch::by_index(0, 0);
+    let ctx = PairCtx {
+        policy,
+        section: "loss",
+        rows: &rows,
+        mask_a: None,
+        mask_b: None,
+        cell_precision: precision,
+    };
+    let mut out = Vec::new();
+    let mut notes = Vec::new();
+    for key in ["loss", "pg_loss", "entropy_loss"] {
+        match (a.get(key), b.get(key)) {
+            (Some(x), Some(y)) => out.extend(ctx.scalar(
+                key,
+                x,
+                y,
+                Origin::dumped("loss", key),
+                Origin::dumped("loss", key),
+                true,
+            )),
+            _ => out.push(skipped("loss", key, "not dumped on both sides")),
+        }
+    }
+    if let (Some(ma), Some(mb)) = (a.get("metrics").and_then(Value::as_dict), b.get("metrics")) {
+        for (k, va) in ma {
+            let Some(k) = k.as_str() else { continue };
+            match mb.get(k) {
+                Some(vb) => {
+                    let key = format!("metrics.{k}");
+                    out.extend(ctx.scalar(
+                        &key,
+                        va,
+                        vb,
+                        Origin::dumped("loss", &key),
+                        Origin::dumped("loss", &key),
+                        true,
+                    ));
+                }
+                None => notes.push(format!(
+                    "rank {rank} micro {micro}: metrics.{k} on self-hosted only"
+                )),
+            }
+        }
+    }
+    (cell(Some(rank), Some(micro), None, out), notes)
+}
+
+/// Section 6: one param or gradient tensor, flat, at its dtype's tolerance.
+pub fn tensor_cell(
+    policy: &TolerancePolicy,
+    section: &str,
+    key: &str,
+    rank: u32,
+    micro: Option<u32>,
+    a: &Value,
+    b: &Value,
+) -> Cell {
+    let rows = RowMatch::by_index(1, 1);
+    let ctx = PairCtx {
+        policy,
+        section,
+        rows: &rows,
+        mask_a: None,
+        mask_b: None,
+        cell_precision: None,
+    };
+    let flat = |v: &Value| {
+        let t = v.get(key)?.to_tensor()?;
+        let data = t.to_f64_vec();
+        Some(Mat {
+            shape: t.shape().to_vec(),
+            rows: 1,
+            width: data.len(),
+            data,
+            dtype: t.dtype(),
+        })
+    };
+    let c = match (flat(a), flat(b)) {
+        (Some(x), Some(y)) if x.shape == y.shape => ctx.masked(
+            key,
+            &x,
+            &y,
+            Origin::dumped(section, key),
+            Origin::dumped(section, key),
+            false,
+            false,
+        ),
+        (Some(x), Some(y)) => {
+            let mut c = skipped(
+                section,
+                key,
+                format!("shape {:?} vs {:?}", x.shape, y.shape),
+            );
+            c.verdict = Verdict::Fail;
+            c
+        }
+        _ => skipped(section, key, "not dumped on both sides"),
+    };
+    cell(Some(rank), micro, None, vec![c])
+}
