@@ -5,3 +5,4 @@ mod cli;
 mod pt;
 mod logscan;
 mod dumpdiff;
+mod losscheck;

@@ -1,0 +1,72 @@
+//! Per-token policy losses. Inputs `ratio`, `advantages` are `[B, T]` of one float dtype
+//! (advantages already broadcast over the row); outputs are `[B, T]` unmasked per-token
+//! losses (aggregate them with [`super::aggregate`]).
+
+use candle_core::Tensor;
+
+use super::{clamp_torch, full_like, same_shape, KResult, KernelError};
+
+/// PPO clip parameters.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct ClipParams {
+    /// Lower clip `1 − eps_low`.
+    pub eps_low: f64,
+    /// Upper clip `1 + eps_high` (DAPO "clip-higher" uses a larger one).
+    pub eps_high: f64,
+    /// TRL `delta`: the unclipped ratio is additionally capped at `delta` (two-sided clip).
+    pub delta: Option<f64>,
+    /// verl dual clip `clip_ratio_c` (> 1): for negative advantages the loss is capped at
+    /// `−A·c`.
+    pub clip_ratio_c: Option<f64>,
+}
+
+/// PPO clipped surrogate per token:
+/// `max(−A·r', −A·clip(r, 1−eps_low, 1+eps_high))` with `r' = min(r, delta)` when TRL's
+/// `delta` is set (TRL computes the clipped term from the uncapped ratio), and, with
+/// verl's dual clip, `where(A < 0, min(−A·c, that), that)`.
+/// Matches TRL `_compute_loss` (`-min(coef_1*A, coef_2*A)`) and verl
+/// `compute_policy_loss_vanilla` bit for bit in value and gradient (ties split like torch).
+/// `ratio`, `advantages`: `[B, T]`. Returns `[B, T]`.
+pub fn ppo_clip(ratio: &Tensor, advantages: &Tensor, p: &ClipParams) -> KResult<Tensor> {
+    same_shape("ratio", ratio, "advantages", advantages)?;
+    if let Some(c) = p.clip_ratio_c {
+        if c <= 1.0 {
+            return Err(KernelError::Invalid(format!(
+                "clip_ratio_c must be > 1.0 for dual-clip PPO, got {c}"
+            )));
+        }
+    }
+    let clipped = clamp_torch(ratio, Some(1.0 - p.eps_low), Some(1.0 + p.eps_high))?;
+    let r1 = match p.delta {
+        Some(d) => clamp_torch(ratio, None, Some(d))?,
+        None => ratio.clone(),
+    };
+    let neg_a = advantages.neg()?;
+    let l1 = (&neg_a * &r1)?;
+    let l2 = (&neg_a * &clipped)?;
+    let clip1 = l1.maximum(&l2)?;
+    match p.clip_ratio_c {
+        None => Ok(clip1),
+        Some(c) => {
+            let l3 = neg_a.affine(c, 0.0)?;
+            let clip2 = l3.minimum(&clip1)?;
+            let neg = advantages.lt(0.0)?;
+            Ok(neg.where_cond(&clip2, &clip1)?)
+        }
+    }
+}
+
+/// Importance-sampling policy gradient without clipping, `−r·A` per token (NexRL
+/// `importance_sampling` loss; weaver's `elementwise_loss` before masking).
+/// `ratio`, `advantages`: `[B, T]`. Returns `[B, T]`.
+pub fn importance_sampling(ratio: &Tensor, advantages: &Tensor) -> KResult<Tensor> {
+    same_shape("ratio", ratio, "advantages", advantages)?;
+    Ok((advantages.neg()? * ratio)?)
+}
+
+/// Plain REINFORCE-style surrogate with the ratio fixed at 1 in value: `−A` per token,
+/// shaped like `ratio`. Used when a preset has no old log-probs.
+pub fn constant_advantage(ratio: &Tensor, advantages: &Tensor) -> KResult<Tensor> {
+    same_shape("ratio", ratio, "advantages", advantages)?;
+    Ok((advantages.neg()? * full_like(ratio, 1.0)?)?)
+}

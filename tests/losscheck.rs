@@ -1,0 +1,582 @@
+//! losscheck: reference kernels against the frameworks' own outputs
+//! (`fixtures/kernels/`, written by `fixtures/gen/make_kernel_refs.py` from TRL's and
+//! verl's actual functions), and the losscheck command on the dump fixtures.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor};
+use predicates::prelude::PredicateBooleanExt;
+use rlforensics::kernels::advantage::{group_advantages, AdvantageConfig, SingletonRule, StdMode};
+use rlforensics::kernels::aggregate::{aggregate, AggMode};
+use rlforensics::kernels::kl::{kl, KlEstimator};
+use rlforensics::kernels::loss::{
+    compute_with_grad, KlPlacement, KlTerm, LossConfig, LossInputs, PolicyKind, RatioLevel,
+};
+use rlforensics::kernels::policy_loss::ClipParams;
+use rlforensics::kernels::presets::preset;
+use rlforensics::kernels::{to_f64, to_f64_vec, Precision};
+use rlforensics::Value;
+
+fn kdir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/kernels")
+}
+
+fn cases() -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(kdir().join("cases.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["cases"].as_array().unwrap().clone()
+}
+
+struct Case {
+    name: String,
+    cfg: serde_json::Value,
+    data: Value,
+}
+
+impl Case {
+    fn t(&self, key: &str) -> Tensor {
+        let t = self
+            .data
+            .get(key)
+            .unwrap_or_else(|| panic!("{}: no {key}", self.name))
+            .as_tensor()
+            .unwrap();
+        t.to_candle(&Device::Cpu).unwrap()
+    }
+    fn v(&self, key: &str) -> Vec<f64> {
+        to_f64_vec(&self.t(key)).unwrap()
+    }
+    fn f(&self, key: &str) -> f64 {
+        self.cfg[key].as_f64().unwrap()
+    }
+}
+
+fn load(kind: &str) -> Vec<Case> {
+    cases()
+        .into_iter()
+        .filter(|c| c["kind"] == kind)
+        .map(|c| {
+            let name = c["name"].as_str().unwrap().to_string();
+            let data = rlforensics::readers::read_any(&kdir().join(format!("{name}.safetensors")))
+                .unwrap();
+            Case {
+                name,
+                cfg: c["config"].clone(),
+                data,
+            }
+        })
+        .collect()
+}
+
+/// ≤ 1e-9 relative (absolute 1e-12 near zero); NaN matches NaN only.
+fn close(a: f64, b: f64) -> bool {
+    if a.is_nan() || b.is_nan() {
+        return a.is_nan() && b.is_nan();
+    }
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()) + 1e-12
+}
+
+fn check(errors: &mut Vec<String>, case: &str, what: &str, ours: &[f64], theirs: &[f64]) {
+    if ours.len() != theirs.len() {
+        errors.push(format!(
+            "{case}: {what}: {} values vs {}",
+            ours.len(),
+            theirs.len()
+        ));
+        return;
+    }
+    if let Some((i, (a, b))) = ours
+        .iter()
+        .zip(theirs)
+        .enumerate()
+        .find(|(_, (a, b))| !close(**a, **b))
+    {
+        errors.push(format!(
+            "{case}: {what}[{i}]: ours {a:e} vs framework {b:e}"
+        ));
+    }
+}
+
+fn finish(errors: Vec<String>, n: usize) {
+    assert!(n > 0, "no cases loaded");
+    assert!(
+        errors.is_empty(),
+        "{} mismatches:\n{}",
+        errors.len(),
+        errors.join("\n")
+    );
+}
+
+#[test]
+fn advantages_match_trl_and_verl() {
+    let cases = load("advantage");
+    let mut errors = Vec::new();
+    for c in &cases {
+        let rewards = c.v("in.rewards");
+        let expected = c.v("out.advantages");
+        if c.cfg["framework"] == "trl" {
+            let g = c.cfg["group_size"].as_u64().unwrap() as usize;
+            let groups: Vec<usize> = (0..rewards.len()).map(|i| i / g).collect();
+            let std = match c.cfg["scale_rewards"].as_str().unwrap() {
+                "group" => StdMode::GroupUnbiased,
+                "batch" => StdMode::BatchUnbiased,
+                _ => StdMode::None,
+            };
+            let cfg = AdvantageConfig {
+                std,
+                ..preset("trl-grpo").unwrap().advantage
+            };
+            let ours = group_advantages(&rewards, &groups, &cfg).unwrap();
+            check(&mut errors, &c.name, "advantages", &ours, &expected);
+        } else {
+            let groups: Vec<i64> = c.v("in.group_ids").iter().map(|g| *g as i64).collect();
+            let name = if c.cfg["norm_adv_by_std_in_grpo"] == true {
+                "verl-vanilla"
+            } else {
+                "verl-dr-grpo"
+            };
+            let cfg = preset(name).unwrap().advantage;
+            let seq = group_advantages(&rewards, &groups, &cfg).unwrap();
+            let mask = c.t("in.response_mask");
+            let ours =
+                rlforensics::kernels::advantage::token_advantages(&seq, &mask, Precision::F64)
+                    .unwrap();
+            check(
+                &mut errors,
+                &c.name,
+                "advantages",
+                &to_f64_vec(&ours).unwrap(),
+                &expected,
+            );
+        }
+    }
+    finish(errors, cases.len());
+}
+
+#[test]
+fn singleton_and_zero_std_groups_follow_each_convention() {
+    let rewards = [1.0, 1.0, 1.0, 0.7];
+    let groups = [0, 0, 0, 1];
+    let verl = group_advantages(
+        &rewards,
+        &groups,
+        &preset("verl-vanilla").unwrap().advantage,
+    )
+    .unwrap();
+    assert_eq!(&verl[..3], &[0.0, 0.0, 0.0]);
+    assert!(close(verl[3], 0.7 / (1.0 + 1e-6)));
+    let mlx = group_advantages(&rewards, &groups, &preset("mlx-grpo").unwrap().advantage).unwrap();
+    assert_eq!(mlx, vec![0.0; 4]);
+    let pop = AdvantageConfig {
+        std: StdMode::GroupPopulation,
+        eps: 1e-4,
+        singleton: SingletonRule::ZeroStd,
+    };
+    let a = group_advantages(&[1.0, 0.0], &[0, 0], &pop).unwrap();
+    assert!(close(a[0], 0.5 / (0.5 + 1e-4)));
+    assert!(group_advantages(&[1.0], &[0, 1], &pop).is_err());
+}
+
+#[test]
+fn kl_estimators_match_verl_values_and_gradients() {
+    let cases = load("kl");
+    let mut errors = Vec::new();
+    for c in &cases {
+        let est = KlEstimator::parse(c.cfg["estimator"].as_str().unwrap()).unwrap();
+        let logp = candle_core::Var::from_tensor(&c.t("in.log_probs")).unwrap();
+        let k = kl(logp.as_tensor(), &c.t("in.ref_log_probs"), est).unwrap();
+        let grads = k.sum_all().unwrap().backward().unwrap();
+        let g = grads.get(logp.as_tensor()).unwrap();
+        check(
+            &mut errors,
+            &c.name,
+            "kl",
+            &to_f64_vec(&k).unwrap(),
+            &c.v("out.kl"),
+        );
+        check(
+            &mut errors,
+            &c.name,
+            "grad",
+            &to_f64_vec(g).unwrap(),
+            &c.v("out.grad_sum"),
+        );
+    }
+    finish(errors, cases.len());
+}
+
+#[test]
+fn verl_aggregation_modes_including_empty_rows_and_empty_micro() {
+    let cases = load("aggregate");
+    let mut errors = Vec::new();
+    for c in &cases {
+        let mode = AggMode::parse(c.cfg["mode"].as_str().unwrap()).unwrap();
+        let l = aggregate(&c.t("in.loss_mat"), &c.t("in.mask"), mode).unwrap();
+        check(
+            &mut errors,
+            &c.name,
+            "loss",
+            &[to_f64(&l).unwrap()],
+            &c.v("out.loss"),
+        );
+    }
+    finish(errors, cases.len());
+}
+
+fn verl_config(c: &Case) -> LossConfig {
+    let gspo = c.cfg["loss_mode"] == "gspo";
+    let mut cfg = preset(if gspo { "verl-gspo" } else { "verl-vanilla" }).unwrap();
+    cfg.agg = AggMode::parse(c.cfg["loss_agg_mode"].as_str().unwrap()).unwrap();
+    let clip = c.f("clip_ratio");
+    cfg.policy = PolicyKind::Clip(ClipParams {
+        eps_low: c.cfg["clip_ratio_low"].as_f64().unwrap_or(clip),
+        eps_high: c.cfg["clip_ratio_high"].as_f64().unwrap_or(clip),
+        delta: None,
+        clip_ratio_c: if gspo {
+            None
+        } else {
+            Some(c.f("clip_ratio_c"))
+        },
+    });
+    cfg
+}
+
+#[test]
+fn verl_vanilla_and_gspo_losses_metrics_and_gradients_match_verl() {
+    let cases = load("verl_policy");
+    let mut errors = Vec::new();
+    for c in &cases {
+        let cfg = verl_config(c);
+        let inputs = LossInputs {
+            log_probs: c.t("in.log_probs"),
+            old_log_probs: Some(c.t("in.old_log_probs")),
+            ref_log_probs: None,
+            advantages: c.t("in.advantages"),
+            mask: c.t("in.mask"),
+            entropy: None,
+        };
+        let (out, grad) = compute_with_grad(&inputs, &cfg).unwrap();
+        check(
+            &mut errors,
+            &c.name,
+            "loss",
+            &[to_f64(&out.loss).unwrap()],
+            &c.v("out.loss"),
+        );
+        check(
+            &mut errors,
+            &c.name,
+            "grad",
+            &to_f64_vec(&grad).unwrap(),
+            &c.v("out.grad"),
+        );
+        let m = &out.metrics;
+        check(
+            &mut errors,
+            &c.name,
+            "pg_clipfrac",
+            &[m.pg_clipfrac],
+            &c.v("out.pg_clipfrac"),
+        );
+        check(
+            &mut errors,
+            &c.name,
+            "ppo_kl",
+            &[m.ppo_kl],
+            &c.v("out.ppo_kl"),
+        );
+        check(
+            &mut errors,
+            &c.name,
+            "pg_clipfrac_lower",
+            &[m.pg_clipfrac_lower],
+            &c.v("out.pg_clipfrac_lower"),
+        );
+    }
+    finish(errors, cases.len());
+}
+
+fn trl_config(c: &Case) -> LossConfig {
+    let mut cfg = preset("trl-grpo").unwrap();
+    cfg.agg = match c.cfg["loss_type"].as_str().unwrap() {
+        "grpo" => AggMode::TrlGrpo,
+        "bnpo" => AggMode::TrlBnpo,
+        "dr_grpo" => AggMode::TrlDrGrpo {
+            max_completion_length: c.cfg["max_completion_length"].as_f64(),
+        },
+        "dapo" => AggMode::TrlDapo {
+            num_items_in_batch: c.cfg["num_items_in_batch"].as_f64(),
+        },
+        other => panic!("loss_type {other}"),
+    };
+    if c.cfg["importance_sampling_level"] == "sequence" {
+        cfg.ratio_level = RatioLevel::Sequence;
+    }
+    cfg.policy = PolicyKind::Clip(ClipParams {
+        eps_low: c.f("epsilon_low"),
+        eps_high: c.f("epsilon_high"),
+        delta: c.cfg["delta"].as_f64(),
+        clip_ratio_c: None,
+    });
+    let beta = c.f("beta");
+    if beta != 0.0 {
+        cfg.kl = Some(KlTerm {
+            estimator: KlEstimator::K3,
+            coef: beta,
+            placement: KlPlacement::PerToken,
+        });
+    }
+    cfg
+}
+
+#[test]
+fn trl_grpo_bnpo_dr_grpo_dapo_gspo_match_trl_compute_loss() {
+    let cases = load("trl_policy");
+    let mut errors = Vec::new();
+    for c in &cases {
+        let cfg = trl_config(c);
+        let inputs = LossInputs {
+            log_probs: c.t("in.log_probs"),
+            old_log_probs: Some(c.t("in.old_log_probs")),
+            ref_log_probs: Some(c.t("in.ref_log_probs")),
+            advantages: c.t("in.advantages"),
+            mask: c.t("in.mask"),
+            entropy: None,
+        };
+        let (out, grad) = compute_with_grad(&inputs, &cfg).unwrap();
+        check(
+            &mut errors,
+            &c.name,
+            "loss",
+            &[to_f64(&out.loss).unwrap()],
+            &c.v("out.loss"),
+        );
+        check(
+            &mut errors,
+            &c.name,
+            "grad",
+            &to_f64_vec(&grad).unwrap(),
+            &c.v("out.grad"),
+        );
+        let m = &out.metrics;
+        check(
+            &mut errors,
+            &c.name,
+            "clip low",
+            &[m.clip_ratio_low],
+            &c.v("out.clip_ratio.low_mean"),
+        );
+        check(
+            &mut errors,
+            &c.name,
+            "clip high",
+            &[m.clip_ratio_high],
+            &c.v("out.clip_ratio.high_mean"),
+        );
+        check(
+            &mut errors,
+            &c.name,
+            "clip region",
+            &[m.clip_ratio_region],
+            &c.v("out.clip_ratio.region_mean"),
+        );
+        if let Some(kl) = m.kl {
+            check(&mut errors, &c.name, "kl", &[kl], &c.v("out.kl"));
+        }
+    }
+    finish(errors, cases.len());
+}
+
+#[test]
+fn gspo_and_gspo_token_agree_in_loss_but_not_in_gradient() {
+    // With token-varying advantages, the sequence ratio's gradient spreads each token's
+    // advantage over the row; GSPO-token keeps it at its token. Same loss value.
+    let c = &load("verl_policy")
+        .into_iter()
+        .find(|c| c.name == "verl_gspo_normal")
+        .unwrap();
+    let adv = c.t("in.advantages");
+    let (_, t) = adv.dims2().unwrap();
+    let ramp = Tensor::arange(0.0f64, t as f64, &Device::Cpu)
+        .unwrap()
+        .affine(0.1, 1.0)
+        .unwrap();
+    let inputs = LossInputs {
+        log_probs: c.t("in.log_probs"),
+        old_log_probs: Some(c.t("in.old_log_probs")),
+        ref_log_probs: None,
+        advantages: adv.broadcast_mul(&ramp).unwrap(),
+        mask: c.t("in.mask"),
+        entropy: None,
+    };
+    let tok = verl_config(c);
+    let seq = LossConfig {
+        ratio_level: RatioLevel::Sequence,
+        agg: AggMode::TokenMean,
+        ..tok.clone()
+    };
+    let tok = LossConfig {
+        agg: AggMode::TokenMean,
+        ..tok
+    };
+    let (a, ga) = compute_with_grad(&inputs, &tok).unwrap();
+    let (b, gb) = compute_with_grad(&inputs, &seq).unwrap();
+    assert!(close(to_f64(&a.loss).unwrap(), to_f64(&b.loss).unwrap()));
+    let (ga, gb) = (to_f64_vec(&ga).unwrap(), to_f64_vec(&gb).unwrap());
+    assert!(ga.iter().zip(&gb).any(|(x, y)| !close(*x, *y)));
+}
+
+#[test]
+fn f32_precision_reproduces_float32_rounding() {
+    let c = &load("verl_policy")
+        .into_iter()
+        .find(|c| c.name == "verl_vanilla_normal")
+        .unwrap();
+    let mut cfg = verl_config(c);
+    cfg.precision = Precision::F32;
+    let inputs = LossInputs {
+        log_probs: c.t("in.log_probs"),
+        old_log_probs: Some(c.t("in.old_log_probs")),
+        ref_log_probs: None,
+        advantages: c.t("in.advantages"),
+        mask: c.t("in.mask"),
+        entropy: None,
+    };
+    let (out, grad) = compute_with_grad(&inputs, &cfg).unwrap();
+    assert_eq!(out.loss.dtype(), candle_core::DType::F32);
+    assert_eq!(grad.dtype(), candle_core::DType::F32);
+    let l = to_f64(&out.loss).unwrap();
+    let r = c.v("out.loss")[0];
+    assert!((l - r).abs() < 1e-5 * r.abs() && l != r);
+}
+
+#[test]
+fn mismatched_shapes_are_refused_naming_both_sizes() {
+    let a = Tensor::zeros((2, 3), candle_core::DType::F64, &Device::Cpu).unwrap();
+    let b = Tensor::zeros((2, 4), candle_core::DType::F64, &Device::Cpu).unwrap();
+    let inputs = LossInputs {
+        log_probs: a.clone(),
+        old_log_probs: Some(b),
+        ref_log_probs: None,
+        advantages: Tensor::zeros(2, candle_core::DType::F64, &Device::Cpu).unwrap(),
+        mask: a,
+        entropy: None,
+    };
+    let err = compute_with_grad(&inputs, &preset("trl-grpo").unwrap()).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("[2, 3]") && msg.contains("[2, 4]"), "{msg}");
+    assert!(preset("nope").unwrap_err().to_string().contains("trl-grpo"));
+}
+
+fn losscheck() -> assert_cmd::Command {
+    let mut c = assert_cmd::Command::cargo_bin("losscheck").unwrap();
+    c.current_dir(env!("CARGO_MANIFEST_DIR"));
+    c
+}
+
+#[test]
+fn faulty_weaver_tree_names_the_injected_ranks_and_micros() {
+    let out = losscheck()
+        .args([
+            "--dump-dir",
+            "fixtures/dumps/weaver_faulty_pt",
+            "--step",
+            "0",
+            "--preset",
+            "nexrl-is",
+        ])
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).unwrap();
+    let bad: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.contains(": consistent"))
+        .collect();
+    assert_eq!(bad.len(), 2, "{text}");
+    assert!(
+        bad[0].starts_with("rank 3 micro 1 ") && bad[0].contains("prob_ratio at row 0 pos 1"),
+        "{}",
+        bad[0]
+    );
+    assert!(
+        bad[1].starts_with("rank 5 micro 0 ") && bad[1].contains("a sum, not a mean"),
+        "{}",
+        bad[1]
+    );
+    // rank 7 micro 0 (rows swapped everywhere) is self-consistent; rank 10 is absent.
+    assert!(text.contains("rank 7 micro 0 ") && !text.contains("rank 10 "));
+}
+
+#[test]
+fn clean_weaver_tree_is_consistent() {
+    losscheck()
+        .args([
+            "--dump-dir",
+            "fixtures/dumps/weaver_pt",
+            "--step",
+            "0",
+            "--preset",
+            "nexrl-is",
+        ])
+        .assert()
+        .code(0);
+    losscheck()
+        .args([
+            "--dump-dir",
+            "fixtures/dumps/weaver_jsonl",
+            "--preset",
+            "nexrl-is",
+            "--rank",
+            "3",
+            "--micro",
+            "1",
+        ])
+        .assert()
+        .code(0)
+        .stdout(
+            predicates::str::contains("rank 3 micro 1")
+                .and(predicates::str::contains("consistent")),
+        );
+}
+
+#[test]
+fn inputs_file_prints_loss_metrics_and_gradient() {
+    let out = losscheck()
+        .args([
+            "--inputs",
+            "fixtures/kernels/trl_grpo_normal.safetensors",
+            "--preset",
+            "trl-grpo",
+        ])
+        .assert()
+        .code(0)
+        .get_output()
+        .stdout
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let c = load("trl_policy")
+        .into_iter()
+        .find(|c| c.name == "trl_grpo_normal")
+        .unwrap();
+    let expected = c.v("out.loss")[0];
+    // the file also holds ref_log_probs but trl-grpo has beta = 0: same loss as TRL's.
+    assert!(close(v["loss"].as_f64().unwrap(), expected));
+    assert_eq!(v["grad_shape"], serde_json::json!([8, 10]));
+}
+
+#[test]
+fn bad_preset_and_missing_dir_exit_2() {
+    losscheck()
+        .args(["--dump-dir", "fixtures/dumps/weaver_pt", "--preset", "nope"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("trl-grpo"));
+    losscheck()
+        .args(["--dump-dir", "fixtures/dumps/self_hosted_pt"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("is_loss_debug"));
+}
