@@ -46,7 +46,8 @@ fn compare(a: &str, b: &str, remote: Option<&str>) -> Report {
     .unwrap()
 }
 
-/// (section, rank, micro) of every cell at `verdict`.
+/// (section, rank, micro) of every cell at `verdict` (whole-batch cells as rank/micro
+/// `u32::MAX`, so that they never pass for a per-rank cell).
 fn cells_at(report: &Report, verdict: Verdict) -> BTreeSet<(String, u32, u32)> {
     report
         .sections
@@ -55,7 +56,14 @@ fn cells_at(report: &Report, verdict: Verdict) -> BTreeSet<(String, u32, u32)> {
             s.cells
                 .iter()
                 .filter(move |c| c.verdict == verdict)
-                .map(move |c| (s.name.clone(), c.rank.unwrap(), c.micro.unwrap_or(0)))
+                .map(move |c| {
+                    (
+                        s.name.clone(),
+                        c.rank.unwrap_or(u32::MAX),
+                        c.micro
+                            .unwrap_or(if c.rank.is_some() { 0 } else { u32::MAX }),
+                    )
+                })
         })
         .collect()
 }
@@ -337,7 +345,7 @@ fn tolerance_rule_severity_decides_the_exit_code() {
     let tol = dir.path().join("tol.toml");
     std::fs::write(
         &tol,
-        "[[rule]]\nname = \"log_probs\"\natol = 0.0\nrtol = 0.0\nseverity = \"warn\"\n",
+        "[[rule]]\nname = \"forward_data.log_probs\"\natol = 0.0\nrtol = 0.0\nseverity = \"warn\"\n",
     )
     .unwrap();
     let run = |fail_on: &str| {
@@ -352,6 +360,200 @@ fn tolerance_rule_severity_decides_the_exit_code() {
             .assert()
     };
     // bf16 noise in log_probs is beyond a zero tolerance: a warning, exit 1 only on --fail-on warn.
+    // (The rule names forward_data's pair only: a zero tolerance on is_loss.log_probs would
+    // also leave the ratios derived from them no room, and they would fail.)
     run("fail").code(0).stdout(predicate::str::contains("WARN"));
     run("warn").code(1);
+}
+
+fn ground_truth() -> Json {
+    let text = std::fs::read_to_string(fixtures().join("expected/ground_truth.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn remote_only(a: &Path, remote: &Path) -> Report {
+    run(&Options {
+        self_hosted: a.to_path_buf(),
+        remote_api: Some(remote.to_path_buf()),
+        step: 0,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn section<'a>(report: &'a Report, name: &str) -> &'a rlforensics::dumpdiff::report::Section {
+    report.sections.iter().find(|s| s.name == name).unwrap()
+}
+
+#[test]
+fn trajectories_and_datums_pair_by_content_with_the_shift() {
+    let gt = ground_truth();
+    let rows = gt["rows"].as_array().unwrap();
+    // trajectory i ↔ datum ground_truth.rows[i].datum_index; the rest have no datum.
+    let expected_pairs: Vec<(usize, usize)> = rows
+        .iter()
+        .filter_map(|r| {
+            Some((
+                r["trajectory_index"].as_u64()? as usize,
+                r["datum_index"].as_u64()? as usize,
+            ))
+        })
+        .collect();
+    let dropped: Vec<usize> = rows
+        .iter()
+        .filter(|r| r["datum_index"].is_null())
+        .map(|r| r["trajectory_index"].as_u64().unwrap() as usize)
+        .collect();
+    assert_eq!((expected_pairs.len(), dropped.len()), (40, 8));
+    for (a, remote) in [
+        ("self_hosted_pt", "remote_api_pt"),
+        ("self_hosted_jsonl", "remote_api_jsonl"),
+    ] {
+        let report = remote_only(&dumps(a), &dumps(remote));
+        assert_eq!(report.verdict, Verdict::Pass, "{a} vs {remote}");
+        assert_eq!(exit_code(&report, Severity::Warn), 0);
+        let traj = section(&report, "trajectories");
+        assert_eq!(traj.id, 1);
+        let rs = traj.cells[0].rows.as_ref().unwrap();
+        assert_eq!(rs.pairs, (0..48).map(|i| (i, i)).collect::<Vec<_>>());
+        assert!(rs.only_reference.is_empty() && rs.only_other.is_empty());
+        let count = |sec: &rlforensics::dumpdiff::report::Section, name: &str| {
+            let c = sec.cells[0]
+                .comparisons
+                .iter()
+                .find(|c| c.name == name)
+                .unwrap();
+            (c.verdict, c.metrics.as_ref().map(|m| m.count))
+        };
+        let tokens: u64 = rows
+            .iter()
+            .map(|r| r["prompt_len"].as_u64().unwrap() + r["response_len"].as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            count(traj, "trajectories.tokens"),
+            (Verdict::Pass, Some(tokens))
+        );
+        assert_eq!(
+            count(traj, "trajectories.reward"),
+            (Verdict::Pass, Some(48))
+        );
+        assert_eq!(count(traj, "trajectories.advantages").0, Verdict::Skipped);
+        let datums = section(&report, "datums");
+        assert_eq!(datums.id, 5);
+        let rs = datums.cells[0].rows.as_ref().unwrap();
+        let mut pairs = expected_pairs.clone();
+        pairs.sort_unstable();
+        assert_eq!(rs.pairs, pairs);
+        assert_eq!(rs.only_reference, dropped);
+        assert!(rs.only_other.is_empty());
+        assert!(datums.notes.contains(&format!(
+            "8 trajectories have all-zero advantages (groups with identical rewards) → no datum: expected (trajectories {dropped:?})"
+        )));
+        // Every valid (response) position of every datum: Σ response_len over datums.
+        let valid: u64 = rows
+            .iter()
+            .filter(|r| !r["datum_index"].is_null())
+            .map(|r| r["response_len"].as_u64().unwrap())
+            .sum();
+        for name in ["datums.advantages", "datums.logprobs"] {
+            assert_eq!(count(datums, name), (Verdict::Pass, Some(valid)), "{name}");
+        }
+        let shifted: u64 = rows
+            .iter()
+            .filter(|r| !r["datum_index"].is_null())
+            .map(|r| r["prompt_len"].as_u64().unwrap() + r["response_len"].as_u64().unwrap() - 1)
+            .sum();
+        assert_eq!(
+            count(datums, "datums.input_tokens"),
+            (Verdict::Pass, Some(shifted))
+        );
+    }
+}
+
+/// Copy `tree` into a temp dir and let `edit` change its datums (jsonl) file.
+fn edited_remote(mut edit: impl FnMut(&mut Json)) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for kind in ["prepared_trajectories", "datums", "training_metrics"] {
+        let from = dumps("remote_api_jsonl")
+            .join(kind)
+            .join("step_000000.jsonl");
+        std::fs::create_dir_all(dir.path().join(kind)).unwrap();
+        let mut text = std::fs::read_to_string(&from).unwrap();
+        if kind == "datums" {
+            let mut v: Json = serde_json::from_str(&text).unwrap();
+            edit(&mut v);
+            text = serde_json::to_string(&v).unwrap() + "\n";
+        }
+        std::fs::write(dir.path().join(kind).join("step_000000.jsonl"), text).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn a_changed_datum_token_is_flagged_at_that_datum() {
+    let (datum, pos) = (17usize, 5usize);
+    let dir = edited_remote(|v| {
+        let t = &mut v["datums"][datum]["input_tokens"][pos];
+        *t = Json::from(t.as_i64().unwrap() + 1);
+    });
+    let report = remote_only(&dumps("self_hosted_pt"), dir.path());
+    assert_eq!(report.verdict, Verdict::Fail);
+    assert_eq!(
+        cells_at(&report, Verdict::Fail),
+        BTreeSet::from([("datums".to_string(), u32::MAX, u32::MAX)])
+    );
+    let traj = ground_truth()["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["datum_index"] == datum)
+        .unwrap()["trajectory_index"]
+        .as_u64()
+        .unwrap() as usize;
+    let first = report.first_divergence.clone().unwrap();
+    assert_eq!(first.name, "datums.input_tokens");
+    assert_eq!(
+        (first.row, first.other_row, first.pos),
+        (Some(traj), Some(datum), Some(pos))
+    );
+    assert_eq!(first.b, first.a + 1.0);
+    // The datum still found its trajectory (by target_tokens): nothing reported unpaired.
+    let rs = section(&report, "datums").cells[0].rows.clone().unwrap();
+    assert_eq!((rs.pairs.len(), rs.only_other.len()), (40, 0));
+}
+
+#[test]
+fn a_datum_with_a_wrong_advantage_is_flagged() {
+    let datum = 3usize;
+    let dir = edited_remote(|v| {
+        let mask = v["datums"][datum]["loss_fn_inputs"]["loss_mask"].clone();
+        let p = mask
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|m| m.as_f64() == Some(1.0))
+            .unwrap();
+        v["datums"][datum]["loss_fn_inputs"]["advantages"][p] = Json::from(5.0);
+    });
+    let report = remote_only(&dumps("self_hosted_pt"), dir.path());
+    let first = report.first_divergence.unwrap();
+    assert_eq!(
+        (first.name.as_str(), first.other_row),
+        ("datums.advantages", Some(datum))
+    );
+    assert_eq!(first.b, 5.0);
+}
+
+#[test]
+fn no_progress_bar_when_stderr_is_a_pipe() {
+    Command::cargo_bin("dumpdiff")
+        .unwrap()
+        .arg("--self-hosted-dir")
+        .arg(dumps("self_hosted_pt"))
+        .arg("--weaver-dir")
+        .arg(dumps("weaver_pt"))
+        .args(["--step", "0"])
+        .assert()
+        .code(0)
+        .stderr(predicate::str::is_empty());
 }

@@ -91,6 +91,49 @@ struct Args {
     fail_on: FailOn,
 }
 
+/// The stderr progress bar: drawn only when stderr is a terminal and not under CI, and
+/// without colour (so `NO_COLOR` has nothing to turn off); otherwise a no-op.
+struct ProgressBar(Option<indicatif::ProgressBar>);
+
+impl ProgressBar {
+    fn for_stderr() -> Self {
+        let wanted = std::io::stderr().is_terminal() && std::env::var_os("CI").is_none();
+        ProgressBar(wanted.then(|| {
+            let bar = indicatif::ProgressBar::with_draw_target(
+                Some(0),
+                indicatif::ProgressDrawTarget::stderr(),
+            );
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "{msg:12} [{bar:30}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec}",
+            ) {
+                bar.set_style(style.progress_chars("=> "));
+            }
+            bar
+        }))
+    }
+
+    fn finish(&self) {
+        if let Some(b) = &self.0 {
+            b.finish_and_clear();
+        }
+    }
+}
+
+impl dumpdiff::Progress for ProgressBar {
+    fn start(&self, role: &str, _files: usize, bytes: u64) {
+        if let Some(b) = &self.0 {
+            b.set_message(role.to_string());
+            b.inc_length(bytes);
+        }
+    }
+
+    fn file_done(&self, bytes: u64) {
+        if let Some(b) = &self.0 {
+            b.inc(bytes);
+        }
+    }
+}
+
 /// Parse `0,3,5-7` into a set.
 fn parse_list(s: &str) -> Result<BTreeSet<u32>, Error> {
     let bad = || {
@@ -159,7 +202,9 @@ fn run(args: Args) -> Result<u8, Error> {
         },
         tol_file: args.tol_file.clone(),
     };
-    let report = dumpdiff::run(&opts)?;
+    let bar = ProgressBar::for_stderr();
+    let report = dumpdiff::run_with_progress(&opts, &bar)?;
+    bar.finish();
     if let Some(out) = &args.output {
         let json = render::json::JsonRenderer;
         let text = render::Renderer::render(&json, &report)?;

@@ -195,7 +195,11 @@ impl Accumulator {
             f64::INFINITY
         };
         if excess > self.max_excess || excess.is_nan() {
-            self.max_excess = if excess.is_nan() { f64::INFINITY } else { excess };
+            self.max_excess = if excess.is_nan() {
+                f64::INFINITY
+            } else {
+                excess
+            };
         }
         if !self.tol.allows_with(a, b, extra) {
             self.beyond += 1;

@@ -154,7 +154,7 @@ mod tests {
         };
         assert_eq!(s.flips(0.2, 0.2), 2);
         assert_eq!(s.clip_fraction_allowed(0.2, 0.2), Some(0.5));
-        // asymmetric clip (DAPO clip-higher): only 1.19 is near 1.28? no; 0.805 near 0.8 yes
+        // asymmetric clip (DAPO clip-higher, 1.28): 1.19 is no longer near; 0.805 still is
         assert_eq!(s.flips(0.2, 0.28), 1);
     }
 }

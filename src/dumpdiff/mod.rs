@@ -3,7 +3,19 @@
 //!
 //! [`run`] discovers the trees, reads every needed file once in parallel, runs the
 //! sections, and returns a [`report::Report`]; renderers in [`render`] turn it into text.
+//!
+//! Tolerances: dumped tensors are judged at torch.testing's default for the coarser
+//! precision of the two sides (or a `--tol-file` rule). Quantities derived from
+//! log-probabilities (prob_ratio, elementwise_loss, and the loss scalars that are masked
+//! means of them: loss, pg_loss, avg_ratio, clip_frac) are judged at their own precision
+//! plus the error they inherit from their inputs, element by element: a ratio is allowed
+//! `r·(e^E − 1)` where `E` is the sum of its log-prob inputs' tolerances there, a masked
+//! mean the mean of its elements' allowances, a clip fraction `flips / n` where `flips`
+//! counts the tokens whose ratio lies within its allowance of a clip boundary (see
+//! [`crate::compare::propagate`]). Scalars no rule covers (KL estimates, entropy) keep
+//! the log-prob precision scaled by [`crate::compare::tolerance::derived_rtol_factor`].
 
+pub mod batch;
 pub mod render;
 pub mod report;
 pub mod sections;
@@ -43,6 +55,23 @@ pub struct Options {
     pub tol_file: Option<PathBuf>,
 }
 
+/// Receives reading progress; the library itself never prints. Called from reader
+/// threads, so it must be `Sync`.
+pub trait Progress: Sync {
+    /// `files` files of `bytes` bytes are about to be read for `role`.
+    fn start(&self, role: &str, files: usize, bytes: u64);
+    /// One file of `bytes` bytes has been read.
+    fn file_done(&self, bytes: u64);
+}
+
+/// The progress sink that ignores everything.
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn start(&self, _: &str, _: usize, _: u64) {}
+    fn file_done(&self, _: u64) {}
+}
+
 /// The exit code for a report: 1 when some verdict reaches `fail_on`, else 0.
 pub fn exit_code(report: &Report, fail_on: Severity) -> u8 {
     let hit = report.sections.iter().any(|s| s.verdict.reaches(fail_on))
@@ -55,7 +84,12 @@ pub fn exit_code(report: &Report, fail_on: Severity) -> u8 {
 }
 
 /// Discover one side and read its files of `step` (filtered by ranks/micros) in parallel.
-fn load_side(role: &'static str, root: &std::path::Path, opts: &Options) -> Result<SideData> {
+fn load_side(
+    role: &'static str,
+    root: &std::path::Path,
+    opts: &Options,
+    progress: &dyn Progress,
+) -> Result<SideData> {
     let tree = DumpTree::discover(root)?;
     let wanted: Vec<&crate::readers::layout::DumpFile> = tree
         .files()
@@ -70,9 +104,14 @@ fn load_side(role: &'static str, root: &std::path::Path, opts: &Options) -> Resu
                 .is_none_or(|m| opts.micros.as_ref().is_none_or(|s| s.contains(&m)))
         })
         .collect();
+    progress.start(role, wanted.len(), wanted.iter().map(|f| f.size).sum());
     let values = wanted
         .par_iter()
-        .map(|f| read_any(&f.path).map(|v| (f.path.clone(), v)))
+        .map(|f| {
+            let v = read_any(&f.path)?;
+            progress.file_done(f.size);
+            Ok((f.path.clone(), v))
+        })
         .collect::<Result<HashMap<_, _>>>()?;
     Ok(SideData {
         role,
@@ -97,21 +136,26 @@ fn cells_of(a: &SideData, ka: Kind, b: &SideData, kb: Kind) -> BTreeSet<(u32, Op
 
 /// Compare the trees named in `opts`.
 pub fn run(opts: &Options) -> Result<Report> {
+    run_with_progress(opts, &NoProgress)
+}
+
+/// [`run`], reporting file reads to `progress`.
+pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     if opts.weaver.is_none() && opts.remote_api.is_none() {
         return Err(Error::Usage(
             "nothing to compare: pass --weaver-dir and/or --remote-api-dir besides --self-hosted-dir".into(),
         ));
     }
-    let s = load_side("self-hosted", &opts.self_hosted, opts)?;
+    let s = load_side("self-hosted", &opts.self_hosted, opts, progress)?;
     let w = opts
         .weaver
         .as_ref()
-        .map(|p| load_side("weaver", p, opts))
+        .map(|p| load_side("weaver", p, opts, progress))
         .transpose()?;
     let r = opts
         .remote_api
         .as_ref()
-        .map(|p| load_side("remote-api", p, opts))
+        .map(|p| load_side("remote-api", p, opts, progress))
         .transpose()?;
     if s.values.is_empty() {
         return Err(Error::Usage(format!(
@@ -131,6 +175,9 @@ pub fn run(opts: &Options) -> Result<Report> {
             &opts.policy,
             &mut coverage,
         ));
+    }
+    if let Some(r) = &r {
+        sections.extend(remote_sections(&s, r, &opts.policy, &mut coverage));
     }
     sections.sort_by_key(|sec| sec.id);
     let sides: Vec<&SideData> = [Some(&s), w.as_ref(), r.as_ref()]
@@ -264,6 +311,22 @@ fn weaver_sections(
     sort_cells(&mut cells);
     out.push(section(2, "forward_data", pair, cells, vec![]));
 
+    // The self-hosted importance-sampling chain per micro: derived ratios and the
+    // tolerances they and the loss scalars inherit from their log-prob inputs.
+    let inputs = batch_inputs(s, r);
+    let chains: HashMap<(u32, Option<u32>), sections::Chain> = fwd_cells
+        .par_iter()
+        .filter_map(|&(rank, micro)| {
+            let a = s.get(Kind::ForwardData, Some(rank), micro)?;
+            let peer = sections::ChainPeer {
+                fwd: w.get(Kind::ForwardData, Some(rank), micro),
+                is_loss: w.get(Kind::IsLossDebug, Some(rank), micro),
+            };
+            let ch = sections::chain(policy, &inputs, a, peer, rank, micro.unwrap_or(0));
+            Some(((rank, micro), ch))
+        })
+        .collect();
+
     // Section 3: loss.
     let loss_cells: Vec<(u32, Option<u32>)> =
         cells_of(s, Kind::Loss, w, Kind::Loss).into_iter().collect();
@@ -276,7 +339,8 @@ fn weaver_sections(
         ) {
             (Some(a), Some(b)) => {
                 let p = precision.get(&(rank, micro)).copied().flatten();
-                let (c, n) = sections::loss_cell(policy, rank, micro.unwrap_or(0), a, b, p);
+                let stats = chains.get(&(rank, micro)).and_then(|c| c.stats.as_ref());
+                let (c, n) = sections::loss_cell(policy, rank, micro.unwrap_or(0), a, b, p, stats);
                 cells.push(c);
                 notes.extend(n);
             }
@@ -287,7 +351,6 @@ fn weaver_sections(
 
     // Section 4: is_loss_debug against the self-hosted forward_data + old_log_probs.
     if w.tree.kinds().contains(&Kind::IsLossDebug) {
-        let inputs = batch_inputs(s, r);
         let is_cells: Vec<(u32, Option<u32>)> =
             cells_of(s, Kind::ForwardData, w, Kind::IsLossDebug)
                 .into_iter()
@@ -297,6 +360,7 @@ fn weaver_sections(
             .filter_map(|&(rank, micro)| {
                 let a = s.get(Kind::ForwardData, Some(rank), micro)?;
                 let b = w.get(Kind::IsLossDebug, Some(rank), micro)?;
+                let ch = chains.get(&(rank, micro))?;
                 Some(sections::is_loss_cell(
                     policy,
                     rank,
@@ -305,7 +369,7 @@ fn weaver_sections(
                     s.get(Kind::Loss, Some(rank), micro),
                     b,
                     w.get(Kind::ForwardData, Some(rank), micro),
-                    &inputs,
+                    ch,
                 ))
             })
             .collect();
@@ -358,6 +422,88 @@ fn weaver_sections(
         }
         if !cells.is_empty() {
             out.push(section(6, key, pair, cells, vec![]));
+        }
+    }
+    out
+}
+
+/// Sections 1 and 5: trajectories (self-hosted vs remote-api) and remote-api datums vs
+/// its own trajectories.
+fn remote_sections(
+    s: &SideData,
+    r: &SideData,
+    policy: &TolerancePolicy,
+    coverage: &mut Vec<Coverage>,
+) -> Vec<Section> {
+    let mut out = Vec::new();
+    let whole = |kind: Kind, present_on: &str, missing_on: &str| Coverage {
+        kind: kind.dir_name().into(),
+        rank: None,
+        micro: None,
+        present_on: present_on.into(),
+        missing_on: missing_on.into(),
+    };
+    let prepared = r
+        .get(Kind::PreparedTrajectories, None, None)
+        .map(batch::trajectories);
+    let own = s.get(Kind::Trajectory, None, None).map(batch::trajectories);
+    match (&own, &prepared) {
+        (Some(a), Some(b)) => {
+            let (cell, notes) = batch::trajectories_cell(policy, a, b);
+            out.push(section(
+                1,
+                "trajectories",
+                "self-hosted vs remote-api",
+                vec![cell],
+                notes,
+            ));
+        }
+        (None, None) => {}
+        (a, _) => {
+            let (on, off) = if a.is_some() {
+                ("self-hosted", "remote-api")
+            } else {
+                ("remote-api", "self-hosted")
+            };
+            coverage.push(whole(Kind::Trajectory, on, off));
+            let cell = sections::missing_cell(None, None, on, off);
+            out.push(section(
+                1,
+                "trajectories",
+                "self-hosted vs remote-api",
+                vec![cell],
+                vec![],
+            ));
+        }
+    }
+    let datums = r.get(Kind::Datums, None, None).map(batch::datums);
+    match (&prepared, &datums) {
+        (Some(t), Some(d)) => {
+            let inputs = batch_inputs(s, None);
+            let (cell, notes) = batch::datums_cell(policy, t, d, &inputs);
+            out.push(section(
+                5,
+                "datums",
+                "remote-api datums vs trajectories",
+                vec![cell],
+                notes,
+            ));
+        }
+        (None, None) => {}
+        (t, _) => {
+            let (on, off) = if t.is_some() {
+                ("prepared_trajectories", "datums")
+            } else {
+                ("datums", "prepared_trajectories")
+            };
+            let cell = sections::missing_cell(None, None, on, off);
+            out.push(section(
+                5,
+                "datums",
+                "remote-api datums vs trajectories",
+                vec![cell],
+                vec![format!("remote-api has {on} but no {off}")],
+            ));
         }
     }
     out
@@ -470,16 +616,7 @@ fn finding(sec: &Section, cell: &Cell, c: &report::Comparison) -> Finding {
     let m = c.metrics.as_ref();
     let at = m.and_then(|m| m.first_beyond.or(m.max_abs));
     let (a, b, abs_diff) = at.map_or((f64::NAN, f64::NAN, f64::NAN), |d| (d.a, d.b, d.abs_diff));
-    let max_d = m.and_then(|m| m.max_abs).map_or(abs_diff, |d| d.abs_diff);
-    let max_a = m.and_then(|m| m.max_abs).map_or(a, |d| d.a);
-    let allowed_max = c.tolerance.atol + c.tolerance.rtol * max_a.abs();
-    let excess = if allowed_max > 0.0 {
-        max_d / allowed_max
-    } else if max_d > 0.0 {
-        f64::INFINITY
-    } else {
-        0.0
-    };
+    let excess = m.map_or(f64::INFINITY, |m| m.max_excess);
     Finding {
         section: sec.name.clone(),
         name: c.name.clone(),

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use crate::compare::align::{match_rows, split_positions, strip_pad, RowMatch};
 use crate::compare::metrics::{effective_dtype, Accumulator, ElemLoc};
+use crate::compare::propagate::{self, ChainElem, ChainStats};
 use crate::compare::tolerance::{coarser, Tolerance, TolerancePolicy, Verdict};
 use crate::dumpdiff::report::{Cell, Comparison, Origin, RowSummary};
 use crate::frames::tokens_hash;
@@ -337,8 +338,9 @@ impl PairCtx<'_> {
     }
 }
 
+/// Turn an accumulator into a [`Comparison`] judged by `tol`.
 #[allow(clippy::too_many_arguments)]
-fn finish(
+pub fn finish(
     name: String,
     acc: Accumulator,
     tol: Tolerance,
@@ -550,6 +552,176 @@ fn batch_indices(
     )
 }
 
+/// The reference side's importance-sampling chain for one micro, derived from its dumped
+/// inputs, with every element's propagated tolerance ([`crate::compare::propagate`]).
+pub struct Chain {
+    /// Batch index of each row (None where not found).
+    pub idx: Vec<Option<usize>>,
+    /// How the rows were located in the batch.
+    pub how: String,
+    /// `old_log_probs` sliced to this micro's rows.
+    pub old: Option<Mat>,
+    /// `exp(log_probs − old_log_probs)`.
+    pub ratio: Option<Mat>,
+    /// Allowed error of each ratio element: `r·(e^E − 1)`, `E` the inputs' tolerances.
+    pub ratio_allowed: Option<Mat>,
+    /// Advantages broadcast over the row (remote-api `prepared_trajectories`).
+    pub adv: Option<Mat>,
+    /// The valid elements, for the tolerances of masked means and clip fractions.
+    pub stats: Option<ChainStats>,
+}
+
+/// The other side's dumps a [`Chain`] borrows precisions and advantages from.
+#[derive(Clone, Copy, Default)]
+pub struct ChainPeer<'a> {
+    /// The other side's `forward_data` (its `input_ids` pair rows, its log-prob precision).
+    pub fwd: Option<&'a Value>,
+    /// The other side's `is_loss_debug` (old_log_probs precision, advantages).
+    pub is_loss: Option<&'a Value>,
+}
+
+/// Derive one micro's chain from the reference `forward_data` and the batch inputs.
+/// The log-prob inputs' tolerances are those their own comparisons use (the coarser
+/// precision of both sides), so a ratio is allowed what its inputs are allowed.
+pub fn chain(
+    policy: &TolerancePolicy,
+    inputs: &BatchInputs,
+    a_fwd: &Value,
+    peer: ChainPeer<'_>,
+    rank: u32,
+    micro: u32,
+) -> Chain {
+    let lp_a = Mat::of(a_fwd, "log_probs");
+    let mask_a = Mat::of(a_fwd, "response_mask");
+    let na = lp_a.as_ref().map_or(0, |m| m.rows);
+    let (idx, how) = batch_indices(inputs, a_fwd, rank, micro, na);
+    let old = inputs.old_log_probs.as_ref().and_then(|old| {
+        let mut data = Vec::with_capacity(na * old.width);
+        for i in &idx {
+            let r = old.row((*i)?);
+            if r.len() != old.width {
+                return None;
+            }
+            data.extend_from_slice(r);
+        }
+        Some(Mat {
+            shape: vec![na, old.width],
+            rows: na,
+            width: old.width,
+            data,
+            dtype: old.dtype,
+        })
+    });
+    let adv = inputs.advantages.as_ref().and_then(|adv| {
+        let w = lp_a.as_ref()?.width;
+        let mut data = Vec::with_capacity(na * w);
+        for i in &idx {
+            let v = *adv.get((*i)?)?;
+            data.extend(std::iter::repeat_n(v, w));
+        }
+        Some(Mat {
+            shape: vec![na, w],
+            rows: na,
+            width: w,
+            data,
+            dtype: DType::F64,
+        })
+    });
+    let (Some(lp), Some(o)) = (&lp_a, &old) else {
+        return Chain {
+            idx,
+            how,
+            old,
+            ratio: None,
+            ratio_allowed: None,
+            adv,
+            stats: None,
+        };
+    };
+    let peer_prec =
+        |v: Option<&Value>, key: &str| v.and_then(|v| Mat::of(v, key)).map(|m| m.precision());
+    let with_peer = |own: DType, other: Option<DType>| other.map_or(own, |p| coarser(own, p));
+    let tol_lp = policy.resolve(
+        "is_loss.log_probs",
+        with_peer(
+            lp.precision(),
+            peer_prec(peer.fwd, "log_probs").or_else(|| peer_prec(peer.is_loss, "log_probs")),
+        ),
+        false,
+    );
+    let tol_old = policy.resolve(
+        "is_loss.old_log_probs",
+        with_peer(o.precision(), peer_prec(peer.is_loss, "old_log_probs")),
+        false,
+    );
+    let mut ratio = Vec::with_capacity(lp.data.len());
+    let mut allowed = Vec::with_capacity(lp.data.len());
+    for r in 0..lp.rows {
+        let (x, old_row) = (lp.row(r), o.row(r));
+        for (p, &l) in x.iter().enumerate() {
+            let ol = old_row.get(p).copied().unwrap_or(f64::NAN);
+            let rt = (l - ol).exp();
+            ratio.push(rt);
+            allowed.push(propagate::ratio_allowed(
+                rt,
+                propagate::log_ratio_allowed(tol_lp.allowed(l), tol_old.allowed(ol)),
+            ));
+        }
+    }
+    let ratio = Mat {
+        data: ratio,
+        dtype: DType::F64,
+        ..lp.clone()
+    };
+    let ratio_allowed = Mat {
+        data: allowed,
+        ..ratio.clone()
+    };
+    // |A| per row: the remote-api advantages, else the other side's (paired by content).
+    let abs_adv: Vec<Option<f64>> = match &adv {
+        Some(a) => (0..na).map(|r| a.row(r).first().map(|v| v.abs())).collect(),
+        None => {
+            let b_adv = peer.is_loss.and_then(|v| Mat::of(v, "advantages"));
+            let nb = b_adv.as_ref().map_or(0, |m| m.rows);
+            let rows = pair_rows(
+                token_rows(a_fwd, "input_ids"),
+                peer.fwd.and_then(|f| token_rows(f, "input_ids")),
+                na,
+                nb,
+            );
+            let mut out = vec![None; na];
+            if let Some(b) = &b_adv {
+                for &(ra, rb) in &rows.pairs {
+                    out[ra] = Some(b.row(rb).iter().fold(0.0f64, |m, v| m.max(v.abs())));
+                }
+            }
+            out
+        }
+    };
+    let mut elems = Vec::new();
+    for (r, &abs_advantage) in abs_adv.iter().enumerate() {
+        let m = mask_row(mask_a.as_ref(), r, lp.width);
+        for (p, _) in m.iter().enumerate().filter(|(_, &v)| v != 0) {
+            if let (Some(&rt), Some(&al)) = (ratio.row(r).get(p), ratio_allowed.row(r).get(p)) {
+                elems.push(ChainElem {
+                    ratio: rt,
+                    ratio_allowed: al,
+                    abs_advantage,
+                });
+            }
+        }
+    }
+    Chain {
+        idx,
+        how,
+        old,
+        ratio: Some(ratio),
+        ratio_allowed: Some(ratio_allowed),
+        adv,
+        stats: Some(ChainStats { elems }),
+    }
+}
+
 /// Section 4: `is_loss_debug` intermediates, the self-hosted side sliced and derived.
 #[allow(clippy::too_many_arguments)]
 pub fn is_loss_cell(
@@ -560,7 +732,7 @@ pub fn is_loss_cell(
     a_loss: Option<&Value>,
     b_is: &Value,
     b_fwd: Option<&Value>,
-    inputs: &BatchInputs,
+    ch: &Chain,
 ) -> Cell {
     const S: &str = "is_loss";
     let lp_a = Mat::of(a_fwd, "log_probs");
@@ -607,34 +779,17 @@ pub fn is_loss_cell(
         )),
         _ => out.push(skipped(S, "log_probs", "not dumped on both sides")),
     }
-    // old_log_probs: sliced from the whole batch to this micro's rows.
-    let (idx, how) = batch_indices(inputs, a_fwd, rank, micro, na);
-    let old_a = inputs.old_log_probs.as_ref().and_then(|old| {
-        let mut data = Vec::with_capacity(na * old.width);
-        for i in &idx {
-            let r = old.row((*i)?);
-            if r.len() != old.width {
-                return None;
-            }
-            data.extend_from_slice(r);
-        }
-        Some(Mat {
-            shape: vec![na, old.width],
-            rows: na,
-            width: old.width,
-            data,
-            dtype: old.dtype,
-        })
-    });
-    let rows_list: Vec<String> = idx
+    let rows_list: Vec<String> = ch
+        .idx
         .iter()
         .map(|i| i.map_or("?".into(), |i| i.to_string()))
         .collect();
     let old_origin = Origin::sliced(format!(
-        "old_log_probs.old_log_probs rows [{}] ({how})",
-        rows_list.join(", ")
+        "old_log_probs.old_log_probs rows [{}] ({})",
+        rows_list.join(", "),
+        ch.how
     ));
-    match (&old_a, Mat::of(b_is, "old_log_probs")) {
+    match (&ch.old, Mat::of(b_is, "old_log_probs")) {
         (Some(x), Some(y)) => out.push(ctx.masked(
             "old_log_probs",
             x,
@@ -651,72 +806,48 @@ pub fn is_loss_cell(
         )),
         (_, None) => out.push(skipped(S, "old_log_probs", "not dumped by weaver")),
     }
-    // advantages: broadcast from prepared_trajectories.
-    let adv_a = inputs.advantages.as_ref().and_then(|adv| {
-        let w = lp_a.as_ref()?.width;
-        let mut data = Vec::with_capacity(na * w);
-        for i in &idx {
-            let v = *adv.get((*i)?)?;
-            data.extend(std::iter::repeat_n(v, w));
-        }
-        Some(Mat {
-            shape: vec![na, w],
-            rows: na,
-            width: w,
-            data,
-            dtype: DType::F64,
-        })
-    });
-    match (&adv_a, Mat::of(b_is, "advantages")) {
+    match (&ch.adv, Mat::of(b_is, "advantages")) {
         (Some(x), Some(y)) => out.push(ctx.masked("advantages", x, &y, Origin::derived("prepared_trajectories.advantages broadcast over valid positions"), dumped_b("advantages"), false, false)),
         (None, _) => out.push(skipped(S, "advantages", "self-hosted dumps no advantages; pass --remote-api-dir to take them from prepared_trajectories")),
         (_, None) => out.push(skipped(S, "advantages", "not dumped by weaver")),
     }
-    // prob_ratio = exp(log_probs − old_log_probs) on the valid mask.
-    let ratio_a = match (&lp_a, &old_a) {
-        (Some(lp), Some(old)) => {
-            let data = (0..lp.rows)
-                .flat_map(|r| {
-                    let (x, o) = (lp.row(r), old.row(r));
-                    (0..lp.width).map(move |p| (x[p] - o.get(p).copied().unwrap_or(f64::NAN)).exp())
-                })
-                .collect();
-            Some(Mat {
-                data,
-                dtype: DType::F64,
-                ..lp.clone()
-            })
-        }
-        _ => None,
-    };
-    match (&ratio_a, Mat::of(b_is, "prob_ratio")) {
-        (Some(x), Some(y)) => out.push(ctx.masked(
+    match (&ch.ratio, &ch.ratio_allowed, Mat::of(b_is, "prob_ratio")) {
+        (Some(x), Some(e), Some(y)) => out.push(ctx.propagated(
             "prob_ratio",
             x,
             &y,
             Origin::derived("exp(forward_data.log_probs − old_log_probs)"),
             dumped_b("prob_ratio"),
-            true,
-            false,
+            e,
         )),
         _ => out.push(skipped(S, "prob_ratio", "inputs to derive it are missing")),
     }
-    let el_a = match (&ratio_a, &adv_a) {
-        (Some(r), Some(a)) => Some(Mat {
-            data: r.data.iter().zip(&a.data).map(|(r, a)| -r * a).collect(),
-            ..r.clone()
-        }),
+    let el = match (&ch.ratio, &ch.ratio_allowed, &ch.adv) {
+        (Some(r), Some(e), Some(a)) => Some((
+            Mat {
+                data: r.data.iter().zip(&a.data).map(|(r, a)| -r * a).collect(),
+                ..r.clone()
+            },
+            Mat {
+                data: e
+                    .data
+                    .iter()
+                    .zip(&a.data)
+                    .map(|(e, a)| propagate::product_allowed(*e, *a))
+                    .collect(),
+                ..e.clone()
+            },
+        )),
         _ => None,
     };
-    match (&el_a, Mat::of(b_is, "elementwise_loss")) {
-        (Some(x), Some(y)) => out.push(ctx.masked(
+    match (&el, Mat::of(b_is, "elementwise_loss")) {
+        (Some((x, e)), Some(y)) => out.push(ctx.propagated(
             "elementwise_loss",
             x,
             &y,
             Origin::derived("−prob_ratio · advantages"),
             dumped_b("elementwise_loss"),
-            true,
-            false,
+            e,
         )),
         _ => out.push(skipped(
             S,
@@ -725,13 +856,14 @@ pub fn is_loss_cell(
         )),
     }
     match (a_loss.and_then(|l| l.get("loss")), b_is.get("loss")) {
-        (Some(x), Some(y)) => out.extend(ctx.scalar(
+        (Some(x), Some(y)) => out.extend(ctx.scalar_with(
             "loss",
             x,
             y,
             Origin::dumped("loss", "loss"),
             dumped_b("loss"),
             true,
+            loss_propagation("loss", ch.stats.as_ref(), a_loss),
         )),
         _ => out.push(skipped(S, "loss", "not dumped on both sides")),
     }
@@ -739,6 +871,52 @@ pub fn is_loss_cell(
         out.push(row_coverage_fail(S, &rows));
     }
     cell(Some(rank), Some(micro), Some(row_summary(&rows)), out)
+}
+
+/// The clip range of a loss file's `extra_info` (`clip_ratio`, `clip_ratio_low/high`,
+/// `clip_eps`, `cliprange`), else PPO's customary 0.2 on both sides.
+fn clip_range(loss: Option<&Value>) -> (f64, f64) {
+    let info = loss.and_then(|l| l.get("extra_info"));
+    let num = |k: &str| info.and_then(|i| i.get(k)).and_then(Value::as_f64);
+    let sym = ["clip_ratio", "clip_eps", "cliprange", "clip_range"]
+        .iter()
+        .find_map(|k| num(k))
+        .unwrap_or(0.2);
+    (
+        num("clip_ratio_low").unwrap_or(sym),
+        num("clip_ratio_high").unwrap_or(sym),
+    )
+}
+
+/// The propagated tolerance of a loss-file scalar that is a masked aggregate of the
+/// chain's elements, with how it was obtained (None: no rule for this key).
+fn loss_propagation(
+    key: &str,
+    stats: Option<&ChainStats>,
+    loss: Option<&Value>,
+) -> Option<(f64, String)> {
+    let stats = stats?;
+    let leaf = key.rsplit('.').next().unwrap_or(key);
+    let n = stats.count();
+    match leaf {
+        "loss" | "pg_loss" => stats
+            .mean_loss_allowed()
+            .map(|e| (e, format!("= mean of |A|·r·(e^E−1) over {n} tokens"))),
+        "avg_ratio" | "ratio_mean" => stats
+            .mean_ratio_allowed()
+            .map(|e| (e, format!("= mean of r·(e^E−1) over {n} tokens"))),
+        l if l.contains("clip_frac") || l.contains("clipfrac") => {
+            let (lo, hi) = clip_range(loss);
+            let flips = stats.flips(lo, hi);
+            stats.clip_fraction_allowed(lo, hi).map(|e| {
+                (
+                    e,
+                    format!("= {flips} of {n} tokens within tolerance of the clip boundary 1−{lo}/1+{hi}"),
+                )
+            })
+        }
+        _ => None,
+    }
 }
 
 /// Section 3: `loss` scalars and every shared key of `metrics`.
@@ -749,6 +927,7 @@ pub fn loss_cell(
     a: &Value,
     b: &Value,
     precision: Option<DType>,
+    stats: Option<&ChainStats>,
 ) -> (Cell, Vec<String>) {
     let rows = RowMatch::by_index(0, 0);
     let ctx = PairCtx {
@@ -763,13 +942,14 @@ pub fn loss_cell(
     let mut notes = Vec::new();
     for key in ["loss", "pg_loss", "entropy_loss"] {
         match (a.get(key), b.get(key)) {
-            (Some(x), Some(y)) => out.extend(ctx.scalar(
+            (Some(x), Some(y)) => out.extend(ctx.scalar_with(
                 key,
                 x,
                 y,
                 Origin::dumped("loss", key),
                 Origin::dumped("loss", key),
                 true,
+                loss_propagation(key, stats, Some(a)),
             )),
             _ => out.push(skipped("loss", key, "not dumped on both sides")),
         }
@@ -780,13 +960,14 @@ pub fn loss_cell(
             match mb.get(k) {
                 Some(vb) => {
                     let key = format!("metrics.{k}");
-                    out.extend(ctx.scalar(
+                    out.extend(ctx.scalar_with(
                         &key,
                         va,
                         vb,
                         Origin::dumped("loss", &key),
                         Origin::dumped("loss", &key),
                         true,
+                        loss_propagation(&key, stats, Some(a)),
                     ));
                 }
                 None => notes.push(format!(
@@ -850,4 +1031,144 @@ pub fn tensor_cell(
         _ => skipped(section, key, "not dumped on both sides"),
     };
     cell(Some(rank), micro, None, vec![c])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(v: &[&[f64]]) -> Value {
+        Value::List(
+            v.iter()
+                .map(|r| Value::List(r.iter().map(|&x| Value::Float(x)).collect()))
+                .collect(),
+        )
+    }
+
+    fn dict(items: Vec<(&str, Value)>) -> Value {
+        Value::Dict(
+            items
+                .into_iter()
+                .map(|(k, v)| (Value::Str(k.into()), v))
+                .collect(),
+        )
+    }
+
+    fn f32r(x: f64) -> f64 {
+        x as f32 as f64
+    }
+
+    fn bf16r(x: f64) -> f64 {
+        half::bf16::from_f64(x).to_f64()
+    }
+
+    /// One micro of one row: self-hosted f32 log-probs, the other side's bf16-rounded.
+    /// Position 0 sits at log p ≈ −20 where bf16 rounding moves log p by 0.06, so the
+    /// ratio moves by 6 % — beyond any fixed bf16 rtol, within its inputs' tolerance.
+    fn is_loss_case(ratio_b1: Option<f64>) -> (Cell, Chain) {
+        let lp = [f32r(-20.06), f32r(-2.3)];
+        let old = [f32r(-20.05), f32r(-2.31)];
+        let lp_b = [bf16r(lp[0]), bf16r(lp[1])];
+        let ratio_b = [
+            f32r((lp_b[0] - old[0]).exp()),
+            ratio_b1.unwrap_or_else(|| f32r((lp_b[1] - old[1]).exp())),
+        ];
+        let a_fwd = dict(vec![
+            ("log_probs", rows(&[&lp])),
+            ("response_mask", rows(&[&[1.0, 1.0]])),
+        ]);
+        let b_is = dict(vec![
+            ("log_probs", rows(&[&lp_b])),
+            ("old_log_probs", rows(&[&old])),
+            ("effective_valid", rows(&[&[1.0, 1.0]])),
+            ("prob_ratio", rows(&[&ratio_b])),
+        ]);
+        let inputs = BatchInputs {
+            old_log_probs: Mat::of(&dict(vec![("o", rows(&[&old]))]), "o"),
+            traj_index: HashMap::new(),
+            advantages: None,
+            micros_per_rank: 1,
+        };
+        let policy = TolerancePolicy::default();
+        let peer = ChainPeer {
+            fwd: None,
+            is_loss: Some(&b_is),
+        };
+        let ch = chain(&policy, &inputs, &a_fwd, peer, 0, 0);
+        let cell = is_loss_cell(&policy, 0, 0, &a_fwd, None, &b_is, None, &ch);
+        (cell, ch)
+    }
+
+    fn comparison<'a>(cell: &'a Cell, name: &str) -> &'a Comparison {
+        cell.comparisons.iter().find(|c| c.name == name).unwrap()
+    }
+
+    #[test]
+    fn ratio_tolerance_is_propagated_from_log_prob_inputs() {
+        let (cell, ch) = is_loss_case(None);
+        let ratio = comparison(&cell, "is_loss.prob_ratio");
+        let m = ratio.metrics.as_ref().unwrap();
+        let worst = m.max_abs.unwrap();
+        // The bf16 noise: 6 % of the ratio, twice the old blanket "bf16 × 2" rtol (3.2e-2).
+        assert_eq!(worst.loc.pos, 0);
+        assert!(worst.abs_diff > 0.05 * worst.a, "{worst:?}");
+        assert_eq!(ratio.verdict, Verdict::Pass, "{}", ratio.reason);
+        assert_eq!(
+            comparison(&cell, "is_loss.log_probs").verdict,
+            Verdict::Pass
+        );
+        // The allowance at pos 0: r·(e^E − 1), E = bf16 tol of log p + f32 tol of old.
+        let e = (1e-5 + 1.6e-2 * f32r(20.06)) + (1e-5 + 1.3e-6 * f32r(20.05));
+        let r = (f32r(-20.06) - f32r(-20.05)).exp();
+        let allowed = ch.ratio_allowed.as_ref().unwrap().row(0)[0];
+        assert!((allowed - r * e.exp_m1()).abs() < 1e-12, "{allowed}");
+        assert_eq!(ch.stats.as_ref().unwrap().count(), 2);
+    }
+
+    #[test]
+    fn a_wrong_ratio_is_still_flagged_at_its_position() {
+        let (cell, _) = is_loss_case(Some(0.6));
+        let ratio = comparison(&cell, "is_loss.prob_ratio");
+        assert_eq!(ratio.verdict, Verdict::Fail);
+        let m = ratio.metrics.as_ref().unwrap();
+        assert_eq!(m.beyond, 1);
+        let first = m.first_beyond.unwrap();
+        assert_eq!((first.loc.row, first.loc.pos, first.b), (0, 1, 0.6));
+    }
+
+    fn loss_with_clip_frac(frac: f64) -> Value {
+        dict(vec![(
+            "metrics",
+            dict(vec![("clip_frac", Value::Float(frac))]),
+        )])
+    }
+
+    #[test]
+    fn clip_fraction_may_move_by_the_tokens_near_the_boundary() {
+        // 4 valid tokens, one (1.19 ± 0.02) within tolerance of the 1.2 boundary.
+        let e = |ratio, ratio_allowed| ChainElem {
+            ratio,
+            ratio_allowed,
+            abs_advantage: Some(1.0),
+        };
+        let stats = ChainStats {
+            elems: vec![e(1.19, 0.02), e(1.0, 0.02), e(0.9, 0.02), e(1.5, 0.02)],
+        };
+        let policy = TolerancePolicy::default();
+        let verdict = |b: f64| {
+            let (cell, _) = loss_cell(
+                &policy,
+                0,
+                0,
+                &loss_with_clip_frac(0.25),
+                &loss_with_clip_frac(b),
+                Some(DType::BF16),
+                Some(&stats),
+            );
+            comparison(&cell, "loss.metrics.clip_frac").verdict
+        };
+        assert_eq!(verdict(0.5), Verdict::Pass); // one token flipped: allowed
+        assert_eq!(verdict(0.75), Verdict::Fail); // two flipped: only one could
+        assert_eq!(verdict(0.25), Verdict::Pass);
+    }
 }

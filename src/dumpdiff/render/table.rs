@@ -57,6 +57,9 @@ impl Renderer for TableRenderer {
         table.load_style(UTF8_FULL_CONDENSED);
         let mut header = vec![Cell::new("section")];
         header.extend(ranks.iter().map(|r| Cell::new(format!("r{r}"))));
+        if ranks.is_empty() {
+            header.push(Cell::new("batch"));
+        }
         table.set_header(header);
         for sec in &report.sections {
             let mut row = vec![self.cell(sec.verdict, format!("{} {}", sec.id, sec.name))];
