@@ -22,6 +22,7 @@ pub mod inspect;
 pub mod json;
 pub mod kernels;
 pub mod logscan;
+pub mod postmortem;
 pub mod losscheck;
 pub mod detect;
 pub mod report;

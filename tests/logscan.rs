@@ -357,3 +357,35 @@ fn cli_output_json_has_schema_version() {
     assert_eq!(v["findings"][0]["detector"], "nan-grad");
     assert_eq!(v["findings"][0]["first_step"], 7);
 }
+
+#[test]
+fn plot_flag_draws_key_metrics_with_findings_marked() {
+    use clap::Parser;
+    use rlforensics::logscan::cli::{run as cli_run, LogscanArgs};
+    let dir = tempfile::tempdir().unwrap();
+    let f = fixture("debug_faults");
+    let go = |out: &Path| {
+        let a = LogscanArgs::try_parse_from([
+            "logscan".as_ref(),
+            f.as_os_str(),
+            "--plot".as_ref(),
+            out.as_os_str(),
+        ])
+        .unwrap();
+        cli_run(&a, false)
+    };
+    let png = dir.path().join("m.png");
+    assert_eq!(go(&png).unwrap().code, 1);
+    assert_eq!(&std::fs::read(&png).unwrap()[..8], b"\x89PNG\r\n\x1a\n");
+    let svg = dir.path().join("m.svg");
+    go(&svg).unwrap();
+    let s = std::fs::read_to_string(&svg).unwrap();
+    for title in ["Loss", "Reward mean ± std", "Grad norm", "KL", "Entropy", "Peak memory (GB)"] {
+        assert!(s.contains(title), "{title}");
+    }
+    for detector in ["nan-grad", "grad-spike", "kl-explosion", "entropy-collapse", "truncation"] {
+        assert!(s.contains(detector), "{detector} not marked");
+    }
+    let e = go(&dir.path().join("m.gif")).unwrap_err().to_string();
+    assert!(e.contains("must end in .png or .svg"), "{e}");
+}

@@ -6,3 +6,4 @@ mod pt;
 mod logscan;
 mod dumpdiff;
 mod losscheck;
+mod postmortem;

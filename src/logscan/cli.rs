@@ -93,6 +93,9 @@ pub struct LogscanArgs {
     /// Write the normalised frame (canonical + raw columns) as Parquet.
     #[arg(long, value_name = "FILE")]
     pub export: Option<PathBuf>,
+    /// Draw the key metrics with findings marked to FILE (.png or .svg).
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
     /// Exit 1 when a finding is at or above this severity.
     #[arg(long, value_enum, default_value = "error")]
     pub fail_on: Severity,
@@ -150,6 +153,10 @@ pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
     if let Some(out) = &args.output {
         let text = crate::report::json::JsonRenderer.render_report(&report)?;
         std::fs::write(out, text).map_err(|e| Error::io(out, e))?;
+    }
+    if let Some(p) = &args.plot {
+        let panels = crate::report::plot::panels(&report.frame, &report.findings);
+        crate::report::plot::write_grid(p, &panels, None)?;
     }
     if let Some(p) = &args.export {
         report.frame.write_parquet(p)?;

@@ -6,6 +6,7 @@ pub mod npy;
 pub mod pt;
 pub mod safetensors;
 pub mod aliases;
+pub mod crash_bundle;
 pub mod events;
 pub mod steps;
 pub mod textlog;

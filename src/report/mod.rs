@@ -1,8 +1,10 @@
 //! Renderers for `logscan` reports: one per output format behind one trait
 //! (terminal table, JSON, markdown) plus the PNG/SVG plot.
 
+pub mod html;
 pub mod json;
 pub mod markdown;
+pub mod plot;
 pub mod table;
 
 use crate::error::Result;

@@ -1,0 +1,263 @@
+//! `report.md`: the postmortem as GitHub-flavoured markdown, plots linked as PNG files.
+
+use super::{Postmortem, StepTable};
+use crate::report::evidence_text;
+
+fn esc(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+/// A table cell: 4 significant digits, NaN/inf spelled out, `-` when absent.
+pub fn cell(v: Option<f64>) -> String {
+    match v {
+        None => "-".to_string(),
+        Some(x) if x.is_nan() => "NaN".to_string(),
+        Some(x) if x.is_infinite() => if x > 0.0 { "inf" } else { "-inf" }.to_string(),
+        Some(x) if x == x.trunc() && x.abs() < 1e9 => format!("{x:.0}"),
+        Some(x) => {
+            let a = x.abs();
+            if !(1e-3..1e5).contains(&a) {
+                format!("{x:.3e}")
+            } else {
+                format!("{}", (x * 1e4).round() / 1e4)
+            }
+        }
+    }
+}
+
+/// The last-steps table as markdown (`No steps logged.` when empty).
+pub fn step_table(t: &StepTable) -> String {
+    if t.rows.is_empty() {
+        return "No steps logged.\n".to_string();
+    }
+    let mut o = format!("| step | {} |\n|---|", t.columns.join(" | "));
+    o.push_str(&"---|".repeat(t.columns.len()));
+    o.push('\n');
+    for (s, cells) in &t.rows {
+        let c: Vec<String> = cells.iter().map(|v| cell(*v)).collect();
+        o.push_str(&format!("| {s} | {} |\n", c.join(" | ")));
+    }
+    o
+}
+
+/// Render the whole report.
+pub fn render(pm: &Postmortem) -> String {
+    let mut o = format!("# Postmortem: {}\n\n**{}**\n\n", pm.run.name, pm.headline);
+    o.push_str(&format!(
+        "- status: **{}**\n- input: `{}` ({})\n",
+        pm.status,
+        pm.run.path.display(),
+        pm.run.kind
+    ));
+    if let Some(t) = &pm.run.started {
+        o.push_str(&format!("- started: {t}\n"));
+    }
+    o.push_str(&format!(
+        "- logged steps: {} ({}..{})\n",
+        pm.logged_steps,
+        pm.first_step.map_or("-".into(), |s| s.to_string()),
+        pm.last_step.map_or("-".into(), |s| s.to_string())
+    ));
+    for (k, v) in &pm.run.config {
+        o.push_str(&format!("- {k}: `{}`\n", v.to_string().trim_matches('"')));
+    }
+
+    o.push_str("\n## What to do\n\n");
+    if pm.recommendations.is_empty() {
+        o.push_str("Nothing stands out.\n");
+    }
+    for (i, r) in pm.recommendations.iter().enumerate() {
+        o.push_str(&format!("{}. {r}\n", i + 1));
+    }
+
+    o.push_str("\n## Crash\n\n");
+    match &pm.crash {
+        None => o.push_str("No crash bundle and no crash event: the run did not crash (or left no record of it).\n"),
+        Some(c) => {
+            o.push_str(&format!(
+                "- step: **{}**\n- exception: `{}`: {}\n- signature: **{}** (`{}`)\n- source: {}{}\n\n{}\n",
+                c.step.map_or("unknown".into(), |s| s.to_string()),
+                c.exception_type,
+                esc(c.message.lines().next().unwrap_or("")),
+                c.classification.title,
+                c.classification.id,
+                c.source,
+                c.bundle.as_ref().map_or(String::new(), |b| format!(" `failures/{b}`")),
+                c.classification.explanation
+            ));
+            if !c.missing_files.is_empty() {
+                o.push_str(&format!("\nMissing from the bundle: {}\n", c.missing_files.join(", ")));
+            }
+            for (bi, b) in c.chain.iter().enumerate() {
+                o.push_str(&format!(
+                    "\n### Exception {} of {}: `{}`\n\n",
+                    bi + 1,
+                    c.chain.len(),
+                    b.exc_type
+                ));
+                if !b.frames.is_empty() {
+                    o.push_str("| # | origin | file:line | function | code |\n|---|---|---|---|---|\n");
+                    for (i, f) in b.frames.iter().enumerate() {
+                        o.push_str(&format!(
+                            "| {} | {} | `{}:{}` | `{}` | `{}` |\n",
+                            i,
+                            f.origin.name(),
+                            f.file,
+                            f.line.map_or("?".into(), |l| l.to_string()),
+                            f.function,
+                            esc(f.code.as_deref().unwrap_or(""))
+                        ));
+                    }
+                }
+                o.push_str(&format!("\n`{}: {}`\n", b.exc_type, esc(&b.message)));
+                match b.leads_to.as_deref() {
+                    Some("cause") => o.push_str("\nwhich was the direct cause of:\n"),
+                    Some(_) => o.push_str("\nwhile handling it, another exception occurred:\n"),
+                    None => {}
+                }
+            }
+            if let Some(f) = &c.trainer_frame {
+                o.push_str(&format!(
+                    "\nLast frame in the trainer's own code: `{}:{}` in `{}`.\n",
+                    f.file,
+                    f.line.map_or("?".into(), |l| l.to_string()),
+                    f.function
+                ));
+            }
+            if c.chain.is_empty() {
+                if let Some(t) = &c.exception_text {
+                    o.push_str(&format!("\n```\n{}\n```\n", t.trim_end()));
+                }
+            }
+            o.push_str("\n## Offending batch\n\n");
+            match &c.context {
+                None => o.push_str("No context.json.\n"),
+                Some(ctx) => {
+                    o.push_str(&format!(
+                        "- token_counts: `{:?}`\n- empty_indices: `{:?}`\n- batch_indices: `{:?}`\n- raw_loss: {}\n- grad_norm: {}\n- grad_nan_count: {}\n- learning_rate: {}\n- val_loss: {}\n",
+                        ctx.token_counts,
+                        ctx.empty_indices,
+                        ctx.batch_indices,
+                        cell(ctx.raw_loss),
+                        cell(ctx.grad_norm),
+                        ctx.grad_nan_count.map_or("-".into(), |n| n.to_string()),
+                        cell(ctx.learning_rate),
+                        cell(ctx.val_loss)
+                    ));
+                    if !ctx.metrics.is_empty() {
+                        let m: Vec<String> = ctx.metrics.iter().map(|(k, v)| format!("{k}={}", cell(Some(*v)))).collect();
+                        o.push_str(&format!("- metrics: {}\n", m.join(", ")));
+                    }
+                    if !ctx.prompts_preview.is_empty() {
+                        o.push_str("\n| prompt | prompt preview | answer preview |\n|---|---|---|\n");
+                        for (i, p) in ctx.prompts_preview.iter().enumerate() {
+                            let a = ctx.answers_preview.get(i).map(String::as_str).unwrap_or("");
+                            o.push_str(&format!("| {i} | {} | {} |\n", esc(p), esc(a)));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    for d in &pm.diagnoses {
+        o.push_str(&format!(
+            "\n## Diagnosis: {}\n\n{}\n",
+            d.title, d.explanation
+        ));
+    }
+
+    o.push_str(&format!(
+        "\n## Last steps{}\n\nFrom {}.\n\n",
+        if pm.crash.is_some() {
+            " before the crash"
+        } else {
+            ""
+        },
+        pm.last_steps.source
+    ));
+    o.push_str(&step_table(&pm.last_steps));
+
+    o.push_str("\n## Findings over the whole run\n\n");
+    if pm.findings.is_empty() {
+        o.push_str("No findings.\n");
+    } else {
+        o.push_str(
+            "| severity | detector | steps | n | finding | evidence |\n|---|---|---|---|---|---|\n",
+        );
+        for f in &pm.findings {
+            o.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {} |\n",
+                f.severity.name(),
+                f.detector,
+                f.step_range(),
+                f.count,
+                esc(&f.explanation),
+                esc(&evidence_text(f, 4))
+            ));
+        }
+    }
+
+    o.push_str("\n## Pre-flight\n\n");
+    if pm.preflight.is_empty() {
+        o.push_str("No pre-flight summary was logged.\n");
+    } else {
+        o.push_str("| split | inspected | prompt p50/p95/p99/max | answer p50/p95/p99/max | empty prompts | empty answers |\n|---|---|---|---|---|---|\n");
+        for p in &pm.preflight {
+            o.push_str(&format!(
+                "| {} | {} | {} | {} | {:?} | {:?} |\n",
+                p.split,
+                p.inspected.map_or("-".into(), |n| n.to_string()),
+                stats(&p.prompt_token_stats),
+                stats(&p.answer_token_stats),
+                p.empty_prompt_indices,
+                p.empty_answer_indices
+            ));
+        }
+    }
+
+    o.push_str("\n## Replay\n\n");
+    match &pm.replay {
+        None => o.push_str("No run_metadata.json: no command line to replay.\n"),
+        Some(r) => {
+            o.push_str(&format!("```sh\n{}\n```\n\n", r.command));
+            for n in &r.notes {
+                o.push_str(&format!("- {n}\n"));
+            }
+            if let Some(f) = &r.fix_command {
+                o.push_str(&format!(
+                    "\nWith the usual fix applied:\n\n```sh\n{f}\n```\n"
+                ));
+            }
+        }
+    }
+
+    o.push_str("\n## Plots\n\n");
+    if pm.plots.is_empty() {
+        o.push_str("No plottable metric.\n");
+    }
+    for p in &pm.plots {
+        o.push_str(&format!("![{}]({}) ([svg]({}))\n\n", p.title, p.png, p.svg));
+    }
+
+    if !pm.data_notes.is_empty() {
+        o.push_str("\n## Data notes\n\n");
+        for n in &pm.data_notes {
+            o.push_str(&format!("- {}\n", esc(n)));
+        }
+    }
+    o
+}
+
+/// `p50/p95/p99/max` of a stats object.
+pub fn stats(v: &serde_json::Value) -> String {
+    ["p50", "p95", "p99", "max"]
+        .iter()
+        .map(|k| {
+            v.get(k)
+                .and_then(|x| x.as_f64())
+                .map_or("-".into(), |x| cell(Some(x)))
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}

@@ -1,0 +1,364 @@
+//! `report.html`: the postmortem as one self-contained page (inline CSS, plots embedded as
+//! base64 PNG data URIs, no script, no external resource), so it opens offline.
+
+use base64::Engine as _;
+
+use crate::postmortem::markdown::{cell, stats};
+use crate::postmortem::{PlotRef, Postmortem};
+
+/// Escape text for HTML content and attribute values.
+pub fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// Escape `s` and turn `code` spans (backtick pairs) into `<code>` elements.
+fn esc_code(s: &str) -> String {
+    let mut o = String::new();
+    for (i, part) in s.split('`').enumerate() {
+        if i % 2 == 1 {
+            o.push_str(&format!("<code>{}</code>", esc(part)));
+        } else {
+            o.push_str(&esc(part));
+        }
+    }
+    if s.matches('`').count() % 2 == 1 {
+        return esc(s);
+    }
+    o
+}
+
+const CSS: &str = "body{font-family:-apple-system,'DejaVu Sans',Helvetica,Arial,sans-serif;margin:0 auto;max-width:1200px;padding:16px 24px;color:#222;line-height:1.4}
+h1{font-size:24px;margin:8px 0}h2{font-size:19px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:28px}h3{font-size:16px}
+.headline{font-size:17px;padding:10px 14px;border-radius:6px;background:#eef5ff;border-left:6px solid #1f77b4}
+.crashed .headline{background:#fdecea;border-left-color:#c62828}
+table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}th{background:#f4f4f4}
+td.num{text-align:right;font-family:'DejaVu Sans Mono',monospace;white-space:nowrap}
+.wide{overflow-x:auto;max-width:100%}
+code,pre{font-family:'DejaVu Sans Mono',Menlo,monospace;font-size:12px}pre{background:#f6f8fa;padding:8px;overflow-x:auto;white-space:pre-wrap}
+.sev-critical{color:#8c003c;font-weight:bold}.sev-error{color:#c62828;font-weight:bold}.sev-warning{color:#b07800}.sev-info{color:#666}
+.origin-trainer{background:#fff7d6}.origin-library,.origin-stdlib{color:#777}
+.badge{display:inline-block;padding:1px 8px;border-radius:10px;background:#c62828;color:#fff;font-size:12px}
+.plots{display:grid;grid-template-columns:1fr 1fr;gap:10px}.plots figure{margin:0}.plots img{width:100%;border:1px solid #eee}
+figcaption{font-size:12px;color:#555}ul.kv{list-style:none;padding-left:0;columns:2}ul.kv li{margin:1px 0}";
+
+fn row(cells: &[String]) -> String {
+    format!("<tr>{}</tr>\n", cells.concat())
+}
+
+fn td(s: &str) -> String {
+    format!("<td>{}</td>", esc(s))
+}
+
+fn td_num(s: &str) -> String {
+    format!("<td class=\"num\">{}</td>", esc(s))
+}
+
+fn th(cols: &[&str]) -> String {
+    format!(
+        "<tr>{}</tr>\n",
+        cols.iter()
+            .map(|c| format!("<th>{}</th>", esc(c)))
+            .collect::<String>()
+    )
+}
+
+/// Render the page; `pngs` are the plots' PNG bytes, embedded in order.
+pub fn render(pm: &Postmortem, pngs: &[(PlotRef, Vec<u8>)]) -> String {
+    let mut o = String::new();
+    o.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\" />\n");
+    o.push_str(&format!(
+        "<title>Postmortem: {}</title>\n<style>{CSS}</style>\n</head>\n",
+        esc(&pm.run.name)
+    ));
+    o.push_str(&format!(
+        "<body class=\"{}\">\n<h1>Postmortem: {} {}</h1>\n<p class=\"headline\">{}</p>\n",
+        esc(pm.status),
+        esc(&pm.run.name),
+        if pm.status == "crashed" {
+            "<span class=\"badge\">crashed</span>"
+        } else {
+            ""
+        },
+        esc(&pm.headline)
+    ));
+    o.push_str("<ul class=\"kv\">\n");
+    let mut kv = vec![
+        ("status".to_string(), pm.status.to_string()),
+        (
+            "input".to_string(),
+            format!("{} ({})", pm.run.path.display(), pm.run.kind),
+        ),
+        (
+            "logged steps".to_string(),
+            format!(
+                "{} ({}..{})",
+                pm.logged_steps,
+                pm.first_step.map_or("-".into(), |s| s.to_string()),
+                pm.last_step.map_or("-".into(), |s| s.to_string())
+            ),
+        ),
+    ];
+    if let Some(t) = &pm.run.started {
+        kv.push(("started".to_string(), t.clone()));
+    }
+    for (k, v) in &pm.run.config {
+        kv.push((k.clone(), v.to_string().trim_matches('"').to_string()));
+    }
+    for (k, v) in kv {
+        o.push_str(&format!(
+            "<li><b>{}</b>: <code>{}</code></li>\n",
+            esc(&k),
+            esc(&v)
+        ));
+    }
+    o.push_str("</ul>\n");
+
+    o.push_str("<h2 id=\"todo\">What to do</h2>\n");
+    if pm.recommendations.is_empty() {
+        o.push_str("<p>Nothing stands out.</p>\n");
+    } else {
+        o.push_str("<ol>\n");
+        for r in &pm.recommendations {
+            o.push_str(&format!("<li>{}</li>\n", esc_code(r)));
+        }
+        o.push_str("</ol>\n");
+    }
+
+    o.push_str("<h2 id=\"crash\">Crash</h2>\n");
+    match &pm.crash {
+        None => o.push_str("<p>No crash bundle and no crash event: the run did not crash (or left no record of it).</p>\n"),
+        Some(c) => {
+            o.push_str(&format!(
+                "<p><b>Step {}</b> — <code>{}</code>: {}</p>\n<p>Signature: <b>{}</b> (<code>{}</code>). {}</p>\n",
+                esc(&c.step.map_or("unknown".into(), |s| s.to_string())),
+                esc(&c.exception_type),
+                esc(c.message.lines().next().unwrap_or("")),
+                esc(c.classification.title),
+                esc(c.classification.id),
+                esc_code(&c.classification.explanation)
+            ));
+            if let Some(b) = &c.bundle {
+                o.push_str(&format!("<p>Bundle: <code>failures/{}</code> (from {})</p>\n", esc(b), c.source));
+            }
+            if !c.missing_files.is_empty() {
+                o.push_str(&format!("<p>Missing from the bundle: {}</p>\n", esc(&c.missing_files.join(", "))));
+            }
+            for (bi, b) in c.chain.iter().enumerate() {
+                o.push_str(&format!(
+                    "<h3>Exception {} of {}: <code>{}</code></h3>\n",
+                    bi + 1,
+                    c.chain.len(),
+                    esc(&b.exc_type)
+                ));
+                if !b.frames.is_empty() {
+                    o.push_str("<table>\n");
+                    o.push_str(&th(&["#", "origin", "file:line", "function", "code"]));
+                    for (i, f) in b.frames.iter().enumerate() {
+                        o.push_str(&format!(
+                            "<tr class=\"origin-{}\"><td>{}</td><td>{}</td><td><code>{}:{}</code></td><td><code>{}</code></td><td><code>{}</code></td></tr>\n",
+                            f.origin.name(),
+                            i,
+                            f.origin.name(),
+                            esc(&f.file),
+                            f.line.map_or("?".into(), |l| l.to_string()),
+                            esc(&f.function),
+                            esc(f.code.as_deref().unwrap_or(""))
+                        ));
+                    }
+                    o.push_str("</table>\n");
+                }
+                o.push_str(&format!("<pre>{}: {}</pre>\n", esc(&b.exc_type), esc(&b.message)));
+                match b.leads_to.as_deref() {
+                    Some("cause") => o.push_str("<p>which was the direct cause of:</p>\n"),
+                    Some(_) => o.push_str("<p>while handling it, another exception occurred:</p>\n"),
+                    None => {}
+                }
+            }
+            if c.chain.is_empty() {
+                if let Some(t) = &c.exception_text {
+                    o.push_str(&format!("<pre>{}</pre>\n", esc(t.trim_end())));
+                }
+            }
+            o.push_str("<h2 id=\"batch\">Offending batch</h2>\n");
+            match &c.context {
+                None => o.push_str("<p>No context.json.</p>\n"),
+                Some(ctx) => {
+                    o.push_str("<table>\n");
+                    let kvs = [
+                        ("token_counts", format!("{:?}", ctx.token_counts)),
+                        ("empty_indices", format!("{:?}", ctx.empty_indices)),
+                        ("batch_indices", format!("{:?}", ctx.batch_indices)),
+                        ("raw_loss", cell(ctx.raw_loss)),
+                        ("grad_norm", cell(ctx.grad_norm)),
+                        ("grad_nan_count", ctx.grad_nan_count.map_or("-".into(), |n| n.to_string())),
+                        ("learning_rate", cell(ctx.learning_rate)),
+                        ("val_loss", cell(ctx.val_loss)),
+                        (
+                            "metrics",
+                            ctx.metrics
+                                .iter()
+                                .map(|(k, v)| format!("{k}={}", cell(Some(*v))))
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                        ),
+                    ];
+                    for (k, v) in kvs {
+                        o.push_str(&row(&[format!("<th>{}</th>", esc(k)), format!("<td><code>{}</code></td>", esc(&v))]));
+                    }
+                    o.push_str("</table>\n");
+                    if !ctx.prompts_preview.is_empty() {
+                        o.push_str("<table>\n");
+                        o.push_str(&th(&["prompt", "prompt preview", "answer preview"]));
+                        for (i, p) in ctx.prompts_preview.iter().enumerate() {
+                            let a = ctx.answers_preview.get(i).map(String::as_str).unwrap_or("");
+                            o.push_str(&row(&[td_num(&i.to_string()), td(p), td(a)]));
+                        }
+                        o.push_str("</table>\n");
+                    }
+                }
+            }
+        }
+    }
+
+    for d in &pm.diagnoses {
+        o.push_str(&format!(
+            "<h2>Diagnosis: {}</h2>\n<p>{}</p>\n",
+            esc(d.title),
+            esc(&d.explanation)
+        ));
+    }
+
+    o.push_str(&format!(
+        "<h2 id=\"steps\">Last steps{}</h2>\n<p>From {}.</p>\n",
+        if pm.crash.is_some() {
+            " before the crash"
+        } else {
+            ""
+        },
+        esc(&pm.last_steps.source)
+    ));
+    if pm.last_steps.rows.is_empty() {
+        o.push_str("<p>No steps logged.</p>\n");
+    } else {
+        o.push_str("<div class=\"wide\"><table>\n");
+        let mut cols = vec!["step"];
+        cols.extend(pm.last_steps.columns.iter().map(String::as_str));
+        o.push_str(&th(&cols));
+        for (s, cells) in &pm.last_steps.rows {
+            let mut r = vec![td_num(&s.to_string())];
+            r.extend(cells.iter().map(|v| td_num(&cell(*v))));
+            o.push_str(&row(&r));
+        }
+        o.push_str("</table></div>\n");
+    }
+
+    o.push_str("<h2 id=\"findings\">Findings over the whole run</h2>\n");
+    if pm.findings.is_empty() {
+        o.push_str("<p>No findings.</p>\n");
+    } else {
+        o.push_str("<table>\n");
+        o.push_str(&th(&[
+            "severity",
+            "detector",
+            "steps",
+            "n",
+            "finding",
+            "likely cause",
+        ]));
+        for f in &pm.findings {
+            o.push_str(&row(&[
+                format!("<td class=\"sev-{0}\">{0}</td>", f.severity.name()),
+                td(&f.detector),
+                td(&f.step_range()),
+                td_num(&f.count.to_string()),
+                td(&f.explanation),
+                td(f.likely_causes.first().map(String::as_str).unwrap_or("")),
+            ]));
+        }
+        o.push_str("</table>\n");
+    }
+
+    o.push_str("<h2 id=\"preflight\">Pre-flight</h2>\n");
+    if pm.preflight.is_empty() {
+        o.push_str("<p>No pre-flight summary was logged.</p>\n");
+    } else {
+        o.push_str("<table>\n");
+        o.push_str(&th(&[
+            "split",
+            "inspected",
+            "prompt p50/p95/p99/max",
+            "answer p50/p95/p99/max",
+            "empty prompts",
+            "empty answers",
+        ]));
+        for p in &pm.preflight {
+            o.push_str(&row(&[
+                td(&p.split),
+                td_num(&p.inspected.map_or("-".into(), |n| n.to_string())),
+                td(&stats(&p.prompt_token_stats)),
+                td(&stats(&p.answer_token_stats)),
+                td(&format!("{:?}", p.empty_prompt_indices)),
+                td(&format!("{:?}", p.empty_answer_indices)),
+            ]));
+        }
+        o.push_str("</table>\n");
+    }
+
+    o.push_str("<h2 id=\"replay\">Replay</h2>\n");
+    match &pm.replay {
+        None => o.push_str("<p>No run_metadata.json: no command line to replay.</p>\n"),
+        Some(r) => {
+            o.push_str(&format!("<pre>{}</pre>\n<ul>\n", esc(&r.command)));
+            for n in &r.notes {
+                o.push_str(&format!("<li>{}</li>\n", esc(n)));
+            }
+            o.push_str("</ul>\n");
+            if let Some(f) = &r.fix_command {
+                o.push_str(&format!(
+                    "<p>With the usual fix applied:</p>\n<pre>{}</pre>\n",
+                    esc(f)
+                ));
+            }
+        }
+    }
+
+    o.push_str("<h2 id=\"plots\">Plots</h2>\n");
+    if pngs.is_empty() {
+        o.push_str("<p>No plottable metric.</p>\n");
+    } else {
+        o.push_str("<div class=\"plots\">\n");
+        let b64 = base64::engine::general_purpose::STANDARD;
+        for (p, bytes) in pngs {
+            o.push_str(&format!(
+                "<figure id=\"plot-{}\"><img alt=\"{}\" src=\"data:image/png;base64,{}\" /><figcaption>{} ({})</figcaption></figure>\n",
+                esc(&p.key),
+                esc(&p.title),
+                b64.encode(bytes),
+                esc(&p.title),
+                esc(&p.png)
+            ));
+        }
+        o.push_str("</div>\n");
+    }
+
+    if !pm.data_notes.is_empty() {
+        o.push_str("<h2 id=\"notes\">Data notes</h2>\n<ul>\n");
+        for n in &pm.data_notes {
+            o.push_str(&format!("<li>{}</li>\n", esc(n)));
+        }
+        o.push_str("</ul>\n");
+    }
+    o.push_str("</body>\n</html>\n");
+    o
+}
