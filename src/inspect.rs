@@ -15,6 +15,8 @@ use crate::value::Value;
 
 /// Items of a list shown before the rest is summarised.
 const SHOWN_ITEMS: usize = 4;
+/// Tensors with at most this many elements are printed in full.
+const SHOWN_VALUES: usize = 8;
 /// Tensors larger than this many elements get no stats (inspection stays instant).
 const STATS_LIMIT: usize = 50_000_000;
 
@@ -90,10 +92,13 @@ fn tensor_line(t: &Tensor, from_list: bool) -> String {
             t.storage_numel()
         );
     }
-    if t.numel() == 1 {
-        if let Some(x) = t.scalar_f64() {
-            let _ = write!(s, " = {x}");
-        }
+    if t.numel() <= SHOWN_VALUES {
+        let vals: Vec<String> = if t.dtype().is_float() {
+            t.to_f64_vec().iter().map(|x| fmt_num(*x)).collect()
+        } else {
+            t.to_i64_vec().iter().map(i64::to_string).collect()
+        };
+        let _ = write!(s, " = [{}]", vals.join(", "));
     } else if t.numel() > 0 && t.numel() <= STATS_LIMIT {
         let st = tensor_stats(t);
         let _ = write!(
@@ -111,10 +116,12 @@ fn tensor_line(t: &Tensor, from_list: bool) -> String {
 }
 
 fn fmt_num(x: f64) -> String {
-    if x.is_finite() && x == x.trunc() && x.abs() < 1e15 {
+    if !x.is_finite() || (x == x.trunc() && x.abs() < 1e15) {
         format!("{x}")
-    } else {
+    } else if (1e-3..1e6).contains(&x.abs()) {
         format!("{x:.6}")
+    } else {
+        format!("{x:.4e}")
     }
 }
 
@@ -125,7 +132,7 @@ fn headline(v: &Value) -> String {
         Value::Bool(b) => format!("bool {}", if *b { "True" } else { "False" }),
         Value::Int(i) => format!("int {i}"),
         Value::BigInt(s) => format!("int {s}"),
-        Value::Float(f) => format!("float {f}"),
+        Value::Float(f) => format!("float {f:?}"),
         Value::Str(s) => {
             let short: String = s.chars().take(60).collect();
             let ell = if short.len() < s.len() { "…" } else { "" };
@@ -154,14 +161,14 @@ fn render_children(v: &Value, indent: &str, out: &mut String) {
             .collect(),
         Value::List(items) | Value::Tuple(items) if v.to_tensor().is_none() => items
             .iter()
-            .take(SHOWN_ITEMS)
+            .take(shown(items))
             .enumerate()
             .map(|(i, val)| (format!("[{i}]"), val))
             .collect(),
         _ => return,
     };
     let hidden = match v {
-        Value::List(items) | Value::Tuple(items) => items.len().saturating_sub(SHOWN_ITEMS),
+        Value::List(items) | Value::Tuple(items) => items.len().saturating_sub(shown(items)),
         _ => 0,
     };
     let n = children.len();
@@ -173,6 +180,16 @@ fn render_children(v: &Value, indent: &str, out: &mut String) {
     }
     if hidden > 0 {
         let _ = writeln!(out, "{indent}└─ … {hidden} more items");
+    }
+}
+
+/// How many items of a list to expand: one when they are dicts (trajectories, datums:
+/// the first shows the shape of all), a few otherwise.
+fn shown(items: &[Value]) -> usize {
+    if items.first().is_some_and(|v| matches!(v, Value::Dict(_))) {
+        1
+    } else {
+        SHOWN_ITEMS
     }
 }
 
