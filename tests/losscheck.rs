@@ -15,6 +15,10 @@ use rlforensics::kernels::loss::{
 use rlforensics::kernels::policy_loss::ClipParams;
 use rlforensics::kernels::presets::preset;
 use rlforensics::kernels::{to_f64, to_f64_vec, Precision};
+use rlforensics::losscheck::{
+    check_tree, self_consistency_any, Layout, SelfHostedStep, Status, Tolerance,
+};
+use rlforensics::readers::layout::DumpTree;
 use rlforensics::Value;
 
 fn kdir() -> PathBuf {
@@ -575,8 +579,274 @@ fn bad_preset_and_missing_dir_exit_2() {
         .code(2)
         .stderr(predicates::str::contains("trl-grpo"));
     losscheck()
-        .args(["--dump-dir", "fixtures/dumps/self_hosted_pt"])
+        .args(["--dump-dir", "fixtures/dumps/remote_api_pt"])
         .assert()
         .code(2)
-        .stderr(predicates::str::contains("is_loss_debug"));
+        .stderr(
+            predicates::str::contains("is_loss_debug")
+                .and(predicates::str::contains("forward_data")),
+        );
+}
+
+fn ground_truth() -> serde_json::Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/expected/ground_truth.json");
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn gt_f64(v: &serde_json::Value) -> f64 {
+    v.as_str().unwrap().parse().unwrap()
+}
+
+fn tree(name: &str) -> DumpTree {
+    DumpTree::discover(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/dumps")
+            .join(name),
+    )
+    .unwrap()
+}
+
+/// Every self-hosted micro: recomputed f64 loss = the generator's f64 reference (≤ 1e-12
+/// relative), dumped loss = the generator's f32 loss, token counts as recorded.
+fn assert_self_hosted_matches_ground_truth(name: &str) {
+    let gt = ground_truth();
+    let cfg = preset("nexrl-is").unwrap();
+    let verdicts = check_tree(&tree(name), 0, None, None, &cfg, &Tolerance::default()).unwrap();
+    let micros = gt["micros"].as_array().unwrap();
+    assert_eq!(verdicts.len(), micros.len());
+    for (v, m) in verdicts.iter().zip(micros) {
+        assert_eq!(
+            (v.rank as u64, v.micro as u64),
+            (m["rank"].as_u64().unwrap(), m["micro"].as_u64().unwrap())
+        );
+        assert_eq!(v.status, Status::Consistent, "{}", v.line());
+        assert_eq!(v.layout, Layout::SelfHosted);
+        let reference = gt_f64(&m["reference_loss_f64"]);
+        assert!(
+            ((v.recomputed_loss - reference) / reference).abs() <= 1e-12,
+            "{name} rank {} micro {}: {} vs {reference}",
+            v.rank,
+            v.micro,
+            v.recomputed_loss
+        );
+        assert_eq!(v.dumped_loss, gt_f64(&m["self_hosted_loss"]));
+        assert_eq!(v.tokens as u64, m["num_tokens"].as_u64().unwrap());
+        let names: Vec<&str> = v.checks.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "loss",
+                "pg_loss",
+                "entropy_loss",
+                "metrics.pg_loss",
+                "metrics.approx_kl",
+                "metrics.avg_ratio",
+                "metrics.clip_frac",
+                "metrics.entropy",
+                "metrics.num_tokens"
+            ]
+        );
+    }
+}
+
+#[test]
+fn self_hosted_pt_tree_is_consistent_and_matches_the_f64_reference() {
+    assert_self_hosted_matches_ground_truth("self_hosted_pt");
+}
+
+#[test]
+fn self_hosted_jsonl_tree_is_consistent_and_matches_the_f64_reference() {
+    assert_self_hosted_matches_ground_truth("self_hosted_jsonl");
+}
+
+#[test]
+fn self_hosted_rows_are_matched_by_tokens_and_get_the_recorded_advantages() {
+    let gt = ground_truth();
+    let t = tree("self_hosted_pt");
+    let batch = SelfHostedStep::load(&t, 0, &preset("nexrl-is").unwrap().advantage).unwrap();
+    assert_eq!(batch.len(), 48);
+    for row in gt["rows"].as_array().unwrap() {
+        let (r, m, j) = (
+            row["rank"].as_u64().unwrap() as u32,
+            row["micro"].as_u64().unwrap() as u32,
+            row["row"].as_u64().unwrap() as usize,
+        );
+        // rank 2 micro 1 has a NaN under the mask, rank 4 micro 0 is a strided view.
+        let mi = batch.micro_inputs(&t, 0, r, m).unwrap();
+        let i = row["trajectory_index"].as_u64().unwrap() as usize;
+        assert_eq!(mi.trajectory_rows[j], i, "rank {r} micro {m} row {j}");
+        assert_eq!(mi.advantages[j], gt_f64(&row["advantage"]));
+        assert_eq!(
+            batch.group(i),
+            Some(format!("group-{:02}", row["group"].as_u64().unwrap()).as_str())
+        );
+    }
+}
+
+#[test]
+fn self_hosted_changed_loss_value_flags_that_micro_with_both_numbers() {
+    let gt = ground_truth();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/dumps/self_hosted_jsonl");
+    let dir = tempfile::tempdir().unwrap();
+    for kind in ["trajectory", "old_log_probs", "forward_data", "loss"] {
+        std::fs::create_dir_all(dir.path().join(kind)).unwrap();
+        for e in std::fs::read_dir(src.join(kind)).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::copy(&p, dir.path().join(kind).join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    let lf = dir.path().join("loss/step_000000_rank5_micro1.jsonl");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&lf).unwrap()).unwrap();
+    let was = v["loss"].as_f64().unwrap();
+    v["loss"] = serde_json::json!(was + 0.25);
+    std::fs::write(&lf, format!("{v}\n")).unwrap();
+
+    let cell = gt["micros"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["rank"] == 5 && m["micro"] == 1)
+        .unwrap();
+    let reference = gt_f64(&cell["reference_loss_f64"]);
+    let t = DumpTree::discover(dir.path()).unwrap();
+    let cfg = preset("nexrl-is").unwrap();
+    let v = self_consistency_any(&t, 0, 5, 1, &cfg, &Tolerance::default()).unwrap();
+    assert_eq!(v.status, Status::Inconsistent);
+    assert_eq!(v.dumped_loss, was + 0.25);
+    assert!(((v.recomputed_loss - reference) / reference).abs() <= 1e-12);
+    let bad: Vec<&str> = v
+        .checks
+        .iter()
+        .filter(|c| !c.ok)
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(bad, ["loss"], "pg_loss and the metrics still agree");
+
+    let out = losscheck()
+        .args(["--dump-dir", dir.path().to_str().unwrap(), "--step", "0"])
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).unwrap();
+    let bad: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.contains(": consistent"))
+        .collect();
+    assert_eq!(bad.len(), 1, "{text}");
+    assert!(bad[0].starts_with("rank 5 micro 1 "), "{}", bad[0]);
+    assert!(
+        bad[0].contains(&format!(
+            "dumped loss {:.4} ≠ recomputed {:.4}",
+            was + 0.25,
+            reference
+        )),
+        "{}",
+        bad[0]
+    );
+    assert_eq!(text.lines().count(), 24);
+}
+
+#[test]
+fn self_consistency_any_names_the_faulty_side_for_dumpdiff() {
+    let cfg = preset("nexrl-is").unwrap();
+    let tol = Tolerance::default();
+    let (sh, faulty) = (tree("self_hosted_pt"), tree("weaver_faulty_pt"));
+    for (rank, micro) in [(3, 1), (5, 0)] {
+        let a = self_consistency_any(&sh, 0, rank, micro, &cfg, &tol).unwrap();
+        let b = self_consistency_any(&faulty, 0, rank, micro, &cfg, &tol).unwrap();
+        assert_eq!(
+            (a.layout, a.status),
+            (Layout::SelfHosted, Status::Consistent)
+        );
+        assert_eq!((b.layout, b.status), (Layout::Weaver, Status::Inconsistent));
+    }
+    // the swapped rows (rank 7 micro 0) are self-consistent on both sides.
+    let b = self_consistency_any(&faulty, 0, 7, 0, &cfg, &tol).unwrap();
+    assert_eq!(b.status, Status::Consistent);
+    // rank 10 is absent on the weaver side: an error naming the cell, not a verdict.
+    let e = self_consistency_any(&faulty, 0, 10, 0, &cfg, &tol).unwrap_err();
+    assert!(e.to_string().contains("rank 10 micro 0"), "{e}");
+    let e = self_consistency_any(&tree("remote_api_pt"), 0, 0, 0, &cfg, &tol).unwrap_err();
+    assert!(e.to_string().contains("self-hosted layout"), "{e}");
+}
+
+#[test]
+fn mlx_preset_follows_mlx_lm_lora_grpo_trainer() {
+    // conventions cited in src/kernels/presets.rs (mlx cannot run here: Apple only).
+    let cfg = preset("mlx-grpo").unwrap();
+    assert_eq!(cfg.advantage.std, StdMode::GroupPopulation);
+    assert_eq!(cfg.advantage.eps, 1e-4);
+    assert_eq!(cfg.agg, AggMode::TokenMean);
+    match cfg.policy {
+        PolicyKind::Clip(p) => assert_eq!((p.eps_low, p.eps_high), (1e-4, 1e-4)),
+        other => panic!("{other:?}"),
+    }
+    // population std of [1, 0, 0, 0] is sqrt(3)/4: advantages 0.75/(0.4330127+1e-4) ...
+    let adv =
+        group_advantages(&[1.0, 0.0, 0.0, 0.0, 5.0], &[0, 0, 0, 0, 1], &cfg.advantage).unwrap();
+    let s = 3f64.sqrt() / 4.0 + 1e-4;
+    assert_eq!(adv, [0.75 / s, -0.25 / s, -0.25 / s, -0.25 / s, 0.0]);
+    // mlx's KL at token level: exp(d)·exp(d) − d − 1, gradient 2·exp(2d) − 1.
+    let lp = candle_core::Var::new(&[[-1.0f64, -2.0]], &Device::Cpu).unwrap();
+    let rf = Tensor::new(&[[-1.1f64, -1.5]], &Device::Cpu).unwrap();
+    let k = kl(lp.as_tensor(), &rf, KlEstimator::parse("mlx").unwrap()).unwrap();
+    let g = k.sum_all().unwrap().backward().unwrap();
+    let g = to_f64_vec(g.get(lp.as_tensor()).unwrap()).unwrap();
+    let v = to_f64_vec(&k).unwrap();
+    for (i, d) in [0.1f64, -0.5].iter().enumerate() {
+        assert!((v[i] - (d.exp() * d.exp() - d - 1.0)).abs() < 1e-15);
+        assert!((g[i] - (2.0 * (2.0 * d).exp() - 1.0)).abs() < 1e-14);
+    }
+}
+
+#[test]
+fn verl_entropy_bonus_and_separate_kl_loss_match_verl_ppo_loss() {
+    let cases = load("verl_full");
+    let mut errors = Vec::new();
+    for c in &cases {
+        let mut cfg = verl_config(c);
+        cfg.entropy_coeff = c.f("entropy_coeff");
+        cfg.entropy_agg = cfg.agg;
+        cfg.kl = Some(KlTerm {
+            estimator: KlEstimator::parse(c.cfg["kl_loss_type"].as_str().unwrap()).unwrap(),
+            coef: c.f("kl_loss_coef"),
+            placement: KlPlacement::Separate,
+        });
+        let inputs = LossInputs {
+            log_probs: c.t("in.log_probs"),
+            old_log_probs: Some(c.t("in.old_log_probs")),
+            ref_log_probs: Some(c.t("in.ref_log_probs")),
+            advantages: c.t("in.advantages"),
+            mask: c.t("in.mask"),
+            entropy: Some(c.t("in.entropy")),
+        };
+        let (out, grad) = compute_with_grad(&inputs, &cfg).unwrap();
+        let f = |t: &Option<Tensor>| to_f64(t.as_ref().unwrap()).unwrap();
+        for (what, ours) in [
+            ("loss", to_f64(&out.loss).unwrap()),
+            ("pg_loss", to_f64(&out.pg_loss).unwrap()),
+            ("entropy_loss", f(&out.entropy_loss)),
+            ("kl_loss", f(&out.kl_loss)),
+        ] {
+            check(
+                &mut errors,
+                &c.name,
+                what,
+                &[ours],
+                &c.v(&format!("out.{what}")),
+            );
+        }
+        check(
+            &mut errors,
+            &c.name,
+            "grad",
+            &to_f64_vec(&grad).unwrap(),
+            &c.v("out.grad"),
+        );
+    }
+    assert_eq!(cases.len(), 6);
+    finish(errors, cases.len());
 }

@@ -21,7 +21,7 @@ use rlforensics::Error;
     about = "Recompute GRPO/GSPO losses from dumped inputs and say which side is right"
 )]
 struct Args {
-    /// Dump tree to check (weaver layout: is_loss_debug/, loss/).
+    /// Dump tree to check: weaver (is_loss_debug/, loss/) or self-hosted (forward_data/, old_log_probs/, trajectory/, loss/).
     #[arg(long = "dump-dir", alias = "dump_dir")]
     dump_dir: Option<PathBuf>,
     /// Free-standing tensors (.safetensors/.pt/.npz/.jsonl): print loss, metrics, gradient.
@@ -65,7 +65,7 @@ struct Args {
     /// Symmetric log-ratio clamp (0 = none).
     #[arg(long = "log-ratio-clamp")]
     log_ratio_clamp: Option<f64>,
-    /// KL estimator: k1, abs, k2, k3, k3+, k3-trl.
+    /// KL estimator: k1, abs, k2, k3, k3+, k3-trl, mlx.
     #[arg(long)]
     kl: Option<String>,
     #[arg(long = "kl-coef")]

@@ -8,7 +8,8 @@
 //! - verl (`core_algos.compute_grpo_outcome_advantage`): unbiased std, eps 1e-6; a group
 //!   of one gets mean 0 and std 1 (advantage `r / (1 + eps)`); `norm_adv_by_std_in_grpo =
 //!   false` drops the division (Dr. GRPO).
-//! - mlx (mlx-lm-lora GRPO, SPEC §4): population std (ddof 0), eps 1e-4; a group of one
+//! - mlx (mlx-lm-lora `grpo_trainer.py` l.308–325, cited in [`super::presets`]): population
+//!   std (`mx.std`, ddof 0), eps 1e-4; a group of one
 //!   has std 0 and advantage 0.
 
 use std::collections::BTreeMap;

@@ -22,11 +22,15 @@ pub enum KlEstimator {
     /// verl `k3+`: the value of [`KlEstimator::K3Verl`] with the gradient of k2
     /// (straight-through).
     K3VerlStraightThrough,
+    /// mlx-lm-lora GRPO (`grpo_trainer.py` l.491–501): `coef_1·exp(logp − ref) − (logp −
+    /// ref) − 1` with `coef_1 = exp(logp − sg(ref))`, its ratio against the reference; at
+    /// token level that is `exp(d)·exp(d) − d − 1`, `d = logp − ref` (value and gradient).
+    MlxRatio,
 }
 
 impl KlEstimator {
     /// Parse verl's names (`kl`, `k1`, `abs`, `mse`, `k2`, `low_var_kl`, `k3`, `k3+`) and
-    /// `k3-trl` (TRL's unclamped k3).
+    /// `k3-trl` (TRL's unclamped k3) and `mlx` (mlx-lm-lora's).
     pub fn parse(name: &str) -> Option<KlEstimator> {
         Some(match name {
             "kl" | "k1" => KlEstimator::K1,
@@ -35,6 +39,7 @@ impl KlEstimator {
             "low_var_kl" | "k3" => KlEstimator::K3Verl,
             "k3+" | "low_var_kl+" => KlEstimator::K3VerlStraightThrough,
             "k3-trl" | "trl" => KlEstimator::K3,
+            "mlx" => KlEstimator::MlxRatio,
             _ => return None,
         })
     }
@@ -58,6 +63,10 @@ pub fn kl(log_probs: &Tensor, ref_log_probs: &Tensor, est: KlEstimator) -> KResu
             let fwd = k3_verl(log_probs, ref_log_probs)?.detach();
             let back = d.sqr()?.affine(0.5, 0.0)?;
             ((&back - back.detach())? + fwd)?
+        }
+        KlEstimator::MlxRatio => {
+            let e = d.exp()?;
+            (((&e * &e)? - &d)?.affine(1.0, -1.0))?
         }
     })
 }

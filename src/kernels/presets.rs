@@ -11,10 +11,34 @@
 //! | `verl-dr-grpo` | as verl-vanilla | as verl-vanilla | `seq-mean-token-sum-norm` | no std |
 //! | `verl-gspo` | GSPO-token, log ≤ 10 | clip 3e-4/4e-4 | `seq-mean-token-mean` | as verl-vanilla |
 //! | `nexrl-is` | token | `−ratio·A` | `token-mean` | as trl-grpo |
-//! | `mlx-grpo` | token | clip 0.2/0.2 | TRL `grpo` | group, population std + 1e-4 |
+//! | `mlx-grpo` | token (ratio vs the reference) | clip 1e-4/1e-4 | `token-mean` (batch) | group, population std + 1e-4, singleton → 0 |
 //!
-//! mlx-grpo follows SPEC §4 (mlx-lm-lora's GRPO: population std, eps 1e-4); its source
-//! was not run here, so its values are not checked against the framework.
+//! mlx-grpo follows mlx-lm-lora's own source, `mlx_lm_lora/trainer/grpo_trainer.py` at
+//! commit `dfaaaed530d122cd03156f7e43d1f876d2af3dbc` (Goekdeniz-Guelmez/mlx-lm-lora):
+//! - advantages (`calculate_rewards_and_advantages`): `mx.std(prompt_rewards)` (l.313) is
+//!   MLX's default `ddof = 0`, the population std; `/(std_reward + 1e-4)` (l.320–322); a
+//!   prompt with one completion gets advantage `0.0` (l.323–325);
+//! - clip: `epsilon` defaults to `1e-4` (`GRPOTrainingArgs`, l.35–37; `grpo_loss`, l.397)
+//!   and `epsilon_high` to `epsilon` (l.475); `coef_2 = mx.clip(coef_1, 1 − epsilon,
+//!   1 + epsilon_high)`, `−min(coef_1·A, coef_2·A)` (l.476–488). (The earlier preset used
+//!   0.2/0.2, SPEC §4's generic value: fixed.) Override with `--eps-low/--eps-high`;
+//! - aggregation, `grpo_loss_type = "grpo"` (the default, l.67–72): `(l·m).sum() /
+//!   m.sum()` over the whole micro-batch (l.507–508) — a token mean, NOT TRL's per-sequence
+//!   `grpo`; `"bnpo"` divides by `max(m.sum(), 1)` (l.509–510, `--agg bnpo`), `"dr_grpo"` by
+//!   `B · max_tokens` (l.511–514, `--agg dr_grpo`). Unlike verl's `token-mean`, mlx's
+//!   `l·m` lets a NaN under the mask through;
+//! - ratio: `log_ratio = logp − stop_gradient(ref_logp)` (l.465): mlx has no separate old
+//!   policy, the reference model plays that role, so pass the reference log-probs as
+//!   `old_log_probs`; `importance_sampling_level = "sequence"` (l.137–141) is
+//!   `--ratio-level sequence`;
+//! - KL: `beta` defaults to `0.1` (l.34) and adds per token `coef_1·exp(logp − ref) −
+//!   (logp − ref) − 1` (l.491–501) — [`super::kl::KlEstimator::MlxRatio`] (`--kl mlx
+//!   --kl-coef 0.1`, token level). The preset leaves it off so that inputs without
+//!   `ref_log_probs` can be checked.
+//!
+//! MLX runs on Apple silicon only, so mlx-lm-lora could not be run here: unlike the TRL
+//! and verl presets, mlx-grpo's values are not checked against the framework's output,
+//! only its conventions against the cited source lines.
 
 use super::advantage::{AdvantageConfig, SingletonRule, StdMode};
 use super::aggregate::AggMode;
@@ -146,6 +170,9 @@ pub fn preset(name: &str) -> KResult<LossConfig> {
             ..base
         },
         "mlx-grpo" => LossConfig {
+            policy: clip(1e-4, 1e-4),
+            agg: AggMode::TokenMean,
+            entropy_agg: AggMode::TokenMean,
             advantage: AdvantageConfig {
                 std: StdMode::GroupPopulation,
                 eps: 1e-4,

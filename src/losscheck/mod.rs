@@ -2,29 +2,39 @@
 //! kernels ([`crate::kernels`]) and say whether the dump is self-consistent.
 //!
 //! Entry points:
-//! - [`self_consistency`]: one rank/micro of a dump tree → one [`Verdict`] (used by
-//!   `losscheck --dump-dir` and meant for dumpdiff: when two sides disagree on a loss, run
-//!   it on each side; the side whose verdict is [`Status::Consistent`] is the one whose
-//!   loss follows from its inputs).
+//! - [`self_consistency_any`]: one rank/micro of a dump tree of either layout → one
+//!   [`Verdict`]. Meant for dumpdiff: when two sides disagree on a loss, run it on each
+//!   side; the side whose verdict is [`Status::Consistent`] is the one whose loss follows
+//!   from its own inputs.
+//! - [`self_consistency`] (weaver) and [`self_consistency_self_hosted`] (self-hosted): the
+//!   same for a known layout; the self-hosted one takes a [`SelfHostedStep`] loaded once
+//!   per step.
 //! - [`check_tree`]: every rank/micro of a step.
 //! - [`inputs_from_value`]: free-standing tensors (`--inputs FILE`) → [`LossInputs`].
 //!
-//! Supported layouts: weaver `is_loss_debug/` (log_probs, old_log_probs, advantages,
-//! prob_ratio, elementwise_loss, effective_valid, loss), cross-checked with its `loss/`
-//! file when present.
+//! Supported layouts ([`Layout`]):
+//! - weaver: `is_loss_debug/` (log_probs, old_log_probs, advantages, prob_ratio,
+//!   elementwise_loss, effective_valid, loss), cross-checked with its `loss/` file (loss,
+//!   pg_loss, entropy_loss, metrics) when present, entropy from `forward_data/`;
+//! - self-hosted: `forward_data/` + whole-batch `old_log_probs/` + `trajectory/` (rows
+//!   matched by token content, advantages recomputed from rewards and group ids; see
+//!   [`self_hosted`]), checked against `loss/` (loss, pg_loss, entropy_loss, metrics).
 
 pub mod overrides;
+pub mod self_hosted;
 
 use std::path::{Path, PathBuf};
 
 use candle_core::Device;
 
 use crate::error::{Error, Position, Result};
-use crate::kernels::loss::{compute, LossConfig, LossInputs};
+use crate::kernels::loss::{compute, LossConfig, LossInputs, LossOutput};
 use crate::kernels::{to_f64, to_f64_vec, KernelError};
 use crate::readers::layout::{DumpTree, Kind};
 use crate::readers::read_any;
 use crate::value::Value;
+
+pub use self_hosted::SelfHostedStep;
 
 /// Tolerances for "dumped equals recomputed" (dumps are f32; the reference is f64).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
@@ -64,6 +74,16 @@ pub enum Status {
     Inconsistent,
 }
 
+/// Which dump layout a verdict was computed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Layout {
+    /// Weaver: per-micro `is_loss_debug/` with every intermediate.
+    Weaver,
+    /// NexRL self-hosted: `forward_data/` + whole-batch `old_log_probs/` + `trajectory/`.
+    SelfHosted,
+}
+
 /// The first intermediate (in computation order) whose dumped value differs.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Divergence {
@@ -81,11 +101,28 @@ pub struct Divergence {
     pub count: usize,
 }
 
+/// One dumped scalar of the `loss/` file (`loss`, `pg_loss`, `entropy_loss`,
+/// `metrics.approx_kl`, ...) next to its recomputed value.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ScalarCheck {
+    /// Key path in the `loss/` file (`metrics.avg_ratio`).
+    pub name: String,
+    /// Dumped value.
+    pub dumped: f64,
+    /// Recomputed value.
+    pub recomputed: f64,
+    /// Within tolerance.
+    pub ok: bool,
+}
+
 /// The verdict on one rank/micro.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Verdict {
-    /// The file holding the inputs.
+    /// The file holding the dumped loss (`is_loss_debug/` for weaver, `loss/` for
+    /// self-hosted).
     pub file: PathBuf,
+    /// Layout the inputs were read from.
+    pub layout: Layout,
     /// Step.
     pub step: i64,
     /// Rank.
@@ -98,17 +135,21 @@ pub struct Verdict {
     pub dumped_loss: f64,
     /// Recomputed loss.
     pub recomputed_loss: f64,
-    /// First divergent intermediate, if any.
+    /// First divergent intermediate, if any (weaver only: self-hosted dumps no
+    /// per-token intermediates).
     pub first_divergence: Option<Divergence>,
+    /// Every dumped scalar of the `loss/` file compared with its recomputed value.
+    pub checks: Vec<ScalarCheck>,
     /// Valid tokens in the micro.
     pub tokens: usize,
-    /// Other findings in words (e.g. "loss/ file disagrees with is_loss_debug").
+    /// Other findings in words (e.g. "the dumped loss ... a sum, not a mean").
     pub notes: Vec<String>,
 }
 
 impl Verdict {
-    /// One line: `rank R micro M FILE: consistent` or `... dumped loss X ≠ recomputed Y —
-    /// first divergent intermediate: NAME at row R pos P`.
+    /// One line: `rank R micro M FILE: consistent (loss X)` or `... dumped loss X ≠
+    /// recomputed Y — first divergent intermediate: NAME at row R pos P`, followed by the
+    /// `loss/` scalars that disagree and the notes.
     pub fn line(&self) -> String {
         let head = format!(
             "rank {} micro {} {}",
@@ -123,16 +164,25 @@ impl Verdict {
                     "{head}: dumped loss {:.4} ≠ recomputed {:.4}",
                     self.dumped_loss, self.recomputed_loss
                 );
-                match &self.first_divergence {
-                    Some(d) => s.push_str(&format!(
+                match (&self.first_divergence, self.layout) {
+                    (Some(d), _) => s.push_str(&format!(
                         " — first divergent intermediate: {} at row {} pos {} ({:.4} vs {:.4}; {} positions differ)",
                         d.name, d.row, d.pos, d.dumped, d.recomputed, d.count
                     )),
-                    None => s.push_str(" — every intermediate matches: the aggregation differs"),
+                    (None, Layout::Weaver) => {
+                        s.push_str(" — every intermediate matches: the aggregation differs")
+                    }
+                    (None, Layout::SelfHosted) => {}
                 }
                 s
             }
         };
+        for c in self.checks.iter().filter(|c| !c.ok) {
+            s.push_str(&format!(
+                "; {} {:.6} ≠ recomputed {:.6}",
+                c.name, c.dumped, c.recomputed
+            ));
+        }
         for n in &self.notes {
             s.push_str("; ");
             s.push_str(n);
@@ -194,8 +244,84 @@ fn first_diff(
     })
 }
 
-/// Recompute one rank/micro of `tree` at `step` from its own dumped inputs under `cfg` and
-/// compare with what was dumped (weaver `is_loss_debug/`, plus its `loss/` file).
+/// Compare every scalar a `loss/` file holds (`loss`, `pg_loss`, `entropy_loss`,
+/// `metrics.{pg_loss, approx_kl, avg_ratio, clip_frac, entropy, num_tokens}`) with the
+/// recomputed ones; keys absent from the file (or not recomputable, e.g. entropy without
+/// an entropy tensor) are skipped. `num_tokens` must match exactly.
+fn loss_file_checks(
+    lv: &Value,
+    out: &LossOutput,
+    tokens: usize,
+    tol: &Tolerance,
+) -> Vec<ScalarCheck> {
+    let f = |t: &candle_core::Tensor| to_f64(t).unwrap_or(f64::NAN);
+    let loss = f(&out.loss);
+    let pg = f(&out.pg_loss);
+    let m = &out.metrics;
+    let wanted: [(&str, Option<f64>); 9] = [
+        ("loss", Some(loss)),
+        ("pg_loss", Some(pg)),
+        ("entropy_loss", out.entropy_loss.as_ref().map(f)),
+        ("metrics.pg_loss", Some(pg)),
+        ("metrics.approx_kl", Some(m.approx_kl)),
+        ("metrics.avg_ratio", Some(m.avg_ratio)),
+        ("metrics.clip_frac", Some(m.clip_frac)),
+        ("metrics.entropy", m.entropy),
+        ("metrics.num_tokens", Some(tokens as f64)),
+    ];
+    let mut checks = Vec::new();
+    for (name, ours) in wanted {
+        let Some(ours) = ours else { continue };
+        let dumped = name.split('.').try_fold(lv, |v, k| v.get(k)).and_then(|x| {
+            x.as_f64()
+                .or_else(|| x.to_tensor().and_then(|t| t.scalar_f64()))
+        });
+        let Some(dumped) = dumped else { continue };
+        let ok = if name == "metrics.num_tokens" {
+            dumped == ours
+        } else {
+            tol.close(dumped, ours)
+        };
+        checks.push(ScalarCheck {
+            name: name.to_string(),
+            dumped,
+            recomputed: ours,
+            ok,
+        });
+    }
+    checks
+}
+
+/// A note when the dumped loss is the recomputed token-mean times the token count.
+fn sum_not_mean(dumped: f64, recomputed: f64, tokens: usize, tol: &Tolerance) -> Option<String> {
+    if tokens > 0 && !tol.close(dumped, recomputed) && tol.close(dumped, recomputed * tokens as f64)
+    {
+        return Some(format!(
+            "the dumped loss equals the recomputed token-mean × {tokens} valid tokens: a sum, not a mean"
+        ));
+    }
+    None
+}
+
+/// The per-token entropy of weaver's `forward_data/` file when it has `shape` (weaver's
+/// `is_loss_debug/` holds none); `None` when absent or shaped otherwise.
+fn weaver_entropy(
+    tree: &DumpTree,
+    step: i64,
+    rank: u32,
+    micro: u32,
+    shape: &[usize],
+) -> Option<candle_core::Tensor> {
+    let f = tree.get(Kind::ForwardData, step, Some(rank), Some(micro))?;
+    let v = read_any(&f.path).ok()?;
+    let e = tensor(&v, &f.path, "entropy").ok()?;
+    (e.dims() == shape).then_some(e)
+}
+
+/// Recompute one rank/micro of a weaver `tree` at `step` from its own dumped inputs
+/// (`is_loss_debug/`: log_probs, old_log_probs, advantages, effective_valid `[B, T]`)
+/// under `cfg`, and compare with what was dumped: `prob_ratio`, `elementwise_loss`, `loss`,
+/// and the `loss/` file's scalars when present.
 ///
 /// Errors (exit 2 in the CLI): the file is absent, unreadable, or lacks an input; tensor
 /// shapes disagree (both sizes named).
@@ -224,7 +350,7 @@ pub fn self_consistency(
         ref_log_probs: None,
         advantages: tensor(&v, path, "advantages")?,
         mask: mask.clone(),
-        entropy: None,
+        entropy: weaver_entropy(tree, step, rank, micro, mask.dims()),
     };
     let out = compute(&inputs, cfg).map_err(|e| kerr(path, e))?;
     let t = mask.dims().get(1).copied().unwrap_or(1);
@@ -246,31 +372,19 @@ pub fn self_consistency(
     let recomputed_loss = to_f64(&out.loss).map_err(|e| kerr(path, e))?;
     let tokens = m.iter().filter(|x| **x != 0.0).count();
     let mut notes = Vec::new();
-    let mut ok = tol.close(dumped_loss, recomputed_loss) && first_divergence.is_none();
-    if !tol.close(dumped_loss, recomputed_loss) && first_divergence.is_none() && tokens > 0 {
-        let sum = recomputed_loss * tokens as f64;
-        if tol.close(dumped_loss, sum) {
-            notes.push(format!(
-                "the dumped loss equals the recomputed token-mean × {tokens} valid tokens: a sum, not a mean"
-            ));
-        }
+    if first_divergence.is_none() {
+        notes.extend(sum_not_mean(dumped_loss, recomputed_loss, tokens, tol));
     }
-    if let Some(lf) = tree.get(Kind::Loss, step, Some(rank), Some(micro)) {
-        let lv = read_any(&lf.path)?;
-        for key in ["loss", "pg_loss"] {
-            if let Ok(x) = scalar(&lv, &lf.path, key) {
-                if !tol.close(x, recomputed_loss) {
-                    ok = false;
-                    notes.push(format!(
-                        "{} {key} {x:.4} ≠ recomputed {recomputed_loss:.4}",
-                        lf.path.display()
-                    ));
-                }
-            }
-        }
-    }
+    let checks = match tree.get(Kind::Loss, step, Some(rank), Some(micro)) {
+        Some(lf) => loss_file_checks(&read_any(&lf.path)?, &out, tokens, tol),
+        None => Vec::new(),
+    };
+    let ok = tol.close(dumped_loss, recomputed_loss)
+        && first_divergence.is_none()
+        && checks.iter().all(|c| c.ok);
     Ok(Verdict {
         file: file.path.clone(),
+        layout: Layout::Weaver,
         step,
         rank,
         micro,
@@ -282,13 +396,137 @@ pub fn self_consistency(
         dumped_loss,
         recomputed_loss,
         first_divergence,
+        checks,
         tokens,
         notes,
     })
 }
 
-/// [`self_consistency`] for every rank/micro with an `is_loss_debug` file at `step`
-/// (restricted to `rank`/`micro` when given), in rank then micro order.
+/// Recompute one rank/micro of a self-hosted `tree` (see [`self_hosted`]) under `cfg`:
+/// its `forward_data/` log-probs and mask, the matching rows of the whole-batch old
+/// log-probs and advantages in `batch` (from [`SelfHostedStep::load`] with the same
+/// step), and compare with its `loss/` file (loss, pg_loss, entropy_loss, metrics).
+///
+/// Errors (exit 2 in the CLI): forward_data or loss file absent or unreadable, a key
+/// missing, shapes that disagree, a row whose tokens match no trajectory.
+pub fn self_consistency_self_hosted(
+    tree: &DumpTree,
+    batch: &SelfHostedStep,
+    step: i64,
+    rank: u32,
+    micro: u32,
+    cfg: &LossConfig,
+    tol: &Tolerance,
+) -> Result<Verdict> {
+    let lf = tree
+        .get(Kind::Loss, step, Some(rank), Some(micro))
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "{}: no loss file for step {step} rank {rank} micro {micro} (nothing dumped to check)",
+                tree.root.display()
+            ))
+        })?;
+    let mi = batch.micro_inputs(tree, step, rank, micro)?;
+    let ff = mi.forward_file.as_path();
+    let out = compute(&mi.inputs, cfg).map_err(|e| kerr(ff, e))?;
+    let m = to_f64_vec(&mi.inputs.mask).map_err(|e| kerr(ff, e))?;
+    let tokens = m.iter().filter(|x| **x != 0.0).count();
+    let lv = read_any(&lf.path)?;
+    let dumped_loss = scalar(&lv, &lf.path, "loss")?;
+    let recomputed_loss = to_f64(&out.loss).map_err(|e| kerr(ff, e))?;
+    let checks = loss_file_checks(&lv, &out, tokens, tol);
+    let mut notes = mi.notes;
+    notes.extend(sum_not_mean(dumped_loss, recomputed_loss, tokens, tol));
+    if let Some(c) = lv
+        .get("extra_info")
+        .and_then(|e| e.get("entropy_coeff"))
+        .and_then(Value::as_f64)
+    {
+        if c != cfg.entropy_coeff {
+            notes.push(format!(
+                "{} says entropy_coeff {c} but the check used {} (--entropy-coeff)",
+                lf.path.display(),
+                cfg.entropy_coeff
+            ));
+        }
+    }
+    let ok = checks.iter().all(|c| c.ok) && tol.close(dumped_loss, recomputed_loss);
+    Ok(Verdict {
+        file: lf.path.clone(),
+        layout: Layout::SelfHosted,
+        step,
+        rank,
+        micro,
+        status: if ok {
+            Status::Consistent
+        } else {
+            Status::Inconsistent
+        },
+        dumped_loss,
+        recomputed_loss,
+        first_divergence: None,
+        checks,
+        tokens,
+        notes,
+    })
+}
+
+/// The layout `tree` holds at `step`: weaver when it has `is_loss_debug/` files there,
+/// self-hosted when it has `forward_data/`, `old_log_probs/` and `trajectory/`; `None`
+/// otherwise (e.g. remote-API trees, which dump no per-micro inputs).
+pub fn layout_of(tree: &DumpTree, step: i64) -> Option<Layout> {
+    let has = |k: Kind| tree.files_of(k, step).next().is_some();
+    if has(Kind::IsLossDebug) {
+        Some(Layout::Weaver)
+    } else if has(Kind::ForwardData) && has(Kind::OldLogProbs) && has(Kind::Trajectory) {
+        Some(Layout::SelfHosted)
+    } else {
+        None
+    }
+}
+
+fn no_layout(tree: &DumpTree, step: i64) -> Error {
+    Error::Usage(format!(
+        "{}: step {step} has neither is_loss_debug/ files (weaver layout) nor forward_data/ + \
+         old_log_probs/ + trajectory/ files (self-hosted layout); losscheck needs one of them",
+        tree.root.display()
+    ))
+}
+
+/// The self-consistency verdict of one rank/micro of `tree` at `step`, whatever its
+/// layout ([`layout_of`]): [`self_consistency`] for weaver, [`self_consistency_self_hosted`]
+/// for self-hosted. `cfg` from [`crate::kernels::presets::preset`] (e.g. `nexrl-is`),
+/// possibly overridden.
+///
+/// For dumpdiff: call it on each side of a loss disagreement; the side that comes back
+/// [`Status::Consistent`] computed its loss correctly from its own inputs. A self-hosted
+/// call re-reads the step's trajectory and old_log_probs files; to check many micros of
+/// one step, use [`check_tree`] or load a [`SelfHostedStep`] once.
+///
+/// Errors: neither layout at `step`; the cell's files absent or unreadable; see the
+/// layout-specific functions.
+pub fn self_consistency_any(
+    tree: &DumpTree,
+    step: i64,
+    rank: u32,
+    micro: u32,
+    cfg: &LossConfig,
+    tol: &Tolerance,
+) -> Result<Verdict> {
+    match layout_of(tree, step) {
+        Some(Layout::Weaver) => self_consistency(tree, step, rank, micro, cfg, tol),
+        Some(Layout::SelfHosted) => {
+            let batch = SelfHostedStep::load(tree, step, &cfg.advantage)?;
+            self_consistency_self_hosted(tree, &batch, step, rank, micro, cfg, tol)
+        }
+        None => Err(no_layout(tree, step)),
+    }
+}
+
+/// The self-consistency verdict of every rank/micro at `step` (restricted to `rank` /
+/// `micro` when given), in rank then micro order, for either layout: the cells with an
+/// `is_loss_debug/` file (weaver) or a `forward_data/` file (self-hosted; the whole-batch
+/// files are read once).
 pub fn check_tree(
     tree: &DumpTree,
     step: i64,
@@ -297,24 +535,39 @@ pub fn check_tree(
     cfg: &LossConfig,
     tol: &Tolerance,
 ) -> Result<Vec<Verdict>> {
+    let layout = layout_of(tree, step).ok_or_else(|| no_layout(tree, step))?;
+    let kind = match layout {
+        Layout::Weaver => Kind::IsLossDebug,
+        Layout::SelfHosted => Kind::ForwardData,
+    };
     let mut cells: Vec<(u32, u32)> = tree
-        .files_of(Kind::IsLossDebug, step)
+        .files_of(kind, step)
         .filter_map(|f| Some((f.rank?, f.micro?)))
         .filter(|(r, m)| rank.is_none_or(|x| x == *r) && micro.is_none_or(|x| x == *m))
         .collect();
     cells.sort_unstable();
+    cells.dedup();
     if cells.is_empty() {
         return Err(Error::Usage(format!(
-            "{}: no is_loss_debug files for step {step}{}{} (losscheck needs the weaver layout)",
+            "{}: no {kind} files for step {step}{}{}",
             tree.root.display(),
             rank.map(|r| format!(" rank {r}")).unwrap_or_default(),
             micro.map(|m| format!(" micro {m}")).unwrap_or_default(),
         )));
     }
-    cells
-        .into_iter()
-        .map(|(r, m)| self_consistency(tree, step, r, m, cfg, tol))
-        .collect()
+    match layout {
+        Layout::Weaver => cells
+            .into_iter()
+            .map(|(r, m)| self_consistency(tree, step, r, m, cfg, tol))
+            .collect(),
+        Layout::SelfHosted => {
+            let batch = SelfHostedStep::load(tree, step, &cfg.advantage)?;
+            cells
+                .into_iter()
+                .map(|(r, m)| self_consistency_self_hosted(tree, &batch, step, r, m, cfg, tol))
+                .collect()
+        }
+    }
 }
 
 /// Free-standing inputs from a dict of tensors (`.safetensors`, `.pt`, ...): `log_probs`,

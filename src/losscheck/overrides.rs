@@ -24,7 +24,7 @@ pub struct Overrides {
     pub ratio_level: Option<String>,
     /// Symmetric log-ratio clamp (0 disables).
     pub log_ratio_clamp: Option<f64>,
-    /// KL estimator name (`k1`, `k2`, `k3`, `abs`, `k3+`, `k3-trl`).
+    /// KL estimator name (`k1`, `k2`, `k3`, `abs`, `k3+`, `k3-trl`, `mlx`).
     pub kl: Option<String>,
     /// KL coefficient.
     pub kl_coef: Option<f64>,
@@ -81,7 +81,7 @@ pub fn apply(mut cfg: LossConfig, o: &Overrides) -> Result<LossConfig> {
     if let Some(k) = &o.kl {
         let estimator = KlEstimator::parse(k).ok_or_else(|| {
             Error::Usage(format!(
-                "--kl {k:?}: expected k1, abs, k2, k3, k3+ or k3-trl"
+                "--kl {k:?}: expected k1, abs, k2, k3, k3+, k3-trl or mlx"
             ))
         })?;
         cfg.kl = Some(KlTerm {

@@ -1,0 +1,401 @@
+//! Self-hosted dump trees (NexRL self-hosted trainer, SPEC §2): the inputs of one micro's
+//! loss are spread over three kinds of file, so they are put back together here.
+//!
+//! - `forward_data/step_N_rankR_microM`: `log_probs` `[mb, T]`, `response_mask` `[mb, T]`,
+//!   `entropy` `[mb, T]`, `input_ids` `[mb, S]` (prompt left-padded to `S − T`, then the
+//!   response right-padded to `T`).
+//! - `old_log_probs/step_N`: the whole batch `[N, T']`, rows in `trajectory/step_N` order.
+//! - `trajectory/step_N`: `trajectories[i]` with `tokens`, `loss_mask`, `reward`,
+//!   `extra_fields.group_id` (or `uid`).
+//!
+//! Each micro row is matched to its trajectory by content ([`tokens_hash`] of the prompt
+//! without its left padding followed by the response; the response alone when that is
+//! ambiguous or absent), never by position. Advantages are recomputed from the step's
+//! rewards and group ids with the preset's [`AdvantageConfig`] and rounded to f32 unless
+//! the dumped log-probs are f64 (a torch trainer holds advantages in float32).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor};
+
+use crate::error::{Error, Position, Result};
+use crate::frames::tokens_hash;
+use crate::kernels::advantage::{group_advantages, AdvantageConfig};
+use crate::kernels::loss::LossInputs;
+use crate::readers::layout::{DumpTree, Kind};
+use crate::readers::read_any;
+use crate::tensor::DType;
+use crate::value::Value;
+
+/// The whole-batch half of a self-hosted step: every trajectory's advantage and old
+/// log-probs, and indexes from token content to trajectory. Load once per step, then
+/// [`SelfHostedStep::micro_inputs`] for each rank/micro.
+#[derive(Debug, Clone)]
+pub struct SelfHostedStep {
+    /// `trajectory/step_N` file.
+    pub trajectory_file: PathBuf,
+    /// `old_log_probs/step_N` file.
+    pub old_file: PathBuf,
+    /// Row-major f64 copy of the whole-batch old log-probs `[n, cols]`.
+    old: Vec<f64>,
+    /// Columns of the whole-batch old log-probs.
+    cols: usize,
+    /// Per-trajectory reward, group and advantage (f64 of the f32 value, see module doc).
+    rewards: Vec<f64>,
+    groups: Vec<String>,
+    advantages_f64: Vec<f64>,
+    advantages_f32: Vec<f64>,
+    /// `tokens_hash(prompt ++ response)` → trajectory indices.
+    by_tokens: HashMap<u64, Vec<usize>>,
+    /// `tokens_hash(response)` (tokens under `loss_mask == 1`) → trajectory indices.
+    by_response: HashMap<u64, Vec<usize>>,
+}
+
+/// One micro's inputs in the self-hosted layout, with where each row came from.
+#[derive(Debug, Clone)]
+pub struct MicroInputs {
+    /// Inputs for [`crate::kernels::loss::compute`] (f64; log-probs under a zero mask
+    /// replaced by 0 so that padding NaN cannot leak into masked sums).
+    pub inputs: LossInputs,
+    /// The trajectory index (row of `old_log_probs`) of each micro row.
+    pub trajectory_rows: Vec<usize>,
+    /// The advantage used for each micro row.
+    pub advantages: Vec<f64>,
+    /// The forward_data file.
+    pub forward_file: PathBuf,
+    /// Findings worth a note (e.g. two trajectories with the same tokens).
+    pub notes: Vec<String>,
+}
+
+fn key_err(path: &Path, key: &str, msg: &str) -> Error {
+    Error::format(path, Position::Key(key.to_string()), msg.to_string())
+}
+
+/// `(shape, row-major f64 values, stored dtype)` of a tensor-valued key.
+fn dense(v: &Value, path: &Path, key: &str) -> Result<(Vec<usize>, Vec<f64>, Option<DType>)> {
+    let item = v
+        .get(key)
+        .ok_or_else(|| key_err(path, key, "missing (self-hosted layout needs it)"))?;
+    let dtype = item.as_tensor().map(|t| t.dtype());
+    let t = item
+        .to_tensor()
+        .ok_or_else(|| key_err(path, key, "not a tensor or a rectangular nested list"))?;
+    Ok((t.shape().to_vec(), t.to_f64_vec(), dtype))
+}
+
+fn dims2(path: &Path, key: &str, shape: &[usize]) -> Result<(usize, usize)> {
+    match shape {
+        [b, t] => Ok((*b, *t)),
+        d => Err(key_err(
+            path,
+            key,
+            &format!("must be 2-d [B, T], got shape {d:?}"),
+        )),
+    }
+}
+
+fn group_of(t: &Value) -> Option<String> {
+    let ef = t.get("extra_fields");
+    for (src, k) in [
+        (ef, "group_id"),
+        (ef, "uid"),
+        (Some(t), "group_id"),
+        (Some(t), "uid"),
+    ] {
+        if let Some(x) = src.and_then(|s| s.get(k)) {
+            if let Some(s) = x.as_str() {
+                return Some(s.to_string());
+            }
+            if let Some(i) = x.as_i64() {
+                return Some(i.to_string());
+            }
+        }
+    }
+    None
+}
+
+fn round_f32(x: f64) -> f64 {
+    x as f32 as f64
+}
+
+impl SelfHostedStep {
+    /// Read `trajectory/step_N` and `old_log_probs/step_N` of `tree` and compute every
+    /// trajectory's advantage under `adv`.
+    ///
+    /// Errors: either file absent or unreadable; a trajectory without `tokens`, `reward`
+    /// or a group id (named by index); `old_log_probs` not `[n, T]` with `n` the number of
+    /// trajectories (both sizes named).
+    pub fn load(tree: &DumpTree, step: i64, adv: &AdvantageConfig) -> Result<SelfHostedStep> {
+        let need = |kind: Kind| {
+            tree.get(kind, step, None, None).ok_or_else(|| {
+                Error::Usage(format!(
+                    "{}: no {kind}/ file for step {step} (the self-hosted layout needs \
+                     trajectory/, old_log_probs/, forward_data/ and loss/)",
+                    tree.root.display()
+                ))
+            })
+        };
+        let tf = need(Kind::Trajectory)?.path.clone();
+        let of = need(Kind::OldLogProbs)?.path.clone();
+        let tv = read_any(&tf)?;
+        let items = tv
+            .get("trajectories")
+            .and_then(Value::as_seq)
+            .ok_or_else(|| key_err(&tf, "trajectories", "missing or not a list"))?;
+        let mut rewards = Vec::with_capacity(items.len());
+        let mut groups = Vec::with_capacity(items.len());
+        let mut by_tokens: HashMap<u64, Vec<usize>> = HashMap::new();
+        let mut by_response: HashMap<u64, Vec<usize>> = HashMap::new();
+        for (i, t) in items.iter().enumerate() {
+            let at = |k: &str| format!("trajectories[{i}].{k}");
+            let tokens = t
+                .get("tokens")
+                .and_then(Value::to_tensor)
+                .map(|x| x.to_i64_vec())
+                .ok_or_else(|| key_err(&tf, &at("tokens"), "missing or not a list of ints"))?;
+            let reward = t
+                .get("reward")
+                .and_then(Value::as_f64)
+                .or_else(|| {
+                    t.get("extra_fields")
+                        .and_then(|e| e.get("score"))
+                        .and_then(Value::as_f64)
+                })
+                .ok_or_else(|| key_err(&tf, &at("reward"), "missing or not a number"))?;
+            let group = group_of(t).ok_or_else(|| {
+                key_err(
+                    &tf,
+                    &at("extra_fields.group_id"),
+                    "missing (needed to group rewards into advantages)",
+                )
+            })?;
+            let response: Vec<i64> = match t.get("loss_mask").and_then(Value::to_tensor) {
+                Some(m) => tokens
+                    .iter()
+                    .zip(m.to_i64_vec())
+                    .filter(|(_, m)| *m != 0)
+                    .map(|(x, _)| *x)
+                    .collect(),
+                None => Vec::new(),
+            };
+            by_tokens.entry(tokens_hash(&tokens)).or_default().push(i);
+            if !response.is_empty() {
+                by_response
+                    .entry(tokens_hash(&response))
+                    .or_default()
+                    .push(i);
+            }
+            rewards.push(reward);
+            groups.push(group);
+        }
+        let advantages_f64 = group_advantages(&rewards, &groups, adv)
+            .map_err(|e| Error::format(&tf, Position::Key("trajectories".into()), e.to_string()))?;
+        let advantages_f32 = advantages_f64.iter().map(|a| round_f32(*a)).collect();
+        let ov = read_any(&of)?;
+        let (shape, old, _) = dense(&ov, &of, "old_log_probs")?;
+        let (n, cols) = dims2(&of, "old_log_probs", &shape)?;
+        if n != items.len() {
+            return Err(key_err(
+                &of,
+                "old_log_probs",
+                &format!(
+                    "has {n} rows but {} holds {} trajectories (rows must follow the \
+                     trajectory order)",
+                    tf.display(),
+                    items.len()
+                ),
+            ));
+        }
+        Ok(SelfHostedStep {
+            trajectory_file: tf,
+            old_file: of,
+            old,
+            cols,
+            rewards,
+            groups,
+            advantages_f64,
+            advantages_f32,
+            by_tokens,
+            by_response,
+        })
+    }
+
+    /// Number of trajectories in the step.
+    pub fn len(&self) -> usize {
+        self.rewards.len()
+    }
+
+    /// True when the step holds no trajectory.
+    pub fn is_empty(&self) -> bool {
+        self.rewards.is_empty()
+    }
+
+    /// Group id of trajectory `i`.
+    pub fn group(&self, i: usize) -> Option<&str> {
+        self.groups.get(i).map(String::as_str)
+    }
+
+    /// Advantage of trajectory `i`: f64 as computed, or rounded to f32 (`f32 = true`).
+    pub fn advantage(&self, i: usize, f32: bool) -> Option<f64> {
+        let v = if f32 {
+            &self.advantages_f32
+        } else {
+            &self.advantages_f64
+        };
+        v.get(i).copied()
+    }
+
+    /// The loss inputs of `rank`/`micro`: its forward_data log-probs, mask and entropy,
+    /// the matching rows of the whole-batch old log-probs (trimmed or zero-padded to the
+    /// micro's width `T`), and each row's advantage broadcast over its valid tokens
+    /// (`[mb]`, f64).
+    ///
+    /// Errors: no forward_data file; a missing key; shapes that disagree (both named); a
+    /// row whose tokens match no trajectory (file and row named); a valid position beyond
+    /// the whole-batch width.
+    pub fn micro_inputs(
+        &self,
+        tree: &DumpTree,
+        step: i64,
+        rank: u32,
+        micro: u32,
+    ) -> Result<MicroInputs> {
+        let ff = tree
+            .get(Kind::ForwardData, step, Some(rank), Some(micro))
+            .ok_or_else(|| {
+                Error::Usage(format!(
+                    "{}: no forward_data file for step {step} rank {rank} micro {micro}",
+                    tree.root.display()
+                ))
+            })?
+            .path
+            .clone();
+        let fv = read_any(&ff)?;
+        let (lshape, lp, ldtype) = dense(&fv, &ff, "log_probs")?;
+        let (b, t) = dims2(&ff, "log_probs", &lshape)?;
+        let (mshape, mask, _) = dense(&fv, &ff, "response_mask")?;
+        if mshape != lshape {
+            return Err(key_err(
+                &ff,
+                "response_mask",
+                &format!("is {mshape:?} but log_probs is {lshape:?}"),
+            ));
+        }
+        let (ishape, ids, _) = dense(&fv, &ff, "input_ids")?;
+        let (ib, s) = dims2(&ff, "input_ids", &ishape)?;
+        if ib != b || s < t {
+            return Err(key_err(
+                &ff,
+                "input_ids",
+                &format!(
+                    "is {ishape:?} but log_probs is {lshape:?} (expected [{b}, S ≥ {t}]: \
+                     prompt then response)"
+                ),
+            ));
+        }
+        let mut entropy = match fv.get("entropy") {
+            Some(_) => {
+                let (eshape, e, _) = dense(&fv, &ff, "entropy")?;
+                if eshape != lshape {
+                    return Err(key_err(
+                        &ff,
+                        "entropy",
+                        &format!("is {eshape:?} but log_probs is {lshape:?}"),
+                    ));
+                }
+                Some(e)
+            }
+            None => None,
+        };
+        let f32_trainer = ldtype != Some(DType::F64);
+        let mut notes = Vec::new();
+        let mut rows = Vec::with_capacity(b);
+        let mut adv = Vec::with_capacity(b);
+        let mut old = vec![0.0; b * t];
+        let mut logp = lp;
+        for r in 0..b {
+            let m = &mask[r * t..(r + 1) * t];
+            let row_ids = &ids[r * s..(r + 1) * s];
+            let prompt: Vec<i64> = row_ids[..s - t]
+                .iter()
+                .map(|x| *x as i64)
+                .skip_while(|x| *x == 0)
+                .collect();
+            let response: Vec<i64> = row_ids[s - t..]
+                .iter()
+                .zip(m)
+                .filter(|(_, m)| **m != 0.0)
+                .map(|(x, _)| *x as i64)
+                .collect();
+            let full: Vec<i64> = prompt.iter().chain(&response).copied().collect();
+            let candidates = self
+                .by_tokens
+                .get(&tokens_hash(&full))
+                .or_else(|| self.by_response.get(&tokens_hash(&response)))
+                .ok_or_else(|| {
+                    key_err(
+                        &ff,
+                        &format!("input_ids[{r}]"),
+                        &format!(
+                            "rank {rank} micro {micro} row {r}: its tokens match no trajectory \
+                             of {}",
+                            self.trajectory_file.display()
+                        ),
+                    )
+                })?;
+            let i = candidates[0];
+            if candidates.len() > 1 {
+                notes.push(format!(
+                    "row {r} matches trajectories {candidates:?} (same tokens); took {i}"
+                ));
+            }
+            let a = self.advantage(i, f32_trainer).unwrap_or(f64::NAN);
+            for c in 0..t {
+                if m[c] == 0.0 {
+                    // padding: NaN/junk here must not reach a masked sum (0 · NaN = NaN)
+                    logp[r * t + c] = 0.0;
+                    if let Some(e) = entropy.as_mut() {
+                        e[r * t + c] = 0.0;
+                    }
+                    continue;
+                }
+                if c >= self.cols {
+                    return Err(key_err(
+                        &self.old_file,
+                        "old_log_probs",
+                        &format!(
+                            "is {} columns wide but rank {rank} micro {micro} row {r} has a \
+                             valid token at position {c}",
+                            self.cols
+                        ),
+                    ));
+                }
+                old[r * t + c] = self.old[i * self.cols + c];
+            }
+            rows.push(i);
+            adv.push(a);
+        }
+        let dev = &Device::Cpu;
+        let mk = |v: Vec<f64>| {
+            Tensor::from_vec(v, (b, t), dev)
+                .map_err(|e| Error::format(&ff, Position::File, e.to_string()))
+        };
+        let inputs = LossInputs {
+            log_probs: mk(logp)?,
+            old_log_probs: Some(mk(old)?),
+            ref_log_probs: None,
+            advantages: Tensor::from_vec(adv.clone(), b, dev)
+                .map_err(|e| Error::format(&ff, Position::File, e.to_string()))?,
+            mask: mk(mask)?,
+            entropy: entropy.map(mk).transpose()?,
+        };
+        Ok(MicroInputs {
+            inputs,
+            trajectory_rows: rows,
+            advantages: adv,
+            forward_file: ff,
+            notes,
+        })
+    }
+}
