@@ -432,6 +432,12 @@ impl Tensor {
     /// All elements in row-major order, widened to f64.
     pub fn to_f64_vec(&self) -> Vec<f64> {
         let bytes = self.storage.as_slice();
+        if self.is_contiguous() {
+            // One dtype dispatch for the whole run of storage: the loops vectorise.
+            let s = self.dtype.size();
+            let run = &bytes[self.offset * s..(self.offset + self.numel()) * s];
+            return decode_run_f64(self.dtype, run);
+        }
         let mut out = Vec::with_capacity(self.numel());
         self.for_each_index(|i| out.push(self.load_f64(bytes, i)));
         out
@@ -495,6 +501,27 @@ impl Tensor {
             out.chunks_exact_mut(s).for_each(|c| c.reverse());
         }
         out
+    }
+}
+
+/// Decode a contiguous run of little-endian `dtype` elements to f64.
+fn decode_run_f64(dtype: DType, run: &[u8]) -> Vec<f64> {
+    macro_rules! conv {
+        ($n:literal, $f:expr) => {
+            run.chunks_exact($n).map(|c| $f(arr::<$n>(c))).collect()
+        };
+    }
+    match dtype {
+        DType::F64 => conv!(8, f64::from_le_bytes),
+        DType::F32 => conv!(4, |b| f32::from_le_bytes(b) as f64),
+        DType::F16 => conv!(2, |b| f16::from_le_bytes(b).to_f64()),
+        DType::BF16 => conv!(2, |b| bf16::from_le_bytes(b).to_f64()),
+        DType::I64 => conv!(8, |b| i64::from_le_bytes(b) as f64),
+        DType::I32 => conv!(4, |b| i32::from_le_bytes(b) as f64),
+        DType::I16 => conv!(2, |b| i16::from_le_bytes(b) as f64),
+        DType::I8 => run.iter().map(|&b| b as i8 as f64).collect(),
+        DType::U8 => run.iter().map(|&b| b as f64).collect(),
+        DType::Bool => run.iter().map(|&b| (b != 0) as u8 as f64).collect(),
     }
 }
 
