@@ -49,8 +49,14 @@ pub struct Stats {
 
 /// Stats over the finite values of `t` (min/max/mean are NaN when there are none).
 pub fn tensor_stats(t: &Tensor) -> Stats {
-    let (mut min, mut max, mut sum, mut n, mut nan, mut inf) =
-        (f64::INFINITY, f64::NEG_INFINITY, 0.0, 0usize, 0usize, 0usize);
+    let (mut min, mut max, mut sum, mut n, mut nan, mut inf) = (
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        0.0,
+        0usize,
+        0usize,
+        0usize,
+    );
     for x in t.to_f64_vec() {
         if x.is_nan() {
             nan += 1;
@@ -77,7 +83,11 @@ pub fn tensor_stats(t: &Tensor) -> Stats {
 
 fn tensor_line(t: &Tensor, from_list: bool) -> String {
     let mut s = if from_list {
-        format!("list {} {:?}", if t.dtype().is_float() { "float" } else { "int" }, t.shape())
+        format!(
+            "list {} {:?}",
+            if t.dtype().is_float() { "float" } else { "int" },
+            t.shape()
+        )
     } else {
         format!("tensor {} {:?}", t.dtype(), t.shape())
     };
@@ -115,7 +125,9 @@ fn tensor_line(t: &Tensor, from_list: bool) -> String {
     s
 }
 
-fn fmt_num(x: f64) -> String {
+/// A number for people: integers plain, moderate values with 6 decimals, the rest in
+/// scientific notation (used by the inspector and dumpdiff's findings).
+pub fn fmt_num(x: f64) -> String {
     if !x.is_finite() || (x == x.trunc() && x.abs() < 1e15) {
         format!("{x}")
     } else if (1e-3..1e6).contains(&x.abs()) {
@@ -155,10 +167,7 @@ fn render_value(v: &Value, indent: &str, out: &mut String) {
 
 fn render_children(v: &Value, indent: &str, out: &mut String) {
     let children: Vec<(String, &Value)> = match v {
-        Value::Dict(items) => items
-            .iter()
-            .map(|(k, val)| (key_text(k), val))
-            .collect(),
+        Value::Dict(items) => items.iter().map(|(k, val)| (key_text(k), val)).collect(),
         Value::List(items) | Value::Tuple(items) if v.to_tensor().is_none() => items
             .iter()
             .take(shown(items))
@@ -174,7 +183,11 @@ fn render_children(v: &Value, indent: &str, out: &mut String) {
     let n = children.len();
     for (i, (k, val)) in children.into_iter().enumerate() {
         let last = i + 1 == n && hidden == 0;
-        let (branch, cont) = if last { ("└─ ", "   ") } else { ("├─ ", "│  ") };
+        let (branch, cont) = if last {
+            ("└─ ", "   ")
+        } else {
+            ("├─ ", "│  ")
+        };
         let _ = write!(out, "{indent}{branch}{k}: ");
         render_value(val, &format!("{indent}{cont}"), out);
     }
@@ -244,7 +257,9 @@ pub fn render_layout(tree: &DumpTree) -> String {
     );
     let mut table = Table::new();
     table.load_style(UTF8_FULL_CONDENSED);
-    table.set_header(vec!["kind", "step", "files", "format", "ranks", "micros", "missing"]);
+    table.set_header(vec![
+        "kind", "step", "files", "format", "ranks", "micros", "missing",
+    ]);
     for kind in Kind::ALL {
         for step in tree.steps() {
             let files: Vec<_> = tree.files_of(kind, step).collect();

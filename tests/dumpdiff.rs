@@ -557,3 +557,69 @@ fn no_progress_bar_when_stderr_is_a_pipe() {
         .code(0)
         .stderr(predicate::str::is_empty());
 }
+
+/// Each side of a loss disagreement recomputed from its own inputs (losscheck): the two
+/// value faults are the weaver's, and nothing else is adjudicated.
+#[test]
+fn disagreeing_losses_are_adjudicated_to_the_faulty_side() {
+    let faults = faults();
+    let with = |b: &str| {
+        run(&Options {
+            self_hosted: dumps("self_hosted_pt"),
+            weaver: Some(dumps(b)),
+            step: 0,
+            adjudicate_with: Some("nexrl-is".into()),
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let report = with("weaver_faulty_pt");
+    let got: BTreeSet<(u32, u32)> = report
+        .adjudication
+        .iter()
+        .map(|a| (a.rank, a.micro))
+        .collect();
+    let want: BTreeSet<(u32, u32)> = faults["faults"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["is_value_fault"] == true)
+        .map(|f| {
+            (
+                f["rank"].as_u64().unwrap() as u32,
+                f["micro"].as_u64().unwrap() as u32,
+            )
+        })
+        .collect();
+    assert_eq!(got, want);
+    for a in &report.adjudication {
+        assert_eq!(
+            a.conclusion,
+            "weaver loss disagrees with its own inputs; self-hosted matches"
+        );
+        let fault = faults["faults"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["rank"] == a.rank && f["micro"] == a.micro)
+            .unwrap();
+        let weaver = a.sides.iter().find(|s| s.role == "weaver").unwrap();
+        let faulty: f64 = fault["faulty_loss"].as_str().unwrap().parse().unwrap();
+        assert_eq!(weaver.dumped_loss, Some(faulty));
+        let correct: f64 = fault["correct_loss"].as_str().unwrap().parse().unwrap();
+        let recomputed = weaver.recomputed_loss.unwrap();
+        assert!(
+            (recomputed - correct).abs() < 2e-3 * correct.abs(),
+            "{recomputed} vs {correct}"
+        );
+    }
+    assert!(with("weaver_pt").adjudication.is_empty());
+    let off = run(&Options {
+        self_hosted: dumps("self_hosted_pt"),
+        weaver: Some(dumps("weaver_faulty_pt")),
+        step: 0,
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(off.adjudication.is_empty());
+}

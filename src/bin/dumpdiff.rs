@@ -86,6 +86,13 @@ struct Args {
     /// TOML file of per-tensor rules: [[rule]] name, atol, rtol, allowed_fraction, severity.
     #[arg(long, alias = "tol_file", value_name = "FILE")]
     tol_file: Option<PathBuf>,
+    /// losscheck preset used to recompute both sides of a loss disagreement and say which
+    /// side's loss follows from its own inputs (see `losscheck --help` for presets).
+    #[arg(long, value_name = "PRESET", default_value = "nexrl-is")]
+    preset: String,
+    /// Do not recompute disagreeing losses with losscheck.
+    #[arg(long)]
+    no_adjudicate: bool,
     /// Lowest verdict that makes the exit code 1.
     #[arg(long, alias = "fail_on", value_enum, default_value = "fail")]
     fail_on: FailOn,
@@ -201,6 +208,7 @@ fn run(args: Args) -> Result<u8, Error> {
             rtol: args.rtol,
         },
         tol_file: args.tol_file.clone(),
+        adjudicate_with: (!args.no_adjudicate).then(|| args.preset.clone()),
     };
     let bar = ProgressBar::for_stderr();
     let report = dumpdiff::run_with_progress(&opts, &bar)?;

@@ -53,6 +53,9 @@ pub struct Options {
     pub policy: TolerancePolicy,
     /// The tolerance file the rules came from, for the report.
     pub tol_file: Option<PathBuf>,
+    /// losscheck preset used to recompute both sides of a loss disagreement
+    /// (`None`: no adjudication).
+    pub adjudicate_with: Option<String>,
 }
 
 /// Receives reading progress; the library itself never prints. Called from reader
@@ -185,6 +188,10 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
         .flatten()
         .collect();
     let (first_divergence, worst) = findings(&sections);
+    let adjudication = match &opts.adjudicate_with {
+        Some(preset) => adjudicate(&sections, &sides, opts.step, preset)?,
+        None => Vec::new(),
+    };
     let verdict = sections
         .iter()
         .map(|s| s.verdict)
@@ -209,6 +216,7 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
         coverage,
         first_divergence,
         worst,
+        adjudication,
         files_read: sides.iter().map(|d| d.values.len()).sum(),
         bytes_read: sides
             .iter()
@@ -221,6 +229,80 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
             .map(|f| f.size)
             .sum(),
     })
+}
+
+/// The rank/micro cells whose loss disagrees (a failing cell of section 3 `loss` or 4
+/// `is_loss`), each side recomputed from its own inputs by losscheck with `preset`.
+/// Sides without per-micro loss inputs (remote-api) are left out.
+fn adjudicate(
+    sections: &[Section],
+    sides: &[&SideData],
+    step: i64,
+    preset: &str,
+) -> Result<Vec<report::Adjudication>> {
+    use crate::losscheck::{self_consistency_any, Status, Tolerance};
+    let cfg = crate::kernels::presets::preset(preset)
+        .map_err(|e| Error::Usage(format!("--preset {preset}: {e}")))?;
+    let cells: BTreeSet<(u32, u32)> = sections
+        .iter()
+        .filter(|s| s.id == 3 || s.id == 4)
+        .flat_map(|s| &s.cells)
+        .filter(|c| c.verdict == Verdict::Fail)
+        .filter_map(|c| Some((c.rank?, c.micro?)))
+        .collect();
+    let judged: Vec<&&SideData> = sides.iter().filter(|d| d.role != "remote-api").collect();
+    let out = cells
+        .into_par_iter()
+        .map(|(rank, micro)| {
+            let verdicts: Vec<report::SideVerdict> = judged
+                .iter()
+                .map(|d| {
+                    match self_consistency_any(&d.tree, step, rank, micro, &cfg, &Tolerance::default()) {
+                        Ok(v) => report::SideVerdict {
+                            role: d.role.into(),
+                            status: Some(v.status),
+                            dumped_loss: Some(v.dumped_loss),
+                            recomputed_loss: Some(v.recomputed_loss),
+                            detail: v.line(),
+                        },
+                        Err(e) => report::SideVerdict {
+                            role: d.role.into(),
+                            status: None,
+                            dumped_loss: None,
+                            recomputed_loss: None,
+                            detail: format!("could not recompute: {e}"),
+                        },
+                    }
+                })
+                .collect();
+            let with = |st: Status| -> Vec<&str> {
+                verdicts
+                    .iter()
+                    .filter(|v| v.status == Some(st))
+                    .map(|v| v.role.as_str())
+                    .collect()
+            };
+            let (bad, good) = (with(Status::Inconsistent), with(Status::Consistent));
+            let conclusion = match (bad.as_slice(), good.as_slice()) {
+                ([], []) => "neither side could be recomputed from its own inputs".to_string(),
+                ([], _) => "every side's loss follows from its own inputs: the inputs differ (see the first divergence)".to_string(),
+                (_, []) => format!("{} loss disagrees with its own inputs", bad.join(" and ")),
+                (_, _) => format!(
+                    "{} loss disagrees with its own inputs; {} matches",
+                    bad.join(" and "),
+                    good.join(" and ")
+                ),
+            };
+            report::Adjudication {
+                rank,
+                micro,
+                preset: preset.to_string(),
+                sides: verdicts,
+                conclusion,
+            }
+        })
+        .collect();
+    Ok(out)
 }
 
 /// Make a section from its cells.

@@ -35,6 +35,9 @@ pub struct Report {
     pub first_divergence: Option<Finding>,
     /// The failing or warning comparisons furthest beyond tolerance, worst first.
     pub worst: Vec<Finding>,
+    /// For each rank/micro whose loss disagrees: which side's loss follows from its own
+    /// inputs (losscheck's reference kernels), so the analyst knows which side is wrong.
+    pub adjudication: Vec<Adjudication>,
     /// Files read (each once).
     pub files_read: usize,
     /// Bytes read.
@@ -209,4 +212,34 @@ pub struct Finding {
     pub verdict: Verdict,
     /// The comparison's reason.
     pub reason: String,
+}
+
+/// Both sides of one loss disagreement recomputed from their own dumped inputs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Adjudication {
+    /// Rank.
+    pub rank: u32,
+    /// Micro-batch.
+    pub micro: u32,
+    /// The losscheck preset whose conventions were used (e.g. `nexrl-is`).
+    pub preset: String,
+    /// One verdict per side, reference first.
+    pub sides: Vec<SideVerdict>,
+    /// The answer in one line ("weaver loss disagrees with its own inputs; self-hosted matches").
+    pub conclusion: String,
+}
+
+/// One side's self-consistency at a rank/micro.
+#[derive(Debug, Clone, Serialize)]
+pub struct SideVerdict {
+    /// `self-hosted`, `weaver` or `remote-api`.
+    pub role: String,
+    /// Consistent or inconsistent; absent when the side could not be recomputed.
+    pub status: Option<crate::losscheck::Status>,
+    /// The dumped loss.
+    pub dumped_loss: Option<f64>,
+    /// The loss recomputed from the side's own inputs.
+    pub recomputed_loss: Option<f64>,
+    /// losscheck's verdict line, or why the side could not be recomputed.
+    pub detail: String,
 }

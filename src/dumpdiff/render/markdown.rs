@@ -42,6 +42,18 @@ impl Renderer for MarkdownRenderer {
         if let Some(f) = &report.first_divergence {
             o.push_str(&format!("\n**First divergence:** {}\n", finding_line(f)));
         }
+        if !report.adjudication.is_empty() {
+            o.push_str("\n## Which side is right (losscheck)\n\n");
+            for a in &report.adjudication {
+                o.push_str(&format!(
+                    "- rank {} micro {} (`{}`): **{}**\n",
+                    a.rank, a.micro, a.preset, a.conclusion
+                ));
+                for v in &a.sides {
+                    o.push_str(&format!("  - {}: {}\n", v.role, v.detail));
+                }
+            }
+        }
         if !report.coverage.is_empty() {
             o.push_str("\n## Present on one side only\n\n");
             for c in &report.coverage {

@@ -47,11 +47,11 @@ pub fn location(f: &Finding) -> String {
 /// One line for a finding: where, which tensor, both values.
 pub fn finding_line(f: &Finding) -> String {
     format!(
-        "{} at {}: {:.6e} vs {:.6e} (|Δ| {:.3e}, {:.1}× tolerance)",
+        "{} at {}: {} vs {} (|Δ| {:.3e}, {:.1}× tolerance)",
         f.name,
         location(f),
-        f.a,
-        f.b,
+        crate::inspect::fmt_num(f.a),
+        crate::inspect::fmt_num(f.b),
         f.abs_diff,
         f.excess
     )

@@ -116,6 +116,12 @@ impl Renderer for TableRenderer {
                 out.push_str(&format!("  {}\n", finding_line(f)));
             }
         }
+        for a in &report.adjudication {
+            out.push_str(&format!(
+                "which side is right at rank {} micro {} (losscheck {}): {}\n",
+                a.rank, a.micro, a.preset, a.conclusion
+            ));
+        }
         for sec in &report.sections {
             for n in sec.notes.iter().take(2) {
                 out.push_str(&format!("note ({}): {n}\n", sec.name));
