@@ -623,3 +623,45 @@ fn disagreeing_losses_are_adjudicated_to_the_faulty_side() {
     .unwrap();
     assert!(off.adjudication.is_empty());
 }
+
+/// Without remote-api trajectories, the self-hosted advantages are recomputed from the
+/// trajectories' rewards and group ids (the preset's convention) and match weaver's dump;
+/// elementwise_loss is then derived too. Without a preset they are skipped, not guessed.
+#[test]
+fn self_hosted_advantages_are_recomputed_from_trajectories() {
+    let with = |preset: Option<&str>| {
+        run(&Options {
+            self_hosted: dumps("self_hosted_pt"),
+            weaver: Some(dumps("weaver_pt")),
+            step: 0,
+            advantage_preset: preset.map(str::to_string),
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let is_loss = |r: &Report, name: &str| -> Vec<(Verdict, String)> {
+        r.sections
+            .iter()
+            .find(|s| s.name == "is_loss")
+            .unwrap()
+            .cells
+            .iter()
+            .flat_map(|c| &c.comparisons)
+            .filter(|c| c.name == format!("is_loss.{name}"))
+            .map(|c| (c.verdict, c.origin_a.how.clone()))
+            .collect()
+    };
+    let r = with(Some("nexrl-is"));
+    for name in ["advantages", "elementwise_loss"] {
+        let got = is_loss(&r, name);
+        assert_eq!(got.len(), 24, "{name}: one per rank × micro");
+        assert!(
+            got.iter().all(|(v, how)| *v == Verdict::Pass && how == "derived"),
+            "{name}: {got:?}"
+        );
+    }
+    let r = with(None);
+    assert!(is_loss(&r, "advantages")
+        .iter()
+        .all(|(v, _)| *v == Verdict::Skipped));
+}

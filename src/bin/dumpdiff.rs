@@ -86,8 +86,9 @@ struct Args {
     /// TOML file of per-tensor rules: [[rule]] name, atol, rtol, allowed_fraction, severity.
     #[arg(long, alias = "tol_file", value_name = "FILE")]
     tol_file: Option<PathBuf>,
-    /// losscheck preset used to recompute both sides of a loss disagreement and say which
-    /// side's loss follows from its own inputs (see `losscheck --help` for presets).
+    /// losscheck preset whose conventions recompute what one side did not dump (self-hosted
+    /// advantages from trajectory rewards and groups) and both sides of a loss
+    /// disagreement, to say which side's loss follows from its own inputs.
     #[arg(long, value_name = "PRESET", default_value = "nexrl-is")]
     preset: String,
     /// Do not recompute disagreeing losses with losscheck.
@@ -209,6 +210,7 @@ fn run(args: Args) -> Result<u8, Error> {
         },
         tol_file: args.tol_file.clone(),
         adjudicate_with: (!args.no_adjudicate).then(|| args.preset.clone()),
+        advantage_preset: Some(args.preset.clone()),
     };
     let bar = ProgressBar::for_stderr();
     let report = dumpdiff::run_with_progress(&opts, &bar)?;

@@ -56,6 +56,9 @@ pub struct Options {
     /// losscheck preset used to recompute both sides of a loss disagreement
     /// (`None`: no adjudication).
     pub adjudicate_with: Option<String>,
+    /// Preset whose advantage convention recomputes the self-hosted advantages from its
+    /// trajectories when no remote-api `prepared_trajectories` supply them (`None`: don't).
+    pub advantage_preset: Option<String>,
 }
 
 /// Receives reading progress; the library itself never prints. Called from reader
@@ -175,6 +178,7 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
             &s,
             w,
             r.as_ref(),
+            opts.advantage_preset.as_deref(),
             &opts.policy,
             &mut coverage,
         ));
@@ -326,6 +330,7 @@ fn weaver_sections(
     s: &SideData,
     w: &SideData,
     r: Option<&SideData>,
+    adv_preset: Option<&str>,
     policy: &TolerancePolicy,
     coverage: &mut Vec<Coverage>,
 ) -> Vec<Section> {
@@ -395,7 +400,7 @@ fn weaver_sections(
 
     // The self-hosted importance-sampling chain per micro: derived ratios and the
     // tolerances they and the loss scalars inherit from their log-prob inputs.
-    let inputs = batch_inputs(s, r);
+    let inputs = batch_inputs(s, r, adv_preset);
     let chains: HashMap<(u32, Option<u32>), sections::Chain> = fwd_cells
         .par_iter()
         .filter_map(|&(rank, micro)| {
@@ -561,7 +566,7 @@ fn remote_sections(
     let datums = r.get(Kind::Datums, None, None).map(batch::datums);
     match (&prepared, &datums) {
         (Some(t), Some(d)) => {
-            let inputs = batch_inputs(s, None);
+            let inputs = batch_inputs(s, None, None);
             let (cell, notes) = batch::datums_cell(policy, t, d, &inputs);
             out.push(section(
                 5,
@@ -596,8 +601,9 @@ fn sort_cells(cells: &mut [Cell]) {
 }
 
 /// The self-hosted whole-batch inputs: old_log_probs, trajectory index by token hash,
-/// advantages from remote-api prepared_trajectories when given.
-fn batch_inputs(s: &SideData, r: Option<&SideData>) -> BatchInputs {
+/// advantages from remote-api prepared_trajectories when given, else recomputed from the
+/// trajectories' rewards and group ids with `adv_preset`'s convention.
+fn batch_inputs(s: &SideData, r: Option<&SideData>, adv_preset: Option<&str>) -> BatchInputs {
     let old_log_probs = s
         .get(Kind::OldLogProbs, None, None)
         .and_then(|v| Mat::of(v, "old_log_probs"));
@@ -643,13 +649,55 @@ fn batch_inputs(s: &SideData, r: Option<&SideData>) -> BatchInputs {
             }
             Some(out)
         });
+    let (advantages, advantages_from) = match advantages {
+        Some(a) => (
+            Some(a),
+            "prepared_trajectories.advantages broadcast over valid positions".to_string(),
+        ),
+        None => match (s.get(Kind::Trajectory, None, None), adv_preset) {
+            (Some(tr), Some(name)) => match recomputed_advantages(tr, name) {
+                Some(a) => (
+                    Some(a),
+                    format!(
+                        "group advantages recomputed from trajectory rewards and group_id \
+                         ({name} convention, rounded to f32), broadcast over valid positions"
+                    ),
+                ),
+                None => (None, String::new()),
+            },
+            _ => (None, String::new()),
+        },
+    };
     let micros_per_rank = s.tree.micros(Kind::ForwardData, s.step).len().max(1);
     BatchInputs {
         old_log_probs,
         traj_index,
         advantages,
+        advantages_from,
         micros_per_rank,
     }
+}
+
+/// GRPO advantages of every trajectory of a trajectory file, by batch index, with the
+/// advantage convention of losscheck preset `preset` (losscheck's reference kernel), rounded
+/// to f32 as trainers store them. `None` when a reward or group id is missing.
+fn recomputed_advantages(traj_file: &Value, preset: &str) -> Option<Vec<f64>> {
+    let cfg = crate::kernels::presets::preset(preset).ok()?;
+    let items = traj_file.get("trajectories")?.as_seq()?;
+    let mut rewards = Vec::with_capacity(items.len());
+    let mut groups = Vec::with_capacity(items.len());
+    for t in items {
+        let reward = t.get("reward").and_then(Value::as_f64)?;
+        let group = match t.get("extra_fields")?.get("group_id")? {
+            Value::Str(g) => g.clone(),
+            other => other.as_i64()?.to_string(),
+        };
+        rewards.push(reward);
+        groups.push(group);
+    }
+    let adv =
+        crate::kernels::advantage::group_advantages(&rewards, &groups, &cfg.advantage).ok()?;
+    Some(adv.iter().map(|a| *a as f32 as f64).collect())
 }
 
 /// Order of sections along the data flow, for "first divergence".

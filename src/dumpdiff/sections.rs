@@ -519,8 +519,11 @@ pub struct BatchInputs {
     pub old_log_probs: Option<Mat>,
     /// Token hash of each trajectory → its batch index.
     pub traj_index: HashMap<u64, usize>,
-    /// Per-trajectory advantages (remote-api `prepared_trajectories`), by batch index.
+    /// Per-trajectory advantages by batch index: remote-api `prepared_trajectories`, else
+    /// recomputed from the trajectories' rewards and groups with the preset's convention.
     pub advantages: Option<Vec<f64>>,
+    /// Where `advantages` came from, for the report's origin labels.
+    pub advantages_from: String,
     /// Micros per rank on the self-hosted side (for contiguous slicing without trajectories).
     pub micros_per_rank: usize,
 }
@@ -567,6 +570,8 @@ pub struct Chain {
     pub ratio_allowed: Option<Mat>,
     /// Advantages broadcast over the row (remote-api `prepared_trajectories`).
     pub adv: Option<Mat>,
+    /// Where `adv` came from (see [`BatchInputs::advantages_from`]).
+    pub adv_from: String,
     /// The valid elements, for the tolerances of masked means and clip fractions.
     pub stats: Option<ChainStats>,
 }
@@ -635,6 +640,7 @@ pub fn chain(
             ratio: None,
             ratio_allowed: None,
             adv,
+            adv_from: inputs.advantages_from.clone(),
             stats: None,
         };
     };
@@ -718,6 +724,7 @@ pub fn chain(
         ratio: Some(ratio),
         ratio_allowed: Some(ratio_allowed),
         adv,
+        adv_from: inputs.advantages_from.clone(),
         stats: Some(ChainStats { elems }),
     }
 }
@@ -807,8 +814,22 @@ pub fn is_loss_cell(
         (_, None) => out.push(skipped(S, "old_log_probs", "not dumped by weaver")),
     }
     match (&ch.adv, Mat::of(b_is, "advantages")) {
-        (Some(x), Some(y)) => out.push(ctx.masked("advantages", x, &y, Origin::derived("prepared_trajectories.advantages broadcast over valid positions"), dumped_b("advantages"), false, false)),
-        (None, _) => out.push(skipped(S, "advantages", "self-hosted dumps no advantages; pass --remote-api-dir to take them from prepared_trajectories")),
+        (Some(x), Some(y)) => out.push(ctx.masked(
+            "advantages",
+            x,
+            &y,
+            Origin::derived(ch.adv_from.clone()),
+            dumped_b("advantages"),
+            false,
+            false,
+        )),
+        (None, _) => out.push(skipped(
+            S,
+            "advantages",
+            "self-hosted dumps no advantages and they could not be recomputed (no trajectory \
+             rewards/group ids, or --preset none); pass --remote-api-dir to take them from \
+             prepared_trajectories",
+        )),
         (_, None) => out.push(skipped(S, "advantages", "not dumped by weaver")),
     }
     match (&ch.ratio, &ch.ratio_allowed, Mat::of(b_is, "prob_ratio")) {
@@ -852,7 +873,7 @@ pub fn is_loss_cell(
         _ => out.push(skipped(
             S,
             "elementwise_loss",
-            "advantages needed to derive it (pass --remote-api-dir)",
+            "advantages needed to derive it (see advantages)",
         )),
     }
     match (a_loss.and_then(|l| l.get("loss")), b_is.get("loss")) {
@@ -1087,6 +1108,7 @@ mod tests {
             old_log_probs: Mat::of(&dict(vec![("o", rows(&[&old]))]), "o"),
             traj_index: HashMap::new(),
             advantages: None,
+            advantages_from: String::new(),
             micros_per_rank: 1,
         };
         let policy = TolerancePolicy::default();
