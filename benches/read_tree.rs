@@ -37,7 +37,10 @@ fn best_of<F: FnMut() -> usize>(repeats: usize, mut f: F) -> (f64, usize) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let Some(dir) = args.first().map(PathBuf::from) else {
         eprintln!("usage: cargo bench --bench read_tree -- DIR [REPEATS]");
         std::process::exit(2);
@@ -60,7 +63,9 @@ fn main() {
         files.len()
     });
     let (seq, elems) = best_of(repeats, || files.iter().map(|p| decode_all(&read(p))).sum());
-    let (par, _) = best_of(repeats, || files.par_iter().map(|p| decode_all(&read(p))).sum());
+    let (par, _) = best_of(repeats, || {
+        files.par_iter().map(|p| decode_all(&read(p))).sum()
+    });
     println!(
         "rust files={} MB={mb:.2} elements={elems} parse_s={parse:.4} parse_MBps={:.0} \
          decode_seq_s={seq:.4} decode_seq_MBps={:.0} decode_par_s={par:.4} decode_par_MBps={:.0}",

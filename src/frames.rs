@@ -236,9 +236,7 @@ fn datum_block<'a>(file: &'a DumpFile, v: &Value) -> Option<TokenBlock<'a>> {
             let mut col = Vec::with_capacity(per_datum.len() * cols);
             for m in &per_datum {
                 let vals = m.get(n).map(Vec::as_slice).unwrap_or(&[]);
-                col.extend(
-                    (0..cols).map(|i| vals.get(i).copied().unwrap_or(f64::NAN)),
-                );
+                col.extend((0..cols).map(|i| vals.get(i).copied().unwrap_or(f64::NAN)));
             }
             (n.clone(), col)
         })
@@ -272,7 +270,8 @@ fn token_frame(pairs: &[(&DumpFile, &Value)]) -> Result<DataFrame> {
     let mut coords = Coords::new();
     let mut row = Vec::with_capacity(height);
     let mut pos = Vec::with_capacity(height);
-    let mut data: Vec<Vec<Option<f64>>> = names.iter().map(|_| Vec::with_capacity(height)).collect();
+    let mut data: Vec<Vec<Option<f64>>> =
+        names.iter().map(|_| Vec::with_capacity(height)).collect();
     for b in &blocks {
         let n = b.rows * b.cols;
         coords.push(b.file, n);
@@ -349,11 +348,8 @@ fn trajectory_frame(pairs: &[(&DumpFile, &Value)]) -> Result<DataFrame> {
                     c.reward.push(t.get("reward").and_then(Value::as_f64));
                     c.mask_sum
                         .push(mask.map(|m| m.iter().map(|&x| x as f64).sum()));
-                    c.advantage.push(
-                        advantages
-                            .and_then(|a| a.get(i))
-                            .and_then(Value::as_f64),
-                    );
+                    c.advantage
+                        .push(advantages.and_then(|a| a.get(i)).and_then(Value::as_f64));
                     c.is_val
                         .push(t.get("is_val").and_then(|b| b.as_i64()).map(|b| b != 0));
                     let extra = t.get("extra_fields");
@@ -387,11 +383,9 @@ fn trajectory_frame(pairs: &[(&DumpFile, &Value)]) -> Result<DataFrame> {
                         .and_then(candidate_tensor)
                         .map(|t| t.to_f64_vec());
                     let first_masked_adv = match (&mask, &adv) {
-                        (Some(m), Some(a)) => m
-                            .iter()
-                            .zip(a)
-                            .find(|(&mm, _)| mm != 0)
-                            .map(|(_, &x)| x),
+                        (Some(m), Some(a)) => {
+                            m.iter().zip(a).find(|(&mm, _)| mm != 0).map(|(_, &x)| x)
+                        }
                         _ => None,
                     };
                     c.coords.push((f.kind.dir_name().to_string(), f.step));

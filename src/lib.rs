@@ -14,6 +14,7 @@
 //! ```
 
 pub mod compare;
+pub mod detect;
 pub mod dumpdiff;
 pub mod error;
 pub mod exit_codes;
@@ -22,11 +23,10 @@ pub mod inspect;
 pub mod json;
 pub mod kernels;
 pub mod logscan;
-pub mod postmortem;
 pub mod losscheck;
-pub mod detect;
-pub mod report;
+pub mod postmortem;
 pub mod readers;
+pub mod report;
 pub mod tensor;
 pub mod value;
 

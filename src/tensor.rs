@@ -168,7 +168,9 @@ pub enum TensorError {
         needed: usize,
         available: usize,
     },
-    #[error("view of {numel} elements over a storage of {available} elements is too large to expand")]
+    #[error(
+        "view of {numel} elements over a storage of {available} elements is too large to expand"
+    )]
     TooLarge { numel: usize, available: usize },
     #[error("storage of {bytes} bytes is not a whole number of {dtype} elements")]
     Ragged { bytes: usize, dtype: DType },

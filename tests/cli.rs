@@ -99,7 +99,10 @@ fn malformed_inputs_exit_2_naming_file_and_position() {
         ("corrupt/pt/missing_storage.pt", &["zip member"]),
         ("corrupt/pt/os_system.pt", &["os.system", "opcode"]),
         ("corrupt/pt/builtins_eval.pt", &["builtins.eval", "opcode"]),
-        ("corrupt/pt/subprocess_popen.pt", &["subprocess.Popen", "opcode"]),
+        (
+            "corrupt/pt/subprocess_popen.pt",
+            &["subprocess.Popen", "opcode"],
+        ),
         ("corrupt/pt/huge_shape.pt", &["opcode"]),
         ("corrupt/pt/empty.pt", &[]),
         ("corrupt/pt/not_zip.pt", &[]),

@@ -656,7 +656,8 @@ fn self_hosted_advantages_are_recomputed_from_trajectories() {
         let got = is_loss(&r, name);
         assert_eq!(got.len(), 24, "{name}: one per rank × micro");
         assert!(
-            got.iter().all(|(v, how)| *v == Verdict::Pass && how == "derived"),
+            got.iter()
+                .all(|(v, how)| *v == Verdict::Pass && how == "derived"),
             "{name}: {got:?}"
         );
     }

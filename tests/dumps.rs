@@ -128,7 +128,9 @@ fn every_tensor_and_scalar_matches_the_generator() {
             let path = root().join(f["path"].as_str().unwrap());
             let value = read_any(&path).unwrap_or_else(|e| panic!("{e}"));
             for (key, exp) in f["tensors"].as_object().unwrap() {
-                let v = value.get(key).unwrap_or_else(|| panic!("{path:?} lacks {key}"));
+                let v = value
+                    .get(key)
+                    .unwrap_or_else(|| panic!("{path:?} lacks {key}"));
                 let t = v.to_tensor().unwrap_or_else(|| panic!("{path:?} {key}"));
                 let shape: Vec<usize> = exp["shape"]
                     .as_array()
@@ -138,7 +140,11 @@ fn every_tensor_and_scalar_matches_the_generator() {
                     .collect();
                 assert_eq!(t.shape(), shape.as_slice(), "{path:?} {key}");
                 if let Some(dt) = exp["dtype"].as_str() {
-                    assert_eq!(Some(t.dtype()), DType::from_torch_name(dt), "{path:?} {key}");
+                    assert_eq!(
+                        Some(t.dtype()),
+                        DType::from_torch_name(dt),
+                        "{path:?} {key}"
+                    );
                     let strides: Vec<usize> = exp["strides"]
                         .as_array()
                         .unwrap()
@@ -161,7 +167,11 @@ fn every_tensor_and_scalar_matches_the_generator() {
                     assert!(same(vals[i], num(e).unwrap()), "{path:?} {key}[{i}]");
                 }
                 let nan = vals.iter().filter(|x| x.is_nan()).count();
-                assert_eq!(nan as u64, exp["nan_count"].as_u64().unwrap(), "{path:?} {key}");
+                assert_eq!(
+                    nan as u64,
+                    exp["nan_count"].as_u64().unwrap(),
+                    "{path:?} {key}"
+                );
                 let sum: f64 = vals.iter().filter(|x| !x.is_nan()).sum();
                 let want = num(&exp["sum"]).unwrap();
                 assert!(
@@ -174,7 +184,9 @@ fn every_tensor_and_scalar_matches_the_generator() {
                 let Some(want) = num(exp) else { continue };
                 let mut cur = &value;
                 for part in key.split('.') {
-                    cur = cur.get(part).unwrap_or_else(|| panic!("{path:?} lacks {key}"));
+                    cur = cur
+                        .get(part)
+                        .unwrap_or_else(|| panic!("{path:?} lacks {key}"));
                 }
                 let got = cur.as_f64().unwrap_or_else(|| panic!("{path:?} {key}"));
                 assert!(same(got, want), "{path:?} {key}: {got} vs {want}");
@@ -182,7 +194,10 @@ fn every_tensor_and_scalar_matches_the_generator() {
         }
     }
     assert!(checked_tensors > 500, "{checked_tensors}");
-    assert!(checked_views >= 1, "the generator writes at least one strided view");
+    assert!(
+        checked_views >= 1,
+        "the generator writes at least one strided view"
+    );
 }
 
 /// Rows of a frame as comparable text, NaN-aware and order-preserving.
@@ -237,17 +252,19 @@ fn frames_hold_the_expected_rows() {
     let f = build_frames(&tree, Some(0)).unwrap();
     // 12 ranks x 2 micros of forward_data [2, R] plus the whole-batch old_log_probs [48, R].
     let olp_file = read_any(&root().join("self_hosted_pt/old_log_probs/step_000000.pt")).unwrap();
-    let r = olp_file.get("old_log_probs").unwrap().to_tensor().unwrap().shape()[1];
+    let r = olp_file
+        .get("old_log_probs")
+        .unwrap()
+        .to_tensor()
+        .unwrap()
+        .shape()[1];
     assert!(r > 0);
     let fd = f.tokens.clone().of_kind("forward_data");
     assert_eq!(fd.height(), 12 * 2 * 2 * r);
     let olp = f.tokens.clone().of_kind("old_log_probs");
     assert_eq!(olp.height(), 48 * r);
     assert_eq!(f.trajectories.height(), 48);
-    let losses = f
-        .scalars
-        .clone()
-        .of_kind("loss");
+    let losses = f.scalars.clone().of_kind("loss");
     let keys: BTreeSet<String> = losses
         .column("key")
         .unwrap()
@@ -269,12 +286,7 @@ trait KindFilter {
 
 impl KindFilter for DataFrame {
     fn of_kind(self, kind: &str) -> DataFrame {
-        let mask = self
-            .column("kind")
-            .unwrap()
-            .str()
-            .unwrap()
-            .equal(kind);
+        let mask = self.column("kind").unwrap().str().unwrap().equal(kind);
         self.filter(&mask).unwrap()
     }
 }
@@ -304,7 +316,13 @@ fn datums_match_their_trajectories_across_the_one_token_shift() {
     let mut traj_hash = BTreeMap::new();
     let mut datum_hash = BTreeMap::new();
     for (i, k) in kinds.iter().enumerate() {
-        let idx = t.column("index").unwrap().get(i).unwrap().extract::<i64>().unwrap();
+        let idx = t
+            .column("index")
+            .unwrap()
+            .get(i)
+            .unwrap()
+            .extract::<i64>()
+            .unwrap();
         match k.as_str() {
             "prepared_trajectories" => traj_hash.insert(idx, hashes[i]),
             "datums" => datum_hash.insert(idx, hashes[i]),
@@ -319,18 +337,27 @@ fn datums_match_their_trajectories_across_the_one_token_shift() {
         .unwrap();
     let items = dat["datums"]["items"].as_array().unwrap();
     assert_eq!(datum_hash.len(), items.len());
-    assert!(items.len() < traj_hash.len(), "all-zero-advantage datums are dropped");
+    assert!(
+        items.len() < traj_hash.len(),
+        "all-zero-advantage datums are dropped"
+    );
     for it in items {
         let d = it["index"].as_i64().unwrap();
         let ti = it["trajectory_index"].as_i64().unwrap();
-        assert_eq!(datum_hash[&d], traj_hash[&ti], "datum {d} ↔ trajectory {ti}");
+        assert_eq!(
+            datum_hash[&d], traj_hash[&ti],
+            "datum {d} ↔ trajectory {ti}"
+        );
     }
     assert_ne!(tokens_hash(&[1, 2, 3]), tokens_hash(&[1, 2]));
 }
 
 #[test]
 fn format_comes_from_the_extension() {
-    assert_eq!(FileFormat::from_path(Path::new("a/b.PT")), Some(FileFormat::Pt));
+    assert_eq!(
+        FileFormat::from_path(Path::new("a/b.PT")),
+        Some(FileFormat::Pt)
+    );
     assert_eq!(FileFormat::from_path(Path::new("a/b.txt")), None);
     assert!(matches!(
         read_any(Path::new("x.txt")),

@@ -380,10 +380,23 @@ fn plot_flag_draws_key_metrics_with_findings_marked() {
     let svg = dir.path().join("m.svg");
     go(&svg).unwrap();
     let s = std::fs::read_to_string(&svg).unwrap();
-    for title in ["Loss", "Reward mean ± std", "Grad norm", "KL", "Entropy", "Peak memory (GB)"] {
+    for title in [
+        "Loss",
+        "Reward mean ± std",
+        "Grad norm",
+        "KL",
+        "Entropy",
+        "Peak memory (GB)",
+    ] {
         assert!(s.contains(title), "{title}");
     }
-    for detector in ["nan-grad", "grad-spike", "kl-explosion", "entropy-collapse", "truncation"] {
+    for detector in [
+        "nan-grad",
+        "grad-spike",
+        "kl-explosion",
+        "entropy-collapse",
+        "truncation",
+    ] {
         assert!(s.contains(detector), "{detector} not marked");
     }
     let e = go(&dir.path().join("m.gif")).unwrap_err().to_string();

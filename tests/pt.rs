@@ -367,4 +367,3 @@ fn flipped_and_cut_bytes_never_panic() {
         }
     );
 }
-

@@ -596,6 +596,7 @@ mod tests {
                 .map(|(i, t)| (tokens_hash(&t.tokens), i))
                 .collect(),
             advantages: None,
+            advantages_from: String::new(),
             micros_per_rank: 1,
         }
     }

@@ -228,9 +228,8 @@ impl DumpTree {
             }
         }
         files.sort_by(|a, b| {
-            (a.kind, a.step, a.rank, a.micro, a.format).cmp(&(
-                b.kind, b.step, b.rank, b.micro, b.format,
-            ))
+            (a.kind, a.step, a.rank, a.micro, a.format)
+                .cmp(&(b.kind, b.step, b.rank, b.micro, b.format))
         });
         unrecognised.sort_by(|a, b| a.path.cmp(&b.path));
         let producer = identify_producer(&files);
@@ -363,8 +362,7 @@ fn identify_producer(files: &[DumpFile]) -> Producer {
         .iter()
         .any(|f| matches!(f.kind, Kind::Param | Kind::Gradient) && f.micro.is_some());
     let weaver = has(Kind::IsLossDebug) || has(Kind::BatchInputs) || per_micro_param;
-    let remote =
-        has(Kind::PreparedTrajectories) || has(Kind::Datums) || has(Kind::TrainingMetrics);
+    let remote = has(Kind::PreparedTrajectories) || has(Kind::Datums) || has(Kind::TrainingMetrics);
     let self_hosted = has(Kind::Trajectory) || has(Kind::OldLogProbs);
     match (weaver, remote, self_hosted) {
         (true, false, false) => Producer::Weaver,

@@ -1,13 +1,13 @@
 //! One module per input format; each returns a [`Value`] tree.
 
+pub mod aliases;
+pub mod crash_bundle;
 pub mod dump_jsonl;
+pub mod events;
 pub mod layout;
 pub mod npy;
 pub mod pt;
 pub mod safetensors;
-pub mod aliases;
-pub mod crash_bundle;
-pub mod events;
 pub mod steps;
 pub mod textlog;
 
