@@ -334,3 +334,397 @@ fn binary_exit_codes() {
         .code(2)
         .stderr(predicates::str::contains("/nonexistent/run"));
 }
+
+// ---- --dumps DIR --step N -------------------------------------------------------------
+
+fn dumps(tree: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/dumps")
+        .join(tree)
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Run the CLI into a fresh folder; the exit code, summary.json, report.md, report.html.
+fn run_dumps(run_dir: &Path, extra: &[&str]) -> (u8, serde_json::Value, String, String) {
+    let out = tempfile::tempdir().unwrap();
+    let mut v = vec![
+        run_dir.to_str().unwrap(),
+        "--output",
+        out.path().to_str().unwrap(),
+    ];
+    v.extend_from_slice(extra);
+    let r = run(&args(&v)).unwrap();
+    let name = run_dir.canonicalize().unwrap();
+    let rd = out.path().join(name.file_name().unwrap());
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(rd.join("summary.json")).unwrap()).unwrap();
+    let md = std::fs::read_to_string(rd.join("report.md")).unwrap();
+    let html = std::fs::read_to_string(rd.join("report.html")).unwrap();
+    (r.code, summary, md, html)
+}
+
+/// A run folder that did not crash: three healthy steps, nothing else.
+fn healthy_run(dir: &Path) -> PathBuf {
+    let run = dir.join("20251010-080000");
+    std::fs::create_dir(&run).unwrap();
+    let lines: String = (1..=3)
+        .map(|s| format!("{{\"step\": {s}, \"train_loss\": 0.5, \"grad_norm\": 1.0}}\n"))
+        .collect();
+    std::fs::write(run.join("steps.jsonl"), lines).unwrap();
+    run
+}
+
+#[test]
+fn dumps_faulty_weaver_names_both_cells_in_the_report() {
+    let sh = dumps("self_hosted_pt");
+    let wf = dumps("weaver_faulty_pt");
+    let (code, s, md, html) = run_dumps(
+        &fixture("20251009-091500"),
+        &["--dumps", &sh, "--dumps", &wf, "--step", "0"],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(s["schema_version"], 1);
+    assert_eq!(s["status"], "crashed");
+    let d = &s["dumps"];
+    assert_eq!(d["mode"], "dumpdiff");
+    assert_eq!(d["step"], 0);
+    assert_eq!(d["preset"], "nexrl-is");
+    assert_eq!(d["verdict"], "fail");
+    assert_eq!(d["failed"], true);
+    let producers: Vec<&str> = d["trees"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["producer"].as_str().unwrap())
+        .collect();
+    assert_eq!(producers, ["self-hosted", "weaver"]);
+    let dd = &d["dumpdiff"];
+    let adj: Vec<(u64, u64, &str)> = dd["adjudication"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["rank"].as_u64().unwrap(),
+                a["micro"].as_u64().unwrap(),
+                a["conclusion"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(adj.len(), 2, "{adj:?}");
+    assert_eq!((adj[0].0, adj[0].1), (3, 1));
+    assert_eq!((adj[1].0, adj[1].1), (5, 0));
+    for (_, _, c) in &adj {
+        assert!(
+            c.starts_with("weaver loss disagrees with its own inputs"),
+            "{c}"
+        );
+    }
+    let first = &dd["first_divergence"];
+    assert_eq!(first["name"], "is_loss.prob_ratio");
+    assert_eq!(
+        (first["rank"].as_u64(), first["micro"].as_u64()),
+        (Some(3), Some(1))
+    );
+    assert_eq!(
+        (first["row"].as_u64(), first["pos"].as_u64()),
+        (Some(0), Some(1))
+    );
+    assert!(!dd["worst"].as_array().unwrap().is_empty());
+    // Rank 10 is missing on the weaver side: one side only, and a column of the grid.
+    let cov = dd["coverage"].as_array().unwrap();
+    assert!(!cov.is_empty());
+    assert!(cov
+        .iter()
+        .all(|c| c["rank"] == 10 && c["present_on"] == "self-hosted"));
+    assert_eq!(dd["ranks"].as_array().unwrap().len(), 12);
+    let loss_row = dd["grid"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == "loss")
+        .unwrap();
+    assert_eq!(loss_row["by_rank"][3], "✓✗");
+    assert_eq!(loss_row["by_rank"][5], "✗✓");
+    // The report says it, in markdown and HTML.
+    assert!(md.contains("## Training-step dumps"), "{md}");
+    assert!(md.contains("**Step 0: FAIL**"));
+    for cell in ["rank 3 micro 1", "rank 5 micro 0"] {
+        assert!(
+            md.contains(&format!(
+                "{cell} (`nexrl-is`): **weaver loss disagrees with its own inputs"
+            )),
+            "{cell}\n{md}"
+        );
+        assert!(html.contains(cell));
+    }
+    assert!(md.contains("| 3 loss |"));
+    assert!(md.contains("**First divergence:** is_loss.prob_ratio at rank 3 micro 1 row 0 pos 1"));
+    assert!(md.contains("`forward_data` rank 10 micro 0: on self-hosted only"));
+    assert!(md.contains("exit 1"));
+    check_well_formed(&html).unwrap();
+    assert!(html.contains("<h2 id=\"dumps\">Training-step dumps</h2>"));
+    assert!(html.contains("weaver loss disagrees with its own inputs"));
+    // What to do names the cells too.
+    let recs: Vec<&str> = s["recommendations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert!(
+        recs.iter()
+            .any(|r| r.contains("rank 3 micro 1") && r.contains("rank 5 micro 0")),
+        "{recs:?}"
+    );
+}
+
+#[test]
+fn dumps_clean_weaver_passes_and_leaves_the_exit_code_alone() {
+    let sh = dumps("self_hosted_pt");
+    let clean = dumps("weaver_pt");
+    let faulty = dumps("weaver_faulty_pt");
+    // A crashed run stays exit 1, with a PASS for its dumps.
+    let (code, s, md, _) = run_dumps(
+        &fixture("20251009-091500"),
+        &["--dumps", &sh, "--dumps", &clean, "--step", "0"],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(s["dumps"]["verdict"], "pass");
+    assert_eq!(s["dumps"]["failed"], false);
+    assert!(s["dumps"]["dumpdiff"]["adjudication"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    assert!(s["dumps"]["dumpdiff"]["first_divergence"].is_null());
+    assert!(md.contains("**Step 0: PASS**"), "{md}");
+    assert!(!md.contains("exit 1"));
+    // A run that did not crash: 0 without dumps, 0 with clean dumps, 1 with faulty ones.
+    let tmp = tempfile::tempdir().unwrap();
+    let healthy = healthy_run(tmp.path());
+    let (code, s, md, html) = run_dumps(&healthy, &[]);
+    assert_eq!(code, 0);
+    assert!(s.get("dumps").is_none(), "no dumps object without --dumps");
+    assert!(!md.contains("Training-step dumps") && !html.contains("Training-step dumps"));
+    let (code, s, _, _) = run_dumps(
+        &healthy,
+        &["--dumps", &sh, "--dumps", &clean, "--step", "0"],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(s["dumps"]["verdict"], "pass");
+    let (code, s, _, _) = run_dumps(
+        &healthy,
+        &["--dumps", &sh, "--dumps", &faulty, "--step", "0"],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(s["dumps"]["verdict"], "fail");
+}
+
+#[test]
+fn dumps_single_tree_is_checked_by_losscheck() {
+    let tmp = tempfile::tempdir().unwrap();
+    let healthy = healthy_run(tmp.path());
+    let wf = dumps("weaver_faulty_pt");
+    let (code, s, md, html) = run_dumps(&healthy, &["--dumps", &wf, "--step", "0"]);
+    assert_eq!(code, 1);
+    let d = &s["dumps"];
+    assert_eq!(d["mode"], "losscheck");
+    assert_eq!(d["verdict"], "fail");
+    assert!(d["dumpdiff"].is_null());
+    let cells = d["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 22, "12 ranks x 2 micros, rank 10 missing");
+    let bad: Vec<(u64, u64)> = cells
+        .iter()
+        .filter(|c| c["status"] != "consistent")
+        .map(|c| (c["rank"].as_u64().unwrap(), c["micro"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(bad, [(3, 1), (5, 0)]);
+    let r3 = cells
+        .iter()
+        .find(|c| c["rank"] == 3 && c["micro"] == 1)
+        .unwrap();
+    assert_eq!(r3["status"], "inconsistent");
+    assert_eq!(r3["first_divergence"]["name"], "prob_ratio");
+    assert_eq!(
+        (
+            r3["first_divergence"]["row"].as_u64(),
+            r3["first_divergence"]["pos"].as_u64()
+        ),
+        (Some(0), Some(1))
+    );
+    let r5 = cells
+        .iter()
+        .find(|c| c["rank"] == 5 && c["micro"] == 0)
+        .unwrap();
+    assert!(
+        r5["line"].as_str().unwrap().contains("a sum, not a mean"),
+        "{}",
+        r5["line"]
+    );
+    // The verdict lines: exactly those two cells are listed as not self-consistent.
+    let listed: Vec<&str> = md
+        .lines()
+        .filter(|l| l.starts_with("- rank ") && l.contains("≠ recomputed"))
+        .collect();
+    assert_eq!(listed.len(), 2, "{md}");
+    assert!(
+        listed[0].starts_with("- rank 3 micro 1 ")
+            && listed[0].contains("first divergent intermediate: prob_ratio at row 0 pos 1")
+    );
+    assert!(listed[1].starts_with("- rank 5 micro 0 "));
+    assert!(md.contains("| 0 | 0 | consistent |"));
+    assert!(d["headline"]
+        .as_str()
+        .unwrap()
+        .contains("2 of 22 rank/micro cells are not self-consistent"));
+    check_well_formed(&html).unwrap();
+    assert!(html.contains("<td class=\"sev-error\">inconsistent</td>"));
+    // A self-hosted tree alone is checked in its own layout, and is consistent.
+    let (code, s, _, _) = run_dumps(
+        &healthy,
+        &["--dumps", &dumps("self_hosted_pt"), "--step", "0"],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(s["dumps"]["verdict"], "pass");
+    assert_eq!(s["dumps"]["cells"].as_array().unwrap().len(), 24);
+}
+
+#[cfg(unix)]
+#[test]
+fn dumps_folder_of_trees_is_compared() {
+    // One --dumps folder holding self_hosted/ and weaver/ children.
+    let tmp = tempfile::tempdir().unwrap();
+    let parent = tmp.path().join("debug_dumps");
+    std::fs::create_dir(&parent).unwrap();
+    std::os::unix::fs::symlink(dumps("self_hosted_pt"), parent.join("self_hosted")).unwrap();
+    std::os::unix::fs::symlink(dumps("weaver_faulty_pt"), parent.join("weaver")).unwrap();
+    let healthy = healthy_run(tmp.path());
+    let (code, s, _, _) = run_dumps(
+        &healthy,
+        &["--dumps", parent.to_str().unwrap(), "--step", "0"],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(s["dumps"]["mode"], "dumpdiff");
+    assert_eq!(
+        s["dumps"]["dumpdiff"]["adjudication"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[test]
+fn dumps_bad_input_exits_2_naming_the_path() {
+    let out = tempfile::tempdir().unwrap();
+    let out = out.path().to_str().unwrap();
+    let crash = fixture("20251009-091500");
+    let crash = crash.to_str().unwrap();
+    let cmd = |extra: &[&str]| {
+        let mut c = assert_cmd::Command::cargo_bin("postmortem").unwrap();
+        c.args([crash, "--output", out]).args(extra);
+        c.assert().code(2)
+    };
+    cmd(&["--dumps", "/nonexistent/dumps", "--step", "0"])
+        .stderr(predicates::str::contains("/nonexistent/dumps"));
+    // A folder with no dump tree in it or below it.
+    let runs = fixture("");
+    cmd(&["--dumps", runs.to_str().unwrap(), "--step", "0"])
+        .stderr(predicates::str::contains("no dump tree here"));
+    // fixtures/dumps holds two self-hosted and three weaver trees: ambiguous, not guessed.
+    let all = dumps("");
+    cmd(&["--dumps", &all, "--step", "0"])
+        .stderr(predicates::str::contains("self-hosted dump trees"))
+        .stderr(predicates::str::contains("ambiguous"));
+    // No self-hosted reference among several trees.
+    cmd(&[
+        "--dumps",
+        &dumps("weaver_pt"),
+        "--dumps",
+        &dumps("weaver_faulty_pt"),
+        "--step",
+        "0",
+    ])
+    .stderr(predicates::str::contains("no self-hosted one"));
+    // A step the tree does not have.
+    cmd(&["--dumps", &dumps("weaver_faulty_pt"), "--step", "7"])
+        .stderr(predicates::str::contains("weaver_faulty_pt"))
+        .stderr(predicates::str::contains("no files for step 7"));
+    // A remote-api tree cannot be checked alone.
+    cmd(&["--dumps", &dumps("remote_api_pt"), "--step", "0"])
+        .stderr(predicates::str::contains("remote_api_pt"));
+    cmd(&[
+        "--dumps",
+        &dumps("weaver_pt"),
+        "--step",
+        "0",
+        "--preset",
+        "nope",
+    ])
+    .stderr(predicates::str::contains("--preset nope"));
+    // --step needs --dumps and --dumps needs --step.
+    cmd(&["--step", "0"]);
+    cmd(&["--dumps", &dumps("weaver_pt")]);
+}
+
+#[test]
+fn help_documents_dumps() {
+    assert_cmd::Command::cargo_bin("postmortem")
+        .unwrap()
+        .arg("--help")
+        .assert()
+        .code(0)
+        .stdout(predicates::str::contains("--dumps <DIR>"))
+        .stdout(predicates::str::contains("One tree in all: losscheck"))
+        .stdout(predicates::str::contains("Several trees"))
+        .stdout(predicates::str::contains("--dumps\n  verdict is FAIL"));
+}
+
+#[test]
+fn dumps_cell_cut_short_by_the_crash_is_reported_not_fatal() {
+    // A copy of weaver_pt's is_loss_debug/ and loss/ with rank 2 micro 1 cut in half.
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = tmp.path().join("debug_dump");
+    for kind in ["is_loss_debug", "loss"] {
+        let (from, to) = (Path::new(&dumps("weaver_pt")).join(kind), tree.join(kind));
+        std::fs::create_dir_all(&to).unwrap();
+        for e in std::fs::read_dir(&from).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+    let cut = tree.join("is_loss_debug/step_000000_rank2_micro1.pt");
+    let bytes = std::fs::read(&cut).unwrap();
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let healthy = healthy_run(tmp.path());
+    // The experiment folder holding debug_dump/ is accepted as the tree.
+    let (code, s, md, _) = run_dumps(
+        &healthy,
+        &["--dumps", tmp.path().to_str().unwrap(), "--step", "0"],
+    );
+    let d = &s["dumps"];
+    assert_eq!(d["verdict"], "warn", "{d}");
+    assert_eq!(code, 0, "a cell that cannot be recomputed is not a FAIL");
+    let cells = d["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 24);
+    let c = cells.iter().find(|c| c["status"].is_null()).unwrap();
+    assert_eq!(
+        (c["rank"].as_u64(), c["micro"].as_u64()),
+        (Some(2), Some(1))
+    );
+    let line = c["line"].as_str().unwrap();
+    assert!(
+        line.contains("could not recompute") && line.contains("step_000000_rank2_micro1.pt"),
+        "{line}"
+    );
+    assert_eq!(
+        cells.iter().filter(|c| c["status"] == "consistent").count(),
+        23
+    );
+    assert!(
+        md.contains("**Step 0: WARN** — 23 of 24 rank/micro cells are self-consistent; 1 could not be recomputed"),
+        "{md}"
+    );
+}

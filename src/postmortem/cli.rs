@@ -2,16 +2,24 @@
 //! but print, so the binary stays a few lines and tests call it directly.
 //!
 //! Exit codes: 0 the report was written and the run did not crash and no finding reaches
-//! `--fail-on` (by default no finding fails); 1 a crash was found (a `failures/` bundle
-//! or a `crash` event), or a finding reaches `--fail-on`; 2 usage error or unreadable input.
+//! `--fail-on` (by default no finding fails) and the `--dumps` verdict (if any) is not FAIL;
+//! 1 a crash was found (a `failures/` bundle or a `crash` event), or a finding reaches
+//! `--fail-on`, or the `--dumps` verdict is FAIL; 2 usage error or unreadable input (a bad
+//! `--dumps` folder included: the path is named).
+//!
+//! `--dumps DIR --step N` (DIR repeatable): one dump tree in all → losscheck checks every
+//! rank/micro of step N; several trees (one self-hosted plus a weaver and/or a remote-api
+//! one, given as several `--dumps` or as the subfolders of one) → dumpdiff compares them
+//! and losscheck adjudicates each loss disagreement. See [`crate::postmortem::dumps`].
 
 use std::path::PathBuf;
 
 use clap::Parser;
 
 use crate::detect::Severity;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::exit_codes::{EXIT_CLEAN, EXIT_FOUND};
+use crate::postmortem::dumps::{DumpsOptions, DEFAULT_PRESET};
 use crate::postmortem::{analyze, write_report, Options};
 
 /// `postmortem` arguments.
@@ -19,7 +27,7 @@ use crate::postmortem::{analyze, write_report, Options};
 #[command(
     name = "postmortem",
     about = "Turn a crashed or failed DebugTrainer run folder (or one crash bundle) into a report: report.md, report.html, summary.json and plots in OUTPUT/<run-name>/",
-    after_long_help = "Exit codes: 0 report written, no crash, no finding at or above --fail-on (none by default);\n1 the run crashed, or a finding is at or above --fail-on; 2 usage error or unreadable input."
+    after_long_help = "Training-step dumps (--dumps DIR --step N, DIR repeatable):\n  Each DIR is one dump tree (a producer's debug_dump/: forward_data/, loss/, is_loss_debug/ ...)\n  or a folder whose subfolders are dump trees; the trees of every --dumps are pooled.\n  One tree in all: losscheck recomputes every rank/micro's loss of step N from the tree's own\n  inputs (--preset) and lists the cells that are not self-consistent, with the first divergent\n  intermediate. Several trees: each tree's producer is identified from its files; exactly one\n  self-hosted tree (the reference) and at most one weaver and one remote-api tree are compared\n  by dumpdiff, and losscheck says which side of each loss disagreement follows from its own\n  inputs. Two trees of one producer, an unknown producer or no self-hosted tree: exit 2, nothing\n  is guessed (name the trees: --dumps A --dumps B). The verdict goes into report.md and\n  report.html (Training-step dumps) and summary.json (dumps).\n\nExit codes: 0 report written, no crash, no finding at or above --fail-on (none by default),\n  dumps not FAIL; 1 the run crashed, or a finding is at or above --fail-on, or the --dumps\n  verdict is FAIL; 2 usage error or unreadable input (a bad --dumps folder is named)."
 )]
 pub struct PostmortemArgs {
     /// A run folder (run_metadata.json, steps.jsonl, events.jsonl, failures/) or one
@@ -34,6 +42,16 @@ pub struct PostmortemArgs {
     /// Override a detector threshold: NAME=VALUE (repeatable; see logscan --help).
     #[arg(long = "threshold", value_name = "NAME=VALUE")]
     pub thresholds: Vec<String>,
+    /// A training step's dump tree, or a folder of dump trees (repeatable; needs --step):
+    /// one tree is checked by losscheck, several are compared by dumpdiff.
+    #[arg(long = "dumps", value_name = "DIR", requires = "step")]
+    pub dumps: Vec<PathBuf>,
+    /// The training step of the --dumps to check.
+    #[arg(long, allow_negative_numbers = true, requires = "dumps")]
+    pub step: Option<i64>,
+    /// losscheck preset for --dumps (nexrl-is, trl-grpo, verl-gspo, …).
+    #[arg(long, value_name = "PRESET", default_value = DEFAULT_PRESET)]
+    pub preset: String,
 }
 
 /// What the binary prints and returns.
@@ -47,8 +65,18 @@ pub struct RunOutput {
 
 /// Analyse, write the report, decide the exit code.
 pub fn run(args: &PostmortemArgs) -> Result<RunOutput> {
+    let dumps = match (args.dumps.is_empty(), args.step) {
+        (true, _) => None,
+        (false, Some(step)) => Some(DumpsOptions {
+            dirs: args.dumps.clone(),
+            step,
+            preset: args.preset.clone(),
+        }),
+        (false, None) => return Err(Error::Usage("--dumps needs --step N".into())),
+    };
     let opts = Options {
         thresholds: args.thresholds.clone(),
+        dumps,
     };
     let pm = analyze(&args.path, &opts)?;
     let written = write_report(&pm, &args.output)?;
@@ -56,13 +84,18 @@ pub fn run(args: &PostmortemArgs) -> Result<RunOutput> {
         (Some(f), Some(w)) => w >= f,
         _ => false,
     };
-    let code = if pm.crash.is_some() || failing {
+    let dumps_failed = pm.dumps.as_ref().is_some_and(|d| d.failed);
+    let code = if pm.crash.is_some() || failing || dumps_failed {
         EXIT_FOUND
     } else {
         EXIT_CLEAN
     };
+    let dumps_line = pm
+        .dumps
+        .as_ref()
+        .map_or(String::new(), |d| format!("dumps: {}\n", d.headline));
     let stdout = format!(
-        "{}\nreport: {}\n",
+        "{}\n{dumps_line}report: {}\n",
         pm.headline,
         written.dir.join("report.html").display()
     );

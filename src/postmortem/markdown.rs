@@ -1,6 +1,10 @@
 //! `report.md`: the postmortem as GitHub-flavoured markdown, plots linked as PNG files.
 
+use super::dumps::{verdict_word, Dumps};
 use super::{Postmortem, StepTable};
+use crate::compare::tolerance::Verdict;
+use crate::dumpdiff::render::finding_line;
+use crate::losscheck::Status;
 use crate::report::evidence_text;
 
 fn esc(s: &str) -> String {
@@ -198,6 +202,10 @@ pub fn render(pm: &Postmortem) -> String {
         }
     }
 
+    if let Some(d) = &pm.dumps {
+        o.push_str(&dumps_section(d));
+    }
+
     o.push_str("\n## Pre-flight\n\n");
     if pm.preflight.is_empty() {
         o.push_str("No pre-flight summary was logged.\n");
@@ -260,4 +268,170 @@ pub fn stats(v: &serde_json::Value) -> String {
         })
         .collect::<Vec<_>>()
         .join("/")
+}
+
+/// `consistent`, `inconsistent` or `not recomputed`.
+pub fn status_word(s: Option<Status>) -> &'static str {
+    match s {
+        Some(Status::Consistent) => "consistent",
+        Some(Status::Inconsistent) => "inconsistent",
+        None => "not recomputed",
+    }
+}
+
+/// `0`, `1`, … or `-` for an absent rank/micro.
+pub fn opt_num(n: Option<u32>) -> String {
+    n.map_or("-".into(), |n| n.to_string())
+}
+
+/// `rank 10 micro 1`, `rank 10` (per-rank files) or `whole batch`.
+pub fn at_cell(rank: Option<u32>, micro: Option<u32>) -> String {
+    match (rank, micro) {
+        (Some(r), Some(m)) => format!("rank {r} micro {m}"),
+        (Some(r), None) => format!("rank {r}"),
+        (None, Some(m)) => format!("micro {m}"),
+        (None, None) => "whole batch".into(),
+    }
+}
+
+/// The legend of the sections × ranks grid.
+pub const GRID_LEGEND: &str =
+    "one symbol per micro: ✓ pass, ! warn, ✗ fail, – one side only, · not compared";
+
+/// The "Training-step dumps" section.
+pub fn dumps_section(d: &Dumps) -> String {
+    let mut o = format!(
+        "\n## Training-step dumps\n\n**Step {}: {}** — {}\n\n",
+        d.step,
+        verdict_word(d.verdict),
+        esc(&d.detail)
+    );
+    for t in &d.trees {
+        o.push_str(&format!("- `{}` ({})\n", t.root.display(), t.producer));
+    }
+    if let Some(s) = &d.dumpdiff {
+        o.push_str(&format!(
+            "\ndumpdiff, self-hosted as the reference; loss disagreements recomputed by losscheck (`{}`).\n\n",
+            d.preset
+        ));
+        let batch = s.grid.iter().any(|g| g.batch.is_some());
+        let mut head = vec!["section".to_string()];
+        head.extend(s.ranks.iter().map(|r| format!("r{r}")));
+        if batch {
+            head.push("batch".into());
+        }
+        o.push_str(&format!(
+            "| {} |\n|{}\n",
+            head.join(" | "),
+            "---|".repeat(head.len())
+        ));
+        for g in &s.grid {
+            let mut cells = vec![format!("{} {}", g.id, g.name)];
+            cells.extend(g.by_rank.iter().cloned());
+            if batch {
+                cells.push(g.batch.clone().unwrap_or_default());
+            }
+            o.push_str(&format!("| {} |\n", cells.join(" | ")));
+        }
+        o.push_str(&format!("\n({GRID_LEGEND})\n"));
+        match &s.first_divergence {
+            Some(f) => o.push_str(&format!(
+                "\n**First divergence:** {} — {}\n",
+                esc(&finding_line(f)),
+                esc(&f.reason)
+            )),
+            None => o.push_str("\nNo divergence beyond tolerance.\n"),
+        }
+        if !s.worst.is_empty() {
+            o.push_str("\nWorst offenders:\n\n");
+            for f in &s.worst {
+                o.push_str(&format!("- {}\n", esc(&finding_line(f))));
+            }
+        }
+        if !s.adjudication.is_empty() {
+            o.push_str("\nWhich side is right (losscheck):\n\n");
+            for a in &s.adjudication {
+                o.push_str(&format!(
+                    "- rank {} micro {} (`{}`): **{}**\n",
+                    a.rank,
+                    a.micro,
+                    a.preset,
+                    esc(&a.conclusion)
+                ));
+                for v in &a.sides {
+                    o.push_str(&format!("  - {}: {}\n", v.role, esc(&v.detail)));
+                }
+            }
+        }
+        if !s.problems.is_empty() {
+            o.push_str("\n| section | rank | micro | verdict | reason |\n|---|---|---|---|---|\n");
+            for p in &s.problems {
+                o.push_str(&format!(
+                    "| {} | {} | {} | {} | {} |\n",
+                    p.section,
+                    opt_num(p.rank),
+                    opt_num(p.micro),
+                    p.verdict.symbol(),
+                    esc(&p.reason)
+                ));
+            }
+        }
+        if !s.coverage.is_empty() {
+            o.push_str("\nPresent on one side only:\n\n");
+            for c in &s.coverage {
+                o.push_str(&format!(
+                    "- `{}` {}: on {} only, not on {}\n",
+                    c.kind,
+                    at_cell(c.rank, c.micro),
+                    c.present_on,
+                    c.missing_on
+                ));
+            }
+        }
+        for n in &s.notes {
+            o.push_str(&format!("\n> {}\n", esc(n)));
+        }
+    } else {
+        o.push_str(&format!(
+            "\nEach rank/micro's loss recomputed from the tree's own inputs by losscheck (`{}`).\n\n",
+            d.preset
+        ));
+        if d.cells.is_empty() {
+            o.push_str("No rank/micro cell to check.\n");
+        } else {
+            o.push_str("| rank | micro | status | dumped loss | recomputed | first divergent intermediate |\n|---|---|---|---|---|---|\n");
+            for c in &d.cells {
+                o.push_str(&format!(
+                    "| {} | {} | {} | {} | {} | {} |\n",
+                    c.rank,
+                    c.micro,
+                    status_word(c.status),
+                    cell(c.dumped_loss),
+                    cell(c.recomputed_loss),
+                    c.first_divergence.as_ref().map_or("-".into(), |v| format!(
+                        "{} at row {} pos {}",
+                        v.name, v.row, v.pos
+                    ))
+                ));
+            }
+            let bad: Vec<_> = d
+                .cells
+                .iter()
+                .filter(|c| c.status != Some(Status::Consistent))
+                .collect();
+            if !bad.is_empty() {
+                o.push_str("\nNot self-consistent or not recomputed:\n\n");
+                for c in bad {
+                    o.push_str(&format!("- {}\n", esc(&c.line)));
+                }
+            }
+        }
+    }
+    for n in &d.notes {
+        o.push_str(&format!("\n> {}\n", esc(n)));
+    }
+    if d.verdict == Verdict::Fail {
+        o.push_str("\nThis verdict makes `postmortem` exit 1.\n");
+    }
+    o
 }

@@ -1,7 +1,10 @@
 //! `postmortem`: turn a crashed or failed DebugTrainer run folder (or one crash bundle)
 //! into a report people read: what happened and when, the exception and its known
 //! signature, the offending batch, the last steps, logscan's findings over the whole run,
-//! the pre-flight summary, a replay recipe and plots.
+//! the pre-flight summary, a replay recipe and plots. With [`Options::dumps`]
+//! (`--dumps DIR --step N`) it also gives the verdict on that training step's tensor dumps:
+//! losscheck's self-consistency when DIR is one dump tree, dumpdiff (plus losscheck's
+//! adjudication) when it holds several; see [`dumps`] for how the folders map onto the tools.
 //!
 //! ```no_run
 //! use rlforensics::postmortem::{analyze, write_report, Options};
@@ -12,6 +15,7 @@
 
 pub mod classify;
 pub mod cli;
+pub mod dumps;
 pub mod markdown;
 pub mod replay;
 pub mod traceback;
@@ -39,6 +43,8 @@ pub const LAST_STEPS: usize = 10;
 pub struct Options {
     /// Threshold overrides for the detectors (`name=value`).
     pub thresholds: Vec<String>,
+    /// `--dumps DIR --step N`: the training-step dumps to check (see [`dumps`]).
+    pub dumps: Option<dumps::DumpsOptions>,
 }
 
 /// What the input was and how the run was started.
@@ -185,6 +191,10 @@ pub struct Postmortem {
     pub plots: Vec<PlotRef>,
     /// Data-quality notes (truncated lines, missing files, NaN counts).
     pub data_notes: Vec<String>,
+    /// The training-step dump verdict (`--dumps DIR --step N`); absent from
+    /// `summary.json` when no dumps were given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dumps: Option<dumps::Dumps>,
     /// The whole-run frame (not serialised).
     #[serde(skip)]
     pub frame: LogFrame,
@@ -281,6 +291,7 @@ pub fn analyze(path: &Path, opts: &Options) -> Result<Postmortem> {
         .unwrap_or_else(|| "run".to_string());
     let is_bundle = crash_bundle::is_bundle(path);
     let mut notes: Vec<String> = Vec::new();
+    let dumps = opts.dumps.as_ref().map(dumps::analyze).transpose()?;
 
     // Bundles.
     let bundle_dirs = if is_bundle {
@@ -386,7 +397,8 @@ pub fn analyze(path: &Path, opts: &Options) -> Result<Postmortem> {
         }
     };
     let replay = replay::recipe(&run, crash.as_ref());
-    let recommendations = recommendations(crash.as_ref(), &diagnoses, &findings);
+    let mut recommendations = recommendations(crash.as_ref(), &diagnoses, &findings);
+    recommendations.extend(dumps.as_ref().and_then(dumps::recommendation));
     let headline = headline(status, &run, crash.as_ref(), &diagnoses, &findings, &frame);
     Ok(Postmortem {
         schema_version: SCHEMA_VERSION,
@@ -407,6 +419,7 @@ pub fn analyze(path: &Path, opts: &Options) -> Result<Postmortem> {
         replay,
         plots: Vec::new(),
         data_notes: notes,
+        dumps,
         frame,
     })
 }

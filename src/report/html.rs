@@ -3,7 +3,11 @@
 
 use base64::Engine as _;
 
-use crate::postmortem::markdown::{cell, stats};
+use crate::compare::tolerance::Verdict;
+use crate::dumpdiff::render::finding_line;
+use crate::losscheck::Status;
+use crate::postmortem::dumps::{verdict_word, Dumps};
+use crate::postmortem::markdown::{at_cell, cell, opt_num, stats, status_word, GRID_LEGEND};
 use crate::postmortem::{PlotRef, Postmortem};
 
 /// Escape text for HTML content and attribute values.
@@ -289,6 +293,10 @@ pub fn render(pm: &Postmortem, pngs: &[(PlotRef, Vec<u8>)]) -> String {
         o.push_str("</table>\n");
     }
 
+    if let Some(d) = &pm.dumps {
+        o.push_str(&dumps_section(d));
+    }
+
     o.push_str("<h2 id=\"preflight\">Pre-flight</h2>\n");
     if pm.preflight.is_empty() {
         o.push_str("<p>No pre-flight summary was logged.</p>\n");
@@ -360,5 +368,193 @@ pub fn render(pm: &Postmortem, pngs: &[(PlotRef, Vec<u8>)]) -> String {
         o.push_str("</ul>\n");
     }
     o.push_str("</body>\n</html>\n");
+    o
+}
+
+/// The CSS class of a verdict symbol (existing severity colours).
+fn verdict_class(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Fail => "sev-error",
+        Verdict::Warn | Verdict::Missing => "sev-warning",
+        Verdict::Pass | Verdict::Skipped => "sev-info",
+    }
+}
+
+/// The "Training-step dumps" section (`--dumps DIR --step N`).
+fn dumps_section(d: &Dumps) -> String {
+    let mut o = format!(
+        "<h2 id=\"dumps\">Training-step dumps</h2>\n<p><b class=\"{}\">Step {}: {}</b> — {}</p>\n<ul>\n",
+        verdict_class(d.verdict),
+        d.step,
+        verdict_word(d.verdict),
+        esc(&d.detail)
+    );
+    for t in &d.trees {
+        o.push_str(&format!(
+            "<li><code>{}</code> ({})</li>\n",
+            esc(&t.root.display().to_string()),
+            t.producer
+        ));
+    }
+    o.push_str("</ul>\n");
+    if let Some(s) = &d.dumpdiff {
+        o.push_str(&format!(
+            "<p>dumpdiff, self-hosted as the reference; loss disagreements recomputed by losscheck (<code>{}</code>).</p>\n",
+            esc(&d.preset)
+        ));
+        let batch = s.grid.iter().any(|g| g.batch.is_some());
+        let mut head = vec!["section".to_string()];
+        head.extend(s.ranks.iter().map(|r| format!("r{r}")));
+        if batch {
+            head.push("batch".into());
+        }
+        o.push_str("<div class=\"wide\"><table>\n");
+        o.push_str(&th(&head.iter().map(String::as_str).collect::<Vec<_>>()));
+        for g in &s.grid {
+            let mut r = vec![format!(
+                "<td class=\"{}\">{} {}</td>",
+                verdict_class(g.verdict),
+                g.id,
+                esc(&g.name)
+            )];
+            r.extend(g.by_rank.iter().map(|c| td_num(c)));
+            if batch {
+                r.push(td_num(g.batch.as_deref().unwrap_or("")));
+            }
+            o.push_str(&row(&r));
+        }
+        o.push_str(&format!(
+            "</table></div>\n<p><small>{}</small></p>\n",
+            esc(GRID_LEGEND)
+        ));
+        match &s.first_divergence {
+            Some(f) => o.push_str(&format!(
+                "<p><b>First divergence:</b> {}<br />{}</p>\n",
+                esc(&finding_line(f)),
+                esc(&f.reason)
+            )),
+            None => o.push_str("<p>No divergence beyond tolerance.</p>\n"),
+        }
+        if !s.worst.is_empty() {
+            o.push_str("<p>Worst offenders:</p>\n<ul>\n");
+            for f in &s.worst {
+                o.push_str(&format!("<li>{}</li>\n", esc(&finding_line(f))));
+            }
+            o.push_str("</ul>\n");
+        }
+        if !s.adjudication.is_empty() {
+            o.push_str("<p>Which side is right (losscheck):</p>\n<ul>\n");
+            for a in &s.adjudication {
+                o.push_str(&format!(
+                    "<li>rank {} micro {} (<code>{}</code>): <b>{}</b>\n<ul>\n",
+                    a.rank,
+                    a.micro,
+                    esc(&a.preset),
+                    esc(&a.conclusion)
+                ));
+                for v in &a.sides {
+                    o.push_str(&format!("<li>{}: {}</li>\n", esc(&v.role), esc(&v.detail)));
+                }
+                o.push_str("</ul></li>\n");
+            }
+            o.push_str("</ul>\n");
+        }
+        if !s.problems.is_empty() {
+            o.push_str("<table>\n");
+            o.push_str(&th(&["section", "rank", "micro", "verdict", "reason"]));
+            for p in &s.problems {
+                o.push_str(&row(&[
+                    td(&p.section),
+                    td_num(&opt_num(p.rank)),
+                    td_num(&opt_num(p.micro)),
+                    format!(
+                        "<td class=\"{}\">{}</td>",
+                        verdict_class(p.verdict),
+                        p.verdict.symbol()
+                    ),
+                    td(&p.reason),
+                ]));
+            }
+            o.push_str("</table>\n");
+        }
+        if !s.coverage.is_empty() {
+            o.push_str("<p>Present on one side only:</p>\n<ul>\n");
+            for c in &s.coverage {
+                o.push_str(&format!(
+                    "<li><code>{}</code> {}: on {} only, not on {}</li>\n",
+                    esc(&c.kind),
+                    at_cell(c.rank, c.micro),
+                    esc(&c.present_on),
+                    esc(&c.missing_on)
+                ));
+            }
+            o.push_str("</ul>\n");
+        }
+        if !s.notes.is_empty() {
+            o.push_str("<ul>\n");
+            for n in &s.notes {
+                o.push_str(&format!("<li>{}</li>\n", esc(n)));
+            }
+            o.push_str("</ul>\n");
+        }
+    } else {
+        o.push_str(&format!(
+            "<p>Each rank/micro's loss recomputed from the tree's own inputs by losscheck (<code>{}</code>).</p>\n",
+            esc(&d.preset)
+        ));
+        if d.cells.is_empty() {
+            o.push_str("<p>No rank/micro cell to check.</p>\n");
+        } else {
+            o.push_str("<table>\n");
+            o.push_str(&th(&[
+                "rank",
+                "micro",
+                "status",
+                "dumped loss",
+                "recomputed",
+                "first divergent intermediate",
+            ]));
+            for c in &d.cells {
+                let class = match c.status {
+                    Some(Status::Consistent) => "sev-info",
+                    Some(Status::Inconsistent) => "sev-error",
+                    None => "sev-warning",
+                };
+                o.push_str(&row(&[
+                    td_num(&c.rank.to_string()),
+                    td_num(&c.micro.to_string()),
+                    format!("<td class=\"{class}\">{}</td>", status_word(c.status)),
+                    td_num(&cell(c.dumped_loss)),
+                    td_num(&cell(c.recomputed_loss)),
+                    td(&c.first_divergence.as_ref().map_or("-".into(), |v| {
+                        format!("{} at row {} pos {}", v.name, v.row, v.pos)
+                    })),
+                ]));
+            }
+            o.push_str("</table>\n");
+            let bad: Vec<_> = d
+                .cells
+                .iter()
+                .filter(|c| c.status != Some(Status::Consistent))
+                .collect();
+            if !bad.is_empty() {
+                o.push_str("<p>Not self-consistent or not recomputed:</p>\n<ul>\n");
+                for c in bad {
+                    o.push_str(&format!("<li>{}</li>\n", esc(&c.line)));
+                }
+                o.push_str("</ul>\n");
+            }
+        }
+    }
+    if !d.notes.is_empty() {
+        o.push_str("<ul>\n");
+        for n in &d.notes {
+            o.push_str(&format!("<li>{}</li>\n", esc(n)));
+        }
+        o.push_str("</ul>\n");
+    }
+    if d.verdict == Verdict::Fail {
+        o.push_str("<p>This verdict makes <code>postmortem</code> exit 1.</p>\n");
+    }
     o
 }
