@@ -15,30 +15,7 @@ DATA=bench-data/steps_${SIZE_MB}mb.jsonl
 mkdir -p bench-data
 [ -x "$BIN" ] || { echo "build first: cargo build --release --bin logscan" >&2; exit 2; }
 
-if [ ! -s "$DATA" ]; then
-  python3 - "$DATA" "$SIZE_MB" <<'PY'
-import json, random, sys
-path, size = sys.argv[1], int(sys.argv[2]) << 20
-random.seed(0)
-with open(path, "w") as f:
-    step, written = 0, 0
-    while written < size:
-        zero = 1000 <= step % 50000 < 1010
-        rec = {"step": step, "train_loss": 0.0 if zero else random.uniform(0.01, 0.1),
-               "step_loss": random.uniform(0.01, 0.1),
-               "grad_norm": float("nan") if step % 100003 == 7 else random.uniform(0.1, 1.0),
-               "grad_nan_count": 0, "param_norm": 101.5, "update_performed": True, "lr": 1e-5,
-               "it_per_sec": 1.0, "tokens_per_sec": 900.0, "trained_tokens": step * 1000,
-               "peak_memory_gb": 10.0, "timestamp": 1759944000.0 + step,
-               "metrics": {"reward_mean": random.random(), "reward_std": 0.0 if zero else 0.3,
-                           "kl": random.uniform(0, 0.01), "entropy": 1.0},
-               "token_count_summary": {"min": 3, "max": 120, "mean": 60.5, "empty_count": 0}}
-        line = json.dumps(rec) + "\n"   # bare NaN, like the trainer
-        f.write(line)
-        written += len(line)
-        step += 1
-PY
-fi
+[ -s "$DATA" ] || python3 benches/gen_steps.py "$DATA" "$SIZE_MB"
 BYTES=$(stat -c %s "$DATA")
 MB=$(python3 -c "print($BYTES/1048576)")
 cat "$DATA" > /dev/null   # warm the page cache for every contender

@@ -448,6 +448,12 @@ impl Tensor {
     /// All elements in row-major order as i64 (exact for integer and bool dtypes).
     pub fn to_i64_vec(&self) -> Vec<i64> {
         let bytes = self.storage.as_slice();
+        if self.is_contiguous() {
+            // One dtype dispatch for the whole run, as in `to_f64_vec`.
+            let s = self.dtype.size();
+            let run = &bytes[self.offset * s..(self.offset + self.numel()) * s];
+            return decode_run_i64(self.dtype, run);
+        }
         let mut out = Vec::with_capacity(self.numel());
         self.for_each_index(|i| out.push(self.load_i64(bytes, i)));
         out
@@ -524,6 +530,28 @@ fn decode_run_f64(dtype: DType, run: &[u8]) -> Vec<f64> {
         DType::I8 => run.iter().map(|&b| b as i8 as f64).collect(),
         DType::U8 => run.iter().map(|&b| b as f64).collect(),
         DType::Bool => run.iter().map(|&b| (b != 0) as u8 as f64).collect(),
+    }
+}
+
+/// Decode a contiguous run of storage bytes of `dtype` to i64 (floats truncate toward zero,
+/// as [`Tensor::to_i64_vec`] documents).
+fn decode_run_i64(dtype: DType, run: &[u8]) -> Vec<i64> {
+    macro_rules! conv {
+        ($n:literal, $f:expr) => {
+            run.chunks_exact($n).map(|c| $f(arr::<$n>(c))).collect()
+        };
+    }
+    match dtype {
+        DType::I64 => conv!(8, i64::from_le_bytes),
+        DType::I32 => conv!(4, |b| i32::from_le_bytes(b) as i64),
+        DType::I16 => conv!(2, |b| i16::from_le_bytes(b) as i64),
+        DType::I8 => run.iter().map(|&b| b as i8 as i64).collect(),
+        DType::U8 => run.iter().map(|&b| b as i64).collect(),
+        DType::Bool => run.iter().map(|&b| (b != 0) as i64).collect(),
+        _ => decode_run_f64(dtype, run)
+            .into_iter()
+            .map(|v| v as i64)
+            .collect(),
     }
 }
 

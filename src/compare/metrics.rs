@@ -330,14 +330,18 @@ pub fn effective_dtype(declared: DType, values: &[f64]) -> DType {
         return declared;
     }
     let finite = || values.iter().filter(|v| v.is_finite());
-    let fits_f32 = finite().all(|&v| (v as f32) as f64 == v);
-    if declared == DType::F64 && !fits_f32 {
+    if declared == DType::F64 && !finite().all(|&v| (v as f32) as f64 == v) {
         return DType::F64;
     }
     if matches!(declared, DType::BF16 | DType::F16) {
         return declared;
     }
-    if finite().all(|&v| half::bf16::from_f64(v).to_f64() == v) {
+    // bf16 is the upper half of f32: a value is on its grid when it is an f32 whose low
+    // 16 bits are zero (the same test as a bf16 round trip, without the conversion).
+    if finite().all(|&v| {
+        let f = v as f32;
+        f as f64 == v && f.to_bits() & 0xFFFF == 0
+    }) {
         return DType::BF16;
     }
     if finite().all(|&v| half::f16::from_f64(v).to_f64() == v) {
@@ -450,5 +454,36 @@ mod tests {
         assert_eq!(effective_dtype(DType::F64, &f32s), DType::F32);
         assert_eq!(effective_dtype(DType::F64, &[0.1]), DType::F64);
         assert_eq!(effective_dtype(DType::I64, &[1.0]), DType::I64);
+    }
+
+    #[test]
+    fn bf16_grid_test_matches_a_round_trip() {
+        let probe = [
+            0.0,
+            -0.0,
+            1.0,
+            -2.3,
+            1e-40,
+            -1e-42,
+            3.0e38,
+            1e39,
+            0.1,
+            65504.0,
+            1.0e-5,
+            f32::MIN_POSITIVE as f64,
+            f32::MAX as f64,
+        ];
+        for &x in &probe {
+            for v in [x, half::bf16::from_f64(x).to_f64(), (x as f32) as f64] {
+                let want = if half::bf16::from_f64(v).to_f64() == v {
+                    DType::BF16
+                } else {
+                    DType::F32
+                };
+                let got = effective_dtype(DType::F32, &[v]);
+                let got = if got == DType::F16 { DType::F32 } else { got };
+                assert_eq!(got, want, "{v:e}");
+            }
+        }
     }
 }

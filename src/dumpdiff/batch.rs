@@ -104,13 +104,7 @@ fn ragged(rows: &[Vec<f64>], dtype: DType) -> Mat {
     for (i, r) in rows.iter().enumerate() {
         data[i * width..i * width + r.len()].copy_from_slice(r);
     }
-    Mat {
-        shape: vec![rows.len(), width],
-        rows: rows.len(),
-        width,
-        data,
-        dtype,
-    }
+    Mat::new(vec![rows.len(), width], rows.len(), width, data, dtype)
 }
 
 /// Compare ragged integer rows exactly over each pair's full length; a position past one
@@ -583,13 +577,13 @@ mod tests {
             data.extend(std::iter::repeat_n(0.0, width - r.len()));
         }
         BatchInputs {
-            old_log_probs: Some(Mat {
-                shape: vec![old.len(), width],
-                rows: old.len(),
+            old_log_probs: Some(Mat::new(
+                vec![old.len(), width],
+                old.len(),
                 width,
                 data,
-                dtype: DType::F32,
-            }),
+                DType::F32,
+            )),
             traj_index: trajs
                 .iter()
                 .enumerate()

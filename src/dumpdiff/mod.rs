@@ -1,8 +1,10 @@
 //! `dumpdiff`: compare two or three producers' dumps of one training step, per rank and
 //! per micro-batch, and find the first place they really diverge.
 //!
-//! [`run`] discovers the trees, reads every needed file once in parallel, runs the
-//! sections, and returns a [`report::Report`]; renderers in [`render`] turn it into text.
+//! [`run`] discovers the trees, reads the whole-batch files once, then compares rank ×
+//! micro cells in parallel, each reading its own files and dropping them when done (peak
+//! memory follows the cells in flight, not the tree), and returns a [`report::Report`];
+//! renderers in [`render`] turn it into text.
 //!
 //! Tolerances: dumped tensors are judged at torch.testing's default for the coarser
 //! precision of the two sides (or a `--tol-file` rule). Quantities derived from
@@ -20,6 +22,7 @@ pub mod render;
 pub mod report;
 pub mod sections;
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 
@@ -32,7 +35,7 @@ use crate::readers::layout::{DumpTree, Kind};
 use crate::readers::read_any;
 use crate::value::Value;
 use report::{Cell, Coverage, Finding, Report, Section, SideSummary, SCHEMA_VERSION};
-use sections::{BatchInputs, Mat, SideData};
+use sections::{BatchInputs, Mat, SideData, Tensors};
 
 /// What to compare and how strictly.
 #[derive(Debug, Clone, Default)]
@@ -89,7 +92,9 @@ pub fn exit_code(report: &Report, fail_on: Severity) -> u8 {
     }
 }
 
-/// Discover one side and read its files of `step` (filtered by ranks/micros) in parallel.
+/// Discover one side and list its files of `step` (filtered by ranks/micros): whole-batch
+/// files (no rank in the name) are read now, in parallel; per-rank files are left for the
+/// cells that compare them ([`SideData::fetch`]).
 fn load_side(
     role: &'static str,
     root: &std::path::Path,
@@ -111,7 +116,8 @@ fn load_side(
         })
         .collect();
     progress.start(role, wanted.len(), wanted.iter().map(|f| f.size).sum());
-    let values = wanted
+    let (per_rank, whole): (Vec<_>, Vec<_>) = wanted.into_iter().partition(|f| f.rank.is_some());
+    let values = whole
         .par_iter()
         .map(|f| {
             let v = read_any(&f.path)?;
@@ -119,12 +125,8 @@ fn load_side(
             Ok((f.path.clone(), v))
         })
         .collect::<Result<HashMap<_, _>>>()?;
-    Ok(SideData {
-        role,
-        tree,
-        values,
-        step: opts.step,
-    })
+    let streamed = per_rank.iter().map(|f| (f.path.clone(), f.size)).collect();
+    Ok(SideData::new(role, tree, values, streamed, opts.step))
 }
 
 /// Per-(rank, micro) cells of `kind` present on either side.
@@ -132,7 +134,7 @@ fn cells_of(a: &SideData, ka: Kind, b: &SideData, kb: Kind) -> BTreeSet<(u32, Op
     let mut set = BTreeSet::new();
     for (side, kind) in [(a, ka), (b, kb)] {
         for f in side.tree.files_of(kind, side.step) {
-            if let (Some(r), true) = (f.rank, side.values.contains_key(&f.path)) {
+            if let (Some(r), true) = (f.rank, side.has(&f.path)) {
                 set.insert((r, f.micro));
             }
         }
@@ -163,7 +165,7 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
         .as_ref()
         .map(|p| load_side("remote-api", p, opts, progress))
         .transpose()?;
-    if s.values.is_empty() {
+    if s.files_read() == 0 {
         return Err(Error::Usage(format!(
             "{}: no files for step {} (steps present: {:?})",
             s.tree.root.display(),
@@ -181,7 +183,8 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
             opts.advantage_preset.as_deref(),
             &opts.policy,
             &mut coverage,
-        ));
+            progress,
+        )?);
     }
     if let Some(r) = &r {
         sections.extend(remote_sections(&s, r, &opts.policy, &mut coverage));
@@ -191,6 +194,9 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
         .into_iter()
         .flatten()
         .collect();
+    for side in &sides {
+        side.check_unread(progress)?;
+    }
     let (first_divergence, worst) = findings(&sections);
     let adjudication = match &opts.adjudicate_with {
         Some(preset) => adjudicate(&sections, &sides, opts.step, preset)?,
@@ -211,7 +217,7 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
                 role: d.role.into(),
                 root: d.tree.root.clone(),
                 producer: d.tree.producer,
-                files: d.values.len(),
+                files: d.files_read(),
             })
             .collect(),
         tolerance_file: opts.tol_file.clone(),
@@ -221,17 +227,8 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
         first_divergence,
         worst,
         adjudication,
-        files_read: sides.iter().map(|d| d.values.len()).sum(),
-        bytes_read: sides
-            .iter()
-            .flat_map(|d| {
-                d.tree
-                    .files()
-                    .iter()
-                    .filter(|f| d.values.contains_key(&f.path))
-            })
-            .map(|f| f.size)
-            .sum(),
+        files_read: sides.iter().map(|d| d.files_read()).sum(),
+        bytes_read: sides.iter().map(|d| d.bytes_read()).sum(),
     })
 }
 
@@ -325,7 +322,133 @@ fn section(id: u8, name: &str, pair: &str, cells: Vec<Cell>, notes: Vec<String>)
     }
 }
 
-/// Sections 2, 3, 4 and 6: self-hosted against weaver.
+/// What one (rank, micro) cell contributes to sections 2, 3 and 4. A `*_only_a` is set
+/// when the cell's file of that section is on one side only (true: on self-hosted).
+#[derive(Default)]
+struct CellOut {
+    fwd: Option<Cell>,
+    fwd_only_a: Option<bool>,
+    loss: Option<(Cell, Vec<String>)>,
+    loss_only_a: Option<bool>,
+    is_loss: Option<Cell>,
+    is_only_a: Option<bool>,
+}
+
+/// The (rank, micro) cells of sections 2 (`fwd`), 3 (`loss`) and 4 (`is_loss`).
+struct CellSets {
+    fwd: BTreeSet<(u32, Option<u32>)>,
+    loss: BTreeSet<(u32, Option<u32>)>,
+    is_loss: BTreeSet<(u32, Option<u32>)>,
+}
+
+/// Which side of a pair holds a file when exactly one does.
+fn only_a<T>(a: &Option<T>, b: &Option<T>) -> Option<bool> {
+    (a.is_some() != b.is_some()).then_some(a.is_some())
+}
+
+/// `side`'s file of `kind` at `(rank, micro)` when `wanted` (see [`SideData::fetch`]).
+fn fetch_if<'a>(
+    side: &'a SideData,
+    kind: Kind,
+    (rank, micro): (u32, Option<u32>),
+    wanted: bool,
+    progress: &dyn Progress,
+) -> Result<Option<Cow<'a, Value>>> {
+    if wanted {
+        side.fetch(kind, Some(rank), micro, progress)
+    } else {
+        Ok(None)
+    }
+}
+
+/// Compare one (rank, micro) cell for sections 2, 3 and 4: read its files on both sides,
+/// decode each tensor once, derive the self-hosted importance-sampling chain, compare,
+/// and drop everything but the cells.
+#[allow(clippy::too_many_arguments)]
+fn weaver_cell(
+    s: &SideData,
+    w: &SideData,
+    inputs: &BatchInputs,
+    policy: &TolerancePolicy,
+    sets: &CellSets,
+    (rank, micro): (u32, Option<u32>),
+    progress: &dyn Progress,
+) -> Result<CellOut> {
+    let key = (rank, micro);
+    let m = micro.unwrap_or(0);
+    let (in_fwd, in_loss, in_is) = (
+        sets.fwd.contains(&key),
+        sets.loss.contains(&key),
+        sets.is_loss.contains(&key),
+    );
+    let (fwd, lossy) = (in_fwd || in_is, in_loss || in_is);
+    let fetch = |side, kind, wanted| fetch_if(side, kind, key, wanted, progress);
+    let s_fwd = fetch(s, Kind::ForwardData, fwd)?;
+    let w_fwd = fetch(w, Kind::ForwardData, fwd)?;
+    let w_is = fetch(w, Kind::IsLossDebug, fwd)?;
+    let s_loss = fetch(s, Kind::Loss, lossy)?;
+    let w_loss = fetch(w, Kind::Loss, in_loss)?;
+    let (a_fwd, b_fwd, b_is) = (
+        s_fwd.as_deref().map(Tensors::new),
+        w_fwd.as_deref().map(Tensors::new),
+        w_is.as_deref().map(Tensors::new),
+    );
+    let mut out = CellOut::default();
+
+    // Section 2: forward_data; also gives the cell's log-prob precision.
+    let mut precision = None;
+    if in_fwd {
+        if let (Some(a), Some(b)) = (&a_fwd, &b_fwd) {
+            precision = sections::logprob_precision(
+                a.mat("log_probs").as_deref(),
+                b.mat("log_probs").as_deref(),
+            );
+            out.fwd = Some(sections::forward_data_cell(policy, rank, m, a, b));
+        }
+        out.fwd_only_a = only_a(&a_fwd, &b_fwd);
+    }
+
+    // The self-hosted importance-sampling chain: derived ratios and the tolerances they
+    // and the loss scalars inherit from their log-prob inputs.
+    let chain = a_fwd.as_ref().filter(|_| in_fwd).map(|a| {
+        let peer = sections::ChainPeer {
+            fwd: b_fwd.as_ref(),
+            is_loss: b_is.as_ref(),
+        };
+        sections::chain(policy, inputs, a, peer, rank, m)
+    });
+
+    // Section 3: loss.
+    if in_loss {
+        match (&s_loss, &w_loss) {
+            (Some(a), Some(b)) => {
+                let stats = chain.as_ref().and_then(|c| c.stats.as_ref());
+                out.loss = Some(sections::loss_cell(policy, rank, m, a, b, precision, stats));
+            }
+            (a, b) => out.loss_only_a = Some(a.is_some() && b.is_none()),
+        }
+    }
+
+    // Section 4: is_loss_debug against the self-hosted forward_data + old_log_probs.
+    if in_is {
+        if let (Some(a), Some(b), Some(ch)) = (&a_fwd, &b_is, &chain) {
+            out.is_loss = Some(sections::is_loss_cell(
+                policy,
+                rank,
+                m,
+                a,
+                s_loss.as_deref(),
+                b,
+                b_fwd.as_ref(),
+                ch,
+            ));
+        }
+        out.is_only_a = only_a(&a_fwd, &b_is);
+    }
+    Ok(out)
+}
+
+/// Sections 2, 3, 4 and 6: self-hosted against weaver, cell by cell.
 fn weaver_sections(
     s: &SideData,
     w: &SideData,
@@ -333,7 +456,8 @@ fn weaver_sections(
     adv_preset: Option<&str>,
     policy: &TolerancePolicy,
     coverage: &mut Vec<Coverage>,
-) -> Vec<Section> {
+    progress: &dyn Progress,
+) -> Result<Vec<Section>> {
     let pair = "self-hosted vs weaver";
     let mut note_missing = |kind: Kind, rank: u32, micro: Option<u32>, a_has: bool| {
         let (present_on, missing_on) = if a_has {
@@ -352,121 +476,60 @@ fn weaver_sections(
     };
     let mut out = Vec::new();
 
-    // Section 2: forward_data; also gives each cell's log-prob precision.
-    let fwd_cells: Vec<(u32, Option<u32>)> = cells_of(s, Kind::ForwardData, w, Kind::ForwardData)
+    let has_is = w.tree.kinds().contains(&Kind::IsLossDebug);
+    let sets = CellSets {
+        fwd: cells_of(s, Kind::ForwardData, w, Kind::ForwardData),
+        loss: cells_of(s, Kind::Loss, w, Kind::Loss),
+        is_loss: if has_is {
+            cells_of(s, Kind::ForwardData, w, Kind::IsLossDebug)
+        } else {
+            BTreeSet::new()
+        },
+    };
+    let keys: Vec<(u32, Option<u32>)> = sets
+        .fwd
+        .iter()
+        .chain(&sets.loss)
+        .chain(&sets.is_loss)
+        .copied()
+        .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let mut precision = HashMap::new();
-    for &(rank, micro) in &fwd_cells {
-        let (a, b) = (
-            s.get(Kind::ForwardData, Some(rank), micro),
-            w.get(Kind::ForwardData, Some(rank), micro),
-        );
-        if let (Some(a), Some(b)) = (a, b) {
-            let p = sections::logprob_precision(
-                Mat::of(a, "log_probs").as_ref(),
-                Mat::of(b, "log_probs").as_ref(),
-            );
-            precision.insert((rank, micro), p);
-        }
-    }
-    let mut cells: Vec<Cell> = fwd_cells
+    let inputs = batch_inputs(s, r, adv_preset);
+    let mut outs: Vec<CellOut> = keys
         .par_iter()
-        .filter_map(|&(rank, micro)| {
-            let (a, b) = (
-                s.get(Kind::ForwardData, Some(rank), micro)?,
-                w.get(Kind::ForwardData, Some(rank), micro)?,
-            );
-            Some(sections::forward_data_cell(
-                policy,
-                rank,
-                micro.unwrap_or(0),
-                a,
-                b,
-            ))
-        })
-        .collect();
-    for &(rank, micro) in &fwd_cells {
-        let (a, b) = (
-            s.get(Kind::ForwardData, Some(rank), micro),
-            w.get(Kind::ForwardData, Some(rank), micro),
-        );
-        if a.is_none() != b.is_none() {
-            cells.push(note_missing(Kind::ForwardData, rank, micro, a.is_some()));
+        .map(|&key| weaver_cell(s, w, &inputs, policy, &sets, key, progress))
+        .collect::<Result<_>>()?;
+
+    // Section 2: the compared cells, then those on one side only, ordered by rank/micro.
+    let mut cells: Vec<Cell> = outs.iter_mut().filter_map(|o| o.fwd.take()).collect();
+    for (&(rank, micro), o) in keys.iter().zip(&outs) {
+        if let Some(a_has) = o.fwd_only_a {
+            cells.push(note_missing(Kind::ForwardData, rank, micro, a_has));
         }
     }
     sort_cells(&mut cells);
     out.push(section(2, "forward_data", pair, cells, vec![]));
 
-    // The self-hosted importance-sampling chain per micro: derived ratios and the
-    // tolerances they and the loss scalars inherit from their log-prob inputs.
-    let inputs = batch_inputs(s, r, adv_preset);
-    let chains: HashMap<(u32, Option<u32>), sections::Chain> = fwd_cells
-        .par_iter()
-        .filter_map(|&(rank, micro)| {
-            let a = s.get(Kind::ForwardData, Some(rank), micro)?;
-            let peer = sections::ChainPeer {
-                fwd: w.get(Kind::ForwardData, Some(rank), micro),
-                is_loss: w.get(Kind::IsLossDebug, Some(rank), micro),
-            };
-            let ch = sections::chain(policy, &inputs, a, peer, rank, micro.unwrap_or(0));
-            Some(((rank, micro), ch))
-        })
-        .collect();
-
-    // Section 3: loss.
-    let loss_cells: Vec<(u32, Option<u32>)> =
-        cells_of(s, Kind::Loss, w, Kind::Loss).into_iter().collect();
+    // Section 3: loss, in rank/micro order.
     let mut notes = Vec::new();
     let mut cells = Vec::new();
-    for &(rank, micro) in &loss_cells {
-        match (
-            s.get(Kind::Loss, Some(rank), micro),
-            w.get(Kind::Loss, Some(rank), micro),
-        ) {
-            (Some(a), Some(b)) => {
-                let p = precision.get(&(rank, micro)).copied().flatten();
-                let stats = chains.get(&(rank, micro)).and_then(|c| c.stats.as_ref());
-                let (c, n) = sections::loss_cell(policy, rank, micro.unwrap_or(0), a, b, p, stats);
-                cells.push(c);
-                notes.extend(n);
-            }
-            (a, _) => cells.push(note_missing(Kind::Loss, rank, micro, a.is_some())),
+    for (&(rank, micro), o) in keys.iter().zip(&mut outs) {
+        if let Some((c, n)) = o.loss.take() {
+            cells.push(c);
+            notes.extend(n);
+        } else if let Some(a_has) = o.loss_only_a {
+            cells.push(note_missing(Kind::Loss, rank, micro, a_has));
         }
     }
     out.push(section(3, "loss", pair, cells, notes));
 
-    // Section 4: is_loss_debug against the self-hosted forward_data + old_log_probs.
-    if w.tree.kinds().contains(&Kind::IsLossDebug) {
-        let is_cells: Vec<(u32, Option<u32>)> =
-            cells_of(s, Kind::ForwardData, w, Kind::IsLossDebug)
-                .into_iter()
-                .collect();
-        let mut cells: Vec<Cell> = is_cells
-            .par_iter()
-            .filter_map(|&(rank, micro)| {
-                let a = s.get(Kind::ForwardData, Some(rank), micro)?;
-                let b = w.get(Kind::IsLossDebug, Some(rank), micro)?;
-                let ch = chains.get(&(rank, micro))?;
-                Some(sections::is_loss_cell(
-                    policy,
-                    rank,
-                    micro.unwrap_or(0),
-                    a,
-                    s.get(Kind::Loss, Some(rank), micro),
-                    b,
-                    w.get(Kind::ForwardData, Some(rank), micro),
-                    ch,
-                ))
-            })
-            .collect();
-        for &(rank, micro) in &is_cells {
-            let (a, b) = (
-                s.get(Kind::ForwardData, Some(rank), micro),
-                w.get(Kind::IsLossDebug, Some(rank), micro),
-            );
-            if a.is_none() != b.is_none() {
-                cells.push(note_missing(Kind::IsLossDebug, rank, micro, a.is_some()));
+    // Section 4: is_loss_debug.
+    if has_is {
+        let mut cells: Vec<Cell> = outs.iter_mut().filter_map(|o| o.is_loss.take()).collect();
+        for (&(rank, micro), o) in keys.iter().zip(&outs) {
+            if let Some(a_has) = o.is_only_a {
+                cells.push(note_missing(Kind::IsLossDebug, rank, micro, a_has));
             }
         }
         sort_cells(&mut cells);
@@ -477,41 +540,54 @@ fn weaver_sections(
         out.push(section(4, "is_loss", pair, cells, notes));
     }
 
-    // Section 6: param / gradient (self-hosted per rank, weaver per rank or per micro).
+    // Section 6: param / gradient (self-hosted per rank, weaver per rank or per micro),
+    // rank by rank: one rank's tensors in memory per thread.
     for (kind, key) in [(Kind::Param, "param"), (Kind::Gradient, "gradient")] {
-        let mut cells = Vec::new();
-        let ranks: BTreeSet<u32> = s
+        let ranks: Vec<u32> = s
             .tree
             .ranks(kind, s.step)
             .union(&w.tree.ranks(kind, w.step))
             .copied()
             .collect();
-        for rank in ranks {
-            let a = s.get(kind, Some(rank), None);
-            let b_files: Vec<Option<u32>> = w
-                .tree
-                .files_of(kind, w.step)
-                .filter(|f| f.rank == Some(rank) && w.values.contains_key(&f.path))
-                .map(|f| f.micro)
-                .collect();
-            match (a, b_files.is_empty()) {
-                (Some(a), false) => {
-                    for m in b_files {
-                        if let Some(b) = w.get(kind, Some(rank), m) {
-                            cells.push(sections::tensor_cell(policy, key, key, rank, m, a, b));
+        let per_rank: Vec<(Vec<Cell>, Option<bool>)> = ranks
+            .par_iter()
+            .map(|&rank| -> Result<(Vec<Cell>, Option<bool>)> {
+                let a = s.fetch(kind, Some(rank), None, progress)?;
+                let b_files: Vec<Option<u32>> = w
+                    .tree
+                    .files_of(kind, w.step)
+                    .filter(|f| f.rank == Some(rank) && w.has(&f.path))
+                    .map(|f| f.micro)
+                    .collect();
+                Ok(match (a, b_files.is_empty()) {
+                    (Some(a), false) => {
+                        let mut cells = Vec::new();
+                        for m in b_files {
+                            if let Some(b) = w.fetch(kind, Some(rank), m, progress)? {
+                                cells
+                                    .push(sections::tensor_cell(policy, key, key, rank, m, &a, &b));
+                            }
                         }
+                        (cells, None)
                     }
-                }
-                (Some(_), true) => cells.push(note_missing(kind, rank, None, true)),
-                (None, false) => cells.push(note_missing(kind, rank, None, false)),
-                (None, true) => {}
+                    (Some(_), true) => (vec![], Some(true)),
+                    (None, false) => (vec![], Some(false)),
+                    (None, true) => (vec![], None),
+                })
+            })
+            .collect::<Result<_>>()?;
+        let mut cells = Vec::new();
+        for (&rank, (cs, missing)) in ranks.iter().zip(per_rank) {
+            cells.extend(cs);
+            if let Some(a_has) = missing {
+                cells.push(note_missing(kind, rank, None, a_has));
             }
         }
         if !cells.is_empty() {
             out.push(section(6, key, pair, cells, vec![]));
         }
     }
-    out
+    Ok(out)
 }
 
 /// Sections 1 and 5: trajectories (self-hosted vs remote-api) and remote-api datums vs

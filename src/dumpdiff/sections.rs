@@ -1,40 +1,160 @@
 //! The comparison sections: each turns the values read for one rank × micro cell (or the
 //! whole batch) into typed [`Comparison`]s. Reference side = self-hosted ("a"), other = "b".
 
-use std::collections::HashMap;
-use std::path::PathBuf;
+use std::borrow::Cow;
+use std::cell::{OnceCell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::{Mutex, OnceLock};
 
-use crate::compare::align::{match_rows, split_positions, strip_pad, RowMatch};
+use rayon::prelude::*;
+
+use crate::compare::align::{match_rows, strip_pad, RowMatch};
 use crate::compare::metrics::{effective_dtype, Accumulator, ElemLoc};
 use crate::compare::propagate::{self, ChainElem, ChainStats};
 use crate::compare::tolerance::{coarser, Tolerance, TolerancePolicy, Verdict};
 use crate::dumpdiff::report::{Cell, Comparison, Origin, RowSummary};
+use crate::dumpdiff::Progress;
+use crate::error::Result;
 use crate::frames::tokens_hash;
 use crate::readers::layout::{DumpTree, Kind};
+use crate::readers::read_any;
 use crate::tensor::DType;
 use crate::value::Value;
 
-/// One side's tree and the values of its files at the compared step, each read once.
+/// One side's tree and its files at the compared step. Whole-batch files are parsed up
+/// front and kept; per-rank files are only listed, and read by the cell that compares them
+/// ([`SideData::fetch`]) and dropped with it, so memory follows one cell, not the tree.
 pub struct SideData {
     /// The flag it came from: `self-hosted`, `remote-api`, `weaver`.
     pub role: &'static str,
     /// Its discovered layout.
     pub tree: DumpTree,
-    /// Parsed files by path.
+    /// Parsed whole-batch files (no rank in the name) by path.
     pub values: HashMap<PathBuf, Value>,
+    /// Per-rank files of the step (after the rank/micro filters), read on demand: path → size.
+    pub streamed: HashMap<PathBuf, u64>,
     /// The compared step.
     pub step: i64,
+    /// Streamed files read so far.
+    read: Mutex<HashSet<PathBuf>>,
+    /// The file at each (kind, rank, micro) of the step, as [`DumpTree::get`] picks it.
+    index: HashMap<(Kind, Option<u32>, Option<u32>), usize>,
 }
 
 impl SideData {
-    /// The parsed file of `kind` at (rank, micro), if that file exists.
+    /// A side whose `values` are read and whose `streamed` files will be.
+    pub fn new(
+        role: &'static str,
+        tree: DumpTree,
+        values: HashMap<PathBuf, Value>,
+        streamed: HashMap<PathBuf, u64>,
+        step: i64,
+    ) -> Self {
+        let mut index = HashMap::new();
+        for (i, f) in tree.files().iter().enumerate() {
+            if f.step == step {
+                // The first file of a coordinate wins, as in `DumpTree::get`.
+                index.entry((f.kind, f.rank, f.micro)).or_insert(i);
+            }
+        }
+        SideData {
+            role,
+            tree,
+            values,
+            streamed,
+            step,
+            read: Mutex::new(HashSet::new()),
+            index,
+        }
+    }
+
+    /// The file of `kind` at (rank, micro) of the compared step (what `tree.get` finds).
+    fn file(
+        &self,
+        kind: Kind,
+        rank: Option<u32>,
+        micro: Option<u32>,
+    ) -> Option<&crate::readers::layout::DumpFile> {
+        let &i = self.index.get(&(kind, rank, micro))?;
+        self.tree.files().get(i)
+    }
+
+    /// The parsed whole-batch file of `kind` at (rank, micro), if that file exists.
     pub fn get(&self, kind: Kind, rank: Option<u32>, micro: Option<u32>) -> Option<&Value> {
-        let f = self.tree.get(kind, self.step, rank, micro)?;
+        let f = self.file(kind, rank, micro)?;
         self.values.get(&f.path)
+    }
+
+    /// Whether `path` is one of this side's files at the compared step.
+    pub fn has(&self, path: &Path) -> bool {
+        self.values.contains_key(path) || self.streamed.contains_key(path)
+    }
+
+    /// The file of `kind` at (rank, micro): borrowed when read up front, else read now
+    /// (the caller drops it when its cell is done). `None` when there is no such file.
+    pub fn fetch(
+        &self,
+        kind: Kind,
+        rank: Option<u32>,
+        micro: Option<u32>,
+        progress: &dyn Progress,
+    ) -> Result<Option<Cow<'_, Value>>> {
+        let Some(f) = self.file(kind, rank, micro) else {
+            return Ok(None);
+        };
+        if let Some(v) = self.values.get(&f.path) {
+            return Ok(Some(Cow::Borrowed(v)));
+        }
+        let Some(&size) = self.streamed.get(&f.path) else {
+            return Ok(None);
+        };
+        let v = read_any(&f.path)?;
+        progress.file_done(size);
+        self.read
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(f.path.clone());
+        Ok(Some(Cow::Owned(v)))
+    }
+
+    /// Read (and drop) every streamed file no cell has read, so that an unreadable file
+    /// fails the run whether or not a section needed it.
+    pub fn check_unread(&self, progress: &dyn Progress) -> Result<()> {
+        let unread: Vec<(&PathBuf, u64)> = {
+            let read = self.read.lock().unwrap_or_else(|e| e.into_inner());
+            self.streamed
+                .iter()
+                .filter(|(p, _)| !read.contains(*p))
+                .map(|(p, &s)| (p, s))
+                .collect()
+        };
+        unread.par_iter().try_for_each(|(path, size)| {
+            read_any(path)?;
+            progress.file_done(*size);
+            Ok(())
+        })
+    }
+
+    /// Files of the compared step (read up front or streamed).
+    pub fn files_read(&self) -> usize {
+        self.values.len() + self.streamed.len()
+    }
+
+    /// Their bytes.
+    pub fn bytes_read(&self) -> u64 {
+        self.tree
+            .files()
+            .iter()
+            .filter(|f| self.has(&f.path))
+            .map(|f| f.size)
+            .sum()
     }
 }
 
 /// A tensor as rows × width of f64 (1-d → one row, 0-d → 1 × 1), with its declared dtype.
+/// Build one with [`Mat::new`]: the precision of its values is computed once, on first use.
 #[derive(Debug, Clone)]
 pub struct Mat {
     /// Original shape.
@@ -47,9 +167,28 @@ pub struct Mat {
     pub data: Vec<f64>,
     /// Declared dtype (f64/i64 for `.jsonl` lists).
     pub dtype: DType,
+    /// [`Mat::precision`], once computed (`data` and `dtype` never change after `new`).
+    precision: OnceLock<DType>,
 }
 
 impl Mat {
+    /// A matrix of `rows × width` row-major values (`shape` is the original tensor's).
+    pub fn new(shape: Vec<usize>, rows: usize, width: usize, data: Vec<f64>, dtype: DType) -> Mat {
+        Mat {
+            shape,
+            rows,
+            width,
+            data,
+            dtype,
+            precision: OnceLock::new(),
+        }
+    }
+
+    /// A matrix of this one's layout holding `data` of `dtype`.
+    pub fn with_data(&self, data: Vec<f64>, dtype: DType) -> Mat {
+        Mat::new(self.shape.clone(), self.rows, self.width, data, dtype)
+    }
+
     /// The tensor under `key` of a dict, as a matrix (None when absent or above 2-d).
     pub fn of(v: &Value, key: &str) -> Option<Mat> {
         let t = v.get(key)?.to_tensor()?;
@@ -60,13 +199,7 @@ impl Mat {
             [r, w] => (*r, *w),
             _ => return None,
         };
-        Some(Mat {
-            data: t.to_f64_vec(),
-            shape,
-            rows,
-            width,
-            dtype: t.dtype(),
-        })
+        Some(Mat::new(shape, rows, width, t.to_f64_vec(), t.dtype()))
     }
 
     /// Row `i` (empty when out of range).
@@ -77,9 +210,53 @@ impl Mat {
         &self.data[i * self.width..(i + 1) * self.width]
     }
 
-    /// The precision of the values (see [`effective_dtype`]).
+    /// The precision of the values (see [`effective_dtype`]), computed once.
     pub fn precision(&self) -> DType {
-        effective_dtype(self.dtype, &self.data)
+        *self
+            .precision
+            .get_or_init(|| effective_dtype(self.dtype, &self.data))
+    }
+}
+
+/// One parsed file of a cell with its tensors decoded on first use, each once: a cell's
+/// comparisons and its derived chain share the decoded matrices. Lives inside one cell's
+/// task (not `Send`).
+pub struct Tensors<'v> {
+    value: &'v Value,
+    mats: RefCell<HashMap<&'static str, Option<Rc<Mat>>>>,
+    tokens: OnceCell<Option<Rc<Vec<Vec<i64>>>>>,
+}
+
+impl<'v> Tensors<'v> {
+    /// Wrap a parsed file; nothing is decoded yet.
+    pub fn new(value: &'v Value) -> Self {
+        Tensors {
+            value,
+            mats: RefCell::new(HashMap::new()),
+            tokens: OnceCell::new(),
+        }
+    }
+
+    /// The parsed file.
+    pub fn value(&self) -> &'v Value {
+        self.value
+    }
+
+    /// [`Mat::of`] the tensor under `key`, decoded on the first call.
+    pub fn mat(&self, key: &'static str) -> Option<Rc<Mat>> {
+        if let Some(m) = self.mats.borrow().get(key) {
+            return m.clone();
+        }
+        let m = Mat::of(self.value, key).map(Rc::new);
+        self.mats.borrow_mut().insert(key, m.clone());
+        m
+    }
+
+    /// [`token_rows`] of `input_ids`, decoded on the first call.
+    pub fn input_ids(&self) -> Option<Rc<Vec<Vec<i64>>>> {
+        self.tokens
+            .get_or_init(|| token_rows(self.value, "input_ids").map(Rc::new))
+            .clone()
     }
 }
 
@@ -99,12 +276,7 @@ pub fn token_rows(v: &Value, key: &str) -> Option<Vec<Vec<i64>>> {
 }
 
 /// Pair rows of two per-micro dicts by their `input_ids` (by index when either lacks them).
-pub fn pair_rows(
-    a: Option<Vec<Vec<i64>>>,
-    b: Option<Vec<Vec<i64>>>,
-    na: usize,
-    nb: usize,
-) -> RowMatch {
+pub fn pair_rows(a: Option<&[Vec<i64>]>, b: Option<&[Vec<i64>]>, na: usize, nb: usize) -> RowMatch {
     match (a, b) {
         (Some(a), Some(b)) => {
             let ar: Vec<&[i64]> = a.iter().map(Vec::as_slice).collect();
@@ -141,10 +313,13 @@ pub struct PairCtx<'a> {
     pub cell_precision: Option<DType>,
 }
 
-fn mask_row(mask: Option<&Mat>, row: usize, width: usize) -> Vec<i64> {
+/// Whether position `p` of `row` is valid: the mask is non-zero there (a position past
+/// the mask's width is not), or, with no mask, `p` lies within the data's `width`.
+#[inline]
+fn valid_at(mask: Option<&[f64]>, width: usize, p: usize) -> bool {
     match mask {
-        Some(m) => m.row(row).iter().map(|&v| (v != 0.0) as i64).collect(),
-        None => vec![1; width],
+        Some(m) => m.get(p).is_some_and(|&v| v != 0.0),
+        None => p < width,
     }
 }
 
@@ -212,12 +387,14 @@ impl PairCtx<'_> {
         }
         let mut acc = Accumulator::new(tol.clone(), ulp_dtype(a.dtype, b.dtype), logprob);
         for &(ra, rb) in &self.rows.pairs {
-            let ma = mask_row(self.mask_a, ra, a.width);
-            let mb = mask_row(self.mask_b, rb, b.width);
+            let ma = self.mask_a.map(|m| m.row(ra));
+            let mb = self.mask_b.map(|m| m.row(rb));
             let (xa, xb) = (a.row(ra), b.row(rb));
             let ex = extra.map(|e| e.row(ra));
-            for p in split_positions(&ma, &mb).both {
-                if let (Some(&x), Some(&y)) = (xa.get(p), xb.get(p)) {
+            // Positions valid on both sides (the same walk as `split_positions(..).both`),
+            // without a mask vector per row.
+            for (p, (&x, &y)) in xa.iter().zip(xb).enumerate() {
+                if valid_at(ma, a.width, p) && valid_at(mb, b.width, p) {
                     let e = ex.and_then(|e| e.get(p)).copied().unwrap_or(0.0);
                     acc.push_allowing(
                         x,
@@ -446,16 +623,17 @@ pub fn forward_data_cell(
     policy: &TolerancePolicy,
     rank: u32,
     micro: u32,
-    a: &Value,
-    b: &Value,
+    a: &Tensors<'_>,
+    b: &Tensors<'_>,
 ) -> Cell {
-    let (lp_a, lp_b) = (Mat::of(a, "log_probs"), Mat::of(b, "log_probs"));
-    let (ma, mb) = (Mat::of(a, "response_mask"), Mat::of(b, "response_mask"));
+    let (lp_a, lp_b) = (a.mat("log_probs"), b.mat("log_probs"));
+    let (ma, mb) = (a.mat("response_mask"), b.mat("response_mask"));
     let na = lp_a.as_ref().map_or(0, |m| m.rows);
     let nb = lp_b.as_ref().map_or(0, |m| m.rows);
+    let (ta, tb) = (a.input_ids(), b.input_ids());
     let rows = pair_rows(
-        token_rows(a, "input_ids"),
-        token_rows(b, "input_ids"),
+        ta.as_deref().map(Vec::as_slice),
+        tb.as_deref().map(Vec::as_slice),
         na,
         nb,
     );
@@ -463,8 +641,8 @@ pub fn forward_data_cell(
         policy,
         section: "forward_data",
         rows: &rows,
-        mask_a: ma.as_ref(),
-        mask_b: mb.as_ref(),
+        mask_a: ma.as_deref(),
+        mask_b: mb.as_deref(),
         cell_precision: None,
     };
     let mut out = Vec::new();
@@ -483,7 +661,7 @@ pub fn forward_data_cell(
         )),
     }
     for (key, logprob) in [("log_probs", true), ("entropy", false)] {
-        match (Mat::of(a, key), Mat::of(b, key)) {
+        match (a.mat(key), b.mat(key)) {
             (Some(x), Some(y)) => out.push(ctx.masked(
                 key,
                 &x,
@@ -532,12 +710,12 @@ pub struct BatchInputs {
 /// trajectory file, else contiguous (`(rank·micros + micro)·rows + row`).
 fn batch_indices(
     inputs: &BatchInputs,
-    fwd: &Value,
+    fwd: &Tensors<'_>,
     rank: u32,
     micro: u32,
     nrows: usize,
 ) -> (Vec<Option<usize>>, String) {
-    if let Some(tok) = token_rows(fwd, "input_ids") {
+    if let Some(tok) = fwd.input_ids() {
         if !inputs.traj_index.is_empty() {
             let idx: Vec<Option<usize>> = tok
                 .iter()
@@ -580,9 +758,9 @@ pub struct Chain {
 #[derive(Clone, Copy, Default)]
 pub struct ChainPeer<'a> {
     /// The other side's `forward_data` (its `input_ids` pair rows, its log-prob precision).
-    pub fwd: Option<&'a Value>,
+    pub fwd: Option<&'a Tensors<'a>>,
     /// The other side's `is_loss_debug` (old_log_probs precision, advantages).
-    pub is_loss: Option<&'a Value>,
+    pub is_loss: Option<&'a Tensors<'a>>,
 }
 
 /// Derive one micro's chain from the reference `forward_data` and the batch inputs.
@@ -591,13 +769,13 @@ pub struct ChainPeer<'a> {
 pub fn chain(
     policy: &TolerancePolicy,
     inputs: &BatchInputs,
-    a_fwd: &Value,
+    a_fwd: &Tensors<'_>,
     peer: ChainPeer<'_>,
     rank: u32,
     micro: u32,
 ) -> Chain {
-    let lp_a = Mat::of(a_fwd, "log_probs");
-    let mask_a = Mat::of(a_fwd, "response_mask");
+    let lp_a = a_fwd.mat("log_probs");
+    let mask_a = a_fwd.mat("response_mask");
     let na = lp_a.as_ref().map_or(0, |m| m.rows);
     let (idx, how) = batch_indices(inputs, a_fwd, rank, micro, na);
     let old = inputs.old_log_probs.as_ref().and_then(|old| {
@@ -609,13 +787,13 @@ pub fn chain(
             }
             data.extend_from_slice(r);
         }
-        Some(Mat {
-            shape: vec![na, old.width],
-            rows: na,
-            width: old.width,
+        Some(Mat::new(
+            vec![na, old.width],
+            na,
+            old.width,
             data,
-            dtype: old.dtype,
-        })
+            old.dtype,
+        ))
     });
     let adv = inputs.advantages.as_ref().and_then(|adv| {
         let w = lp_a.as_ref()?.width;
@@ -624,13 +802,7 @@ pub fn chain(
             let v = *adv.get((*i)?)?;
             data.extend(std::iter::repeat_n(v, w));
         }
-        Some(Mat {
-            shape: vec![na, w],
-            rows: na,
-            width: w,
-            data,
-            dtype: DType::F64,
-        })
+        Some(Mat::new(vec![na, w], na, w, data, DType::F64))
     });
     let (Some(lp), Some(o)) = (&lp_a, &old) else {
         return Chain {
@@ -644,8 +816,9 @@ pub fn chain(
             stats: None,
         };
     };
-    let peer_prec =
-        |v: Option<&Value>, key: &str| v.and_then(|v| Mat::of(v, key)).map(|m| m.precision());
+    let peer_prec = |v: Option<&Tensors<'_>>, key: &'static str| {
+        v.and_then(|v| v.mat(key)).map(|m| m.precision())
+    };
     let with_peer = |own: DType, other: Option<DType>| other.map_or(own, |p| coarser(own, p));
     let tol_lp = policy.resolve(
         "is_loss.log_probs",
@@ -674,24 +847,18 @@ pub fn chain(
             ));
         }
     }
-    let ratio = Mat {
-        data: ratio,
-        dtype: DType::F64,
-        ..lp.clone()
-    };
-    let ratio_allowed = Mat {
-        data: allowed,
-        ..ratio.clone()
-    };
+    let ratio = lp.with_data(ratio, DType::F64);
+    let ratio_allowed = ratio.with_data(allowed, DType::F64);
     // |A| per row: the remote-api advantages, else the other side's (paired by content).
     let abs_adv: Vec<Option<f64>> = match &adv {
         Some(a) => (0..na).map(|r| a.row(r).first().map(|v| v.abs())).collect(),
         None => {
-            let b_adv = peer.is_loss.and_then(|v| Mat::of(v, "advantages"));
+            let b_adv = peer.is_loss.and_then(|v| v.mat("advantages"));
             let nb = b_adv.as_ref().map_or(0, |m| m.rows);
+            let (ta, tb) = (a_fwd.input_ids(), peer.fwd.and_then(Tensors::input_ids));
             let rows = pair_rows(
-                token_rows(a_fwd, "input_ids"),
-                peer.fwd.and_then(|f| token_rows(f, "input_ids")),
+                ta.as_deref().map(Vec::as_slice),
+                tb.as_deref().map(Vec::as_slice),
                 na,
                 nb,
             );
@@ -706,8 +873,8 @@ pub fn chain(
     };
     let mut elems = Vec::new();
     for (r, &abs_advantage) in abs_adv.iter().enumerate() {
-        let m = mask_row(mask_a.as_ref(), r, lp.width);
-        for (p, _) in m.iter().enumerate().filter(|(_, &v)| v != 0) {
+        let m = mask_a.as_deref().map(|m| m.row(r));
+        for p in (0..m.map_or(lp.width, <[f64]>::len)).filter(|&p| valid_at(m, lp.width, p)) {
             if let (Some(&rt), Some(&al)) = (ratio.row(r).get(p), ratio_allowed.row(r).get(p)) {
                 elems.push(ChainElem {
                     ratio: rt,
@@ -735,28 +902,33 @@ pub fn is_loss_cell(
     policy: &TolerancePolicy,
     rank: u32,
     micro: u32,
-    a_fwd: &Value,
+    a_fwd: &Tensors<'_>,
     a_loss: Option<&Value>,
-    b_is: &Value,
-    b_fwd: Option<&Value>,
+    b_is: &Tensors<'_>,
+    b_fwd: Option<&Tensors<'_>>,
     ch: &Chain,
 ) -> Cell {
     const S: &str = "is_loss";
-    let lp_a = Mat::of(a_fwd, "log_probs");
-    let mask_a = Mat::of(a_fwd, "response_mask");
-    let lp_b = Mat::of(b_is, "log_probs");
-    let mask_b = Mat::of(b_is, "effective_valid");
+    let lp_a = a_fwd.mat("log_probs");
+    let mask_a = a_fwd.mat("response_mask");
+    let lp_b = b_is.mat("log_probs");
+    let mask_b = b_is.mat("effective_valid");
     let na = lp_a.as_ref().map_or(0, |m| m.rows);
     let nb = lp_b.as_ref().map_or(0, |m| m.rows);
-    let b_tokens = b_fwd.and_then(|f| token_rows(f, "input_ids"));
-    let rows = pair_rows(token_rows(a_fwd, "input_ids"), b_tokens, na, nb);
+    let (ta, tb) = (a_fwd.input_ids(), b_fwd.and_then(Tensors::input_ids));
+    let rows = pair_rows(
+        ta.as_deref().map(Vec::as_slice),
+        tb.as_deref().map(Vec::as_slice),
+        na,
+        nb,
+    );
     let ctx = PairCtx {
         policy,
         section: S,
         rows: &rows,
-        mask_a: mask_a.as_ref(),
-        mask_b: mask_b.as_ref(),
-        cell_precision: logprob_precision(lp_a.as_ref(), lp_b.as_ref()),
+        mask_a: mask_a.as_deref(),
+        mask_b: mask_b.as_deref(),
+        cell_precision: logprob_precision(lp_a.as_deref(), lp_b.as_deref()),
     };
     let mut out = Vec::new();
     let dumped_b = |k: &str| Origin::dumped("is_loss_debug", k);
@@ -796,7 +968,7 @@ pub fn is_loss_cell(
         rows_list.join(", "),
         ch.how
     ));
-    match (&ch.old, Mat::of(b_is, "old_log_probs")) {
+    match (&ch.old, b_is.mat("old_log_probs")) {
         (Some(x), Some(y)) => out.push(ctx.masked(
             "old_log_probs",
             x,
@@ -813,7 +985,7 @@ pub fn is_loss_cell(
         )),
         (_, None) => out.push(skipped(S, "old_log_probs", "not dumped by weaver")),
     }
-    match (&ch.adv, Mat::of(b_is, "advantages")) {
+    match (&ch.adv, b_is.mat("advantages")) {
         (Some(x), Some(y)) => out.push(ctx.masked(
             "advantages",
             x,
@@ -832,7 +1004,7 @@ pub fn is_loss_cell(
         )),
         (_, None) => out.push(skipped(S, "advantages", "not dumped by weaver")),
     }
-    match (&ch.ratio, &ch.ratio_allowed, Mat::of(b_is, "prob_ratio")) {
+    match (&ch.ratio, &ch.ratio_allowed, b_is.mat("prob_ratio")) {
         (Some(x), Some(e), Some(y)) => out.push(ctx.propagated(
             "prob_ratio",
             x,
@@ -845,23 +1017,22 @@ pub fn is_loss_cell(
     }
     let el = match (&ch.ratio, &ch.ratio_allowed, &ch.adv) {
         (Some(r), Some(e), Some(a)) => Some((
-            Mat {
-                data: r.data.iter().zip(&a.data).map(|(r, a)| -r * a).collect(),
-                ..r.clone()
-            },
-            Mat {
-                data: e
-                    .data
+            r.with_data(
+                r.data.iter().zip(&a.data).map(|(r, a)| -r * a).collect(),
+                r.dtype,
+            ),
+            e.with_data(
+                e.data
                     .iter()
                     .zip(&a.data)
                     .map(|(e, a)| propagate::product_allowed(*e, *a))
                     .collect(),
-                ..e.clone()
-            },
+                e.dtype,
+            ),
         )),
         _ => None,
     };
-    match (&el, Mat::of(b_is, "elementwise_loss")) {
+    match (&el, b_is.mat("elementwise_loss")) {
         (Some((x, e)), Some(y)) => out.push(ctx.propagated(
             "elementwise_loss",
             x,
@@ -876,7 +1047,7 @@ pub fn is_loss_cell(
             "advantages needed to derive it (see advantages)",
         )),
     }
-    match (a_loss.and_then(|l| l.get("loss")), b_is.get("loss")) {
+    match (a_loss.and_then(|l| l.get("loss")), b_is.value().get("loss")) {
         (Some(x), Some(y)) => out.extend(ctx.scalar_with(
             "loss",
             x,
@@ -1022,13 +1193,7 @@ pub fn tensor_cell(
     let flat = |v: &Value| {
         let t = v.get(key)?.to_tensor()?;
         let data = t.to_f64_vec();
-        Some(Mat {
-            shape: t.shape().to_vec(),
-            rows: 1,
-            width: data.len(),
-            data,
-            dtype: t.dtype(),
-        })
+        Some(Mat::new(t.shape().to_vec(), 1, data.len(), data, t.dtype()))
     };
     let c = match (flat(a), flat(b)) {
         (Some(x), Some(y)) if x.shape == y.shape => ctx.masked(
@@ -1112,6 +1277,7 @@ mod tests {
             micros_per_rank: 1,
         };
         let policy = TolerancePolicy::default();
+        let (a_fwd, b_is) = (Tensors::new(&a_fwd), Tensors::new(&b_is));
         let peer = ChainPeer {
             fwd: None,
             is_loss: Some(&b_is),

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Every speed comparison in one table: our tools against the python/torch/polars/jq way of
+# doing the same job, and against `cat` of the same files (the page-cache read limit).
+# Generates missing inputs (needs python3 with torch, numpy, polars; jq optional) and
+# builds the release binaries into $CARGO_TARGET_DIR (default target/bench-build).
+#
+#   benches/compare.sh            # REPEATS=3 (best of), 1 GB steps.jsonl, 290 MB dump trees
+#   REPEATS=1 benches/compare.sh  # quicker
+#
+# Columns: ours and theirs as wall seconds (best of REPEATS, page cache warm) and MB/s;
+# ratio = theirs / ours (> 1: we are faster); peak RSS (MB) of our process; cat = the
+# seconds `cat FILES > /dev/null` takes, and ours / cat (1.0 would be reading speed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target/bench-build}
+REL=$CARGO_TARGET_DIR/release
+DD=${DD_DIR:-/tmp/dd_large}
+STEPS=${STEPS:-bench-data/steps_1024mb.jsonl}
+REPEATS=${REPEATS:-3}
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+
+cargo build -q --release --bins --benches
+[ -d "$DD/self_hosted_pt" ] || python3 fixtures/gen/make_dumps.py --large "$DD"
+mkdir -p "$(dirname "$STEPS")"
+[ -s "$STEPS" ] || python3 benches/gen_steps.py "$STEPS" 1024
+bench_bin() { find "$REL/deps" -maxdepth 1 -type f -executable -name "$1-*" -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2; }
+
+# best wall seconds of REPEATS runs of "$@" (stdout discarded). Our tools exit 1 on
+# findings, so `best` ignores the exit code; `best_ok` is for baselines, which must succeed.
+best() { _best 0 "$@"; }
+best_ok() { _best 1 "$@"; }
+_best() {
+  local check=$1 b=""; shift
+  for _ in $(seq "$REPEATS"); do
+    local s e rc=0
+    s=$(date +%s.%N); "$@" > /dev/null 2> "$OUT/err" || rc=$?; e=$(date +%s.%N)
+    if [ "$check" = 1 ] && [ "$rc" != 0 ]; then
+      echo "baseline failed ($rc): $*" >&2; cat "$OUT/err" >&2; exit 1
+    fi
+    b=$(python3 -c "print(min(float('${b:-inf}'), $e - $s))")
+  done
+  echo "$b"
+}
+# peak resident set of one run of "$@", in MB ("-" when GNU time is missing)
+peak() {
+  if [ -x /usr/bin/time ]; then
+    /usr/bin/time -f %M -o "$OUT/rss" "$@" > /dev/null 2>&1 || true
+    tail -1 "$OUT/rss" | awk '{printf "%.0f", $1 / 1024}'   # after any "exited with" line
+  else
+    echo -
+  fi
+}
+row() { echo "$*" >> "$OUT/rows"; }   # task ours_s theirs_s baseline_name mb peak_mb cat_s
+
+# --- dumpdiff vs the python+torch comparator, on the files both read
+DD_FILES=$(find "$DD"/self_hosted_pt/{forward_data,loss,old_log_probs} "$DD"/weaver_pt/{forward_data,loss,is_loss_debug} -type f | sort)
+DD_MB=$(du -cb $DD_FILES | tail -1 | awk '{print $1 / 1e6}')
+cat $DD_FILES > /dev/null
+DD_ARGS=(--self-hosted-dir "$DD/self_hosted_pt" --weaver-dir "$DD/weaver_pt" --step 0 --format json)
+row dumpdiff "$(best "$REL/dumpdiff" "${DD_ARGS[@]}")" \
+    "$(best_ok python3 benches/dumpdiff_baseline.py "$DD/self_hosted_pt" "$DD/weaver_pt" 0)" \
+    python+torch "$DD_MB" "$(peak "$REL/dumpdiff" "${DD_ARGS[@]}")" "$(best cat $DD_FILES)"
+
+# --- reading both trees: parse (zero-copy) and decode every tensor to f64, vs torch.load
+READ=$(bench_bin read_tree)
+for tree in "$DD/self_hosted_pt" "$DD/weaver_pt"; do
+  files=$(find "$tree" -name '*.pt' | sort)
+  cat $files > /dev/null
+  ours=$("$READ" "$tree" "$REPEATS")
+  theirs=$(python3 benches/torch_load.py "$tree" "$REPEATS")
+  mb=$(sed -n 's/.* MB=\([0-9.]*\) .*/\1/p' <<< "$ours")
+  c=$(best cat $files)
+  name=$(basename "$tree")
+  row "read:$name(parse)" "$(sed -n 's/.*parse_s=\([0-9.]*\).*/\1/p' <<< "$ours")" \
+      "$(sed -n 's/.*load_s=\([0-9.]*\).*/\1/p' <<< "$theirs")" torch.load "$mb" - "$c"
+  row "read:$name(to-f64)" "$(sed -n 's/.*decode_par_s=\([0-9.]*\).*/\1/p' <<< "$ours")" \
+      "$(sed -n 's/.*decode_s=\([0-9.]*\).*/\1/p' <<< "$theirs")" torch.load+.double "$mb" - "$c"
+done
+
+# --- logscan --zero-loss --nan-grad vs python-polars and jq doing the same filter
+ST_MB=$(stat -c %s "$STEPS" | awk '{print $1 / 1e6}')
+cat "$STEPS" > /dev/null
+LS_ARGS=("$STEPS" --zero-loss --nan-grad --no-color)
+LS=$(best "$REL/logscan" "${LS_ARGS[@]}")
+LS_PEAK=$(peak "$REL/logscan" "${LS_ARGS[@]}")
+ST_CAT=$(best cat "$STEPS")
+cat > "$OUT/polars_filter.py" <<'PY'
+import sys, polars as pl
+# polars' NDJSON reader rejects bare NaN: it must be rewritten first (part of the cost).
+text = open(sys.argv[1]).read().replace("NaN", "null")
+df = pl.read_ndjson(text.encode(), infer_schema_length=None)
+zero = df.filter((pl.col("train_loss").abs() <= 1e-8)
+                 & (pl.col("metrics").struct.field("reward_std") <= 1e-6))
+nan = df.filter(pl.col("grad_norm").is_null() | pl.col("grad_norm").is_nan())
+print(zero.height, nan.height)
+PY
+row logscan "$LS" "$(best_ok python3 "$OUT/polars_filter.py" "$STEPS")" python-polars "$ST_MB" "$LS_PEAK" "$ST_CAT"
+if command -v jq > /dev/null; then
+  JQ_FILTER='select(((.train_loss | fabs) <= 1e-8 and .metrics.reward_std <= 1e-6) or (.grad_norm | isnan)) | .step'
+  row logscan "$LS" "$(REPEATS=1 best_ok jq -c "$JQ_FILTER" "$STEPS")" jq "$ST_MB" "$LS_PEAK" "$ST_CAT"
+fi
+
+# --- losscheck kernels vs PyTorch CPU (2 threads), 256 x 8192 tokens: the sum over presets
+KB=$(bench_bin kernels_bench)
+ours=$("$KB" "$REPEATS" 256 8192)
+theirs=$(python3 benches/kernels_torch.py "$REPEATS" 256 8192)
+for prec in f64 f32; do
+  sum() { grep "precision=$prec" | sed -n 's/.* ms=\([0-9.]*\).*/\1/p' | awk '{s += $1} END {print s / 1000}'; }
+  n=$(grep -c "precision=$prec" <<< "$ours")
+  row "kernels($prec,$n-runs)" "$(sum <<< "$ours")" "$(sum <<< "$theirs")" pytorch-cpu - - -
+done
+
+python3 - "$OUT/rows" <<'PY'
+import sys
+print(f"{'task':26} {'ours s':>8} {'MB/s':>7} {'baseline':>19} {'theirs s':>9} {'MB/s':>7} "
+      f"{'ratio':>6} {'peak MB':>8} {'cat s':>7} {'ours/cat':>8}")
+for line in open(sys.argv[1]):
+    task, ours, theirs, name, mb, peak, cat = line.split()
+    ours, theirs = float(ours), float(theirs)
+    rate = lambda s: f"{float(mb) / s:7.0f}" if mb != "-" and s > 0 else f"{'-':>7}"
+    vs_cat = f"{ours / float(cat):8.1f}" if cat != "-" else f"{'-':>8}"
+    cat_s = f"{float(cat):7.3f}" if cat != "-" else f"{'-':>7}"
+    print(f"{task:26} {ours:8.3f} {rate(ours)} {name:>19} {theirs:9.3f} {rate(theirs)} "
+          f"{theirs / ours:6.2f} {peak:>8} {cat_s} {vs_cat}")
+PY
