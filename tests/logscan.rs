@@ -4,7 +4,11 @@
 use std::path::{Path, PathBuf};
 
 use rlforensics::detect::Severity;
+use rlforensics::logscan::fastline::fast_record;
+use rlforensics::logscan::record::{LogRecord, SourceKind};
+use rlforensics::logscan::scan::general_record;
 use rlforensics::logscan::{scan, ScanOptions, ScanReport};
+use rlforensics::readers::steps::LineQuality;
 
 fn fixture(p: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -401,4 +405,156 @@ fn plot_flag_draws_key_metrics_with_findings_marked() {
     }
     let e = go(&dir.path().join("m.gif")).unwrap_err().to_string();
     assert!(e.contains("must end in .png or .svg"), "{e}");
+}
+
+/// Lines the fast path must read exactly as the general (`parse_value`) path does.
+const TRICKY_LINES: &[&str] = &[
+    r#"{"step": 0, "train_loss": NaN, "grad_norm": -Infinity, "lr": Infinity, "metrics": {"kl": 0.5, "deep": {"x": -0.0, "y": 1e-320}}}"#,
+    r#"{"step": 1, "train_loss": null, "token_count_summary": {"min": 0, "max": 120, "mean": 60.5, "empty_count": 2}, "timestamp": 1759944000.25}"#,
+    r#"{"step": "7", "train_loss": "0.5", "kl": "nan", "tag": "run-1", "ok": true, "bad": false, "xs": [1, [2, {"a": NaN}], "s"]}"#,
+    r#"{"iteration": 3.0, "loss": 12345678901234567, "big": 123456789012345678901234, "neg": -9223372036854775808, "u": 18446744073709551615}"#,
+    r#"{"step": 2, "name": "caf\u00e9", "train_loss": 0.1, "uni": "naïve ✓", "ключ": 1.5}"#,
+    r#"{"step": 4, "data": {"actor/pg_loss": null, "actor/grad_norm": 0.2, "timestamp": 99.5, "nested": {"a": 1}}, "timestamp": null}"#,
+    r#"{"step": null, "data": {"critic/score/mean": 0.25}, "_timestamp": true}"#,
+    r#"{"global_step": 9, "step": "x", "data": 3, "wall_time": "12", "empty": {}, "e2": []}"#,
+    r#"{"train_loss": 0.0, "metrics": {"step": 5, "timestamp": 3}}"#,
+    r#"  {"step":5,"train_loss":1E+2,"x":0.000001,"y":-12.5e-3,"z":0e5}  "#,
+    r#"{"step": 6, "train_loss": 0.1, "train_loss2": 1e400}"#,
+    r#"{"step": 6, "a": 1, "a": 2, "step": 7}"#,
+    r#"{"step": 8, "msg": "NaN at -Infinity", "k": "~", "t": "\t"}"#,
+    r#"{"step": 10, "train_loss": 0.3, "grad_norm": 0.1"#,
+    r#"{"step": 11, "train_loss": 0.3,}"#,
+    r#"{"step": 12, "x": 01}"#,
+    r#"{"step": 13, "x": -NaN}"#,
+    r#"{"step": 14, "x": NaNx}"#,
+    r#"{"step": 15, "x": 1.}"#,
+    r#"{"step": 16} {"step": 17}"#,
+    r#"{"timestamp": 1.5, "event": "train_report", "iteration": 10, "train_loss": 0.0}"#,
+    r#"{"step": 18, "x": tru}"#,
+    r#"[1, 2]"#,
+    r#"{}"#,
+];
+
+fn same_record(a: &(LogRecord, LineQuality), b: &(LogRecord, LineQuality)) -> bool {
+    let bits = |r: &LogRecord| -> Vec<(String, u64)> {
+        r.fields
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_bits()))
+            .collect()
+    };
+    a.0.step == b.0.step
+        && a.0.timestamp.map(f64::to_bits) == b.0.timestamp.map(f64::to_bits)
+        && a.0.source == b.0.source
+        && a.0.line == b.0.line
+        && bits(&a.0) == bits(&b.0)
+        && a.1 == b.1
+}
+
+#[test]
+fn fast_path_matches_general_path_on_tricky_lines() {
+    let mut fast_taken = 0;
+    for (i, line) in TRICKY_LINES.iter().enumerate() {
+        let general = general_record(line, 0, i as u64 + 1);
+        // Declined lines go to the general path, whatever it makes of them.
+        if let Some(fast) = fast_record(line, 0, i as u64 + 1) {
+            fast_taken += 1;
+            let general = general.unwrap_or_else(|| panic!("fast took a bad line: {line}"));
+            assert!(
+                same_record(&fast, &general),
+                "{line}\nfast:    {fast:?}\ngeneral: {general:?}"
+            );
+        }
+    }
+    // The ordinary shapes must take the fast path.
+    assert!(fast_taken >= 9, "fast path taken on {fast_taken} lines");
+    for line in &TRICKY_LINES[..2] {
+        assert!(fast_record(line, 0, 1).is_some(), "{line}");
+    }
+    assert!(fast_record(TRICKY_LINES[5], 0, 1).is_some());
+}
+
+#[test]
+fn fast_path_declines_what_it_cannot_read_exactly() {
+    // Escapes, truncation, trailing commas, bad numbers, events, repeated step keys.
+    for line in [
+        r#"{"step": 2, "name": "caf\u00e9"}"#,
+        r#"{"step": 10, "train_loss": 0.3, "grad_norm": 0.1"#,
+        r#"{"step": 11, "train_loss": 0.3,}"#,
+        r#"{"step": 12, "x": 01}"#,
+        r#"{"step": 13, "x": -NaN}"#,
+        r#"{"step": 6, "train_loss2": 1e400}"#,
+        r#"{"step": 6, "a": 1, "step": 7}"#,
+        r#"{"timestamp": 1.5, "event": "train_report", "iteration": 10}"#,
+        r#"{"loss": 123456789012345678901234}"#,
+        r#"[1, 2]"#,
+    ] {
+        assert!(fast_record(line, 0, 1).is_none(), "{line}");
+    }
+}
+
+#[test]
+fn fast_path_reads_a_steps_line() {
+    let (r, q) = fast_record(
+        r#"{"step": 3, "train_loss": NaN, "grad_norm": null, "metrics": {"kl": 0.5, "tag": "x"}, "token_count_summary": {"min": 0, "empty_count": 2}, "timestamp": 12.5}"#,
+        0,
+        7,
+    )
+    .unwrap();
+    assert_eq!(r.step, Some(3));
+    assert_eq!(r.timestamp, Some(12.5));
+    assert_eq!(r.source, SourceKind::Steps);
+    let keys: Vec<&str> = r.fields.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "train_loss",
+            "metrics.kl",
+            "token_count_summary.min",
+            "token_count_summary.empty_count"
+        ]
+    );
+    assert!(r.fields[0].1.is_nan());
+    assert_eq!((q.nulls, q.non_finite), (1, 1));
+    assert_eq!(q.types, vec![("metrics.tag".to_string(), "str")]);
+}
+
+/// A file mixing fast and general lines (escapes, events, a truncated tail) scans to the
+/// same report as the same lines would one by one.
+#[test]
+fn mixed_fast_and_general_lines_fold_in_order() {
+    let dir = std::env::temp_dir().join(format!("rlf-fastmix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("steps.jsonl");
+    let mut text = String::new();
+    for s in 0..2000 {
+        if s % 7 == 3 {
+            text.push_str(&format!(
+                "{{\"step\": {s}, \"train_loss\": 0.5, \"note\": \"a\\u00e9\", \"grad_norm\": 1}}\n"
+            ));
+        } else if s == 1000 {
+            text.push_str(&format!(
+                "{{\"step\": {s}, \"train_loss\": \"0.25\", \"grad_norm\": NaN}}\n"
+            ));
+        } else {
+            text.push_str(&format!(
+                "{{\"step\": {s}, \"train_loss\": 0.5, \"grad_norm\": 1.0}}\n"
+            ));
+        }
+    }
+    text.push_str("{\"step\": 2000, \"train_lo");
+    std::fs::write(&p, &text).unwrap();
+    let r = run(&[p]);
+    assert_eq!(r.steps, 2000);
+    let f = &r.files[0];
+    assert_eq!(f.records, 2000);
+    assert_eq!(f.lines, 2001);
+    assert!(f.truncated_last_line);
+    assert_eq!(f.bad_line_count, 1);
+    assert_eq!(f.non_finite, 1);
+    assert_eq!(f.type_changes.len(), 1, "{:?}", f.type_changes);
+    assert_eq!(f.type_changes[0].key, "train_loss");
+    assert_eq!(f.type_changes[0].line, 1001);
+    assert!(r.frame.at("grad_norm", 1000).unwrap().is_nan());
+    assert_eq!(r.frame.at("loss", 1000), Some(0.25));
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -2,43 +2,61 @@
 //! table), optional raw columns, and the `source` each row came from. Records from several
 //! files merge by step; the first value seen for a metric at a step wins.
 
-use std::collections::HashMap;
+use std::sync::Arc;
 
 use polars::prelude::*;
 
 use crate::error::{Error, Result};
+use crate::logscan::fastline::{FxMap, Interner};
 use crate::logscan::record::{LogRecord, SourceKind};
 use crate::readers::aliases::AliasTable;
 
-/// A growable f64 column with missing cells.
+/// A growable f64 column with missing cells: values plus a presence bitmap.
 #[derive(Debug, Clone, Default)]
 struct Col {
     values: Vec<f64>,
-    present: Vec<bool>,
+    present: Vec<u64>,
 }
 
 impl Col {
     fn set(&mut self, row: usize, v: f64) -> bool {
         if self.values.len() <= row {
             self.values.resize(row + 1, 0.0);
-            self.present.resize(row + 1, false);
+            self.present.resize(row / 64 + 1, 0);
         }
-        if self.present[row] {
+        let (w, bit) = (row / 64, 1u64 << (row % 64));
+        if self.present[w] & bit != 0 {
             return false;
         }
         self.values[row] = v;
-        self.present[row] = true;
+        self.present[w] |= bit;
         true
     }
 
-    fn finish(mut self, n: usize, order: &[usize]) -> Vec<Option<f64>> {
-        self.values.resize(n, 0.0);
-        self.present.resize(n, false);
-        order
-            .iter()
-            .map(|&i| self.present[i].then_some(self.values[i]))
-            .collect()
+    fn any(&self) -> bool {
+        self.present.iter().any(|w| *w != 0)
     }
+
+    fn get(&self, i: usize) -> Option<f64> {
+        let w = *self.present.get(i / 64)?;
+        if w & (1u64 << (i % 64)) == 0 {
+            return None;
+        }
+        self.values.get(i).copied()
+    }
+
+    fn finish(self, order: &[usize]) -> Vec<Option<f64>> {
+        order.iter().map(|&i| self.get(i)).collect()
+    }
+}
+
+/// What the builder knows about one raw key.
+#[derive(Debug, Clone, Copy)]
+struct KeyInfo {
+    /// Canonical metric (index, priority) the key resolves to.
+    alias: Option<(usize, u32)>,
+    /// Raw column index, once one was made.
+    raw: u32,
 }
 
 /// Accumulates records into rows keyed by step.
@@ -46,14 +64,17 @@ impl Col {
 pub struct FrameBuilder {
     aliases: AliasTable,
     keep_raw: bool,
-    rows: HashMap<i64, usize>,
+    rows: FxMap<i64, usize>,
     steps: Vec<i64>,
     timestamps: Vec<Option<f64>>,
     sources: Vec<u32>,
     canon: Vec<Col>,
-    raw_index: HashMap<String, usize>,
+    keys: Interner,
+    key_info: Vec<KeyInfo>,
     raw: Vec<(String, Col)>,
     scratch: Vec<(u32, f64)>,
+    touched: Vec<usize>,
+    ids: Vec<(u32, f64)>,
 }
 
 impl FrameBuilder {
@@ -63,14 +84,17 @@ impl FrameBuilder {
         FrameBuilder {
             aliases,
             keep_raw,
-            rows: HashMap::new(),
+            rows: FxMap::default(),
             steps: Vec::new(),
             timestamps: Vec::new(),
             sources: Vec::new(),
             canon: vec![Col::default(); n],
-            raw_index: HashMap::new(),
+            keys: Interner::default(),
+            key_info: Vec::new(),
             raw: Vec::new(),
             scratch: vec![(u32::MAX, 0.0); n],
+            touched: Vec::new(),
+            ids: Vec::new(),
         }
     }
 
@@ -79,9 +103,43 @@ impl FrameBuilder {
         &self.aliases
     }
 
+    /// The id of raw key `k` (stable for the builder's life).
+    pub fn intern(&mut self, k: &str) -> u32 {
+        let id = self.keys.intern(k);
+        if id as usize == self.key_info.len() {
+            self.key_info.push(KeyInfo {
+                alias: self.aliases.resolve(k),
+                raw: u32::MAX,
+            });
+        }
+        id
+    }
+
+    /// The raw key of id `id`.
+    pub fn key_name(&self, id: u32) -> &str {
+        self.keys.name(id)
+    }
+
     /// Add one record (records without a step are ignored; callers number them first).
     pub fn push(&mut self, rec: &LogRecord) {
-        let Some(step) = rec.step else { return };
+        let mut ids = std::mem::take(&mut self.ids);
+        ids.clear();
+        for (k, v) in &rec.fields {
+            ids.push((self.intern(k), *v));
+        }
+        self.push_ids(rec.step, rec.timestamp, rec.source, &ids);
+        self.ids = ids;
+    }
+
+    /// Add one record whose keys are ids from [`FrameBuilder::intern`].
+    pub fn push_ids(
+        &mut self,
+        step: Option<i64>,
+        timestamp: Option<f64>,
+        source: SourceKind,
+        fields: &[(u32, f64)],
+    ) {
+        let Some(step) = step else { return };
         let row = match self.rows.get(&step) {
             Some(&r) => r,
             None => {
@@ -93,35 +151,38 @@ impl FrameBuilder {
                 r
             }
         };
-        self.sources[row] |= 1 << (rec.source as u32);
+        self.sources[row] |= 1 << (source as u32);
         if self.timestamps[row].is_none() {
-            self.timestamps[row] = rec.timestamp;
+            self.timestamps[row] = timestamp;
         }
         // Best-priority value per canonical metric within this record.
-        let mut touched: Vec<usize> = Vec::new();
-        for (k, v) in &rec.fields {
-            if let Some((idx, prio)) = self.aliases.resolve(k) {
+        for &(k, v) in fields {
+            let Some(info) = self.key_info.get(k as usize).copied() else {
+                continue;
+            };
+            if let Some((idx, prio)) = info.alias {
                 let slot = &mut self.scratch[idx];
                 if slot.0 == u32::MAX {
-                    touched.push(idx);
+                    self.touched.push(idx);
                 }
                 if prio < slot.0 {
-                    *slot = (prio, *v);
+                    *slot = (prio, v);
                 }
             }
             if self.keep_raw {
-                let ri = match self.raw_index.get(k.as_str()) {
-                    Some(&i) => i,
-                    None => {
-                        self.raw.push((k.clone(), Col::default()));
-                        self.raw_index.insert(k.clone(), self.raw.len() - 1);
-                        self.raw.len() - 1
-                    }
+                let ri = if info.raw == u32::MAX {
+                    self.raw
+                        .push((self.keys.name(k).to_string(), Col::default()));
+                    let ri = (self.raw.len() - 1) as u32;
+                    self.key_info[k as usize].raw = ri;
+                    ri
+                } else {
+                    info.raw
                 };
-                self.raw[ri].1.set(row, *v);
+                self.raw[ri as usize].1.set(row, v);
             }
         }
-        for idx in touched {
+        for idx in self.touched.drain(..) {
             let (_, v) = self.scratch[idx];
             self.canon[idx].set(row, v);
             self.scratch[idx] = (u32::MAX, 0.0);
@@ -145,28 +206,38 @@ impl FrameBuilder {
             SourceKind::MicroDiag,
             SourceKind::GenericJsonl,
         ];
+        drop(self.rows);
+        // Rows share one string per combination of producers.
+        let mut joined: FxMap<u32, Arc<str>> = FxMap::default();
         let sources = order
             .iter()
             .map(|&i| {
-                kinds
-                    .iter()
-                    .filter(|k| self.sources[i] & (1 << (**k as u32)) != 0)
-                    .map(|k| k.name())
-                    .collect::<Vec<_>>()
-                    .join("+")
+                let mask = self.sources[i];
+                joined
+                    .entry(mask)
+                    .or_insert_with(|| {
+                        kinds
+                            .iter()
+                            .filter(|k| mask & (1 << (**k as u32)) != 0)
+                            .map(|k| k.name())
+                            .collect::<Vec<_>>()
+                            .join("+")
+                            .into()
+                    })
+                    .clone()
             })
             .collect();
         let names = self.aliases.canonical_names().to_vec();
         let columns = names
             .into_iter()
             .zip(self.canon)
-            .filter(|(_, c)| c.present.iter().any(|p| *p))
-            .map(|(name, c)| (name, c.finish(n, &order)))
+            .filter(|(_, c)| c.any())
+            .map(|(name, c)| (name, c.finish(&order)))
             .collect();
         let raw = self
             .raw
             .into_iter()
-            .map(|(name, c)| (name, c.finish(n, &order)))
+            .map(|(name, c)| (name, c.finish(&order)))
             .collect();
         LogFrame {
             steps: order.iter().map(|&i| self.steps[i]).collect(),
@@ -185,8 +256,8 @@ pub struct LogFrame {
     pub steps: Vec<i64>,
     /// Unix time of each row, when known.
     pub timestamps: Vec<Option<f64>>,
-    /// Producers that contributed to each row, `+`-joined.
-    pub sources: Vec<String>,
+    /// Producers that contributed to each row, `+`-joined (rows share the string).
+    pub sources: Vec<Arc<str>>,
     /// Canonical metric columns present in the logs.
     pub columns: Vec<(String, Vec<Option<f64>>)>,
     /// Raw columns under their original (flattened) keys, when kept.
@@ -236,7 +307,10 @@ impl LogFrame {
         let mut cols: Vec<Column> = vec![
             Column::new("step".into(), &self.steps),
             Column::new("timestamp".into(), &self.timestamps),
-            Column::new("source".into(), &self.sources),
+            Column::new(
+                "source".into(),
+                self.sources.iter().map(|s| &**s).collect::<Vec<&str>>(),
+            ),
         ];
         for (name, c) in &self.columns {
             cols.push(Column::new(name.as_str().into(), c));

@@ -10,6 +10,7 @@
 //! ```
 
 pub mod cli;
+pub mod fastline;
 pub mod frame;
 pub mod record;
 pub mod scan;

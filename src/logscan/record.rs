@@ -1,7 +1,6 @@
 //! What every log reader emits: per-step metric records, discrete events and the
 //! data-quality counts (bad lines, NaN, nulls, type changes) that are reported, never fatal.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 
 /// Which kind of log a record came from.
@@ -202,26 +201,37 @@ impl FileStats {
     }
 }
 
-/// Tracks each key's first JSON type to report changes between lines.
+/// Tracks each key's first JSON type to report changes between lines; keys are the frame
+/// builder's key ids.
 #[derive(Debug, Default)]
 pub struct TypeTracker {
-    seen: HashMap<String, (&'static str, u64)>,
-    reported: std::collections::HashSet<String>,
+    /// `(first type, first line, change reported)` per key id.
+    seen: Vec<Option<(&'static str, u64, bool)>>,
 }
 
 impl TypeTracker {
-    /// Note that `key` had type `ty` on `line`; record the first change per key.
-    pub fn observe(&mut self, key: &str, ty: &'static str, line: u64, stats: &mut FileStats) {
-        match self.seen.get(key) {
-            None => {
-                self.seen.insert(key.to_string(), (ty, line));
-            }
-            Some(&(first, first_line)) => {
-                if first != ty && !self.reported.contains(key) {
-                    self.reported.insert(key.to_string());
+    /// Note that key `id` (named `key`) had type `ty` on `line`; record the first change
+    /// per key.
+    pub fn observe(
+        &mut self,
+        id: u32,
+        key: &str,
+        ty: &'static str,
+        line: u64,
+        stats: &mut FileStats,
+    ) {
+        let i = id as usize;
+        if self.seen.len() <= i {
+            self.seen.resize(i + 1, None);
+        }
+        match &mut self.seen[i] {
+            slot @ None => *slot = Some((ty, line, false)),
+            Some((first, first_line, reported)) => {
+                if *first != ty && !*reported {
+                    *reported = true;
                     stats.type_changes.push(TypeChange {
                         key: key.to_string(),
-                        first_line,
+                        first_line: *first_line,
                         line,
                         from: first.to_string(),
                         to: ty.to_string(),

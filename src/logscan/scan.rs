@@ -1,6 +1,9 @@
 //! Streaming, parallel reading of log files: the file is read in fixed-size chunks cut at
 //! line boundaries (memory constant in the file size), each chunk's lines are parsed in
 //! parallel with rayon, then folded in order into the frame builder and the event list.
+//! JSON step lines go through [`fastline`] (no `Value` tree, keys interned per batch of
+//! lines); whatever it declines (events, escapes, bad or truncated lines) takes the general
+//! `parse_value` path, so each line is read by exactly one of them.
 
 use std::fs::File;
 use std::io::Read;
@@ -9,6 +12,7 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
+use crate::logscan::fastline::{self, Batch, FastRec, Scratch};
 use crate::logscan::frame::FrameBuilder;
 use crate::logscan::record::{FileStats, LogEvent, LogRecord, SourceKind, TypeTracker};
 use crate::readers::events::{self, EventLine};
@@ -76,11 +80,41 @@ enum JsonLine {
     Event(EventLine, LineQuality),
 }
 
-fn parse_json_line(bytes: &[u8], file: usize, line: u64) -> JsonLine {
+/// One line as the parallel stage leaves it: fast-parsed into the batch, or general.
+enum Item {
+    Fast(FastRec),
+    Slow(Box<JsonLine>),
+}
+
+/// Lines per parallel batch (keys are interned per batch).
+const BATCH_LINES: usize = 512;
+
+fn parse_item(bytes: &[u8], file: usize, line: u64, sc: &mut Scratch, out: &mut Batch) -> Item {
+    if let Some(r) = fastline::parse_line(bytes, sc, out) {
+        return Item::Fast(r);
+    }
     let text = match std::str::from_utf8(bytes) {
         Ok(t) => t.trim(),
-        Err(e) => return JsonLine::Bad(format!("not UTF-8 at byte {}", e.valid_up_to())),
+        Err(e) => {
+            return Item::Slow(Box::new(JsonLine::Bad(format!(
+                "not UTF-8 at byte {}",
+                e.valid_up_to()
+            ))))
+        }
     };
+    Item::Slow(Box::new(parse_json_text(text, file, line)))
+}
+
+/// The general path for one JSON line (a record and its quality, for tests and tools):
+/// `None` for blank, bad and event lines.
+pub fn general_record(text: &str, file: usize, line: u64) -> Option<(LogRecord, LineQuality)> {
+    match parse_json_text(text.trim(), file, line) {
+        JsonLine::Step(r, q) => Some((r, q)),
+        _ => None,
+    }
+}
+
+fn parse_json_text(text: &str, file: usize, line: u64) -> JsonLine {
     if text.is_empty() {
         return JsonLine::Blank;
     }
@@ -116,6 +150,7 @@ struct FoldState {
     last_event: Option<LogEvent>,
     unnumbered: i64,
     kinds_seen: Vec<&'static str>,
+    ids: Vec<(u32, f64)>,
 }
 
 impl Collected {
@@ -160,6 +195,7 @@ impl Collected {
             last_event: None,
             unnumbered: 0,
             kinds_seen: Vec::new(),
+            ids: Vec::new(),
         };
         let mut text = TextAssembler::new(idx);
         let mut eof = false;
@@ -193,16 +229,41 @@ impl Collected {
             let first = line_no;
             let nlines = lines.len() as u64;
             if json {
-                let parsed: Vec<JsonLine> = lines
-                    .par_iter()
-                    .with_min_len(256)
+                let parsed: Vec<(Batch, Vec<Item>)> = lines
+                    .par_chunks(BATCH_LINES)
                     .enumerate()
-                    .map(|(i, l)| parse_json_line(l, idx, first + i as u64 + 1))
+                    .map_init(Scratch::default, |sc, (ci, ls)| {
+                        let mut batch = Batch::default();
+                        let base = first + (ci * BATCH_LINES) as u64 + 1;
+                        let items = ls
+                            .iter()
+                            .enumerate()
+                            .map(|(i, l)| parse_item(l, idx, base + i as u64, sc, &mut batch))
+                            .collect();
+                        (batch, items)
+                    })
                     .collect();
-                for (i, p) in parsed.into_iter().enumerate() {
-                    let ln = first + i as u64 + 1;
-                    let is_last = unterminated_last && i as u64 + 1 == nlines;
-                    self.fold_json(p, ln, is_last, &mut state, &mut stats);
+                let mut i: u64 = 0;
+                for (batch, items) in parsed {
+                    let gmap: Vec<u32> = batch
+                        .keys
+                        .names()
+                        .iter()
+                        .map(|n| self.builder.intern(n))
+                        .collect();
+                    for p in items {
+                        let ln = first + i + 1;
+                        let is_last = unterminated_last && i + 1 == nlines;
+                        i += 1;
+                        match p {
+                            Item::Fast(r) => {
+                                self.fold_fast(&r, &batch, &gmap, ln, &mut state, &mut stats)
+                            }
+                            Item::Slow(p) => {
+                                self.fold_json(*p, ln, is_last, &mut state, &mut stats)
+                            }
+                        }
+                    }
                 }
             } else {
                 let parsed: Vec<TextItem> = lines
@@ -241,6 +302,59 @@ impl Collected {
         }
         self.files.push(stats);
         Ok(())
+    }
+
+    fn fold_fast(
+        &mut self,
+        r: &FastRec,
+        batch: &Batch,
+        gmap: &[u32],
+        line: u64,
+        st: &mut FoldState,
+        stats: &mut FileStats,
+    ) {
+        let k = r.source.name();
+        if !st.kinds_seen.contains(&k) {
+            st.kinds_seen.push(k);
+        }
+        let types = batch
+            .types
+            .get(r.types.0 as usize..r.types.1 as usize)
+            .unwrap_or_default();
+        let fields = batch
+            .fields
+            .get(r.fields.0 as usize..r.fields.1 as usize)
+            .unwrap_or_default();
+        stats.nulls += r.nulls as u64;
+        stats.non_finite += r.non_finite as u64;
+        let g = |k: u32| gmap.get(k as usize).copied().unwrap_or(u32::MAX);
+        for &(k, ty) in types {
+            let id = g(k);
+            st.tracker
+                .observe(id, self.builder.key_name(id), ty, line, stats);
+        }
+        st.ids.clear();
+        for &(k, v) in fields {
+            let id = g(k);
+            if !types.iter().any(|(t, _)| *t == k) {
+                st.tracker
+                    .observe(id, self.builder.key_name(id), "number", line, stats);
+            }
+            st.ids.push((id, v));
+        }
+        let step = match r.step {
+            Some(s) => s,
+            None => {
+                let s = st.unnumbered;
+                st.unnumbered += 1;
+                let id = self.builder.intern("step_inferred");
+                st.ids.push((id, 1.0));
+                s
+            }
+        };
+        self.builder
+            .push_ids(Some(step), r.timestamp, r.source, &st.ids);
+        stats.records += 1;
     }
 
     fn fold_json(
@@ -335,11 +449,13 @@ impl Collected {
         stats.nulls += q.nulls as u64;
         stats.non_finite += q.non_finite as u64;
         for (k, ty) in &q.types {
-            st.tracker.observe(k, ty, line, stats);
+            let id = self.builder.intern(k);
+            st.tracker.observe(id, k, ty, line, stats);
         }
         for (k, _) in &rec.fields {
             if !q.types.iter().any(|(t, _)| t == k) {
-                st.tracker.observe(k, "number", line, stats);
+                let id = self.builder.intern(k);
+                st.tracker.observe(id, k, "number", line, stats);
             }
         }
     }
