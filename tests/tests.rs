@@ -3,6 +3,7 @@ mod arrays;
 mod cli;
 mod dumpdiff;
 mod dumps;
+mod hardening;
 mod logscan;
 mod losscheck;
 mod postmortem;

@@ -8,7 +8,7 @@
 //! `.npz` members are decompressed (STORED or DEFLATE) into memory.
 
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -35,30 +35,37 @@ pub(crate) fn map_file(path: &Path) -> Result<Arc<memmap2::Mmap>> {
 /// Read a `.npy` file into a tensor (no copy unless the payload is big-endian).
 pub fn read_npy(path: &Path) -> Result<Value> {
     let map = map_file(path)?;
-    let buf: Arc<dyn AsRef<[u8]> + Send + Sync> = map;
-    let tensor = npy_tensor(buf, 0).map_err(|e| e.in_file(path))?;
-    Ok(Value::Tensor(tensor))
+    read_npy_bytes(map).map_err(|e| e.in_file(path))
+}
+
+/// Same, from bytes in memory (for fuzzing and tests); errors carry no file name.
+pub fn read_npy_bytes(buf: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Result<Value, FormatError> {
+    Ok(Value::Tensor(npy_tensor(buf, 0)?))
 }
 
 /// Read a `.npz` file into a dict of member name (without `.npy`) → tensor, in archive order.
 pub fn read_npz(path: &Path) -> Result<Value> {
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
     let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    npz_from(std::io::BufReader::new(file), file_len).map_err(|e| e.in_file(path))
+}
+
+/// Same, from bytes in memory (for fuzzing and tests); errors carry no file name.
+pub fn read_npz_bytes(bytes: &[u8]) -> Result<Value, FormatError> {
+    npz_from(std::io::Cursor::new(bytes), bytes.len() as u64)
+}
+
+/// The members of the `.npz` archive read from `reader` (`file_len` bytes long).
+fn npz_from<R: Read + Seek>(reader: R, file_len: u64) -> Result<Value, FormatError> {
     if file_len == 0 {
-        return Err(Error::format(path, Position::File, "empty file"));
+        return Err(FormatError::new(Position::File, "empty file"));
     }
-    let mut archive = ::zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(|e| {
-        Error::format(
-            path,
-            Position::File,
-            format!("not a zip archive (.npz): {e}"),
-        )
-    })?;
+    let mut archive = ::zip::ZipArchive::new(reader)
+        .map_err(|e| FormatError::new(Position::File, format!("not a zip archive (.npz): {e}")))?;
     let mut items = Vec::with_capacity(archive.len());
     for i in 0..archive.len() {
         let mut member = archive.by_index(i).map_err(|e| {
-            Error::format(
-                path,
+            FormatError::new(
                 Position::Member(format!("#{i}")),
                 format!("unreadable zip member: {e}"),
             )
@@ -67,7 +74,7 @@ pub fn read_npz(path: &Path) -> Result<Value> {
         if member.is_dir() {
             continue;
         }
-        let at = |msg: String| Error::format(path, Position::Member(name.clone()), msg);
+        let at = |msg: String| FormatError::new(Position::Member(name.clone()), msg);
         let size = member.size();
         // The declared size is checked against what decompression actually yields, and a
         // DEFLATE member cannot expand beyond ~1032:1, so this bounds the allocation.
@@ -94,7 +101,7 @@ pub fn read_npz(path: &Path) -> Result<Value> {
                 Position::Byte(b) => format!("{name}, byte {b}"),
                 other => format!("{name}, {other}"),
             };
-            Error::format(path, Position::Member(pos), e.msg)
+            FormatError::new(Position::Member(pos), e.msg)
         })?;
         let key = name.strip_suffix(".npy").unwrap_or(&name).to_string();
         items.push((Value::Str(key), Value::Tensor(tensor)));

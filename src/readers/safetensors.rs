@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use safetensors::tensor::{Dtype, SafeTensorError, SafeTensors};
 
-use crate::error::{Error, Position, Result};
+use crate::error::{FormatError, Position, Result};
 use crate::readers::npy::map_file;
 use crate::tensor::{contiguous_strides, Bytes, DType, Tensor};
 use crate::value::Value;
@@ -22,8 +22,15 @@ const N_LEN: usize = 8;
 /// (first, in files the safetensors library writes) when present.
 pub fn read_safetensors(path: &Path) -> Result<Value> {
     let map = map_file(path)?;
-    let bytes: &[u8] = &map;
-    let fail = |pos: Position, msg: String| Error::format(path, pos, msg);
+    read_safetensors_bytes(map).map_err(|e| e.in_file(path))
+}
+
+/// Same, from bytes in memory (for fuzzing and tests); errors carry no file name.
+pub fn read_safetensors_bytes(
+    map: Arc<dyn AsRef<[u8]> + Send + Sync>,
+) -> Result<Value, FormatError> {
+    let bytes: &[u8] = (*map).as_ref();
+    let fail = |pos: Position, msg: String| FormatError::new(pos, msg);
     if bytes.len() < N_LEN {
         return Err(fail(
             Position::Byte(0),
@@ -88,10 +95,9 @@ pub fn read_safetensors(path: &Path) -> Result<Value> {
             }
         }
     }
-    let (_, metadata) =
-        SafeTensors::read_metadata(bytes).map_err(|e| st_error(path, bytes, n, e))?;
+    let (_, metadata) = SafeTensors::read_metadata(bytes).map_err(|e| st_error(bytes, n, e))?;
 
-    let buf: Arc<dyn AsRef<[u8]> + Send + Sync> = map.clone();
+    let buf = map.clone();
     let mut items = Vec::with_capacity(entries.len());
     for (key, meta) in entries {
         let Some(name) = key.as_str() else { continue };
@@ -163,7 +169,7 @@ fn map_dtype(d: Dtype) -> Option<DType> {
 }
 
 /// A safetensors validation error with the position it concerns.
-fn st_error(path: &Path, bytes: &[u8], n: usize, e: SafeTensorError) -> Error {
+fn st_error(bytes: &[u8], n: usize, e: SafeTensorError) -> FormatError {
     let header = Position::Byte(N_LEN as u64);
     let (pos, msg) = match &e {
         SafeTensorError::InvalidHeaderDeserialization(je) | SafeTensorError::JsonError(je) => {
@@ -187,7 +193,7 @@ fn st_error(path: &Path, bytes: &[u8], n: usize, e: SafeTensorError) -> Error {
         ),
         _ => (header, e.to_string()),
     };
-    Error::format(path, pos, msg)
+    FormatError::new(pos, msg)
 }
 
 /// File offset of 1-based (line, column) in the header text.

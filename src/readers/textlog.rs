@@ -263,7 +263,8 @@ fn parse_verl_console(t: &str) -> Option<TextItem> {
 fn parse_py_dict(t: &str) -> Option<TextItem> {
     let start = t.find("{'")?;
     let body = t[start..].strip_suffix('}').or_else(|| {
-        let end = t.rfind('}')?;
+        // The last `}` may come before the `{'` (`0}:.{'loss': …`): then there is no dict.
+        let end = t.rfind('}').filter(|&end| end > start)?;
         Some(&t[start..end])
     })?;
     let body = body.strip_prefix('{')?;

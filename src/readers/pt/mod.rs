@@ -73,14 +73,13 @@ pub fn read_pt_bytes(bytes: Buf) -> Result<Value, FormatError> {
     let big_endian = read_byteorder(&mut archive, &bytes, &prefix)?;
     let pkl = member_window(&mut archive, &bytes, &pkl_name)?;
 
-    let total = data.len();
     let mut cache: HashMap<String, Bytes> = HashMap::new();
     let mut load = |req: &StorageRequest<'_>| -> Result<Bytes, String> {
         if let Some(b) = cache.get(req.key) {
             return Ok(b.clone());
         }
         let name = format!("{prefix}data/{}", req.key);
-        let (start, len) = member_range(&mut archive, total, &name).map_err(|e| e.msg)?;
+        let (start, len) = member_range(&mut archive, data, &name).map_err(|e| e.msg)?;
         let need = req
             .numel
             .checked_mul(req.dtype.size() as u64)
@@ -130,12 +129,15 @@ fn find_data_pkl(archive: &ZipArchive<Cursor<&[u8]>>) -> Result<String, FormatEr
     }
 }
 
-/// Where stored member `name`'s data lies in the file: `(start, len)`, checked to fit.
+/// Where stored member `name`'s data lies in `data`: `(start, len)`, checked to fit and
+/// checked against the CRC-32 the archive records for it (torch's miniz reader checks it
+/// too, so a flipped byte fails here as it would in `torch.load`).
 fn member_range(
     archive: &mut ZipArchive<Cursor<&[u8]>>,
-    total: usize,
+    data: &[u8],
     name: &str,
 ) -> Result<(usize, usize), FormatError> {
+    let total = data.len();
     let pos = || Position::Member(name.to_string());
     let idx = archive
         .index_for_name(name)
@@ -176,7 +178,20 @@ fn member_range(
         ));
     }
     // Both fit in `total`, a usize, as checked just above.
-    Ok((start as usize, size as usize))
+    let (start, len) = (start as usize, size as usize);
+    let expected = f.crc32();
+    let actual = crc32fast::hash(&data[start..start + len]);
+    // Fuzzers cannot forge CRCs; skipping the check there lets them reach the unpickler.
+    if actual != expected && !cfg!(fuzzing) {
+        return Err(FormatError::new(
+            pos(),
+            format!(
+                "member {name} fails its CRC-32 check (archive says {expected:08x}, data \
+                 hashes to {actual:08x}): the file is corrupt"
+            ),
+        ));
+    }
+    Ok((start, len))
 }
 
 /// The bytes of stored member `name`, without copying.
@@ -185,8 +200,7 @@ fn member_window(
     bytes: &Buf,
     name: &str,
 ) -> Result<Bytes, FormatError> {
-    let total = (**bytes).as_ref().len();
-    let (start, len) = member_range(archive, total, name)?;
+    let (start, len) = member_range(archive, (**bytes).as_ref(), name)?;
     Bytes::window(bytes.clone(), start, len).ok_or_else(|| {
         FormatError::new(
             Position::Member(name.to_string()),
