@@ -202,7 +202,9 @@ fn prepare(inp: &LossInputs, logp: Tensor, cfg: &LossConfig) -> KResult<Prepared
     })
 }
 
-fn run(p: &Prepared, cfg: &LossConfig) -> KResult<LossOutput> {
+/// The candle computation; `with_metrics: false` skips the metric kernels (their values
+/// then come from [`super::fused`]).
+fn run(p: &Prepared, cfg: &LossConfig, with_metrics: bool) -> KResult<LossOutput> {
     let token_clamp = match cfg.ratio_level {
         RatioLevel::Token => cfg.log_ratio_clamp,
         _ => None,
@@ -220,6 +222,7 @@ fn run(p: &Prepared, cfg: &LossConfig) -> KResult<LossOutput> {
     };
     let mut metrics = Metrics::default();
     let mut per_token = match &cfg.policy {
+        PolicyKind::Clip(cp) if !with_metrics => ppo_clip(&ratio, &p.adv, cp)?,
         PolicyKind::Clip(cp) => {
             let (lo, hi, region) = {
                 let coef = match cp.delta {
@@ -244,16 +247,18 @@ fn run(p: &Prepared, cfg: &LossConfig) -> KResult<LossOutput> {
         }
         PolicyKind::ImportanceSampling => importance_sampling(&ratio, &p.adv)?,
     };
-    let raw_log_ratio = if token_clamp.is_some() {
-        token_log_ratio(&p.logp, &p.old, None)?
-    } else {
-        log_ratio.clone()
-    };
-    metrics.ppo_kl = verl_ppo_kl(&log_ratio, &p.mask)?;
-    let (approx, avg, clip) = nexrl_metrics(&raw_log_ratio, &ratio, &p.mask)?;
-    metrics.approx_kl = approx;
-    metrics.avg_ratio = avg;
-    metrics.clip_frac = clip;
+    if with_metrics {
+        let raw_log_ratio = if token_clamp.is_some() {
+            token_log_ratio(&p.logp, &p.old, None)?
+        } else {
+            log_ratio.clone()
+        };
+        metrics.ppo_kl = verl_ppo_kl(&log_ratio, &p.mask)?;
+        let (approx, avg, clip) = nexrl_metrics(&raw_log_ratio, &ratio, &p.mask)?;
+        metrics.approx_kl = approx;
+        metrics.avg_ratio = avg;
+        metrics.clip_frac = clip;
+    }
 
     let mut kl_loss = None;
     if let Some(term) = &cfg.kl {
@@ -261,7 +266,9 @@ fn run(p: &Prepared, cfg: &LossConfig) -> KResult<LossOutput> {
             KernelError::Invalid("the KL term needs ref_log_probs, which the inputs lack".into())
         })?;
         let k = kl(&p.logp, reference, term.estimator)?;
-        metrics.kl = Some(to_f64(&super::aggregate::masked_mean_trl(&k, &p.mask)?)?);
+        if with_metrics {
+            metrics.kl = Some(to_f64(&super::aggregate::masked_mean_trl(&k, &p.mask)?)?);
+        }
         match term.placement {
             KlPlacement::PerToken => per_token = (per_token + k.affine(term.coef, 0.0)?)?,
             KlPlacement::Separate => kl_loss = Some(aggregate(&k, &p.mask, cfg.agg)?),
@@ -275,7 +282,9 @@ fn run(p: &Prepared, cfg: &LossConfig) -> KResult<LossOutput> {
     let mut entropy_loss = None;
     if let Some(e) = &p.entropy {
         let el = aggregate(e, &p.mask, cfg.entropy_agg)?;
-        metrics.entropy = Some(to_f64(&super::aggregate::masked_mean_trl(e, &p.mask)?)?);
+        if with_metrics {
+            metrics.entropy = Some(to_f64(&super::aggregate::masked_mean_trl(e, &p.mask)?)?);
+        }
         if cfg.entropy_coeff != 0.0 {
             loss = (loss - el.affine(cfg.entropy_coeff, 0.0)?)?;
         }
@@ -295,9 +304,22 @@ fn run(p: &Prepared, cfg: &LossConfig) -> KResult<LossOutput> {
 /// Compute the loss, intermediates and metrics of one micro-batch under `cfg`.
 /// Shapes per [`LossInputs`]; computed in `cfg.precision`. Refuses mismatched shapes
 /// (naming both), a KL term without `ref_log_probs`, and a bad `clip_ratio_c`.
+///
+/// Runs the fused single-pass path ([`super::fused`], same values; f64 sums agree with
+/// [`compute_candle`] to ~1e-15 relative) and falls back to the candle kernels for inputs
+/// it does not take (non-CPU tensors, inputs the candle path refuses).
 pub fn compute(inputs: &LossInputs, cfg: &LossConfig) -> KResult<LossOutput> {
+    match super::fused::compute_fused(inputs, cfg)? {
+        Some(out) => Ok(out),
+        None => compute_candle(inputs, cfg),
+    }
+}
+
+/// [`compute`] through the candle kernels only (the reference the fused path is tested
+/// against).
+pub fn compute_candle(inputs: &LossInputs, cfg: &LossConfig) -> KResult<LossOutput> {
     let logp = inputs.log_probs.to_dtype(cfg.precision.dtype())?;
-    run(&prepare(inputs, logp, cfg)?, cfg)
+    run(&prepare(inputs, logp, cfg)?, cfg, true)
 }
 
 /// [`compute`] plus the gradient of the total loss with respect to `log_probs`, `[B, T]`
@@ -307,7 +329,13 @@ pub fn compute(inputs: &LossInputs, cfg: &LossConfig) -> KResult<LossOutput> {
 pub fn compute_with_grad(inputs: &LossInputs, cfg: &LossConfig) -> KResult<(LossOutput, Tensor)> {
     let logp = inputs.log_probs.to_dtype(cfg.precision.dtype())?;
     let var = Var::from_tensor(&logp)?;
-    let out = run(&prepare(inputs, var.as_tensor().clone(), cfg)?, cfg)?;
+    let prepared = prepare(inputs, var.as_tensor().clone(), cfg)?;
+    // The metrics carry no gradient: take them from the fused pass when it applies.
+    let fused = super::fused::compute_fused(inputs, cfg)?;
+    let mut out = run(&prepared, cfg, fused.is_none())?;
+    if let Some(f) = fused {
+        out.metrics = f.metrics;
+    }
     let grads = out.loss.backward()?;
     let grad = match grads.get(var.as_tensor()) {
         Some(g) => g.clone(),

@@ -11,6 +11,7 @@
 
 pub mod advantage;
 pub mod aggregate;
+pub mod fused;
 pub mod kl;
 pub mod loss;
 pub mod metrics;
