@@ -13,6 +13,7 @@
 //! }
 //! ```
 
+pub mod alloc;
 pub mod compare;
 pub mod detect;
 pub mod dumpdiff;

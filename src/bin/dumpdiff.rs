@@ -237,6 +237,7 @@ fn run(args: Args) -> Result<u8, Error> {
 }
 
 fn main() -> ExitCode {
+    rlforensics::alloc::keep_freed_memory();
     let args = Args::parse();
     match run(args) {
         Ok(code) => ExitCode::from(code),

@@ -160,6 +160,7 @@ impl Accumulator {
 
     /// Add one aligned pair whose allowed difference is the tolerance's plus `extra`, the
     /// error propagated from the element's inputs.
+    #[inline]
     pub fn push_allowing(&mut self, a: f64, b: f64, extra: f64, loc: ElemLoc) {
         self.count += 1;
         self.nan_a += a.is_nan() as u64;
@@ -227,6 +228,11 @@ impl Accumulator {
             self.sab += a * b;
             if self.logprob {
                 self.k1 += a - b;
+                if a == b && a < 700.0 {
+                    // k3 = e^0 − 0 − 1 and |e^a − e^b| are exactly +0 (e^a finite below
+                    // 700): adding +0 to these sums and taking max with it change nothing.
+                    return;
+                }
                 let d = b - a;
                 self.k3 += d.exp() - d - 1.0;
                 let pd = (a.exp() - b.exp()).abs();
