@@ -821,3 +821,30 @@ fn closing_brace_before_a_py_dict_line_is_not_a_panic() {
         TextItem::Step { .. }
     ));
 }
+
+/// Found by the `textlog` fuzzer (a 9-minute run): a TRL dict line whose step is a huge
+/// float (3.3e88 saturates to i64::MAX) followed by more lines made the end-of-file flush
+/// compute `last_step + 1` and overflow (a panic in debug builds, a wrap to i64::MIN in
+/// release). The flush now saturates.
+#[test]
+fn huge_step_then_end_of_file_flush_does_not_overflow() {
+    use rlforensics::readers::textlog::{parse_text_line, TextAssembler};
+    let data =
+        std::fs::read(fixtures().join("fuzz-regressions/textlog/huge_step_then_micro_flush.log"))
+            .unwrap();
+    let text = String::from_utf8_lossy(&data);
+    let mut asm = TextAssembler::new(0);
+    for (i, line) in text.lines().enumerate() {
+        asm.push(i as u64 + 1, parse_text_line(line));
+    }
+    asm.finish();
+    let mut asm = TextAssembler::new(0);
+    asm.push(1, parse_text_line("{'step': 1e300, 'loss': 0.5}"));
+    asm.push(
+        2,
+        parse_text_line(
+            "[Micro 0] 3. Samples scored: mem=812 MB, time=0.412s, rewards=0.5000±0.1200",
+        ),
+    );
+    asm.finish();
+}

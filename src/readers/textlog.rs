@@ -396,7 +396,7 @@ impl TextAssembler {
 
     /// Flush what is pending at end of file (to the step after the last one seen).
     pub fn finish(&mut self) {
-        let next = self.last_step.map_or(0, |s| s + 1);
+        let next = self.last_step.map_or(0, |s| s.saturating_add(1));
         self.flush(next);
     }
 }
