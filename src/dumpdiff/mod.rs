@@ -241,7 +241,7 @@ fn adjudicate(
     step: i64,
     preset: &str,
 ) -> Result<Vec<report::Adjudication>> {
-    use crate::losscheck::{self_consistency_any, Status, Tolerance};
+    use crate::losscheck::{Status, StepCheck, Tolerance};
     let cfg = crate::kernels::presets::preset(preset)
         .map_err(|e| Error::Usage(format!("--preset {preset}: {e}")))?;
     let cells: BTreeSet<(u32, u32)> = sections
@@ -251,23 +251,40 @@ fn adjudicate(
         .filter(|c| c.verdict == Verdict::Fail)
         .filter_map(|c| Some((c.rank?, c.micro?)))
         .collect();
-    let judged: Vec<&&SideData> = sides.iter().filter(|d| d.role != "remote-api").collect();
+    if cells.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Each side's layout and whole-batch inputs are read once, not once per cell.
+    let judged: Vec<(&str, std::result::Result<StepCheck, String>)> = sides
+        .iter()
+        .filter(|d| d.role != "remote-api")
+        .map(|d| {
+            (
+                d.role,
+                StepCheck::new(&d.tree, step, &cfg).map_err(|e| e.to_string()),
+            )
+        })
+        .collect();
     let out = cells
         .into_par_iter()
         .map(|(rank, micro)| {
             let verdicts: Vec<report::SideVerdict> = judged
                 .iter()
-                .map(|d| {
-                    match self_consistency_any(&d.tree, step, rank, micro, &cfg, &Tolerance::default()) {
+                .map(|(role, check)| {
+                    let verdict = check.as_ref().map_err(String::clone).and_then(|c| {
+                        c.check(rank, micro, &cfg, &Tolerance::default())
+                            .map_err(|e| e.to_string())
+                    });
+                    match verdict {
                         Ok(v) => report::SideVerdict {
-                            role: d.role.into(),
+                            role: (*role).into(),
                             status: Some(v.status),
                             dumped_loss: Some(v.dumped_loss),
                             recomputed_loss: Some(v.recomputed_loss),
                             detail: v.line(),
                         },
                         Err(e) => report::SideVerdict {
-                            role: d.role.into(),
+                            role: (*role).into(),
                             status: None,
                             dumped_loss: None,
                             recomputed_loss: None,

@@ -493,15 +493,64 @@ fn no_layout(tree: &DumpTree, step: i64) -> Error {
     ))
 }
 
+/// A dump tree's step made ready for self-consistency checks: its layout and, for the
+/// self-hosted layout, the whole-batch inputs (trajectories, old log-probs, advantages)
+/// read once for every rank/micro checked.
+pub struct StepCheck<'a> {
+    tree: &'a DumpTree,
+    step: i64,
+    layout: Layout,
+    batch: Option<SelfHostedStep>,
+}
+
+impl<'a> StepCheck<'a> {
+    /// Find the layout of `tree` at `step` and, when self-hosted, read its whole-batch
+    /// files with `cfg`'s advantage convention.
+    ///
+    /// Errors: neither layout at `step`; the whole-batch files unreadable.
+    pub fn new(tree: &'a DumpTree, step: i64, cfg: &LossConfig) -> Result<Self> {
+        let layout = layout_of(tree, step).ok_or_else(|| no_layout(tree, step))?;
+        let batch = match layout {
+            Layout::SelfHosted => Some(SelfHostedStep::load(tree, step, &cfg.advantage)?),
+            Layout::Weaver => None,
+        };
+        Ok(StepCheck {
+            tree,
+            step,
+            layout,
+            batch,
+        })
+    }
+
+    /// The layout found.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// The verdict of one rank/micro: [`self_consistency`] for weaver,
+    /// [`self_consistency_self_hosted`] for self-hosted. `cfg` must be the one given to
+    /// [`StepCheck::new`] (its advantage convention built the batch).
+    pub fn check(
+        &self,
+        rank: u32,
+        micro: u32,
+        cfg: &LossConfig,
+        tol: &Tolerance,
+    ) -> Result<Verdict> {
+        match &self.batch {
+            Some(b) => self_consistency_self_hosted(self.tree, b, self.step, rank, micro, cfg, tol),
+            None => self_consistency(self.tree, self.step, rank, micro, cfg, tol),
+        }
+    }
+}
+
 /// The self-consistency verdict of one rank/micro of `tree` at `step`, whatever its
 /// layout ([`layout_of`]): [`self_consistency`] for weaver, [`self_consistency_self_hosted`]
 /// for self-hosted. `cfg` from [`crate::kernels::presets::preset`] (e.g. `nexrl-is`),
 /// possibly overridden.
 ///
-/// For dumpdiff: call it on each side of a loss disagreement; the side that comes back
-/// [`Status::Consistent`] computed its loss correctly from its own inputs. A self-hosted
-/// call re-reads the step's trajectory and old_log_probs files; to check many micros of
-/// one step, use [`check_tree`] or load a [`SelfHostedStep`] once.
+/// For one cell only: a self-hosted call re-reads the step's trajectory and old_log_probs
+/// files; to check several micros of one step, make a [`StepCheck`] once.
 ///
 /// Errors: neither layout at `step`; the cell's files absent or unreadable; see the
 /// layout-specific functions.
@@ -513,14 +562,7 @@ pub fn self_consistency_any(
     cfg: &LossConfig,
     tol: &Tolerance,
 ) -> Result<Verdict> {
-    match layout_of(tree, step) {
-        Some(Layout::Weaver) => self_consistency(tree, step, rank, micro, cfg, tol),
-        Some(Layout::SelfHosted) => {
-            let batch = SelfHostedStep::load(tree, step, &cfg.advantage)?;
-            self_consistency_self_hosted(tree, &batch, step, rank, micro, cfg, tol)
-        }
-        None => Err(no_layout(tree, step)),
-    }
+    StepCheck::new(tree, step, cfg)?.check(rank, micro, cfg, tol)
 }
 
 /// The self-consistency verdict of every rank/micro at `step` (restricted to `rank` /
@@ -555,19 +597,11 @@ pub fn check_tree(
             micro.map(|m| format!(" micro {m}")).unwrap_or_default(),
         )));
     }
-    match layout {
-        Layout::Weaver => cells
-            .into_iter()
-            .map(|(r, m)| self_consistency(tree, step, r, m, cfg, tol))
-            .collect(),
-        Layout::SelfHosted => {
-            let batch = SelfHostedStep::load(tree, step, &cfg.advantage)?;
-            cells
-                .into_iter()
-                .map(|(r, m)| self_consistency_self_hosted(tree, &batch, step, r, m, cfg, tol))
-                .collect()
-        }
-    }
+    let check = StepCheck::new(tree, step, cfg)?;
+    cells
+        .into_iter()
+        .map(|(r, m)| check.check(r, m, cfg, tol))
+        .collect()
 }
 
 /// Free-standing inputs from a dict of tensors (`.safetensors`, `.pt`, ...): `log_probs`,

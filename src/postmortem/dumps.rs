@@ -32,10 +32,7 @@ use crate::compare::tolerance::{Severity, TolerancePolicy, Verdict};
 use crate::dumpdiff::report::{Adjudication, Coverage, Finding, Report, SideSummary};
 use crate::error::{Error, Result};
 use crate::kernels::loss::LossConfig;
-use crate::losscheck::{
-    layout_of, self_consistency, self_consistency_self_hosted, Divergence, Layout, SelfHostedStep,
-    Status, Tolerance,
-};
+use crate::losscheck::{layout_of, Divergence, Layout, Status, StepCheck, Tolerance};
 use crate::readers::layout::{DumpTree, Kind, Producer};
 
 /// The default losscheck preset (NexRL importance sampling, no clip).
@@ -280,17 +277,11 @@ fn check_alone(tree: &DumpTree, opts: &DumpsOptions, cfg: &LossConfig) -> Result
     grid.sort_unstable();
     grid.dedup();
     let tol = Tolerance::default();
-    let batch = match layout {
-        Layout::SelfHosted => Some(SelfHostedStep::load(tree, step, &cfg.advantage)?),
-        Layout::Weaver => None,
-    };
+    let check = StepCheck::new(tree, step, cfg)?;
     let cells: Vec<CheckedCell> = grid
         .iter()
         .map(|&(rank, micro)| {
-            let v = match &batch {
-                Some(b) => self_consistency_self_hosted(tree, b, step, rank, micro, cfg, &tol),
-                None => self_consistency(tree, step, rank, micro, cfg, &tol),
-            };
+            let v = check.check(rank, micro, cfg, &tol);
             match v {
                 Ok(v) => CheckedCell {
                     rank,
