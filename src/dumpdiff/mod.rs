@@ -780,13 +780,9 @@ fn recomputed_advantages(traj_file: &Value, preset: &str) -> Option<Vec<f64>> {
     let mut rewards = Vec::with_capacity(items.len());
     let mut groups = Vec::with_capacity(items.len());
     for t in items {
-        let reward = t.get("reward").and_then(Value::as_f64)?;
-        let group = match t.get("extra_fields")?.get("group_id")? {
-            Value::Str(g) => g.clone(),
-            other => other.as_i64()?.to_string(),
-        };
-        rewards.push(reward);
-        groups.push(group);
+        // Read exactly as losscheck reads them, so both tools recompute the same advantages.
+        rewards.push(crate::losscheck::self_hosted::reward_of(t)?);
+        groups.push(crate::losscheck::self_hosted::group_of(t)?);
     }
     let adv =
         crate::kernels::advantage::group_advantages(&rewards, &groups, &cfg.advantage).ok()?;

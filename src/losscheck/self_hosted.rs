@@ -95,7 +95,9 @@ fn dims2(path: &Path, key: &str, shape: &[usize]) -> Result<(usize, usize)> {
     }
 }
 
-fn group_of(t: &Value) -> Option<String> {
+/// A trajectory's group: `extra_fields.group_id`, else `extra_fields.uid`, else the same
+/// keys at the top level (str or int).
+pub fn group_of(t: &Value) -> Option<String> {
     let ef = t.get("extra_fields");
     for (src, k) in [
         (ef, "group_id"),
@@ -113,6 +115,15 @@ fn group_of(t: &Value) -> Option<String> {
         }
     }
     None
+}
+
+/// A trajectory's reward: `reward`, else `extra_fields.score`.
+pub fn reward_of(t: &Value) -> Option<f64> {
+    t.get("reward").and_then(Value::as_f64).or_else(|| {
+        t.get("extra_fields")
+            .and_then(|e| e.get("score"))
+            .and_then(Value::as_f64)
+    })
 }
 
 fn round_f32(x: f64) -> f64 {
@@ -154,14 +165,7 @@ impl SelfHostedStep {
                 .and_then(Value::to_tensor)
                 .map(|x| x.to_i64_vec())
                 .ok_or_else(|| key_err(&tf, &at("tokens"), "missing or not a list of ints"))?;
-            let reward = t
-                .get("reward")
-                .and_then(Value::as_f64)
-                .or_else(|| {
-                    t.get("extra_fields")
-                        .and_then(|e| e.get("score"))
-                        .and_then(Value::as_f64)
-                })
+            let reward = reward_of(t)
                 .ok_or_else(|| key_err(&tf, &at("reward"), "missing or not a number"))?;
             let group = group_of(t).ok_or_else(|| {
                 key_err(
