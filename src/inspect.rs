@@ -7,9 +7,9 @@ use std::path::Path;
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 
-use crate::error::Result;
+use crate::error::{Error, Position, Result};
 use crate::readers::layout::{DumpTree, Kind};
-use crate::readers::read_any;
+use crate::readers::{read_any, FileFormat};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
@@ -23,11 +23,31 @@ const STATS_LIMIT: usize = 50_000_000;
 /// Describe a dump file (value tree) or a dump folder (layout), as text for a terminal.
 pub fn inspect_path(path: &Path) -> Result<String> {
     if path.is_dir() {
-        return DumpTree::discover(path).map(|t| render_layout(&t));
+        return DumpTree::discover(path)
+            .map(|t| render_layout(&t))
+            .map_err(|e| {
+                // A folder named like a file (`x.pt/`, e.g. an unzipped archive) is most likely
+                // not meant as a dump tree: say what it is rather than only what is missing.
+                match (FileFormat::from_path(path), e) {
+                    (Some(f), Error::Format { .. }) => Error::format(
+                        path,
+                        Position::File,
+                        format!(
+                            "is a directory, not a .{} file, and holds no dump folders \
+                         (trajectory/, forward_data/, loss/ …)",
+                            f.extension()
+                        ),
+                    ),
+                    (_, e) => e,
+                }
+            });
     }
     let value = read_any(path)?;
-    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    let mut out = format!("{}  ({})\n", path.display(), human_bytes(size));
+    let size = match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => human_bytes(m.len()),
+        _ => "stream".to_string(),
+    };
+    let mut out = format!("{}  ({size})\n", path.display());
     render_value(&value, "", &mut out);
     Ok(out)
 }

@@ -359,9 +359,21 @@ fn format_comes_from_the_extension() {
         Some(FileFormat::Pt)
     );
     assert_eq!(FileFormat::from_path(Path::new("a/b.txt")), None);
+    // Without a known extension the first bytes decide; text that is no dump is refused.
+    let dir = tempfile::tempdir().unwrap();
+    let txt = dir.path().join("x.txt");
+    std::fs::write(&txt, b"loss went up\n").unwrap();
     assert!(matches!(
-        read_any(Path::new("x.txt")),
+        read_any(&txt),
         Err(rlforensics::Error::Format { .. })
     ));
-    let _ = Value::None;
+    std::fs::write(&txt, b"{\"loss\": 0.5}\n").unwrap();
+    assert_eq!(
+        read_any(&txt).unwrap().get("loss").and_then(Value::as_f64),
+        Some(0.5)
+    );
+    assert!(matches!(
+        read_any(&dir.path().join("missing.txt")),
+        Err(rlforensics::Error::Io { .. })
+    ));
 }

@@ -614,8 +614,12 @@ fn a_directory_named_like_a_dump_file_is_reported_not_read() {
     let e = pt::read_pt(&fake).unwrap_err();
     assert_names_file_and_position(&e, &fake);
     assert!(read_any(&fake).is_err());
-    // `--inspect` takes folders too: this one holds no kind folders, and it says so.
-    inspect_exits_2(&fake, &["no dump folders found"]);
+    // `--inspect` takes folders too: this one is named like a file and holds no kind
+    // folders, and it says both.
+    inspect_exits_2(
+        &fake,
+        &["is a directory, not a .pt file", "holds no dump folders"],
+    );
     // Discovery lists it as unrecognised and the cell as a hole, instead of reading it.
     let t = DumpTree::discover(&tree).unwrap();
     assert!(t.files().iter().all(|f| f.path != fake));
@@ -633,31 +637,219 @@ fn a_directory_named_like_a_dump_file_is_reported_not_read() {
     assert!(matches!(out.status.code(), Some(1 | 2)), "{stderr}");
 }
 
+/// A command for `bin_name` that runs as the unprivileged user `nobody` (uid/gid 65534)
+/// when this test runs as root, so that mode 000 really blocks reads.
+#[cfg(unix)]
+fn as_nobody(bin_name: &str) -> std::process::Command {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin(bin_name));
+    if is_root() {
+        cmd.uid(65534).gid(65534);
+    }
+    cmd
+}
+
+/// Whether this process may read through file modes (root or CAP_DAC_OVERRIDE).
+#[cfg(unix)]
+fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
+}
+
 #[cfg(unix)]
 #[test]
 fn unreadable_files_exit_2_naming_them() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
+    // The folder stays traversable for `nobody`; only the files are mode 000.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = dir.path().join("step_000000_rank0_micro0.pt");
     std::fs::copy(forward_data_pt(), &path).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o000)).unwrap();
-    if std::fs::File::open(&path).is_ok() {
-        // Root (or CAP_DAC_OVERRIDE) reads through mode 000: nothing to test here.
-        println!("SKIPPED unreadable_files_exit_2_naming_them: running as root, chmod 000 does not block reads");
-        return;
-    }
-    let e = pt::read_pt(&path).unwrap_err();
-    assert_names_file_and_position(&e, &path);
-    assert!(matches!(e, Error::Io { .. }), "{e}");
-    assert_exit_2(
-        bin("dumpdiff").arg("--inspect").arg(&path),
-        "step_000000_rank0_micro0.pt",
-        &["ermission"],
-    );
     let steps = dir.path().join("steps.jsonl");
     std::fs::write(&steps, b"{\"step\": 0}\n").unwrap();
     std::fs::set_permissions(&steps, std::fs::Permissions::from_mode(0o000)).unwrap();
-    assert_exit_2(bin("logscan").arg(&steps), "steps.jsonl", &["ermission"]);
+    if !is_root() {
+        // In process too (as root a library call would read through mode 000).
+        let e = pt::read_pt(&path).unwrap_err();
+        assert_names_file_and_position(&e, &path);
+        assert!(matches!(e, Error::Io { .. }), "{e}");
+    }
+    // As root the commands run as `nobody`, for whom mode 000 means what it says.
+    let mut probe = as_nobody("dumpdiff");
+    match probe.arg("--version").output() {
+        Ok(o) if o.status.success() => {}
+        other => {
+            // The binary itself is not reachable for `nobody` (a private build folder).
+            println!(
+                "SKIPPED unreadable_files_exit_2_naming_them: cannot run as nobody: {other:?}"
+            );
+            return;
+        }
+    }
+    let mut inspect = as_nobody("dumpdiff");
+    inspect.arg("--inspect").arg(&path);
+    assert_exit_2(
+        &mut Command::from_std(inspect),
+        "step_000000_rank0_micro0.pt",
+        &["ermission"],
+    );
+    let mut scan = as_nobody("logscan");
+    scan.arg(&steps);
+    assert_exit_2(&mut Command::from_std(scan), "steps.jsonl", &["ermission"]);
+}
+
+/// Run `cmd`, killing it after `secs` seconds: returns its output, or panics naming the hang.
+/// Both pipes are drained while it runs, so a large report cannot block the child.
+fn output_within(cmd: &mut std::process::Command, secs: u64) -> std::process::Output {
+    use std::io::Read;
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            r.read_to_end(&mut v).unwrap();
+            v
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if start.elapsed().as_secs() >= secs {
+            child.kill().unwrap();
+            panic!("{cmd:?} hung for {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    std::process::Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
+}
+
+/// `mkfifo path` (the tool, so that the tests need no libc binding).
+#[cfg(unix)]
+fn mkfifo(path: &Path) {
+    let st = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mkfifo {}", path.display());
+}
+
+#[cfg(unix)]
+#[test]
+fn sockets_fifos_and_devices_are_refused_or_streamed_never_hung_on() {
+    let dir = tempfile::tempdir().unwrap();
+    // A socket named like a dump: no one can open it, root included.
+    let sock = dir.path().join("step_000000_rank0_micro0.pt");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let e = pt::read_pt(&sock).unwrap_err();
+    assert_names_file_and_position(&e, &sock);
+    assert!(e.to_string().contains("is a socket"), "{e}");
+    inspect_exits_2(&sock, &["is a socket"]);
+    // A device: refused by name, never read (reading /dev/zero would never end).
+    let e = read_any(Path::new("/dev/zero")).unwrap_err();
+    assert!(
+        e.to_string().contains("/dev/zero") && e.to_string().contains("is a device"),
+        "{e}"
+    );
+    // A FIFO nobody writes to inside a dump tree: listed as not a regular file and never
+    // opened (opening it would block forever); the comparison runs.
+    let tree = dir.path().join("tree");
+    copy_tree(&fixtures().join("dumps/weaver_pt"), &tree);
+    let fifo = tree.join("loss/step_000000_rank0_micro7.pt");
+    mkfifo(&fifo);
+    let t = DumpTree::discover(&tree).unwrap();
+    assert!(t.files().iter().all(|f| f.path != fifo));
+    assert!(
+        t.unrecognised
+            .iter()
+            .any(|u| u.path == fifo && u.reason == "not a regular file"),
+        "{:?}",
+        t.unrecognised
+    );
+    let mut dd = std::process::Command::new(assert_cmd::cargo::cargo_bin("dumpdiff"));
+    dd.arg("--self-hosted-dir")
+        .arg(fixtures().join("dumps/self_hosted_pt"))
+        .arg("--weaver-dir")
+        .arg(&tree)
+        .args(["--step", "0", "--format", "json"]);
+    let out = output_within(&mut dd, 120);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{stderr}");
+    let mut inspect = std::process::Command::new(assert_cmd::cargo::cargo_bin("dumpdiff"));
+    inspect.arg("--inspect").arg(&tree);
+    let out = output_within(&mut inspect, 120);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("step_000000_rank0_micro7.pt"), "{text}");
+}
+
+#[cfg(unix)]
+#[test]
+fn a_dump_piped_through_a_fifo_reads_like_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("dump_from_ssh");
+    mkfifo(&fifo);
+    let inspect = |p: &Path| {
+        let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("dumpdiff"));
+        cmd.arg("--inspect").arg(p);
+        cmd
+    };
+    let file_text = |p: &Path| {
+        let out = output_within(&mut inspect(p), 120);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        // Everything after the first line (which names the path and its size).
+        text.split_once('\n').unwrap().1.to_string()
+    };
+    for src in [
+        forward_data_pt(),
+        fixtures().join("tensors/safetensors/torch_all_dtypes.safetensors"),
+        fixtures().join("tensors/npy/bigendian_fortran_f4.npy"),
+        fixtures().join("tensors/npy/savez_compressed.npz"),
+        fixtures().join("tensors/jsonl/step_000000_rank1_micro2.jsonl"),
+    ] {
+        let expected = file_text(&src);
+        let (bytes, f) = (std::fs::read(&src).unwrap(), fifo.clone());
+        let writer = std::thread::spawn(move || std::fs::write(f, bytes).unwrap());
+        let mut cmd = inspect(&fifo);
+        let out = output_within(&mut cmd, 120);
+        writer.join().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            text.starts_with(&format!("{}  (stream)\n", fifo.display())),
+            "{text}"
+        );
+        assert_eq!(
+            text.split_once('\n').unwrap().1,
+            expected,
+            "{}",
+            src.display()
+        );
+        // The same bytes under a name without a known extension: sniffed, same tree.
+        let renamed = dir.path().join("renamed.bin");
+        std::fs::copy(&src, &renamed).unwrap();
+        assert_eq!(file_text(&renamed), expected, "{}", src.display());
+    }
+    let junk = dir.path().join("notes.bin");
+    std::fs::write(&junk, b"step 1 loss 0.5\n").unwrap();
+    inspect_exits_2(&junk, &["unknown format"]);
 }
 
 #[cfg(unix)]

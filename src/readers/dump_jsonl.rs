@@ -17,7 +17,12 @@ use crate::value::Value;
 /// column, since a dump holds exactly one object.
 pub fn read_dump_jsonl(path: &Path) -> Result<Value> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    let text = std::str::from_utf8(&bytes).map_err(|e| {
+    parse_dump_jsonl(path, &bytes)
+}
+
+/// [`read_dump_jsonl`] on bytes already read from `path` (named in errors).
+pub fn parse_dump_jsonl(path: &Path, bytes: &[u8]) -> Result<Value> {
+    let text = std::str::from_utf8(bytes).map_err(|e| {
         let line = 1 + bytes[..e.valid_up_to()]
             .iter()
             .filter(|&&c| c == b'\n')

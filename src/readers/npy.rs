@@ -7,34 +7,20 @@
 //! place (Fortran order is a strided view); big-endian payloads are byte-swapped into a copy.
 //! `.npz` members are decompressed (STORED or DEFLATE) into memory.
 
-use std::fs::File;
 use std::io::{Read, Seek};
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::error::{Error, FormatError, Position, Result};
+use crate::error::{FormatError, Position, Result};
 use crate::tensor::{contiguous_strides, Bytes, DType, Tensor};
 use crate::value::Value;
 
 /// The magic string every `.npy` starts with.
 const MAGIC: &[u8; 6] = b"\x93NUMPY";
 
-/// Memory-map `path` read-only, refusing empty files (a map of nothing is never a dump).
-pub(crate) fn map_file(path: &Path) -> Result<Arc<memmap2::Mmap>> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
-    if len == 0 {
-        return Err(Error::format(path, Position::File, "empty file"));
-    }
-    // SAFETY: the map is read-only and never outlives the Arc; like every mmap reader we
-    // assume the input file is not truncated by another process while we read it.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
-    Ok(Arc::new(map))
-}
-
 /// Read a `.npy` file into a tensor (no copy unless the payload is big-endian).
 pub fn read_npy(path: &Path) -> Result<Value> {
-    let map = map_file(path)?;
+    let map = crate::readers::open_input(path)?;
     read_npy_bytes(map).map_err(|e| e.in_file(path))
 }
 
@@ -45,9 +31,8 @@ pub fn read_npy_bytes(buf: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Result<Value, 
 
 /// Read a `.npz` file into a dict of member name (without `.npy`) → tensor, in archive order.
 pub fn read_npz(path: &Path) -> Result<Value> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
-    npz_from(std::io::BufReader::new(file), file_len).map_err(|e| e.in_file(path))
+    let buf = crate::readers::open_input(path)?;
+    read_npz_bytes((*buf).as_ref()).map_err(|e| e.in_file(path))
 }
 
 /// Same, from bytes in memory (for fuzzing and tests); errors carry no file name.

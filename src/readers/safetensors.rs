@@ -9,7 +9,6 @@ use std::sync::Arc;
 use safetensors::tensor::{Dtype, SafeTensorError, SafeTensors};
 
 use crate::error::{FormatError, Position, Result};
-use crate::readers::npy::map_file;
 use crate::tensor::{contiguous_strides, Bytes, DType, Tensor};
 use crate::value::Value;
 
@@ -21,7 +20,7 @@ const N_LEN: usize = 8;
 /// plus `"__metadata__"` → dict of str → str (header order) at its place in the header
 /// (first, in files the safetensors library writes) when present.
 pub fn read_safetensors(path: &Path) -> Result<Value> {
-    let map = map_file(path)?;
+    let map = crate::readers::open_input(path)?;
     read_safetensors_bytes(map).map_err(|e| e.in_file(path))
 }
 

@@ -7,41 +7,21 @@ pub mod pickle;
 use std::collections::HashMap;
 use std::io::Cursor;
 use std::path::Path;
-use std::sync::Arc;
 
 use ::zip::{CompressionMethod, ZipArchive};
 
-use crate::error::{Error, FormatError, Position, Result};
+use crate::error::{FormatError, Position, Result};
 use crate::tensor::{Bytes, Tensor};
 use crate::value::Value;
 
 use self::pickle::StorageRequest;
 
-/// Shared file bytes: a memory map or an owned buffer.
-type Buf = Arc<dyn AsRef<[u8]> + Send + Sync>;
+use crate::readers::Buf;
 
 /// Read a torch.save file into a value tree.
 pub fn read_pt(path: &Path) -> Result<Value> {
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
-    if meta.is_dir() {
-        return Err(Error::format(
-            path,
-            Position::File,
-            "is a directory, not a torch.save file",
-        ));
-    }
-    if meta.len() == 0 {
-        return Err(Error::format(
-            path,
-            Position::File,
-            "empty file: not a torch.save archive",
-        ));
-    }
-    // SAFETY: the map is read-only and this crate never writes input files; as with every
-    // memory map, another process truncating the file while we read it is not defended.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
-    read_pt_bytes(Arc::new(map)).map_err(|e| e.in_file(path))
+    let buf = crate::readers::open_input(path)?;
+    read_pt_bytes(buf).map_err(|e| e.in_file(path))
 }
 
 /// Same, from bytes in memory (for fuzzing and tests); errors carry no file name.
