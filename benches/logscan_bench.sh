@@ -4,9 +4,10 @@
 # bench-data/, which .gitignore excludes).
 #
 #   cargo build --release --bin logscan     # ~25 min cold on 2 cores
-#   benches/logscan_bench.sh [SIZE_MB]      # default 1024
+#   benches/logscan_bench.sh [SIZE_MB]      # default 1024; LOGSCAN_BIN=path to pick a binary
 #
-# Prints MB/s for each and the ratios logscan/polars and logscan/wc.
+# Prints MB/s for each, logscan's peak RSS (with --zero-loss --nan-grad, and with every
+# detector), and the ratios logscan/polars and logscan/wc.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE_MB=${1:-1024}
@@ -21,9 +22,18 @@ MB=$(python3 -c "print($BYTES/1048576)")
 cat "$DATA" > /dev/null   # warm the page cache for every contender
 
 t() { local s e; s=$(date +%s.%N); "$@" > /dev/null; e=$(date +%s.%N); python3 -c "print($e-$s)"; }
+# Peak resident set of a command, in MB (GNU time's %M is in KB).
+rss() { { /usr/bin/time -f %M "$@" 2>&1 > /dev/null || true; } | tail -1 | awk '{printf "%.0f", $1 / 1024}'; }
 
 T_WC=$(t wc -l "$DATA")
 T_LS=$(t "$BIN" "$DATA" --zero-loss --nan-grad --fail-on critical --no-color)
+T_ALL=$(t "$BIN" "$DATA" --fail-on critical --no-color)
+if [ -x /usr/bin/time ]; then
+  M_LS=$(rss "$BIN" "$DATA" --zero-loss --nan-grad --fail-on critical --no-color)
+  M_ALL=$(rss "$BIN" "$DATA" --fail-on critical --no-color)
+else
+  M_LS=-1 M_ALL=-1
+fi
 T_PL=$(t python3 - "$DATA" <<'PY'
 import sys, polars as pl
 # polars' NDJSON reader rejects bare NaN: it must be rewritten first (part of the cost).
@@ -35,11 +45,14 @@ nan = df.filter(pl.col("grad_norm").is_null() | pl.col("grad_norm").is_nan())
 print(zero.height, nan.height)
 PY
 )
-python3 - "$MB" "$T_WC" "$T_LS" "$T_PL" <<'PY'
+python3 - "$MB" "$T_WC" "$T_LS" "$T_ALL" "$T_PL" "$M_LS" "$M_ALL" <<'PY'
 import sys
-mb, wc, ls, pl = map(float, sys.argv[1:])
+mb, wc, ls, al, pl, m_ls, m_all = map(float, sys.argv[1:])
 print(f"file: {mb:.0f} MB")
-for name, t in [("wc -l", wc), ("logscan --zero-loss --nan-grad", ls), ("python-polars read_ndjson + filter", pl)]:
-    print(f"{name:40s} {t:8.2f} s {mb / t:9.1f} MB/s")
+for name, t, m in [("wc -l", wc, -1), ("logscan --zero-loss --nan-grad", ls, m_ls),
+                   ("logscan (every detector)", al, m_all),
+                   ("python-polars read_ndjson + filter", pl, -1)]:
+    peak = f"  peak RSS {m:.0f} MB" if m >= 0 else ""
+    print(f"{name:40s} {t:8.2f} s {mb / t:9.1f} MB/s{peak}")
 print(f"logscan / polars speed ratio: {pl / ls:.2f}x   logscan / wc -l: {wc / ls:.2f}x")
 PY

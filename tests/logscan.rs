@@ -164,7 +164,7 @@ fn hf_trainer_state_kl_negative_and_dead_groups() {
 #[test]
 fn nanogpt_seed_lines_zero_loss_and_slow_steps() {
     let r = run(&[fixture("text/nanogpt_seed.log")]);
-    assert_eq!(r.frame.steps, vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(r.frame.steps().to_vec(), vec![0, 1, 2, 3, 4, 5]);
     assert_eq!(r.frame.at("step_time", 1), Some(103634.20 / 1000.0));
     assert_eq!(steps_of(&r, "zero-loss"), vec![1, 2, 3, 4, 5]);
     let z = r.by_detector("zero-loss")[0];
@@ -204,7 +204,7 @@ fn verl_console_entropy_collapse() {
 #[test]
 fn mlx_report_zero_loss() {
     let r = run(&[fixture("text/mlx_report.log")]);
-    assert_eq!(r.frame.steps, vec![1, 10, 20, 30, 40, 50]);
+    assert_eq!(r.frame.steps().to_vec(), vec![1, 10, 20, 30, 40, 50]);
     assert_eq!(steps_of(&r, "zero-loss"), vec![10, 20, 30, 40]);
 }
 
@@ -235,7 +235,7 @@ fn corpus_102227_zero_loss_dead_groups_empty_completions() {
         return;
     };
     let r = run(&[dir]);
-    assert_eq!(r.frame.steps, vec![1, 10, 20]);
+    assert_eq!(r.frame.steps().to_vec(), vec![1, 10, 20]);
     assert_eq!(steps_of(&r, "zero-loss"), vec![10, 20]);
     assert_eq!(steps_of(&r, "dead-groups"), vec![10, 20]);
     assert_eq!(severity_of(&r, "dead-groups"), Severity::Error);
@@ -557,4 +557,150 @@ fn mixed_fast_and_general_lines_fold_in_order() {
     assert!(r.frame.at("grad_norm", 1000).unwrap().is_nan());
     assert_eq!(r.frame.at("loss", 1000), Some(0.25));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Every input a detector is run on in these tests, the corpus runs when present.
+fn all_inputs() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = [
+        "debug_faults",
+        "healthy",
+        "verl/metrics.jsonl",
+        "hf/trainer_state.json",
+        "text/nanogpt_seed.log",
+        "text/trl_stdout.log",
+        "text/verl_console.log",
+        "text/mlx_report.log",
+    ]
+    .iter()
+    .map(|p| fixture(p))
+    .collect();
+    v.extend(
+        ["20251008-102227", "20251008-110028"]
+            .iter()
+            .filter_map(|r| corpus(r)),
+    );
+    v
+}
+
+/// A detector run alone keeps only the metrics it declares (the frame's projection); its
+/// findings must be exactly those it has in a run of every detector, on every input. In
+/// debug builds a read of an undeclared metric also fails the run outright.
+#[test]
+fn each_detector_alone_finds_what_it_finds_among_all() {
+    let names: Vec<&str> = rlforensics::detect::all_detectors()
+        .iter()
+        .map(|d| d.name())
+        .collect();
+    assert_eq!(names.len(), 15);
+    let mut compared = 0;
+    for input in all_inputs() {
+        let all = run(std::slice::from_ref(&input));
+        assert_eq!(
+            all.frame.projection(),
+            &rlforensics::logscan::frame::Projection::All
+        );
+        for name in &names {
+            let opts = ScanOptions {
+                detectors: vec![name.to_string()],
+                ..ScanOptions::default()
+            };
+            let alone = scan(std::slice::from_ref(&input), &opts).unwrap();
+            let want: Vec<_> = all.by_detector(name);
+            let want = serde_json::to_value(&want).unwrap();
+            let got = serde_json::to_value(&alone.findings).unwrap();
+            assert_eq!(got, want, "{name} on {}", input.display());
+            compared += alone.findings.len();
+            // The report still lists every metric the logs have.
+            assert_eq!(alone.metrics, all.metrics, "{name} on {}", input.display());
+            assert_ne!(
+                alone.frame.projection(),
+                &rlforensics::logscan::frame::Projection::All
+            );
+        }
+    }
+    // The fixtures make every detector fire somewhere.
+    assert!(compared >= 30, "{compared}");
+}
+
+#[test]
+fn zero_loss_and_nan_grad_keep_only_their_columns() {
+    use rlforensics::logscan::frame::Projection;
+    let opts = ScanOptions {
+        detectors: vec!["zero-loss".into(), "nan-grad".into()],
+        ..ScanOptions::default()
+    };
+    let Projection::Only {
+        metrics,
+        timestamps,
+    } = opts.projection()
+    else {
+        panic!("a selection projects");
+    };
+    assert!(!timestamps);
+    let mut metrics = metrics;
+    metrics.sort();
+    assert_eq!(
+        metrics,
+        [
+            "adv_max",
+            "adv_min",
+            "entropy",
+            "frac_reward_zero_std",
+            "grad_nan_count",
+            "grad_norm",
+            "kl",
+            "loss",
+            "ppo_kl",
+            "reward_mean",
+            "reward_std",
+        ]
+    );
+    let r = scan(&[fixture("debug_faults")], &opts).unwrap();
+    let all = run(&[fixture("debug_faults")]);
+    assert!(r.frame.heap_bytes() < all.frame.heap_bytes());
+    assert_eq!(r.metrics.len(), all.metrics.len());
+    // --export (raw columns) and no selection keep everything.
+    let export = ScanOptions {
+        keep_raw: true,
+        ..opts.clone()
+    };
+    assert_eq!(export.projection(), Projection::All);
+    assert_eq!(ScanOptions::default().projection(), Projection::All);
+}
+
+#[test]
+fn plot_with_one_detector_still_draws_every_panel() {
+    use clap::Parser;
+    use rlforensics::logscan::cli::{run as cli_run, LogscanArgs};
+    let dir = tempfile::tempdir().unwrap();
+    let f = fixture("debug_faults");
+    let draw = |out: &Path, only: &[&str]| {
+        let mut argv: Vec<std::ffi::OsString> = vec![
+            "logscan".into(),
+            f.clone().into(),
+            "--plot".into(),
+            out.into(),
+        ];
+        argv.extend(only.iter().map(|d| format!("--{d}").into()));
+        cli_run(&LogscanArgs::try_parse_from(argv).unwrap(), false).unwrap();
+        std::fs::read_to_string(out).unwrap()
+    };
+    let alone = draw(&dir.path().join("one.svg"), &["zero-loss"]);
+    let all = draw(&dir.path().join("all.svg"), &[]);
+    for title in [
+        "Loss",
+        "Reward mean ± std",
+        "Grad norm",
+        "KL",
+        "Entropy",
+        "Completion length (tokens)",
+        "Step time (s)",
+        "Peak memory (GB)",
+    ] {
+        assert!(alone.contains(title), "{title}");
+        assert!(all.contains(title), "{title}");
+    }
+    // Same lines; only the marks of the detectors that did not run are missing.
+    assert!(all.contains("kl-explosion") && !alone.contains("kl-explosion"));
+    assert!(alone.contains("zero-loss"));
 }

@@ -13,6 +13,9 @@ impl Detector for DeadGroups {
     fn summary(&self) -> &'static str {
         "frac_reward_zero_std high (groups with identical rewards give no gradient)"
     }
+    fn metrics(&self) -> &'static [&'static str] {
+        &["frac_reward_zero_std", "reward_std"]
+    }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;
         let (series, derived) = {
@@ -22,8 +25,7 @@ impl Detector for DeadGroups {
             } else {
                 // Group-level reward std exactly 0 means every group is dead.
                 let s = f
-                    .series("reward_std")
-                    .into_iter()
+                    .points("reward_std")
                     .filter(|(_, v)| v.is_finite())
                     .map(|(st, v)| (st, if v == 0.0 { 1.0 } else { 0.0 }))
                     .collect::<Vec<_>>();
@@ -84,10 +86,16 @@ impl Detector for Truncation {
     fn summary(&self) -> &'static str {
         "truncation/clip ratio of completions at or above 0.2"
     }
+    fn metrics(&self) -> &'static [&'static str] {
+        &["truncation_ratio"]
+    }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
-        let s = ctx.frame.series("truncation_ratio");
         let th = ctx.th.get("truncation.ratio");
-        let hits: Vec<(i64, f64)> = s.into_iter().filter(|(_, v)| *v >= th).collect();
+        let hits: Vec<(i64, f64)> = ctx
+            .frame
+            .points("truncation_ratio")
+            .filter(|(_, v)| *v >= th)
+            .collect();
         if hits.is_empty() {
             return vec![];
         }
@@ -125,18 +133,22 @@ impl Detector for EmptyCompletions {
     fn summary(&self) -> &'static str {
         "completion length 0: min length 0, empty_count > 0, empty_completion_tokens events"
     }
+    fn metrics(&self) -> &'static [&'static str] {
+        &["empty_count", "completion_len_min"]
+    }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;
         let mut steps = Vec::new();
         let mut row_empty = 0.0;
+        let (empty, min_len) = (f.col("empty_count"), f.col("completion_len_min"));
         for i in 0..f.len() {
-            let ec = f
-                .at("empty_count", i)
+            let ec = empty
+                .and_then(|c| c.get(i))
                 .filter(|v| v.is_finite())
                 .unwrap_or(0.0);
-            let min0 = f.at("completion_len_min", i) == Some(0.0);
+            let min0 = min_len.and_then(|c| c.get(i)) == Some(0.0);
             if ec > 0.0 || min0 {
-                steps.push(f.steps[i]);
+                steps.push(f.step(i));
                 row_empty += ec.max(if min0 { 1.0 } else { 0.0 });
             }
         }

@@ -2,6 +2,7 @@
 //! collapse, and trainer/rollout log-prob mismatch.
 
 use super::{median, runs, spikes, Context, Detector, Finding, Severity, G};
+use crate::logscan::column::Column;
 
 /// `--kl-explosion`: kl above an absolute bound or far above its recent median.
 pub struct KlExplosion;
@@ -12,6 +13,9 @@ impl Detector for KlExplosion {
     }
     fn summary(&self) -> &'static str {
         "kl above 1.0, or above 10x its recent median"
+    }
+    fn metrics(&self) -> &'static [&'static str] {
+        &["kl"]
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let s = ctx.frame.series("kl");
@@ -74,10 +78,12 @@ impl Detector for KlNegative {
     fn summary(&self) -> &'static str {
         "kl < 0: k3 estimators cannot be negative (sign bug)"
     }
+    fn metrics(&self) -> &'static [&'static str] {
+        &["kl"]
+    }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let eps = ctx.th.get("kl_negative.eps");
-        let s = ctx.frame.series("kl");
-        let neg: Vec<(i64, f64)> = s.into_iter().filter(|(_, v)| *v < -eps).collect();
+        let neg: Vec<(i64, f64)> = ctx.frame.points("kl").filter(|(_, v)| *v < -eps).collect();
         if neg.is_empty() {
             return vec![];
         }
@@ -111,11 +117,13 @@ impl Detector for EntropyCollapse {
     fn summary(&self) -> &'static str {
         "entropy < 0.05 or < 10% of its initial value, sustained"
     }
+    fn metrics(&self) -> &'static [&'static str] {
+        &["entropy"]
+    }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let s: Vec<(i64, f64)> = ctx
             .frame
-            .series("entropy")
-            .into_iter()
+            .points("entropy")
             .filter(|(_, v)| v.is_finite())
             .collect();
         if s.is_empty() {
@@ -172,6 +180,9 @@ impl Detector for LogprobMismatch {
     fn summary(&self) -> &'static str {
         "rollout vs trainer prob diff too large, ratio far from 1, or log-probs all zero"
     }
+    fn metrics(&self) -> &'static [&'static str] {
+        &["logprob_diff_mean", "logprob_diff_max", "ratio_mean"]
+    }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;
         let dm = ctx.th.get("logprob_mismatch.diff_mean");
@@ -181,18 +192,21 @@ impl Detector for LogprobMismatch {
         let mut worst_mean: f64 = 0.0;
         let mut worst_max: f64 = 0.0;
         let mut worst_ratio_dev: f64 = 0.0;
+        let (mean, max, ratio) = (
+            f.col("logprob_diff_mean"),
+            f.col("logprob_diff_max"),
+            f.col("ratio_mean"),
+        );
+        let at = |c: Option<&Column>, i: usize| c.and_then(|c| c.get(i)).filter(|v| v.is_finite());
         for i in 0..f.len() {
-            let m = f.at("logprob_diff_mean", i).filter(|v| v.is_finite());
-            let x = f.at("logprob_diff_max", i).filter(|v| v.is_finite());
-            let r = f
-                .at("ratio_mean", i)
-                .filter(|v| v.is_finite())
-                .map(|v| (v - 1.0).abs());
+            let m = at(mean, i);
+            let x = at(max, i);
+            let r = at(ratio, i).map(|v| (v - 1.0).abs());
             worst_mean = worst_mean.max(m.unwrap_or(0.0));
             worst_max = worst_max.max(x.unwrap_or(0.0));
             worst_ratio_dev = worst_ratio_dev.max(r.unwrap_or(0.0));
             if m.is_some_and(|v| v > dm) || x.is_some_and(|v| v > dx) || r.is_some_and(|v| v > rd) {
-                steps.push(f.steps[i]);
+                steps.push(f.step(i));
             }
         }
         let zero_lp: Vec<i64> = ctx

@@ -1,7 +1,7 @@
 //! Loss-shaped signatures: a loss stuck at exactly zero (no learning signal) and a reward
 //! that does not improve.
 
-use super::{runs, Context, Detector, Finding, Severity};
+use super::{Context, Detector, Finding, Severity};
 
 /// `--zero-loss`: loss ≈ 0 together with zero reward std / zero advantages / zero grad.
 pub struct ZeroLoss;
@@ -13,6 +13,17 @@ impl Detector for ZeroLoss {
     fn summary(&self) -> &'static str {
         "loss ~ 0 with zero reward std / advantages / grad norm, sustained"
     }
+    fn metrics(&self) -> &'static [&'static str] {
+        &[
+            "loss",
+            "grad_norm",
+            "reward_std",
+            "kl",
+            "adv_max",
+            "adv_min",
+            "frac_reward_zero_std",
+        ]
+    }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;
         let eps = ctx.th.get("zero_loss.eps");
@@ -21,16 +32,24 @@ impl Detector for ZeroLoss {
         let Some(loss) = f.col("loss") else {
             return vec![];
         };
-        // Rows with a loss, and whether each is a zero-loss row.
-        let rows: Vec<usize> = (0..f.len()).filter(|&i| loss[i].is_some()).collect();
-        let flags: Vec<bool> = rows
-            .iter()
-            .map(|&i| {
-                let l = loss[i].unwrap_or(f64::NAN);
-                let grad_nan = f.at("grad_norm", i).is_some_and(|g| !g.is_finite());
-                l.is_finite() && l.abs() <= eps && !grad_nan
-            })
-            .collect();
+        // Runs of consecutive rows with a loss that are zero-loss rows, long enough.
+        let grad = f.col("grad_norm");
+        let mut zero_runs: Vec<Vec<usize>> = Vec::new();
+        let mut run: Vec<usize> = Vec::new();
+        for (i, l) in loss.present() {
+            let grad_nan = grad.and_then(|g| g.get(i)).is_some_and(|g| !g.is_finite());
+            if l.is_finite() && l.abs() <= eps && !grad_nan {
+                run.push(i);
+            } else if run.len() >= min_steps {
+                zero_runs.push(std::mem::take(&mut run));
+            } else {
+                run.clear();
+            }
+        }
+        if run.len() >= min_steps {
+            zero_runs.push(run);
+        }
+        let first_logged_loss = loss.present().next().map(|(_, l)| l);
         let adv_zero_steps: Vec<i64> = ctx
             .events
             .iter()
@@ -38,16 +57,13 @@ impl Detector for ZeroLoss {
             .filter_map(|e| e.step)
             .collect();
         let mut out = Vec::new();
-        for (a, b) in runs(&flags) {
-            if b + 1 - a < min_steps {
-                continue;
-            }
-            let idx: Vec<usize> = rows[a..=b].to_vec();
-            let steps: Vec<i64> = idx.iter().map(|&i| f.steps[i]).collect();
+        for idx in zero_runs {
+            let steps: Vec<i64> = idx.iter().map(|&i| f.step(i)).collect();
             let mut companions: Vec<&str> = Vec::new();
             let zero_at = |name: &str| {
+                let c = f.col(name);
                 idx.iter()
-                    .filter(|&&i| f.at(name, i).is_some_and(|v| v.abs() <= std_eps))
+                    .filter(|&&i| c.and_then(|c| c.get(i)).is_some_and(|v| v.abs() <= std_eps))
                     .count()
             };
             let n_std = zero_at("reward_std");
@@ -87,7 +103,7 @@ impl Detector for ZeroLoss {
             };
             let max_abs = idx
                 .iter()
-                .filter_map(|&i| loss[i])
+                .filter_map(|&i| loss.get(i))
                 .fold(0.0f64, |m, v| m.max(v.abs()));
             let explanation = if companions.is_empty() {
                 format!(
@@ -119,10 +135,8 @@ impl Detector for ZeroLoss {
             .with("steps_kl_zero", n_kl)
             .with("steps_grad_norm_zero", n_grad)
             .with("steps_advantages_zero", n_adv.max(n_adv_warn));
-            if let Some(first) = rows.first() {
-                if let Some(l) = loss[*first] {
-                    finding = finding.num("first_logged_loss", l);
-                }
+            if let Some(l) = first_logged_loss {
+                finding = finding.num("first_logged_loss", l);
             }
             out.push(finding);
         }
@@ -140,11 +154,13 @@ impl Detector for Plateau {
     fn summary(&self) -> &'static str {
         "reward mean not improving between the first and last quarter of the run"
     }
+    fn metrics(&self) -> &'static [&'static str] {
+        &["reward_mean"]
+    }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let s: Vec<(i64, f64)> = ctx
             .frame
-            .series("reward_mean")
-            .into_iter()
+            .points("reward_mean")
             .filter(|(_, v)| v.is_finite())
             .collect();
         let min_points = ctx.th.get("plateau.min_points").max(2.0) as usize;

@@ -353,6 +353,13 @@ pub trait Detector: Sync {
     fn name(&self) -> &'static str;
     /// One-line description for `--help`.
     fn summary(&self) -> &'static str;
+    /// Canonical metrics it reads: a scan running only some detectors keeps only these
+    /// columns (tests compare each detector alone with all of them).
+    fn metrics(&self) -> &'static [&'static str];
+    /// True when it reads the per-row timestamps.
+    fn uses_timestamps(&self) -> bool {
+        false
+    }
     /// Findings over the frame and events.
     fn detect(&self, ctx: &Context) -> Vec<Finding>;
 }
@@ -421,12 +428,17 @@ pub(crate) fn median(xs: &[f64]) -> Option<f64> {
     }
     let mut v = xs.to_vec();
     v.sort_by(|a, b| a.total_cmp(b));
+    median_sorted(&v)
+}
+
+/// Median of a slice already sorted by `total_cmp`.
+fn median_sorted(v: &[f64]) -> Option<f64> {
     let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
+    if n % 2 == 1 {
+        v.get(n / 2).copied()
     } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
+        Some((v.get((n / 2).checked_sub(1)?)? + v.get(n / 2)?) / 2.0)
+    }
 }
 
 /// Values ≥ `factor` × median of the previous `window` finite values (with at least
@@ -439,22 +451,31 @@ pub(crate) fn spikes(
     floor: f64,
 ) -> Vec<(usize, f64, f64)> {
     let mut out = Vec::new();
+    let window = window.max(1);
+    // The window in arrival order, and the same values kept sorted for the median.
     let mut hist: std::collections::VecDeque<f64> = std::collections::VecDeque::new();
+    let mut sorted: Vec<f64> = Vec::with_capacity(window + 1);
+    let pos = |sorted: &[f64], x: f64| sorted.partition_point(|y| y.total_cmp(&x).is_lt());
     for (i, &(_, v)) in series.iter().enumerate() {
         if !v.is_finite() {
             continue;
         }
         if hist.len() >= min_history.max(1) {
-            let h: Vec<f64> = hist.iter().copied().collect();
-            if let Some(m) = median(&h) {
+            if let Some(m) = median_sorted(&sorted) {
                 if v > factor * m && v > floor {
                     out.push((i, v, m));
                 }
             }
         }
         hist.push_back(v);
-        if hist.len() > window.max(1) {
-            hist.pop_front();
+        sorted.insert(pos(&sorted, v), v);
+        if hist.len() > window {
+            if let Some(old) = hist.pop_front() {
+                let at = pos(&sorted, old);
+                if sorted.get(at).is_some_and(|y| y.total_cmp(&old).is_eq()) {
+                    sorted.remove(at);
+                }
+            }
         }
     }
     out
@@ -490,6 +511,63 @@ mod tests {
             vec![(0, 1), (3, 3), (5, 7)]
         );
         assert_eq!(runs(&[]), vec![]);
+    }
+
+    #[test]
+    fn spikes_match_the_median_of_each_window() {
+        // Ties, signed zeros, NaN (skipped) and a window sliding over repeated values.
+        let xs = [
+            1.0,
+            1.0,
+            0.0,
+            -0.0,
+            2.0,
+            30.0,
+            1.0,
+            f64::NAN,
+            1.0,
+            5.0,
+            0.5,
+            50.0,
+            0.5,
+            0.5,
+            9.0,
+            -0.0,
+            0.0,
+            100.0,
+            3.0,
+            3.0,
+        ];
+        let series: Vec<(i64, f64)> = xs.iter().enumerate().map(|(i, v)| (i as i64, *v)).collect();
+        for window in 1..6 {
+            for min_history in 0..4 {
+                // The obvious way: the median of a copy of the last `window` finite values.
+                let mut want = Vec::new();
+                let mut hist: Vec<f64> = Vec::new();
+                for (i, &v) in xs.iter().enumerate() {
+                    if !v.is_finite() {
+                        continue;
+                    }
+                    if hist.len() >= min_history.max(1) {
+                        let m = median(&hist).unwrap();
+                        if v > 2.0 * m && v > 0.1 {
+                            want.push((i, v.to_bits(), m.to_bits()));
+                        }
+                    }
+                    hist.push(v);
+                    if hist.len() > window {
+                        hist.remove(0);
+                    }
+                }
+                let got: Vec<_> = spikes(&series, 2.0, window, min_history, 0.1)
+                    .into_iter()
+                    .map(|(i, v, m)| (i, v.to_bits(), m.to_bits()))
+                    .collect();
+                assert_eq!(got, want, "window {window}, min_history {min_history}");
+                // Never judged when the window cannot hold `min_history` values.
+                assert_eq!(want.is_empty(), min_history > window);
+            }
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! advantages blown up by a tiny reward std.
 
 use super::{runs, spikes, Context, Detector, Finding, Severity, G};
+use crate::logscan::column::Column;
 
 /// Metrics whose non-finite values mean the numbers are broken.
 const FINITE_METRICS: &[&str] = &[
@@ -16,6 +17,20 @@ const FINITE_METRICS: &[&str] = &[
     "adv_min",
 ];
 
+/// What `--nan-grad` reads: [`FINITE_METRICS`] and `grad_nan_count`.
+const NAN_GRAD_METRICS: &[&str] = &[
+    "grad_norm",
+    "loss",
+    "kl",
+    "reward_mean",
+    "reward_std",
+    "entropy",
+    "ppo_kl",
+    "adv_max",
+    "adv_min",
+    "grad_nan_count",
+];
+
 /// `--nan-grad`: any non-finite gradient/loss/kl/reward, NaN gradient events,
 /// `grad_nan_count > 0`, and a NaN hidden as loss 0.0 next to a NaN grad norm.
 pub struct NanGrad;
@@ -27,35 +42,39 @@ impl Detector for NanGrad {
     fn summary(&self) -> &'static str {
         "non-finite grad_norm/loss/kl/reward, nan_gradient events, grad_nan_count > 0"
     }
+    fn metrics(&self) -> &'static [&'static str] {
+        NAN_GRAD_METRICS
+    }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;
         let mut steps = Vec::new();
         let mut f_out = Vec::new();
         let mut per_metric = serde_json::Map::new();
         for name in FINITE_METRICS {
-            let bad: Vec<i64> = f
-                .series(name)
-                .into_iter()
-                .filter(|(_, v)| !v.is_finite())
-                .map(|(s, _)| s)
-                .collect();
-            if !bad.is_empty() {
-                per_metric.insert(name.to_string(), bad.len().into());
-                steps.extend(bad);
+            let before = steps.len();
+            steps.extend(
+                f.points(name)
+                    .filter(|(_, v)| !v.is_finite())
+                    .map(|(s, _)| s),
+            );
+            let bad = steps.len() - before;
+            if bad > 0 {
+                per_metric.insert(name.to_string(), bad.into());
             }
         }
         let nan_count: Vec<(i64, f64)> = f
-            .series("grad_nan_count")
-            .into_iter()
+            .points("grad_nan_count")
             .filter(|(_, v)| *v > 0.0 || v.is_nan())
             .collect();
         steps.extend(nan_count.iter().map(|(s, _)| *s));
-        let hidden: Vec<i64> = (0..f.len())
-            .filter(|&i| {
-                f.at("loss", i) == Some(0.0) && f.at("grad_norm", i).is_some_and(|g| !g.is_finite())
-            })
-            .map(|i| f.steps[i])
-            .collect();
+        let hidden: Vec<i64> = match (f.col("loss"), f.col("grad_norm")) {
+            (Some(loss), Some(grad)) => grad
+                .present()
+                .filter(|(i, g)| !g.is_finite() && loss.get(*i) == Some(0.0))
+                .map(|(i, _)| f.step(i))
+                .collect(),
+            _ => Vec::new(),
+        };
         let events: Vec<i64> = ctx
             .events
             .iter()
@@ -114,6 +133,9 @@ impl Detector for GradSpike {
     fn summary(&self) -> &'static str {
         "grad_norm above factor x median of the previous window"
     }
+    fn metrics(&self) -> &'static [&'static str] {
+        &["grad_norm"]
+    }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let s = ctx.frame.series("grad_norm");
         let hits = spikes(
@@ -171,6 +193,9 @@ impl Detector for ZeroGrad {
     fn summary(&self) -> &'static str {
         "grad_norm ~ 0 on consecutive steps: nothing is updated"
     }
+    fn metrics(&self) -> &'static [&'static str] {
+        &["grad_norm"]
+    }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let s = ctx.frame.series("grad_norm");
         let eps = ctx.th.get("zero_grad.eps");
@@ -217,6 +242,9 @@ impl Detector for AdvExplosion {
     fn summary(&self) -> &'static str {
         "0 < reward std < 1e-3 or |advantage| > 10: advantages blown up"
     }
+    fn metrics(&self) -> &'static [&'static str] {
+        &["reward_std", "adv_max", "adv_min"]
+    }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;
         let std_max = ctx.th.get("adv_explosion.std_max");
@@ -224,22 +252,21 @@ impl Detector for AdvExplosion {
         let mut steps = Vec::new();
         let mut min_std = f64::INFINITY;
         let mut max_adv: f64 = 0.0;
+        let (std, adv_max, adv_min) = (f.col("reward_std"), f.col("adv_max"), f.col("adv_min"));
+        let at = |c: Option<&Column>, i: usize| c.and_then(|c| c.get(i));
         for i in 0..f.len() {
-            let tiny = f
-                .at("reward_std", i)
-                .is_some_and(|s| s.is_finite() && s > 0.0 && s < std_max);
-            let adv = f
-                .at("adv_max", i)
+            let tiny = at(std, i).is_some_and(|s| s.is_finite() && s > 0.0 && s < std_max);
+            let adv = at(adv_max, i)
                 .into_iter()
-                .chain(f.at("adv_min", i))
+                .chain(at(adv_min, i))
                 .filter(|v| v.is_finite())
                 .fold(0.0f64, |m, v| m.max(v.abs()));
             if tiny {
-                min_std = min_std.min(f.at("reward_std", i).unwrap_or(f64::INFINITY));
+                min_std = min_std.min(at(std, i).unwrap_or(f64::INFINITY));
             }
             max_adv = max_adv.max(adv);
             if tiny || adv > abs {
-                steps.push(f.steps[i]);
+                steps.push(f.step(i));
             }
         }
         if steps.is_empty() {

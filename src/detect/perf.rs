@@ -7,16 +7,14 @@ use crate::logscan::frame::LogFrame;
 /// Seconds per step: `step_time`, else `1 / it_per_sec`, else timestamp deltas.
 pub fn step_times(f: &LogFrame) -> (Vec<(i64, f64)>, &'static str) {
     let s: Vec<(i64, f64)> = f
-        .series("step_time")
-        .into_iter()
+        .points("step_time")
         .filter(|(_, v)| v.is_finite() && *v > 0.0)
         .collect();
     if !s.is_empty() {
         return (s, "step_time");
     }
     let s: Vec<(i64, f64)> = f
-        .series("it_per_sec")
-        .into_iter()
+        .points("it_per_sec")
         .filter(|(_, v)| v.is_finite() && *v > 0.0)
         .map(|(st, v)| (st, 1.0 / v))
         .collect();
@@ -24,10 +22,9 @@ pub fn step_times(f: &LogFrame) -> (Vec<(i64, f64)>, &'static str) {
         return (s, "1/it_per_sec");
     }
     let ts: Vec<(i64, f64)> = f
-        .steps
-        .iter()
-        .zip(&f.timestamps)
-        .filter_map(|(s, t)| t.map(|t| (*s, t)))
+        .timestamps()
+        .present()
+        .map(|(i, t)| (f.step(i), t))
         .collect();
     let out = ts
         .windows(2)
@@ -47,6 +44,12 @@ impl Detector for Slowdown {
     }
     fn summary(&self) -> &'static str {
         "step-time spikes and upward trend (first-step compile time separated)"
+    }
+    fn metrics(&self) -> &'static [&'static str] {
+        &["step_time", "it_per_sec"]
+    }
+    fn uses_timestamps(&self) -> bool {
+        true
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let (s, how) = step_times(ctx.frame);
@@ -184,11 +187,13 @@ impl Detector for MemGrowth {
     fn summary(&self) -> &'static str {
         "peak memory grows more than 20% over the run, steadily"
     }
+    fn metrics(&self) -> &'static [&'static str] {
+        &["peak_memory_gb"]
+    }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let s: Vec<(i64, f64)> = ctx
             .frame
-            .series("peak_memory_gb")
-            .into_iter()
+            .points("peak_memory_gb")
             .filter(|(_, v)| v.is_finite() && *v > 0.0)
             .collect();
         if s.len() < ctx.th.get("mem_growth.min_points").max(2.0) as usize {

@@ -148,6 +148,14 @@ pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
         thresholds: args.thresholds.clone(),
         aliases: args.aliases.clone(),
         keep_raw: args.export.is_some(),
+        also_keep: if args.plot.is_some() {
+            crate::report::plot::METRICS
+                .iter()
+                .map(|m| m.to_string())
+                .collect()
+        } else {
+            Vec::new()
+        },
     };
     let report = scan(&args.paths, &opts)?;
     if let Some(out) = &args.output {

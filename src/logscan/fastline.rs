@@ -211,6 +211,8 @@ pub struct Scratch {
 }
 
 struct Scan<'a> {
+    /// The line, checked UTF-8 once, so keys and numbers are sliced, not re-validated.
+    text: &'a str,
     b: &'a [u8],
     i: usize,
 }
@@ -242,9 +244,6 @@ impl<'a> Scan<'a> {
             .position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
         if rest[n] != b'"' {
             return None;
-        }
-        if !rest[..n].is_ascii() {
-            std::str::from_utf8(&rest[..n]).ok()?;
         }
         self.i = start + n + 1;
         Some((start, start + n))
@@ -337,7 +336,7 @@ impl<'a> Scan<'a> {
             }
             return Some(Top::Int(v));
         }
-        let text = std::str::from_utf8(&b[start..j]).ok()?;
+        let text = self.text.get(start..j)?;
         let f: f64 = text.parse().ok()?;
         // serde_json rejects overflow; leave underflow to it as well.
         if f.is_infinite() {
@@ -459,7 +458,7 @@ fn object(
             return None;
         }
         let (ks, ke) = s.string()?;
-        let key = std::str::from_utf8(&s.b[ks..ke]).ok()?;
+        let key = s.text.get(ks..ke)?;
         s.ws();
         if s.peek()? != b':' {
             return None;
@@ -560,13 +559,11 @@ fn object(
 }
 
 /// The text of a string the scanner validated.
-fn text_at(line: &[u8], a: u32, z: u32) -> &str {
-    let bytes = line.get(a as usize..z as usize).unwrap_or_default();
-    // Scan::string checked these bytes are UTF-8.
-    std::str::from_utf8(bytes).unwrap_or_default()
+fn text_at(line: &str, a: u32, z: u32) -> &str {
+    line.get(a as usize..z as usize).unwrap_or_default()
 }
 
-fn step_from(t: Option<Top>, line: &[u8]) -> Option<i64> {
+fn step_from(t: Option<Top>, line: &str) -> Option<i64> {
     match t? {
         Top::Int(i) => Some(i),
         Top::Float(f) if f.is_finite() && f.fract() == 0.0 => Some(f as i64),
@@ -586,18 +583,23 @@ fn time_from(t: Option<Top>) -> Option<f64> {
 
 /// Fast-parse one JSON line (ASCII whitespace around it allowed) into `out` (keys interned
 /// there); `None` when the line needs the general path (nothing is then added to `out`).
-/// Bytes that are not UTF-8 are only accepted inside strings, where they are checked.
+/// A line that is not UTF-8 is declined (JSON allows other bytes nowhere).
 pub fn parse_line(line: &[u8], sc: &mut Scratch, out: &mut Batch) -> Option<FastRec> {
     let b = line.trim_ascii();
     if b.first() != Some(&b'{') {
         return None;
     }
+    let b = std::str::from_utf8(b).ok()?;
     sc.paths.clear();
     sc.all.clear();
     sc.leaves.clear();
     sc.top = [None; 11];
     sc.data_time = [None; 3];
-    let mut s = Scan { b, i: 0 };
+    let mut s = Scan {
+        text: b,
+        b: b.as_bytes(),
+        i: 0,
+    };
     object(&mut s, sc, Level::Top, 0, u8::MAX, 0)?;
     s.ws();
     if s.i != b.len() {

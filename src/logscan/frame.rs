@@ -1,54 +1,16 @@
 //! The normalised frame: one row per step, canonical metric columns (through the alias
 //! table), optional raw columns, and the `source` each row came from. Records from several
-//! files merge by step; the first value seen for a metric at a step wins.
-
-use std::sync::Arc;
+//! files merge by step; the first value seen for a metric at a step wins. Columns are
+//! [`Column`]s (blocks, compressed as rows arrive); a [`Projection`] keeps only the
+//! metrics the caller will read, so memory follows steps × kept metrics.
 
 use polars::prelude::*;
 
 use crate::error::{Error, Result};
+use crate::logscan::column::{Column, Steps, BLOCK_ROWS};
 use crate::logscan::fastline::{FxMap, Interner};
 use crate::logscan::record::{LogRecord, SourceKind};
 use crate::readers::aliases::AliasTable;
-
-/// A growable f64 column with missing cells: values plus a presence bitmap.
-#[derive(Debug, Clone, Default)]
-struct Col {
-    values: Vec<f64>,
-    present: Vec<u64>,
-}
-
-impl Col {
-    fn set(&mut self, row: usize, v: f64) -> bool {
-        if self.values.len() <= row {
-            self.values.resize(row + 1, 0.0);
-            self.present.resize(row / 64 + 1, 0);
-        }
-        let (w, bit) = (row / 64, 1u64 << (row % 64));
-        if self.present[w] & bit != 0 {
-            return false;
-        }
-        self.values[row] = v;
-        self.present[w] |= bit;
-        true
-    }
-
-    fn any(&self) -> bool {
-        self.present.iter().any(|w| *w != 0)
-    }
-
-    fn get(&self, i: usize) -> Option<f64> {
-        let w = *self.present.get(i / 64)?;
-        if w & (1u64 << (i % 64)) == 0 {
-            return None;
-        }
-        self.values.get(i).copied()
-    }
-
-    fn finish(self, order: &[usize]) -> Vec<Option<f64>> {
-        order.iter().map(|&i| self.get(i)).collect()
-    }
-}
 
 /// What the builder knows about one raw key.
 #[derive(Debug, Clone, Copy)]
@@ -59,36 +21,105 @@ struct KeyInfo {
     raw: u32,
 }
 
+/// Which metric columns a frame keeps (every metric name is still listed).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Projection {
+    /// Every canonical metric and the timestamps.
+    #[default]
+    All,
+    /// Only these canonical metrics, and the timestamps when `timestamps`.
+    Only {
+        /// Canonical metric names.
+        metrics: Vec<String>,
+        /// Keep the per-row timestamps.
+        timestamps: bool,
+    },
+}
+
+impl Projection {
+    /// True when metric `name` is kept.
+    pub fn keeps(&self, name: &str) -> bool {
+        match self {
+            Projection::All => true,
+            Projection::Only { metrics, .. } => metrics.iter().any(|m| m == name),
+        }
+    }
+
+    /// True when the timestamps are kept.
+    pub fn keeps_timestamps(&self) -> bool {
+        match self {
+            Projection::All => true,
+            Projection::Only { timestamps, .. } => *timestamps,
+        }
+    }
+}
+
+/// Every producer kind, by bit of a row's source mask.
+const SOURCE_KINDS: [SourceKind; 10] = [
+    SourceKind::Steps,
+    SourceKind::Events,
+    SourceKind::VerlJsonl,
+    SourceKind::HfTrainerState,
+    SourceKind::VerlConsole,
+    SourceKind::TrlDict,
+    SourceKind::MlxReport,
+    SourceKind::NanoGpt,
+    SourceKind::MicroDiag,
+    SourceKind::GenericJsonl,
+];
+
+/// The `+`-joined names of the producers in source mask `mask`.
+fn source_names(mask: u16) -> String {
+    SOURCE_KINDS
+        .iter()
+        .filter(|k| mask & (1 << (**k as u32)) != 0)
+        .map(|k| k.name())
+        .collect::<Vec<_>>()
+        .join("+")
+}
+
 /// Accumulates records into rows keyed by step.
 #[derive(Debug)]
 pub struct FrameBuilder {
     aliases: AliasTable,
     keep_raw: bool,
-    rows: FxMap<i64, usize>,
-    steps: Vec<i64>,
-    timestamps: Vec<Option<f64>>,
-    sources: Vec<u32>,
-    canon: Vec<Col>,
+    projection: Projection,
+    /// Per canonical metric: its values are stored.
+    keep: Vec<bool>,
+    /// Per canonical metric: a value was seen (stored or not).
+    seen: Vec<bool>,
+    steps: Steps,
+    /// Step → row, made once a step arrives below the last one; until then rows are in
+    /// ascending step order and found by binary search.
+    rows: Option<FxMap<i64, usize>>,
+    timestamps: Column,
+    /// Bit `SourceKind as u32` set for each producer that contributed to the row.
+    sources: Vec<u16>,
+    canon: Vec<Column>,
     keys: Interner,
     key_info: Vec<KeyInfo>,
-    raw: Vec<(String, Col)>,
+    raw: Vec<(String, Column)>,
     scratch: Vec<(u32, f64)>,
     touched: Vec<usize>,
     ids: Vec<(u32, f64)>,
 }
 
 impl FrameBuilder {
-    /// A builder resolving keys through `aliases`; raw columns are kept when `keep_raw`.
+    /// A builder resolving keys through `aliases`, keeping every metric; raw columns are
+    /// kept when `keep_raw`.
     pub fn new(aliases: AliasTable, keep_raw: bool) -> Self {
         let n = aliases.canonical_names().len();
         FrameBuilder {
             aliases,
             keep_raw,
-            rows: FxMap::default(),
-            steps: Vec::new(),
-            timestamps: Vec::new(),
+            projection: Projection::All,
+            keep: vec![true; n],
+            seen: vec![false; n],
+            steps: Steps::default(),
+            rows: None,
+            timestamps: Column::default(),
             sources: Vec::new(),
-            canon: vec![Col::default(); n],
+            canon: vec![Column::default(); n],
             keys: Interner::default(),
             key_info: Vec::new(),
             raw: Vec::new(),
@@ -96,6 +127,15 @@ impl FrameBuilder {
             touched: Vec::new(),
             ids: Vec::new(),
         }
+    }
+
+    /// Keep only the columns `projection` names (call before the first record).
+    pub fn with_projection(mut self, projection: Projection) -> Self {
+        for (k, name) in self.keep.iter_mut().zip(self.aliases.canonical_names()) {
+            *k = projection.keeps(name);
+        }
+        self.projection = projection;
+        self
     }
 
     /// The alias table in use.
@@ -131,6 +171,56 @@ impl FrameBuilder {
         self.ids = ids;
     }
 
+    /// A new row for `step`; full blocks of every column are compressed as rows pass them.
+    fn new_row(&mut self, step: i64) -> usize {
+        let r = self.steps.len();
+        self.steps.push(step);
+        self.sources.push(0);
+        if r > 0 && r % BLOCK_ROWS == 0 {
+            let b = r / BLOCK_ROWS - 1;
+            for c in &mut self.canon {
+                c.seal_block(b, BLOCK_ROWS);
+            }
+            for (_, c) in &mut self.raw {
+                c.seal_block(b, BLOCK_ROWS);
+            }
+            self.timestamps.seal_block(b, BLOCK_ROWS);
+        }
+        r
+    }
+
+    /// The row of `step`, made when new.
+    fn row_of(&mut self, step: i64) -> usize {
+        if let Some(map) = &self.rows {
+            if let Some(&r) = map.get(&step) {
+                return r;
+            }
+            let r = self.new_row(step);
+            if let Some(map) = &mut self.rows {
+                map.insert(step, r);
+            }
+            return r;
+        }
+        match self.steps.last() {
+            Some(last) if step == last => self.steps.len() - 1,
+            Some(last) if step < last => match self.steps.position(step) {
+                Some(r) => r,
+                None => {
+                    let mut map: FxMap<i64, usize> = FxMap::default();
+                    map.reserve(self.steps.len() + 1);
+                    for (r, s) in self.steps.iter().enumerate() {
+                        map.insert(s, r);
+                    }
+                    let r = self.new_row(step);
+                    map.insert(step, r);
+                    self.rows = Some(map);
+                    r
+                }
+            },
+            _ => self.new_row(step),
+        }
+    }
+
     /// Add one record whose keys are ids from [`FrameBuilder::intern`].
     pub fn push_ids(
         &mut self,
@@ -140,20 +230,14 @@ impl FrameBuilder {
         fields: &[(u32, f64)],
     ) {
         let Some(step) = step else { return };
-        let row = match self.rows.get(&step) {
-            Some(&r) => r,
-            None => {
-                let r = self.steps.len();
-                self.rows.insert(step, r);
-                self.steps.push(step);
-                self.timestamps.push(None);
-                self.sources.push(0);
-                r
+        let row = self.row_of(step);
+        if let Some(m) = self.sources.get_mut(row) {
+            *m |= 1 << (source as u32);
+        }
+        if let Some(t) = timestamp {
+            if self.projection.keeps_timestamps() {
+                self.timestamps.set(row, t);
             }
-        };
-        self.sources[row] |= 1 << (source as u32);
-        if self.timestamps[row].is_none() {
-            self.timestamps[row] = timestamp;
         }
         // Best-priority value per canonical metric within this record.
         for &(k, v) in fields {
@@ -172,7 +256,7 @@ impl FrameBuilder {
             if self.keep_raw {
                 let ri = if info.raw == u32::MAX {
                     self.raw
-                        .push((self.keys.name(k).to_string(), Col::default()));
+                        .push((self.keys.name(k).to_string(), Column::default()));
                     let ri = (self.raw.len() - 1) as u32;
                     self.key_info[k as usize].raw = ri;
                     ri
@@ -184,67 +268,69 @@ impl FrameBuilder {
         }
         for idx in self.touched.drain(..) {
             let (_, v) = self.scratch[idx];
-            self.canon[idx].set(row, v);
             self.scratch[idx] = (u32::MAX, 0.0);
+            self.seen[idx] = true;
+            if self.keep[idx] {
+                self.canon[idx].set(row, v);
+            }
         }
     }
 
     /// Sort rows by step and freeze.
     pub fn finish(self) -> LogFrame {
         let n = self.steps.len();
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by_key(|&i| self.steps[i]);
-        let kinds = [
-            SourceKind::Steps,
-            SourceKind::Events,
-            SourceKind::VerlJsonl,
-            SourceKind::HfTrainerState,
-            SourceKind::VerlConsole,
-            SourceKind::TrlDict,
-            SourceKind::MlxReport,
-            SourceKind::NanoGpt,
-            SourceKind::MicroDiag,
-            SourceKind::GenericJsonl,
-        ];
-        drop(self.rows);
-        // Rows share one string per combination of producers.
-        let mut joined: FxMap<u32, Arc<str>> = FxMap::default();
-        let sources = order
+        // Rows arrived in ascending step order unless the step map was needed.
+        let order: Option<Vec<usize>> = self.rows.map(|map| {
+            drop(map);
+            let mut order: Vec<usize> = (0..n).collect();
+            order.sort_by_key(|&i| self.steps.get(i));
+            order
+        });
+        let arrange = |mut c: Column| -> Column {
+            c.finish_rows(n);
+            match &order {
+                Some(o) => c.gather(o),
+                None => c,
+            }
+        };
+        let names = self.aliases.canonical_names();
+        let metrics: Vec<String> = names
             .iter()
-            .map(|&i| {
-                let mask = self.sources[i];
-                joined
-                    .entry(mask)
-                    .or_insert_with(|| {
-                        kinds
-                            .iter()
-                            .filter(|k| mask & (1 << (**k as u32)) != 0)
-                            .map(|k| k.name())
-                            .collect::<Vec<_>>()
-                            .join("+")
-                            .into()
-                    })
-                    .clone()
-            })
+            .zip(&self.seen)
+            .filter(|(_, seen)| **seen)
+            .map(|(n, _)| n.clone())
             .collect();
-        let names = self.aliases.canonical_names().to_vec();
         let columns = names
-            .into_iter()
+            .iter()
             .zip(self.canon)
-            .filter(|(_, c)| c.any())
-            .map(|(name, c)| (name, c.finish(&order)))
+            .zip(&self.keep)
+            .zip(&self.seen)
+            .filter(|(((_, _), keep), seen)| **keep && **seen)
+            .map(|(((name, c), _), _)| (name.clone(), arrange(c)))
             .collect();
         let raw = self
             .raw
             .into_iter()
-            .map(|(name, c)| (name, c.finish(&order)))
+            .map(|(name, c)| (name, arrange(c)))
             .collect();
+        let timestamps = arrange(self.timestamps);
+        let (steps, sources) = match &order {
+            Some(o) => (
+                o.iter().filter_map(|&i| self.steps.get(i)).collect(),
+                o.iter()
+                    .map(|&i| self.sources.get(i).copied().unwrap_or(0))
+                    .collect(),
+            ),
+            None => (self.steps, self.sources),
+        };
         LogFrame {
-            steps: order.iter().map(|&i| self.steps[i]).collect(),
-            timestamps: order.iter().map(|&i| self.timestamps[i]).collect(),
+            steps,
+            timestamps,
             sources,
+            metrics,
             columns,
             raw,
+            projection: self.projection,
         }
     }
 }
@@ -252,16 +338,13 @@ impl FrameBuilder {
 /// Canonical metrics per step, sorted by step: what every detector reads.
 #[derive(Debug, Clone, Default)]
 pub struct LogFrame {
-    /// Step of each row, ascending, unique.
-    pub steps: Vec<i64>,
-    /// Unix time of each row, when known.
-    pub timestamps: Vec<Option<f64>>,
-    /// Producers that contributed to each row, `+`-joined (rows share the string).
-    pub sources: Vec<Arc<str>>,
-    /// Canonical metric columns present in the logs.
-    pub columns: Vec<(String, Vec<Option<f64>>)>,
-    /// Raw columns under their original (flattened) keys, when kept.
-    pub raw: Vec<(String, Vec<Option<f64>>)>,
+    steps: Steps,
+    timestamps: Column,
+    sources: Vec<u16>,
+    metrics: Vec<String>,
+    columns: Vec<(String, Column)>,
+    raw: Vec<(String, Column)>,
+    projection: Projection,
 }
 
 impl LogFrame {
@@ -275,48 +358,117 @@ impl LogFrame {
         self.steps.is_empty()
     }
 
-    /// The canonical column `name`.
-    pub fn col(&self, name: &str) -> Option<&[Option<f64>]> {
-        self.columns
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, c)| c.as_slice())
+    /// Step of each row, ascending, unique.
+    pub fn steps(&self) -> &Steps {
+        &self.steps
+    }
+
+    /// The step of row `i` (`i64::MIN` past the end).
+    #[inline]
+    pub fn step(&self, i: usize) -> i64 {
+        self.steps.get(i).unwrap_or(i64::MIN)
+    }
+
+    /// Unix time of each row, when known (empty when the projection dropped it).
+    pub fn timestamps(&self) -> &Column {
+        debug_assert!(
+            self.projection.keeps_timestamps(),
+            "timestamps read but not kept by the frame's projection"
+        );
+        &self.timestamps
+    }
+
+    /// Producers that contributed to row `i`, `+`-joined (`steps+events`).
+    pub fn source(&self, i: usize) -> String {
+        source_names(self.sources.get(i).copied().unwrap_or(0))
+    }
+
+    /// Canonical metrics present in the logs, in alias-table order (kept or not).
+    pub fn metrics(&self) -> &[String] {
+        &self.metrics
+    }
+
+    /// Which columns this frame kept.
+    pub fn projection(&self) -> &Projection {
+        &self.projection
+    }
+
+    /// The canonical column `name` (`None` when the logs have no value for it). Reading a
+    /// metric the projection dropped is a bug in the caller's declared needs.
+    pub fn col(&self, name: &str) -> Option<&Column> {
+        debug_assert!(
+            self.projection.keeps(name),
+            "metric {name:?} read but not kept by the frame's projection"
+        );
+        self.columns.iter().find(|(n, _)| n == name).map(|(_, c)| c)
+    }
+
+    /// Names of the raw columns (kept when the scan asked for them).
+    pub fn raw_names(&self) -> impl Iterator<Item = &str> {
+        self.raw.iter().map(|(n, _)| n.as_str())
+    }
+
+    /// The raw column under its original (flattened) key.
+    pub fn raw(&self, name: &str) -> Option<&Column> {
+        self.raw.iter().find(|(n, _)| n == name).map(|(_, c)| c)
+    }
+
+    /// `(step, value)` of the present cells of column `name`, in step order.
+    pub fn points(&self, name: &str) -> impl Iterator<Item = (i64, f64)> + '_ {
+        self.col(name)
+            .into_iter()
+            .flat_map(|c| c.present().map(|(i, v)| (self.step(i), v)))
     }
 
     /// `(step, value)` pairs of the present cells of column `name`.
     pub fn series(&self, name: &str) -> Vec<(i64, f64)> {
-        self.col(name)
-            .map(|c| {
-                self.steps
-                    .iter()
-                    .zip(c)
-                    .filter_map(|(s, v)| v.map(|v| (*s, v)))
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.points(name).collect()
     }
 
     /// The value of column `name` at row `i`.
     pub fn at(&self, name: &str, i: usize) -> Option<f64> {
-        self.col(name).and_then(|c| c.get(i).copied().flatten())
+        self.col(name).and_then(|c| c.get(i))
+    }
+
+    /// Bytes the frame's columns hold on the heap (steps, timestamps, sources, metrics).
+    pub fn heap_bytes(&self) -> usize {
+        self.steps.heap_bytes()
+            + self.timestamps.heap_bytes()
+            + self.sources.capacity() * 2
+            + self
+                .columns
+                .iter()
+                .chain(&self.raw)
+                .map(|(_, c)| c.heap_bytes())
+                .sum::<usize>()
     }
 
     /// As a polars frame: `step`, `timestamp`, `source`, canonical columns, then raw
     /// columns prefixed `raw:`.
     pub fn to_polars(&self) -> Result<DataFrame> {
-        let mut cols: Vec<Column> = vec![
-            Column::new("step".into(), &self.steps),
-            Column::new("timestamp".into(), &self.timestamps),
-            Column::new(
-                "source".into(),
-                self.sources.iter().map(|s| &**s).collect::<Vec<&str>>(),
-            ),
+        let cells = |c: &Column| c.iter().collect::<Vec<Option<f64>>>();
+        let mut names: FxMap<u16, String> = FxMap::default();
+        for &m in &self.sources {
+            names.entry(m).or_insert_with(|| source_names(m));
+        }
+        let sources: Vec<&str> = self
+            .sources
+            .iter()
+            .map(|m| names.get(m).map_or("", String::as_str))
+            .collect();
+        let mut cols: Vec<polars::prelude::Column> = vec![
+            polars::prelude::Column::new("step".into(), self.steps.to_vec()),
+            polars::prelude::Column::new("timestamp".into(), cells(&self.timestamps)),
+            polars::prelude::Column::new("source".into(), sources),
         ];
         for (name, c) in &self.columns {
-            cols.push(Column::new(name.as_str().into(), c));
+            cols.push(polars::prelude::Column::new(name.as_str().into(), cells(c)));
         }
         for (name, c) in &self.raw {
-            cols.push(Column::new(format!("raw:{name}").into(), c));
+            cols.push(polars::prelude::Column::new(
+                format!("raw:{name}").into(),
+                cells(c),
+            ));
         }
         DataFrame::new_infer_height(cols).map_err(|e| Error::Usage(format!("building frame: {e}")))
     }
@@ -332,5 +484,121 @@ impl LogFrame {
                 msg: e.to_string(),
             })?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(step: i64, fields: &[(&str, f64)]) -> LogRecord {
+        LogRecord {
+            step: Some(step),
+            timestamp: Some(1000.0 + step as f64),
+            source: SourceKind::Steps,
+            file: 0,
+            line: 1,
+            fields: fields.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        }
+    }
+
+    fn builder() -> FrameBuilder {
+        FrameBuilder::new(AliasTable::builtin().unwrap(), false)
+    }
+
+    #[test]
+    fn nan_is_a_value_and_missing_is_not_in_step_order_after_a_merge() {
+        let mut b = builder();
+        // Steps arrive descending, then an earlier step is merged into: rows get sorted.
+        for s in (0..3 * BLOCK_ROWS as i64).rev() {
+            let loss = if s % 3 == 0 { f64::NAN } else { s as f64 };
+            if s % 5 == 0 {
+                b.push(&rec(s, &[("train_loss", loss)]));
+            } else {
+                b.push(&rec(s, &[("train_loss", loss), ("grad_norm", 0.5)]));
+            }
+        }
+        b.push(&rec(7, &[("grad_norm", 9.0), ("kl", f64::NAN)]));
+        let f = b.finish();
+        assert_eq!(f.len(), 3 * BLOCK_ROWS);
+        assert_eq!(f.steps().first(), Some(0));
+        assert_eq!(f.steps().last(), Some(3 * BLOCK_ROWS as i64 - 1));
+        for i in 0..f.len() {
+            let s = i as i64;
+            assert_eq!(f.step(i), s);
+            let loss = f.at("loss", i).unwrap();
+            assert_eq!(loss.is_nan(), s % 3 == 0, "row {i}");
+            let g = f.at("grad_norm", i);
+            assert_eq!(g, if s % 5 == 0 { None } else { Some(0.5) }, "row {i}");
+        }
+        // First value wins; a NaN is present, other rows have no kl at all.
+        assert_eq!(f.at("grad_norm", 7), Some(0.5));
+        assert!(f.at("kl", 7).is_some_and(f64::is_nan));
+        assert_eq!(f.at("kl", 8), None);
+        assert_eq!(f.col("kl").map(|c| c.present().count()), Some(1));
+        assert_eq!(f.timestamps().get(10), Some(1010.0));
+    }
+
+    #[test]
+    fn projection_keeps_named_metrics_and_lists_all() {
+        let projection = Projection::Only {
+            metrics: vec!["loss".to_string(), "val_loss".to_string()],
+            timestamps: false,
+        };
+        let mut b = builder().with_projection(projection.clone());
+        for s in 0..10 {
+            b.push(&rec(
+                s,
+                &[("train_loss", 0.1), ("lr", 1e-5), ("grad_norm", 1.0)],
+            ));
+        }
+        let f = b.finish();
+        assert_eq!(f.metrics(), ["loss", "grad_norm", "lr"]);
+        assert_eq!(f.projection(), &projection);
+        assert_eq!(f.series("loss").len(), 10);
+        assert_eq!(f.col("val_loss").map(Column::len), None);
+        assert!(f.columns.iter().all(|(n, _)| n == "loss"));
+        assert!(f.timestamps.present().next().is_none());
+    }
+
+    #[cfg(debug_assertions)]
+    #[test]
+    #[should_panic(expected = "read but not kept")]
+    fn reading_a_dropped_metric_is_caught_in_debug_builds() {
+        let projection = Projection::Only {
+            metrics: vec!["loss".to_string()],
+            timestamps: false,
+        };
+        let mut b = builder().with_projection(projection);
+        b.push(&rec(0, &[("train_loss", 0.1), ("grad_norm", 1.0)]));
+        let _ = b.finish().col("grad_norm");
+    }
+
+    #[test]
+    fn constant_and_counting_columns_cost_no_values() {
+        let mut b = builder();
+        let rows = 4 * BLOCK_ROWS;
+        for s in 0..rows as i64 {
+            let noisy = ((s * 7919) % 1000) as f64 / 997.0;
+            b.push(&rec(
+                s,
+                &[
+                    ("train_loss", noisy),
+                    ("lr", 1e-5),
+                    ("trained_tokens", 1000.0 * s as f64),
+                ],
+            ));
+        }
+        let f = b.finish();
+        // One dense column (8 bytes a row), everything else (steps, timestamps, lr,
+        // trained_tokens) a line per block; sources 2 bytes a row.
+        let dense = rows * 8 + rows * 2;
+        assert!(f.heap_bytes() >= dense);
+        assert!(f.heap_bytes() < dense + 4096, "{}", f.heap_bytes());
+        assert_eq!(
+            f.at("trained_tokens", rows - 1),
+            Some(1000.0 * (rows - 1) as f64)
+        );
+        assert_eq!(f.at("lr", 5), Some(1e-5));
     }
 }

@@ -10,6 +10,7 @@
 //! ```
 
 pub mod cli;
+pub mod column;
 pub mod fastline;
 pub mod frame;
 pub mod record;
@@ -20,7 +21,7 @@ use std::path::PathBuf;
 use crate::detect::{self, Context, Finding, Severity, Thresholds};
 use crate::error::Result;
 use crate::readers::aliases::AliasTable;
-use frame::{FrameBuilder, LogFrame};
+use frame::{FrameBuilder, LogFrame, Projection};
 use record::{FileStats, LogEvent};
 
 /// Version of the JSON report layout.
@@ -35,8 +36,37 @@ pub struct ScanOptions {
     pub thresholds: Vec<String>,
     /// A user alias file extending the built-in table.
     pub aliases: Option<PathBuf>,
-    /// Keep raw columns in the frame (needed for `--export`).
+    /// Keep raw columns in the frame (needed for `--export`); keeps every metric too.
     pub keep_raw: bool,
+    /// Canonical metrics the frame keeps besides those the selected detectors read (the
+    /// plot's, say). With no detector selected, or `keep_raw`, every metric is kept.
+    pub also_keep: Vec<String>,
+}
+
+impl ScanOptions {
+    /// The columns the frame must keep for these options.
+    pub fn projection(&self) -> Projection {
+        if self.keep_raw || self.detectors.is_empty() {
+            return Projection::All;
+        }
+        let mut metrics: Vec<String> = self.also_keep.clone();
+        let mut timestamps = false;
+        for d in detect::all_detectors() {
+            if !self.detectors.iter().any(|n| n == d.name()) {
+                continue;
+            }
+            timestamps |= d.uses_timestamps();
+            for m in d.metrics() {
+                if !metrics.iter().any(|k| k == m) {
+                    metrics.push(m.to_string());
+                }
+            }
+        }
+        Projection::Only {
+            metrics,
+            timestamps,
+        }
+    }
 }
 
 /// A scan's result: the frame, the events, per-file statistics and the findings.
@@ -60,7 +90,8 @@ pub struct ScanReport {
     pub detectors_run: Vec<String>,
     /// Findings, worst first.
     pub findings: Vec<Finding>,
-    /// The normalised frame (not serialised; export it as Parquet).
+    /// The normalised frame (not serialised; export it as Parquet): the columns of
+    /// [`ScanOptions::projection`].
     #[serde(skip)]
     pub frame: LogFrame,
     /// The events (not serialised).
@@ -100,7 +131,8 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
         None => AliasTable::builtin()?,
     };
     let files = scan::expand_paths(paths)?;
-    let mut col = scan::Collected::new(FrameBuilder::new(aliases, opts.keep_raw));
+    let builder = FrameBuilder::new(aliases, opts.keep_raw).with_projection(opts.projection());
+    let mut col = scan::Collected::new(builder);
     for f in &files {
         col.read_file(f)?;
     }
@@ -120,9 +152,9 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
         schema_version: SCHEMA_VERSION,
         files: col.files,
         steps: frame.len(),
-        first_step: frame.steps.first().copied(),
-        last_step: frame.steps.last().copied(),
-        metrics: frame.columns.iter().map(|(n, _)| n.clone()).collect(),
+        first_step: frame.steps().first(),
+        last_step: frame.steps().last(),
+        metrics: frame.metrics().to_vec(),
         event_counts,
         detectors_run: detect::all_detectors()
             .iter()

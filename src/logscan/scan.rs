@@ -1,6 +1,7 @@
 //! Streaming, parallel reading of log files: the file is read in fixed-size chunks cut at
 //! line boundaries (memory constant in the file size), each chunk's lines are parsed in
-//! parallel with rayon, then folded in order into the frame builder and the event list.
+//! parallel with rayon while the previous chunk is folded, in order, into the frame builder
+//! and the event list, and the next chunk is read.
 //! JSON step lines go through [`fastline`] (no `Value` tree, keys interned per batch of
 //! lines); whatever it declines (events, escapes, bad or truncated lines) takes the general
 //! `parse_value` path, so each line is read by exactly one of them.
@@ -19,8 +20,8 @@ use crate::readers::events::{self, EventLine};
 use crate::readers::steps::{self, LineQuality};
 use crate::readers::textlog::{self, TextAssembler, TextItem};
 
-/// Bytes read per chunk.
-pub const CHUNK_BYTES: usize = 8 << 20;
+/// Bytes read per chunk (two are held: one parsed while the next is read).
+pub const CHUNK_BYTES: usize = 4 << 20;
 
 /// How a file is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +71,8 @@ pub struct Collected {
     pub events: Vec<LogEvent>,
     /// Per-file statistics.
     pub files: Vec<FileStats>,
+    /// Bytes read per chunk ([`CHUNK_BYTES`]; tests make it tiny).
+    chunk_bytes: usize,
 }
 
 /// One parsed JSON line.
@@ -88,6 +91,73 @@ enum Item {
 
 /// Lines per parallel batch (keys are interned per batch).
 const BATCH_LINES: usize = 512;
+
+/// Refill `buf` with `carry` (the previous chunk's unfinished line) and about `chunk`
+/// more bytes of `f`, reading on until a newline arrives (a line longer than a chunk is
+/// read whole) or the file ends. Returns whether it ended.
+fn fill(f: &mut File, buf: &mut Vec<u8>, carry: &[u8], chunk: usize) -> std::io::Result<bool> {
+    buf.clear();
+    buf.extend_from_slice(carry);
+    let mut want = chunk.saturating_sub(carry.len()).max(chunk / 2).max(1);
+    loop {
+        let before = buf.len();
+        // `read_to_end` reads into the spare capacity without zeroing it first.
+        let n = f.take(want as u64).read_to_end(buf)?;
+        if n < want {
+            return Ok(true);
+        }
+        if buf
+            .get(before..)
+            .is_some_and(|new| memchr::memrchr(b'\n', new).is_some())
+        {
+            return Ok(false);
+        }
+        want = chunk.max(1);
+    }
+}
+
+/// The lines of `chunk` (without their newlines; no empty last line after a final newline).
+fn split_lines(chunk: &[u8]) -> Vec<&[u8]> {
+    let mut lines = Vec::with_capacity(chunk.len() / 256 + 1);
+    let mut start = 0;
+    for end in memchr::memchr_iter(b'\n', chunk) {
+        lines.push(chunk.get(start..end).unwrap_or_default());
+        start = end + 1;
+    }
+    if start < chunk.len() {
+        lines.push(chunk.get(start..).unwrap_or_default());
+    }
+    lines
+}
+
+/// One chunk of JSON lines, parsed, waiting for the in-order fold.
+struct ParsedChunk {
+    /// Lines of the file before the chunk.
+    first: u64,
+    /// Lines in the chunk.
+    nlines: u64,
+    /// The chunk ends the file without a newline.
+    unterminated_last: bool,
+    batches: Vec<(Batch, Vec<Item>)>,
+}
+
+/// Parse a chunk's lines in parallel, in batches of [`BATCH_LINES`].
+fn parse_chunk(lines: &[&[u8]], file: usize, first: u64) -> Vec<(Batch, Vec<Item>)> {
+    lines
+        .par_chunks(BATCH_LINES)
+        .enumerate()
+        .map_init(Scratch::default, |sc, (ci, ls)| {
+            let mut batch = Batch::default();
+            let base = first + (ci * BATCH_LINES) as u64 + 1;
+            let items = ls
+                .iter()
+                .enumerate()
+                .map(|(i, l)| parse_item(l, file, base + i as u64, sc, &mut batch))
+                .collect();
+            (batch, items)
+        })
+        .collect()
+}
 
 fn parse_item(bytes: &[u8], file: usize, line: u64, sc: &mut Scratch, out: &mut Batch) -> Item {
     if let Some(r) = fastline::parse_line(bytes, sc, out) {
@@ -160,6 +230,7 @@ impl Collected {
             builder,
             events: Vec::new(),
             files: Vec::new(),
+            chunk_bytes: CHUNK_BYTES,
         }
     }
 
@@ -187,7 +258,11 @@ impl Collected {
             ..FileStats::default()
         };
         let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
-        let mut buf: Vec<u8> = Vec::with_capacity(CHUNK_BYTES + 4096);
+        // Two buffers: one chunk is parsed while the next is read into the other.
+        let chunk_bytes = self.chunk_bytes;
+        let mut cur: Vec<u8> = Vec::with_capacity(chunk_bytes);
+        let mut next: Vec<u8> = Vec::with_capacity(chunk_bytes);
+        let mut eof = fill(&mut f, &mut cur, &[], chunk_bytes).map_err(|e| Error::io(path, e))?;
         let mut line_no: u64 = 0;
         let mut state = FoldState {
             tracker: TypeTracker::default(),
@@ -198,73 +273,46 @@ impl Collected {
             ids: Vec::new(),
         };
         let mut text = TextAssembler::new(idx);
-        let mut eof = false;
-        while !eof {
-            // Fill the buffer up to CHUNK_BYTES past what is carried over.
-            let target = buf.len() + CHUNK_BYTES;
-            while buf.len() < target {
-                let start = buf.len();
-                buf.resize(target, 0);
-                let n = f.read(&mut buf[start..]).map_err(|e| Error::io(path, e))?;
-                buf.truncate(start + n);
-                if n == 0 {
-                    eof = true;
-                    break;
-                }
-            }
+        let mut pending: Option<ParsedChunk> = None;
+        loop {
+            // Whole lines only; `fill` read past a newline unless the file ended.
             let cut = if eof {
-                buf.len()
+                cur.len()
             } else {
-                match memchr::memrchr(b'\n', &buf) {
-                    Some(p) => p + 1,
-                    None => continue, // a line longer than the chunk: read more
-                }
+                memchr::memrchr(b'\n', &cur).map_or(cur.len(), |p| p + 1)
             };
-            let chunk = &buf[..cut];
-            let mut lines: Vec<&[u8]> = chunk.split(|b| *b == b'\n').collect();
-            if chunk.is_empty() || chunk.ends_with(b"\n") {
-                lines.pop();
-            }
+            let chunk = &cur[..cut];
+            let lines = split_lines(chunk);
             let unterminated_last = eof && !chunk.is_empty() && !chunk.ends_with(b"\n");
             let first = line_no;
             let nlines = lines.len() as u64;
-            if json {
-                let parsed: Vec<(Batch, Vec<Item>)> = lines
-                    .par_chunks(BATCH_LINES)
-                    .enumerate()
-                    .map_init(Scratch::default, |sc, (ci, ls)| {
-                        let mut batch = Batch::default();
-                        let base = first + (ci * BATCH_LINES) as u64 + 1;
-                        let items = ls
-                            .iter()
-                            .enumerate()
-                            .map(|(i, l)| parse_item(l, idx, base + i as u64, sc, &mut batch))
-                            .collect();
-                        (batch, items)
-                    })
-                    .collect();
-                let mut i: u64 = 0;
-                for (batch, items) in parsed {
-                    let gmap: Vec<u32> = batch
-                        .keys
-                        .names()
-                        .iter()
-                        .map(|n| self.builder.intern(n))
-                        .collect();
-                    for p in items {
-                        let ln = first + i + 1;
-                        let is_last = unterminated_last && i + 1 == nlines;
-                        i += 1;
-                        match p {
-                            Item::Fast(r) => {
-                                self.fold_fast(&r, &batch, &gmap, ln, &mut state, &mut stats)
-                            }
-                            Item::Slow(p) => {
-                                self.fold_json(*p, ln, is_last, &mut state, &mut stats)
-                            }
-                        }
-                    }
+            let refill = |f: &mut File, next: &mut Vec<u8>| {
+                if eof {
+                    next.clear();
+                    Ok(true)
+                } else {
+                    fill(f, next, cur.get(cut..).unwrap_or_default(), chunk_bytes)
                 }
+            };
+            let next_eof = if json {
+                // Parse this chunk while the previous one is folded and the next is read.
+                let prev = pending.take();
+                let (parsed, next_eof) = rayon::join(
+                    || ParsedChunk {
+                        first,
+                        nlines,
+                        unterminated_last,
+                        batches: parse_chunk(&lines, idx, first),
+                    },
+                    || {
+                        if let Some(p) = prev {
+                            self.fold_chunk(p, &mut state, &mut stats);
+                        }
+                        refill(&mut f, &mut next)
+                    },
+                );
+                pending = Some(parsed);
+                next_eof
             } else {
                 let parsed: Vec<TextItem> = lines
                     .par_iter()
@@ -274,10 +322,19 @@ impl Collected {
                 for (i, item) in parsed.into_iter().enumerate() {
                     text.push(first + i as u64 + 1, item);
                 }
+                refill(&mut f, &mut next)
             }
+            .map_err(|e| Error::io(path, e))?;
             stats.bytes += cut as u64;
             line_no += nlines;
-            buf.drain(..cut);
+            if eof {
+                break;
+            }
+            std::mem::swap(&mut cur, &mut next);
+            eof = next_eof;
+        }
+        if let Some(p) = pending.take() {
+            self.fold_chunk(p, &mut state, &mut stats);
         }
         stats.lines = line_no;
         if !json {
@@ -302,6 +359,28 @@ impl Collected {
         }
         self.files.push(stats);
         Ok(())
+    }
+
+    /// Fold a parsed chunk's records and events, in line order.
+    fn fold_chunk(&mut self, p: ParsedChunk, state: &mut FoldState, stats: &mut FileStats) {
+        let mut i: u64 = 0;
+        for (batch, items) in p.batches {
+            let gmap: Vec<u32> = batch
+                .keys
+                .names()
+                .iter()
+                .map(|n| self.builder.intern(n))
+                .collect();
+            for item in items {
+                let ln = p.first + i + 1;
+                let is_last = p.unterminated_last && i + 1 == p.nlines;
+                i += 1;
+                match item {
+                    Item::Fast(r) => self.fold_fast(&r, &batch, &gmap, ln, state, stats),
+                    Item::Slow(j) => self.fold_json(*j, ln, is_last, state, stats),
+                }
+            }
+        }
     }
 
     fn fold_fast(
@@ -498,4 +577,90 @@ fn is_log_name(p: &Path) -> bool {
         || [".jsonl", ".ndjson", ".log", ".txt", ".out"]
             .iter()
             .any(|ext| name.ends_with(ext))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::readers::aliases::AliasTable;
+
+    /// Everything a read produced, as text: file statistics, steps, every canonical and
+    /// raw column, events.
+    fn read_all(paths: &[PathBuf], chunk: usize) -> String {
+        let Ok(aliases) = AliasTable::builtin() else {
+            panic!("built-in alias table");
+        };
+        let mut c = Collected::new(FrameBuilder::new(aliases, true));
+        c.chunk_bytes = chunk;
+        for p in paths {
+            if let Err(e) = c.read_file(p) {
+                panic!("{}: {e}", p.display());
+            }
+        }
+        let files = serde_json::to_string(&c.files).unwrap_or_default();
+        let f = c.builder.finish();
+        let cols: Vec<_> = f.metrics().iter().map(|m| (m, f.series(m))).collect();
+        let raw: Vec<_> = f
+            .raw_names()
+            .map(|n| (n, f.raw(n).map(|c| c.iter().collect::<Vec<_>>())))
+            .collect();
+        format!(
+            "{files}\n{:?}\n{cols:?}\n{raw:?}\n{:?}",
+            f.steps().to_vec(),
+            c.events
+        )
+    }
+
+    #[test]
+    fn chunk_size_changes_nothing_long_lines_and_cut_last_line_included() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let long = format!(
+            "{{\"step\": 3, \"train_loss\": 0.5, \"note\": \"{}\"}}",
+            "x".repeat(300)
+        );
+        let jsonl = dir.path().join("steps.jsonl");
+        let body = [
+            r#"{"step": 1, "train_loss": 0.25, "grad_norm": NaN, "metrics": {"kl": 0.1}}"#,
+            "",
+            r#"{"event": "nan_gradient", "step": 2, "nan_count": 3, "grad_norm": NaN}"#,
+            &long,
+            "not json",
+            r#"{"step": 2, "train_loss": 0.0, "lr": "1e-05", "x": "caf\u00e9"}"#,
+            r#"{"step": 4, "train_loss": 0.1, "grad_norm": 1.5}"#,
+            r#"{"step": 5, "train_lo"#,
+        ]
+        .join("\n");
+        std::fs::write(&jsonl, body).unwrap_or_else(|e| panic!("write: {e}"));
+        let logs = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/logs");
+        let inputs = [
+            vec![jsonl],
+            vec![
+                logs.join("debug_faults/events.jsonl"),
+                logs.join("debug_faults/steps.jsonl"),
+            ],
+            vec![logs.join("text/nanogpt_seed.log")],
+            vec![logs.join("text/verl_console.log")],
+        ];
+        for paths in &inputs {
+            let whole = read_all(paths, CHUNK_BYTES);
+            for chunk in [1, 2, 7, 64, 300, 4096] {
+                assert_eq!(
+                    read_all(paths, chunk),
+                    whole,
+                    "{paths:?} in {chunk}-byte chunks"
+                );
+            }
+        }
+        let first = read_all(&inputs[0], 5);
+        assert!(first.contains("\"truncated_last_line\":true"), "{first}");
+        assert!(first.contains("[1, 2, 3, 4]"), "{first}");
+    }
+
+    #[test]
+    fn lines_split_like_the_file_reads() {
+        assert_eq!(split_lines(b""), Vec::<&[u8]>::new());
+        assert_eq!(split_lines(b"a\n\nb"), vec![&b"a"[..], b"", b"b"]);
+        assert_eq!(split_lines(b"a\n"), vec![&b"a"[..]]);
+        assert_eq!(split_lines(b"\n"), vec![&b""[..]]);
+    }
 }

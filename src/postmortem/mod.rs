@@ -381,7 +381,7 @@ pub fn analyze(path: &Path, opts: &Options) -> Result<Postmortem> {
             }
             Some(crash_from_bundle(b))
         }
-        None => crash_event.map(|e| crash_from_event(e, frame.steps.last().copied())),
+        None => crash_event.map(|e| crash_from_event(e, frame.steps().last())),
     };
 
     let diagnoses: Vec<Classification> = chat_template_diagnosis(&frame, &events)
@@ -390,8 +390,8 @@ pub fn analyze(path: &Path, opts: &Options) -> Result<Postmortem> {
     let status = if crash.is_some() {
         "crashed"
     } else {
-        match (run.iters, frame.steps.last()) {
-            (Some(n), Some(l)) if *l >= n => "completed",
+        match (run.iters, frame.steps().last()) {
+            (Some(n), Some(l)) if l >= n => "completed",
             (Some(_), _) => "incomplete",
             _ => "unknown",
         }
@@ -410,8 +410,8 @@ pub fn analyze(path: &Path, opts: &Options) -> Result<Postmortem> {
         diagnoses,
         recommendations,
         logged_steps: frame.len(),
-        first_step: frame.steps.first().copied(),
-        last_step: frame.steps.last().copied(),
+        first_step: frame.steps().first(),
+        last_step: frame.steps().last(),
         last_steps,
         findings,
         event_counts,
@@ -504,7 +504,7 @@ fn step_table(frame: &LogFrame, source: &str) -> StepTable {
     let rows = (start..n)
         .map(|i| {
             (
-                frame.steps[i],
+                frame.step(i),
                 columns.iter().map(|c| frame.at(c, i)).collect(),
             )
         })
@@ -650,13 +650,13 @@ fn chat_template_diagnosis(frame: &LogFrame, events: &[LogEvent]) -> Option<Clas
         .filter(|e| e.kind == "empty_completion_tokens")
         .collect();
     let first_event = empty.iter().filter_map(|e| e.step).min()?;
-    let first_step = frame.steps.first().copied().unwrap_or(first_event);
+    let first_step = frame.steps().first().unwrap_or(first_event);
     if first_event > first_step.max(1) {
         return None;
     }
     let with_empty: std::collections::BTreeSet<i64> = empty.iter().filter_map(|e| e.step).collect();
     let covered = frame
-        .steps
+        .steps()
         .iter()
         .filter(|s| with_empty.contains(s))
         .count();
@@ -755,7 +755,7 @@ fn headline(
         }
         None => {
             let last = frame
-                .steps
+                .steps()
                 .last()
                 .map_or("-".to_string(), |s| s.to_string());
             let plan = run.iters.map_or(String::new(), |n| format!(" of {n}"));

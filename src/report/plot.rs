@@ -65,6 +65,24 @@ fn panel_detectors(key: &str) -> &'static [&'static str] {
     }
 }
 
+/// Canonical metrics [`panels`] reads.
+pub const METRICS: &[&str] = &[
+    "loss",
+    "val_loss",
+    "reward_mean",
+    "reward_std_total",
+    "reward_std",
+    "grad_norm",
+    "kl",
+    "entropy",
+    "completion_len_min",
+    "completion_len_mean",
+    "completion_len_max",
+    "step_time",
+    "it_per_sec",
+    "peak_memory_gb",
+];
+
 /// The panels that have data in `frame`, with `findings` attached where they belong.
 pub fn panels(frame: &LogFrame, findings: &[Finding]) -> Vec<Panel> {
     let s = |name: &str| frame.series(name);
