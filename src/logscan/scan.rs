@@ -34,32 +34,46 @@ pub enum FileKind {
     Text,
 }
 
+/// Bytes of a file's beginning that [`detect_kind`] looks at.
+const HEAD_BYTES: u64 = 4096;
+
 /// Guess how to read `path` from its name and first bytes.
 pub fn detect_kind(path: &Path) -> Result<FileKind> {
-    let name = path
-        .file_name()
+    let mut head = Vec::new();
+    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    f.take(HEAD_BYTES)
+        .read_to_end(&mut head)
+        .map_err(|e| Error::io(path, e))?;
+    Ok(kind_of(&lower_name(path), &head))
+}
+
+/// The file name of `path`, lowercased ("" when it has none).
+fn lower_name(path: &Path) -> String {
+    path.file_name()
         .and_then(|n| n.to_str())
         .unwrap_or_default()
-        .to_ascii_lowercase();
+        .to_ascii_lowercase()
+}
+
+/// How to read a file named `name` (lowercased) that starts with `head`.
+fn kind_of(name: &str, head: &[u8]) -> FileKind {
     if name == "trainer_state.json" {
-        return Ok(FileKind::TrainerState);
+        return FileKind::TrainerState;
     }
-    let mut head = vec![0u8; 4096];
-    let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
-    let n = f.read(&mut head).map_err(|e| Error::io(path, e))?;
-    head.truncate(n);
-    let text = String::from_utf8_lossy(&head);
+    let text = String::from_utf8_lossy(head);
     if name.ends_with(".json") && text.contains("\"log_history\"") {
-        return Ok(FileKind::TrainerState);
+        return FileKind::TrainerState;
     }
     if name.ends_with(".jsonl") || name.ends_with(".ndjson") {
-        return Ok(FileKind::Jsonl);
+        return FileKind::Jsonl;
     }
     let first = text.lines().map(str::trim).find(|l| !l.is_empty());
-    Ok(match first {
+    match first {
+        // A pretty-printed trainer_state.json under another name (a pipe, a copy).
+        Some("{") if text.contains("\"log_history\"") => FileKind::TrainerState,
         Some(l) if l.starts_with("{\"") => FileKind::Jsonl,
         _ => FileKind::Text,
-    })
+    }
 }
 
 /// Everything one scan collected.
@@ -235,34 +249,57 @@ impl Collected {
     }
 
     /// Read one file of any supported kind.
+    /// The file is opened once and its first bytes, read to tell its kind, are the start
+    /// of what is parsed: a pipe (`logscan <(zcat steps.jsonl.gz)`) cannot be read twice.
     pub fn read_file(&mut self, path: &Path) -> Result<()> {
         let idx = self.files.len();
-        match detect_kind(path)? {
+        let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
+        let mut head = Vec::new();
+        (&mut f)
+            .take(HEAD_BYTES)
+            .read_to_end(&mut head)
+            .map_err(|e| Error::io(path, e))?;
+        match kind_of(&lower_name(path), &head) {
             FileKind::TrainerState => {
-                let (records, stats) = steps::read_trainer_state(path, idx)?;
+                f.read_to_end(&mut head).map_err(|e| Error::io(path, e))?;
+                let text = String::from_utf8(head).map_err(|e| {
+                    Error::format(
+                        path,
+                        crate::error::Position::Byte(e.utf8_error().valid_up_to() as u64),
+                        "not UTF-8",
+                    )
+                })?;
+                let (records, stats) = steps::parse_trainer_state(path, &text, idx)?;
                 for r in &records {
                     self.builder.push(r);
                 }
                 self.files.push(stats);
                 Ok(())
             }
-            FileKind::Jsonl => self.read_lines(path, idx, true),
-            FileKind::Text => self.read_lines(path, idx, false),
+            FileKind::Jsonl => self.read_lines(path, f, &head, idx, true),
+            FileKind::Text => self.read_lines(path, f, &head, idx, false),
         }
     }
 
-    fn read_lines(&mut self, path: &Path, idx: usize, json: bool) -> Result<()> {
+    /// Parse the lines of `f`, whose first bytes `head` were already read from it.
+    fn read_lines(
+        &mut self,
+        path: &Path,
+        mut f: File,
+        head: &[u8],
+        idx: usize,
+        json: bool,
+    ) -> Result<()> {
         let mut stats = FileStats {
             path: path.to_path_buf(),
             format: if json { "jsonl" } else { "text" }.to_string(),
             ..FileStats::default()
         };
-        let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
         // Two buffers: one chunk is parsed while the next is read into the other.
         let chunk_bytes = self.chunk_bytes;
         let mut cur: Vec<u8> = Vec::with_capacity(chunk_bytes);
         let mut next: Vec<u8> = Vec::with_capacity(chunk_bytes);
-        let mut eof = fill(&mut f, &mut cur, &[], chunk_bytes).map_err(|e| Error::io(path, e))?;
+        let mut eof = fill(&mut f, &mut cur, head, chunk_bytes).map_err(|e| Error::io(path, e))?;
         let mut line_no: u64 = 0;
         let mut state = FoldState {
             tracker: TypeTracker::default(),

@@ -165,6 +165,15 @@ pub fn parse_verl_object(v: &Value, file: usize, line: u64, q: &mut LineQuality)
 /// Read a Hugging Face `trainer_state.json`: one record per `log_history` entry.
 pub fn read_trainer_state(path: &Path, file: usize) -> Result<(Vec<LogRecord>, FileStats)> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    parse_trainer_state(path, &text, file)
+}
+
+/// [`read_trainer_state`] on the text already read from `path` (named in errors).
+pub fn parse_trainer_state(
+    path: &Path,
+    text: &str,
+    file: usize,
+) -> Result<(Vec<LogRecord>, FileStats)> {
     let mut stats = FileStats {
         path: path.to_path_buf(),
         format: SourceKind::HfTrainerState.name().to_string(),
