@@ -181,7 +181,7 @@ pub fn parse_trainer_state(
         lines: text.lines().count() as u64,
         ..FileStats::default()
     };
-    let v = crate::json::parse_value(&text).map_err(|e| e.in_file(path))?;
+    let v = crate::json::parse_value(text).map_err(|e| e.in_file(path))?;
     let history = v
         .get("log_history")
         .and_then(Value::as_seq)
