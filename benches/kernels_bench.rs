@@ -4,7 +4,8 @@
 //! Run through `benches/kernels_bench.sh`, which puts the same formulas in PyTorch CPU
 //! (`benches/kernels_torch.py`, 2 threads) beside it.
 //!
-//! Usage: `cargo bench --bench kernels_bench -- [REPEATS] [ROWS] [COLS]`
+//! Usage: `cargo bench --bench kernels_bench -- [REPEATS] [ROWS] [COLS] [FILTER...]` (filter
+//! words such as `trl-grpo`, `f32`, `fwd`, `grad` keep the cases matching all of them).
 //! Output: one line per case, `kernels preset=P precision=F mode=M ms=X loss=L`.
 
 use std::time::Instant;
@@ -85,13 +86,23 @@ fn cast(x: &LossInputs, p: Precision) -> candle_core::Result<LossInputs> {
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
+    // As the binaries do (dumpdiff, losscheck): keep freed blocks in the allocator, so that
+    // each call's fresh output tensors reuse the previous call's pages instead of faulting
+    // in zeroed ones (benches/kernels_bench.sh gives the torch process the same setting).
+    rlforensics::alloc::keep_freed_memory();
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<usize> = raw.iter().filter_map(|a| a.parse().ok()).collect();
     let repeats = args.first().copied().unwrap_or(5).max(1);
     let b = args.get(1).copied().unwrap_or(256);
     let t = args.get(2).copied().unwrap_or(8192);
+    // Optional filter: words like `trl-grpo`, `f32`, `fwd` or `grad` keep the cases whose
+    // name contains them all.
+    // (`cargo bench` adds `--bench`: flags are not filter words.)
+    let only: Vec<&String> = raw
+        .iter()
+        .filter(|a| a.parse::<usize>().is_err() && !a.starts_with("--"))
+        .collect();
+    let keep = |case: &str| only.iter().all(|w| case.contains(w.as_str()));
     let base = inputs(b, t);
     for name in ["nexrl-is", "trl-grpo", "verl-vanilla"] {
         for precision in [Precision::F64, Precision::F32] {
@@ -107,7 +118,19 @@ fn main() {
                     std::process::exit(2);
                 }
             };
+            let p = match precision {
+                Precision::F64 => "f64",
+                Precision::F32 => "f32",
+            };
             for mode in ["loss+metrics", "loss+metrics+grad"] {
+                let kind = if mode.ends_with("grad") {
+                    "grad"
+                } else {
+                    "fwd"
+                };
+                if !keep(&format!("{name} {p} {kind}")) {
+                    continue;
+                }
                 let mut best = f64::INFINITY;
                 let mut loss = f64::NAN;
                 for _ in 0..repeats {
@@ -130,10 +153,6 @@ fn main() {
                     }
                     best = best.min(ms);
                 }
-                let p = match precision {
-                    Precision::F64 => "f64",
-                    Precision::F32 => "f32",
-                };
                 println!(
                     "kernels preset={name} precision={p} mode={mode} ms={best:.2} loss={loss:.9}"
                 );

@@ -3,7 +3,8 @@
 nexrl-is, trl-grpo and verl-vanilla loss + the same metrics (+ gradient w.r.t. log_probs)
 on the same 256 x 8192 inputs (same splitmix64 stream), f64 and f32.
 
-Usage: python3 benches/kernels_torch.py [REPEATS] [ROWS] [COLS]
+Usage: python3 benches/kernels_torch.py [REPEATS] [ROWS] [COLS] [FILTER...] (filter words such
+as trl-grpo, f32, fwd, grad keep the cases matching all of them)
 Output: one line per case, `torch preset=P precision=F mode=M ms=X loss=L`.
 """
 import sys
@@ -96,7 +97,8 @@ def verl_vanilla(lp, old, a, m, eps=0.2, c=3.0):
 
 
 def main():
-    argv = [int(x) for x in sys.argv[1:]]
+    argv = [int(x) for x in sys.argv[1:] if x.isdigit()]
+    only = [x for x in sys.argv[1:] if not x.isdigit()]
     repeats = max(argv[0] if argv else 5, 1)
     b = argv[1] if len(argv) > 1 else 256
     t = argv[2] if len(argv) > 2 else 8192
@@ -106,6 +108,9 @@ def main():
             lp0, o, m = new.to(dt), old.to(dt), mask.to(dt)
             a = adv.to(dt).view(-1, 1).expand(b, t)
             for mode in ["loss+metrics", "loss+metrics+grad"]:
+                case = f"{name} {prec} {'grad' if mode.endswith('grad') else 'fwd'}"
+                if not all(w in case for w in only):
+                    continue
                 best, loss = float("inf"), float("nan")
                 for _ in range(repeats):
                     lp = lp0.clone().requires_grad_(mode.endswith("grad"))

@@ -1,6 +1,12 @@
 //! The whole policy loss of one micro-batch, from dumped inputs, under a [`LossConfig`]
 //! (built from a preset in [`super::presets`]), plus its per-token gradient with respect to
-//! `log_probs` through candle's autograd.
+//! `log_probs`.
+//!
+//! Two implementations of one graph: the candle kernels of this module's siblings
+//! ([`compute_candle`], and [`compute_with_grad_candle`] through candle's reverse-mode
+//! autograd) are the reference; [`super::fused`] computes the same values in one pass per
+//! row, gradient included, and is what [`compute`] and [`compute_with_grad`] run whenever it
+//! applies (CPU tensors the candle path accepts), in f64 and f32.
 
 use candle_core::{Tensor, Var};
 
@@ -202,9 +208,9 @@ fn prepare(inp: &LossInputs, logp: Tensor, cfg: &LossConfig) -> KResult<Prepared
     })
 }
 
-/// The candle computation; `with_metrics: false` skips the metric kernels (their values
-/// then come from [`super::fused`]).
-fn run(p: &Prepared, cfg: &LossConfig, with_metrics: bool) -> KResult<LossOutput> {
+/// The candle computation: loss, intermediates and metrics as candle tensors (the
+/// reference graph the fused path and its backward reproduce).
+fn run(p: &Prepared, cfg: &LossConfig) -> KResult<LossOutput> {
     let token_clamp = match cfg.ratio_level {
         RatioLevel::Token => cfg.log_ratio_clamp,
         _ => None,
@@ -222,7 +228,6 @@ fn run(p: &Prepared, cfg: &LossConfig, with_metrics: bool) -> KResult<LossOutput
     };
     let mut metrics = Metrics::default();
     let mut per_token = match &cfg.policy {
-        PolicyKind::Clip(cp) if !with_metrics => ppo_clip(&ratio, &p.adv, cp)?,
         PolicyKind::Clip(cp) => {
             let (lo, hi, region) = {
                 let coef = match cp.delta {
@@ -247,18 +252,16 @@ fn run(p: &Prepared, cfg: &LossConfig, with_metrics: bool) -> KResult<LossOutput
         }
         PolicyKind::ImportanceSampling => importance_sampling(&ratio, &p.adv)?,
     };
-    if with_metrics {
-        let raw_log_ratio = if token_clamp.is_some() {
-            token_log_ratio(&p.logp, &p.old, None)?
-        } else {
-            log_ratio.clone()
-        };
-        metrics.ppo_kl = verl_ppo_kl(&log_ratio, &p.mask)?;
-        let (approx, avg, clip) = nexrl_metrics(&raw_log_ratio, &ratio, &p.mask)?;
-        metrics.approx_kl = approx;
-        metrics.avg_ratio = avg;
-        metrics.clip_frac = clip;
-    }
+    let raw_log_ratio = if token_clamp.is_some() {
+        token_log_ratio(&p.logp, &p.old, None)?
+    } else {
+        log_ratio.clone()
+    };
+    metrics.ppo_kl = verl_ppo_kl(&log_ratio, &p.mask)?;
+    let (approx, avg, clip) = nexrl_metrics(&raw_log_ratio, &ratio, &p.mask)?;
+    metrics.approx_kl = approx;
+    metrics.avg_ratio = avg;
+    metrics.clip_frac = clip;
 
     let mut kl_loss = None;
     if let Some(term) = &cfg.kl {
@@ -266,9 +269,7 @@ fn run(p: &Prepared, cfg: &LossConfig, with_metrics: bool) -> KResult<LossOutput
             KernelError::Invalid("the KL term needs ref_log_probs, which the inputs lack".into())
         })?;
         let k = kl(&p.logp, reference, term.estimator)?;
-        if with_metrics {
-            metrics.kl = Some(to_f64(&super::aggregate::masked_mean_trl(&k, &p.mask)?)?);
-        }
+        metrics.kl = Some(to_f64(&super::aggregate::masked_mean_trl(&k, &p.mask)?)?);
         match term.placement {
             KlPlacement::PerToken => per_token = (per_token + k.affine(term.coef, 0.0)?)?,
             KlPlacement::Separate => kl_loss = Some(aggregate(&k, &p.mask, cfg.agg)?),
@@ -282,9 +283,7 @@ fn run(p: &Prepared, cfg: &LossConfig, with_metrics: bool) -> KResult<LossOutput
     let mut entropy_loss = None;
     if let Some(e) = &p.entropy {
         let el = aggregate(e, &p.mask, cfg.entropy_agg)?;
-        if with_metrics {
-            metrics.entropy = Some(to_f64(&super::aggregate::masked_mean_trl(e, &p.mask)?)?);
-        }
+        metrics.entropy = Some(to_f64(&super::aggregate::masked_mean_trl(e, &p.mask)?)?);
         if cfg.entropy_coeff != 0.0 {
             loss = (loss - el.affine(cfg.entropy_coeff, 0.0)?)?;
         }
@@ -305,9 +304,10 @@ fn run(p: &Prepared, cfg: &LossConfig, with_metrics: bool) -> KResult<LossOutput
 /// Shapes per [`LossInputs`]; computed in `cfg.precision`. Refuses mismatched shapes
 /// (naming both), a KL term without `ref_log_probs`, and a bad `clip_ratio_c`.
 ///
-/// Runs the fused single-pass path ([`super::fused`], same values; f64 sums agree with
-/// [`compute_candle`] to ~1e-15 relative) and falls back to the candle kernels for inputs
-/// it does not take (non-CPU tensors, inputs the candle path refuses).
+/// Runs the fused single-pass path ([`super::fused`]: same per-token values; whole-batch
+/// sums agree with [`compute_candle`] to ~1e-14 relative in f64, ~1e-6 in f32) and falls
+/// back to the candle kernels for inputs it does not take (non-CPU tensors, inputs the
+/// candle path refuses).
 pub fn compute(inputs: &LossInputs, cfg: &LossConfig) -> KResult<LossOutput> {
     match super::fused::compute_fused(inputs, cfg)? {
         Some(out) => Ok(out),
@@ -319,23 +319,33 @@ pub fn compute(inputs: &LossInputs, cfg: &LossConfig) -> KResult<LossOutput> {
 /// against).
 pub fn compute_candle(inputs: &LossInputs, cfg: &LossConfig) -> KResult<LossOutput> {
     let logp = inputs.log_probs.to_dtype(cfg.precision.dtype())?;
-    run(&prepare(inputs, logp, cfg)?, cfg, true)
+    run(&prepare(inputs, logp, cfg)?, cfg)
 }
 
 /// [`compute`] plus the gradient of the total loss with respect to `log_probs`, `[B, T]`
-/// in `cfg.precision`, by candle's reverse-mode autograd (ties at `max`/`min` split as in
-/// torch, clamps pass the gradient at their boundary as torch's `clamp`). Zero where the
-/// loss does not depend on a token (padding, clipped tokens, empty micro-batches).
+/// in `cfg.precision`. Ties at `max`/`min` split the gradient 0.5/0.5 and clamps pass none
+/// at their bounds (torch 2.x's `clamp`: a ratio exactly on a clip bound gets half the
+/// gradient, through the unclipped branch only); zero where the loss does not depend on a
+/// token (padding, clipped tokens, empty micro-batches), NaN where 0·inf occurs (an
+/// overflowed ratio). The fused analytic backward ([`super::fused::compute_fused_with_grad`])
+/// when it applies, else [`compute_with_grad_candle`]; both give the same values.
 pub fn compute_with_grad(inputs: &LossInputs, cfg: &LossConfig) -> KResult<(LossOutput, Tensor)> {
+    match super::fused::compute_fused_with_grad(inputs, cfg)? {
+        Some(out) => Ok(out),
+        None => compute_with_grad_candle(inputs, cfg),
+    }
+}
+
+/// [`compute_with_grad`] by candle's reverse-mode autograd over the candle kernels (the
+/// reference for the fused backward); metrics from the candle kernels too.
+pub fn compute_with_grad_candle(
+    inputs: &LossInputs,
+    cfg: &LossConfig,
+) -> KResult<(LossOutput, Tensor)> {
     let logp = inputs.log_probs.to_dtype(cfg.precision.dtype())?;
     let var = Var::from_tensor(&logp)?;
     let prepared = prepare(inputs, var.as_tensor().clone(), cfg)?;
-    // The metrics carry no gradient: take them from the fused pass when it applies.
-    let fused = super::fused::compute_fused(inputs, cfg)?;
-    let mut out = run(&prepared, cfg, fused.is_none())?;
-    if let Some(f) = fused {
-        out.metrics = f.metrics;
-    }
+    let out = run(&prepared, cfg)?;
     let grads = out.loss.backward()?;
     let grad = match grads.get(var.as_tensor()) {
         Some(g) => g.clone(),

@@ -8,6 +8,8 @@
 //!
 //! Clamps follow torch's gradient convention (no gradient at the boundary, see
 //! [`clamp_torch`]); `maximum`/`minimum` split the gradient at ties as torch does.
+//! [`loss::compute`] and [`loss::compute_with_grad`] run [`fused`], the same values in one
+//! pass per row with an analytic backward; these candle kernels are its reference.
 
 pub mod advantage;
 pub mod aggregate;
