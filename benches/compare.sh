@@ -104,7 +104,9 @@ fi
 # --- losscheck kernels vs PyTorch CPU (2 threads), 256 x 8192 tokens: the sum over presets
 KB=$(bench_bin kernels_bench)
 ours=$("$KB" "$REPEATS" 256 8192)
-theirs=$(python3 benches/kernels_torch.py "$REPEATS" 256 8192)
+# the same glibc malloc settings as ours (kernels_bench calls alloc::keep_freed_memory())
+theirs=$(MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824 \
+  python3 benches/kernels_torch.py "$REPEATS" 256 8192)
 for prec in f64 f32; do
   sum() { grep "precision=$prec" | sed -n 's/.* ms=\([0-9.]*\).*/\1/p' | awk '{s += $1} END {print s / 1000}'; }
   n=$(grep -c "precision=$prec" <<< "$ours")

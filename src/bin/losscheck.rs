@@ -152,6 +152,7 @@ fn run(a: Args) -> Result<u8, Error> {
 }
 
 fn main() -> ExitCode {
+    rlforensics::alloc::keep_freed_memory();
     let args = match Args::try_parse() {
         Ok(a) => a,
         Err(e) => {

@@ -8,6 +8,7 @@ use rlforensics::exit_codes::EXIT_BAD_INPUT;
 use rlforensics::postmortem::cli::{run, PostmortemArgs};
 
 fn main() -> ExitCode {
+    rlforensics::alloc::keep_freed_memory();
     let args = PostmortemArgs::parse();
     match run(&args) {
         Ok(out) => {
