@@ -1,8 +1,8 @@
 //! Process-wide allocator tuning, called by the binaries (a library must not change
 //! process state behind its caller's back).
 
-/// Keep freed memory in the allocator instead of handing it back to the kernel; dumpdiff
-/// calls it first thing.
+/// Keep freed memory in the allocator instead of handing it back to the kernel; the
+/// dumpdiff, losscheck and postmortem binaries call it first thing.
 ///
 /// A cell decodes a few 8–30 MB tensors, compares them and drops them; glibc returns such
 /// blocks to the kernel (munmap, or madvise when a worker thread's arena shrinks) and the
