@@ -666,3 +666,91 @@ fn self_hosted_advantages_are_recomputed_from_trajectories() {
         .iter()
         .all(|(v, _)| *v == Verdict::Skipped));
 }
+
+/// A cell's coordinates and one of its comparisons.
+type CellComparison<'r> = (
+    (Option<u32>, Option<u32>),
+    &'r rlforensics::dumpdiff::report::Comparison,
+);
+
+/// The comparisons of `name` in `section`, by (rank, micro).
+fn comparisons_of<'r>(report: &'r Report, section: &str, name: &str) -> Vec<CellComparison<'r>> {
+    report
+        .sections
+        .iter()
+        .filter(|s| s.name == section)
+        .flat_map(|s| &s.cells)
+        .flat_map(|c| {
+            c.comparisons
+                .iter()
+                .filter(move |x| x.name == name)
+                .map(move |x| ((c.rank, c.micro), x))
+        })
+        .collect()
+}
+
+/// Weaver dumps one log-prob tensor twice (forward_data and is_loss_debug): equal copies
+/// give equal metrics, and a copy changed in one place is compared on its own, the change
+/// reported at its position in is_loss only.
+#[test]
+fn is_loss_log_probs_are_compared_on_their_own_when_they_differ() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rank, micro, pos) = (2u32, 1u32, 3usize);
+    for kind in ["forward_data", "loss", "is_loss_debug"] {
+        let from = dumps("weaver_jsonl").join(kind);
+        std::fs::create_dir_all(dir.path().join(kind)).unwrap();
+        for f in std::fs::read_dir(&from).unwrap() {
+            let f = f.unwrap().path();
+            let name = f.file_name().unwrap().to_str().unwrap().to_string();
+            let mut text = std::fs::read_to_string(&f).unwrap();
+            if kind == "is_loss_debug"
+                && name == format!("step_000000_rank{rank}_micro{micro}.jsonl")
+            {
+                let mut v: Json = serde_json::from_str(&text).unwrap();
+                v["log_probs"][0][pos] = Json::from(-9.5);
+                text = serde_json::to_string(&v).unwrap() + "\n";
+            }
+            std::fs::write(dir.path().join(kind).join(name), text).unwrap();
+        }
+    }
+    let with = |weaver: &Path| {
+        run(&Options {
+            self_hosted: dumps("self_hosted_jsonl"),
+            weaver: Some(weaver.to_path_buf()),
+            step: 0,
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let metrics = |c: &rlforensics::dumpdiff::report::Comparison| {
+        serde_json::to_string(c.metrics.as_ref().unwrap()).unwrap()
+    };
+    let (clean, edited) = (with(&dumps("weaver_jsonl")), with(dir.path()));
+    let fwd = comparisons_of(&clean, "forward_data", "forward_data.log_probs");
+    let is = comparisons_of(&clean, "is_loss", "is_loss.log_probs");
+    assert_eq!(fwd.len(), 24);
+    for ((k1, a), (k2, b)) in fwd.iter().zip(&is) {
+        assert_eq!(k1, k2);
+        assert_eq!(metrics(a), metrics(b), "{k1:?}");
+    }
+    let cell = (Some(rank), Some(micro));
+    for (k, c) in comparisons_of(&edited, "forward_data", "forward_data.log_probs") {
+        let before = fwd.iter().find(|(key, _)| *key == k).unwrap().1;
+        assert_eq!(metrics(c), metrics(before), "{k:?}");
+    }
+    for (k, c) in comparisons_of(&edited, "is_loss", "is_loss.log_probs") {
+        let before = is.iter().find(|(key, _)| *key == k).unwrap().1;
+        if k != cell {
+            assert_eq!(metrics(c), metrics(before), "{k:?}");
+            continue;
+        }
+        assert_eq!(c.verdict, Verdict::Fail);
+        let m = c.metrics.as_ref().unwrap();
+        let first = m.first_beyond.unwrap();
+        assert_eq!(
+            (first.loc.other_row, first.loc.pos, first.b),
+            (0, pos, -9.5)
+        );
+        assert_eq!(m.beyond, 1);
+    }
+}

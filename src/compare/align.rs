@@ -52,6 +52,11 @@ impl RowMatch {
 
 /// The tokens of a padded row without the leading and trailing `pad` ids.
 pub fn strip_pad(tokens: &[i64], pad: i64) -> &[i64] {
+    &tokens[strip_pad_range(tokens, pad)]
+}
+
+/// Where [`strip_pad`]'s tokens sit in the row.
+pub fn strip_pad_range(tokens: &[i64], pad: i64) -> std::ops::Range<usize> {
     let start = tokens
         .iter()
         .position(|&t| t != pad)
@@ -60,50 +65,72 @@ pub fn strip_pad(tokens: &[i64], pad: i64) -> &[i64] {
         .iter()
         .rposition(|&t| t != pad)
         .map_or(start, |e| e + 1);
-    &tokens[start..end]
+    start..end
 }
 
 /// Pair rows by content. Rows are token sequences already stripped of padding. Exact
 /// matches are preferred; otherwise a row equal to the other's sequence minus its last
 /// token (the datum layout) is accepted. Duplicate sequences pair in order.
 pub fn match_rows(a: &[&[i64]], b: &[&[i64]]) -> RowMatch {
+    let hash = |rows: &[&[i64]], i: usize, minus_last: bool| {
+        let row = rows[i];
+        match (minus_last, row.split_last()) {
+            (false, _) => Some(tokens_hash(row)),
+            (true, Some((_, head))) => Some(tokens_hash(head)),
+            (true, None) => None,
+        }
+    };
+    match_rows_by(a.len(), b.len(), |i, m| hash(a, i, m), |j, m| hash(b, j, m))
+}
+
+/// [`match_rows`] of `na` and `nb` rows known by their [`tokens_hash`]: `hash_a(i, false)`
+/// of row `i`, `hash_a(i, true)` of row `i` without its last token (None for an empty
+/// row). Each row's full hash is asked for once.
+pub fn match_rows_by(
+    na: usize,
+    nb: usize,
+    hash_a: impl Fn(usize, bool) -> Option<u64>,
+    hash_b: impl Fn(usize, bool) -> Option<u64>,
+) -> RowMatch {
+    let full_b: Vec<Option<u64>> = (0..nb).map(|j| hash_b(j, false)).collect();
     let mut exact: HashMap<u64, Vec<usize>> = HashMap::new();
     let mut shifted: HashMap<u64, Vec<usize>> = HashMap::new();
-    for (j, row) in b.iter().enumerate().rev() {
-        exact.entry(tokens_hash(row)).or_default().push(j);
+    for j in (0..nb).rev() {
+        if let Some(h) = full_b[j] {
+            exact.entry(h).or_default().push(j);
+        }
     }
-    let mut used = vec![false; b.len()];
+    let mut used = vec![false; nb];
     let mut pairs = Vec::new();
     let mut only_a = Vec::new();
     let mut any_shift = false;
     let mut pending = Vec::new();
-    for (i, row) in a.iter().enumerate() {
-        match take(&mut exact, tokens_hash(row), &mut used) {
+    for i in 0..na {
+        match hash_a(i, false).and_then(|h| take(&mut exact, h, &mut used)) {
             Some(j) => pairs.push((i, j)),
             None => pending.push(i),
         }
     }
     // Second pass for the datum layout: b = a[:-1] or a = b[:-1].
-    for (j, row) in b.iter().enumerate().rev() {
-        if !used[j] {
-            shifted.entry(tokens_hash(row)).or_default().push(j);
+    if !pending.is_empty() {
+        for j in (0..nb).rev() {
+            if let (false, Some(h)) = (used[j], full_b[j]) {
+                shifted.entry(h).or_default().push(j);
+            }
         }
     }
     let mut b_minus_last: HashMap<u64, Vec<usize>> = HashMap::new();
-    for (j, row) in b.iter().enumerate().rev() {
-        if !used[j] && !row.is_empty() {
-            b_minus_last
-                .entry(tokens_hash(&row[..row.len() - 1]))
-                .or_default()
-                .push(j);
+    if !pending.is_empty() {
+        for j in (0..nb).rev() {
+            if let (false, Some(h)) = (used[j], hash_b(j, true)) {
+                b_minus_last.entry(h).or_default().push(j);
+            }
         }
     }
     for i in pending {
-        let row = a[i];
-        let j = (!row.is_empty())
-            .then(|| take(&mut shifted, tokens_hash(&row[..row.len() - 1]), &mut used))
-            .flatten()
-            .or_else(|| take(&mut b_minus_last, tokens_hash(row), &mut used));
+        let j = hash_a(i, true)
+            .and_then(|h| take(&mut shifted, h, &mut used))
+            .or_else(|| hash_a(i, false).and_then(|h| take(&mut b_minus_last, h, &mut used)));
         match j {
             Some(j) => {
                 any_shift = true;
@@ -113,7 +140,7 @@ pub fn match_rows(a: &[&[i64]], b: &[&[i64]]) -> RowMatch {
         }
     }
     pairs.sort_unstable();
-    let only_b = (0..b.len()).filter(|&j| !used[j]).collect();
+    let only_b = (0..nb).filter(|&j| !used[j]).collect();
     RowMatch {
         pairs,
         only_a,

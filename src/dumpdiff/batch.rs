@@ -387,7 +387,7 @@ pub fn datums_cell(
                 .map(|p| {
                     (p + 1)
                         .checked_sub(start)
-                        .and_then(|q| old.row(row).get(q).copied())
+                        .and_then(|q| old.get(row, q))
                         .unwrap_or(0.0)
                 })
                 .collect()

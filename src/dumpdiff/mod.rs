@@ -2,9 +2,11 @@
 //! per micro-batch, and find the first place they really diverge.
 //!
 //! [`run`] discovers the trees, reads the whole-batch files once, then compares rank ×
-//! micro cells in parallel, each reading its own files and dropping them when done (peak
-//! memory follows the cells in flight, not the tree), and returns a [`report::Report`];
-//! renderers in [`render`] turn it into text.
+//! micro cells in parallel, each reading its own files and dropping them when done, and
+//! returns a [`report::Report`]; renderers in [`render`] turn it into text. Tensors are
+//! read in place, chunk by chunk, in their own dtype ([`mat::Mat`]), and a whole-batch
+//! file's rows leave memory once a cell has sliced them ([`pages`]): peak memory follows
+//! the cells in flight, not the tree or the batch.
 //!
 //! Tolerances: dumped tensors are judged at torch.testing's default for the coarser
 //! precision of the two sides (or a `--tol-file` rule). Quantities derived from
@@ -18,6 +20,8 @@
 //! the log-prob precision scaled by [`crate::compare::tolerance::derived_rtol_factor`].
 
 pub mod batch;
+pub mod mat;
+pub mod pages;
 pub mod render;
 pub mod report;
 pub mod sections;
@@ -32,7 +36,6 @@ use crate::compare::tolerance::{Severity, TolerancePolicy, Verdict};
 use crate::error::{Error, Result};
 use crate::frames::tokens_hash;
 use crate::readers::layout::{DumpTree, Kind};
-use crate::readers::read_any;
 use crate::value::Value;
 use report::{Cell, Coverage, Finding, Report, Section, SideSummary, SCHEMA_VERSION};
 use sections::{BatchInputs, Mat, SideData, Tensors};
@@ -117,16 +120,24 @@ fn load_side(
         .collect();
     progress.start(role, wanted.len(), wanted.iter().map(|f| f.size).sum());
     let (per_rank, whole): (Vec<_>, Vec<_>) = wanted.into_iter().partition(|f| f.rank.is_some());
-    let values = whole
+    let read = whole
         .par_iter()
         .map(|f| {
-            let v = read_any(&f.path)?;
+            let (v, pages) = pages::read_whole(&f.path)?;
             progress.file_done(f.size);
-            Ok((f.path.clone(), v))
+            Ok((f.path.clone(), v, pages))
         })
-        .collect::<Result<HashMap<_, _>>>()?;
+        .collect::<Result<Vec<_>>>()?;
+    let mut values = HashMap::new();
+    let mut maps = HashMap::new();
+    for (path, v, p) in read {
+        if let Some(p) = p {
+            maps.insert(path.clone(), p);
+        }
+        values.insert(path, v);
+    }
     let streamed = per_rank.iter().map(|f| (f.path.clone(), f.size)).collect();
-    Ok(SideData::new(role, tree, values, streamed, opts.step))
+    Ok(SideData::new(role, tree, values, streamed, opts.step).with_pages(maps))
 }
 
 /// Per-(rank, micro) cells of `kind` present on either side.
@@ -697,9 +708,14 @@ fn sort_cells(cells: &mut [Cell]) {
 /// advantages from remote-api prepared_trajectories when given, else recomputed from the
 /// trajectories' rewards and group ids with `adv_preset`'s convention.
 fn batch_inputs(s: &SideData, r: Option<&SideData>, adv_preset: Option<&str>) -> BatchInputs {
+    // Read in place from the file's map, each cell's rows released once sliced.
     let old_log_probs = s
         .get(Kind::OldLogProbs, None, None)
-        .and_then(|v| Mat::of(v, "old_log_probs"));
+        .and_then(|v| Mat::of(v, "old_log_probs"))
+        .map(|m| match s.pages(Kind::OldLogProbs, None, None) {
+            Some(p) => m.with_pages(p.clone()),
+            None => m,
+        });
     let traj_tokens = |v: &Value| -> Vec<Vec<i64>> {
         v.get("trajectories")
             .and_then(Value::as_seq)

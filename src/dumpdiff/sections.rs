@@ -4,23 +4,29 @@
 use std::borrow::Cow;
 use std::cell::{OnceCell, RefCell};
 use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use rayon::prelude::*;
 
-use crate::compare::align::{match_rows, strip_pad, RowMatch};
-use crate::compare::metrics::{effective_dtype, Accumulator, ElemLoc};
+use crate::compare::align::{match_rows_by, strip_pad_range, RowMatch};
+use crate::compare::metrics::{
+    effective_dtype, Accumulator, ElemLoc, GridScan, PairMetrics, Positions,
+};
 use crate::compare::propagate::{self, ChainElem, ChainStats};
 use crate::compare::tolerance::{coarser, Tolerance, TolerancePolicy, Verdict};
+pub use crate::dumpdiff::mat::Mat;
+use crate::dumpdiff::mat::CHUNK;
+use crate::dumpdiff::pages::Pages;
 use crate::dumpdiff::report::{Cell, Comparison, Origin, RowSummary};
 use crate::dumpdiff::Progress;
 use crate::error::Result;
 use crate::frames::tokens_hash;
 use crate::readers::layout::{DumpTree, Kind};
 use crate::readers::read_any;
-use crate::tensor::DType;
+use crate::tensor::{DType, Tensor};
 use crate::value::Value;
 
 /// One side's tree and its files at the compared step. Whole-batch files are parsed up
@@ -41,6 +47,8 @@ pub struct SideData {
     read: Mutex<HashSet<PathBuf>>,
     /// The file at each (kind, rank, micro) of the step, as [`DumpTree::get`] picks it.
     index: HashMap<(Kind, Option<u32>, Option<u32>), usize>,
+    /// The maps whole-batch `.pt` files were read from, by path.
+    pages: HashMap<PathBuf, Pages>,
 }
 
 impl SideData {
@@ -67,7 +75,21 @@ impl SideData {
             step,
             read: Mutex::new(HashSet::new()),
             index,
+            pages: HashMap::new(),
         }
+    }
+
+    /// This side with the maps its whole-batch files were read from (see
+    /// [`crate::dumpdiff::pages::read_whole`]).
+    pub fn with_pages(mut self, pages: HashMap<PathBuf, Pages>) -> Self {
+        self.pages = pages;
+        self
+    }
+
+    /// The map of the whole-batch file of `kind` at (rank, micro), if it was read from one.
+    pub fn pages(&self, kind: Kind, rank: Option<u32>, micro: Option<u32>) -> Option<&Pages> {
+        let f = self.file(kind, rank, micro)?;
+        self.pages.get(&f.path)
     }
 
     /// The file of `kind` at (rank, micro) of the compared step (what `tree.get` finds).
@@ -153,78 +175,28 @@ impl SideData {
     }
 }
 
-/// A tensor as rows × width of f64 (1-d → one row, 0-d → 1 × 1), with its declared dtype.
-/// Build one with [`Mat::new`]: the precision of its values is computed once, on first use.
-#[derive(Debug, Clone)]
-pub struct Mat {
-    /// Original shape.
-    pub shape: Vec<usize>,
-    /// Number of rows.
-    pub rows: usize,
-    /// Elements per row.
-    pub width: usize,
-    /// Row-major values.
-    pub data: Vec<f64>,
-    /// Declared dtype (f64/i64 for `.jsonl` lists).
-    pub dtype: DType,
-    /// [`Mat::precision`], once computed (`data` and `dtype` never change after `new`).
-    precision: OnceLock<DType>,
-}
-
-impl Mat {
-    /// A matrix of `rows × width` row-major values (`shape` is the original tensor's).
-    pub fn new(shape: Vec<usize>, rows: usize, width: usize, data: Vec<f64>, dtype: DType) -> Mat {
-        Mat {
-            shape,
-            rows,
-            width,
-            data,
-            dtype,
-            precision: OnceLock::new(),
-        }
-    }
-
-    /// A matrix of this one's layout holding `data` of `dtype`.
-    pub fn with_data(&self, data: Vec<f64>, dtype: DType) -> Mat {
-        Mat::new(self.shape.clone(), self.rows, self.width, data, dtype)
-    }
-
-    /// The tensor under `key` of a dict, as a matrix (None when absent or above 2-d).
-    pub fn of(v: &Value, key: &str) -> Option<Mat> {
-        let t = v.get(key)?.to_tensor()?;
-        let shape = t.shape().to_vec();
-        let (rows, width) = match shape.as_slice() {
-            [] => (1, 1),
-            [n] => (1, *n),
-            [r, w] => (*r, *w),
-            _ => return None,
-        };
-        Some(Mat::new(shape, rows, width, t.to_f64_vec(), t.dtype()))
-    }
-
-    /// Row `i` (empty when out of range).
-    pub fn row(&self, i: usize) -> &[f64] {
-        if i >= self.rows {
-            return &[];
-        }
-        &self.data[i * self.width..(i + 1) * self.width]
-    }
-
-    /// The precision of the values (see [`effective_dtype`]), computed once.
-    pub fn precision(&self) -> DType {
-        *self
-            .precision
-            .get_or_init(|| effective_dtype(self.dtype, &self.data))
-    }
-}
-
 /// One parsed file of a cell with its tensors decoded on first use, each once: a cell's
-/// comparisons and its derived chain share the decoded matrices. Lives inside one cell's
-/// task (not `Send`).
+/// comparisons and its derived chain share the decoded matrices, token rows and row
+/// pairings. Lives inside one cell's task (not `Send`).
 pub struct Tensors<'v> {
     value: &'v Value,
     mats: RefCell<HashMap<&'static str, Option<Rc<Mat>>>>,
-    tokens: OnceCell<Option<Rc<Vec<Vec<i64>>>>>,
+    tokens: OnceCell<Option<Rc<TokenRows>>>,
+    /// Content pairings with other files of the cell, by the other file's address.
+    pairings: RefCell<Vec<(*const Value, Rc<RowMatch>)>>,
+    /// The last comparison of this file's `log_probs` (see [`PairCtx::logprobs_memo`]).
+    logprobs: RefCell<Option<LogprobMemo>>,
+}
+
+/// A comparison of a reference file's `log_probs` (under its `response_mask`): what it
+/// was compared with, and the result.
+struct LogprobMemo {
+    b: Rc<Mat>,
+    mask_b: Option<Rc<Mat>>,
+    rows: Rc<RowMatch>,
+    /// atol and rtol, bit for bit.
+    tol: (u64, u64),
+    metrics: PairMetrics,
 }
 
 impl<'v> Tensors<'v> {
@@ -234,6 +206,8 @@ impl<'v> Tensors<'v> {
             value,
             mats: RefCell::new(HashMap::new()),
             tokens: OnceCell::new(),
+            pairings: RefCell::new(Vec::new()),
+            logprobs: RefCell::new(None),
         }
     }
 
@@ -253,38 +227,129 @@ impl<'v> Tensors<'v> {
     }
 
     /// [`token_rows`] of `input_ids`, decoded on the first call.
-    pub fn input_ids(&self) -> Option<Rc<Vec<Vec<i64>>>> {
+    pub fn input_ids(&self) -> Option<Rc<TokenRows>> {
         self.tokens
             .get_or_init(|| token_rows(self.value, "input_ids").map(Rc::new))
             .clone()
     }
+
+    /// [`match_rows`] of this file's `input_ids` against `other`'s, computed once per pair
+    /// of files; None when either lacks them.
+    fn content_rows(&self, other: &Tensors<'_>) -> Option<Rc<RowMatch>> {
+        let key: *const Value = other.value;
+        if let Some((_, m)) = self.pairings.borrow().iter().find(|(k, _)| *k == key) {
+            return Some(m.clone());
+        }
+        let (a, b) = (self.input_ids()?, other.input_ids()?);
+        let m = Rc::new(match_rows_by(
+            a.len(),
+            b.len(),
+            |i, m| a.hash(i, m),
+            |j, m| b.hash(j, m),
+        ));
+        self.pairings.borrow_mut().push((key, m.clone()));
+        Some(m)
+    }
+}
+
+/// Token rows with padding stripped: the ids (read in place when stored as
+/// little-endian i64, else widened once) and each row's span of them.
+#[derive(Debug, Clone)]
+pub struct TokenRows {
+    ids: TokenIds,
+    spans: Vec<std::ops::Range<usize>>,
+}
+
+#[derive(Debug, Clone)]
+enum TokenIds {
+    /// Widened to i64.
+    Owned(Vec<i64>),
+    /// A contiguous i64 tensor: its elements are the little-endian bytes
+    /// [`tokens_hash`] hashes.
+    Stored(Tensor),
+}
+
+impl TokenRows {
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// True when there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// [`tokens_hash`] of row `i`, or of row `i` without its last token (None when the
+    /// row is empty).
+    pub fn hash(&self, i: usize, minus_last: bool) -> Option<u64> {
+        let s = self.spans.get(i)?;
+        let end = if minus_last {
+            s.end.checked_sub(1).filter(|&e| e >= s.start)?
+        } else {
+            s.end
+        };
+        Some(match &self.ids {
+            TokenIds::Owned(ids) => tokens_hash(&ids[s.start..end]),
+            TokenIds::Stored(t) => {
+                let base = t.offset() * 8;
+                xxhash_rust::xxh3::xxh3_64(&t.storage_bytes()[base + s.start * 8..base + end * 8])
+            }
+        })
+    }
 }
 
 /// The token rows of `key` (e.g. `input_ids`) with padding (0) stripped.
-pub fn token_rows(v: &Value, key: &str) -> Option<Vec<Vec<i64>>> {
+pub fn token_rows(v: &Value, key: &str) -> Option<TokenRows> {
     let t = v.get(key)?.to_tensor()?;
     if t.ndim() != 2 {
         return None;
     }
-    let w = t.shape()[1];
-    let all = t.to_i64_vec();
-    Some(
-        all.chunks(w.max(1))
-            .map(|r| strip_pad(r, 0).to_vec())
-            .collect(),
-    )
+    let w = t.shape()[1].max(1);
+    let row_spans = |zero: &dyn Fn(usize) -> bool, n: usize| -> Vec<std::ops::Range<usize>> {
+        (0..n.div_ceil(w))
+            .map(|r| {
+                let (s, e) = (r * w, ((r + 1) * w).min(n));
+                // `strip_pad_range`: past the leading and trailing zeros.
+                let start = (s..e).find(|&i| !zero(i)).unwrap_or(e);
+                let end = (start..e)
+                    .rev()
+                    .find(|&i| !zero(i))
+                    .map_or(start, |i| i + 1);
+                start..end
+            })
+            .collect()
+    };
+    let n = t.numel();
+    if t.dtype() == DType::I64 && t.is_contiguous() && n <= t.storage_numel() {
+        let bytes = &t.storage_bytes()[t.offset() * 8..(t.offset() + n) * 8];
+        let zero = |i: usize| bytes[i * 8..i * 8 + 8] == [0u8; 8];
+        let spans = row_spans(&zero, n);
+        return Some(TokenRows {
+            ids: TokenIds::Stored(t),
+            spans,
+        });
+    }
+    let ids = t.to_i64_vec();
+    let spans = ids
+        .chunks(w)
+        .enumerate()
+        .map(|(i, r)| {
+            let kept = strip_pad_range(r, 0);
+            i * w + kept.start..i * w + kept.end
+        })
+        .collect();
+    Some(TokenRows {
+        ids: TokenIds::Owned(ids),
+        spans,
+    })
 }
 
-/// Pair rows of two per-micro dicts by their `input_ids` (by index when either lacks them).
-pub fn pair_rows(a: Option<&[Vec<i64>]>, b: Option<&[Vec<i64>]>, na: usize, nb: usize) -> RowMatch {
-    match (a, b) {
-        (Some(a), Some(b)) => {
-            let ar: Vec<&[i64]> = a.iter().map(Vec::as_slice).collect();
-            let br: Vec<&[i64]> = b.iter().map(Vec::as_slice).collect();
-            match_rows(&ar, &br)
-        }
-        _ => RowMatch::by_index(na, nb),
-    }
+/// Pair the rows of a reference file with another file's by their `input_ids` (by index
+/// when either lacks them, or there is no other file).
+pub fn pair_rows(a: &Tensors<'_>, b: Option<&Tensors<'_>>, na: usize, nb: usize) -> Rc<RowMatch> {
+    b.and_then(|b| a.content_rows(b))
+        .unwrap_or_else(|| Rc::new(RowMatch::by_index(na, nb)))
 }
 
 /// The row summary the report shows.
@@ -313,14 +378,83 @@ pub struct PairCtx<'a> {
     pub cell_precision: Option<DType>,
 }
 
-/// Whether position `p` of `row` is valid: the mask is non-zero there (a position past
-/// the mask's width is not), or, with no mask, `p` lies within the data's `width`.
-#[inline]
-fn valid_at(mask: Option<&[f64]>, width: usize, p: usize) -> bool {
-    match mask {
-        Some(m) => m.get(p).is_some_and(|&v| v != 0.0),
-        None => p < width,
+/// Reusable buffers of one comparison: decoded chunks of each input, and the pairs kept.
+#[derive(Default)]
+struct Bufs {
+    a: Vec<f64>,
+    b: Vec<f64>,
+    extra: Vec<f64>,
+    extra_padded: Vec<f64>,
+    ranges: Vec<Range<usize>>,
+    kept: Kept,
+}
+
+/// The pairs of a chunk valid on both sides, with their positions.
+#[derive(Default)]
+struct Kept {
+    a: Vec<f64>,
+    b: Vec<f64>,
+    extra: Vec<f64>,
+    pos: Vec<usize>,
+}
+
+impl Kept {
+    /// Gather the pairs at `ranges` (absolute positions, within a chunk read from `lo`).
+    fn gather(
+        &mut self,
+        ranges: &[Range<usize>],
+        lo: usize,
+        xa: &[f64],
+        xb: &[f64],
+        ex: Option<&[f64]>,
+    ) {
+        self.a.clear();
+        self.b.clear();
+        self.extra.clear();
+        self.pos.clear();
+        for r in ranges {
+            let local = r.start - lo..r.end - lo;
+            self.a.extend_from_slice(&xa[local.clone()]);
+            self.b.extend_from_slice(&xb[local.clone()]);
+            if let Some(e) = ex {
+                self.extra.extend_from_slice(&e[local]);
+            }
+            self.pos.extend(r.clone());
+        }
     }
+}
+
+/// The positions of `[0, n)` in both `a` and `b` (ascending ranges each), as ascending
+/// ranges of at most [`CHUNK`] positions, into `out`.
+fn intersect(a: &[Range<usize>], b: &[Range<usize>], n: usize, out: &mut Vec<Range<usize>>) {
+    out.clear();
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        let start = a[i].start.max(b[j].start);
+        let end = a[i].end.min(b[j].end).min(n);
+        let mut s = start;
+        while s < end {
+            let e = (s + CHUNK).min(end);
+            out.push(s..e);
+            s = e;
+        }
+        if a[i].end < b[j].end {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+}
+
+/// `v` padded with zeros to `len` (copied into `buf` only when short).
+fn padded<'s>(v: &'s [f64], len: usize, buf: &'s mut Vec<f64>) -> &'s [f64] {
+    if v.len() >= len {
+        return v;
+    }
+    buf.clear();
+    buf.extend_from_slice(v);
+    buf.resize(len, 0.0);
+    buf
 }
 
 fn ulp_dtype(a: DType, b: DType) -> Option<DType> {
@@ -385,31 +519,114 @@ impl PairCtx<'_> {
         if extra.is_some() {
             tol.source = format!("{} + error propagated from log-prob inputs", tol.source);
         }
+        let metrics = self.measure(a, b, &tol, logprob, extra);
+        comparison(name, metrics, tol, precision, a, b, origin_a, origin_b)
+    }
+
+    /// The metrics of `a` against `b` at the positions valid on both sides, each element
+    /// allowed `tol` plus its `extra`.
+    fn measure(
+        &self,
+        a: &Mat,
+        b: &Mat,
+        tol: &Tolerance,
+        logprob: bool,
+        extra: Option<&Mat>,
+    ) -> PairMetrics {
         let mut acc = Accumulator::new(tol.clone(), ulp_dtype(a.dtype, b.dtype), logprob);
+        let mut buf = Bufs::default();
         for &(ra, rb) in &self.rows.pairs {
-            let ma = self.mask_a.map(|m| m.row(ra));
-            let mb = self.mask_b.map(|m| m.row(rb));
-            let (xa, xb) = (a.row(ra), b.row(rb));
-            let ex = extra.map(|e| e.row(ra));
-            // Positions valid on both sides (the same walk as `split_positions(..).both`),
-            // without a mask vector per row.
-            for (p, (&x, &y)) in xa.iter().zip(xb).enumerate() {
-                if valid_at(ma, a.width, p) && valid_at(mb, b.width, p) {
-                    let e = ex.and_then(|e| e.get(p)).copied().unwrap_or(0.0);
-                    acc.push_allowing(
-                        x,
-                        y,
-                        e,
-                        ElemLoc {
-                            row: ra,
-                            other_row: rb,
-                            pos: p,
-                        },
+            // Positions of both rows (none when either row is missing) valid on both sides.
+            let n = if ra < a.rows && rb < b.rows {
+                a.width.min(b.width)
+            } else {
+                0
+            };
+            let all = 0..n;
+            let full = std::slice::from_ref(&all);
+            let va = self.mask_a.map_or(full, |m| m.nonzero(ra));
+            let vb = self.mask_b.map_or(full, |m| m.nonzero(rb));
+            let mut ranges = std::mem::take(&mut buf.ranges);
+            intersect(va, vb, n, &mut ranges);
+            // Batches of ranges spanning at most CHUNK positions (every range is at most
+            // that long): read once, then fed straight (one range) or gathered (several).
+            let mut rest = &ranges[..];
+            while let Some(first) = rest.first() {
+                let lo = first.start;
+                let k = rest
+                    .iter()
+                    .take_while(|r| r.end <= lo + CHUNK)
+                    .count()
+                    .max(1);
+                let (batch, tail) = rest.split_at(k);
+                rest = tail;
+                let hi = batch[k - 1].end;
+                let xa = a.chunk(ra, lo, hi, &mut buf.a);
+                let xb = b.chunk(rb, lo, hi, &mut buf.b);
+                // An extra narrower than the data adds 0 past its end.
+                let ex = extra.map(|e| {
+                    let v = e.chunk(ra, lo, hi, &mut buf.extra);
+                    padded(v, hi - lo, &mut buf.extra_padded)
+                });
+                if let [only] = batch {
+                    let r = only.start - lo..only.end - lo;
+                    let ex = ex.map(|e| &e[r.clone()]);
+                    acc.push_run(
+                        &xa[r.clone()],
+                        &xb[r],
+                        ex,
+                        Positions::From(only.start),
+                        ra,
+                        rb,
                     );
+                } else {
+                    let c = &mut buf.kept;
+                    c.gather(batch, lo, xa, xb, ex);
+                    let ex = ex.map(|_| &c.extra[..]);
+                    acc.push_run(&c.a, &c.b, ex, Positions::At(&c.pos), ra, rb);
                 }
             }
+            buf.ranges = ranges;
         }
-        finish(name, acc, tol, precision, a, b, origin_a, origin_b)
+        acc.finish()
+    }
+
+    /// [`PairCtx::masked`] of the reference's log-probs against the other side's, reusing
+    /// `memo` (a comparison of the same pairs made earlier in the cell) when the inputs
+    /// are the same values at the same positions under the same tolerance: weaver dumps
+    /// one log-prob tensor in both `forward_data` and `is_loss_debug`.
+    #[allow(clippy::too_many_arguments)]
+    fn logprobs_memo(
+        &self,
+        a: &Mat,
+        b: &Rc<Mat>,
+        mask_b: Option<&Rc<Mat>>,
+        rows: &Rc<RowMatch>,
+        origin_a: Origin,
+        origin_b: Origin,
+        memo: &RefCell<Option<LogprobMemo>>,
+    ) -> Comparison {
+        let name = format!("{}.log_probs", self.section);
+        let (tol, precision) = self.tolerance(&name, coarser(a.precision(), b.precision()), false);
+        let key = (tol.atol.to_bits(), tol.rtol.to_bits());
+        let reused = memo.borrow().as_ref().and_then(|m| {
+            let same_mask = match (&m.mask_b, mask_b) {
+                (None, None) => true,
+                (Some(x), Some(y)) => x.same_nonzero(y),
+                _ => false,
+            };
+            (m.tol == key && m.rows.pairs == rows.pairs && same_mask && m.b.same_values(b))
+                .then(|| m.metrics.clone())
+        });
+        let metrics = reused.unwrap_or_else(|| self.measure(a, b, &tol, true, None));
+        *memo.borrow_mut() = Some(LogprobMemo {
+            b: b.clone(),
+            mask_b: mask_b.cloned(),
+            rows: rows.clone(),
+            tol: key,
+            metrics: metrics.clone(),
+        });
+        comparison(name, metrics, tol, precision, a, b, origin_a, origin_b)
     }
 
     /// Compare two masks (or other 0/1 tensors) exactly over every position, a position
@@ -425,20 +642,15 @@ impl PairCtx<'_> {
         let name = format!("{}.{key}", self.section);
         let tol = self.policy.resolve(&name, DType::I64, false);
         let mut acc = Accumulator::new(tol.clone(), None, false);
+        let mut buf = Bufs::default();
+        let width = |m: &Mat, r: usize| if r < m.rows { m.width } else { 0 };
         for &(ra, rb) in &self.rows.pairs {
-            let (xa, xb) = (a.row(ra), b.row(rb));
-            for p in 0..xa.len().max(xb.len()) {
-                let x = xa.get(p).copied().unwrap_or(0.0);
-                let y = xb.get(p).copied().unwrap_or(0.0);
-                acc.push(
-                    x,
-                    y,
-                    ElemLoc {
-                        row: ra,
-                        other_row: rb,
-                        pos: p,
-                    },
-                );
+            let n = width(a, ra).max(width(b, rb));
+            for p0 in (0..n).step_by(CHUNK) {
+                let p1 = (p0 + CHUNK).min(n);
+                let xa = padded(a.chunk(ra, p0, p1, &mut buf.a), p1 - p0, &mut buf.kept.a);
+                let xb = padded(b.chunk(rb, p0, p1, &mut buf.b), p1 - p0, &mut buf.kept.b);
+                acc.push_run(xa, xb, None, Positions::From(p0), ra, rb);
             }
         }
         finish(name, acc, tol, DType::I64, a, b, origin_a, origin_b)
@@ -527,7 +739,21 @@ pub fn finish(
     origin_a: Origin,
     origin_b: Origin,
 ) -> Comparison {
-    let metrics = acc.finish();
+    comparison(name, acc.finish(), tol, precision, a, b, origin_a, origin_b)
+}
+
+/// A [`Comparison`] of `metrics` judged by `tol`.
+#[allow(clippy::too_many_arguments)]
+fn comparison(
+    name: String,
+    metrics: PairMetrics,
+    tol: Tolerance,
+    precision: DType,
+    a: &Mat,
+    b: &Mat,
+    origin_a: Origin,
+    origin_b: Origin,
+) -> Comparison {
     let (verdict, reason) = tol.verdict(metrics.beyond, metrics.count);
     Comparison {
         name,
@@ -630,13 +856,7 @@ pub fn forward_data_cell(
     let (ma, mb) = (a.mat("response_mask"), b.mat("response_mask"));
     let na = lp_a.as_ref().map_or(0, |m| m.rows);
     let nb = lp_b.as_ref().map_or(0, |m| m.rows);
-    let (ta, tb) = (a.input_ids(), b.input_ids());
-    let rows = pair_rows(
-        ta.as_deref().map(Vec::as_slice),
-        tb.as_deref().map(Vec::as_slice),
-        na,
-        nb,
-    );
+    let rows = pair_rows(a, Some(b), na, nb);
     let ctx = PairCtx {
         policy,
         section: "forward_data",
@@ -660,19 +880,37 @@ pub fn forward_data_cell(
             "not dumped on both sides",
         )),
     }
-    for (key, logprob) in [("log_probs", true), ("entropy", false)] {
-        match (a.mat(key), b.mat(key)) {
-            (Some(x), Some(y)) => out.push(ctx.masked(
-                key,
-                &x,
-                &y,
-                Origin::dumped("forward_data", key),
-                Origin::dumped("forward_data", key),
-                false,
-                logprob,
-            )),
-            _ => out.push(skipped("forward_data", key, "not dumped on both sides")),
-        }
+    match (&lp_a, &lp_b) {
+        (Some(x), Some(y)) => out.push(ctx.logprobs_memo(
+            x,
+            y,
+            mb.as_ref(),
+            &rows,
+            Origin::dumped("forward_data", "log_probs"),
+            Origin::dumped("forward_data", "log_probs"),
+            &a.logprobs,
+        )),
+        _ => out.push(skipped(
+            "forward_data",
+            "log_probs",
+            "not dumped on both sides",
+        )),
+    }
+    match (a.mat("entropy"), b.mat("entropy")) {
+        (Some(x), Some(y)) => out.push(ctx.masked(
+            "entropy",
+            &x,
+            &y,
+            Origin::dumped("forward_data", "entropy"),
+            Origin::dumped("forward_data", "entropy"),
+            false,
+            false,
+        )),
+        _ => out.push(skipped(
+            "forward_data",
+            "entropy",
+            "not dumped on both sides",
+        )),
     }
     if !rows.only_a.is_empty() || !rows.only_b.is_empty() {
         out.push(row_coverage_fail("forward_data", &rows));
@@ -717,9 +955,11 @@ fn batch_indices(
 ) -> (Vec<Option<usize>>, String) {
     if let Some(tok) = fwd.input_ids() {
         if !inputs.traj_index.is_empty() {
-            let idx: Vec<Option<usize>> = tok
-                .iter()
-                .map(|t| inputs.traj_index.get(&tokens_hash(t)).copied())
+            let idx: Vec<Option<usize>> = (0..tok.len())
+                .map(|i| {
+                    tok.hash(i, false)
+                        .and_then(|h| inputs.traj_index.get(&h).copied())
+                })
                 .collect();
             if idx.iter().all(Option::is_some) {
                 return (idx, "rows located in the batch by token hash".into());
@@ -752,6 +992,8 @@ pub struct Chain {
     pub adv_from: String,
     /// The valid elements, for the tolerances of masked means and clip fractions.
     pub stats: Option<ChainStats>,
+    /// Set when `ratio` and `ratio_allowed` hold only the valid positions (NaN elsewhere).
+    partial: Option<Derive>,
 }
 
 /// The other side's dumps a [`Chain`] borrows precisions and advantages from.
@@ -785,8 +1027,10 @@ pub fn chain(
             if r.len() != old.width {
                 return None;
             }
-            data.extend_from_slice(r);
+            data.extend_from_slice(&r);
         }
+        // This micro's rows are copied: let their pages go.
+        old.release_rows(idx.iter().flatten().copied());
         Some(Mat::new(
             vec![na, old.width],
             na,
@@ -814,6 +1058,7 @@ pub fn chain(
             adv,
             adv_from: inputs.advantages_from.clone(),
             stats: None,
+            partial: None,
         };
     };
     let peer_prec = |v: Option<&Tensors<'_>>, key: &'static str| {
@@ -833,49 +1078,54 @@ pub fn chain(
         with_peer(o.precision(), peer_prec(peer.is_loss, "old_log_probs")),
         false,
     );
-    let mut ratio = Vec::with_capacity(lp.data.len());
-    let mut allowed = Vec::with_capacity(lp.data.len());
-    for r in 0..lp.rows {
-        let (x, old_row) = (lp.row(r), o.row(r));
-        for (p, &l) in x.iter().enumerate() {
-            let ol = old_row.get(p).copied().unwrap_or(f64::NAN);
-            let rt = (l - ol).exp();
-            ratio.push(rt);
-            allowed.push(propagate::ratio_allowed(
-                rt,
-                propagate::log_ratio_allowed(tol_lp.allowed(l), tol_old.allowed(ol)),
-            ));
+    let derive = Derive {
+        lp: lp.clone(),
+        mask: mask_a.clone(),
+        tol_lp,
+        tol_old,
+    };
+    // The ratio where anything reads it (valid reference positions) when that already
+    // shows it is f64 data; else everywhere, as its precision then needs every value.
+    let first = derive.mask.is_some().then(|| derive.ratio(o, true));
+    let (ratio, ratio_allowed, partial) = match first {
+        Some((r, e, true)) => (r, e, true),
+        _ => {
+            let (r, e, _) = derive.ratio(o, false);
+            (r, e, false)
         }
-    }
-    let ratio = lp.with_data(ratio, DType::F64);
-    let ratio_allowed = ratio.with_data(allowed, DType::F64);
+    };
     // |A| per row: the remote-api advantages, else the other side's (paired by content).
     let abs_adv: Vec<Option<f64>> = match &adv {
         Some(a) => (0..na).map(|r| a.row(r).first().map(|v| v.abs())).collect(),
         None => {
             let b_adv = peer.is_loss.and_then(|v| v.mat("advantages"));
             let nb = b_adv.as_ref().map_or(0, |m| m.rows);
-            let (ta, tb) = (a_fwd.input_ids(), peer.fwd.and_then(Tensors::input_ids));
-            let rows = pair_rows(
-                ta.as_deref().map(Vec::as_slice),
-                tb.as_deref().map(Vec::as_slice),
-                na,
-                nb,
-            );
+            let rows = pair_rows(a_fwd, peer.fwd, na, nb);
             let mut out = vec![None; na];
             if let Some(b) = &b_adv {
                 for &(ra, rb) in &rows.pairs {
-                    out[ra] = Some(b.row(rb).iter().fold(0.0f64, |m, v| m.max(v.abs())));
+                    if let Some(slot) = out.get_mut(ra) {
+                        *slot = Some(b.row(rb).iter().fold(0.0f64, |m, v| m.max(v.abs())));
+                    }
                 }
             }
             out
         }
     };
-    let mut elems = Vec::new();
+    let all = 0..lp.width;
+    let valid = |r: usize| {
+        mask_a
+            .as_deref()
+            .map_or(std::slice::from_ref(&all), |m| m.nonzero(r))
+    };
+    let n_valid = (0..abs_adv.len())
+        .flat_map(|r| valid(r).iter().map(|v| v.len()))
+        .sum();
+    let mut elems = Vec::with_capacity(n_valid);
     for (r, &abs_advantage) in abs_adv.iter().enumerate() {
-        let m = mask_a.as_deref().map(|m| m.row(r));
-        for p in (0..m.map_or(lp.width, <[f64]>::len)).filter(|&p| valid_at(m, lp.width, p)) {
-            if let (Some(&rt), Some(&al)) = (ratio.row(r).get(p), ratio_allowed.row(r).get(p)) {
+        let (ratio_r, allowed_r) = (ratio.row(r), ratio_allowed.row(r));
+        for p in valid(r).iter().flat_map(Range::clone) {
+            if let (Some(&rt), Some(&al)) = (ratio_r.get(p), allowed_r.get(p)) {
                 elems.push(ChainElem {
                     ratio: rt,
                     ratio_allowed: al,
@@ -893,6 +1143,92 @@ pub fn chain(
         adv,
         adv_from: inputs.advantages_from.clone(),
         stats: Some(ChainStats { elems }),
+        partial: partial.then_some(derive),
+    }
+}
+
+/// How a chain's ratio is derived, kept when it was computed at valid positions only, so
+/// that a quantity whose precision needs every position can have them.
+struct Derive {
+    lp: Rc<Mat>,
+    mask: Option<Rc<Mat>>,
+    tol_lp: Tolerance,
+    tol_old: Tolerance,
+}
+
+impl Derive {
+    /// The positions of row `r` anything reads (the reference mask's non-zero ones, all
+    /// without a mask), clipped to the width.
+    fn valid(&self, r: usize) -> Vec<Range<usize>> {
+        let w = self.lp.width;
+        match &self.mask {
+            None => std::iter::once(0..w).collect(),
+            Some(m) => m
+                .nonzero(r)
+                .iter()
+                .filter(|v| v.start < w)
+                .map(|v| v.start..v.end.min(w))
+                .collect(),
+        }
+    }
+
+    /// `exp(logp − old)` and its allowance `r·(e^E − 1)` as matrices of the log-probs'
+    /// layout. With `valid_only`, only at valid positions (NaN elsewhere), and the third
+    /// value says whether those already make it f64 data (its precision is then set);
+    /// else everywhere (third value false).
+    fn ratio(&self, o: &Mat, valid_only: bool) -> (Mat, Mat, bool) {
+        let lp = &self.lp;
+        let n = lp.rows * lp.width;
+        let (mut ratio, mut allowed) = (vec![f64::NAN; n], vec![f64::NAN; n]);
+        let mut scan = GridScan::new(DType::F64);
+        let mut buf = Vec::new();
+        for r in 0..lp.rows {
+            let old_row = o.row(r);
+            let ranges = if valid_only {
+                self.valid(r)
+            } else {
+                std::iter::once(0..lp.width).collect()
+            };
+            let base = r * lp.width;
+            for v in ranges {
+                let x = lp.chunk(r, v.start, v.end, &mut buf);
+                for (p, &l) in v.clone().zip(x) {
+                    let ol = old_row.get(p).copied().unwrap_or(f64::NAN);
+                    let rt = (l - ol).exp();
+                    ratio[base + p] = rt;
+                    allowed[base + p] = propagate::ratio_allowed(
+                        rt,
+                        propagate::log_ratio_allowed(
+                            self.tol_lp.allowed(l),
+                            self.tol_old.allowed(ol),
+                        ),
+                    );
+                }
+                scan.feed(&ratio[base + v.start..base + v.end]);
+            }
+        }
+        let decided = valid_only && scan.settled();
+        let ratio = lp.with_data(ratio, DType::F64);
+        let ratio = if decided {
+            ratio.with_precision(DType::F64)
+        } else {
+            ratio
+        };
+        let allowed = ratio.with_data(allowed, DType::F64);
+        (ratio, allowed, decided)
+    }
+
+    /// `−ratio·A` at valid positions and its precision when those decide it (f64 data),
+    /// else None.
+    fn loss_if_decided(&self, el: &Mat) -> Option<DType> {
+        let mut scan = GridScan::new(DType::F64);
+        for r in 0..el.rows {
+            let row = el.row(r);
+            for v in self.valid(r) {
+                scan.feed(&row[v]);
+            }
+        }
+        scan.settled().then_some(DType::F64)
     }
 }
 
@@ -915,13 +1251,7 @@ pub fn is_loss_cell(
     let mask_b = b_is.mat("effective_valid");
     let na = lp_a.as_ref().map_or(0, |m| m.rows);
     let nb = lp_b.as_ref().map_or(0, |m| m.rows);
-    let (ta, tb) = (a_fwd.input_ids(), b_fwd.and_then(Tensors::input_ids));
-    let rows = pair_rows(
-        ta.as_deref().map(Vec::as_slice),
-        tb.as_deref().map(Vec::as_slice),
-        na,
-        nb,
-    );
+    let rows = pair_rows(a_fwd, b_fwd, na, nb);
     let ctx = PairCtx {
         policy,
         section: S,
@@ -947,14 +1277,14 @@ pub fn is_loss_cell(
         )),
     }
     match (&lp_a, &lp_b) {
-        (Some(x), Some(y)) => out.push(ctx.masked(
-            "log_probs",
+        (Some(x), Some(y)) => out.push(ctx.logprobs_memo(
             x,
             y,
+            mask_b.as_ref(),
+            &rows,
             Origin::dumped("forward_data", "log_probs"),
             dumped_b("log_probs"),
-            false,
-            true,
+            &a_fwd.logprobs,
         )),
         _ => out.push(skipped(S, "log_probs", "not dumped on both sides")),
     }
@@ -1016,20 +1346,33 @@ pub fn is_loss_cell(
         _ => out.push(skipped(S, "prob_ratio", "inputs to derive it are missing")),
     }
     let el = match (&ch.ratio, &ch.ratio_allowed, &ch.adv) {
-        (Some(r), Some(e), Some(a)) => Some((
-            r.with_data(
-                r.data.iter().zip(&a.data).map(|(r, a)| -r * a).collect(),
-                r.dtype,
-            ),
-            e.with_data(
-                e.data
-                    .iter()
-                    .zip(&a.data)
-                    .map(|(e, a)| propagate::product_allowed(*e, *a))
-                    .collect(),
-                e.dtype,
-            ),
-        )),
+        (Some(r), Some(e), Some(a)) => {
+            let av = a.values();
+            let times_adv = |r: &[f64]| r.iter().zip(av.iter()).map(|(r, a)| -r * a).collect();
+            let mut el = r.with_data(times_adv(&r.values()), r.dtype);
+            if let (Some(derive), Some(old)) = (&ch.partial, &ch.old) {
+                // The ratio is known at valid positions only: enough for the loss's
+                // precision when those are f64 data, else derive it everywhere.
+                el = match derive.loss_if_decided(&el) {
+                    Some(p) => el.with_precision(p),
+                    None => {
+                        let (full, _, _) = derive.ratio(old, false);
+                        r.with_data(times_adv(&full.values()), r.dtype)
+                    }
+                };
+            }
+            let ev = e.values();
+            Some((
+                el,
+                e.with_data(
+                    ev.iter()
+                        .zip(av.iter())
+                        .map(|(e, a)| propagate::product_allowed(*e, *a))
+                        .collect(),
+                    e.dtype,
+                ),
+            ))
+        }
         _ => None,
     };
     match (&el, b_is.mat("elementwise_loss")) {
@@ -1055,7 +1398,7 @@ pub fn is_loss_cell(
             Origin::dumped("loss", "loss"),
             dumped_b("loss"),
             true,
-            loss_propagation("loss", ch.stats.as_ref(), a_loss),
+            loss_propagation("loss", &StatsMemo::new(ch.stats.as_ref(), a_loss)),
         )),
         _ => out.push(skipped(S, "loss", "not dumped on both sides")),
     }
@@ -1080,29 +1423,48 @@ fn clip_range(loss: Option<&Value>) -> (f64, f64) {
     )
 }
 
+/// The chain aggregates the loss scalars' tolerances need, each computed once per cell
+/// and loss file however many keys ask (each is a pass over every valid element).
+struct StatsMemo<'a> {
+    stats: Option<&'a ChainStats>,
+    loss: Option<&'a Value>,
+    mean_loss: OnceCell<Option<f64>>,
+    mean_ratio: OnceCell<Option<f64>>,
+    flips: OnceCell<(f64, f64, usize)>,
+}
+
+impl<'a> StatsMemo<'a> {
+    fn new(stats: Option<&'a ChainStats>, loss: Option<&'a Value>) -> Self {
+        StatsMemo {
+            stats,
+            loss,
+            mean_loss: OnceCell::new(),
+            mean_ratio: OnceCell::new(),
+            flips: OnceCell::new(),
+        }
+    }
+}
+
 /// The propagated tolerance of a loss-file scalar that is a masked aggregate of the
 /// chain's elements, with how it was obtained (None: no rule for this key).
-fn loss_propagation(
-    key: &str,
-    stats: Option<&ChainStats>,
-    loss: Option<&Value>,
-) -> Option<(f64, String)> {
-    let stats = stats?;
+fn loss_propagation(key: &str, memo: &StatsMemo<'_>) -> Option<(f64, String)> {
+    let stats = memo.stats?;
     let leaf = key.rsplit('.').next().unwrap_or(key);
     let n = stats.count();
     match leaf {
-        "loss" | "pg_loss" => stats
-            .mean_loss_allowed()
+        "loss" | "pg_loss" => (*memo.mean_loss.get_or_init(|| stats.mean_loss_allowed()))
             .map(|e| (e, format!("= mean of |A|·r·(e^E−1) over {n} tokens"))),
-        "avg_ratio" | "ratio_mean" => stats
-            .mean_ratio_allowed()
+        "avg_ratio" | "ratio_mean" => (*memo.mean_ratio.get_or_init(|| stats.mean_ratio_allowed()))
             .map(|e| (e, format!("= mean of r·(e^E−1) over {n} tokens"))),
         l if l.contains("clip_frac") || l.contains("clipfrac") => {
-            let (lo, hi) = clip_range(loss);
-            let flips = stats.flips(lo, hi);
-            stats.clip_fraction_allowed(lo, hi).map(|e| {
+            let &(lo, hi, flips) = memo.flips.get_or_init(|| {
+                let (lo, hi) = clip_range(memo.loss);
+                (lo, hi, stats.flips(lo, hi))
+            });
+            // `clip_fraction_allowed`, from the flips already counted.
+            (n > 0).then(|| {
                 (
-                    e,
+                    flips as f64 / n as f64,
                     format!("= {flips} of {n} tokens within tolerance of the clip boundary 1−{lo}/1+{hi}"),
                 )
             })
@@ -1132,6 +1494,7 @@ pub fn loss_cell(
     };
     let mut out = Vec::new();
     let mut notes = Vec::new();
+    let memo = StatsMemo::new(stats, Some(a));
     for key in ["loss", "pg_loss", "entropy_loss"] {
         match (a.get(key), b.get(key)) {
             (Some(x), Some(y)) => out.extend(ctx.scalar_with(
@@ -1141,7 +1504,7 @@ pub fn loss_cell(
                 Origin::dumped("loss", key),
                 Origin::dumped("loss", key),
                 true,
-                loss_propagation(key, stats, Some(a)),
+                loss_propagation(key, &memo),
             )),
             _ => out.push(skipped("loss", key, "not dumped on both sides")),
         }
@@ -1159,7 +1522,7 @@ pub fn loss_cell(
                         Origin::dumped("loss", &key),
                         Origin::dumped("loss", &key),
                         true,
-                        loss_propagation(&key, stats, Some(a)),
+                        loss_propagation(&key, &memo),
                     ));
                 }
                 None => notes.push(format!(
@@ -1358,5 +1721,230 @@ mod tests {
         assert_eq!(verdict(0.5), Verdict::Pass); // one token flipped: allowed
         assert_eq!(verdict(0.75), Verdict::Fail); // two flipped: only one could
         assert_eq!(verdict(0.25), Verdict::Pass);
+    }
+
+    /// A stored (little-endian, in place) matrix of `dtype` holding `vals` rounded to it.
+    fn stored(dtype: DType, rows: usize, width: usize, vals: &[f64]) -> Mat {
+        let bytes: Vec<u8> = vals
+            .iter()
+            .flat_map(|&v| match dtype {
+                DType::F32 => (v as f32).to_le_bytes().to_vec(),
+                DType::BF16 => half::bf16::from_f64(v).to_le_bytes().to_vec(),
+                DType::I32 => (v as i32).to_le_bytes().to_vec(),
+                _ => v.to_le_bytes().to_vec(),
+            })
+            .collect();
+        let t = Tensor::from_le_bytes(dtype, vec![rows, width], bytes).unwrap();
+        Mat::of(&dict(vec![("x", Value::Tensor(t))]), "x").unwrap()
+    }
+
+    /// Deterministic pseudo-random numbers in [0, 1).
+    fn noise(seed: u64, n: usize) -> Vec<f64> {
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (x >> 11) as f64 / (1u64 << 53) as f64
+            })
+            .collect()
+    }
+
+    /// The comparison loop as it was before chunks and runs: whole rows, one element at
+    /// a time, a mask position valid when non-zero (and within the mask's width).
+    fn reference(
+        ctx: &PairCtx<'_>,
+        a: &Mat,
+        b: &Mat,
+        extra: Option<&Mat>,
+        tol: Tolerance,
+        logprob: bool,
+    ) -> String {
+        let valid =
+            |m: Option<&[f64]>, p: usize| m.is_none_or(|m| m.get(p).is_some_and(|&v| v != 0.0));
+        let mut acc = Accumulator::new(tol, ulp_dtype(a.dtype, b.dtype), logprob);
+        for &(ra, rb) in &ctx.rows.pairs {
+            let ma = ctx.mask_a.map(|m| m.row(ra));
+            let mb = ctx.mask_b.map(|m| m.row(rb));
+            let (xa, xb) = (a.row(ra), b.row(rb));
+            let ex = extra.map(|e| e.row(ra));
+            for (p, (&x, &y)) in xa.iter().zip(xb.iter()).enumerate() {
+                if valid(ma.as_deref(), p) && valid(mb.as_deref(), p) {
+                    let e = ex.as_ref().and_then(|e| e.get(p)).copied().unwrap_or(0.0);
+                    let loc = ElemLoc {
+                        row: ra,
+                        other_row: rb,
+                        pos: p,
+                    };
+                    acc.push_allowing(x, y, e, loc);
+                }
+            }
+        }
+        format!("{:?}", acc.finish())
+    }
+
+    #[test]
+    fn chunked_masked_comparison_equals_the_element_loop() {
+        let (r, w) = (4, CHUNK + 37);
+        let n = r * w;
+        let base = noise(1, n);
+        let a_vals: Vec<f64> = base.iter().map(|v| -8.0 * v).collect();
+        // b: mostly a rounded to bf16, some equal, one NaN in a valid place and a few in
+        // invalid places, one far off.
+        let mut b_vals: Vec<f64> = a_vals
+            .iter()
+            .zip(noise(2, n))
+            .map(|(&x, u)| {
+                if u < 0.3 {
+                    x as f32 as f64
+                } else {
+                    half::bf16::from_f64(x).to_f64()
+                }
+            })
+            .collect();
+        b_vals[w + 5] = f64::NAN;
+        b_vals[2 * w + CHUNK + 3] = 4.0;
+        b_vals[3 * w - 1] = f64::NAN;
+        let a = stored(DType::F32, r, w, &a_vals);
+        let b_owned = Mat::new(vec![r, w], r, w, b_vals.clone(), DType::F64);
+        let b_stored = stored(DType::F32, r, w, &b_vals);
+        // Masks: a prefix per row on one side; holes and a narrower width on the other.
+        let lens = [w, CHUNK - 1, 17, CHUNK + 10];
+        let ma_vals: Vec<f64> = (0..n)
+            .map(|i| ((i % w) < lens[i / w]) as u8 as f64)
+            .collect();
+        let mask_a = stored(DType::I32, r, w, &ma_vals);
+        let wb = w - 20;
+        let mb_vals: Vec<f64> = noise(3, r * wb)
+            .iter()
+            .map(|&u| (u > 0.1) as u8 as f64)
+            .collect();
+        let mask_b = stored(DType::I32, r, wb, &mb_vals);
+        let extra = Mat::new(
+            vec![r - 1, w - 5],
+            r - 1,
+            w - 5,
+            noise(4, (r - 1) * (w - 5))
+                .iter()
+                .map(|v| 1e-3 * v)
+                .collect(),
+            DType::F64,
+        );
+        let rows = RowMatch {
+            pairs: vec![(0, 1), (1, 0), (2, 2), (3, 3), (5, 0)],
+            only_a: vec![],
+            only_b: vec![],
+            method: crate::compare::align::MatchMethod::Index,
+        };
+        let policy = TolerancePolicy::default();
+        for (ma, mb) in [
+            (None, None),
+            (Some(&mask_a), Some(&mask_b)),
+            (None, Some(&mask_b)),
+        ] {
+            let ctx = PairCtx {
+                policy: &policy,
+                section: "t",
+                rows: &rows,
+                mask_a: ma,
+                mask_b: mb,
+                cell_precision: None,
+            };
+            for b in [&b_owned, &b_stored] {
+                for logprob in [false, true] {
+                    let o = || Origin::dumped("t", "x");
+                    let got = ctx.masked("x", &a, b, o(), o(), false, logprob);
+                    let want = reference(&ctx, &a, b, None, got.tolerance.clone(), logprob);
+                    assert_eq!(format!("{:?}", got.metrics.unwrap()), want);
+                }
+                let o = || Origin::dumped("t", "x");
+                let got = ctx.propagated("x", &a, b, o(), o(), &extra);
+                let want = reference(&ctx, &a, b, Some(&extra), got.tolerance.clone(), false);
+                let m = got.metrics.as_ref();
+                assert_eq!(format!("{:?}", m.unwrap()), want);
+                // The comparison saw something: elements, and the far-off one beyond.
+                assert!(m.is_some_and(|m| m.count > 0 && m.beyond > 0));
+            }
+            // Masks compared exactly, a narrower side padded with zeros.
+            let o = || Origin::dumped("t", "m");
+            let got = ctx.exact_rows("m", &mask_a, &mask_b, o(), o());
+            let mut acc = Accumulator::new(got.tolerance.clone(), None, false);
+            for &(ra, rb) in &rows.pairs {
+                let (xa, xb) = (mask_a.row(ra), mask_b.row(rb));
+                for p in 0..xa.len().max(xb.len()) {
+                    let (x, y) = (
+                        xa.get(p).copied().unwrap_or(0.0),
+                        xb.get(p).copied().unwrap_or(0.0),
+                    );
+                    acc.push(
+                        x,
+                        y,
+                        ElemLoc {
+                            row: ra,
+                            other_row: rb,
+                            pos: p,
+                        },
+                    );
+                }
+            }
+            assert_eq!(
+                format!("{:?}", got.metrics.unwrap()),
+                format!("{:?}", acc.finish())
+            );
+        }
+    }
+
+    #[test]
+    fn ranges_valid_on_both_sides_are_cut_at_chunks() {
+        let r = |s: usize, e: usize| s..e;
+        let mut out = Vec::new();
+        intersect(&[r(0, 10), r(20, 30)], &[r(5, 25)], 100, &mut out);
+        assert_eq!(out, vec![r(5, 10), r(20, 25)]);
+        intersect(
+            &[r(0, 3 * CHUNK)],
+            &[r(1, 3 * CHUNK)],
+            2 * CHUNK + 5,
+            &mut out,
+        );
+        let cuts = [1, CHUNK + 1, 2 * CHUNK + 1, 2 * CHUNK + 5];
+        assert_eq!(
+            out,
+            cuts.windows(2).map(|w| r(w[0], w[1])).collect::<Vec<_>>()
+        );
+        intersect(&[r(0, 5)], &[r(5, 9)], 100, &mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn stored_token_rows_hash_as_decoded_ones() {
+        let ids: [[i64; 6]; 3] = [[0, 0, 5, 6, 7, 0], [0, 0, 0, 0, 0, 0], [9, 1, 2, 3, 4, 8]];
+        let flat: Vec<i64> = ids.iter().flatten().copied().collect();
+        let t = Tensor::from_i64(vec![3, 6], &flat).unwrap();
+        let stored = token_rows(&dict(vec![("ids", Value::Tensor(t))]), "ids").unwrap();
+        assert!(matches!(stored.ids, TokenIds::Stored(_)));
+        let listed = dict(vec![(
+            "ids",
+            Value::List(
+                ids.iter()
+                    .map(|r| Value::List(r.iter().map(|&v| Value::Int(v)).collect()))
+                    .collect(),
+            ),
+        )]);
+        let stripped: [&[i64]; 3] = [&[5, 6, 7], &[], &[9, 1, 2, 3, 4, 8]];
+        for (i, want) in stripped.iter().enumerate() {
+            assert_eq!(stored.hash(i, false), Some(tokens_hash(want)));
+            let head = want.split_last().map(|(_, h)| tokens_hash(h));
+            assert_eq!(stored.hash(i, true), head);
+        }
+        // A list of ints is a tensor built in memory: the same hashes.
+        let listed = token_rows(&listed, "ids").unwrap();
+        assert_eq!(listed.len(), 3);
+        for i in 0..3 {
+            for m in [false, true] {
+                assert_eq!(listed.hash(i, m), stored.hash(i, m));
+            }
+        }
+        assert_eq!(stored.hash(3, false), None);
     }
 }

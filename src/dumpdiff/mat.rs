@@ -1,0 +1,558 @@
+//! [`Mat`]: one dumped (or derived) tensor seen as rows × width, read in f64 chunk by
+//! chunk straight from its dtype, so a comparison never holds an f64 copy of a tensor.
+
+use std::borrow::Cow;
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use half::{bf16, f16};
+
+use crate::compare::metrics::{effective_dtype, GridScan};
+use crate::dumpdiff::pages::Pages;
+use crate::tensor::{DType, Tensor};
+use crate::value::Value;
+
+/// Positions decoded at a time: a few rows' worth of f64 stays in the core's cache.
+pub const CHUNK: usize = 4096;
+
+/// Where a [`Mat`]'s values live.
+#[derive(Debug, Clone)]
+enum Values {
+    /// Row-major f64 values (derived tensors, non-contiguous views, `.jsonl` lists).
+    Owned(Vec<f64>),
+    /// A contiguous tensor: row-major little-endian elements of its dtype in its storage
+    /// (often a window of the memory-mapped file), widened to f64 when read.
+    Stored(Tensor),
+}
+
+/// A tensor as rows × width of f64 (1-d → one row, 0-d → 1 × 1), with its declared dtype.
+/// The precision of its values is computed once, on first use.
+#[derive(Debug, Clone)]
+pub struct Mat {
+    /// Original shape.
+    pub shape: Vec<usize>,
+    /// Number of rows.
+    pub rows: usize,
+    /// Elements per row.
+    pub width: usize,
+    /// Declared dtype (f64/i64 for `.jsonl` lists).
+    pub dtype: DType,
+    values: Values,
+    /// [`Mat::precision`], once computed (values and dtype never change after building).
+    precision: OnceLock<DType>,
+    /// [`Mat::nonzero`], once computed.
+    nonzero: OnceLock<Runs>,
+    /// The map stored values live in, when they may be released ([`Mat::release_rows`]).
+    pages: Option<Pages>,
+}
+
+/// The positions of each row whose value is non-zero, as ascending ranges.
+#[derive(Debug, Clone, Default)]
+struct Runs {
+    spans: Vec<Range<usize>>,
+    /// Row `r`'s spans are `spans[first[r]..first[r + 1]]`.
+    first: Vec<usize>,
+}
+
+impl Mat {
+    /// A matrix of `rows × width` row-major values (`shape` is the original tensor's).
+    pub fn new(shape: Vec<usize>, rows: usize, width: usize, data: Vec<f64>, dtype: DType) -> Mat {
+        Mat {
+            shape,
+            rows,
+            width,
+            dtype,
+            values: Values::Owned(data),
+            precision: OnceLock::new(),
+            nonzero: OnceLock::new(),
+            pages: None,
+        }
+    }
+
+    /// A matrix of this one's layout holding `data` of `dtype`.
+    pub fn with_data(&self, data: Vec<f64>, dtype: DType) -> Mat {
+        Mat::new(self.shape.clone(), self.rows, self.width, data, dtype)
+    }
+
+    /// This matrix with its [`Mat::precision`] already known (the caller computed it over
+    /// exactly the values [`effective_dtype`] would see).
+    pub fn with_precision(self, precision: DType) -> Mat {
+        let _ = self.precision.set(precision);
+        self
+    }
+
+    /// This matrix, its stored values lying in `pages` (a whole-batch file's map).
+    pub fn with_pages(mut self, pages: Pages) -> Mat {
+        self.pages = Some(pages);
+        self
+    }
+
+    /// Let the memory of these rows' stored values go (a no-op unless they lie in a map
+    /// given by [`Mat::with_pages`]); a later read brings them back.
+    pub fn release_rows(&self, rows: impl Iterator<Item = usize>) {
+        let (Some(pages), Values::Stored(t)) = (&self.pages, &self.values) else {
+            return;
+        };
+        let mut rows: Vec<usize> = rows.filter(|&r| r < self.rows).collect();
+        rows.sort_unstable();
+        rows.dedup();
+        // Consecutive rows are one range of bytes: one call each.
+        let mut i = 0;
+        while i < rows.len() {
+            let mut j = i + 1;
+            while j < rows.len() && rows[j] == rows[j - 1] + 1 {
+                j += 1;
+            }
+            let w = self.width;
+            pages.release(Mat::stored_bytes(t, rows[i] * w, (rows[j - 1] + 1) * w));
+            i = j;
+        }
+    }
+
+    /// A tensor as a matrix of `rows × width` (its element count), read in place when
+    /// contiguous, else copied to f64 in row-major order.
+    fn from_tensor(t: &Tensor, rows: usize, width: usize) -> Mat {
+        let values = if t.is_contiguous() && t.numel() <= t.storage_numel() {
+            Values::Stored(t.clone())
+        } else {
+            Values::Owned(t.to_f64_vec())
+        };
+        Mat {
+            shape: t.shape().to_vec(),
+            rows,
+            width,
+            dtype: t.dtype(),
+            values,
+            precision: OnceLock::new(),
+            nonzero: OnceLock::new(),
+            pages: None,
+        }
+    }
+
+    /// The tensor under `key` of a dict, as a matrix (None when absent or above 2-d).
+    pub fn of(v: &Value, key: &str) -> Option<Mat> {
+        let t = v.get(key)?.to_tensor()?;
+        let (rows, width) = match t.shape() {
+            [] => (1, 1),
+            [n] => (1, *n),
+            [r, w] => (*r, *w),
+            _ => return None,
+        };
+        Some(Mat::from_tensor(&t, rows, width))
+    }
+
+    /// A tensor of any rank as one flat row.
+    pub fn flat(t: &Tensor) -> Mat {
+        Mat::from_tensor(t, 1, t.numel())
+    }
+
+    /// The stored elements of `[start, end)` (element indices), as bytes.
+    fn stored_bytes(t: &Tensor, start: usize, end: usize) -> &[u8] {
+        let s = t.dtype().size();
+        let base = t.offset();
+        &t.storage_bytes()[(base + start) * s..(base + end) * s]
+    }
+
+    /// Positions `[p0, p1)` of row `r`, clipped to the width (empty when `r` is out of
+    /// range): borrowed when the values are f64 already, else decoded into `buf`.
+    pub fn chunk<'s>(&'s self, r: usize, p0: usize, p1: usize, buf: &'s mut Vec<f64>) -> &'s [f64] {
+        let p1 = p1.min(self.width);
+        if r >= self.rows || p0 >= p1 {
+            return &[];
+        }
+        let (start, end) = (r * self.width + p0, r * self.width + p1);
+        match &self.values {
+            Values::Owned(d) => &d[start..end],
+            Values::Stored(t) => {
+                decode_into(t.dtype(), Mat::stored_bytes(t, start, end), buf);
+                buf
+            }
+        }
+    }
+
+    /// Row `i` (empty when out of range).
+    pub fn row(&self, i: usize) -> Cow<'_, [f64]> {
+        if i >= self.rows {
+            return Cow::Borrowed(&[]);
+        }
+        self.span(i * self.width, (i + 1) * self.width)
+    }
+
+    /// Every value, row-major.
+    pub fn values(&self) -> Cow<'_, [f64]> {
+        self.span(0, self.rows * self.width)
+    }
+
+    /// Elements `[start, end)` in row-major order.
+    fn span(&self, start: usize, end: usize) -> Cow<'_, [f64]> {
+        match &self.values {
+            Values::Owned(d) => Cow::Borrowed(&d[start..end]),
+            Values::Stored(t) => {
+                let mut out = Vec::new();
+                decode_into(t.dtype(), Mat::stored_bytes(t, start, end), &mut out);
+                Cow::Owned(out)
+            }
+        }
+    }
+
+    /// The value at row `r`, position `p` (None outside the matrix).
+    pub fn get(&self, r: usize, p: usize) -> Option<f64> {
+        if r >= self.rows || p >= self.width {
+            return None;
+        }
+        let i = r * self.width + p;
+        match &self.values {
+            Values::Owned(d) => d.get(i).copied(),
+            Values::Stored(t) => {
+                let mut one = Vec::with_capacity(1);
+                decode_into(t.dtype(), Mat::stored_bytes(t, i, i + 1), &mut one);
+                one.first().copied()
+            }
+        }
+    }
+
+    /// The ranges of row `r`'s positions holding a non-zero value (NaN included): where
+    /// a mask marks its row valid. Empty when `r` is out of range. Computed once.
+    pub fn nonzero(&self, r: usize) -> &[Range<usize>] {
+        let runs = self.nonzero.get_or_init(|| self.nonzero_runs());
+        match (runs.first.get(r), runs.first.get(r + 1)) {
+            (Some(&s), Some(&e)) => &runs.spans[s..e],
+            _ => &[],
+        }
+    }
+
+    fn nonzero_runs(&self) -> Runs {
+        let mut runs = Runs {
+            spans: Vec::new(),
+            first: vec![0],
+        };
+        let stored = match &self.values {
+            Values::Stored(t) => Some(t),
+            Values::Owned(_) => None,
+        };
+        // A stored element is zero when its bits are, the sign bit of a float aside.
+        let sign = if self.dtype.is_float() {
+            1u64 << (8 * self.dtype.size() - 1)
+        } else {
+            0
+        };
+        let mask = (u64::MAX >> (64 - 8 * self.dtype.size())) & !sign;
+        for r in 0..self.rows {
+            let (start, end) = (r * self.width, (r + 1) * self.width);
+            let zero: Vec<bool> = match (stored, &self.values) {
+                (Some(t), _) => {
+                    let bytes = Mat::stored_bytes(t, start, end);
+                    macro_rules! zeros {
+                        ($n:literal, $u:ty) => {
+                            bytes
+                                .chunks_exact($n)
+                                .map(|c| {
+                                    let mut b = [0u8; $n];
+                                    b.copy_from_slice(c);
+                                    <$u>::from_le_bytes(b) & (mask as $u) == 0
+                                })
+                                .collect()
+                        };
+                    }
+                    match self.dtype.size() {
+                        8 => zeros!(8, u64),
+                        4 => zeros!(4, u32),
+                        2 => zeros!(2, u16),
+                        _ => zeros!(1, u8),
+                    }
+                }
+                (None, Values::Owned(d)) => d[start..end].iter().map(|&x| x == 0.0).collect(),
+                (None, Values::Stored(_)) => Vec::new(),
+            };
+            // Jump from edge to edge: a run starts at the next non-zero, ends at the next zero.
+            let mut i = 0;
+            while let Some(k) = zero[i..].iter().position(|&z| !z) {
+                let s = i + k;
+                let e = zero[s..]
+                    .iter()
+                    .position(|&z| z)
+                    .map_or(zero.len(), |k| s + k);
+                runs.spans.push(s..e);
+                i = e;
+            }
+            runs.first.push(runs.spans.len());
+        }
+        runs
+    }
+
+    /// True when `other` holds the same values in the same layout and dtype (bit for bit).
+    pub fn same_values(&self, other: &Mat) -> bool {
+        if (self.dtype, self.rows, self.width) != (other.dtype, other.rows, other.width) {
+            return false;
+        }
+        let n = self.rows * self.width;
+        match (&self.values, &other.values) {
+            (Values::Stored(x), Values::Stored(y)) => {
+                Mat::stored_bytes(x, 0, n) == Mat::stored_bytes(y, 0, n)
+            }
+            (Values::Owned(x), Values::Owned(y)) => {
+                x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits())
+            }
+            _ => false,
+        }
+    }
+
+    /// True when `other`'s rows have the same non-zero positions ([`Mat::nonzero`]).
+    pub fn same_nonzero(&self, other: &Mat) -> bool {
+        self.rows == other.rows && (0..self.rows).all(|r| self.nonzero(r) == other.nonzero(r))
+    }
+
+    /// The precision of the values (see [`effective_dtype`]), computed once.
+    pub fn precision(&self) -> DType {
+        *self.precision.get_or_init(|| match &self.values {
+            Values::Owned(d) => effective_dtype(self.dtype, d),
+            Values::Stored(_) => self.stored_precision(),
+        })
+    }
+
+    /// [`effective_dtype`] of stored values, decoded chunk by chunk.
+    fn stored_precision(&self) -> DType {
+        let mut scan = GridScan::new(self.dtype);
+        let n = self.rows * self.width;
+        if let (DType::F32, Values::Stored(t)) = (self.dtype, &self.values) {
+            // Every f32 is on the f32 grid, and on the bf16 grid when its low 16 bits are
+            // zero: the bf16 test straight on the stored bits (non-finite values aside).
+            if f32_bits_on_bf16_grid(Mat::stored_bytes(t, 0, n)) {
+                return DType::BF16;
+            }
+            // Not all on the bf16 grid: what is left is the f16 test.
+            scan.saw_off_bf16();
+        }
+        let mut buf = Vec::new();
+        // Each pass stops as soon as the rest cannot change its answer.
+        for start in (0..n).step_by(CHUNK) {
+            if scan.settled() {
+                break;
+            }
+            scan.feed(self.span_into(start, (start + CHUNK).min(n), &mut buf));
+        }
+        for start in (0..n).step_by(CHUNK) {
+            if !scan.needs_f16() {
+                break;
+            }
+            scan.feed_f16(self.span_into(start, (start + CHUNK).min(n), &mut buf));
+        }
+        scan.finish()
+    }
+
+    /// Elements `[start, end)` decoded into `buf` (or borrowed).
+    fn span_into<'s>(&'s self, start: usize, end: usize, buf: &'s mut Vec<f64>) -> &'s [f64] {
+        match &self.values {
+            Values::Owned(d) => &d[start..end],
+            Values::Stored(t) => {
+                decode_into(t.dtype(), Mat::stored_bytes(t, start, end), buf);
+                buf
+            }
+        }
+    }
+}
+
+/// True when every finite little-endian f32 in `bytes` has its low 16 bits zero.
+fn f32_bits_on_bf16_grid(bytes: &[u8]) -> bool {
+    const EXP: u32 = 0x7f80_0000;
+    bytes.chunks(4096).all(|block| {
+        block.chunks_exact(4).fold(true, |ok, c| {
+            let bits = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            ok & ((bits & EXP == EXP) | (bits & 0xFFFF == 0))
+        })
+    })
+}
+
+/// Widen little-endian `dtype` elements to f64 into `out` (replacing its contents), with
+/// the conversions of [`Tensor::to_f64_vec`] (exact for every float dtype).
+fn decode_into(dtype: DType, bytes: &[u8], out: &mut Vec<f64>) {
+    let n = bytes.len() / dtype.size();
+    // Every element is overwritten below: only growth needs filling.
+    out.truncate(n);
+    out.resize(n, 0.0);
+    macro_rules! conv {
+        ($n:literal, $f:expr) => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact($n)) {
+                let mut b = [0u8; $n];
+                b.copy_from_slice(c);
+                *o = $f(b);
+            }
+        };
+    }
+    match dtype {
+        DType::F64 => conv!(8, f64::from_le_bytes),
+        DType::F32 => conv!(4, |b| f32::from_le_bytes(b) as f64),
+        DType::F16 => conv!(2, |b| f16::from_le_bytes(b).to_f64()),
+        DType::BF16 => conv!(2, |b| bf16::from_le_bytes(b).to_f64()),
+        DType::I64 => conv!(8, |b| i64::from_le_bytes(b) as f64),
+        DType::I32 => conv!(4, |b| i32::from_le_bytes(b) as f64),
+        DType::I16 => conv!(2, |b| i16::from_le_bytes(b) as f64),
+        DType::I8 => conv!(1, |b: [u8; 1]| b[0] as i8 as f64),
+        DType::U8 => conv!(1, |b: [u8; 1]| b[0] as f64),
+        DType::Bool => conv!(1, |b: [u8; 1]| (b[0] != 0) as u8 as f64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(dtype: DType, shape: Vec<usize>, bytes: Vec<u8>) -> Mat {
+        let t = Tensor::from_le_bytes(dtype, shape, bytes).unwrap();
+        let m = Mat::flat(&t);
+        assert!(matches!(m.values, Values::Stored(_)));
+        m
+    }
+
+    #[test]
+    fn stored_values_read_as_to_f64_vec_does() {
+        for (dtype, bytes) in [
+            (
+                DType::BF16,
+                vec![0x80, 0x3f, 0x00, 0xc0, 0x01, 0x7f, 0xc0, 0x7f],
+            ),
+            (
+                DType::F16,
+                vec![0x00, 0x3c, 0x00, 0xc0, 0x01, 0x00, 0x00, 0x7e],
+            ),
+            (DType::I8, vec![0xff, 0x7f, 0x80, 0x00]),
+            (DType::Bool, vec![0, 1, 2, 255]),
+            (
+                DType::I32,
+                (-3i32..5).flat_map(|v| v.to_le_bytes()).collect(),
+            ),
+        ] {
+            let t = Tensor::from_le_bytes(dtype, vec![bytes.len() / dtype.size()], bytes).unwrap();
+            let want = t.to_f64_vec();
+            let m = Mat::flat(&t);
+            let got = m.values();
+            assert_eq!(format!("{got:?}"), format!("{want:?}"), "{dtype}");
+            let mut buf = Vec::new();
+            let n = want.len();
+            assert_eq!(
+                format!("{:?}", m.chunk(0, 1, n + 5, &mut buf)),
+                format!("{:?}", &want[1..])
+            );
+            assert_eq!(
+                m.get(0, n - 1).map(f64::to_bits),
+                Some(want[n - 1].to_bits())
+            );
+            assert_eq!(m.get(0, n), None);
+        }
+    }
+
+    #[test]
+    fn rows_chunks_and_gets_of_a_stored_matrix() {
+        let vals: Vec<f32> = (0..12).map(|i| i as f32 * 0.5).collect();
+        let t = Tensor::from_le_bytes(
+            DType::F32,
+            vec![3, 4],
+            vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        )
+        .unwrap();
+        let v = Value::Dict(vec![(Value::Str("x".into()), Value::Tensor(t))]);
+        let m = Mat::of(&v, "x").unwrap();
+        assert_eq!((m.rows, m.width, m.dtype), (3, 4, DType::F32));
+        assert_eq!(&*m.row(1), &[2.0, 2.5, 3.0, 3.5]);
+        assert!(m.row(3).is_empty());
+        let mut buf = Vec::new();
+        assert_eq!(m.chunk(2, 1, 3, &mut buf), &[4.5, 5.0]);
+        assert!(m.chunk(5, 0, 4, &mut buf).is_empty());
+        assert_eq!(m.get(2, 3), Some(5.5));
+        assert_eq!(m.get(1, 4), None);
+    }
+
+    #[test]
+    fn nonzero_runs_per_row() {
+        let nan = f64::NAN;
+        let m = Mat::new(
+            vec![3, 5],
+            3,
+            5,
+            vec![
+                1.0, 1.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, nan, 0.0, -1.0, 1.0, 0.0,
+            ],
+            DType::F64,
+        );
+        assert_eq!(m.nonzero(0), &[0..2, 4..5]);
+        assert!(m.nonzero(1).is_empty());
+        assert_eq!(m.nonzero(2), &[0..1, 2..4]);
+        assert!(m.nonzero(3).is_empty());
+        let wide = Mat::new(
+            vec![CHUNK + 3],
+            1,
+            CHUNK + 3,
+            vec![1.0; CHUNK + 3],
+            DType::F64,
+        );
+        assert_eq!(wide.nonzero(0), std::slice::from_ref(&(0..CHUNK + 3)));
+    }
+
+    #[test]
+    fn stored_nonzero_runs_read_the_bits() {
+        // Floats: ±0 are zero, NaN is not (as `v != 0.0` on the widened value).
+        let f: Vec<u8> = [1.0f32, -0.0, 0.0, f32::NAN, 2.0, 0.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(stored(DType::F32, vec![6], f).nonzero(0), &[0..1, 3..5]);
+        let h: Vec<u8> = [0.0f64, -0.0, 1.0]
+            .iter()
+            .flat_map(|&v| half::bf16::from_f64(v).to_le_bytes())
+            .collect();
+        assert_eq!(
+            stored(DType::BF16, vec![3], h).nonzero(0),
+            std::slice::from_ref(&(2..3))
+        );
+        let b = stored(DType::Bool, vec![2, 3], vec![0, 2, 1, 0, 0, 0]);
+        assert_eq!(b.nonzero(0), std::slice::from_ref(&(1..3)));
+        assert!(b.nonzero(1).is_empty());
+        let i: Vec<u8> = [0i64, -1, 0, 1 << 40]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(stored(DType::I64, vec![4], i).nonzero(0), &[1..2, 3..4]);
+    }
+
+    #[test]
+    fn same_values_compares_bits_dtype_and_layout() {
+        let f = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let a = stored(DType::F32, vec![2, 2], f(&[1.0, 2.0, 3.0, 4.0]));
+        assert!(a.same_values(&stored(DType::F32, vec![2, 2], f(&[1.0, 2.0, 3.0, 4.0]))));
+        assert!(!a.same_values(&stored(DType::F32, vec![2, 2], f(&[1.0, 2.0, 3.0, 4.5]))));
+        assert!(!a.same_values(&stored(DType::F32, vec![3], f(&[1.0, 2.0, 3.0]))));
+        let i: Vec<u8> = [1i32, 2, 3, 4]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert!(!a.same_values(&stored(DType::I32, vec![2, 2], i)));
+        let o = Mat::new(vec![2], 1, 2, vec![0.0, 1.0], DType::F64);
+        assert!(o.same_values(&Mat::new(vec![2], 1, 2, vec![0.0, 1.0], DType::F64)));
+        assert!(!o.same_values(&Mat::new(vec![2], 1, 2, vec![-0.0, 1.0], DType::F64)));
+    }
+
+    #[test]
+    fn stored_precision_equals_effective_dtype_of_all_values() {
+        let cases: Vec<Vec<f32>> = vec![
+            vec![1.0, -2.5, 0.0],                             // bf16 grid
+            vec![1.0, 0.1, 2.0],                              // f32
+            vec![1.0, 1.0 + 1.0 / 1024.0, 3.0],               // f16 grid, not bf16
+            vec![f32::NAN, 1.0, f32::INFINITY],               // non-finite ignored
+            (0..3 * CHUNK).map(|i| i as f32 / 8.0).collect(), // f16 until it is not
+            (0..3 * CHUNK)
+                .map(|i| if i == 3 * CHUNK - 1 { 0.1 } else { 1.0 })
+                .collect(), // the last chunk decides
+        ];
+        for vals in cases {
+            let bytes = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let m = stored(DType::F32, vec![vals.len()], bytes);
+            let all: Vec<f64> = vals.iter().map(|&v| v as f64).collect();
+            assert_eq!(
+                m.precision(),
+                effective_dtype(DType::F32, &all),
+                "{:?}",
+                &vals[..3]
+            );
+        }
+    }
+}

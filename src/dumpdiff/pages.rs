@@ -1,0 +1,100 @@
+//! Residency of the whole-batch files (`old_log_probs/step_N.pt`, trajectories): they
+//! stay mapped for the whole run, but only the rows a cell is reading stay in memory, so
+//! peak memory follows the cells in flight, not the batch.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use memmap2::{Mmap, UncheckedAdvice};
+
+use crate::error::{Error, Result};
+use crate::readers::{read_any, FileFormat};
+use crate::value::Value;
+
+/// The memory map a whole-batch `.pt` file was read from.
+#[derive(Debug, Clone)]
+pub struct Pages {
+    map: Arc<Mmap>,
+}
+
+impl Pages {
+    /// Let the kernel drop `bytes` (a window of this map) from this process's memory; a
+    /// later read faults the same file bytes back in from the page cache.
+    pub fn release(&self, bytes: &[u8]) {
+        let base = self.map.as_ptr() as usize;
+        let start = bytes.as_ptr() as usize;
+        let Some(offset) = start.checked_sub(base) else {
+            return;
+        };
+        if bytes.is_empty() || offset + bytes.len() > self.map.len() {
+            return;
+        }
+        // SAFETY: the map is a read-only shared mapping of a file (`Mmap::map`) that this
+        // crate never writes: MADV_DONTNEED only drops page-table entries, and the next
+        // read of any slice of it sees the same file bytes again. A failure (it is only
+        // advice) changes nothing.
+        let _ = unsafe {
+            self.map
+                .unchecked_advise_range(UncheckedAdvice::DontNeed, offset, bytes.len())
+        };
+    }
+
+    /// [`Pages::release`] of the whole map.
+    fn release_all(&self) {
+        self.release(&self.map[..]);
+    }
+}
+
+/// Read a whole-batch dump file. A `.pt` regular file is mapped here, parsed (every member
+/// CRC-checked, as [`read_any`] does) and then released from memory: the map is returned
+/// for the caller to keep. Anything else is [`read_any`] with no map.
+pub fn read_whole(path: &Path) -> Result<(Value, Option<Pages>)> {
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    if FileFormat::from_path(path) != Some(FileFormat::Pt) || !meta.is_file() || meta.len() == 0 {
+        return Ok((read_any(path)?, None));
+    }
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    // SAFETY: as in `readers::open_input`: the map is read-only and this crate never
+    // writes input files; another process truncating the file while we read is not
+    // defended, as with every memory map.
+    let map = Arc::new(unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?);
+    let value = crate::readers::pt::read_pt_bytes(map.clone()).map_err(|e| e.in_file(path))?;
+    let pages = Pages { map };
+    // The CRC check touched every page; each cell faults back in the rows it reads.
+    pages.release_all();
+    Ok((value, Some(pages)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dumpdiff::mat::Mat;
+
+    #[test]
+    fn a_released_whole_batch_file_reads_the_same() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/dumps/self_hosted_pt/old_log_probs/step_000000.pt");
+        let want = read_any(&path).unwrap();
+        let want = Mat::of(&want, "old_log_probs").unwrap();
+        let (value, pages) = read_whole(&path).unwrap();
+        let pages = pages.unwrap();
+        let m = Mat::of(&value, "old_log_probs").unwrap().with_pages(pages);
+        assert!(want.rows > 1);
+        let bits = |m: &Mat| m.values().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&m), bits(&want));
+        m.release_rows(0..m.rows);
+        assert_eq!(bits(&m), bits(&want));
+    }
+
+    #[test]
+    fn files_other_than_pt_are_read_without_a_map() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/dumps/self_hosted_jsonl/old_log_probs/step_000000.jsonl");
+        let (v, pages) = read_whole(&path).unwrap();
+        assert!(pages.is_none());
+        assert!(Mat::of(&v, "old_log_probs").is_some());
+        let missing = path.with_file_name("nope.pt");
+        let err = read_whole(&missing).unwrap_err().to_string();
+        assert!(err.contains("nope.pt"), "{err}");
+    }
+}
