@@ -779,15 +779,34 @@ fn sockets_fifos_and_devices_are_refused_or_streamed_never_hung_on() {
         "{:?}",
         t.unrecognised
     );
-    let mut dd = std::process::Command::new(assert_cmd::cargo::cargo_bin("dumpdiff"));
-    dd.arg("--self-hosted-dir")
-        .arg(fixtures().join("dumps/self_hosted_pt"))
-        .arg("--weaver-dir")
-        .arg(&tree)
-        .args(["--step", "0", "--format", "json"]);
-    let out = output_within(&mut dd, 120);
+    let dd = |format: &str| {
+        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("dumpdiff"));
+        c.arg("--self-hosted-dir")
+            .arg(fixtures().join("dumps/self_hosted_pt"))
+            .arg("--weaver-dir")
+            .arg(&tree)
+            .args(["--step", "0", "--format", format]);
+        c
+    };
+    let out = output_within(&mut dd("json"), 120);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(matches!(out.status.code(), Some(0 | 1)), "{stderr}");
+    // The report says which file was not read and why (nothing is skipped silently).
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["sides"][0]["not_placed"], serde_json::json!([]));
+    assert_eq!(
+        report["sides"][1]["not_placed"],
+        serde_json::json!([{"path": fifo.to_string_lossy(), "reason": "not a regular file"}])
+    );
+    let out = output_within(&mut dd("table"), 120);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "not read: {} (not a regular file)",
+            fifo.display()
+        )),
+        "{text}"
+    );
     let mut inspect = std::process::Command::new(assert_cmd::cargo::cargo_bin("dumpdiff"));
     inspect.arg("--inspect").arg(&tree);
     let out = output_within(&mut inspect, 120);

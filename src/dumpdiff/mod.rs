@@ -229,6 +229,7 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
                 root: d.tree.root.clone(),
                 producer: d.tree.producer,
                 files: d.files_read(),
+                not_placed: d.tree.unrecognised.clone(),
             })
             .collect(),
         tolerance_file: opts.tol_file.clone(),

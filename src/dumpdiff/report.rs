@@ -55,6 +55,10 @@ pub struct SideSummary {
     pub producer: Producer,
     /// Files of the compared step.
     pub files: usize,
+    /// Files in its kind folders that were not read: a name that is not
+    /// `step_N[_rankR][_microM].ext`, an unknown extension, or not a regular file (a FIFO
+    /// or socket named like a dump is never opened). Said, so nothing is skipped silently.
+    pub not_placed: Vec<crate::readers::layout::Unrecognised>,
 }
 
 /// One section of the comparison (SPEC issue 3: 1 trajectories … 6 param/gradient).

@@ -23,6 +23,13 @@ impl Renderer for MarkdownRenderer {
                 s.root.display(),
                 s.producer
             ));
+            for u in &s.not_placed {
+                o.push_str(&format!(
+                    "  - not read: `{}` ({})\n",
+                    u.path.display(),
+                    u.reason
+                ));
+            }
         }
         o.push_str("\n| section | pair | verdict | cells ✓/!/✗/– |\n|---|---|---|---|\n");
         for sec in &report.sections {

@@ -10,6 +10,9 @@ use crate::compare::tolerance::Verdict;
 use crate::dumpdiff::report::Report;
 use crate::error::Result;
 
+/// Files not read that the terminal summary names (the JSON report lists all).
+const NOT_PLACED_SHOWN: usize = 5;
+
 /// The terminal table; `color` off for pipes and `NO_COLOR`.
 pub struct TableRenderer {
     /// Colour the verdict symbols.
@@ -47,6 +50,19 @@ impl Renderer for TableRenderer {
                 s.producer,
                 s.files
             ));
+            for u in s.not_placed.iter().take(NOT_PLACED_SHOWN) {
+                out.push_str(&format!(
+                    "    not read: {} ({})\n",
+                    u.path.display(),
+                    u.reason
+                ));
+            }
+            if s.not_placed.len() > NOT_PLACED_SHOWN {
+                out.push_str(&format!(
+                    "    … and {} more files not read (all in the JSON report)\n",
+                    s.not_placed.len() - NOT_PLACED_SHOWN
+                ));
+            }
         }
         let ranks: BTreeSet<u32> = report
             .sections
