@@ -514,9 +514,18 @@ impl Tensor {
 
 /// Decode a contiguous run of little-endian `dtype` elements to f64.
 fn decode_run_f64(dtype: DType, run: &[u8]) -> Vec<f64> {
+    let mut out = Vec::new();
+    decode_run_f64_into(dtype, run, &mut out);
+    out
+}
+
+/// [`decode_run_f64`] into `out` (replacing its contents, reusing its allocation; the
+/// exact-length iterators fill it without zeroing it first). Exact for every float dtype.
+pub(crate) fn decode_run_f64_into(dtype: DType, run: &[u8], out: &mut Vec<f64>) {
+    out.clear();
     macro_rules! conv {
         ($n:literal, $f:expr) => {
-            run.chunks_exact($n).map(|c| $f(arr::<$n>(c))).collect()
+            out.extend(run.chunks_exact($n).map(|c| $f(arr::<$n>(c))))
         };
     }
     match dtype {
@@ -527,9 +536,9 @@ fn decode_run_f64(dtype: DType, run: &[u8]) -> Vec<f64> {
         DType::I64 => conv!(8, |b| i64::from_le_bytes(b) as f64),
         DType::I32 => conv!(4, |b| i32::from_le_bytes(b) as f64),
         DType::I16 => conv!(2, |b| i16::from_le_bytes(b) as f64),
-        DType::I8 => run.iter().map(|&b| b as i8 as f64).collect(),
-        DType::U8 => run.iter().map(|&b| b as f64).collect(),
-        DType::Bool => run.iter().map(|&b| (b != 0) as u8 as f64).collect(),
+        DType::I8 => out.extend(run.iter().map(|&b| b as i8 as f64)),
+        DType::U8 => out.extend(run.iter().map(|&b| b as f64)),
+        DType::Bool => out.extend(run.iter().map(|&b| (b != 0) as u8 as f64)),
     }
 }
 

@@ -5,8 +5,6 @@ use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use half::{bf16, f16};
-
 use crate::compare::metrics::{effective_dtype, GridScan};
 use crate::dumpdiff::pages::Pages;
 use crate::tensor::{DType, Tensor};
@@ -366,31 +364,7 @@ fn f32_bits_on_bf16_grid(bytes: &[u8]) -> bool {
 /// Widen little-endian `dtype` elements to f64 into `out` (replacing its contents), with
 /// the conversions of [`Tensor::to_f64_vec`] (exact for every float dtype).
 fn decode_into(dtype: DType, bytes: &[u8], out: &mut Vec<f64>) {
-    let n = bytes.len() / dtype.size();
-    // Every element is overwritten below: only growth needs filling.
-    out.truncate(n);
-    out.resize(n, 0.0);
-    macro_rules! conv {
-        ($n:literal, $f:expr) => {
-            for (o, c) in out.iter_mut().zip(bytes.chunks_exact($n)) {
-                let mut b = [0u8; $n];
-                b.copy_from_slice(c);
-                *o = $f(b);
-            }
-        };
-    }
-    match dtype {
-        DType::F64 => conv!(8, f64::from_le_bytes),
-        DType::F32 => conv!(4, |b| f32::from_le_bytes(b) as f64),
-        DType::F16 => conv!(2, |b| f16::from_le_bytes(b).to_f64()),
-        DType::BF16 => conv!(2, |b| bf16::from_le_bytes(b).to_f64()),
-        DType::I64 => conv!(8, |b| i64::from_le_bytes(b) as f64),
-        DType::I32 => conv!(4, |b| i32::from_le_bytes(b) as f64),
-        DType::I16 => conv!(2, |b| i16::from_le_bytes(b) as f64),
-        DType::I8 => conv!(1, |b: [u8; 1]| b[0] as i8 as f64),
-        DType::U8 => conv!(1, |b: [u8; 1]| b[0] as f64),
-        DType::Bool => conv!(1, |b: [u8; 1]| (b[0] != 0) as u8 as f64),
-    }
+    crate::tensor::decode_run_f64_into(dtype, bytes, out);
 }
 
 #[cfg(test)]
