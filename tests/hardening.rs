@@ -764,6 +764,11 @@ fn sockets_fifos_and_devices_are_refused_or_streamed_never_hung_on() {
         e.to_string().contains("/dev/zero") && e.to_string().contains("is a device"),
         "{e}"
     );
+    assert_exit_2(
+        bin("logscan").arg("/dev/zero"),
+        "/dev/zero",
+        &["is a device"],
+    );
     // A FIFO nobody writes to inside a dump tree: listed as not a regular file and never
     // opened (opening it would block forever); the comparison runs.
     let tree = dir.path().join("tree");

@@ -34,6 +34,23 @@ pub enum FileKind {
     Text,
 }
 
+/// Refuse a device (`/dev/zero` would be read forever, growing one endless line): logs are
+/// files or pipes.
+fn refuse_devices(path: &Path) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt as _;
+    let ft = std::fs::metadata(path)
+        .map_err(|e| Error::io(path, e))?
+        .file_type();
+    if ft.is_char_device() || ft.is_block_device() {
+        return Err(Error::format(
+            path,
+            crate::error::Position::File,
+            "is a device, not a log file",
+        ));
+    }
+    Ok(())
+}
+
 /// Bytes of a file's beginning that [`detect_kind`] looks at.
 const HEAD_BYTES: u64 = 4096;
 
@@ -253,6 +270,7 @@ impl Collected {
     /// of what is parsed: a pipe (`logscan <(zcat steps.jsonl.gz)`) cannot be read twice.
     pub fn read_file(&mut self, path: &Path) -> Result<()> {
         let idx = self.files.len();
+        refuse_devices(path)?;
         let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
         let mut head = Vec::new();
         (&mut f)
