@@ -34,21 +34,20 @@ pub enum FileKind {
     Text,
 }
 
-/// Refuse a device (`/dev/zero` would be read forever, growing one endless line): logs are
-/// files or pipes.
-fn refuse_devices(path: &Path) -> Result<()> {
-    use std::os::unix::fs::FileTypeExt as _;
+/// Refuse what is not a file or a pipe by name (`/dev/zero` would be read forever,
+/// growing one endless line), with the check the dump readers use.
+fn refuse_non_files(path: &Path) -> Result<()> {
     let ft = std::fs::metadata(path)
         .map_err(|e| Error::io(path, e))?
         .file_type();
-    if ft.is_char_device() || ft.is_block_device() {
-        return Err(Error::format(
+    match crate::readers::not_a_file(ft) {
+        Some(what) => Err(Error::format(
             path,
             crate::error::Position::File,
-            "is a device, not a log file",
-        ));
+            format!("is {what}, not a log file"),
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Bytes of a file's beginning that [`detect_kind`] looks at.
@@ -270,7 +269,7 @@ impl Collected {
     /// of what is parsed: a pipe (`logscan <(zcat steps.jsonl.gz)`) cannot be read twice.
     pub fn read_file(&mut self, path: &Path) -> Result<()> {
         let idx = self.files.len();
-        refuse_devices(path)?;
+        refuse_non_files(path)?;
         let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
         let mut head = Vec::new();
         (&mut f)
