@@ -4,20 +4,7 @@
 use super::{runs, spikes, Context, Detector, Finding, Severity, G};
 use crate::logscan::column::Column;
 
-/// Metrics whose non-finite values mean the numbers are broken.
-const FINITE_METRICS: &[&str] = &[
-    "grad_norm",
-    "loss",
-    "kl",
-    "reward_mean",
-    "reward_std",
-    "entropy",
-    "ppo_kl",
-    "adv_max",
-    "adv_min",
-];
-
-/// What `--nan-grad` reads: [`FINITE_METRICS`] and `grad_nan_count`.
+/// What `--nan-grad` reads: [`FINITE_METRICS`] and, last, `grad_nan_count`.
 const NAN_GRAD_METRICS: &[&str] = &[
     "grad_norm",
     "loss",
@@ -30,6 +17,13 @@ const NAN_GRAD_METRICS: &[&str] = &[
     "adv_min",
     "grad_nan_count",
 ];
+
+/// Metrics whose non-finite values mean the numbers are broken: all `--nan-grad` reads
+/// but the `grad_nan_count` it ends with.
+const FINITE_METRICS: &[&str] = match NAN_GRAD_METRICS.split_last() {
+    Some((_, finite)) => finite,
+    None => &[],
+};
 
 /// `--nan-grad`: any non-finite gradient/loss/kl/reward, NaN gradient events,
 /// `grad_nan_count > 0`, and a NaN hidden as loss 0.0 next to a NaN grad norm.
