@@ -50,18 +50,8 @@ fn refuse_non_files(path: &Path) -> Result<()> {
     }
 }
 
-/// Bytes of a file's beginning that [`detect_kind`] looks at.
+/// Bytes of a file's beginning that [`kind_of`] looks at.
 const HEAD_BYTES: u64 = 4096;
-
-/// Guess how to read `path` from its name and first bytes.
-pub fn detect_kind(path: &Path) -> Result<FileKind> {
-    let mut head = Vec::new();
-    let f = File::open(path).map_err(|e| Error::io(path, e))?;
-    f.take(HEAD_BYTES)
-        .read_to_end(&mut head)
-        .map_err(|e| Error::io(path, e))?;
-    Ok(kind_of(&lower_name(path), &head))
-}
 
 /// The file name of `path`, lowercased ("" when it has none).
 fn lower_name(path: &Path) -> String {
