@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use crate::compare::metrics::{effective_dtype, GridScan};
 use crate::dumpdiff::pages::Pages;
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{decode_run_f64_into, DType, Tensor};
 use crate::value::Value;
 
 /// Positions decoded at a time: a few rows' worth of f64 stays in the core's cache.
@@ -162,7 +162,7 @@ impl Mat {
         match &self.values {
             Values::Owned(d) => &d[start..end],
             Values::Stored(t) => {
-                decode_into(t.dtype(), Mat::stored_bytes(t, start, end), buf);
+                decode_run_f64_into(t.dtype(), Mat::stored_bytes(t, start, end), buf);
                 buf
             }
         }
@@ -187,7 +187,7 @@ impl Mat {
             Values::Owned(d) => Cow::Borrowed(&d[start..end]),
             Values::Stored(t) => {
                 let mut out = Vec::new();
-                decode_into(t.dtype(), Mat::stored_bytes(t, start, end), &mut out);
+                decode_run_f64_into(t.dtype(), Mat::stored_bytes(t, start, end), &mut out);
                 Cow::Owned(out)
             }
         }
@@ -203,7 +203,7 @@ impl Mat {
             Values::Owned(d) => d.get(i).copied(),
             Values::Stored(t) => {
                 let mut one = Vec::with_capacity(1);
-                decode_into(t.dtype(), Mat::stored_bytes(t, i, i + 1), &mut one);
+                decode_run_f64_into(t.dtype(), Mat::stored_bytes(t, i, i + 1), &mut one);
                 one.first().copied()
             }
         }
@@ -343,7 +343,7 @@ impl Mat {
         match &self.values {
             Values::Owned(d) => &d[start..end],
             Values::Stored(t) => {
-                decode_into(t.dtype(), Mat::stored_bytes(t, start, end), buf);
+                decode_run_f64_into(t.dtype(), Mat::stored_bytes(t, start, end), buf);
                 buf
             }
         }
@@ -359,12 +359,6 @@ fn f32_bits_on_bf16_grid(bytes: &[u8]) -> bool {
             ok & ((bits & EXP == EXP) | (bits & 0xFFFF == 0))
         })
     })
-}
-
-/// Widen little-endian `dtype` elements to f64 into `out` (replacing its contents), with
-/// the conversions of [`Tensor::to_f64_vec`] (exact for every float dtype).
-fn decode_into(dtype: DType, bytes: &[u8], out: &mut Vec<f64>) {
-    crate::tensor::decode_run_f64_into(dtype, bytes, out);
 }
 
 #[cfg(test)]
