@@ -640,12 +640,22 @@ fn a_directory_named_like_a_dump_file_is_reported_not_read() {
 /// A command for `bin_name` that runs as the unprivileged user `nobody` (uid/gid 65534)
 /// when this test runs as root, so that mode 000 really blocks reads.
 #[cfg(unix)]
-fn as_nobody(bin_name: &str) -> std::process::Command {
+fn as_nobody(bin_name: &str, dir: &Path) -> std::process::Command {
     use std::os::unix::process::CommandExt;
-    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin(bin_name));
-    if is_root() {
-        cmd.uid(65534).gid(65534);
-    }
+    let mut cmd = if is_root() {
+        // The build folder may not be reachable for `nobody` (a private home): run a copy
+        // of the binary from the test's own world-traversable folder instead.
+        let copy = dir.join(bin_name);
+        if !copy.exists() {
+            std::fs::copy(assert_cmd::cargo::cargo_bin(bin_name), &copy).unwrap();
+        }
+        let mut c = std::process::Command::new(copy);
+        c.uid(65534).gid(65534);
+        c
+    } else {
+        std::process::Command::new(assert_cmd::cargo::cargo_bin(bin_name))
+    };
+    cmd.current_dir(dir);
     cmd
 }
 
@@ -678,25 +688,19 @@ fn unreadable_files_exit_2_naming_them() {
         assert!(matches!(e, Error::Io { .. }), "{e}");
     }
     // As root the commands run as `nobody`, for whom mode 000 means what it says.
-    let mut probe = as_nobody("dumpdiff");
-    match probe.arg("--version").output() {
-        Ok(o) if o.status.success() => {}
-        other => {
-            // The binary itself is not reachable for `nobody` (a private build folder).
-            println!(
-                "SKIPPED unreadable_files_exit_2_naming_them: cannot run as nobody: {other:?}"
-            );
-            return;
-        }
-    }
-    let mut inspect = as_nobody("dumpdiff");
+    let probe = as_nobody("dumpdiff", dir.path())
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(probe.status.success(), "cannot run as nobody: {probe:?}");
+    let mut inspect = as_nobody("dumpdiff", dir.path());
     inspect.arg("--inspect").arg(&path);
     assert_exit_2(
         &mut Command::from_std(inspect),
         "step_000000_rank0_micro0.pt",
         &["ermission"],
     );
-    let mut scan = as_nobody("logscan");
+    let mut scan = as_nobody("logscan", dir.path());
     scan.arg(&steps);
     assert_exit_2(&mut Command::from_std(scan), "steps.jsonl", &["ermission"]);
 }
