@@ -580,7 +580,7 @@ fn each_detector_alone_matches_all(inputs: &[PathBuf]) -> usize {
         .iter()
         .map(|d| d.name())
         .collect();
-    assert_eq!(names.len(), 15);
+    assert_eq!(names.len(), 18);
     let mut compared = 0;
     for input in inputs {
         let all = run(std::slice::from_ref(input));

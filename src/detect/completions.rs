@@ -38,7 +38,11 @@ impl Detector for DeadGroups {
         let th = ctx.th.get("dead_groups.frac");
         let dead: Vec<(i64, f64)> = series.iter().copied().filter(|(_, v)| *v >= th).collect();
         let share = dead.len() as f64 / series.len() as f64;
-        if dead.is_empty() || share < ctx.th.get("dead_groups.min_share") {
+        // A step whose reward_std (the mean of the group stds, TRL/DebugTrainer) is exactly
+        // 0 had no group with any reward variance: the whole step is wasted, so a few such
+        // steps are worth a warning even when they are a small share.
+        let wasted_steps = derived && dead.len() >= ctx.th.get("dead_groups.min_steps") as usize;
+        if dead.is_empty() || (share < ctx.th.get("dead_groups.min_share") && !wasted_steps) {
             return vec![];
         }
         let severity = if share >= ctx.th.get("dead_groups.error_share") {
@@ -57,10 +61,21 @@ impl Detector for DeadGroups {
             severity,
             dead.iter().map(|(s, _)| *s).collect(),
             format!(
-                "{how} on {} of {} logged steps ({:.0}%): those groups contribute no gradient",
+                "{how} on {} of {} logged steps ({:.0}%{}): those groups contribute no gradient",
                 dead.len(),
                 series.len(),
-                share * 100.0
+                share * 100.0,
+                if dead.len() <= 8 {
+                    format!(
+                        ", steps {}",
+                        dead.iter()
+                            .map(|(s, _)| s.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                } else {
+                    String::new()
+                }
             ),
             &[
                 "task too hard (all completions score 0) or too easy (all score 1) for the model",
@@ -76,7 +91,9 @@ impl Detector for DeadGroups {
     }
 }
 
-/// `--truncation`: too many completions hit the max length.
+/// `--truncation`: too many completions hit the max length: a clipped/truncated ratio at
+/// or above the threshold, no response ending with EOS (TRL PPO `val/num_eos_tokens` 0),
+/// or every completion of a step exactly as long as the longest (mean = max: the limit).
 pub struct Truncation;
 
 impl Detector for Truncation {
@@ -84,23 +101,159 @@ impl Detector for Truncation {
         "truncation"
     }
     fn summary(&self) -> &'static str {
-        "truncation/clip ratio of completions at or above 0.2"
+        "completions hitting the length limit: clip ratio >= 0.2, no EOS at all, mean = max length"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        &["truncation_ratio"]
+        &[
+            "truncation_ratio",
+            "num_eos_tokens",
+            "completion_len_mean",
+            "completion_len_max",
+        ]
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
+        let f = ctx.frame;
+        let mut out = Vec::new();
         let th = ctx.th.get("truncation.ratio");
-        let hits: Vec<(i64, f64)> = ctx
-            .frame
+        let ratio: Vec<(i64, f64)> = f
             .points("truncation_ratio")
-            .filter(|(_, v)| *v >= th)
+            .filter(|(_, v)| v.is_finite())
             .collect();
-        if hits.is_empty() {
+        let hits: Vec<(i64, f64)> = ratio.iter().copied().filter(|(_, v)| *v >= th).collect();
+        if !hits.is_empty() {
+            let (worst_step, max) =
+                hits.iter()
+                    .copied()
+                    .fold(hits[0], |a, b| if b.1 > a.1 { b } else { a });
+            let all = hits.iter().filter(|(_, v)| *v >= 1.0).count();
+            let severity = if max >= ctx.th.get("truncation.error_ratio") {
+                Severity::Error
+            } else {
+                Severity::Warning
+            };
+            let mut e = format!(
+                "truncation ratio at or above {:.0}% on {} of {} logged steps, up to {:.0}% at step {worst_step}",
+                th * 100.0,
+                hits.len(),
+                ratio.len(),
+                max * 100.0
+            );
+            if all > 0 {
+                e.push_str(&format!("; every completion truncated on {all} step(s)"));
+            }
+            out.push(
+                Finding::new(
+                    self.name(),
+                    severity,
+                    hits.iter().map(|(s, _)| *s).collect(),
+                    e,
+                    &[
+                        "max completion length too small for the task",
+                        "model looping / not emitting EOS (repetition)",
+                        "EOS token id mismatch between tokenizer and sampler",
+                    ],
+                )
+                .num("max_truncation_ratio", max)
+                .with("steps_all_truncated", all)
+                .with("logged_steps", ratio.len()),
+            );
+        }
+        let eos: Vec<(i64, f64)> = f
+            .points("num_eos_tokens")
+            .filter(|(_, v)| v.is_finite())
+            .collect();
+        let no_eos: Vec<i64> = eos
+            .iter()
+            .filter(|(_, v)| *v == 0.0)
+            .map(|(s, _)| *s)
+            .collect();
+        if !no_eos.is_empty() && no_eos.len() * 2 >= eos.len() {
+            out.push(
+                Finding::new(
+                    self.name(),
+                    Severity::Error,
+                    no_eos.clone(),
+                    format!(
+                        "num_eos_tokens is 0 on {} of {} logged steps: no response ended with EOS, every one ran to the length limit",
+                        no_eos.len(),
+                        eos.len()
+                    ),
+                    &[
+                        "response_length / max_new_tokens too small for the task",
+                        "EOS token id mismatch (stop_token_id) between tokenizer and generation",
+                        "the model never learned to stop (no EOS in the SFT data)",
+                    ],
+                )
+                .with("steps_without_eos", no_eos.len())
+                .with("logged_steps", eos.len()),
+            );
+        }
+        // Every completion as long as the longest: mean = max (all at the cap).
+        let capped: Vec<(i64, f64)> =
+            match (f.col("completion_len_max"), f.col("completion_len_mean")) {
+                (Some(mx), Some(mean)) => mx
+                    .present()
+                    .filter_map(|(i, m)| {
+                        let me = mean.get(i)?;
+                        (m.is_finite() && m > 0.0 && me >= m).then_some((f.step(i), m))
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+        if !capped.is_empty() && hits.is_empty() {
+            out.push(
+                Finding::new(
+                    self.name(),
+                    Severity::Error,
+                    capped.iter().map(|(s, _)| *s).collect(),
+                    format!(
+                        "mean completion length equals the maximum ({}) on {} step(s): every completion has the same length, the limit",
+                        capped[0].1,
+                        capped.len()
+                    ),
+                    &[
+                        "max completion length too small for the task",
+                        "model looping / not emitting EOS",
+                    ],
+                )
+                .num("length", capped[0].1),
+            );
+        }
+        out
+    }
+}
+
+/// `--clip-high`: a large share of the update clipped away by the PPO/GRPO trust region
+/// (`clip_ratio*`, `pg_clipfrac`, `train_clip_ratio_total`) on most logged steps.
+pub struct ClipHigh;
+
+impl Detector for ClipHigh {
+    fn name(&self) -> &'static str {
+        "clip-high"
+    }
+    fn summary(&self) -> &'static str {
+        "clip ratio / clipfrac at or above 0.2 on most steps: updates mostly clipped away"
+    }
+    fn metrics(&self) -> &'static [&'static str] {
+        &["clip_ratio"]
+    }
+    fn detect(&self, ctx: &Context) -> Vec<Finding> {
+        let s: Vec<(i64, f64)> = ctx
+            .frame
+            .points("clip_ratio")
+            .filter(|(_, v)| v.is_finite())
+            .collect();
+        let th = ctx.th.get("clip_high.ratio");
+        let hits: Vec<(i64, f64)> = s.iter().copied().filter(|(_, v)| *v >= th).collect();
+        if hits.is_empty() || hits.len() * 2 < s.len() {
             return vec![];
         }
-        let max = hits.iter().map(|(_, v)| *v).fold(0.0, f64::max);
-        let severity = if max >= ctx.th.get("truncation.error_ratio") {
+        let lo = hits.iter().map(|(_, v)| *v).fold(f64::INFINITY, f64::min);
+        let hi = hits
+            .iter()
+            .map(|(_, v)| *v)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let severity = if hi >= ctx.th.get("clip_high.error_ratio") {
             Severity::Error
         } else {
             Severity::Warning
@@ -108,18 +261,23 @@ impl Detector for Truncation {
         vec![Finding::new(
             self.name(),
             severity,
-            hits.iter().map(|(s, _)| *s).collect(),
+            hits.iter().map(|(st, _)| *st).collect(),
             format!(
-                "up to {:.0}% of completions hit the length limit",
-                max * 100.0
+                "clip ratio {:.2}–{:.2} on {} of {} logged steps (at or above {th}): most of each update is clipped away",
+                lo,
+                hi,
+                hits.len(),
+                s.len()
             ),
             &[
-                "max completion length too small for the task",
-                "model looping / not emitting EOS (repetition)",
-                "EOS token id mismatch between tokenizer and sampler",
+                "clip epsilon too small (e.g. 1e-4 instead of 0.2): every ratio leaves the trust region",
+                "learning rate too high or too many inner epochs per batch",
+                "stale old log-probs (off-policy data, rollout/trainer mismatch)",
             ],
         )
-        .num("max_truncation_ratio", max)]
+        .num("min_clip_ratio", lo)
+        .num("max_clip_ratio", hi)
+        .with("logged_steps", s.len())]
     }
 }
 

@@ -2,7 +2,6 @@
 //! collapse, and trainer/rollout log-prob mismatch.
 
 use super::{median, runs, spikes, Context, Detector, Finding, Severity, G};
-use crate::logscan::column::Column;
 
 /// `--kl-explosion`: kl above an absolute bound or far above its recent median.
 pub struct KlExplosion;
@@ -15,11 +14,15 @@ impl Detector for KlExplosion {
         "kl above 1.0, or above 10x its recent median"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        &["kl"]
+        &["kl", "kl_seq"]
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
-        let s = ctx.frame.series("kl");
-        let abs = ctx.th.get("kl_explosion.abs");
+        // A per-sequence KL sum (TRL PPO `objective/kl`, 10 nats is ordinary) is judged
+        // only against its own history, never against the per-token bound.
+        let (s, abs) = match ctx.frame.series("kl") {
+            s if !s.is_empty() => (s, ctx.th.get("kl_explosion.abs")),
+            _ => (ctx.frame.series("kl_seq"), f64::INFINITY),
+        };
         let mut steps: Vec<i64> = s
             .iter()
             .filter(|(_, v)| v.is_finite() && *v > abs)
@@ -170,7 +173,11 @@ impl Detector for EntropyCollapse {
     }
 }
 
-/// `--logprob-mismatch`: trainer and rollout disagree on the sampled tokens' probabilities.
+/// `--logprob-mismatch`: trainer and rollout disagree on the sampled tokens'
+/// probabilities, judged on the means the stacks log (a single token's max is noise):
+/// verl `training/rollout_probs_diff_mean` and `rollout_corr/{kl,k3_kl,log_ppl_abs_diff}`,
+/// TRL `sampling/sampling_logp_difference/mean` and `sampling/importance_sampling_ratio/mean`,
+/// OpenRLHF `vllm_kl`.
 pub struct LogprobMismatch;
 
 impl Detector for LogprobMismatch {
@@ -178,36 +185,74 @@ impl Detector for LogprobMismatch {
         "logprob-mismatch"
     }
     fn summary(&self) -> &'static str {
-        "rollout vs trainer prob diff too large, ratio far from 1, or log-probs all zero"
+        "rollout vs trainer log-probs apart on average (prob diff, |logp diff|, rollout KL, ratio), or all zero"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        &["logprob_diff_mean", "logprob_diff_max", "ratio_mean"]
+        &[
+            "logprob_diff_mean",
+            "logprob_diff_max",
+            "logp_abs_diff_mean",
+            "rollout_kl",
+            "ratio_mean",
+        ]
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;
-        let dm = ctx.th.get("logprob_mismatch.diff_mean");
-        let dx = ctx.th.get("logprob_mismatch.diff_max");
+        // (canonical, threshold, what it is)
+        let rules = [
+            (
+                "logprob_diff_mean",
+                ctx.th.get("logprob_mismatch.diff_mean"),
+                "mean |p_trainer - p_rollout|",
+            ),
+            (
+                "logp_abs_diff_mean",
+                ctx.th.get("logprob_mismatch.logp_diff_mean"),
+                "mean |logp_trainer - logp_rollout|",
+            ),
+            (
+                "rollout_kl",
+                ctx.th.get("logprob_mismatch.kl"),
+                "rollout-to-trainer KL",
+            ),
+        ];
         let rd = ctx.th.get("logprob_mismatch.ratio_dev");
         let mut steps = Vec::new();
-        let mut worst_mean: f64 = 0.0;
-        let mut worst_max: f64 = 0.0;
-        let mut worst_ratio_dev: f64 = 0.0;
-        let (mean, max, ratio) = (
-            f.col("logprob_diff_mean"),
-            f.col("logprob_diff_max"),
-            f.col("ratio_mean"),
-        );
-        let at = |c: Option<&Column>, i: usize| c.and_then(|c| c.get(i)).filter(|v| v.is_finite());
-        for i in 0..f.len() {
-            let m = at(mean, i);
-            let x = at(max, i);
-            let r = at(ratio, i).map(|v| (v - 1.0).abs());
-            worst_mean = worst_mean.max(m.unwrap_or(0.0));
-            worst_max = worst_max.max(x.unwrap_or(0.0));
-            worst_ratio_dev = worst_ratio_dev.max(r.unwrap_or(0.0));
-            if m.is_some_and(|v| v > dm) || x.is_some_and(|v| v > dx) || r.is_some_and(|v| v > rd) {
-                steps.push(f.step(i));
+        let mut parts = Vec::new();
+        let mut worst = serde_json::Map::new();
+        for (name, th, what) in rules {
+            let hits: Vec<(i64, f64)> = f
+                .points(name)
+                .filter(|(_, v)| v.is_finite() && v.abs() > th)
+                .collect();
+            if hits.is_empty() {
+                continue;
             }
+            let max = hits.iter().map(|(_, v)| v.abs()).fold(0.0, f64::max);
+            parts.push(format!(
+                "{what} above {th} on {} step(s) (max {})",
+                hits.len(),
+                G(max)
+            ));
+            worst.insert(format!("max_{name}"), super::json_num(max));
+            steps.extend(hits.iter().map(|(s, _)| *s));
+        }
+        let ratio_hits: Vec<(i64, f64)> = f
+            .points("ratio_mean")
+            .filter(|(_, v)| v.is_finite() && (v - 1.0).abs() > rd)
+            .collect();
+        if !ratio_hits.is_empty() {
+            let dev = ratio_hits
+                .iter()
+                .map(|(_, v)| (v - 1.0).abs())
+                .fold(0.0, f64::max);
+            parts.push(format!(
+                "mean importance ratio off 1 by more than {rd} on {} step(s) (max {})",
+                ratio_hits.len(),
+                G(dev)
+            ));
+            worst.insert("max_ratio_deviation".into(), super::json_num(dev));
+            steps.extend(ratio_hits.iter().map(|(s, _)| *s));
         }
         let zero_lp: Vec<i64> = ctx
             .events
@@ -215,15 +260,29 @@ impl Detector for LogprobMismatch {
             .filter(|e| e.kind == "logprobs_near_zero")
             .filter_map(|e| e.step)
             .collect();
+        if !zero_lp.is_empty() {
+            parts.push(format!(
+                "\"All sequence_log_probs are near zero\" on {} step(s)",
+                zero_lp.len()
+            ));
+        }
         steps.extend(zero_lp.iter().copied());
         if steps.is_empty() {
             return vec![];
         }
-        vec![Finding::new(
+        let max_single = f
+            .points("logprob_diff_max")
+            .map(|(_, v)| v)
+            .filter(|v| v.is_finite())
+            .fold(0.0, f64::max);
+        let mut finding = Finding::new(
             self.name(),
             Severity::Error,
             steps,
-            "the trainer's log-probs disagree with the rollout's (or are all zero)",
+            format!(
+                "the trainer's log-probs disagree with the rollout's: {}",
+                parts.join("; ")
+            ),
             &[
                 "rollout engine and trainer use different weights (LoRA not synced to the sampler)",
                 "different chat template / tokenisation between sampling and training",
@@ -231,9 +290,11 @@ impl Detector for LogprobMismatch {
                 "no masked positions: sequence log-probs sum over nothing",
             ],
         )
-        .num("max_diff_mean", worst_mean)
-        .num("max_diff_max", worst_max)
-        .num("max_ratio_deviation", worst_ratio_dev)
-        .with("logprobs_near_zero_warnings", zero_lp.len())]
+        .num("max_single_token_prob_diff", max_single)
+        .with("logprobs_near_zero_warnings", zero_lp.len());
+        for (k, v) in worst {
+            finding = finding.with(&k, v);
+        }
+        vec![finding]
     }
 }

@@ -1,7 +1,7 @@
 //! Loss-shaped signatures: a loss stuck at exactly zero (no learning signal) and a reward
 //! that does not improve.
 
-use super::{Context, Detector, Finding, Severity};
+use super::{Context, Detector, Finding, Severity, G};
 
 /// `--zero-loss`: loss ≈ 0 together with zero reward std / zero advantages / zero grad.
 pub struct ZeroLoss;
@@ -22,6 +22,7 @@ impl Detector for ZeroLoss {
             "adv_max",
             "adv_min",
             "frac_reward_zero_std",
+            "reward_mean",
         ]
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
@@ -57,30 +58,43 @@ impl Detector for ZeroLoss {
             .filter_map(|e| e.step)
             .collect();
         let mut out = Vec::new();
+        // kl = 0 is evidence of no signal only where the loss is a KL with no reward in the
+        // log (distillation, SFT against a teacher): in GRPO kl is 0 at the first steps
+        // whatever the groups hold.
+        let has_reward = ["reward_std", "reward_mean", "frac_reward_zero_std"]
+            .iter()
+            .any(|m| f.col(m).is_some_and(|c| c.any()));
+        let zero = |name: &str, i: usize| f.at(name, i).is_some_and(|v| v.abs() <= std_eps);
+        let positive = |name: &str, i: usize| {
+            f.at(name, i)
+                .is_some_and(|v| v.is_finite() && v.abs() > std_eps)
+        };
         for idx in zero_runs {
             let steps: Vec<i64> = idx.iter().map(|&i| f.step(i)).collect();
+            let n = steps.len();
             let mut companions: Vec<&str> = Vec::new();
-            let zero_at = |name: &str| {
-                let c = f.col(name);
-                idx.iter()
-                    .filter(|&&i| c.and_then(|c| c.get(i)).is_some_and(|v| v.abs() <= std_eps))
-                    .count()
-            };
-            let n_std = zero_at("reward_std");
-            let n_grad = zero_at("grad_norm");
-            let n_kl = zero_at("kl");
-            let n_adv = idx
-                .iter()
-                .filter(|&&i| {
-                    matches!((f.at("adv_max", i), f.at("adv_min", i)),
-                        (Some(x), Some(y)) if x.abs() <= std_eps && y.abs() <= std_eps)
-                })
-                .count();
+            let count = |pred: &dyn Fn(usize) -> bool| idx.iter().filter(|&&i| pred(i)).count();
+            let n_std = count(&|i| zero("reward_std", i));
+            let n_grad = count(&|i| zero("grad_norm", i));
+            let n_kl = count(&|i| zero("kl", i));
+            let adv_zero = |i: usize| zero("adv_max", i) && zero("adv_min", i);
+            let n_adv = count(&adv_zero);
             let n_adv_warn = steps.iter().filter(|s| adv_zero_steps.contains(s)).count();
-            let n_dead = idx
-                .iter()
-                .filter(|&&i| f.at("frac_reward_zero_std", i).is_some_and(|v| v >= 0.999))
-                .count();
+            let dead = |i: usize| f.at("frac_reward_zero_std", i).is_some_and(|v| v >= 0.999);
+            let n_dead = count(&dead);
+            // Per step: no learning signal, or a signal the zero loss only hides.
+            let no_signal = |i: usize| {
+                zero("reward_std", i)
+                    || dead(i)
+                    || zero("grad_norm", i)
+                    || adv_zero(i)
+                    || adv_zero_steps.contains(&f.step(i))
+                    || (!has_reward && zero("kl", i))
+            };
+            let n_none = count(&no_signal);
+            let n_sig = count(&|i| {
+                !no_signal(i) && (positive("reward_std", i) || positive("grad_norm", i))
+            });
             if n_std > 0 {
                 companions.push("reward_std = 0");
             }
@@ -96,25 +110,46 @@ impl Detector for ZeroLoss {
             if n_dead > 0 {
                 companions.push("frac_reward_zero_std = 1");
             }
-            let severity = if companions.is_empty() {
-                Severity::Warning
-            } else {
-                Severity::Error
-            };
             let max_abs = idx
                 .iter()
                 .filter_map(|&i| loss.get(i))
                 .fold(0.0f64, |m, v| m.max(v.abs()));
-            let explanation = if companions.is_empty() {
-                format!(
-                    "loss is zero on {} consecutive logged steps (no reward/advantage/grad metrics to confirm why)",
-                    steps.len()
+            let per_step = |parts: &[(usize, &str)]| -> String {
+                parts
+                    .iter()
+                    .filter(|(k, _)| *k > 0)
+                    .map(|(k, what)| format!("{what} on {k} of {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let evidence = per_step(&[
+                (n_std, "reward_std 0"),
+                (n_dead, "frac_reward_zero_std 1"),
+                (n_grad, "grad_norm 0"),
+                (n_adv.max(n_adv_warn), "advantages 0"),
+                (if has_reward { 0 } else { n_kl }, "kl 0"),
+            ]);
+            let (severity, explanation) = if n_none * 2 >= n && n_none > 0 {
+                (
+                    Severity::Error,
+                    format!(
+                        "loss is zero on {n} consecutive logged steps with no learning signal: {evidence}"
+                    ),
                 )
+            } else if n_sig > 0 {
+                let mut e = format!(
+                    "loss logged as 0.0 on {n} consecutive steps while grad_norm > 0 or reward_std > 0 on {n_sig} of them: the usual GRPO display (ratio 1 on the first update of a batch, advantages of mean zero, tiny beta*KL; trl#2703, trl#3452), not a failure"
+                );
+                if n_none > 0 {
+                    e.push_str(&format!("; no signal on some steps: {evidence}"));
+                }
+                (Severity::Info, e)
             } else {
-                format!(
-                    "loss is zero on {} consecutive logged steps together with {}: no learning signal",
-                    steps.len(),
-                    companions.join(", ")
+                (
+                    Severity::Warning,
+                    format!(
+                        "loss is zero on {n} consecutive logged steps (no reward/advantage/grad metrics to confirm why)"
+                    ),
                 )
             };
             let mut finding = Finding::new(
@@ -134,7 +169,9 @@ impl Detector for ZeroLoss {
             .with("steps_reward_std_zero", n_std)
             .with("steps_kl_zero", n_kl)
             .with("steps_grad_norm_zero", n_grad)
-            .with("steps_advantages_zero", n_adv.max(n_adv_warn));
+            .with("steps_advantages_zero", n_adv.max(n_adv_warn))
+            .with("steps_without_signal", n_none)
+            .with("steps_with_signal", n_sig);
             if let Some(l) = first_logged_loss {
                 finding = finding.num("first_logged_loss", l);
             }
@@ -165,7 +202,7 @@ impl Detector for Plateau {
             .collect();
         let min_points = ctx.th.get("plateau.min_points").max(2.0) as usize;
         if s.len() < min_points {
-            return vec![];
+            return flat_over_long_horizon(self.name(), &s, ctx);
         }
         let q = (s.len() / 4).max(1);
         let mean = |xs: &[(i64, f64)]| xs.iter().map(|(_, v)| v).sum::<f64>() / xs.len() as f64;
@@ -198,5 +235,107 @@ impl Detector for Plateau {
         .with("points", s.len());
         f.count = s.len();
         vec![f]
+    }
+}
+
+/// Few logged points far apart (a paste of a log's head and tail, `logging_steps` 10 over
+/// a thousand steps): the reward is flat when it stays in a narrow band over a long span.
+fn flat_over_long_horizon(name: &str, s: &[(i64, f64)], ctx: &Context) -> Vec<Finding> {
+    let min_points = ctx.th.get("plateau.flat_min_points").max(2.0) as usize;
+    let (Some(first), Some(last)) = (s.first(), s.last()) else {
+        return vec![];
+    };
+    let span = last.0 - first.0;
+    if s.len() < min_points || (span as f64) < ctx.th.get("plateau.flat_min_span") {
+        return vec![];
+    }
+    let lo = s.iter().map(|(_, v)| *v).fold(f64::INFINITY, f64::min);
+    let hi = s.iter().map(|(_, v)| *v).fold(f64::NEG_INFINITY, f64::max);
+    let mean = s.iter().map(|(_, v)| v).sum::<f64>() / s.len() as f64;
+    let band = ctx.th.get("plateau.flat_band");
+    let flat = hi - lo <= band * mean.abs().max(1e-12);
+    if !flat || last.1 - first.1 >= ctx.th.get("plateau.min_gain") {
+        return vec![];
+    }
+    let mut f = Finding::new(
+        name,
+        Severity::Warning,
+        vec![first.0, last.0],
+        format!(
+            "reward stays between {lo:.4} and {hi:.4} from step {} to {} ({span} steps, {} logged points): {:.4} at the start, {:.4} at the end, no improvement",
+            first.0,
+            last.0,
+            s.len(),
+            first.1,
+            last.1
+        ),
+        &[
+            "no learning signal: reward too sparse, zero advantages, or the policy not updated",
+            "learning rate too low or decayed to nothing",
+            "the reward model scores something the policy cannot change",
+        ],
+    )
+    .num("min_reward", lo)
+    .num("max_reward", hi)
+    .num("mean_reward", mean)
+    .with("span_steps", span)
+    .with("points", s.len());
+    f.count = s.len();
+    vec![f]
+}
+
+/// `--reward-constant`: a reward component (one reward function) that returns the same
+/// value at every logged step: it never fires, or it is broken.
+pub struct RewardConstant;
+
+impl Detector for RewardConstant {
+    fn name(&self) -> &'static str {
+        "reward-constant"
+    }
+    fn summary(&self) -> &'static str {
+        "a reward component identical at every logged step (a reward function that never changes)"
+    }
+    fn metrics(&self) -> &'static [&'static str] {
+        &[crate::readers::aliases::REWARD_COMPONENTS]
+    }
+    fn detect(&self, ctx: &Context) -> Vec<Finding> {
+        let min_points = ctx.th.get("reward_constant.min_points").max(2.0) as usize;
+        let mut out = Vec::new();
+        for m in ctx.frame.metrics() {
+            let Some(component) = m.strip_prefix(crate::readers::aliases::REWARD_COMPONENT_PREFIX)
+            else {
+                continue;
+            };
+            let s: Vec<(i64, f64)> = ctx.frame.points(m).filter(|(_, v)| v.is_finite()).collect();
+            if s.len() < min_points {
+                continue;
+            }
+            let v0 = s[0].1;
+            if s.iter().any(|(_, v)| *v != v0) {
+                continue;
+            }
+            let steps: Vec<i64> = s.iter().map(|(st, _)| *st).collect();
+            out.push(
+                Finding::new(
+                    self.name(),
+                    Severity::Warning,
+                    steps,
+                    format!(
+                        "reward component {component} is {} at every one of {} logged steps: that reward function never changes",
+                        G(v0),
+                        s.len()
+                    ),
+                    &[
+                        "the reward function never matches (format regex too strict, wrong answer tag)",
+                        "the reward function crashed into a default value",
+                        "the reward is saturated (every completion already earns it)",
+                    ],
+                )
+                .num("value", v0)
+                .with("component", component)
+                .with("points", s.len()),
+            );
+        }
+        out
     }
 }

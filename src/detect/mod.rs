@@ -4,21 +4,24 @@
 //!
 //! | detector | fires when (defaults) | severity |
 //! |---|---|---|
-//! | zero-loss | \|loss\| ≤ 1e-8 with reward std / \|adv\| / grad norm / kl ≤ 1e-6 (or an "All advantages are near zero" warning), ≥ 2 consecutive logged steps | error (warning without companion evidence) |
-//! | dead-groups | frac_reward_zero_std ≥ 0.5 (or group reward std exactly 0 ⇒ 1.0) on ≥ 25 % of logged steps | warning, error when ≥ 90 % |
+//! | zero-loss | \|loss\| ≤ 1e-8 on ≥ 2 consecutive logged steps; an error when at least half of them show no signal (reward std / \|adv\| / grad norm ≤ 1e-6, frac_reward_zero_std 1, an "All advantages are near zero" warning; kl 0 only in a log with no reward); info when grad_norm or reward_std > 0 (the GRPO display) | error / info / warning without evidence |
+//! | dead-groups | frac_reward_zero_std ≥ 0.5 on ≥ 25 % of logged steps, or reward std exactly 0 on ≥ 2 steps (or ≥ 25 %) | warning, error when ≥ 90 % |
 //! | nan-grad | any non-finite grad_norm/loss/kl/reward/entropy, `nan_gradient` events, grad_nan_count > 0, loss 0.0 next to a NaN grad norm | critical |
 //! | grad-spike | grad_norm > 10 × median of the previous 20 (≥ 5 of history) | warning |
 //! | zero-grad | 0 ≤ grad_norm ≤ 1e-10 for ≥ 2 consecutive steps | error |
 //! | kl-explosion | kl > 1.0, or kl > 10 × median of previous 20 and > 0.1 | error |
 //! | kl-negative | kl < −1e-6 (k3/low-var KL cannot be negative) | error |
 //! | entropy-collapse | entropy < 0.05 or < 10 % of its first-5 median, ≥ 3 consecutive steps | warning |
-//! | truncation | truncation_ratio ≥ 0.2 | warning, error ≥ 0.5 |
+//! | truncation | truncation_ratio ≥ 0.2; num_eos_tokens 0 on most steps; mean length = max length | warning, error ≥ 0.5 / no EOS / mean = max |
 //! | empty-completions | completion_len_min = 0, empty_count > 0, `empty_completion_tokens` events | warning, error when ≥ 25 % of completions are empty |
 //! | adv-explosion | 0 < reward_std < 1e-3 (advantages divided by a tiny std) or \|adv\| > 10 | warning |
-//! | slowdown | step time > 3 × median of previous 20; last-quarter median > 1.5 × first-quarter; a later step slower than 2 × the first (compile) step | warning (first-step compile is info) |
+//! | slowdown | lower quartile of the last quarter > 1.5 × the first quarter's (spikes left out); at least half the later steps slower than 2 × the first (compile) step; a spike > 3 × median of previous 20 that no eval/checkpoint explains and that does not recur with a fixed period | warning (compile, eval/checkpoint and periodic spikes: info, named) |
 //! | mem-growth | peak memory grows > 20 % from first to last, ≥ 5 points, rising ≥ 80 % of the time | warning |
-//! | logprob-mismatch | rollout/trainer prob diff mean > 0.05 or max > 0.5, \|ratio_mean − 1\| > 0.2, "All sequence_log_probs are near zero" | error |
-//! | plateau | reward mean of last 25 % ≤ first 25 % + 0.01 over ≥ 10 points | warning |
+//! | logprob-mismatch | means, not a single token's max: prob diff mean > 0.05, \|logp diff\| mean > 0.1, rollout KL (verl rollout_corr, OpenRLHF vllm_kl) > 0.1, \|ratio_mean − 1\| > 0.2, "All sequence_log_probs are near zero" | error |
+//! | plateau | reward mean of last 25 % ≤ first 25 % + 0.01 over ≥ 20 points; or ≥ 4 points over ≥ 500 steps within ±20 % of their mean | warning |
+//! | grad-not-flowing | grad_norm exactly 0 while reward_std > 0 (and not every group dead) | error |
+//! | clip-high | clip ratio ≥ 0.2 on at least half of the steps | warning, error ≥ 0.5 |
+//! | reward-constant | a reward component identical at every one of ≥ 5 logged steps | warning |
 
 mod completions;
 mod kl;
@@ -81,6 +84,9 @@ pub struct Finding {
     pub explanation: String,
     /// Likely causes, most likely first (from the seeds' experience).
     pub likely_causes: Vec<String>,
+    /// The run (0-based) of a log holding several appended runs; absent for one run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<u32>,
 }
 
 /// Most steps listed in a finding.
@@ -111,6 +117,7 @@ impl Finding {
             evidence: serde_json::Map::new(),
             explanation: explanation.into(),
             likely_causes: causes.iter().map(|c| c.to_string()).collect(),
+            run: None,
         }
     }
 
@@ -178,6 +185,13 @@ pub const THRESHOLDS: &[(&str, f64, &str)] = &[
         "dead_groups.error_share",
         0.9,
         "share of dead-group steps that makes it an error",
+    ),
+    // A step with reward_std exactly 0 (mean of group stds: TRL, DebugTrainer) wasted
+    // every group; two of them are a pattern, not a rounding accident.
+    (
+        "dead_groups.min_steps",
+        2.0,
+        "steps with reward_std exactly 0 that are reported whatever their share",
     ),
     (
         "grad_spike.factor",
@@ -271,10 +285,19 @@ pub const THRESHOLDS: &[(&str, f64, &str)] = &[
         0.05,
         "mean rollout/trainer prob diff above this",
     ),
+    // verl docs (rollout_corr.md): |rollout_corr/kl| > 0.1 is a significant off-policy gap;
+    // healthy runs log ~1e-3. Used for rollout_corr/kl, k3_kl and OpenRLHF vllm_kl.
     (
-        "logprob_mismatch.diff_max",
-        0.5,
-        "max rollout/trainer prob diff above this",
+        "logprob_mismatch.kl",
+        0.1,
+        "rollout-to-trainer KL (verl rollout_corr/kl, k3_kl; OpenRLHF vllm_kl) above this",
+    ),
+    // TRL sampling/sampling_logp_difference/mean is mean |logp_train - logp_vllm|, the same
+    // per-token scale as the k1 KL above: the same 0.1 bound.
+    (
+        "logprob_mismatch.logp_diff_mean",
+        0.1,
+        "mean |logp trainer - logp rollout| (TRL sampling/*, verl log_ppl_abs_diff) above this",
     ),
     (
         "logprob_mismatch.ratio_dev",
@@ -286,7 +309,41 @@ pub const THRESHOLDS: &[(&str, f64, &str)] = &[
         0.01,
         "reward gain (last vs first quarter) below this is a plateau",
     ),
-    ("plateau.min_points", 10.0, "reward points needed"),
+    // 20 logged points: a GRPO reward over fewer steps is too noisy to call flat.
+    ("plateau.min_points", 20.0, "reward points needed"),
+    (
+        "plateau.flat_min_points",
+        4.0,
+        "with fewer points than plateau.min_points: points needed for the long-horizon rule",
+    ),
+    // A thousand-step PPO/GRPO run should move its reward; 500 steps is half of that.
+    (
+        "plateau.flat_min_span",
+        500.0,
+        "long-horizon rule: logged steps must span at least this many steps",
+    ),
+    (
+        "plateau.flat_band",
+        0.2,
+        "long-horizon rule: reward range within this fraction of its mean is flat",
+    ),
+    (
+        "reward_constant.min_points",
+        5.0,
+        "logged points a reward component needs before it is judged constant",
+    ),
+    // PPO practice (OpenAI baselines / SB3 docs): clipfrac around 0.1-0.2 is normal; above
+    // 0.2 the step is too large for the trust region, above 0.5 most of it is discarded.
+    (
+        "clip_high.ratio",
+        0.2,
+        "clip ratio at or above this, on at least half of the steps, is too high",
+    ),
+    (
+        "clip_high.error_ratio",
+        0.5,
+        "clip ratio at or above this makes it an error",
+    ),
 ];
 
 /// Threshold values: the defaults of [`THRESHOLDS`] with user overrides.
@@ -382,6 +439,9 @@ pub fn all_detectors() -> Vec<Box<dyn Detector>> {
         Box::new(perf::MemGrowth),
         Box::new(kl::LogprobMismatch),
         Box::new(loss::Plateau),
+        Box::new(numeric::GradNotFlowing),
+        Box::new(completions::ClipHigh),
+        Box::new(loss::RewardConstant),
     ]
 }
 

@@ -288,3 +288,82 @@ impl Detector for AdvExplosion {
         vec![finding]
     }
 }
+
+/// `--grad-not-flowing`: grad_norm exactly 0 on a step whose groups do hold a reward
+/// signal (reward_std > 0, not every group dead): a gradient should exist but none reached
+/// the parameters.
+pub struct GradNotFlowing;
+
+impl Detector for GradNotFlowing {
+    fn name(&self) -> &'static str {
+        "grad-not-flowing"
+    }
+    fn summary(&self) -> &'static str {
+        "grad_norm exactly 0 while reward_std > 0: a signal exists but no gradient reaches the weights"
+    }
+    fn metrics(&self) -> &'static [&'static str] {
+        &["grad_norm", "reward_std", "frac_reward_zero_std", "kl"]
+    }
+    fn detect(&self, ctx: &Context) -> Vec<Finding> {
+        let f = ctx.frame;
+        let eps = ctx.th.get("zero_grad.eps");
+        let (Some(grad), Some(std)) = (f.col("grad_norm"), f.col("reward_std")) else {
+            return vec![];
+        };
+        let logged = grad.present().count();
+        let mut hits: Vec<(i64, f64)> = Vec::new();
+        for (i, g) in grad.present() {
+            let Some(sd) = std.get(i) else { continue };
+            let all_dead = f.at("frac_reward_zero_std", i).is_some_and(|v| v >= 0.999);
+            if g.is_finite() && g.abs() <= eps && sd.is_finite() && sd > 0.0 && !all_dead {
+                hits.push((f.step(i), sd));
+            }
+        }
+        if hits.is_empty() {
+            return vec![];
+        }
+        let lo = hits.iter().map(|(_, v)| *v).fold(f64::INFINITY, f64::min);
+        let hi = hits
+            .iter()
+            .map(|(_, v)| *v)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let kl_zero = hits
+            .iter()
+            .filter(|(s, _)| {
+                f.steps()
+                    .position(*s)
+                    .and_then(|i| f.at("kl", i))
+                    .is_some_and(|k| k == 0.0)
+            })
+            .count();
+        let range = if lo == hi {
+            G(lo).to_string()
+        } else {
+            format!("{}–{}", G(lo), G(hi))
+        };
+        let mut e = format!(
+            "grad_norm is exactly 0 on {} of {logged} logged steps although reward_std is {range} there: the groups carry a signal but no gradient reached the weights",
+            hits.len(),
+        );
+        if kl_zero > 0 {
+            e.push_str(&format!(
+                "; kl is 0 on {kl_zero} of them too (the policy never moved)"
+            ));
+        }
+        vec![Finding::new(
+            self.name(),
+            Severity::Error,
+            hits.iter().map(|(s, _)| *s).collect(),
+            e,
+            &[
+                "LoRA adapter not attached to the optimised model / parameters frozen (requires_grad False)",
+                "loss detached from the graph or multiplied by a zero mask",
+                "optimizer step skipped (inf/NaN in fp16 loss scaling, gradient offload bug)",
+            ],
+        )
+        .num("min_reward_std", lo)
+        .num("max_reward_std", hi)
+        .with("steps_kl_zero", kl_zero)
+        .with("logged_steps", logged)]
+    }
+}

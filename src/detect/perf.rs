@@ -34,8 +34,37 @@ pub fn step_times(f: &LogFrame) -> (Vec<(i64, f64)>, &'static str) {
     (out, "timestamp deltas")
 }
 
-/// `--slowdown`: step-time spikes and trends; a first step dominated by compile time is
-/// reported apart (info).
+/// The lower quartile of `xs` (the faster steps of a stretch): a trend in it is sustained,
+/// while periodic slow windows (eval every N, checkpoint saves) leave it alone.
+fn lower_quartile(xs: &[f64]) -> f64 {
+    let mut v: Vec<f64> = xs.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[(v.len() - 1) / 4]
+}
+
+/// Steps at which an evaluation or a checkpoint save happened: evaluation records in the
+/// frame (`val_loss`) and `checkpoint` events.
+fn eval_or_checkpoint_steps(ctx: &Context) -> Vec<(i64, &'static str)> {
+    let mut out: Vec<(i64, &'static str)> = ctx
+        .frame
+        .points("val_loss")
+        .map(|(s, _)| (s, "evaluation"))
+        .collect();
+    out.extend(
+        ctx.events
+            .iter()
+            .filter(|e| e.kind == "checkpoint")
+            .filter_map(|e| e.step.map(|s| (s, "checkpoint save"))),
+    );
+    out
+}
+
+/// `--slowdown`: a sustained rise in step time. Spikes that an evaluation or checkpoint
+/// inside the step explains, or that recur with a fixed period, are excluded and named
+/// (info); a first step dominated by compile time is reported apart (info).
 pub struct Slowdown;
 
 impl Detector for Slowdown {
@@ -43,10 +72,10 @@ impl Detector for Slowdown {
         "slowdown"
     }
     fn summary(&self) -> &'static str {
-        "step-time spikes and upward trend (first-step compile time separated)"
+        "sustained step-time rise; eval/checkpoint/periodic spikes and compile time excluded"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        &["step_time", "it_per_sec"]
+        &["step_time", "it_per_sec", "val_loss"]
     }
     fn uses_timestamps(&self) -> bool {
         true
@@ -56,6 +85,7 @@ impl Detector for Slowdown {
         if s.len() < 2 {
             return vec![];
         }
+        let marks = eval_or_checkpoint_steps(ctx);
         let mut out = Vec::new();
         let first = s[0];
         let rest = &s[1..];
@@ -79,12 +109,17 @@ impl Detector for Slowdown {
                 .with("measured_from", how),
             );
         }
+        // Later steps slower than a first step that already paid for compilation.
         let slower_than_first: Vec<(i64, f64)> = rest
             .iter()
             .copied()
             .filter(|(_, v)| *v > cf * first.1)
             .collect();
-        if !slower_than_first.is_empty() && first.1 <= cf * med_rest {
+        // Sustained: even the faster steps afterwards (lower quartile) are that slow.
+        if slower_than_first.len() >= 2
+            && lower_quartile(&rest_vals) > cf * first.1
+            && first.1 <= cf * med_rest
+        {
             let worst =
                 slower_than_first
                     .iter()
@@ -96,11 +131,12 @@ impl Detector for Slowdown {
                     Severity::Warning,
                     slower_than_first.iter().map(|(s, _)| *s).collect(),
                     format!(
-                        "step {} took {:.3}s, {:.1}x the first step ({:.3}s) which already includes compile time",
+                        "{} of {} later steps are slower than 2x the first step ({:.3}s, which already includes compile time); slowest step {} took {:.3}s",
+                        slower_than_first.len(),
+                        rest.len(),
+                        first.1,
                         worst.0,
                         worst.1,
-                        worst.1 / first.1,
-                        first.1
                     ),
                     &[
                         "recompilation every iteration (dynamic shapes under torch.compile)",
@@ -121,24 +157,84 @@ impl Detector for Slowdown {
             5,
             0.0,
         );
-        if !hits.is_empty() {
+        // Spikes an evaluation/checkpoint inside the step's window explains.
+        let why = |i: usize| -> Option<&'static str> {
+            let cur = rest[i].0;
+            let prev = if i == 0 { first.0 } else { rest[i - 1].0 };
+            marks
+                .iter()
+                .find(|(m, _)| prev <= *m && *m <= cur)
+                .map(|(_, w)| *w)
+        };
+        let (explained, mut open): (Vec<_>, Vec<_>) =
+            hits.iter().copied().partition(|h| why(h.0).is_some());
+        // Spikes recurring with one period (3 or more, equal gaps) are periodic work.
+        let open_steps: Vec<i64> = open.iter().map(|h| rest[h.0].0).collect();
+        let period = (open_steps.len() >= 3)
+            .then(|| open_steps[1] - open_steps[0])
+            .filter(|&p| p > 0 && open_steps.windows(2).all(|w| w[1] - w[0] == p));
+        let mut excluded: Vec<(usize, f64, f64)> = explained.clone();
+        let mut reasons: Vec<String> = Vec::new();
+        if !explained.is_empty() {
+            let mut kinds: Vec<&str> = explained.iter().filter_map(|h| why(h.0)).collect();
+            kinds.sort_unstable();
+            kinds.dedup();
+            reasons.push(format!(
+                "{} inside the step at {} of them",
+                kinds.join("/"),
+                explained.len()
+            ));
+        }
+        if let Some(p) = period {
+            reasons.push(format!("periodic every {p} steps at {}", open.len()));
+            excluded.append(&mut open);
+        }
+        if !excluded.is_empty() {
+            let worst = excluded.iter().copied().fold(excluded[0], |a, h| {
+                if h.1 / h.2 > a.1 / a.2 {
+                    h
+                } else {
+                    a
+                }
+            });
+            out.push(
+                Finding::new(
+                    self.name(),
+                    Severity::Info,
+                    excluded.iter().map(|(i, _, _)| rest[*i].0).collect(),
+                    format!(
+                        "{} step-time spike(s) excluded from the trend ({}); largest {:.3}s at step {} ({:.1}x the recent median)",
+                        excluded.len(),
+                        reasons.join("; "),
+                        worst.1,
+                        rest[worst.0].0,
+                        worst.1 / worst.2
+                    ),
+                    &["evaluation or checkpoint saving inside the logged interval, or periodic generation vs reuse of a batch"],
+                )
+                .num("max_step_s", worst.1)
+                .num("median_before_s", worst.2)
+                .with("measured_from", how),
+            );
+        }
+        if !open.is_empty() {
             let worst =
-                hits.iter()
+                open.iter()
                     .copied()
-                    .fold(hits[0], |a, h| if h.1 / h.2 > a.1 / a.2 { h } else { a });
+                    .fold(open[0], |a, h| if h.1 / h.2 > a.1 / a.2 { h } else { a });
             out.push(
                 Finding::new(
                     self.name(),
                     Severity::Warning,
-                    hits.iter().map(|(i, _, _)| rest[*i].0).collect(),
+                    open.iter().map(|(i, _, _)| rest[*i].0).collect(),
                     format!(
-                        "step time spikes to {:.3}s at step {} ({:.1}x the recent median)",
+                        "step time spikes to {:.3}s at step {} ({:.1}x the recent median) with no evaluation or checkpoint logged there",
                         worst.1,
                         rest[worst.0].0,
                         worst.1 / worst.2
                     ),
                     &[
-                        "checkpoint saving or evaluation inside the step",
+                        "checkpoint saving or evaluation inside the step that the log does not show",
                         "a batch of very long completions",
                         "memory pressure / swapping, other jobs on the device",
                     ],
@@ -148,18 +244,29 @@ impl Detector for Slowdown {
                 .with("measured_from", how),
             );
         }
-        if rest.len() >= 8 {
-            let q = rest.len() / 4;
-            let a = median(&rest_vals[..q]).unwrap_or(f64::NAN);
-            let b = median(&rest_vals[rest.len() - q..]).unwrap_or(f64::NAN);
-            if b > ctx.th.get("slowdown.trend_factor") * a {
+        // The trend: lower quartile of the first vs the last quarter of the steps after the
+        // first, spikes left out; it must also not fall back in between (sustained).
+        let skip: Vec<usize> = hits.iter().map(|h| h.0).collect();
+        let kept: Vec<f64> = rest
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !skip.contains(i))
+            .map(|(_, (_, v))| *v)
+            .collect();
+        if kept.len() >= 8 {
+            let q = kept.len() / 4;
+            let a = lower_quartile(&kept[..q]);
+            let mid = lower_quartile(&kept[q..kept.len() - q]);
+            let b = lower_quartile(&kept[kept.len() - q..]);
+            if b > ctx.th.get("slowdown.trend_factor") * a && mid >= a {
                 out.push(
                     Finding::new(
                         self.name(),
                         Severity::Warning,
                         vec![rest[0].0, rest[rest.len() - 1].0],
                         format!(
-                            "steps slow down over the run: median {a:.3}s early vs {b:.3}s late"
+                            "steps slow down over the run: the faster steps (lower quartile) take {a:.3}s early vs {b:.3}s late ({} spike(s) left out)",
+                            skip.len()
                         ),
                         &[
                             "completions getting longer (see truncation)",
@@ -167,8 +274,9 @@ impl Detector for Slowdown {
                             "accumulating state (caches, logging buffers) across steps",
                         ],
                     )
-                    .num("early_median_s", a)
-                    .num("late_median_s", b)
+                    .num("early_lower_quartile_s", a)
+                    .num("late_lower_quartile_s", b)
+                    .with("spikes_left_out", skip.len())
                     .with("measured_from", how),
                 );
             }

@@ -13,7 +13,7 @@ use crate::logscan::{scan, ScanOptions};
 /// The defaults table shown by `--help`.
 pub fn thresholds_help() -> String {
     let mut s = String::from(
-        "Detectors (all run when none is given):\n  zero-loss dead-groups nan-grad grad-spike zero-grad kl-explosion kl-negative\n  entropy-collapse truncation empty-completions adv-explosion slowdown mem-growth\n  logprob-mismatch plateau\n\nThresholds (override with --threshold NAME=VALUE):\n",
+        "Detectors (all run when none is given):\n  zero-loss dead-groups nan-grad grad-spike zero-grad kl-explosion kl-negative\n  entropy-collapse truncation empty-completions adv-explosion slowdown mem-growth\n  logprob-mismatch plateau grad-not-flowing clip-high reward-constant\n\nThresholds (override with --threshold NAME=VALUE):\n",
     );
     for (name, v, what) in THRESHOLDS {
         s.push_str(&format!("  {name:<28} {v:<8} {what}\n"));
@@ -75,9 +75,18 @@ pub struct LogscanArgs {
     /// Trainer vs rollout log-prob mismatch.
     #[arg(long)]
     pub logprob_mismatch: bool,
-    /// Reward not improving.
+    /// Reward not improving (or flat over a long horizon).
     #[arg(long)]
     pub plateau: bool,
+    /// grad_norm exactly 0 while reward_std > 0.
+    #[arg(long)]
+    pub grad_not_flowing: bool,
+    /// Clip ratio / clipfrac high on most steps.
+    #[arg(long)]
+    pub clip_high: bool,
+    /// A reward component that never changes.
+    #[arg(long)]
+    pub reward_constant: bool,
     /// Override a threshold: NAME=VALUE (repeatable; see the table below).
     #[arg(long = "threshold", value_name = "NAME=VALUE")]
     pub thresholds: Vec<String>,
@@ -123,6 +132,9 @@ impl LogscanArgs {
             (self.mem_growth, "mem-growth"),
             (self.logprob_mismatch, "logprob-mismatch"),
             (self.plateau, "plateau"),
+            (self.grad_not_flowing, "grad-not-flowing"),
+            (self.clip_high, "clip-high"),
+            (self.reward_constant, "reward-constant"),
         ];
         flags
             .iter()
@@ -130,6 +142,59 @@ impl LogscanArgs {
             .map(|(_, n)| n.to_string())
             .collect()
     }
+}
+
+/// Never silent: a scan that read no record and no event is an error (exit 2) naming what
+/// was seen, not "no findings": a CI gate must not pass a log it could not read.
+pub fn nothing_read(paths: &[PathBuf], report: &crate::logscan::ScanReport) -> Result<()> {
+    // Checkpoint notes alone are no training record.
+    let events = report.events.iter().any(|e| e.kind != "checkpoint");
+    if events || report.files.iter().any(|f| f.records > 0) {
+        return Ok(());
+    }
+    let all_empty = report.files.iter().all(|f| f.bytes == 0);
+    let dirs: Vec<&PathBuf> = paths.iter().filter(|p| p.is_dir()).collect();
+    if all_empty {
+        let names: Vec<String> = report
+            .files
+            .iter()
+            .map(|f| f.path.display().to_string())
+            .collect();
+        let what = if dirs.is_empty() {
+            "the input is empty".to_string()
+        } else {
+            format!(
+                "run folder {} holds only empty logs",
+                dirs.iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        return Err(Error::Usage(format!(
+            "{what} ({}: 0 bytes): nothing to scan",
+            names.join(", ")
+        )));
+    }
+    let mut lines = Vec::new();
+    for f in &report.files {
+        let seen = match (&f.first_line, f.bytes) {
+            (_, 0) => "the file is empty".to_string(),
+            (Some(l), _) => format!("first line looks like: {l}"),
+            (None, _) => format!("{} blank line(s)", f.lines),
+        };
+        let bad = f
+            .bad_lines
+            .first()
+            .map(|b| format!(" (line {}: {})", b.line, b.message))
+            .unwrap_or_default();
+        lines.push(format!(
+            "read 0 records from {} ({} lines): not a format logscan knows{bad}; {seen}",
+            f.path.display(),
+            f.lines
+        ));
+    }
+    Err(Error::Usage(lines.join("\n")))
 }
 
 /// What the binary prints and returns.
@@ -158,6 +223,7 @@ pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
         },
     };
     let report = scan(&args.paths, &opts)?;
+    nothing_read(&args.paths, &report)?;
     if let Some(out) = &args.output {
         let text = crate::report::json::JsonRenderer.render_report(&report)?;
         std::fs::write(out, text).map_err(|e| Error::io(out, e))?;

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::logscan::record::{LogRecord, SourceKind};
-use crate::readers::steps::{parse_number_text, LineQuality, STEP_KEYS, TIME_KEYS};
+use crate::readers::steps::{parse_number_text, LineQuality, EXTRA_STEP_KEY, STEP_KEYS, TIME_KEYS};
 
 /// A small, fast, non-cryptographic hasher (FxHash) for short keys.
 #[derive(Default, Clone, Copy)]
@@ -192,10 +192,13 @@ const SPECIAL: &[&str] = &[
     "data",
     "train_loss",
     "token_count_summary",
+    EXTRA_STEP_KEY,
 ];
 const DATA: usize = 8;
 const TRAIN_LOSS: usize = 9;
 const TCS: usize = 10;
+/// LLaMA-Factory `trainer_log.jsonl`'s step key ([`EXTRA_STEP_KEY`]).
+const CURRENT_STEPS: usize = 11;
 const MAX_DEPTH: u32 = 64;
 
 /// Reusable per-worker scratch.
@@ -206,7 +209,7 @@ pub struct Scratch {
     /// `(path range in all, start of the part below the top-level key, offset of the part below the top-level key, top special slot
     /// or u8::MAX, leaf)`.
     leaves: Vec<(u32, u32, u32, u8, Leaf)>,
-    top: [Option<Top>; 11],
+    top: [Option<Top>; 12],
     data_time: [Option<Top>; 3],
 }
 
@@ -593,7 +596,7 @@ pub fn parse_line(line: &[u8], sc: &mut Scratch, out: &mut Batch) -> Option<Fast
     sc.paths.clear();
     sc.all.clear();
     sc.leaves.clear();
-    sc.top = [None; 11];
+    sc.top = [None; 12];
     sc.data_time = [None; 3];
     let mut s = Scan {
         text: b,
@@ -606,7 +609,9 @@ pub fn parse_line(line: &[u8], sc: &mut Scratch, out: &mut Batch) -> Option<Fast
         return None;
     }
     let verl = sc.top[DATA] == Some(Top::Dict) && sc.top[0].is_some();
-    let step = (0..STEP_KEYS.len()).find_map(|p| step_from(sc.top[p], b));
+    let step = (0..STEP_KEYS.len())
+        .find_map(|p| step_from(sc.top[p], b))
+        .or_else(|| step_from(sc.top[CURRENT_STEPS], b));
     let mut timestamp = (0..TIME_KEYS.len()).find_map(|p| time_from(sc.top[5 + p]));
     let source = if verl {
         if timestamp.is_none() {

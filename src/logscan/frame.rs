@@ -10,7 +10,9 @@ use crate::error::{Error, Result};
 use crate::logscan::column::{Column, Steps, BLOCK_ROWS};
 use crate::logscan::fastline::{FxMap, Interner};
 use crate::logscan::record::{LogRecord, SourceKind};
-use crate::readers::aliases::AliasTable;
+use crate::readers::aliases::{
+    reward_component, AliasTable, REWARD_COMPONENTS, REWARD_COMPONENT_PREFIX,
+};
 
 /// What the builder knows about one raw key.
 #[derive(Debug, Clone, Copy)]
@@ -41,7 +43,11 @@ impl Projection {
     pub fn keeps(&self, name: &str) -> bool {
         match self {
             Projection::All => true,
-            Projection::Only { metrics, .. } => metrics.iter().any(|m| m == name),
+            Projection::Only { metrics, .. } => {
+                metrics.iter().any(|m| m == name)
+                    || (name.starts_with(REWARD_COMPONENT_PREFIX)
+                        && metrics.iter().any(|m| m == REWARD_COMPONENTS))
+            }
         }
     }
 
@@ -55,7 +61,7 @@ impl Projection {
 }
 
 /// Every producer kind, by bit of a row's source mask.
-const SOURCE_KINDS: [SourceKind; 10] = [
+const SOURCE_KINDS: [SourceKind; 12] = [
     SourceKind::Steps,
     SourceKind::Events,
     SourceKind::VerlJsonl,
@@ -66,6 +72,8 @@ const SOURCE_KINDS: [SourceKind; 10] = [
     SourceKind::NanoGpt,
     SourceKind::MicroDiag,
     SourceKind::GenericJsonl,
+    SourceKind::NotebookTable,
+    SourceKind::Megatron,
 ];
 
 /// The `+`-joined names of the producers in source mask `mask`.
@@ -89,9 +97,14 @@ pub struct FrameBuilder {
     /// Per canonical metric: a value was seen (stored or not).
     seen: Vec<bool>,
     steps: Steps,
-    /// Step → row, made once a step arrives below the last one; until then rows are in
-    /// ascending step order and found by binary search.
-    rows: Option<FxMap<i64, usize>>,
+    /// Run of each row (empty while every row is run 0): an appended log whose step
+    /// restarts holds several runs, kept apart rather than merged by step.
+    runs: Vec<u32>,
+    /// The run records are pushed into now ([`FrameBuilder::set_run`]).
+    run: u32,
+    /// (run, step) → row, made once a row arrives below the last one; until then rows are
+    /// in ascending (run, step) order and found by binary search.
+    rows: Option<FxMap<(u32, i64), usize>>,
     timestamps: Column,
     /// Bit `SourceKind as u32` set for each producer that contributed to the row.
     sources: Vec<u16>,
@@ -116,6 +129,8 @@ impl FrameBuilder {
             keep: vec![true; n],
             seen: vec![false; n],
             steps: Steps::default(),
+            runs: Vec::new(),
+            run: 0,
             rows: None,
             timestamps: Column::default(),
             sources: Vec::new(),
@@ -147,12 +162,42 @@ impl FrameBuilder {
     pub fn intern(&mut self, k: &str) -> u32 {
         let id = self.keys.intern(k);
         if id as usize == self.key_info.len() {
+            let mut alias = self.aliases.resolve(k);
+            if alias.is_none() {
+                if let Some(name) = reward_component(k) {
+                    alias = Some((self.reward_column(&name), 0));
+                }
+            }
             self.key_info.push(KeyInfo {
-                alias: self.aliases.resolve(k),
+                alias,
                 raw: u32::MAX,
             });
         }
         id
+    }
+
+    /// The canonical index of reward component `name` (`reward/<name>`), made when new.
+    fn reward_column(&mut self, name: &str) -> usize {
+        let canonical = format!("{REWARD_COMPONENT_PREFIX}{name}");
+        let idx = self.aliases.add_canonical(&canonical);
+        while self.keep.len() <= idx {
+            self.keep.push(self.projection.keeps(&canonical));
+            self.seen.push(false);
+            self.canon.push(Column::default());
+            self.scratch.push((u32::MAX, 0.0));
+        }
+        idx
+    }
+
+    /// Push the next records into run `run` (0-based; an appended log's step restart starts
+    /// the next run).
+    pub fn set_run(&mut self, run: u32) {
+        self.run = run;
+    }
+
+    /// The run of row `r`.
+    fn run_at(&self, r: usize) -> u32 {
+        self.runs.get(r).copied().unwrap_or(0)
     }
 
     /// The raw key of id `id`.
@@ -176,6 +221,12 @@ impl FrameBuilder {
         let r = self.steps.len();
         self.steps.push(step);
         self.sources.push(0);
+        if self.run > 0 && self.runs.is_empty() {
+            self.runs.resize(r, 0);
+        }
+        if !self.runs.is_empty() {
+            self.runs.push(self.run);
+        }
         if r > 0 && r % BLOCK_ROWS == 0 {
             let b = r / BLOCK_ROWS - 1;
             for c in &mut self.canon {
@@ -191,32 +242,46 @@ impl FrameBuilder {
 
     /// The row of `step`, made when new.
     fn row_of(&mut self, step: i64) -> usize {
+        let run = self.run;
         if let Some(map) = &self.rows {
-            if let Some(&r) = map.get(&step) {
+            if let Some(&r) = map.get(&(run, step)) {
                 return r;
             }
             let r = self.new_row(step);
             if let Some(map) = &mut self.rows {
-                map.insert(step, r);
+                map.insert((run, step), r);
             }
             return r;
         }
-        match self.steps.last() {
-            Some(last) if step == last => self.steps.len() - 1,
-            Some(last) if step < last => match self.steps.position(step) {
-                Some(r) => r,
-                None => {
-                    let mut map: FxMap<i64, usize> = FxMap::default();
-                    map.reserve(self.steps.len() + 1);
-                    for (r, s) in self.steps.iter().enumerate() {
-                        map.insert(s, r);
+        let n = self.steps.len();
+        let last = self
+            .steps
+            .last()
+            .map(|s| (self.run_at(n.saturating_sub(1)), s));
+        match last {
+            Some(l) if (run, step) == l => n - 1,
+            Some(l) if (run, step) < l => {
+                // Binary search while every row is run 0 (one ascending step list).
+                let found = if self.runs.is_empty() && run == 0 {
+                    self.steps.position(step)
+                } else {
+                    None
+                };
+                match found {
+                    Some(r) => r,
+                    None => {
+                        let mut map: FxMap<(u32, i64), usize> = FxMap::default();
+                        map.reserve(n + 1);
+                        for (r, s) in self.steps.iter().enumerate() {
+                            map.insert((self.run_at(r), s), r);
+                        }
+                        let r = self.new_row(step);
+                        map.insert((run, step), r);
+                        self.rows = Some(map);
+                        r
                     }
-                    let r = self.new_row(step);
-                    map.insert(step, r);
-                    self.rows = Some(map);
-                    r
                 }
-            },
+            }
             _ => self.new_row(step),
         }
     }
@@ -283,7 +348,7 @@ impl FrameBuilder {
         let order: Option<Vec<usize>> = self.rows.map(|map| {
             drop(map);
             let mut order: Vec<usize> = (0..n).collect();
-            order.sort_by_key(|&i| self.steps.get(i));
+            order.sort_by_key(|&i| (self.runs.get(i).copied().unwrap_or(0), self.steps.get(i)));
             order
         });
         let arrange = |mut c: Column| -> Column {
@@ -314,17 +379,25 @@ impl FrameBuilder {
             .map(|(name, c)| (name, arrange(c)))
             .collect();
         let timestamps = arrange(self.timestamps);
-        let (steps, sources) = match &order {
+        let (steps, sources, runs) = match &order {
             Some(o) => (
                 o.iter().filter_map(|&i| self.steps.get(i)).collect(),
                 o.iter()
                     .map(|&i| self.sources.get(i).copied().unwrap_or(0))
                     .collect(),
+                if self.runs.is_empty() {
+                    Vec::new()
+                } else {
+                    o.iter()
+                        .map(|&i| self.runs.get(i).copied().unwrap_or(0))
+                        .collect()
+                },
             ),
-            None => (self.steps, self.sources),
+            None => (self.steps, self.sources, self.runs),
         };
         LogFrame {
             steps,
+            runs,
             timestamps,
             sources,
             metrics,
@@ -339,6 +412,8 @@ impl FrameBuilder {
 #[derive(Debug, Clone, Default)]
 pub struct LogFrame {
     steps: Steps,
+    /// Run of each row (empty when the frame holds one run).
+    runs: Vec<u32>,
     timestamps: Column,
     sources: Vec<u16>,
     metrics: Vec<String>,
@@ -358,7 +433,57 @@ impl LogFrame {
         self.steps.is_empty()
     }
 
-    /// Step of each row, ascending, unique.
+    /// Number of runs (appended logs whose step restarted): 1 for an ordinary log.
+    pub fn run_count(&self) -> u32 {
+        self.runs.iter().max().map_or(1, |m| m + 1)
+    }
+
+    /// The run of row `i`.
+    pub fn run_of(&self, i: usize) -> u32 {
+        self.runs.get(i).copied().unwrap_or(0)
+    }
+
+    /// One frame per run, each with the rows of that run (rows are grouped by run).
+    pub fn split_runs(&self) -> Vec<LogFrame> {
+        let n = self.run_count();
+        (0..n)
+            .map(|r| {
+                let rows: Vec<usize> = (0..self.len()).filter(|&i| self.run_of(i) == r).collect();
+                let pick = |cols: &[(String, Column)]| -> Vec<(String, Column)> {
+                    cols.iter()
+                        .map(|(name, c)| (name.clone(), c.gather(&rows)))
+                        .collect()
+                };
+                let columns = pick(&self.columns);
+                let metrics = self
+                    .metrics
+                    .iter()
+                    .filter(|m| {
+                        columns
+                            .iter()
+                            .find(|(n, _)| n == *m)
+                            .is_none_or(|(_, c)| c.any())
+                    })
+                    .cloned()
+                    .collect();
+                LogFrame {
+                    steps: rows.iter().filter_map(|&i| self.steps.get(i)).collect(),
+                    runs: Vec::new(),
+                    timestamps: self.timestamps.gather(&rows),
+                    sources: rows
+                        .iter()
+                        .map(|&i| self.sources.get(i).copied().unwrap_or(0))
+                        .collect(),
+                    metrics,
+                    columns,
+                    raw: pick(&self.raw),
+                    projection: self.projection.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// Step of each row, ascending within each run.
     pub fn steps(&self) -> &Steps {
         &self.steps
     }

@@ -114,6 +114,73 @@ impl ScanReport {
     }
 }
 
+/// Run the detectors on each run of the frame apart: an appended log whose step restarts
+/// holds several runs, and a trend or a zero-loss streak must not straddle two of them.
+/// Findings of run `r` (of several) say so; one info finding names where each run starts.
+fn detect_per_run(
+    frame: &LogFrame,
+    events: &[LogEvent],
+    th: &Thresholds,
+    only: &[String],
+    starts: &[(usize, u64, i64)],
+) -> Vec<Finding> {
+    let n = frame.run_count();
+    if n <= 1 {
+        let ctx = Context { frame, events, th };
+        return detect::run_detectors(&ctx, only);
+    }
+    let mut out = Vec::new();
+    for (r, sub) in frame.split_runs().iter().enumerate() {
+        let evs: Vec<LogEvent> = events
+            .iter()
+            .filter(|e| e.run as usize == r)
+            .cloned()
+            .collect();
+        let ctx = Context {
+            frame: sub,
+            events: &evs,
+            th,
+        };
+        let (a, b) = (sub.steps().first(), sub.steps().last());
+        for mut f in detect::run_detectors(&ctx, only) {
+            f.run = Some(r as u32);
+            f.explanation = format!(
+                "run {} of {n} (steps {}–{}): {}",
+                r + 1,
+                a.unwrap_or(0),
+                b.unwrap_or(0),
+                f.explanation
+            );
+            out.push(f);
+        }
+    }
+    let lines: Vec<String> = starts
+        .iter()
+        .map(|(_, line, step)| format!("line {line} (step {step})"))
+        .collect();
+    let steps: Vec<i64> = starts.iter().map(|s| s.2).collect();
+    out.push(
+        Finding::new(
+            "runs",
+            Severity::Info,
+            steps,
+            format!(
+                "the step restarts at {}: {n} appended runs, each scanned on its own",
+                lines.join(", ")
+            ),
+            &["several runs appended to one metrics file (re-launched training writing to the same path)"],
+        )
+        .with("runs", n),
+    );
+    out.sort_by(|a, b| {
+        b.severity
+            .cmp(&a.severity)
+            .then(a.run.cmp(&b.run))
+            .then(a.first_step.cmp(&b.first_step))
+    });
+    out
+}
+
 /// Scan `paths` (files or run directories) and run the detectors.
 pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
     let known: Vec<&str> = detect::all_detectors().iter().map(|d| d.name()).collect();
@@ -138,12 +205,7 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
     }
     let frame = col.builder.finish();
     let events = col.events;
-    let ctx = Context {
-        frame: &frame,
-        events: &events,
-        th: &th,
-    };
-    let findings = detect::run_detectors(&ctx, &opts.detectors);
+    let findings = detect_per_run(&frame, &events, &th, &opts.detectors, &col.run_starts);
     let mut event_counts = std::collections::BTreeMap::new();
     for e in &events {
         *event_counts.entry(e.kind.clone()).or_insert(0) += 1;

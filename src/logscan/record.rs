@@ -27,6 +27,10 @@ pub enum SourceKind {
     MicroDiag,
     /// A JSONL file of flat objects with a step field, of no known producer.
     GenericJsonl,
+    /// A notebook progress table (`Step | Training Loss | …`).
+    NotebookTable,
+    /// Megatron ` iteration N/ M | … |` lines.
+    Megatron,
 }
 
 impl SourceKind {
@@ -43,6 +47,8 @@ impl SourceKind {
             SourceKind::NanoGpt => "nanogpt",
             SourceKind::MicroDiag => "micro_diag",
             SourceKind::GenericJsonl => "jsonl",
+            SourceKind::NotebookTable => "notebook_table",
+            SourceKind::Megatron => "megatron",
         }
     }
 }
@@ -89,6 +95,48 @@ pub struct LogEvent {
     pub lists: Vec<(String, Vec<f64>)>,
     /// A short text payload (`message`), if any.
     pub text: Option<String>,
+    /// The run of its file the event belongs to (0 unless the file's step restarted).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub run: u32,
+}
+
+fn is_zero(r: &u32) -> bool {
+    *r == 0
+}
+
+/// Splits one file's records into appended runs: a step that goes back below the last
+/// one to (or below) the first step of the current run starts a new run. Steps that only
+/// arrive out of order inside a run (a late record merged into an earlier step) do not.
+#[derive(Debug, Default, Clone)]
+pub struct RunTracker {
+    /// The current run (0-based).
+    pub run: u32,
+    first: Option<i64>,
+    last: Option<i64>,
+    /// `(line, step)` where each run after the first starts.
+    pub starts: Vec<(u64, i64)>,
+}
+
+impl RunTracker {
+    /// Note a training record's step at `line`; returns the run it belongs to.
+    pub fn observe(&mut self, step: i64, line: u64) -> u32 {
+        match (self.first, self.last) {
+            (Some(first), Some(last)) if step < last && step <= first => {
+                self.run += 1;
+                self.first = Some(step);
+                self.starts.push((line, step));
+            }
+            (None, _) => self.first = Some(step),
+            _ => {}
+        }
+        self.last = Some(step);
+        self.run
+    }
+
+    /// The run a line belongs to (by the run starts seen so far).
+    pub fn run_at_line(&self, line: u64) -> u32 {
+        self.starts.iter().filter(|(l, _)| *l <= line).count() as u32
+    }
 }
 
 impl LogEvent {
@@ -106,6 +154,7 @@ impl LogEvent {
             numbers: Vec::new(),
             lists: Vec::new(),
             text: None,
+            run: 0,
         }
     }
 
@@ -186,6 +235,29 @@ pub struct FileStats {
     pub duplicate_events: u64,
     /// Events whose step was inferred from file order (their own step field was stale).
     pub inferred_steps: u64,
+    /// The first non-blank line, cut to [`PREVIEW_CHARS`] (what a user sees when nothing
+    /// in the file was understood).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_line: Option<String>,
+    /// Appended runs in the file: the step went back to (or below) the start of the run
+    /// before it this many times, plus one (0 when no step was read).
+    pub runs: u32,
+    /// Records that are evaluation/validation only (kept apart from training steps).
+    pub eval_records: u64,
+}
+
+/// Characters of a file's first line kept in [`FileStats::first_line`].
+pub const PREVIEW_CHARS: usize = 100;
+
+/// The first non-blank line of `head`, cut to [`PREVIEW_CHARS`] characters.
+pub fn preview(head: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(head);
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    let mut out: String = line.chars().take(PREVIEW_CHARS).collect();
+    if line.chars().count() > PREVIEW_CHARS {
+        out.push('…');
+    }
+    Some(out)
 }
 
 impl FileStats {

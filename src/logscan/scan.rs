@@ -15,7 +15,9 @@ use rayon::prelude::*;
 use crate::error::{Error, Result};
 use crate::logscan::fastline::{self, Batch, FastRec, Scratch};
 use crate::logscan::frame::FrameBuilder;
-use crate::logscan::record::{FileStats, LogEvent, LogRecord, SourceKind, TypeTracker};
+use crate::logscan::record::{
+    preview, FileStats, LogEvent, LogRecord, RunTracker, SourceKind, TypeTracker,
+};
 use crate::readers::events::{self, EventLine};
 use crate::readers::steps::{self, LineQuality};
 use crate::readers::textlog::{self, TextAssembler, TextItem};
@@ -93,6 +95,9 @@ pub struct Collected {
     pub files: Vec<FileStats>,
     /// Bytes read per chunk ([`CHUNK_BYTES`]; tests make it tiny).
     chunk_bytes: usize,
+    /// Where an appended run starts: `(file index, line, first step)` of every run after
+    /// a file's first.
+    pub run_starts: Vec<(usize, u64, i64)>,
 }
 
 /// One parsed JSON line.
@@ -241,6 +246,7 @@ struct FoldState {
     unnumbered: i64,
     kinds_seen: Vec<&'static str>,
     ids: Vec<(u32, f64)>,
+    runs: RunTracker,
 }
 
 impl Collected {
@@ -251,6 +257,7 @@ impl Collected {
             events: Vec::new(),
             files: Vec::new(),
             chunk_bytes: CHUNK_BYTES,
+            run_starts: Vec::new(),
         }
     }
 
@@ -276,10 +283,16 @@ impl Collected {
                         "not UTF-8",
                     )
                 })?;
-                let (records, stats) = steps::parse_trainer_state(path, &text, idx)?;
+                let (records, mut stats) = steps::parse_trainer_state(path, &text, idx)?;
+                let mut runs = RunTracker::default();
                 for r in &records {
+                    if let Some(s) = r.step {
+                        let run = runs.observe(s, r.line);
+                        self.builder.set_run(run);
+                    }
                     self.builder.push(r);
                 }
+                self.end_runs(idx, &runs, &mut stats);
                 self.files.push(stats);
                 Ok(())
             }
@@ -300,6 +313,7 @@ impl Collected {
         let mut stats = FileStats {
             path: path.to_path_buf(),
             format: if json { "jsonl" } else { "text" }.to_string(),
+            first_line: preview(head),
             ..FileStats::default()
         };
         // Two buffers: one chunk is parsed while the next is read into the other.
@@ -315,6 +329,7 @@ impl Collected {
             unnumbered: 0,
             kinds_seen: Vec::new(),
             ids: Vec::new(),
+            runs: RunTracker::default(),
         };
         let mut text = TextAssembler::new(idx);
         let mut pending: Option<ParsedChunk> = None;
@@ -386,6 +401,14 @@ impl Collected {
             stats.unrecognised_lines = text.unrecognised;
             let mut kinds: Vec<&str> = Vec::new();
             for r in &text.records {
+                let inferred = r.fields.iter().any(|(k, _)| k == "step_inferred");
+                if let (Some(s), false) = (r.step, inferred) {
+                    let run = state.runs.observe(s, r.line);
+                    self.builder.set_run(run);
+                }
+                if r.fields.iter().any(|(k, _)| k == textlog::EVAL_MARK) {
+                    stats.eval_records += 1;
+                }
                 self.builder.push(r);
                 stats.records += 1;
                 if !kinds.contains(&r.source.name()) {
@@ -397,12 +420,26 @@ impl Collected {
                 stats.format = format!("text ({})", kinds.join(", "));
             }
             stats.events += text.events.len() as u64;
+            for ev in &mut text.events {
+                ev.run = state.runs.run_at_line(ev.line);
+            }
             self.events.append(&mut text.events);
         } else if !state.kinds_seen.is_empty() {
             stats.format = state.kinds_seen.join("+");
         }
+        self.end_runs(idx, &state.runs, &mut stats);
         self.files.push(stats);
         Ok(())
+    }
+
+    /// Record a file's run starts and put the builder back on run 0 for the next file.
+    fn end_runs(&mut self, idx: usize, runs: &RunTracker, stats: &mut FileStats) {
+        if stats.records > 0 {
+            stats.runs = runs.run + 1;
+        }
+        self.run_starts
+            .extend(runs.starts.iter().map(|&(line, step)| (idx, line, step)));
+        self.builder.set_run(0);
     }
 
     /// Fold a parsed chunk's records and events, in line order.
@@ -466,7 +503,11 @@ impl Collected {
             st.ids.push((id, v));
         }
         let step = match r.step {
-            Some(s) => s,
+            Some(s) => {
+                let run = st.runs.observe(s, line);
+                self.builder.set_run(run);
+                s
+            }
             None => {
                 let s = st.unnumbered;
                 st.unnumbered += 1;
@@ -506,10 +547,16 @@ impl Collected {
             JsonLine::Step(mut rec, q) => {
                 note_kind(st, rec.source.name());
                 self.quality(&rec, &q, line, st, stats);
-                if rec.step.is_none() {
-                    rec.step = Some(st.unnumbered);
-                    st.unnumbered += 1;
-                    rec.fields.push(("step_inferred".to_string(), 1.0));
+                match rec.step {
+                    Some(s) => {
+                        let run = st.runs.observe(s, line);
+                        self.builder.set_run(run);
+                    }
+                    None => {
+                        rec.step = Some(st.unnumbered);
+                        st.unnumbered += 1;
+                        rec.fields.push(("step_inferred".to_string(), 1.0));
+                    }
                 }
                 self.builder.push(&rec);
                 stats.records += 1;
@@ -526,6 +573,11 @@ impl Collected {
                             .iter()
                             .any(|(k, _)| k != "grad_nan_count" && k != "grad_norm")
                         {
+                            let run = st.runs.observe(s, line);
+                            if st.runs.starts.last().is_some_and(|(l, _)| *l == line) {
+                                st.last_iteration = None;
+                            }
+                            self.builder.set_run(run);
                             st.last_iteration = Some(st.last_iteration.map_or(s, |l| l.max(s)));
                         }
                     }
@@ -554,6 +606,7 @@ impl Collected {
                         ev.step = st.last_iteration;
                         ev.step_inferred = ev.step.is_some();
                     }
+                    ev.run = st.runs.run;
                     stats.events += 1;
                     self.events.push(ev);
                 }

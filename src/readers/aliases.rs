@@ -11,6 +11,28 @@ use crate::error::{Error, FormatError, Position, Result};
 /// The alias data file shipped with the crate.
 pub const BUILTIN_ALIASES: &str = include_str!("aliases.json");
 
+/// Name a detector lists in its metrics to keep every reward component column.
+pub const REWARD_COMPONENTS: &str = "reward_components";
+/// Prefix of the canonical name of one reward component (`reward/format_reward`).
+pub const REWARD_COMPONENT_PREFIX: &str = "reward/";
+
+/// The reward function a raw key reports the per-step mean of, when it does: TRL
+/// `rewards/<fn>/mean` (≥ 0.17) and `rewards/<fn>` (older, notebook tables), ms-swift
+/// `rewards/<Fn>/mean`, DebugTrainer `train_<fn>_reward_mean`.
+pub fn reward_component(raw: &str) -> Option<String> {
+    let raw = raw.strip_prefix("metrics.").unwrap_or(raw);
+    if let Some(rest) = raw.strip_prefix("rewards/") {
+        let name = match rest.split_once('/') {
+            Some((name, "mean")) => name,
+            Some(_) => return None,
+            None => rest,
+        };
+        return (!name.is_empty() && name != "mean" && name != "std").then(|| name.to_string());
+    }
+    let mid = raw.strip_prefix("train_")?.strip_suffix("_reward_mean")?;
+    (!mid.is_empty() && mid != "total" && mid != "grouped").then(|| format!("{mid}_reward"))
+}
+
 /// Raw key → (canonical metric index, priority; lower wins) lookups.
 #[derive(Debug, Clone)]
 pub struct AliasTable {
@@ -92,6 +114,13 @@ impl AliasTable {
                 self.canonical.len() - 1
             }
         }
+    }
+
+    /// Add canonical metric `name` (a reward component found in a log) if new; its index.
+    pub fn add_canonical(&mut self, name: &str) -> usize {
+        let idx = self.canonical_index_or_insert(name);
+        self.map.entry(name.to_string()).or_insert((idx, 0));
+        idx
     }
 
     /// The canonical metric names, in table order.

@@ -22,6 +22,9 @@ pub struct LineQuality {
 
 /// Keys naming the step, in priority order.
 pub const STEP_KEYS: &[&str] = &["step", "iteration", "global_step", "iter", "_step"];
+/// A step key read after [`STEP_KEYS`] and kept as a metric too: LLaMA-Factory's
+/// `trainer_log.jsonl` counts optimizer steps in `current_steps` (of `total_steps`).
+pub const EXTRA_STEP_KEY: &str = "current_steps";
 /// Keys naming the wall-clock time.
 pub const TIME_KEYS: &[&str] = &["timestamp", "_timestamp", "wall_time"];
 
@@ -103,7 +106,7 @@ pub fn flatten_numbers(
 
 /// The step of a JSON object: the first of [`STEP_KEYS`] that is an integer-valued number.
 pub fn step_of(v: &Value) -> Option<i64> {
-    STEP_KEYS.iter().find_map(|k| {
+    STEP_KEYS.iter().chain([&EXTRA_STEP_KEY]).find_map(|k| {
         let x = v.get(k)?;
         match x {
             Value::Int(i) => Some(*i),
@@ -205,6 +208,23 @@ pub fn parse_trainer_state(
         );
         stats.nulls += q.nulls as u64;
         stats.non_finite += q.non_finite as u64;
+        // The closing summary entry (`train_runtime`, `train_loss` = the run's mean loss,
+        // `total_flos`) is not a step: its `train_loss` would stand in for the last loss.
+        if entry.get("train_runtime").is_some() || entry.get("total_flos").is_some() {
+            continue;
+        }
+        let mut rec = rec;
+        // Evaluation entries (`eval_loss`, `eval_runtime`, …) are not training steps.
+        if rec.fields.iter().any(|(k, _)| k.starts_with("eval_"))
+            && !rec
+                .fields
+                .iter()
+                .any(|(k, _)| k == "loss" || k == "grad_norm")
+        {
+            rec.fields
+                .push((crate::readers::textlog::EVAL_MARK.to_string(), 1.0));
+            stats.eval_records += 1;
+        }
         if rec.step.is_none() {
             stats.bad_line(
                 i as u64 + 1,

@@ -2,16 +2,34 @@
 //! mixes them): verl console `step:N - key:value - …`, TRL dict lines `{'loss': 0.0, …}`,
 //! mlx-lm-lora `Iter N: Train loss X, …`, nanoGPT-style `iter N: loss X (main X, critic X),
 //! time Xms`, per-micro diagnostics `[Micro k] 3. Samples scored: mem=… MB, time=…s,
-//! rewards=X±Y`, and the `WARNING: All advantages/sequence_log_probs are near zero!` lines.
+//! rewards=X±Y`, and the `WARNING: All advantages/sequence_log_probs are near zero!` lines; ms-swift dict
+//! lines with or without their braces (`'loss': -0.0, …, 'global_step/max_steps': '5/3766'`);
+//! notebook progress tables in markdown or text pipes (`Step | Training Loss | reward`);
+//! Megatron ` iteration N/ M | lm loss: … | grad norm: nan |` lines; verl console lines
+//! soft-wrapped onto a continuation line; nanoGPT `step N: train loss X, val loss Y`
+//! evaluation lines (kept apart from training steps, marked [`EVAL_MARK`]).
 //!
 //! Units are normalised in keys: `…ms`/`…s` → `<name>_s` seconds, `MB`/`GB` → `<name>_gb`.
 
 use crate::logscan::record::{LogEvent, LogRecord, SourceKind};
 use crate::readers::steps::parse_number_text;
 
+/// Field marking a record as evaluation/validation only (not a training step).
+pub const EVAL_MARK: &str = "eval_record";
+
 /// What one text line is.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TextItem {
+    /// A blank line (or one holding only a markdown quote `>`): not counted as unrecognised.
+    Blank,
+    /// A table header row (`Step | Training Loss | …`): column keys, normalised.
+    TableHeader(Vec<String>),
+    /// A table row of numbers, read against the last header.
+    TableRow(Vec<Option<f64>>),
+    /// A table rule (`-- | --`, `|---|:--:|`).
+    TableRule,
+    /// The rest of a soft-wrapped verl console line (` - key:value` pairs without `step:`).
+    Continuation(String),
     /// A line carrying a step and its metrics.
     Step {
         /// Producer.
@@ -20,6 +38,9 @@ pub enum TextItem {
         step: Option<i64>,
         /// Metrics.
         fields: Vec<(String, f64)>,
+        /// A key cut by a soft wrap at the end of the line (verl: `… - critic`), to be
+        /// joined with the continuation line's first key.
+        tail: Option<String>,
     },
     /// A per-micro diagnostic, attached to the iteration reported next.
     Micro {
@@ -35,8 +56,11 @@ pub enum TextItem {
 /// Recognise one line.
 pub fn parse_text_line(line: &str) -> TextItem {
     let t = line.trim();
-    if t.is_empty() {
-        return TextItem::Other;
+    if t.trim_start_matches('>').trim().is_empty() {
+        return TextItem::Blank;
+    }
+    if t.contains("Saved adapter weights") || t.contains("saving checkpoint") {
+        return TextItem::Warning("checkpoint");
     }
     if t.contains("All advantages are near zero") {
         return TextItem::Warning("advantages_near_zero");
@@ -47,7 +71,16 @@ pub fn parse_text_line(line: &str) -> TextItem {
     if let Some(item) = parse_micro(t) {
         return item;
     }
+    if let Some(item) = parse_megatron(t) {
+        return item;
+    }
+    if let Some(item) = parse_table(t) {
+        return item;
+    }
     if let Some(item) = parse_iter(t) {
+        return item;
+    }
+    if let Some(item) = parse_eval_step(t) {
         return item;
     }
     if let Some(item) = parse_verl_console(t) {
@@ -56,7 +89,142 @@ pub fn parse_text_line(line: &str) -> TextItem {
     if let Some(item) = parse_py_dict(t) {
         return item;
     }
+    if is_verl_continuation(t) {
+        return TextItem::Continuation(t.to_string());
+    }
     TextItem::Other
+}
+
+/// A table header cell as a key: lowercased, spaces as `_`, spaces around `/` dropped
+/// (`rewards / match_format` → `rewards/match_format`).
+fn table_key(cell: &str) -> String {
+    let words: Vec<&str> = cell.split_whitespace().collect();
+    words.join("_").replace("_/_", "/").to_ascii_lowercase()
+}
+
+/// The cells of a pipe (`a | b`, `| a | b |`) or tab separated line, trimmed; `None`
+/// for a line with fewer than two cells.
+fn table_cells(t: &str) -> Option<Vec<&str>> {
+    let sep = if t.contains('|') {
+        '|'
+    } else if t.contains('\t') {
+        '\t'
+    } else {
+        return None;
+    };
+    let mut cells: Vec<&str> = t.split(sep).map(str::trim).collect();
+    if sep == '|' {
+        if cells.first().is_some_and(|c| c.is_empty()) {
+            cells.remove(0);
+        }
+        if cells.last().is_some_and(|c| c.is_empty()) {
+            cells.pop();
+        }
+    }
+    (cells.len() >= 2).then_some(cells)
+}
+
+/// A notebook progress table line (HF `Trainer` in Jupyter, pasted as markdown or text).
+fn parse_table(t: &str) -> Option<TextItem> {
+    let cells = table_cells(t)?;
+    if cells
+        .iter()
+        .all(|c| !c.is_empty() && c.chars().all(|ch| matches!(ch, '-' | ':' | '=' | '+')))
+    {
+        return Some(TextItem::TableRule);
+    }
+    let nums: Vec<Option<f64>> = cells.iter().map(|c| parse_number_text(c)).collect();
+    if nums.iter().all(Option::is_some) {
+        return Some(TextItem::TableRow(nums));
+    }
+    // A header names its columns (no numbers) and has a step or epoch column.
+    let keys: Vec<String> = cells.iter().map(|c| table_key(c)).collect();
+    let named = nums.iter().all(Option::is_none) && cells.iter().all(|c| !c.is_empty());
+    if named && keys.iter().any(|k| k == "step" || k == "epoch") {
+        return Some(TextItem::TableHeader(keys));
+    }
+    None
+}
+
+/// Megatron-LM / Megatron-DeepSpeed ` iteration N/ M | key: value | … |` lines;
+/// `(ms)` in a key converts the value to seconds (`elapsed_time_per_iteration_s`).
+fn parse_megatron(t: &str) -> Option<TextItem> {
+    let pos = t.find("iteration ")?;
+    let rest = &t[pos + "iteration ".len()..];
+    let (head, body) = rest.split_once('|')?;
+    let step: i64 = head.split('/').next()?.trim().parse().ok()?;
+    let mut fields = Vec::new();
+    for part in body.split('|') {
+        let Some((k, v)) = part.split_once(':') else {
+            continue;
+        };
+        let Some(mut v) = parse_number_text(v) else {
+            continue;
+        };
+        let mut key = k.trim().to_string();
+        for (unit, scale) in [("(ms)", 1e-3), ("(s)", 1.0)] {
+            if let Some(stem) = key.strip_suffix(unit) {
+                key = format!("{}_s", stem.trim());
+                v *= scale;
+            }
+        }
+        fields.push((table_key(&key), v));
+    }
+    if fields.is_empty() {
+        return None;
+    }
+    Some(TextItem::Step {
+        source: SourceKind::Megatron,
+        step: Some(step),
+        fields,
+        tail: None,
+    })
+}
+
+/// nanoGPT's evaluation line `step 3000: train loss 4.0390, val loss 4.0427`: an eval
+/// record, not a training step (its keys are `eval/…`, `val_loss` kept as is).
+fn parse_eval_step(t: &str) -> Option<TextItem> {
+    let pos = t.find("step ")?;
+    if pos > 0 && t.as_bytes()[pos - 1].is_ascii_alphanumeric() {
+        return None;
+    }
+    let rest = &t[pos + 5..];
+    let (num, body) = rest.split_once(':')?;
+    let step: i64 = num.trim().parse().ok()?;
+    let mut fields = Vec::new();
+    for part in split_top(body, ',') {
+        parse_named_part(part, "", &mut fields);
+    }
+    if fields.is_empty() || !fields.iter().any(|(k, _)| k.starts_with("val")) {
+        return None;
+    }
+    for (k, _) in &mut fields {
+        if !k.starts_with("val") {
+            *k = format!("eval/{k}");
+        }
+    }
+    fields.push((EVAL_MARK.to_string(), 1.0));
+    Some(TextItem::Step {
+        source: SourceKind::NanoGpt,
+        step: Some(step),
+        fields,
+        tail: None,
+    })
+}
+
+/// The second half of a soft-wrapped verl console line: ` - `-separated `key:number`
+/// pairs with no `step:` (the first key may be cut: `/rewards/min:-1.0 - critic/…`).
+fn is_verl_continuation(t: &str) -> bool {
+    let parts: Vec<&str> = t.split(" - ").collect();
+    let pairs = parts
+        .iter()
+        .filter(|p| {
+            p.rsplit_once(':').is_some_and(|(k, v)| {
+                !k.trim().is_empty() && !k.contains(' ') && parse_number_text(v).is_some()
+            })
+        })
+        .count();
+    parts.len() >= 2 && pairs * 2 >= parts.len()
 }
 
 /// Split at `sep` outside (), [], {} and quotes.
@@ -174,10 +342,15 @@ fn parse_iter(t: &str) -> Option<TextItem> {
     if fields.is_empty() {
         return None;
     }
+    // `Iter 1: Val loss 2.480, Val took 0.732s` is a validation record.
+    if fields.iter().all(|(k, _)| k.starts_with("val_")) {
+        fields.push((EVAL_MARK.to_string(), 1.0));
+    }
     Some(TextItem::Step {
         source,
         step: Some(step),
         fields,
+        tail: None,
     })
 }
 
@@ -234,8 +407,13 @@ fn parse_verl_console(t: &str) -> Option<TextItem> {
     let body = &t[pos..];
     let mut step = None;
     let mut fields = Vec::new();
-    for part in body.split(" - ") {
+    let mut tail = None;
+    let parts: Vec<&str> = body.split(" - ").collect();
+    for (i, part) in parts.iter().enumerate() {
         let Some((k, v)) = part.rsplit_once(':') else {
+            if i + 1 == parts.len() && !part.trim().is_empty() {
+                tail = Some(part.trim().to_string());
+            }
             continue;
         };
         let k = k.trim();
@@ -252,29 +430,74 @@ fn parse_verl_console(t: &str) -> Option<TextItem> {
         }
     }
     step?;
+    // verl writes val-only metrics (`val-core/…`, `val-aux/…`) at step 0 before training.
+    if !fields.is_empty() && fields.iter().all(|(k, _)| k.starts_with("val")) {
+        fields.push((EVAL_MARK.to_string(), 1.0));
+    }
     Some(TextItem::Step {
         source: SourceKind::VerlConsole,
         step,
         fields,
+        tail,
     })
+}
+
+/// Pairs `key:value` of a verl continuation line, the first key prefixed by `head`.
+fn verl_pairs(t: &str, head: &str) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    for (i, part) in t.split(" - ").enumerate() {
+        let Some((k, v)) = part.rsplit_once(':') else {
+            continue;
+        };
+        let Some(v) = parse_number_text(v.trim()) else {
+            continue;
+        };
+        let k = k.trim();
+        let key = if i == 0 {
+            format!("{head}{k}")
+        } else {
+            k.to_string()
+        };
+        out.push((key, v));
+    }
+    out
 }
 
 /// A Python dict repr line `{'loss': 0.0, 'grad_norm': nan, …}` (TRL/transformers stdout).
 fn parse_py_dict(t: &str) -> Option<TextItem> {
-    let start = t.find("{'")?;
-    let body = t[start..].strip_suffix('}').or_else(|| {
-        // The last `}` may come before the `{'` (`0}:.{'loss': …`): then there is no dict.
-        let end = t.rfind('}').filter(|&end| end > start)?;
-        Some(&t[start..end])
-    })?;
-    let body = body.strip_prefix('{')?;
+    let body = match t.find("{'") {
+        Some(start) => {
+            let body = t[start..].strip_suffix('}').or_else(|| {
+                // The last `}` may come before the `{'` (`0}:.{'loss': …`): then there is
+                // no dict.
+                let end = t.rfind('}').filter(|&end| end > start)?;
+                Some(&t[start..end])
+            })?;
+            body.strip_prefix('{')?
+        }
+        // ms-swift lines pasted without their braces: `'loss': -0.0, 'grad_norm': 0.0, …`.
+        None if t.starts_with('\'') && t.contains("': ") && !t.contains('{') => {
+            t.strip_suffix('}').unwrap_or(t)
+        }
+        None => return None,
+    };
     let mut fields = Vec::new();
+    let mut step_text = None;
     for part in split_top(body, ',') {
         let Some((k, v)) = part.split_once(':') else {
             continue;
         };
         let k = k.trim().trim_matches(|c| c == '\'' || c == '"');
         let v = v.trim();
+        // ms-swift: `'global_step/max_steps': '5/3766'`.
+        if k == "global_step/max_steps" {
+            step_text = v
+                .trim_matches(|c| c == '\'' || c == '"')
+                .split('/')
+                .next()
+                .and_then(|n| n.trim().parse::<i64>().ok());
+            continue;
+        }
         let v = v
             .strip_prefix("tensor(")
             .and_then(|x| x.split([',', ')']).next())
@@ -291,14 +514,24 @@ fn parse_py_dict(t: &str) -> Option<TextItem> {
     if fields.is_empty() {
         return None;
     }
-    let step = fields
-        .iter()
-        .find(|(k, _)| k == "step" || k == "global_step")
-        .map(|(_, v)| *v as i64);
+    // TRL/HF write no step (numbered in order); TRL PPO counts `episode`s, LLaMA-Factory
+    // `current_steps`, ms-swift `global_step/max_steps`.
+    let step = step_text.or_else(|| {
+        ["step", "global_step", "current_steps", "episode"]
+            .iter()
+            .find_map(|name| fields.iter().find(|(k, _)| k == name))
+            .map(|(_, v)| *v as i64)
+    });
+    if fields.iter().any(|(k, _)| k.starts_with("eval_"))
+        && !fields.iter().any(|(k, _)| k == "loss" || k == "grad_norm")
+    {
+        fields.push((EVAL_MARK.to_string(), 1.0));
+    }
     Some(TextItem::Step {
         source: SourceKind::TrlDict,
         step,
         fields,
+        tail: None,
     })
 }
 
@@ -313,6 +546,10 @@ pub struct TextAssembler {
     pending_events: Vec<LogEvent>,
     last_step: Option<i64>,
     unnumbered: i64,
+    /// The current table header's keys.
+    table: Option<Vec<String>>,
+    /// The last item was a verl console record (its index) with a key cut at the end.
+    verl_tail: Option<(usize, String)>,
     /// Records ready for the frame.
     pub records: Vec<LogRecord>,
     /// Events ready for the detectors.
@@ -332,8 +569,60 @@ impl TextAssembler {
 
     /// Feed the next line's item.
     pub fn push(&mut self, line: u64, item: TextItem) {
+        let verl_tail = self.verl_tail.take();
         match item {
+            TextItem::Blank => {
+                self.verl_tail = verl_tail;
+            }
             TextItem::Other => self.unrecognised += 1,
+            TextItem::TableRule => {}
+            TextItem::TableHeader(keys) => self.table = Some(keys),
+            TextItem::TableRow(cells) => {
+                let Some(keys) = &self.table else {
+                    self.unrecognised += 1;
+                    return;
+                };
+                // A row shorter than its header was cut: its last cell may be cut too.
+                let n = if cells.len() < keys.len() {
+                    cells.len().saturating_sub(1)
+                } else {
+                    keys.len()
+                };
+                let mut fields: Vec<(String, f64)> = keys
+                    .iter()
+                    .zip(&cells)
+                    .take(n)
+                    .filter_map(|(k, v)| v.map(|v| (k.clone(), v)))
+                    .collect();
+                let step = ["step", "epoch"].iter().find_map(|name| {
+                    let i = fields.iter().position(|(k, _)| k == name)?;
+                    let v = fields.get(i)?.1;
+                    (v.fract() == 0.0 && v.is_finite()).then_some(v as i64)
+                });
+                fields.retain(|(k, _)| k != "step");
+                if fields.is_empty() {
+                    self.unrecognised += 1;
+                    return;
+                }
+                self.push(
+                    line,
+                    TextItem::Step {
+                        source: SourceKind::NotebookTable,
+                        step,
+                        fields,
+                        tail: None,
+                    },
+                );
+            }
+            TextItem::Continuation(text) => match verl_tail {
+                Some((idx, head)) => {
+                    let pairs = verl_pairs(&text, &head);
+                    if let Some(rec) = self.records.get_mut(idx) {
+                        rec.fields.extend(pairs);
+                    }
+                }
+                None => self.unrecognised += 1,
+            },
             TextItem::Warning(kind) => {
                 self.pending_events
                     .push(LogEvent::new(kind, self.file, line));
@@ -348,6 +637,7 @@ impl TextAssembler {
                 source,
                 step,
                 fields,
+                tail,
             } => {
                 let (step, inferred) = match step {
                     Some(s) => (s, false),
@@ -369,6 +659,9 @@ impl TextAssembler {
                     rec.fields.push(("step_inferred".to_string(), 1.0));
                 }
                 self.last_step = Some(step);
+                if source == SourceKind::VerlConsole {
+                    self.verl_tail = Some((self.records.len(), tail.unwrap_or_default()));
+                }
                 self.records.push(rec);
             }
         }
@@ -484,7 +777,8 @@ mod tests {
             fields(&val),
             vec![
                 ("val_loss".to_string(), 0.002),
-                ("val_took_s".to_string(), 21.048)
+                ("val_took_s".to_string(), 21.048),
+                (EVAL_MARK.to_string(), 1.0),
             ]
         );
     }

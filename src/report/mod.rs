@@ -86,6 +86,18 @@ pub fn file_notes(report: &ScanReport) -> Vec<String> {
                 f.unrecognised_lines
             ));
         }
+        if f.eval_records > 0 {
+            parts.push(format!(
+                "{} evaluation record(s) kept apart from training steps",
+                f.eval_records
+            ));
+        }
+        if f.runs > 1 {
+            parts.push(format!(
+                "step restarts: {} appended runs, scanned one by one",
+                f.runs
+            ));
+        }
         out.push(format!(
             "{} [{}]: {} lines, {} records, {} events{}",
             f.path.display(),
