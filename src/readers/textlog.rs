@@ -404,7 +404,7 @@ fn parse_verl_console(t: &str) -> Option<TextItem> {
     if pos > 0 && t.as_bytes()[pos - 1].is_ascii_alphanumeric() {
         return None;
     }
-    let body = &t[pos..];
+    let body = t[pos..].trim_end_matches([' ', '-']);
     let mut step = None;
     let mut fields = Vec::new();
     let mut tail = None;
@@ -445,6 +445,8 @@ fn parse_verl_console(t: &str) -> Option<TextItem> {
 /// Pairs `key:value` of a verl continuation line, the first key prefixed by `head`.
 fn verl_pairs(t: &str, head: &str) -> Vec<(String, f64)> {
     let mut out = Vec::new();
+    // A wrapped line can end on its separator (`… - response_length/min:38.0 -`).
+    let t = t.trim_end_matches([' ', '-']);
     for (i, part) in t.split(" - ").enumerate() {
         let Some((k, v)) = part.rsplit_once(':') else {
             continue;
