@@ -760,3 +760,85 @@ fn a_log_piped_through_a_fifo_scans_like_the_file() {
         assert_eq!(findings(&piped), findings(&file), "{name}");
     }
 }
+
+/// Never silent: an input from which nothing was read exits 2 and says what it saw, an
+/// empty run folder says it is empty; a partly read text file counts its other lines.
+#[test]
+fn nothing_read_exits_2_naming_what_was_seen() {
+    use assert_cmd::Command;
+    let dir = tempfile::tempdir().unwrap();
+    let prose = dir.path().join("notes.log");
+    std::fs::write(&prose, "\nTraining started on 8 GPUs\nall good so far\n").unwrap();
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(&prose)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("read 0 records from"))
+        .stderr(predicates::str::contains(
+            "first line looks like: Training started on 8 GPUs",
+        ));
+    let run = dir.path().join("20251008-000000");
+    std::fs::create_dir(&run).unwrap();
+    std::fs::write(run.join("steps.jsonl"), "").unwrap();
+    std::fs::write(run.join("events.jsonl"), "").unwrap();
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(&run)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("holds only empty logs"))
+        .stderr(predicates::str::contains("nothing to scan"));
+    // Partly understood: the records are scanned, the other lines counted in the table.
+    let mixed = dir.path().join("mixed.log");
+    std::fs::write(
+        &mixed,
+        "loading model\n{'loss': 0.5, 'grad_norm': 1.0}\nsome warning\n{'loss': 0.4, 'grad_norm': 0.9}\n",
+    )
+    .unwrap();
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(&mixed)
+        .assert()
+        .code(0)
+        .stdout(predicates::str::contains("2 records"))
+        .stdout(predicates::str::contains("2 unrecognised text line(s)"));
+}
+
+/// An appended log whose step restarts holds several runs: each is scanned on its own (a
+/// zero-loss streak at the end of run 1 and the start of run 2 is two streaks, not one).
+#[test]
+fn step_restart_splits_runs_and_detectors_run_per_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("metrics.jsonl");
+    let mut text = String::new();
+    for s in 0..4 {
+        let loss = if s == 3 { 0.0 } else { 0.5 };
+        text.push_str(&format!(
+            "{{\"step\": {s}, \"loss\": {loss}, \"reward_std\": 0.0}}\n"
+        ));
+    }
+    for s in 0..3 {
+        let loss = if s == 0 { 0.0 } else { 0.5 };
+        text.push_str(&format!(
+            "{{\"step\": {s}, \"loss\": {loss}, \"reward_std\": 0.0}}\n"
+        ));
+    }
+    std::fs::write(&p, text).unwrap();
+    let r = run(&[p]);
+    assert_eq!(r.files[0].runs, 2);
+    assert_eq!(r.steps, 7);
+    assert_eq!(r.frame.run_count(), 2);
+    // One zero-loss row per run: no streak of 2 inside either run.
+    assert!(r.by_detector("zero-loss").is_empty());
+    let runs = r.by_detector("runs");
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].severity, Severity::Info);
+    assert!(runs[0].explanation.contains("line 5 (step 0)"));
+    // Dead groups are found in each run and say which.
+    let dead = r.by_detector("dead-groups");
+    assert_eq!(dead.len(), 2);
+    assert_eq!(dead[0].run, Some(0));
+    assert!(dead[0].explanation.starts_with("run 1 of 2 (steps 0–3)"));
+    assert_eq!(dead[1].steps, vec![0, 1, 2]);
+}

@@ -28,6 +28,7 @@ impl Detector for KlExplosion {
             .filter(|(_, v)| v.is_finite() && *v > abs)
             .map(|(st, _)| *st)
             .collect();
+        let n_abs = steps.len();
         let rel = spikes(
             &s,
             ctx.th.get("kl_explosion.factor"),
@@ -51,15 +52,39 @@ impl Detector for KlExplosion {
                 .collect::<Vec<_>>(),
         )
         .unwrap_or(f64::NAN);
+        // Above the absolute bound the run is off; a spike that comes back is a warning.
+        let severity = if n_abs > 0 {
+            Severity::Error
+        } else {
+            Severity::Warning
+        };
         vec![Finding::new(
             self.name(),
-            Severity::Error,
+            severity,
             steps,
-            format!(
-                "kl reaches {} (run median {}): the policy is running away from the reference",
-                G(max),
-                G(med)
-            ),
+            if n_abs > 0 {
+                format!(
+                    "kl above {abs} on {n_abs} of {} logged steps, up to {} (run median {}): the policy is running away from the reference",
+                    s.len(),
+                    G(max),
+                    G(med)
+                )
+            } else {
+                let (i, v, m) = rel
+                    .iter()
+                    .copied()
+                    .fold(rel[0], |a, h| if h.1 / h.2 > a.1 / a.2 { h } else { a });
+                format!(
+                    "kl spikes on {} of {} logged steps, up to {} at step {} ({:.0}x the median {} of the steps before; run median {})",
+                    rel.len(),
+                    s.len(),
+                    G(v),
+                    s[i].0,
+                    v / m.max(1e-300),
+                    G(m),
+                    G(med)
+                )
+            },
             &[
                 "learning rate too high or too many PPO epochs per batch",
                 "KL coefficient (beta) too small or KL term sign/estimator bug",

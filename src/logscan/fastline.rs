@@ -13,7 +13,10 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::logscan::record::{LogRecord, SourceKind};
-use crate::readers::steps::{parse_number_text, LineQuality, EXTRA_STEP_KEY, STEP_KEYS, TIME_KEYS};
+use crate::readers::steps::{
+    parse_number_text, progress_step, LineQuality, EXTRA_STEP_KEY, PROGRESS_STEP_KEY, STEP_KEYS,
+    TIME_KEYS,
+};
 
 /// A small, fast, non-cryptographic hasher (FxHash) for short keys.
 #[derive(Default, Clone, Copy)]
@@ -193,12 +196,15 @@ const SPECIAL: &[&str] = &[
     "train_loss",
     "token_count_summary",
     EXTRA_STEP_KEY,
+    PROGRESS_STEP_KEY,
 ];
 const DATA: usize = 8;
 const TRAIN_LOSS: usize = 9;
 const TCS: usize = 10;
 /// LLaMA-Factory `trainer_log.jsonl`'s step key ([`EXTRA_STEP_KEY`]).
 const CURRENT_STEPS: usize = 11;
+/// ms-swift `logging.jsonl`'s `"global_step/max_steps": "5/3766"` ([`PROGRESS_STEP_KEY`]).
+const PROGRESS_STEP: usize = 12;
 const MAX_DEPTH: u32 = 64;
 
 /// Reusable per-worker scratch.
@@ -209,7 +215,7 @@ pub struct Scratch {
     /// `(path range in all, start of the part below the top-level key, offset of the part below the top-level key, top special slot
     /// or u8::MAX, leaf)`.
     leaves: Vec<(u32, u32, u32, u8, Leaf)>,
-    top: [Option<Top>; 12],
+    top: [Option<Top>; 13],
     data_time: [Option<Top>; 3],
 }
 
@@ -570,7 +576,7 @@ fn step_from(t: Option<Top>, line: &str) -> Option<i64> {
     match t? {
         Top::Int(i) => Some(i),
         Top::Float(f) if f.is_finite() && f.fract() == 0.0 => Some(f as i64),
-        Top::Str(a, z) => text_at(line, a, z).trim().parse::<i64>().ok(),
+        Top::Str(a, z) => progress_step(text_at(line, a, z)),
         _ => None,
     }
 }
@@ -596,7 +602,7 @@ pub fn parse_line(line: &[u8], sc: &mut Scratch, out: &mut Batch) -> Option<Fast
     sc.paths.clear();
     sc.all.clear();
     sc.leaves.clear();
-    sc.top = [None; 12];
+    sc.top = [None; 13];
     sc.data_time = [None; 3];
     let mut s = Scan {
         text: b,
@@ -611,7 +617,8 @@ pub fn parse_line(line: &[u8], sc: &mut Scratch, out: &mut Batch) -> Option<Fast
     let verl = sc.top[DATA] == Some(Top::Dict) && sc.top[0].is_some();
     let step = (0..STEP_KEYS.len())
         .find_map(|p| step_from(sc.top[p], b))
-        .or_else(|| step_from(sc.top[CURRENT_STEPS], b));
+        .or_else(|| step_from(sc.top[CURRENT_STEPS], b))
+        .or_else(|| step_from(sc.top[PROGRESS_STEP], b));
     let mut timestamp = (0..TIME_KEYS.len()).find_map(|p| time_from(sc.top[5 + p]));
     let source = if verl {
         if timestamp.is_none() {

@@ -106,15 +106,26 @@ pub fn flatten_numbers(
 
 /// The step of a JSON object: the first of [`STEP_KEYS`] that is an integer-valued number.
 pub fn step_of(v: &Value) -> Option<i64> {
-    STEP_KEYS.iter().chain([&EXTRA_STEP_KEY]).find_map(|k| {
-        let x = v.get(k)?;
-        match x {
-            Value::Int(i) => Some(*i),
-            Value::Float(f) if f.is_finite() && f.fract() == 0.0 => Some(*f as i64),
-            Value::Str(s) => s.trim().parse::<i64>().ok(),
-            _ => None,
-        }
-    })
+    STEP_KEYS
+        .iter()
+        .chain([&EXTRA_STEP_KEY, &PROGRESS_STEP_KEY])
+        .find_map(|k| {
+            let x = v.get(k)?;
+            match x {
+                Value::Int(i) => Some(*i),
+                Value::Float(f) if f.is_finite() && f.fract() == 0.0 => Some(*f as i64),
+                Value::Str(s) => progress_step(s),
+                _ => None,
+            }
+        })
+}
+
+/// ms-swift's `logging.jsonl` step key, a string `"5/3766"` (step of max steps).
+pub const PROGRESS_STEP_KEY: &str = "global_step/max_steps";
+
+/// A step written as text: `"12"`, or ms-swift's `"5/3766"` (the part before `/`).
+pub fn progress_step(s: &str) -> Option<i64> {
+    s.split('/').next()?.trim().parse::<i64>().ok()
 }
 
 /// The timestamp of a JSON object, if any of [`TIME_KEYS`] is a number.

@@ -55,6 +55,11 @@ pub enum TextItem {
 
 /// Recognise one line.
 pub fn parse_text_line(line: &str) -> TextItem {
+    // A progress bar redrawn with `\r` leaves every state on one pasted line: the last counts.
+    let line = line
+        .rsplit('\r')
+        .find(|seg| !seg.trim().is_empty())
+        .unwrap_or(line);
     let t = line.trim();
     if t.trim_start_matches('>').trim().is_empty() {
         return TextItem::Blank;
@@ -72,6 +77,9 @@ pub fn parse_text_line(line: &str) -> TextItem {
         return item;
     }
     if let Some(item) = parse_megatron(t) {
+        return item;
+    }
+    if let Some(item) = parse_tqdm_postfix(t) {
         return item;
     }
     if let Some(item) = parse_table(t) {
@@ -176,6 +184,56 @@ fn parse_megatron(t: &str) -> Option<TextItem> {
     Some(TextItem::Step {
         source: SourceKind::Megatron,
         step: Some(step),
+        fields,
+        tail: None,
+    })
+}
+
+/// OpenRLHF's short progress-bar names (`pbar.set_postfix(short_status)` in its PPO
+/// trainers) and the metric each abbreviates.
+const OPENRLHF_SHORT: &[(&str, &str)] = &[
+    ("pg", "policy_loss"),
+    ("rm", "reward"),
+    ("ret", "return"),
+    ("glen", "response_length"),
+    ("tlen", "total_length"),
+    ("ent", "entropy"),
+    ("act_lr", "actor_lr"),
+    ("cri", "critic_loss"),
+    ("vals", "values"),
+    ("ptx", "ptx_loss"),
+];
+
+/// A tqdm bar with a postfix, `… 8/8 [05:12<00:00, 39.06s/it, pg=-0.0019, rm=0.53, kl=1e-4]`
+/// (OpenRLHF, HF accelerate loops): the `key=value` pairs, unnumbered (a bar restarts every
+/// episode, so its counter is not a step).
+fn parse_tqdm_postfix(t: &str) -> Option<TextItem> {
+    if !t.contains("%|") && !t.contains("it/s") && !t.contains("s/it") {
+        return None;
+    }
+    let open = t.rfind('[')?;
+    let body = t[open + 1..].trim_end().strip_suffix(']')?;
+    let mut fields = Vec::new();
+    for part in body.split(", ") {
+        let Some((k, v)) = part.split_once('=') else {
+            continue;
+        };
+        let Some(v) = parse_number_text(v) else {
+            continue;
+        };
+        let k = k.trim();
+        let key = OPENRLHF_SHORT
+            .iter()
+            .find(|(short, _)| *short == k)
+            .map_or(k, |(_, long)| long);
+        fields.push((key.to_string(), v));
+    }
+    if fields.is_empty() {
+        return None;
+    }
+    Some(TextItem::Step {
+        source: SourceKind::TrlDict,
+        step: None,
         fields,
         tail: None,
     })
@@ -856,6 +914,131 @@ mod tests {
                 ("micro_rewards_mean".to_string(), 0.5),
                 ("micro_rewards_std".to_string(), 0.0),
             ]
+        );
+    }
+
+    fn step_of(item: &TextItem) -> Option<i64> {
+        match item {
+            TextItem::Step { step, .. } => *step,
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn megatron_pipe_line_units_and_step() {
+        let it = parse_text_line(" iteration     5426/  250000 | consumed samples:        43408 | elapsed time per iteration (ms): 4247.9 | learning rate: 2.999E-04 | lm loss: 2.5E+00 | grad norm: nan |");
+        assert_eq!(step_of(&it), Some(5426));
+        let f = fields(&it);
+        assert_eq!(f[0], ("consumed_samples".to_string(), 43408.0));
+        assert_eq!(f[1], ("elapsed_time_per_iteration_s".to_string(), 4.2479));
+        assert_eq!(f[2], ("learning_rate".to_string(), 2.999e-4));
+        assert_eq!(f[3], ("lm_loss".to_string(), 2.5));
+        assert_eq!(f[4].0, "grad_norm");
+        assert!(f[4].1.is_nan());
+        // A line cut before its first value is not a record.
+        assert_eq!(
+            parse_text_line(" iteration     5429/  250000 | consumed samples:"),
+            TextItem::Other
+        );
+    }
+
+    #[test]
+    fn msswift_dict_without_braces_reads_its_step() {
+        let it = parse_text_line("'loss': -0.0, 'grad_norm': 0.0, 'reward_std': 0.44, 'global_step/max_steps': '5/3766', 'percentage': '0.13%', 'memory(GiB)': 56.74");
+        assert_eq!(step_of(&it), Some(5));
+        assert_eq!(
+            fields(&it),
+            vec![
+                ("loss".to_string(), -0.0),
+                ("grad_norm".to_string(), 0.0),
+                ("reward_std".to_string(), 0.44),
+                ("memory(GiB)".to_string(), 56.74),
+            ]
+        );
+    }
+
+    #[test]
+    fn notebook_table_rows_read_against_their_header_cut_row_drops_its_last_cell() {
+        let mut a = TextAssembler::new(0);
+        let lines = [
+            "| Step | Training Loss | reward | rewards / match_format |",
+            "|---|---|---|---|",
+            "| 1 | 0.000000 | -17.25 | 0.0 |",
+            "2 | 0.000100 | -10.5",
+        ];
+        for (i, l) in lines.iter().enumerate() {
+            a.push(i as u64 + 1, parse_text_line(l));
+        }
+        a.finish();
+        assert_eq!(a.unrecognised, 0);
+        assert_eq!(a.records.len(), 2);
+        assert_eq!(a.records[0].step, Some(1));
+        assert_eq!(
+            a.records[0].fields,
+            vec![
+                ("training_loss".to_string(), 0.0),
+                ("reward".to_string(), -17.25),
+                ("rewards/match_format".to_string(), 0.0),
+            ]
+        );
+        // Row 2 has 3 of 4 cells: its last one (-10.5) may be cut, so it is dropped.
+        assert_eq!(
+            a.records[1].fields,
+            vec![("training_loss".to_string(), 0.0001)]
+        );
+    }
+
+    #[test]
+    fn verl_soft_wrap_joins_the_cut_key() {
+        let mut a = TextAssembler::new(0);
+        a.push(
+            1,
+            parse_text_line("(TaskRunner pid=7) step:34 - critic/rewards/max:1.0 - critic"),
+        );
+        a.push(
+            2,
+            parse_text_line("/rewards/min:-1.0 - response_length/min:38.0 -"),
+        );
+        a.finish();
+        assert_eq!(a.unrecognised, 0);
+        assert_eq!(
+            a.records[0].fields,
+            vec![
+                ("critic/rewards/max".to_string(), 1.0),
+                ("critic/rewards/min".to_string(), -1.0),
+                ("response_length/min".to_string(), 38.0),
+            ]
+        );
+    }
+
+    #[test]
+    fn openrlhf_progress_bar_postfix_and_nanogpt_eval_line() {
+        let it = parse_text_line("Train epoch [1/1]: 100%|##| 4/4 [00:30<00:00,  7.61s/it, pg=-0.0019, rm=0.53, glen=311, kl=0.000183]");
+        assert_eq!(step_of(&it), None);
+        assert_eq!(
+            fields(&it),
+            vec![
+                ("policy_loss".to_string(), -0.0019),
+                ("reward".to_string(), 0.53),
+                ("response_length".to_string(), 311.0),
+                ("kl".to_string(), 0.000183),
+            ]
+        );
+        let ev =
+            parse_text_line("> 2023-03-22 09:32:32 step 3000: train loss 4.0390, val loss 4.0427");
+        assert_eq!(step_of(&ev), Some(3000));
+        assert_eq!(
+            fields(&ev),
+            vec![
+                ("eval/train_loss".to_string(), 4.039),
+                ("val_loss".to_string(), 4.0427),
+                (EVAL_MARK.to_string(), 1.0),
+            ]
+        );
+        assert_eq!(parse_text_line("> "), TextItem::Blank);
+        assert_eq!(
+            parse_text_line("> saving checkpoint to out"),
+            TextItem::Warning("checkpoint")
         );
     }
 }
