@@ -41,7 +41,9 @@ impl Detector for DeadGroups {
         // A step whose reward_std (the mean of the group stds, TRL/DebugTrainer) is exactly
         // 0 had no group with any reward variance: the whole step is wasted, so a few such
         // steps are worth a warning even when they are a small share.
-        let wasted_steps = derived && dead.len() >= ctx.th.get("dead_groups.min_steps") as usize;
+        let wasted_steps = derived
+            && dead.len() >= ctx.th.get("dead_groups.min_steps") as usize
+            && share >= ctx.th.get("dead_groups.min_wasted_share");
         if dead.is_empty() || (share < ctx.th.get("dead_groups.min_share") && !wasted_steps) {
             return vec![];
         }
@@ -120,7 +122,8 @@ impl Detector for Truncation {
             .filter(|(_, v)| v.is_finite())
             .collect();
         let hits: Vec<(i64, f64)> = ratio.iter().copied().filter(|(_, v)| *v >= th).collect();
-        if !hits.is_empty() {
+        // One step over the bar in a long run is a batch of long answers, not truncation.
+        if !hits.is_empty() && (hits.len() >= 2 || hits.len() == ratio.len()) {
             let (worst_step, max) =
                 hits.iter()
                     .copied()

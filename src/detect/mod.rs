@@ -191,7 +191,13 @@ pub const THRESHOLDS: &[(&str, f64, &str)] = &[
     (
         "dead_groups.min_steps",
         2.0,
-        "steps with reward_std exactly 0 that are reported whatever their share",
+        "steps with reward_std exactly 0 reported below dead_groups.min_share",
+    ),
+    // ... as long as they are not a rounding accident in a long healthy run (1 in 20).
+    (
+        "dead_groups.min_wasted_share",
+        0.05,
+        "share of logged steps those reward_std-0 steps must reach",
     ),
     (
         "grad_spike.factor",

@@ -51,6 +51,7 @@ fn eval_or_checkpoint_steps(ctx: &Context) -> Vec<(i64, &'static str)> {
     let mut out: Vec<(i64, &'static str)> = ctx
         .frame
         .points("val_loss")
+        .chain(ctx.frame.points("eval_activity"))
         .map(|(s, _)| (s, "evaluation"))
         .collect();
     out.extend(
@@ -75,7 +76,7 @@ impl Detector for Slowdown {
         "sustained step-time rise; eval/checkpoint/periodic spikes and compile time excluded"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        &["step_time", "it_per_sec", "val_loss"]
+        &["step_time", "it_per_sec", "val_loss", "eval_activity"]
     }
     fn uses_timestamps(&self) -> bool {
         true

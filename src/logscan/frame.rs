@@ -11,7 +11,8 @@ use crate::logscan::column::{Column, Steps, BLOCK_ROWS};
 use crate::logscan::fastline::{FxMap, Interner};
 use crate::logscan::record::{LogRecord, SourceKind};
 use crate::readers::aliases::{
-    reward_component, AliasTable, REWARD_COMPONENTS, REWARD_COMPONENT_PREFIX,
+    is_eval_key, reward_component, AliasTable, EVAL_ACTIVITY, REWARD_COMPONENTS,
+    REWARD_COMPONENT_PREFIX,
 };
 
 /// What the builder knows about one raw key.
@@ -166,6 +167,8 @@ impl FrameBuilder {
             if alias.is_none() {
                 if let Some(name) = reward_component(k) {
                     alias = Some((self.reward_column(&name), 0));
+                } else if is_eval_key(k) {
+                    alias = self.aliases.resolve(EVAL_ACTIVITY);
                 }
             }
             self.key_info.push(KeyInfo {

@@ -33,6 +33,18 @@ pub fn reward_component(raw: &str) -> Option<String> {
     (!mid.is_empty() && mid != "total" && mid != "grouped").then(|| format!("{mid}_reward"))
 }
 
+/// Canonical metric marking evaluation activity at a step (its value is not read): the
+/// eval mark readers add, and every key an evaluation writes (`val-core/…`, `eval_…`).
+pub const EVAL_ACTIVITY: &str = "eval_activity";
+
+/// True for a raw key only an evaluation writes: verl `val-core/…`, `val-aux/…`, HF
+/// `eval_…`, `eval/…` (not TRL PPO's `val/…`, which are value-head statistics).
+pub fn is_eval_key(raw: &str) -> bool {
+    ["val-core/", "val-aux/", "eval_", "eval/"]
+        .iter()
+        .any(|p| raw.starts_with(p))
+}
+
 /// Raw key → (canonical metric index, priority; lower wins) lookups.
 #[derive(Debug, Clone)]
 pub struct AliasTable {
@@ -139,9 +151,13 @@ impl AliasTable {
         if let Some(r) = self.map.get(raw) {
             return Some(*r);
         }
-        raw.strip_prefix("metrics.")
-            .and_then(|rest| self.map.get(rest))
-            .map(|&(i, p)| (i, p + 100))
+        // `metrics.` (DebugTrainer nesting) and `train/` (W&B / tracker exports of TRL and
+        // HF runs: `train/loss`, `train/reward_std`) name the same metrics.
+        ["metrics.", "train/"].iter().find_map(|prefix| {
+            raw.strip_prefix(prefix)
+                .and_then(|rest| self.map.get(rest))
+                .map(|&(i, p)| (i, p + 100))
+        })
     }
 }
 
