@@ -245,7 +245,7 @@ fn flat_over_long_horizon(name: &str, s: &[(i64, f64)], ctx: &Context) -> Vec<Fi
     let (Some(first), Some(last)) = (s.first(), s.last()) else {
         return vec![];
     };
-    let span = last.0 - first.0;
+    let span = last.0.saturating_sub(first.0);
     if s.len() < min_points || (span as f64) < ctx.th.get("plateau.flat_min_span") {
         return vec![];
     }

@@ -172,8 +172,12 @@ impl Detector for Slowdown {
         // Spikes recurring with one period (3 or more, equal gaps) are periodic work.
         let open_steps: Vec<i64> = open.iter().map(|h| rest[h.0].0).collect();
         let period = (open_steps.len() >= 3)
-            .then(|| open_steps[1] - open_steps[0])
-            .filter(|&p| p > 0 && open_steps.windows(2).all(|w| w[1] - w[0] == p));
+            .then(|| open_steps[1].saturating_sub(open_steps[0]))
+            .filter(|&p| {
+                p > 0
+                    && p < i64::MAX
+                    && open_steps.windows(2).all(|w| w[1].saturating_sub(w[0]) == p)
+            });
         let mut excluded: Vec<(usize, f64, f64)> = explained.clone();
         let mut reasons: Vec<String> = Vec::new();
         if !explained.is_empty() {
@@ -315,7 +319,7 @@ impl Detector for MemGrowth {
         if growth <= ctx.th.get("mem_growth.frac") || rising < 0.8 {
             return vec![];
         }
-        let span = (s[s.len() - 1].0 - s[0].0).max(1) as f64;
+        let span = s[s.len() - 1].0.saturating_sub(s[0].0).max(1) as f64;
         vec![Finding::new(
             self.name(),
             Severity::Warning,
