@@ -176,7 +176,9 @@ impl Detector for Slowdown {
             .filter(|&p| {
                 p > 0
                     && p < i64::MAX
-                    && open_steps.windows(2).all(|w| w[1].saturating_sub(w[0]) == p)
+                    && open_steps
+                        .windows(2)
+                        .all(|w| w[1].saturating_sub(w[0]) == p)
             });
         let mut excluded: Vec<(usize, f64, f64)> = explained.clone();
         let mut reasons: Vec<String> = Vec::new();

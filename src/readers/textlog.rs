@@ -587,6 +587,13 @@ fn parse_py_dict(t: &str) -> Option<TextItem> {
     {
         fields.push((EVAL_MARK.to_string(), 1.0));
     }
+    // HF Trainer's closing summary (`train_runtime`, `train_loss` = the mean over the run):
+    // kept under `summary/` so its mean loss never stands in for a step's loss.
+    if fields.iter().any(|(k, _)| k == "train_runtime") {
+        for (k, _) in &mut fields {
+            *k = format!("summary/{k}");
+        }
+    }
     Some(TextItem::Step {
         source: SourceKind::TrlDict,
         step,
@@ -1040,5 +1047,11 @@ mod tests {
             parse_text_line("> saving checkpoint to out"),
             TextItem::Warning("checkpoint")
         );
+    }
+
+    #[test]
+    fn hf_closing_summary_line_is_not_a_loss() {
+        let it = parse_text_line("{'train_runtime': 812.5, 'train_samples_per_second': 2.1, 'train_loss': 0.93, 'epoch': 3.0}");
+        assert!(fields(&it).iter().all(|(k, _)| k.starts_with("summary/")));
     }
 }
