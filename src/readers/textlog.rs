@@ -142,7 +142,20 @@ fn parse_table(t: &str) -> Option<TextItem> {
         return Some(TextItem::TableRule);
     }
     let nums: Vec<Option<f64>> = cells.iter().map(|c| parse_number_text(c)).collect();
-    if nums.iter().all(Option::is_some) {
+    // HF notebook tables write `No log` where nothing was logged at that row.
+    let placeholder = |c: &str| {
+        matches!(
+            c.to_ascii_lowercase().as_str(),
+            "no log" | "none" | "n/a" | "-" | ""
+        )
+    };
+    if nums.first().is_some_and(Option::is_some)
+        && nums.iter().filter(|n| n.is_some()).count() >= 2
+        && nums
+            .iter()
+            .zip(&cells)
+            .all(|(n, c)| n.is_some() || placeholder(c))
+    {
         return Some(TextItem::TableRow(nums));
     }
     // A header names its columns (no numbers) and has a step or epoch column.
@@ -1053,5 +1066,31 @@ mod tests {
     fn hf_closing_summary_line_is_not_a_loss() {
         let it = parse_text_line("{'train_runtime': 812.5, 'train_samples_per_second': 2.1, 'train_loss': 0.93, 'epoch': 3.0}");
         assert!(fields(&it).iter().all(|(k, _)| k.starts_with("summary/")));
+    }
+
+    #[test]
+    fn notebook_table_no_log_cells_are_missing_values() {
+        let mut a = TextAssembler::new(0);
+        for (i, l) in [
+            "| Epoch | Training Loss | Validation Loss |",
+            "| 1 | No log | 1.25 |",
+            "| 2 | 0.9 | 1.1 |",
+        ]
+        .iter()
+        .enumerate()
+        {
+            a.push(i as u64 + 1, parse_text_line(l));
+        }
+        a.finish();
+        assert_eq!(a.unrecognised, 0);
+        assert_eq!(a.records[0].step, Some(1));
+        assert_eq!(
+            a.records[0].fields,
+            vec![
+                ("epoch".to_string(), 1.0),
+                ("validation_loss".to_string(), 1.25)
+            ]
+        );
+        assert_eq!(a.records[1].fields.len(), 3);
     }
 }
