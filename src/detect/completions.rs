@@ -1,7 +1,7 @@
 //! Completion and group signatures: dead groups (zero reward std), truncation, empty
 //! completions.
 
-use super::{Context, Detector, Finding, Severity};
+use super::{median, Context, Detector, Finding, Severity};
 
 /// `--dead-groups`: many groups with identical rewards (zero std) give no signal.
 pub struct DeadGroups;
@@ -14,7 +14,7 @@ impl Detector for DeadGroups {
         "frac_reward_zero_std high (groups with identical rewards give no gradient)"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        &["frac_reward_zero_std", "reward_std"]
+        &["frac_reward_zero_std", "reward_std", "grad_norm"]
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;
@@ -58,7 +58,7 @@ impl Detector for DeadGroups {
         } else {
             "frac_reward_zero_std is high"
         };
-        vec![Finding::new(
+        let mut finding = Finding::new(
             self.name(),
             severity,
             dead.iter().map(|(s, _)| *s).collect(),
@@ -89,7 +89,24 @@ impl Detector for DeadGroups {
         .num("dead_step_share", share)
         .num("mean_frac_zero_std", mean_frac)
         .with("derived_from_reward_std", derived)
-        .with("logged_steps", series.len())]
+        .with("logged_steps", series.len());
+        // What the gradient did on those steps: the median grad_norm on dead steps vs the
+        // others (a whole-step dead batch should leave only the KL term's gradient).
+        let dead_steps: Vec<i64> = dead.iter().map(|(s, _)| *s).collect();
+        let (mut on_dead, mut on_rest) = (Vec::new(), Vec::new());
+        for (s, g) in f.points("grad_norm").filter(|(_, g)| g.is_finite()) {
+            if dead_steps.binary_search(&s).is_ok() {
+                on_dead.push(g);
+            } else {
+                on_rest.push(g);
+            }
+        }
+        if let (Some(a), Some(b)) = (median(&on_dead), median(&on_rest)) {
+            finding = finding
+                .num("median_grad_norm_on_dead_steps", a)
+                .num("median_grad_norm_on_other_steps", b);
+        }
+        vec![finding]
     }
 }
 
