@@ -842,3 +842,45 @@ fn step_restart_splits_runs_and_detectors_run_per_run() {
     assert!(dead[0].explanation.starts_with("run 1 of 2 (steps 0–3)"));
     assert_eq!(dead[1].steps, vec![0, 1, 2]);
 }
+
+/// Slowdown and memory growth judge what is sustained: a periodic slow step (an eval every
+/// 5 steps) is excluded and named, a rise of even the fast steps is a slowdown; memory that
+/// grows during warm-up and then holds is not a leak, memory that keeps growing is.
+#[test]
+fn periodic_spikes_and_warm_up_are_not_trends() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, f: &dyn Fn(i64) -> (f64, f64)| {
+        let p = dir.path().join(name);
+        let text: String = (0..40)
+            .map(|s| {
+                let (t, m) = f(s);
+                format!("{{\"step\": {s}, \"loss\": 0.5, \"step_time\": {t}, \"peak_memory_gb\": {m}}}\n")
+            })
+            .collect();
+        std::fs::write(&p, text).unwrap();
+        run(&[p])
+    };
+    // Every 5th step takes 10x longer; memory 10 -> 13 GB over 4 steps, then flat.
+    let r = write("periodic.jsonl", &|s| {
+        let t = if s % 5 == 4 { 10.0 } else { 1.0 };
+        let m = 10.0 + (s.min(4) as f64) * 0.75;
+        (t, m)
+    });
+    let slow = r.by_detector("slowdown");
+    assert_eq!(slow.len(), 1, "{slow:#?}");
+    assert_eq!(slow[0].severity, Severity::Info);
+    assert!(slow[0].explanation.contains("periodic every 5 steps"));
+    assert!(r.by_detector("mem-growth").is_empty());
+    // Every step slower than the last by 5 %; memory +1 % a step throughout.
+    let r = write("trend.jsonl", &|s| {
+        (1.05f64.powi(s as i32), 10.0 * 1.01f64.powi(s as i32))
+    });
+    let trend: Vec<_> = r
+        .by_detector("slowdown")
+        .into_iter()
+        .filter(|f| f.severity == Severity::Warning)
+        .collect();
+    assert_eq!(trend.len(), 1, "{trend:#?}");
+    assert!(trend[0].explanation.contains("slow down over the run"));
+    assert_eq!(r.by_detector("mem-growth").len(), 1);
+}

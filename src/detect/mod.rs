@@ -16,7 +16,7 @@
 //! | empty-completions | completion_len_min = 0, empty_count > 0, `empty_completion_tokens` events | warning, error when ≥ 25 % of completions are empty |
 //! | adv-explosion | 0 < reward_std < 1e-3 (advantages divided by a tiny std) or \|adv\| > 10 | warning |
 //! | slowdown | lower quartile of the last quarter > 1.5 × the first quarter's (spikes left out); at least half the later steps slower than 2 × the first (compile) step; a spike > 3 × median of previous 20 that no eval/checkpoint explains and that does not recur with a fixed period | warning (compile, eval/checkpoint and periodic spikes: info, named) |
-//! | mem-growth | peak memory grows > 20 % from first to last, ≥ 5 points, rising ≥ 80 % of the time | warning |
+//! | mem-growth | peak memory grows > 20 % from first to last (and > 5 % over the second half: a warm-up that settles is not a leak), ≥ 5 points, rising ≥ 80 % of the time | warning |
 //! | logprob-mismatch | means, not a single token's max: prob diff mean > 0.05, \|logp diff\| mean > 0.1, rollout KL (verl rollout_corr, OpenRLHF vllm_kl) > 0.1, \|ratio_mean − 1\| > 0.2, "All sequence_log_probs are near zero" | error |
 //! | plateau | reward mean of last 25 % ≤ first 25 % + 0.01 over ≥ 20 points; or ≥ 4 points over ≥ 500 steps within ±20 % of their mean | warning |
 //! | grad-not-flowing | grad_norm exactly 0 while reward_std > 0 (and not every group dead) | error |

@@ -318,7 +318,14 @@ impl Detector for MemGrowth {
         let growth = (last - first) / first;
         let rising =
             s.windows(2).filter(|w| w[1].1 >= w[0].1).count() as f64 / (s.len() - 1) as f64;
-        if growth <= ctx.th.get("mem_growth.frac") || rising < 0.8 {
+        // Still growing in the second half: a warm-up that settles (allocator caches,
+        // the first long batch) is not a leak.
+        let mid = s[s.len() / 2].1;
+        let late_growth = (last - mid) / mid;
+        if growth <= ctx.th.get("mem_growth.frac")
+            || rising < 0.8
+            || late_growth <= ctx.th.get("mem_growth.frac") / 4.0
+        {
             return vec![];
         }
         let span = s[s.len() - 1].0.saturating_sub(s[0].0).max(1) as f64;
