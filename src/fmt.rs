@@ -1,6 +1,7 @@
 //! The one number formatter every renderer uses: significant digits rather than fixed
 //! decimals, one notation per column, and pairs printed with as many digits as it takes to
-//! show that two different numbers differ (never `-0.2084 ≠ -0.2084`).
+//! show that two different numbers differ (never `-0.2084 ≠ -0.2084`); and the two text
+//! helpers every terminal renderer shares (plurals, wrapping to the terminal's width).
 
 /// Significant digits shown by default.
 pub const DIGITS: usize = 4;
@@ -113,6 +114,45 @@ pub fn column(xs: &[f64]) -> Vec<String> {
 /// (`1e-6`, not `1.0000000000000002e-6`; `0.00125`).
 pub fn arg(x: f64) -> String {
     sig(x, 12, Notation::of(x))
+}
+
+/// `1 file`, `8 files`.
+pub fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+/// `text` as lines of at most `width` characters (when known), broken between words; the
+/// first line starts with `indent`, the others with `indent` and two more spaces. A word
+/// longer than the line (a path) stays whole. Ends with a newline.
+pub fn wrap(text: &str, width: Option<usize>, indent: &str) -> String {
+    let Some(width) = width else {
+        return format!("{indent}{text}\n");
+    };
+    let cont = format!("{indent}  ");
+    let mut out = String::new();
+    let mut line = indent.to_string();
+    let mut empty = true;
+    for word in text.split(' ') {
+        let len = line.chars().count();
+        if !empty && len + 1 + word.chars().count() > width {
+            out.push_str(line.trim_end());
+            out.push('\n');
+            line = cont.clone();
+            empty = true;
+        }
+        if !empty {
+            line.push(' ');
+        }
+        line.push_str(word);
+        empty = false;
+    }
+    out.push_str(line.trim_end());
+    out.push('\n');
+    out
 }
 
 #[cfg(test)]

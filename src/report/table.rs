@@ -5,6 +5,7 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Color, ContentArrangement,
 use super::{evidence_text, file_notes, Renderer};
 use crate::detect::Severity;
 use crate::error::Result;
+use crate::fmt::{plural, wrap};
 use crate::logscan::ScanReport;
 
 /// Below this width the evidence leaves the table for a line under it.
@@ -33,7 +34,7 @@ impl Renderer for TableRenderer {
             r.files.len()
         ));
         for n in file_notes(r) {
-            out.push_str(&format!("  {n}\n"));
+            out.push_str(&wrap(&n, self.width, "  "));
         }
         if r.findings.is_empty() {
             out.push_str(&format!(
@@ -83,13 +84,21 @@ impl Renderer for TableRenderer {
             for f in &r.findings {
                 let e = evidence_text(f, 4);
                 if !e.is_empty() {
-                    out.push_str(&format!("{} evidence: {e}\n", f.detector));
+                    out.push_str(&wrap(
+                        &format!("{} evidence: {e}", f.detector),
+                        self.width,
+                        "",
+                    ));
                 }
             }
         }
         for f in &r.findings {
             if let Some(c) = f.likely_causes.first() {
-                out.push_str(&format!("{} likely cause: {c}\n", f.detector));
+                out.push_str(&wrap(
+                    &format!("{} likely cause: {c}", f.detector),
+                    self.width,
+                    "",
+                ));
             }
         }
         Ok(out)
@@ -112,7 +121,7 @@ pub fn count_line(r: &ScanReport) -> String {
     }
     format!(
         "{}: {}",
-        crate::dumpdiff::render::plural(r.findings.len(), "finding"),
+        plural(r.findings.len(), "finding"),
         parts.join(", ")
     )
 }

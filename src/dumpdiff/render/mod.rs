@@ -11,6 +11,7 @@ use crate::compare::tolerance::Verdict;
 use crate::dumpdiff::report::{Finding, Report};
 use crate::error::Result;
 use crate::fmt;
+pub use crate::fmt::{plural, wrap};
 
 /// Turns a report into text of one format.
 pub trait Renderer {
@@ -29,15 +30,6 @@ pub fn by_name(name: &str, color: bool) -> Option<Box<dyn Renderer>> {
         "json" => Some(Box::new(json::JsonRenderer)),
         "markdown" | "md" => Some(Box::new(markdown::MarkdownRenderer)),
         _ => None,
-    }
-}
-
-/// `1 file`, `8 files`.
-pub fn plural(n: usize, word: &str) -> String {
-    if n == 1 {
-        format!("1 {word}")
-    } else {
-        format!("{n} {word}s")
     }
 }
 
@@ -285,36 +277,6 @@ pub fn next_commands(report: &Report, max: usize) -> Vec<String> {
         }
     }
     out.truncate(max);
-    out
-}
-
-/// `text` as lines of at most `width` characters (when known), broken between words; the
-/// first line starts with `indent`, the others with `indent` and two more spaces. A word
-/// longer than the line (a path) stays whole. Ends with a newline.
-pub fn wrap(text: &str, width: Option<usize>, indent: &str) -> String {
-    let Some(width) = width else {
-        return format!("{indent}{text}\n");
-    };
-    let cont = format!("{indent}  ");
-    let mut out = String::new();
-    let mut line = indent.to_string();
-    let mut empty = true;
-    for word in text.split(' ') {
-        let len = line.chars().count();
-        if !empty && len + 1 + word.chars().count() > width {
-            out.push_str(line.trim_end());
-            out.push('\n');
-            line = cont.clone();
-            empty = true;
-        }
-        if !empty {
-            line.push(' ');
-        }
-        line.push_str(word);
-        empty = false;
-    }
-    out.push_str(line.trim_end());
-    out.push('\n');
     out
 }
 

@@ -151,6 +151,21 @@ impl TableRenderer {
         out
     }
 
+    /// `    weaver       PATH`, or the path relative to the side's root (printed in the
+    /// header) when `relative`.
+    fn file_line(report: &Report, role: &str, path: &std::path::Path, relative: bool) -> String {
+        let rel = report
+            .sides
+            .iter()
+            .find(|s| s.role == role)
+            .and_then(|s| path.strip_prefix(&s.root).ok())
+            .filter(|_| relative);
+        match rel {
+            Some(r) => format!("    {role:<12} …/{}\n", r.display()),
+            None => format!("    {role:<12} {}\n", path.display()),
+        }
+    }
+
     fn paint(&self, v: Verdict, s: &str) -> String {
         if !self.color {
             return s.to_string();
@@ -318,13 +333,32 @@ impl Renderer for TableRenderer {
                 v
             });
         if !bad_cells.is_empty() {
-            out.push_str("files:\n");
+            // Paths relative to each side's root when a full one would not fit.
+            let relative = self.width.is_some_and(|w| {
+                report.offending_files.iter().any(|f| {
+                    Self::file_line(report, &f.role, &f.path, false)
+                        .trim_end()
+                        .chars()
+                        .count()
+                        > w
+                })
+            });
+            out.push_str(if relative {
+                "files (…/ = under that side's root above):\n"
+            } else {
+                "files:\n"
+            });
+            let side_order = |role: &str| report.sides.iter().position(|s| s.role == role);
             for (rank, micro) in bad_cells.iter().take(CELLS_WITH_FILES_SHOWN) {
                 out.push_str(&format!("  {}:\n", cell_name(*rank, *micro)));
-                for f in report.offending_files.iter().filter(|f| {
-                    f.section != "coverage" && f.rank == *rank && f.micro == *micro
-                }) {
-                    out.push_str(&format!("    {:<12} {}\n", f.role, f.path.display()));
+                let mut files: Vec<_> = report
+                    .offending_files
+                    .iter()
+                    .filter(|f| f.section != "coverage" && f.rank == *rank && f.micro == *micro)
+                    .collect();
+                files.sort_by_key(|f| (side_order(&f.role), f.path.clone()));
+                for f in files {
+                    out.push_str(&Self::file_line(report, &f.role, &f.path, relative));
                 }
             }
             if bad_cells.len() > CELLS_WITH_FILES_SHOWN {
@@ -343,9 +377,45 @@ impl Renderer for TableRenderer {
         if !next.is_empty() {
             out.push_str("next:\n");
             for c in next {
-                out.push_str(&format!("  {c}\n"));
+                out.push_str(&wrap_command(&c, self.width, "  "));
             }
         }
         Ok(out)
     }
+}
+
+/// A shell command cut before its ` --flag`s into lines of at most `width` characters,
+/// each but the last ending in ` \\` so it still pastes as one command.
+pub fn wrap_command(cmd: &str, width: Option<usize>, indent: &str) -> String {
+    let Some(width) = width else {
+        return format!("{indent}{cmd}\n");
+    };
+    let mut parts: Vec<String> = Vec::new();
+    for word in cmd.split(' ') {
+        match parts.last_mut() {
+            Some(last) if !word.starts_with("--") => {
+                last.push(' ');
+                last.push_str(word);
+            }
+            _ => parts.push(word.to_string()),
+        }
+    }
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = indent.to_string();
+    for p in parts {
+        let sep = usize::from(line.trim().is_empty().then_some(0).is_none());
+        if line.trim().is_empty() || line.chars().count() + sep + p.chars().count() + 2 <= width {
+            if !line.trim().is_empty() {
+                line.push(' ');
+            }
+            line.push_str(&p);
+        } else {
+            lines.push(line);
+            line = format!("{indent}    {p}");
+        }
+    }
+    lines.push(line);
+    let mut out = lines.join(" \\\n");
+    out.push('\n');
+    out
 }
