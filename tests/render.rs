@@ -399,7 +399,7 @@ fn the_count_line_counts_cells_ranks_and_files() {
     let f = faulty();
     assert_eq!(
         summary_line(&f),
-        "2 cells fail in 2 ranks; 8 files on one side only"
+        "2 cells fail in 2 ranks; 6 files on one side only"
     );
 }
 
@@ -408,10 +408,12 @@ fn one_missing_file_is_not_called_a_missing_rank() {
     let r = synthetic(12, &[], &[("loss", 11, Some(1))]);
     assert_eq!(
         coverage_lines(&r),
-        ["rank 11: loss micro 1 (1 file) on self-hosted only, missing on weaver"]
+        ["rank 11 missing on weaver: loss micro 1 — present on self-hosted (1 file)"]
     );
     let text = table(Some(100)).render(&r).unwrap();
-    assert!(text.contains("one side only (1 file):\n  rank 11: loss micro 1 (1 file)"));
+    assert!(text.contains(
+        "one side only (1 file):\n  rank 11 missing on weaver: loss micro 1 — present on self-hosted (1 file)\n"
+    ));
     let both = synthetic(
         12,
         &[],
@@ -424,7 +426,7 @@ fn one_missing_file_is_not_called_a_missing_rank() {
     );
     assert_eq!(
         coverage_lines(&both),
-        ["rank 10: forward_data, loss micros 0-1 (4 files) on self-hosted only, missing on weaver"]
+        ["rank 10 missing on weaver: forward_data, loss micros 0-1 — present on self-hosted (4 files)"]
     );
 }
 
@@ -433,7 +435,11 @@ fn markdown_never_prints_rust_options() {
     let md = MarkdownRenderer.render(&faulty()).unwrap();
     assert!(!md.contains("Some("), "{md}");
     assert!(!md.contains("None"), "{md}");
-    assert!(md.contains("- rank 10: forward_data micros 0-1;"), "{md}");
+    // Six real files (forward_data and loss × 2 micros, param, gradient), not the 8 gaps
+    // (the importance-sampling section counts forward_data again against is_loss_debug).
+    assert!(md.contains(
+        "- rank 10 missing on weaver: forward_data, is_loss_debug, loss micros 0-1; gradient, param — present on self-hosted (6 files)\n"
+    ), "{md}");
 }
 
 #[test]

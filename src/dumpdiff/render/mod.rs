@@ -103,7 +103,7 @@ pub fn summary_line(report: &Report) -> String {
     if !report.coverage.is_empty() {
         parts.push(format!(
             "{} on one side only",
-            plural(report.coverage.len(), "file")
+            plural(one_sided_files(report), "file")
         ));
     }
     if parts.is_empty() {
@@ -128,8 +128,26 @@ pub fn summary_line(report: &Report) -> String {
     parts.join("; ")
 }
 
-/// Files on one side only, one line per rank and side: which kinds and micros are there,
-/// so one missing `loss` file of one micro is not mistaken for a whole missing rank.
+/// How many files exist on one side only: the distinct files the report found behind its
+/// coverage gaps, or (a report built without them) one per gap.
+pub fn one_sided_files(report: &Report) -> usize {
+    let found: BTreeSet<&std::path::Path> = report
+        .offending_files
+        .iter()
+        .filter(|f| f.section == "coverage")
+        .map(|f| f.path.as_path())
+        .collect();
+    if found.is_empty() {
+        report.coverage.len()
+    } else {
+        found.len()
+    }
+}
+
+/// Files on one side only, one line per rank and side, said from the side that lacks them
+/// (`rank 11 missing on weaver: loss micro 1 — present on self-hosted (1 file)`), kinds
+/// with the same micros together, so one missing `loss` file of one micro is not mistaken
+/// for a whole missing rank.
 pub fn coverage_lines(report: &Report) -> Vec<String> {
     type Key<'a> = (&'a str, &'a str, Option<u32>);
     let mut by: BTreeMap<Key<'_>, BTreeMap<&str, BTreeSet<u32>>> = BTreeMap::new();
@@ -153,23 +171,32 @@ pub fn coverage_lines(report: &Report) -> Vec<String> {
                 1 => format!(" micro {}", ranges(m)),
                 _ => format!(" micros {}", ranges(m)),
             };
-            let first = kinds.values().next().cloned().unwrap_or_default();
-            let what = if kinds.len() > 1 && kinds.values().all(|m| *m == first) {
-                format!(
-                    "{}{}",
-                    kinds.keys().copied().collect::<Vec<_>>().join(", "),
-                    micro_text(&first)
-                )
+            // Kinds grouped by their micro sets, groups in order of first appearance.
+            let mut groups: Vec<(&BTreeSet<u32>, Vec<&str>)> = Vec::new();
+            for (k, m) in kinds {
+                match groups.iter_mut().find(|(gm, _)| *gm == m) {
+                    Some((_, ks)) => ks.push(k),
+                    None => groups.push((m, vec![k])),
+                }
+            }
+            groups.sort_by_key(|(m, _)| std::cmp::Reverse(m.len()));
+            let what = groups
+                .iter()
+                .map(|(m, ks)| format!("{}{}", ks.join(", "), micro_text(m)))
+                .collect::<Vec<_>>()
+                .join("; ");
+            let found = report
+                .offending_files
+                .iter()
+                .filter(|f| f.section == "coverage" && f.role == present && f.rank == rank)
+                .count();
+            let files = if found > 0 {
+                found
             } else {
-                kinds
-                    .iter()
-                    .map(|(k, m)| format!("{k}{}", micro_text(m)))
-                    .collect::<Vec<_>>()
-                    .join("; ")
+                kinds.values().map(|m| m.len().max(1)).sum()
             };
-            let files: usize = kinds.values().map(|m| m.len().max(1)).sum();
             format!(
-                "{}: {what} ({}) on {present} only, missing on {missing}",
+                "{} missing on {missing}: {what} — present on {present} ({})",
                 rank.map_or("whole batch".into(), |r| format!("rank {r}")),
                 plural(files, "file")
             )

@@ -277,7 +277,7 @@ impl Renderer for TableRenderer {
         if !cov.is_empty() {
             out.push_str(&format!(
                 "one side only ({}):\n",
-                plural(report.coverage.len(), "file")
+                plural(super::one_sided_files(report), "file")
             ));
             for l in &cov {
                 out.push_str(&wrap(l, self.width, "  "));
@@ -387,7 +387,7 @@ impl Renderer for TableRenderer {
 /// A shell command cut before its ` --flag`s into lines of at most `width` characters,
 /// each but the last ending in ` \\` so it still pastes as one command.
 pub fn wrap_command(cmd: &str, width: Option<usize>, indent: &str) -> String {
-    let Some(width) = width else {
+    let Some(width) = width.filter(|w| indent.chars().count() + cmd.chars().count() > *w) else {
         return format!("{indent}{cmd}\n");
     };
     let mut parts: Vec<String> = Vec::new();
