@@ -104,10 +104,25 @@ pub fn pair(a: f64, b: f64) -> (String, String) {
     }
 }
 
-/// A column of numbers: one notation for all, [`DIGITS`] significant digits each.
+/// A column of numbers: one notation for all, [`DIGITS`] significant digits each; in
+/// fixed notation one number of decimals for all (`0.320` under `0.315`) unless that would
+/// pad a large number past [`DIGITS`] significant digits.
 pub fn column(xs: &[f64]) -> Vec<String> {
     let n = Notation::common(xs.iter().copied());
-    xs.iter().map(|&x| sig(x, DIGITS, n)).collect()
+    let texts: Vec<String> = xs.iter().map(|&x| sig(x, DIGITS, n)).collect();
+    if n == Notation::Sci {
+        return texts;
+    }
+    let decimals = |t: &str| t.split_once('.').map_or(0, |(_, d)| d.len());
+    let d = texts.iter().map(|t| decimals(t)).max().unwrap_or(0);
+    let finite = || xs.iter().filter(|x| x.is_finite());
+    if d == 0 || d > DIGITS || finite().any(|x| x.abs() >= 10f64.powi((DIGITS - d) as i32)) {
+        return texts;
+    }
+    xs.iter()
+        .zip(texts)
+        .map(|(x, t)| if x.is_finite() { format!("{x:.d$}") } else { t })
+        .collect()
 }
 
 /// A number as a command-line argument: exact to 12 significant digits, no float noise
@@ -182,7 +197,10 @@ mod tests {
             ("-0.20841".to_string(), "-0.20843".to_string())
         );
         assert_eq!(pair(1.0, 1.0), ("1".to_string(), "1".to_string()));
-        assert_eq!(pair(0.001513, 0.650762), ("0.001513".into(), "0.6508".into()));
+        assert_eq!(
+            pair(0.001513, 0.650762),
+            ("0.001513".into(), "0.6508".into())
+        );
         let (a, b) = pair(1.0, 1.0 + 1e-12);
         assert_ne!(a, b);
     }
@@ -191,6 +209,11 @@ mod tests {
     fn columns_share_a_notation() {
         assert_eq!(column(&[-0.0031, 6.973e-4]), ["-3.1e-3", "6.973e-4"]);
         assert_eq!(column(&[-0.0031, 0.25, 2.0]), ["-0.0031", "0.25", "2"]);
+        assert_eq!(column(&[-0.0031, 0.25]), ["-0.0031", "0.2500"]);
+        assert_eq!(column(&[0.315, 0.32, 0.325]), ["0.315", "0.320", "0.325"]);
+        assert_eq!(column(&[12.13, 12.2]), ["12.13", "12.20"]);
+        assert_eq!(column(&[30.0, 50.0, 0.0]), ["30", "50", "0"]);
+        assert_eq!(column(&[1234.6, 0.5]), ["1235", "0.5"]);
     }
 
     #[test]

@@ -308,7 +308,9 @@ fn sixty_four_ranks_that_all_differ_become_a_strip() {
     assert!(text.contains("ranks 0-63, one column per rank (worst micro of each):"));
     let loss = text.lines().find(|l| l.starts_with("3 loss")).unwrap();
     let strip: String = loss.chars().skip_while(|c| *c != '✓').collect();
-    let want: String = (0..64).map(|r| if r % 2 == 1 { '✗' } else { '✓' }).collect();
+    let want: String = (0..64)
+        .map(|r| if r % 2 == 1 { '✗' } else { '✓' })
+        .collect();
     assert_eq!(strip, want);
     assert!(text.starts_with("dumpdiff step 0: FAIL — 32 cells fail in 32 ranks\n"));
 }
@@ -319,14 +321,20 @@ fn a_strip_too_wide_for_the_terminal_groups_ranks() {
     let r = synthetic(512, &fail, &[]);
     let text = table(Some(80)).render(&r).unwrap();
     assert!(widest(&text) <= 80, "{text}");
-    assert!(text.contains("ranks 0-511, one column per 8 ranks"), "{text}");
+    assert!(
+        text.contains("ranks 0-511, one column per 8 ranks"),
+        "{text}"
+    );
 }
 
 #[test]
 fn markdown_keeps_one_column_per_rank() {
     let r = synthetic(64, &[(17, 1)], &[]);
     let md = MarkdownRenderer.render(&r).unwrap();
-    let header = md.lines().find(|l| l.starts_with("| section | r0 |")).unwrap();
+    let header = md
+        .lines()
+        .find(|l| l.starts_with("| section | r0 |"))
+        .unwrap();
     assert_eq!(header.matches(" | r").count(), 64);
     assert!(header.ends_with("| r63 |"));
 }
@@ -595,7 +603,13 @@ fn inspect_names_a_rank_missing_from_the_tree() {
 
 #[test]
 fn tick_labels_are_distinct_nice_numbers() {
-    for (lo, hi) in [(0.0, 2.4), (0.0151, 0.0249), (5.039, 5.097), (-0.05, 0.03), (1e-7, 9e-7)] {
+    for (lo, hi) in [
+        (0.0, 2.4),
+        (0.0151, 0.0249),
+        (5.039, 5.097),
+        (-0.05, 0.03),
+        (1e-7, 9e-7),
+    ] {
         let step = nice_step(hi - lo, 5);
         let m = step / 10f64.powf(step.log10().floor());
         assert!(

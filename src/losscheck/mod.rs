@@ -188,10 +188,11 @@ impl Verdict {
             s.push_str(n);
         }
         // The loss itself is in the head already; the other scalars that disagree follow.
+        let loss_in_head = self.status == Status::Inconsistent;
         for c in self
             .checks
             .iter()
-            .filter(|c| !c.ok && !(c.name == "loss" && self.status == Status::Inconsistent))
+            .filter(|c| !(c.ok || loss_in_head && c.name == "loss"))
         {
             let (d, r) = crate::fmt::pair(c.dumped, c.recomputed);
             s.push_str(&format!("; {} {d} ≠ recomputed {r}", c.name));

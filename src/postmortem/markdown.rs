@@ -23,7 +23,11 @@ pub fn step_cells(t: &StepTable) -> Vec<Vec<String>> {
     let n = t.columns.len();
     let mut cols: Vec<Vec<String>> = Vec::with_capacity(n);
     for j in 0..n {
-        let present: Vec<f64> = t.rows.iter().filter_map(|(_, c)| c.get(j).copied().flatten()).collect();
+        let present: Vec<f64> = t
+            .rows
+            .iter()
+            .filter_map(|(_, c)| c.get(j).copied().flatten())
+            .collect();
         let mut texts = crate::fmt::column(&present).into_iter();
         cols.push(
             t.rows

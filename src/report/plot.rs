@@ -208,8 +208,11 @@ fn mark_most_severe(panels: &mut [Panel], findings: &[Finding]) {
         .iter()
         .filter(|f| f.first_step.is_some() && f.last_step.is_some() && shown(f))
         .max_by(|a, b| {
-            (a.severity, a.count, std::cmp::Reverse(a.first_step))
-                .cmp(&(b.severity, b.count, std::cmp::Reverse(b.first_step)))
+            (a.severity, a.count, std::cmp::Reverse(a.first_step)).cmp(&(
+                b.severity,
+                b.count,
+                std::cmp::Reverse(b.first_step),
+            ))
         })
     else {
         return;
@@ -273,7 +276,10 @@ pub fn nice_step(range: f64, target: usize) -> f64 {
 
 /// The multiples of `step` within `lo..=hi` (with a little slack for rounding).
 pub fn ticks_in(lo: f64, hi: f64, step: f64) -> Vec<f64> {
-    let (a, b) = ((lo / step - 1e-9).ceil() as i64, (hi / step + 1e-9).floor() as i64);
+    let (a, b) = (
+        (lo / step - 1e-9).ceil() as i64,
+        (hi / step + 1e-9).floor() as i64,
+    );
     (a..=b).map(|k| k as f64 * step).collect()
 }
 
@@ -308,8 +314,16 @@ impl YScale {
     /// The scale for these finite values: symlog when both signs occur and the smaller
     /// side's largest magnitude is under 5 % of the larger side's.
     pub fn choose(values: &[f64]) -> YScale {
-        let pos = values.iter().copied().filter(|v| *v > 0.0).fold(0.0_f64, f64::max);
-        let neg = values.iter().copied().filter(|v| *v < 0.0).fold(0.0_f64, |a, v| a.max(-v));
+        let pos = values
+            .iter()
+            .copied()
+            .filter(|v| *v > 0.0)
+            .fold(0.0_f64, f64::max);
+        let neg = values
+            .iter()
+            .copied()
+            .filter(|v| *v < 0.0)
+            .fold(0.0_f64, |a, v| a.max(-v));
         if pos == 0.0 || neg == 0.0 {
             return YScale::Linear;
         }
@@ -359,7 +373,11 @@ impl YAxis {
             (y0, y1) = (0.0, 1.0);
         }
         if y1 - y0 < 1e-12 * y0.abs().max(1e-300) || y1 - y0 == 0.0 {
-            let d = if y0.abs() > 1e-12 { y0.abs() * 0.1 } else { 1.0 };
+            let d = if y0.abs() > 1e-12 {
+                y0.abs() * 0.1
+            } else {
+                1.0
+            };
             y0 -= d;
             y1 += d;
         }
@@ -544,11 +562,18 @@ pub fn draw_panel<DB: DrawingBackend>(
         } else {
             format!("{label} ({})", sev.name())
         };
+        // Inside the lane when it fits, else beside it (right, then left), never over
+        // another lane.
         let width = text.chars().count() as f64 * MARK_PX as f64 * 0.58 * per_px;
-        let (lx, anchor) = if l + width <= xr.end {
-            (l.max(xr.start), HPos::Left)
+        let gap = 6.0 * per_px;
+        let (lx, anchor) = if width + gap <= r - l {
+            (l + gap / 2.0, HPos::Left)
+        } else if r + gap + width <= xr.end {
+            (r + gap, HPos::Left)
+        } else if l - gap - width >= xr.start {
+            (l - gap, HPos::Right)
         } else {
-            ((r.min(xr.end)).max(xr.start + width), HPos::Right)
+            (xr.start, HPos::Left)
         };
         chart
             .draw_series(std::iter::once(Text::new(
@@ -563,11 +588,7 @@ pub fn draw_panel<DB: DrawingBackend>(
     }
 
     if !panel.band.is_empty() {
-        let mut poly: Vec<(f64, f64)> = panel
-            .band
-            .iter()
-            .map(|b| (b.0 as f64, fy(b.2)))
-            .collect();
+        let mut poly: Vec<(f64, f64)> = panel.band.iter().map(|b| (b.0 as f64, fy(b.2))).collect();
         poly.extend(panel.band.iter().rev().map(|b| (b.0 as f64, fy(b.1))));
         chart
             .draw_series(std::iter::once(Polygon::new(

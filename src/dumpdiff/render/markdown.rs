@@ -65,11 +65,7 @@ impl Renderer for MarkdownRenderer {
                     a.rank, a.micro, a.preset, a.conclusion
                 ));
                 for v in &a.sides {
-                    o.push_str(&format!(
-                        "  - {}: {}\n",
-                        v.role,
-                        verdict_detail(&v.detail)
-                    ));
+                    o.push_str(&format!("  - {}: {}\n", v.role, verdict_detail(&v.detail)));
                 }
             }
         }
@@ -163,5 +159,7 @@ fn grid(report: &Report, o: &mut String) {
         }
         o.push('\n');
     }
-    o.push_str("\n(one symbol per micro: ✓ pass, ! warn, ✗ fail, – one side only, · not compared)\n");
+    o.push_str(
+        "\n(one symbol per micro: ✓ pass, ! warn, ✗ fail, – one side only, · not compared)\n",
+    );
 }

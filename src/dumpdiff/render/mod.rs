@@ -157,7 +157,11 @@ pub fn coverage_lines(report: &Report) -> Vec<String> {
         if !by.contains_key(&key) {
             order.push(key);
         }
-        let micros = by.entry(key).or_default().entry(c.kind.as_str()).or_default();
+        let micros = by
+            .entry(key)
+            .or_default()
+            .entry(c.kind.as_str())
+            .or_default();
         if let Some(m) = c.micro {
             micros.insert(m);
         }

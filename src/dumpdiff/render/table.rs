@@ -61,7 +61,11 @@ impl TableRenderer {
         table.load_style(UTF8_FULL_CONDENSED);
         table.force_no_tty();
         let mut header = vec![Cell::new("section")];
-        header.extend(columns.iter().map(|c| Cell::new(format!("r{}", ranges(&c.ranks)))));
+        header.extend(
+            columns
+                .iter()
+                .map(|c| Cell::new(format!("r{}", ranges(&c.ranks)))),
+        );
         if columns.is_empty() {
             header.push(Cell::new("batch"));
         }
@@ -73,7 +77,14 @@ impl TableRenderer {
             } else {
                 for col in columns {
                     let (text, v) = &col.cells[i];
-                    row.push(self.cell(*v, if text.is_empty() { " ".into() } else { text.clone() }));
+                    row.push(self.cell(
+                        *v,
+                        if text.is_empty() {
+                            " ".into()
+                        } else {
+                            text.clone()
+                        },
+                    ));
                 }
             }
             table.add_row(row);
@@ -96,7 +107,11 @@ impl TableRenderer {
             .max(7)
             + 2;
         let span = (hi - lo + 1) as usize;
-        let room = self.width.unwrap_or(usize::MAX).saturating_sub(label_w).max(10);
+        let room = self
+            .width
+            .unwrap_or(usize::MAX)
+            .saturating_sub(label_w)
+            .max(10);
         let per = span.div_ceil(room).max(1);
         let n = span.div_ceil(per);
         let mut out = format!(
