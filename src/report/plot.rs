@@ -362,8 +362,10 @@ struct YAxis {
 }
 
 impl YAxis {
-    fn new(values: &[f64]) -> YAxis {
-        let scale = YScale::choose(values);
+    /// The axis over `values` (lines and bands); the scale is chosen from the lines'
+    /// values `series` alone (a ± std band dipping below zero is no sign change).
+    fn new(values: &[f64], series: &[f64]) -> YAxis {
+        let scale = YScale::choose(series);
         let (mut y0, mut y1) = values
             .iter()
             .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
@@ -401,7 +403,7 @@ impl YAxis {
                 let (lo, hi) = (scale.fwd(y0), scale.fwd(y1));
                 let pad = (hi - lo) * 0.05;
                 let mut ticks = vec![(0.0, "0".to_string())];
-                let kmin = c.log10().floor() as i32;
+                let kmin = c.log10().ceil() as i32;
                 let kmax = y0.abs().max(y1.abs()).log10().ceil() as i32;
                 for k in kmin..=kmax {
                     let v = 10f64.powi(k);
@@ -411,6 +413,13 @@ impl YAxis {
                             ticks.push((t, crate::fmt::num(s)));
                         }
                     }
+                }
+                // A side without a power-of-ten tick gets its extreme value labelled.
+                if y0 < 0.0 && !ticks.iter().any(|t| t.0 < 0.0) {
+                    ticks.push((scale.fwd(y0), crate::fmt::num(y0)));
+                }
+                if y1 > 0.0 && !ticks.iter().any(|t| t.0 > 0.0) {
+                    ticks.push((scale.fwd(y1), crate::fmt::num(y1)));
                 }
                 ticks.sort_by(|a, b| a.0.total_cmp(&b.0));
                 YAxis {
@@ -460,7 +469,13 @@ pub fn draw_panel<DB: DrawingBackend>(
     }
     let pad_x = ((x1 - x0) as f64 * 0.02).max(0.6);
     let xr = (x0 as f64 - pad_x)..(x1 as f64 + pad_x);
-    let y = YAxis::new(&finite);
+    let line_values: Vec<f64> = panel
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .filter(|v| v.is_finite())
+        .collect();
+    let y = YAxis::new(&finite, &line_values);
     let span = y.hi - y.lo;
     let lanes = panel.marks.len();
     let lane_h = span * LANE_SHARE;
@@ -497,7 +512,21 @@ pub fn draw_panel<DB: DrawingBackend>(
         .draw()
         .map_err(draw_err)?;
     let base = body.get_base_pixel();
-    for (t, label) in &y.ticks {
+    // Labels closer than a line of text to one already drawn are dropped (symlog ticks
+    // near zero): zero first, then the outermost.
+    let mut order: Vec<&(f64, String)> = y.ticks.iter().collect();
+    order.sort_by(|a, b| {
+        (a.0 != 0.0)
+            .cmp(&(b.0 != 0.0))
+            .then(b.0.abs().total_cmp(&a.0.abs()))
+    });
+    let mut drawn: Vec<i32> = Vec::new();
+    for (t, label) in order {
+        let py = chart.backend_coord(&(xr.start, *t)).1;
+        if drawn.iter().any(|d| (d - py).abs() < LABEL_PX as i32 + 2) {
+            continue;
+        }
+        drawn.push(py);
         chart
             .draw_series(std::iter::once(PathElement::new(
                 vec![(xr.start, *t), (xr.end, *t)],
