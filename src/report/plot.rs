@@ -248,7 +248,7 @@ fn draw_err<E: std::fmt::Debug>(e: E) -> Error {
 const TITLE_PX: u32 = 22;
 const LABEL_PX: u32 = 16;
 const LEGEND_PX: u32 = 15;
-const MARK_PX: u32 = 14;
+const MARK_PX: u32 = 15;
 /// Height of the title-and-legend strip above the chart.
 const HEAD_PX: u32 = 34;
 /// Each finding gets a lane of this share of the data's height under the data.
