@@ -299,6 +299,20 @@ fn sixty_four_ranks_fit_80_columns_as_rank_ranges() {
 }
 
 #[test]
+fn colour_does_not_shrink_the_grid() {
+    // The fixture's full grid is exactly 80 columns; escape codes must not count.
+    let coloured = TableRenderer {
+        color: true,
+        width: Some(80),
+    }
+    .render(&faulty())
+    .unwrap();
+    assert!(coloured.contains("r10"), "{coloured}");
+    assert!(!coloured.contains("share a column"), "{coloured}");
+    assert!(coloured.contains("\x1b["));
+}
+
+#[test]
 fn sixty_four_ranks_that_all_differ_become_a_strip() {
     // Every other rank fails: no two neighbours share a column.
     let fail: Vec<(u32, u32)> = (0..64).filter(|r| r % 2 == 1).map(|r| (r, 0)).collect();

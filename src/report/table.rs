@@ -56,6 +56,10 @@ impl Renderer for TableRenderer {
             .set_content_arrangement(ContentArrangement::Dynamic)
             .set_width(u16::try_from(width).unwrap_or(u16::MAX))
             .set_header(header);
+        // Colour is the caller's decision (`color`), not comfy-table's tty check.
+        if self.color {
+            t.enforce_styling();
+        }
         for f in &r.findings {
             let mut sev = Cell::new(f.severity.name());
             if self.color {

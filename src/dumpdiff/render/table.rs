@@ -59,7 +59,11 @@ impl TableRenderer {
     fn grid(&self, sections: &[Section], columns: &[Column]) -> String {
         let mut table = Table::new();
         table.load_style(UTF8_FULL_CONDENSED);
+        // Width and colour are decided by the caller (`width`, `color`), not by comfy-table.
         table.force_no_tty();
+        if self.color {
+            table.enforce_styling();
+        }
         let mut header = vec![Cell::new("section")];
         header.extend(
             columns
@@ -220,10 +224,17 @@ impl TableRenderer {
                 .collect(),
         };
         let full: Vec<Column> = ranks.iter().map(|&r| column(r)).collect();
-        let fits = |s: &str| self.width.is_none_or(|w| text_width(s) <= w);
-        let g = self.grid(&report.sections, &full);
-        if fits(&g) {
-            return g;
+        // Widths are measured on the uncoloured grid (escape codes take no column).
+        let plain = TableRenderer {
+            color: false,
+            width: self.width,
+        };
+        let fits = |cols: &[Column]| {
+            self.width
+                .is_none_or(|w| text_width(&plain.grid(&report.sections, cols)) <= w)
+        };
+        if fits(&full) {
+            return self.grid(&report.sections, &full);
         }
         let mut merged: Vec<Column> = Vec::new();
         for c in full {
@@ -237,8 +248,8 @@ impl TableRenderer {
                 _ => merged.push(c),
             }
         }
-        let g = self.grid(&report.sections, &merged);
-        if fits(&g) {
+        if fits(&merged) {
+            let g = self.grid(&report.sections, &merged);
             return format!(
                 "{g}\n{}",
                 wrap(
