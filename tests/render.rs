@@ -320,6 +320,8 @@ fn sixty_four_ranks_that_all_differ_become_a_strip() {
     let text = table(Some(80)).render(&r).unwrap();
     assert!(widest(&text) <= 80, "{text}");
     assert!(text.contains("ranks 0-63, one column per rank (worst micro of each):"));
+    assert!(text.contains("\n(✓ pass  ! warn  ✗ fail  – one side only  · not compared)\n"));
+    assert!(!text.contains("one symbol per micro"));
     let loss = text.lines().find(|l| l.starts_with("3 loss")).unwrap();
     let strip: String = loss.chars().skip_while(|c| *c != '✓').collect();
     let want: String = (0..64)

@@ -295,10 +295,16 @@ impl Renderer for TableRenderer {
                 ));
             }
         }
-        out.push_str(self.fitting_grid(report).trim_end());
-        out.push_str(
-            "\n(one symbol per micro: ✓ pass  ! warn  ✗ fail  – one side only  · not compared)\n",
-        );
+        let grid = self.fitting_grid(report);
+        out.push_str(grid.trim_end());
+        out.push('\n');
+        // The strip shows each rank's worst micro; the grids one symbol per micro.
+        let legend = if grid.starts_with("ranks ") {
+            "(✓ pass  ! warn  ✗ fail  – one side only  · not compared)"
+        } else {
+            "(one symbol per micro: ✓ pass  ! warn  ✗ fail  – one side only  · not compared)"
+        };
+        out.push_str(&wrap(legend, self.width, ""));
         let cov = coverage_lines(report);
         if !cov.is_empty() {
             out.push_str(&format!(
