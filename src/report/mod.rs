@@ -1,6 +1,7 @@
 //! Renderers for `logscan` reports: one per output format behind one trait
 //! (terminal table, JSON, markdown) plus the PNG/SVG plot.
 
+pub mod axis;
 pub mod html;
 pub mod json;
 pub mod markdown;
