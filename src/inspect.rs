@@ -265,6 +265,23 @@ fn human_bytes(n: u64) -> String {
     }
 }
 
+/// Ranks with no file of `kind` at `step` that lie within the ranks any kind of that step
+/// has (a hole at rank 10 of ranks 0-11 is missing, not "—"), for per-rank kinds only.
+fn absent_ranks(tree: &DumpTree, kind: Kind, step: i64) -> Vec<u32> {
+    let own = tree.ranks(kind, step);
+    if own.is_empty() {
+        return Vec::new();
+    }
+    let all: BTreeSet<u32> = Kind::ALL
+        .iter()
+        .flat_map(|k| tree.ranks(*k, step))
+        .collect();
+    let (Some(&lo), Some(&hi)) = (all.first(), all.last()) else {
+        return Vec::new();
+    };
+    (lo..=hi).filter(|r| !own.contains(r)).collect()
+}
+
 /// The layout of a dump tree: producer, steps, and per kind and step the files, formats,
 /// ranks, micros and holes in the rank × micro grid.
 pub fn render_layout(tree: &DumpTree) -> String {
@@ -288,14 +305,15 @@ pub fn render_layout(tree: &DumpTree) -> String {
             }
             let formats: BTreeSet<&str> = files.iter().map(|f| f.format.extension()).collect();
             let missing = tree.missing_cells(kind, step);
-            let missing_text = if missing.is_empty() {
+            let mut holes: Vec<String> = absent_ranks(tree, kind, step)
+                .into_iter()
+                .map(|r| format!("rank{r}"))
+                .collect();
+            holes.extend(missing.iter().map(|(r, m)| format!("rank{r}/micro{m}")));
+            let missing_text = if holes.is_empty() {
                 "—".to_string()
             } else {
-                missing
-                    .iter()
-                    .map(|(r, m)| format!("rank{r}/micro{m}"))
-                    .collect::<Vec<_>>()
-                    .join(" ")
+                holes.join(" ")
             };
             table.add_row(vec![
                 kind.dir_name().to_string(),

@@ -19,6 +19,7 @@ pub mod detect;
 pub mod dumpdiff;
 pub mod error;
 pub mod exit_codes;
+pub mod fmt;
 pub mod frames;
 pub mod inspect;
 pub mod json;

@@ -795,11 +795,10 @@ fn self_hosted_changed_loss_value_flags_that_micro_with_both_numbers() {
     assert_eq!(bad.len(), 1, "{text}");
     assert!(bad[0].starts_with("rank 5 micro 1 "), "{}", bad[0]);
     assert!(
-        bad[0].contains(&format!(
-            "dumped loss {:.4} ≠ recomputed {:.4}",
-            was + 0.25,
-            reference
-        )),
+        bad[0].contains(&{
+            let (d, r) = rlforensics::fmt::pair(was + 0.25, reference);
+            format!("dumped loss {d} ≠ recomputed {r}")
+        }),
         "{}",
         bad[0]
     );

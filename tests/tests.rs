@@ -10,3 +10,4 @@ mod losscheck;
 mod postmortem;
 mod pt;
 mod real_logs;
+mod render;

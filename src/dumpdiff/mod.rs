@@ -219,6 +219,8 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
         .chain((!coverage.is_empty()).then_some(Verdict::Missing))
         .max()
         .unwrap_or(Verdict::Skipped);
+    let trees: Vec<(&str, &DumpTree)> = sides.iter().map(|d| (d.role, &d.tree)).collect();
+    let offending_files = report::offending_files(&sections, &coverage, &trees, opts.step);
     Ok(Report {
         schema_version: SCHEMA_VERSION,
         step: opts.step,
@@ -239,6 +241,7 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
         first_divergence,
         worst,
         adjudication,
+        offending_files,
         files_read: sides.iter().map(|d| d.files_read()).sum(),
         bytes_read: sides.iter().map(|d| d.bytes_read()).sum(),
     })

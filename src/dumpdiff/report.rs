@@ -38,6 +38,9 @@ pub struct Report {
     /// For each rank/micro whose loss disagrees: which side's loss follows from its own
     /// inputs (losscheck's reference kernels), so the analyst knows which side is wrong.
     pub adjudication: Vec<Adjudication>,
+    /// The files behind each failing, warning or one-sided rank/micro cell, so the user can
+    /// open them (`losscheck --dump-dir …`, `dumpdiff --inspect FILE`).
+    pub offending_files: Vec<OffendingFile>,
     /// Files read (each once).
     pub files_read: usize,
     /// Bytes read.
@@ -246,4 +249,83 @@ pub struct SideVerdict {
     pub recomputed_loss: Option<f64>,
     /// losscheck's verdict line, or why the side could not be recomputed.
     pub detail: String,
+}
+
+/// One file behind a cell that did not pass.
+#[derive(Debug, Clone, Serialize)]
+pub struct OffendingFile {
+    /// Section of the cell (`is_loss`, or `coverage` for a file on one side only).
+    pub section: String,
+    /// Rank.
+    pub rank: Option<u32>,
+    /// Micro-batch.
+    pub micro: Option<u32>,
+    /// Side the file belongs to (`self-hosted`, `weaver`, `remote-api`).
+    pub role: String,
+    /// Its kind folder.
+    pub kind: String,
+    /// The file.
+    pub path: PathBuf,
+}
+
+/// The kind folders a section reads (the importance-sampling section compares the
+/// self-hosted `forward_data`/`old_log_probs` with weaver's `is_loss_debug`).
+fn section_kinds(section: &str) -> Vec<crate::readers::layout::Kind> {
+    use crate::readers::layout::Kind;
+    match section {
+        "is_loss" => vec![Kind::ForwardData, Kind::OldLogProbs, Kind::IsLossDebug],
+        "loss" => vec![Kind::Loss],
+        s => Kind::ALL
+            .into_iter()
+            .filter(|k| k.dir_name().trim_end_matches('s') == s.trim_end_matches('s'))
+            .collect(),
+    }
+}
+
+/// The files of `step` behind every non-passing per-rank cell of `sections` and every
+/// one-sided file of `coverage`, looked up in each side's tree (`(role, tree)`).
+pub fn offending_files(
+    sections: &[Section],
+    coverage: &[Coverage],
+    trees: &[(&str, &crate::readers::layout::DumpTree)],
+    step: i64,
+) -> Vec<OffendingFile> {
+    use crate::readers::layout::Kind;
+    let mut out: Vec<OffendingFile> = Vec::new();
+    let mut push = |section: &str, kind: Kind, rank, micro, role: &str, path: &PathBuf| {
+        if !out.iter().any(|o| o.path == *path) {
+            out.push(OffendingFile {
+                section: section.into(),
+                rank,
+                micro,
+                role: role.into(),
+                kind: kind.dir_name().into(),
+                path: path.clone(),
+            });
+        }
+    };
+    for sec in sections {
+        for c in sec.cells.iter().filter(|c| {
+            c.rank.is_some() && c.verdict > Verdict::Pass && c.verdict != Verdict::Missing
+        }) {
+            for kind in section_kinds(&sec.name) {
+                for (role, tree) in trees {
+                    if let Some(f) = tree.get(kind, step, c.rank, c.micro) {
+                        push(&sec.name, kind, c.rank, c.micro, role, &f.path);
+                    }
+                }
+            }
+        }
+    }
+    for c in coverage {
+        let Some(kind) = Kind::ALL.into_iter().find(|k| k.dir_name() == c.kind) else {
+            continue;
+        };
+        for (role, tree) in trees.iter().filter(|(r, _)| *r == c.present_on) {
+            if let Some(f) = tree.get(kind, step, c.rank, c.micro) {
+                push("coverage", kind, c.rank, c.micro, role, &f.path);
+            }
+        }
+    }
+    out
 }

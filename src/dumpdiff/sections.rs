@@ -701,7 +701,7 @@ impl PairCtx<'_> {
         let (mut tol, precision) = self.tolerance(&name, prec, derived);
         let extra = match &propagated {
             Some((e, how)) => {
-                tol.source = format!("{} + {e:e} {how}", tol.source);
+                tol.source = format!("{} + {} {how}", tol.source, crate::fmt::num(*e));
                 *e
             }
             None => 0.0,

@@ -149,7 +149,8 @@ pub struct Verdict {
 impl Verdict {
     /// One line: `rank R micro M FILE: consistent (loss X)` or `... dumped loss X ≠
     /// recomputed Y — first divergent intermediate: NAME at row R pos P`, followed by the
-    /// `loss/` scalars that disagree and the notes.
+    /// notes (the diagnosis) and the `loss/` scalars that disagree. Each pair is printed
+    /// with the digits that show its difference.
     pub fn line(&self) -> String {
         let head = format!(
             "rank {} micro {} {}",
@@ -158,17 +159,21 @@ impl Verdict {
             self.file.display()
         );
         let mut s = match self.status {
-            Status::Consistent => format!("{head}: consistent (loss {:.6})", self.recomputed_loss),
+            Status::Consistent => format!(
+                "{head}: consistent (loss {})",
+                crate::fmt::num(self.recomputed_loss)
+            ),
             Status::Inconsistent => {
-                let mut s = format!(
-                    "{head}: dumped loss {:.4} ≠ recomputed {:.4}",
-                    self.dumped_loss, self.recomputed_loss
-                );
+                let (d, r) = crate::fmt::pair(self.dumped_loss, self.recomputed_loss);
+                let mut s = format!("{head}: dumped loss {d} ≠ recomputed {r}");
                 match (&self.first_divergence, self.layout) {
-                    (Some(d), _) => s.push_str(&format!(
-                        " — first divergent intermediate: {} at row {} pos {} ({:.4} vs {:.4}; {} positions differ)",
-                        d.name, d.row, d.pos, d.dumped, d.recomputed, d.count
-                    )),
+                    (Some(d), _) => {
+                        let (a, b) = crate::fmt::pair(d.dumped, d.recomputed);
+                        s.push_str(&format!(
+                            " — first divergent intermediate: {} at row {} pos {} (dumped {a}, recomputed {b}; {} positions differ)",
+                            d.name, d.row, d.pos, d.count
+                        ))
+                    }
                     (None, Layout::Weaver) => {
                         s.push_str(" — every intermediate matches: the aggregation differs")
                     }
@@ -177,15 +182,20 @@ impl Verdict {
                 s
             }
         };
-        for c in self.checks.iter().filter(|c| !c.ok) {
-            s.push_str(&format!(
-                "; {} {:.6} ≠ recomputed {:.6}",
-                c.name, c.dumped, c.recomputed
-            ));
-        }
+        // The diagnosis first (e.g. "a sum, not a mean"), then the scalars that disagree.
         for n in &self.notes {
             s.push_str("; ");
             s.push_str(n);
+        }
+        // The loss itself is in the head already; the other scalars that disagree follow.
+        let loss_in_head = self.status == Status::Inconsistent;
+        for c in self
+            .checks
+            .iter()
+            .filter(|c| !(c.ok || loss_in_head && c.name == "loss"))
+        {
+            let (d, r) = crate::fmt::pair(c.dumped, c.recomputed);
+            s.push_str(&format!("; {} {d} ≠ recomputed {r}", c.name));
         }
         s
     }

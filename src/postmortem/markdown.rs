@@ -11,22 +11,37 @@ fn esc(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
 
-/// A table cell: 4 significant digits, NaN/inf spelled out, `-` when absent.
+/// A table cell: the shared formatter's 4 significant digits, NaN/inf spelled out, `-`
+/// when absent.
 pub fn cell(v: Option<f64>) -> String {
-    match v {
-        None => "-".to_string(),
-        Some(x) if x.is_nan() => "NaN".to_string(),
-        Some(x) if x.is_infinite() => if x > 0.0 { "inf" } else { "-inf" }.to_string(),
-        Some(x) if x == x.trunc() && x.abs() < 1e9 => format!("{x:.0}"),
-        Some(x) => {
-            let a = x.abs();
-            if !(1e-3..1e5).contains(&a) {
-                format!("{x:.3e}")
-            } else {
-                format!("{}", (x * 1e4).round() / 1e4)
-            }
-        }
+    v.map_or_else(|| "-".to_string(), crate::fmt::num)
+}
+
+/// The last-steps table's cells, row by row: one notation per column (never `-0.0031`
+/// above `6.973e-4`), `-` where a step has no value.
+pub fn step_cells(t: &StepTable) -> Vec<Vec<String>> {
+    let n = t.columns.len();
+    let mut cols: Vec<Vec<String>> = Vec::with_capacity(n);
+    for j in 0..n {
+        let present: Vec<f64> = t
+            .rows
+            .iter()
+            .filter_map(|(_, c)| c.get(j).copied().flatten())
+            .collect();
+        let mut texts = crate::fmt::column(&present).into_iter();
+        cols.push(
+            t.rows
+                .iter()
+                .map(|(_, c)| match c.get(j).copied().flatten() {
+                    Some(_) => texts.next().unwrap_or_default(),
+                    None => "-".to_string(),
+                })
+                .collect(),
+        );
     }
+    (0..t.rows.len())
+        .map(|i| cols.iter().map(|c| c[i].clone()).collect())
+        .collect()
 }
 
 /// The last-steps table as markdown (`No steps logged.` when empty).
@@ -37,8 +52,7 @@ pub fn step_table(t: &StepTable) -> String {
     let mut o = format!("| step | {} |\n|---|", t.columns.join(" | "));
     o.push_str(&"---|".repeat(t.columns.len()));
     o.push('\n');
-    for (s, cells) in &t.rows {
-        let c: Vec<String> = cells.iter().map(|v| cell(*v)).collect();
+    for ((s, _), c) in t.rows.iter().zip(step_cells(t)) {
         o.push_str(&format!("| {s} | {} |\n", c.join(" | ")));
     }
     o

@@ -18,6 +18,11 @@ pub fn shell_quote(s: &str) -> String {
 
 /// Set `--flag value` in `args` (replace the value when present, else append).
 fn set_flag(args: &mut Vec<String>, flag: &str, value: &str) {
+    let joined = format!("{flag}=");
+    if let Some(i) = args.iter().position(|a| a.starts_with(&joined)) {
+        args[i] = format!("{flag}={value}");
+        return;
+    }
     if let Some(i) = args.iter().position(|a| a == flag) {
         if i + 1 < args.len() {
             args[i + 1] = value.to_string();
@@ -34,6 +39,10 @@ fn remove_flag(args: &mut Vec<String>, flag: &str) {
 }
 
 fn get_flag<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+    let joined = format!("{flag}=");
+    if let Some(v) = args.iter().find_map(|a| a.strip_prefix(joined.as_str())) {
+        return Some(v);
+    }
     let i = args.iter().position(|a| a == flag)?;
     args.get(i + 1).map(String::as_str)
 }
@@ -44,6 +53,29 @@ fn command(argv: &[String]) -> String {
     parts.join(" ")
 }
 
+/// What `batch_indices` says about the completions: one prompt index per completion when
+/// it has as many entries as `token_counts`, else only the prompts it names (the trainer
+/// wrote fewer indices than completions, so no completion can be tied to its prompt).
+fn batch_indices_note(batch_indices: &[i64], token_counts: &[i64]) -> String {
+    let prompts: std::collections::BTreeSet<i64> = batch_indices.iter().copied().collect();
+    if token_counts.is_empty() || batch_indices.len() == token_counts.len() {
+        format!(
+            "batch_indices {:?} map each of the {} completions to its prompt ({} distinct); the prompts are listed under the offending batch.",
+            batch_indices,
+            batch_indices.len(),
+            prompts.len()
+        )
+    } else {
+        format!(
+            "batch_indices {:?} has {} entries but token_counts has {} completions: it names prompts {:?} of the batch, and which completion came from which prompt is not recorded.",
+            batch_indices,
+            batch_indices.len(),
+            token_counts.len(),
+            prompts
+        )
+    }
+}
+
 /// The recipe, or `None` when `run_metadata.json` gave no command line.
 pub fn recipe(run: &RunInfo, crash: Option<&CrashSummary>) -> Option<Replay> {
     if run.argv.is_empty() {
@@ -51,10 +83,15 @@ pub fn recipe(run: &RunInfo, crash: Option<&CrashSummary>) -> Option<Replay> {
     }
     let mut args = run.argv.clone();
     let mut notes = Vec::new();
-    let seed = run.config.get("seed").and_then(|v| v.as_i64()).unwrap_or(0);
-    if get_flag(&args, "--seed").is_none() {
-        set_flag(&mut args, "--seed", &seed.to_string());
-    }
+    // The seed the command line gives wins over the config's (the command is what runs).
+    let seed = match get_flag(&args, "--seed") {
+        Some(s) => s.to_string(),
+        None => {
+            let s = run.config.get("seed").and_then(|v| v.as_i64()).unwrap_or(0);
+            set_flag(&mut args, "--seed", &s.to_string());
+            s.to_string()
+        }
+    };
     let step = crash.and_then(|c| c.step);
     if let Some(s) = step {
         set_flag(&mut args, "--iters", &s.to_string());
@@ -66,11 +103,7 @@ pub fn recipe(run: &RunInfo, crash: Option<&CrashSummary>) -> Option<Replay> {
     }
     if let Some(ctx) = crash.and_then(|c| c.context.as_ref()) {
         if !ctx.batch_indices.is_empty() {
-            notes.push(format!(
-                "batch_indices {:?} map each of the {} completions to its prompt in the batch; the prompts are listed under the offending batch.",
-                ctx.batch_indices,
-                ctx.batch_indices.len()
-            ));
+            notes.push(batch_indices_note(&ctx.batch_indices, &ctx.token_counts));
         }
         if !ctx.empty_indices.is_empty() {
             notes.push(format!(
@@ -89,12 +122,11 @@ pub fn recipe(run: &RunInfo, crash: Option<&CrashSummary>) -> Option<Replay> {
                 set_flag(&mut f, "--debug-min-new-tokens", "2");
             }
             "nan-gradient" => {
-                let lr = run
-                    .config
-                    .get("learning_rate")
-                    .and_then(|v| v.as_f64())
+                let lr = get_flag(&f, "--learning-rate")
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .or_else(|| run.config.get("learning_rate").and_then(|v| v.as_f64()))
                     .unwrap_or(1e-5);
-                set_flag(&mut f, "--learning-rate", &format!("{:e}", lr / 10.0));
+                set_flag(&mut f, "--learning-rate", &crate::fmt::arg(lr / 10.0));
             }
             "oom" => {
                 let bs = run
@@ -131,5 +163,17 @@ mod tests {
         set_flag(&mut a, "--iters", "23");
         set_flag(&mut a, "--seed", "0");
         assert_eq!(a, ["x.py", "--iters", "23", "--seed", "0"]);
+    }
+
+    #[test]
+    fn batch_indices_shorter_than_the_completions_are_not_mapped_one_to_one() {
+        let n = batch_indices_note(&[0, 0, 1, 1], &[3, 0, 5, 0, 2, 2, 1, 0]);
+        assert_eq!(
+            n,
+            "batch_indices [0, 0, 1, 1] has 4 entries but token_counts has 8 completions: it names prompts {0, 1} of the batch, and which completion came from which prompt is not recorded."
+        );
+        assert!(!n.contains("each of the"));
+        let n = batch_indices_note(&[0, 0, 1, 1], &[0, 14, 0, 9]);
+        assert!(n.starts_with("batch_indices [0, 0, 1, 1] map each of the 4 completions to its prompt (2 distinct)"), "{n}");
     }
 }

@@ -48,13 +48,13 @@ h1{font-size:24px;margin:8px 0}h2{font-size:19px;border-bottom:1px solid #ddd;pa
 .crashed .headline{background:#fdecea;border-left-color:#c62828}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}th{background:#f4f4f4}
 td.num{text-align:right;font-family:'DejaVu Sans Mono',monospace;white-space:nowrap}
-.wide{overflow-x:auto;max-width:100%}
+.wide{overflow-x:auto;max-width:100%}table.steps{width:100%;font-size:12px}table.steps th{font-size:11px;padding:3px 4px}table.steps td{padding:2px 4px}
 code,pre{font-family:'DejaVu Sans Mono',Menlo,monospace;font-size:12px}pre{background:#f6f8fa;padding:8px;overflow-x:auto;white-space:pre-wrap}
 .sev-critical{color:#8c003c;font-weight:bold}.sev-error{color:#c62828;font-weight:bold}.sev-warning{color:#b07800}.sev-info{color:#666}
 .origin-trainer{background:#fff7d6}.origin-library,.origin-stdlib{color:#777}
 .badge{display:inline-block;padding:1px 8px;border-radius:10px;background:#c62828;color:#fff;font-size:12px}
 .plots{display:grid;grid-template-columns:1fr 1fr;gap:10px}.plots figure{margin:0}.plots img{width:100%;border:1px solid #eee}
-figcaption{font-size:12px;color:#555}ul.kv{list-style:none;padding-left:0;columns:2}ul.kv li{margin:1px 0}";
+figcaption{font-size:13px;color:#555}ul.kv{list-style:none;padding-left:0;columns:2}ul.kv li{margin:1px 0}";
 
 fn row(cells: &[String]) -> String {
     format!("<tr>{}</tr>\n", cells.concat())
@@ -255,13 +255,16 @@ pub fn render(pm: &Postmortem, pngs: &[(PlotRef, Vec<u8>)]) -> String {
     if pm.last_steps.rows.is_empty() {
         o.push_str("<p>No steps logged.</p>\n");
     } else {
-        o.push_str("<div class=\"wide\"><table>\n");
-        let mut cols = vec!["step"];
-        cols.extend(pm.last_steps.columns.iter().map(String::as_str));
-        o.push_str(&th(&cols));
-        for (s, cells) in &pm.last_steps.rows {
+        // Fits the page: headers may break after `_`, numbers use one notation per column.
+        o.push_str("<div class=\"wide\"><table class=\"steps\">\n<tr><th>step</th>");
+        for c in &pm.last_steps.columns {
+            o.push_str(&format!("<th>{}</th>", esc(c).replace('_', "_<wbr />")));
+        }
+        o.push_str("</tr>\n");
+        let texts = crate::postmortem::markdown::step_cells(&pm.last_steps);
+        for ((s, _), cells) in pm.last_steps.rows.iter().zip(texts) {
             let mut r = vec![td_num(&s.to_string())];
-            r.extend(cells.iter().map(|v| td_num(&cell(*v))));
+            r.extend(cells.iter().map(|v| td_num(v)));
             o.push_str(&row(&r));
         }
         o.push_str("</table></div>\n");

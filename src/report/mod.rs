@@ -1,6 +1,7 @@
 //! Renderers for `logscan` reports: one per output format behind one trait
 //! (terminal table, JSON, markdown) plus the PNG/SVG plot.
 
+pub mod axis;
 pub mod html;
 pub mod json;
 pub mod markdown;
@@ -16,14 +17,36 @@ pub trait Renderer {
     fn render(&self, report: &ScanReport) -> Result<String>;
 }
 
-/// The renderer for a `--format` name (`table`, `json`, `markdown`).
+/// The renderer for a `--format` name (`table`, `json`, `markdown`); the table fits
+/// [`terminal_width`].
 pub fn renderer(format: &str, color: bool) -> Option<Box<dyn Renderer>> {
     match format {
-        "table" => Some(Box::new(table::TableRenderer { color })),
+        "table" => Some(Box::new(table::TableRenderer {
+            color,
+            width: terminal_width(),
+        })),
         "json" => Some(Box::new(json::JsonRenderer)),
         "markdown" | "md" => Some(Box::new(markdown::MarkdownRenderer)),
         _ => None,
     }
+}
+
+/// The width tables must fit: `COLUMNS` when set to a number, else the terminal's width
+/// when stdout is one, else `None` (a pipe or file gets the full table).
+pub fn terminal_width() -> Option<usize> {
+    if let Some(c) = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|c| *c > 0)
+    {
+        return Some(c);
+    }
+    comfy_table::Table::new().width().map(usize::from)
+}
+
+/// The widest line of `text` in characters (every glyph the tables use is one column wide).
+pub fn text_width(text: &str) -> usize {
+    text.lines().map(|l| l.chars().count()).max().unwrap_or(0)
 }
 
 /// Short evidence text `k=v, k=v` for tables.
@@ -33,7 +56,7 @@ pub fn evidence_text(f: &crate::detect::Finding, max: usize) -> String {
         .take(max)
         .map(|(k, v)| match v {
             serde_json::Value::Number(n) => match n.as_f64() {
-                Some(x) if n.is_f64() => format!("{k}={x:.4}"),
+                Some(x) if n.is_f64() => format!("{k}={}", crate::fmt::num(x)),
                 _ => format!("{k}={n}"),
             },
             serde_json::Value::String(s) => format!("{k}={s}"),

@@ -13,6 +13,8 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use crate::detect::{Finding, Severity};
 use crate::error::{Error, Result};
 use crate::logscan::frame::LogFrame;
+use crate::report::axis::YAxis;
+pub use crate::report::axis::{nice_step, tick_text, ticks_in, YScale};
 
 /// DejaVuSans, registered as `sans-serif` before any text is drawn.
 static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
@@ -48,6 +50,8 @@ pub struct Panel {
     pub band: Vec<(i64, f64, f64)>,
     /// Findings marked on this panel: `(first, last, severity, label)`.
     pub marks: Vec<(i64, i64, Severity, String)>,
+    /// Index in `marks` of the run's most severe finding, when it concerns this panel.
+    pub most_severe: Option<usize>,
 }
 
 /// Which detectors concern which panel.
@@ -99,9 +103,13 @@ pub fn panels(frame: &LogFrame, findings: &[Finding]) -> Vec<Panel> {
         if series.is_empty() {
             return;
         }
-        let marks = findings
+        let mine: Vec<&Finding> = findings
             .iter()
             .filter(|f| panel_detectors(key).contains(&f.detector.as_str()))
+            .filter(|f| f.first_step.is_some() && f.last_step.is_some())
+            .collect();
+        let marks = mine
+            .iter()
             .filter_map(|f| Some((f.first_step?, f.last_step?, f.severity, f.detector.clone())))
             .collect();
         out.push(Panel {
@@ -110,6 +118,7 @@ pub fn panels(frame: &LogFrame, findings: &[Finding]) -> Vec<Panel> {
             series,
             band,
             marks,
+            most_severe: None,
         });
     };
     push(
@@ -185,7 +194,36 @@ pub fn panels(frame: &LogFrame, findings: &[Finding]) -> Vec<Panel> {
         vec![line("peak_memory_gb", s("peak_memory_gb"))],
         Vec::new(),
     );
+    mark_most_severe(&mut out, findings);
     out
+}
+
+/// Mark, on every panel that shows it, the most severe finding among those the panels
+/// show (ties: the one spanning more steps, then the earlier).
+fn mark_most_severe(panels: &mut [Panel], findings: &[Finding]) {
+    let shown = |f: &Finding| {
+        panels
+            .iter()
+            .any(|p| panel_detectors(p.key).contains(&f.detector.as_str()))
+    };
+    let Some(w) = findings
+        .iter()
+        .filter(|f| f.first_step.is_some() && f.last_step.is_some() && shown(f))
+        .max_by(|a, b| {
+            (a.severity, a.count, std::cmp::Reverse(a.first_step)).cmp(&(
+                b.severity,
+                b.count,
+                std::cmp::Reverse(b.first_step),
+            ))
+        })
+    else {
+        return;
+    };
+    for p in panels.iter_mut() {
+        p.most_severe = p.marks.iter().position(|m| {
+            Some(m.0) == w.first_step && Some(m.1) == w.last_step && m.3 == w.detector
+        });
+    }
 }
 
 const PALETTE: [RGBColor; 4] = [
@@ -208,7 +246,20 @@ fn draw_err<E: std::fmt::Debug>(e: E) -> Error {
     Error::Usage(format!("drawing a plot failed: {e:?}"))
 }
 
-/// Draw `panel` into `area`, with a dashed vertical line at `crash`.
+/// Font sizes in pixels (title, axis labels, legend, finding labels).
+const TITLE_PX: u32 = 22;
+const LABEL_PX: u32 = 16;
+const LEGEND_PX: u32 = 15;
+const MARK_PX: u32 = 15;
+/// Height of the title-and-legend strip above the chart.
+const HEAD_PX: u32 = 34;
+/// Each finding gets a lane of this share of the data's height under the data.
+const LANE_SHARE: f64 = 0.11;
+
+/// Draw `panel` into `area`, with a dashed vertical line at `crash`: the title and the
+/// legend in a strip above the chart (never over the data), a zero line or a symmetric-log
+/// axis where a series changes sign, and each finding as its own lane under the data with
+/// its label (the run's most severe finding outlined and named so).
 pub fn draw_panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     panel: &Panel,
@@ -216,6 +267,7 @@ pub fn draw_panel<DB: DrawingBackend>(
 ) -> Result<()> {
     register_font();
     area.fill(&WHITE).map_err(draw_err)?;
+    let (head, body) = area.split_vertically(HEAD_PX);
     let finite: Vec<f64> = panel
         .series
         .iter()
@@ -228,6 +280,7 @@ pub fn draw_panel<DB: DrawingBackend>(
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.0))
         .chain(crash)
+        .chain(panel.marks.iter().flat_map(|m| [m.0, m.1]))
         .collect();
     let (mut x0, mut x1) = (
         steps.iter().copied().min().unwrap_or(0),
@@ -237,110 +290,187 @@ pub fn draw_panel<DB: DrawingBackend>(
         x0 -= 1;
         x1 += 1;
     }
-    let pad_x = ((x1 - x0) as f64 * 0.02).max(0.5);
-    let (mut y0, mut y1) = finite
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
-            (a.min(*v), b.max(*v))
-        });
-    if !y0.is_finite() {
-        (y0, y1) = (0.0, 1.0);
-    }
-    if y1 - y0 < 1e-12 {
-        let d = if y0.abs() > 1e-12 {
-            y0.abs() * 0.1
-        } else {
-            1.0
-        };
-        y0 -= d;
-        y1 += d;
-    }
-    let pad_y = (y1 - y0) * 0.08;
-    let (y0, y1) = (y0 - pad_y, y1 + pad_y);
+    let pad_x = ((x1 - x0) as f64 * 0.02).max(0.6);
     let xr = (x0 as f64 - pad_x)..(x1 as f64 + pad_x);
-    let mut chart = ChartBuilder::on(area)
-        .caption(&panel.title, ("sans-serif", 18))
-        .margin(8)
-        .x_label_area_size(28)
-        .y_label_area_size(60)
-        .build_cartesian_2d(xr.clone(), y0..y1)
+    let line_values: Vec<f64> = panel
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .filter(|v| v.is_finite())
+        .collect();
+    let y = YAxis::new(&finite, &line_values);
+    let span = y.hi - y.lo;
+    let lanes = panel.marks.len();
+    let lane_h = span * LANE_SHARE;
+    let bottom = y.lo - lane_h * lanes as f64;
+    let top = y.hi + span * 0.02;
+    let fy = |v: f64| y.scale.fwd(v);
+
+    let mut chart = ChartBuilder::on(&body)
+        .margin_left(8)
+        .margin_right(14)
+        .margin_bottom(4)
+        .x_label_area_size(42)
+        .y_label_area_size(74)
+        .build_cartesian_2d(xr.clone(), bottom..top)
         .map_err(draw_err)?;
+    // y ticks are drawn below from `y.ticks` (nice numbers, distinct labels); plotters
+    // draws the x axis, with labels only at whole steps.
     chart
         .configure_mesh()
         .x_desc("step")
-        .label_style(("sans-serif", 12))
-        .light_line_style(RGBColor(235, 235, 235))
-        .x_label_formatter(&|x| format!("{x:.0}"))
-        .y_label_formatter(&|y| tick_label(*y, y1 - y0))
+        .label_style(("sans-serif", LABEL_PX))
+        .axis_desc_style(("sans-serif", LABEL_PX))
+        .bold_line_style(RGBColor(225, 225, 225))
+        .light_line_style(RGBColor(245, 245, 245))
+        .y_labels(0)
+        .x_labels(10)
+        .x_label_formatter(&|x| {
+            if (x - x.round()).abs() < 1e-6 {
+                format!("{x:.0}")
+            } else {
+                String::new()
+            }
+        })
         .draw()
         .map_err(draw_err)?;
-    // Findings: translucent spans over their step range, labelled at the top.
-    for (k, (a, b, sev, label)) in panel.marks.iter().enumerate() {
-        let c = severity_color(*sev);
-        let (l, r) = (*a as f64 - 0.5, *b as f64 + 0.5);
+    let base = body.get_base_pixel();
+    // Labels closer than a line of text to one already drawn are dropped (symlog ticks
+    // near zero): zero first, then the outermost.
+    let mut order: Vec<&(f64, String)> = y.ticks.iter().collect();
+    order.sort_by(|a, b| {
+        (a.0 != 0.0)
+            .cmp(&(b.0 != 0.0))
+            .then(b.0.abs().total_cmp(&a.0.abs()))
+    });
+    let mut drawn: Vec<i32> = Vec::new();
+    for (t, label) in order {
+        let py = chart.backend_coord(&(xr.start, *t)).1;
+        if drawn.iter().any(|d| (d - py).abs() < LABEL_PX as i32 + 2) {
+            continue;
+        }
+        drawn.push(py);
         chart
-            .draw_series(std::iter::once(Rectangle::new(
-                [(l, y0), (r, y1)],
-                c.mix(0.18).filled(),
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(xr.start, *t), (xr.end, *t)],
+                RGBColor(225, 225, 225).stroke_width(1),
             )))
             .map_err(draw_err)?;
-        // Labels of spans in the right half end at the span instead of starting there.
-        let per_px = (xr.end - xr.start) / (area.dim_in_pixel().0 as f64 - 80.0).max(1.0);
-        let width = label.chars().count() as f64 * 7.0 * per_px;
-        let lx = if l > (xr.start + xr.end) / 2.0 {
-            (r - width).max(xr.start)
+        let (px, py) = chart.backend_coord(&(xr.start, *t));
+        body.draw(&Text::new(
+            label.clone(),
+            (px - base.0 - 6, py - base.1),
+            ("sans-serif", LABEL_PX)
+                .into_font()
+                .color(&BLACK)
+                .pos(Pos::new(HPos::Right, VPos::Center)),
+        ))
+        .map_err(draw_err)?;
+    }
+
+    // A zero line where the data crosses zero.
+    if y.lo < 0.0 && y.hi > 0.0 {
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(xr.start, 0.0), (xr.end, 0.0)],
+                RGBColor(90, 90, 90).stroke_width(1),
+            )))
+            .map_err(draw_err)?;
+    }
+    if lanes > 0 {
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(xr.start, y.lo), (xr.end, y.lo)],
+                RGBColor(170, 170, 170).stroke_width(1),
+            )))
+            .map_err(draw_err)?;
+    }
+
+    // Findings: one lane each under the data; the label inside the lane.
+    let plot_px = (body.dim_in_pixel().0 as f64 - 96.0).max(1.0);
+    let per_px = (xr.end - xr.start) / plot_px;
+    for (k, (a, b, sev, label)) in panel.marks.iter().enumerate() {
+        let c = severity_color(*sev);
+        let worst = panel.most_severe == Some(k);
+        let (l, r) = (*a as f64 - 0.5, *b as f64 + 0.5);
+        let lane_top = y.lo - lane_h * k as f64 - lane_h * 0.12;
+        let lane_bot = y.lo - lane_h * (k + 1) as f64 + lane_h * 0.12;
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(l, lane_top), (r, lane_bot)],
+                c.mix(0.35).filled(),
+            )))
+            .map_err(draw_err)?;
+        if worst {
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(l, lane_top), (r, lane_bot)],
+                    c.stroke_width(2),
+                )))
+                .map_err(draw_err)?;
+        }
+        let text = if worst {
+            format!("{label} ({} — most severe finding)", sev.name())
         } else {
-            l
+            format!("{label} ({})", sev.name())
+        };
+        // Inside the lane when it fits, else beside it (right, then left), never over
+        // another lane.
+        let width = text.chars().count() as f64 * MARK_PX as f64 * 0.58 * per_px;
+        let gap = 6.0 * per_px;
+        let (lx, anchor) = if width + gap <= r - l {
+            (l + gap / 2.0, HPos::Left)
+        } else if r + gap + width <= xr.end {
+            (r + gap, HPos::Left)
+        } else if l - gap - width >= xr.start {
+            (l - gap, HPos::Right)
+        } else {
+            (xr.start, HPos::Left)
         };
         chart
             .draw_series(std::iter::once(Text::new(
-                label.clone(),
-                (lx, y0 + (y1 - y0) * (0.02 + 0.08 * k as f64)),
-                ("sans-serif", 12)
+                text,
+                (lx, (lane_top + lane_bot) / 2.0),
+                ("sans-serif", MARK_PX)
                     .into_font()
-                    .color(&c)
-                    .pos(Pos::new(HPos::Left, VPos::Bottom)),
+                    .color(&RGBColor(30, 30, 30))
+                    .pos(Pos::new(anchor, VPos::Center)),
             )))
             .map_err(draw_err)?;
     }
+
     if !panel.band.is_empty() {
-        let mut poly: Vec<(f64, f64)> = panel.band.iter().map(|b| (b.0 as f64, b.2)).collect();
-        poly.extend(panel.band.iter().rev().map(|b| (b.0 as f64, b.1)));
+        let mut poly: Vec<(f64, f64)> = panel.band.iter().map(|b| (b.0 as f64, fy(b.2))).collect();
+        poly.extend(panel.band.iter().rev().map(|b| (b.0 as f64, fy(b.1))));
         chart
             .draw_series(std::iter::once(Polygon::new(
                 poly,
-                PALETTE[0].mix(0.2).filled(),
+                PALETTE[0].mix(0.18).filled(),
             )))
             .map_err(draw_err)?;
     }
+    let mut legend: Vec<(String, RGBColor, bool)> = Vec::new();
     for (i, s) in panel.series.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
+        legend.push((s.label.clone(), color, false));
         // Break the line at non-finite values.
         let mut segments: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
-        for (x, y) in &s.points {
-            if y.is_finite() {
+        for (x, v) in &s.points {
+            if v.is_finite() {
                 if let Some(seg) = segments.last_mut() {
-                    seg.push((*x as f64, *y));
+                    seg.push((*x as f64, fy(*v)));
                 }
             } else if segments.last().is_some_and(|l| !l.is_empty()) {
                 segments.push(Vec::new());
             }
         }
-        let mut labelled = false;
         for seg in segments.into_iter().filter(|s| !s.is_empty()) {
-            let single = seg.len() == 1;
-            let ann = chart
+            chart
                 .draw_series(LineSeries::new(seg.clone(), color.stroke_width(2)))
                 .map_err(draw_err)?;
-            if !labelled {
-                ann.label(s.label.clone()).legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-                });
-                labelled = true;
-            }
-            if single || seg.len() <= 40 {
+            if seg.len() <= 40 {
                 chart
-                    .draw_series(seg.iter().map(|p| Circle::new(*p, 2, color.filled())))
+                    .draw_series(seg.iter().map(|p| Circle::new(*p, 3, color.filled())))
                     .map_err(draw_err)?;
             }
         }
@@ -348,15 +478,14 @@ pub fn draw_panel<DB: DrawingBackend>(
             .points
             .iter()
             .filter(|p| !p.1.is_finite())
-            .map(|p| (p.0 as f64, y1 - (y1 - y0) * 0.06))
+            .map(|p| (p.0 as f64, y.hi - span * 0.04))
             .collect();
         if !bad.is_empty() {
             let red = RGBColor(214, 39, 40);
             chart
-                .draw_series(bad.iter().map(|p| TriangleMarker::new(*p, 6, red.filled())))
-                .map_err(draw_err)?
-                .label(format!("{} non-finite", s.label))
-                .legend(move |(x, y)| TriangleMarker::new((x + 8, y), 5, red.filled()));
+                .draw_series(bad.iter().map(|p| TriangleMarker::new(*p, 7, red.filled())))
+                .map_err(draw_err)?;
+            legend.push((format!("{} non-finite", s.label), red, true));
         }
     }
     if let Some(c) = crash {
@@ -364,41 +493,68 @@ pub fn draw_panel<DB: DrawingBackend>(
         let x = c as f64;
         chart
             .draw_series(DashedLineSeries::new(
-                vec![(x, y0), (x, y1)],
+                vec![(x, bottom), (x, top)],
                 6,
                 4,
                 red.stroke_width(2),
             ))
-            .map_err(draw_err)?
-            .label(format!("crash (step {c})"))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], red.stroke_width(2)));
+            .map_err(draw_err)?;
+        legend.push((format!("crash (step {c})"), red, false));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font(("sans-serif", 12))
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(200, 200, 200))
-        .draw()
-        .map_err(draw_err)?;
-    Ok(())
+    draw_head(&head, panel, y.scale, &legend)
 }
 
-/// A y-axis tick label with as many decimals as the axis range needs.
-fn tick_label(y: f64, range: f64) -> String {
-    let a = y.abs();
-    if a <= range.abs() * 1e-9 {
-        return "0".to_string();
-    }
-    if !(1e-4..1e6).contains(&a) {
-        return format!("{y:.2e}");
-    }
-    let decimals = if range > 0.0 && range.is_finite() {
-        (-(range / 5.0).log10().floor()).clamp(0.0, 6.0) as usize
-    } else {
-        3
+/// The title on the left and the legend entries on the right of the strip above a chart.
+fn draw_head<DB: DrawingBackend>(
+    head: &DrawingArea<DB, Shift>,
+    panel: &Panel,
+    scale: YScale,
+    legend: &[(String, RGBColor, bool)],
+) -> Result<()> {
+    let title = match scale {
+        YScale::Linear => panel.title.clone(),
+        YScale::SymLog(_) => format!("{} (symlog)", panel.title),
     };
-    format!("{y:.decimals$}")
+    let h = HEAD_PX as i32;
+    head.draw(&Text::new(
+        title,
+        (12, h / 2),
+        ("sans-serif", TITLE_PX)
+            .into_font()
+            .color(&BLACK)
+            .pos(Pos::new(HPos::Left, VPos::Center)),
+    ))
+    .map_err(draw_err)?;
+    let font: TextStyle = ("sans-serif", LEGEND_PX).into_font().into();
+    let mut x = head.dim_in_pixel().0 as i32 - 22;
+    for (label, color, marker) in legend.iter().rev() {
+        let w = head
+            .estimate_text_size(label, &font)
+            .map(|(w, _)| w as i32)
+            .unwrap_or(label.chars().count() as i32 * 8);
+        x -= w;
+        head.draw(&Text::new(
+            label.clone(),
+            (x, h / 2),
+            font.clone()
+                .color(&RGBColor(40, 40, 40))
+                .pos(Pos::new(HPos::Left, VPos::Center)),
+        ))
+        .map_err(draw_err)?;
+        x -= 26;
+        if *marker {
+            head.draw(&TriangleMarker::new((x + 10, h / 2), 6, color.filled()))
+                .map_err(draw_err)?;
+        } else {
+            head.draw(&PathElement::new(
+                vec![(x, h / 2), (x + 20, h / 2)],
+                color.stroke_width(3),
+            ))
+            .map_err(draw_err)?;
+        }
+        x -= 14;
+    }
+    Ok(())
 }
 
 /// Image format of a plot file, from its extension.
@@ -429,8 +585,9 @@ impl PlotFormat {
     }
 }
 
-/// Panel size in pixels.
-pub const PANEL_SIZE: (u32, u32) = (900, 320);
+/// Panel size in pixels: at the HTML page's two-column width (~575 px) a 16 px label is
+/// still 12 px.
+pub const PANEL_SIZE: (u32, u32) = (760, 340);
 
 /// Draw one panel to `path` (PNG or SVG by extension).
 pub fn write_panel(path: &Path, panel: &Panel, crash: Option<i64>) -> Result<()> {

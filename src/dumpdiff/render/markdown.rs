@@ -1,8 +1,14 @@
-//! Markdown: the summary grid, findings, and one table per section of its non-passing cells.
+//! Markdown: the count summary, the section table, the full sections × ranks grid (one
+//! column per rank, however many), findings with losscheck's diagnosis, the files behind
+//! them, the next command, and one table per section of its non-passing cells.
 
-use super::{finding_line, Renderer};
+use std::collections::BTreeSet;
+
+use super::{
+    cell_name, coverage_lines, finding_line, next_commands, summary_line, verdict_detail,
+    verdict_word, Renderer,
+};
 use crate::compare::tolerance::Verdict;
-use crate::dumpdiff::render::table::verdict_word;
 use crate::dumpdiff::report::Report;
 use crate::error::Result;
 
@@ -12,9 +18,10 @@ pub struct MarkdownRenderer;
 impl Renderer for MarkdownRenderer {
     fn render(&self, report: &Report) -> Result<String> {
         let mut o = format!(
-            "# dumpdiff — step {}: {}\n\n",
+            "# dumpdiff — step {}: {}\n\n{}\n\n",
             report.step,
-            verdict_word(report.verdict)
+            verdict_word(report.verdict),
+            summary_line(report)
         );
         for s in &report.sides {
             o.push_str(&format!(
@@ -46,6 +53,7 @@ impl Renderer for MarkdownRenderer {
                 n(Verdict::Missing)
             ));
         }
+        grid(report, &mut o);
         if let Some(f) = &report.first_divergence {
             o.push_str(&format!("\n**First divergence:** {}\n", finding_line(f)));
         }
@@ -57,17 +65,34 @@ impl Renderer for MarkdownRenderer {
                     a.rank, a.micro, a.preset, a.conclusion
                 ));
                 for v in &a.sides {
-                    o.push_str(&format!("  - {}: {}\n", v.role, v.detail));
+                    o.push_str(&format!("  - {}: {}\n", v.role, verdict_detail(&v.detail)));
                 }
             }
         }
+        if !report.offending_files.is_empty() {
+            o.push_str("\n## Files\n\n| cell | section | side | file |\n|---|---|---|---|\n");
+            for f in &report.offending_files {
+                o.push_str(&format!(
+                    "| {} | {} | {} | `{}` |\n",
+                    cell_name(f.rank, f.micro),
+                    f.section,
+                    f.role,
+                    f.path.display()
+                ));
+            }
+        }
+        let next = next_commands(report, usize::MAX);
+        if !next.is_empty() {
+            o.push_str("\n## Next\n\n```sh\n");
+            for c in next {
+                o.push_str(&format!("{c}\n"));
+            }
+            o.push_str("```\n");
+        }
         if !report.coverage.is_empty() {
             o.push_str("\n## Present on one side only\n\n");
-            for c in &report.coverage {
-                o.push_str(&format!(
-                    "- `{}` rank {:?} micro {:?}: on {} only\n",
-                    c.kind, c.rank, c.micro, c.present_on
-                ));
+            for l in coverage_lines(report) {
+                o.push_str(&format!("- {l}\n"));
             }
         }
         for sec in &report.sections {
@@ -98,4 +123,43 @@ impl Renderer for MarkdownRenderer {
         }
         Ok(o)
     }
+}
+
+/// The full sections × ranks grid: one column per rank, one symbol per micro.
+fn grid(report: &Report, o: &mut String) {
+    let ranks: BTreeSet<u32> = report
+        .sections
+        .iter()
+        .flat_map(|s| s.cells.iter().filter_map(|c| c.rank))
+        .collect();
+    if ranks.is_empty() {
+        return;
+    }
+    o.push_str("\n| section |");
+    for r in &ranks {
+        o.push_str(&format!(" r{r} |"));
+    }
+    o.push_str("\n|---|");
+    o.push_str(&"---|".repeat(ranks.len()));
+    o.push('\n');
+    for sec in &report.sections {
+        o.push_str(&format!("| {} {} |", sec.id, sec.name));
+        let whole = sec.cells.iter().all(|c| c.rank.is_none());
+        for r in &ranks {
+            let text: String = if whole {
+                sec.verdict.symbol().to_string()
+            } else {
+                sec.cells
+                    .iter()
+                    .filter(|c| c.rank == Some(*r))
+                    .map(|c| c.verdict.symbol())
+                    .collect()
+            };
+            o.push_str(&format!(" {text} |"));
+        }
+        o.push('\n');
+    }
+    o.push_str(
+        "\n(one symbol per micro: ✓ pass, ! warn, ✗ fail, – one side only, · not compared)\n",
+    );
 }
