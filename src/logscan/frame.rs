@@ -55,7 +55,7 @@ impl Projection {
 }
 
 /// Every producer kind, by bit of a row's source mask.
-const SOURCE_KINDS: [SourceKind; 10] = [
+const SOURCE_KINDS: [SourceKind; 13] = [
     SourceKind::Steps,
     SourceKind::Events,
     SourceKind::VerlJsonl,
@@ -66,6 +66,9 @@ const SOURCE_KINDS: [SourceKind; 10] = [
     SourceKind::NanoGpt,
     SourceKind::MicroDiag,
     SourceKind::GenericJsonl,
+    SourceKind::Tensorboard,
+    SourceKind::Wandb,
+    SourceKind::Csv,
 ];
 
 /// The `+`-joined names of the producers in source mask `mask`.

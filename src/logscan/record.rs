@@ -27,6 +27,12 @@ pub enum SourceKind {
     MicroDiag,
     /// A JSONL file of flat objects with a step field, of no known producer.
     GenericJsonl,
+    /// TensorBoard event file.
+    Tensorboard,
+    /// W&B transaction log (`run-*.wandb`).
+    Wandb,
+    /// CSV table (W&B export or plain, with a step column).
+    Csv,
 }
 
 impl SourceKind {
@@ -43,6 +49,9 @@ impl SourceKind {
             SourceKind::NanoGpt => "nanogpt",
             SourceKind::MicroDiag => "micro_diag",
             SourceKind::GenericJsonl => "jsonl",
+            SourceKind::Tensorboard => "tensorboard",
+            SourceKind::Wandb => "wandb",
+            SourceKind::Csv => "csv",
         }
     }
 }

@@ -1,0 +1,405 @@
+//! W&B transaction logs (`wandb/offline-run-*/run-*.wandb`): a 7-byte header (`:W&B`,
+//! magic 0xBEE1, version 0), then the LevelDB log framing (32 KiB blocks of records with
+//! a CRC-32 of type and data, a length and a FULL/FIRST/MIDDLE/LAST type) around
+//! `Record` protobufs (wandb_internal.proto). History records become per-step records;
+//! their values are JSON text that may hold bare `NaN`/`Infinity`. Config records give
+//! the run's configuration.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+
+use prost::Message;
+
+use crate::error::{Error, Position, Result};
+use crate::logscan::record::{FileStats, LogRecord, SourceKind};
+
+/// The first bytes of every `.wandb` file.
+pub const MAGIC: &[u8] = b":W&B";
+/// File header: ident, magic (u16 LE), version (u8).
+const FILE_HEADER: usize = 7;
+/// LevelDB log block size.
+const BLOCK: usize = 32768;
+/// Record header: CRC (u32 LE), length (u16 LE), type (u8).
+const REC_HEADER: usize = 7;
+
+/// `Record`, the members read here (history, config, run).
+#[derive(Clone, PartialEq, Message)]
+pub struct Record {
+    /// A history row.
+    #[prost(message, optional, tag = "2")]
+    pub history: Option<HistoryRecord>,
+    /// A config update.
+    #[prost(message, optional, tag = "5")]
+    pub config: Option<ConfigRecord>,
+    /// The run record (carries the initial config).
+    #[prost(message, optional, tag = "17")]
+    pub run: Option<RunRecord>,
+}
+
+/// `HistoryRecord`: one `wandb.log` row.
+#[derive(Clone, PartialEq, Message)]
+pub struct HistoryRecord {
+    /// The row's items.
+    #[prost(message, repeated, tag = "1")]
+    pub item: Vec<HistoryItem>,
+    /// The row's `_step`.
+    #[prost(message, optional, tag = "2")]
+    pub step: Option<HistoryStep>,
+}
+
+/// `HistoryStep`.
+#[derive(Clone, PartialEq, Message)]
+pub struct HistoryStep {
+    /// The step number.
+    #[prost(int64, tag = "1")]
+    pub num: i64,
+}
+
+/// `HistoryItem`: a key and its value, as JSON text or (newer clients) typed.
+#[derive(Clone, PartialEq, Message)]
+pub struct HistoryItem {
+    /// The key.
+    #[prost(string, tag = "1")]
+    pub key: String,
+    /// The key as path parts (newer clients), joined with `.` here.
+    #[prost(string, repeated, tag = "2")]
+    pub nested_key: Vec<String>,
+    /// A boolean value.
+    #[prost(bool, optional, tag = "4")]
+    pub boolean: Option<bool>,
+    /// An integer value.
+    #[prost(sint64, optional, tag = "5")]
+    pub integer: Option<i64>,
+    /// A float value.
+    #[prost(double, optional, tag = "6")]
+    pub number: Option<f64>,
+    /// The value as JSON text.
+    #[prost(string, tag = "16")]
+    pub value_json: String,
+}
+
+/// `ConfigRecord`.
+#[derive(Clone, PartialEq, Message)]
+pub struct ConfigRecord {
+    /// Keys set.
+    #[prost(message, repeated, tag = "1")]
+    pub update: Vec<ConfigItem>,
+    /// Keys removed.
+    #[prost(message, repeated, tag = "2")]
+    pub remove: Vec<ConfigItem>,
+}
+
+/// `ConfigItem`.
+#[derive(Clone, PartialEq, Message)]
+pub struct ConfigItem {
+    /// The key.
+    #[prost(string, tag = "1")]
+    pub key: String,
+    /// The key as path parts.
+    #[prost(string, repeated, tag = "2")]
+    pub nested_key: Vec<String>,
+    /// The value as JSON text.
+    #[prost(string, tag = "16")]
+    pub value_json: String,
+}
+
+/// `RunRecord`, its config.
+#[derive(Clone, PartialEq, Message)]
+pub struct RunRecord {
+    /// The config at `wandb.init`.
+    #[prost(message, optional, tag = "4")]
+    pub config: Option<ConfigRecord>,
+}
+
+/// The key of an item: `key`, or its `nested_key` parts joined with `.`.
+fn item_key(key: &str, nested: &[String]) -> String {
+    if key.is_empty() {
+        nested.join(".")
+    } else {
+        key.to_string()
+    }
+}
+
+/// A history value as a number: JSON numbers (bare `NaN`/`Infinity` included) and booleans;
+/// `None` for strings, media and tables. Nested objects are flattened into `out` as
+/// `key.sub` by the caller.
+fn json_number(text: &str) -> Option<f64> {
+    let t = text.trim();
+    match t {
+        "true" => Some(1.0),
+        "false" => Some(0.0),
+        // Rust's parser takes `NaN`, `inf`, `Infinity` in any case; `"NaN"` (a string) is not a number.
+        _ => t.parse::<f64>().ok(),
+    }
+}
+
+/// Numeric leaves of a JSON object value (`wandb.log({"a": {"b": 1}})`), skipping media
+/// and tables (objects with a `_type`).
+fn nested_numbers(key: &str, text: &str, out: &mut Vec<(String, f64)>) {
+    let Ok(v) = crate::json::parse_value(text) else {
+        return;
+    };
+    fn walk(prefix: &str, v: &crate::value::Value, out: &mut Vec<(String, f64)>) {
+        if let Some(d) = v.as_dict() {
+            if v.get("_type").is_some() {
+                return;
+            }
+            for (k, child) in d {
+                if let Some(k) = k.as_str() {
+                    walk(&format!("{prefix}.{k}"), child, out);
+                }
+            }
+        } else if let (Some(x), false) = (v.as_f64(), v.as_str().is_some()) {
+            out.push((prefix.to_string(), x));
+        }
+    }
+    walk(key, &v, out);
+}
+
+/// Keys whose value is the trainer's step, preferred to W&B's own `_step` (the HF/TRL
+/// callback logs `train/global_step` and lets `_step` count log calls).
+const STEP_KEYS: [&str; 2] = ["train/global_step", "global_step"];
+
+/// One history row as a record (`None` when it holds no number).
+fn history_record(h: &HistoryRecord, file: usize, line: u64) -> LogRecord {
+    let mut fields: Vec<(String, f64)> = Vec::with_capacity(h.item.len());
+    let mut step: Option<i64> = h.step.as_ref().map(|s| s.num);
+    let mut trainer_step: Option<i64> = None;
+    let mut timestamp = None;
+    for it in &h.item {
+        let key = item_key(&it.key, &it.nested_key);
+        let value = if !it.value_json.is_empty() {
+            let t = it.value_json.trim_start();
+            if t.starts_with('{') {
+                nested_numbers(&key, t, &mut fields);
+                continue;
+            }
+            json_number(t)
+        } else {
+            it.number
+                .or(it.integer.map(|i| i as f64))
+                .or(it.boolean.map(|b| b as u8 as f64))
+        };
+        let Some(v) = value else { continue };
+        match key.as_str() {
+            "_step" => step = Some(v as i64),
+            "_timestamp" => timestamp = Some(v),
+            k if k.starts_with('_') => {}
+            k => {
+                if STEP_KEYS.contains(&k) && v.is_finite() {
+                    trainer_step = Some(v as i64);
+                }
+                fields.push((key, v));
+            }
+        }
+    }
+    LogRecord {
+        step: trainer_step.or(step),
+        timestamp,
+        source: SourceKind::Wandb,
+        file,
+        line,
+        fields,
+    }
+}
+
+/// Apply a config record's updates and removals to `out` (flattened `key → text`).
+fn apply_config(c: &ConfigRecord, out: &mut BTreeMap<String, String>) {
+    for it in &c.update {
+        let key = item_key(&it.key, &it.nested_key);
+        if key.starts_with("_wandb") {
+            continue;
+        }
+        match crate::json::parse_value(&it.value_json) {
+            Ok(v) => super::flatten_value(&v, &key, out),
+            Err(_) => {
+                out.insert(key, it.value_json.clone());
+            }
+        }
+    }
+    for it in &c.remove {
+        let key = item_key(&it.key, &it.nested_key);
+        out.retain(|k, _| k != &key && !k.starts_with(&format!("{key}.")));
+    }
+}
+
+/// Stream the history rows of one `.wandb` file into `push` (and its config into
+/// `config` when asked).
+pub fn read(
+    path: &Path,
+    mut input: impl Read,
+    file: usize,
+    stats: &mut FileStats,
+    push: &mut dyn FnMut(&mut LogRecord),
+    mut config: Option<&mut BTreeMap<String, String>>,
+) -> Result<()> {
+    let io = |e| Error::io(path, e);
+    let mut block = vec![0u8; BLOCK];
+    let mut pending: Vec<u8> = Vec::new();
+    // Offset in the file of the record being assembled.
+    let mut pending_at: u64 = 0;
+    let mut in_record = false;
+    let mut n_records: u64 = 0;
+    let mut block_start: u64 = 0;
+    let mut first = true;
+    'blocks: loop {
+        let got = read_block(&mut input, &mut block).map_err(io)?;
+        if got == 0 {
+            break;
+        }
+        let buf = &block[..got];
+        let mut pos = 0usize;
+        if first {
+            first = false;
+            let ok = buf.len() >= FILE_HEADER
+                && buf.starts_with(MAGIC)
+                && buf.get(4..6) == Some(&[0xE1, 0xBE][..]);
+            if !ok {
+                return Err(Error::format(
+                    path,
+                    Position::Byte(0),
+                    "not a W&B transaction log: the file does not start with \":W&B\" and magic 0xBEE1",
+                ));
+            }
+            if buf.get(6) != Some(&0) {
+                return Err(Error::format(
+                    path,
+                    Position::Byte(6),
+                    format!(
+                        "W&B transaction log version {} (only version 0 is known)",
+                        buf[6]
+                    ),
+                ));
+            }
+            pos = FILE_HEADER;
+        }
+        while pos + REC_HEADER <= buf.len() {
+            let h = &buf[pos..pos + REC_HEADER];
+            let crc = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+            let len = u16::from_le_bytes([h[4], h[5]]) as usize;
+            let typ = h[6];
+            let at = block_start + pos as u64;
+            if typ == 0 && len == 0 && crc == 0 {
+                // Zero padding: the writer's preallocated or flushed tail.
+                if buf[pos..].iter().all(|b| *b == 0) {
+                    if got < BLOCK {
+                        break 'blocks;
+                    }
+                    break;
+                }
+            }
+            let Some(data) = buf.get(pos + REC_HEADER..pos + REC_HEADER + len) else {
+                if got < BLOCK {
+                    truncated(stats, at, n_records);
+                    block_start += got as u64;
+                    break 'blocks;
+                }
+                return Err(Error::format(
+                    path,
+                    Position::Byte(at),
+                    format!("W&B record length {len} runs past its 32 KiB block"),
+                ));
+            };
+            let mut hasher = crc32fast::Hasher::new();
+            hasher.update(&[typ]);
+            hasher.update(data);
+            if hasher.finalize() != crc {
+                return Err(Error::format(
+                    path,
+                    Position::Byte(at),
+                    format!("W&B record CRC mismatch (type {typ}, length {len})"),
+                ));
+            }
+            pos += REC_HEADER + len;
+            match typ {
+                1 => {
+                    pending.clear();
+                    pending.extend_from_slice(data);
+                    pending_at = at;
+                    in_record = false;
+                }
+                2 => {
+                    pending.clear();
+                    pending.extend_from_slice(data);
+                    pending_at = at;
+                    in_record = true;
+                    continue;
+                }
+                3 | 4 if in_record => {
+                    pending.extend_from_slice(data);
+                    if typ == 3 {
+                        continue;
+                    }
+                    in_record = false;
+                }
+                _ => {
+                    return Err(Error::format(
+                        path,
+                        Position::Byte(at),
+                        format!("W&B record of unknown or misplaced type {typ}"),
+                    ))
+                }
+            }
+            n_records += 1;
+            let rec = Record::decode(pending.as_slice()).map_err(|e| {
+                Error::format(
+                    path,
+                    Position::Byte(pending_at),
+                    format!("record {n_records} is not a W&B Record protobuf: {e}"),
+                )
+            })?;
+            if let Some(h) = &rec.history {
+                let mut r = history_record(h, file, n_records);
+                if !r.fields.is_empty() {
+                    stats.records += 1;
+                    stats.non_finite +=
+                        r.fields.iter().filter(|(_, v)| !v.is_finite()).count() as u64;
+                    push(&mut r);
+                }
+            }
+            if let Some(cfg) = config.as_deref_mut() {
+                if let Some(c) = rec.run.as_ref().and_then(|r| r.config.as_ref()) {
+                    apply_config(c, cfg);
+                }
+                if let Some(c) = &rec.config {
+                    apply_config(c, cfg);
+                }
+            }
+        }
+        block_start += got as u64;
+        if got < BLOCK {
+            break;
+        }
+    }
+    if in_record {
+        truncated(stats, pending_at, n_records);
+    }
+    stats.bytes = block_start;
+    stats.lines = n_records;
+    Ok(())
+}
+
+/// Fill `block` from `r`; returns the bytes read (short only at end of file).
+fn read_block(r: &mut impl Read, block: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < block.len() {
+        match r.read(&mut block[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// A record cut by the end of the file (a run killed mid-write): a warning, the records
+/// before it stand.
+fn truncated(stats: &mut FileStats, at: u64, n: u64) {
+    stats.truncated_last_line = true;
+    stats.bad_line(
+        n + 1,
+        format!("truncated last record at byte {at}: the file ends inside it"),
+    );
+}
