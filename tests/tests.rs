@@ -9,3 +9,4 @@ mod logscan;
 mod losscheck;
 mod postmortem;
 mod pt;
+mod trackers;

@@ -328,11 +328,11 @@ pub fn read(
     }
     stats.bytes = offset;
     stats.lines = n_records;
-    if n_records == 0 && !stats.truncated_last_line {
+    if n_records == 0 {
         return Err(Error::format(
             path,
             Position::File,
-            "empty TensorBoard event file (no records)",
+            format!("not a TensorBoard event file: {offset} byte(s), no whole TFRecord"),
         ));
     }
     Ok(())
