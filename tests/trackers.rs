@@ -128,6 +128,57 @@ fn wandb_values_equal_wandb_records_and_config_is_read() {
 }
 
 #[test]
+fn mlflow_file_store_values_equal_mlflow_client_and_params_are_config() {
+    let m = manifest();
+    for run in ["a", "b"] {
+        let dir = fixture(&format!("mlflow/run_{run}"));
+        let (got, sources) = read_dir(&dir);
+        assert_same(&got, &table(&m["runs"][run]["mlflow"]));
+        assert!(sources.iter().all(|s| *s == SourceKind::Mlflow));
+        let cfg = trackers::run_config(&dir).unwrap();
+        let want: BTreeMap<String, String> = m["runs"][run]["mlflow_params"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+            .collect();
+        assert_eq!(cfg, want);
+    }
+    let r = compare_dirs("mlflow/run_a", "wandb/run_b");
+    assert_eq!(r.first_divergence, Some(("kl".to_string(), 20)));
+    let d = r.config_differences.unwrap();
+    assert_eq!(
+        d.iter().map(|c| c.key.as_str()).collect::<Vec<_>>(),
+        ["learning_rate"]
+    );
+    // Two runs in one mlruns/ folder are two inputs, not one merged frame.
+    let two = tempfile::tempdir().unwrap();
+    for run in ["a", "b"] {
+        let src = fixture(&format!("mlflow/run_{run}/mlruns"));
+        copy_tree(&src, &two.path().join(run));
+    }
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(two.path())
+        .assert()
+        .code(2)
+        .stderr(contains("holds 2 MLflow runs"));
+}
+
+fn copy_tree(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &to);
+        } else {
+            std::fs::copy(e.path(), &to).unwrap();
+        }
+    }
+}
+
+#[test]
 fn csv_export_and_plain_csv_equal_the_logged_values() {
     let m = manifest();
     let logged = &m["runs"]["a"]["logged"];
@@ -217,9 +268,11 @@ fn detectors_find_the_injected_faults_in_every_tracker_format() {
     // The same run through W&B gives the same findings at the same steps.
     let wb = scan_one(&fixture("wandb/run_a"));
     assert_eq!(finding_spans(&wb), finding_spans(&tb));
-    // The plain CSV carries every key: same findings again.
+    // The plain CSV and MLflow carry every key: same findings again.
     let csv = scan_one(&fixture("csv/plain_a.csv"));
     assert_eq!(finding_spans(&csv), finding_spans(&tb));
+    let ml = scan_one(&fixture("mlflow/run_a"));
+    assert_eq!(finding_spans(&ml), finding_spans(&tb));
 }
 
 fn compare_dirs(a: &str, b: &str) -> CompareReport {

@@ -55,7 +55,7 @@ impl Projection {
 }
 
 /// Every producer kind, by bit of a row's source mask.
-const SOURCE_KINDS: [SourceKind; 13] = [
+const SOURCE_KINDS: [SourceKind; 14] = [
     SourceKind::Steps,
     SourceKind::Events,
     SourceKind::VerlJsonl,
@@ -69,6 +69,7 @@ const SOURCE_KINDS: [SourceKind; 13] = [
     SourceKind::Tensorboard,
     SourceKind::Wandb,
     SourceKind::Csv,
+    SourceKind::Mlflow,
 ];
 
 /// The `+`-joined names of the producers in source mask `mask`.

@@ -33,6 +33,8 @@ pub enum SourceKind {
     Wandb,
     /// CSV table (W&B export or plain, with a step column).
     Csv,
+    /// MLflow file-store metric file.
+    Mlflow,
 }
 
 impl SourceKind {
@@ -52,6 +54,7 @@ impl SourceKind {
             SourceKind::Tensorboard => "tensorboard",
             SourceKind::Wandb => "wandb",
             SourceKind::Csv => "csv",
+            SourceKind::Mlflow => "mlflow",
         }
     }
 }

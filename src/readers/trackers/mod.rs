@@ -1,6 +1,6 @@
 //! Experiment-tracker files, where most runs' metrics actually live: TensorBoard event
-//! files, W&B offline runs (`run-*.wandb`), W&B CSV exports and plain CSV with a step
-//! column. Each reader streams its file into per-step [`LogRecord`]s with the step axis
+//! files, W&B offline runs (`run-*.wandb`), MLflow file stores (`mlruns/…/metrics/`),
+//! W&B CSV exports and plain CSV with a step column. Each reader streams its file into per-step [`LogRecord`]s with the step axis
 //! the tracker records; logscan's frame builder then resolves keys through the alias
 //! table as for any other log.
 //!
@@ -14,11 +14,12 @@
 //! ```
 
 pub mod csv;
+pub mod mlflow;
 pub mod tfevents;
 pub mod wandb;
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -37,6 +38,8 @@ pub enum TrackerKind {
     /// A CSV file: a W&B chart export (`Step`, `<run> - <key>`) or a plain table with a
     /// step column.
     Csv,
+    /// One metric file of an MLflow file store run (`<run>/metrics/<key>`).
+    Mlflow,
 }
 
 impl TrackerKind {
@@ -46,6 +49,7 @@ impl TrackerKind {
             TrackerKind::Tensorboard => "tensorboard",
             TrackerKind::Wandb => "wandb",
             TrackerKind::Csv => "csv",
+            TrackerKind::Mlflow => "mlflow",
         }
     }
 }
@@ -69,6 +73,9 @@ pub fn sniff(path: &Path, head: &[u8]) -> Option<TrackerKind> {
     if name.ends_with(".csv") {
         return Some(TrackerKind::Csv);
     }
+    if path.components().any(|c| c.as_os_str() == "metrics") && mlflow::metric_key(path).is_some() {
+        return Some(TrackerKind::Mlflow);
+    }
     None
 }
 
@@ -91,6 +98,7 @@ pub fn read(
         TrackerKind::Tensorboard => tfevents::read(path, input, file, &mut stats, push)?,
         TrackerKind::Wandb => wandb::read(path, input, file, &mut stats, push, None)?,
         TrackerKind::Csv => csv::read(path, input, file, &mut stats, push)?,
+        TrackerKind::Mlflow => mlflow::read(path, input, file, &mut stats, push)?,
     }
     if stats.records == 0 {
         return Err(Error::format(
@@ -137,29 +145,54 @@ fn is_tracker_name(name: &str) -> bool {
     name.contains("tfevents") || (name.starts_with("run-") && name.ends_with(".wandb"))
 }
 
-/// Tracker files under directory `dir`: event files and `run-*.wandb` files at any depth
-/// (TensorBoard writes sub-folders per writer, W&B `wandb/offline-run-*/`), `*.csv` at the
-/// top level only. Sorted by path.
+/// Tracker files under directory `dir`: event files, `run-*.wandb` files and MLflow
+/// metric files at any depth (TensorBoard writes sub-folders per writer, W&B
+/// `wandb/offline-run-*/`, MLflow `mlruns/<exp>/<run>/metrics/`), `*.csv` at the top level
+/// only. Sorted by path. A folder holding several W&B or MLflow runs is refused: one run
+/// is one input, and merging runs by step would mix them.
 pub fn find_in_dir(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
+    let mut wandb_runs: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut mlflow_runs: BTreeSet<PathBuf> = BTreeSet::new();
     let mut stack = vec![(dir.to_path_buf(), 0usize)];
     while let Some((d, depth)) = stack.pop() {
         let entries = std::fs::read_dir(&d).map_err(|e| Error::io(&d, e))?;
         for e in entries.flatten() {
             let p = e.path();
+            // Symlinks are not followed (W&B's `latest-run` would read a run twice).
             let Ok(ft) = e.file_type() else { continue };
             let name = e.file_name().to_string_lossy().to_string();
             if ft.is_dir() {
-                // Bounded depth: a run folder, never a whole disk through a symlink loop.
-                if depth < 6 {
-                    stack.push((p, depth + 1));
+                stack.push((p, depth + 1));
+            } else if ft.is_file() {
+                if is_tracker_name(&name) {
+                    if name.ends_with(".wandb") {
+                        wandb_runs.insert(d.clone());
+                    }
+                    out.push(p);
+                } else if depth == 0 && name.to_ascii_lowercase().ends_with(".csv") {
+                    out.push(p);
+                } else if p.components().any(|c| c.as_os_str() == "metrics") {
+                    if let Some((run, _)) = mlflow::metric_key(&p) {
+                        mlflow_runs.insert(run);
+                        out.push(p);
+                    }
                 }
-            } else if ft.is_file()
-                && (is_tracker_name(&name)
-                    || (depth == 0 && name.to_ascii_lowercase().ends_with(".csv")))
-            {
-                out.push(p);
             }
+        }
+    }
+    for (what, runs) in [("W&B", &wandb_runs), ("MLflow", &mlflow_runs)] {
+        if runs.len() > 1 {
+            let names: Vec<String> = runs
+                .iter()
+                .map(|r| r.strip_prefix(dir).unwrap_or(r).display().to_string())
+                .collect();
+            return Err(Error::Usage(format!(
+                "{}: holds {} {what} runs ({}); pass one run's folder",
+                dir.display(),
+                runs.len(),
+                names.join(", ")
+            )));
         }
     }
     out.sort();
@@ -167,7 +200,8 @@ pub fn find_in_dir(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// A run's configuration, flattened to `key → JSON text`, from what the run directory or
-/// file carries: W&B config records of `run-*.wandb` files, `run_metadata.json`.
+/// file carries: W&B config records of `run-*.wandb` files, MLflow `params/`,
+/// `run_metadata.json`.
 /// Empty when the input carries none.
 pub fn run_config(input: &Path) -> Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
@@ -181,13 +215,19 @@ pub fn run_config(input: &Path) -> Result<BTreeMap<String, String>> {
     } else {
         vec![input.to_path_buf()]
     };
+    let mut mlflow_runs: Vec<PathBuf> = Vec::new();
     for f in files {
         let name = f
             .file_name()
             .and_then(|n| n.to_str())
             .unwrap_or_default()
             .to_ascii_lowercase();
-        if name == "run_metadata.json" {
+        if let Some((run, _)) = mlflow::metric_key(&f) {
+            if !mlflow_runs.contains(&run) {
+                mlflow::params(&run, &mut out)?;
+                mlflow_runs.push(run);
+            }
+        } else if name == "run_metadata.json" {
             let text = std::fs::read_to_string(&f).map_err(|e| Error::io(&f, e))?;
             let v = crate::json::parse_value(&text).map_err(|e| e.in_file(&f))?;
             flatten_value(&v, "", &mut out);
