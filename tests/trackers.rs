@@ -369,6 +369,16 @@ fn compare_cli_exit_codes_and_formats() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["schema_version"], 1);
     assert_eq!(v["first_divergence"], serde_json::json!(["kl", 20]));
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("overlay.png");
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .args(["--compare", "--plot"])
+        .args([&png, &a, &b])
+        .assert()
+        .code(1);
+    let head = std::fs::read(&png).unwrap();
+    assert_eq!(head.get(..8), Some(&b"\x89PNG\r\n\x1a\n"[..]));
     Command::cargo_bin("logscan")
         .unwrap()
         .args(["--compare", "--format", "markdown"])
