@@ -474,6 +474,12 @@ fn corrupt_tracker_files_are_exit_2_with_the_position() {
         .assert()
         .code(2)
         .stderr(contains("CSV has no step column"));
+    // In a folder, a CSV without a step column is not a metric table: the folder's logs
+    // are scanned without it.
+    std::fs::copy(fixture("csv/plain_a.csv"), dir.path().join("plain_a.csv")).unwrap();
+    let r = scan_one(dir.path());
+    assert_eq!(r.files.len(), 1);
+    assert_eq!(r.steps, 40);
     let two = dir.path().join("export.csv");
     std::fs::write(&two, "Step,x - loss,y - loss\n0,1,2\n").unwrap();
     Command::cargo_bin("logscan")

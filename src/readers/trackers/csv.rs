@@ -32,6 +32,19 @@ enum Col {
     Skip,
 }
 
+/// True when the CSV file at `path` has a step column in its header: a directory scan
+/// takes only such CSVs (a data set's CSV beside the logs is not a metric table).
+pub fn has_step_column(path: &Path) -> bool {
+    let Ok(f) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut rdr = ::csv::ReaderBuilder::new().flexible(true).from_reader(f);
+    rdr.headers().is_ok_and(|h| {
+        h.iter()
+            .any(|n| STEP_COLUMNS.contains(&n.trim().to_ascii_lowercase().as_str()))
+    })
+}
+
 /// Read one CSV table into `push`, one record per row.
 pub fn read(
     path: &Path,

@@ -147,8 +147,8 @@ fn is_tracker_name(name: &str) -> bool {
 
 /// Tracker files under directory `dir`: event files, `run-*.wandb` files and MLflow
 /// metric files at any depth (TensorBoard writes sub-folders per writer, W&B
-/// `wandb/offline-run-*/`, MLflow `mlruns/<exp>/<run>/metrics/`), `*.csv` at the top level
-/// only. Sorted by path. A folder holding several W&B or MLflow runs is refused: one run
+/// `wandb/offline-run-*/`, MLflow `mlruns/<exp>/<run>/metrics/`), `*.csv` with a step
+/// column at the top level only. Sorted by path. A folder holding several W&B or MLflow runs is refused: one run
 /// is one input, and merging runs by step would mix them.
 pub fn find_in_dir(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
@@ -170,7 +170,10 @@ pub fn find_in_dir(dir: &Path) -> Result<Vec<PathBuf>> {
                         wandb_runs.insert(d.clone());
                     }
                     out.push(p);
-                } else if depth == 0 && name.to_ascii_lowercase().ends_with(".csv") {
+                } else if depth == 0
+                    && name.to_ascii_lowercase().ends_with(".csv")
+                    && csv::has_step_column(&p)
+                {
                     out.push(p);
                 } else if p.components().any(|c| c.as_os_str() == "metrics") {
                     if let Some((run, _)) = mlflow::metric_key(&p) {
