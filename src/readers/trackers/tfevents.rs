@@ -354,3 +354,62 @@ fn truncated(stats: &mut FileStats, offset: u64, n: u64, what: &str) {
         format!("truncated last record at byte {offset}: the file ends inside its {what}"),
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masked_crc_matches_the_python_crc32c_package() {
+        // Values from `crc32c.crc32c` with TFRecord's masking, computed in Python.
+        assert_eq!(masked_crc(&1234u64.to_le_bytes()), 1_450_249_831);
+        assert_eq!(masked_crc(b"hello tensorboard"), 3_631_509_412);
+    }
+
+    fn scalar_tensor(dtype: i32) -> TensorProto {
+        TensorProto {
+            dtype,
+            tensor_shape: Some(TensorShape { dim: Vec::new() }),
+            tensor_content: Vec::new(),
+            half_val: Vec::new(),
+            float_val: Vec::new(),
+            double_val: Vec::new(),
+            int_val: Vec::new(),
+            int64_val: Vec::new(),
+            bool_val: Vec::new(),
+            uint32_val: Vec::new(),
+            uint64_val: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn tensor_scalars_of_every_encoding() {
+        let mut t = scalar_tensor(dt::HALF);
+        // numpy: np.float16(0.333).view(np.uint16) == 13652 == 0.3330078125
+        t.half_val = vec![13652];
+        assert_eq!(t.scalar(), Some(0.333_007_812_5));
+        t.half_val.clear();
+        t.tensor_content = 13652u16.to_le_bytes().to_vec();
+        assert_eq!(t.scalar(), Some(0.333_007_812_5));
+        let mut t = scalar_tensor(dt::INT64);
+        t.tensor_content = (-7i64).to_le_bytes().to_vec();
+        assert_eq!(t.scalar(), Some(-7.0));
+        t.tensor_content.clear();
+        t.int64_val = vec![1 << 40];
+        assert_eq!(t.scalar(), Some((1u64 << 40) as f64));
+        let mut t = scalar_tensor(dt::BFLOAT16);
+        t.half_val = vec![0x3FC0]; // 1.5
+        assert_eq!(t.scalar(), Some(1.5));
+        let mut t = scalar_tensor(dt::DOUBLE);
+        t.double_val = vec![f64::NAN];
+        assert!(t.scalar().is_some_and(f64::is_nan));
+        // A histogram-shaped tensor is not a scalar; nor is a string tensor.
+        let mut t = scalar_tensor(dt::FLOAT);
+        t.tensor_shape = Some(TensorShape {
+            dim: vec![TensorDim { size: 3 }, TensorDim { size: 3 }],
+        });
+        t.float_val = vec![1.0; 9];
+        assert_eq!(t.scalar(), None);
+        assert_eq!(scalar_tensor(7).scalar(), None);
+    }
+}

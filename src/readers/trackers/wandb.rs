@@ -403,3 +403,54 @@ fn truncated(stats: &mut FileStats, at: u64, n: u64) {
         format!("truncated last record at byte {at}: the file ends inside it"),
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(key: &str, json: &str) -> HistoryItem {
+        HistoryItem {
+            key: String::new(),
+            nested_key: vec![key.to_string()],
+            boolean: None,
+            integer: None,
+            number: None,
+            value_json: json.to_string(),
+        }
+    }
+
+    #[test]
+    fn history_values_bare_nan_strings_media_and_the_trainer_step() {
+        let h = HistoryRecord {
+            item: vec![
+                item("_step", "7"),
+                item("_timestamp", "1700000000.5"),
+                item("train/global_step", "70"),
+                item("a", "NaN"),
+                item("b", "-Infinity"),
+                item("c", "\"NaN\""),
+                item("d", "true"),
+                item(
+                    "e",
+                    "{\"x\": 1.5, \"img\": {\"_type\": \"image-file\", \"w\": 3}}",
+                ),
+                HistoryItem {
+                    number: Some(2.5),
+                    value_json: String::new(),
+                    ..item("f", "")
+                },
+            ],
+            step: Some(HistoryStep { num: 7 }),
+        };
+        let r = history_record(&h, 0, 1);
+        assert_eq!(r.step, Some(70), "train/global_step wins over _step");
+        assert_eq!(r.timestamp, Some(1_700_000_000.5));
+        let keys: Vec<&str> = r.fields.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["train/global_step", "a", "b", "d", "e.x", "f"]);
+        assert!(r.fields[1].1.is_nan());
+        assert_eq!(r.fields[2].1, f64::NEG_INFINITY);
+        assert_eq!(r.fields[3].1, 1.0);
+        assert_eq!(r.fields[4].1, 1.5);
+        assert_eq!(r.fields[5].1, 2.5);
+    }
+}
