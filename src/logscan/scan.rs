@@ -611,6 +611,7 @@ pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
             .collect();
         found.extend(crate::readers::trackers::find_in_dir(p)?);
         found.sort();
+        found.dedup();
         if found.is_empty() {
             return Err(Error::Usage(format!(
                 "{}: directory holds no logs (*.jsonl, *.log, *.txt, *.out, trainer_state.json) or tracker files (events.out.tfevents.*, run-*.wandb, *.csv)",

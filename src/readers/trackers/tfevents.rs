@@ -49,9 +49,9 @@ pub struct SummaryValue {
     /// Which plugin wrote the value.
     #[prost(message, optional, tag = "9")]
     pub metadata: Option<SummaryMetadata>,
-    /// A tensor value.
-    #[prost(message, optional, tag = "8")]
-    pub tensor: Option<TensorProto>,
+    /// A tensor value (boxed: the message is large and values are moved per event).
+    #[prost(message, optional, boxed, tag = "8")]
+    pub tensor: Option<Box<TensorProto>>,
 }
 
 /// `SummaryMetadata`: the writing plugin and the data class.
@@ -305,7 +305,7 @@ pub fn read(
         })?;
         offset += 12 + len + 4;
         let Some(summary) = ev.summary else { continue };
-        for v in &summary.value {
+        for v in summary.value {
             let Some(x) = v.scalar() else { continue };
             if cur.as_ref().is_some_and(|c| c.step != Some(ev.step)) {
                 if let Some(mut done) = cur.take() {
@@ -320,7 +320,7 @@ pub fn read(
                 line: n_records,
                 fields: Vec::new(),
             });
-            rec.fields.push((v.tag.clone(), x));
+            rec.fields.push((v.tag, x));
         }
     }
     if let Some(mut done) = cur.take() {

@@ -162,13 +162,20 @@ fn nested_numbers(key: &str, text: &str, out: &mut Vec<(String, f64)>) {
 const STEP_KEYS: [&str; 2] = ["train/global_step", "global_step"];
 
 /// One history row as a record (`None` when it holds no number).
-fn history_record(h: &HistoryRecord, file: usize, line: u64) -> LogRecord {
+fn history_record(h: HistoryRecord, file: usize, line: u64) -> LogRecord {
     let mut fields: Vec<(String, f64)> = Vec::with_capacity(h.item.len());
     let mut step: Option<i64> = h.step.as_ref().map(|s| s.num);
     let mut trainer_step: Option<i64> = None;
     let mut timestamp = None;
-    for it in &h.item {
-        let key = item_key(&it.key, &it.nested_key);
+    for mut it in h.item {
+        let key = if it.key.is_empty() && it.nested_key.len() == 1 {
+            it.nested_key.pop().unwrap_or_default()
+        } else {
+            item_key(&it.key, &it.nested_key)
+        };
+        if key.starts_with('_') && key != "_step" && key != "_timestamp" {
+            continue;
+        }
         let value = if !it.value_json.is_empty() {
             let t = it.value_json.trim_start();
             if t.starts_with('{') {
@@ -342,14 +349,14 @@ pub fn read(
                 }
             }
             n_records += 1;
-            let rec = Record::decode(pending.as_slice()).map_err(|e| {
+            let mut rec = Record::decode(pending.as_slice()).map_err(|e| {
                 Error::format(
                     path,
                     Position::Byte(pending_at),
                     format!("record {n_records} is not a W&B Record protobuf: {e}"),
                 )
             })?;
-            if let Some(h) = &rec.history {
+            if let Some(h) = rec.history.take() {
                 let mut r = history_record(h, file, n_records);
                 if !r.fields.is_empty() {
                     stats.records += 1;
@@ -442,7 +449,7 @@ mod tests {
             ],
             step: Some(HistoryStep { num: 7 }),
         };
-        let r = history_record(&h, 0, 1);
+        let r = history_record(h, 0, 1);
         assert_eq!(r.step, Some(70), "train/global_step wins over _step");
         assert_eq!(r.timestamp, Some(1_700_000_000.5));
         let keys: Vec<&str> = r.fields.iter().map(|(k, _)| k.as_str()).collect();
