@@ -161,54 +161,213 @@ fn nested_numbers(key: &str, text: &str, out: &mut Vec<(String, f64)>) {
 /// callback logs `train/global_step` and lets `_step` count log calls).
 const STEP_KEYS: [&str; 2] = ["train/global_step", "global_step"];
 
-/// One history row as a record (`None` when it holds no number).
-fn history_record(h: HistoryRecord, file: usize, line: u64) -> LogRecord {
-    let mut fields: Vec<(String, f64)> = Vec::with_capacity(h.item.len());
-    let mut step: Option<i64> = h.step.as_ref().map(|s| s.num);
-    let mut trainer_step: Option<i64> = None;
-    let mut timestamp = None;
-    for mut it in h.item {
-        let key = if it.key.is_empty() && it.nested_key.len() == 1 {
-            it.nested_key.pop().unwrap_or_default()
-        } else {
-            item_key(&it.key, &it.nested_key)
-        };
-        if key.starts_with('_') && key != "_step" && key != "_timestamp" {
-            continue;
+/// A history row being built: the numbers kept, W&B's `_step`, the trainer's step, the
+/// `_timestamp`.
+struct Row {
+    fields: Vec<(String, f64)>,
+    step: Option<i64>,
+    trainer_step: Option<i64>,
+    timestamp: Option<f64>,
+}
+
+/// An item's value as written: JSON text, or a typed member.
+enum ItemValue<'a> {
+    Json(&'a str),
+    Number(Option<f64>),
+}
+
+impl Row {
+    fn new(n: usize) -> Row {
+        Row {
+            fields: Vec::with_capacity(n),
+            step: None,
+            trainer_step: None,
+            timestamp: None,
         }
-        let value = if !it.value_json.is_empty() {
-            let t = it.value_json.trim_start();
-            if t.starts_with('{') {
-                nested_numbers(&key, t, &mut fields);
-                continue;
+    }
+
+    /// Add item `key` (W&B's `_…` keys other than `_step`/`_timestamp` are dropped).
+    fn add(&mut self, key: &str, value: ItemValue) {
+        if key.starts_with('_') && key != "_step" && key != "_timestamp" {
+            return;
+        }
+        let v = match value {
+            ItemValue::Json(t) => {
+                let t = t.trim_start();
+                if t.starts_with('{') {
+                    nested_numbers(key, t, &mut self.fields);
+                    return;
+                }
+                json_number(t)
             }
-            json_number(t)
-        } else {
-            it.number
-                .or(it.integer.map(|i| i as f64))
-                .or(it.boolean.map(|b| b as u8 as f64))
+            ItemValue::Number(v) => v,
         };
-        let Some(v) = value else { continue };
-        match key.as_str() {
-            "_step" => step = Some(v as i64),
-            "_timestamp" => timestamp = Some(v),
-            k if k.starts_with('_') => {}
+        let Some(v) = v else { return };
+        match key {
+            "_step" => self.step = Some(v as i64),
+            "_timestamp" => self.timestamp = Some(v),
             k => {
                 if STEP_KEYS.contains(&k) && v.is_finite() {
-                    trainer_step = Some(v as i64);
+                    self.trainer_step = Some(v as i64);
                 }
-                fields.push((key, v));
+                self.fields.push((key.to_string(), v));
             }
         }
     }
-    LogRecord {
-        step: trainer_step.or(step),
-        timestamp,
-        source: SourceKind::Wandb,
-        file,
-        line,
-        fields,
+
+    fn finish(self, file: usize, line: u64) -> LogRecord {
+        LogRecord {
+            step: self.trainer_step.or(self.step),
+            timestamp: self.timestamp,
+            source: SourceKind::Wandb,
+            file,
+            line,
+            fields: self.fields,
+        }
     }
+}
+
+/// One history row (decoded by prost) as a record.
+fn history_record(h: HistoryRecord, file: usize, line: u64) -> LogRecord {
+    let mut row = Row::new(h.item.len());
+    row.step = h.step.as_ref().map(|s| s.num);
+    for it in &h.item {
+        let key = item_key(&it.key, &it.nested_key);
+        let value = if !it.value_json.is_empty() {
+            ItemValue::Json(&it.value_json)
+        } else {
+            ItemValue::Number(
+                it.number
+                    .or(it.integer.map(|i| i as f64))
+                    .or(it.boolean.map(|b| b as u8 as f64)),
+            )
+        };
+        row.add(&key, value);
+    }
+    row.finish(file, line)
+}
+
+/// Protobuf wire-format walking over borrowed bytes, for the hot path: a `Record` that
+/// holds a history row is read without allocating its items (prost's derived decoder
+/// allocates every key and value string). Any surprise returns `None` and the record
+/// goes through prost, which reports errors.
+mod wire {
+    /// A varint at `*pos`.
+    pub fn varint(b: &[u8], pos: &mut usize) -> Option<u64> {
+        let mut v: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let byte = *b.get(*pos)?;
+            *pos += 1;
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    /// One field: its number and its payload (varint value, or bytes of a fixed or
+    /// length-delimited field).
+    pub enum Payload<'a> {
+        Varint(u64),
+        Bytes(&'a [u8]),
+    }
+
+    /// `n` bytes at `*pos`.
+    fn take<'a>(b: &'a [u8], pos: &mut usize, n: usize) -> Option<&'a [u8]> {
+        let s = b.get(*pos..pos.checked_add(n)?)?;
+        *pos += n;
+        Some(s)
+    }
+
+    /// The next field at `*pos`.
+    pub fn field<'a>(b: &'a [u8], pos: &mut usize) -> Option<(u64, Payload<'a>)> {
+        let tag = varint(b, pos)?;
+        let (num, wt) = (tag >> 3, tag & 7);
+        let p = match wt {
+            0 => Payload::Varint(varint(b, pos)?),
+            1 => Payload::Bytes(take(b, pos, 8)?),
+            2 => {
+                let n = usize::try_from(varint(b, pos)?).ok()?;
+                Payload::Bytes(take(b, pos, n)?)
+            }
+            5 => Payload::Bytes(take(b, pos, 4)?),
+            _ => return None,
+        };
+        Some((num, p))
+    }
+}
+
+/// The history row of a `Record`'s bytes without allocating its items: `Some(None)` when
+/// the record holds no history, `None` when the walk meets anything unexpected (the
+/// caller then decodes with prost).
+fn fast_history(rec: &[u8], file: usize, line: u64) -> Option<Option<LogRecord>> {
+    use wire::Payload;
+    let mut pos = 0;
+    let mut history: Option<&[u8]> = None;
+    while pos < rec.len() {
+        let (num, p) = wire::field(rec, &mut pos)?;
+        match (num, p) {
+            (2, Payload::Bytes(h)) => history = Some(h),
+            // Config and run records go through prost (rare, and their config is kept).
+            (5 | 17, _) => return None,
+            _ => {}
+        }
+    }
+    let Some(h) = history else {
+        return Some(None);
+    };
+    let mut row = Row::new(16);
+    let mut pos = 0;
+    while pos < h.len() {
+        match wire::field(h, &mut pos)? {
+            (1, Payload::Bytes(item)) => {
+                let (mut key, mut nested, mut nested_n) = ("", "", 0);
+                let (mut json, mut number): (&str, Option<f64>) = ("", None);
+                let mut ip = 0;
+                while ip < item.len() {
+                    match wire::field(item, &mut ip)? {
+                        (1, Payload::Bytes(k)) => key = std::str::from_utf8(k).ok()?,
+                        (2, Payload::Bytes(k)) => {
+                            nested = std::str::from_utf8(k).ok()?;
+                            nested_n += 1;
+                        }
+                        (4, Payload::Varint(v)) => number = number.or(Some((v != 0) as u8 as f64)),
+                        (5, Payload::Varint(v)) => {
+                            let i = ((v >> 1) as i64) ^ -((v & 1) as i64);
+                            number = Some(i as f64);
+                        }
+                        (6, Payload::Bytes(d)) => {
+                            number = Some(f64::from_le_bytes(d.try_into().ok()?));
+                        }
+                        (16, Payload::Bytes(j)) => json = std::str::from_utf8(j).ok()?,
+                        _ => {}
+                    }
+                }
+                // Several nested parts are joined with `.` by the prost path.
+                if key.is_empty() && nested_n != 1 {
+                    return None;
+                }
+                let k = if key.is_empty() { nested } else { key };
+                let value = if json.is_empty() {
+                    ItemValue::Number(number)
+                } else {
+                    ItemValue::Json(json)
+                };
+                row.add(k, value);
+            }
+            (2, Payload::Bytes(st)) => {
+                let mut sp = 0;
+                while sp < st.len() {
+                    if let (1, Payload::Varint(n)) = wire::field(st, &mut sp)? {
+                        row.step = row.step.or(Some(n as i64));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(Some(row.finish(file, line)))
 }
 
 /// Apply a config record's updates and removals to `out` (flattened `key → text`).
@@ -349,6 +508,17 @@ pub fn read(
                 }
             }
             n_records += 1;
+            if config.is_none() {
+                if let Some(row) = fast_history(&pending, file, n_records) {
+                    if let Some(mut r) = row.filter(|r| !r.fields.is_empty()) {
+                        stats.records += 1;
+                        stats.non_finite +=
+                            r.fields.iter().filter(|(_, v)| !v.is_finite()).count() as u64;
+                        push(&mut r);
+                    }
+                    continue;
+                }
+            }
             let mut rec = Record::decode(pending.as_slice()).map_err(|e| {
                 Error::format(
                     path,
@@ -449,7 +619,17 @@ mod tests {
             ],
             step: Some(HistoryStep { num: 7 }),
         };
+        // The allocation-free walk reads the same row from the encoded record.
+        let bytes = Record {
+            history: Some(h.clone()),
+            config: None,
+            run: None,
+        }
+        .encode_to_vec();
+        let fast = fast_history(&bytes, 0, 1);
         let r = history_record(h, 0, 1);
+        // (Debug text: the row holds a NaN, which `==` never equals.)
+        assert_eq!(format!("{fast:?}"), format!("{:?}", Some(Some(r.clone()))));
         assert_eq!(r.step, Some(70), "train/global_step wins over _step");
         assert_eq!(r.timestamp, Some(1_700_000_000.5));
         let keys: Vec<&str> = r.fields.iter().map(|(k, _)| k.as_str()).collect();
