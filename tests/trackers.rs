@@ -144,6 +144,10 @@ fn mlflow_file_store_values_equal_mlflow_client_and_params_are_config() {
             .collect();
         assert_eq!(cfg, want);
     }
+    // MLflow params are text as written (`1e-06`), W&B config JSON (`0.000001`): the same.
+    let same = compare_dirs("mlflow/run_a", "wandb/run_a");
+    assert!(!same.diverged);
+    assert_eq!(same.config_differences.map(|d| d.len()), Some(0));
     let r = compare_dirs("mlflow/run_a", "wandb/run_b");
     assert_eq!(r.first_divergence, Some(("kl".to_string(), 20)));
     let d = r.config_differences.unwrap();
@@ -163,6 +167,19 @@ fn mlflow_file_store_values_equal_mlflow_client_and_params_are_config() {
         .assert()
         .code(2)
         .stderr(contains("holds 2 MLflow runs"));
+    let two_wb = tempfile::tempdir().unwrap();
+    for run in ["a", "b"] {
+        copy_tree(
+            &fixture(&format!("wandb/run_{run}/wandb")),
+            &two_wb.path().join(run),
+        );
+    }
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(two_wb.path())
+        .assert()
+        .code(2)
+        .stderr(contains("holds 2 W&B runs"));
 }
 
 fn copy_tree(src: &Path, dst: &Path) {

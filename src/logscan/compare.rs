@@ -275,13 +275,33 @@ fn finding_diffs(a: &[Finding], b: &[Finding]) -> Vec<FindingDiff> {
     out
 }
 
-/// Keys whose values differ between two flattened configurations.
+/// Two config values mean the same: equal text, equal numbers (`1e-06` from MLflow's params
+/// and `0.000001` from W&B's JSON) or the same boolean in any case (`True`, `true`).
+fn same_value(a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    if let (Ok(x), Ok(y)) = (a.trim().parse::<f64>(), b.trim().parse::<f64>()) {
+        return x == y;
+    }
+    let bool_of = |s: &str| match s.trim().to_ascii_lowercase().as_str() {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    };
+    bool_of(a).is_some() && bool_of(a) == bool_of(b)
+}
+
+/// Keys whose values differ between two flattened configurations (see [`same_value`]).
 pub fn config_diffs(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> Vec<ConfigDiff> {
     let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
     keys.sort();
     keys.dedup();
     keys.into_iter()
-        .filter(|k| a.get(*k) != b.get(*k))
+        .filter(|k| match (a.get(*k), b.get(*k)) {
+            (Some(x), Some(y)) => !same_value(x, y),
+            _ => true,
+        })
         .map(|k| ConfigDiff {
             key: k.clone(),
             a: a.get(k).cloned(),
