@@ -131,6 +131,10 @@ pub fn canonical_key<'a>(aliases: &AliasTable, key: &'a str) -> Cow<'a, str> {
 /// Rename `rec`'s keys with [`canonical_key`].
 pub fn normalise_keys(aliases: &AliasTable, rec: &mut LogRecord) {
     for (k, _) in &mut rec.fields {
+        // Only `train/` keys can change: the others skip the table lookups.
+        if !k.starts_with("train/") {
+            continue;
+        }
         if let Cow::Borrowed(c) = canonical_key(aliases, k) {
             if c.len() != k.len() {
                 *k = c.to_string();
