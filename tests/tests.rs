@@ -11,3 +11,4 @@ mod postmortem;
 mod pt;
 mod real_logs;
 mod render;
+mod trackers;

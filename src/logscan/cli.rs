@@ -111,6 +111,15 @@ pub struct LogscanArgs {
     /// Never colour the table.
     #[arg(long)]
     pub no_color: bool,
+    /// Compare two runs (exactly two paths, any formats): first divergent step and effect
+    /// size per shared metric, findings in one run only, config differences; exit 1 when
+    /// they diverge.
+    #[arg(long)]
+    pub compare: bool,
+    /// With --compare: a step diverges when |A - B| exceeds this many σ of the runs'
+    /// step-to-step noise, 3 aligned steps in a row.
+    #[arg(long, value_name = "SIGMAS", default_value_t = 3.0)]
+    pub tolerance: f64,
 }
 
 impl LogscanArgs {
@@ -208,6 +217,9 @@ pub struct RunOutput {
 
 /// Scan, write the requested files, render stdout, decide the exit code.
 pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
+    if args.compare {
+        return crate::logscan::compare::run(args, color);
+    }
     let opts = ScanOptions {
         detectors: args.selected(),
         thresholds: args.thresholds.clone(),

@@ -62,7 +62,7 @@ impl Projection {
 }
 
 /// Every producer kind, by bit of a row's source mask.
-const SOURCE_KINDS: [SourceKind; 12] = [
+const SOURCE_KINDS: [SourceKind; 16] = [
     SourceKind::Steps,
     SourceKind::Events,
     SourceKind::VerlJsonl,
@@ -75,6 +75,10 @@ const SOURCE_KINDS: [SourceKind; 12] = [
     SourceKind::GenericJsonl,
     SourceKind::NotebookTable,
     SourceKind::Megatron,
+    SourceKind::Tensorboard,
+    SourceKind::Wandb,
+    SourceKind::Csv,
+    SourceKind::Mlflow,
 ];
 
 /// The `+`-joined names of the producers in source mask `mask`.

@@ -11,6 +11,7 @@
 
 pub mod cli;
 pub mod column;
+pub mod compare;
 pub mod fastline;
 pub mod frame;
 pub mod record;

@@ -31,6 +31,14 @@ pub enum SourceKind {
     NotebookTable,
     /// Megatron ` iteration N/ M | … |` lines.
     Megatron,
+    /// TensorBoard event file.
+    Tensorboard,
+    /// W&B transaction log (`run-*.wandb`).
+    Wandb,
+    /// CSV table (W&B export or plain, with a step column).
+    Csv,
+    /// MLflow file-store metric file.
+    Mlflow,
 }
 
 impl SourceKind {
@@ -49,6 +57,10 @@ impl SourceKind {
             SourceKind::GenericJsonl => "jsonl",
             SourceKind::NotebookTable => "notebook_table",
             SourceKind::Megatron => "megatron",
+            SourceKind::Tensorboard => "tensorboard",
+            SourceKind::Wandb => "wandb",
+            SourceKind::Csv => "csv",
+            SourceKind::Mlflow => "mlflow",
         }
     }
 }

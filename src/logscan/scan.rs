@@ -273,6 +273,16 @@ impl Collected {
             .take(HEAD_BYTES)
             .read_to_end(&mut head)
             .map_err(|e| Error::io(path, e))?;
+        if let Some(kind) = crate::readers::trackers::sniff(path, &head) {
+            let b = &mut self.builder;
+            let input = std::io::Cursor::new(head).chain(f);
+            let stats = crate::readers::trackers::read(kind, path, input, idx, &mut |r| {
+                crate::readers::trackers::normalise_keys(b.aliases(), r);
+                b.push(r);
+            })?;
+            self.files.push(stats);
+            return Ok(());
+        }
         match kind_of(&lower_name(path), &head) {
             FileKind::TrainerState => {
                 f.read_to_end(&mut head).map_err(|e| Error::io(path, e))?;
@@ -652,10 +662,12 @@ pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|f| f.is_file() && is_log_name(f))
             .collect();
+        found.extend(crate::readers::trackers::find_in_dir(p)?);
         found.sort();
+        found.dedup();
         if found.is_empty() {
             return Err(Error::Usage(format!(
-                "{}: directory holds no logs (*.jsonl, *.log, *.txt, *.out, trainer_state.json)",
+                "{}: directory holds no logs (*.jsonl, *.log, *.txt, *.out, trainer_state.json) or tracker files (events.out.tfevents.*, run-*.wandb, *.csv)",
                 p.display()
             )));
         }

@@ -10,6 +10,7 @@ pub mod pt;
 pub mod safetensors;
 pub mod steps;
 pub mod textlog;
+pub mod trackers;
 
 use std::path::Path;
 use std::sync::Arc;

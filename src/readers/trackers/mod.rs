@@ -1,0 +1,283 @@
+//! Experiment-tracker files, where most runs' metrics actually live: TensorBoard event
+//! files, W&B offline runs (`run-*.wandb`), MLflow file stores (`mlruns/…/metrics/`),
+//! W&B CSV exports and plain CSV with a step column. Each reader streams its file into per-step [`LogRecord`]s with the step axis
+//! the tracker records; logscan's frame builder then resolves keys through the alias
+//! table as for any other log.
+//!
+//! ```no_run
+//! use rlforensics::readers::trackers::{self, TrackerKind};
+//! let path = std::path::Path::new("runs/a/events.out.tfevents.1700000000.host.1.0");
+//! let kind = trackers::sniff(path, b"").unwrap_or(TrackerKind::Tensorboard);
+//! let f = std::fs::File::open(path).unwrap();
+//! let stats = trackers::read(kind, path, f, 0, &mut |r| println!("{:?}", r.step)).unwrap();
+//! println!("{} records", stats.records);
+//! ```
+
+pub mod csv;
+pub mod mlflow;
+pub mod tfevents;
+pub mod wandb;
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::logscan::record::{FileStats, LogRecord};
+use crate::readers::aliases::AliasTable;
+
+/// A tracker file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrackerKind {
+    /// TensorBoard `events.out.tfevents.*` (TFRecord framing, `Event` protobufs).
+    Tensorboard,
+    /// W&B transaction log `run-*.wandb` (LevelDB-log framing, `Record` protobufs).
+    Wandb,
+    /// A CSV file: a W&B chart export (`Step`, `<run> - <key>`) or a plain table with a
+    /// step column.
+    Csv,
+    /// One metric file of an MLflow file store run (`<run>/metrics/<key>`).
+    Mlflow,
+}
+
+impl TrackerKind {
+    /// The format name shown in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            TrackerKind::Tensorboard => "tensorboard",
+            TrackerKind::Wandb => "wandb",
+            TrackerKind::Csv => "csv",
+            TrackerKind::Mlflow => "mlflow",
+        }
+    }
+}
+
+/// The tracker kind of the file `path` whose first bytes are `head`, or `None` when it is
+/// not a tracker file (logscan then reads it as a log). Names decide: a file named like a
+/// tracker file that is not one is refused by [`read`] with a reason, never scanned as
+/// text with no findings.
+pub fn sniff(path: &Path, head: &[u8]) -> Option<TrackerKind> {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    if name.contains("tfevents") {
+        return Some(TrackerKind::Tensorboard);
+    }
+    if name.ends_with(".wandb") || head.starts_with(wandb::MAGIC) {
+        return Some(TrackerKind::Wandb);
+    }
+    if name.ends_with(".csv") {
+        return Some(TrackerKind::Csv);
+    }
+    if path.components().any(|c| c.as_os_str() == "metrics") && mlflow::metric_key(path).is_some() {
+        return Some(TrackerKind::Mlflow);
+    }
+    None
+}
+
+/// Read a whole tracker file of `kind` from `input` (file index `file` in the scan),
+/// handing each per-step record to `push`, in file order. Returns the file's statistics.
+/// Errors name the file and the byte offset (or line) of what could not be read.
+pub fn read(
+    kind: TrackerKind,
+    path: &Path,
+    input: impl Read,
+    file: usize,
+    push: &mut dyn FnMut(&mut LogRecord),
+) -> Result<FileStats> {
+    let mut stats = FileStats {
+        path: path.to_path_buf(),
+        format: kind.name().to_string(),
+        ..FileStats::default()
+    };
+    match kind {
+        TrackerKind::Tensorboard => tfevents::read(path, input, file, &mut stats, push)?,
+        TrackerKind::Wandb => wandb::read(path, input, file, &mut stats, push, None)?,
+        TrackerKind::Csv => csv::read(path, input, file, &mut stats, push)?,
+        TrackerKind::Mlflow => mlflow::read(path, input, file, &mut stats, push)?,
+    }
+    if stats.records == 0 {
+        return Err(Error::format(
+            path,
+            crate::error::Position::File,
+            format!(
+                "{} file holds no scalar metrics ({} bytes read)",
+                kind.name(),
+                stats.bytes
+            ),
+        ));
+    }
+    Ok(stats)
+}
+
+/// The key the frame should see for tracker key `key`: trackers prefix the trainer's keys
+/// (`train/reward_std`, `train/frac_reward_zero_std`), so a `train/` key the alias table
+/// does not know is tried without its prefix. Other prefixes (`eval/`) stay: evaluation
+/// numbers are not training steps.
+pub fn canonical_key<'a>(aliases: &AliasTable, key: &'a str) -> Cow<'a, str> {
+    if aliases.resolve(key).is_some() {
+        return Cow::Borrowed(key);
+    }
+    match key.strip_prefix("train/") {
+        Some(rest) if aliases.resolve(rest).is_some() => Cow::Borrowed(rest),
+        _ => Cow::Borrowed(key),
+    }
+}
+
+/// Rename `rec`'s keys with [`canonical_key`].
+pub fn normalise_keys(aliases: &AliasTable, rec: &mut LogRecord) {
+    for (k, _) in &mut rec.fields {
+        // Only `train/` keys can change: the others skip the table lookups.
+        if !k.starts_with("train/") {
+            continue;
+        }
+        if let Cow::Borrowed(c) = canonical_key(aliases, k) {
+            if c.len() != k.len() {
+                *k = c.to_string();
+            }
+        }
+    }
+}
+
+/// True for a file name a directory scan picks up as a tracker file.
+fn is_tracker_name(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name.contains("tfevents") || (name.starts_with("run-") && name.ends_with(".wandb"))
+}
+
+/// Tracker files under directory `dir`: event files, `run-*.wandb` files and MLflow
+/// metric files at any depth (TensorBoard writes sub-folders per writer, W&B
+/// `wandb/offline-run-*/`, MLflow `mlruns/<exp>/<run>/metrics/`), `*.csv` with a step
+/// column at the top level only. Sorted by path. A folder holding several W&B or MLflow runs is refused: one run
+/// is one input, and merging runs by step would mix them.
+pub fn find_in_dir(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut wandb_runs: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut mlflow_runs: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut stack = vec![(dir.to_path_buf(), 0usize)];
+    while let Some((d, depth)) = stack.pop() {
+        let entries = std::fs::read_dir(&d).map_err(|e| Error::io(&d, e))?;
+        for e in entries.flatten() {
+            let p = e.path();
+            // Symlinks are not followed (W&B's `latest-run` would read a run twice).
+            let Ok(ft) = e.file_type() else { continue };
+            let name = e.file_name().to_string_lossy().to_string();
+            if ft.is_dir() {
+                stack.push((p, depth + 1));
+            } else if ft.is_file() {
+                if is_tracker_name(&name) {
+                    if name.ends_with(".wandb") {
+                        wandb_runs.insert(d.clone());
+                    }
+                    out.push(p);
+                } else if depth == 0
+                    && name.to_ascii_lowercase().ends_with(".csv")
+                    && csv::has_step_column(&p)
+                {
+                    out.push(p);
+                } else if p.components().any(|c| c.as_os_str() == "metrics") {
+                    if let Some((run, _)) = mlflow::metric_key(&p) {
+                        mlflow_runs.insert(run);
+                        out.push(p);
+                    }
+                }
+            }
+        }
+    }
+    for (what, runs) in [("W&B", &wandb_runs), ("MLflow", &mlflow_runs)] {
+        if runs.len() > 1 {
+            let names: Vec<String> = runs
+                .iter()
+                .map(|r| r.strip_prefix(dir).unwrap_or(r).display().to_string())
+                .collect();
+            return Err(Error::Usage(format!(
+                "{}: holds {} {what} runs ({}); pass one run's folder",
+                dir.display(),
+                runs.len(),
+                names.join(", ")
+            )));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// A run's configuration, flattened to `key → JSON text`, from what the run directory or
+/// file carries: W&B config records of `run-*.wandb` files, MLflow `params/`,
+/// `run_metadata.json`.
+/// Empty when the input carries none.
+pub fn run_config(input: &Path) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    let files: Vec<PathBuf> = if input.is_dir() {
+        let mut v = find_in_dir(input)?;
+        let meta = input.join("run_metadata.json");
+        if meta.is_file() {
+            v.push(meta);
+        }
+        v
+    } else {
+        vec![input.to_path_buf()]
+    };
+    let mut mlflow_runs: Vec<PathBuf> = Vec::new();
+    for f in files {
+        let name = f
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        if let Some((run, _)) = mlflow::metric_key(&f) {
+            if !mlflow_runs.contains(&run) {
+                mlflow::params(&run, &mut out)?;
+                mlflow_runs.push(run);
+            }
+        } else if name == "run_metadata.json" {
+            let text = std::fs::read_to_string(&f).map_err(|e| Error::io(&f, e))?;
+            let v = crate::json::parse_value(&text).map_err(|e| e.in_file(&f))?;
+            flatten_value(&v, "", &mut out);
+        } else if name.ends_with(".wandb") {
+            let file = std::fs::File::open(&f).map_err(|e| Error::io(&f, e))?;
+            let mut stats = FileStats::default();
+            wandb::read(&f, file, 0, &mut stats, &mut |_| {}, Some(&mut out))?;
+        }
+    }
+    Ok(out)
+}
+
+/// Flatten a JSON value into `prefix.key → JSON text` entries.
+fn flatten_value(v: &crate::value::Value, prefix: &str, out: &mut BTreeMap<String, String>) {
+    if let Some(d) = v.as_dict() {
+        for (k, child) in d {
+            let Some(k) = k.as_str() else { continue };
+            let key = if prefix.is_empty() {
+                k.to_string()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            flatten_value(child, &key, out);
+        }
+        return;
+    }
+    out.insert(prefix.to_string(), value_text(v));
+}
+
+/// A config leaf as short text: numbers in Rust's shortest form, strings unquoted, lists
+/// as `[a, b]`.
+fn value_text(v: &crate::value::Value) -> String {
+    use crate::value::Value;
+    match v {
+        Value::None => "null".to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Int(i) => i.to_string(),
+        Value::BigInt(s) | Value::Str(s) => s.clone(),
+        Value::Float(f) => f.to_string(),
+        Value::List(xs) | Value::Tuple(xs) => {
+            let parts: Vec<String> = xs.iter().map(value_text).collect();
+            format!("[{}]", parts.join(", "))
+        }
+        other => other.type_name().to_string(),
+    }
+}

@@ -1,0 +1,415 @@
+//! TensorBoard event files (`events.out.tfevents.*`): TFRecord framing (length, masked
+//! CRC-32C of the length, data, masked CRC-32C of the data) around `Event` protobufs
+//! whose `Summary` values are scalars either as `simple_value` (TF1, torch's
+//! `SummaryWriter`) or as one-element tensors (TF2 `tf.summary.scalar`, torch
+//! `new_style=True`). Images, histograms, text and graphs are skipped.
+
+use std::io::{BufReader, Read};
+use std::path::Path;
+
+use prost::Message;
+
+use crate::error::{Error, Position, Result};
+use crate::logscan::record::{FileStats, LogRecord, SourceKind};
+
+/// `Event` (tensorflow/core/util/event.proto), the fields read here.
+#[derive(Clone, PartialEq, Message)]
+pub struct Event {
+    /// Wall time in seconds.
+    #[prost(double, tag = "1")]
+    pub wall_time: f64,
+    /// Global step.
+    #[prost(int64, tag = "2")]
+    pub step: i64,
+    /// Set on the first event of a file (`brain.Event:2`).
+    #[prost(string, optional, tag = "3")]
+    pub file_version: Option<String>,
+    /// The summary values of this step.
+    #[prost(message, optional, tag = "5")]
+    pub summary: Option<Summary>,
+}
+
+/// `Summary`: a list of tagged values.
+#[derive(Clone, PartialEq, Message)]
+pub struct Summary {
+    /// The values.
+    #[prost(message, repeated, tag = "1")]
+    pub value: Vec<SummaryValue>,
+}
+
+/// `Summary.Value`: one tagged value (scalar, tensor, or a kind skipped here).
+#[derive(Clone, PartialEq, Message)]
+pub struct SummaryValue {
+    /// The tag (`train/loss`).
+    #[prost(string, tag = "1")]
+    pub tag: String,
+    /// A float32 scalar (the `simple_value` member of the value oneof).
+    #[prost(float, optional, tag = "2")]
+    pub simple_value: Option<f32>,
+    /// Which plugin wrote the value.
+    #[prost(message, optional, tag = "9")]
+    pub metadata: Option<SummaryMetadata>,
+    /// A tensor value (boxed: the message is large and values are moved per event).
+    #[prost(message, optional, boxed, tag = "8")]
+    pub tensor: Option<Box<TensorProto>>,
+}
+
+/// `SummaryMetadata`: the writing plugin and the data class.
+#[derive(Clone, PartialEq, Message)]
+pub struct SummaryMetadata {
+    /// The plugin (`scalars`, `histograms`, `images`, `text`, …).
+    #[prost(message, optional, tag = "1")]
+    pub plugin_data: Option<PluginData>,
+    /// 1 scalar, 2 tensor, 3 blob sequence.
+    #[prost(int32, tag = "4")]
+    pub data_class: i32,
+}
+
+/// `SummaryMetadata.PluginData`.
+#[derive(Clone, PartialEq, Message)]
+pub struct PluginData {
+    /// The plugin's name.
+    #[prost(string, tag = "1")]
+    pub plugin_name: String,
+}
+
+/// `TensorProto`, the numeric members.
+#[derive(Clone, PartialEq, Message)]
+pub struct TensorProto {
+    /// `DataType` enum value.
+    #[prost(int32, tag = "1")]
+    pub dtype: i32,
+    /// The shape.
+    #[prost(message, optional, tag = "2")]
+    pub tensor_shape: Option<TensorShape>,
+    /// Raw little-endian element bytes.
+    #[prost(bytes = "vec", tag = "4")]
+    pub tensor_content: Vec<u8>,
+    /// DT_HALF / DT_BFLOAT16 elements as their 16 bits.
+    #[prost(int32, repeated, tag = "13")]
+    pub half_val: Vec<i32>,
+    /// DT_FLOAT elements.
+    #[prost(float, repeated, tag = "5")]
+    pub float_val: Vec<f32>,
+    /// DT_DOUBLE elements.
+    #[prost(double, repeated, tag = "6")]
+    pub double_val: Vec<f64>,
+    /// DT_INT32 / INT16 / INT8 / UINT8 elements.
+    #[prost(int32, repeated, tag = "7")]
+    pub int_val: Vec<i32>,
+    /// DT_INT64 elements.
+    #[prost(int64, repeated, tag = "10")]
+    pub int64_val: Vec<i64>,
+    /// DT_BOOL elements.
+    #[prost(bool, repeated, tag = "11")]
+    pub bool_val: Vec<bool>,
+    /// DT_UINT32 elements.
+    #[prost(uint32, repeated, tag = "16")]
+    pub uint32_val: Vec<u32>,
+    /// DT_UINT64 elements.
+    #[prost(uint64, repeated, tag = "17")]
+    pub uint64_val: Vec<u64>,
+}
+
+/// `TensorShapeProto`.
+#[derive(Clone, PartialEq, Message)]
+pub struct TensorShape {
+    /// The dimensions.
+    #[prost(message, repeated, tag = "2")]
+    pub dim: Vec<TensorDim>,
+}
+
+/// `TensorShapeProto.Dim`.
+#[derive(Clone, PartialEq, Message)]
+pub struct TensorDim {
+    /// The size.
+    #[prost(int64, tag = "1")]
+    pub size: i64,
+}
+
+/// TensorFlow `DataType` values read as scalars.
+mod dt {
+    pub const FLOAT: i32 = 1;
+    pub const DOUBLE: i32 = 2;
+    pub const INT32: i32 = 3;
+    pub const UINT8: i32 = 4;
+    pub const INT16: i32 = 5;
+    pub const INT8: i32 = 6;
+    pub const INT64: i32 = 9;
+    pub const BOOL: i32 = 10;
+    pub const BFLOAT16: i32 = 14;
+    pub const UINT16: i32 = 17;
+    pub const HALF: i32 = 19;
+    pub const UINT32: i32 = 22;
+    pub const UINT64: i32 = 23;
+}
+
+impl TensorProto {
+    /// The value of a one-element numeric tensor, as TensorBoard's `make_ndarray` reads it
+    /// (raw `tensor_content` first, then the typed repeated field); `None` for anything
+    /// else (histograms, text, images).
+    pub fn scalar(&self) -> Option<f64> {
+        let elems: i64 = self
+            .tensor_shape
+            .as_ref()
+            .map_or(1, |s| s.dim.iter().map(|d| d.size).product());
+        if elems != 1 {
+            return None;
+        }
+        let c = self.tensor_content.as_slice();
+        if !c.is_empty() {
+            let b = |n: usize| -> Option<&[u8]> { c.get(..n) };
+            return Some(match self.dtype {
+                dt::FLOAT => f32::from_le_bytes(b(4)?.try_into().ok()?) as f64,
+                dt::DOUBLE => f64::from_le_bytes(b(8)?.try_into().ok()?),
+                dt::INT32 => i32::from_le_bytes(b(4)?.try_into().ok()?) as f64,
+                dt::INT64 => i64::from_le_bytes(b(8)?.try_into().ok()?) as f64,
+                dt::UINT32 => u32::from_le_bytes(b(4)?.try_into().ok()?) as f64,
+                dt::UINT64 => u64::from_le_bytes(b(8)?.try_into().ok()?) as f64,
+                dt::INT16 => i16::from_le_bytes(b(2)?.try_into().ok()?) as f64,
+                dt::UINT16 => u16::from_le_bytes(b(2)?.try_into().ok()?) as f64,
+                dt::INT8 => *b(1)?.first()? as i8 as f64,
+                dt::UINT8 | dt::BOOL => *b(1)?.first()? as f64,
+                dt::HALF => half::f16::from_le_bytes(b(2)?.try_into().ok()?).to_f64(),
+                dt::BFLOAT16 => half::bf16::from_le_bytes(b(2)?.try_into().ok()?).to_f64(),
+                _ => return None,
+            });
+        }
+        match self.dtype {
+            dt::FLOAT => self.float_val.first().map(|v| *v as f64),
+            dt::DOUBLE => self.double_val.first().copied(),
+            dt::INT32 | dt::INT16 | dt::INT8 | dt::UINT8 | dt::UINT16 => {
+                self.int_val.first().map(|v| *v as f64)
+            }
+            dt::INT64 => self.int64_val.first().map(|v| *v as f64),
+            dt::UINT32 => self.uint32_val.first().map(|v| *v as f64),
+            dt::UINT64 => self.uint64_val.first().map(|v| *v as f64),
+            dt::BOOL => self.bool_val.first().map(|v| *v as u8 as f64),
+            dt::HALF => self
+                .half_val
+                .first()
+                .map(|v| half::f16::from_bits(*v as u16).to_f64()),
+            dt::BFLOAT16 => self
+                .half_val
+                .first()
+                .map(|v| half::bf16::from_bits(*v as u16).to_f64()),
+            _ => None,
+        }
+    }
+}
+
+impl SummaryValue {
+    /// The scalar this value holds, if it is one: `simple_value`, or a one-element numeric
+    /// tensor not written by a plugin other than `scalars`.
+    pub fn scalar(&self) -> Option<f64> {
+        if let Some(v) = self.simple_value {
+            return Some(v as f64);
+        }
+        let t = self.tensor.as_ref()?;
+        let plugin = self
+            .metadata
+            .as_ref()
+            .and_then(|m| m.plugin_data.as_ref())
+            .map_or("", |p| p.plugin_name.as_str());
+        if !plugin.is_empty() && plugin != "scalars" {
+            return None;
+        }
+        t.scalar()
+    }
+}
+
+/// TFRecord's masked CRC-32C (`(crc >> 15 | crc << 17) + 0xa282ead8`).
+pub fn masked_crc(data: &[u8]) -> u32 {
+    let c = crc32c::crc32c(data);
+    c.rotate_right(15).wrapping_add(0xa282_ead8)
+}
+
+/// Read as much of `buf` as `r` has; returns the bytes read (short only at end of file).
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Largest record accepted: a length past it is a corrupt header, not a 4 GB allocation.
+const MAX_RECORD: u64 = 1 << 30;
+
+/// Stream the events of one file into `push`, one record per run of events of one step.
+pub fn read(
+    path: &Path,
+    input: impl Read,
+    file: usize,
+    stats: &mut FileStats,
+    push: &mut dyn FnMut(&mut LogRecord),
+) -> Result<()> {
+    let mut r = BufReader::with_capacity(1 << 20, input);
+    let mut data: Vec<u8> = Vec::new();
+    let mut offset: u64 = 0;
+    let mut n_records: u64 = 0;
+    let mut cur: Option<LogRecord> = None;
+    let io = |e| Error::io(path, e);
+    loop {
+        let mut head = [0u8; 12];
+        let got = read_full(&mut r, &mut head).map_err(io)?;
+        if got == 0 {
+            break;
+        }
+        if got < 12 {
+            truncated(stats, offset, n_records, "record header");
+            offset += got as u64;
+            break;
+        }
+        let (len_bytes, crc_bytes) = head.split_at(8);
+        let len = u64::from_le_bytes(len_bytes.try_into().unwrap_or_default());
+        let crc = u32::from_le_bytes(crc_bytes.try_into().unwrap_or_default());
+        if masked_crc(len_bytes) != crc || len > MAX_RECORD {
+            return Err(Error::format(
+                path,
+                Position::Byte(offset),
+                format!(
+                    "not a TFRecord: length field CRC-32C mismatch (record {}, length {len})",
+                    n_records + 1
+                ),
+            ));
+        }
+        data.resize(len as usize + 4, 0);
+        let got = read_full(&mut r, &mut data).map_err(io)?;
+        if got < data.len() {
+            truncated(stats, offset, n_records, "record data");
+            offset += 12 + got as u64;
+            break;
+        }
+        let (body, tail) = data.split_at(len as usize);
+        let want = u32::from_le_bytes(tail.try_into().unwrap_or_default());
+        if masked_crc(body) != want {
+            return Err(Error::format(
+                path,
+                Position::Byte(offset + 12),
+                format!("TFRecord data CRC-32C mismatch (record {})", n_records + 1),
+            ));
+        }
+        n_records += 1;
+        let ev = Event::decode(body).map_err(|e| {
+            Error::format(
+                path,
+                Position::Byte(offset + 12),
+                format!("record {} is not an Event protobuf: {e}", n_records),
+            )
+        })?;
+        offset += 12 + len + 4;
+        let Some(summary) = ev.summary else { continue };
+        for v in summary.value {
+            let Some(x) = v.scalar() else { continue };
+            if cur.as_ref().is_some_and(|c| c.step != Some(ev.step)) {
+                if let Some(mut done) = cur.take() {
+                    emit(&mut done, stats, push);
+                }
+            }
+            let rec = cur.get_or_insert_with(|| LogRecord {
+                step: Some(ev.step),
+                timestamp: Some(ev.wall_time),
+                source: SourceKind::Tensorboard,
+                file,
+                line: n_records,
+                fields: Vec::new(),
+            });
+            rec.fields.push((v.tag, x));
+        }
+    }
+    if let Some(mut done) = cur.take() {
+        emit(&mut done, stats, push);
+    }
+    stats.bytes = offset;
+    stats.lines = n_records;
+    if n_records == 0 {
+        return Err(Error::format(
+            path,
+            Position::File,
+            format!("not a TensorBoard event file: {offset} byte(s), no whole TFRecord"),
+        ));
+    }
+    Ok(())
+}
+
+/// Count a record's values and hand it on.
+fn emit(rec: &mut LogRecord, stats: &mut FileStats, push: &mut dyn FnMut(&mut LogRecord)) {
+    stats.records += 1;
+    stats.non_finite += rec.fields.iter().filter(|(_, v)| !v.is_finite()).count() as u64;
+    push(rec);
+}
+
+/// Note a record cut by the end of the file (a writer killed mid-write): kept as a
+/// warning, the records before it stand.
+fn truncated(stats: &mut FileStats, offset: u64, n: u64, what: &str) {
+    stats.truncated_last_line = true;
+    stats.bad_line(
+        n + 1,
+        format!("truncated last record at byte {offset}: the file ends inside its {what}"),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masked_crc_matches_the_python_crc32c_package() {
+        // Values from `crc32c.crc32c` with TFRecord's masking, computed in Python.
+        assert_eq!(masked_crc(&1234u64.to_le_bytes()), 1_450_249_831);
+        assert_eq!(masked_crc(b"hello tensorboard"), 3_631_509_412);
+    }
+
+    fn scalar_tensor(dtype: i32) -> TensorProto {
+        TensorProto {
+            dtype,
+            tensor_shape: Some(TensorShape { dim: Vec::new() }),
+            tensor_content: Vec::new(),
+            half_val: Vec::new(),
+            float_val: Vec::new(),
+            double_val: Vec::new(),
+            int_val: Vec::new(),
+            int64_val: Vec::new(),
+            bool_val: Vec::new(),
+            uint32_val: Vec::new(),
+            uint64_val: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn tensor_scalars_of_every_encoding() {
+        let mut t = scalar_tensor(dt::HALF);
+        // numpy: np.float16(0.333).view(np.uint16) == 13652 == 0.3330078125
+        t.half_val = vec![13652];
+        assert_eq!(t.scalar(), Some(0.333_007_812_5));
+        t.half_val.clear();
+        t.tensor_content = 13652u16.to_le_bytes().to_vec();
+        assert_eq!(t.scalar(), Some(0.333_007_812_5));
+        let mut t = scalar_tensor(dt::INT64);
+        t.tensor_content = (-7i64).to_le_bytes().to_vec();
+        assert_eq!(t.scalar(), Some(-7.0));
+        t.tensor_content.clear();
+        t.int64_val = vec![1 << 40];
+        assert_eq!(t.scalar(), Some((1u64 << 40) as f64));
+        let mut t = scalar_tensor(dt::BFLOAT16);
+        t.half_val = vec![0x3FC0]; // 1.5
+        assert_eq!(t.scalar(), Some(1.5));
+        let mut t = scalar_tensor(dt::DOUBLE);
+        t.double_val = vec![f64::NAN];
+        assert!(t.scalar().is_some_and(f64::is_nan));
+        // A histogram-shaped tensor is not a scalar; nor is a string tensor.
+        let mut t = scalar_tensor(dt::FLOAT);
+        t.tensor_shape = Some(TensorShape {
+            dim: vec![TensorDim { size: 3 }, TensorDim { size: 3 }],
+        });
+        t.float_val = vec![1.0; 9];
+        assert_eq!(t.scalar(), None);
+        assert_eq!(scalar_tensor(7).scalar(), None);
+    }
+}

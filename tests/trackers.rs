@@ -1,0 +1,535 @@
+//! Tracker files (fixtures/gen/make_trackers.py: TensorBoard and W&B written by the real
+//! packages offline, faults at known steps) and `logscan --compare`. Values are checked
+//! against the manifest, which holds what tbparse and wandb's own protobuf classes read.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use predicates::str::contains;
+use rlforensics::logscan::compare::{compare_reports, CompareReport};
+use rlforensics::logscan::record::SourceKind;
+use rlforensics::logscan::{scan, ScanOptions, ScanReport};
+use rlforensics::readers::trackers::{self, TrackerKind};
+
+fn fixture(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/trackers")
+        .join(p)
+}
+
+fn manifest() -> serde_json::Value {
+    let text = std::fs::read_to_string(fixture("manifest.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// `{key: {step: value}}` of a manifest table, `"NaN"` read as NaN.
+fn table(v: &serde_json::Value) -> BTreeMap<String, BTreeMap<i64, f64>> {
+    let mut out = BTreeMap::new();
+    for (k, steps) in v.as_object().unwrap() {
+        let mut m = BTreeMap::new();
+        for (s, x) in steps.as_object().unwrap() {
+            let x = match x {
+                serde_json::Value::String(t) if t == "NaN" => f64::NAN,
+                other => other.as_f64().unwrap(),
+            };
+            m.insert(s.parse::<i64>().unwrap(), x);
+        }
+        out.insert(k.clone(), m);
+    }
+    out
+}
+
+/// Every tracker file under `dir`, read with the raw keys: `{key: {step: value}}`.
+fn read_dir(dir: &Path) -> (BTreeMap<String, BTreeMap<i64, f64>>, Vec<SourceKind>) {
+    let mut out: BTreeMap<String, BTreeMap<i64, f64>> = BTreeMap::new();
+    let mut sources = Vec::new();
+    let files = trackers::find_in_dir(dir).unwrap();
+    assert!(!files.is_empty(), "{}", dir.display());
+    for (i, f) in files.iter().enumerate() {
+        let kind = trackers::sniff(f, b"").unwrap();
+        let input = std::fs::File::open(f).unwrap();
+        trackers::read(kind, f, input, i, &mut |r| {
+            sources.push(r.source);
+            for (k, v) in &r.fields {
+                let prev = out
+                    .entry(k.clone())
+                    .or_default()
+                    .insert(r.step.unwrap(), *v);
+                assert!(prev.is_none(), "{k} twice at {:?}", r.step);
+            }
+        })
+        .unwrap();
+    }
+    (out, sources)
+}
+
+/// Exact equality, NaN equal to NaN.
+fn assert_same(
+    got: &BTreeMap<String, BTreeMap<i64, f64>>,
+    want: &BTreeMap<String, BTreeMap<i64, f64>>,
+) {
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>()
+    );
+    for (k, w) in want {
+        let g = &got[k];
+        assert_eq!(g.len(), w.len(), "{k}");
+        for (s, x) in w {
+            let y = g[s];
+            assert!(
+                x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()),
+                "{k} step {s}: got {y}, the package's reader {x}"
+            );
+        }
+    }
+}
+
+#[test]
+fn tensorboard_values_equal_tbparse_simple_and_tensor_scalars() {
+    let m = manifest();
+    for run in ["a", "b"] {
+        let (got, sources) = read_dir(&fixture(&format!("tb/run_{run}")));
+        assert_same(&got, &table(&m["runs"][run]["tensorboard"]));
+        assert!(sources.iter().all(|s| *s == SourceKind::Tensorboard));
+        // 6 simple_value tags in the main file, 2 tensor tags in timing/.
+        assert_eq!(got.len(), 8);
+        assert!(got["train/grad_norm"][&17].is_nan());
+        // The tensor-encoded double keeps its 64 bits; simple_value is float32.
+        let logged = m["runs"][run]["logged"]["timing_s/step"][3]
+            .as_f64()
+            .unwrap();
+        assert_eq!(got["timing_s/step"][&3], logged);
+    }
+}
+
+#[test]
+fn wandb_values_equal_wandb_records_and_config_is_read() {
+    let m = manifest();
+    for run in ["a", "b"] {
+        let dir = fixture(&format!("wandb/run_{run}"));
+        let (got, sources) = read_dir(&dir);
+        assert_same(&got, &table(&m["runs"][run]["wandb"]));
+        assert!(sources.iter().all(|s| *s == SourceKind::Wandb));
+        assert!(
+            got["train/grad_norm"][&17].is_nan(),
+            "bare NaN in value_json"
+        );
+        let cfg = trackers::run_config(&dir).unwrap();
+        let lr = m["runs"][run]["wandb_config"]["learning_rate"]
+            .as_f64()
+            .unwrap();
+        assert_eq!(cfg["learning_rate"].parse::<f64>().unwrap(), lr);
+        assert_eq!(cfg["model"], "Qwen2.5-0.5B");
+        assert_eq!(cfg["num_generations"], "8");
+        assert!(!cfg.keys().any(|k| k.starts_with("_wandb")), "{cfg:?}");
+    }
+}
+
+#[test]
+fn mlflow_file_store_values_equal_mlflow_client_and_params_are_config() {
+    let m = manifest();
+    for run in ["a", "b"] {
+        let dir = fixture(&format!("mlflow/run_{run}"));
+        let (got, sources) = read_dir(&dir);
+        assert_same(&got, &table(&m["runs"][run]["mlflow"]));
+        assert!(sources.iter().all(|s| *s == SourceKind::Mlflow));
+        let cfg = trackers::run_config(&dir).unwrap();
+        let want: BTreeMap<String, String> = m["runs"][run]["mlflow_params"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+            .collect();
+        assert_eq!(cfg, want);
+    }
+    // MLflow params are text as written (`1e-06`), W&B config JSON (`0.000001`): the same.
+    let same = compare_dirs("mlflow/run_a", "wandb/run_a");
+    assert!(!same.diverged);
+    assert_eq!(same.config_differences.map(|d| d.len()), Some(0));
+    let r = compare_dirs("mlflow/run_a", "wandb/run_b");
+    assert_eq!(r.first_divergence, Some(("kl".to_string(), 20)));
+    let d = r.config_differences.unwrap();
+    assert_eq!(
+        d.iter().map(|c| c.key.as_str()).collect::<Vec<_>>(),
+        ["learning_rate"]
+    );
+    // Two runs in one mlruns/ folder are two inputs, not one merged frame.
+    let two = tempfile::tempdir().unwrap();
+    for run in ["a", "b"] {
+        let src = fixture(&format!("mlflow/run_{run}/mlruns"));
+        copy_tree(&src, &two.path().join(run));
+    }
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(two.path())
+        .assert()
+        .code(2)
+        .stderr(contains("holds 2 MLflow runs"));
+    let two_wb = tempfile::tempdir().unwrap();
+    for run in ["a", "b"] {
+        copy_tree(
+            &fixture(&format!("wandb/run_{run}/wandb")),
+            &two_wb.path().join(run),
+        );
+    }
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(two_wb.path())
+        .assert()
+        .code(2)
+        .stderr(contains("holds 2 W&B runs"));
+}
+
+fn copy_tree(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &to);
+        } else {
+            std::fs::copy(e.path(), &to).unwrap();
+        }
+    }
+}
+
+#[test]
+fn csv_export_and_plain_csv_equal_the_logged_values() {
+    let m = manifest();
+    let logged = &m["runs"]["a"]["logged"];
+    for (file, format, keys) in [
+        ("csv/wandb_export_a.csv", "wandb_csv", 4),
+        ("csv/plain_a.csv", "csv", 8),
+    ] {
+        let path = fixture(file);
+        let mut got: BTreeMap<String, BTreeMap<i64, f64>> = BTreeMap::new();
+        let stats = trackers::read(
+            TrackerKind::Csv,
+            &path,
+            std::fs::File::open(&path).unwrap(),
+            0,
+            &mut |r| {
+                for (k, v) in &r.fields {
+                    got.entry(k.clone())
+                        .or_default()
+                        .insert(r.step.unwrap(), *v);
+                }
+            },
+        )
+        .unwrap();
+        assert_eq!(stats.format, format);
+        assert_eq!(stats.records, 40);
+        assert_eq!(stats.non_finite, 1);
+        assert_eq!(got.len(), keys, "{file}: __MIN/__MAX skipped");
+        for (k, steps) in &got {
+            assert_eq!(steps.len(), 40, "{k}");
+            for (s, v) in steps {
+                let w = &logged[k][*s as usize];
+                match w.as_f64() {
+                    Some(x) => assert_eq!(*v, x, "{file} {k} step {s}"),
+                    None => assert!(v.is_nan() && w == "NaN", "{file} {k} step {s}"),
+                }
+            }
+        }
+    }
+}
+
+fn scan_one(p: &Path) -> ScanReport {
+    scan(&[p.to_path_buf()], &ScanOptions::default()).unwrap()
+}
+
+/// `(detector, first step, last step)` of every finding, sorted.
+fn finding_spans(r: &ScanReport) -> Vec<(String, Option<i64>, Option<i64>)> {
+    let mut v: Vec<_> = r
+        .findings
+        .iter()
+        .map(|f| (f.detector.clone(), f.first_step, f.last_step))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn detectors_find_the_injected_faults_in_every_tracker_format() {
+    let tb = scan_one(&fixture("tb/run_a"));
+    assert_eq!(tb.steps, 40);
+    assert_eq!((tb.first_step, tb.last_step), (Some(0), Some(39)));
+    // train/… keys reach the canonical metrics (train/reward_std → reward_std, …).
+    for m in [
+        "loss",
+        "grad_norm",
+        "reward_mean",
+        "reward_std",
+        "frac_reward_zero_std",
+        "entropy",
+        "kl",
+        "step_time",
+    ] {
+        assert!(tb.metrics.iter().any(|x| x == m), "{m}: {:?}", tb.metrics);
+    }
+    let nan = tb.by_detector("nan-grad");
+    assert_eq!(nan.len(), 1);
+    assert_eq!(nan[0].steps, vec![17]);
+    let dead = tb.by_detector("dead-groups");
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].steps, (25..40).collect::<Vec<_>>());
+    assert!(
+        tb.by_detector("slowdown")
+            .iter()
+            .any(|f| f.first_step == Some(30) && f.last_step == Some(39)),
+        "{:#?}",
+        tb.by_detector("slowdown")
+    );
+    // The same run through W&B gives the same findings at the same steps.
+    let wb = scan_one(&fixture("wandb/run_a"));
+    assert_eq!(finding_spans(&wb), finding_spans(&tb));
+    // The plain CSV and MLflow carry every key: same findings again.
+    let csv = scan_one(&fixture("csv/plain_a.csv"));
+    assert_eq!(finding_spans(&csv), finding_spans(&tb));
+    let ml = scan_one(&fixture("mlflow/run_a"));
+    assert_eq!(finding_spans(&ml), finding_spans(&tb));
+}
+
+fn compare_dirs(a: &str, b: &str) -> CompareReport {
+    let (pa, pb) = (fixture(a), fixture(b));
+    let (ra, rb) = (scan_one(&pa), scan_one(&pb));
+    let cfg = (
+        trackers::run_config(&pa).unwrap(),
+        trackers::run_config(&pb).unwrap(),
+    );
+    compare_reports((&pa, &ra), (&pb, &rb), 3.0, Some(cfg))
+}
+
+#[test]
+fn compare_names_the_step_and_metric_where_b_leaves_a() {
+    // Across formats: A from TensorBoard, B from W&B.
+    let r = compare_dirs("tb/run_a", "wandb/run_b");
+    assert!(r.diverged);
+    assert_eq!(r.aligned_steps, 40);
+    assert_eq!(r.first_divergence, Some(("kl".to_string(), 20)));
+    let at = |m: &str| {
+        r.metrics
+            .iter()
+            .find(|x| x.metric == m)
+            .unwrap()
+            .first_divergent_step
+    };
+    assert_eq!(at("kl"), Some(20));
+    // Reward falls by 0.03 per step: at step 20 that is below 3σ of its noise, at 21 above.
+    assert_eq!(at("reward_mean"), Some(21));
+    for m in ["loss", "grad_norm", "entropy", "reward_std", "step_time"] {
+        assert_eq!(at(m), None, "{m}");
+    }
+    let kl = r.metrics.iter().find(|x| x.metric == "kl").unwrap();
+    assert!(kl.effect_size.unwrap() > 100.0, "{kl:?}");
+    let rw = r
+        .metrics
+        .iter()
+        .find(|x| x.metric == "reward_mean")
+        .unwrap();
+    assert!(rw.effect_size.unwrap() < -10.0, "{rw:?}");
+    // kl-explosion is B's alone; TensorBoard carries no config.
+    assert!(r
+        .findings
+        .iter()
+        .any(|f| f.detector == "kl-explosion" && f.present_in == "b"));
+    assert!(r.config_differences.is_none());
+}
+
+#[test]
+fn compare_same_run_in_two_formats_reports_no_divergence() {
+    // float32 TensorBoard against float64 W&B of the same numbers.
+    let r = compare_dirs("tb/run_a", "wandb/run_a");
+    assert!(!r.diverged, "{:#?}", r.metrics);
+    assert_eq!(r.first_divergence, None);
+    assert_eq!(r.metrics.len(), 8);
+    assert!(r.findings.is_empty(), "{:#?}", r.findings);
+    let same = compare_dirs("wandb/run_b", "wandb/run_b");
+    assert!(!same.diverged);
+    assert_eq!(same.config_differences.map(|d| d.len()), Some(0));
+}
+
+#[test]
+fn compare_reports_config_differences_when_both_runs_carry_them() {
+    let r = compare_dirs("wandb/run_a", "wandb/run_b");
+    let d = r.config_differences.unwrap();
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].key, "learning_rate");
+    assert_eq!(
+        d[0].a.as_deref().map(|x| x.parse::<f64>().unwrap()),
+        Some(1e-6)
+    );
+    assert_eq!(
+        d[0].b.as_deref().map(|x| x.parse::<f64>().unwrap()),
+        Some(3e-6)
+    );
+}
+
+#[test]
+fn compare_cli_exit_codes_and_formats() {
+    let (a, b) = (fixture("tb/run_a"), fixture("wandb/run_b"));
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .args(["--compare".as_ref(), a.as_os_str(), b.as_os_str()])
+        .assert()
+        .code(1)
+        .stdout(contains("runs diverge: kl first, from step 20"));
+    let out = Command::cargo_bin("logscan")
+        .unwrap()
+        .args(["--compare", "--format", "json"])
+        .args([&a, &b])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["first_divergence"], serde_json::json!(["kl", 20]));
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("overlay.png");
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .args(["--compare", "--plot"])
+        .args([&png, &a, &b])
+        .assert()
+        .code(1);
+    let head = std::fs::read(&png).unwrap();
+    assert_eq!(head.get(..8), Some(&b"\x89PNG\r\n\x1a\n"[..]));
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .args(["--compare", "--format", "markdown"])
+        .args([fixture("wandb/run_a"), fixture("wandb/run_b")])
+        .assert()
+        .code(1)
+        .stdout(contains("| learning_rate |"));
+    // Identical runs: exit 0. A huge tolerance hides the divergence too.
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .arg("--compare")
+        .args([fixture("tb/run_a"), fixture("wandb/run_a")])
+        .assert()
+        .code(0)
+        .stdout(contains("no divergence beyond 3σ"));
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .args(["--compare", "--tolerance", "100000"])
+        .args([&a, &b])
+        .assert()
+        .code(0);
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .arg("--compare")
+        .arg(&a)
+        .assert()
+        .code(2)
+        .stderr(contains("exactly two runs"));
+}
+
+/// Copy fixture file `src` into a temp dir under `name`, changed by `edit`.
+fn altered(src: &Path, name: &str, edit: impl Fn(&mut Vec<u8>)) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = std::fs::read(src).unwrap();
+    edit(&mut bytes);
+    let p = dir.path().join(name);
+    std::fs::write(&p, bytes).unwrap();
+    (dir, p)
+}
+
+fn the_file(dir: &str) -> PathBuf {
+    trackers::find_in_dir(&fixture(dir))
+        .unwrap()
+        .into_iter()
+        .next()
+        .unwrap()
+}
+
+#[test]
+fn corrupt_tracker_files_are_exit_2_with_the_position() {
+    let tb = the_file("tb/run_a");
+    let (_d1, bad_crc) = altered(&tb, "events.out.tfevents.1.host", |b| {
+        let n = b.len();
+        b[n - 10] ^= 0xFF;
+    });
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(&bad_crc)
+        .assert()
+        .code(2)
+        .stderr(contains("TFRecord data CRC-32C mismatch"))
+        .stderr(contains("byte "));
+    let (_d2, not_tb) = altered(&tb, "events.out.tfevents.2.host", |b| {
+        b.truncate(7);
+    });
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(&not_tb)
+        .assert()
+        .code(2)
+        .stderr(contains("not a TensorBoard event file"));
+    let wb = the_file("wandb/run_a");
+    let (_d3, bad_wb) = altered(&wb, "run-x.wandb", |b| b[0] = b'X');
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(&bad_wb)
+        .assert()
+        .code(2)
+        .stderr(contains("not a W&B transaction log"));
+    let (_d4, wb_crc) = altered(&wb, "run-y.wandb", |b| b[200] ^= 0x55);
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(&wb_crc)
+        .assert()
+        .code(2)
+        .stderr(contains("W&B record CRC mismatch"));
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("metrics.csv");
+    std::fs::write(&csv, "a,b\n1,2\n").unwrap();
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(&csv)
+        .assert()
+        .code(2)
+        .stderr(contains("CSV has no step column"));
+    // In a folder, a CSV without a step column is not a metric table: the folder's logs
+    // are scanned without it.
+    std::fs::copy(fixture("csv/plain_a.csv"), dir.path().join("plain_a.csv")).unwrap();
+    let r = scan_one(dir.path());
+    assert_eq!(r.files.len(), 1);
+    assert_eq!(r.steps, 40);
+    let two = dir.path().join("export.csv");
+    std::fs::write(&two, "Step,x - loss,y - loss\n0,1,2\n").unwrap();
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(&two)
+        .assert()
+        .code(2)
+        .stderr(contains("holds 2 runs (x, y)"));
+}
+
+#[test]
+fn truncated_tracker_files_keep_the_records_before_the_cut() {
+    // A writer killed mid-record: the whole records stand, the cut is reported.
+    let tb = the_file("tb/run_a");
+    let (_d, cut) = altered(&tb, "events.out.tfevents.3.host", |b| {
+        let n = b.len();
+        b.truncate(n - 5);
+    });
+    let r = scan_one(&cut);
+    assert!(r.files[0].truncated_last_line);
+    assert_eq!(r.steps, 40);
+    // The last event (step 39's last tag) is lost, step 39's other tags stand.
+    let (full, _) = read_dir(&fixture("tb/run_a"));
+    assert_eq!(
+        r.frame.series("entropy").len(),
+        full["train/entropy"].len() - 1
+    );
+    let wb = the_file("wandb/run_a");
+    let (_d2, cut) = altered(&wb, "run-z.wandb", |b| {
+        let n = b.len();
+        b.truncate(n - 3);
+    });
+    let r = scan_one(&cut);
+    assert!(r.files[0].truncated_last_line);
+    assert_eq!(r.steps, 40);
+}
