@@ -36,6 +36,10 @@ impl Renderer for TableRenderer {
             return Ok(out);
         }
         let mut t = Table::new();
+        if self.color {
+            // `--color always` colours a pipe too: comfy-table alone checks for a terminal.
+            t.enforce_styling();
+        }
         t.load_style(UTF8_FULL_CONDENSED)
             .set_content_arrangement(ContentArrangement::Dynamic)
             .set_width(140)

@@ -70,6 +70,10 @@ impl Renderer for TableRenderer {
             .flat_map(|s| s.cells.iter().filter_map(|c| c.rank))
             .collect();
         let mut table = Table::new();
+        if self.color {
+            // `--color always` colours a pipe too: comfy-table alone checks for a terminal.
+            table.enforce_styling();
+        }
         table.load_style(UTF8_FULL_CONDENSED);
         let mut header = vec![Cell::new("section")];
         header.extend(ranks.iter().map(|r| Cell::new(format!("r{r}"))));
