@@ -700,6 +700,23 @@ fn dumpdiff_and_losscheck_on_nothing_to_read_exit_2_saying_what_they_saw() {
             "--self-hosted-dir fixtures/dumps/self_hosted_pt: no file of step 7; the tree holds",
         ))
         .stderr(predicate::str::contains("of step(s) -1, 0\n"));
+    // A rank filter that leaves one side nothing: not "NOTHING COMPARED" with exit 0.
+    tool("dumpdiff")
+        .args(["--self-hosted-dir", "fixtures/dumps/self_hosted_pt"])
+        .args([
+            "--weaver-dir",
+            "fixtures/dumps/weaver_pt",
+            "--step",
+            "0",
+            "--ranks",
+            "99",
+        ])
+        .assert()
+        .code(2)
+        .stderr(
+            "dumpdiff: --weaver-dir fixtures/dumps/weaver_pt: --ranks/--micros leave no file of \
+             step 0; it holds ranks 0-11 and micros 0, 1\n",
+        );
     tool("losscheck")
         .arg("--dump-dir")
         .arg(&hollow)

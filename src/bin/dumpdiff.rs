@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use rlforensics::cli::sides::{check_sides, Side};
+use rlforensics::cli::sides::{check_sides, Filter, Side};
 use rlforensics::cli::{self, CommonFlags, FailOn, Format};
 use rlforensics::compare::tolerance::{Severity, TolerancePolicy, ToleranceRules};
 use rlforensics::dumpdiff::{self, render, Options};
@@ -210,28 +210,34 @@ fn run(args: Args) -> Result<(String, u8), Error> {
         })
     })
     .collect();
-    if sides.len() > 1 {
-        check_sides(&sides, step)?;
-    }
     let rules = match &args.tol_file {
         Some(p) => ToleranceRules::load(p)?,
         None => ToleranceRules::default(),
     };
+    let ranks = match (&args.ranks, args.num_ranks) {
+        (Some(s), _) => Some(parse_list(s)?),
+        (None, Some(n)) => Some((0..n).collect()),
+        _ => None,
+    };
+    let micros = match (&args.micros, args.num_micros) {
+        (Some(s), _) => Some(parse_list(s)?),
+        (None, Some(n)) => Some((0..n).collect()),
+        _ => None,
+    };
+    if sides.len() > 1 {
+        let filter = Filter {
+            ranks: ranks.as_ref(),
+            micros: micros.as_ref(),
+        };
+        check_sides(&sides, step, filter)?;
+    }
     let opts = Options {
         self_hosted,
         remote_api: args.remote_api_dir.clone(),
         weaver: args.weaver_dir.clone(),
         step,
-        ranks: match (&args.ranks, args.num_ranks) {
-            (Some(s), _) => Some(parse_list(s)?),
-            (None, Some(n)) => Some((0..n).collect()),
-            _ => None,
-        },
-        micros: match (&args.micros, args.num_micros) {
-            (Some(s), _) => Some(parse_list(s)?),
-            (None, Some(n)) => Some((0..n).collect()),
-            _ => None,
-        },
+        ranks,
+        micros,
         policy: TolerancePolicy {
             rules,
             atol: args.atol,

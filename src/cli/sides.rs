@@ -2,6 +2,7 @@
 //! flag names, and a file of the step asked for. A tree given under the wrong flag is an
 //! error that says which flags to swap, not a comparison that blames the wrong side.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use crate::error::{Error, Result};
@@ -38,11 +39,44 @@ fn steps_text(tree: &DumpTree) -> String {
     }
 }
 
-/// Discover every side and check it against its flag and `step`: a tree whose producer is
-/// known and differs from its flag's is a usage error naming the flag it belongs to (both
-/// flags when two sides are swapped); a tree with no file of `step` is a usage error listing
-/// the steps it holds. A tree of unknown producer is accepted (nothing to tell it by).
-pub fn check_sides(sides: &[Side], step: i64) -> Result<()> {
+/// `0-3, 7` for a set of numbers.
+fn ranges(set: &BTreeSet<u32>) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut it = set.iter().copied().peekable();
+    while let Some(a) = it.next() {
+        let mut b = a;
+        while it.peek() == Some(&(b + 1)) {
+            b += 1;
+            it.next();
+        }
+        out.push(match b - a {
+            0 => a.to_string(),
+            1 => format!("{a}, {b}"),
+            _ => format!("{a}-{b}"),
+        });
+    }
+    if out.is_empty() {
+        "none".into()
+    } else {
+        out.join(", ")
+    }
+}
+
+/// The rank and micro filters of `--ranks`/`--micros` (`None`: all).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Filter<'a> {
+    /// Only these ranks.
+    pub ranks: Option<&'a BTreeSet<u32>>,
+    /// Only these micro-batches.
+    pub micros: Option<&'a BTreeSet<u32>>,
+}
+
+/// Discover every side and check it against its flag, `step` and `filter`: a tree whose
+/// producer is known and differs from its flag's is a usage error naming the flag it belongs
+/// to (both flags when two sides are swapped); a tree with no file of `step` is a usage error
+/// listing the steps it holds, one whose files of `step` the filter leaves none of lists the
+/// ranks and micros it has. A tree of unknown producer is accepted (nothing to tell it by).
+pub fn check_sides(sides: &[Side], step: i64, filter: Filter) -> Result<()> {
     let mut trees = Vec::with_capacity(sides.len());
     for s in sides {
         trees.push(DumpTree::discover(&s.dir)?);
@@ -112,6 +146,25 @@ pub fn check_sides(sides: &[Side], step: i64) -> Result<()> {
                 t.root.display(),
                 t.files().len(),
                 steps_text(t)
+            )));
+        }
+        let of_step: Vec<_> = t.files().iter().filter(|f| f.step == step).collect();
+        let kept = of_step.iter().any(|f| {
+            f.rank
+                .is_none_or(|r| filter.ranks.is_none_or(|s| s.contains(&r)))
+                && f.micro
+                    .is_none_or(|m| filter.micros.is_none_or(|s| s.contains(&m)))
+        });
+        if !kept {
+            let ranks: BTreeSet<u32> = of_step.iter().filter_map(|f| f.rank).collect();
+            let micros: BTreeSet<u32> = of_step.iter().filter_map(|f| f.micro).collect();
+            return Err(Error::Usage(format!(
+                "{} {}: --ranks/--micros leave no file of step {step}; it holds ranks {} and \
+                 micros {}",
+                s.flag,
+                t.root.display(),
+                ranges(&ranks),
+                ranges(&micros)
             )));
         }
     }
