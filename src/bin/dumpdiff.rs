@@ -30,7 +30,12 @@ fn help_tail() -> String {
 
 /// Compare RL training-step dumps, or inspect one dump file or folder.
 #[derive(Parser, Debug)]
-#[command(name = "dumpdiff", version, about, after_help = help_tail())]
+#[command(
+    name = "dumpdiff",
+    version,
+    about = "Compare the tensor dumps of two or three implementations of one RL training step, or inspect one dump file or folder",
+    after_help = help_tail()
+)]
 struct Args {
     /// Print what a dump file (.pt/.safetensors/.npy/.npz/.jsonl) holds, or the layout of a
     /// dump folder, and exit (`-` reads the file from stdin).
