@@ -14,6 +14,7 @@
 //! ```
 
 pub mod alloc;
+pub mod cli;
 pub mod compare;
 pub mod detect;
 pub mod dumpdiff;

@@ -611,6 +611,8 @@ fn inputs_file_prints_loss_metrics_and_gradient() {
             "fixtures/kernels/trl_grpo_normal.safetensors",
             "--preset",
             "trl-grpo",
+            "--format",
+            "json",
         ])
         .assert()
         .code(0)

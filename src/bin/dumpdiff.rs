@@ -7,42 +7,45 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
+use rlforensics::cli::sides::{check_sides, Filter, Side};
+use rlforensics::cli::{self, CommonFlags, FailOn, Format};
 use rlforensics::compare::tolerance::{Severity, TolerancePolicy, ToleranceRules};
 use rlforensics::dumpdiff::{self, render, Options};
-use rlforensics::exit_codes::{EXIT_BAD_INPUT, EXIT_CLEAN};
+use rlforensics::exit_codes::EXIT_CLEAN;
 use rlforensics::frames::{build_frames, export_frames};
 use rlforensics::inspect::inspect_path;
-use rlforensics::readers::layout::DumpTree;
+use rlforensics::readers::layout::{DumpTree, Producer};
 use rlforensics::Error;
 
-/// Output formats for stdout.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum Format {
-    Table,
-    Json,
-    Markdown,
-}
-
-/// What reaches exit code 1.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum FailOn {
-    Warn,
-    Fail,
+/// The end of `--help`: real invocations on the shipped fixtures, then the exit codes.
+fn help_tail() -> String {
+    cli::help_tail(&[
+        "dumpdiff --self-hosted-dir fixtures/dumps/self_hosted_pt --weaver-dir fixtures/dumps/weaver_faulty_pt --step 0 --output report.json",
+        "dumpdiff --self-hosted-dir fixtures/dumps/self_hosted_pt --remote-api-dir fixtures/dumps/remote_api_pt --step 0 --format markdown",
+        "dumpdiff --inspect fixtures/dumps/self_hosted_pt/forward_data/step_000000_rank4_micro0.pt",
+        "ssh node7 cat step_000000_rank3_micro0.pt | dumpdiff --inspect -",
+    ])
 }
 
 /// Compare RL training-step dumps, or inspect one dump file or folder.
 #[derive(Parser, Debug)]
-#[command(name = "dumpdiff", version, about)]
+#[command(
+    name = "dumpdiff",
+    version,
+    about = "Compare the tensor dumps of two or three implementations of one RL training step, or inspect one dump file or folder",
+    after_help = help_tail()
+)]
 struct Args {
     /// Print what a dump file (.pt/.safetensors/.npy/.npz/.jsonl) holds, or the layout of a
-    /// dump folder, and exit.
+    /// dump folder, and exit (`-` reads the file from stdin).
     #[arg(long, value_name = "PATH")]
     inspect: Option<PathBuf>,
     /// With --inspect on a folder: also write scalars/tokens/trajectories Parquet frames here.
     #[arg(long, value_name = "DIR", requires = "inspect")]
     export_frames: Option<PathBuf>,
-    /// Training step to compare (with --inspect: to read; default every step).
+    /// Training step to compare (required to compare; with --inspect DIR --export-frames:
+    /// the step to export, every step when absent).
     #[arg(long, allow_negative_numbers = true)]
     step: Option<i64>,
     /// Dump folder of the self-hosted trainer (the reference side).
@@ -54,10 +57,10 @@ struct Args {
     /// Dump folder of the weaver trainer.
     #[arg(long, alias = "weaver_dir", value_name = "DIR")]
     weaver_dir: Option<PathBuf>,
-    /// Where to write the JSON report.
+    /// Also write the JSON report (with schema_version) to FILE.
     #[arg(long, value_name = "FILE")]
     output: Option<PathBuf>,
-    /// Format of stdout (table by default).
+    /// Format of stdout.
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
     /// Only these ranks (`0,3,5-7`; default: all found).
@@ -78,10 +81,10 @@ struct Args {
     )]
     num_micros: Option<u32>,
     /// Absolute tolerance for every pair (overrides dtype defaults and rules).
-    #[arg(long)]
+    #[arg(long, value_name = "X")]
     atol: Option<f64>,
     /// Relative tolerance for every pair (overrides dtype defaults and rules).
-    #[arg(long)]
+    #[arg(long, value_name = "X")]
     rtol: Option<f64>,
     /// TOML file of per-tensor rules: [[rule]] name, atol, rtol, allowed_fraction, severity.
     #[arg(long, alias = "tol_file", value_name = "FILE")]
@@ -94,9 +97,12 @@ struct Args {
     /// Do not recompute disagreeing losses with losscheck.
     #[arg(long)]
     no_adjudicate: bool,
-    /// Lowest verdict that makes the exit code 1.
-    #[arg(long, alias = "fail_on", value_enum, default_value = "fail")]
+    /// Lowest severity that makes the exit code 1: warning (a WARN verdict, e.g. a rule
+    /// with severity = "warn") or error (a FAIL verdict or a file on one side only).
+    #[arg(long, alias = "fail_on", value_enum, default_value = "error")]
     fail_on: FailOn,
+    #[command(flatten)]
+    common: CommonFlags,
 }
 
 /// The stderr progress bar: drawn only when stderr is a terminal and not under CI, and
@@ -104,8 +110,8 @@ struct Args {
 struct ProgressBar(Option<indicatif::ProgressBar>);
 
 impl ProgressBar {
-    fn for_stderr() -> Self {
-        let wanted = std::io::stderr().is_terminal() && std::env::var_os("CI").is_none();
+    fn for_stderr(quiet: bool) -> Self {
+        let wanted = !quiet && std::io::stderr().is_terminal() && std::env::var_os("CI").is_none();
         ProgressBar(wanted.then(|| {
             let bar = indicatif::ProgressBar::with_draw_target(
                 Some(0),
@@ -165,17 +171,20 @@ fn parse_list(s: &str) -> Result<BTreeSet<u32>, Error> {
     Ok(set)
 }
 
-fn run(args: Args) -> Result<u8, Error> {
+/// Check each side against its flag and the step, compare, write `--output`, and return
+/// stdout's text with the exit code.
+fn run(args: Args) -> Result<(String, u8), Error> {
     if let Some(path) = &args.inspect {
-        print!("{}", inspect_path(path)?);
+        let path = cli::stdin_path(path);
+        let mut text = inspect_path(&path)?;
         if let Some(dir) = &args.export_frames {
-            let tree = DumpTree::discover(path)?;
+            let tree = DumpTree::discover(&path)?;
             let mut frames = build_frames(&tree, args.step)?;
             for written in export_frames(&mut frames, dir)? {
-                println!("wrote {}", written.display());
+                text.push_str(&format!("wrote {}\n", written.display()));
             }
         }
-        return Ok(EXIT_CLEAN);
+        return Ok((text, EXIT_CLEAN));
     }
     let self_hosted = args
         .self_hosted_dir
@@ -183,26 +192,57 @@ fn run(args: Args) -> Result<u8, Error> {
         .ok_or_else(|| Error::Usage("--self-hosted-dir is required (or --inspect PATH)".into()))?;
     let step = args
         .step
-        .ok_or_else(|| Error::Usage("--step is required".into()))?;
+        .ok_or_else(|| Error::Usage("--step N is required to compare".into()))?;
+    let sides: Vec<Side> = [
+        (
+            "--self-hosted-dir",
+            Some(self_hosted.clone()),
+            Producer::SelfHosted,
+        ),
+        ("--weaver-dir", args.weaver_dir.clone(), Producer::Weaver),
+        (
+            "--remote-api-dir",
+            args.remote_api_dir.clone(),
+            Producer::RemoteApi,
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(flag, dir, expected)| {
+        dir.map(|dir| Side {
+            flag,
+            dir,
+            expected,
+        })
+    })
+    .collect();
     let rules = match &args.tol_file {
         Some(p) => ToleranceRules::load(p)?,
         None => ToleranceRules::default(),
     };
+    let ranks = match (&args.ranks, args.num_ranks) {
+        (Some(s), _) => Some(parse_list(s)?),
+        (None, Some(n)) => Some((0..n).collect()),
+        _ => None,
+    };
+    let micros = match (&args.micros, args.num_micros) {
+        (Some(s), _) => Some(parse_list(s)?),
+        (None, Some(n)) => Some((0..n).collect()),
+        _ => None,
+    };
+    if sides.len() > 1 {
+        let filter = Filter {
+            ranks: ranks.as_ref(),
+            micros: micros.as_ref(),
+        };
+        check_sides(&sides, step, filter)?;
+    }
     let opts = Options {
         self_hosted,
         remote_api: args.remote_api_dir.clone(),
         weaver: args.weaver_dir.clone(),
         step,
-        ranks: match (&args.ranks, args.num_ranks) {
-            (Some(s), _) => Some(parse_list(s)?),
-            (None, Some(n)) => Some((0..n).collect()),
-            _ => None,
-        },
-        micros: match (&args.micros, args.num_micros) {
-            (Some(s), _) => Some(parse_list(s)?),
-            (None, Some(n)) => Some((0..n).collect()),
-            _ => None,
-        },
+        ranks,
+        micros,
         policy: TolerancePolicy {
             rules,
             atol: args.atol,
@@ -212,7 +252,7 @@ fn run(args: Args) -> Result<u8, Error> {
         adjudicate_with: (!args.no_adjudicate).then(|| args.preset.clone()),
         advantage_preset: Some(args.preset.clone()),
     };
-    let bar = ProgressBar::for_stderr();
+    let bar = ProgressBar::for_stderr(args.common.quiet);
     let report = dumpdiff::run_with_progress(&opts, &bar)?;
     bar.finish();
     if let Some(out) = &args.output {
@@ -220,30 +260,26 @@ fn run(args: Args) -> Result<u8, Error> {
         let text = render::Renderer::render(&json, &report)?;
         std::fs::write(out, text).map_err(|e| Error::io(out, e))?;
     }
-    let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let name = match args.format {
-        Format::Table => "table",
-        Format::Json => "json",
-        Format::Markdown => "markdown",
+    let text = match render::by_name(args.format.name(), args.common.color.enabled()) {
+        Some(r) if !args.common.quiet => r.render(&report)?,
+        _ => String::new(),
     };
-    if let Some(r) = render::by_name(name, color) {
-        print!("{}", r.render(&report)?);
-    }
     let fail_on = match args.fail_on {
-        FailOn::Warn => Severity::Warn,
-        FailOn::Fail => Severity::Fail,
+        FailOn::Info | FailOn::Warning => Severity::Warn,
+        FailOn::Error | FailOn::Critical => Severity::Fail,
     };
-    Ok(dumpdiff::exit_code(&report, fail_on))
+    Ok((text, dumpdiff::exit_code(&report, fail_on)))
 }
 
 fn main() -> ExitCode {
     rlforensics::alloc::keep_freed_memory();
-    let args = Args::parse();
+    let args: Args = match cli::parse() {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    let quiet = args.common.quiet;
     match run(args) {
-        Ok(code) => ExitCode::from(code),
-        Err(err) => {
-            eprintln!("dumpdiff: {err}");
-            ExitCode::from(EXIT_BAD_INPUT)
-        }
+        Ok((text, code)) => cli::finish("dumpdiff", &text, quiet, code),
+        Err(err) => cli::fail("dumpdiff", &err),
     }
 }

@@ -6,80 +6,138 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use rlforensics::exit_codes::{EXIT_BAD_INPUT, EXIT_CLEAN, EXIT_FOUND};
+use rlforensics::cli::{self, CommonFlags, FailOn, Format};
+use rlforensics::exit_codes::{EXIT_CLEAN, EXIT_FOUND};
 use rlforensics::kernels::loss::compute_with_grad;
 use rlforensics::kernels::presets::{preset, PRESETS};
 use rlforensics::kernels::{to_f64, to_f64_vec};
 use rlforensics::losscheck::overrides::{apply, Overrides};
-use rlforensics::losscheck::{check_tree, inputs_from_value, Status, Tolerance};
+use rlforensics::losscheck::{check_tree, inputs_from_value, render, Status, Tolerance};
 use rlforensics::readers::layout::DumpTree;
 use rlforensics::Error;
+
+/// The end of `--help`: real invocations on the shipped fixtures, then the exit codes.
+fn help_tail() -> String {
+    cli::help_tail(&[
+        "losscheck --dump-dir fixtures/dumps/weaver_faulty_pt --step 0 --preset nexrl-is",
+        "losscheck --dump-dir fixtures/dumps/self_hosted_pt --step 0 --rank 3 --micro 1 --format markdown",
+        "losscheck --inputs fixtures/kernels/trl_grpo_normal.safetensors --preset trl-grpo",
+        "losscheck --inputs fixtures/kernels/trl_grpo_normal.safetensors --preset trl-grpo --eps-high 0.28 --format json --output loss.json",
+    ])
+}
 
 #[derive(Parser, Debug)]
 #[command(
     name = "losscheck",
-    about = "Recompute GRPO/GSPO losses from dumped inputs and say which side is right"
+    version,
+    about = "Recompute GRPO/GSPO losses from dumped inputs and say which side is right",
+    after_help = help_tail()
 )]
 struct Args {
-    /// Dump tree to check: weaver (is_loss_debug/, loss/) or self-hosted (forward_data/, old_log_probs/, trajectory/, loss/).
-    #[arg(long = "dump-dir", alias = "dump_dir")]
+    /// Dump tree to check: weaver (is_loss_debug/, loss/) or self-hosted (forward_data/,
+    /// old_log_probs/, trajectory/, loss/).
+    #[arg(long = "dump-dir", alias = "dump_dir", value_name = "DIR")]
     dump_dir: Option<PathBuf>,
-    /// Free-standing tensors (.safetensors/.pt/.npz/.jsonl): print loss, metrics, gradient.
-    #[arg(long)]
+    /// Free-standing tensors (.safetensors/.pt/.npz/.jsonl; `-` reads stdin): print the
+    /// loss, its terms, the metrics and a gradient summary (every element with --format json).
+    #[arg(long, value_name = "FILE")]
     inputs: Option<PathBuf>,
-    /// Training step.
-    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
-    step: i64,
-    /// Preset: trl-grpo, trl-bnpo, trl-dr-grpo, trl-dapo, trl-gspo, verl-vanilla, verl-dr-grpo, verl-gspo, nexrl-is, mlx-grpo.
+    /// Training step to check (default: the tree's only step; required when it holds several).
+    #[arg(long, allow_hyphen_values = true, value_name = "N")]
+    step: Option<i64>,
+    /// Preset: trl-grpo, trl-bnpo, trl-dr-grpo, trl-dapo, trl-gspo, verl-vanilla,
+    /// verl-dr-grpo, verl-gspo, nexrl-is, mlx-grpo.
     #[arg(long, default_value = "nexrl-is")]
     preset: String,
     /// Only this rank.
-    #[arg(long)]
+    #[arg(long, value_name = "R")]
     rank: Option<u32>,
     /// Only this micro-batch.
-    #[arg(long)]
+    #[arg(long, value_name = "M")]
     micro: Option<u32>,
-    /// Output format: table (one line per file) or json.
-    #[arg(long, default_value = "table")]
-    format: String,
+    /// Format of stdout.
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+    /// Also write the JSON report (with schema_version) to FILE.
+    #[arg(long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Lowest severity that makes the exit code 1; an inconsistent loss is an error
+    /// (--fail-on critical reports it and exits 0).
+    #[arg(long, value_enum, default_value = "error")]
+    fail_on: FailOn,
     /// Relative tolerance for dumped vs recomputed.
-    #[arg(long, default_value_t = 1e-4)]
+    #[arg(long, default_value_t = 1e-4, value_name = "X")]
     rtol: f64,
     /// Absolute tolerance for dumped vs recomputed.
-    #[arg(long, default_value_t = 1e-6)]
+    #[arg(long, default_value_t = 1e-6, value_name = "X")]
     atol: f64,
-    #[arg(long = "eps-low")]
+    /// Lower clip epsilon: the ratio is clipped below at 1 − eps_low.
+    #[arg(long = "eps-low", value_name = "X")]
     eps_low: Option<f64>,
-    #[arg(long = "eps-high")]
+    /// Upper clip epsilon: the ratio is clipped above at 1 + eps_high.
+    #[arg(long = "eps-high", value_name = "X")]
     eps_high: Option<f64>,
-    #[arg(long)]
+    /// TRL's upper bound on the ratio of the unclipped term (two-sided clipping).
+    #[arg(long, value_name = "X")]
     delta: Option<f64>,
-    #[arg(long = "clip-ratio-c")]
+    /// Dual-clip constant c (> 1): bounds the loss of negative-advantage tokens.
+    #[arg(long = "clip-ratio-c", value_name = "X")]
     clip_ratio_c: Option<f64>,
-    /// Aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm, grpo, bnpo, dr_grpo, dapo.
-    #[arg(long)]
+    /// Aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum,
+    /// seq-mean-token-sum-norm, grpo, bnpo, dr_grpo, dapo.
+    #[arg(long, value_name = "MODE")]
     agg: Option<String>,
     /// token, sequence or gspo-token.
-    #[arg(long = "ratio-level")]
+    #[arg(long = "ratio-level", value_name = "LEVEL")]
     ratio_level: Option<String>,
     /// Symmetric log-ratio clamp (0 = none).
-    #[arg(long = "log-ratio-clamp")]
+    #[arg(long = "log-ratio-clamp", value_name = "X")]
     log_ratio_clamp: Option<f64>,
     /// KL estimator: k1, abs, k2, k3, k3+, k3-trl, mlx.
-    #[arg(long)]
+    #[arg(long, value_name = "NAME")]
     kl: Option<String>,
-    #[arg(long = "kl-coef")]
+    /// Weight of the KL term added to the loss (0 = no KL term).
+    #[arg(long = "kl-coef", value_name = "X")]
     kl_coef: Option<f64>,
-    #[arg(long = "entropy-coeff")]
+    /// Weight of the entropy bonus subtracted from the loss (0 = none).
+    #[arg(long = "entropy-coeff", value_name = "X")]
     entropy_coeff: Option<f64>,
-    #[arg(long = "adv-eps")]
+    /// Epsilon added to the group reward std when advantages are normalised.
+    #[arg(long = "adv-eps", value_name = "X")]
     adv_eps: Option<f64>,
     /// f64 (default) or f32.
-    #[arg(long)]
+    #[arg(long, value_name = "P")]
     precision: Option<String>,
+    #[command(flatten)]
+    common: CommonFlags,
 }
 
-fn run(a: Args) -> Result<u8, Error> {
+/// The step to check: `--step`, else the tree's only step.
+fn step_of(tree: &DumpTree, step: Option<i64>) -> Result<i64, Error> {
+    if let Some(s) = step {
+        return Ok(s);
+    }
+    let steps = tree.steps();
+    match steps.len() {
+        1 => Ok(*steps.iter().next().unwrap_or(&0)),
+        0 => Err(Error::Usage(format!(
+            "{}: no dump file (step_NNNNNN…) in this tree",
+            tree.root.display()
+        ))),
+        _ => Err(Error::Usage(format!(
+            "{}: holds steps {}; pick one with --step N",
+            tree.root.display(),
+            steps
+                .iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// Check, write `--output`, and return stdout's text and the exit code.
+fn run(a: &Args) -> Result<(String, u8), Error> {
     let base = preset(&a.preset).map_err(|e| Error::Usage(format!("--preset: {e}")))?;
     let cfg = apply(
         base,
@@ -98,39 +156,34 @@ fn run(a: Args) -> Result<u8, Error> {
             precision: a.precision.clone(),
         },
     )?;
-    let json = a.format == "json";
-    match (&a.dump_dir, &a.inputs) {
+    let (json, text, found) = match (&a.dump_dir, &a.inputs) {
         (Some(dir), None) => {
             let tree = DumpTree::discover(dir)?;
+            let step = step_of(&tree, a.step)?;
             let tol = Tolerance {
                 rtol: a.rtol,
                 atol: a.atol,
             };
-            let verdicts = check_tree(&tree, a.step, a.rank, a.micro, &cfg, &tol)?;
-            if json {
-                let v =
-                    serde_json::json!({"schema_version": 1, "preset": cfg, "verdicts": verdicts});
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-            } else {
-                for v in &verdicts {
-                    println!("{}", v.line());
-                }
-            }
-            let bad = verdicts
-                .iter()
-                .filter(|v| v.status == Status::Inconsistent)
-                .count();
-            Ok(if bad > 0 { EXIT_FOUND } else { EXIT_CLEAN })
+            let verdicts = check_tree(&tree, step, a.rank, a.micro, &cfg, &tol)?;
+            let json = render::tree_json(&cfg, &verdicts);
+            let text = match a.format {
+                Format::Table => render::tree_table(&verdicts),
+                Format::Markdown => render::tree_markdown(&verdicts),
+                Format::Json => String::new(),
+            };
+            let found = verdicts.iter().any(|v| v.status == Status::Inconsistent);
+            (json, text, found)
         }
         (None, Some(file)) => {
-            let value = rlforensics::readers::read_any(file)?;
-            let inputs = inputs_from_value(&value, file, &cfg)?;
+            let file = cli::stdin_path(file);
+            let value = rlforensics::readers::read_any(&file)?;
+            let inputs = inputs_from_value(&value, &file, &cfg)?;
             let (out, grad) = compute_with_grad(&inputs, &cfg)
-                .map_err(|e| Error::format(file, rlforensics::Position::File, e.to_string()))?;
+                .map_err(|e| Error::format(&file, rlforensics::Position::File, e.to_string()))?;
             let f = |t: &candle_core::Tensor| to_f64(t).unwrap_or(f64::NAN);
             let shape = grad.dims().to_vec();
             let g = to_f64_vec(&grad).unwrap_or_default();
-            let v = serde_json::json!({
+            let json = serde_json::json!({
                 "schema_version": 1,
                 "preset": cfg,
                 "loss": f(&out.loss),
@@ -141,34 +194,46 @@ fn run(a: Args) -> Result<u8, Error> {
                 "grad_shape": shape,
                 "grad": g,
             });
-            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-            Ok(EXIT_CLEAN)
+            let text = match a.format {
+                Format::Table => render::inputs_table(&json),
+                Format::Markdown => render::inputs_markdown(&json),
+                Format::Json => String::new(),
+            };
+            (json, text, false)
         }
-        _ => Err(Error::Usage(format!(
-            "give exactly one of --dump-dir DIR or --inputs FILE (presets: {})",
-            PRESETS.join(", ")
-        ))),
+        _ => {
+            return Err(Error::Usage(format!(
+                "give exactly one of --dump-dir DIR or --inputs FILE (presets: {})",
+                PRESETS.join(", ")
+            )))
+        }
+    };
+    let pretty = serde_json::to_string_pretty(&json).unwrap_or_default() + "\n";
+    if let Some(out) = &a.output {
+        std::fs::write(out, &pretty).map_err(|e| Error::io(out, e))?;
     }
+    let text = if a.format == Format::Json {
+        pretty
+    } else {
+        text
+    };
+    // An inconsistent loss is an error-level finding.
+    let code = if found && a.fail_on <= FailOn::Error {
+        EXIT_FOUND
+    } else {
+        EXIT_CLEAN
+    };
+    Ok((text, code))
 }
 
 fn main() -> ExitCode {
     rlforensics::alloc::keep_freed_memory();
-    let args = match Args::try_parse() {
+    let args: Args = match cli::parse() {
         Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() {
-                EXIT_BAD_INPUT
-            } else {
-                EXIT_CLEAN
-            });
-        }
+        Err(code) => return code,
     };
-    match run(args) {
-        Ok(code) => ExitCode::from(code),
-        Err(err) => {
-            eprintln!("losscheck: {err:#}");
-            ExitCode::from(EXIT_BAD_INPUT)
-        }
+    match run(&args) {
+        Ok((text, code)) => cli::finish("losscheck", &text, args.common.quiet, code),
+        Err(err) => cli::fail("losscheck", &err),
     }
 }

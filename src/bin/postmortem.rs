@@ -1,24 +1,18 @@
 //! `postmortem`: a crashed or failed run turned into a report. Thin: parse, run, exit.
 
-use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
-use rlforensics::exit_codes::EXIT_BAD_INPUT;
+use rlforensics::cli;
 use rlforensics::postmortem::cli::{run, PostmortemArgs};
 
 fn main() -> ExitCode {
     rlforensics::alloc::keep_freed_memory();
-    let args = PostmortemArgs::parse();
+    let args: PostmortemArgs = match cli::parse() {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
     match run(&args) {
-        Ok(out) => {
-            // A closed pipe (`| head`) is not an error.
-            let _ = std::io::stdout().write_all(out.stdout.as_bytes());
-            ExitCode::from(out.code)
-        }
-        Err(err) => {
-            eprintln!("postmortem: {err}");
-            ExitCode::from(EXIT_BAD_INPUT)
-        }
+        Ok(out) => cli::finish("postmortem", &out.stdout, args.common.quiet, out.code),
+        Err(err) => cli::fail("postmortem", &err),
     }
 }

@@ -12,33 +12,68 @@
 //! one, given as several `--dumps` or as the subfolders of one) → dumpdiff compares them
 //! and losscheck adjudicates each loss disagreement. See [`crate::postmortem::dumps`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Parser;
 
-use crate::detect::Severity;
+use crate::cli::{CommonFlags, FailOn, Format};
 use crate::error::{Error, Result};
 use crate::exit_codes::{EXIT_CLEAN, EXIT_FOUND};
 use crate::postmortem::dumps::{DumpsOptions, DEFAULT_PRESET};
 use crate::postmortem::{analyze, write_report, Options};
 
+/// The `--dumps` paragraph of `--help`.
+const DUMPS_HELP: &str = "Training-step dumps (--dumps DIR --step N, DIR repeatable):\n  Each DIR is one dump tree (a producer's debug_dump/: forward_data/, loss/, is_loss_debug/ ...)\n  or a folder whose subfolders are dump trees; the trees of every --dumps are pooled.\n  One tree in all: losscheck recomputes every rank/micro's loss of step N from the tree's own\n  inputs (--preset) and lists the cells that are not self-consistent, with the first divergent\n  intermediate. Several trees: each tree's producer is identified from its files; exactly one\n  self-hosted tree (the reference) and at most one weaver and one remote-api tree are compared\n  by dumpdiff, and losscheck says which side of each loss disagreement follows from its own\n  inputs. Two trees of one producer, an unknown producer or no self-hosted tree: exit 2, nothing\n  is guessed (name the trees: --dumps A --dumps B). The verdict goes into report.md and\n  report.html (Training-step dumps) and summary.json (dumps).";
+
+/// Real invocations on the shipped fixtures.
+const EXAMPLES: &[&str] = &[
+    "postmortem fixtures/runs/20251009-091500 --output reports/",
+    "postmortem fixtures/runs/partial_bundle/20251009-170000-step-0005 --format markdown",
+    "postmortem fixtures/runs/20251009-130000 --fail-on warning -q",
+    "postmortem fixtures/runs/20251009-091500 --dumps fixtures/dumps/weaver_faulty_pt --step 0",
+];
+
+/// What postmortem's exit codes mean (more precise than the shared paragraph).
+const EXIT_HELP: &str = "Exit codes:\n  0  report written, no crash, no finding at or above --fail-on (none by default), dumps not FAIL\n  1  the run crashed, or a finding is at or above --fail-on, or the --dumps verdict is FAIL\n  2  usage error or unreadable input (a bad --dumps folder is named), or no run in the folder";
+
+/// `Examples:` then the exit codes: the end of `-h`.
+fn short_tail() -> String {
+    let mut s = String::from("Examples:\n");
+    for e in EXAMPLES {
+        s.push_str(&format!("  {e}\n"));
+    }
+    s + "\n" + EXIT_HELP
+}
+
+/// The `--dumps` paragraph, the examples and the exit codes: the end of `--help`.
+fn long_tail() -> String {
+    format!("{DUMPS_HELP}\n\n{}", short_tail())
+}
+
 /// `postmortem` arguments.
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "postmortem",
+    version,
     about = "Turn a crashed or failed DebugTrainer run folder (or one crash bundle) into a report: report.md, report.html, summary.json and plots in OUTPUT/<run-name>/",
-    after_long_help = "Training-step dumps (--dumps DIR --step N, DIR repeatable):\n  Each DIR is one dump tree (a producer's debug_dump/: forward_data/, loss/, is_loss_debug/ ...)\n  or a folder whose subfolders are dump trees; the trees of every --dumps are pooled.\n  One tree in all: losscheck recomputes every rank/micro's loss of step N from the tree's own\n  inputs (--preset) and lists the cells that are not self-consistent, with the first divergent\n  intermediate. Several trees: each tree's producer is identified from its files; exactly one\n  self-hosted tree (the reference) and at most one weaver and one remote-api tree are compared\n  by dumpdiff, and losscheck says which side of each loss disagreement follows from its own\n  inputs. Two trees of one producer, an unknown producer or no self-hosted tree: exit 2, nothing\n  is guessed (name the trees: --dumps A --dumps B). The verdict goes into report.md and\n  report.html (Training-step dumps) and summary.json (dumps).\n\nExit codes: 0 report written, no crash, no finding at or above --fail-on (none by default),\n  dumps not FAIL; 1 the run crashed, or a finding is at or above --fail-on, or the --dumps\n  verdict is FAIL; 2 usage error or unreadable input (a bad --dumps folder is named)."
+    after_help = short_tail(),
+    after_long_help = long_tail()
 )]
 pub struct PostmortemArgs {
     /// A run folder (run_metadata.json, steps.jsonl, events.jsonl, failures/) or one
     /// crash bundle folder (failures/<time>-step-NNNN/).
     pub path: PathBuf,
-    /// Folder to write the report into (as OUTPUT/<run-name>/).
-    #[arg(long, short, default_value = "reports")]
+    /// Folder to write the report into (as OUTPUT/<run-name>/: report.md, report.html,
+    /// summary.json, plots).
+    #[arg(long, short, default_value = "reports", value_name = "DIR")]
     pub output: PathBuf,
+    /// Format of stdout: table (the headline and where the report is), json (summary.json),
+    /// markdown (report.md).
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
     /// Exit 1 when a finding is at or above this severity (by default findings never fail).
     #[arg(long, value_enum)]
-    pub fail_on: Option<Severity>,
+    pub fail_on: Option<FailOn>,
     /// Override a detector threshold: NAME=VALUE (repeatable; see logscan --help).
     #[arg(long = "threshold", value_name = "NAME=VALUE")]
     pub thresholds: Vec<String>,
@@ -52,6 +87,8 @@ pub struct PostmortemArgs {
     /// losscheck preset for --dumps (nexrl-is, trl-grpo, verl-gspo, …).
     #[arg(long, value_name = "PRESET", default_value = DEFAULT_PRESET)]
     pub preset: String,
+    #[command(flatten)]
+    pub common: CommonFlags,
 }
 
 /// What the binary prints and returns.
@@ -63,8 +100,62 @@ pub struct RunOutput {
     pub code: u8,
 }
 
+/// True when `dir` holds what a run or a crash bundle leaves: run_metadata.json,
+/// steps.jsonl, events.jsonl, failures/, a non-empty log file, or a bundle's
+/// exception.txt/context.json.
+fn looks_like_run(dir: &Path) -> bool {
+    crate::readers::crash_bundle::is_bundle(dir)
+        || ["run_metadata.json", "steps.jsonl", "events.jsonl"]
+            .iter()
+            .any(|f| dir.join(f).is_file())
+        || dir.join("failures").is_dir()
+        || crate::postmortem::log_files(dir).is_ok_and(|f| !f.is_empty())
+}
+
+/// Refuse a folder with nothing a run leaves, saying what it holds instead: the run
+/// folders below it (the parent of several runs), or how many files and folders it has.
+fn check_is_run(dir: &Path) -> Result<()> {
+    if !dir.is_dir() || looks_like_run(dir) {
+        return Ok(()); // analyze names a missing path or a file itself.
+    }
+    let mut runs = Vec::new();
+    let (mut files, mut folders) = (0usize, 0usize);
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let p = entry.map_err(|e| Error::io(dir, e))?.path();
+        if p.is_dir() {
+            folders += 1;
+            if looks_like_run(&p) {
+                runs.push(
+                    p.file_name()
+                        .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+                );
+            }
+        } else {
+            files += 1;
+        }
+    }
+    runs.sort();
+    let what = "run_metadata.json, steps.jsonl, events.jsonl, failures/, *.log, or a crash bundle's exception.txt/context.json";
+    Err(Error::Usage(if runs.is_empty() {
+        format!(
+            "no run found in {}: it holds {files} file(s) and {folders} folder(s), none of them \
+             {what}",
+            dir.display()
+        )
+    } else {
+        format!(
+            "no run found in {}; it holds {} run folder(s): {} (pass one of them, e.g. {})",
+            dir.display(),
+            runs.len(),
+            runs.join(", "),
+            dir.join(&runs[0]).display()
+        )
+    }))
+}
+
 /// Analyse, write the report, decide the exit code.
 pub fn run(args: &PostmortemArgs) -> Result<RunOutput> {
+    check_is_run(&args.path)?;
     let dumps = match (args.dumps.is_empty(), args.step) {
         (true, _) => None,
         (false, Some(step)) => Some(DumpsOptions {
@@ -81,7 +172,7 @@ pub fn run(args: &PostmortemArgs) -> Result<RunOutput> {
     let pm = analyze(&args.path, &opts)?;
     let written = write_report(&pm, &args.output)?;
     let failing = match (args.fail_on, pm.worst()) {
-        (Some(f), Some(w)) => w >= f,
+        (Some(f), Some(w)) => w >= f.severity(),
         _ => false,
     };
     let dumps_failed = pm.dumps.as_ref().is_some_and(|d| d.failed);
@@ -94,10 +185,19 @@ pub fn run(args: &PostmortemArgs) -> Result<RunOutput> {
         .dumps
         .as_ref()
         .map_or(String::new(), |d| format!("dumps: {}\n", d.headline));
-    let stdout = format!(
-        "{}\n{dumps_line}report: {}\n",
-        pm.headline,
-        written.dir.join("report.html").display()
-    );
+    let read = |name: &str| {
+        let p = written.dir.join(name);
+        std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))
+    };
+    let stdout = match args.format {
+        _ if args.common.quiet => String::new(),
+        Format::Table => format!(
+            "{}\n{dumps_line}report: {}\n",
+            pm.headline,
+            written.dir.join("report.html").display()
+        ),
+        Format::Json => read("summary.json")?,
+        Format::Markdown => read("report.md")?,
+    };
     Ok(RunOutput { stdout, code })
 }

@@ -425,7 +425,7 @@ pub fn analyze(path: &Path, opts: &Options) -> Result<Postmortem> {
 }
 
 /// Log files directly in a run folder (`*.jsonl`, `*.log`, `*.txt`, `*.out`), non-empty.
-fn log_files(dir: &Path) -> Result<Vec<PathBuf>> {
+pub(crate) fn log_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| Error::io(dir, e))?
         .filter_map(|e| e.ok().map(|e| e.path()))

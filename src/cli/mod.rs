@@ -1,0 +1,187 @@
+//! What the four binaries share on the command line: one flag vocabulary (`--format`,
+//! `--color`, `--fail-on`, `-q`), the exit-code paragraph every `--help` ends with, `-` for
+//! stdin, and stdout writing that ends quietly (exit 0) when the reader went away (`| head`).
+
+pub mod sides;
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::ValueEnum;
+
+use crate::exit_codes::EXIT_CLEAN;
+
+/// The last paragraph of every `--help`: the exit codes of SPEC §1.
+pub const EXIT_CODES_HELP: &str = "Exit codes:\n  0  checked, nothing at or above --fail-on\n  1  checked, something beyond tolerance or a finding at or above --fail-on\n  2  usage error, unreadable input, or nothing could be read (the message says what was seen)";
+
+/// `Examples:` followed by the given command lines, then [`EXIT_CODES_HELP`]: the text every
+/// `--help` ends with.
+pub fn help_tail(examples: &[&str]) -> String {
+    let mut s = String::from("Examples:\n");
+    for e in examples {
+        s.push_str("  ");
+        s.push_str(e);
+        s.push('\n');
+    }
+    s.push('\n');
+    s.push_str(EXIT_CODES_HELP);
+    s
+}
+
+/// Format of what goes to stdout; the same three words in every command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Human-readable text for a terminal.
+    Table,
+    /// The JSON report (with `schema_version`), as `--output` writes it.
+    Json,
+    /// A Markdown document, for a PR comment or an issue.
+    #[value(alias = "md")]
+    Markdown,
+}
+
+impl Format {
+    /// The renderer name the libraries' `renderer`/`by_name` functions take.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Table => "table",
+            Format::Json => "json",
+            Format::Markdown => "markdown",
+        }
+    }
+}
+
+/// When to colour stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum Color {
+    /// When stdout is a terminal and `NO_COLOR` is unset or empty.
+    #[default]
+    Auto,
+    /// Always, even in a pipe or with `NO_COLOR` set.
+    Always,
+    /// Never.
+    Never,
+}
+
+impl Color {
+    /// Whether to colour stdout now: `auto` follows the terminal and `NO_COLOR`
+    /// (<https://no-color.org>: set and not empty turns colour off).
+    pub fn enabled(self) -> bool {
+        match self {
+            Color::Always => true,
+            Color::Never => false,
+            Color::Auto => {
+                let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+                !no_color && std::io::stdout().is_terminal()
+            }
+        }
+    }
+}
+
+/// The lowest severity that makes the exit code 1; the same words in every command
+/// (`warn` and `fail` are accepted for `warning` and `error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub enum FailOn {
+    /// Any finding, even one only worth knowing.
+    Info,
+    /// A warning or worse.
+    #[value(alias = "warn")]
+    Warning,
+    /// An error or worse: a divergence beyond tolerance, an inconsistent loss.
+    #[value(alias = "fail")]
+    Error,
+    /// Only broken numbers (NaN/inf).
+    Critical,
+}
+
+impl FailOn {
+    /// The detector severity with the same name (logscan, postmortem).
+    pub fn severity(self) -> crate::detect::Severity {
+        use crate::detect::Severity;
+        match self {
+            FailOn::Info => Severity::Info,
+            FailOn::Warning => Severity::Warning,
+            FailOn::Error => Severity::Error,
+            FailOn::Critical => Severity::Critical,
+        }
+    }
+}
+
+/// Flags every command has besides `--format`, `--output` and `--fail-on` (whose help and
+/// defaults differ per command): `--color` and `-q`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CommonFlags {
+    /// Colour stdout: auto (a terminal without NO_COLOR), always, never.
+    #[arg(long, value_enum, value_name = "WHEN", default_value = "auto")]
+    pub color: Color,
+    /// Print nothing on stdout: the exit code (and any --output file) says it all.
+    /// Errors still go to stderr.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// `-` means standard input: the path to open for it (`/dev/stdin`, which the readers
+/// treat as a pipe); any other path is returned unchanged.
+pub fn stdin_path(p: &Path) -> PathBuf {
+    if p.as_os_str() == "-" {
+        PathBuf::from("/dev/stdin")
+    } else {
+        p.to_path_buf()
+    }
+}
+
+/// What writing to stdout came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// Everything was written.
+    All,
+    /// The reader closed the pipe (`| head -c 1`): stop quietly, exit 0.
+    ReaderGone,
+}
+
+/// Write `text` to stdout and flush. A closed pipe is [`Written::ReaderGone`], not an error;
+/// any other failure (a full disk behind `>`) is returned.
+pub fn write_stdout(text: &str) -> std::io::Result<Written> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(Written::All),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(Written::ReaderGone),
+        Err(e) => Err(e),
+    }
+}
+
+/// Print `text` (unless `quiet`) and return `code`; a closed pipe ends with exit 0 and no
+/// message, a failed write with exit 2 and the reason on stderr.
+pub fn finish(tool: &str, text: &str, quiet: bool, code: u8) -> ExitCode {
+    if quiet || text.is_empty() {
+        return ExitCode::from(code);
+    }
+    match write_stdout(text) {
+        Ok(Written::All) => ExitCode::from(code),
+        Ok(Written::ReaderGone) => ExitCode::from(EXIT_CLEAN),
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "{tool}: writing to stdout: {e}");
+            ExitCode::from(crate::exit_codes::EXIT_BAD_INPUT)
+        }
+    }
+}
+
+/// Report an error on stderr as `tool: message` and return exit 2.
+pub fn fail(tool: &str, err: &dyn std::fmt::Display) -> ExitCode {
+    let _ = writeln!(std::io::stderr(), "{tool}: {err}");
+    ExitCode::from(crate::exit_codes::EXIT_BAD_INPUT)
+}
+
+/// Parse the arguments; `--help`/`--version` print (a closed pipe is fine) and exit 0,
+/// a usage error prints clap's message and exits 2.
+pub fn parse<P: clap::Parser>() -> Result<P, ExitCode> {
+    P::try_parse().map_err(|e| {
+        let _ = e.print();
+        ExitCode::from(if e.use_stderr() {
+            crate::exit_codes::EXIT_BAD_INPUT
+        } else {
+            EXIT_CLEAN
+        })
+    })
+}
