@@ -268,11 +268,7 @@ impl Detector for ClipHigh {
         if hits.is_empty() || hits.len() * 2 < s.len() {
             return vec![];
         }
-        let lo = hits.iter().map(|(_, v)| *v).fold(f64::INFINITY, f64::min);
-        let hi = hits
-            .iter()
-            .map(|(_, v)| *v)
-            .fold(f64::NEG_INFINITY, f64::max);
+        let (lo, hi) = super::value_range(&hits);
         let severity = if hi >= ctx.th.get("clip_high.error_ratio") {
             Severity::Error
         } else {

@@ -487,6 +487,15 @@ pub(crate) fn runs(flags: &[bool]) -> Vec<(usize, usize)> {
     out
 }
 
+/// Smallest and largest value of `(step, value)` points (`(inf, -inf)` when empty).
+pub(crate) fn value_range(points: &[(i64, f64)]) -> (f64, f64) {
+    points
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), (_, v)| {
+            (lo.min(*v), hi.max(*v))
+        })
+}
+
 /// Median of a slice (NaN-free input assumed; NaNs sort last).
 pub(crate) fn median(xs: &[f64]) -> Option<f64> {
     if xs.is_empty() {

@@ -322,11 +322,7 @@ impl Detector for GradNotFlowing {
         if hits.is_empty() {
             return vec![];
         }
-        let lo = hits.iter().map(|(_, v)| *v).fold(f64::INFINITY, f64::min);
-        let hi = hits
-            .iter()
-            .map(|(_, v)| *v)
-            .fold(f64::NEG_INFINITY, f64::max);
+        let (lo, hi) = super::value_range(&hits);
         let kl_zero = hits
             .iter()
             .filter(|(s, _)| {
