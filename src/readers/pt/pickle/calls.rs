@@ -86,6 +86,9 @@ impl Unpickler<'_, '_> {
             },
             Global::OrderedDict => {
                 let d = self.new_dict()?;
+                if let Node::Dict(n) = &mut self.nodes[d] {
+                    n.ordered = true;
+                }
                 match args.as_slice() {
                     [] => {}
                     [pairs] => {
@@ -200,6 +203,7 @@ impl Unpickler<'_, '_> {
             Global::Storage(_) | Global::NumpyNdarray => {
                 Err(bad(self, "this class cannot be called"))
             }
+            _ => self.call_more(g, &gname, &args),
         }
     }
 
@@ -242,6 +246,13 @@ impl Unpickler<'_, '_> {
         };
         if empty {
             return Ok(());
+        }
+        // torch's safe loader sets an OrderedDict's attributes (`state_dict()._metadata`):
+        // they are not items, so a dict of them is accepted and left out.
+        if let (Node::Dict(d), Node::Dict(_)) = (&self.nodes[obj], &self.nodes[state]) {
+            if d.ordered {
+                return Ok(());
+            }
         }
         if matches!(self.nodes[obj], Node::NdArrayStub) {
             let t = self.ndarray_from_state(state)?;
@@ -334,17 +345,30 @@ impl Unpickler<'_, '_> {
                 )))
             }
         };
-        let [tag, ty, key, _location, numel] = items.as_slice() else {
-            return Err(self.err(format!(
-                "persistent id must be ('storage', type, key, location, numel), found {} items",
-                items.len()
-            )));
+        // The legacy format adds a sixth item: None or (view_key, offset, numel).
+        let (tag, ty, key, numel, view) = match items.as_slice() {
+            &[tag, ty, key, _location, numel] => (tag, ty, key, numel, None),
+            &[tag, ty, key, _location, numel, view] => (tag, ty, key, numel, Some(view)),
+            _ => {
+                return Err(self.err(format!(
+                    "persistent id must be ('storage', type, key, location, numel), found {} \
+                     items",
+                    items.len()
+                )))
+            }
         };
-        if !matches!(&self.nodes[*tag], Node::Str(s) if s == "storage") {
+        let (tag, ty, key, numel) = (&tag, &ty, &key, &numel);
+        let is_storage = match &self.nodes[*tag] {
+            Node::Str(s) => s == "storage",
+            Node::Bytes(b) => b == b"storage",
+            _ => false,
+        };
+        if !is_storage {
             return Err(self.err("persistent id does not start with 'storage'"));
         }
         let dtype = match &self.nodes[*ty] {
             Node::Global(Global::Storage(d), _) => *d,
+            Node::Global(Global::UntypedStorage, _) => DType::U8,
             Node::Global(_, name) => return Err(self.err(format!("{name} is not a storage type"))),
             other => {
                 return Err(self.err(format!(
@@ -356,6 +380,7 @@ impl Unpickler<'_, '_> {
         let key = match &self.nodes[*key] {
             Node::Str(s) => s.clone(),
             Node::Int(i) => i.to_string(),
+            Node::Bytes(b) if b.is_ascii() => String::from_utf8_lossy(b).into_owned(),
             other => {
                 return Err(self.err(format!("storage key must be a str, found {}", other.kind())))
             }
@@ -366,7 +391,33 @@ impl Unpickler<'_, '_> {
             dtype,
             numel,
         };
-        let bytes = (self.load_storage)(&req).map_err(|m| self.err(m))?;
+        let mut bytes = (self.load_storage)(&req).map_err(|m| self.err(m))?;
+        let mut key = key;
+        if let Some(view) = view.filter(|&v| !matches!(self.nodes[v], Node::None)) {
+            let (vkey, offset, len) = match self.seq(view) {
+                Some(&[k, o, n]) => (
+                    k,
+                    self.int_arg(o, "storage view offset")?,
+                    self.int_arg(n, "storage view size")?,
+                ),
+                _ => return Err(self.err("storage view must be (key, offset, size)")),
+            };
+            let es = dtype.size();
+            bytes = offset
+                .checked_mul(es)
+                .zip(len.checked_mul(es))
+                .and_then(|(o, n)| bytes.slice(o, n))
+                .ok_or_else(|| {
+                    self.err(format!(
+                        "storage view of {len} elements at {offset} reaches past storage {key}"
+                    ))
+                })?;
+            key = match &self.nodes[vkey] {
+                Node::Str(s) => s.clone(),
+                Node::Int(i) => i.to_string(),
+                _ => format!("{key}[{offset}..]"),
+            };
+        }
         Ok(self.add(Node::Storage(Box::new(StorageNode { bytes, dtype, key }))))
     }
 }

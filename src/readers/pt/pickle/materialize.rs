@@ -133,6 +133,10 @@ impl Unpickler<'_, '_> {
                 .map_err(|e| self.err(format!("storage {key}: {e}")))?;
                 (Value::Tensor(t), 16)
             }
+            // A torch.dtype or qscheme object as a value reads as its name, as `str()` prints it.
+            Node::Global(Global::Dtype(_) | Global::QScheme, name) => {
+                (Value::Str(name.to_string()), name.len())
+            }
             Node::Global(_, name) => {
                 return Err(self.err(format!("global {name} appears as a value, not data")))
             }

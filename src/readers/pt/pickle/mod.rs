@@ -32,6 +32,7 @@ mod calls;
 mod decode;
 mod globals;
 mod materialize;
+mod rebuild;
 #[cfg(test)]
 mod tests;
 
@@ -67,6 +68,8 @@ enum KeyRepr {
 struct DictNode {
     items: Vec<(Id, Id)>,
     index: HashMap<KeyRepr, usize>,
+    /// Made by `collections.OrderedDict`, whose attributes BUILD may set.
+    ordered: bool,
 }
 
 /// A storage loaded through a persistent id.
@@ -132,6 +135,16 @@ pub fn unpickle(
     member: &str,
     load_storage: &mut dyn FnMut(&StorageRequest<'_>) -> Result<Bytes, String>,
 ) -> Result<Value, FormatError> {
+    unpickle_prefix(data, member, load_storage).map(|(v, _)| v)
+}
+
+/// [`unpickle`] of the pickle at the start of `data`, which may go on after its STOP
+/// (the legacy format is several pickles in a row); also returns the pickle's length.
+pub fn unpickle_prefix(
+    data: &[u8],
+    member: &str,
+    load_storage: &mut dyn FnMut(&StorageRequest<'_>) -> Result<Bytes, String>,
+) -> Result<(Value, usize), FormatError> {
     let mut u = Unpickler {
         data,
         pos: 0,
@@ -145,7 +158,8 @@ pub fn unpickle(
         load_storage,
     };
     let root = u.run()?;
-    u.materialize(root)
+    let v = u.materialize(root)?;
+    Ok((v, u.pos))
 }
 
 struct Unpickler<'a, 'f> {
