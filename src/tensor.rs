@@ -629,8 +629,13 @@ impl Tensor {
         out
     }
 
-    /// All elements in row-major order as i64 (exact for integer and bool dtypes).
+    /// All elements in row-major order as i64 (exact for integer and bool dtypes; two per
+    /// element for complex dtypes).
     pub fn to_i64_vec(&self) -> Vec<i64> {
+        if self.dtype.is_complex() {
+            // Two per element, as `to_f64_vec`.
+            return self.to_f64_vec().into_iter().map(|v| v as i64).collect();
+        }
         let bytes = self.storage.as_slice();
         if self.is_contiguous() {
             // One dtype dispatch for the whole run, as in `to_f64_vec`.

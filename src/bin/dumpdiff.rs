@@ -11,9 +11,8 @@ use clap::{Parser, ValueEnum};
 use rlforensics::compare::tolerance::{Severity, TolerancePolicy, ToleranceRules};
 use rlforensics::dumpdiff::{self, render, Options};
 use rlforensics::exit_codes::{EXIT_BAD_INPUT, EXIT_CLEAN};
-use rlforensics::frames::{build_frames, export_frames};
+use rlforensics::frames::export_frames;
 use rlforensics::inspect::inspect_path;
-use rlforensics::readers::layout::DumpTree;
 use rlforensics::Error;
 
 /// Output formats for stdout.
@@ -169,8 +168,7 @@ fn run(args: Args) -> Result<u8, Error> {
     if let Some(path) = &args.inspect {
         print!("{}", inspect_path(path)?);
         if let Some(dir) = &args.export_frames {
-            let tree = DumpTree::discover(path)?;
-            let mut frames = build_frames(&tree, args.step)?;
+            let mut frames = rlforensics::inspect::frames_for_path(path, args.step)?;
             for written in export_frames(&mut frames, dir)? {
                 println!("wrote {}", written.display());
             }

@@ -40,7 +40,9 @@ pub fn read_legacy(buf: &Buf) -> Result<Value, FormatError> {
         Err("a header pickle of the legacy format refers to a storage".into())
     };
     let mut at = 0usize;
-    let next = |at: &mut usize, what: &str, load: &mut dyn FnMut(&StorageRequest<'_>) -> Result<Bytes, String>| {
+    let next = |at: &mut usize,
+                what: &str,
+                load: &mut dyn FnMut(&StorageRequest<'_>) -> Result<Bytes, String>| {
         let name = format!("legacy {what} pickle at byte {at}");
         let (v, len) = unpickle_prefix(&data[*at..], &name, load)?;
         *at += len;
@@ -88,7 +90,8 @@ pub fn read_legacy(buf: &Buf) -> Result<Value, FormatError> {
                 claimed.insert(req.key.to_string(), (req.dtype, req.numel));
             }
         }
-        Bytes::window(buf.clone(), 0, n as usize).ok_or_else(|| "storage larger than the file".into())
+        Bytes::window(buf.clone(), 0, n as usize)
+            .ok_or_else(|| "storage larger than the file".into())
     };
     let (_, main_len) = unpickle_prefix(&data[main_at..], &main_name, &mut record)?;
     if let Some(m) = claim_err {
@@ -108,7 +111,10 @@ pub fn read_legacy(buf: &Buf) -> Result<Value, FormatError> {
             })
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| {
-                FormatError::new(Position::Byte(keys_at as u64), "storage keys are not strings")
+                FormatError::new(
+                    Position::Byte(keys_at as u64),
+                    "storage keys are not strings",
+                )
             })?,
         None => {
             return Err(FormatError::new(
@@ -123,10 +129,16 @@ pub fn read_legacy(buf: &Buf) -> Result<Value, FormatError> {
     for key in &keys {
         let pos = Position::Byte(at as u64);
         let &(dtype, numel) = claimed.get(key).ok_or_else(|| {
-            FormatError::new(pos.clone(), format!("storage {key} is listed but never used"))
+            FormatError::new(
+                pos.clone(),
+                format!("storage {key} is listed but never used"),
+            )
         })?;
         let head = data.get(at..at + 8).ok_or_else(|| {
-            FormatError::new(pos.clone(), format!("file ends before storage {key} (truncated?)"))
+            FormatError::new(
+                pos.clone(),
+                format!("file ends before storage {key} (truncated?)"),
+            )
         })?;
         let mut n = [0u8; 8];
         n.copy_from_slice(head);
@@ -144,7 +156,9 @@ pub fn read_legacy(buf: &Buf) -> Result<Value, FormatError> {
         let w = Bytes::window(buf.clone(), at, len).ok_or_else(|| {
             FormatError::new(
                 Position::Byte(at as u64),
-                format!("storage {key} of {len} bytes reaches past the end of the file (truncated?)"),
+                format!(
+                    "storage {key} of {len} bytes reaches past the end of the file (truncated?)"
+                ),
             )
         })?;
         windows.insert(key.clone(), w);
@@ -153,9 +167,10 @@ pub fn read_legacy(buf: &Buf) -> Result<Value, FormatError> {
 
     // Second pass: the same pickle over the real bytes.
     let mut load = |req: &StorageRequest<'_>| -> Result<Bytes, String> {
-        windows.get(req.key).cloned().ok_or_else(|| {
-            format!("storage {} is not in the file's storage list", req.key)
-        })
+        windows
+            .get(req.key)
+            .cloned()
+            .ok_or_else(|| format!("storage {} is not in the file's storage list", req.key))
     };
     let (v, _) = unpickle_prefix(&data[main_at..], &main_name, &mut load)?;
     Ok(v)

@@ -19,7 +19,10 @@ impl Unpickler<'_, '_> {
             Global::RebuildTensorV3 => {
                 // (storage, offset, size, stride, requires_grad, hooks, dtype[, metadata])
                 if !(7..=8).contains(&args.len()) {
-                    return Err(bad(self, &format!("expected 7 or 8 arguments, got {}", args.len())));
+                    return Err(bad(
+                        self,
+                        &format!("expected 7 or 8 arguments, got {}", args.len()),
+                    ));
                 }
                 let dtype = match &self.nodes[args[6]] {
                     Node::Global(Global::Dtype(Some(d)), _) => *d,
@@ -29,7 +32,10 @@ impl Unpickler<'_, '_> {
                     other => {
                         return Err(bad(
                             self,
-                            &format!("seventh argument must be a torch.dtype, found {}", other.kind()),
+                            &format!(
+                                "seventh argument must be a torch.dtype, found {}",
+                                other.kind()
+                            ),
                         ))
                     }
                 };
@@ -39,7 +45,10 @@ impl Unpickler<'_, '_> {
             Global::RebuildQTensor => {
                 // (storage, offset, size, stride, quantizer_params, requires_grad, hooks)
                 if !(5..=7).contains(&args.len()) {
-                    return Err(bad(self, &format!("expected 5 to 7 arguments, got {}", args.len())));
+                    return Err(bad(
+                        self,
+                        &format!("expected 5 to 7 arguments, got {}", args.len()),
+                    ));
                 }
                 let dtype = self.storage_of(args[0], gname)?.1;
                 if !dtype.is_quantized() {
@@ -71,7 +80,10 @@ impl Unpickler<'_, '_> {
                         &["ccol_indices", "row_indices", "values", "size"]
                     }
                     (l, n) => {
-                        return Err(bad(self, &format!("layout {l} with {n} parts is not known")))
+                        return Err(bad(
+                            self,
+                            &format!("layout {l} with {n} parts is not known"),
+                        ))
                     }
                 };
                 for (&p, name) in parts.iter().zip(names) {
@@ -108,7 +120,12 @@ impl Unpickler<'_, '_> {
                     return Err(bad(self, "size and stride have different ranks"));
                 }
                 let d = self.new_dict()?;
-                let items = [("device", None), ("dtype", Some(*dtype)), ("size", Some(*size)), ("stride", Some(*stride))];
+                let items = [
+                    ("device", None),
+                    ("dtype", Some(*dtype)),
+                    ("size", Some(*size)),
+                    ("stride", Some(*stride)),
+                ];
                 for (name, v) in items {
                     let k = self.add(Node::Str(name.into()));
                     let v = match v {
@@ -134,10 +151,16 @@ impl Unpickler<'_, '_> {
                         "only torch.Tensor and torch.nn.Parameter types are data-only",
                     ));
                 }
-                if !matches!(self.nodes[*state], Node::Dict(_) | Node::None | Node::Tuple(_)) {
+                if !matches!(
+                    self.nodes[*state],
+                    Node::Dict(_) | Node::None | Node::Tuple(_)
+                ) {
                     return Err(bad(self, "state must be a dict of attributes"));
                 }
-                if matches!(self.nodes[*func], Node::Global(Global::RebuildFromTypeV2, _)) {
+                if matches!(
+                    self.nodes[*func],
+                    Node::Global(Global::RebuildFromTypeV2, _)
+                ) {
                     return Err(bad(self, "nested in itself"));
                 }
                 let t = self.call(*func, *inner)?;
@@ -188,7 +211,11 @@ impl Unpickler<'_, '_> {
                     Some(Node::Bool(b)) => Some(*b as u8 as f64),
                     _ => None,
                 };
-                match (args.len(), part(self, args.first()), part(self, args.get(1))) {
+                match (
+                    args.len(),
+                    part(self, args.first()),
+                    part(self, args.get(1)),
+                ) {
                     (0..=2, Some(re), Some(im)) => {
                         let re = self.add(Node::Float(re));
                         let im = self.add(Node::Float(im));
