@@ -205,6 +205,12 @@ fn tensor_line(t: &Tensor, from_list: bool) -> String {
     if t.numel() <= SHOWN_VALUES {
         let vals: Vec<String> = if t.dtype().is_float() {
             t.to_f64_vec().iter().map(|x| fmt_num(*x)).collect()
+        } else if t.dtype() == crate::tensor::DType::U64 {
+            // Exactly, above i64::MAX too.
+            t.element_bytes()
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()).to_string())
+                .collect()
         } else {
             t.to_i64_vec().iter().map(i64::to_string).collect()
         };

@@ -2,6 +2,8 @@
 //! and against corrupt or hostile archives.
 
 use std::io::Write;
+
+use predicates::prelude::*;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -665,4 +667,33 @@ fn complex_float8_and_raw_dtypes_keep_their_dtype() {
     assert_eq!(c.get("device").and_then(Value::as_str), Some("cuda:1"));
     let counter = c.get("counter").and_then(Value::as_dict).unwrap();
     assert!(matches!(counter[0], (Value::Str(ref k), Value::Int(3)) if k == "a"));
+}
+
+#[test]
+fn inspect_one_file_exports_its_frames() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let file = root.join("fixtures/dumps/self_hosted_pt/forward_data/step_000000_rank4_micro0.pt");
+    let out = tempfile::tempdir().unwrap();
+    assert_cmd::Command::cargo_bin("dumpdiff")
+        .unwrap()
+        .arg("--inspect")
+        .arg(&file)
+        .arg("--export-frames")
+        .arg(out.path())
+        .assert()
+        .code(0)
+        .stdout(predicates::str::contains("wrote"));
+    for f in ["scalars.parquet", "tokens.parquet", "trajectories.parquet"] {
+        assert!(out.path().join(f).is_file(), "{f}");
+    }
+    // A file outside any dump tree has no kind/step to put in rows: named, exit 2.
+    assert_cmd::Command::cargo_bin("dumpdiff")
+        .unwrap()
+        .arg("--inspect")
+        .arg(safe("meta.pt"))
+        .arg("--export-frames")
+        .arg(out.path().join("x"))
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("meta.pt").and(predicates::str::contains("kind folder")));
 }

@@ -25,6 +25,7 @@ pub(super) enum Global {
     RebuildQTensor,
     RebuildSparseTensor,
     RebuildMetaTensor,
+    RebuildWrapperSubclass,
     RebuildFromTypeV2,
     /// `_rebuild_device_tensor_from_cpu_tensor` / `_from_numpy`: the tensor is the data.
     RebuildDeviceTensor,
@@ -71,6 +72,7 @@ pub(super) fn lookup_global(module: &str, name: &str) -> Option<Global> {
         ("torch._utils", "_rebuild_qtensor") => Global::RebuildQTensor,
         ("torch._utils", "_rebuild_sparse_tensor") => Global::RebuildSparseTensor,
         ("torch._utils", "_rebuild_meta_tensor_no_storage") => Global::RebuildMetaTensor,
+        ("torch._utils", "_rebuild_wrapper_subclass") => Global::RebuildWrapperSubclass,
         ("torch._utils", "_rebuild_device_tensor_from_cpu_tensor")
         | ("torch._utils", "_rebuild_device_tensor_from_numpy") => Global::RebuildDeviceTensor,
         ("torch._tensor", "_rebuild_from_type_v2") => Global::RebuildFromTypeV2,

@@ -106,10 +106,27 @@ impl Unpickler<'_, '_> {
                 }
                 Ok(d)
             }
-            Global::RebuildMetaTensor => {
-                // (dtype, size, stride, requires_grad): a tensor with no data at all.
-                let [dtype, size, stride, ..] = args else {
-                    return Err(bad(self, "expected (dtype, size, stride, requires_grad)"));
+            Global::RebuildMetaTensor | Global::RebuildWrapperSubclass => {
+                // (dtype, size, stride, requires_grad), or (cls, dtype, size, stride,
+                // offset, layout, device, requires_grad): a tensor with no data at all.
+                let (dtype, size, stride, device) = match (g, args) {
+                    (Global::RebuildMetaTensor, [dtype, size, stride, ..]) => {
+                        (dtype, size, stride, None)
+                    }
+                    (_, [cls, dtype, size, stride, _, _, device, ..])
+                        if matches!(
+                            self.nodes[*cls],
+                            Node::Global(Global::TensorClass | Global::ParameterClass, _)
+                        ) && matches!(self.nodes[*device], Node::Str(_)) =>
+                    {
+                        (dtype, size, stride, Some(*device))
+                    }
+                    _ => {
+                        return Err(bad(
+                            self,
+                            "expected (dtype, size, stride, …) of a torch.Tensor",
+                        ))
+                    }
                 };
                 if !matches!(self.nodes[*dtype], Node::Global(Global::Dtype(_), _)) {
                     return Err(bad(self, "first argument must be a torch.dtype"));
@@ -121,7 +138,7 @@ impl Unpickler<'_, '_> {
                 }
                 let d = self.new_dict()?;
                 let items = [
-                    ("device", None),
+                    ("device", device),
                     ("dtype", Some(*dtype)),
                     ("size", Some(*size)),
                     ("stride", Some(*stride)),

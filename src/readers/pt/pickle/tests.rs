@@ -132,3 +132,49 @@ fn memo_bomb_is_refused_by_the_budget() {
     let e = run(&p).unwrap_err();
     assert!(e.msg.contains("expands to too many objects"), "{e}");
 }
+
+#[test]
+fn what_torchs_safe_loader_refuses_is_refused_by_name() {
+    // BUILD with attributes on a plain dict (torch allows it on OrderedDict only).
+    let e = run(b"\x80\x02}}U\x01aK\x01sb.").unwrap_err();
+    assert!(
+        e.msg.contains("BUILD with a non-empty state on a dict"),
+        "{e}"
+    );
+    // The same state on an OrderedDict is its attributes: accepted, not items.
+    let v = run(b"\x80\x02ccollections\nOrderedDict\n)R}U\x09_metadataK\x01sb.").unwrap();
+    assert_eq!(format!("{v:?}"), "Dict([])");
+    // `torch.float` is an alias torch's allow-list does not name (it names torch.float32).
+    let e = run(b"\x80\x02ctorch\nfloat\n.").unwrap_err();
+    assert!(e.msg.contains("refused global torch.float:"), "{e}");
+    // _rebuild_from_type_v2 may only make torch.Tensor / Parameter.
+    let e = run(
+        b"\x80\x02ctorch._tensor\n_rebuild_from_type_v2\n(ctorch._utils\n_rebuild_tensor_v2\n\
+          ccollections\nOrderedDict\n)}tR.",
+    )
+    .unwrap_err();
+    assert!(
+        e.msg.contains("only torch.Tensor and torch.nn.Parameter"),
+        "{e}"
+    );
+    // complex('1+2j') from a string is not the (re, im) form torch writes.
+    let e = run(b"\x80\x02c__builtin__\ncomplex\nX\x04\x00\x00\x001+2j\x85R.").unwrap_err();
+    assert!(
+        e.msg.contains("builtins.complex") || e.msg.contains("complex"),
+        "{e}"
+    );
+    // dtype and device objects read as their names.
+    let v = run(b"\x80\x02(ctorch\nfloat8_e5m2\nctorch\ndevice\nX\x04\x00\x00\x00cudaK\x02\x86Rl.")
+        .unwrap();
+    assert_eq!(
+        format!("{v:?}"),
+        "List([Str(\"torch.float8_e5m2\"), Str(\"cuda:2\")])"
+    );
+    assert_eq!(
+        e.pos,
+        Position::PickleOp {
+            member: "t/data.pkl".into(),
+            offset: 33
+        }
+    );
+}
