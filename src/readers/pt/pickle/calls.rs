@@ -346,9 +346,9 @@ impl Unpickler<'_, '_> {
             }
         };
         // The legacy format adds a sixth item: None or (view_key, offset, numel).
-        let (tag, ty, key, numel, view) = match items.as_slice() {
-            &[tag, ty, key, _location, numel] => (tag, ty, key, numel, None),
-            &[tag, ty, key, _location, numel, view] => (tag, ty, key, numel, Some(view)),
+        let (tag, ty, key, numel, view) = match *items.as_slice() {
+            [tag, ty, key, _location, numel] => (tag, ty, key, numel, None),
+            [tag, ty, key, _location, numel, view] => (tag, ty, key, numel, Some(view)),
             _ => {
                 return Err(self.err(format!(
                     "persistent id must be ('storage', type, key, location, numel), found {} \
