@@ -697,3 +697,19 @@ fn inspect_one_file_exports_its_frames() {
         .code(2)
         .stderr(predicates::str::contains("meta.pt").and(predicates::str::contains("kind folder")));
 }
+
+#[test]
+fn flipped_bytes_of_legacy_files_never_panic() {
+    // The legacy format has no CRC: every flipped byte reaches the unpickler or the
+    // storage table, and must give a value or a clean error.
+    for name in ["legacy.pt", "legacy_model.bin"] {
+        let bytes = std::fs::read(safe(name)).unwrap();
+        for i in 0..bytes.len() {
+            for x in [0xff, 0x01, 0x80] {
+                let mut b = bytes.clone();
+                b[i] ^= x;
+                let _ = read_pt_bytes(Arc::new(b));
+            }
+        }
+    }
+}
