@@ -56,6 +56,12 @@ pub fn build_frames(tree: &DumpTree, step: Option<i64>) -> Result<Frames> {
         .map(|f| read_any(&f.path))
         .collect::<Result<_>>()?;
     let pairs: Vec<(&DumpFile, &Value)> = files.iter().copied().zip(values.iter()).collect();
+    frames_of(&pairs)
+}
+
+/// The frames of files already read (one file for `--inspect FILE --export-frames`).
+pub fn frames_of(pairs: &[(&DumpFile, &Value)]) -> Result<Frames> {
+    let pairs = pairs.to_vec();
     Ok(Frames {
         scalars: scalar_frame(&pairs)?,
         tokens: token_frame(&pairs)?,

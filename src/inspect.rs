@@ -52,6 +52,49 @@ pub fn inspect_path(path: &Path) -> Result<String> {
     Ok(out)
 }
 
+/// The Parquet frames of a dump folder, or of one dump file inside a kind folder
+/// (`forward_data/step_000003_rank1_micro0.pt`), for `--inspect PATH --export-frames DIR`.
+pub fn frames_for_path(path: &Path, step: Option<i64>) -> Result<crate::frames::Frames> {
+    if path.is_dir() {
+        let tree = DumpTree::discover(path)?;
+        return crate::frames::build_frames(&tree, step);
+    }
+    let kind = path
+        .parent()
+        .and_then(|p| p.file_name())
+        .and_then(|n| n.to_str())
+        .and_then(Kind::from_dir_name);
+    let coords = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(crate::readers::layout::parse_stem);
+    let (Some(kind), Some((file_step, rank, micro))) = (kind, coords) else {
+        return Err(Error::format(
+            path,
+            Position::File,
+            "frames need the file's kind, step, rank and micro: it must sit in a kind folder \
+             (trajectory/, forward_data/, loss/ …) and be named step_<N>[_rank<R>][_micro<M>]",
+        ));
+    };
+    let value = read_any(path)?;
+    let file = crate::readers::layout::DumpFile {
+        path: path.to_path_buf(),
+        kind,
+        step: file_step,
+        rank,
+        micro,
+        format: FileFormat::from_path(path).unwrap_or(FileFormat::Pt),
+        size: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+    };
+    let pairs: Vec<(&crate::readers::layout::DumpFile, &Value)> =
+        if step.is_none_or(|s| s == file_step) {
+            vec![(&file, &value)]
+        } else {
+            Vec::new()
+        };
+    crate::frames::frames_of(&pairs)
+}
+
 /// Summary statistics of a numeric tensor, computed in f64.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Stats {
@@ -122,9 +165,52 @@ fn tensor_line(t: &Tensor, from_list: bool) -> String {
             t.storage_numel()
         );
     }
+    if let Some(q) = t.quantization() {
+        match (q.scales.as_slice(), q.zero_points.as_slice(), q.axis) {
+            ([s1], [z], None) => {
+                let _ = write!(s, " ({} scale {s1} zero_point {z}; int_repr", q.scheme);
+            }
+            (sc, _, axis) => {
+                let _ = write!(
+                    s,
+                    " ({} axis {} with {} scales; int_repr",
+                    q.scheme,
+                    axis.unwrap_or(0),
+                    sc.len()
+                );
+            }
+        }
+        s.push(')');
+    } else if t.dtype().is_raw() {
+        s.push_str(" (raw bits, shown as unsigned integers)");
+    }
+    if t.dtype().is_complex() {
+        if t.numel() <= SHOWN_VALUES {
+            let v = t.to_f64_vec();
+            let pairs: Vec<String> = v
+                .chunks_exact(2)
+                .map(|c| {
+                    format!(
+                        "({}{}{}j)",
+                        fmt_num(c[0]),
+                        if c[1] < 0.0 || c[1].is_nan() { "" } else { "+" },
+                        fmt_num(c[1])
+                    )
+                })
+                .collect();
+            let _ = write!(s, " = [{}]", pairs.join(", "));
+        }
+        return s;
+    }
     if t.numel() <= SHOWN_VALUES {
         let vals: Vec<String> = if t.dtype().is_float() {
             t.to_f64_vec().iter().map(|x| fmt_num(*x)).collect()
+        } else if t.dtype() == crate::tensor::DType::U64 {
+            // Exactly, above i64::MAX too.
+            t.element_bytes()
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()).to_string())
+                .collect()
         } else {
             t.to_i64_vec().iter().map(i64::to_string).collect()
         };

@@ -25,22 +25,143 @@ pub enum DType {
     I8,
     U8,
     Bool,
+    U16,
+    U32,
+    /// Values above `i64::MAX` saturate in [`Tensor::to_i64_vec`]; [`Tensor::element_bytes`]
+    /// keeps them exactly.
+    U64,
+    /// The float8 formats, decoded to f64 exactly.
+    F8E4M3FN,
+    F8E4M3FNUZ,
+    F8E5M2,
+    F8E5M2FNUZ,
+    F8E8M0FNU,
+    /// Two float4 (e2m1) values packed in a byte; kept as raw bytes (read as the byte).
+    F4E2M1FNX2,
+    /// Complex numbers of two f16 / f32 / f64 parts: conversions yield `re, im` pairs.
+    C32,
+    C64,
+    C128,
+    /// Untyped bit containers, read as the unsigned integer of their bits.
+    Bits8,
+    Bits16,
+    Bits1x8,
+    Bits2x4,
+    Bits4x2,
+    /// Quantized integers, read as their integer representation (`int_repr()`); the
+    /// scale and zero point are in [`Tensor::quantization`].
+    QInt8,
+    QUInt8,
+    QInt32,
+    QUInt4x2,
+    QUInt2x4,
 }
+
+/// Every dtype, for name lookups.
+const ALL_DTYPES: [DType; 32] = [
+    DType::F64,
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::I64,
+    DType::I32,
+    DType::I16,
+    DType::I8,
+    DType::U8,
+    DType::Bool,
+    DType::U16,
+    DType::U32,
+    DType::U64,
+    DType::F8E4M3FN,
+    DType::F8E4M3FNUZ,
+    DType::F8E5M2,
+    DType::F8E5M2FNUZ,
+    DType::F8E8M0FNU,
+    DType::F4E2M1FNX2,
+    DType::C32,
+    DType::C64,
+    DType::C128,
+    DType::Bits8,
+    DType::Bits16,
+    DType::Bits1x8,
+    DType::Bits2x4,
+    DType::Bits4x2,
+    DType::QInt8,
+    DType::QUInt8,
+    DType::QInt32,
+    DType::QUInt4x2,
+    DType::QUInt2x4,
+];
 
 impl DType {
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
-            DType::F64 | DType::I64 => 8,
-            DType::F32 | DType::I32 => 4,
-            DType::F16 | DType::BF16 | DType::I16 => 2,
-            DType::I8 | DType::U8 | DType::Bool => 1,
+            DType::F64 | DType::I64 | DType::U64 | DType::C64 => 8,
+            DType::F32 | DType::I32 | DType::U32 | DType::C32 | DType::QInt32 => 4,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 | DType::Bits16 => 2,
+            DType::C128 => 16,
+            DType::I8
+            | DType::U8
+            | DType::Bool
+            | DType::F8E4M3FN
+            | DType::F8E4M3FNUZ
+            | DType::F8E5M2
+            | DType::F8E5M2FNUZ
+            | DType::F8E8M0FNU
+            | DType::F4E2M1FNX2
+            | DType::Bits8
+            | DType::Bits1x8
+            | DType::Bits2x4
+            | DType::Bits4x2
+            | DType::QInt8
+            | DType::QUInt8
+            | DType::QUInt4x2
+            | DType::QUInt2x4 => 1,
         }
     }
 
-    /// True for floating-point dtypes.
+    /// True for real floating-point dtypes (float8 included: they decode exactly).
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F64 | DType::F32 | DType::F16 | DType::BF16)
+        matches!(
+            self,
+            DType::F64
+                | DType::F32
+                | DType::F16
+                | DType::BF16
+                | DType::F8E4M3FN
+                | DType::F8E4M3FNUZ
+                | DType::F8E5M2
+                | DType::F8E5M2FNUZ
+                | DType::F8E8M0FNU
+        )
+    }
+
+    /// True for complex dtypes, whose conversions yield two f64 (re, im) per element.
+    pub fn is_complex(self) -> bool {
+        matches!(self, DType::C32 | DType::C64 | DType::C128)
+    }
+
+    /// True for dtypes whose elements are not numbers of their own (packed float4, bit
+    /// containers): they read as the unsigned integer of their bytes.
+    pub fn is_raw(self) -> bool {
+        matches!(
+            self,
+            DType::F4E2M1FNX2
+                | DType::Bits8
+                | DType::Bits16
+                | DType::Bits1x8
+                | DType::Bits2x4
+                | DType::Bits4x2
+        )
+    }
+
+    /// True for quantized dtypes (read as their integer representation).
+    pub fn is_quantized(self) -> bool {
+        matches!(
+            self,
+            DType::QInt8 | DType::QUInt8 | DType::QInt32 | DType::QUInt4x2 | DType::QUInt2x4
+        )
     }
 
     /// The name torch prints (`torch.bfloat16` without the prefix).
@@ -56,6 +177,28 @@ impl DType {
             DType::I8 => "int8",
             DType::U8 => "uint8",
             DType::Bool => "bool",
+            DType::U16 => "uint16",
+            DType::U32 => "uint32",
+            DType::U64 => "uint64",
+            DType::F8E4M3FN => "float8_e4m3fn",
+            DType::F8E4M3FNUZ => "float8_e4m3fnuz",
+            DType::F8E5M2 => "float8_e5m2",
+            DType::F8E5M2FNUZ => "float8_e5m2fnuz",
+            DType::F8E8M0FNU => "float8_e8m0fnu",
+            DType::F4E2M1FNX2 => "float4_e2m1fn_x2",
+            DType::C32 => "complex32",
+            DType::C64 => "complex64",
+            DType::C128 => "complex128",
+            DType::Bits8 => "bits8",
+            DType::Bits16 => "bits16",
+            DType::Bits1x8 => "bits1x8",
+            DType::Bits2x4 => "bits2x4",
+            DType::Bits4x2 => "bits4x2",
+            DType::QInt8 => "qint8",
+            DType::QUInt8 => "quint8",
+            DType::QInt32 => "qint32",
+            DType::QUInt4x2 => "quint4x2",
+            DType::QUInt2x4 => "quint2x4",
         }
     }
 
@@ -73,7 +216,10 @@ impl DType {
             "int8" => DType::I8,
             "uint8" => DType::U8,
             "bool" => DType::Bool,
-            _ => return None,
+            "complex64" | "cfloat" => DType::C64,
+            "complex128" | "cdouble" => DType::C128,
+            "complex32" | "chalf" => DType::C32,
+            _ => return ALL_DTYPES.into_iter().find(|d| d.torch_name() == n),
         })
     }
 }
@@ -128,6 +274,16 @@ impl Bytes {
     /// True when there are no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The sub-window `[start, start+len)` of these bytes; `None` when it does not fit.
+    pub fn slice(&self, start: usize, len: usize) -> Option<Bytes> {
+        let end = start.checked_add(len)?;
+        (end <= self.len).then(|| Bytes {
+            buf: self.buf.clone(),
+            start: self.start + start,
+            len,
+        })
     }
 
     /// True when `self` and `other` are windows of the same buffer (one torch storage).
@@ -187,6 +343,21 @@ pub struct Tensor {
     offset: usize,
     storage: Bytes,
     storage_key: Option<String>,
+    quant: Option<Arc<Quantization>>,
+}
+
+/// How a quantized tensor's integers map to real values (`torch.q_scale()` and friends).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Quantization {
+    /// The qscheme name, e.g. `per_tensor_affine`, `per_channel_affine`.
+    pub scheme: String,
+    /// One scale (per tensor) or one per channel along `axis`.
+    pub scales: Vec<f64>,
+    /// One zero point (per tensor) or one per channel along `axis` (integers, except
+    /// for `per_channel_affine_float_qparams`).
+    pub zero_points: Vec<f64>,
+    /// The channel axis of per-channel schemes.
+    pub axis: Option<usize>,
 }
 
 impl fmt::Debug for Tensor {
@@ -278,6 +449,27 @@ impl Tensor {
             offset,
             storage,
             storage_key,
+            quant: None,
+        })
+    }
+
+    /// The same tensor marked as quantized with `q` (its elements stay the integers).
+    pub fn with_quantization(mut self, q: Quantization) -> Tensor {
+        self.quant = Some(Arc::new(q));
+        self
+    }
+
+    /// Scale and zero point(s) of a quantized tensor.
+    pub fn quantization(&self) -> Option<&Quantization> {
+        self.quant.as_deref()
+    }
+
+    /// The same elements seen as `dtype` of the same size (a bit reinterpretation, as
+    /// `_rebuild_tensor_v3` gives an untyped storage its dtype); `None` on a size mismatch.
+    pub fn reinterpret(mut self, dtype: DType) -> Option<Tensor> {
+        (dtype.size() == self.dtype.size()).then(|| {
+            self.dtype = dtype;
+            self
         })
     }
 
@@ -398,40 +590,31 @@ impl Tensor {
         }
     }
 
-    /// The element at storage index `i`, widened to f64 (exact for all float dtypes).
+    /// The element at storage index `i`, widened to f64 (exact for all real float dtypes;
+    /// a complex element gives its real part, callers wanting both use [`push_elem_f64`]).
     fn load_f64(&self, bytes: &[u8], i: usize) -> f64 {
         let s = self.dtype.size();
-        let b = &bytes[i * s..i * s + s];
-        match self.dtype {
-            DType::F64 => f64::from_le_bytes(arr(b)),
-            DType::F32 => f32::from_le_bytes(arr(b)) as f64,
-            DType::F16 => f16::from_le_bytes(arr(b)).to_f64(),
-            DType::BF16 => bf16::from_le_bytes(arr(b)).to_f64(),
-            DType::I64 => i64::from_le_bytes(arr(b)) as f64,
-            DType::I32 => i32::from_le_bytes(arr(b)) as f64,
-            DType::I16 => i16::from_le_bytes(arr(b)) as f64,
-            DType::I8 => b[0] as i8 as f64,
-            DType::U8 => b[0] as f64,
-            DType::Bool => (b[0] != 0) as u8 as f64,
-        }
+        elem_f64(self.dtype, &bytes[i * s..i * s + s])
     }
 
     /// The element at storage index `i` as i64 (floats truncate toward zero).
     fn load_i64(&self, bytes: &[u8], i: usize) -> i64 {
         let s = self.dtype.size();
         let b = &bytes[i * s..i * s + s];
-        match self.dtype {
-            DType::I64 => i64::from_le_bytes(arr(b)),
-            DType::I32 => i32::from_le_bytes(arr(b)) as i64,
-            DType::I16 => i16::from_le_bytes(arr(b)) as i64,
-            DType::I8 => b[0] as i8 as i64,
-            DType::U8 => b[0] as i64,
-            DType::Bool => (b[0] != 0) as i64,
-            _ => self.load_f64(bytes, i) as i64,
-        }
+        elem_i64(self.dtype, b).unwrap_or_else(|| elem_f64(self.dtype, b) as i64)
     }
 
-    /// All elements in row-major order, widened to f64.
+    /// The view's elements' bytes in row-major order (little-endian, exactly as stored).
+    pub fn element_bytes(&self) -> Vec<u8> {
+        let bytes = self.storage.as_slice();
+        let s = self.dtype.size();
+        let mut out = Vec::with_capacity(self.numel() * s);
+        self.for_each_index(|i| out.extend_from_slice(&bytes[i * s..i * s + s]));
+        out
+    }
+
+    /// All elements in row-major order, widened to f64 (two per element, `re, im`, for
+    /// complex dtypes).
     pub fn to_f64_vec(&self) -> Vec<f64> {
         let bytes = self.storage.as_slice();
         if self.is_contiguous() {
@@ -440,13 +623,19 @@ impl Tensor {
             let run = &bytes[self.offset * s..(self.offset + self.numel()) * s];
             return decode_run_f64(self.dtype, run);
         }
+        let (s, dtype) = (self.dtype.size(), self.dtype);
         let mut out = Vec::with_capacity(self.numel());
-        self.for_each_index(|i| out.push(self.load_f64(bytes, i)));
+        self.for_each_index(|i| push_elem_f64(dtype, &bytes[i * s..i * s + s], &mut out));
         out
     }
 
-    /// All elements in row-major order as i64 (exact for integer and bool dtypes).
+    /// All elements in row-major order as i64 (exact for integer and bool dtypes; two per
+    /// element for complex dtypes).
     pub fn to_i64_vec(&self) -> Vec<i64> {
+        if self.dtype.is_complex() {
+            // Two per element, as `to_f64_vec`.
+            return self.to_f64_vec().into_iter().map(|v| v as i64).collect();
+        }
         let bytes = self.storage.as_slice();
         if self.is_contiguous() {
             // One dtype dispatch for the whole run, as in `to_f64_vec`.
@@ -461,17 +650,24 @@ impl Tensor {
 
     /// The single element of a 0-d or one-element tensor.
     pub fn scalar_f64(&self) -> Option<f64> {
-        (self.numel() == 1).then(|| self.load_f64(self.storage.as_slice(), self.offset))
+        (self.numel() == 1 && !self.dtype.is_complex())
+            .then(|| self.load_f64(self.storage.as_slice(), self.offset))
     }
 
-    /// Row-major f64 ndarray with the tensor's shape.
+    /// Row-major f64 ndarray with the tensor's shape (plus a last axis of 2, `re, im`, for
+    /// complex dtypes, as `torch.view_as_real`).
     pub fn to_ndarray_f64(&self) -> ArrayD<f64> {
-        ArrayD::from_shape_vec(IxDyn(&self.shape), self.to_f64_vec())
-            .expect("to_f64_vec returns exactly numel elements in row-major order")
+        let mut shape = self.shape.clone();
+        if self.dtype.is_complex() {
+            shape.push(2);
+        }
+        ArrayD::from_shape_vec(IxDyn(&shape), self.to_f64_vec())
+            .expect("to_f64_vec returns numel (×2 for complex) elements in row-major order")
     }
 
-    /// A candle tensor holding the same values. Float dtypes keep their dtype; integer
-    /// dtypes candle lacks are widened losslessly (i8 → i16, bool → u8).
+    /// A candle tensor holding the same values. Float dtypes keep their dtype; dtypes
+    /// candle lacks are widened losslessly (i8 → i16, bool → u8, u16 → u32, float8 → f32,
+    /// raw and quantized bytes → their integers); complex and u64 are refused.
     pub fn to_candle(
         &self,
         device: &candle_core::Device,
@@ -498,12 +694,22 @@ impl Tensor {
             DType::I8 => collect!(|b: &[u8]| b[0] as i8 as i16),
             DType::U8 => collect!(|b: &[u8]| b[0]),
             DType::Bool => collect!(|b: &[u8]| (b[0] != 0) as u8),
+            DType::U16 => collect!(|b: &[u8]| u16::from_le_bytes(arr(b)) as u32),
+            DType::U32 => collect!(|b: &[u8]| u32::from_le_bytes(arr(b))),
+            DType::QInt32 => collect!(|b: &[u8]| i32::from_le_bytes(arr(b))),
+            DType::Bits16 => collect!(|b: &[u8]| u16::from_le_bytes(arr(b)) as u32),
+            DType::QInt8 => collect!(|b: &[u8]| b[0] as i8 as i16),
+            d if d.is_float() => collect!(|b: &[u8]| elem_f64(d, b) as f32),
+            d if d.size() == 1 => collect!(|b: &[u8]| b[0]),
+            d => candle_core::bail!("{d} has no exact candle dtype"),
         }
     }
 
-    /// A copy with every element's bytes reversed, for storages written big-endian.
+    /// A copy with every element's bytes reversed (each part of a complex), for storages
+    /// written big-endian.
     pub fn byteswapped_storage(bytes: &[u8], dtype: DType) -> Vec<u8> {
-        let s = dtype.size();
+        // A complex number is two floats, each swapped on its own.
+        let s = dtype.size() / if dtype.is_complex() { 2 } else { 1 };
         let mut out = bytes.to_vec();
         if s > 1 {
             out.chunks_exact_mut(s).for_each(|c| c.reverse());
@@ -539,6 +745,120 @@ pub(crate) fn decode_run_f64_into(dtype: DType, run: &[u8], out: &mut Vec<f64>) 
         DType::I8 => out.extend(run.iter().map(|&b| b as i8 as f64)),
         DType::U8 => out.extend(run.iter().map(|&b| b as f64)),
         DType::Bool => out.extend(run.iter().map(|&b| (b != 0) as u8 as f64)),
+        d => {
+            let n = run.len() / d.size() * if d.is_complex() { 2 } else { 1 };
+            out.reserve(n);
+            run.chunks_exact(d.size())
+                .for_each(|c| push_elem_f64(d, c, out));
+        }
+    }
+}
+
+/// Append one element (its `dtype.size()` bytes) as f64: one value, or `re, im` for complex.
+fn push_elem_f64(dtype: DType, b: &[u8], out: &mut Vec<f64>) {
+    let half = dtype.size() / 2;
+    match dtype {
+        DType::C32 | DType::C64 | DType::C128 => {
+            let part = match dtype {
+                DType::C32 => DType::F16,
+                DType::C64 => DType::F32,
+                _ => DType::F64,
+            };
+            out.push(elem_f64(part, &b[..half]));
+            out.push(elem_f64(part, &b[half..]));
+        }
+        _ => out.push(elem_f64(dtype, b)),
+    }
+}
+
+/// One element as f64: exact for real floats (float8 included); integers, raw bytes and
+/// quantized integers as their value; the real part of a complex.
+fn elem_f64(dtype: DType, b: &[u8]) -> f64 {
+    match dtype {
+        DType::F64 => f64::from_le_bytes(arr(b)),
+        DType::F32 => f32::from_le_bytes(arr(b)) as f64,
+        DType::F16 => f16::from_le_bytes(arr(b)).to_f64(),
+        DType::BF16 => bf16::from_le_bytes(arr(b)).to_f64(),
+        DType::F8E4M3FN => f8_to_f64(b[0], 4, 3, 7, F8Special::FiniteOnly),
+        DType::F8E4M3FNUZ => f8_to_f64(b[0], 4, 3, 8, F8Special::Unsigned0x80),
+        DType::F8E5M2 => f8_to_f64(b[0], 5, 2, 15, F8Special::Ieee),
+        DType::F8E5M2FNUZ => f8_to_f64(b[0], 5, 2, 16, F8Special::Unsigned0x80),
+        DType::F8E8M0FNU => match b[0] {
+            0xff => f64::NAN,
+            e => 2f64.powi(e as i32 - 127),
+        },
+        DType::C32 => elem_f64(DType::F16, &b[..2]),
+        DType::C64 => elem_f64(DType::F32, &b[..4]),
+        DType::C128 => elem_f64(DType::F64, &b[..8]),
+        DType::U64 => u64::from_le_bytes(arr(b)) as f64,
+        d => elem_i64(d, b).unwrap_or_default() as f64,
+    }
+}
+
+/// One element as i64 for integer, bool, raw and quantized dtypes (u64 above `i64::MAX`
+/// saturates); `None` for float and complex dtypes.
+fn elem_i64(dtype: DType, b: &[u8]) -> Option<i64> {
+    Some(match dtype {
+        DType::I64 => i64::from_le_bytes(arr(b)),
+        DType::I32 | DType::QInt32 => i32::from_le_bytes(arr(b)) as i64,
+        DType::I16 => i16::from_le_bytes(arr(b)) as i64,
+        DType::I8 | DType::QInt8 => b[0] as i8 as i64,
+        DType::Bool => (b[0] != 0) as i64,
+        DType::U16 | DType::Bits16 => u16::from_le_bytes(arr(b)) as i64,
+        DType::U32 => u32::from_le_bytes(arr(b)) as i64,
+        DType::U64 => i64::try_from(u64::from_le_bytes(arr(b))).unwrap_or(i64::MAX),
+        DType::U8
+        | DType::QUInt8
+        | DType::QUInt4x2
+        | DType::QUInt2x4
+        | DType::F4E2M1FNX2
+        | DType::Bits8
+        | DType::Bits1x8
+        | DType::Bits2x4
+        | DType::Bits4x2 => b[0] as i64,
+        _ => return None,
+    })
+}
+
+/// Which codes of a float8 format are not ordinary numbers.
+#[derive(Clone, Copy)]
+enum F8Special {
+    /// IEEE-like: all-ones exponent is ±inf (mantissa 0) or NaN (e5m2).
+    Ieee,
+    /// No infinities; only all-ones exponent and mantissa is NaN (e4m3fn).
+    FiniteOnly,
+    /// No infinities, no negative zero: 0x80 alone is NaN (the `fnuz` formats).
+    Unsigned0x80,
+}
+
+/// Decode a float8 code exactly: 1 sign bit, `e` exponent bits, `m` mantissa bits, `bias`.
+fn f8_to_f64(code: u8, e: u32, m: u32, bias: i32, special: F8Special) -> f64 {
+    let exp_max = (1u32 << e) - 1;
+    let man_max = (1u32 << m) - 1;
+    let neg = code & 0x80 != 0;
+    let exp = (code as u32 >> m) & exp_max;
+    let man = code as u32 & man_max;
+    match special {
+        F8Special::Ieee if exp == exp_max => {
+            return match (man, neg) {
+                (0, false) => f64::INFINITY,
+                (0, true) => f64::NEG_INFINITY,
+                _ => f64::NAN,
+            }
+        }
+        F8Special::FiniteOnly if exp == exp_max && man == man_max => return f64::NAN,
+        F8Special::Unsigned0x80 if code == 0x80 => return f64::NAN,
+        _ => {}
+    }
+    let mag = if exp == 0 {
+        man as f64 * 2f64.powi(1 - bias - m as i32)
+    } else {
+        ((1u32 << m) + man) as f64 * 2f64.powi(exp as i32 - bias - m as i32)
+    };
+    if neg {
+        -mag
+    } else {
+        mag
     }
 }
 
@@ -557,6 +877,10 @@ fn decode_run_i64(dtype: DType, run: &[u8]) -> Vec<i64> {
         DType::I8 => run.iter().map(|&b| b as i8 as i64).collect(),
         DType::U8 => run.iter().map(|&b| b as i64).collect(),
         DType::Bool => run.iter().map(|&b| (b != 0) as i64).collect(),
+        d if elem_i64(d, &[0; 16][..d.size()]).is_some() => run
+            .chunks_exact(d.size())
+            .map(|c| elem_i64(d, c).unwrap_or_default())
+            .collect(),
         _ => decode_run_f64(dtype, run)
             .into_iter()
             .map(|v| v as i64)

@@ -2,6 +2,8 @@
 //! and against corrupt or hostile archives.
 
 use std::io::Write;
+
+use predicates::prelude::*;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -366,4 +368,348 @@ fn flipped_and_cut_bytes_never_panic() {
             offset: 6
         }
     );
+}
+
+// ------------------------------------------------------------ torch's safe loader
+// Files from fixtures/gen/make_pt_safe_cases.py: real torch.save output of every class
+// torch.load(weights_only=True) reads, with torch's values in safe_expected.json.
+
+fn safe(name: &str) -> PathBuf {
+    good("safe").join(name)
+}
+
+fn safe_expected() -> serde_json::Map<String, Json> {
+    let text = std::fs::read_to_string(safe("safe_expected.json")).unwrap();
+    match serde_json::from_str(&text).unwrap() {
+        Json::Object(m) => m,
+        other => panic!("safe_expected.json is not an object: {other}"),
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn strs(want: &Json, key: &str) -> Vec<String> {
+    want[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {key}"))
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Compare a value with torch's tree; tensors bit for bit (element bytes), decoded values
+/// where torch decodes them, quantization parameters, storage sharing.
+fn check_safe<'a>(got: &'a Value, want: &Json, path: &str, tensors: &mut Vec<(&'a Tensor, u64)>) {
+    let ty = want["type"].as_str().unwrap();
+    match (ty, got) {
+        ("list", Value::List(items)) | ("tuple", Value::Tuple(items)) => {
+            let w = want["items"].as_array().unwrap();
+            assert_eq!(items.len(), w.len(), "{path}");
+            for (i, (g, w)) in items.iter().zip(w).enumerate() {
+                check_safe(g, w, &format!("{path}[{i}]"), tensors);
+            }
+        }
+        ("dict", Value::Dict(items)) => {
+            let w = want["items"].as_array().unwrap();
+            assert_eq!(items.len(), w.len(), "{path}: {items:?}");
+            for (i, ((gk, gv), w)) in items.iter().zip(w).enumerate() {
+                check_safe(gk, &w[0], &format!("{path}.key{i}"), tensors);
+                let key = gk.as_str().map(str::to_string).unwrap_or(format!("{gk:?}"));
+                check_safe(gv, &w[1], &format!("{path}.{key}"), tensors);
+            }
+        }
+        ("tensor", Value::Tensor(t)) => {
+            let name = want["dtype"].as_str().unwrap();
+            let dtype = DType::from_torch_name(name).unwrap_or_else(|| panic!("{name}"));
+            assert_eq!(t.dtype(), dtype, "{path}");
+            assert_eq!(format!("torch.{}", t.dtype()), name, "{path}");
+            let ints = |k: &str| -> Vec<usize> {
+                want[k]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_u64().unwrap() as usize)
+                    .collect()
+            };
+            assert_eq!(t.shape(), ints("shape").as_slice(), "{path} shape");
+            assert_eq!(t.strides(), ints("strides").as_slice(), "{path} strides");
+            assert_eq!(
+                t.offset() as u64,
+                want["offset"].as_u64().unwrap(),
+                "{path}"
+            );
+            // Bit-identical elements, whatever the dtype.
+            assert_eq!(
+                hex(&t.element_bytes()),
+                want["hex"].as_str().unwrap(),
+                "{path} bytes"
+            );
+            if want.get("values").is_some() {
+                let values = strs(want, "values");
+                if dtype.is_float() {
+                    let got = t.to_f64_vec();
+                    assert_eq!(got.len(), values.len(), "{path}");
+                    for (i, (g, w)) in got.iter().zip(&values).enumerate() {
+                        assert!(same_float(*g, w), "{path}[{i}]: {g} vs {w}");
+                    }
+                } else {
+                    // Unsigned ints, u64 above i64::MAX included, from the exact bytes.
+                    let s = dtype.size();
+                    let got: Vec<String> = t
+                        .element_bytes()
+                        .chunks_exact(s)
+                        .map(|c| {
+                            let mut a = [0u8; 8];
+                            a[..s].copy_from_slice(c);
+                            u64::from_le_bytes(a).to_string()
+                        })
+                        .collect();
+                    assert_eq!(got, values, "{path} values");
+                    let small: Vec<i64> = values
+                        .iter()
+                        .map(|v| v.parse::<u64>().unwrap().min(i64::MAX as u64) as i64)
+                        .collect();
+                    assert_eq!(t.to_i64_vec(), small, "{path} to_i64_vec");
+                }
+            }
+            if let Some(pairs) = want.get("pairs") {
+                let got = t.to_f64_vec();
+                let pairs = pairs.as_array().unwrap();
+                assert_eq!(got.len(), pairs.len() * 2, "{path}");
+                for (i, p) in pairs.iter().enumerate() {
+                    for j in 0..2 {
+                        let w = p[j].as_str().unwrap();
+                        assert!(
+                            same_float(got[2 * i + j], w),
+                            "{path}[{i}].{j}: {} vs {w}",
+                            got[2 * i + j]
+                        );
+                    }
+                }
+                assert_eq!(t.to_ndarray_f64().shape().last(), Some(&2), "{path}");
+            }
+            if let Some(ir) = want.get("int_repr") {
+                let w: Vec<i64> = ir
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_i64().unwrap())
+                    .collect();
+                assert_eq!(t.to_i64_vec(), w, "{path} int_repr");
+                let q = t
+                    .quantization()
+                    .unwrap_or_else(|| panic!("{path}: no quantization"));
+                assert_eq!(q.scheme, want["qscheme"].as_str().unwrap(), "{path}");
+                let floats = |v: &[f64]| v.iter().map(|x| format!("{x:?}")).collect::<Vec<_>>();
+                assert_eq!(floats(&q.scales), strs(want, "scales"), "{path} scales");
+                assert_eq!(
+                    floats(&q.zero_points),
+                    strs(want, "zero_points"),
+                    "{path} zero points"
+                );
+                assert_eq!(
+                    q.axis.map(|a| a as u64),
+                    want.get("axis").and_then(Json::as_u64),
+                    "{path}"
+                );
+            } else {
+                assert!(t.quantization().is_none(), "{path}");
+            }
+            if let Some(g) = want.get("storage_group").and_then(Json::as_u64) {
+                tensors.push((t, g));
+            }
+        }
+        _ => check(got, want, path, &mut Vec::new()),
+    }
+}
+
+#[test]
+fn every_safe_loader_class_matches_torch() {
+    let exp = safe_expected();
+    let names: Vec<&str> = exp.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "state_dict.pt",
+            "checkpoint_epoch_0010.pt",
+            "adam_state.pt",
+            "new_dtypes.pt",
+            "complex.pt",
+            "quantized.pt",
+            "config_objects.pt",
+            "tensor_attrs.pt",
+            "sparse.pt",
+            "meta.pt",
+            "storages.pt",
+            "no_crc32.pt",
+            "legacy.pt",
+            "legacy_model.bin",
+        ]
+    );
+    for (name, want) in &exp {
+        // read_any: the .bin name is recognised by its first bytes.
+        let got =
+            rlforensics::readers::read_any(&safe(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut tensors = Vec::new();
+        check_safe(&got, want, name, &mut tensors);
+        for (a, ga) in &tensors {
+            for (b, gb) in &tensors {
+                assert_eq!(a.shares_storage(b), ga == gb, "{name}: {a:?} vs {b:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn state_dict_of_a_module_reads_despite_its_metadata_attribute() {
+    // OrderedDict + BUILD {'_metadata': …}: the keys are the module's, nothing more.
+    let v = read_pt(&safe("state_dict.pt")).unwrap();
+    let keys: Vec<&str> = v
+        .as_dict()
+        .unwrap()
+        .iter()
+        .filter_map(|(k, _)| k.as_str())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "steps",
+            "extra",
+            "embed.weight",
+            "norm.weight",
+            "norm.bias",
+            "proj.weight",
+            "proj.bias"
+        ]
+    );
+    let adam = read_pt(&safe("adam_state.pt")).unwrap();
+    let groups = adam.get("param_groups").and_then(Value::as_seq).unwrap();
+    assert_eq!(groups[0].get("lr").and_then(Value::as_f64), Some(1e-3));
+    assert!(matches!(groups[0].get("betas"), Some(Value::Tuple(b)) if b.len() == 2));
+}
+
+#[test]
+fn a_21_byte_stem_archive_reads() {
+    // torch writes the stem as the zip folder; 21 bytes made the zip crate misplace the
+    // central directory.
+    assert_eq!("checkpoint_epoch_0010".len(), 21);
+    let v = read_pt(&safe("checkpoint_epoch_0010.pt")).unwrap();
+    assert!(matches!(v.get("epoch"), Some(Value::Int(10))));
+}
+
+#[test]
+fn zero_crc_from_set_crc32_options_false_is_not_corruption() {
+    let bytes = std::fs::read(safe("no_crc32.pt")).unwrap();
+    assert!(read_pt_bytes(Arc::new(bytes.clone())).is_ok());
+    // A real CRC that does not match still fails: flip a storage byte of a checked file.
+    let mut good_bytes = std::fs::read(safe("state_dict.pt")).unwrap();
+    let at = memchr_last(&good_bytes, b"data/0") + 200;
+    good_bytes[at] ^= 0x40;
+    let e = read_pt_bytes(Arc::new(good_bytes)).unwrap_err();
+    assert!(e.msg.contains("CRC-32"), "{e}");
+}
+
+fn memchr_last(h: &[u8], n: &[u8]) -> usize {
+    h.windows(n.len()).position(|w| w == n).unwrap()
+}
+
+#[test]
+fn legacy_format_reads_under_any_name_and_truncation_is_named() {
+    let v = rlforensics::readers::read_any(&safe("legacy_model.bin")).unwrap();
+    assert_eq!(v.as_dict().unwrap().len(), 7);
+    let bytes = std::fs::read(safe("legacy.pt")).unwrap();
+    let v = read_pt_bytes(Arc::new(bytes.clone())).unwrap();
+    let w = v.get("w").and_then(Value::as_tensor).unwrap();
+    let view = v.get("view").and_then(Value::as_tensor).unwrap();
+    assert_eq!(view.to_f64_vec(), vec![3.0, 4.0, 5.0]);
+    assert!(view.shares_storage(w));
+    // Every cut of the file fails cleanly with a message, never a panic.
+    for n in (0..bytes.len()).step_by(7) {
+        let e = read_pt_bytes(Arc::new(bytes[..n].to_vec()));
+        assert!(e.is_err(), "prefix {n} read");
+    }
+    let e = read_pt_bytes(Arc::new(bytes[..bytes.len() - 4].to_vec())).unwrap_err();
+    assert!(e.msg.contains("past the end of the file"), "{e}");
+}
+
+#[test]
+fn complex_float8_and_raw_dtypes_keep_their_dtype() {
+    let v = read_pt(&safe("new_dtypes.pt")).unwrap();
+    let t = |k: &str| v.get(k).and_then(Value::as_tensor).unwrap().clone();
+    // Every float8 e4m3fn code, decoded exactly (computed here by hand for a few).
+    let all = t("f8_all_codes_e4m3fn").to_f64_vec();
+    assert_eq!(all[0x00], 0.0);
+    assert_eq!(all[0x01], 2f64.powi(-9)); // smallest subnormal
+    assert_eq!(all[0x38], 1.0);
+    assert_eq!(all[0x7e], 448.0);
+    assert!(all[0x7f].is_nan() && all[0xff].is_nan());
+    assert_eq!(all[0xfe], -448.0);
+    let e5 = t("f8_all_codes_e5m2").to_f64_vec();
+    assert_eq!(e5[0x7c], f64::INFINITY);
+    assert_eq!(e5[0x7b], 57344.0);
+    let fnuz = t("f8_all_codes_e4m3fnuz").to_f64_vec();
+    assert!(fnuz[0x80].is_nan());
+    assert_eq!(fnuz[0x7f], 240.0);
+    let e8 = t("f8_all_codes_e8m0fnu").to_f64_vec();
+    assert_eq!(e8[127], 1.0);
+    assert!(e8[255].is_nan());
+    assert_eq!(t("f4x2").dtype(), DType::F4E2M1FNX2);
+    assert_eq!(t("f4x2").to_i64_vec(), vec![0x12, 0xff, 0x70]);
+    assert_eq!(t("complex32").to_f64_vec(), vec![1.0, 2.0, -0.5, -0.25]);
+    assert!(t("complex32").to_candle(&candle_core::Device::Cpu).is_err());
+    let c = read_pt(&safe("config_objects.pt")).unwrap();
+    assert_eq!(
+        c.get("dtype").and_then(Value::as_str),
+        Some("torch.bfloat16")
+    );
+    assert_eq!(c.get("device").and_then(Value::as_str), Some("cuda:1"));
+    let counter = c.get("counter").and_then(Value::as_dict).unwrap();
+    assert!(matches!(counter[0], (Value::Str(ref k), Value::Int(3)) if k == "a"));
+}
+
+#[test]
+fn inspect_one_file_exports_its_frames() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let file = root.join("fixtures/dumps/self_hosted_pt/forward_data/step_000000_rank4_micro0.pt");
+    let out = tempfile::tempdir().unwrap();
+    assert_cmd::Command::cargo_bin("dumpdiff")
+        .unwrap()
+        .arg("--inspect")
+        .arg(&file)
+        .arg("--export-frames")
+        .arg(out.path())
+        .assert()
+        .code(0)
+        .stdout(predicates::str::contains("wrote"));
+    for f in ["scalars.parquet", "tokens.parquet", "trajectories.parquet"] {
+        assert!(out.path().join(f).is_file(), "{f}");
+    }
+    // A file outside any dump tree has no kind/step to put in rows: named, exit 2.
+    assert_cmd::Command::cargo_bin("dumpdiff")
+        .unwrap()
+        .arg("--inspect")
+        .arg(safe("meta.pt"))
+        .arg("--export-frames")
+        .arg(out.path().join("x"))
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("meta.pt").and(predicates::str::contains("kind folder")));
+}
+
+#[test]
+fn flipped_bytes_of_legacy_files_never_panic() {
+    // The legacy format has no CRC: every flipped byte reaches the unpickler or the
+    // storage table, and must give a value or a clean error.
+    for name in ["legacy.pt", "legacy_model.bin"] {
+        let bytes = std::fs::read(safe(name)).unwrap();
+        for i in 0..bytes.len() {
+            for x in [0xff, 0x01, 0x80] {
+                let mut b = bytes.clone();
+                b[i] ^= x;
+                let _ = read_pt_bytes(Arc::new(b));
+            }
+        }
+    }
 }

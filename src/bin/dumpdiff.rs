@@ -13,9 +13,9 @@ use rlforensics::cli::{self, CommonFlags, FailOn, Format};
 use rlforensics::compare::tolerance::{Severity, TolerancePolicy, ToleranceRules};
 use rlforensics::dumpdiff::{self, render, Options};
 use rlforensics::exit_codes::EXIT_CLEAN;
-use rlforensics::frames::{build_frames, export_frames};
+use rlforensics::frames::export_frames;
 use rlforensics::inspect::inspect_path;
-use rlforensics::readers::layout::{DumpTree, Producer};
+use rlforensics::readers::layout::Producer;
 use rlforensics::Error;
 
 /// The end of `--help`: real invocations on the shipped fixtures, then the exit codes.
@@ -178,8 +178,7 @@ fn run(args: Args) -> Result<(String, u8), Error> {
         let path = cli::stdin_path(path);
         let mut text = inspect_path(&path)?;
         if let Some(dir) = &args.export_frames {
-            let tree = DumpTree::discover(&path)?;
-            let mut frames = build_frames(&tree, args.step)?;
+            let mut frames = rlforensics::inspect::frames_for_path(&path, args.step)?;
             for written in export_frames(&mut frames, dir)? {
                 text.push_str(&format!("wrote {}\n", written.display()));
             }

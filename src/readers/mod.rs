@@ -110,7 +110,8 @@ pub(crate) fn not_a_file(ft: std::fs::FileType) -> Option<&'static str> {
 }
 
 /// The format of dump bytes judged by their first bytes, for a file whose name says
-/// nothing (a pipe, a `.bin`): zip with a `data.pkl` member → `.pt`, other zip → `.npz`,
+/// nothing (a pipe, a `.bin`): zip with a `data.pkl` member or torch's legacy magic
+/// number → `.pt`, other zip → `.npz`,
 /// `\x93NUMPY` → `.npy`, an 8-byte length followed by `{` → `.safetensors`, `{` → JSON.
 pub fn sniff_format(bytes: &[u8]) -> Option<FileFormat> {
     if bytes.starts_with(b"PK\x03\x04") || bytes.starts_with(b"PK\x05\x06") {
@@ -120,6 +121,9 @@ pub fn sniff_format(bytes: &[u8]) -> Option<FileFormat> {
         } else {
             FileFormat::Npz
         });
+    }
+    if pt::legacy::is_legacy(bytes) {
+        return Some(FileFormat::Pt);
     }
     if bytes.starts_with(b"\x93NUMPY") {
         return Some(FileFormat::Npy);

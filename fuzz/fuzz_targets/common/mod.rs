@@ -17,10 +17,13 @@ pub fn touch(v: &Value) {
         }),
         Value::Tensor(t) => {
             if t.numel() <= MAX_TOUCH {
+                // Complex dtypes give two values (re, im) per element.
+                let per = if t.dtype().is_complex() { 2 } else { 1 };
                 let f = t.to_f64_vec();
-                assert_eq!(f.len(), t.numel());
+                assert_eq!(f.len(), t.numel() * per);
                 let i = t.to_i64_vec();
-                assert_eq!(i.len(), t.numel());
+                assert_eq!(i.len(), t.numel() * per);
+                assert_eq!(t.element_bytes().len(), t.numel() * t.dtype().size());
             }
         }
         _ => {}

@@ -1,13 +1,16 @@
 //! `torch.save` zip archives (torch ≥ 1.6): `<prefix>/data.pkl` read by our restricted
 //! unpickler, `<prefix>/data/<key>` storages as zero-copy windows of the memory-mapped
-//! file, and the optional `<prefix>/byteorder` member.
+//! file, and the optional `<prefix>/byteorder` member; and the legacy format (see
+//! [`legacy`]).
 
+pub mod legacy;
 pub mod pickle;
 
 use std::collections::HashMap;
 use std::io::Cursor;
 use std::path::Path;
 
+use ::zip::read::{ArchiveOffset, Config};
 use ::zip::{CompressionMethod, ZipArchive};
 
 use crate::error::{FormatError, Position, Result};
@@ -33,16 +36,27 @@ pub fn read_pt_bytes(bytes: Buf) -> Result<Value, FormatError> {
             "empty file: not a torch.save archive",
         ));
     }
+    if legacy::is_legacy(data) {
+        return legacy::read_legacy(&bytes);
+    }
     if !data.starts_with(b"PK") {
-        let msg = if data.starts_with(b"\x80") {
-            "legacy (torch < 1.6) torch.save format is not supported: re-save it with a \
-             recent torch"
+        let msg = if legacy::is_tar(data) {
+            "tar archive: the torch < 0.4 tar format of torch.save is not supported; re-save \
+             it with a recent torch"
+        } else if data.starts_with(b"\x80") {
+            "a pickle that does not start with torch's legacy magic number: not a torch.save \
+             file"
         } else {
             "not a zip archive, so not a torch.save file (torch >= 1.6 writes zip archives)"
         };
         return Err(FormatError::new(Position::Byte(0), msg));
     }
-    let mut archive = ZipArchive::new(Cursor::new(data)).map_err(|e| {
+    // torch.save's archives start at byte 0; the zip crate's default guess of where the
+    // archive starts is fooled by the zip64 records torch writes (21-byte file stems).
+    let config = Config {
+        archive_offset: ArchiveOffset::Known(0),
+    };
+    let mut archive = ZipArchive::with_config(config, Cursor::new(data)).map_err(|e| {
         FormatError::new(
             Position::File,
             format!("unreadable zip archive ({e}); the file may be truncated"),
@@ -73,7 +87,7 @@ pub fn read_pt_bytes(bytes: Buf) -> Result<Value, FormatError> {
             })? as usize;
         let mut b = Bytes::window(bytes.clone(), start, need)
             .ok_or_else(|| format!("storage member {name} reaches past the end of the file"))?;
-        if big_endian && req.dtype.size() > 1 {
+        if big_endian && req.dtype.size() > 1 && !req.dtype.is_raw() {
             b = Bytes::from_vec(Tensor::byteswapped_storage(b.as_slice(), req.dtype));
         }
         cache.insert(req.key.to_string(), b.clone());
@@ -162,7 +176,9 @@ fn member_range(
     let expected = f.crc32();
     let actual = crc32fast::hash(&data[start..start + len]);
     // Fuzzers cannot forge CRCs; skipping the check there lets them reach the unpickler.
-    if actual != expected && !cfg!(fuzzing) {
+    // A recorded CRC of 0 is what `torch.serialization.set_crc32_options(False)` writes:
+    // no checksum, not a corrupt member.
+    if actual != expected && expected != 0 && !cfg!(fuzzing) {
         return Err(FormatError::new(
             pos(),
             format!(

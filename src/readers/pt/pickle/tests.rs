@@ -1,0 +1,180 @@
+//! Unit tests of the unpickler on hand-made and CPython-written pickles.
+
+use super::*;
+
+fn no_storage(_: &StorageRequest<'_>) -> Result<Bytes, String> {
+    Err("no storages here".into())
+}
+
+fn run(p: &[u8]) -> Result<Value, FormatError> {
+    unpickle(p, "t/data.pkl", &mut no_storage)
+}
+
+#[test]
+fn long1_negative_and_huge_ints_match_python() {
+    // pickle.dumps(-2**70, 2), pickle.dumps(2**64, 2), pickle.dumps(-2**63 - 1, 2)
+    let v = run(b"\x80\x02\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x00\xc0.").unwrap();
+    assert!(matches!(v, Value::BigInt(ref s) if s == "-1180591620717411303424"));
+    let v = run(b"\x80\x02\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x00\x01.").unwrap();
+    assert!(matches!(v, Value::BigInt(ref s) if s == "18446744073709551616"));
+    let v = run(b"\x80\x02\x8a\x09\xff\xff\xff\xff\xff\xff\xff\x7f\xff.").unwrap();
+    assert!(matches!(v, Value::BigInt(ref s) if s == "-9223372036854775809"));
+    // pickle.dumps(-2**63, 2): fits i64.
+    let v = run(b"\x80\x02\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x80.").unwrap();
+    assert!(matches!(v, Value::Int(i64::MIN)));
+}
+
+#[test]
+fn protocol0_text_opcodes() {
+    // pickle.dumps([1, 2**70, 'h\xe9', 1.5, (True,)], 0)
+    let p = b"(lp0\nI1\naL1180591620717411303424L\naVh\xe9\np1\naF1.5\na(I01\ntp2\na.";
+    let v = run(p).unwrap();
+    let items = v.as_seq().unwrap();
+    assert!(matches!(items[0], Value::Int(1)));
+    assert!(matches!(&items[1], Value::BigInt(s) if s == "1180591620717411303424"));
+    assert!(matches!(&items[2], Value::Str(s) if s == "h\u{e9}"));
+    assert!(matches!(items[3], Value::Float(f) if f == 1.5));
+    assert!(matches!(&items[4], Value::Tuple(t) if matches!(t[0], Value::Bool(true))));
+}
+
+#[test]
+fn memo_shares_mutations_like_python() {
+    // d = {}; pickle.dumps([d, d], 2) with d filled after being memoised:
+    // ] q0 ( } q1 h1 e h1 U a K1 s .  → [ {'a':1}, {'a':1} ] sharing one dict.
+    let p = b"\x80\x02]q\x00(}q\x01h\x01eh\x01U\x01aK\x01s0.";
+    let v = run(p).unwrap();
+    let items = v.as_seq().unwrap();
+    assert_eq!(items.len(), 2);
+    for d in items {
+        assert!(matches!(d.get("a"), Some(Value::Int(1))));
+    }
+}
+
+#[test]
+fn repeated_dict_key_replaces_in_place() {
+    // { 'a': 1, 'b': 2, 'a': 3 } written by hand with SETITEMS
+    let p = b"\x80\x02}(U\x01aK\x01U\x01bK\x02U\x01aK\x03u.";
+    let v = run(p).unwrap();
+    let d = v.as_dict().unwrap();
+    assert_eq!(d.len(), 2);
+    assert!(matches!(d[0], (Value::Str(ref k), Value::Int(3)) if k == "a"));
+}
+
+#[test]
+fn cyclic_list_is_refused_not_looped() {
+    // l = []; l.append(l): ] q0 h0 a .
+    let e = run(b"\x80\x02]q\x00h\x00a.").unwrap_err();
+    assert!(e.msg.contains("deeper than 512"), "{e}");
+}
+
+#[test]
+fn refused_opcodes_name_themselves() {
+    let e = run(b"\x80\x02(cos\nsystem\no.").unwrap_err();
+    assert!(e.msg.contains("os.system"), "{e}");
+    let e = run(b"Pfoo\n.").unwrap_err();
+    assert!(
+        e.msg.contains("persistent id must be a tuple, found str"),
+        "{e}"
+    );
+    let e = run(b"\x80\x02\x82\x01.").unwrap_err();
+    assert!(e.msg.contains("EXT1"), "{e}");
+    assert_eq!(
+        e.pos,
+        Position::PickleOp {
+            member: "t/data.pkl".into(),
+            offset: 2
+        }
+    );
+}
+
+#[test]
+fn truncated_pickles_fail_cleanly() {
+    let p = b"\x80\x02}q\x00(X\x05\x00\x00\x00abcdeK\x01u.";
+    for n in 0..p.len() {
+        assert!(run(&p[..n]).is_err(), "prefix {n}");
+    }
+    assert!(run(p).is_ok());
+}
+
+#[test]
+fn sets_bytes_and_text_forms_from_python_pickle() {
+    // Each pickle is pickle.dumps(obj, proto) from CPython 3.
+    let cases: &[(&[u8], &str)] = &[
+        (b"\x80\x04\x95\t\x00\x00\x00\x00\x00\x00\x00\x8f\x94(K\x01K\x02\x90.", "List([Int(1), Int(2)])"),
+        (b"\x80\x04\x95\x06\x00\x00\x00\x00\x00\x00\x00(K\x03\x91\x94.", "List([Int(3)])"),
+        (b"\x80\x05\x95\r\x00\x00\x00\x00\x00\x00\x00\x96\x02\x00\x00\x00\x00\x00\x00\x00ab\x94.", "Bytes([97, 98])"),
+        (b"\x80\x03C\x02abq\x00.", "Bytes([97, 98])"),
+        (b"\x80\x02c__builtin__\nset\nq\x00]q\x01(K\x01K\x02e\x85q\x02Rq\x03.", "List([Int(1), Int(2)])"),
+        (b"\x80\x02c__builtin__\nbytearray\nq\x00c_codecs\nencode\nq\x01X\x02\x00\x00\x00abq\x02X\x06\x00\x00\x00latin1q\x03\x86q\x04Rq\x05\x85q\x06Rq\x07.", "Bytes([97, 98])"),
+        (b"\x80\x02c__builtin__\nbytes\nq\x00)Rq\x01.", "Bytes([])"),
+        (b"\x80\x02ccollections\nOrderedDict\nq\x00)Rq\x01.", "Dict([])"),
+        (b"F1.5\n.", "Float(1.5)"),
+        (b"Va\\u000ab\\u20ac\np0\n.", "Str(\"a\\nb\u{20ac}\")"),
+        (b"L-1180591620717411303424L\n.", "BigInt(\"-1180591620717411303424\")"),
+        (b"c_codecs\nencode\np0\n(Vx'\\u000a\np1\nVlatin1\np2\ntp3\nRp4\n.", "Bytes([120, 39, 10])"),
+        // Hand-made: BUILD with an empty state on an OrderedDict is a no-op.
+        (b"\x80\x02ccollections\nOrderedDict\n)R}b.", "Dict([])"),
+    ];
+    for (p, want) in cases {
+        let v = run(p).unwrap_or_else(|e| panic!("{want}: {e}"));
+        assert_eq!(format!("{v:?}"), *want);
+    }
+}
+
+#[test]
+fn memo_bomb_is_refused_by_the_budget() {
+    // x = 1; then 200 times x = (x, x): 2**200 leaves if copied out.
+    let mut p = b"\x80\x02K\x01".to_vec();
+    for _ in 0..200 {
+        p.extend_from_slice(b"2\x86");
+    }
+    p.push(b'.');
+    let e = run(&p).unwrap_err();
+    assert!(e.msg.contains("expands to too many objects"), "{e}");
+}
+
+#[test]
+fn what_torchs_safe_loader_refuses_is_refused_by_name() {
+    // BUILD with attributes on a plain dict (torch allows it on OrderedDict only).
+    let e = run(b"\x80\x02}}U\x01aK\x01sb.").unwrap_err();
+    assert!(
+        e.msg.contains("BUILD with a non-empty state on a dict"),
+        "{e}"
+    );
+    // The same state on an OrderedDict is its attributes: accepted, not items.
+    let v = run(b"\x80\x02ccollections\nOrderedDict\n)R}U\x09_metadataK\x01sb.").unwrap();
+    assert_eq!(format!("{v:?}"), "Dict([])");
+    // `torch.float` is an alias torch's allow-list does not name (it names torch.float32).
+    let e = run(b"\x80\x02ctorch\nfloat\n.").unwrap_err();
+    assert!(e.msg.contains("refused global torch.float:"), "{e}");
+    // _rebuild_from_type_v2 may only make torch.Tensor / Parameter.
+    let e = run(
+        b"\x80\x02ctorch._tensor\n_rebuild_from_type_v2\n(ctorch._utils\n_rebuild_tensor_v2\n\
+          ccollections\nOrderedDict\n)}tR.",
+    )
+    .unwrap_err();
+    assert!(
+        e.msg.contains("only torch.Tensor and torch.nn.Parameter"),
+        "{e}"
+    );
+    // complex('1+2j') from a string is not the (re, im) form torch writes.
+    let e = run(b"\x80\x02c__builtin__\ncomplex\nX\x04\x00\x00\x001+2j\x85R.").unwrap_err();
+    assert!(
+        e.msg.contains("builtins.complex") || e.msg.contains("complex"),
+        "{e}"
+    );
+    // dtype and device objects read as their names.
+    let v = run(b"\x80\x02(ctorch\nfloat8_e5m2\nctorch\ndevice\nX\x04\x00\x00\x00cudaK\x02\x86Rl.")
+        .unwrap();
+    assert_eq!(
+        format!("{v:?}"),
+        "List([Str(\"torch.float8_e5m2\"), Str(\"cuda:2\")])"
+    );
+    assert_eq!(
+        e.pos,
+        Position::PickleOp {
+            member: "t/data.pkl".into(),
+            offset: 33
+        }
+    );
+}
