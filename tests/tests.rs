@@ -7,5 +7,6 @@ mod dumps;
 mod hardening;
 mod logscan;
 mod losscheck;
+mod packed;
 mod postmortem;
 mod pt;

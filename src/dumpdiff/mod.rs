@@ -34,7 +34,7 @@ use rayon::prelude::*;
 
 use crate::compare::tolerance::{Severity, TolerancePolicy, Verdict};
 use crate::error::{Error, Result};
-use crate::frames::tokens_hash;
+use crate::frames::value_tokens_hash;
 use crate::readers::layout::{DumpTree, Kind};
 use crate::value::Value;
 use report::{Cell, Coverage, Finding, Report, Section, SideSummary, SCHEMA_VERSION};
@@ -717,39 +717,35 @@ fn batch_inputs(s: &SideData, r: Option<&SideData>, adv_preset: Option<&str>) ->
             Some(p) => m.with_pages(p.clone()),
             None => m,
         });
-    let traj_tokens = |v: &Value| -> Vec<Vec<i64>> {
+    // Token hashes straight from each trajectory's (packed) token list: no copy of it.
+    let traj_hashes = |v: &Value| -> Vec<u64> {
         v.get("trajectories")
             .and_then(Value::as_seq)
             .map(|ts| {
                 ts.iter()
-                    .map(|t| {
-                        t.get("tokens")
-                            .and_then(Value::to_tensor)
-                            .map(|t| t.to_i64_vec())
-                            .unwrap_or_default()
-                    })
+                    .map(|t| value_tokens_hash(t.get("tokens")))
                     .collect()
             })
             .unwrap_or_default()
     };
     let mut traj_index = HashMap::new();
     if let Some(tr) = s.get(Kind::Trajectory, None, None) {
-        for (i, toks) in traj_tokens(tr).iter().enumerate() {
-            traj_index.entry(tokens_hash(toks)).or_insert(i);
+        for (i, h) in traj_hashes(tr).into_iter().enumerate() {
+            traj_index.entry(h).or_insert(i);
         }
     }
     // Advantages by self-hosted batch index, matched by token content.
     let advantages = r
         .and_then(|r| r.get(Kind::PreparedTrajectories, None, None))
         .and_then(|p| {
-            let adv = p.get("advantages")?.to_tensor()?.to_f64_vec();
-            let toks = traj_tokens(p);
+            let adv = p.get("advantages")?.to_f64s()?;
+            let hashes = traj_hashes(p);
             let mut out = vec![f64::NAN; traj_index.len().max(adv.len())];
-            for (j, t) in toks.iter().enumerate() {
+            for (j, h) in hashes.iter().enumerate() {
                 let i = if traj_index.is_empty() {
                     Some(j)
                 } else {
-                    traj_index.get(&tokens_hash(t)).copied()
+                    traj_index.get(h).copied()
                 };
                 if let (Some(i), Some(a)) = (i, adv.get(j)) {
                     if let Some(slot) = out.get_mut(i) {

@@ -162,8 +162,7 @@ impl SelfHostedStep {
             let at = |k: &str| format!("trajectories[{i}].{k}");
             let tokens = t
                 .get("tokens")
-                .and_then(Value::to_tensor)
-                .map(|x| x.to_i64_vec())
+                .and_then(Value::to_i64s)
                 .ok_or_else(|| key_err(&tf, &at("tokens"), "missing or not a list of ints"))?;
             let reward = reward_of(t)
                 .ok_or_else(|| key_err(&tf, &at("reward"), "missing or not a number"))?;
@@ -174,10 +173,10 @@ impl SelfHostedStep {
                     "missing (needed to group rewards into advantages)",
                 )
             })?;
-            let response: Vec<i64> = match t.get("loss_mask").and_then(Value::to_tensor) {
+            let response: Vec<i64> = match t.get("loss_mask").and_then(Value::to_i64s) {
                 Some(m) => tokens
                     .iter()
-                    .zip(m.to_i64_vec())
+                    .zip(m)
                     .filter(|(_, m)| *m != 0)
                     .map(|(x, _)| *x)
                     .collect(),

@@ -9,12 +9,13 @@
 //! pickle's length.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use half::f16;
 
 use crate::error::{FormatError, Position};
 use crate::tensor::{Bytes, DType, Tensor};
-use crate::value::Value;
+use crate::value::{Ints, Packed, Value};
 
 /// Deepest nesting of containers accepted, so that neither reading nor dropping a value
 /// can exhaust the stack.
@@ -148,6 +149,9 @@ enum Node {
         size: usize,
         big_endian: bool,
     },
+    /// A list whose items so far are all ints, all floats or all bools, stored packed
+    /// (see [`Unpickler::packed_appends`]); never empty.
+    Packed(Arc<Packed>),
 }
 
 impl Node {
@@ -168,6 +172,7 @@ impl Node {
             Node::Storage(_) => "storage",
             Node::NdArrayStub => "numpy.ndarray",
             Node::NumpyDtype { .. } => "numpy.dtype",
+            Node::Packed(_) => "list",
         }
     }
 }
@@ -409,6 +414,12 @@ impl Unpickler<'_, '_> {
     }
 
     fn extend_list(&mut self, list: Id, items: Vec<Id>) -> Result<(), FormatError> {
+        if matches!(self.nodes[list], Node::Packed(_)) {
+            if self.push_packed(list, &items) {
+                return Ok(());
+            }
+            self.unpack(list);
+        }
         for &c in &items {
             self.nest(list, c)?;
         }
@@ -419,6 +430,127 @@ impl Unpickler<'_, '_> {
                 Ok(())
             }
             _ => Err(self.err(format!("APPEND/ADDITEMS on a {kind}, not a list or set"))),
+        }
+    }
+
+    // ------------------------------------------------------------ packed lists
+
+    /// Called at a MARK: when the list on top of the stack is empty or packed and the
+    /// batch that follows (`MARK x1 … xn APPENDS`, how the pickler writes a list, 1000
+    /// items a batch) holds only ints (BININT1/BININT2/BININT/LONG1), only floats
+    /// (BINFLOAT) or only bools (NEWTRUE/NEWFALSE) of the list's own kind, append them
+    /// packed, consume the batch and return true. Otherwise leave input and list as
+    /// they were and return false: the batch is read the ordinary way.
+    fn packed_appends(&mut self) -> bool {
+        let Some(&list) = self.stack.last() else {
+            return false;
+        };
+        let mut packed = match &mut self.nodes[list] {
+            Node::List(v) if v.is_empty() => None,
+            Node::Packed(p) => match Arc::get_mut(p) {
+                Some(p) => Some(std::mem::replace(p, Packed::Bools(Vec::new()))),
+                None => return false,
+            },
+            _ => return false,
+        };
+        let before = packed.as_ref().map_or(0, Packed::len);
+        let end = scan_scalars(self.data, self.pos, &mut packed);
+        match (end, packed) {
+            (Some(end), Some(p)) if !p.is_empty() => {
+                self.pos = end;
+                self.nodes[list] = Node::Packed(Arc::new(p));
+                self.depth[list] = self.depth[list].max(1);
+                true
+            }
+            (Some(end), None) => {
+                // `MARK APPENDS` with nothing in between: nothing to add.
+                self.pos = end;
+                true
+            }
+            (_, Some(mut p)) if before > 0 => {
+                truncate_packed(&mut p, before);
+                self.nodes[list] = Node::Packed(Arc::new(p));
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// Append the scalars `items` to packed list `list` when every one is of its kind;
+    /// false (nothing appended) otherwise.
+    fn push_packed(&mut self, list: Id, items: &[Id]) -> bool {
+        let nodes = &self.nodes;
+        let Node::Packed(p) = &nodes[list] else {
+            return false;
+        };
+        let fits = items.iter().all(|&c| {
+            matches!(
+                (&**p, &nodes[c]),
+                (Packed::Ints(_), Node::Int(_))
+                    | (Packed::Floats(_), Node::Float(_))
+                    | (Packed::Bools(_), Node::Bool(_))
+            )
+        });
+        if !fits {
+            return false;
+        }
+        let values: Vec<Scalar> = items
+            .iter()
+            .filter_map(|&c| match nodes[c] {
+                Node::Int(i) => Some(Scalar::Int(i)),
+                Node::Float(f) => Some(Scalar::Float(f)),
+                Node::Bool(b) => Some(Scalar::Bool(b)),
+                _ => None,
+            })
+            .collect();
+        let Node::Packed(p) = &mut self.nodes[list] else {
+            return false;
+        };
+        let p = Arc::make_mut(p);
+        for v in values {
+            push_scalar(p, v);
+        }
+        true
+    }
+
+    /// Turn packed list `id` back into a list of item nodes (a batch of another kind is
+    /// being appended, or a call needs its items as nodes).
+    fn unpack(&mut self, id: Id) {
+        let Node::Packed(p) = &self.nodes[id] else {
+            return;
+        };
+        let p = p.clone();
+        let items: Vec<Id> = match &*p {
+            Packed::Ints(v) => v.iter().map(|x| self.add(Node::Int(x))).collect(),
+            Packed::Floats(v) => v.iter().map(|&x| self.add(Node::Float(x))).collect(),
+            Packed::Bools(v) => v.iter().map(|&x| self.add(Node::Bool(x))).collect(),
+        };
+        self.nodes[id] = Node::List(items);
+    }
+
+    /// Unpack the packed lists among the arguments of a call, so that the interpreted
+    /// globals only ever see item nodes.
+    fn unpack_args(&mut self, args: Id) {
+        if let Node::Tuple(v) = &self.nodes[args] {
+            let packed: Vec<Id> = v
+                .iter()
+                .copied()
+                .filter(|&c| matches!(self.nodes[c], Node::Packed(_)))
+                .collect();
+            for c in packed {
+                self.unpack(c);
+            }
+        }
+    }
+
+    /// Release the spare capacity packed lists kept from growing.
+    fn shrink_packed(&mut self) {
+        for n in &mut self.nodes {
+            if let Node::Packed(p) = n {
+                if let Some(p) = Arc::get_mut(p) {
+                    p.shrink_to_fit();
+                }
+            }
         }
     }
 
@@ -442,7 +574,11 @@ impl Unpickler<'_, '_> {
                     self.take(8)?;
                 }
                 b'.' => return self.pop(),
-                b'(' => self.marks.push(self.stack.len()),
+                b'(' => {
+                    if !self.packed_appends() {
+                        self.marks.push(self.stack.len());
+                    }
+                }
                 b'0' => {
                     if self.stack.len() > self.marks.last().copied().unwrap_or(0) {
                         self.pop()?;
@@ -646,6 +782,7 @@ impl Unpickler<'_, '_> {
                 b'R' | 0x81 => {
                     let args = self.pop()?;
                     let func = self.pop()?;
+                    self.unpack_args(args);
                     let id = self.call(func, args)?;
                     self.stack.push(id);
                 }
@@ -1107,6 +1244,7 @@ impl Unpickler<'_, '_> {
             next: usize,
             out: Vec<Value>,
         }
+        self.shrink_packed();
         let len = self.data.len() as u64;
         let mut budget = Budget {
             items: len.saturating_mul(ITEMS_PER_BYTE).saturating_add(1 << 20),
@@ -1212,6 +1350,8 @@ impl Unpickler<'_, '_> {
             Node::Str(s) => (Value::Str(s.clone()), s.len()),
             Node::Bytes(b) => (Value::Bytes(b.clone()), b.len()),
             Node::Tensor(t) => (Value::Tensor((**t).clone()), t.ndim() * 16),
+            // Shared, not copied, however often a memo references it.
+            Node::Packed(p) => (Value::Packed(p.clone()), 0),
             Node::Storage(st) => {
                 let StorageNode { bytes, dtype, key } = &**st;
                 let n = bytes.len() / dtype.size();
@@ -1256,6 +1396,107 @@ const BYTES_PER_BYTE: u64 = 16;
 struct Budget {
     items: u64,
     bytes: u64,
+}
+
+/// One scalar item of a list batch.
+#[derive(Clone, Copy)]
+enum Scalar {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+}
+
+/// Append `v` to `p`, which is of its kind (checked by the caller).
+fn push_scalar(p: &mut Packed, v: Scalar) {
+    match (p, v) {
+        (Packed::Ints(x), Scalar::Int(i)) => x.push(i),
+        (Packed::Floats(x), Scalar::Float(f)) => x.push(f),
+        (Packed::Bools(x), Scalar::Bool(b)) => x.push(b),
+        _ => {}
+    }
+}
+
+/// Keep the first `n` items of `p`.
+fn truncate_packed(p: &mut Packed, n: usize) {
+    match p {
+        Packed::Ints(x) => x.truncate(n),
+        Packed::Floats(x) => x.truncate(n),
+        Packed::Bools(x) => x.truncate(n),
+    }
+}
+
+/// Read a batch of scalar items from `data[pos..]` up to its APPENDS into `packed`
+/// (created at the first item when `None`), and return the offset after the APPENDS;
+/// `None` at the first opcode that is not a scalar of the batch's kind (what was
+/// appended is then the caller's to take back).
+fn scan_scalars(data: &[u8], mut pos: usize, packed: &mut Option<Packed>) -> Option<usize> {
+    // The kind of the first item fixes the kind of the list.
+    if packed.is_none() {
+        *packed = Some(match *data.get(pos)? {
+            b'K' | b'M' | b'J' | 0x8a => Packed::Ints(Ints::default()),
+            b'G' => Packed::Floats(Vec::new()),
+            0x88 | 0x89 => Packed::Bools(Vec::new()),
+            b'e' => {
+                *packed = None;
+                return Some(pos + 1);
+            }
+            _ => return None,
+        });
+    }
+    match packed.as_mut()? {
+        Packed::Ints(ints) => loop {
+            let op = *data.get(pos)?;
+            let v = match op {
+                b'K' => {
+                    let v = *data.get(pos + 1)? as i64;
+                    pos += 2;
+                    v
+                }
+                b'M' => {
+                    let b = data.get(pos + 1..pos + 3)?;
+                    pos += 3;
+                    u16::from_le_bytes([b[0], b[1]]) as i64
+                }
+                b'J' => {
+                    let b = data.get(pos + 1..pos + 5)?;
+                    pos += 5;
+                    i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64
+                }
+                0x8a => {
+                    let n = *data.get(pos + 1)? as usize;
+                    let b = data.get(pos + 2..pos + 2 + n).filter(|_| n <= 8)?;
+                    pos += 2 + n;
+                    match long_from_le(b) {
+                        Node::Int(i) => i,
+                        _ => return None,
+                    }
+                }
+                b'e' => return Some(pos + 1),
+                _ => return None,
+            };
+            ints.push(v);
+        },
+        Packed::Floats(fl) => loop {
+            match *data.get(pos)? {
+                b'G' => {
+                    let b: [u8; 8] = data.get(pos + 1..pos + 9)?.try_into().ok()?;
+                    pos += 9;
+                    fl.push(f64::from_be_bytes(b));
+                }
+                b'e' => return Some(pos + 1),
+                _ => return None,
+            }
+        },
+        Packed::Bools(bs) => loop {
+            match *data.get(pos)? {
+                0x88 => bs.push(true),
+                0x89 => bs.push(false),
+                b'e' => return Some(pos + 1),
+                _ => return None,
+            }
+            pos += 1;
+        },
+    }
 }
 
 fn refused_opcode(op: u8) -> String {
