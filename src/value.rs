@@ -356,6 +356,63 @@ impl Ints {
         }
     }
 
+    /// Append a batch of ints, widening the storage once for the whole batch. Lists up to
+    /// 64 Ki items grow to their exact length (a token list holds no spare capacity);
+    /// longer ones grow geometrically.
+    pub fn extend_from_i64(&mut self, xs: &[i64]) {
+        let (Some(&lo), Some(&hi)) = (xs.iter().min(), xs.iter().max()) else {
+            return;
+        };
+        let width = if lo >= 0 && hi <= u8::MAX as i64 {
+            0
+        } else if lo >= 0 && hi <= u16::MAX as i64 {
+            1
+        } else if lo >= i32::MIN as i64 && hi <= i32::MAX as i64 {
+            2
+        } else {
+            3
+        };
+        let rank = match self {
+            Ints::U8(_) => 0,
+            Ints::U16(_) => 1,
+            Ints::I32(_) => 2,
+            Ints::I64(_) => 3,
+        };
+        if width > rank {
+            let old = std::mem::take(self);
+            *self = match width {
+                1 => Ints::U16(old.iter().map(|v| v as u16).collect()),
+                2 => Ints::I32(old.iter().map(|v| v as i32).collect()),
+                _ => Ints::I64(old.to_vec()),
+            };
+        }
+        fn grow<T>(v: &mut Vec<T>, add: usize) {
+            if v.len() + add <= 1 << 16 {
+                v.reserve_exact(add);
+            } else {
+                v.reserve(add);
+            }
+        }
+        match self {
+            Ints::U8(v) => {
+                grow(v, xs.len());
+                v.extend(xs.iter().map(|&x| x as u8));
+            }
+            Ints::U16(v) => {
+                grow(v, xs.len());
+                v.extend(xs.iter().map(|&x| x as u16));
+            }
+            Ints::I32(v) => {
+                grow(v, xs.len());
+                v.extend(xs.iter().map(|&x| x as i32));
+            }
+            Ints::I64(v) => {
+                grow(v, xs.len());
+                v.extend_from_slice(xs);
+            }
+        }
+    }
+
     /// Keep the first `n` ints (the storage stays as wide as it became).
     pub fn truncate(&mut self, n: usize) {
         ints_dispatch!(self, v => v.truncate(n))

@@ -445,35 +445,38 @@ impl Unpickler<'_, '_> {
         let Some(&list) = self.stack.last() else {
             return false;
         };
-        let mut packed = match &mut self.nodes[list] {
+        let kind = match &self.nodes[list] {
             Node::List(v) if v.is_empty() => None,
-            Node::Packed(p) => match Arc::get_mut(p) {
-                Some(p) => Some(std::mem::replace(p, Packed::Bools(Vec::new()))),
+            Node::Packed(p) => Some(match **p {
+                Packed::Ints(_) => Batch::Ints(Vec::new()),
+                Packed::Floats(_) => Batch::Floats(Vec::new()),
+                Packed::Bools(_) => Batch::Bools(Vec::new()),
+            }),
+            _ => return false,
+        };
+        let Some((batch, end)) = scan_batch(self.data, self.pos, kind) else {
+            return false;
+        };
+        match (&mut self.nodes[list], batch) {
+            (_, None) => {}
+            (Node::List(_), Some(b)) => {
+                let mut p = match b {
+                    Batch::Ints(_) => Packed::Ints(Ints::default()),
+                    Batch::Floats(_) => Packed::Floats(Vec::new()),
+                    Batch::Bools(_) => Packed::Bools(Vec::new()),
+                };
+                append_batch(&mut p, b);
+                self.nodes[list] = Node::Packed(Arc::new(p));
+            }
+            (Node::Packed(p), Some(b)) => match Arc::get_mut(p) {
+                Some(p) => append_batch(p, b),
                 None => return false,
             },
             _ => return false,
-        };
-        let before = packed.as_ref().map_or(0, Packed::len);
-        let end = scan_scalars(self.data, self.pos, &mut packed);
-        match (end, packed) {
-            (Some(end), Some(p)) if !p.is_empty() => {
-                self.pos = end;
-                self.nodes[list] = Node::Packed(Arc::new(p));
-                self.depth[list] = self.depth[list].max(1);
-                true
-            }
-            (Some(end), None) => {
-                // `MARK APPENDS` with nothing in between: nothing to add.
-                self.pos = end;
-                true
-            }
-            (_, Some(mut p)) if before > 0 => {
-                truncate_packed(&mut p, before);
-                self.nodes[list] = Node::Packed(Arc::new(p));
-                false
-            }
-            _ => false,
         }
+        self.pos = end;
+        self.depth[list] = self.depth[list].max(1);
+        true
     }
 
     /// Append the scalars `items` to packed list `list` when every one is of its kind;
@@ -1416,82 +1419,99 @@ fn push_scalar(p: &mut Packed, v: Scalar) {
     }
 }
 
-/// Keep the first `n` items of `p`.
-fn truncate_packed(p: &mut Packed, n: usize) {
-    match p {
-        Packed::Ints(x) => x.truncate(n),
-        Packed::Floats(x) => x.truncate(n),
-        Packed::Bools(x) => x.truncate(n),
+/// The items of one list batch, decoded.
+enum Batch {
+    Ints(Vec<i64>),
+    Floats(Vec<f64>),
+    Bools(Vec<bool>),
+}
+
+/// Append a decoded batch to a packed list of its kind (checked by the caller).
+fn append_batch(p: &mut Packed, b: Batch) {
+    match (p, b) {
+        (Packed::Ints(x), Batch::Ints(b)) => x.extend_from_i64(&b),
+        (Packed::Floats(x), Batch::Floats(b)) => {
+            if x.len() + b.len() <= 1 << 16 {
+                x.reserve_exact(b.len());
+            }
+            x.extend_from_slice(&b);
+        }
+        (Packed::Bools(x), Batch::Bools(b)) => {
+            if x.len() + b.len() <= 1 << 16 {
+                x.reserve_exact(b.len());
+            }
+            x.extend_from_slice(&b);
+        }
+        _ => {}
     }
 }
 
-/// Read a batch of scalar items from `data[pos..]` up to its APPENDS into `packed`
-/// (created at the first item when `None`), and return the offset after the APPENDS;
-/// `None` at the first opcode that is not a scalar of the batch's kind (what was
-/// appended is then the caller's to take back).
-fn scan_scalars(data: &[u8], mut pos: usize, packed: &mut Option<Packed>) -> Option<usize> {
-    // The kind of the first item fixes the kind of the list.
-    if packed.is_none() {
-        *packed = Some(match *data.get(pos)? {
-            b'K' | b'M' | b'J' | 0x8a => Packed::Ints(Ints::default()),
-            b'G' => Packed::Floats(Vec::new()),
-            0x88 | 0x89 => Packed::Bools(Vec::new()),
-            b'e' => {
-                *packed = None;
-                return Some(pos + 1);
-            }
+/// Decode the scalar items of a list batch from `data[pos..]` up to its APPENDS, all of
+/// `kind`'s kind (or of the first item's when `kind` is `None`). Returns the batch (`None`
+/// for `MARK APPENDS` with nothing between) and the offset after the APPENDS; `None` at
+/// the first opcode that is anything else, truncation included.
+fn scan_batch(data: &[u8], mut pos: usize, kind: Option<Batch>) -> Option<(Option<Batch>, usize)> {
+    let kind = match kind {
+        Some(k) => k,
+        None => match *data.get(pos)? {
+            b'K' | b'M' | b'J' | 0x8a => Batch::Ints(Vec::new()),
+            b'G' => Batch::Floats(Vec::new()),
+            0x88 | 0x89 => Batch::Bools(Vec::new()),
+            b'e' => return Some((None, pos + 1)),
             _ => return None,
-        });
-    }
-    match packed.as_mut()? {
-        Packed::Ints(ints) => loop {
-            let op = *data.get(pos)?;
-            let v = match op {
-                b'K' => {
-                    let v = *data.get(pos + 1)? as i64;
-                    pos += 2;
-                    v
-                }
-                b'M' => {
-                    let b = data.get(pos + 1..pos + 3)?;
-                    pos += 3;
-                    u16::from_le_bytes([b[0], b[1]]) as i64
-                }
-                b'J' => {
-                    let b = data.get(pos + 1..pos + 5)?;
-                    pos += 5;
-                    i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64
-                }
-                0x8a => {
-                    let n = *data.get(pos + 1)? as usize;
-                    let b = data.get(pos + 2..pos + 2 + n).filter(|_| n <= 8)?;
-                    pos += 2 + n;
-                    match long_from_le(b) {
-                        Node::Int(i) => i,
-                        _ => return None,
-                    }
-                }
-                b'e' => return Some(pos + 1),
-                _ => return None,
-            };
-            ints.push(v);
         },
-        Packed::Floats(fl) => loop {
+    };
+    match kind {
+        Batch::Ints(mut xs) => {
+            xs.reserve(1000);
+            loop {
+                let v = match *data.get(pos)? {
+                    b'K' => {
+                        let v = *data.get(pos + 1)? as i64;
+                        pos += 2;
+                        v
+                    }
+                    b'M' => {
+                        let b = data.get(pos + 1..pos + 3)?;
+                        pos += 3;
+                        u16::from_le_bytes([b[0], b[1]]) as i64
+                    }
+                    b'J' => {
+                        let b = data.get(pos + 1..pos + 5)?;
+                        pos += 5;
+                        i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64
+                    }
+                    0x8a => {
+                        let n = *data.get(pos + 1)? as usize;
+                        let b = data.get(pos + 2..pos + 2 + n).filter(|_| n <= 8)?;
+                        pos += 2 + n;
+                        match long_from_le(b) {
+                            Node::Int(i) => i,
+                            _ => return None,
+                        }
+                    }
+                    b'e' => return Some((Some(Batch::Ints(xs)), pos + 1)),
+                    _ => return None,
+                };
+                xs.push(v);
+            }
+        }
+        Batch::Floats(mut xs) => loop {
             match *data.get(pos)? {
                 b'G' => {
                     let b: [u8; 8] = data.get(pos + 1..pos + 9)?.try_into().ok()?;
                     pos += 9;
-                    fl.push(f64::from_be_bytes(b));
+                    xs.push(f64::from_be_bytes(b));
                 }
-                b'e' => return Some(pos + 1),
+                b'e' => return Some((Some(Batch::Floats(xs)), pos + 1)),
                 _ => return None,
             }
         },
-        Packed::Bools(bs) => loop {
+        Batch::Bools(mut xs) => loop {
             match *data.get(pos)? {
-                0x88 => bs.push(true),
-                0x89 => bs.push(false),
-                b'e' => return Some(pos + 1),
+                0x88 => xs.push(true),
+                0x89 => xs.push(false),
+                b'e' => return Some((Some(Batch::Bools(xs)), pos + 1)),
                 _ => return None,
             }
             pos += 1;
