@@ -266,14 +266,16 @@ fn adjudicate(
     if cells.is_empty() {
         return Ok(Vec::new());
     }
-    // Each side's layout and whole-batch inputs are read once, not once per cell.
+    // Each side's whole-batch inputs are the values read at the start of the run: no
+    // file is read twice, whatever the number of cells.
     let judged: Vec<(&str, std::result::Result<StepCheck, String>)> = sides
         .iter()
         .filter(|d| d.role != "remote-api")
         .map(|d| {
+            let whole = |k: Kind| d.get(k, None, None);
             (
                 d.role,
-                StepCheck::new(&d.tree, step, &cfg).map_err(|e| e.to_string()),
+                StepCheck::with_values(&d.tree, step, &cfg, &whole).map_err(|e| e.to_string()),
             )
         })
         .collect();

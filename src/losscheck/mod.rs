@@ -522,6 +522,39 @@ impl<'a> StepCheck<'a> {
         })
     }
 
+    /// [`StepCheck::new`] with the self-hosted whole-batch files taken from `whole`
+    /// (the value of the trajectory/ or old_log_probs/ file of `step`, when the caller has
+    /// read it already) instead of read again; read from disk when `whole` lacks one.
+    pub fn with_values(
+        tree: &'a DumpTree,
+        step: i64,
+        cfg: &LossConfig,
+        whole: &dyn Fn(Kind) -> Option<&'a Value>,
+    ) -> Result<Self> {
+        let layout = layout_of(tree, step).ok_or_else(|| no_layout(tree, step))?;
+        let file = |k: Kind| tree.get(k, step, None, None).map(|f| f.path.clone());
+        let batch = match layout {
+            Layout::SelfHosted => Some(
+                match (
+                    file(Kind::Trajectory).zip(whole(Kind::Trajectory)),
+                    file(Kind::OldLogProbs).zip(whole(Kind::OldLogProbs)),
+                ) {
+                    (Some((tf, tv)), Some((of, ov))) => {
+                        SelfHostedStep::from_values(tf, tv, of, ov, &cfg.advantage)?
+                    }
+                    _ => SelfHostedStep::load(tree, step, &cfg.advantage)?,
+                },
+            ),
+            Layout::Weaver => None,
+        };
+        Ok(StepCheck {
+            tree,
+            step,
+            layout,
+            batch,
+        })
+    }
+
     /// The layout found.
     pub fn layout(&self) -> Layout {
         self.layout

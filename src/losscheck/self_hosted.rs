@@ -150,6 +150,20 @@ impl SelfHostedStep {
         let tf = need(Kind::Trajectory)?.path.clone();
         let of = need(Kind::OldLogProbs)?.path.clone();
         let tv = read_any(&tf)?;
+        let ov = read_any(&of)?;
+        Self::from_values(tf, &tv, of, &ov, adv)
+    }
+
+    /// [`SelfHostedStep::load`] from the two whole-batch files already read (`tv` from
+    /// trajectory file `tf`, `ov` from old_log_probs file `of`, named in errors), so that a
+    /// caller that holds them (dumpdiff) does not read them again.
+    pub fn from_values(
+        tf: PathBuf,
+        tv: &Value,
+        of: PathBuf,
+        ov: &Value,
+        adv: &AdvantageConfig,
+    ) -> Result<SelfHostedStep> {
         let items = tv
             .get("trajectories")
             .and_then(Value::as_seq)
@@ -195,8 +209,7 @@ impl SelfHostedStep {
         let advantages_f64 = group_advantages(&rewards, &groups, adv)
             .map_err(|e| Error::format(&tf, Position::Key("trajectories".into()), e.to_string()))?;
         let advantages_f32 = advantages_f64.iter().map(|a| round_f32(*a)).collect();
-        let ov = read_any(&of)?;
-        let (shape, old, _) = dense(&ov, &of, "old_log_probs")?;
+        let (shape, old, _) = dense(ov, &of, "old_log_probs")?;
         let (n, cols) = dims2(&of, "old_log_probs", &shape)?;
         if n != items.len() {
             return Err(key_err(
