@@ -319,7 +319,12 @@ impl Ints {
 
     /// Int `i`.
     pub fn get(&self, i: usize) -> Option<i64> {
-        ints_dispatch!(self, v => v.get(i).map(|&x| x as i64))
+        match self {
+            Ints::U8(v) => v.get(i).map(|&x| i64::from(x)),
+            Ints::U16(v) => v.get(i).map(|&x| i64::from(x)),
+            Ints::I32(v) => v.get(i).map(|&x| i64::from(x)),
+            Ints::I64(v) => v.get(i).copied(),
+        }
     }
 
     /// The ints in order.
@@ -336,7 +341,12 @@ impl Ints {
 
     /// Append the ints to `out` as i64.
     pub fn extend_into(&self, out: &mut Vec<i64>) {
-        ints_dispatch!(self, v => out.extend(v.iter().map(|&x| x as i64)))
+        match self {
+            Ints::U8(v) => out.extend(v.iter().map(|&x| i64::from(x))),
+            Ints::U16(v) => out.extend(v.iter().map(|&x| i64::from(x))),
+            Ints::I32(v) => out.extend(v.iter().map(|&x| i64::from(x))),
+            Ints::I64(v) => out.extend_from_slice(v),
+        }
     }
 
     /// Append `x`, widening the storage when it does not fit.
@@ -477,7 +487,7 @@ enum Leaves {
 }
 
 impl Leaves {
-    fn to_floats(&mut self) -> &mut Vec<f64> {
+    fn floats_mut(&mut self) -> &mut Vec<f64> {
         if let Leaves::Ints(v) = self {
             *self = Leaves::Floats(v.iter().map(|&x| x as f64).collect());
         }
@@ -502,7 +512,7 @@ fn collect_leaves(v: &Value, shape: &[usize], out: &mut Leaves) -> bool {
                 (Packed::Bools(x), Leaves::Floats(o)) => {
                     o.extend(x.iter().map(|&b| b as u8 as f64))
                 }
-                (Packed::Floats(x), o) => o.to_floats().extend_from_slice(x),
+                (Packed::Floats(x), o) => o.floats_mut().extend_from_slice(x),
             }
             true
         }
@@ -513,7 +523,7 @@ fn collect_leaves(v: &Value, shape: &[usize], out: &mut Leaves) -> bool {
             None => false,
         },
         (None, Value::Float(f)) => {
-            out.to_floats().push(*f);
+            out.floats_mut().push(*f);
             true
         }
         (None, Value::Int(_) | Value::Bool(_)) => {

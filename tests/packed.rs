@@ -242,21 +242,25 @@ fn load(p: &[u8]) -> Value {
 
 #[test]
 fn ints_widen_to_the_narrowest_storage_that_holds_them() {
-    let cases: [(&[i64], fn(&Ints) -> bool); 4] = [
-        (&[0, 1, 255], |i| matches!(i, Ints::U8(_))),
-        (&[0, 255, 256, 65535], |i| matches!(i, Ints::U16(_))),
-        (&[1, 300, 70_000, -5], |i| matches!(i, Ints::I32(_))),
-        (&[1, 300, -5, 1 << 40, i64::MIN], |i| {
-            matches!(i, Ints::I64(_))
-        }),
+    let width = |i: &Ints| match i {
+        Ints::U8(_) => "u8",
+        Ints::U16(_) => "u16",
+        Ints::I32(_) => "i32",
+        Ints::I64(_) => "i64",
+    };
+    let cases: [(&[i64], &str); 4] = [
+        (&[0, 1, 255], "u8"),
+        (&[0, 255, 256, 65535], "u16"),
+        (&[1, 300, 70_000, -5], "i32"),
+        (&[1, 300, -5, 1 << 40, i64::MIN], "i64"),
     ];
-    for (xs, width) in cases {
+    for (xs, want) in cases {
         let v = load(&list_pickle(&[xs.iter().map(|&x| int_op(x)).collect()]));
         let ints = match v.as_packed() {
             Some(Packed::Ints(i)) => i,
             other => panic!("{xs:?}: {other:?}"),
         };
-        assert!(width(ints), "{xs:?}: {ints:?}");
+        assert_eq!(width(ints), want, "{xs:?}");
         assert_eq!(ints.to_vec(), xs);
     }
     // Widening across batches keeps the earlier ones.
