@@ -365,3 +365,34 @@ fn a_truncated_batch_is_refused_with_its_offset() {
     assert!(e.to_string().contains("data.pkl"), "{e}");
     assert!(e.to_string().contains("ends early"), "{e}");
 }
+
+#[test]
+fn repeated_references_to_a_packed_list_spend_the_expansion_budget() {
+    // [xs] * 5000 with xs = [1] * 1000: 12 KB of pickle standing for 5 million ints. Each
+    // memo reference counts its elements, as it would for a list of values: refused.
+    let mut p = b"\x80\x02]q\x00(".to_vec();
+    for _ in 0..1000 {
+        p.extend_from_slice(b"K\x01");
+    }
+    p.extend_from_slice(b"e]q\x01(");
+    for _ in 0..5000 {
+        p.extend_from_slice(b"h\x00");
+    }
+    p.extend_from_slice(b"e.");
+    let e = unpickle(&p, "data.pkl", &mut |_| Err("none".into())).unwrap_err();
+    assert!(e.to_string().contains("too many objects"), "{e}");
+    // Fifty references are fine, and each is the same list.
+    let mut p = b"\x80\x02]q\x00(".to_vec();
+    for _ in 0..1000 {
+        p.extend_from_slice(b"K\x01");
+    }
+    p.extend_from_slice(b"e]q\x01(");
+    for _ in 0..50 {
+        p.extend_from_slice(b"h\x00");
+    }
+    p.extend_from_slice(b"e.");
+    let v = load(&p);
+    let t = v.to_tensor().unwrap();
+    assert_eq!(t.shape(), &[50, 1000]);
+    assert_eq!(t.to_i64_vec().iter().sum::<i64>(), 50_000);
+}
