@@ -120,9 +120,18 @@ fn load_side(
         })
         .collect();
     progress.start(role, wanted.len(), wanted.iter().map(|f| f.size).sum());
-    let (per_rank, whole): (Vec<_>, Vec<_>) = wanted.into_iter().partition(|f| f.rank.is_some());
+    let (per_rank, mut whole): (Vec<_>, Vec<_>) =
+        wanted.into_iter().partition(|f| f.rank.is_some());
     // One whole-batch file at a time: each is mapped and CRC-checked whole while it is
-    // parsed, so reading them side by side would add their sizes at the peak.
+    // parsed, so reading them side by side would add their sizes at the peak. Tensor
+    // files (old_log_probs) first: their pages are released once parsed, while the
+    // trajectory files' lists stay on the heap until summarised.
+    whole.sort_by_key(|f| {
+        matches!(
+            f.kind,
+            Kind::Trajectory | Kind::PreparedTrajectories | Kind::Datums
+        )
+    });
     let read = whole
         .iter()
         .map(|f| {
