@@ -36,11 +36,34 @@ pub struct Frames {
 /// A stable 64-bit hash of a token sequence (xxh3 over little-endian i64), used to match
 /// trajectories by content across producers and row orders.
 pub fn tokens_hash(tokens: &[i64]) -> u64 {
-    let mut bytes = Vec::with_capacity(tokens.len() * 8);
-    for t in tokens {
-        bytes.extend_from_slice(&t.to_le_bytes());
+    tokens_hash_iter(tokens.iter().copied())
+}
+
+/// [`tokens_hash`] of a value's token ids (a packed list hashed in place), the empty
+/// sequence's when it has none.
+pub fn value_tokens_hash(v: Option<&Value>) -> u64 {
+    match v.and_then(Value::as_packed) {
+        Some(crate::value::Packed::Ints(ints)) => tokens_hash_iter(ints.iter()),
+        _ => tokens_hash(&v.and_then(Value::to_i64s).unwrap_or_default()),
     }
-    xxhash_rust::xxh3::xxh3_64(&bytes)
+}
+
+/// [`tokens_hash`] of ints given one by one (a packed list's, without an i64 copy): the
+/// same xxh3 of the little-endian i64 bytes, fed in blocks.
+pub fn tokens_hash_iter(tokens: impl IntoIterator<Item = i64>) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = [0u8; 8 * 512];
+    let mut n = 0;
+    for t in tokens {
+        buf[n..n + 8].copy_from_slice(&t.to_le_bytes());
+        n += 8;
+        if n == buf.len() {
+            h.update(&buf);
+            n = 0;
+        }
+    }
+    h.update(&buf[..n]);
+    h.digest()
 }
 
 /// Read every file of `tree` (only `step` when given) in parallel, each once, and build
@@ -206,7 +229,7 @@ fn token_block<'a>(file: &'a DumpFile, v: &Value) -> Option<TokenBlock<'a>> {
 fn candidate_tensor(v: &Value) -> Option<crate::tensor::Tensor> {
     match v {
         Value::Tensor(t) => Some(t.clone()),
-        Value::List(_) => v.to_tensor(),
+        Value::List(_) | Value::Packed(_) => v.to_tensor(),
         _ => None,
     }
 }
@@ -315,9 +338,20 @@ fn id_text(v: Option<&Value>) -> Option<String> {
     }
 }
 
+/// Item `i` of a list (packed or not) as a number.
+fn item_f64(list: &Value, i: usize) -> Option<f64> {
+    match list {
+        Value::Packed(p) => p.get(i)?.as_f64(),
+        _ => list.as_seq()?.get(i)?.as_f64(),
+    }
+}
+
 /// Integers of a list or tensor value (tokens, masks).
 fn int_list(v: Option<&Value>) -> Option<Vec<i64>> {
-    candidate_tensor(v?).map(|t| t.to_i64_vec())
+    match v? {
+        v @ (Value::Tensor(_) | Value::List(_) | Value::Packed(_)) => v.to_i64s(),
+        _ => None,
+    }
 }
 
 #[derive(Default)]
@@ -343,7 +377,7 @@ fn trajectory_frame(pairs: &[(&DumpFile, &Value)]) -> Result<DataFrame> {
                 let Some(trajs) = v.get("trajectories").and_then(Value::as_seq) else {
                     continue;
                 };
-                let advantages = v.get("advantages").and_then(Value::as_seq);
+                let advantages = v.get("advantages");
                 for (i, t) in trajs.iter().enumerate() {
                     let tokens = int_list(t.get("tokens"));
                     let mask = int_list(t.get("loss_mask"));
@@ -354,8 +388,7 @@ fn trajectory_frame(pairs: &[(&DumpFile, &Value)]) -> Result<DataFrame> {
                     c.reward.push(t.get("reward").and_then(Value::as_f64));
                     c.mask_sum
                         .push(mask.map(|m| m.iter().map(|&x| x as f64).sum()));
-                    c.advantage
-                        .push(advantages.and_then(|a| a.get(i)).and_then(Value::as_f64));
+                    c.advantage.push(advantages.and_then(|a| item_f64(a, i)));
                     c.is_val
                         .push(t.get("is_val").and_then(|b| b.as_i64()).map(|b| b != 0));
                     let extra = t.get("extra_fields");

@@ -263,6 +263,11 @@ fn headline(v: &Value) -> String {
             Some(t) if !items.is_empty() => tensor_line(&t, true),
             _ => format!("{} ({} items)", v.type_name(), items.len()),
         },
+        // Never empty, always numeric: the same line as the list of values it stands for.
+        Value::Packed(p) => match v.to_tensor() {
+            Some(t) => tensor_line(&t, true),
+            None => format!("list ({} items)", p.len()),
+        },
     }
 }
 

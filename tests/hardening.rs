@@ -355,9 +355,9 @@ fn to_python_json(v: &Value, out: &mut String) {
         }
         Value::Float(f) => out.push_str(&format!("{f:?}")),
         Value::Str(s) => out.push_str(&serde_json::to_string(s).unwrap()),
-        Value::List(items) | Value::Tuple(items) => {
+        Value::List(_) | Value::Tuple(_) | Value::Packed(_) => {
             out.push('[');
-            for (i, x) in items.iter().enumerate() {
+            for (i, x) in v.items().unwrap().iter().enumerate() {
                 if i > 0 {
                     out.push_str(", ");
                 }
@@ -385,7 +385,13 @@ fn to_python_json(v: &Value, out: &mut String) {
 fn map_floats(v: &Value, f: &dyn Fn(f64) -> f64) -> Value {
     match v {
         Value::Float(x) => Value::Float(f(*x)),
-        Value::List(items) => Value::List(items.iter().map(|x| map_floats(x, f)).collect()),
+        Value::List(_) | Value::Packed(_) => Value::List(
+            v.items()
+                .unwrap()
+                .iter()
+                .map(|x| map_floats(x, f))
+                .collect(),
+        ),
         Value::Dict(pairs) => Value::Dict(
             pairs
                 .iter()

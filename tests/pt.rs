@@ -37,6 +37,11 @@ fn same_float(got: f64, want: &str) -> bool {
     (got.is_nan() && w.is_nan()) || got.to_bits() == w.to_bits()
 }
 
+/// [`check`] of one item of a packed list (a scalar: no tensors to collect).
+fn check_item(got: &Value, want: &Json, path: &str) {
+    check(got, want, path, &mut Vec::new());
+}
+
 /// Compare a value with torch.load's tree; collect tensors with their storage groups.
 fn check<'a>(got: &'a Value, want: &Json, path: &str, tensors: &mut Vec<(&'a Tensor, u64)>) {
     let ty = want["type"].as_str().unwrap();
@@ -63,6 +68,13 @@ fn check<'a>(got: &'a Value, want: &Json, path: &str, tensors: &mut Vec<(&'a Ten
                 .map(|x| x.as_u64().unwrap() as u8)
                 .collect();
             assert_eq!(b, &w, "{path}");
+        }
+        ("list", Value::Packed(p)) => {
+            let w = want["items"].as_array().unwrap();
+            assert_eq!(p.len(), w.len(), "{path}");
+            for (i, w) in w.iter().enumerate() {
+                check_item(&p.get(i).unwrap(), w, &format!("{path}[{i}]"));
+            }
         }
         ("list", Value::List(items)) | ("tuple", Value::Tuple(items)) => {
             let w = want["items"].as_array().unwrap();

@@ -7,6 +7,7 @@ mod dumps;
 mod hardening;
 mod logscan;
 mod losscheck;
+mod packed;
 mod postmortem;
 mod pt;
 mod real_logs;

@@ -45,15 +45,11 @@ pub struct Datum {
 }
 
 fn ints(v: Option<&Value>) -> Vec<i64> {
-    v.and_then(Value::to_tensor)
-        .map(|t| t.to_i64_vec())
-        .unwrap_or_default()
+    v.and_then(Value::to_i64s).unwrap_or_default()
 }
 
 fn floats(v: Option<&Value>) -> Vec<f64> {
-    v.and_then(Value::to_tensor)
-        .map(|t| t.to_f64_vec())
-        .unwrap_or_default()
+    v.and_then(Value::to_f64s).unwrap_or_default()
 }
 
 /// The trajectories of a `trajectory/` or `prepared_trajectories/` file. Advantages come

@@ -34,7 +34,8 @@ use rayon::prelude::*;
 
 use crate::compare::tolerance::{Severity, TolerancePolicy, Verdict};
 use crate::error::{Error, Result};
-use crate::frames::tokens_hash;
+use crate::frames::{tokens_hash, value_tokens_hash};
+use crate::losscheck::self_hosted::TrajectorySummary;
 use crate::readers::layout::{DumpTree, Kind};
 use crate::value::Value;
 use report::{Cell, Coverage, Finding, Report, Section, SideSummary, SCHEMA_VERSION};
@@ -96,7 +97,7 @@ pub fn exit_code(report: &Report, fail_on: Severity) -> u8 {
 }
 
 /// Discover one side and list its files of `step` (filtered by ranks/micros): whole-batch
-/// files (no rank in the name) are read now, in parallel; per-rank files are left for the
+/// files (no rank in the name) are read now, one after the other; per-rank files are left for the
 /// cells that compare them ([`SideData::fetch`]).
 fn load_side(
     role: &'static str,
@@ -119,9 +120,20 @@ fn load_side(
         })
         .collect();
     progress.start(role, wanted.len(), wanted.iter().map(|f| f.size).sum());
-    let (per_rank, whole): (Vec<_>, Vec<_>) = wanted.into_iter().partition(|f| f.rank.is_some());
+    let (per_rank, mut whole): (Vec<_>, Vec<_>) =
+        wanted.into_iter().partition(|f| f.rank.is_some());
+    // One whole-batch file at a time: each is mapped and CRC-checked whole while it is
+    // parsed, so reading them side by side would add their sizes at the peak. Tensor
+    // files (old_log_probs) first: their pages are released once parsed, while the
+    // trajectory files' lists stay on the heap until summarised.
+    whole.sort_by_key(|f| {
+        matches!(
+            f.kind,
+            Kind::Trajectory | Kind::PreparedTrajectories | Kind::Datums
+        )
+    });
     let read = whole
-        .par_iter()
+        .iter()
         .map(|f| {
             let (v, pages) = pages::read_whole(&f.path)?;
             progress.file_done(f.size);
@@ -165,7 +177,7 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
             "nothing to compare: pass --weaver-dir and/or --remote-api-dir besides --self-hosted-dir".into(),
         ));
     }
-    let s = load_side("self-hosted", &opts.self_hosted, opts, progress)?;
+    let mut s = load_side("self-hosted", &opts.self_hosted, opts, progress)?;
     let w = opts
         .weaver
         .as_ref()
@@ -176,6 +188,23 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
         .as_ref()
         .map(|p| load_side("remote-api", p, opts, progress))
         .transpose()?;
+    // What the cells and the adjudication need of the trajectories (hashes, rewards,
+    // groups) is kept; their token lists only while section 1 (remote-api) compares them.
+    let traj = s
+        .tree
+        .get(Kind::Trajectory, s.step, None, None)
+        .and_then(|f| {
+            let v = s.get(Kind::Trajectory, None, None)?;
+            TrajectorySummary::of(f.path.clone(), v).ok()
+        });
+    if r.is_none() {
+        if let Some(f) = s.tree.get(Kind::Trajectory, s.step, None, None) {
+            if let Some(v) = s.values.get_mut(&f.path) {
+                *v = Value::None;
+            }
+        }
+    }
+    let traj = traj.as_ref();
     if s.files_read() == 0 {
         return Err(Error::Usage(format!(
             "{}: no files for step {} (steps present: {:?})",
@@ -191,6 +220,7 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
             &s,
             w,
             r.as_ref(),
+            traj,
             opts.advantage_preset.as_deref(),
             &opts.policy,
             &mut coverage,
@@ -198,7 +228,7 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
         )?);
     }
     if let Some(r) = &r {
-        sections.extend(remote_sections(&s, r, &opts.policy, &mut coverage));
+        sections.extend(remote_sections(&s, r, traj, &opts.policy, &mut coverage));
     }
     sections.sort_by_key(|sec| sec.id);
     let sides: Vec<&SideData> = [Some(&s), w.as_ref(), r.as_ref()]
@@ -210,7 +240,7 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
     }
     let (first_divergence, worst) = findings(&sections);
     let adjudication = match &opts.adjudicate_with {
-        Some(preset) => adjudicate(&sections, &sides, opts.step, preset)?,
+        Some(preset) => adjudicate(&sections, &sides, opts.step, preset, traj)?,
         None => Vec::new(),
     };
     let verdict = sections
@@ -255,6 +285,7 @@ fn adjudicate(
     sides: &[&SideData],
     step: i64,
     preset: &str,
+    traj: Option<&TrajectorySummary>,
 ) -> Result<Vec<report::Adjudication>> {
     use crate::losscheck::{Status, StepCheck, Tolerance};
     let cfg = crate::kernels::presets::preset(preset)
@@ -269,14 +300,18 @@ fn adjudicate(
     if cells.is_empty() {
         return Ok(Vec::new());
     }
-    // Each side's layout and whole-batch inputs are read once, not once per cell.
+    // Each side's whole-batch inputs are the values read at the start of the run: no
+    // file is read twice, whatever the number of cells.
     let judged: Vec<(&str, std::result::Result<StepCheck, String>)> = sides
         .iter()
         .filter(|d| d.role != "remote-api")
         .map(|d| {
+            let whole = |k: Kind| d.get(k, None, None);
+            let traj = traj.filter(|_| d.role == "self-hosted");
             (
                 d.role,
-                StepCheck::new(&d.tree, step, &cfg).map_err(|e| e.to_string()),
+                StepCheck::with_values(&d.tree, step, &cfg, &whole, traj)
+                    .map_err(|e| e.to_string()),
             )
         })
         .collect();
@@ -481,10 +516,12 @@ fn weaver_cell(
 }
 
 /// Sections 2, 3, 4 and 6: self-hosted against weaver, cell by cell.
+#[allow(clippy::too_many_arguments)]
 fn weaver_sections(
     s: &SideData,
     w: &SideData,
     r: Option<&SideData>,
+    traj: Option<&TrajectorySummary>,
     adv_preset: Option<&str>,
     policy: &TolerancePolicy,
     coverage: &mut Vec<Coverage>,
@@ -527,7 +564,7 @@ fn weaver_sections(
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let inputs = batch_inputs(s, r, adv_preset);
+    let inputs = batch_inputs(s, r, traj, adv_preset);
     let mut outs: Vec<CellOut> = keys
         .par_iter()
         .map(|&key| weaver_cell(s, w, &inputs, policy, &sets, key, progress))
@@ -627,6 +664,7 @@ fn weaver_sections(
 fn remote_sections(
     s: &SideData,
     r: &SideData,
+    traj: Option<&TrajectorySummary>,
     policy: &TolerancePolicy,
     coverage: &mut Vec<Coverage>,
 ) -> Vec<Section> {
@@ -674,7 +712,7 @@ fn remote_sections(
     let datums = r.get(Kind::Datums, None, None).map(batch::datums);
     match (&prepared, &datums) {
         (Some(t), Some(d)) => {
-            let inputs = batch_inputs(s, None, None);
+            let inputs = batch_inputs(s, None, traj, None);
             let (cell, notes) = batch::datums_cell(policy, t, d, &inputs);
             out.push(section(
                 5,
@@ -711,7 +749,12 @@ fn sort_cells(cells: &mut [Cell]) {
 /// The self-hosted whole-batch inputs: old_log_probs, trajectory index by token hash,
 /// advantages from remote-api prepared_trajectories when given, else recomputed from the
 /// trajectories' rewards and group ids with `adv_preset`'s convention.
-fn batch_inputs(s: &SideData, r: Option<&SideData>, adv_preset: Option<&str>) -> BatchInputs {
+fn batch_inputs(
+    s: &SideData,
+    r: Option<&SideData>,
+    traj: Option<&TrajectorySummary>,
+    adv_preset: Option<&str>,
+) -> BatchInputs {
     // Read in place from the file's map, each cell's rows released once sliced.
     let old_log_probs = s
         .get(Kind::OldLogProbs, None, None)
@@ -720,39 +763,36 @@ fn batch_inputs(s: &SideData, r: Option<&SideData>, adv_preset: Option<&str>) ->
             Some(p) => m.with_pages(p.clone()),
             None => m,
         });
-    let traj_tokens = |v: &Value| -> Vec<Vec<i64>> {
+    // Token hashes straight from each trajectory's (packed) token list: no copy of it.
+    let traj_hashes = |v: &Value| -> Vec<u64> {
         v.get("trajectories")
             .and_then(Value::as_seq)
             .map(|ts| {
                 ts.iter()
-                    .map(|t| {
-                        t.get("tokens")
-                            .and_then(Value::to_tensor)
-                            .map(|t| t.to_i64_vec())
-                            .unwrap_or_default()
-                    })
+                    .map(|t| value_tokens_hash(t.get("tokens")))
                     .collect()
             })
             .unwrap_or_default()
     };
     let mut traj_index = HashMap::new();
-    if let Some(tr) = s.get(Kind::Trajectory, None, None) {
-        for (i, toks) in traj_tokens(tr).iter().enumerate() {
-            traj_index.entry(tokens_hash(toks)).or_insert(i);
+    if let Some(tr) = traj {
+        let empty = tokens_hash(&[]);
+        for (i, row) in tr.rows.iter().enumerate() {
+            traj_index.entry(row.tokens.unwrap_or(empty)).or_insert(i);
         }
     }
     // Advantages by self-hosted batch index, matched by token content.
     let advantages = r
         .and_then(|r| r.get(Kind::PreparedTrajectories, None, None))
         .and_then(|p| {
-            let adv = p.get("advantages")?.to_tensor()?.to_f64_vec();
-            let toks = traj_tokens(p);
+            let adv = p.get("advantages")?.to_f64s()?;
+            let hashes = traj_hashes(p);
             let mut out = vec![f64::NAN; traj_index.len().max(adv.len())];
-            for (j, t) in toks.iter().enumerate() {
+            for (j, h) in hashes.iter().enumerate() {
                 let i = if traj_index.is_empty() {
                     Some(j)
                 } else {
-                    traj_index.get(&tokens_hash(t)).copied()
+                    traj_index.get(h).copied()
                 };
                 if let (Some(i), Some(a)) = (i, adv.get(j)) {
                     if let Some(slot) = out.get_mut(i) {
@@ -767,7 +807,7 @@ fn batch_inputs(s: &SideData, r: Option<&SideData>, adv_preset: Option<&str>) ->
             Some(a),
             "prepared_trajectories.advantages broadcast over valid positions".to_string(),
         ),
-        None => match (s.get(Kind::Trajectory, None, None), adv_preset) {
+        None => match (traj, adv_preset) {
             (Some(tr), Some(name)) => match recomputed_advantages(tr, name) {
                 Some(a) => (
                     Some(a),
@@ -794,16 +834,15 @@ fn batch_inputs(s: &SideData, r: Option<&SideData>, adv_preset: Option<&str>) ->
 /// GRPO advantages of every trajectory of a trajectory file, by batch index, with the
 /// advantage convention of losscheck preset `preset` (losscheck's reference kernel), rounded
 /// to f32 as trainers store them. `None` when a reward or group id is missing.
-fn recomputed_advantages(traj_file: &Value, preset: &str) -> Option<Vec<f64>> {
+fn recomputed_advantages(traj: &TrajectorySummary, preset: &str) -> Option<Vec<f64>> {
     let cfg = crate::kernels::presets::preset(preset).ok()?;
-    let items = traj_file.get("trajectories")?.as_seq()?;
-    let mut rewards = Vec::with_capacity(items.len());
-    let mut groups = Vec::with_capacity(items.len());
-    for t in items {
-        // Read exactly as losscheck reads them, so both tools recompute the same advantages.
-        rewards.push(crate::losscheck::self_hosted::reward_of(t)?);
-        groups.push(crate::losscheck::self_hosted::group_of(t)?);
-    }
+    // Read exactly as losscheck reads them, so both tools recompute the same advantages.
+    let rewards: Vec<f64> = traj.rows.iter().map(|t| t.reward).collect::<Option<_>>()?;
+    let groups: Vec<String> = traj
+        .rows
+        .iter()
+        .map(|t| t.group.clone())
+        .collect::<Option<_>>()?;
     let adv =
         crate::kernels::advantage::group_advantages(&rewards, &groups, &cfg.advantage).ok()?;
     Some(adv.iter().map(|a| *a as f32 as f64).collect())

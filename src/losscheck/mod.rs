@@ -533,6 +533,44 @@ impl<'a> StepCheck<'a> {
         })
     }
 
+    /// [`StepCheck::new`] with the self-hosted whole-batch files taken from `whole`
+    /// (the value of the trajectory/ or old_log_probs/ file of `step`, when the caller has
+    /// read it already) and the trajectories from `traj` when given, instead of read
+    /// again; a file `whole` lacks is read from disk.
+    pub fn with_values(
+        tree: &'a DumpTree,
+        step: i64,
+        cfg: &LossConfig,
+        whole: &dyn Fn(Kind) -> Option<&'a Value>,
+        traj: Option<&self_hosted::TrajectorySummary>,
+    ) -> Result<Self> {
+        let layout = layout_of(tree, step).ok_or_else(|| no_layout(tree, step))?;
+        let file = |k: Kind| tree.get(k, step, None, None).map(|f| f.path.clone());
+        let adv = &cfg.advantage;
+        let batch = match layout {
+            Layout::SelfHosted => Some(
+                match (
+                    traj,
+                    file(Kind::Trajectory).zip(whole(Kind::Trajectory)),
+                    file(Kind::OldLogProbs).zip(whole(Kind::OldLogProbs)),
+                ) {
+                    (Some(ts), _, Some((of, ov))) => SelfHostedStep::from_summary(ts, of, ov, adv)?,
+                    (None, Some((tf, tv)), Some((of, ov))) => {
+                        SelfHostedStep::from_values(tf, tv, of, ov, adv)?
+                    }
+                    _ => SelfHostedStep::load(tree, step, adv)?,
+                },
+            ),
+            Layout::Weaver => None,
+        };
+        Ok(StepCheck {
+            tree,
+            step,
+            layout,
+            batch,
+        })
+    }
+
     /// The layout found.
     pub fn layout(&self) -> Layout {
         self.layout

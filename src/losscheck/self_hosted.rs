@@ -130,6 +130,67 @@ fn round_f32(x: f64) -> f64 {
     x as f32 as f64
 }
 
+/// What the self-hosted checks need of a trajectory file, without its token lists:
+/// each trajectory's token hash, response hash, reward and group, `None` where the file
+/// lacks one (the error waits for a check that needs it).
+#[derive(Debug, Clone)]
+pub struct TrajectorySummary {
+    /// The trajectory file, for messages.
+    pub file: PathBuf,
+    /// One row per trajectory, in file order.
+    pub rows: Vec<TrajectoryRow>,
+}
+
+/// One trajectory of a [`TrajectorySummary`].
+#[derive(Debug, Clone)]
+pub struct TrajectoryRow {
+    /// `tokens_hash(tokens)`; `None` when `tokens` is missing or not numbers.
+    pub tokens: Option<u64>,
+    /// `tokens_hash` of the tokens under a nonzero `loss_mask`; `None` when there are none.
+    pub response: Option<u64>,
+    /// [`reward_of`].
+    pub reward: Option<f64>,
+    /// [`group_of`].
+    pub group: Option<String>,
+}
+
+impl TrajectorySummary {
+    /// Summarise trajectory file `tf` read as `tv`.
+    ///
+    /// Errors: no `trajectories` list.
+    pub fn of(tf: PathBuf, tv: &Value) -> Result<TrajectorySummary> {
+        let items = tv
+            .get("trajectories")
+            .and_then(Value::as_seq)
+            .ok_or_else(|| key_err(&tf, "trajectories", "missing or not a list"))?;
+        let rows = items
+            .iter()
+            .map(|t| {
+                let tokens = t.get("tokens").and_then(Value::to_i64s);
+                let response = match (&tokens, t.get("loss_mask").and_then(Value::to_i64s)) {
+                    (Some(tokens), Some(m)) => {
+                        let r: Vec<i64> = tokens
+                            .iter()
+                            .zip(m)
+                            .filter(|(_, m)| *m != 0)
+                            .map(|(x, _)| *x)
+                            .collect();
+                        (!r.is_empty()).then(|| tokens_hash(&r))
+                    }
+                    _ => None,
+                };
+                TrajectoryRow {
+                    tokens: tokens.as_deref().map(tokens_hash),
+                    response,
+                    reward: reward_of(t),
+                    group: group_of(t),
+                }
+            })
+            .collect();
+        Ok(TrajectorySummary { file: tf, rows })
+    }
+}
+
 impl SelfHostedStep {
     /// Read `trajectory/step_N` and `old_log_probs/step_N` of `tree` and compute every
     /// trajectory's advantage under `adv`.
@@ -150,54 +211,63 @@ impl SelfHostedStep {
         let tf = need(Kind::Trajectory)?.path.clone();
         let of = need(Kind::OldLogProbs)?.path.clone();
         let tv = read_any(&tf)?;
-        let items = tv
-            .get("trajectories")
-            .and_then(Value::as_seq)
-            .ok_or_else(|| key_err(&tf, "trajectories", "missing or not a list"))?;
-        let mut rewards = Vec::with_capacity(items.len());
-        let mut groups = Vec::with_capacity(items.len());
+        let ov = read_any(&of)?;
+        Self::from_values(tf, &tv, of, &ov, adv)
+    }
+
+    /// [`SelfHostedStep::load`] from the two whole-batch files already read (`tv` from
+    /// trajectory file `tf`, `ov` from old_log_probs file `of`, named in errors), so that a
+    /// caller that holds them (dumpdiff) does not read them again.
+    pub fn from_values(
+        tf: PathBuf,
+        tv: &Value,
+        of: PathBuf,
+        ov: &Value,
+        adv: &AdvantageConfig,
+    ) -> Result<SelfHostedStep> {
+        Self::from_summary(&TrajectorySummary::of(tf, tv)?, of, ov, adv)
+    }
+
+    /// [`SelfHostedStep::from_values`] from the trajectories' summary (what a caller
+    /// keeps of the trajectory file once its token lists are no longer needed).
+    pub fn from_summary(
+        ts: &TrajectorySummary,
+        of: PathBuf,
+        ov: &Value,
+        adv: &AdvantageConfig,
+    ) -> Result<SelfHostedStep> {
+        let tf = ts.file.clone();
+        let mut rewards = Vec::with_capacity(ts.rows.len());
+        let mut groups = Vec::with_capacity(ts.rows.len());
         let mut by_tokens: HashMap<u64, Vec<usize>> = HashMap::new();
         let mut by_response: HashMap<u64, Vec<usize>> = HashMap::new();
-        for (i, t) in items.iter().enumerate() {
+        for (i, t) in ts.rows.iter().enumerate() {
             let at = |k: &str| format!("trajectories[{i}].{k}");
             let tokens = t
-                .get("tokens")
-                .and_then(Value::to_tensor)
-                .map(|x| x.to_i64_vec())
+                .tokens
                 .ok_or_else(|| key_err(&tf, &at("tokens"), "missing or not a list of ints"))?;
-            let reward = reward_of(t)
+            let reward = t
+                .reward
                 .ok_or_else(|| key_err(&tf, &at("reward"), "missing or not a number"))?;
-            let group = group_of(t).ok_or_else(|| {
+            let group = t.group.clone().ok_or_else(|| {
                 key_err(
                     &tf,
                     &at("extra_fields.group_id"),
                     "missing (needed to group rewards into advantages)",
                 )
             })?;
-            let response: Vec<i64> = match t.get("loss_mask").and_then(Value::to_tensor) {
-                Some(m) => tokens
-                    .iter()
-                    .zip(m.to_i64_vec())
-                    .filter(|(_, m)| *m != 0)
-                    .map(|(x, _)| *x)
-                    .collect(),
-                None => Vec::new(),
-            };
-            by_tokens.entry(tokens_hash(&tokens)).or_default().push(i);
-            if !response.is_empty() {
-                by_response
-                    .entry(tokens_hash(&response))
-                    .or_default()
-                    .push(i);
+            by_tokens.entry(tokens).or_default().push(i);
+            if let Some(r) = t.response {
+                by_response.entry(r).or_default().push(i);
             }
             rewards.push(reward);
             groups.push(group);
         }
+        let items = &ts.rows;
         let advantages_f64 = group_advantages(&rewards, &groups, adv)
             .map_err(|e| Error::format(&tf, Position::Key("trajectories".into()), e.to_string()))?;
         let advantages_f32 = advantages_f64.iter().map(|a| round_f32(*a)).collect();
-        let ov = read_any(&of)?;
-        let (shape, old, _) = dense(&ov, &of, "old_log_probs")?;
+        let (shape, old, _) = dense(ov, &of, "old_log_probs")?;
         let (n, cols) = dims2(&of, "old_log_probs", &shape)?;
         if n != items.len() {
             return Err(key_err(

@@ -260,6 +260,7 @@ pub fn to_json(v: &Value) -> serde_json::Value {
         Value::Str(s) => s.clone().into(),
         Value::Bytes(b) => format!("<{} bytes>", b.len()).into(),
         Value::List(xs) | Value::Tuple(xs) => xs.iter().map(to_json).collect(),
+        Value::Packed(p) => p.to_values().iter().map(to_json).collect(),
         Value::Dict(items) => items
             .iter()
             .map(|(k, v)| {

@@ -14,6 +14,7 @@ impl Unpickler<'_, '_> {
             next: usize,
             out: Vec<Value>,
         }
+        self.shrink_packed();
         let len = self.data.len() as u64;
         let mut budget = Budget {
             items: len.saturating_mul(ITEMS_PER_BYTE).saturating_add(1 << 20),
@@ -109,6 +110,17 @@ impl Unpickler<'_, '_> {
         }
     }
 
+    /// Spend `n` values of the expansion budget (the elements of a packed list).
+    fn charge_items(&self, budget: &mut Budget, n: u64) -> Result<(), FormatError> {
+        match budget.items.checked_sub(n) {
+            Some(i) => {
+                budget.items = i;
+                Ok(())
+            }
+            None => self.charge(&mut Budget { items: 0, bytes: 0 }, 1),
+        }
+    }
+
     fn leaf(&self, id: Id, budget: &mut Budget) -> Result<Value, FormatError> {
         let (v, extra) = match &self.nodes[id] {
             Node::None => (Value::None, 0),
@@ -119,6 +131,13 @@ impl Unpickler<'_, '_> {
             Node::Str(s) => (Value::Str(s.clone()), s.len()),
             Node::Bytes(b) => (Value::Bytes(b.clone()), b.len()),
             Node::Tensor(t) => (Value::Tensor((**t).clone()), t.ndim() * 16),
+            // Shared, not copied; but each reference still spends one item per element,
+            // as a list of values would, so that a small pickle repeating a memo
+            // reference cannot stand for a huge tree (`to_tensor` would expand it).
+            Node::Packed(p) => {
+                self.charge_items(budget, p.len().saturating_sub(1) as u64)?;
+                (Value::Packed(p.clone()), 0)
+            }
             Node::Storage(st) => {
                 let StorageNode { bytes, dtype, key } = &**st;
                 let n = bytes.len() / dtype.size();

@@ -32,6 +32,7 @@ mod calls;
 mod decode;
 mod globals;
 mod materialize;
+mod packed;
 mod rebuild;
 #[cfg(test)]
 mod tests;
@@ -103,6 +104,9 @@ enum Node {
         size: usize,
         big_endian: bool,
     },
+    /// A list whose items so far are all ints, all floats or all bools, stored packed
+    /// (see `packed.rs`); never empty.
+    Packed(std::sync::Arc<crate::value::Packed>),
 }
 
 impl Node {
@@ -123,6 +127,7 @@ impl Node {
             Node::Storage(_) => "storage",
             Node::NdArrayStub => "numpy.ndarray",
             Node::NumpyDtype { .. } => "numpy.dtype",
+            Node::Packed(_) => "list",
         }
     }
 }
@@ -375,6 +380,12 @@ impl Unpickler<'_, '_> {
     }
 
     fn extend_list(&mut self, list: Id, items: Vec<Id>) -> Result<(), FormatError> {
+        if matches!(self.nodes[list], Node::Packed(_)) {
+            if self.push_packed(list, &items) {
+                return Ok(());
+            }
+            self.unpack(list);
+        }
         for &c in &items {
             self.nest(list, c)?;
         }
@@ -408,7 +419,11 @@ impl Unpickler<'_, '_> {
                     self.take(8)?;
                 }
                 b'.' => return self.pop(),
-                b'(' => self.marks.push(self.stack.len()),
+                b'(' => {
+                    if !self.packed_appends() {
+                        self.marks.push(self.stack.len());
+                    }
+                }
                 b'0' => {
                     if self.stack.len() > self.marks.last().copied().unwrap_or(0) {
                         self.pop()?;
@@ -612,6 +627,7 @@ impl Unpickler<'_, '_> {
                 b'R' | 0x81 => {
                     let args = self.pop()?;
                     let func = self.pop()?;
+                    self.unpack_args(args);
                     let id = self.call(func, args)?;
                     self.stack.push(id);
                 }

@@ -1,0 +1,398 @@
+//! Packed lists: a pickled list of ints, floats or bools reads as one typed array
+//! ([`Value::Packed`]) holding exactly the values Python wrote, and a list that is not
+//! homogeneous still reads item by item.
+
+use std::path::Path;
+
+use rlforensics::readers::pt::pickle::unpickle;
+use rlforensics::readers::read_any;
+use rlforensics::value::{Ints, Packed};
+use rlforensics::Value;
+use serde_json::Value as Json;
+use sha2::{Digest, Sha256};
+
+/// The manifest entry of `path` (relative to fixtures/dumps).
+fn manifest_entry(path: &str) -> Json {
+    let m: Json =
+        serde_json::from_str(&std::fs::read_to_string("fixtures/expected/manifest.json").unwrap())
+            .unwrap();
+    m["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == path)
+        .unwrap_or_else(|| panic!("{path} not in the manifest"))
+        .clone()
+}
+
+/// sha256 of the ints joined by `,`, as the fixture generator hashes token lists.
+fn joined_sha256(ints: &[i64]) -> String {
+    let text: Vec<String> = ints.iter().map(i64::to_string).collect();
+    let digest = Sha256::digest(text.join(",").as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn read(path: &str) -> Value {
+    read_any(&Path::new("fixtures/dumps").join(path)).unwrap()
+}
+
+/// The packed ints under `key` of `v`, with their storage width.
+fn packed_ints<'a>(v: &'a Value, key: &str) -> &'a Ints {
+    match v.get(key).and_then(Value::as_packed) {
+        Some(Packed::Ints(ints)) => ints,
+        other => panic!("{key}: expected packed ints, found {other:?}"),
+    }
+}
+
+fn packed_floats<'a>(v: &'a Value, key: &str) -> &'a [f64] {
+    match v.get(key).and_then(Value::as_packed) {
+        Some(Packed::Floats(f)) => f,
+        other => panic!("{key}: expected packed floats, found {other:?}"),
+    }
+}
+
+/// The list of ints under `key` of a `.jsonl` twin (read by the JSON parser, item by item).
+fn json_ints(v: &Value, key: &str) -> Vec<i64> {
+    v.get(key)
+        .and_then(Value::as_seq)
+        .unwrap()
+        .iter()
+        .map(|x| match x {
+            Value::Int(i) => *i,
+            other => panic!("{key}: {other:?} is not an int"),
+        })
+        .collect()
+}
+
+#[test]
+fn trajectory_token_lists_read_packed_with_the_manifest_values() {
+    for (pt, jsonl) in [
+        (
+            "self_hosted_pt/trajectory/step_000000.pt",
+            Some("self_hosted_jsonl/trajectory/step_000000.jsonl"),
+        ),
+        ("self_hosted_pt/trajectory/step_-00001.pt", None),
+        (
+            "remote_api_pt/prepared_trajectories/step_000000.pt",
+            Some("remote_api_jsonl/prepared_trajectories/step_000000.jsonl"),
+        ),
+    ] {
+        let want = manifest_entry(pt);
+        let items = want["trajectories"]["items"].as_array().unwrap();
+        let v = read(pt);
+        let trajs = v.get("trajectories").and_then(Value::as_seq).unwrap();
+        assert_eq!(trajs.len(), items.len(), "{pt}");
+        assert_eq!(
+            want["trajectories"]["count"].as_u64(),
+            Some(items.len() as u64)
+        );
+        let twin = jsonl.map(read);
+        let twin_trajs = twin
+            .as_ref()
+            .map(|t| t.get("trajectories").and_then(Value::as_seq).unwrap());
+        for (i, (t, w)) in trajs.iter().zip(items).enumerate() {
+            let tokens = packed_ints(t, "tokens");
+            let mask = packed_ints(t, "loss_mask");
+            // Token ids 100..31999 take two bytes each, the 0/1 mask one.
+            assert!(matches!(tokens, Ints::U16(_)), "{pt}[{i}] {tokens:?}");
+            assert!(matches!(mask, Ints::U8(_)), "{pt}[{i}] {mask:?}");
+            let tokens = tokens.to_vec();
+            assert_eq!(joined_sha256(&tokens), w["tokens_sha256"], "{pt}[{i}]");
+            assert_eq!(
+                tokens.len() as u64,
+                w["length"].as_u64().unwrap(),
+                "{pt}[{i}]"
+            );
+            assert_eq!(
+                mask.iter().sum::<i64>(),
+                w["loss_mask_sum"].as_i64().unwrap(),
+                "{pt}[{i}]"
+            );
+            assert_eq!(mask.len(), tokens.len(), "{pt}[{i}]");
+            if let Some(tt) = &twin_trajs {
+                assert_eq!(tokens, json_ints(&tt[i], "tokens"), "{pt}[{i}]");
+                assert_eq!(mask.to_vec(), json_ints(&tt[i], "loss_mask"), "{pt}[{i}]");
+            }
+            // The same list to every reader: a list type, its length, its tensor.
+            let tv = t.get("tokens").unwrap();
+            assert_eq!(tv.type_name(), "list");
+            assert_eq!(tv.seq_len(), Some(tokens.len()));
+            assert_eq!(tv.to_tensor().unwrap().to_i64_vec(), tokens);
+            assert_eq!(tv.to_i64s().unwrap(), tokens);
+        }
+    }
+}
+
+#[test]
+fn prepared_advantages_and_datum_lists_read_packed_bit_for_bit() {
+    let pt = read("remote_api_pt/prepared_trajectories/step_000000.pt");
+    let js = read("remote_api_jsonl/prepared_trajectories/step_000000.jsonl");
+    let adv = packed_floats(&pt, "advantages");
+    let want: Vec<f64> = js
+        .get("advantages")
+        .and_then(Value::as_seq)
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(adv.len(), 48);
+    assert!(adv
+        .iter()
+        .zip(&want)
+        .all(|(a, b)| a.to_bits() == b.to_bits()));
+
+    let path = "remote_api_pt/datums/step_000000.pt";
+    let m = manifest_entry(path);
+    let items = m["datums"]["items"].as_array().unwrap();
+    let pt = read(path);
+    let js = read("remote_api_jsonl/datums/step_000000.jsonl");
+    let datums = pt.get("datums").and_then(Value::as_seq).unwrap();
+    let twins = js.get("datums").and_then(Value::as_seq).unwrap();
+    assert_eq!(datums.len(), 40);
+    assert_eq!(items.len(), 40);
+    for (i, ((d, tw), w)) in datums.iter().zip(twins).zip(items).enumerate() {
+        let input = packed_ints(d, "input_tokens").to_vec();
+        assert_eq!(joined_sha256(&input), w["input_tokens_sha256"], "datum {i}");
+        assert_eq!(
+            input.len() as u64,
+            w["length"].as_u64().unwrap(),
+            "datum {i}"
+        );
+        let f = d.get("loss_fn_inputs").unwrap();
+        let tf = tw.get("loss_fn_inputs").unwrap();
+        let target = packed_ints(f, "target_tokens").to_vec();
+        assert_eq!(
+            joined_sha256(&target),
+            w["target_tokens_sha256"],
+            "datum {i}"
+        );
+        for key in ["logprobs", "advantages", "loss_mask"] {
+            let got = packed_floats(f, key);
+            let want: Vec<f64> = tf
+                .get(key)
+                .and_then(Value::as_seq)
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect();
+            assert_eq!(got.len(), want.len(), "datum {i} {key}");
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "datum {i} {key}"
+            );
+        }
+        assert_eq!(
+            packed_floats(f, "loss_mask").iter().sum::<f64>(),
+            w["loss_mask_sum"].as_str().unwrap().parse::<f64>().unwrap(),
+            "datum {i}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------- hand-made pickles
+
+/// Opcodes as `pickle` (protocol 2) writes a list: EMPTY_LIST, BINPUT, then batches
+/// of MARK … APPENDS.
+fn int_op(x: i64) -> Vec<u8> {
+    match x {
+        0..=0xff => vec![b'K', x as u8],
+        0x100..=0xffff => {
+            let mut v = vec![b'M'];
+            v.extend_from_slice(&(x as u16).to_le_bytes());
+            v
+        }
+        _ if i32::try_from(x).is_ok() => {
+            let mut v = vec![b'J'];
+            v.extend_from_slice(&(x as i32).to_le_bytes());
+            v
+        }
+        _ => {
+            let mut v = vec![0x8a, 8];
+            v.extend_from_slice(&x.to_le_bytes());
+            v
+        }
+    }
+}
+
+fn float_op(x: f64) -> Vec<u8> {
+    let mut v = vec![b'G'];
+    v.extend_from_slice(&x.to_be_bytes());
+    v
+}
+
+/// `\x80\x02 ] q\x00 ( batch1 e ( batch2 e … .`
+fn list_pickle(batches: &[Vec<Vec<u8>>]) -> Vec<u8> {
+    let mut p = b"\x80\x02]q\x00".to_vec();
+    for b in batches {
+        p.push(b'(');
+        for item in b {
+            p.extend_from_slice(item);
+        }
+        p.push(b'e');
+    }
+    p.push(b'.');
+    p
+}
+
+fn load(p: &[u8]) -> Value {
+    unpickle(p, "data.pkl", &mut |_| Err("no storages here".into())).unwrap()
+}
+
+#[test]
+fn ints_widen_to_the_narrowest_storage_that_holds_them() {
+    let width = |i: &Ints| match i {
+        Ints::U8(_) => "u8",
+        Ints::U16(_) => "u16",
+        Ints::I32(_) => "i32",
+        Ints::I64(_) => "i64",
+    };
+    let cases: [(&[i64], &str); 4] = [
+        (&[0, 1, 255], "u8"),
+        (&[0, 255, 256, 65535], "u16"),
+        (&[1, 300, 70_000, -5], "i32"),
+        (&[1, 300, -5, 1 << 40, i64::MIN], "i64"),
+    ];
+    for (xs, want) in cases {
+        let v = load(&list_pickle(&[xs.iter().map(|&x| int_op(x)).collect()]));
+        let ints = match v.as_packed() {
+            Some(Packed::Ints(i)) => i,
+            other => panic!("{xs:?}: {other:?}"),
+        };
+        assert_eq!(width(ints), want, "{xs:?}");
+        assert_eq!(ints.to_vec(), xs);
+    }
+    // Widening across batches keeps the earlier ones.
+    let v = load(&list_pickle(&[
+        vec![int_op(7), int_op(8)],
+        vec![int_op(-(1 << 35)), int_op(9)],
+    ]));
+    assert_eq!(v.to_i64s().unwrap(), vec![7, 8, -(1 << 35), 9]);
+}
+
+#[test]
+fn float_and_bool_lists_read_packed() {
+    let v = load(&list_pickle(&[vec![
+        float_op(1.5),
+        float_op(f64::NEG_INFINITY),
+        float_op(-0.0),
+    ]]));
+    match v.as_packed() {
+        Some(Packed::Floats(f)) => {
+            assert_eq!(f.len(), 3);
+            assert_eq!(f[0], 1.5);
+            assert_eq!(f[1], f64::NEG_INFINITY);
+            assert_eq!(f[2].to_bits(), (-0.0f64).to_bits());
+        }
+        other => panic!("{other:?}"),
+    }
+    let v = load(&list_pickle(&[vec![vec![0x88], vec![0x89], vec![0x88]]]));
+    assert_eq!(v.as_packed(), Some(&Packed::Bools(vec![true, false, true])));
+    // Bools stay bools, read as ints 0/1 where numbers are wanted.
+    assert_eq!(v.to_i64s().unwrap(), vec![1, 0, 1]);
+    assert_eq!(v.to_tensor().unwrap().to_i64_vec(), vec![1, 0, 1]);
+}
+
+#[test]
+fn a_list_that_turns_heterogeneous_reads_item_by_item() {
+    // ints, then a batch with a float: Python's [1, 2, 3, 2.5] keeps each item's type.
+    let v = load(&list_pickle(&[
+        vec![int_op(1), int_op(2)],
+        vec![int_op(3), float_op(2.5)],
+    ]));
+    let items = v.as_seq().expect("a list of values");
+    assert!(matches!(
+        items,
+        [Value::Int(1), Value::Int(2), Value::Int(3), Value::Float(f)] if *f == 2.5
+    ));
+    // ints and bools are different Python types: not packed together.
+    let v = load(&list_pickle(&[vec![int_op(1), vec![0x88]]]));
+    assert!(matches!(
+        v.as_seq().unwrap(),
+        [Value::Int(1), Value::Bool(true)]
+    ));
+    // A string inside a batch: the batch reads the ordinary way.
+    let mut s = b"X\x02\x00\x00\x00hi".to_vec();
+    s.extend_from_slice(b"q\x01");
+    let v = load(&list_pickle(&[
+        vec![int_op(4), int_op(5)],
+        vec![int_op(6), s],
+    ]));
+    assert!(matches!(
+        v.as_seq().unwrap(),
+        [Value::Int(4), Value::Int(5), Value::Int(6), Value::Str(h)] if h == "hi"
+    ));
+    // A single APPEND of the list's kind stays packed; of another kind, it unpacks.
+    let mut p = list_pickle(&[vec![int_op(1), int_op(2)]]);
+    p.pop();
+    p.extend_from_slice(&int_op(3));
+    p.push(b'a');
+    p.push(b'.');
+    assert_eq!(load(&p).to_i64s().unwrap(), vec![1, 2, 3]);
+    assert!(load(&p).as_packed().is_some());
+    let mut p = list_pickle(&[vec![int_op(1), int_op(2)]]);
+    p.pop();
+    p.push(b'N');
+    p.push(b'a');
+    p.push(b'.');
+    assert!(matches!(
+        load(&p).as_seq().unwrap(),
+        [Value::Int(1), Value::Int(2), Value::None]
+    ));
+}
+
+#[test]
+fn a_shared_packed_list_is_the_same_list_everywhere() {
+    // d = {"a": xs, "b": xs} with xs = [1, 2, 3]: the memo reference reads the same values.
+    let mut p = b"\x80\x02}q\x00(X\x01\x00\x00\x00aq\x01]q\x02(K\x01K\x02K\x03eX\x01\x00\x00\x00bq\x03h\x02u.".to_vec();
+    let v = load(&p);
+    assert_eq!(v.get("a").unwrap().to_i64s().unwrap(), vec![1, 2, 3]);
+    assert_eq!(v.get("b").unwrap().to_i64s().unwrap(), vec![1, 2, 3]);
+    // A packed list given to a call is unpacked first: bytes([104, 105]) == b"hi".
+    p = b"\x80\x02c__builtin__\nbytes\nq\x00]q\x01(KhKie\x85q\x02Rq\x03.".to_vec();
+    assert!(matches!(load(&p), Value::Bytes(b) if b == b"hi"));
+    // MARK APPENDS with nothing between adds nothing; the list stays an empty list.
+    let v = load(b"\x80\x02]q\x00(e.");
+    assert!(matches!(v, Value::List(ref xs) if xs.is_empty()));
+}
+
+#[test]
+fn a_truncated_batch_is_refused_with_its_offset() {
+    // The batch runs off the end: the ordinary reader reports where.
+    let p = b"\x80\x02]q\x00(K\x01K\x02M\x01";
+    let e = unpickle(p, "data.pkl", &mut |_| Err("none".into())).unwrap_err();
+    assert!(e.to_string().contains("data.pkl"), "{e}");
+    assert!(e.to_string().contains("ends early"), "{e}");
+}
+
+#[test]
+fn repeated_references_to_a_packed_list_spend_the_expansion_budget() {
+    // [xs] * 5000 with xs = [1] * 1000: 12 KB of pickle standing for 5 million ints. Each
+    // memo reference counts its elements, as it would for a list of values: refused.
+    let mut p = b"\x80\x02]q\x00(".to_vec();
+    for _ in 0..1000 {
+        p.extend_from_slice(b"K\x01");
+    }
+    p.extend_from_slice(b"e]q\x01(");
+    for _ in 0..5000 {
+        p.extend_from_slice(b"h\x00");
+    }
+    p.extend_from_slice(b"e.");
+    let e = unpickle(&p, "data.pkl", &mut |_| Err("none".into())).unwrap_err();
+    assert!(e.to_string().contains("too many objects"), "{e}");
+    // Fifty references are fine, and each is the same list.
+    let mut p = b"\x80\x02]q\x00(".to_vec();
+    for _ in 0..1000 {
+        p.extend_from_slice(b"K\x01");
+    }
+    p.extend_from_slice(b"e]q\x01(");
+    for _ in 0..50 {
+        p.extend_from_slice(b"h\x00");
+    }
+    p.extend_from_slice(b"e.");
+    let v = load(&p);
+    let t = v.to_tensor().unwrap();
+    assert_eq!(t.shape(), &[50, 1000]);
+    assert_eq!(t.to_i64_vec().iter().sum::<i64>(), 50_000);
+}
