@@ -249,7 +249,7 @@ fn flat_over_long_horizon(name: &str, s: &[(i64, f64)], ctx: &Context) -> Vec<Fi
     if s.len() < min_points || (span as f64) < ctx.th.get("plateau.flat_min_span") {
         return vec![];
     }
-    let (lo, hi) = super::value_range(&s);
+    let (lo, hi) = super::value_range(s);
     let mean = s.iter().map(|(_, v)| v).sum::<f64>() / s.len() as f64;
     let band = ctx.th.get("plateau.flat_band");
     let flat = hi - lo <= band * mean.abs().max(1e-12);
