@@ -398,7 +398,7 @@ impl Tensor {
         if shape.len() != strides.len() {
             return Err(TensorError::RankMismatch { shape, strides });
         }
-        if storage.len() % dtype.size() != 0 {
+        if !storage.len().is_multiple_of(dtype.size()) {
             return Err(TensorError::Ragged {
                 bytes: storage.len(),
                 dtype,

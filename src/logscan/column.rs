@@ -327,7 +327,7 @@ impl Column {
                 }
             }
         }
-        if self.len % BLOCK_ROWS == 0 {
+        if self.len.is_multiple_of(BLOCK_ROWS) {
             self.seal_block(row / BLOCK_ROWS, BLOCK_ROWS);
         }
     }
@@ -514,7 +514,7 @@ impl Steps {
 
     /// Append the step of a new row; a full block becomes a line when it is one.
     pub(crate) fn push(&mut self, s: i64) {
-        if self.len % BLOCK_ROWS == 0 {
+        if self.len.is_multiple_of(BLOCK_ROWS) {
             self.blocks
                 .push(StepBlock::Dense(Vec::with_capacity(BLOCK_ROWS)));
         }
@@ -522,7 +522,7 @@ impl Steps {
             d.push(s);
         }
         self.len += 1;
-        if self.len % BLOCK_ROWS == 0 {
+        if self.len.is_multiple_of(BLOCK_ROWS) {
             if let Some(last) = self.blocks.last_mut() {
                 compress_steps(last);
             }
@@ -566,7 +566,7 @@ mod tests {
         let cell = |i: usize| -> Option<f64> {
             match i / BLOCK_ROWS {
                 0 if i % 7 == 3 => None,
-                0 if i % 5 == 0 => Some(f64::NAN),
+                0 if i.is_multiple_of(5) => Some(f64::NAN),
                 0 => Some(i as f64 * 0.37),
                 1 => Some(f64::NAN),
                 2 if i % 2 == 1 => None,
@@ -627,7 +627,7 @@ mod tests {
         // A value every 97 rows (val_loss-like), NaN among them, then a merge write.
         let cell = |i: usize| {
             (i % 97 == 5).then(|| {
-                if i % 3 == 0 {
+                if i.is_multiple_of(3) {
                     f64::NAN
                 } else {
                     (i as f64).sqrt()

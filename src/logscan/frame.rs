@@ -234,7 +234,7 @@ impl FrameBuilder {
         if !self.runs.is_empty() {
             self.runs.push(self.run);
         }
-        if r > 0 && r % BLOCK_ROWS == 0 {
+        if r > 0 && r.is_multiple_of(BLOCK_ROWS) {
             let b = r / BLOCK_ROWS - 1;
             for c in &mut self.canon {
                 c.seal_block(b, BLOCK_ROWS);

@@ -655,7 +655,7 @@ impl Unpickler<'_, '_> {
     }
 
     fn set_items(&mut self, dict: Id, items: &[Id]) -> Result<(), FormatError> {
-        if items.len() % 2 != 0 {
+        if !items.len().is_multiple_of(2) {
             return Err(self.err("SETITEMS/DICT with an odd number of items"));
         }
         for pair in items.chunks_exact(2) {
