@@ -355,43 +355,32 @@ fn markdown_keeps_one_column_per_rank() {
     assert!(header.ends_with("| r63 |"));
 }
 
+/// stdout of the README's dumpdiff command on the faulty fixture (exit 1) at `columns`.
+fn faulty_fixture_table(columns: &str) -> String {
+    let out = Command::cargo_bin("dumpdiff")
+        .unwrap()
+        .env("COLUMNS", columns)
+        .args([
+            "--self-hosted-dir",
+            "fixtures/dumps/self_hosted_pt",
+            "--weaver-dir",
+            "fixtures/dumps/weaver_faulty_pt",
+            "--step",
+            "0",
+        ])
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    String::from_utf8(out).unwrap()
+}
+
 #[test]
 fn cli_table_fits_columns_80_on_the_fixtures() {
-    let out = Command::cargo_bin("dumpdiff")
-        .unwrap()
-        .env("COLUMNS", "80")
-        .args([
-            "--self-hosted-dir",
-            "fixtures/dumps/self_hosted_pt",
-            "--weaver-dir",
-            "fixtures/dumps/weaver_faulty_pt",
-            "--step",
-            "0",
-        ])
-        .assert()
-        .code(1)
-        .get_output()
-        .stdout
-        .clone();
-    let text = String::from_utf8(out).unwrap();
+    let text = faulty_fixture_table("80");
     assert!(widest(&text) <= 80, "{text}");
-    let out = Command::cargo_bin("dumpdiff")
-        .unwrap()
-        .env("COLUMNS", "50")
-        .args([
-            "--self-hosted-dir",
-            "fixtures/dumps/self_hosted_pt",
-            "--weaver-dir",
-            "fixtures/dumps/weaver_faulty_pt",
-            "--step",
-            "0",
-        ])
-        .assert()
-        .code(1)
-        .get_output()
-        .stdout
-        .clone();
-    let text = String::from_utf8(out).unwrap();
+    let text = faulty_fixture_table("50");
     assert!(text.contains("ranks 0-11, one column per rank"), "{text}");
 }
 
