@@ -46,12 +46,12 @@ run logscan_compare_runs_md "$BIN/logscan" --compare fixtures/runs/20251009-0915
 for r in fixtures/runs/2* fixtures/runs/partial_bundle/*; do
   s=$(slug "$r")
   for fmt in markdown json; do
-    run "postmortem_${s}_${fmt}" "$BIN/postmortem" "$r" --format "$fmt"
+    run "postmortem_${s}_${fmt}" "$BIN/postmortem" "$r" --format "$fmt" --output "$OUT/pmf_$s"
   done
   rm -rf "$OUT/pm_$s"
   run "postmortem_${s}_dir" "$BIN/postmortem" "$r" --output "$OUT/pm_$s"
   sed -i "s#$OUT/#OUT/#g" "$OUT/postmortem_${s}_dir.out"
 done
 run postmortem_dumps "$BIN/postmortem" fixtures/runs/20251009-091500 \
-    --dumps fixtures/dumps/weaver_faulty_pt --step 0 --format json
+    --dumps fixtures/dumps/weaver_faulty_pt --step 0 --format json --output "$OUT/pmd"
 echo "$n more runs written to $OUT"

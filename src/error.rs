@@ -85,12 +85,22 @@ pub enum Error {
         pos: Position,
         msg: String,
     },
-    /// The arguments do not make sense together.
+    /// The arguments do not make sense together (a flag's value, a missing flag, two flags
+    /// that exclude each other). Never for input that exists but cannot be used: that is
+    /// [`Error::Input`].
     #[error("{0}")]
     Usage(String),
+    /// An input path is missing, empty, or holds nothing the tool can use (no dump file of
+    /// the step, only empty logs); `path` names it, `msg` says what was seen.
+    #[error("{path}: {msg}", path = path.display())]
+    Input { path: PathBuf, msg: String },
     /// A Parquet/polars export failed.
     #[error("{path}: {msg}", path = path.display())]
     Export { path: PathBuf, msg: String },
+    /// A failure that is not the input's fault (a library call on data already checked,
+    /// serialising a report): a bug to report, still exit 2 and never a panic.
+    #[error("internal error: {0} (please report it)")]
+    Internal(String),
 }
 
 impl Error {
@@ -100,6 +110,19 @@ impl Error {
             path: path.to_path_buf(),
             source,
         }
+    }
+
+    /// An unusable input at `path`.
+    pub fn input(path: &Path, msg: impl Into<String>) -> Self {
+        Error::Input {
+            path: path.to_path_buf(),
+            msg: msg.into(),
+        }
+    }
+
+    /// A failure that is not the input's fault.
+    pub fn internal(msg: impl std::fmt::Display) -> Self {
+        Error::Internal(msg.to_string())
     }
 
     /// A format error in `path` at `pos`.

@@ -246,6 +246,21 @@ impl<'de> Visitor<'de> for Seed<'_> {
     }
 }
 
+/// A number for JSON evidence: finite as a number, NaN/inf as `"NaN"`, `"inf"`, `"-inf"`.
+pub fn json_num(v: f64) -> serde_json::Value {
+    if v.is_finite() {
+        serde_json::Number::from_f64(v)
+            .map(serde_json::Value::Number)
+            .unwrap_or(serde_json::Value::Null)
+    } else if v.is_nan() {
+        "NaN".into()
+    } else if v > 0.0 {
+        "inf".into()
+    } else {
+        "-inf".into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,9 +27,10 @@ pub mod json;
 pub mod kernels;
 pub mod logscan;
 pub mod losscheck;
+pub mod model;
 pub mod postmortem;
 pub mod readers;
-pub mod report;
+pub mod render;
 pub mod tensor;
 pub mod value;
 

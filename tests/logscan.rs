@@ -4,10 +4,10 @@
 use std::path::{Path, PathBuf};
 
 use rlforensics::detect::Severity;
-use rlforensics::logscan::fastline::fast_record;
-use rlforensics::logscan::record::{LogRecord, SourceKind};
 use rlforensics::logscan::scan::general_record;
 use rlforensics::logscan::{scan, ScanOptions, ScanReport};
+use rlforensics::model::log::{LogRecord, SourceKind};
+use rlforensics::readers::fastline::fast_record;
 use rlforensics::readers::steps::LineQuality;
 
 fn fixture(p: &str) -> PathBuf {
@@ -586,7 +586,7 @@ fn each_detector_alone_matches_all(inputs: &[PathBuf]) -> usize {
         let all = run(std::slice::from_ref(input));
         assert_eq!(
             all.frame.projection(),
-            &rlforensics::logscan::frame::Projection::All
+            &rlforensics::frames::log::frame::Projection::All
         );
         for name in &names {
             let opts = ScanOptions {
@@ -603,7 +603,7 @@ fn each_detector_alone_matches_all(inputs: &[PathBuf]) -> usize {
             assert_eq!(alone.metrics, all.metrics, "{name} on {}", input.display());
             assert_ne!(
                 alone.frame.projection(),
-                &rlforensics::logscan::frame::Projection::All
+                &rlforensics::frames::log::frame::Projection::All
             );
         }
     }
@@ -638,7 +638,7 @@ fn corpus_each_detector_alone_finds_what_it_finds_among_all() {
 
 #[test]
 fn zero_loss_and_nan_grad_keep_only_their_columns() {
-    use rlforensics::logscan::frame::Projection;
+    use rlforensics::frames::log::frame::Projection;
     let opts = ScanOptions {
         detectors: vec!["zero-loss".into(), "nan-grad".into()],
         ..ScanOptions::default()

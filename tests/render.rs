@@ -19,8 +19,8 @@ use rlforensics::dumpdiff::report::{Cell, Coverage, Report, Section, SideSummary
 use rlforensics::dumpdiff::{run, Options};
 use rlforensics::logscan::{scan, ScanOptions};
 use rlforensics::readers::layout::{DumpTree, Producer};
-use rlforensics::report::plot::{self, nice_step, tick_text, ticks_in, Panel, Series, YScale};
-use rlforensics::report::Renderer as _;
+use rlforensics::render::plot::{self, nice_step, tick_text, ticks_in, Panel, Series, YScale};
+use rlforensics::render::Renderer as _;
 
 /// The fixture comparison with four injected faults, as the CLI runs it (adjudicated with
 /// losscheck's nexrl-is preset); paths relative to the crate root so snapshots are
@@ -204,7 +204,7 @@ fn logscan_report() -> rlforensics::logscan::ScanReport {
 
 #[test]
 fn snapshot_logscan_table_at_80_columns() {
-    let r = rlforensics::report::table::TableRenderer {
+    let r = rlforensics::render::table::TableRenderer {
         color: false,
         width: Some(80),
     };
@@ -215,7 +215,7 @@ fn snapshot_logscan_table_at_80_columns() {
 
 #[test]
 fn snapshot_logscan_table_wide() {
-    let r = rlforensics::report::table::TableRenderer {
+    let r = rlforensics::render::table::TableRenderer {
         color: false,
         width: None,
     };
@@ -224,7 +224,7 @@ fn snapshot_logscan_table_wide() {
 
 #[test]
 fn snapshot_logscan_markdown() {
-    let text = rlforensics::report::markdown::MarkdownRenderer
+    let text = rlforensics::render::markdown::MarkdownRenderer
         .render(&logscan_report())
         .unwrap();
     insta::assert_snapshot!(text);
@@ -233,13 +233,13 @@ fn snapshot_logscan_markdown() {
 #[test]
 fn logscan_json_has_the_findings_the_table_counts() {
     let report = logscan_report();
-    let text = rlforensics::report::json::JsonRenderer
+    let text = rlforensics::render::json::JsonRenderer
         .render(&report)
         .unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     let n = v["findings"].as_array().unwrap().len();
     assert_eq!(n, report.findings.len());
-    let line = rlforensics::report::table::count_line(&report);
+    let line = rlforensics::render::table::count_line(&report);
     assert!(line.starts_with(&format!("{n} findings: ")), "{line}");
 }
 
@@ -258,7 +258,7 @@ fn snapshot_postmortem_markdown() {
 
 #[test]
 fn snapshot_postmortem_html_without_images() {
-    let html = rlforensics::report::html::render(&postmortem(), &[]);
+    let html = rlforensics::render::html::render(&postmortem(), &[]);
     insta::assert_snapshot!(html);
 }
 

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use assert_cmd::Command;
 use predicates::str::contains;
 use rlforensics::logscan::compare::{compare_reports, CompareReport};
-use rlforensics::logscan::record::SourceKind;
 use rlforensics::logscan::{scan, ScanOptions, ScanReport};
+use rlforensics::model::log::SourceKind;
 use rlforensics::readers::trackers::{self, TrackerKind};
 
 fn fixture(p: &str) -> PathBuf {

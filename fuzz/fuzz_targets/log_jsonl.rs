@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rlforensics::logscan::record::SourceKind;
+use rlforensics::model::log::SourceKind;
 use rlforensics::readers::{events, steps};
 
 fuzz_target!(|data: &[u8]| {

@@ -2,7 +2,7 @@
 //! advantages blown up by a tiny reward std.
 
 use super::{runs, spikes, Context, Detector, Finding, Severity, G};
-use crate::logscan::column::Column;
+use crate::frames::log::column::Column;
 
 /// What `--nan-grad` reads: [`FINITE_METRICS`] and, last, `grad_nan_count`.
 const NAN_GRAD_METRICS: &[&str] = &[

@@ -2,7 +2,7 @@
 //! apart) and steady memory growth.
 
 use super::{median, spikes, Context, Detector, Finding, Severity};
-use crate::logscan::frame::LogFrame;
+use crate::frames::log::frame::LogFrame;
 
 /// Seconds per step: `step_time`, else `1 / it_per_sec`, else timestamp deltas.
 pub fn step_times(f: &LogFrame) -> (Vec<(i64, f64)>, &'static str) {

@@ -226,7 +226,7 @@ pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
         aliases: args.aliases.clone(),
         keep_raw: args.export.is_some(),
         also_keep: if args.plot.is_some() {
-            crate::report::plot::METRICS
+            crate::render::plot::METRICS
                 .iter()
                 .map(|m| m.to_string())
                 .collect()
@@ -237,17 +237,17 @@ pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
     let report = scan(&args.paths, &opts)?;
     nothing_read(&args.paths, &report)?;
     if let Some(out) = &args.output {
-        let text = crate::report::json::JsonRenderer.render_report(&report)?;
+        let text = crate::render::json::JsonRenderer.render_report(&report)?;
         std::fs::write(out, text).map_err(|e| Error::io(out, e))?;
     }
     if let Some(p) = &args.plot {
-        let panels = crate::report::plot::panels(&report.frame, &report.findings);
-        crate::report::plot::write_grid(p, &panels, None)?;
+        let panels = crate::render::plot::panels(&report.frame, &report.findings);
+        crate::render::plot::write_grid(p, &panels, None)?;
     }
     if let Some(p) = &args.export {
         report.frame.write_parquet(p)?;
     }
-    let renderer = crate::report::renderer(&args.format, color && !args.no_color)
+    let renderer = crate::render::renderer(&args.format, color && !args.no_color)
         .ok_or_else(|| Error::Usage(format!("unknown format {}", args.format)))?;
     let stdout = renderer.render(&report)?;
     let code = match report.worst() {

@@ -667,7 +667,7 @@ pub fn render_markdown(r: &CompareReport) -> String {
 
 /// `--plot`: one panel per shared metric, A and B overlaid, the divergence marked.
 fn write_plot(path: &Path, r: &CompareReport, ra: &ScanReport, rb: &ScanReport) -> Result<()> {
-    use crate::report::plot::{write_grid, Panel, Series};
+    use crate::render::plot::{write_grid, Panel, Series};
     let panels: Vec<Panel> = r
         .metrics
         .iter()

@@ -10,20 +10,16 @@
 //! ```
 
 pub mod cli;
-pub mod column;
 pub mod compare;
-pub mod fastline;
-pub mod frame;
-pub mod record;
 pub mod scan;
 
 use std::path::PathBuf;
 
 use crate::detect::{self, Context, Finding, Severity, Thresholds};
 use crate::error::Result;
+use crate::frames::log::frame::{FrameBuilder, LogFrame, Projection};
+use crate::model::log::{FileStats, LogEvent};
 use crate::readers::aliases::AliasTable;
-use frame::{FrameBuilder, LogFrame, Projection};
-use record::{FileStats, LogEvent};
 
 /// Version of the JSON report layout.
 pub const SCHEMA_VERSION: u32 = 1;

@@ -13,12 +13,12 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::logscan::fastline::{self, Batch, FastRec, Scratch};
-use crate::logscan::frame::FrameBuilder;
-use crate::logscan::record::{
+use crate::frames::log::frame::FrameBuilder;
+use crate::model::log::{
     preview, FileStats, LogEvent, LogRecord, RunTracker, SourceKind, TypeTracker,
 };
 use crate::readers::events::{self, EventLine};
+use crate::readers::fastline::{self, Batch, FastRec, Scratch};
 use crate::readers::steps::{self, LineQuality};
 use crate::readers::textlog::{self, TextAssembler, TextItem};
 

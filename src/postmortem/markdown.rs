@@ -5,7 +5,7 @@ use super::{Postmortem, StepTable};
 use crate::compare::tolerance::Verdict;
 use crate::dumpdiff::render::finding_line;
 use crate::losscheck::Status;
-use crate::report::evidence_text;
+use crate::render::evidence_text;
 
 fn esc(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")

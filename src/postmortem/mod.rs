@@ -24,9 +24,9 @@ use std::path::{Path, PathBuf};
 
 use crate::detect::{json_num, Finding, Severity};
 use crate::error::{Error, Result};
-use crate::logscan::frame::LogFrame;
-use crate::logscan::record::LogEvent;
+use crate::frames::log::frame::LogFrame;
 use crate::logscan::{scan, ScanOptions};
+use crate::model::log::LogEvent;
 use crate::readers::crash_bundle::{self, CrashBundle, CrashContext};
 use crate::value::Value;
 use classify::Classification;
@@ -341,7 +341,7 @@ pub fn analyze(path: &Path, opts: &Options) -> Result<Postmortem> {
         )
     } else {
         let r = scan(&scan_paths, &sopts)?;
-        notes.extend(crate::report::file_notes(&r));
+        notes.extend(crate::render::file_notes(&r));
         (r.frame, r.events, r.findings, r.event_counts)
     };
 
@@ -793,15 +793,15 @@ pub fn write_report(pm: &Postmortem, out_root: &Path) -> Result<Written> {
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
     let mut pm = pm.clone();
     let mut files = Vec::new();
-    let panels = crate::report::plot::panels(&pm.frame, &pm.findings);
+    let panels = crate::render::plot::panels(&pm.frame, &pm.findings);
     let crash = pm.crash_step();
     let mut pngs: Vec<(PlotRef, Vec<u8>)> = Vec::new();
     for p in &panels {
         let png = format!("plot-{}.png", p.key);
         let svg = format!("plot-{}.svg", p.key);
         let png_path = dir.join(&png);
-        crate::report::plot::write_panel(&png_path, p, crash)?;
-        crate::report::plot::write_panel(&dir.join(&svg), p, crash)?;
+        crate::render::plot::write_panel(&png_path, p, crash)?;
+        crate::render::plot::write_panel(&dir.join(&svg), p, crash)?;
         let bytes = std::fs::read(&png_path).map_err(|e| Error::io(&png_path, e))?;
         files.push(png_path);
         files.push(dir.join(&svg));
@@ -828,7 +828,7 @@ pub fn write_report(pm: &Postmortem, out_root: &Path) -> Result<Written> {
     write("report.md", &markdown::render(&pm), &mut files)?;
     write(
         "report.html",
-        &crate::report::html::render(&pm, &pngs),
+        &crate::render::html::render(&pm, &pngs),
         &mut files,
     )?;
     Ok(Written { dir, files })

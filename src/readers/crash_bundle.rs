@@ -56,7 +56,7 @@ pub struct CrashContext {
 
 fn ser_opt<S: serde::Serializer>(v: &Option<f64>, s: S) -> std::result::Result<S::Ok, S::Error> {
     use serde::Serialize;
-    v.map(crate::detect::json_num).serialize(s)
+    v.map(crate::json::json_num).serialize(s)
 }
 
 fn ser_pairs<S: serde::Serializer>(
@@ -66,7 +66,7 @@ fn ser_pairs<S: serde::Serializer>(
     use serde::ser::SerializeMap;
     let mut m = s.serialize_map(Some(v.len()))?;
     for (k, x) in v {
-        m.serialize_entry(k, &crate::detect::json_num(*x))?;
+        m.serialize_entry(k, &crate::json::json_num(*x))?;
     }
     m.end()
 }

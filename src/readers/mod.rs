@@ -4,6 +4,7 @@ pub mod aliases;
 pub mod crash_bundle;
 pub mod dump_jsonl;
 pub mod events;
+pub mod fastline;
 pub mod layout;
 pub mod npy;
 pub mod pt;

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::error::{Error, Position, Result};
-use crate::logscan::record::{FileStats, LogRecord, SourceKind};
+use crate::model::log::{FileStats, LogRecord, SourceKind};
 use crate::value::Value;
 
 /// Counts gathered while flattening one JSON line: nulls, NaN/inf, and keys whose value is

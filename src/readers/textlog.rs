@@ -11,7 +11,7 @@
 //!
 //! Units are normalised in keys: `…ms`/`…s` → `<name>_s` seconds, `MB`/`GB` → `<name>_gb`.
 
-use crate::logscan::record::{LogEvent, LogRecord, SourceKind};
+use crate::model::log::{LogEvent, LogRecord, SourceKind};
 use crate::readers::steps::parse_number_text;
 
 /// Field marking a record as evaluation/validation only (not a training step).

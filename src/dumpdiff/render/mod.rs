@@ -20,12 +20,12 @@ pub trait Renderer {
 }
 
 /// The renderer for a `--format` name (`table`, `json`, `markdown`); the table fits
-/// [`crate::report::terminal_width`].
+/// [`crate::render::terminal_width`].
 pub fn by_name(name: &str, color: bool) -> Option<Box<dyn Renderer>> {
     match name {
         "table" => Some(Box::new(table::TableRenderer {
             color,
-            width: crate::report::terminal_width(),
+            width: crate::render::terminal_width(),
         })),
         "json" => Some(Box::new(json::JsonRenderer)),
         "markdown" | "md" => Some(Box::new(markdown::MarkdownRenderer)),

@@ -14,7 +14,7 @@ use super::{
 use crate::compare::tolerance::Verdict;
 use crate::dumpdiff::report::{Report, Section};
 use crate::error::Result;
-use crate::report::text_width;
+use crate::render::text_width;
 
 pub use super::verdict_word;
 

@@ -7,7 +7,7 @@ use std::io::Read;
 use std::path::Path;
 
 use crate::error::{Error, Position, Result};
-use crate::logscan::record::{FileStats, LogRecord, SourceKind};
+use crate::model::log::{FileStats, LogRecord, SourceKind};
 
 /// Column names taken as the step axis, in order of preference (compared lowercased).
 const STEP_COLUMNS: [&str; 7] = [

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Position, Result};
-use crate::logscan::record::{FileStats, LogRecord, SourceKind};
+use crate::model::log::{FileStats, LogRecord, SourceKind};
 
 /// The run folder and the metric key of a file under `<run>/metrics/` (the run folder
 /// holds `meta.yaml`), or `None` when `path` is not an MLflow metric file.

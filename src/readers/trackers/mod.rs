@@ -24,7 +24,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::logscan::record::{FileStats, LogRecord};
+use crate::model::log::{FileStats, LogRecord};
 use crate::readers::aliases::AliasTable;
 
 /// A tracker file format.

@@ -10,7 +10,7 @@ use std::path::Path;
 use prost::Message;
 
 use crate::error::{Error, Position, Result};
-use crate::logscan::record::{FileStats, LogRecord, SourceKind};
+use crate::model::log::{FileStats, LogRecord, SourceKind};
 
 /// `Event` (tensorflow/core/util/event.proto), the fields read here.
 #[derive(Clone, PartialEq, Message)]

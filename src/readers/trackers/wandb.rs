@@ -12,7 +12,7 @@ use std::path::Path;
 use prost::Message;
 
 use crate::error::{Error, Position, Result};
-use crate::logscan::record::{FileStats, LogRecord, SourceKind};
+use crate::model::log::{FileStats, LogRecord, SourceKind};
 
 /// The first bytes of every `.wandb` file.
 pub const MAGIC: &[u8] = b":W&B";

@@ -12,9 +12,9 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::detect::{Finding, Severity};
 use crate::error::{Error, Result};
-use crate::logscan::frame::LogFrame;
-use crate::report::axis::YAxis;
-pub use crate::report::axis::{nice_step, tick_text, ticks_in, YScale};
+use crate::frames::log::frame::LogFrame;
+use crate::render::axis::YAxis;
+pub use crate::render::axis::{nice_step, tick_text, ticks_in, YScale};
 
 /// DejaVuSans, registered as `sans-serif` before any text is drawn.
 static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");

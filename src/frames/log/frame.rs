@@ -7,13 +7,13 @@
 use polars::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::logscan::column::{Column, Steps, BLOCK_ROWS};
-use crate::logscan::fastline::{FxMap, Interner};
-use crate::logscan::record::{LogRecord, SourceKind};
+use crate::frames::log::column::{Column, Steps, BLOCK_ROWS};
+use crate::model::log::{LogRecord, SourceKind};
 use crate::readers::aliases::{
     is_eval_key, reward_component, AliasTable, EVAL_ACTIVITY, REWARD_COMPONENTS,
     REWARD_COMPONENT_PREFIX,
 };
+use crate::readers::fastline::{FxMap, Interner};
 
 /// What the builder knows about one raw key.
 #[derive(Debug, Clone, Copy)]

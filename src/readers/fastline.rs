@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::logscan::record::{LogRecord, SourceKind};
+use crate::model::log::{LogRecord, SourceKind};
 use crate::readers::steps::{
     parse_number_text, progress_step, LineQuality, EXTRA_STEP_KEY, PROGRESS_STEP_KEY, STEP_KEYS,
     TIME_KEYS,

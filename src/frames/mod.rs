@@ -11,6 +11,8 @@
 //! Every value is f64 (exact for every float dtype), so a `.pt` dump and its `.jsonl` twin
 //! give identical frames.
 
+pub mod log;
+
 use std::collections::HashMap;
 use std::path::Path;
 
