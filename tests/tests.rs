@@ -5,6 +5,7 @@ mod corpus;
 mod dumpdiff;
 mod dumps;
 mod hardening;
+mod layers;
 mod logscan;
 mod losscheck;
 mod packed;
