@@ -9,7 +9,7 @@ mod ulp;
 
 use serde::Serialize;
 
-use crate::compare::tolerance::Tolerance;
+use crate::compare::tolerance::{RelativeTo, Tolerance};
 use crate::tensor::DType;
 use runs::{count_ones, finite_and_identical, fold_finite, Folded};
 
@@ -196,7 +196,7 @@ impl Accumulator {
         if self.max_abs.is_none_or(|m| abs_diff > m.abs_diff) {
             self.max_abs = Some(diff);
         }
-        let allowed = self.tol.allowed(a) + extra;
+        let allowed = self.tol.allowed_pair(a, b) + extra;
         let excess = if abs_diff == 0.0 {
             0.0
         } else if allowed > 0.0 {
@@ -276,8 +276,9 @@ impl Accumulator {
         let (finite, identical) = finite_and_identical(a, b);
         let short = extra.is_some_and(|e| e.len() < n);
         let extra = extra.map(|e| &e[..n.min(e.len())]);
-        if !finite || short {
-            // NaN / Inf: the element-by-element rules (rare: such a value is a finding).
+        if !finite || short || self.tol.relative_to != RelativeTo::Reference {
+            // NaN / Inf: the element-by-element rules (rare: such a value is a finding);
+            // the lane folds below scale by the reference side only.
             for i in 0..n {
                 let e = extra.and_then(|e| e.get(i)).copied().unwrap_or(0.0);
                 self.push_allowing(a[i], b[i], e, loc(i));

@@ -362,3 +362,19 @@ fn grid_scan_in_pieces_equals_effective_dtype() {
         assert_eq!(scan.finish(), effective_dtype(declared, &v), "case {case}");
     }
 }
+
+/// A symmetric tolerance is honoured by the run path too (the lane folds scale by the
+/// reference side, so such runs take the element path): |1 − 1.105| = 0.105 is beyond
+/// 0.1·|1| but within 0.1·max(1, 1.105) = 0.1105.
+#[test]
+fn push_run_honours_a_symmetric_tolerance() {
+    let (a, b) = ([1.0, 1.0, 2.0], [1.105, 1.105, 2.0]);
+    let beyond = |t: Tolerance| {
+        let mut acc = Accumulator::new(t, None, false);
+        acc.push_run(&a, &b, None, Positions::From(0), 0, 0);
+        let m = acc.finish();
+        (m.beyond, m.first_beyond.map(|d| d.loc.pos))
+    };
+    assert_eq!(beyond(tol(0.0, 0.1)), (2, Some(0)));
+    assert_eq!(beyond(Tolerance::self_consistency(0.0, 0.1)), (0, None));
+}
