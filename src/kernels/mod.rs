@@ -17,6 +17,8 @@ pub mod advantage;
 pub mod aggregate;
 pub mod config;
 pub mod fused;
+#[cfg(test)]
+mod fused_vs_candle;
 pub mod kl;
 pub mod loss;
 pub mod metrics;

@@ -4,7 +4,8 @@
 //! per-token loss, the KL/entropy terms, every sum the aggregations and metrics need and,
 //! with the gradient, d(total loss)/d(log_probs) `[B, T]`. The candle kernels
 //! ([`super::loss::compute_candle`], [`super::loss::compute_with_grad_candle`]) are the
-//! reference it is tested against.
+//! reference it is tested against (in `kernels/fused_vs_candle/`, beside both, so that
+//! `fused` never imports `loss`).
 //!
 //! Forward: each per-token value is computed with the same operations, in the same dtype,
 //! as the candle kernels (bit-identical: same libm `exp`); only sums are ordered otherwise
@@ -28,14 +29,17 @@ mod aggregate;
 mod driver;
 mod row;
 mod scalar;
-#[cfg(test)]
-mod tests;
 
 use candle_core::{DType, Tensor};
 
 use super::config::{LossConfig, LossInputs, LossOutput};
 use super::KResult;
 use driver::run;
+
+/// Lets the tests ([`super::fused_vs_candle`]) compare the AVX2 build of the row kernel
+/// with the baseline one.
+#[cfg(test)]
+pub(super) use row::BASELINE_ONLY;
 
 /// The fused forward pass, or `None` when it does not apply (non-CPU inputs or anything
 /// the candle path must refuse with its own message: wrong shapes, a missing reference,

@@ -23,7 +23,7 @@ pub(super) struct Clip<T> {
 
 /// Tests compare the AVX2 build of the row kernel with the baseline one.
 #[cfg(test)]
-pub(super) static BASELINE_ONLY: std::sync::atomic::AtomicBool =
+pub(in crate::kernels) static BASELINE_ONLY: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
 #[cfg(test)]

@@ -3,11 +3,11 @@
 
 use candle_core::{Device, Tensor};
 
-use super::super::{compute_fused, compute_fused_with_grad};
 use crate::kernels::aggregate::AggMode;
 use crate::kernels::config::{
     KlPlacement, KlTerm, LossConfig, LossInputs, LossOutput, PolicyKind, RatioLevel,
 };
+use crate::kernels::fused::{compute_fused, compute_fused_with_grad};
 use crate::kernels::kl::KlEstimator;
 use crate::kernels::loss::compute_with_grad_candle;
 use crate::kernels::policy_loss::ClipParams;

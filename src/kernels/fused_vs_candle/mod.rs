@@ -5,9 +5,8 @@ mod support;
 
 use candle_core::{DType, Device, Tensor};
 
-use super::row::BASELINE_ONLY;
-use super::{compute_fused, compute_fused_with_grad};
 use crate::kernels::config::{LossInputs, LossOutput, PolicyKind, RatioLevel};
+use crate::kernels::fused::{compute_fused, compute_fused_with_grad, BASELINE_ONLY};
 use crate::kernels::loss::{compute_candle, compute_with_grad_candle};
 use crate::kernels::policy_loss::ClipParams;
 use crate::kernels::presets::preset;
