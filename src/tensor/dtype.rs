@@ -18,7 +18,7 @@ pub enum DType {
     Bool,
     U16,
     U32,
-    /// Values above `i64::MAX` saturate in [`Tensor::to_i64_vec`]; [`Tensor::element_bytes`]
+    /// Values above `i64::MAX` saturate in [`super::Tensor::to_i64_vec`]; [`super::Tensor::element_bytes`]
     /// keeps them exactly.
     U64,
     /// The float8 formats, decoded to f64 exactly.
@@ -40,7 +40,7 @@ pub enum DType {
     Bits2x4,
     Bits4x2,
     /// Quantized integers, read as their integer representation (`int_repr()`); the
-    /// scale and zero point are in [`Tensor::quantization`].
+    /// scale and zero point are in [`super::Tensor::quantization`].
     QInt8,
     QUInt8,
     QInt32,
