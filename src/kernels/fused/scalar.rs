@@ -28,24 +28,30 @@ pub(crate) trait Float:
 }
 
 impl Float for f64 {
+    #[inline(always)]
     fn exp_(self) -> Self {
         self.exp()
     }
+    #[inline(always)]
     fn abs_(self) -> Self {
         self.abs()
     }
+    #[inline(always)]
     fn finite(self) -> bool {
         self.is_finite()
     }
 }
 
 impl Float for f32 {
+    #[inline(always)]
     fn exp_(self) -> Self {
         self.exp()
     }
+    #[inline(always)]
     fn abs_(self) -> Self {
         self.abs()
     }
+    #[inline(always)]
     fn finite(self) -> bool {
         self.is_finite()
     }
