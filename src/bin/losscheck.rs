@@ -160,10 +160,7 @@ fn run(a: &Args) -> Result<(String, u8), Error> {
         (Some(dir), None) => {
             let tree = DumpTree::discover(dir)?;
             let step = step_of(&tree, a.step)?;
-            let tol = Tolerance {
-                rtol: a.rtol,
-                atol: a.atol,
-            };
+            let tol = Tolerance::self_consistency(a.atol, a.rtol);
             let verdicts = check_tree(&tree, step, a.rank, a.micro, &cfg, &tol)?;
             let json = render::tree_json(&cfg, &verdicts);
             let text = match a.format {

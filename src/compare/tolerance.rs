@@ -1,5 +1,7 @@
 //! Tolerances: torch.testing's per-dtype defaults, per-tensor rules from a TOML file
 //! (name glob → atol, rtol, allowed fraction, severity), and the pass/warn/fail verdict.
+//! [`Tolerance`] is the one tolerance type: dumpdiff judges against a reference side,
+//! losscheck symmetrically ([`RelativeTo`]); both with the same NaN and infinity rule.
 
 use std::path::Path;
 
@@ -55,8 +57,32 @@ impl Verdict {
     }
 }
 
-/// The tolerance one pair is judged against: element `(a, b)` is within when
-/// `|a − b| ≤ atol + rtol·|a|`, `a` being the reference side (see [`Tolerance::allows`]).
+/// What the relative part of a [`Tolerance`] scales with: the one place where dumpdiff and
+/// losscheck judge a pair differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RelativeTo {
+    /// `rtol·|a|`, `a` being the reference side (torch.testing's `expected`): dumpdiff,
+    /// where one implementation is the reference.
+    #[default]
+    Reference,
+    /// `rtol·max(|a|, |b|)`, symmetric: losscheck, a dumped value against its own
+    /// recomputation, where neither side is the reference.
+    Larger,
+}
+
+impl RelativeTo {
+    fn is_reference(&self) -> bool {
+        *self == RelativeTo::Reference
+    }
+}
+
+/// The tolerance one pair `(a, b)` is judged against, in both dumpdiff and losscheck.
+///
+/// The one rule (see [`Tolerance::allows_with`]): NaN equals NaN and nothing else; an
+/// infinity equals only the same infinity (never a finite value, however large `rtol`);
+/// two finite values are within when `|a − b| ≤ atol + rtol·s`, `s` per
+/// [`Tolerance::relative_to`] (`|a|`, `a` the reference side, by default).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Tolerance {
     /// Absolute tolerance.
@@ -69,10 +95,22 @@ pub struct Tolerance {
     pub severity: Severity,
     /// Where these numbers came from (`dtype default bfloat16`, a rule's glob, `--atol/--rtol`).
     pub source: String,
+    /// What `rtol` scales with (not written to reports when it is the reference side).
+    #[serde(skip_serializing_if = "RelativeTo::is_reference")]
+    pub relative_to: RelativeTo,
+}
+
+/// The self-consistency tolerance ([`Tolerance::self_consistency`] at rtol 1e-4, atol
+/// 1e-6: an f32 dump against its f64 recomputation); comparisons of two implementations
+/// start from [`Tolerance::for_dtype`] instead.
+impl Default for Tolerance {
+    fn default() -> Self {
+        Tolerance::self_consistency(1e-6, 1e-4)
+    }
 }
 
 impl Tolerance {
-    /// A fail-severity tolerance with no allowed fraction.
+    /// A fail-severity tolerance with no allowed fraction, relative to the reference side.
     pub fn new(atol: f64, rtol: f64, source: impl Into<String>) -> Self {
         Tolerance {
             atol,
@@ -80,6 +118,15 @@ impl Tolerance {
             allowed_fraction: 0.0,
             severity: Severity::Fail,
             source: source.into(),
+            relative_to: RelativeTo::Reference,
+        }
+    }
+
+    /// losscheck's "dumped equals recomputed": symmetric ([`RelativeTo::Larger`]).
+    pub fn self_consistency(atol: f64, rtol: f64) -> Self {
+        Tolerance {
+            relative_to: RelativeTo::Larger,
+            ..Tolerance::new(atol, rtol, "self-consistency")
         }
     }
 
@@ -95,19 +142,29 @@ impl Tolerance {
         Tolerance::new(atol, rtol, format!("dtype default {}", dtype.torch_name()))
     }
 
-    /// Is `(a, b)` within tolerance? `a` is the reference value (torch's `expected`), so
-    /// the relative part scales with `|a|`. NaN equals NaN; ±Inf equals itself only.
+    /// Is `(a, b)` within tolerance? `a` is the reference value (torch's `expected`).
     pub fn allows(&self, a: f64, b: f64) -> bool {
         self.allows_with(a, b, 0.0)
     }
 
-    /// The allowed `|a − b|` at reference value `a`: `atol + rtol·|a|`.
+    /// The allowed `|a − b|` at reference value `a`: `atol + rtol·|a|` (the band error
+    /// propagation starts from, see [`crate::compare::propagate`]).
     pub fn allowed(&self, a: f64) -> f64 {
         self.atol + self.rtol * a.abs()
     }
 
+    /// The allowed `|a − b|` for the pair `(a, b)`: [`Tolerance::allowed`] at `a`, or
+    /// `atol + rtol·max(|a|, |b|)` when [`RelativeTo::Larger`].
+    pub fn allowed_pair(&self, a: f64, b: f64) -> f64 {
+        match self.relative_to {
+            RelativeTo::Reference => self.allowed(a),
+            RelativeTo::Larger => self.atol + self.rtol * b.abs().max(a.abs()),
+        }
+    }
+
     /// [`Tolerance::allows`] with `extra` added to the allowed difference: the error a
-    /// derived element inherits from its inputs (see [`crate::compare::propagate`]).
+    /// derived element inherits from its inputs (see [`crate::compare::propagate`]). The
+    /// rule of [`Tolerance`]: NaN equals NaN only, ±Inf equals itself only.
     pub fn allows_with(&self, a: f64, b: f64, extra: f64) -> bool {
         if a.is_nan() || b.is_nan() {
             return a.is_nan() && b.is_nan();
@@ -118,7 +175,7 @@ impl Tolerance {
         if a.is_infinite() || b.is_infinite() {
             return false;
         }
-        (a - b).abs() <= self.allowed(a) + extra
+        (a - b).abs() <= self.allowed_pair(a, b) + extra
     }
 
     /// The verdict for `beyond` of `count` elements beyond tolerance, with the reason.
@@ -361,6 +418,28 @@ mod tests {
         assert!(!t.allows(f64::NAN, 0.0));
         assert!(t.allows(f64::NEG_INFINITY, f64::NEG_INFINITY));
         assert!(!t.allows(f64::INFINITY, f64::NEG_INFINITY));
+    }
+
+    /// losscheck's tolerance is symmetric and keeps the one infinity rule: before the two
+    /// types were merged, its `|a − b| ≤ atol + rtol·max(|a|, |b|)` called +inf close to any
+    /// finite value (inf ≤ inf) and +inf not close to +inf (NaN ≤ x).
+    #[test]
+    fn self_consistency_is_symmetric_with_the_same_infinity_rule() {
+        let t = Tolerance::default();
+        assert_eq!(
+            (t.atol, t.rtol, t.relative_to),
+            (1e-6, 1e-4, RelativeTo::Larger)
+        );
+        // |a − b| = 1.00105e-3: within 1e-6 + 1e-4·10.00100105 = 1.0011001e-3 (scaled by
+        // the larger), beyond 1e-6 + 1e-4·10 = 1.001e-3 (scaled by the smaller as reference).
+        let (lo, hi) = (10.0, 10.00100105);
+        assert!(t.allows(lo, hi) && t.allows(hi, lo));
+        let r = Tolerance::new(1e-6, 1e-4, "r");
+        assert!(r.allows(hi, lo) && !r.allows(lo, hi));
+        assert!(t.allows(f64::INFINITY, f64::INFINITY));
+        assert!(!t.allows(f64::INFINITY, 5.0) && !t.allows(5.0, f64::INFINITY));
+        assert!(!t.allows(f64::INFINITY, f64::NEG_INFINITY));
+        assert!(t.allows(f64::NAN, f64::NAN) && !t.allows(f64::NAN, 1.0));
     }
 
     #[test]

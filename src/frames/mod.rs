@@ -22,6 +22,7 @@ use rayon::prelude::*;
 use crate::error::{Error, Result};
 use crate::readers::layout::{DumpFile, DumpTree, Kind};
 use crate::readers::read_any;
+pub use crate::tensor::{tokens_hash, tokens_hash_iter};
 use crate::value::Value;
 
 /// The three normalised frames of one dump tree.
@@ -35,12 +36,6 @@ pub struct Frames {
     pub trajectories: DataFrame,
 }
 
-/// A stable 64-bit hash of a token sequence (xxh3 over little-endian i64), used to match
-/// trajectories by content across producers and row orders.
-pub fn tokens_hash(tokens: &[i64]) -> u64 {
-    tokens_hash_iter(tokens.iter().copied())
-}
-
 /// [`tokens_hash`] of a value's token ids (a packed list hashed in place), the empty
 /// sequence's when it has none.
 pub fn value_tokens_hash(v: Option<&Value>) -> u64 {
@@ -48,24 +43,6 @@ pub fn value_tokens_hash(v: Option<&Value>) -> u64 {
         Some(crate::value::Packed::Ints(ints)) => tokens_hash_iter(ints.iter()),
         _ => tokens_hash(&v.and_then(Value::to_i64s).unwrap_or_default()),
     }
-}
-
-/// [`tokens_hash`] of ints given one by one (a packed list's, without an i64 copy): the
-/// same xxh3 of the little-endian i64 bytes, fed in blocks.
-pub fn tokens_hash_iter(tokens: impl IntoIterator<Item = i64>) -> u64 {
-    let mut h = xxhash_rust::xxh3::Xxh3::new();
-    let mut buf = [0u8; 8 * 512];
-    let mut n = 0;
-    for t in tokens {
-        buf[n..n + 8].copy_from_slice(&t.to_le_bytes());
-        n += 8;
-        if n == buf.len() {
-            h.update(&buf);
-            n = 0;
-        }
-    }
-    h.update(&buf[..n]);
-    h.digest()
 }
 
 /// Read every file of `tree` (only `step` when given) in parallel, each once, and build

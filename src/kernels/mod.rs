@@ -9,11 +9,16 @@
 //! Clamps follow torch's gradient convention (no gradient at the boundary, see
 //! [`clamp_torch`]); `maximum`/`minimum` split the gradient at ties as torch does.
 //! [`loss::compute`] and [`loss::compute_with_grad`] run [`fused`], the same values in one
-//! pass per row with an analytic backward; these candle kernels are its reference.
+//! pass per row with an analytic backward; these candle kernels are its reference. Both
+//! share the configuration, input and output types of [`config`], so `loss` depends on
+//! `fused` and neither imports the other back.
 
 pub mod advantage;
 pub mod aggregate;
+pub mod config;
 pub mod fused;
+#[cfg(test)]
+mod fused_vs_candle;
 pub mod kl;
 pub mod loss;
 pub mod metrics;

@@ -42,7 +42,7 @@
 
 use super::advantage::{AdvantageConfig, SingletonRule, StdMode};
 use super::aggregate::AggMode;
-use super::loss::{LossConfig, PolicyKind, RatioLevel};
+use super::config::{LossConfig, PolicyKind, RatioLevel};
 use super::policy_loss::ClipParams;
 use super::{KResult, KernelError, Precision};
 

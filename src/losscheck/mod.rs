@@ -37,33 +37,10 @@ use crate::value::Value;
 
 pub use self_hosted::SelfHostedStep;
 
-/// Tolerances for "dumped equals recomputed" (dumps are f32; the reference is f64).
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct Tolerance {
-    /// Relative tolerance.
-    pub rtol: f64,
-    /// Absolute tolerance.
-    pub atol: f64,
-}
-
-impl Default for Tolerance {
-    fn default() -> Self {
-        Tolerance {
-            rtol: 1e-4,
-            atol: 1e-6,
-        }
-    }
-}
-
-impl Tolerance {
-    /// True when `a` and `b` agree (NaN only equals NaN).
-    pub fn close(&self, a: f64, b: f64) -> bool {
-        if a.is_nan() || b.is_nan() {
-            return a.is_nan() && b.is_nan();
-        }
-        (a - b).abs() <= self.atol + self.rtol * b.abs().max(a.abs())
-    }
-}
+/// Tolerance of "dumped equals recomputed": the shared type, symmetric
+/// ([`Tolerance::self_consistency`]; `Default`: rtol 1e-4, atol 1e-6, dumps are f32 and
+/// the reference is f64).
+pub use crate::compare::tolerance::Tolerance;
 
 /// The outcome of one self-consistency check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -238,7 +215,7 @@ fn first_diff(
     let mut first = None;
     let mut count = 0;
     for (i, ((d, r), m)) in dumped.iter().zip(recomputed).zip(mask).enumerate() {
-        if *m != 0.0 && !tol.close(*d, *r) {
+        if *m != 0.0 && !tol.allows(*d, *r) {
             count += 1;
             if first.is_none() {
                 first = Some((i, *d, *r));
@@ -291,7 +268,7 @@ fn loss_file_checks(
         let ok = if name == "metrics.num_tokens" {
             dumped == ours
         } else {
-            tol.close(dumped, ours)
+            tol.allows(dumped, ours)
         };
         checks.push(ScalarCheck {
             name: name.to_string(),
@@ -305,7 +282,9 @@ fn loss_file_checks(
 
 /// A note when the dumped loss is the recomputed token-mean times the token count.
 fn sum_not_mean(dumped: f64, recomputed: f64, tokens: usize, tol: &Tolerance) -> Option<String> {
-    if tokens > 0 && !tol.close(dumped, recomputed) && tol.close(dumped, recomputed * tokens as f64)
+    if tokens > 0
+        && !tol.allows(dumped, recomputed)
+        && tol.allows(dumped, recomputed * tokens as f64)
     {
         return Some(format!(
             "the dumped loss equals the recomputed token-mean × {tokens} valid tokens: a sum, not a mean"
@@ -390,7 +369,7 @@ pub fn self_consistency(
         Some(lf) => loss_file_checks(&read_any(&lf.path)?, &out, tokens, tol),
         None => Vec::new(),
     };
-    let ok = tol.close(dumped_loss, recomputed_loss)
+    let ok = tol.allows(dumped_loss, recomputed_loss)
         && first_divergence.is_none()
         && checks.iter().all(|c| c.ok);
     Ok(Verdict {
@@ -461,7 +440,7 @@ pub fn self_consistency_self_hosted(
             ));
         }
     }
-    let ok = checks.iter().all(|c| c.ok) && tol.close(dumped_loss, recomputed_loss);
+    let ok = checks.iter().all(|c| c.ok) && tol.allows(dumped_loss, recomputed_loss);
     Ok(Verdict {
         file: lf.path.clone(),
         layout: Layout::SelfHosted,

@@ -1,0 +1,213 @@
+//! Order-free folds over a run of aligned pairs, in lanes so that they vectorise (AVX2
+//! where the CPU has it, with the same results): the fast path of
+//! [`super::Accumulator::push_run`].
+
+use super::ulp::ulp_distance;
+use crate::tensor::DType;
+
+/// What [`fold_finite`] gathers from a run: maxima and a count, all order-free.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Folded {
+    pub(super) max_abs: f64,
+    pub(super) max_excess: f64,
+    pub(super) max_rel: f64,
+    pub(super) beyond: u64,
+    pub(super) max_ulp: u64,
+}
+
+impl Folded {
+    /// Both runs' maxima and counts (every value is non-negative, none NaN: exact in any order).
+    pub(super) fn merge(self, o: Folded) -> Folded {
+        Folded {
+            max_abs: self.max_abs.max(o.max_abs),
+            max_excess: self.max_excess.max(o.max_excess),
+            max_rel: self.max_rel.max(o.max_rel),
+            beyond: self.beyond + o.beyond,
+            max_ulp: self.max_ulp.max(o.max_ulp),
+        }
+    }
+}
+
+/// The order-free measures of finite pairs with their extra allowances, with the rules of
+/// [`super::Accumulator::push_allowing`] (ULP distances on `ulp`'s grid, 0 without one); uses
+/// AVX2 where the CPU has it (same results: IEEE operations, and maxima of non-negative,
+/// non-NaN values do not depend on the order).
+pub(super) fn fold_finite(
+    a: &[f64],
+    b: &[f64],
+    e: &[f64],
+    atol: f64,
+    rtol: f64,
+    ulp: Option<DType>,
+) -> Folded {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked on the line above.
+        return unsafe { fold_finite_avx2(a, b, e, atol, rtol, ulp) };
+    }
+    fold_finite_dispatch(a, b, e, atol, rtol, ulp)
+}
+
+/// [`fold_finite_dispatch`] compiled for AVX2 (4 lanes of f64: division and maxima vectorise).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn fold_finite_avx2(
+    a: &[f64],
+    b: &[f64],
+    e: &[f64],
+    atol: f64,
+    rtol: f64,
+    ulp: Option<DType>,
+) -> Folded {
+    fold_finite_dispatch(a, b, e, atol, rtol, ulp)
+}
+
+/// One loop per ULP grid, so that each is branch-free.
+#[inline(always)]
+pub(super) fn fold_finite_dispatch(
+    a: &[f64],
+    b: &[f64],
+    e: &[f64],
+    atol: f64,
+    rtol: f64,
+    ulp: Option<DType>,
+) -> Folded {
+    let ord16 = |bits: u16| -> i64 {
+        let mag = (bits & 0x7fff) as i64;
+        if bits >> 15 != 0 {
+            -mag
+        } else {
+            mag
+        }
+    };
+    match ulp {
+        None => fold_finite_body(a, b, e, atol, rtol, |_, _| 0),
+        // ulp_distance on the f32 grid, in i64 (the distance fits).
+        Some(DType::F32) => fold_finite_body(a, b, e, atol, rtol, |x, y| {
+            let ord = |v: f64| -> i64 {
+                let bits = (v as f32).to_bits();
+                let mag = (bits & 0x7fff_ffff) as i64;
+                if bits >> 31 != 0 {
+                    -mag
+                } else {
+                    mag
+                }
+            };
+            (ord(x) - ord(y)).unsigned_abs()
+        }),
+        Some(DType::BF16) => fold_finite_body(a, b, e, atol, rtol, |x, y| {
+            let (p, q) = (half::bf16::from_f64(x), half::bf16::from_f64(y));
+            (ord16(p.to_bits()) - ord16(q.to_bits())).unsigned_abs()
+        }),
+        Some(DType::F16) => fold_finite_body(a, b, e, atol, rtol, |x, y| {
+            let (p, q) = (half::f16::from_f64(x), half::f16::from_f64(y));
+            (ord16(p.to_bits()) - ord16(q.to_bits())).unsigned_abs()
+        }),
+        Some(dt) => fold_finite_body(a, b, e, atol, rtol, |x, y| ulp_distance(x, y, dt)),
+    }
+}
+
+/// Lanes of [`fold_finite_body`]: each keeps its own maxima, so the loop vectorises.
+pub(super) const LANES: usize = 4;
+
+#[inline(always)]
+pub(super) fn fold_finite_body(
+    a: &[f64],
+    b: &[f64],
+    e: &[f64],
+    atol: f64,
+    rtol: f64,
+    ulp: impl Fn(f64, f64) -> u64,
+) -> Folded {
+    let n = a.len().min(b.len()).min(e.len());
+    let (a, b, e) = (&a[..n], &b[..n], &e[..n]);
+    let mut m_abs = [f64::NEG_INFINITY; LANES];
+    let mut m_exc = [0.0f64; LANES];
+    let mut m_rel = [0.0f64; LANES];
+    let mut beyond = [0u64; LANES];
+    let mut m_ulp = [0u64; LANES];
+    let mut lane = |l: usize, x: f64, y: f64, extra: f64| {
+        let d = (x - y).abs();
+        let allowed = atol + rtol * x.abs() + extra;
+        let q = d / allowed;
+        let exc = if allowed > 0.0 { q } else { f64::INFINITY };
+        let exc = if d == 0.0 { 0.0 } else { exc };
+        // A NaN excess (∞/∞) counts as infinite, as in `push_allowing`.
+        let exc = if exc.is_nan() { f64::INFINITY } else { exc };
+        let r = d / x.abs();
+        let rel = if x != 0.0 { r } else { 0.0 };
+        m_abs[l] = m_abs[l].max(d);
+        m_exc[l] = m_exc[l].max(exc);
+        m_rel[l] = m_rel[l].max(rel);
+        // Beyond: not within `allowed` (a NaN allowance admits nothing; d is never NaN).
+        beyond[l] += (x != y && (d > allowed || allowed.is_nan())) as u64;
+        m_ulp[l] = m_ulp[l].max(ulp(x, y));
+    };
+    let whole = n - n % LANES;
+    let blocks = a[..whole]
+        .chunks_exact(LANES)
+        .zip(b[..whole].chunks_exact(LANES))
+        .zip(e[..whole].chunks_exact(LANES));
+    for ((xa, xb), xe) in blocks {
+        for (l, ((&x, &y), &e)) in xa.iter().zip(xb).zip(xe).enumerate() {
+            lane(l, x, y, e);
+        }
+    }
+    for i in whole..n {
+        lane(0, a[i], b[i], e[i]);
+    }
+    let max = |m: [f64; LANES]| m.into_iter().fold(f64::NEG_INFINITY, f64::max);
+    Folded {
+        max_abs: max(m_abs),
+        max_excess: max(m_exc),
+        max_rel: max(m_rel),
+        beyond: beyond.into_iter().sum(),
+        max_ulp: m_ulp.into_iter().fold(0, u64::max),
+    }
+}
+
+/// Whether every value of both runs is finite, and whether the runs are equal bit for bit
+/// (one branch-free pass in lanes, so that it vectorises).
+pub(super) fn finite_and_identical(a: &[f64], b: &[f64]) -> (bool, bool) {
+    const EXP: u64 = 0x7ff0_0000_0000_0000;
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let (mut bad, mut diff) = ([0u64; LANES], [0u64; LANES]);
+    let mut lane = |l: usize, x: f64, y: f64| {
+        let (x, y) = (x.to_bits(), y.to_bits());
+        bad[l] |= ((x & EXP == EXP) | (y & EXP == EXP)) as u64;
+        diff[l] |= x ^ y;
+    };
+    let whole = n - n % LANES;
+    for (xa, xb) in a[..whole]
+        .chunks_exact(LANES)
+        .zip(b[..whole].chunks_exact(LANES))
+    {
+        for (l, (&x, &y)) in xa.iter().zip(xb).enumerate() {
+            lane(l, x, y);
+        }
+    }
+    for i in whole..n {
+        lane(0, a[i], b[i]);
+    }
+    (bad.iter().all(|&v| v == 0), diff.iter().all(|&v| v == 0))
+}
+
+/// How many values are exactly 1, and whether all are 0 or 1 (−0 counts as 0), in lanes.
+pub(super) fn count_ones(a: &[f64]) -> (u64, bool) {
+    let (mut ones, mut other) = ([0u64; LANES], [0u64; LANES]);
+    let mut lane = |l: usize, x: f64| {
+        ones[l] += (x == 1.0) as u64;
+        other[l] |= !((x == 0.0) | (x == 1.0)) as u64;
+    };
+    let whole = a.len() - a.len() % LANES;
+    for xa in a[..whole].chunks_exact(LANES) {
+        for (l, &x) in xa.iter().enumerate() {
+            lane(l, x);
+        }
+    }
+    for &x in &a[whole..] {
+        lane(0, x);
+    }
+    (ones.iter().sum(), other.iter().all(|&v| v == 0))
+}
