@@ -64,7 +64,7 @@ def score_dumpdiff(truth, rep):
             continue
         want = {(p["row"], p["other_row"], p["pos"]) for p in f["positions"]}
         for dc in f["dumpdiff_cells"]:
-            if dc["section"] != "is_loss":
+            if dc["section"] != "is_loss" or not dc.get("required", True):
                 continue
             c = cells.get((dc["section"], dc["rank"], dc["micro"]))
             cmp_ = None
