@@ -24,10 +24,11 @@ else
   trap 'rm -rf "$WORK"' EXIT
 fi
 REPO=$PWD
+# one python process writes every scenario, then reads each back and checks its truth
+python3 fixtures/gen/make_scenarios.py --range "$FIRST" "$N" --out "$WORK" --verify
 dirs=()
 for ((seed = FIRST; seed < FIRST + N; seed++)); do
   d=$WORK/seed-$(printf %03d "$seed")
-  python3 fixtures/gen/make_scenarios.py --seed "$seed" --out "$d"
   mkdir -p "$d/out"
   remote=()
   [ -d "$d/remote_api_pt" ] && remote=(--remote-api-dir remote_api_pt)
