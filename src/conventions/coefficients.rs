@@ -312,6 +312,84 @@ mod tests {
         assert!(d.iter().any(|d| d.name == "kl_coef" && d.b > 0.0), "{d:?}");
     }
 
+    /// Both sides' cells of a committed scenario (truth.json `cells`).
+    fn scenario_sides(text: &str) -> (serde_json::Value, Vec<LossTerms>, Vec<LossTerms>) {
+        let t: serde_json::Value = serde_json::from_str(text).unwrap();
+        let side = |p: &str| -> Vec<LossTerms> {
+            t["cells"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| LossTerms {
+                    loss: c[format!("{p}_loss")].as_f64().unwrap(),
+                    pg_loss: c[format!("{p}_pg_loss")].as_f64().unwrap(),
+                    entropy_loss: c[format!("{p}_entropy_loss")].as_f64().unwrap(),
+                    kl_loss: c[format!("{p}_kl_loss")].as_f64(),
+                })
+                .collect()
+        };
+        let (a, b) = (side("self_hosted"), side("weaver"));
+        (t, a, b)
+    }
+
+    #[test]
+    fn scenario_with_a_changed_entropy_coeff_is_told_apart() {
+        // seed 6: self-hosted entropy_coeff 0, weaver 1e-4 (six cells, one with a wrong mask
+        // that the weaver used consistently, so its terms still compose)
+        let (t, sh, wv) =
+            scenario_sides(include_str!("../../fixtures/scenarios/seed-006/truth.json"));
+        let want = &t["dumpdiff"]["coefficients"][0];
+        let (fa, fb) = (
+            infer(&sh, DType::F32).unwrap(),
+            infer(&wv, DType::F32).unwrap(),
+        );
+        let (ea, eb) = (
+            want["self-hosted"].as_f64().unwrap(),
+            want["weaver"].as_f64().unwrap(),
+        );
+        assert!(
+            (fa.entropy_coeff - ea).abs() <= DIFFER_SIGMAS * fa.entropy_coeff_std_err,
+            "{fa:?}"
+        );
+        assert!(
+            (fb.entropy_coeff - eb).abs() <= DIFFER_SIGMAS * fb.entropy_coeff_std_err,
+            "{fb:?}"
+        );
+        let d = differences(&fa, &fb);
+        assert_eq!(
+            d.iter().map(|d| d.name).collect::<Vec<_>>(),
+            ["entropy_coeff"]
+        );
+    }
+
+    #[test]
+    fn scenarios_with_equal_coefficients_do_not_differ() {
+        // seed 18: KL k1 1e-2, no entropy; seed 4: entropy 1e-2 and KL k3 1e-2, both sides
+        for text in [
+            include_str!("../../fixtures/scenarios/seed-018/truth.json"),
+            include_str!("../../fixtures/scenarios/seed-004/truth.json"),
+        ] {
+            let (t, sh, wv) = scenario_sides(text);
+            let c = &t["conventions"];
+            for cells in [&sh, &wv] {
+                let f = infer(cells, DType::F32).unwrap();
+                let ec = c["entropy_coeff"].as_f64().unwrap();
+                let kc = c["kl_coef"].as_f64().unwrap();
+                assert!(
+                    (f.entropy_coeff - ec).abs() <= DIFFER_SIGMAS * f.entropy_coeff_std_err,
+                    "{f:?}"
+                );
+                let (k, e) = (f.kl_coef.unwrap(), f.kl_coef_std_err.unwrap());
+                assert!((k - kc).abs() <= DIFFER_SIGMAS * e, "{f:?}");
+            }
+            let (fa, fb) = (
+                infer(&sh, DType::F32).unwrap(),
+                infer(&wv, DType::F32).unwrap(),
+            );
+            assert!(differences(&fa, &fb).is_empty(), "{fa:?} {fb:?}");
+        }
+    }
+
     #[test]
     fn a_cell_with_another_composition_shows_in_the_residual() {
         let (_, mut cells, clean) = fits().swap_remove(0);
