@@ -84,7 +84,14 @@ def score_dumpdiff(truth, rep):
         if not (named or loss_flag):
             coef_miss.append(want["name"])
     exp_cov = {(c["kind"], c["rank"], c["micro"], c["missing_on"]) for c in truth["dumpdiff"]["coverage"]}
-    got_cov = {(c["kind"], c["rank"], c["micro"], c["missing_on"]) for c in rep.get("coverage", [])}
+    got_cov = set()
+    for c in rep.get("coverage", []):
+        key = (c["kind"], c["rank"], c["micro"], c["missing_on"])
+        # self-hosted param/gradient files are per rank: a weaver rank-level report (micro
+        # null) stands for the weaver's missing per-micro file of that rank
+        if c["micro"] is None and c["kind"] in ("param", "gradient"):
+            key = next((e for e in exp_cov if e[:2] == key[:2] and e[3] == key[3]), key)
+        got_cov.add(key)
     return {"fa": fa, "miss": miss + ["coefficient " + n for n in coef_miss], "pos": pos_err,
             "cov_fa": sorted(got_cov - exp_cov, key=str), "cov_miss": sorted(exp_cov - got_cov, key=str)}
 
@@ -135,6 +142,41 @@ def counts(r):
     }
 
 
+def breakdown(dirs, results):
+    """Per fault kind: how many were injected and caught in every required cell; per
+    convention value: the mean false alarms per scenario (which convention hurts)."""
+    truths = {r["seed"]: load(os.path.join(d, "truth.json")) for d, r in zip(dirs, results)}
+    kinds = {}
+    for r in results:
+        t = truths[r["seed"]]
+        missed = {tuple(m) for m in r["dumpdiff"]["miss"] if isinstance(m, list)}
+        pos = " ".join(r["dumpdiff"]["pos"])
+        for f in t["faults"]:
+            k = kinds.setdefault(f["kind"], [0, 0, 0])
+            k[0] += 1
+            cells = [(c["section"], c["rank"], c["micro"]) for c in f["dumpdiff_cells"] if c["required"]]
+            if f["kind"] == "coeff_changed":
+                k[1] += not any(str(m).startswith("coefficient") for m in r["dumpdiff"]["miss"])
+            else:
+                k[1] += all(c not in missed for c in cells)
+            k[2] += f["kind"] not in pos or "r%s m%s" % (f.get("rank"), f.get("micro")) not in pos
+    print("fault kind        injected  cells caught  position right")
+    for k in sorted(kinds):
+        print("%-17s %8d %13d %15d" % (k, *kinds[k]))
+    keys = ["entropy_coeff", "kl_coef", "loss_agg_mode", "adv_eps", "coeffs_dumped", "self_hosted_entropy_dtype",
+            "weaver_entropy_dtype", "weaver_log_probs", "weaver_padding", "weaver_input_ids_in",
+            "self_hosted_old_log_probs", "remote_api"]
+    print("convention = value: scenarios, mean dumpdiff false alarms, mean losscheck false alarms")
+    for key in keys:
+        groups = {}
+        for r in results:
+            v = truths[r["seed"]]["conventions"][key]
+            groups.setdefault(str(v), []).append(r["counts"])
+        parts = ["%s: %d, %.2f, %.2f" % (v, len(g), sum(c["dd_fa"] for c in g) / len(g),
+                                         sum(c["lc_fa"] for c in g) / len(g)) for v, g in sorted(groups.items())]
+        print("  %s = %s" % (key, " | ".join(parts)))
+
+
 def main(argv):
     dirs, out_json = [], None
     it = iter(argv)
@@ -160,6 +202,7 @@ def main(argv):
         print("%-6d " % r["seed"] + " ".join("%8d" % c[k] for k in cols))
     print("%-6s " % "total" + " ".join("%8d" % total[k] for k in cols))
     print("scenarios: %d, fully clean: %d" % (len(results), clean))
+    breakdown(dirs, results)
     if out_json:
         with open(out_json, "w") as fh:
             json.dump({"total": total, "clean": clean, "scenarios": results}, fh, indent=1, default=str)
