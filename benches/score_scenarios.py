@@ -164,7 +164,7 @@ def breakdown(dirs, results):
     for k in sorted(kinds):
         print("%-17s %8d %13d %15d" % (k, *kinds[k]))
     keys = ["entropy_coeff", "kl_coef", "loss_agg_mode", "adv_eps", "coeffs_dumped", "self_hosted_entropy_dtype",
-            "weaver_entropy_dtype", "weaver_log_probs", "weaver_padding", "weaver_input_ids_in",
+            "weaver_entropy_dtype", "weaver_log_probs", "weaver_log_probs_dtype", "weaver_padding", "weaver_input_ids_in",
             "self_hosted_old_log_probs", "remote_api"]
     print("convention = value: scenarios, mean dumpdiff false alarms, mean losscheck false alarms")
     for key in keys:
