@@ -16,6 +16,7 @@
 pub mod alloc;
 pub mod cli;
 pub mod compare;
+pub mod conventions;
 pub mod detect;
 pub mod dumpdiff;
 pub mod error;

@@ -13,4 +13,5 @@ mod postmortem;
 mod pt;
 mod real_logs;
 mod render;
+mod scenarios;
 mod trackers;

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Score dumpdiff and losscheck JSON reports against the scenarios' truth.json.
+
+    python3 benches/score_scenarios.py DIR [DIR...] [--json OUT]
+
+Each DIR is one scenario written by fixtures/gen/make_scenarios.py, holding `truth.json`
+and, under `out/`, the reports benches/scenarios.sh wrote: `dumpdiff.json`,
+`losscheck_self_hosted_pt.json`, `losscheck_weaver_pt.json` and `*.rc` (exit codes).
+
+Counted per seed and in total:
+- dumpdiff cells: a (section, rank, micro) cell whose verdict is fail or warn is a flag; a
+  flag no injected fault explains is a false alarm (fa), a required truth cell not flagged a
+  miss. A changed coefficient must be reported (a `coefficients` entry `{name, differ: true}`
+  or at least one flagged loss cell: one miss otherwise); the cells it changes may be flagged.
+- dumpdiff positions (pos): for a fault with positions, the named tensor's first value
+  beyond tolerance in that cell must be one of the fault's (row, pos); pos counts faults
+  where it is not (or the tensor passed).
+- coverage: a file on one side only, as truth lists it, must be in the report's coverage;
+  extra coverage entries are false alarms.
+- losscheck: the files called anything but consistent, against truth's inconsistent files.
+- rc: the exit code must be 1 when truth expects a finding, 0 when it expects none; an exit
+  code of 2 (could not read) counts as one error.
+Exit status: 0 when every count is zero, 1 otherwise.
+"""
+
+import json
+import os
+import sys
+
+FLAG_VERDICTS = {"fail", "warn"}
+
+
+def load(path):
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def rc_of(path):
+    try:
+        with open(path) as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def score_dumpdiff(truth, rep):
+    allowed = {(c["section"], c["rank"], c["micro"]) for c in truth["dumpdiff"]["flag_cells"]}
+    exp = {(c["section"], c["rank"], c["micro"]) for c in truth["dumpdiff"]["flag_cells"] if c["required"]}
+    got, cells = set(), {}
+    for sec in rep.get("sections", []):
+        for c in sec.get("cells", []):
+            key = (sec["name"], c.get("rank"), c.get("micro"))
+            cells[key] = c
+            if c.get("verdict") in FLAG_VERDICTS:
+                got.add(key)
+    fa = sorted(got - allowed, key=str)
+    miss = sorted(exp - got, key=str)
+    pos_err = []
+    for f in truth["faults"]:
+        if not f.get("positions"):
+            continue
+        want = {(p["row"], p["other_row"], p["pos"]) for p in f["positions"]}
+        for dc in f["dumpdiff_cells"]:
+            if dc["section"] != "is_loss" or not dc.get("required", True):
+                continue
+            c = cells.get((dc["section"], dc["rank"], dc["micro"]))
+            cmp_ = None
+            for x in (c or {}).get("comparisons", []):
+                if x.get("name") == dc["tensor"]:
+                    cmp_ = x
+            fb = ((cmp_ or {}).get("metrics") or {}).get("first_beyond")
+            if not fb or cmp_.get("verdict") not in FLAG_VERDICTS or \
+                    (fb.get("row"), fb.get("other_row"), fb.get("pos")) not in want:
+                pos_err.append("%s r%s m%s %s" % (f["kind"], dc["rank"], dc["micro"], dc["tensor"]))
+    # a coefficient that differs between the sides: a `coefficients` entry of the report
+    # naming it with both values, or (today's reports have no such field) a flagged loss cell
+    coef_miss = []
+    for want in truth["dumpdiff"].get("coefficients", []):
+        named = any(c.get("name") == want["name"] and c.get("differ") for c in rep.get("coefficients", []))
+        loss_flag = any(k[0] == "loss" for k in got)
+        if not (named or loss_flag):
+            coef_miss.append(want["name"])
+    exp_cov = {(c["kind"], c["rank"], c["micro"], c["missing_on"]) for c in truth["dumpdiff"]["coverage"]}
+    got_cov = set()
+    for c in rep.get("coverage", []):
+        key = (c["kind"], c["rank"], c["micro"], c["missing_on"])
+        # self-hosted param/gradient files are per rank: a weaver rank-level report (micro
+        # null) stands for the weaver's missing per-micro file of that rank
+        if c["micro"] is None and c["kind"] in ("param", "gradient"):
+            key = next((e for e in exp_cov if e[:2] == key[:2] and e[3] == key[3]), key)
+        got_cov.add(key)
+    return {"fa": fa, "miss": miss + ["coefficient " + n for n in coef_miss], "pos": pos_err,
+            "cov_fa": sorted(got_cov - exp_cov, key=str), "cov_miss": sorted(exp_cov - got_cov, key=str)}
+
+
+def score_losscheck(truth, tree, rep):
+    exp = set(truth["losscheck"][tree]["inconsistent"])
+    got = set()
+    for v in rep.get("verdicts", []):
+        if v.get("status") != "consistent":
+            p = v.get("file", "")
+            got.add(p.split(tree + "/", 1)[-1])
+    return {"fa": sorted(got - exp), "miss": sorted(exp - got)}
+
+
+def score(d):
+    truth = load(os.path.join(d, "truth.json"))
+    out = os.path.join(d, "out")
+    res = {"seed": truth["seed"], "errors": []}
+    expect_dd = bool(truth["dumpdiff"]["flag_cells"] or truth["dumpdiff"]["coverage"])
+    rep = load(os.path.join(out, "dumpdiff.json"))
+    rc = rc_of(os.path.join(out, "dumpdiff.rc"))
+    if rep is None or rc == 2:
+        res["errors"].append("dumpdiff rc=%s" % rc)
+        rep = {}
+    res["dumpdiff"] = score_dumpdiff(truth, rep)
+    res["dumpdiff"]["rc_wrong"] = rc not in (None, 2) and rc != (1 if expect_dd else 0)
+    res["losscheck"] = {}
+    for tree in ("self_hosted_pt", "weaver_pt"):
+        rep = load(os.path.join(out, "losscheck_%s.json" % tree))
+        rc = rc_of(os.path.join(out, "losscheck_%s.rc" % tree))
+        if rep is None or rc == 2:
+            res["errors"].append("losscheck %s rc=%s" % (tree, rc))
+            rep = {}
+        s = score_losscheck(truth, tree, rep)
+        s["rc_wrong"] = rc not in (None, 2) and rc != (1 if truth["losscheck"][tree]["inconsistent"] else 0)
+        res["losscheck"][tree] = s
+    return res
+
+
+def counts(r):
+    dd, lc = r["dumpdiff"], r["losscheck"]
+    return {
+        "dd_fa": len(dd["fa"]), "dd_miss": len(dd["miss"]), "dd_pos": len(dd["pos"]),
+        "cov_fa": len(dd["cov_fa"]), "cov_miss": len(dd["cov_miss"]),
+        "lc_fa": sum(len(v["fa"]) for v in lc.values()), "lc_miss": sum(len(v["miss"]) for v in lc.values()),
+        "rc_wrong": int(dd["rc_wrong"]) + sum(int(v["rc_wrong"]) for v in lc.values()),
+        "errors": len(r["errors"]),
+    }
+
+
+def breakdown(dirs, results):
+    """Per fault kind: how many were injected and caught in every required cell; per
+    convention value: the mean false alarms per scenario (which convention hurts)."""
+    truths = {r["seed"]: load(os.path.join(d, "truth.json")) for d, r in zip(dirs, results)}
+    kinds = {}
+    for r in results:
+        t = truths[r["seed"]]
+        missed = {tuple(m) for m in r["dumpdiff"]["miss"] if isinstance(m, list)}
+        pos = " ".join(r["dumpdiff"]["pos"])
+        for f in t["faults"]:
+            k = kinds.setdefault(f["kind"], [0, 0, 0])
+            k[0] += 1
+            cells = [(c["section"], c["rank"], c["micro"]) for c in f["dumpdiff_cells"] if c["required"]]
+            if f["kind"] == "coeff_changed":
+                k[1] += not any(str(m).startswith("coefficient") for m in r["dumpdiff"]["miss"])
+            else:
+                k[1] += all(c not in missed for c in cells)
+            k[2] += f["kind"] not in pos or "r%s m%s" % (f.get("rank"), f.get("micro")) not in pos
+    print("fault kind        injected  cells caught  position right")
+    for k in sorted(kinds):
+        print("%-17s %8d %13d %15d" % (k, *kinds[k]))
+    keys = ["entropy_coeff", "kl_coef", "loss_agg_mode", "adv_eps", "coeffs_dumped", "self_hosted_entropy_dtype",
+            "weaver_entropy_dtype", "weaver_log_probs", "weaver_log_probs_dtype", "weaver_padding", "weaver_input_ids_in",
+            "self_hosted_old_log_probs", "remote_api"]
+    print("convention = value: scenarios, mean dumpdiff false alarms, mean losscheck false alarms")
+    for key in keys:
+        groups = {}
+        for r in results:
+            v = truths[r["seed"]]["conventions"][key]
+            groups.setdefault(str(v), []).append(r["counts"])
+        parts = ["%s: %d, %.2f, %.2f" % (v, len(g), sum(c["dd_fa"] for c in g) / len(g),
+                                         sum(c["lc_fa"] for c in g) / len(g)) for v, g in sorted(groups.items())]
+        print("  %s = %s" % (key, " | ".join(parts)))
+
+
+def main(argv):
+    dirs, out_json = [], None
+    it = iter(argv)
+    for a in it:
+        if a == "--json":
+            out_json = next(it)
+        else:
+            dirs.append(a)
+    if not dirs:
+        print(__doc__, file=sys.stderr)
+        return 2
+    results = [score(d) for d in dirs]
+    cols = ["dd_fa", "dd_miss", "dd_pos", "cov_fa", "cov_miss", "lc_fa", "lc_miss", "rc_wrong", "errors"]
+    total = {k: 0 for k in cols}
+    clean = 0
+    print("%-6s " % "seed" + " ".join("%8s" % k for k in cols))
+    for r in sorted(results, key=lambda r: r["seed"]):
+        c = counts(r)
+        r["counts"] = c
+        for k in cols:
+            total[k] += c[k]
+        clean += all(v == 0 for v in c.values())
+        print("%-6d " % r["seed"] + " ".join("%8d" % c[k] for k in cols))
+    print("%-6s " % "total" + " ".join("%8d" % total[k] for k in cols))
+    print("scenarios: %d, fully clean: %d" % (len(results), clean))
+    breakdown(dirs, results)
+    if out_json:
+        with open(out_json, "w") as fh:
+            json.dump({"total": total, "clean": clean, "scenarios": results}, fh, indent=1, default=str)
+    return 0 if all(v == 0 for v in total.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,31 @@
+//! Producer conventions that a comparison must know before it can call two numbers
+//! different: the loss composition's coefficients and the rounding a recompute inherits
+//! from its inputs' stored dtypes.
+//!
+//! Pure functions over plain numbers (no readers, no tools), so that `dumpdiff` and
+//! `losscheck` can both use them once the typed model of a step lands (issue 15's wiring
+//! step; today no tool calls them yet):
+//!
+//! - [`coefficients`]: infer `entropy_coeff` and `kl_coef` from the dumped loss terms of
+//!   every cell by least squares, with the fit's residual, and tell whether two sides'
+//!   coefficients differ.
+//! - [`rounding`]: the tolerance of a reduction recomputed from rounded inputs, from each
+//!   input's unit roundoff and the reduction length.
+//!
+//! Both are tested against values computed by torch in f64
+//! (`fixtures/scenarios/conventions.json`, written by `fixtures/gen/make_scenarios.py
+//! --conventions-manifest`).
+
+pub mod coefficients;
+pub mod rounding;
+
+#[cfg(test)]
+pub(crate) mod manifest {
+    //! The torch reference values of `fixtures/scenarios/conventions.json`.
+
+    /// The parsed manifest (the file is committed; a parse failure is a broken fixture).
+    pub fn load() -> serde_json::Value {
+        let text = include_str!("../../fixtures/scenarios/conventions.json");
+        serde_json::from_str(text).expect("fixtures/scenarios/conventions.json is valid JSON")
+    }
+}
