@@ -10,17 +10,17 @@ use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 use rlforensics::compare::tolerance::Verdict;
-use rlforensics::detect::Severity;
-use rlforensics::dumpdiff::render::{
-    coverage_lines, json::JsonRenderer, markdown::MarkdownRenderer, summary_line,
-    table::TableRenderer, Renderer,
-};
 use rlforensics::dumpdiff::report::{Cell, Coverage, Report, Section, SideSummary};
 use rlforensics::dumpdiff::{run, Options};
 use rlforensics::logscan::{scan, ScanOptions};
+use rlforensics::model::finding::Severity;
 use rlforensics::readers::layout::{DumpTree, Producer};
+use rlforensics::render::dumpdiff::{
+    coverage_lines, json::JsonRenderer, markdown::MarkdownRenderer, summary_line,
+    table::TableRenderer,
+};
 use rlforensics::render::plot::{self, nice_step, tick_text, ticks_in, Panel, Series, YScale};
-use rlforensics::render::Renderer as _;
+use rlforensics::render::Renderer;
 
 /// The fixture comparison with four injected faults, as the CLI runs it (adjudicated with
 /// losscheck's nexrl-is preset); paths relative to the crate root so snapshots are
@@ -204,7 +204,7 @@ fn logscan_report() -> rlforensics::logscan::ScanReport {
 
 #[test]
 fn snapshot_logscan_table_at_80_columns() {
-    let r = rlforensics::render::table::TableRenderer {
+    let r = rlforensics::render::logscan::table::TableRenderer {
         color: false,
         width: Some(80),
     };
@@ -215,7 +215,7 @@ fn snapshot_logscan_table_at_80_columns() {
 
 #[test]
 fn snapshot_logscan_table_wide() {
-    let r = rlforensics::render::table::TableRenderer {
+    let r = rlforensics::render::logscan::table::TableRenderer {
         color: false,
         width: None,
     };
@@ -224,7 +224,7 @@ fn snapshot_logscan_table_wide() {
 
 #[test]
 fn snapshot_logscan_markdown() {
-    let text = rlforensics::render::markdown::MarkdownRenderer
+    let text = rlforensics::render::logscan::markdown::MarkdownRenderer
         .render(&logscan_report())
         .unwrap();
     insta::assert_snapshot!(text);
@@ -233,13 +233,13 @@ fn snapshot_logscan_markdown() {
 #[test]
 fn logscan_json_has_the_findings_the_table_counts() {
     let report = logscan_report();
-    let text = rlforensics::render::json::JsonRenderer
+    let text = rlforensics::render::logscan::json::JsonRenderer
         .render(&report)
         .unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     let n = v["findings"].as_array().unwrap().len();
     assert_eq!(n, report.findings.len());
-    let line = rlforensics::render::table::count_line(&report);
+    let line = rlforensics::render::logscan::table::count_line(&report);
     assert!(line.starts_with(&format!("{n} findings: ")), "{line}");
 }
 
@@ -253,12 +253,14 @@ fn postmortem() -> rlforensics::postmortem::Postmortem {
 
 #[test]
 fn snapshot_postmortem_markdown() {
-    insta::assert_snapshot!(rlforensics::postmortem::markdown::render(&postmortem()));
+    insta::assert_snapshot!(rlforensics::render::postmortem::markdown::render(
+        &postmortem()
+    ));
 }
 
 #[test]
 fn snapshot_postmortem_html_without_images() {
-    let html = rlforensics::render::html::render(&postmortem(), &[]);
+    let html = rlforensics::render::postmortem::html::render(&postmortem(), &[]);
     insta::assert_snapshot!(html);
 }
 
@@ -496,7 +498,7 @@ fn numbers_side_by_side_never_look_equal() {
     for text in [
         table(None).render(&faulty()).unwrap(),
         MarkdownRenderer.render(&faulty()).unwrap(),
-        rlforensics::postmortem::markdown::render(&postmortem()),
+        rlforensics::render::postmortem::markdown::render(&postmortem()),
     ] {
         assert!(raw(&text).is_none(), "{:?}", raw(&text));
     }

@@ -28,11 +28,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use crate::compare::tolerance::{Severity, TolerancePolicy, Verdict};
+use crate::compare::tolerance::{TolerancePolicy, Verdict};
 use crate::dumpdiff::report::{Adjudication, Coverage, Finding, Report, SideSummary};
 use crate::error::{Error, Result};
 use crate::kernels::loss::LossConfig;
 use crate::losscheck::{layout_of, Divergence, Layout, Status, StepCheck, Tolerance};
+use crate::model::finding::Severity;
 use crate::readers::layout::{DumpTree, Kind, Producer};
 
 /// The default losscheck preset (NexRL importance sampling, no clip).
@@ -164,7 +165,7 @@ pub struct Dumps {
 
 /// `PASS`, `FAIL`, … as dumpdiff prints them.
 pub fn verdict_word(v: Verdict) -> &'static str {
-    crate::dumpdiff::render::table::verdict_word(v)
+    crate::dumpdiff::words::verdict_word(v)
 }
 
 /// True when `p` holds a kind folder (`trajectory/`, `forward_data/`, …).
@@ -434,7 +435,7 @@ fn compare(trees: &[DumpTree], opts: &DumpsOptions) -> Result<Dumps> {
     };
     let report = crate::dumpdiff::run(&dopts)?;
     let failed =
-        crate::dumpdiff::exit_code(&report, Severity::Fail) != crate::exit_codes::EXIT_CLEAN;
+        crate::dumpdiff::exit_code(&report, Severity::Error) != crate::exit_codes::EXIT_CLEAN;
     let pair = std::iter::once("self-hosted")
         .chain(weaver.map(|_| "weaver"))
         .chain(remote.map(|_| "remote-api"))
@@ -478,7 +479,7 @@ fn compare_detail(report: &Report) -> String {
         parts.push(format!(
             "first divergence: {} at {}",
             f.name,
-            crate::dumpdiff::render::location(f)
+            crate::dumpdiff::words::location(f)
         ));
     }
     // Adjudications grouped by conclusion, cells in order.
@@ -607,7 +608,7 @@ pub fn recommendation(d: &Dumps) -> Option<String> {
                 .map_or(String::new(), |f| format!(
                     ", {} at {}",
                     f.name,
-                    crate::dumpdiff::render::location(f)
+                    crate::dumpdiff::words::location(f)
                 ))
         ),
         None => {

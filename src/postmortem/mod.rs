@@ -7,16 +7,15 @@
 //! adjudication) when it holds several; see [`dumps`] for how the folders map onto the tools.
 //!
 //! ```no_run
-//! use rlforensics::postmortem::{analyze, write_report, Options};
+//! use rlforensics::postmortem::{analyze, Options};
+//! use rlforensics::render::postmortem::write_report;
 //! let pm = analyze("debug_runs/20251008-110028".as_ref(), &Options::default()).unwrap();
 //! let written = write_report(&pm, "reports".as_ref()).unwrap();
 //! println!("{} -> {}", pm.headline, written.dir.display());
 //! ```
 
 pub mod classify;
-pub mod cli;
 pub mod dumps;
-pub mod markdown;
 pub mod replay;
 pub mod traceback;
 
@@ -187,7 +186,7 @@ pub struct Postmortem {
     pub preflight: Vec<Preflight>,
     /// The replay recipe.
     pub replay: Option<Replay>,
-    /// Plots written (filled by [`write_report`]).
+    /// Plots written (filled by `render::postmortem::write_report`).
     pub plots: Vec<PlotRef>,
     /// Data-quality notes (truncated lines, missing files, NaN counts).
     pub data_notes: Vec<String>,
@@ -341,7 +340,7 @@ pub fn analyze(path: &Path, opts: &Options) -> Result<Postmortem> {
         )
     } else {
         let r = scan(&scan_paths, &sopts)?;
-        notes.extend(crate::render::file_notes(&r));
+        notes.extend(crate::logscan::notes::file_notes(&r));
         (r.frame, r.events, r.findings, r.event_counts)
     };
 
@@ -775,61 +774,4 @@ fn headline(
 
 fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
-}
-
-/// Files written by [`write_report`].
-#[derive(Debug, Clone)]
-pub struct Written {
-    /// `reports/<run-name>/`.
-    pub dir: PathBuf,
-    /// Every file written, in order.
-    pub files: Vec<PathBuf>,
-}
-
-/// Write `report.md`, `report.html`, `summary.json` and the plots into
-/// `out_root/<run-name>/`, and return the paths.
-pub fn write_report(pm: &Postmortem, out_root: &Path) -> Result<Written> {
-    let dir = out_root.join(&pm.run.name);
-    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-    let mut pm = pm.clone();
-    let mut files = Vec::new();
-    let panels = crate::render::plot::panels(&pm.frame, &pm.findings);
-    let crash = pm.crash_step();
-    let mut pngs: Vec<(PlotRef, Vec<u8>)> = Vec::new();
-    for p in &panels {
-        let png = format!("plot-{}.png", p.key);
-        let svg = format!("plot-{}.svg", p.key);
-        let png_path = dir.join(&png);
-        crate::render::plot::write_panel(&png_path, p, crash)?;
-        crate::render::plot::write_panel(&dir.join(&svg), p, crash)?;
-        let bytes = std::fs::read(&png_path).map_err(|e| Error::io(&png_path, e))?;
-        files.push(png_path);
-        files.push(dir.join(&svg));
-        let r = PlotRef {
-            key: p.key.to_string(),
-            title: p.title.clone(),
-            png,
-            svg,
-        };
-        pm.plots.push(r.clone());
-        pngs.push((r, bytes));
-    }
-    let json = serde_json::to_string_pretty(&pm).map_err(|e| Error::Export {
-        path: dir.join("summary.json"),
-        msg: e.to_string(),
-    })?;
-    let write = |name: &str, text: &str, files: &mut Vec<PathBuf>| -> Result<()> {
-        let p = dir.join(name);
-        std::fs::write(&p, text).map_err(|e| Error::io(&p, e))?;
-        files.push(p);
-        Ok(())
-    };
-    write("summary.json", &(json + "\n"), &mut files)?;
-    write("report.md", &markdown::render(&pm), &mut files)?;
-    write(
-        "report.html",
-        &crate::render::html::render(&pm, &pngs),
-        &mut files,
-    )?;
-    Ok(Written { dir, files })
 }

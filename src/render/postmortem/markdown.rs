@@ -1,11 +1,11 @@
 //! `report.md`: the postmortem as GitHub-flavoured markdown, plots linked as PNG files.
 
-use super::dumps::{verdict_word, Dumps};
-use super::{Postmortem, StepTable};
 use crate::compare::tolerance::Verdict;
-use crate::dumpdiff::render::finding_line;
+use crate::dumpdiff::words::finding_line;
+use crate::fmt::evidence;
 use crate::losscheck::Status;
-use crate::render::evidence_text;
+use crate::postmortem::dumps::{verdict_word, Dumps};
+use crate::postmortem::{Postmortem, StepTable};
 
 fn esc(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
@@ -211,7 +211,7 @@ pub fn render(pm: &Postmortem) -> String {
                 f.step_range(),
                 f.count,
                 esc(&f.explanation),
-                esc(&evidence_text(f, 4))
+                esc(&evidence(&f.evidence, 4))
             ));
         }
     }

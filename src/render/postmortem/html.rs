@@ -3,11 +3,11 @@
 
 use base64::Engine as _;
 
+use super::markdown::{at_cell, cell, opt_num, stats, status_word, GRID_LEGEND};
 use crate::compare::tolerance::Verdict;
-use crate::dumpdiff::render::finding_line;
+use crate::dumpdiff::words::finding_line;
 use crate::losscheck::Status;
 use crate::postmortem::dumps::{verdict_word, Dumps};
-use crate::postmortem::markdown::{at_cell, cell, opt_num, stats, status_word, GRID_LEGEND};
 use crate::postmortem::{PlotRef, Postmortem};
 
 /// Escape text for HTML content and attribute values.
@@ -261,7 +261,7 @@ pub fn render(pm: &Postmortem, pngs: &[(PlotRef, Vec<u8>)]) -> String {
             o.push_str(&format!("<th>{}</th>", esc(c).replace('_', "_<wbr />")));
         }
         o.push_str("</tr>\n");
-        let texts = crate::postmortem::markdown::step_cells(&pm.last_steps);
+        let texts = super::markdown::step_cells(&pm.last_steps);
         for ((s, _), cells) in pm.last_steps.rows.iter().zip(texts) {
             let mut r = vec![td_num(&s.to_string())];
             r.extend(cells.iter().map(|v| td_num(v)));
