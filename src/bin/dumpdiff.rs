@@ -16,6 +16,7 @@ use rlforensics::dumpdiff::{self, Options};
 use rlforensics::exit_codes::EXIT_CLEAN;
 use rlforensics::frames::export_frames;
 use rlforensics::inspect::inspect_path;
+use rlforensics::kernels::presets::preset;
 use rlforensics::readers::layout::Producer;
 use rlforensics::render::{self, Renderer, Style};
 use rlforensics::Error;
@@ -187,6 +188,9 @@ fn run(args: Args) -> Result<(String, u8), Error> {
         }
         return Ok((text, EXIT_CLEAN));
     }
+    // The preset recomputes advantages and adjudicates losses: an unknown name is a usage
+    // error, not a silent skip of both.
+    preset(&args.preset).map_err(|e| Error::Usage(format!("--preset: {e}")))?;
     let self_hosted = args
         .self_hosted_dir
         .clone()

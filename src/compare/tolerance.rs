@@ -495,4 +495,33 @@ atol = 1e-3
             .to_string();
         assert!(err.contains("rule[0].rtol"), "{err}");
     }
+
+    #[test]
+    fn rule_severity_keeps_the_words_warn_and_fail() {
+        let text = "[[rule]]\nname = \"a\"\nseverity = \"warn\"\n\n[[rule]]\nname = \"b\"\nseverity = \"fail\"\n";
+        let rules = ToleranceRules::parse(text, Path::new("t.toml")).unwrap();
+        assert_eq!(rules.rules[0].severity, Some(Severity::Warning));
+        assert_eq!(rules.rules[1].severity, Some(Severity::Error));
+        let json = serde_json::to_string(&rules.rules[0]).unwrap();
+        assert!(json.contains(r#""severity":"warn""#), "{json}");
+        let mut t = Tolerance::new(0.0, 0.0, "t");
+        assert_eq!(
+            serde_json::to_value(&t).unwrap()["severity"],
+            serde_json::json!("fail")
+        );
+        t.severity = Severity::Critical;
+        assert_eq!(t.verdict(1, 1).0, Verdict::Fail);
+        t.severity = Severity::Info;
+        assert_eq!(t.verdict(1, 1).0, Verdict::Warn);
+        let err = ToleranceRules::parse(
+            "[[rule]]\nname = \"a\"\nseverity = \"error\"\n",
+            Path::new("t.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("unknown variant `error`, expected `warn` or `fail`"),
+            "{err}"
+        );
+    }
 }
