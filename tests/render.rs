@@ -1,6 +1,6 @@
 //! Renderers: `insta` snapshots of every renderer on the fixture reports (dumpdiff table,
-//! markdown and JSON; logscan table, markdown and JSON; postmortem markdown and HTML;
-//! losscheck lines; the dump-tree inspector), and one test per presentation rule of issue
+//! markdown and JSON; logscan table, markdown and JSON; postmortem markdown, HTML and summary JSON;
+//! losscheck table, markdown and JSON of a tree and of `--inputs`; the dump-tree inspector), and one test per presentation rule of issue
 //! 17: output fits `COLUMNS`, one count line, coverage in words that match what is
 //! missing, offending files and the next command, numbers that show their difference,
 //! plots with distinct ticks and findings that never cover the data.
@@ -253,28 +253,89 @@ fn postmortem() -> rlforensics::postmortem::Postmortem {
 
 #[test]
 fn snapshot_postmortem_markdown() {
-    insta::assert_snapshot!(rlforensics::render::postmortem::markdown::render(
-        &postmortem()
-    ));
+    let md = rlforensics::render::postmortem::markdown::MarkdownRenderer
+        .render(&postmortem())
+        .unwrap();
+    insta::assert_snapshot!(md);
 }
 
 #[test]
 fn snapshot_postmortem_html_without_images() {
-    let html = rlforensics::render::postmortem::html::render(&postmortem(), &[]);
+    let html = rlforensics::render::postmortem::html::HtmlRenderer { pngs: &[] }
+        .render(&postmortem())
+        .unwrap();
     insta::assert_snapshot!(html);
 }
 
-#[test]
-fn snapshot_losscheck_lines() {
+/// losscheck's report on the faulty weaver tree (nexrl-is), as the CLI builds it.
+fn losscheck_tree_report() -> rlforensics::losscheck::report::Report {
     let tree = DumpTree::discover(Path::new("fixtures/dumps/weaver_faulty_pt")).unwrap();
     let cfg = rlforensics::kernels::presets::preset("nexrl-is").unwrap();
     let tol = rlforensics::losscheck::Tolerance::default();
-    let lines: Vec<String> = rlforensics::losscheck::check_tree(&tree, 0, None, None, &cfg, &tol)
-        .unwrap()
-        .iter()
-        .map(|v| v.line())
-        .collect();
-    insta::assert_snapshot!(lines.join("\n"));
+    let verdicts = rlforensics::losscheck::check_tree(&tree, 0, None, None, &cfg, &tol).unwrap();
+    rlforensics::losscheck::report::Report::Tree(rlforensics::losscheck::report::TreeReport::new(
+        &cfg, verdicts,
+    ))
+}
+
+/// losscheck's report on free-standing inputs (trl-grpo), as `--inputs` builds it.
+fn losscheck_inputs_report() -> rlforensics::losscheck::report::Report {
+    let file = Path::new("fixtures/kernels/trl_grpo_normal.safetensors");
+    let cfg = rlforensics::kernels::presets::preset("trl-grpo").unwrap();
+    let value = rlforensics::readers::read_any(file).unwrap();
+    let inputs = rlforensics::losscheck::inputs_from_value(&value, file, &cfg).unwrap();
+    rlforensics::losscheck::report::Report::Inputs(
+        rlforensics::losscheck::report::InputsReport::compute(&inputs, &cfg, file).unwrap(),
+    )
+}
+
+/// Every losscheck renderer (table, markdown, JSON) on both report kinds.
+#[test]
+fn snapshot_losscheck_every_format() {
+    use rlforensics::render::{by_name, Format, Style};
+    type Lc = rlforensics::losscheck::report::Report;
+    for (kind, report) in [
+        ("tree", losscheck_tree_report()),
+        ("inputs", losscheck_inputs_report()),
+    ] {
+        for format in [Format::Table, Format::Markdown, Format::Json] {
+            let text = by_name::<Lc>(format, Style::default())
+                .render(&report)
+                .unwrap();
+            insta::assert_snapshot!(format!("losscheck_{kind}_{}", format.name()), text);
+        }
+    }
+}
+
+/// The table format of a tree is exactly one `Verdict::line` per cell.
+#[test]
+fn losscheck_table_is_the_verdict_lines() {
+    let report = losscheck_tree_report();
+    let rlforensics::losscheck::report::Report::Tree(t) = &report else {
+        panic!("a tree report");
+    };
+    let want: String = t.verdicts.iter().map(|v| v.line() + "\n").collect();
+    let got = rlforensics::render::losscheck::table::TableRenderer
+        .render(&report)
+        .unwrap();
+    assert_eq!(got, want);
+    assert_eq!(got.lines().count(), t.verdicts.len());
+}
+
+#[test]
+fn snapshot_logscan_json() {
+    let text = rlforensics::render::logscan::json::JsonRenderer
+        .render(&logscan_report())
+        .unwrap();
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn snapshot_postmortem_summary_json() {
+    let text = rlforensics::render::postmortem::json::JsonRenderer
+        .render(&postmortem())
+        .unwrap();
+    insta::assert_snapshot!(text);
 }
 
 #[test]
@@ -498,7 +559,9 @@ fn numbers_side_by_side_never_look_equal() {
     for text in [
         table(None).render(&faulty()).unwrap(),
         MarkdownRenderer.render(&faulty()).unwrap(),
-        rlforensics::render::postmortem::markdown::render(&postmortem()),
+        rlforensics::render::postmortem::markdown::MarkdownRenderer
+            .render(&postmortem())
+            .unwrap(),
     ] {
         assert!(raw(&text).is_none(), "{:?}", raw(&text));
     }

@@ -6,9 +6,11 @@ use base64::Engine as _;
 use super::markdown::{at_cell, cell, opt_num, stats, status_word, GRID_LEGEND};
 use crate::compare::tolerance::Verdict;
 use crate::dumpdiff::words::finding_line;
+use crate::error::Result;
 use crate::losscheck::Status;
 use crate::postmortem::dumps::{verdict_word, Dumps};
 use crate::postmortem::{PlotRef, Postmortem};
+use crate::render::Renderer;
 
 /// Escape text for HTML content and attribute values.
 pub fn esc(s: &str) -> String {
@@ -77,8 +79,20 @@ fn th(cols: &[&str]) -> String {
     )
 }
 
+/// `report.html`: one self-contained page with the plots' PNG bytes embedded in order.
+pub struct HtmlRenderer<'a> {
+    /// Each plot written beside the report and its PNG bytes (none: a page without plots).
+    pub pngs: &'a [(PlotRef, Vec<u8>)],
+}
+
+impl Renderer<Postmortem> for HtmlRenderer<'_> {
+    fn render(&self, pm: &Postmortem) -> Result<String> {
+        Ok(render(pm, self.pngs))
+    }
+}
+
 /// Render the page; `pngs` are the plots' PNG bytes, embedded in order.
-pub fn render(pm: &Postmortem, pngs: &[(PlotRef, Vec<u8>)]) -> String {
+fn render(pm: &Postmortem, pngs: &[(PlotRef, Vec<u8>)]) -> String {
     let mut o = String::new();
     o.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\" />\n");
     o.push_str(&format!(

@@ -2,10 +2,12 @@
 
 use crate::compare::tolerance::Verdict;
 use crate::dumpdiff::words::finding_line;
+use crate::error::Result;
 use crate::fmt::evidence;
 use crate::losscheck::Status;
 use crate::postmortem::dumps::{verdict_word, Dumps};
 use crate::postmortem::{Postmortem, StepTable};
+use crate::render::Renderer;
 
 fn esc(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
@@ -58,8 +60,17 @@ pub fn step_table(t: &StepTable) -> String {
     o
 }
 
+/// `report.md`: GitHub-flavoured markdown, plots linked as the PNG files beside it.
+pub struct MarkdownRenderer;
+
+impl Renderer<Postmortem> for MarkdownRenderer {
+    fn render(&self, pm: &Postmortem) -> Result<String> {
+        Ok(render(pm))
+    }
+}
+
 /// Render the whole report.
-pub fn render(pm: &Postmortem) -> String {
+fn render(pm: &Postmortem) -> String {
     let mut o = format!("# Postmortem: {}\n\n**{}**\n\n", pm.run.name, pm.headline);
     o.push_str(&format!(
         "- status: **{}**\n- input: `{}` ({})\n",

@@ -2,12 +2,14 @@
 //! `OUTPUT/<run-name>/`.
 
 pub mod html;
+pub mod json;
 pub mod markdown;
 
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::postmortem::{PlotRef, Postmortem};
+use crate::render::Renderer;
 
 /// Files written by [`write_report`].
 #[derive(Debug, Clone)]
@@ -46,18 +48,19 @@ pub fn write_report(pm: &Postmortem, out_root: &Path) -> Result<Written> {
         pm.plots.push(r.clone());
         pngs.push((r, bytes));
     }
-    let json = serde_json::to_string_pretty(&pm).map_err(|e| Error::Export {
-        path: dir.join("summary.json"),
-        msg: e.to_string(),
-    })?;
     let write = |name: &str, text: &str, files: &mut Vec<PathBuf>| -> Result<()> {
         let p = dir.join(name);
         std::fs::write(&p, text).map_err(|e| Error::io(&p, e))?;
         files.push(p);
         Ok(())
     };
-    write("summary.json", &(json + "\n"), &mut files)?;
-    write("report.md", &markdown::render(&pm), &mut files)?;
-    write("report.html", &html::render(&pm, &pngs), &mut files)?;
+    write("summary.json", &json::JsonRenderer.render(&pm)?, &mut files)?;
+    write(
+        "report.md",
+        &markdown::MarkdownRenderer.render(&pm)?,
+        &mut files,
+    )?;
+    let page = html::HtmlRenderer { pngs: &pngs }.render(&pm)?;
+    write("report.html", &page, &mut files)?;
     Ok(Written { dir, files })
 }
