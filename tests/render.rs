@@ -1,9 +1,10 @@
 //! Renderers: `insta` snapshots of every renderer on the fixture reports (dumpdiff table,
-//! markdown and JSON; logscan table, markdown and JSON; postmortem markdown, HTML and summary JSON;
-//! losscheck table, markdown and JSON of a tree and of `--inputs`; the dump-tree inspector), and one test per presentation rule of issue
-//! 17: output fits `COLUMNS`, one count line, coverage in words that match what is
-//! missing, offending files and the next command, numbers that show their difference,
-//! plots with distinct ticks and findings that never cover the data.
+//! markdown and JSON; logscan table, markdown and JSON; postmortem markdown, HTML and
+//! summary JSON; losscheck table, markdown and JSON of a tree and of `--inputs`; the
+//! dump-tree inspector), and one test per presentation rule of issue 17: output fits
+//! `COLUMNS`, one count line, coverage in words that match what is missing, offending files
+//! and the next command, numbers that show their difference, plots with distinct ticks and
+//! findings that never cover the data.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -120,10 +120,10 @@ fn step_of(tree: &DumpTree, step: Option<i64>) -> Result<i64, Error> {
     let steps = tree.steps();
     match steps.len() {
         1 => Ok(*steps.iter().next().unwrap_or(&0)),
-        0 => Err(Error::Usage(format!(
-            "{}: no dump file (step_NNNNNN…) in this tree",
-            tree.root.display()
-        ))),
+        0 => Err(Error::input(
+            &tree.root,
+            "no dump file (step_NNNNNN…) in this tree",
+        )),
         _ => Err(Error::Usage(format!(
             "{}: holds steps {}; pick one with --step N",
             tree.root.display(),

@@ -279,16 +279,16 @@ pub fn to_json(v: &Value) -> serde_json::Value {
 pub fn analyze(path: &Path, opts: &Options) -> Result<Postmortem> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if !meta.is_dir() {
-        return Err(Error::Usage(format!(
-            "{}: expected a run folder (run_metadata.json, steps.jsonl, events.jsonl, failures/) or a crash bundle folder",
-            path.display()
-        )));
+        return Err(Error::input(
+            path,
+            "expected a run folder (run_metadata.json, steps.jsonl, events.jsonl, failures/) or a crash bundle folder",
+        ));
     }
     let name = path
         .canonicalize()
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| "run".to_string());
+        .map_err(|e| Error::io(path, e))?
+        .file_name()
+        .map_or_else(|| "run".to_string(), |n| n.to_string_lossy().into_owned());
     let is_bundle = crash_bundle::is_bundle(path);
     let mut notes: Vec<String> = Vec::new();
     let dumps = opts.dumps.as_ref().map(dumps::analyze).transpose()?;
@@ -354,10 +354,11 @@ pub fn analyze(path: &Path, opts: &Options) -> Result<Postmortem> {
     };
 
     // Events read again for what logscan keeps no payload of (pre-flight, crash).
-    let raw_events = if is_bundle {
+    let events_path = path.join("events.jsonl");
+    let raw_events = if is_bundle || !events_path.exists() {
         Vec::new()
     } else {
-        read_raw_events(&path.join("events.jsonl"))
+        read_raw_events(&events_path)?
     };
     let preflight = raw_events
         .iter()
@@ -426,9 +427,12 @@ pub fn analyze(path: &Path, opts: &Options) -> Result<Postmortem> {
 
 /// Log files directly in a run folder (`*.jsonl`, `*.log`, `*.txt`, `*.out`), non-empty.
 pub(crate) fn log_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+    let entries = std::fs::read_dir(dir)
         .map_err(|e| Error::io(dir, e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
+        .map(|e| e.map(|e| e.path()).map_err(|e| Error::io(dir, e)))
+        .collect::<Result<Vec<PathBuf>>>()?;
+    let mut out: Vec<PathBuf> = entries
+        .into_iter()
         .filter(|p| {
             let n = p
                 .file_name()
@@ -516,16 +520,15 @@ fn step_table(frame: &LogFrame, source: &str) -> StepTable {
     }
 }
 
-/// Every parseable line of an events file (bad lines are logscan's to report).
-fn read_raw_events(path: &Path) -> Vec<Value> {
-    let Ok(bytes) = std::fs::read(path) else {
-        return Vec::new();
-    };
-    String::from_utf8_lossy(&bytes)
+/// Every parseable line of an events file (bad lines are logscan's to report: the scan
+/// of the same file counts them in the data notes); an unreadable file is an error.
+fn read_raw_events(path: &Path) -> Result<Vec<Value>> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    Ok(String::from_utf8_lossy(&bytes)
         .lines()
         .filter_map(|l| crate::json::parse_value(l.trim()).ok())
         .filter(|v| v.as_dict().is_some())
-        .collect()
+        .collect())
 }
 
 fn ints(v: Option<&Value>) -> Vec<i64> {
