@@ -756,3 +756,66 @@ fn plots_render_with_the_most_severe_finding_marked() {
     assert!(text.contains("kl-negative (error — most severe finding)"));
     assert!(text.contains("kl non-finite"));
 }
+
+/// The postmortem document is built once: every section heading it holds is in both the
+/// markdown and the HTML report, in the same order, and the blocks shown by one format only
+/// are the few listed in `postmortem::document`.
+#[test]
+fn postmortem_document_sections_are_the_same_in_both_formats() {
+    use rlforensics::postmortem::document::{Block, Document, Inline};
+    let pm = postmortem();
+    let doc = Document::of(&pm);
+    let md = rlforensics::render::postmortem::markdown::MarkdownRenderer
+        .render(&pm)
+        .unwrap();
+    let html = rlforensics::render::postmortem::html::HtmlRenderer { pngs: &[] }
+        .render(&pm)
+        .unwrap();
+    let headings: Vec<String> = doc
+        .blocks
+        .iter()
+        .filter_map(|b| match b {
+            Block::Heading { level: 2, text, .. } => match text.as_slice() {
+                [Inline::Text(t)] => Some(t.clone()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        headings,
+        [
+            "What to do",
+            "Crash",
+            "Offending batch",
+            "Last steps before the crash",
+            "Findings over the whole run",
+            "Pre-flight",
+            "Replay",
+            "Plots",
+            "Data notes",
+        ]
+    );
+    let (mut at_md, mut at_html) = (0, 0);
+    for h in &headings {
+        let m = md[at_md..]
+            .find(&format!("\n## {h}\n"))
+            .unwrap_or_else(|| panic!("{h} not in report.md after byte {at_md}"));
+        at_md += m + 1;
+        let x = html[at_html..]
+            .find(&format!(">{h}</h2>"))
+            .unwrap_or_else(|| panic!("{h} not in report.html after byte {at_html}"));
+        at_html += x + 1;
+    }
+    let only = doc
+        .blocks
+        .iter()
+        .filter(|b| matches!(b, Block::Only { .. }))
+        .count();
+    // Crash summary ×2, the trainer's last frame (markdown), offending batch ×2, findings
+    // table ×2.
+    assert_eq!(only, 7);
+    let json = serde_json::to_value(&doc).unwrap();
+    assert_eq!(json["title"], "20251009-091500");
+    assert_eq!(json["blocks"][0]["block"], "heading");
+}

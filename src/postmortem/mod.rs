@@ -15,6 +15,7 @@
 //! ```
 
 pub mod classify;
+pub mod document;
 pub mod dumps;
 pub mod replay;
 pub mod traceback;
@@ -138,7 +139,7 @@ pub struct Replay {
 }
 
 /// A plot written next to the report.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct PlotRef {
     /// Panel key (`loss`, `reward`, `grad_norm`, …).
     pub key: String,
