@@ -41,16 +41,6 @@ impl Format {
             Format::Markdown => "markdown",
         }
     }
-
-    /// The format for a `--format` word (`table`, `json`, `markdown` or `md`).
-    pub fn from_name(name: &str) -> Option<Format> {
-        match name {
-            "table" => Some(Format::Table),
-            "json" => Some(Format::Json),
-            "markdown" | "md" => Some(Format::Markdown),
-            _ => None,
-        }
-    }
 }
 
 /// How the terminal table looks: colour, and the width to fit (`None`: a pipe or file gets
