@@ -51,7 +51,7 @@ impl Renderer<Report> for MarkdownRenderer {
             }
             Report::Inputs(r) => {
                 s.push_str("| quantity | value |\n|---|---:|\n");
-                for (k, x) in inputs_rows(r) {
+                for (k, x) in inputs_rows(r)? {
                     s.push_str(&format!("| {k} | {x} |\n"));
                 }
                 s.push_str(&format!("| gradient | {} |\n", cell(&grad_summary(r))));

@@ -6,6 +6,7 @@ pub mod markdown;
 pub mod table;
 
 use super::{Format, Rendered, Renderer, Style};
+use crate::error::{Error, Result};
 use crate::losscheck::report::{InputsReport, Report};
 use crate::losscheck::Verdict;
 
@@ -76,20 +77,25 @@ fn shown(x: Option<f64>) -> String {
 
 /// `name value` rows of an `--inputs` report: the loss terms, then each metric (in the
 /// JSON report's order and names).
-fn inputs_rows(r: &InputsReport) -> Vec<(String, String)> {
+fn inputs_rows(r: &InputsReport) -> Result<Vec<(String, String)>> {
     let mut rows = vec![
         ("loss".to_string(), shown(Some(r.loss))),
         ("pg_loss".to_string(), shown(Some(r.pg_loss))),
         ("kl_loss".to_string(), shown(r.kl_loss)),
         ("entropy_loss".to_string(), shown(r.entropy_loss)),
     ];
-    if let Ok(serde_json::Value::Object(m)) = serde_json::to_value(&r.metrics) {
-        rows.extend(
+    match serde_json::to_value(&r.metrics) {
+        Ok(serde_json::Value::Object(m)) => rows.extend(
             m.iter()
                 .map(|(k, x)| (format!("metrics.{k}"), shown(x.as_f64()))),
-        );
+        ),
+        other => {
+            return Err(Error::internal(format!(
+                "the loss metrics are not a JSON object: {other:?}"
+            )))
+        }
     }
-    rows
+    Ok(rows)
 }
 
 /// `[8, 10], L2 norm X, max |g| Y` for the gradient of an `--inputs` report (non-finite

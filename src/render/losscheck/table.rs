@@ -15,7 +15,7 @@ impl Renderer<Report> for TableRenderer {
         Ok(match report {
             Report::Tree(t) => t.verdicts.iter().map(|v| Verdict::line(v) + "\n").collect(),
             Report::Inputs(r) => {
-                let rows = inputs_rows(r);
+                let rows = inputs_rows(r)?;
                 let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
                 let mut s = String::new();
                 for (k, x) in rows {
