@@ -170,6 +170,24 @@ pub fn wrap(text: &str, width: Option<usize>, indent: &str) -> String {
     out
 }
 
+/// Short evidence text `k=v, k=v` of a finding's named values (at most `max` of them):
+/// floats in the shared notation, strings bare.
+pub fn evidence(evidence: &serde_json::Map<String, serde_json::Value>, max: usize) -> String {
+    evidence
+        .iter()
+        .take(max)
+        .map(|(k, v)| match v {
+            serde_json::Value::Number(n) => match n.as_f64() {
+                Some(x) if n.is_f64() => format!("{k}={}", num(x)),
+                _ => format!("{k}={n}"),
+            },
+            serde_json::Value::String(s) => format!("{k}={s}"),
+            other => format!("{k}={other}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

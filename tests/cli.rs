@@ -93,38 +93,72 @@ fn export_frames_writes_three_parquet_files() {
     }
 }
 
-/// Each malformed input: exit 2, the file named, a position given, nothing modified.
+/// Each malformed input: exit 2, the file named, the exact position of the fault (a byte
+/// offset, a line and column, a zip member's pickle opcode), nothing modified. Only two
+/// faults have no offset to name and say `file:` — an empty file and a zip archive with no
+/// end-of-central-directory record (cut short) — and those are spelled out in full.
 #[test]
 fn malformed_inputs_exit_2_naming_file_and_position() {
-    let cases: &[(&str, &[&str])] = &[
-        ("corrupt/pt/truncated.pt", &[]),
-        ("corrupt/pt/missing_storage.pt", &["zip member"]),
-        ("corrupt/pt/os_system.pt", &["os.system", "opcode"]),
-        ("corrupt/pt/builtins_eval.pt", &["builtins.eval", "opcode"]),
+    // (file, the position exactly as printed after `PATH: `, other words the message needs)
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "corrupt/pt/truncated.pt",
+            "file: unreadable zip archive",
+            &["truncated"],
+        ),
+        (
+            "corrupt/pt/missing_storage.pt",
+            "zip member _real/data.pkl, pickle opcode at byte 110:",
+            &["member _real/data/0 is missing"],
+        ),
+        (
+            "corrupt/pt/os_system.pt",
+            "zip member archive/data.pkl, pickle opcode at byte 2:",
+            &["os.system"],
+        ),
+        (
+            "corrupt/pt/builtins_eval.pt",
+            "zip member archive/data.pkl, pickle opcode at byte 31:",
+            &["builtins.eval"],
+        ),
         (
             "corrupt/pt/subprocess_popen.pt",
-            &["subprocess.Popen", "opcode"],
+            "zip member archive/data.pkl, pickle opcode at byte 2:",
+            &["subprocess.Popen"],
         ),
-        ("corrupt/pt/huge_shape.pt", &["opcode"]),
-        ("corrupt/pt/empty.pt", &[]),
-        ("corrupt/pt/not_zip.pt", &[]),
-        ("corrupt/pt/deep_nested.pt", &["opcode"]),
-        ("corrupt/npy/forged_shape.npy", &[]),
-        ("corrupt/jsonl/truncated_line.jsonl", &["line"]),
+        (
+            "corrupt/pt/huge_shape.pt",
+            "zip member archive/data.pkl, pickle opcode at byte 163:",
+            &["1099511627776"],
+        ),
+        ("corrupt/pt/empty.pt", "file: empty file", &[]),
+        ("corrupt/pt/not_zip.pt", "byte 0:", &["not a zip archive"]),
+        (
+            "corrupt/pt/deep_nested.pt",
+            "zip member archive/data.pkl, pickle opcode at byte 20513:",
+            &["nested deeper than 512"],
+        ),
+        (
+            "corrupt/npy/forged_shape.npy",
+            "byte 128:",
+            &["shape [9999999, 4]"],
+        ),
+        (
+            "corrupt/jsonl/truncated_line.jsonl",
+            "line 1, column 406:",
+            &["invalid JSON"],
+        ),
     ];
-    for (rel, needles) in cases {
+    for (rel, position, needles) in cases {
         let path = fixtures().join(rel);
         let before = std::fs::read(&path).unwrap();
         let out = dumpdiff().arg("--inspect").arg(&path).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{rel}: {stderr}");
-        let name = path.file_name().unwrap().to_string_lossy();
-        assert!(stderr.contains(name.as_ref()), "{rel}: {stderr}");
+        let located = format!("{}: {position}", path.display());
         assert!(
-            ["byte", "line", "zip member", "opcode", "file"]
-                .iter()
-                .any(|p| stderr.contains(p)),
-            "{rel}: no position in {stderr}"
+            stderr.contains(&located),
+            "{rel}: expected {located:?} in {stderr}"
         );
         for n in *needles {
             assert!(stderr.contains(n), "{rel}: {n:?} not in {stderr}");
@@ -944,4 +978,100 @@ fn postmortem_format_json_and_markdown_print_the_written_report() {
         t.starts_with("Crashed at step 23") && t.ends_with("report.html\n"),
         "{t}"
     );
+}
+
+/// An unknown `--preset` was ignored (no advantages recomputed, no adjudication, exit 0 or
+/// 1 as if it had not been given): it is a usage error naming the presets.
+#[test]
+fn dumpdiff_unknown_preset_exits_2_naming_the_presets() {
+    let out = dumpdiff()
+        .arg("--self-hosted-dir")
+        .arg(fixtures().join("dumps/self_hosted_pt"))
+        .arg("--weaver-dir")
+        .arg(fixtures().join("dumps/weaver_faulty_pt"))
+        .args(["--step", "0", "--preset", "nexrl-si"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr.contains("--preset: unknown preset \"nexrl-si\"; known presets: trl-grpo, "),
+        "{stderr}"
+    );
+    for p in ["nexrl-is", "verl-gspo", "mlx-grpo"] {
+        assert!(stderr.contains(p), "{p} not in {stderr}");
+    }
+}
+
+/// One `--fail-on` vocabulary: every command takes info/warning/error/critical and the old
+/// words `warn`/`fail`, with the same meaning (a WARN-severity tolerance rule's verdict
+/// fails dumpdiff at `warn`, not at `fail`).
+#[test]
+fn fail_on_takes_the_same_words_in_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let tol = dir.path().join("tol.toml");
+    std::fs::write(&tol, "[[rule]]\nname = \"*\"\nseverity = \"warn\"\n").unwrap();
+    let dd = |fail_on: &str| {
+        dumpdiff()
+            .arg("--self-hosted-dir")
+            .arg(fixtures().join("dumps/self_hosted_pt"))
+            .arg("--weaver-dir")
+            .arg(fixtures().join("dumps/weaver_faulty_pt"))
+            .args(["--step", "0", "-q", "--no-adjudicate", "--tol-file"])
+            .arg(&tol)
+            .args(["--fail-on", fail_on])
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    for (word, code) in [
+        ("info", 1),
+        ("warn", 1),
+        ("warning", 1),
+        ("fail", 0),
+        ("error", 0),
+        ("critical", 0),
+    ] {
+        assert_eq!(dd(word), Some(code), "dumpdiff --fail-on {word}");
+    }
+    // verl_console.log's worst finding is a warning.
+    let logscan = |fail_on: &str| {
+        Command::cargo_bin("logscan")
+            .unwrap()
+            .arg(fixtures().join("logs/text/verl_console.log"))
+            .args(["-q", "--fail-on", fail_on])
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    // weaver_faulty_pt holds inconsistent losses: an error-level finding.
+    let losscheck = |fail_on: &str| {
+        Command::cargo_bin("losscheck")
+            .unwrap()
+            .arg("--dump-dir")
+            .arg(fixtures().join("dumps/weaver_faulty_pt"))
+            .args(["--step", "0", "-q", "--fail-on", fail_on])
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    for (word, at_warning, at_error) in [
+        ("info", 1, 1),
+        ("warn", 1, 1),
+        ("warning", 1, 1),
+        ("fail", 0, 1),
+        ("error", 0, 1),
+        ("critical", 0, 0),
+    ] {
+        assert_eq!(logscan(word), Some(at_warning), "logscan --fail-on {word}");
+        assert_eq!(
+            losscheck(word),
+            Some(at_error),
+            "losscheck --fail-on {word}"
+        );
+    }
 }

@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 use predicates::prelude::*;
-use rlforensics::compare::tolerance::{Severity, Verdict};
+use rlforensics::compare::tolerance::Verdict;
 use rlforensics::dumpdiff::report::Report;
 use rlforensics::dumpdiff::{exit_code, run, Options};
+use rlforensics::model::finding::Severity;
 use serde_json::Value as Json;
 
 fn fixtures() -> PathBuf {
@@ -122,7 +123,7 @@ fn faulty_tree_flags_exactly_the_injected_faults() {
     let report = compare("self_hosted_pt", "weaver_faulty_pt", None);
     assert_exactly_injected_faults(&report);
     assert_eq!(report.verdict, Verdict::Fail);
-    assert_eq!(exit_code(&report, Severity::Fail), 1);
+    assert_eq!(exit_code(&report, Severity::Error), 1);
 }
 
 #[test]
@@ -224,7 +225,7 @@ fn clean_twin_passes_with_bf16_noise() {
     let report = compare("self_hosted_pt", "weaver_pt", None);
     assert_eq!(report.verdict, Verdict::Pass);
     assert!(report.coverage.is_empty() && report.first_divergence.is_none());
-    assert_eq!(exit_code(&report, Severity::Warn), 0);
+    assert_eq!(exit_code(&report, Severity::Warning), 0);
     // The noise is there (weaver log_probs are bf16-rounded): compared, not ignored.
     let noise: f64 = faults()["not_faults"]["bf16_noise"]["max_abs_diff_log_probs_valid"]
         .as_str()
@@ -411,7 +412,7 @@ fn trajectories_and_datums_pair_by_content_with_the_shift() {
     ] {
         let report = remote_only(&dumps(a), &dumps(remote));
         assert_eq!(report.verdict, Verdict::Pass, "{a} vs {remote}");
-        assert_eq!(exit_code(&report, Severity::Warn), 0);
+        assert_eq!(exit_code(&report, Severity::Warning), 0);
         let traj = section(&report, "trajectories");
         assert_eq!(traj.id, 1);
         let rs = traj.cells[0].rows.as_ref().unwrap();

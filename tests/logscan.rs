@@ -362,7 +362,7 @@ fn cli_output_json_has_schema_version() {
 #[test]
 fn plot_flag_draws_key_metrics_with_findings_marked() {
     use clap::Parser;
-    use rlforensics::logscan::cli::{run as cli_run, LogscanArgs};
+    use rlforensics::cli::logscan::{run as cli_run, LogscanArgs};
     let dir = tempfile::tempdir().unwrap();
     let f = fixture("debug_faults");
     let go = |out: &Path| {
@@ -685,7 +685,7 @@ fn zero_loss_and_nan_grad_keep_only_their_columns() {
 #[test]
 fn plot_with_one_detector_still_draws_every_panel() {
     use clap::Parser;
-    use rlforensics::logscan::cli::{run as cli_run, LogscanArgs};
+    use rlforensics::cli::logscan::{run as cli_run, LogscanArgs};
     let dir = tempfile::tempdir().unwrap();
     let f = fixture("debug_faults");
     let draw = |out: &Path, only: &[&str]| {

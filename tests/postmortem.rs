@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use clap::Parser;
-use rlforensics::postmortem::cli::{run, PostmortemArgs};
+use rlforensics::cli::postmortem::{run, PostmortemArgs};
 use rlforensics::postmortem::traceback::Origin;
-use rlforensics::postmortem::{analyze, write_report, Options, Postmortem};
+use rlforensics::postmortem::{analyze, Options, Postmortem};
+use rlforensics::render::postmortem::write_report;
 
 fn fixture(p: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -6,7 +6,7 @@
 //! `scripts/corpus_score.sh` scores too. Every test goes through the corpus rule.
 
 use clap::Parser;
-use rlforensics::logscan::cli::{run, LogscanArgs};
+use rlforensics::cli::logscan::{run, LogscanArgs};
 use serde_json::Value;
 
 use crate::corpus::corpus;

@@ -1,26 +1,27 @@
 //! Renderers: `insta` snapshots of every renderer on the fixture reports (dumpdiff table,
-//! markdown and JSON; logscan table, markdown and JSON; postmortem markdown and HTML;
-//! losscheck lines; the dump-tree inspector), and one test per presentation rule of issue
-//! 17: output fits `COLUMNS`, one count line, coverage in words that match what is
-//! missing, offending files and the next command, numbers that show their difference,
-//! plots with distinct ticks and findings that never cover the data.
+//! markdown and JSON; logscan table, markdown and JSON; postmortem markdown, HTML and
+//! summary JSON; losscheck table, markdown and JSON of a tree and of `--inputs`; the
+//! dump-tree inspector), and one test per presentation rule of issue 17: output fits
+//! `COLUMNS`, one count line, coverage in words that match what is missing, offending files
+//! and the next command, numbers that show their difference, plots with distinct ticks and
+//! findings that never cover the data.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 use rlforensics::compare::tolerance::Verdict;
-use rlforensics::detect::Severity;
-use rlforensics::dumpdiff::render::{
-    coverage_lines, json::JsonRenderer, markdown::MarkdownRenderer, summary_line,
-    table::TableRenderer, Renderer,
-};
 use rlforensics::dumpdiff::report::{Cell, Coverage, Report, Section, SideSummary};
 use rlforensics::dumpdiff::{run, Options};
 use rlforensics::logscan::{scan, ScanOptions};
+use rlforensics::model::finding::Severity;
 use rlforensics::readers::layout::{DumpTree, Producer};
+use rlforensics::render::dumpdiff::{
+    coverage_lines, json::JsonRenderer, markdown::MarkdownRenderer, summary_line,
+    table::TableRenderer,
+};
 use rlforensics::render::plot::{self, nice_step, tick_text, ticks_in, Panel, Series, YScale};
-use rlforensics::render::Renderer as _;
+use rlforensics::render::Renderer;
 
 /// The fixture comparison with four injected faults, as the CLI runs it (adjudicated with
 /// losscheck's nexrl-is preset); paths relative to the crate root so snapshots are
@@ -204,7 +205,7 @@ fn logscan_report() -> rlforensics::logscan::ScanReport {
 
 #[test]
 fn snapshot_logscan_table_at_80_columns() {
-    let r = rlforensics::render::table::TableRenderer {
+    let r = rlforensics::render::logscan::table::TableRenderer {
         color: false,
         width: Some(80),
     };
@@ -215,7 +216,7 @@ fn snapshot_logscan_table_at_80_columns() {
 
 #[test]
 fn snapshot_logscan_table_wide() {
-    let r = rlforensics::render::table::TableRenderer {
+    let r = rlforensics::render::logscan::table::TableRenderer {
         color: false,
         width: None,
     };
@@ -224,7 +225,7 @@ fn snapshot_logscan_table_wide() {
 
 #[test]
 fn snapshot_logscan_markdown() {
-    let text = rlforensics::render::markdown::MarkdownRenderer
+    let text = rlforensics::render::logscan::markdown::MarkdownRenderer
         .render(&logscan_report())
         .unwrap();
     insta::assert_snapshot!(text);
@@ -233,13 +234,13 @@ fn snapshot_logscan_markdown() {
 #[test]
 fn logscan_json_has_the_findings_the_table_counts() {
     let report = logscan_report();
-    let text = rlforensics::render::json::JsonRenderer
+    let text = rlforensics::render::logscan::json::JsonRenderer
         .render(&report)
         .unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     let n = v["findings"].as_array().unwrap().len();
     assert_eq!(n, report.findings.len());
-    let line = rlforensics::render::table::count_line(&report);
+    let line = rlforensics::render::logscan::table::count_line(&report);
     assert!(line.starts_with(&format!("{n} findings: ")), "{line}");
 }
 
@@ -253,26 +254,89 @@ fn postmortem() -> rlforensics::postmortem::Postmortem {
 
 #[test]
 fn snapshot_postmortem_markdown() {
-    insta::assert_snapshot!(rlforensics::postmortem::markdown::render(&postmortem()));
+    let md = rlforensics::render::postmortem::markdown::MarkdownRenderer
+        .render(&postmortem())
+        .unwrap();
+    insta::assert_snapshot!(md);
 }
 
 #[test]
 fn snapshot_postmortem_html_without_images() {
-    let html = rlforensics::render::html::render(&postmortem(), &[]);
+    let html = rlforensics::render::postmortem::html::HtmlRenderer { pngs: &[] }
+        .render(&postmortem())
+        .unwrap();
     insta::assert_snapshot!(html);
 }
 
-#[test]
-fn snapshot_losscheck_lines() {
+/// losscheck's report on the faulty weaver tree (nexrl-is), as the CLI builds it.
+fn losscheck_tree_report() -> rlforensics::losscheck::report::Report {
     let tree = DumpTree::discover(Path::new("fixtures/dumps/weaver_faulty_pt")).unwrap();
     let cfg = rlforensics::kernels::presets::preset("nexrl-is").unwrap();
     let tol = rlforensics::losscheck::Tolerance::default();
-    let lines: Vec<String> = rlforensics::losscheck::check_tree(&tree, 0, None, None, &cfg, &tol)
-        .unwrap()
-        .iter()
-        .map(|v| v.line())
-        .collect();
-    insta::assert_snapshot!(lines.join("\n"));
+    let verdicts = rlforensics::losscheck::check_tree(&tree, 0, None, None, &cfg, &tol).unwrap();
+    rlforensics::losscheck::report::Report::Tree(rlforensics::losscheck::report::TreeReport::new(
+        &cfg, verdicts,
+    ))
+}
+
+/// losscheck's report on free-standing inputs (trl-grpo), as `--inputs` builds it.
+fn losscheck_inputs_report() -> rlforensics::losscheck::report::Report {
+    let file = Path::new("fixtures/kernels/trl_grpo_normal.safetensors");
+    let cfg = rlforensics::kernels::presets::preset("trl-grpo").unwrap();
+    let value = rlforensics::readers::read_any(file).unwrap();
+    let inputs = rlforensics::losscheck::inputs_from_value(&value, file, &cfg).unwrap();
+    rlforensics::losscheck::report::Report::Inputs(
+        rlforensics::losscheck::report::InputsReport::compute(&inputs, &cfg, file).unwrap(),
+    )
+}
+
+/// Every losscheck renderer (table, markdown, JSON) on both report kinds.
+#[test]
+fn snapshot_losscheck_every_format() {
+    use rlforensics::render::{by_name, Format, Style};
+    type Lc = rlforensics::losscheck::report::Report;
+    for (kind, report) in [
+        ("tree", losscheck_tree_report()),
+        ("inputs", losscheck_inputs_report()),
+    ] {
+        for format in [Format::Table, Format::Markdown, Format::Json] {
+            let text = by_name::<Lc>(format, Style::default())
+                .render(&report)
+                .unwrap();
+            insta::assert_snapshot!(format!("losscheck_{kind}_{}", format.name()), text);
+        }
+    }
+}
+
+/// The table format of a tree is exactly one `Verdict::line` per cell.
+#[test]
+fn losscheck_table_is_the_verdict_lines() {
+    let report = losscheck_tree_report();
+    let rlforensics::losscheck::report::Report::Tree(t) = &report else {
+        panic!("a tree report");
+    };
+    let want: String = t.verdicts.iter().map(|v| v.line() + "\n").collect();
+    let got = rlforensics::render::losscheck::table::TableRenderer
+        .render(&report)
+        .unwrap();
+    assert_eq!(got, want);
+    assert_eq!(got.lines().count(), t.verdicts.len());
+}
+
+#[test]
+fn snapshot_logscan_json() {
+    let text = rlforensics::render::logscan::json::JsonRenderer
+        .render(&logscan_report())
+        .unwrap();
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn snapshot_postmortem_summary_json() {
+    let text = rlforensics::render::postmortem::json::JsonRenderer
+        .render(&postmortem())
+        .unwrap();
+    insta::assert_snapshot!(text);
 }
 
 #[test]
@@ -496,7 +560,9 @@ fn numbers_side_by_side_never_look_equal() {
     for text in [
         table(None).render(&faulty()).unwrap(),
         MarkdownRenderer.render(&faulty()).unwrap(),
-        rlforensics::postmortem::markdown::render(&postmortem()),
+        rlforensics::render::postmortem::markdown::MarkdownRenderer
+            .render(&postmortem())
+            .unwrap(),
     ] {
         assert!(raw(&text).is_none(), "{:?}", raw(&text));
     }
@@ -689,4 +755,67 @@ fn plots_render_with_the_most_severe_finding_marked() {
     assert!(text.contains("KL (symlog)"));
     assert!(text.contains("kl-negative (error — most severe finding)"));
     assert!(text.contains("kl non-finite"));
+}
+
+/// The postmortem document is built once: every section heading it holds is in both the
+/// markdown and the HTML report, in the same order, and the blocks shown by one format only
+/// are the few listed in `postmortem::document`.
+#[test]
+fn postmortem_document_sections_are_the_same_in_both_formats() {
+    use rlforensics::postmortem::document::{Block, Document, Inline};
+    let pm = postmortem();
+    let doc = Document::of(&pm);
+    let md = rlforensics::render::postmortem::markdown::MarkdownRenderer
+        .render(&pm)
+        .unwrap();
+    let html = rlforensics::render::postmortem::html::HtmlRenderer { pngs: &[] }
+        .render(&pm)
+        .unwrap();
+    let headings: Vec<String> = doc
+        .blocks
+        .iter()
+        .filter_map(|b| match b {
+            Block::Heading { level: 2, text, .. } => match text.as_slice() {
+                [Inline::Text(t)] => Some(t.clone()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        headings,
+        [
+            "What to do",
+            "Crash",
+            "Offending batch",
+            "Last steps before the crash",
+            "Findings over the whole run",
+            "Pre-flight",
+            "Replay",
+            "Plots",
+            "Data notes",
+        ]
+    );
+    let (mut at_md, mut at_html) = (0, 0);
+    for h in &headings {
+        let m = md[at_md..]
+            .find(&format!("\n## {h}\n"))
+            .unwrap_or_else(|| panic!("{h} not in report.md after byte {at_md}"));
+        at_md += m + 1;
+        let x = html[at_html..]
+            .find(&format!(">{h}</h2>"))
+            .unwrap_or_else(|| panic!("{h} not in report.html after byte {at_html}"));
+        at_html += x + 1;
+    }
+    let only = doc
+        .blocks
+        .iter()
+        .filter(|b| matches!(b, Block::Only { .. }))
+        .count();
+    // Crash summary ×2, the trainer's last frame (markdown), offending batch ×2, findings
+    // table ×2.
+    assert_eq!(only, 7);
+    let json = serde_json::to_value(&doc).unwrap();
+    assert_eq!(json["title"], "20251009-091500");
+    assert_eq!(json["blocks"][0]["block"], "heading");
 }

@@ -10,12 +10,15 @@ use std::process::ExitCode;
 use clap::Parser;
 use rlforensics::cli::sides::{check_sides, Filter, Side};
 use rlforensics::cli::{self, CommonFlags, FailOn, Format};
-use rlforensics::compare::tolerance::{Severity, TolerancePolicy, ToleranceRules};
-use rlforensics::dumpdiff::{self, render, Options};
+use rlforensics::compare::tolerance::{TolerancePolicy, ToleranceRules};
+use rlforensics::dumpdiff::report::Report;
+use rlforensics::dumpdiff::{self, Options};
 use rlforensics::exit_codes::EXIT_CLEAN;
 use rlforensics::frames::export_frames;
 use rlforensics::inspect::inspect_path;
+use rlforensics::kernels::presets::preset;
 use rlforensics::readers::layout::Producer;
+use rlforensics::render::{self, Renderer, Style};
 use rlforensics::Error;
 
 /// The end of `--help`: real invocations on the shipped fixtures, then the exit codes.
@@ -185,6 +188,9 @@ fn run(args: Args) -> Result<(String, u8), Error> {
         }
         return Ok((text, EXIT_CLEAN));
     }
+    // The preset recomputes advantages and adjudicates losses: an unknown name is a usage
+    // error, not a silent skip of both.
+    preset(&args.preset).map_err(|e| Error::Usage(format!("--preset: {e}")))?;
     let self_hosted = args
         .self_hosted_dir
         .clone()
@@ -255,19 +261,19 @@ fn run(args: Args) -> Result<(String, u8), Error> {
     let report = dumpdiff::run_with_progress(&opts, &bar)?;
     bar.finish();
     if let Some(out) = &args.output {
-        let json = render::json::JsonRenderer;
-        let text = render::Renderer::render(&json, &report)?;
+        let text = render::dumpdiff::json::JsonRenderer.render(&report)?;
         std::fs::write(out, text).map_err(|e| Error::io(out, e))?;
     }
-    let text = match render::by_name(args.format.name(), args.common.color.enabled()) {
-        Some(r) if !args.common.quiet => r.render(&report)?,
-        _ => String::new(),
+    let text = if args.common.quiet {
+        String::new()
+    } else {
+        let style = Style {
+            color: args.common.color.enabled(),
+            width: cli::terminal_width(),
+        };
+        render::by_name::<Report>(args.format, style).render(&report)?
     };
-    let fail_on = match args.fail_on {
-        FailOn::Info | FailOn::Warning => Severity::Warn,
-        FailOn::Error | FailOn::Critical => Severity::Fail,
-    };
-    Ok((text, dumpdiff::exit_code(&report, fail_on)))
+    Ok((text, dumpdiff::exit_code(&report, args.fail_on.severity())))
 }
 
 fn main() -> ExitCode {

@@ -4,8 +4,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use rlforensics::cli::logscan::{run, thresholds_help, LogscanArgs};
 use rlforensics::cli::{self, CommonFlags};
-use rlforensics::logscan::cli::{run, thresholds_help, LogscanArgs};
 
 /// Real invocations on the shipped fixtures.
 const EXAMPLES: &[&str] = &[

@@ -8,12 +8,12 @@ use std::process::ExitCode;
 use clap::Parser;
 use rlforensics::cli::{self, CommonFlags, FailOn, Format};
 use rlforensics::exit_codes::{EXIT_CLEAN, EXIT_FOUND};
-use rlforensics::kernels::loss::compute_with_grad;
 use rlforensics::kernels::presets::{preset, PRESETS};
-use rlforensics::kernels::{to_f64, to_f64_vec};
 use rlforensics::losscheck::overrides::{apply, Overrides};
-use rlforensics::losscheck::{check_tree, inputs_from_value, render, Status, Tolerance};
+use rlforensics::losscheck::report::{InputsReport, Report, TreeReport};
+use rlforensics::losscheck::{check_tree, inputs_from_value, Tolerance};
 use rlforensics::readers::layout::DumpTree;
+use rlforensics::render::{self, Renderer, Style};
 use rlforensics::Error;
 
 /// The end of `--help`: real invocations on the shipped fixtures, then the exit codes.
@@ -120,10 +120,10 @@ fn step_of(tree: &DumpTree, step: Option<i64>) -> Result<i64, Error> {
     let steps = tree.steps();
     match steps.len() {
         1 => Ok(*steps.iter().next().unwrap_or(&0)),
-        0 => Err(Error::Usage(format!(
-            "{}: no dump file (step_NNNNNN…) in this tree",
-            tree.root.display()
-        ))),
+        0 => Err(Error::input(
+            &tree.root,
+            "no dump file (step_NNNNNN…) in this tree",
+        )),
         _ => Err(Error::Usage(format!(
             "{}: holds steps {}; pick one with --step N",
             tree.root.display(),
@@ -156,47 +156,19 @@ fn run(a: &Args) -> Result<(String, u8), Error> {
             precision: a.precision.clone(),
         },
     )?;
-    let (json, text, found) = match (&a.dump_dir, &a.inputs) {
+    let report = match (&a.dump_dir, &a.inputs) {
         (Some(dir), None) => {
             let tree = DumpTree::discover(dir)?;
             let step = step_of(&tree, a.step)?;
             let tol = Tolerance::self_consistency(a.atol, a.rtol);
             let verdicts = check_tree(&tree, step, a.rank, a.micro, &cfg, &tol)?;
-            let json = render::tree_json(&cfg, &verdicts);
-            let text = match a.format {
-                Format::Table => render::tree_table(&verdicts),
-                Format::Markdown => render::tree_markdown(&verdicts),
-                Format::Json => String::new(),
-            };
-            let found = verdicts.iter().any(|v| v.status == Status::Inconsistent);
-            (json, text, found)
+            Report::Tree(TreeReport::new(&cfg, verdicts))
         }
         (None, Some(file)) => {
             let file = cli::stdin_path(file);
             let value = rlforensics::readers::read_any(&file)?;
             let inputs = inputs_from_value(&value, &file, &cfg)?;
-            let (out, grad) = compute_with_grad(&inputs, &cfg)
-                .map_err(|e| Error::format(&file, rlforensics::Position::File, e.to_string()))?;
-            let f = |t: &candle_core::Tensor| to_f64(t).unwrap_or(f64::NAN);
-            let shape = grad.dims().to_vec();
-            let g = to_f64_vec(&grad).unwrap_or_default();
-            let json = serde_json::json!({
-                "schema_version": 1,
-                "preset": cfg,
-                "loss": f(&out.loss),
-                "pg_loss": f(&out.pg_loss),
-                "kl_loss": out.kl_loss.as_ref().map(f),
-                "entropy_loss": out.entropy_loss.as_ref().map(f),
-                "metrics": out.metrics,
-                "grad_shape": shape,
-                "grad": g,
-            });
-            let text = match a.format {
-                Format::Table => render::inputs_table(&json),
-                Format::Markdown => render::inputs_markdown(&json),
-                Format::Json => String::new(),
-            };
-            (json, text, false)
+            Report::Inputs(InputsReport::compute(&inputs, &cfg, &file)?)
         }
         _ => {
             return Err(Error::Usage(format!(
@@ -205,15 +177,16 @@ fn run(a: &Args) -> Result<(String, u8), Error> {
             )))
         }
     };
-    let pretty = serde_json::to_string_pretty(&json).unwrap_or_default() + "\n";
     if let Some(out) = &a.output {
-        std::fs::write(out, &pretty).map_err(|e| Error::io(out, e))?;
+        let json = render::losscheck::json::JsonRenderer.render(&report)?;
+        std::fs::write(out, json).map_err(|e| Error::io(out, e))?;
     }
-    let text = if a.format == Format::Json {
-        pretty
-    } else {
-        text
+    let style = Style {
+        color: a.common.color.enabled(),
+        width: cli::terminal_width(),
     };
+    let text = render::by_name::<Report>(a.format, style).render(&report)?;
+    let found = report.inconsistent();
     // An inconsistent loss is an error-level finding.
     let code = if found && a.fail_on <= FailOn::Error {
         EXIT_FOUND

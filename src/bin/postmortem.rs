@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use rlforensics::cli;
-use rlforensics::postmortem::cli::{run, PostmortemArgs};
+use rlforensics::cli::postmortem::{run, PostmortemArgs};
 
 fn main() -> ExitCode {
     rlforensics::alloc::keep_freed_memory();

@@ -2,6 +2,8 @@
 //! `--color`, `--fail-on`, `-q`), the exit-code paragraph every `--help` ends with, `-` for
 //! stdin, and stdout writing that ends quietly (exit 0) when the reader went away (`| head`).
 
+pub mod logscan;
+pub mod postmortem;
 pub mod sides;
 
 use std::io::{IsTerminal, Write};
@@ -11,6 +13,7 @@ use std::process::ExitCode;
 use clap::ValueEnum;
 
 use crate::exit_codes::EXIT_CLEAN;
+use crate::model::finding::Severity;
 
 /// The last paragraph of every `--help`: the exit codes of SPEC §1.
 pub const EXIT_CODES_HELP: &str = "Exit codes:\n  0  checked, nothing at or above --fail-on\n  1  checked, something beyond tolerance or a finding at or above --fail-on\n  2  usage error, unreadable input, or nothing could be read (the message says what was seen)";
@@ -29,28 +32,7 @@ pub fn help_tail(examples: &[&str]) -> String {
     s
 }
 
-/// Format of what goes to stdout; the same three words in every command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// Human-readable text for a terminal.
-    Table,
-    /// The JSON report (with `schema_version`), as `--output` writes it.
-    Json,
-    /// A Markdown document, for a PR comment or an issue.
-    #[value(alias = "md")]
-    Markdown,
-}
-
-impl Format {
-    /// The renderer name the libraries' `renderer`/`by_name` functions take.
-    pub fn name(self) -> &'static str {
-        match self {
-            Format::Table => "table",
-            Format::Json => "json",
-            Format::Markdown => "markdown",
-        }
-    }
-}
+pub use crate::render::Format;
 
 /// When to colour stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
@@ -96,9 +78,10 @@ pub enum FailOn {
 }
 
 impl FailOn {
-    /// The detector severity with the same name (logscan, postmortem).
-    pub fn severity(self) -> crate::detect::Severity {
-        use crate::detect::Severity;
+    /// The finding severity with the same name, the one scale every tool compares
+    /// against (dumpdiff: `warning` and below stop on a WARN verdict, `error` and above
+    /// on a FAIL).
+    pub fn severity(self) -> Severity {
         match self {
             FailOn::Info => Severity::Info,
             FailOn::Warning => Severity::Warning,
@@ -119,6 +102,19 @@ pub struct CommonFlags {
     /// Errors still go to stderr.
     #[arg(short, long)]
     pub quiet: bool,
+}
+
+/// The width tables must fit: `COLUMNS` when set to a number, else the terminal's width
+/// when stdout is one, else `None` (a pipe or file gets the full table).
+pub fn terminal_width() -> Option<usize> {
+    if let Some(c) = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|c| *c > 0)
+    {
+        return Some(c);
+    }
+    comfy_table::Table::new().width().map(usize::from)
 }
 
 /// `-` means standard input: the path to open for it (`/dev/stdin`, which the readers

@@ -116,17 +116,14 @@ pub fn check_sides(sides: &[Side], step: i64, filter: Filter) -> Result<()> {
     }
     for (s, t) in sides.iter().zip(&trees) {
         if t.files().is_empty() {
-            let kinds: Vec<String> = std::fs::read_dir(&t.root)
-                .map(|rd| {
-                    let mut v: Vec<String> = rd
-                        .filter_map(|e| e.ok())
-                        .filter(|e| e.path().is_dir())
-                        .map(|e| format!("{}/", e.file_name().to_string_lossy()))
-                        .collect();
-                    v.sort();
-                    v
-                })
-                .unwrap_or_default();
+            let mut kinds: Vec<String> = Vec::new();
+            for e in std::fs::read_dir(&t.root).map_err(|e| Error::io(&t.root, e))? {
+                let e = e.map_err(|e| Error::io(&t.root, e))?;
+                if e.path().is_dir() {
+                    kinds.push(format!("{}/", e.file_name().to_string_lossy()));
+                }
+            }
+            kinds.sort();
             return Err(Error::Usage(format!(
                 "{} {}: no dump file found; the tree holds the folders {} but no \
                  step_NNNNNN… file in them",

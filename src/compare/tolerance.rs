@@ -8,16 +8,59 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Position, Result};
+pub use crate::model::finding::Severity;
 use crate::tensor::DType;
 
-/// How bad a beyond-tolerance result is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    /// Worth a look; does not fail the run unless `--fail-on warn`.
-    Warn,
-    /// A divergence; exit code 1.
-    Fail,
+/// Tolerance rules speak the one severity scale of findings ([`Severity`]) but in the
+/// words of the tolerance file and of dumpdiff's JSON report: `warn` (≙
+/// [`Severity::Warning`]; [`Severity::Info`] is written `warn` too) and `fail` (≙
+/// [`Severity::Error`]; [`Severity::Critical`] is written `fail` too). So the TOML keeps
+/// its words and the JSON report stays as it was.
+pub mod rule_severity {
+    use super::Severity;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// The tolerance-file word for `s`.
+    pub fn word(s: Severity) -> &'static str {
+        match s {
+            Severity::Info | Severity::Warning => "warn",
+            Severity::Error | Severity::Critical => "fail",
+        }
+    }
+
+    /// `warn` or `fail`.
+    pub fn serialize<S: Serializer>(s: &Severity, ser: S) -> Result<S::Ok, S::Error> {
+        ser.serialize_str(word(*s))
+    }
+
+    /// `warn` → warning, `fail` → error; any other word is refused naming both.
+    pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<Severity, D::Error> {
+        let w = String::deserialize(de)?;
+        match w.as_str() {
+            "warn" => Ok(Severity::Warning),
+            "fail" => Ok(Severity::Error),
+            other => Err(serde::de::Error::unknown_variant(other, &["warn", "fail"])),
+        }
+    }
+
+    /// The same for an optional severity (a rule's `severity` key may be absent).
+    pub mod option {
+        use super::Severity;
+        use serde::{Deserializer, Serializer};
+
+        /// `warn`, `fail`, or nothing.
+        pub fn serialize<S: Serializer>(s: &Option<Severity>, ser: S) -> Result<S::Ok, S::Error> {
+            match s {
+                Some(s) => super::serialize(s, ser),
+                None => ser.serialize_none(),
+            }
+        }
+
+        /// `warn` or `fail` (the key's absence is handled by `#[serde(default)]`).
+        pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Severity>, D::Error> {
+            super::deserialize(de).map(Some)
+        }
+    }
 }
 
 /// The outcome of one comparison, cell or section; ordered from best to worst.
@@ -48,11 +91,13 @@ impl Verdict {
         }
     }
 
-    /// True when this verdict reaches `fail_on` (missing files count as warnings).
+    /// True when this verdict reaches `fail_on` (missing files count as warnings): at
+    /// `error` and above only FAIL does, at `warning` and below WARN and missing files too.
     pub fn reaches(self, fail_on: Severity) -> bool {
-        match fail_on {
-            Severity::Fail => self == Verdict::Fail,
-            Severity::Warn => matches!(self, Verdict::Fail | Verdict::Warn | Verdict::Missing),
+        if fail_on >= Severity::Error {
+            self == Verdict::Fail
+        } else {
+            matches!(self, Verdict::Fail | Verdict::Warn | Verdict::Missing)
         }
     }
 }
@@ -91,7 +136,8 @@ pub struct Tolerance {
     pub rtol: f64,
     /// Fraction of elements allowed beyond tolerance before the verdict turns.
     pub allowed_fraction: f64,
-    /// What a pair beyond tolerance is.
+    /// What a pair beyond tolerance is (written `warn`/`fail`, see [`rule_severity`]).
+    #[serde(with = "rule_severity")]
     pub severity: Severity,
     /// Where these numbers came from (`dtype default bfloat16`, a rule's glob, `--atol/--rtol`).
     pub source: String,
@@ -116,7 +162,7 @@ impl Tolerance {
             atol,
             rtol,
             allowed_fraction: 0.0,
-            severity: Severity::Fail,
+            severity: Severity::Error,
             source: source.into(),
             relative_to: RelativeTo::Reference,
         }
@@ -198,9 +244,10 @@ impl Tolerance {
             };
             return (Verdict::Pass, why);
         }
-        let v = match self.severity {
-            Severity::Warn => Verdict::Warn,
-            Severity::Fail => Verdict::Fail,
+        let v = if self.severity >= Severity::Error {
+            Verdict::Fail
+        } else {
+            Verdict::Warn
         };
         (
             v,
@@ -255,7 +302,8 @@ pub struct Rule {
     pub rtol: Option<f64>,
     /// Fraction of elements allowed beyond tolerance (default 0).
     pub allowed_fraction: Option<f64>,
-    /// `warn` or `fail` (default fail).
+    /// `warn` or `fail` (default fail), see [`rule_severity`].
+    #[serde(default, with = "rule_severity::option")]
     pub severity: Option<Severity>,
 }
 
@@ -355,7 +403,7 @@ impl TolerancePolicy {
             t.atol = rule.atol.unwrap_or(t.atol);
             t.rtol = rule.rtol.unwrap_or(t.rtol);
             t.allowed_fraction = rule.allowed_fraction.unwrap_or(0.0);
-            t.severity = rule.severity.unwrap_or(Severity::Fail);
+            t.severity = rule.severity.unwrap_or(Severity::Error);
             t.source = format!("rule '{}'", rule.name);
         }
         if self.atol.is_some() || self.rtol.is_some() {
@@ -449,7 +497,7 @@ mod tests {
         assert_eq!(t.verdict(1, 10).0, Verdict::Fail);
         t.allowed_fraction = 0.1;
         assert_eq!(t.verdict(1, 10).0, Verdict::Pass);
-        t.severity = Severity::Warn;
+        t.severity = Severity::Warning;
         assert_eq!(t.verdict(2, 10).0, Verdict::Warn);
         assert_eq!(t.verdict(0, 0).0, Verdict::Skipped);
     }
@@ -487,7 +535,7 @@ atol = 1e-3
         };
         let t = policy.resolve("is_loss.prob_ratio", DType::F32, false);
         assert_eq!((t.atol, t.rtol, t.allowed_fraction), (1e-5, 0.05, 0.1));
-        assert_eq!(t.severity, Severity::Warn);
+        assert_eq!(t.severity, Severity::Warning);
         let t = policy.resolve("forward_data.log_probs", DType::BF16, false);
         assert_eq!((t.atol, t.rtol), (1e-3, 1.6e-2));
         let cli = TolerancePolicy {
@@ -525,5 +573,34 @@ atol = 1e-3
             .unwrap_err()
             .to_string();
         assert!(err.contains("rule[0].rtol"), "{err}");
+    }
+
+    #[test]
+    fn rule_severity_keeps_the_words_warn_and_fail() {
+        let text = "[[rule]]\nname = \"a\"\nseverity = \"warn\"\n\n[[rule]]\nname = \"b\"\nseverity = \"fail\"\n";
+        let rules = ToleranceRules::parse(text, Path::new("t.toml")).unwrap();
+        assert_eq!(rules.rules[0].severity, Some(Severity::Warning));
+        assert_eq!(rules.rules[1].severity, Some(Severity::Error));
+        let json = serde_json::to_string(&rules.rules[0]).unwrap();
+        assert!(json.contains(r#""severity":"warn""#), "{json}");
+        let mut t = Tolerance::new(0.0, 0.0, "t");
+        assert_eq!(
+            serde_json::to_value(&t).unwrap()["severity"],
+            serde_json::json!("fail")
+        );
+        t.severity = Severity::Critical;
+        assert_eq!(t.verdict(1, 1).0, Verdict::Fail);
+        t.severity = Severity::Info;
+        assert_eq!(t.verdict(1, 1).0, Verdict::Warn);
+        let err = ToleranceRules::parse(
+            "[[rule]]\nname = \"a\"\nseverity = \"error\"\n",
+            Path::new("t.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("unknown variant `error`, expected `warn` or `fail`"),
+            "{err}"
+        );
     }
 }

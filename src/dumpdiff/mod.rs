@@ -3,7 +3,7 @@
 //!
 //! [`run`] discovers the trees, reads the whole-batch files once, then compares rank ×
 //! micro cells in parallel, each reading its own files and dropping them when done, and
-//! returns a [`report::Report`]; renderers in [`render`] turn it into text. Tensors are
+//! returns a [`report::Report`]; renderers in `crate::render::dumpdiff` turn it into text. Tensors are
 //! read in place, chunk by chunk, in their own dtype ([`mat::Mat`]), and a whole-batch
 //! file's rows leave memory once a cell has sliced them ([`pages`]): peak memory follows
 //! the cells in flight, not the tree or the batch.
@@ -22,9 +22,9 @@
 pub mod batch;
 pub mod mat;
 pub mod pages;
-pub mod render;
 pub mod report;
 pub mod sections;
+pub mod words;
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};

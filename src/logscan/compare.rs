@@ -18,10 +18,10 @@ use std::path::{Path, PathBuf};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Color, ContentArrangement, Table};
 use serde::Serialize;
 
+use crate::cli::logscan::{LogscanArgs, RunOutput};
 use crate::detect::{Finding, Severity};
 use crate::error::{Error, Result};
 use crate::exit_codes::{EXIT_CLEAN, EXIT_FOUND};
-use crate::logscan::cli::{LogscanArgs, RunOutput};
 use crate::logscan::{scan, ScanOptions, ScanReport, SCHEMA_VERSION};
 
 /// Aligned steps in a row that must exceed the threshold for a divergence to start.
@@ -444,7 +444,7 @@ pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
     if let Some(p) = &args.plot {
         write_plot(p, &report, &ra, &rb)?;
     }
-    let stdout = match args.format.as_str() {
+    let stdout = match args.format.name() {
         "json" => render_json(&report)?,
         "markdown" => render_markdown(&report),
         _ => render_table(&report, color && !args.no_color),

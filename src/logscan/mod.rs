@@ -9,8 +9,8 @@
 //! }
 //! ```
 
-pub mod cli;
 pub mod compare;
+pub mod notes;
 pub mod scan;
 
 use std::path::PathBuf;

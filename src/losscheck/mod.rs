@@ -21,7 +21,7 @@
 //!   [`self_hosted`]), checked against `loss/` (loss, pg_loss, entropy_loss, metrics).
 
 pub mod overrides;
-pub mod render;
+pub mod report;
 pub mod self_hosted;
 
 use std::path::{Path, PathBuf};

@@ -4,9 +4,7 @@
 use crate::json::json_num;
 
 /// How bad a finding is; `--fail-on` compares against it.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     /// Worth knowing, not a problem by itself.

@@ -28,11 +28,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use crate::compare::tolerance::{Severity, TolerancePolicy, Verdict};
+use crate::compare::tolerance::{TolerancePolicy, Verdict};
 use crate::dumpdiff::report::{Adjudication, Coverage, Finding, Report, SideSummary};
 use crate::error::{Error, Result};
 use crate::kernels::loss::LossConfig;
 use crate::losscheck::{layout_of, Divergence, Layout, Status, StepCheck, Tolerance};
+use crate::model::finding::Severity;
 use crate::readers::layout::{DumpTree, Kind, Producer};
 
 /// The default losscheck preset (NexRL importance sampling, no clip).
@@ -164,7 +165,7 @@ pub struct Dumps {
 
 /// `PASS`, `FAIL`, … as dumpdiff prints them.
 pub fn verdict_word(v: Verdict) -> &'static str {
-    crate::dumpdiff::render::table::verdict_word(v)
+    crate::dumpdiff::words::verdict_word(v)
 }
 
 /// True when `p` holds a kind folder (`trajectory/`, `forward_data/`, …).
@@ -175,13 +176,12 @@ fn holds_kind_dir(p: &Path) -> bool {
 /// The dump roots one `--dumps` folder stands for: itself, or its subfolders that are
 /// dump trees (sorted by name).
 fn roots_of(dir: &Path) -> Result<Vec<PathBuf>> {
-    let meta = std::fs::metadata(dir)
-        .map_err(|e| Error::Usage(format!("{}: --dumps: {e}", dir.display())))?;
+    let meta = std::fs::metadata(dir).map_err(|e| Error::input(dir, format!("--dumps: {e}")))?;
     if !meta.is_dir() {
-        return Err(Error::Usage(format!(
-            "{}: --dumps expects a dump folder (holding forward_data/, loss/, is_loss_debug/ …) or a folder of dump folders, found a file",
-            dir.display()
-        )));
+        return Err(Error::input(
+            dir,
+            "--dumps expects a dump folder (holding forward_data/, loss/, is_loss_debug/ …) or a folder of dump folders, found a file",
+        ));
     }
     if holds_kind_dir(dir) {
         return Ok(vec![dir.to_path_buf()]);
@@ -195,11 +195,13 @@ fn roots_of(dir: &Path) -> Result<Vec<PathBuf>> {
     }
     out.sort();
     if out.is_empty() {
-        return Err(Error::Usage(format!(
-            "{}: --dumps: no dump tree here: expected kind folders ({}) in it or in its subfolders",
-            dir.display(),
-            Kind::ALL.map(Kind::dir_name).join(", ")
-        )));
+        return Err(Error::input(
+            dir,
+            format!(
+                "--dumps: no dump tree here: expected kind folders ({}) in it or in its subfolders",
+                Kind::ALL.map(Kind::dir_name).join(", ")
+            ),
+        ));
     }
     Ok(out)
 }
@@ -240,12 +242,14 @@ pub fn analyze(opts: &DumpsOptions) -> Result<Dumps> {
     let trees = discover_all(&opts.dirs)?;
     for t in &trees {
         if !t.steps().contains(&opts.step) {
-            return Err(Error::Usage(format!(
-                "{}: --dumps: no files for step {} (steps present: {:?})",
-                t.root.display(),
-                opts.step,
-                t.steps()
-            )));
+            return Err(Error::input(
+                &t.root,
+                format!(
+                    "--dumps: no files for step {} (steps present: {:?})",
+                    opts.step,
+                    t.steps()
+                ),
+            ));
         }
     }
     match trees.as_slice() {
@@ -258,11 +262,10 @@ pub fn analyze(opts: &DumpsOptions) -> Result<Dumps> {
 fn check_alone(tree: &DumpTree, opts: &DumpsOptions, cfg: &LossConfig) -> Result<Dumps> {
     let step = opts.step;
     let layout = layout_of(tree, step).ok_or_else(|| {
-        Error::Usage(format!(
-            "{}: --dumps: a {} tree checked alone needs is_loss_debug/ files (weaver layout) or \
+        Error::input(&tree.root, format!(
+            "--dumps: a {} tree checked alone needs is_loss_debug/ files (weaver layout) or \
              forward_data/ + old_log_probs/ + trajectory/ files (self-hosted layout) at step {step}; \
              to compare it, pass a self-hosted tree too (--dumps A --dumps B)",
-            tree.root.display(),
             tree.producer
         ))
     })?;
@@ -434,7 +437,7 @@ fn compare(trees: &[DumpTree], opts: &DumpsOptions) -> Result<Dumps> {
     };
     let report = crate::dumpdiff::run(&dopts)?;
     let failed =
-        crate::dumpdiff::exit_code(&report, Severity::Fail) != crate::exit_codes::EXIT_CLEAN;
+        crate::dumpdiff::exit_code(&report, Severity::Error) != crate::exit_codes::EXIT_CLEAN;
     let pair = std::iter::once("self-hosted")
         .chain(weaver.map(|_| "weaver"))
         .chain(remote.map(|_| "remote-api"))
@@ -478,7 +481,7 @@ fn compare_detail(report: &Report) -> String {
         parts.push(format!(
             "first divergence: {} at {}",
             f.name,
-            crate::dumpdiff::render::location(f)
+            crate::dumpdiff::words::location(f)
         ));
     }
     // Adjudications grouped by conclusion, cells in order.
@@ -607,7 +610,7 @@ pub fn recommendation(d: &Dumps) -> Option<String> {
                 .map_or(String::new(), |f| format!(
                     ", {} at {}",
                     f.name,
-                    crate::dumpdiff::render::location(f)
+                    crate::dumpdiff::words::location(f)
                 ))
         ),
         None => {

@@ -7,210 +7,38 @@
 //! adjudication) when it holds several; see [`dumps`] for how the folders map onto the tools.
 //!
 //! ```no_run
-//! use rlforensics::postmortem::{analyze, write_report, Options};
+//! use rlforensics::postmortem::{analyze, Options};
+//! use rlforensics::render::postmortem::write_report;
 //! let pm = analyze("debug_runs/20251008-110028".as_ref(), &Options::default()).unwrap();
 //! let written = write_report(&pm, "reports".as_ref()).unwrap();
 //! println!("{} -> {}", pm.headline, written.dir.display());
 //! ```
 
+mod advice;
 pub mod classify;
-pub mod cli;
+mod crash;
+pub mod document;
 pub mod dumps;
-pub mod markdown;
 pub mod replay;
+pub mod report;
 pub mod traceback;
 
 use std::path::{Path, PathBuf};
 
-use crate::detect::{json_num, Finding, Severity};
+use crate::detect::json_num;
 use crate::error::{Error, Result};
 use crate::frames::log::frame::LogFrame;
 use crate::logscan::{scan, ScanOptions};
-use crate::model::log::LogEvent;
-use crate::readers::crash_bundle::{self, CrashBundle, CrashContext};
+use crate::readers::crash_bundle::{self, CrashBundle};
 use crate::value::Value;
 use classify::Classification;
-use traceback::{ExceptionBlock, Frame, Traceback};
 
-/// Version of the `summary.json` layout.
-pub const SCHEMA_VERSION: u32 = 1;
-
-/// Rows in the "last steps" table.
-pub const LAST_STEPS: usize = 10;
-
-/// How to analyse.
-#[derive(Debug, Clone, Default)]
-pub struct Options {
-    /// Threshold overrides for the detectors (`name=value`).
-    pub thresholds: Vec<String>,
-    /// `--dumps DIR --step N`: the training-step dumps to check (see [`dumps`]).
-    pub dumps: Option<dumps::DumpsOptions>,
-}
-
-/// What the input was and how the run was started.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct RunInfo {
-    /// The run's name (its folder name; a bundle's own name when given a bundle).
-    pub name: String,
-    /// The path given.
-    pub path: PathBuf,
-    /// `run` (a run folder) or `bundle` (a single crash bundle).
-    pub kind: &'static str,
-    /// `run_metadata.json`'s `timestamp`.
-    pub started: Option<String>,
-    /// `run_metadata.json`'s `argv`.
-    pub argv: Vec<String>,
-    /// Selected `config` entries (model, data, iters, batch/group size, lr, seed, …).
-    pub config: serde_json::Map<String, serde_json::Value>,
-    /// Planned iterations (`config.iters`).
-    pub iters: Option<i64>,
-}
-
-/// The crash: where it came from, the exception, its signature and the batch.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct CrashSummary {
-    /// `bundle` (a `failures/` folder) or `event` (only a `crash` event in events.jsonl).
-    pub source: &'static str,
-    /// Bundle folder name.
-    pub bundle: Option<String>,
-    /// Step of the crash.
-    pub step: Option<i64>,
-    /// Bundle time `YYYYmmdd-HHMMSS`.
-    pub time: Option<String>,
-    /// Type of the exception the process died of.
-    pub exception_type: String,
-    /// Its message.
-    pub message: String,
-    /// The known signature (or `unknown`).
-    pub classification: Classification,
-    /// Every exception of the chain with its frames.
-    pub chain: Vec<ExceptionBlock>,
-    /// The innermost frame of the trainer's own code.
-    pub trainer_frame: Option<Frame>,
-    /// `context.json`: the offending batch.
-    pub context: Option<CrashContext>,
-    /// `extra.json`, as JSON.
-    pub extra: Option<serde_json::Value>,
-    /// Bundle files that were missing.
-    pub missing_files: Vec<String>,
-    /// `exception.txt` as written (the traceback shown plainly).
-    pub exception_text: Option<String>,
-}
-
-/// The last steps before the crash (or the end) as a table.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct StepTable {
-    /// Where the rows come from (`recent_steps.jsonl`, `run logs`).
-    pub source: String,
-    /// Canonical metric names, one per column after `step`.
-    pub columns: Vec<String>,
-    /// `step` then one cell per column (`null` when absent; NaN as `"NaN"`).
-    pub rows: Vec<(i64, Vec<Option<f64>>)>,
-}
-
-/// Token-length statistics of one pre-flight split.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Preflight {
-    /// `train`/`valid`.
-    pub split: String,
-    /// Rows inspected.
-    pub inspected: Option<i64>,
-    /// Prompt token stats `{count, p50, p95, p99, max}`.
-    pub prompt_token_stats: serde_json::Value,
-    /// Answer token stats.
-    pub answer_token_stats: serde_json::Value,
-    /// Rows with an empty prompt (first 20).
-    pub empty_prompt_indices: Vec<i64>,
-    /// Rows with an empty answer (first 20).
-    pub empty_answer_indices: Vec<i64>,
-    /// Example rows `(index, prompt preview, answer preview)`.
-    pub examples: Vec<(i64, String, String)>,
-}
-
-/// How to replay the crash.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Replay {
-    /// Shell command reproducing the run up to the crashing step.
-    pub command: String,
-    /// Shell command with the usual fix applied, when the signature has one.
-    pub fix_command: Option<String>,
-    /// What to look at, one line each.
-    pub notes: Vec<String>,
-}
-
-/// A plot written next to the report.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct PlotRef {
-    /// Panel key (`loss`, `reward`, `grad_norm`, …).
-    pub key: String,
-    /// Panel title.
-    pub title: String,
-    /// PNG file name, relative to the report folder.
-    pub png: String,
-    /// SVG file name, relative to the report folder.
-    pub svg: String,
-}
-
-/// Everything a postmortem found: `summary.json` is this, serialised.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Postmortem {
-    /// Layout version of `summary.json`.
-    pub schema_version: u32,
-    /// The run.
-    pub run: RunInfo,
-    /// `crashed`, `completed`, `incomplete` (stopped before `iters` with no crash
-    /// record) or `unknown` (no plan to compare with).
-    pub status: &'static str,
-    /// One sentence: what happened.
-    pub headline: String,
-    /// The crash, when there was one (the latest bundle when there are several).
-    pub crash: Option<CrashSummary>,
-    /// Other bundles in `failures/`, oldest first.
-    pub earlier_bundles: Vec<String>,
-    /// Run-level signatures (blank completions from the first step).
-    pub diagnoses: Vec<Classification>,
-    /// What to do, most important first.
-    pub recommendations: Vec<String>,
-    /// Logged steps in the whole-run frame.
-    pub logged_steps: usize,
-    /// First logged step.
-    pub first_step: Option<i64>,
-    /// Last logged step.
-    pub last_step: Option<i64>,
-    /// The last steps before the crash.
-    pub last_steps: StepTable,
-    /// logscan's findings over the whole run, worst first.
-    pub findings: Vec<Finding>,
-    /// Event counts by type.
-    pub event_counts: std::collections::BTreeMap<String, usize>,
-    /// Pre-flight summaries per split.
-    pub preflight: Vec<Preflight>,
-    /// The replay recipe.
-    pub replay: Option<Replay>,
-    /// Plots written (filled by [`write_report`]).
-    pub plots: Vec<PlotRef>,
-    /// Data-quality notes (truncated lines, missing files, NaN counts).
-    pub data_notes: Vec<String>,
-    /// The training-step dump verdict (`--dumps DIR --step N`); absent from
-    /// `summary.json` when no dumps were given.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub dumps: Option<dumps::Dumps>,
-    /// The whole-run frame (not serialised).
-    #[serde(skip)]
-    pub frame: LogFrame,
-}
-
-impl Postmortem {
-    /// The worst finding's severity.
-    pub fn worst(&self) -> Option<Severity> {
-        self.findings.iter().map(|f| f.severity).max()
-    }
-
-    /// The crash step, if any.
-    pub fn crash_step(&self) -> Option<i64> {
-        self.crash.as_ref().and_then(|c| c.step)
-    }
-}
+use advice::{chat_template_diagnosis, headline, recommendations};
+use crash::{crash_from_bundle, crash_from_event, preflight_of, read_raw_events};
+pub use report::{
+    CrashSummary, Options, PlotRef, Postmortem, Preflight, Replay, RunInfo, StepTable, LAST_STEPS,
+    SCHEMA_VERSION,
+};
 
 /// Keys of `run_metadata.json`'s `config` shown in the report.
 const CONFIG_KEYS: &[&str] = &[
@@ -280,16 +108,16 @@ pub fn to_json(v: &Value) -> serde_json::Value {
 pub fn analyze(path: &Path, opts: &Options) -> Result<Postmortem> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if !meta.is_dir() {
-        return Err(Error::Usage(format!(
-            "{}: expected a run folder (run_metadata.json, steps.jsonl, events.jsonl, failures/) or a crash bundle folder",
-            path.display()
-        )));
+        return Err(Error::input(
+            path,
+            "expected a run folder (run_metadata.json, steps.jsonl, events.jsonl, failures/) or a crash bundle folder",
+        ));
     }
     let name = path
         .canonicalize()
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| "run".to_string());
+        .map_err(|e| Error::io(path, e))?
+        .file_name()
+        .map_or_else(|| "run".to_string(), |n| n.to_string_lossy().into_owned());
     let is_bundle = crash_bundle::is_bundle(path);
     let mut notes: Vec<String> = Vec::new();
     let dumps = opts.dumps.as_ref().map(dumps::analyze).transpose()?;
@@ -341,7 +169,7 @@ pub fn analyze(path: &Path, opts: &Options) -> Result<Postmortem> {
         )
     } else {
         let r = scan(&scan_paths, &sopts)?;
-        notes.extend(crate::render::file_notes(&r));
+        notes.extend(crate::logscan::notes::file_notes(&r));
         (r.frame, r.events, r.findings, r.event_counts)
     };
 
@@ -355,10 +183,11 @@ pub fn analyze(path: &Path, opts: &Options) -> Result<Postmortem> {
     };
 
     // Events read again for what logscan keeps no payload of (pre-flight, crash).
-    let raw_events = if is_bundle {
+    let events_path = path.join("events.jsonl");
+    let raw_events = if is_bundle || !events_path.exists() {
         Vec::new()
     } else {
-        read_raw_events(&path.join("events.jsonl"))
+        read_raw_events(&events_path)?
     };
     let preflight = raw_events
         .iter()
@@ -427,9 +256,12 @@ pub fn analyze(path: &Path, opts: &Options) -> Result<Postmortem> {
 
 /// Log files directly in a run folder (`*.jsonl`, `*.log`, `*.txt`, `*.out`), non-empty.
 pub(crate) fn log_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+    let entries = std::fs::read_dir(dir)
         .map_err(|e| Error::io(dir, e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
+        .map(|e| e.map(|e| e.path()).map_err(|e| Error::io(dir, e)))
+        .collect::<Result<Vec<PathBuf>>>()?;
+    let mut out: Vec<PathBuf> = entries
+        .into_iter()
         .filter(|p| {
             let n = p
                 .file_name()
@@ -515,321 +347,4 @@ fn step_table(frame: &LogFrame, source: &str) -> StepTable {
         columns,
         rows,
     }
-}
-
-/// Every parseable line of an events file (bad lines are logscan's to report).
-fn read_raw_events(path: &Path) -> Vec<Value> {
-    let Ok(bytes) = std::fs::read(path) else {
-        return Vec::new();
-    };
-    String::from_utf8_lossy(&bytes)
-        .lines()
-        .filter_map(|l| crate::json::parse_value(l.trim()).ok())
-        .filter(|v| v.as_dict().is_some())
-        .collect()
-}
-
-fn ints(v: Option<&Value>) -> Vec<i64> {
-    v.and_then(Value::as_seq)
-        .map(|xs| xs.iter().filter_map(Value::as_i64).collect())
-        .unwrap_or_default()
-}
-
-fn preflight_of(e: &Value) -> Preflight {
-    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-    Preflight {
-        split: text(e, "split"),
-        inspected: e.get("inspected").and_then(Value::as_i64),
-        prompt_token_stats: e.get("prompt_token_stats").map(to_json).unwrap_or_default(),
-        answer_token_stats: e.get("answer_token_stats").map(to_json).unwrap_or_default(),
-        empty_prompt_indices: ints(e.get("empty_prompt_indices")),
-        empty_answer_indices: ints(e.get("empty_answer_indices")),
-        examples: e
-            .get("example_previews")
-            .and_then(Value::as_seq)
-            .map(|xs| {
-                xs.iter()
-                    .map(|x| {
-                        (
-                            x.get("index").and_then(Value::as_i64).unwrap_or(-1),
-                            text(x, "prompt_preview"),
-                            text(x, "answer_preview"),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
-    }
-}
-
-fn crash_from_bundle(b: &CrashBundle) -> CrashSummary {
-    let tb: Option<Traceback> = b.exception.as_deref().and_then(traceback::parse);
-    let (exc_type, message, chain, trainer_frame, classification) = match &tb {
-        Some(tb) => {
-            let last = tb.last();
-            (
-                last.map(|l| l.exc_type.clone()).unwrap_or_default(),
-                last.map(|l| l.message.clone()).unwrap_or_default(),
-                tb.chain.clone(),
-                last.and_then(|l| l.last_trainer_frame().cloned()),
-                classify::classify(&tb.signature_text()),
-            )
-        }
-        None => {
-            let text = b.exception.clone().unwrap_or_default();
-            let c = if text.trim().is_empty() {
-                classify::classify("")
-            } else {
-                classify::classify(&text)
-            };
-            (
-                if b.exception.is_some() {
-                    "<unparsed>".to_string()
-                } else {
-                    "<no exception.txt>".to_string()
-                },
-                text.trim().lines().last().unwrap_or("").to_string(),
-                Vec::new(),
-                None,
-                c,
-            )
-        }
-    };
-    CrashSummary {
-        source: "bundle",
-        bundle: Some(b.name.clone()),
-        step: b.step(),
-        time: b.time.clone(),
-        exception_type: exc_type,
-        message,
-        classification,
-        chain,
-        trainer_frame,
-        context: b.context.clone(),
-        extra: b.extra.as_ref().map(to_json),
-        missing_files: b.missing.clone(),
-        exception_text: b.exception.clone(),
-    }
-}
-
-fn crash_from_event(e: &Value, last_step: Option<i64>) -> CrashSummary {
-    let message = e
-        .get("message")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    let bundle = e
-        .get("crash_dir")
-        .and_then(Value::as_str)
-        .and_then(|d| d.rsplit('/').next())
-        .map(str::to_string);
-    let (time, name_step) = bundle
-        .as_deref()
-        .map(crash_bundle::parse_bundle_name)
-        .unwrap_or((None, None));
-    CrashSummary {
-        source: "event",
-        bundle,
-        step: name_step.or(last_step),
-        time,
-        exception_type: "<from crash event>".to_string(),
-        classification: classify::classify(&message),
-        message,
-        chain: Vec::new(),
-        trainer_frame: None,
-        context: None,
-        extra: None,
-        missing_files: Vec::new(),
-        exception_text: None,
-    }
-}
-
-/// Blank completions from the first step on, in at least half of the logged steps.
-fn chat_template_diagnosis(frame: &LogFrame, events: &[LogEvent]) -> Option<Classification> {
-    let empty: Vec<&LogEvent> = events
-        .iter()
-        .filter(|e| e.kind == "empty_completion_tokens")
-        .collect();
-    let first_event = empty.iter().filter_map(|e| e.step).min()?;
-    let first_step = frame.steps().first().unwrap_or(first_event);
-    if first_event > first_step.max(1) {
-        return None;
-    }
-    let with_empty: std::collections::BTreeSet<i64> = empty.iter().filter_map(|e| e.step).collect();
-    let covered = frame
-        .steps()
-        .iter()
-        .filter(|s| with_empty.contains(s))
-        .count();
-    if frame.is_empty() || (covered as f64) < 0.5 * frame.len() as f64 {
-        return None;
-    }
-    let (mut n_empty, mut n_all) = (0usize, 0usize);
-    for e in &empty {
-        if let Some(tc) = e.list("token_counts") {
-            n_all += tc.len();
-            n_empty += tc.iter().filter(|c| **c == 0.0).count();
-        }
-    }
-    let share = if n_all > 0 {
-        format!(
-            "; {:.0}% of the completions in those batches had no token",
-            100.0 * n_empty as f64 / n_all as f64
-        )
-    } else {
-        String::new()
-    };
-    Some(classify::chat_template_garbage(format!(
-        "{covered} of {} logged steps had empty completions, the first at step {first_event}{share}",
-        frame.len()
-    )))
-}
-
-fn recommendations(
-    crash: Option<&CrashSummary>,
-    diagnoses: &[Classification],
-    findings: &[Finding],
-) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    if let Some(c) = crash {
-        out.extend(c.classification.fixes.iter().map(|s| s.to_string()));
-        if c.classification.id == "unknown" {
-            match &c.trainer_frame {
-                Some(f) => out.push(format!(
-                    "Start from the trainer's last frame: {}:{} in {}.",
-                    f.file,
-                    f.line.map_or("?".to_string(), |l| l.to_string()),
-                    f.function
-                )),
-                None => out.push("Read the traceback from its last line up.".to_string()),
-            }
-        }
-    }
-    for d in diagnoses {
-        out.extend(d.fixes.iter().map(|s| s.to_string()));
-    }
-    for f in findings.iter().filter(|f| f.severity >= Severity::Error) {
-        if let Some(c) = f.likely_causes.first() {
-            out.push(format!(
-                "{} (steps {}): check {}",
-                f.detector,
-                f.step_range(),
-                c
-            ));
-        }
-    }
-    let mut seen = std::collections::HashSet::new();
-    out.retain(|s| seen.insert(s.clone()));
-    out
-}
-
-fn headline(
-    status: &str,
-    run: &RunInfo,
-    crash: Option<&CrashSummary>,
-    diagnoses: &[Classification],
-    findings: &[Finding],
-    frame: &LogFrame,
-) -> String {
-    let worst = findings
-        .iter()
-        .map(|f| f.severity)
-        .max()
-        .map_or(String::new(), |w| format!(" (worst: {})", w.name()));
-    let nf = format!("{} finding(s){worst}", findings.len());
-    match crash {
-        Some(c) => {
-            let at = c
-                .step
-                .map_or("an unknown step".to_string(), |s| format!("step {s}"));
-            let what = if c.classification.id == "unknown" {
-                format!("{}: {}", c.exception_type, first_line(&c.message))
-            } else {
-                format!(
-                    "{} ({}: {})",
-                    c.classification.title,
-                    c.exception_type,
-                    first_line(&c.message)
-                )
-            };
-            format!("Crashed at {at}: {what}. {nf} over the run.")
-        }
-        None => {
-            let last = frame
-                .steps()
-                .last()
-                .map_or("-".to_string(), |s| s.to_string());
-            let plan = run.iters.map_or(String::new(), |n| format!(" of {n}"));
-            let diag = diagnoses
-                .first()
-                .map_or(String::new(), |d| format!(" {}.", d.title));
-            let what = match status {
-                "completed" => format!("No crash: ran to step {last}{plan}."),
-                "incomplete" => format!("No crash record, but stopped at step {last}{plan}."),
-                _ => format!("No crash record; last logged step {last}."),
-            };
-            format!("{what}{diag} {nf}.")
-        }
-    }
-}
-
-fn first_line(s: &str) -> &str {
-    s.lines().next().unwrap_or("")
-}
-
-/// Files written by [`write_report`].
-#[derive(Debug, Clone)]
-pub struct Written {
-    /// `reports/<run-name>/`.
-    pub dir: PathBuf,
-    /// Every file written, in order.
-    pub files: Vec<PathBuf>,
-}
-
-/// Write `report.md`, `report.html`, `summary.json` and the plots into
-/// `out_root/<run-name>/`, and return the paths.
-pub fn write_report(pm: &Postmortem, out_root: &Path) -> Result<Written> {
-    let dir = out_root.join(&pm.run.name);
-    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-    let mut pm = pm.clone();
-    let mut files = Vec::new();
-    let panels = crate::render::plot::panels(&pm.frame, &pm.findings);
-    let crash = pm.crash_step();
-    let mut pngs: Vec<(PlotRef, Vec<u8>)> = Vec::new();
-    for p in &panels {
-        let png = format!("plot-{}.png", p.key);
-        let svg = format!("plot-{}.svg", p.key);
-        let png_path = dir.join(&png);
-        crate::render::plot::write_panel(&png_path, p, crash)?;
-        crate::render::plot::write_panel(&dir.join(&svg), p, crash)?;
-        let bytes = std::fs::read(&png_path).map_err(|e| Error::io(&png_path, e))?;
-        files.push(png_path);
-        files.push(dir.join(&svg));
-        let r = PlotRef {
-            key: p.key.to_string(),
-            title: p.title.clone(),
-            png,
-            svg,
-        };
-        pm.plots.push(r.clone());
-        pngs.push((r, bytes));
-    }
-    let json = serde_json::to_string_pretty(&pm).map_err(|e| Error::Export {
-        path: dir.join("summary.json"),
-        msg: e.to_string(),
-    })?;
-    let write = |name: &str, text: &str, files: &mut Vec<PathBuf>| -> Result<()> {
-        let p = dir.join(name);
-        std::fs::write(&p, text).map_err(|e| Error::io(&p, e))?;
-        files.push(p);
-        Ok(())
-    };
-    write("summary.json", &(json + "\n"), &mut files)?;
-    write("report.md", &markdown::render(&pm), &mut files)?;
-    write(
-        "report.html",
-        &crate::render::html::render(&pm, &pngs),
-        &mut files,
-    )?;
-    Ok(Written { dir, files })
 }

@@ -5,10 +5,12 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
-use crate::detect::{Severity, THRESHOLDS};
+use crate::cli::{FailOn, Format};
+use crate::detect::THRESHOLDS;
 use crate::error::{Error, Result};
 use crate::exit_codes::{EXIT_CLEAN, EXIT_FOUND};
-use crate::logscan::{scan, ScanOptions};
+use crate::logscan::{scan, ScanOptions, ScanReport};
+use crate::render::{self, Renderer, Style};
 
 /// The defaults table shown by `--help`.
 pub fn thresholds_help() -> String {
@@ -94,8 +96,8 @@ pub struct LogscanArgs {
     #[arg(long, value_name = "FILE")]
     pub aliases: Option<PathBuf>,
     /// Stdout format.
-    #[arg(long, value_parser = ["table", "json", "markdown"], default_value = "table")]
-    pub format: String,
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
     /// Write the JSON report (with schema_version) to FILE.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -107,7 +109,7 @@ pub struct LogscanArgs {
     pub plot: Option<PathBuf>,
     /// Exit 1 when a finding is at or above this severity.
     #[arg(long, value_enum, default_value = "error")]
-    pub fail_on: Severity,
+    pub fail_on: FailOn,
     /// Never colour the table.
     #[arg(long)]
     pub no_color: bool,
@@ -226,7 +228,7 @@ pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
         aliases: args.aliases.clone(),
         keep_raw: args.export.is_some(),
         also_keep: if args.plot.is_some() {
-            crate::render::plot::METRICS
+            render::plot::METRICS
                 .iter()
                 .map(|m| m.to_string())
                 .collect()
@@ -237,21 +239,23 @@ pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
     let report = scan(&args.paths, &opts)?;
     nothing_read(&args.paths, &report)?;
     if let Some(out) = &args.output {
-        let text = crate::render::json::JsonRenderer.render_report(&report)?;
+        let text = render::logscan::json::JsonRenderer.render(&report)?;
         std::fs::write(out, text).map_err(|e| Error::io(out, e))?;
     }
     if let Some(p) = &args.plot {
-        let panels = crate::render::plot::panels(&report.frame, &report.findings);
-        crate::render::plot::write_grid(p, &panels, None)?;
+        let panels = render::plot::panels(&report.frame, &report.findings);
+        render::plot::write_grid(p, &panels, None)?;
     }
     if let Some(p) = &args.export {
         report.frame.write_parquet(p)?;
     }
-    let renderer = crate::render::renderer(&args.format, color && !args.no_color)
-        .ok_or_else(|| Error::Usage(format!("unknown format {}", args.format)))?;
-    let stdout = renderer.render(&report)?;
+    let style = Style {
+        color: color && !args.no_color,
+        width: crate::cli::terminal_width(),
+    };
+    let stdout = render::by_name::<ScanReport>(args.format, style).render(&report)?;
     let code = match report.worst() {
-        Some(w) if w >= args.fail_on => EXIT_FOUND,
+        Some(w) if w >= args.fail_on.severity() => EXIT_FOUND,
         _ => EXIT_CLEAN,
     };
     Ok(RunOutput { stdout, code })

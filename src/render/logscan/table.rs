@@ -2,11 +2,13 @@
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Color, ContentArrangement, Table};
 
-use super::{evidence_text, file_notes, Renderer};
-use crate::detect::Severity;
 use crate::error::Result;
+use crate::fmt::evidence;
 use crate::fmt::{plural, wrap};
+use crate::logscan::notes::file_notes;
 use crate::logscan::ScanReport;
+use crate::model::finding::Severity;
+use crate::render::Renderer;
 
 /// Below this width the evidence leaves the table for a line under it.
 const EVIDENCE_IN_TABLE_MIN_WIDTH: usize = 120;
@@ -21,7 +23,7 @@ pub struct TableRenderer {
     pub width: Option<usize>,
 }
 
-impl Renderer for TableRenderer {
+impl Renderer<ScanReport> for TableRenderer {
     fn render(&self, r: &ScanReport) -> Result<String> {
         let mut out = String::new();
         out.push_str(&format!(
@@ -78,7 +80,7 @@ impl Renderer for TableRenderer {
                 Cell::new(&f.explanation),
             ];
             if evidence_in_table {
-                row.push(Cell::new(evidence_text(f, 4)));
+                row.push(Cell::new(evidence(&f.evidence, 4)));
             }
             t.add_row(row);
         }
@@ -86,7 +88,7 @@ impl Renderer for TableRenderer {
         out.push('\n');
         if !evidence_in_table {
             for f in &r.findings {
-                let e = evidence_text(f, 4);
+                let e = evidence(&f.evidence, 4);
                 if !e.is_empty() {
                     out.push_str(&wrap(
                         &format!("{} evidence: {e}", f.detector),

@@ -20,7 +20,8 @@ use crate::cli::{CommonFlags, FailOn, Format};
 use crate::error::{Error, Result};
 use crate::exit_codes::{EXIT_CLEAN, EXIT_FOUND};
 use crate::postmortem::dumps::{DumpsOptions, DEFAULT_PRESET};
-use crate::postmortem::{analyze, write_report, Options};
+use crate::postmortem::{analyze, Options};
+use crate::render::postmortem::write_report;
 
 /// The `--dumps` paragraph of `--help`.
 const DUMPS_HELP: &str = "Training-step dumps (--dumps DIR --step N, DIR repeatable):\n  Each DIR is one dump tree (a producer's debug_dump/: forward_data/, loss/, is_loss_debug/ ...)\n  or a folder whose subfolders are dump trees; the trees of every --dumps are pooled.\n  One tree in all: losscheck recomputes every rank/micro's loss of step N from the tree's own\n  inputs (--preset) and lists the cells that are not self-consistent, with the first divergent\n  intermediate. Several trees: each tree's producer is identified from its files; exactly one\n  self-hosted tree (the reference) and at most one weaver and one remote-api tree are compared\n  by dumpdiff, and losscheck says which side of each loss disagreement follows from its own\n  inputs. Two trees of one producer, an unknown producer or no self-hosted tree: exit 2, nothing\n  is guessed (name the trees: --dumps A --dumps B). The verdict goes into report.md and\n  report.html (Training-step dumps) and summary.json (dumps).";

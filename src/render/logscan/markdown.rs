@@ -1,8 +1,10 @@
 //! Markdown report: a findings table, then each finding's evidence and causes.
 
-use super::{evidence_text, file_notes, Renderer};
 use crate::error::Result;
+use crate::fmt::evidence;
+use crate::logscan::notes::file_notes;
 use crate::logscan::ScanReport;
+use crate::render::Renderer;
 
 /// GitHub-flavoured markdown.
 pub struct MarkdownRenderer;
@@ -11,7 +13,7 @@ fn esc(s: &str) -> String {
     s.replace('|', "\\|")
 }
 
-impl Renderer for MarkdownRenderer {
+impl Renderer<ScanReport> for MarkdownRenderer {
     fn render(&self, r: &ScanReport) -> Result<String> {
         let mut o = String::from("# logscan report\n\n");
         o.push_str(&format!(
@@ -47,7 +49,7 @@ impl Renderer for MarkdownRenderer {
                 f.severity.name(),
                 f.step_range(),
                 f.explanation,
-                evidence_text(f, usize::MAX)
+                evidence(&f.evidence, usize::MAX)
             ));
             for c in &f.likely_causes {
                 o.push_str(&format!("- {c}\n"));

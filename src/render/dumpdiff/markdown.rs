@@ -6,16 +6,17 @@ use std::collections::BTreeSet;
 
 use super::{
     cell_name, coverage_lines, finding_line, next_commands, summary_line, verdict_detail,
-    verdict_word, Renderer,
+    verdict_word,
 };
 use crate::compare::tolerance::Verdict;
 use crate::dumpdiff::report::Report;
 use crate::error::Result;
+use crate::render::Renderer;
 
 /// A markdown document for issues and PRs.
 pub struct MarkdownRenderer;
 
-impl Renderer for MarkdownRenderer {
+impl Renderer<Report> for MarkdownRenderer {
     fn render(&self, report: &Report) -> Result<String> {
         let mut o = format!(
             "# dumpdiff — step {}: {}\n\n{}\n\n",

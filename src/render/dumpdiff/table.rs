@@ -9,14 +9,12 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Color, Table};
 
 use super::{
     cell_name, coverage_lines, finding_line, next_commands, plural, ranges, summary_line,
-    verdict_detail, wrap, Renderer,
+    verdict_detail, verdict_word, wrap,
 };
 use crate::compare::tolerance::Verdict;
 use crate::dumpdiff::report::{Report, Section};
 use crate::error::Result;
-use crate::render::text_width;
-
-pub use super::verdict_word;
+use crate::render::{text_width, Renderer};
 
 /// Files not read that the terminal summary names (the JSON report lists all).
 const NOT_PLACED_SHOWN: usize = 5;
@@ -264,7 +262,7 @@ impl TableRenderer {
     }
 }
 
-impl Renderer for TableRenderer {
+impl Renderer<Report> for TableRenderer {
     fn render(&self, report: &Report) -> Result<String> {
         let mut out = String::new();
         out.push_str(&format!(

@@ -1,4 +1,4 @@
-//! Renderers of a dumpdiff [`Report`]: one trait, one file per format, and the words they
+//! dumpdiff's [`Report`] in each format (one file per format), and the words they
 //! share (count summary, coverage lines, finding lines, suggested next commands).
 
 pub mod json;
@@ -7,29 +7,22 @@ pub mod table;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::{Format, Rendered, Renderer, Style};
 use crate::compare::tolerance::Verdict;
-use crate::dumpdiff::report::{Finding, Report};
-use crate::error::Result;
-use crate::fmt;
+use crate::dumpdiff::report::Report;
+pub use crate::dumpdiff::words::{cell_name, finding_line, location, verdict_word};
 pub use crate::fmt::{plural, wrap};
 
-/// Turns a report into text of one format.
-pub trait Renderer {
-    /// The report rendered in this format.
-    fn render(&self, report: &Report) -> Result<String>;
-}
-
-/// The renderer for a `--format` name (`table`, `json`, `markdown`); the table fits
-/// [`crate::render::terminal_width`].
-pub fn by_name(name: &str, color: bool) -> Option<Box<dyn Renderer>> {
-    match name {
-        "table" => Some(Box::new(table::TableRenderer {
-            color,
-            width: crate::render::terminal_width(),
-        })),
-        "json" => Some(Box::new(json::JsonRenderer)),
-        "markdown" | "md" => Some(Box::new(markdown::MarkdownRenderer)),
-        _ => None,
+impl Rendered for Report {
+    fn renderer(format: Format, style: Style) -> Box<dyn Renderer<Self>> {
+        match format {
+            Format::Table => Box::new(table::TableRenderer {
+                color: style.color,
+                width: style.width,
+            }),
+            Format::Json => Box::new(json::JsonRenderer),
+            Format::Markdown => Box::new(markdown::MarkdownRenderer),
+        }
     }
 }
 
@@ -50,16 +43,6 @@ pub fn ranges(xs: &BTreeSet<u32>) -> String {
         });
     }
     out.join(",")
-}
-
-/// `rank 3 micro 1`, `rank 3`, or `whole batch`.
-pub fn cell_name(rank: Option<u32>, micro: Option<u32>) -> String {
-    match (rank, micro) {
-        (Some(r), Some(m)) => format!("rank {r} micro {m}"),
-        (Some(r), None) => format!("rank {r}"),
-        (None, Some(m)) => format!("micro {m}"),
-        (None, None) => "whole batch".into(),
-    }
 }
 
 /// The distinct rank/micro cells (over every section) whose worst verdict is `v`.
@@ -208,34 +191,6 @@ pub fn coverage_lines(report: &Report) -> Vec<String> {
         .collect()
 }
 
-/// `rank 3 micro 1 row 0 pos 1` (the other side's row when it differs).
-pub fn location(f: &Finding) -> String {
-    let mut s = cell_name(f.rank, f.micro);
-    if let Some(r) = f.row {
-        s.push_str(&format!(" row {r}"));
-        if let Some(o) = f.other_row.filter(|o| *o != r) {
-            s.push_str(&format!(" (other row {o})"));
-        }
-    }
-    if let Some(p) = f.pos {
-        s.push_str(&format!(" pos {p}"));
-    }
-    s
-}
-
-/// One line for a finding: where, which tensor, both values (with the digits that show
-/// their difference).
-pub fn finding_line(f: &Finding) -> String {
-    let (a, b) = fmt::pair(f.a, f.b);
-    format!(
-        "{} at {}: {a} vs {b} (|Δ| {}, {}× tolerance)",
-        f.name,
-        location(f),
-        fmt::num(f.abs_diff),
-        fmt::num(f.excess)
-    )
-}
-
 /// losscheck's verdict line without its `rank R micro M FILE: ` head (the caller names the
 /// cell already).
 pub fn verdict_detail(detail: &str) -> &str {
@@ -309,15 +264,4 @@ pub fn next_commands(report: &Report, max: usize) -> Vec<String> {
     }
     out.truncate(max);
     out
-}
-
-/// `PASS`/`WARN`/`FAIL` for the headline.
-pub fn verdict_word(v: Verdict) -> &'static str {
-    match v {
-        Verdict::Pass => "PASS",
-        Verdict::Skipped => "NOTHING COMPARED",
-        Verdict::Missing => "PASS with files on one side only",
-        Verdict::Warn => "WARN",
-        Verdict::Fail => "FAIL",
-    }
 }

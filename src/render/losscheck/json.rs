@@ -1,0 +1,15 @@
+//! losscheck's JSON report (`schema_version` 1), as `--format json` prints it and
+//! `--output` writes it: the report model serialised as is.
+
+use crate::error::Result;
+use crate::losscheck::report::Report;
+use crate::render::Renderer;
+
+/// Pretty-printed JSON, newline-terminated.
+pub struct JsonRenderer;
+
+impl Renderer<Report> for JsonRenderer {
+    fn render(&self, report: &Report) -> Result<String> {
+        Ok(crate::render::pretty_json(report)? + "\n")
+    }
+}
