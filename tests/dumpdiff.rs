@@ -754,3 +754,49 @@ fn is_loss_log_probs_are_compared_on_their_own_when_they_differ() {
         assert_eq!(m.beyond, 1);
     }
 }
+
+/// A datum field of the wrong type is not read as an empty list: dumpdiff exits 2 naming
+/// the file and the key path, with no report.
+#[test]
+fn an_unreadable_datum_field_exits_2_naming_file_and_key() {
+    let dir = edited_remote(|v| v["datums"][3]["loss_fn_inputs"]["logprobs"] = Json::from("n/a"));
+    let out = Command::cargo_bin("dumpdiff")
+        .unwrap()
+        .arg("--self-hosted-dir")
+        .arg(dumps("self_hosted_pt"))
+        .arg("--remote-api-dir")
+        .arg(dir.path())
+        .args(["--step", "0"])
+        .assert()
+        .code(2)
+        .stdout("")
+        .get_output()
+        .clone();
+    let err = String::from_utf8(out.stderr).unwrap();
+    let file = dir.path().join("datums/step_000000.jsonl");
+    assert!(
+        err.contains(&format!(
+            "{}: key datums[3].loss_fn_inputs.logprobs: expected a list of numbers, found str",
+            file.display()
+        )),
+        "{err}"
+    );
+}
+
+/// An unknown `--preset` is a usage error (exit 2), not silently ignored by the
+/// advantage recomputation.
+#[test]
+fn an_unknown_preset_is_a_usage_error() {
+    let err = run(&Options {
+        self_hosted: dumps("self_hosted_pt"),
+        weaver: Some(dumps("weaver_pt")),
+        step: 0,
+        advantage_preset: Some("no-such-preset".into()),
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(
+        matches!(&err, rlforensics::Error::Usage(m) if m.starts_with("--preset no-such-preset: ")),
+        "{err:?}"
+    );
+}

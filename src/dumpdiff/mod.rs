@@ -36,9 +36,10 @@ use rayon::prelude::*;
 
 use crate::compare::tolerance::{Severity, TolerancePolicy, Verdict};
 use crate::error::{Error, Result};
-use crate::frames::{tokens_hash, value_tokens_hash};
-use crate::losscheck::self_hosted::TrajectorySummary;
+use crate::model::tokens::tokens_hash;
+use crate::model::trajectory::TrajectorySummary;
 use crate::readers::layout::{DumpTree, Kind};
+use crate::readers::producers::nexrl_self_hosted;
 use crate::value::Value;
 use pairs::{remote_sections, weaver_sections};
 use report::{Cell, Coverage, Finding, Report, Section, SideSummary, SCHEMA_VERSION};
@@ -195,12 +196,9 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
     // What the cells and the adjudication need of the trajectories (hashes, rewards,
     // groups) is kept; their token lists only while section 1 (remote-api) compares them.
     let traj = s
-        .tree
-        .get(Kind::Trajectory, s.step, None, None)
-        .and_then(|f| {
-            let v = s.get(Kind::Trajectory, None, None)?;
-            TrajectorySummary::of(f.path.clone(), v).ok()
-        });
+        .get_file(Kind::Trajectory, None, None)
+        .map(|(p, v)| nexrl_self_hosted::trajectories(p, v).map(|b| TrajectorySummary::of(&b)))
+        .transpose()?;
     if r.is_none() {
         if let Some(f) = s.tree.get(Kind::Trajectory, s.step, None, None) {
             if let Some(v) = s.values.get_mut(&f.path) {
@@ -210,12 +208,14 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
     }
     let traj = traj.as_ref();
     if s.files_read() == 0 {
-        return Err(Error::Usage(format!(
-            "{}: no files for step {} (steps present: {:?})",
-            s.tree.root.display(),
-            opts.step,
-            s.tree.steps()
-        )));
+        return Err(Error::input(
+            &s.tree.root,
+            format!(
+                "no files for step {} (steps present: {:?})",
+                opts.step,
+                s.tree.steps()
+            ),
+        ));
     }
     let mut sections = Vec::new();
     let mut coverage = Vec::new();
@@ -232,7 +232,7 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
         )?);
     }
     if let Some(r) = &r {
-        sections.extend(remote_sections(&s, r, traj, &opts.policy, &mut coverage));
+        sections.extend(remote_sections(&s, r, traj, &opts.policy, &mut coverage)?);
     }
     sections.sort_by_key(|sec| sec.id);
     let sides: Vec<&SideData> = [Some(&s), w.as_ref(), r.as_ref()]

@@ -2,6 +2,8 @@
 //! tensors), self-hosted vs remote-api (1, 5), cell by cell.
 
 use super::*;
+use crate::model::tokens::TokenSeq;
+use crate::readers::producers::{nexrl_self_hosted, remote_api};
 
 /// What one (rank, micro) cell contributes to sections 2, 3 and 4. A `*_only_a` is set
 /// when the cell's file of that section is on one side only (true: on self-hosted).
@@ -81,8 +83,8 @@ pub(super) fn weaver_cell(
     if in_fwd {
         if let (Some(a), Some(b)) = (&a_fwd, &b_fwd) {
             precision = sections::logprob_precision(
-                a.mat("log_probs").as_deref(),
-                b.mat("log_probs").as_deref(),
+                a.mat(nexrl_self_hosted::LOG_PROBS).as_deref(),
+                b.mat(nexrl_self_hosted::LOG_PROBS).as_deref(),
             );
             out.fwd = Some(sections::forward_data_cell(policy, rank, m, a, b));
         }
@@ -178,7 +180,7 @@ pub(super) fn weaver_sections(
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let inputs = batch_inputs(s, r, traj, adv_preset);
+    let inputs = batch_inputs(s, r, traj, adv_preset)?;
     let mut outs: Vec<CellOut> = keys
         .par_iter()
         .map(|&key| weaver_cell(s, w, &inputs, policy, &sets, key, progress))
@@ -281,7 +283,7 @@ pub(super) fn remote_sections(
     traj: Option<&TrajectorySummary>,
     policy: &TolerancePolicy,
     coverage: &mut Vec<Coverage>,
-) -> Vec<Section> {
+) -> Result<Vec<Section>> {
     let mut out = Vec::new();
     let whole = |kind: Kind, present_on: &str, missing_on: &str| Coverage {
         kind: kind.dir_name().into(),
@@ -291,9 +293,13 @@ pub(super) fn remote_sections(
         missing_on: missing_on.into(),
     };
     let prepared = r
-        .get(Kind::PreparedTrajectories, None, None)
-        .map(batch::trajectories);
-    let own = s.get(Kind::Trajectory, None, None).map(batch::trajectories);
+        .get_file(Kind::PreparedTrajectories, None, None)
+        .map(|(p, v)| batch::trajectories(p, v))
+        .transpose()?;
+    let own = s
+        .get_file(Kind::Trajectory, None, None)
+        .map(|(p, v)| batch::trajectories(p, v))
+        .transpose()?;
     match (&own, &prepared) {
         (Some(a), Some(b)) => {
             let (cell, notes) = batch::trajectories_cell(policy, a, b);
@@ -323,10 +329,13 @@ pub(super) fn remote_sections(
             ));
         }
     }
-    let datums = r.get(Kind::Datums, None, None).map(batch::datums);
+    let datums = r
+        .get_file(Kind::Datums, None, None)
+        .map(|(p, v)| batch::datums(p, v))
+        .transpose()?;
     match (&prepared, &datums) {
         (Some(t), Some(d)) => {
-            let inputs = batch_inputs(s, None, traj, None);
+            let inputs = batch_inputs(s, None, traj, None)?;
             let (cell, notes) = batch::datums_cell(policy, t, d, &inputs);
             out.push(section(
                 5,
@@ -353,7 +362,7 @@ pub(super) fn remote_sections(
             ));
         }
     }
-    out
+    Ok(out)
 }
 
 pub(super) fn sort_cells(cells: &mut [Cell]) {
@@ -368,26 +377,15 @@ pub(super) fn batch_inputs(
     r: Option<&SideData>,
     traj: Option<&TrajectorySummary>,
     adv_preset: Option<&str>,
-) -> BatchInputs {
+) -> Result<BatchInputs> {
     // Read in place from the file's map, each cell's rows released once sliced.
     let old_log_probs = s
         .get(Kind::OldLogProbs, None, None)
-        .and_then(|v| Mat::of(v, "old_log_probs"))
+        .and_then(|v| Mat::of(v, nexrl_self_hosted::OLD_LOG_PROBS))
         .map(|m| match s.pages(Kind::OldLogProbs, None, None) {
             Some(p) => m.with_pages(p.clone()),
             None => m,
         });
-    // Token hashes straight from each trajectory's (packed) token list: no copy of it.
-    let traj_hashes = |v: &Value| -> Vec<u64> {
-        v.get("trajectories")
-            .and_then(Value::as_seq)
-            .map(|ts| {
-                ts.iter()
-                    .map(|t| value_tokens_hash(t.get("tokens")))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
     let mut traj_index = HashMap::new();
     if let Some(tr) = traj {
         let empty = tokens_hash(&[]);
@@ -395,34 +393,38 @@ pub(super) fn batch_inputs(
             traj_index.entry(row.tokens.unwrap_or(empty)).or_insert(i);
         }
     }
-    // Advantages by self-hosted batch index, matched by token content.
-    let advantages = r
-        .and_then(|r| r.get(Kind::PreparedTrajectories, None, None))
-        .and_then(|p| {
-            let adv = p.get("advantages")?.to_f64s()?;
-            let hashes = traj_hashes(p);
-            let mut out = vec![f64::NAN; traj_index.len().max(adv.len())];
-            for (j, h) in hashes.iter().enumerate() {
-                let i = if traj_index.is_empty() {
-                    Some(j)
-                } else {
-                    traj_index.get(h).copied()
-                };
-                if let (Some(i), Some(a)) = (i, adv.get(j)) {
-                    if let Some(slot) = out.get_mut(i) {
-                        *slot = *a;
-                    }
+    // Advantages by self-hosted batch index, matched by token content: the batch-level
+    // `advantages` of the remote-api prepared_trajectories.
+    let prepared = r
+        .and_then(|r| r.get_file(Kind::PreparedTrajectories, None, None))
+        .map(|(p, v)| remote_api::prepared_trajectories(p, v))
+        .transpose()?;
+    let advantages = prepared.and_then(|p| {
+        let adv = p.batch_advantages?;
+        let empty = tokens_hash(&[]);
+        let mut out = vec![f64::NAN; traj_index.len().max(adv.len())];
+        for (j, t) in p.rows.iter().enumerate() {
+            let h = t.tokens.as_ref().map_or(empty, TokenSeq::hash);
+            let i = if traj_index.is_empty() {
+                Some(j)
+            } else {
+                traj_index.get(&h).copied()
+            };
+            if let (Some(i), Some(a)) = (i, adv.get(j)) {
+                if let Some(slot) = out.get_mut(i) {
+                    *slot = *a;
                 }
             }
-            Some(out)
-        });
+        }
+        Some(out)
+    });
     let (advantages, advantages_from) = match advantages {
         Some(a) => (
             Some(a),
             "prepared_trajectories.advantages broadcast over valid positions".to_string(),
         ),
         None => match (traj, adv_preset) {
-            (Some(tr), Some(name)) => match recomputed_advantages(tr, name) {
+            (Some(tr), Some(name)) => match recomputed_advantages(tr, name)? {
                 Some(a) => (
                     Some(a),
                     format!(
@@ -436,28 +438,43 @@ pub(super) fn batch_inputs(
         },
     };
     let micros_per_rank = s.tree.micros(Kind::ForwardData, s.step).len().max(1);
-    BatchInputs {
+    Ok(BatchInputs {
         old_log_probs,
         traj_index,
         advantages,
         advantages_from,
         micros_per_rank,
-    }
+    })
 }
 
 /// GRPO advantages of every trajectory of a trajectory file, by batch index, with the
 /// advantage convention of losscheck preset `preset` (losscheck's reference kernel), rounded
-/// to f32 as trainers store them. `None` when a reward or group id is missing.
-pub(super) fn recomputed_advantages(traj: &TrajectorySummary, preset: &str) -> Option<Vec<f64>> {
-    let cfg = crate::kernels::presets::preset(preset).ok()?;
-    // Read exactly as losscheck reads them, so both tools recompute the same advantages.
-    let rewards: Vec<f64> = traj.rows.iter().map(|t| t.reward).collect::<Option<_>>()?;
-    let groups: Vec<String> = traj
-        .rows
-        .iter()
-        .map(|t| t.group.clone())
-        .collect::<Option<_>>()?;
-    let adv =
-        crate::kernels::advantage::group_advantages(&rewards, &groups, &cfg.advantage).ok()?;
-    Some(adv.iter().map(|a| *a as f32 as f64).collect())
+/// to f32 as trainers store them. `None` when a reward or group id is missing or there are
+/// no trajectories. The rewards and groups are the model's ([`TrajectorySummary`]), the
+/// ones losscheck reads, so both tools recompute the same advantages.
+///
+/// Errors: an unknown preset (usage).
+pub(super) fn recomputed_advantages(
+    traj: &TrajectorySummary,
+    preset: &str,
+) -> Result<Option<Vec<f64>>> {
+    let cfg = crate::kernels::presets::preset(preset)
+        .map_err(|e| Error::Usage(format!("--preset {preset}: {e}")))?;
+    let rewards: Option<Vec<f64>> = traj.rows.iter().map(|t| t.reward).collect();
+    let groups: Option<Vec<String>> = traj.rows.iter().map(|t| t.group.clone()).collect();
+    let (Some(rewards), Some(groups)) = (rewards, groups) else {
+        return Ok(None);
+    };
+    if rewards.is_empty() {
+        return Ok(None);
+    }
+    let adv = crate::kernels::advantage::group_advantages(&rewards, &groups, &cfg.advantage)
+        .map_err(|e| {
+            Error::format(
+                &traj.file,
+                crate::error::Position::Key("trajectories".into()),
+                format!("group advantages: {e}"),
+            )
+        })?;
+    Ok(Some(adv.iter().map(|a| *a as f32 as f64).collect()))
 }

@@ -66,8 +66,8 @@ pub fn forward_data_cell(
     a: &Tensors<'_>,
     b: &Tensors<'_>,
 ) -> Cell {
-    let (lp_a, lp_b) = (a.mat("log_probs"), b.mat("log_probs"));
-    let (ma, mb) = (a.mat("response_mask"), b.mat("response_mask"));
+    let (lp_a, lp_b) = (a.mat(keys::LOG_PROBS), b.mat(keys::LOG_PROBS));
+    let (ma, mb) = (a.mat(keys::RESPONSE_MASK), b.mat(keys::RESPONSE_MASK));
     let na = lp_a.as_ref().map_or(0, |m| m.rows);
     let nb = lp_b.as_ref().map_or(0, |m| m.rows);
     let rows = pair_rows(a, Some(b), na, nb);
@@ -110,7 +110,7 @@ pub fn forward_data_cell(
             "not dumped on both sides",
         )),
     }
-    match (a.mat("entropy"), b.mat("entropy")) {
+    match (a.mat(keys::ENTROPY), b.mat(keys::ENTROPY)) {
         (Some(x), Some(y)) => out.push(ctx.masked(
             "entropy",
             &x,

@@ -15,10 +15,10 @@ pub fn is_loss_cell(
     ch: &Chain,
 ) -> Cell {
     pub(super) const S: &str = "is_loss";
-    let lp_a = a_fwd.mat("log_probs");
-    let mask_a = a_fwd.mat("response_mask");
-    let lp_b = b_is.mat("log_probs");
-    let mask_b = b_is.mat("effective_valid");
+    let lp_a = a_fwd.mat(keys::LOG_PROBS);
+    let mask_a = a_fwd.mat(keys::RESPONSE_MASK);
+    let lp_b = b_is.mat(weaver::LOG_PROBS);
+    let mask_b = b_is.mat(weaver::EFFECTIVE_VALID);
     let na = lp_a.as_ref().map_or(0, |m| m.rows);
     let nb = lp_b.as_ref().map_or(0, |m| m.rows);
     let rows = pair_rows(a_fwd, b_fwd, na, nb);
@@ -68,7 +68,7 @@ pub fn is_loss_cell(
         rows_list.join(", "),
         ch.how
     ));
-    match (&ch.old, b_is.mat("old_log_probs")) {
+    match (&ch.old, b_is.mat(weaver::OLD_LOG_PROBS)) {
         (Some(x), Some(y)) => out.push(ctx.masked(
             "old_log_probs",
             x,
@@ -85,7 +85,7 @@ pub fn is_loss_cell(
         )),
         (_, None) => out.push(skipped(S, "old_log_probs", "not dumped by weaver")),
     }
-    match (&ch.adv, b_is.mat("advantages")) {
+    match (&ch.adv, b_is.mat(weaver::ADVANTAGES)) {
         (Some(x), Some(y)) => out.push(ctx.masked(
             "advantages",
             x,
@@ -104,7 +104,7 @@ pub fn is_loss_cell(
         )),
         (_, None) => out.push(skipped(S, "advantages", "not dumped by weaver")),
     }
-    match (&ch.ratio, &ch.ratio_allowed, b_is.mat("prob_ratio")) {
+    match (&ch.ratio, &ch.ratio_allowed, b_is.mat(weaver::PROB_RATIO)) {
         (Some(x), Some(e), Some(y)) => out.push(ctx.propagated(
             "prob_ratio",
             x,
@@ -145,7 +145,7 @@ pub fn is_loss_cell(
         }
         _ => None,
     };
-    match (&el, b_is.mat("elementwise_loss")) {
+    match (&el, b_is.mat(weaver::ELEMENTWISE_LOSS)) {
         (Some((x, e)), Some(y)) => out.push(ctx.propagated(
             "elementwise_loss",
             x,

@@ -46,8 +46,8 @@ pub fn chain(
     rank: u32,
     micro: u32,
 ) -> Chain {
-    let lp_a = a_fwd.mat("log_probs");
-    let mask_a = a_fwd.mat("response_mask");
+    let lp_a = a_fwd.mat(keys::LOG_PROBS);
+    let mask_a = a_fwd.mat(keys::RESPONSE_MASK);
     let na = lp_a.as_ref().map_or(0, |m| m.rows);
     let (idx, how) = batch_indices(inputs, a_fwd, rank, micro, na);
     let old = inputs.old_log_probs.as_ref().and_then(|old| {
@@ -99,13 +99,17 @@ pub fn chain(
         "is_loss.log_probs",
         with_peer(
             lp.precision(),
-            peer_prec(peer.fwd, "log_probs").or_else(|| peer_prec(peer.is_loss, "log_probs")),
+            peer_prec(peer.fwd, keys::LOG_PROBS)
+                .or_else(|| peer_prec(peer.is_loss, weaver::LOG_PROBS)),
         ),
         false,
     );
     let tol_old = policy.resolve(
         "is_loss.old_log_probs",
-        with_peer(o.precision(), peer_prec(peer.is_loss, "old_log_probs")),
+        with_peer(
+            o.precision(),
+            peer_prec(peer.is_loss, weaver::OLD_LOG_PROBS),
+        ),
         false,
     );
     let derive = Derive {
@@ -128,7 +132,7 @@ pub fn chain(
     let abs_adv: Vec<Option<f64>> = match &adv {
         Some(a) => (0..na).map(|r| a.row(r).first().map(|v| v.abs())).collect(),
         None => {
-            let b_adv = peer.is_loss.and_then(|v| v.mat("advantages"));
+            let b_adv = peer.is_loss.and_then(|v| v.mat(weaver::ADVANTAGES));
             let nb = b_adv.as_ref().map_or(0, |m| m.rows);
             let rows = pair_rows(a_fwd, peer.fwd, na, nb);
             let mut out = vec![None; na];

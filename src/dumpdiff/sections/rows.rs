@@ -57,7 +57,7 @@ impl<'v> Tensors<'v> {
     /// [`token_rows`] of `input_ids`, decoded on the first call.
     pub fn input_ids(&self) -> Option<Rc<TokenRows>> {
         self.tokens
-            .get_or_init(|| token_rows(self.value, "input_ids").map(Rc::new))
+            .get_or_init(|| token_rows(self.value, keys::INPUT_IDS).map(Rc::new))
             .clone()
     }
 

@@ -83,6 +83,17 @@ impl SideData {
         self.values.get(&f.path)
     }
 
+    /// [`SideData::get`] with the file's path, for messages that name it.
+    pub fn get_file(
+        &self,
+        kind: Kind,
+        rank: Option<u32>,
+        micro: Option<u32>,
+    ) -> Option<(&Path, &Value)> {
+        let f = self.file(kind, rank, micro)?;
+        Some((f.path.as_path(), self.values.get(&f.path)?))
+    }
+
     /// Whether `path` is one of this side's files at the compared step.
     pub fn has(&self, path: &Path) -> bool {
         self.values.contains_key(path) || self.streamed.contains_key(path)

@@ -1,0 +1,120 @@
+//! Producer mappings: each producer's files mapped into the typed model
+//! ([`crate::model`]) in one place — every key it spells, every alias, every strictness
+//! rule. A new producer (verl, slime, NeMo-RL, SGLang's dumper, TRL) or a new key alias is
+//! one file here.
+//!
+//! Strictness, the same everywhere: a key that is absent (or Python `None`) is `None` in
+//! the model and the check that needs it says so; a key that is present but unreadable
+//! (wrong type) is an [`Error::Format`](crate::Error) naming the file and the key path.
+
+pub mod nexrl_self_hosted;
+pub mod remote_api;
+pub mod weaver;
+
+use std::path::Path;
+
+use crate::error::{Error, Position, Result};
+use crate::model::step::TokenTensor;
+use crate::model::tokens::TokenSeq;
+use crate::model::trajectory::Provenance;
+use crate::value::Value;
+
+/// `v[key]`, `None` when absent or Python `None`.
+pub fn field<'v>(v: &'v Value, key: &str) -> Option<&'v Value> {
+    v.get(key).filter(|x| !matches!(x, Value::None))
+}
+
+/// The error for a key present with a value of the wrong type.
+pub fn unreadable(file: &Path, key: &str, expected: &str, found: &Value) -> Error {
+    Error::format(
+        file,
+        Position::Key(key.to_string()),
+        format!("expected {expected}, found {}", found.type_name()),
+    )
+}
+
+/// A number: a float, int, bool, one-element tensor or one-element list.
+pub fn scalar_of(x: &Value) -> Option<f64> {
+    x.as_f64()
+        .or_else(|| x.to_tensor().and_then(|t| t.scalar_f64()))
+}
+
+/// `v[key]` as a number ([`scalar_of`]).
+pub fn opt_f64(v: &Value, key: &str, file: &Path, path: &str) -> Result<Option<f64>> {
+    field(v, key)
+        .map(|x| scalar_of(x).ok_or_else(|| unreadable(file, path, "a number", x)))
+        .transpose()
+}
+
+/// `v[key]` as integer ids (a tensor or a list of ints), borrowed when packed.
+pub fn opt_ints<'v>(
+    v: &'v Value,
+    key: &str,
+    file: &Path,
+    path: &str,
+) -> Result<Option<TokenSeq<'v>>> {
+    field(v, key)
+        .map(|x| TokenSeq::of(x).ok_or_else(|| unreadable(file, path, "a list of ints", x)))
+        .transpose()
+}
+
+/// `v[key]` as numbers (a tensor or a list).
+pub fn opt_floats(v: &Value, key: &str, file: &Path, path: &str) -> Result<Option<Vec<f64>>> {
+    field(v, key)
+        .map(|x| {
+            match x {
+                Value::Tensor(_) | Value::List(_) | Value::Packed(_) => x.to_f64s(),
+                _ => None,
+            }
+            .ok_or_else(|| unreadable(file, path, "a list of numbers", x))
+        })
+        .transpose()
+}
+
+/// `v[key]` as a list of values.
+pub fn seq<'v>(v: &'v Value, key: &str, file: &Path) -> Result<&'v [Value]> {
+    match v.get(key) {
+        Some(x) => x.as_seq().ok_or_else(|| unreadable(file, key, "a list", x)),
+        None => Err(Error::format(
+            file,
+            Position::Key(key.to_string()),
+            "missing: no such key",
+        )),
+    }
+}
+
+/// `v[key]` as a per-token tensor (a tensor or a nested list), with its provenance.
+pub fn opt_tensor(v: &Value, key: &str, file: &Path) -> Result<Option<TokenTensor>> {
+    field(v, key)
+        .map(|x| {
+            let t = match x {
+                Value::Tensor(t) => Some(t.clone()),
+                Value::List(_) | Value::Packed(_) => x.to_tensor(),
+                _ => None,
+            }
+            .ok_or_else(|| unreadable(file, key, "a tensor", x))?;
+            Ok(TokenTensor::new(
+                t,
+                Provenance {
+                    file: file.to_path_buf(),
+                    key: key.to_string(),
+                },
+            ))
+        })
+        .transpose()
+}
+
+/// A Python id field (`group_id`, `uid`, …) as text, whatever type the producer used.
+pub fn id_text(v: Option<&Value>) -> Option<String> {
+    match v? {
+        Value::Str(s) => Some(s.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        Value::BigInt(s) => Some(s.clone()),
+        Value::Float(f) => Some(f.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,55 @@
+//! The weaver trainer (SPEC §2): `forward_data/step_N_rankR_microM` (the keys NexRL's
+//! self-hosted trainer uses), `is_loss_debug/` (the importance-sampling loss's
+//! intermediates), `loss/`, `batch_inputs/` (the micro's model inputs) and per-micro
+//! `param/`, `gradient/`.
+
+pub use crate::readers::producers::nexrl_self_hosted::{
+    loss_record, ENTROPY, ENTROPY_COEFF, ENTROPY_LOSS, EXTRA_INFO, INPUT_IDS, LOG_PROBS, LOSS,
+    METRICS, OLD_LOG_PROBS, PG_LOSS, RESPONSE_MASK,
+};
+
+use std::path::Path;
+
+use crate::error::Result;
+use crate::model::step::{LogProbSource, TokenBatch};
+use crate::readers::producers::opt_tensor;
+use crate::value::Value;
+
+/// `is_loss_debug/`: per-token advantages `[mb, T]`.
+pub const ADVANTAGES: &str = "advantages";
+/// `is_loss_debug/`: `exp(log_probs − old_log_probs)`.
+pub const PROB_RATIO: &str = "prob_ratio";
+/// `is_loss_debug/`: the clipped surrogate per token.
+pub const ELEMENTWISE_LOSS: &str = "elementwise_loss";
+/// `is_loss_debug/`: the mask the loss averaged over.
+pub const EFFECTIVE_VALID: &str = "effective_valid";
+/// `batch_inputs/`: the micro's attention mask.
+pub const ATTENTION_MASK: &str = "attention_mask";
+
+/// The per-token batch of an `is_loss_debug/` file: current and old log-probs,
+/// advantages, the loss's mask (`effective_valid`), the ratio and the per-token loss.
+///
+/// Errors: one of them present but not a tensor.
+pub fn is_loss_debug(file: &Path, v: &Value) -> Result<TokenBatch> {
+    let mut b = TokenBatch {
+        advantages: opt_tensor(v, ADVANTAGES, file)?,
+        loss_mask: opt_tensor(v, EFFECTIVE_VALID, file)?,
+        ratio: opt_tensor(v, PROB_RATIO, file)?,
+        per_token_loss: opt_tensor(v, ELEMENTWISE_LOSS, file)?,
+        ..TokenBatch::default()
+    };
+    for (key, source) in [
+        (LOG_PROBS, LogProbSource::Current),
+        (OLD_LOG_PROBS, LogProbSource::Old),
+    ] {
+        if let Some(t) = opt_tensor(v, key, file)? {
+            b.log_probs.insert(source, t);
+        }
+    }
+    Ok(b)
+}
+
+/// The per-token batch of a weaver `forward_data/` file (NexRL's keys).
+pub fn forward_data(file: &Path, v: &Value) -> Result<TokenBatch> {
+    crate::readers::producers::nexrl_self_hosted::forward_data(file, v)
+}
