@@ -523,3 +523,86 @@ fn format_comes_from_the_extension() {
         Err(rlforensics::Error::Io { .. })
     ));
 }
+
+/// Every fixture file mapped through its tree's producer mapping into the typed model:
+/// per-token tensors with the generator's shape, stored dtype (none for JSON lists) and
+/// provenance; trajectory and datum counts; the loss record's terms.
+#[test]
+fn every_fixture_file_maps_into_the_model_as_the_generator_wrote_it() {
+    use rlforensics::model::step::LogProbSource;
+    use rlforensics::readers::producers::mapping;
+    let m = manifest();
+    let (mut batches, mut records) = (0, 0);
+    for (tree, producer) in TREES {
+        let t = DumpTree::discover(&root().join(tree)).unwrap();
+        let map = mapping(producer);
+        for f in manifest_files(&m, tree) {
+            let path = root().join(f["path"].as_str().unwrap());
+            let kind = Kind::from_dir_name(f["kind"].as_str().unwrap()).unwrap();
+            assert!(t.files().iter().any(|d| d.path == path), "{path:?}");
+            let v = read_any(&path).unwrap();
+            if let Some(b) = map.token_batch(kind, &path, &v).unwrap() {
+                let mut tensors = vec![
+                    ("log_probs", b.log_probs(LogProbSource::Current)),
+                    ("entropy", b.entropy.as_ref()),
+                    ("response_mask", b.response_mask.as_ref()),
+                    ("input_ids", b.input_ids.as_ref()),
+                    ("advantages", b.advantages.as_ref()),
+                    ("effective_valid", b.loss_mask.as_ref()),
+                    ("prob_ratio", b.ratio.as_ref()),
+                    ("elementwise_loss", b.per_token_loss.as_ref()),
+                ];
+                if kind == Kind::IsLossDebug || kind == Kind::OldLogProbs {
+                    tensors.push(("old_log_probs", b.log_probs(LogProbSource::Old)));
+                }
+                for (key, got) in tensors {
+                    let exp = &f["tensors"][key];
+                    if exp.is_null() {
+                        assert!(got.is_none(), "{path:?} {key}");
+                        continue;
+                    }
+                    let got = got.unwrap_or_else(|| panic!("{path:?} {key} not mapped"));
+                    let shape: Vec<usize> = exp["shape"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|x| x.as_u64().unwrap() as usize)
+                        .collect();
+                    assert_eq!(got.tensor.shape(), shape.as_slice(), "{path:?} {key}");
+                    let want_dtype = exp["dtype"].as_str().and_then(DType::from_torch_name);
+                    assert_eq!(got.dtype, want_dtype, "{path:?} {key}");
+                    assert_eq!(
+                        (got.source.file.as_path(), got.source.key.as_str()),
+                        (path.as_path(), key)
+                    );
+                    batches += 1;
+                }
+            }
+            if let Some(b) = map.trajectories(kind, &path, &v).unwrap() {
+                let want = f["trajectories"]["count"].as_u64().unwrap() as usize;
+                assert_eq!(b.rows.len(), want, "{path:?}");
+                records += 1;
+            }
+            if let Some(d) = map.datums(kind, &path, &v).unwrap() {
+                let want = f["datums"]["items"].as_array().map(Vec::len);
+                assert_eq!(Some(d.rows.len()), want, "{path:?}");
+                records += 1;
+            }
+            if let Some(r) = map.loss_record(kind, &path, &v).unwrap() {
+                let sc = &f["scalars"];
+                assert_eq!(r.loss, num(&sc["loss"]), "{path:?}");
+                assert_eq!(r.pg_loss, num(&sc["pg_loss"]), "{path:?}");
+                assert_eq!(r.entropy_loss, num(&sc["entropy_loss"]), "{path:?}");
+                assert_eq!(
+                    r.kl.get("approx_kl").copied(),
+                    num(&sc["metrics.approx_kl"])
+                );
+                let coeff = r.coefficients.get("entropy_coeff").copied();
+                assert_eq!(coeff, num(&sc["extra_info.entropy_coeff"]), "{path:?}");
+                records += 1;
+            }
+        }
+    }
+    assert!(batches >= 400, "{batches}");
+    assert!(records >= 100, "{records}");
+}

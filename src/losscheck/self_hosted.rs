@@ -22,6 +22,7 @@ use candle_core::{Device, Tensor};
 use crate::error::{Error, Position, Result};
 use crate::kernels::advantage::{group_advantages, AdvantageConfig};
 use crate::kernels::loss::LossInputs;
+use crate::model::step::{LogProbSource, TokenTensor};
 use crate::model::tokens::tokens_hash;
 pub use crate::model::trajectory::{TrajectoryRow, TrajectorySummary};
 use crate::readers::layout::{DumpTree, Kind};
@@ -75,16 +76,15 @@ fn key_err(path: &Path, key: &str, msg: &str) -> Error {
     Error::format(path, Position::Key(key.to_string()), msg.to_string())
 }
 
-/// `(shape, row-major f64 values, stored dtype)` of a tensor-valued key.
-fn dense(v: &Value, path: &Path, key: &str) -> Result<(Vec<usize>, Vec<f64>, Option<DType>)> {
-    let item = v
-        .get(key)
-        .ok_or_else(|| key_err(path, key, "missing (self-hosted layout needs it)"))?;
-    let dtype = item.as_tensor().map(|t| t.dtype());
-    let t = item
-        .to_tensor()
-        .ok_or_else(|| key_err(path, key, "not a tensor or a rectangular nested list"))?;
-    Ok((t.shape().to_vec(), t.to_f64_vec(), dtype))
+/// `(shape, row-major f64 values, stored dtype)` of a tensor the producer mapping read
+/// (`None`: the file lacks `key`).
+fn dense(
+    t: Option<&TokenTensor>,
+    path: &Path,
+    key: &str,
+) -> Result<(Vec<usize>, Vec<f64>, Option<DType>)> {
+    let t = t.ok_or_else(|| key_err(path, key, "missing (self-hosted layout needs it)"))?;
+    Ok((t.tensor.shape().to_vec(), t.tensor.to_f64_vec(), t.dtype))
 }
 
 fn dims2(path: &Path, key: &str, shape: &[usize]) -> Result<(usize, usize)> {
@@ -181,7 +181,9 @@ impl SelfHostedStep {
         let advantages_f64 = group_advantages(&rewards, &groups, adv)
             .map_err(|e| Error::format(&tf, Position::Key("trajectories".into()), e.to_string()))?;
         let advantages_f32 = advantages_f64.iter().map(|a| round_f32(*a)).collect();
-        let (shape, old, _) = dense(ov, &of, nexrl_self_hosted::OLD_LOG_PROBS)?;
+        let ob = nexrl_self_hosted::old_log_probs(&of, ov)?;
+        let old_t = ob.log_probs(LogProbSource::Old);
+        let (shape, old, _) = dense(old_t, &of, nexrl_self_hosted::OLD_LOG_PROBS)?;
         let (n, cols) = dims2(&of, nexrl_self_hosted::OLD_LOG_PROBS, &shape)?;
         if n != items.len() {
             return Err(key_err(
@@ -259,10 +261,15 @@ impl SelfHostedStep {
             })?
             .path
             .clone();
-        let fv = read_any(&ff)?;
-        let (lshape, lp, ldtype) = dense(&fv, &ff, nexrl_self_hosted::LOG_PROBS)?;
+        let fb = nexrl_self_hosted::forward_data(&ff, &read_any(&ff)?)?;
+        let lp_t = fb.log_probs(LogProbSource::Current);
+        let (lshape, lp, ldtype) = dense(lp_t, &ff, nexrl_self_hosted::LOG_PROBS)?;
         let (b, t) = dims2(&ff, nexrl_self_hosted::LOG_PROBS, &lshape)?;
-        let (mshape, mask, _) = dense(&fv, &ff, nexrl_self_hosted::RESPONSE_MASK)?;
+        let (mshape, mask, _) = dense(
+            fb.response_mask.as_ref(),
+            &ff,
+            nexrl_self_hosted::RESPONSE_MASK,
+        )?;
         if mshape != lshape {
             return Err(key_err(
                 &ff,
@@ -270,7 +277,7 @@ impl SelfHostedStep {
                 &format!("is {mshape:?} but log_probs is {lshape:?}"),
             ));
         }
-        let (ishape, ids, _) = dense(&fv, &ff, nexrl_self_hosted::INPUT_IDS)?;
+        let (ishape, ids, _) = dense(fb.input_ids.as_ref(), &ff, nexrl_self_hosted::INPUT_IDS)?;
         let (ib, s) = dims2(&ff, nexrl_self_hosted::INPUT_IDS, &ishape)?;
         if ib != b || s < t {
             return Err(key_err(
@@ -282,9 +289,9 @@ impl SelfHostedStep {
                 ),
             ));
         }
-        let mut entropy = match fv.get(nexrl_self_hosted::ENTROPY) {
-            Some(_) => {
-                let (eshape, e, _) = dense(&fv, &ff, nexrl_self_hosted::ENTROPY)?;
+        let mut entropy = match &fb.entropy {
+            Some(et) => {
+                let (eshape, e, _) = dense(Some(et), &ff, nexrl_self_hosted::ENTROPY)?;
                 if eshape != lshape {
                     return Err(key_err(
                         &ff,

@@ -22,26 +22,16 @@ pub enum LogProbSource {
     Reference,
 }
 
-/// One per-token tensor `[rows, T]` with its dtype and provenance.
+/// One per-token tensor `[rows, T]` with its stored dtype and provenance.
 #[derive(Debug, Clone)]
 pub struct TokenTensor {
-    /// The tensor as read (shared storage).
+    /// The tensor as read (shared storage; a list is read into an f64/i64 tensor).
     pub tensor: Tensor,
-    /// Its stored dtype (what its rounding is).
-    pub dtype: DType,
+    /// The dtype it was stored in, whose rounding it carries; `None` when the file held a
+    /// list of numbers (JSON), which has no stored dtype.
+    pub dtype: Option<DType>,
     /// File and key.
     pub source: Provenance,
-}
-
-impl TokenTensor {
-    /// Wrap a tensor read from `source`.
-    pub fn new(tensor: Tensor, source: Provenance) -> Self {
-        TokenTensor {
-            dtype: tensor.dtype(),
-            tensor,
-            source,
-        }
-    }
 }
 
 /// The per-token tensors a producer dumped for one micro-batch (or the whole batch).

@@ -14,10 +14,41 @@ pub mod weaver;
 use std::path::Path;
 
 use crate::error::{Error, Position, Result};
-use crate::model::step::TokenTensor;
+use crate::model::step::{LossRecord, TokenBatch, TokenTensor};
 use crate::model::tokens::TokenSeq;
 use crate::model::trajectory::Provenance;
+use crate::model::trajectory::{DatumBatch, TrajectoryBatch};
+use crate::readers::layout::{Kind, Producer};
 use crate::value::Value;
+
+/// One producer's mapping of its files into the model: what each kind of file holds.
+/// Each method returns `Ok(None)` for a kind the producer does not write that record in.
+pub trait StepMapping: Sync {
+    /// The per-token batch of a file of `kind` (forward pass, old log-probs, loss
+    /// intermediates).
+    fn token_batch(&self, kind: Kind, file: &Path, v: &Value) -> Result<Option<TokenBatch>>;
+    /// The trajectories of a file of `kind`.
+    fn trajectories<'v>(
+        &self,
+        kind: Kind,
+        file: &Path,
+        v: &'v Value,
+    ) -> Result<Option<TrajectoryBatch<'v>>>;
+    /// The datums of a file of `kind`.
+    fn datums<'v>(&self, kind: Kind, file: &Path, v: &'v Value) -> Result<Option<DatumBatch<'v>>>;
+    /// The loss record of a file of `kind`.
+    fn loss_record(&self, kind: Kind, file: &Path, v: &Value) -> Result<Option<LossRecord>>;
+}
+
+/// The mapping of a producer identified by [`crate::readers::layout::DumpTree`]; an
+/// unidentified tree is read with the NexRL keys every known layout shares.
+pub fn mapping(producer: Producer) -> &'static dyn StepMapping {
+    match producer {
+        Producer::SelfHosted | Producer::Unknown => &nexrl_self_hosted::NexrlSelfHosted,
+        Producer::RemoteApi => &remote_api::RemoteApi,
+        Producer::Weaver => &weaver::Weaver,
+    }
+}
 
 /// `v[key]`, `None` when absent or Python `None`.
 pub fn field<'v>(v: &'v Value, key: &str) -> Option<&'v Value> {
@@ -83,23 +114,25 @@ pub fn seq<'v>(v: &'v Value, key: &str, file: &Path) -> Result<&'v [Value]> {
     }
 }
 
-/// `v[key]` as a per-token tensor (a tensor or a nested list), with its provenance.
+/// `v[key]` as a per-token tensor (a tensor or a rectangular nested list), with its
+/// stored dtype (none for a list) and provenance.
 pub fn opt_tensor(v: &Value, key: &str, file: &Path) -> Result<Option<TokenTensor>> {
     field(v, key)
         .map(|x| {
-            let t = match x {
+            let tensor = match x {
                 Value::Tensor(t) => Some(t.clone()),
                 Value::List(_) | Value::Packed(_) => x.to_tensor(),
                 _ => None,
             }
-            .ok_or_else(|| unreadable(file, key, "a tensor", x))?;
-            Ok(TokenTensor::new(
-                t,
-                Provenance {
+            .ok_or_else(|| unreadable(file, key, "a tensor or a rectangular nested list", x))?;
+            Ok(TokenTensor {
+                tensor,
+                dtype: x.as_tensor().map(|t| t.dtype()),
+                source: Provenance {
                     file: file.to_path_buf(),
                     key: key.to_string(),
                 },
-            ))
+            })
         })
         .transpose()
 }

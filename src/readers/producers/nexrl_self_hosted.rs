@@ -7,7 +7,11 @@ use std::path::Path;
 
 use crate::error::Result;
 use crate::model::step::{LogProbSource, LossRecord, TokenBatch};
-use crate::model::trajectory::{Provenance, Trajectory, TrajectoryBatch, TrajectoryIds};
+use crate::model::trajectory::{
+    DatumBatch, Provenance, Trajectory, TrajectoryBatch, TrajectoryIds,
+};
+use crate::readers::layout::Kind;
+use crate::readers::producers::StepMapping;
 use crate::readers::producers::{
     field, id_text, opt_f64, opt_floats, opt_ints, opt_tensor, scalar_of, seq, unreadable,
 };
@@ -207,4 +211,40 @@ pub fn old_log_probs(file: &Path, v: &Value) -> Result<TokenBatch> {
         b.log_probs.insert(LogProbSource::Old, t);
     }
     Ok(b)
+}
+
+/// The self-hosted trainer's [`StepMapping`].
+pub struct NexrlSelfHosted;
+
+impl StepMapping for NexrlSelfHosted {
+    fn token_batch(&self, kind: Kind, file: &Path, v: &Value) -> Result<Option<TokenBatch>> {
+        match kind {
+            Kind::ForwardData => forward_data(file, v).map(Some),
+            Kind::OldLogProbs => old_log_probs(file, v).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    fn trajectories<'v>(
+        &self,
+        kind: Kind,
+        file: &Path,
+        v: &'v Value,
+    ) -> Result<Option<TrajectoryBatch<'v>>> {
+        match kind {
+            Kind::Trajectory => trajectories(file, v).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    fn datums<'v>(&self, _: Kind, _: &Path, _: &'v Value) -> Result<Option<DatumBatch<'v>>> {
+        Ok(None)
+    }
+
+    fn loss_record(&self, kind: Kind, file: &Path, v: &Value) -> Result<Option<LossRecord>> {
+        match kind {
+            Kind::Loss => loss_record(file, v).map(Some),
+            _ => Ok(None),
+        }
+    }
 }

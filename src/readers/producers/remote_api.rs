@@ -6,8 +6,10 @@
 use std::path::Path;
 
 use crate::error::Result;
+use crate::model::step::{LossRecord, TokenBatch};
 use crate::model::trajectory::{Datum, DatumBatch, Provenance, TrajectoryBatch};
-use crate::readers::producers::{field, nexrl_self_hosted, opt_floats, opt_ints, seq};
+use crate::readers::layout::Kind;
+use crate::readers::producers::{field, nexrl_self_hosted, opt_floats, opt_ints, seq, StepMapping};
 use crate::value::Value;
 
 /// `datums/`: the list of datums.
@@ -72,4 +74,36 @@ pub fn datums<'v>(file: &Path, v: &'v Value) -> Result<DatumBatch<'v>> {
         },
         rows,
     })
+}
+
+/// The remote-API mode's [`StepMapping`].
+pub struct RemoteApi;
+
+impl StepMapping for RemoteApi {
+    fn token_batch(&self, _: Kind, _: &Path, _: &Value) -> Result<Option<TokenBatch>> {
+        Ok(None)
+    }
+
+    fn trajectories<'v>(
+        &self,
+        kind: Kind,
+        file: &Path,
+        v: &'v Value,
+    ) -> Result<Option<TrajectoryBatch<'v>>> {
+        match kind {
+            Kind::PreparedTrajectories => prepared_trajectories(file, v).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    fn datums<'v>(&self, kind: Kind, file: &Path, v: &'v Value) -> Result<Option<DatumBatch<'v>>> {
+        match kind {
+            Kind::Datums => datums(file, v).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    fn loss_record(&self, _: Kind, _: &Path, _: &Value) -> Result<Option<LossRecord>> {
+        Ok(None)
+    }
 }

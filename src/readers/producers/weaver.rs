@@ -11,8 +11,10 @@ pub use crate::readers::producers::nexrl_self_hosted::{
 use std::path::Path;
 
 use crate::error::Result;
-use crate::model::step::{LogProbSource, TokenBatch};
-use crate::readers::producers::opt_tensor;
+use crate::model::step::{LogProbSource, LossRecord, TokenBatch};
+use crate::model::trajectory::{DatumBatch, TrajectoryBatch};
+use crate::readers::layout::Kind;
+use crate::readers::producers::{opt_tensor, StepMapping};
 use crate::value::Value;
 
 /// `is_loss_debug/`: per-token advantages `[mb, T]`.
@@ -52,4 +54,37 @@ pub fn is_loss_debug(file: &Path, v: &Value) -> Result<TokenBatch> {
 /// The per-token batch of a weaver `forward_data/` file (NexRL's keys).
 pub fn forward_data(file: &Path, v: &Value) -> Result<TokenBatch> {
     crate::readers::producers::nexrl_self_hosted::forward_data(file, v)
+}
+
+/// The weaver trainer's [`StepMapping`].
+pub struct Weaver;
+
+impl StepMapping for Weaver {
+    fn token_batch(&self, kind: Kind, file: &Path, v: &Value) -> Result<Option<TokenBatch>> {
+        match kind {
+            Kind::ForwardData => forward_data(file, v).map(Some),
+            Kind::IsLossDebug => is_loss_debug(file, v).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    fn trajectories<'v>(
+        &self,
+        _: Kind,
+        _: &Path,
+        _: &'v Value,
+    ) -> Result<Option<TrajectoryBatch<'v>>> {
+        Ok(None)
+    }
+
+    fn datums<'v>(&self, _: Kind, _: &Path, _: &'v Value) -> Result<Option<DatumBatch<'v>>> {
+        Ok(None)
+    }
+
+    fn loss_record(&self, kind: Kind, file: &Path, v: &Value) -> Result<Option<LossRecord>> {
+        match kind {
+            Kind::Loss => loss_record(file, v).map(Some),
+            _ => Ok(None),
+        }
+    }
 }
