@@ -34,7 +34,7 @@ use crate::kernels::{to_f64, to_f64_vec, KernelError};
 use crate::model::step::{LogProbSource, LossRecord, TokenTensor};
 use crate::readers::layout::{DumpTree, Kind};
 use crate::readers::producers::nexrl_self_hosted as keys;
-use crate::readers::producers::weaver;
+use crate::readers::producers::{loose_tensors, weaver};
 use crate::readers::read_any;
 use crate::value::Value;
 
@@ -207,16 +207,6 @@ impl Verdict {
 
 fn kerr(path: &Path, e: KernelError) -> Error {
     Error::format(path, Position::File, e.to_string())
-}
-
-fn tensor(v: &Value, path: &Path, key: &str) -> Result<candle_core::Tensor> {
-    let t = v
-        .get(key)
-        .and_then(Value::to_tensor)
-        .ok_or_else(|| Error::format(path, Position::Key(key.into()), "missing or not a tensor"))?;
-    t.to_candle(&Device::Cpu)
-        .and_then(|t| t.to_dtype(candle_core::DType::F64))
-        .map_err(|e| Error::format(path, Position::Key(key.into()), e.to_string()))
 }
 
 fn scalar(v: &Value, path: &Path, key: &str) -> Result<f64> {
@@ -730,30 +720,33 @@ pub fn check_tree(
         .collect()
 }
 
-/// Free-standing inputs from a dict of tensors (`.safetensors`, `.pt`, ...): `log_probs`,
-/// optional `old_log_probs`, `ref_log_probs`, `entropy`, a mask (`mask`, `response_mask`,
-/// `loss_mask` or `effective_valid`; all ones when absent), and `advantages` `[B]`/`[B, T]`
-/// or `rewards` `[B]` + `group_ids` `[B]` turned into advantages with `cfg.advantage`.
-/// Keys may carry an `in.` prefix (the layout of `fixtures/kernels/*.safetensors`).
+/// Free-standing inputs from a dict of tensors (`.safetensors`, `.pt`, ...) mapped by
+/// [`loose_tensors::inputs`]: `log_probs`, optional `old_log_probs`, `ref_log_probs`,
+/// `entropy`, a mask (`mask`, `response_mask`, `loss_mask` or `effective_valid`; all ones
+/// when absent), and `advantages` `[B]`/`[B, T]` or `rewards` `[B]` + `group_ids` `[B]`
+/// turned into advantages with `cfg.advantage`. Keys may carry an `in.` prefix.
 pub fn inputs_from_value(v: &Value, path: &Path, cfg: &LossConfig) -> Result<LossInputs> {
-    let stripped = strip_in_prefix(v);
-    let v = stripped.as_ref().unwrap_or(v);
-    let log_probs = tensor(v, path, "log_probs")?;
-    let opt = |k: &str| v.get(k).map(|_| tensor(v, path, k)).transpose();
-    let mask = match ["mask", "response_mask", "loss_mask", "effective_valid"]
-        .iter()
-        .find(|k| v.get(k).is_some())
-    {
-        Some(k) => tensor(v, path, k)?,
+    let li = loose_tensors::inputs(path, v)?;
+    let b = &li.batch;
+    let log_probs = required(
+        b.log_probs(LogProbSource::Current),
+        path,
+        loose_tensors::LOG_PROBS,
+    )?;
+    let opt = |t: Option<&TokenTensor>| t.map(candle_of).transpose();
+    let mask = match &b.loss_mask {
+        Some(m) => candle_of(m)?,
         None => log_probs
             .ones_like()
             .map_err(|e| Error::format(path, Position::File, e.to_string()))?,
     };
-    let advantages = match opt("advantages")? {
+    let advantages = match opt(b.advantages.as_ref())? {
         Some(a) => a,
         None => {
-            let rewards = to_f64_vec(&tensor(v, path, "rewards")?).map_err(|e| kerr(path, e))?;
-            let groups: Vec<i64> = to_f64_vec(&tensor(v, path, "group_ids")?)
+            let rewards = required(li.rewards.as_ref(), path, loose_tensors::REWARDS)?;
+            let rewards = to_f64_vec(&rewards).map_err(|e| kerr(path, e))?;
+            let groups = required(li.group_ids.as_ref(), path, loose_tensors::GROUP_IDS)?;
+            let groups: Vec<i64> = to_f64_vec(&groups)
                 .map_err(|e| kerr(path, e))?
                 .iter()
                 .map(|g| *g as i64)
@@ -767,30 +760,10 @@ pub fn inputs_from_value(v: &Value, path: &Path, cfg: &LossConfig) -> Result<Los
     };
     Ok(LossInputs {
         log_probs,
-        old_log_probs: opt("old_log_probs")?,
-        ref_log_probs: opt("ref_log_probs")?,
+        old_log_probs: opt(b.log_probs(LogProbSource::Old))?,
+        ref_log_probs: opt(b.log_probs(LogProbSource::Reference))?,
         advantages,
         mask,
-        entropy: opt("entropy")?,
+        entropy: opt(b.entropy.as_ref())?,
     })
-}
-
-/// A copy of a dict whose `in.`-prefixed keys lose the prefix; `None` when there are none.
-fn strip_in_prefix(v: &Value) -> Option<Value> {
-    let items = v.as_dict()?;
-    if !items
-        .iter()
-        .any(|(k, _)| k.as_str().is_some_and(|s| s.starts_with("in.")))
-    {
-        return None;
-    }
-    Some(Value::Dict(
-        items
-            .iter()
-            .filter_map(|(k, x)| {
-                let s = k.as_str()?.strip_prefix("in.")?;
-                Some((Value::Str(s.to_string()), x.clone()))
-            })
-            .collect(),
-    ))
 }

@@ -7,6 +7,7 @@
 //! the model and the check that needs it says so; a key that is present but unreadable
 //! (wrong type) is an [`Error::Format`](crate::Error) naming the file and the key path.
 
+pub mod loose_tensors;
 pub mod nexrl_self_hosted;
 pub mod remote_api;
 pub mod weaver;
@@ -121,8 +122,7 @@ pub fn opt_tensor(v: &Value, key: &str, file: &Path) -> Result<Option<TokenTenso
         .map(|x| {
             let tensor = match x {
                 Value::Tensor(t) => Some(t.clone()),
-                Value::List(_) | Value::Packed(_) => x.to_tensor(),
-                _ => None,
+                _ => x.to_tensor(),
             }
             .ok_or_else(|| unreadable(file, key, "a tensor or a rectangular nested list", x))?;
             Ok(TokenTensor {

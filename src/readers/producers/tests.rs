@@ -228,3 +228,32 @@ fn loss_records_read_terms_kl_metrics_and_coefficients() {
         "{e:?}"
     );
 }
+
+#[test]
+fn loose_inputs_take_the_first_mask_alias_and_drop_the_in_prefix() {
+    use super::loose_tensors;
+    use crate::model::step::LogProbSource;
+    let row = |x: f64| Value::List(vec![Value::List(vec![Value::Float(x), Value::Float(x)])]);
+    let v = dict(vec![
+        ("in.log_probs", row(-1.0)),
+        ("in.loss_mask", row(1.0)),
+        ("in.effective_valid", row(0.0)),
+        ("out.loss", Value::Float(3.0)),
+    ]);
+    let li = loose_tensors::inputs(Path::new("k.safetensors"), &v).unwrap();
+    assert_eq!(li.mask_key, Some("loss_mask"));
+    let mask = li.batch.loss_mask.as_ref().unwrap();
+    assert_eq!(mask.tensor.to_f64_vec(), vec![1.0, 1.0]);
+    assert_eq!(mask.source.key, "loss_mask");
+    assert_eq!(mask.dtype, None, "a list has no stored dtype");
+    let lp = li.batch.log_probs(LogProbSource::Current).unwrap();
+    assert_eq!(lp.tensor.shape(), &[1, 2]);
+    assert!(li.batch.log_probs(LogProbSource::Old).is_none());
+    assert!(li.rewards.is_none());
+    let bad = dict(vec![("log_probs", s("x"))]);
+    let e = loose_tensors::inputs(Path::new("k.pt"), &bad).unwrap_err();
+    assert!(
+        matches!(&e, Error::Format { pos: Position::Key(k), .. } if k == "log_probs"),
+        "{e:?}"
+    );
+}
