@@ -261,8 +261,9 @@ fn at_file(df: &DataFrame, f: &J) -> DataFrame {
             .unwrap()
             .equal(f["step"].as_i64().unwrap());
     for c in ["rank", "micro"] {
-        if let Some(x) = df.column(c).ok().filter(|_| !f[c].is_null()) {
-            mask = mask & x.i64().unwrap().equal(f[c].as_i64().unwrap());
+        if !f[c].is_null() {
+            let x = df.column(c).unwrap().i64().unwrap();
+            mask = mask & x.equal(f[c].as_i64().unwrap());
         }
     }
     df.filter(&mask).unwrap()

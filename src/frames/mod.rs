@@ -182,7 +182,7 @@ fn token_block<'a>(file: &'a DumpFile, v: &Value) -> Option<TokenBlock<'a>> {
     }
     let reference = tensors
         .iter()
-        .find(|(n, _)| n == "log_probs")
+        .find(|(n, _)| n == nexrl_self_hosted::LOG_PROBS)
         .or_else(|| tensors.iter().find(|(_, t)| t.dtype().is_float()))
         .or(tensors.first())?;
     let shape = reference.1.shape().to_vec();
