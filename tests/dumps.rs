@@ -552,6 +552,7 @@ fn every_fixture_file_maps_into_the_model_as_the_generator_wrote_it() {
                     ("effective_valid", b.loss_mask.as_ref()),
                     ("prob_ratio", b.ratio.as_ref()),
                     ("elementwise_loss", b.per_token_loss.as_ref()),
+                    ("attention_mask", b.attention_mask.as_ref()),
                 ];
                 if kind == Kind::IsLossDebug || kind == Kind::OldLogProbs {
                     tensors.push(("old_log_probs", b.log_probs(LogProbSource::Old)));
@@ -589,7 +590,33 @@ fn every_fixture_file_maps_into_the_model_as_the_generator_wrote_it() {
                 assert_eq!(Some(d.rows.len()), want, "{path:?}");
                 records += 1;
             }
-            if let Some(r) = map.loss_record(kind, &path, &v).unwrap() {
+            if let Some(p) = map.param(kind, &path, &v).unwrap() {
+                let key = f["kind"].as_str().unwrap();
+                let exp = &f["tensors"][key];
+                assert_eq!(p.gradient, kind == Kind::Gradient, "{path:?}");
+                assert_eq!(p.name.as_deref(), f["scalars"]["param_name"].as_str());
+                let want_dtype = exp["dtype"].as_str().and_then(DType::from_torch_name);
+                assert_eq!(p.tensor.dtype, want_dtype, "{path:?}");
+                assert_eq!(p.tensor.tensor.shape(), &[16, 8], "{path:?}");
+                let sum: f64 = p.tensor.tensor.to_f64_vec().iter().sum();
+                let want = num(&exp["sum"]).unwrap();
+                assert!(
+                    (sum - want).abs() <= 1e-12 * want.abs().max(1.0),
+                    "{path:?}"
+                );
+                records += 1;
+            }
+            if kind == Kind::TrainingMetrics {
+                let r = map.loss_record(kind, &path, &v).unwrap().unwrap();
+                let sc = &f["scalars"];
+                assert_eq!(r.loss, num(&sc["metrics.loss"]), "{path:?}");
+                assert_eq!(r.pg_loss, num(&sc["metrics.pg_loss"]), "{path:?}");
+                assert_eq!(
+                    r.kl.get("approx_kl").copied(),
+                    num(&sc["metrics.approx_kl"])
+                );
+                records += 1;
+            } else if let Some(r) = map.loss_record(kind, &path, &v).unwrap() {
                 let sc = &f["scalars"];
                 assert_eq!(r.loss, num(&sc["loss"]), "{path:?}");
                 assert_eq!(r.pg_loss, num(&sc["pg_loss"]), "{path:?}");

@@ -88,12 +88,10 @@ pub struct LossRecord {
 /// A parameter or gradient tensor of one rank (and micro, for producers that dump per micro).
 #[derive(Debug, Clone)]
 pub struct ParamRecord {
-    /// Parameter name (`model.layers.0.mlp.up_proj.weight`).
-    pub name: String,
+    /// Parameter name (`model.layers.0.mlp.up_proj.weight`), when dumped.
+    pub name: Option<String>,
     /// The tensor as read.
-    pub tensor: Tensor,
+    pub tensor: TokenTensor,
     /// True for a gradient, false for the parameter itself.
     pub gradient: bool,
-    /// File and key.
-    pub source: Provenance,
 }

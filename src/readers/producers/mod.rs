@@ -15,7 +15,7 @@ pub mod weaver;
 use std::path::Path;
 
 use crate::error::{Error, Position, Result};
-use crate::model::step::{LossRecord, TokenBatch, TokenTensor};
+use crate::model::step::{LossRecord, ParamRecord, TokenBatch, TokenTensor};
 use crate::model::tokens::TokenSeq;
 use crate::model::trajectory::Provenance;
 use crate::model::trajectory::{DatumBatch, TrajectoryBatch};
@@ -23,22 +23,40 @@ use crate::readers::layout::{Kind, Producer};
 use crate::value::Value;
 
 /// One producer's mapping of its files into the model: what each kind of file holds.
-/// Each method returns `Ok(None)` for a kind the producer does not write that record in.
+/// Each method returns `Ok(None)` for a kind the producer does not write that record in
+/// (the default), so a producer overrides only what it writes.
 pub trait StepMapping: Sync {
     /// The per-token batch of a file of `kind` (forward pass, old log-probs, loss
-    /// intermediates).
-    fn token_batch(&self, kind: Kind, file: &Path, v: &Value) -> Result<Option<TokenBatch>>;
+    /// intermediates, model inputs).
+    fn token_batch(&self, _kind: Kind, _file: &Path, _v: &Value) -> Result<Option<TokenBatch>> {
+        Ok(None)
+    }
     /// The trajectories of a file of `kind`.
     fn trajectories<'v>(
         &self,
-        kind: Kind,
-        file: &Path,
-        v: &'v Value,
-    ) -> Result<Option<TrajectoryBatch<'v>>>;
+        _kind: Kind,
+        _file: &Path,
+        _v: &'v Value,
+    ) -> Result<Option<TrajectoryBatch<'v>>> {
+        Ok(None)
+    }
     /// The datums of a file of `kind`.
-    fn datums<'v>(&self, kind: Kind, file: &Path, v: &'v Value) -> Result<Option<DatumBatch<'v>>>;
+    fn datums<'v>(
+        &self,
+        _kind: Kind,
+        _file: &Path,
+        _v: &'v Value,
+    ) -> Result<Option<DatumBatch<'v>>> {
+        Ok(None)
+    }
     /// The loss record of a file of `kind`.
-    fn loss_record(&self, kind: Kind, file: &Path, v: &Value) -> Result<Option<LossRecord>>;
+    fn loss_record(&self, _kind: Kind, _file: &Path, _v: &Value) -> Result<Option<LossRecord>> {
+        Ok(None)
+    }
+    /// The parameter or gradient of a file of `kind`.
+    fn param(&self, _kind: Kind, _file: &Path, _v: &Value) -> Result<Option<ParamRecord>> {
+        Ok(None)
+    }
 }
 
 /// The mapping of a producer identified by [`crate::readers::layout::DumpTree`]; an

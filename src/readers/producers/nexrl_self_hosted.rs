@@ -6,10 +6,8 @@
 use std::path::Path;
 
 use crate::error::Result;
-use crate::model::step::{LogProbSource, LossRecord, TokenBatch};
-use crate::model::trajectory::{
-    DatumBatch, Provenance, Trajectory, TrajectoryBatch, TrajectoryIds,
-};
+use crate::model::step::{LogProbSource, LossRecord, ParamRecord, TokenBatch};
+use crate::model::trajectory::{Provenance, Trajectory, TrajectoryBatch, TrajectoryIds};
 use crate::readers::layout::Kind;
 use crate::readers::producers::StepMapping;
 use crate::readers::producers::{
@@ -56,6 +54,12 @@ pub const PG_LOSS: &str = "pg_loss";
 pub const ENTROPY_LOSS: &str = "entropy_loss";
 /// `loss/`: the trainer's metrics dict.
 pub const METRICS: &str = "metrics";
+/// `param/`: the parameter tensor.
+pub const PARAM: &str = "param";
+/// `gradient/`: the gradient tensor.
+pub const GRADIENT: &str = "gradient";
+/// `param/`, `gradient/`: the parameter's name.
+pub const PARAM_NAME: &str = "param_name";
 /// `loss/`: the trainer's settings echoed with the loss (coefficients among them).
 pub const EXTRA_INFO: &str = "extra_info";
 /// `extra_info`: the entropy coefficient of `loss = pg_loss − c · entropy_loss`.
@@ -237,14 +241,45 @@ impl StepMapping for NexrlSelfHosted {
         }
     }
 
-    fn datums<'v>(&self, _: Kind, _: &Path, _: &'v Value) -> Result<Option<DatumBatch<'v>>> {
-        Ok(None)
-    }
-
     fn loss_record(&self, kind: Kind, file: &Path, v: &Value) -> Result<Option<LossRecord>> {
         match kind {
             Kind::Loss => loss_record(file, v).map(Some),
             _ => Ok(None),
         }
     }
+
+    fn param(&self, kind: Kind, file: &Path, v: &Value) -> Result<Option<ParamRecord>> {
+        param(kind, file, v)
+    }
+}
+
+/// The record of a `param/` or `gradient/` file (`None` for any other kind).
+///
+/// Errors: the tensor missing or not a tensor; `param_name` not a string.
+pub fn param(kind: Kind, file: &Path, v: &Value) -> Result<Option<ParamRecord>> {
+    let (key, gradient) = match kind {
+        Kind::Param => (PARAM, false),
+        Kind::Gradient => (GRADIENT, true),
+        _ => return Ok(None),
+    };
+    let tensor = opt_tensor(v, key, file)?.ok_or_else(|| {
+        crate::error::Error::format(
+            file,
+            crate::error::Position::Key(key.into()),
+            "missing: no such key",
+        )
+    })?;
+    let name = match field(v, PARAM_NAME) {
+        Some(x) => Some(
+            x.as_str()
+                .ok_or_else(|| unreadable(file, PARAM_NAME, "a string", x))?
+                .to_string(),
+        ),
+        None => None,
+    };
+    Ok(Some(ParamRecord {
+        name,
+        tensor,
+        gradient,
+    }))
 }

@@ -6,10 +6,13 @@
 use std::path::Path;
 
 use crate::error::Result;
-use crate::model::step::{LossRecord, TokenBatch};
+use crate::model::step::LossRecord;
 use crate::model::trajectory::{Datum, DatumBatch, Provenance, TrajectoryBatch};
 use crate::readers::layout::Kind;
-use crate::readers::producers::{field, nexrl_self_hosted, opt_floats, opt_ints, seq, StepMapping};
+use crate::readers::producers::{
+    field, nexrl_self_hosted, opt_f64, opt_floats, opt_ints, scalar_of, seq, unreadable,
+    StepMapping,
+};
 use crate::value::Value;
 
 /// `datums/`: the list of datums.
@@ -26,6 +29,57 @@ pub const LOGPROBS: &str = "logprobs";
 pub const ADVANTAGES: &str = "advantages";
 /// `loss_fn_inputs`: 1.0 on response targets.
 pub const LOSS_MASK: &str = "loss_mask";
+
+/// `training_metrics/`: the training service's metrics dict for the step.
+pub const METRICS: &str = "metrics";
+
+/// The loss record of a `training_metrics/` file: `metrics.loss`, `metrics.pg_loss`,
+/// `metrics.entropy_loss` and every number of `metrics` (KL terms among them).
+///
+/// Errors: `metrics` present but not a dict; one of the loss terms not a number.
+pub fn training_metrics(file: &Path, v: &Value) -> Result<LossRecord> {
+    let mut rec = LossRecord {
+        source: Some(Provenance {
+            file: file.to_path_buf(),
+            key: METRICS.into(),
+        }),
+        ..LossRecord::default()
+    };
+    let Some(m) = field(v, METRICS) else {
+        return Ok(rec);
+    };
+    let items = m
+        .as_dict()
+        .ok_or_else(|| unreadable(file, METRICS, "a dict", m))?;
+    let at = |k: &str| format!("{METRICS}.{k}");
+    rec.loss = opt_f64(
+        m,
+        nexrl_self_hosted::LOSS,
+        file,
+        &at(nexrl_self_hosted::LOSS),
+    )?;
+    rec.pg_loss = opt_f64(
+        m,
+        nexrl_self_hosted::PG_LOSS,
+        file,
+        &at(nexrl_self_hosted::PG_LOSS),
+    )?;
+    rec.entropy_loss = opt_f64(
+        m,
+        nexrl_self_hosted::ENTROPY_LOSS,
+        file,
+        &at(nexrl_self_hosted::ENTROPY_LOSS),
+    )?;
+    for (k, x) in items {
+        if let (Some(k), Some(x)) = (k.as_str(), scalar_of(x)) {
+            if nexrl_self_hosted::KL_METRICS.contains(&k) {
+                rec.kl.insert(k.to_string(), x);
+            }
+            rec.metrics.insert(k.to_string(), x);
+        }
+    }
+    Ok(rec)
+}
 
 /// The trajectories of a `prepared_trajectories/` file (the NexRL trajectory format).
 pub fn prepared_trajectories<'v>(file: &Path, v: &'v Value) -> Result<TrajectoryBatch<'v>> {
@@ -80,10 +134,6 @@ pub fn datums<'v>(file: &Path, v: &'v Value) -> Result<DatumBatch<'v>> {
 pub struct RemoteApi;
 
 impl StepMapping for RemoteApi {
-    fn token_batch(&self, _: Kind, _: &Path, _: &Value) -> Result<Option<TokenBatch>> {
-        Ok(None)
-    }
-
     fn trajectories<'v>(
         &self,
         kind: Kind,
@@ -103,7 +153,10 @@ impl StepMapping for RemoteApi {
         }
     }
 
-    fn loss_record(&self, _: Kind, _: &Path, _: &Value) -> Result<Option<LossRecord>> {
-        Ok(None)
+    fn loss_record(&self, kind: Kind, file: &Path, v: &Value) -> Result<Option<LossRecord>> {
+        match kind {
+            Kind::TrainingMetrics => training_metrics(file, v).map(Some),
+            _ => Ok(None),
+        }
     }
 }

@@ -11,8 +11,7 @@ pub use crate::readers::producers::nexrl_self_hosted::{
 use std::path::Path;
 
 use crate::error::Result;
-use crate::model::step::{LogProbSource, LossRecord, TokenBatch};
-use crate::model::trajectory::{DatumBatch, TrajectoryBatch};
+use crate::model::step::{LogProbSource, LossRecord, ParamRecord, TokenBatch};
 use crate::readers::layout::Kind;
 use crate::readers::producers::{opt_tensor, StepMapping};
 use crate::value::Value;
@@ -51,6 +50,18 @@ pub fn is_loss_debug(file: &Path, v: &Value) -> Result<TokenBatch> {
     Ok(b)
 }
 
+/// The model inputs of a `batch_inputs/` file: `input_ids` (the rows' identity when
+/// rows are reordered) and `attention_mask`.
+///
+/// Errors: one of them present but not a tensor.
+pub fn batch_inputs(file: &Path, v: &Value) -> Result<TokenBatch> {
+    Ok(TokenBatch {
+        input_ids: opt_tensor(v, INPUT_IDS, file)?,
+        attention_mask: opt_tensor(v, ATTENTION_MASK, file)?,
+        ..TokenBatch::default()
+    })
+}
+
 /// The per-token batch of a weaver `forward_data/` file (NexRL's keys).
 pub fn forward_data(file: &Path, v: &Value) -> Result<TokenBatch> {
     crate::readers::producers::nexrl_self_hosted::forward_data(file, v)
@@ -64,21 +75,9 @@ impl StepMapping for Weaver {
         match kind {
             Kind::ForwardData => forward_data(file, v).map(Some),
             Kind::IsLossDebug => is_loss_debug(file, v).map(Some),
+            Kind::BatchInputs => batch_inputs(file, v).map(Some),
             _ => Ok(None),
         }
-    }
-
-    fn trajectories<'v>(
-        &self,
-        _: Kind,
-        _: &Path,
-        _: &'v Value,
-    ) -> Result<Option<TrajectoryBatch<'v>>> {
-        Ok(None)
-    }
-
-    fn datums<'v>(&self, _: Kind, _: &Path, _: &'v Value) -> Result<Option<DatumBatch<'v>>> {
-        Ok(None)
     }
 
     fn loss_record(&self, kind: Kind, file: &Path, v: &Value) -> Result<Option<LossRecord>> {
@@ -86,5 +85,9 @@ impl StepMapping for Weaver {
             Kind::Loss => loss_record(file, v).map(Some),
             _ => Ok(None),
         }
+    }
+
+    fn param(&self, kind: Kind, file: &Path, v: &Value) -> Result<Option<ParamRecord>> {
+        crate::readers::producers::nexrl_self_hosted::param(kind, file, v)
     }
 }
