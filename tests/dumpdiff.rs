@@ -800,3 +800,49 @@ fn an_unknown_preset_is_a_usage_error() {
         "{err:?}"
     );
 }
+
+/// Copy a fixture tree into a temp dir.
+fn copied_tree(tree: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for kind in std::fs::read_dir(dumps(tree)).unwrap() {
+        let kind = kind.unwrap().path();
+        let to = dir.path().join(kind.file_name().unwrap());
+        std::fs::create_dir_all(&to).unwrap();
+        for f in std::fs::read_dir(&kind).unwrap() {
+            let f = f.unwrap().path();
+            std::fs::copy(&f, to.join(f.file_name().unwrap())).unwrap();
+        }
+    }
+    dir
+}
+
+/// A per-token key holding something that is no tensor (a string where weaver's
+/// `entropy` belongs) is an error naming the file and key, not "not dumped on both sides".
+#[test]
+fn a_per_token_key_of_the_wrong_type_exits_2_naming_file_and_key() {
+    let dir = copied_tree("weaver_jsonl");
+    let file = dir
+        .path()
+        .join("forward_data/step_000000_rank1_micro0.jsonl");
+    let mut v: Json = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    v["entropy"] = Json::from("bf16");
+    std::fs::write(&file, serde_json::to_string(&v).unwrap() + "\n").unwrap();
+    let out = Command::cargo_bin("dumpdiff")
+        .unwrap()
+        .arg("--self-hosted-dir")
+        .arg(dumps("self_hosted_jsonl"))
+        .arg("--weaver-dir")
+        .arg(dir.path())
+        .args(["--step", "0"])
+        .assert()
+        .code(2)
+        .stdout("")
+        .get_output()
+        .clone();
+    let err = String::from_utf8(out.stderr).unwrap();
+    let want = format!(
+        "{}: key entropy: expected a tensor or a rectangular nested list, found str",
+        file.display()
+    );
+    assert!(err.contains(&want), "{err}");
+}

@@ -141,6 +141,7 @@ fn load_side(
         .iter()
         .map(|f| {
             let (v, pages) = pages::read_whole(&f.path)?;
+            crate::readers::producers::check_tensor_keys(f.kind, &f.path, &v)?;
             progress.file_done(f.size);
             Ok((f.path.clone(), v, pages))
         })

@@ -118,6 +118,7 @@ impl SideData {
             return Ok(None);
         };
         let v = read_any(&f.path)?;
+        crate::readers::producers::check_tensor_keys(kind, &f.path, &v)?;
         progress.file_done(size);
         self.read
             .lock()

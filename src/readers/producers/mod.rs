@@ -69,6 +69,43 @@ pub fn mapping(producer: Producer) -> &'static dyn StepMapping {
     }
 }
 
+/// The per-token tensor keys a file of `kind` holds, as its producers spell them.
+pub fn tensor_keys(kind: Kind) -> &'static [&'static str] {
+    match kind {
+        Kind::ForwardData => &nexrl_self_hosted::FORWARD_DATA_KEYS,
+        Kind::OldLogProbs => &[nexrl_self_hosted::OLD_LOG_PROBS],
+        Kind::IsLossDebug => &weaver::IS_LOSS_DEBUG_KEYS,
+        Kind::BatchInputs => &weaver::BATCH_INPUTS_KEYS,
+        Kind::Param => &[nexrl_self_hosted::PARAM],
+        Kind::Gradient => &[nexrl_self_hosted::GRADIENT],
+        _ => &[],
+    }
+}
+
+/// Check, without decoding anything, that every [`tensor_keys`] entry `v` holds is a
+/// tensor or a list: a tool that reads a key lazily must not take a value of the wrong
+/// type for "not dumped".
+///
+/// Errors: such a key holding something else (named with the file).
+pub fn check_tensor_keys(kind: Kind, file: &Path, v: &Value) -> Result<()> {
+    for &k in tensor_keys(kind) {
+        if let Some(x) = field(v, k) {
+            if !matches!(
+                x,
+                Value::Tensor(_) | Value::List(_) | Value::Tuple(_) | Value::Packed(_)
+            ) {
+                return Err(unreadable(
+                    file,
+                    k,
+                    "a tensor or a rectangular nested list",
+                    x,
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `v[key]`, `None` when absent or Python `None`.
 pub fn field<'v>(v: &'v Value, key: &str) -> Option<&'v Value> {
     v.get(key).filter(|x| !matches!(x, Value::None))

@@ -46,6 +46,8 @@ pub const ENTROPY: &str = "entropy";
 pub const RESPONSE_MASK: &str = "response_mask";
 /// `forward_data/`: prompt (left-padded) + response (right-padded) ids `[mb, S]`.
 pub const INPUT_IDS: &str = "input_ids";
+/// Every per-token key of a `forward_data/` file.
+pub const FORWARD_DATA_KEYS: [&str; 4] = [LOG_PROBS, ENTROPY, RESPONSE_MASK, INPUT_IDS];
 /// `loss/`: the optimised loss.
 pub const LOSS: &str = "loss";
 /// `loss/`: the policy-gradient term.

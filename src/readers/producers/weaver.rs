@@ -26,6 +26,17 @@ pub const ELEMENTWISE_LOSS: &str = "elementwise_loss";
 pub const EFFECTIVE_VALID: &str = "effective_valid";
 /// `batch_inputs/`: the micro's attention mask.
 pub const ATTENTION_MASK: &str = "attention_mask";
+/// Every per-token key of an `is_loss_debug/` file.
+pub const IS_LOSS_DEBUG_KEYS: [&str; 6] = [
+    LOG_PROBS,
+    OLD_LOG_PROBS,
+    ADVANTAGES,
+    PROB_RATIO,
+    ELEMENTWISE_LOSS,
+    EFFECTIVE_VALID,
+];
+/// The keys of a `batch_inputs/` file the model reads.
+pub const BATCH_INPUTS_KEYS: [&str; 2] = [INPUT_IDS, ATTENTION_MASK];
 
 /// The per-token batch of an `is_loss_debug/` file: current and old log-probs,
 /// advantages, the loss's mask (`effective_valid`), the ratio and the per-token loss.
