@@ -22,6 +22,9 @@
 //! let tokens: &polars::frame::DataFrame = &frames.tokens;
 //! println!("{}", tokens.head(Some(5)));
 //! println!("{} trajectories", frames.trajectories.height());
+//! for (name, df) in frames.tables() {
+//!     println!("{name}: {:?}", df.get_column_names());
+//! }
 //! # Ok::<(), rlforensics::Error>(())
 //! ```
 //!

@@ -388,6 +388,14 @@ fn frames_match_the_generator_manifest() {
             }
         }
     }
+    let f = build_frames(
+        &DumpTree::discover(&root().join("weaver_pt")).unwrap(),
+        None,
+    )
+    .unwrap();
+    let names: Vec<&str> = f.tables().iter().map(|(n, _)| *n).collect();
+    assert_eq!(names, ["scalars", "tokens", "trajectories"]);
+    assert_eq!(f.tables()[1].1.height(), f.tokens.height());
     assert!(trajs >= 4 * 48, "{trajs}");
     assert!(tensors >= 100, "{tensors}");
     assert!(scalars >= 100, "{scalars}");

@@ -40,6 +40,18 @@ pub struct Frames {
 
 pub use crate::model::tokens::{tokens_hash, tokens_hash_iter, value_tokens_hash};
 
+impl Frames {
+    /// Every table by name (`scalars`, `tokens`, `trajectories`), in that order: what a
+    /// notebook or a Python binding hands over as polars DataFrames.
+    pub fn tables(&self) -> [(&'static str, &DataFrame); 3] {
+        [
+            ("scalars", &self.scalars),
+            ("tokens", &self.tokens),
+            ("trajectories", &self.trajectories),
+        ]
+    }
+}
+
 /// Read every file of `tree` (only `step` when given) in parallel, each once, and build
 /// the three frames.
 pub fn build_frames(tree: &DumpTree, step: Option<i64>) -> Result<Frames> {
