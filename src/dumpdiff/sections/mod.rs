@@ -1,8 +1,9 @@
 //! The comparison sections: each turns the values read for one rank × micro cell (or the
 //! whole batch) into typed [`Comparison`]s. Reference side = self-hosted ("a"), other = "b".
 //!
-//! Split by concern: [`side`] (one side's files), [`rows`] (decoded tensors, row pairing),
-//! [`engine`] (one comparison), [`cells`], [`ratio_chain`] and [`loss_cells`] (the cells of each section).
+//! Split by concern (private files, re-exported here): `side` (one side's files), `rows`
+//! (decoded tensors, row pairing), `engine` (one comparison), `cells`, `ratio_chain` and
+//! `loss_cells` (the cells of each section).
 
 use std::borrow::Cow;
 use std::cell::{OnceCell, RefCell};

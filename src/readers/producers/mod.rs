@@ -3,6 +3,13 @@
 //! rule. A new producer (verl, slime, NeMo-RL, SGLang's dumper, TRL) or a new key alias is
 //! one file here.
 //!
+//! Adding a producer (say verl): write `verl.rs` here with its key constants and one
+//! function per kind of file it writes, each returning a model record
+//! ([`crate::model::step`], [`crate::model::trajectory`]); implement [`StepMapping`] for
+//! it (only the methods for what it writes); add its variant to
+//! [`crate::readers::layout::Producer`] and to [`mapping`]. A new spelling of a known key
+//! is one constant and one lookup in the producer's file.
+//!
 //! Strictness, the same everywhere: a key that is absent (or Python `None`) is `None` in
 //! the model and the check that needs it says so; a key that is present but unreadable
 //! (wrong type) is an [`Error::Format`](crate::Error) naming the file and the key path.
