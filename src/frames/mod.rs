@@ -222,13 +222,13 @@ fn candidate_tensor(v: &Value) -> Option<crate::tensor::Tensor> {
 
 /// Datums hold per-token lists per datum; each becomes one row of the block.
 fn datum_block<'a>(file: &'a DumpFile, v: &Value) -> Option<TokenBlock<'a>> {
-    let datums = v.get("datums")?.as_seq()?;
+    let datums = v.get(remote_api::DATUMS)?.as_seq()?;
     let mut names: Vec<String> = Vec::new();
     let mut per_datum: Vec<HashMap<String, Vec<f64>>> = Vec::new();
     let mut cols = 0;
     for d in datums {
         let mut m = HashMap::new();
-        if let Some(inputs) = d.get("loss_fn_inputs").and_then(Value::as_dict) {
+        if let Some(inputs) = d.get(remote_api::LOSS_FN_INPUTS).and_then(Value::as_dict) {
             for (k, val) in inputs {
                 let (Some(name), Some(t)) = (k.as_str(), candidate_tensor(val)) else {
                     continue;
