@@ -84,7 +84,9 @@ pub fn frames_for_path(path: &Path, step: Option<i64>) -> Result<crate::frames::
         rank,
         micro,
         format: FileFormat::from_path(path).unwrap_or(FileFormat::Pt),
-        size: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+        size: std::fs::metadata(path)
+            .map_err(|e| crate::error::Error::io(path, e))?
+            .len(),
     };
     let pairs: Vec<(&crate::readers::layout::DumpFile, &Value)> =
         if step.is_none_or(|s| s == file_step) {
@@ -209,7 +211,12 @@ fn tensor_line(t: &Tensor, from_list: bool) -> String {
             // Exactly, above i64::MAX too.
             t.element_bytes()
                 .chunks_exact(8)
-                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()).to_string())
+                .map(|c| {
+                    // `chunks_exact(8)`: every chunk is 8 bytes.
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(c);
+                    u64::from_le_bytes(b).to_string()
+                })
                 .collect()
         } else {
             t.to_i64_vec().iter().map(i64::to_string).collect()

@@ -755,3 +755,95 @@ fn is_loss_log_probs_are_compared_on_their_own_when_they_differ() {
         assert_eq!(m.beyond, 1);
     }
 }
+
+/// A datum field of the wrong type is not read as an empty list: dumpdiff exits 2 naming
+/// the file and the key path, with no report.
+#[test]
+fn an_unreadable_datum_field_exits_2_naming_file_and_key() {
+    let dir = edited_remote(|v| v["datums"][3]["loss_fn_inputs"]["logprobs"] = Json::from("n/a"));
+    let out = Command::cargo_bin("dumpdiff")
+        .unwrap()
+        .arg("--self-hosted-dir")
+        .arg(dumps("self_hosted_pt"))
+        .arg("--remote-api-dir")
+        .arg(dir.path())
+        .args(["--step", "0"])
+        .assert()
+        .code(2)
+        .stdout("")
+        .get_output()
+        .clone();
+    let err = String::from_utf8(out.stderr).unwrap();
+    let file = dir.path().join("datums/step_000000.jsonl");
+    assert!(
+        err.contains(&format!(
+            "{}: key datums[3].loss_fn_inputs.logprobs: expected a list of numbers, found str",
+            file.display()
+        )),
+        "{err}"
+    );
+}
+
+/// An unknown `--preset` is a usage error (exit 2), not silently ignored by the
+/// advantage recomputation.
+#[test]
+fn an_unknown_preset_is_a_usage_error() {
+    let err = run(&Options {
+        self_hosted: dumps("self_hosted_pt"),
+        weaver: Some(dumps("weaver_pt")),
+        step: 0,
+        advantage_preset: Some("no-such-preset".into()),
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(
+        matches!(&err, rlforensics::Error::Usage(m) if m.starts_with("--preset no-such-preset: ")),
+        "{err:?}"
+    );
+}
+
+/// Copy a fixture tree into a temp dir.
+fn copied_tree(tree: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for kind in std::fs::read_dir(dumps(tree)).unwrap() {
+        let kind = kind.unwrap().path();
+        let to = dir.path().join(kind.file_name().unwrap());
+        std::fs::create_dir_all(&to).unwrap();
+        for f in std::fs::read_dir(&kind).unwrap() {
+            let f = f.unwrap().path();
+            std::fs::copy(&f, to.join(f.file_name().unwrap())).unwrap();
+        }
+    }
+    dir
+}
+
+/// A per-token key holding something that is no tensor (a string where weaver's
+/// `entropy` belongs) is an error naming the file and key, not "not dumped on both sides".
+#[test]
+fn a_per_token_key_of_the_wrong_type_exits_2_naming_file_and_key() {
+    let dir = copied_tree("weaver_jsonl");
+    let file = dir
+        .path()
+        .join("forward_data/step_000000_rank1_micro0.jsonl");
+    let mut v: Json = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    v["entropy"] = Json::from("bf16");
+    std::fs::write(&file, serde_json::to_string(&v).unwrap() + "\n").unwrap();
+    let out = Command::cargo_bin("dumpdiff")
+        .unwrap()
+        .arg("--self-hosted-dir")
+        .arg(dumps("self_hosted_jsonl"))
+        .arg("--weaver-dir")
+        .arg(dir.path())
+        .args(["--step", "0"])
+        .assert()
+        .code(2)
+        .stdout("")
+        .get_output()
+        .clone();
+    let err = String::from_utf8(out.stderr).unwrap();
+    let want = format!(
+        "{}: key entropy: expected a tensor or a rectangular nested list, found str",
+        file.display()
+    );
+    assert!(err.contains(&want), "{err}");
+}

@@ -246,6 +246,161 @@ fn pt_and_jsonl_dumps_give_identical_frames() {
     }
 }
 
+/// The rows of `df` at one file's coordinates.
+fn at_file(df: &DataFrame, f: &J) -> DataFrame {
+    let kind = df
+        .column("kind")
+        .unwrap()
+        .str()
+        .unwrap()
+        .equal(f["kind"].as_str().unwrap());
+    let mut mask = kind
+        & df.column("step")
+            .unwrap()
+            .i64()
+            .unwrap()
+            .equal(f["step"].as_i64().unwrap());
+    for c in ["rank", "micro"] {
+        if !f[c].is_null() {
+            let x = df.column(c).unwrap().i64().unwrap();
+            mask = mask & x.equal(f[c].as_i64().unwrap());
+        }
+    }
+    df.filter(&mask).unwrap()
+}
+
+/// Column `name` of `df` as optional f64s.
+fn col_f64(df: &DataFrame, name: &str) -> Vec<Option<f64>> {
+    let c = df
+        .column(name)
+        .unwrap()
+        .cast(&polars::prelude::DataType::Float64)
+        .unwrap();
+    c.f64().unwrap().iter().collect()
+}
+
+/// Column `name` of `df` as optional strings.
+fn col_str(df: &DataFrame, name: &str) -> Vec<Option<String>> {
+    let c = df
+        .column(name)
+        .unwrap()
+        .cast(&polars::prelude::DataType::String)
+        .unwrap();
+    c.str()
+        .unwrap()
+        .iter()
+        .map(|x| x.map(str::to_string))
+        .collect()
+}
+
+/// The frames of every tree (`.pt` and `.jsonl` alike) against the generator's manifest,
+/// not against another frame: each trajectory's length, reward, mask sum, flags and ids;
+/// each per-token tensor's element count and sum; each loss scalar.
+#[test]
+fn frames_match_the_generator_manifest() {
+    let m = manifest();
+    let (mut trajs, mut tensors, mut scalars) = (0, 0, 0);
+    for (tree, _) in TREES {
+        let t = DumpTree::discover(&root().join(tree)).unwrap();
+        let frames = build_frames(&t, None).unwrap();
+        for f in manifest_files(&m, tree) {
+            let path = f["path"].as_str().unwrap();
+            if let Some(items) = f["trajectories"]["items"].as_array() {
+                let rows = at_file(&frames.trajectories, &f);
+                assert_eq!(rows.height(), items.len(), "{path}");
+                let (len, rew) = (col_f64(&rows, "length"), col_f64(&rows, "reward"));
+                let (mask, adv) = (col_f64(&rows, "loss_mask_sum"), col_f64(&rows, "advantage"));
+                let (group, uid, run) = (
+                    col_str(&rows, "group_id"),
+                    col_str(&rows, "uid"),
+                    col_str(&rows, "run_id"),
+                );
+                let is_val = col_str(&rows, "is_val");
+                let batch_adv = f["scalars"]["advantages"].as_array();
+                for (i, it) in items.iter().enumerate() {
+                    assert_eq!(len[i], it["length"].as_f64(), "{path}[{i}] length");
+                    assert_eq!(rew[i], num(&it["reward"]), "{path}[{i}] reward");
+                    assert_eq!(mask[i], it["loss_mask_sum"].as_f64(), "{path}[{i}] mask");
+                    assert_eq!(
+                        adv[i],
+                        batch_adv.and_then(|a| num(&a[i])),
+                        "{path}[{i}] adv"
+                    );
+                    let text = |j: &J| match j {
+                        J::String(s) => Some(s.clone()),
+                        J::Null => None,
+                        other => Some(other.to_string()),
+                    };
+                    assert_eq!(group[i], text(&it["group_id"]), "{path}[{i}] group_id");
+                    assert_eq!(uid[i], text(&it["uid"]), "{path}[{i}] uid");
+                    assert_eq!(run[i], text(&it["run_id"]), "{path}[{i}] run_id");
+                    assert_eq!(is_val[i], text(&it["is_val"]), "{path}[{i}] is_val");
+                    trajs += 1;
+                }
+            }
+            let ts = f["tensors"].as_object().unwrap();
+            let reference = ts.get("log_probs").or_else(|| ts.get("old_log_probs"));
+            if let (Some(reference), "forward_data" | "is_loss_debug" | "old_log_probs") =
+                (reference, f["kind"].as_str().unwrap())
+            {
+                let rows = at_file(&frames.tokens, &f);
+                for (key, exp) in ts.iter().filter(|(_, e)| e["shape"] == reference["shape"]) {
+                    let vals = col_f64(&rows, key);
+                    assert_eq!(
+                        vals.len() as u64,
+                        exp["numel"].as_u64().unwrap(),
+                        "{path} {key}"
+                    );
+                    let nan = vals.iter().filter(|x| x.unwrap().is_nan()).count();
+                    assert_eq!(
+                        nan as u64,
+                        exp["nan_count"].as_u64().unwrap(),
+                        "{path} {key}"
+                    );
+                    let sum: f64 = vals
+                        .iter()
+                        .map(|x| x.unwrap())
+                        .filter(|x| !x.is_nan())
+                        .sum();
+                    let want = num(&exp["sum"]).unwrap();
+                    assert!(
+                        (sum - want).abs() <= 1e-12 * want.abs().max(1.0),
+                        "{path} {key}: sum {sum} vs {want}"
+                    );
+                    tensors += 1;
+                }
+            }
+            if f["kind"] == "loss" {
+                let rows = at_file(&frames.scalars, &f);
+                let keys = col_str(&rows, "key");
+                let vals = col_f64(&rows, "value");
+                for (key, exp) in f["scalars"].as_object().unwrap() {
+                    let Some(want) = num(exp).filter(|_| !exp.is_boolean()) else {
+                        continue;
+                    };
+                    let i = keys
+                        .iter()
+                        .position(|k| k.as_deref() == Some(key.as_str()))
+                        .unwrap_or_else(|| panic!("{path}: no scalar {key}"));
+                    assert!(same(vals[i].unwrap(), want), "{path} {key}");
+                    scalars += 1;
+                }
+            }
+        }
+    }
+    let f = build_frames(
+        &DumpTree::discover(&root().join("weaver_pt")).unwrap(),
+        None,
+    )
+    .unwrap();
+    let names: Vec<&str> = f.tables().iter().map(|(n, _)| *n).collect();
+    assert_eq!(names, ["scalars", "tokens", "trajectories"]);
+    assert_eq!(f.tables()[1].1.height(), f.tokens.height());
+    assert!(trajs >= 4 * 48, "{trajs}");
+    assert!(tensors >= 100, "{tensors}");
+    assert!(scalars >= 100, "{scalars}");
+}
+
 #[test]
 fn frames_hold_the_expected_rows() {
     let tree = DumpTree::discover(&root().join("self_hosted_pt")).unwrap();
@@ -376,4 +531,114 @@ fn format_comes_from_the_extension() {
         read_any(&dir.path().join("missing.txt")),
         Err(rlforensics::Error::Io { .. })
     ));
+}
+
+/// Every fixture file mapped through its tree's producer mapping into the typed model:
+/// per-token tensors with the generator's shape, stored dtype (none for JSON lists) and
+/// provenance; trajectory and datum counts; the loss record's terms.
+#[test]
+fn every_fixture_file_maps_into_the_model_as_the_generator_wrote_it() {
+    use rlforensics::model::step::LogProbSource;
+    use rlforensics::readers::producers::mapping;
+    let m = manifest();
+    let (mut batches, mut records) = (0, 0);
+    for (tree, producer) in TREES {
+        let t = DumpTree::discover(&root().join(tree)).unwrap();
+        let map = mapping(producer);
+        for f in manifest_files(&m, tree) {
+            let path = root().join(f["path"].as_str().unwrap());
+            let kind = Kind::from_dir_name(f["kind"].as_str().unwrap()).unwrap();
+            assert!(t.files().iter().any(|d| d.path == path), "{path:?}");
+            let v = read_any(&path).unwrap();
+            if let Some(b) = map.token_batch(kind, &path, &v).unwrap() {
+                let mut tensors = vec![
+                    ("log_probs", b.log_probs(LogProbSource::Current)),
+                    ("entropy", b.entropy.as_ref()),
+                    ("response_mask", b.response_mask.as_ref()),
+                    ("input_ids", b.input_ids.as_ref()),
+                    ("advantages", b.advantages.as_ref()),
+                    ("effective_valid", b.loss_mask.as_ref()),
+                    ("prob_ratio", b.ratio.as_ref()),
+                    ("elementwise_loss", b.per_token_loss.as_ref()),
+                    ("attention_mask", b.attention_mask.as_ref()),
+                ];
+                if kind == Kind::IsLossDebug || kind == Kind::OldLogProbs {
+                    tensors.push(("old_log_probs", b.log_probs(LogProbSource::Old)));
+                }
+                for (key, got) in tensors {
+                    let exp = &f["tensors"][key];
+                    if exp.is_null() {
+                        assert!(got.is_none(), "{path:?} {key}");
+                        continue;
+                    }
+                    let got = got.unwrap_or_else(|| panic!("{path:?} {key} not mapped"));
+                    let shape: Vec<usize> = exp["shape"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|x| x.as_u64().unwrap() as usize)
+                        .collect();
+                    assert_eq!(got.tensor.shape(), shape.as_slice(), "{path:?} {key}");
+                    let want_dtype = exp["dtype"].as_str().and_then(DType::from_torch_name);
+                    assert_eq!(got.dtype, want_dtype, "{path:?} {key}");
+                    assert_eq!(
+                        (got.source.file.as_path(), got.source.key.as_str()),
+                        (path.as_path(), key)
+                    );
+                    batches += 1;
+                }
+            }
+            if let Some(b) = map.trajectories(kind, &path, &v).unwrap() {
+                let want = f["trajectories"]["count"].as_u64().unwrap() as usize;
+                assert_eq!(b.rows.len(), want, "{path:?}");
+                records += 1;
+            }
+            if let Some(d) = map.datums(kind, &path, &v).unwrap() {
+                let want = f["datums"]["items"].as_array().map(Vec::len);
+                assert_eq!(Some(d.rows.len()), want, "{path:?}");
+                records += 1;
+            }
+            if let Some(p) = map.param(kind, &path, &v).unwrap() {
+                let key = f["kind"].as_str().unwrap();
+                let exp = &f["tensors"][key];
+                assert_eq!(p.gradient, kind == Kind::Gradient, "{path:?}");
+                assert_eq!(p.name.as_deref(), f["scalars"]["param_name"].as_str());
+                let want_dtype = exp["dtype"].as_str().and_then(DType::from_torch_name);
+                assert_eq!(p.tensor.dtype, want_dtype, "{path:?}");
+                assert_eq!(p.tensor.tensor.shape(), &[16, 8], "{path:?}");
+                let sum: f64 = p.tensor.tensor.to_f64_vec().iter().sum();
+                let want = num(&exp["sum"]).unwrap();
+                assert!(
+                    (sum - want).abs() <= 1e-12 * want.abs().max(1.0),
+                    "{path:?}"
+                );
+                records += 1;
+            }
+            if kind == Kind::TrainingMetrics {
+                let r = map.loss_record(kind, &path, &v).unwrap().unwrap();
+                let sc = &f["scalars"];
+                assert_eq!(r.loss, num(&sc["metrics.loss"]), "{path:?}");
+                assert_eq!(r.pg_loss, num(&sc["metrics.pg_loss"]), "{path:?}");
+                assert_eq!(
+                    r.kl.get("approx_kl").copied(),
+                    num(&sc["metrics.approx_kl"])
+                );
+                records += 1;
+            } else if let Some(r) = map.loss_record(kind, &path, &v).unwrap() {
+                let sc = &f["scalars"];
+                assert_eq!(r.loss, num(&sc["loss"]), "{path:?}");
+                assert_eq!(r.pg_loss, num(&sc["pg_loss"]), "{path:?}");
+                assert_eq!(r.entropy_loss, num(&sc["entropy_loss"]), "{path:?}");
+                assert_eq!(
+                    r.kl.get("approx_kl").copied(),
+                    num(&sc["metrics.approx_kl"])
+                );
+                let coeff = r.coefficients.get("entropy_coeff").copied();
+                assert_eq!(coeff, num(&sc["extra_info.entropy_coeff"]), "{path:?}");
+                records += 1;
+            }
+        }
+    }
+    assert!(batches >= 400, "{batches}");
+    assert!(records >= 100, "{records}");
 }

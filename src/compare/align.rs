@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::tensor::tokens_hash;
+use crate::model::tokens::tokens_hash;
 
 /// How two sides' rows were paired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

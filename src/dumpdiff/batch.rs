@@ -7,12 +7,16 @@
 //! trajectories whose advantages are all zero get no datum: such a count difference is
 //! explained, not failed.
 
+use std::path::Path;
+
 use crate::compare::align::{match_rows, MatchMethod, RowMatch};
 use crate::compare::metrics::{Accumulator, ElemLoc};
 use crate::compare::tolerance::{TolerancePolicy, Verdict};
 use crate::dumpdiff::report::{Cell, Comparison, Origin};
 use crate::dumpdiff::sections::{self, BatchInputs, Mat, PairCtx};
-use crate::frames::tokens_hash;
+use crate::error::Result;
+use crate::model::tokens::{tokens_hash, TokenSeq};
+use crate::readers::producers::{nexrl_self_hosted, remote_api};
 use crate::tensor::DType;
 use crate::value::Value;
 
@@ -44,53 +48,36 @@ pub struct Datum {
     pub loss_mask: Vec<f64>,
 }
 
-fn ints(v: Option<&Value>) -> Vec<i64> {
-    v.and_then(Value::to_i64s).unwrap_or_default()
-}
-
-fn floats(v: Option<&Value>) -> Vec<f64> {
-    v.and_then(Value::to_f64s).unwrap_or_default()
-}
-
-/// The trajectories of a `trajectory/` or `prepared_trajectories/` file. Advantages come
-/// from a top-level `advantages` list or each trajectory's own `advantages` (first value).
-pub fn trajectories(v: &Value) -> Vec<Traj> {
-    let top_adv = v.get("advantages").map(|a| floats(Some(a)));
-    v.get("trajectories")
-        .and_then(Value::as_seq)
-        .unwrap_or_default()
+/// The trajectories of a `trajectory/` or `prepared_trajectories/` file, through the one
+/// NexRL mapping ([`nexrl_self_hosted::trajectories`]); missing token lists are empty.
+pub fn trajectories(file: &Path, v: &Value) -> Result<Vec<Traj>> {
+    let seq = |s: &Option<TokenSeq<'_>>| s.as_ref().map(TokenSeq::to_vec).unwrap_or_default();
+    Ok(nexrl_self_hosted::trajectories(file, v)?
+        .rows
         .iter()
-        .enumerate()
-        .map(|(i, t)| Traj {
-            tokens: ints(t.get("tokens")),
-            loss_mask: ints(t.get("loss_mask")),
-            reward: t.get("reward").and_then(Value::as_f64),
-            advantage: top_adv
-                .as_ref()
-                .and_then(|a| a.get(i).copied())
-                .or_else(|| floats(t.get("advantages")).first().copied()),
+        .map(|t| Traj {
+            tokens: seq(&t.tokens),
+            loss_mask: seq(&t.loss_mask),
+            reward: t.reward,
+            advantage: t.advantage,
         })
-        .collect()
+        .collect())
 }
 
-/// The datums of a `datums/` file.
-pub fn datums(v: &Value) -> Vec<Datum> {
-    v.get("datums")
-        .and_then(Value::as_seq)
-        .unwrap_or_default()
-        .iter()
-        .map(|d| {
-            let f = d.get("loss_fn_inputs");
-            let key = |k: &str| f.and_then(|f| f.get(k));
-            Datum {
-                input_tokens: ints(d.get("input_tokens")),
-                target_tokens: ints(key("target_tokens")),
-                logprobs: floats(key("logprobs")),
-                advantages: floats(key("advantages")),
-                loss_mask: floats(key("loss_mask")),
-            }
+/// The datums of a `datums/` file ([`remote_api::datums`]); missing lists are empty.
+pub fn datums(file: &Path, v: &Value) -> Result<Vec<Datum>> {
+    let seq = |s: &Option<TokenSeq<'_>>| s.as_ref().map(TokenSeq::to_vec).unwrap_or_default();
+    Ok(remote_api::datums(file, v)?
+        .rows
+        .into_iter()
+        .map(|d| Datum {
+            input_tokens: seq(&d.input_tokens),
+            target_tokens: seq(&d.target_tokens),
+            logprobs: d.logprobs.unwrap_or_default(),
+            advantages: d.advantages.unwrap_or_default(),
+            loss_mask: d.loss_mask.unwrap_or_default(),
         })
-        .collect()
+        .collect())
 }
 
 /// Ragged rows as a zero-padded matrix.

@@ -20,9 +20,11 @@ use polars::prelude::{Column, DataFrame, ParquetWriter};
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
+use crate::model::tokens::TokenSeq;
+use crate::model::trajectory::TrajectoryIds;
 use crate::readers::layout::{DumpFile, DumpTree, Kind};
+use crate::readers::producers::{nexrl_self_hosted, remote_api};
 use crate::readers::read_any;
-pub use crate::tensor::{tokens_hash, tokens_hash_iter};
 use crate::value::Value;
 
 /// The three normalised frames of one dump tree.
@@ -36,12 +38,17 @@ pub struct Frames {
     pub trajectories: DataFrame,
 }
 
-/// [`tokens_hash`] of a value's token ids (a packed list hashed in place), the empty
-/// sequence's when it has none.
-pub fn value_tokens_hash(v: Option<&Value>) -> u64 {
-    match v.and_then(Value::as_packed) {
-        Some(crate::value::Packed::Ints(ints)) => tokens_hash_iter(ints.iter()),
-        _ => tokens_hash(&v.and_then(Value::to_i64s).unwrap_or_default()),
+pub use crate::model::tokens::{tokens_hash, tokens_hash_iter, value_tokens_hash};
+
+impl Frames {
+    /// Every table by name (`scalars`, `tokens`, `trajectories`), in that order: what a
+    /// notebook or a Python binding hands over as polars DataFrames.
+    pub fn tables(&self) -> [(&'static str, &DataFrame); 3] {
+        [
+            ("scalars", &self.scalars),
+            ("tokens", &self.tokens),
+            ("trajectories", &self.trajectories),
+        ]
     }
 }
 
@@ -72,7 +79,7 @@ pub fn frames_of(pairs: &[(&DumpFile, &Value)]) -> Result<Frames> {
 }
 
 fn polars_err(e: polars::prelude::PolarsError) -> Error {
-    Error::Usage(format!("building a frame failed: {e}"))
+    Error::internal(format!("building a frame failed: {e}"))
 }
 
 /// Columns every per-file frame starts with.
@@ -187,7 +194,7 @@ fn token_block<'a>(file: &'a DumpFile, v: &Value) -> Option<TokenBlock<'a>> {
     }
     let reference = tensors
         .iter()
-        .find(|(n, _)| n == "log_probs")
+        .find(|(n, _)| n == nexrl_self_hosted::LOG_PROBS)
         .or_else(|| tensors.iter().find(|(_, t)| t.dtype().is_float()))
         .or(tensors.first())?;
     let shape = reference.1.shape().to_vec();
@@ -215,13 +222,13 @@ fn candidate_tensor(v: &Value) -> Option<crate::tensor::Tensor> {
 
 /// Datums hold per-token lists per datum; each becomes one row of the block.
 fn datum_block<'a>(file: &'a DumpFile, v: &Value) -> Option<TokenBlock<'a>> {
-    let datums = v.get("datums")?.as_seq()?;
+    let datums = v.get(remote_api::DATUMS)?.as_seq()?;
     let mut names: Vec<String> = Vec::new();
     let mut per_datum: Vec<HashMap<String, Vec<f64>>> = Vec::new();
     let mut cols = 0;
     for d in datums {
         let mut m = HashMap::new();
-        if let Some(inputs) = d.get("loss_fn_inputs").and_then(Value::as_dict) {
+        if let Some(inputs) = d.get(remote_api::LOSS_FN_INPUTS).and_then(Value::as_dict) {
             for (k, val) in inputs {
                 let (Some(name), Some(t)) = (k.as_str(), candidate_tensor(val)) else {
                     continue;
@@ -305,34 +312,6 @@ fn token_frame(pairs: &[(&DumpFile, &Value)]) -> Result<DataFrame> {
     DataFrame::new(height, cols).map_err(polars_err)
 }
 
-/// A Python id field (`group_id`, `uid`, …) as text, whatever type the producer used.
-fn id_text(v: Option<&Value>) -> Option<String> {
-    match v? {
-        Value::Str(s) => Some(s.clone()),
-        Value::Int(i) => Some(i.to_string()),
-        Value::BigInt(s) => Some(s.clone()),
-        Value::Float(f) => Some(f.to_string()),
-        Value::Bool(b) => Some(b.to_string()),
-        _ => None,
-    }
-}
-
-/// Item `i` of a list (packed or not) as a number.
-fn item_f64(list: &Value, i: usize) -> Option<f64> {
-    match list {
-        Value::Packed(p) => p.get(i)?.as_f64(),
-        _ => list.as_seq()?.get(i)?.as_f64(),
-    }
-}
-
-/// Integers of a list or tensor value (tokens, masks).
-fn int_list(v: Option<&Value>) -> Option<Vec<i64>> {
-    match v? {
-        v @ (Value::Tensor(_) | Value::List(_) | Value::Packed(_)) => v.to_i64s(),
-        _ => None,
-    }
-}
-
 #[derive(Default)]
 struct TrajColumns {
     coords: Vec<(String, i64)>,
@@ -346,74 +325,48 @@ struct TrajColumns {
     ids: [Vec<Option<String>>; 4],
 }
 
-const ID_FIELDS: [&str; 4] = ["group_id", "uid", "run_id", "task_id"];
-
+/// One row per trajectory (`trajectory/`, `prepared_trajectories/`) or datum (`datums/`),
+/// read through the producers' one mapping ([`crate::readers::producers`]).
 fn trajectory_frame(pairs: &[(&DumpFile, &Value)]) -> Result<DataFrame> {
     let mut c = TrajColumns::default();
     for (f, v) in pairs {
+        let kind = f.kind.dir_name().to_string();
         match f.kind {
             Kind::Trajectory | Kind::PreparedTrajectories => {
-                let Some(trajs) = v.get("trajectories").and_then(Value::as_seq) else {
-                    continue;
-                };
-                let advantages = v.get("advantages");
-                for (i, t) in trajs.iter().enumerate() {
-                    let tokens = int_list(t.get("tokens"));
-                    let mask = int_list(t.get("loss_mask"));
-                    c.coords.push((f.kind.dir_name().to_string(), f.step));
-                    c.index.push(i as i64);
-                    c.hash.push(tokens.as_deref().map(tokens_hash));
-                    c.length.push(tokens.as_ref().map(|t| t.len() as i64));
-                    c.reward.push(t.get("reward").and_then(Value::as_f64));
-                    c.mask_sum
-                        .push(mask.map(|m| m.iter().map(|&x| x as f64).sum()));
-                    c.advantage.push(advantages.and_then(|a| item_f64(a, i)));
-                    c.is_val
-                        .push(t.get("is_val").and_then(|b| b.as_i64()).map(|b| b != 0));
-                    let extra = t.get("extra_fields");
-                    for (slot, field) in c.ids.iter_mut().zip(ID_FIELDS) {
-                        slot.push(id_text(extra.and_then(|e| e.get(field))));
+                for t in nexrl_self_hosted::trajectories(&f.path, v)?.rows {
+                    c.coords.push((kind.clone(), f.step));
+                    c.index.push(t.index as i64);
+                    c.hash.push(t.tokens.as_ref().map(TokenSeq::hash));
+                    c.length.push(t.tokens.as_ref().map(|t| t.len() as i64));
+                    c.reward.push(t.reward);
+                    c.mask_sum.push(t.loss_mask.as_ref().map(TokenSeq::sum));
+                    c.advantage.push(t.advantage);
+                    c.is_val.push(t.is_val);
+                    let TrajectoryIds {
+                        group_id,
+                        uid,
+                        run_id,
+                        task_id,
+                    } = t.ids;
+                    for (slot, id) in c.ids.iter_mut().zip([group_id, uid, run_id, task_id]) {
+                        slot.push(id);
                     }
                 }
             }
             Kind::Datums => {
-                let Some(datums) = v.get("datums").and_then(Value::as_seq) else {
-                    continue;
-                };
-                for (i, d) in datums.iter().enumerate() {
-                    let inputs = d.get("loss_fn_inputs");
-                    let input_tokens = int_list(d.get("input_tokens"));
-                    let targets = int_list(inputs.and_then(|x| x.get("target_tokens")));
-                    // Datums are shifted by one token: target_tokens[t] = tokens[t+1], so the
-                    // full sequence is the inputs plus the last target.
-                    let tokens = match (input_tokens, targets) {
-                        (Some(mut inp), Some(tg)) => {
-                            if let Some(&last) = tg.last() {
-                                inp.push(last);
-                            }
-                            Some(inp)
-                        }
-                        (inp, _) => inp,
-                    };
-                    let mask = int_list(inputs.and_then(|x| x.get("loss_mask")));
-                    let adv = inputs
-                        .and_then(|x| x.get("advantages"))
-                        .and_then(candidate_tensor)
-                        .map(|t| t.to_f64_vec());
-                    let first_masked_adv = match (&mask, &adv) {
-                        (Some(m), Some(a)) => {
-                            m.iter().zip(a).find(|(&mm, _)| mm != 0).map(|(_, &x)| x)
-                        }
-                        _ => None,
-                    };
-                    c.coords.push((f.kind.dir_name().to_string(), f.step));
-                    c.index.push(i as i64);
+                for d in remote_api::datums(&f.path, v)?.rows {
+                    let tokens = d.tokens();
+                    c.coords.push((kind.clone(), f.step));
+                    c.index.push(d.index as i64);
                     c.hash.push(tokens.as_deref().map(tokens_hash));
                     c.length.push(tokens.as_ref().map(|t| t.len() as i64));
                     c.reward.push(None);
-                    c.mask_sum
-                        .push(mask.map(|m| m.iter().map(|&x| x as f64).sum()));
-                    c.advantage.push(first_masked_adv);
+                    c.mask_sum.push(
+                        d.loss_mask
+                            .as_ref()
+                            .map(|m| m.iter().map(|&x| x as i64 as f64).sum()),
+                    );
+                    c.advantage.push(d.first_masked_advantage());
                     c.is_val.push(None);
                     for slot in c.ids.iter_mut() {
                         slot.push(None);

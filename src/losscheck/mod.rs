@@ -31,7 +31,10 @@ use candle_core::Device;
 use crate::error::{Error, Position, Result};
 use crate::kernels::loss::{compute, LossConfig, LossInputs, LossOutput};
 use crate::kernels::{to_f64, to_f64_vec, KernelError};
+use crate::model::step::{LogProbSource, LossRecord, TokenTensor};
 use crate::readers::layout::{DumpTree, Kind};
+use crate::readers::producers::nexrl_self_hosted as keys;
+use crate::readers::producers::{loose_tensors, weaver};
 use crate::readers::read_any;
 use crate::value::Value;
 
@@ -183,16 +186,6 @@ fn kerr(path: &Path, e: KernelError) -> Error {
     Error::format(path, Position::File, e.to_string())
 }
 
-fn tensor(v: &Value, path: &Path, key: &str) -> Result<candle_core::Tensor> {
-    let t = v
-        .get(key)
-        .and_then(Value::to_tensor)
-        .ok_or_else(|| Error::format(path, Position::Key(key.into()), "missing or not a tensor"))?;
-    t.to_candle(&Device::Cpu)
-        .and_then(|t| t.to_dtype(candle_core::DType::F64))
-        .map_err(|e| Error::format(path, Position::Key(key.into()), e.to_string()))
-}
-
 fn scalar(v: &Value, path: &Path, key: &str) -> Result<f64> {
     v.get(key)
         .and_then(|x| {
@@ -236,8 +229,10 @@ fn first_diff(
 /// `metrics.{pg_loss, approx_kl, avg_ratio, clip_frac, entropy, num_tokens}`) with the
 /// recomputed ones; keys absent from the file (or not recomputable, e.g. entropy without
 /// an entropy tensor) are skipped. `num_tokens` must match exactly.
+/// The scalars of a `loss/` record ([`LossRecord`]) against the recomputation: each one
+/// the record holds is checked, the others are skipped.
 fn loss_file_checks(
-    lv: &Value,
+    rec: &LossRecord,
     out: &LossOutput,
     tokens: usize,
     tol: &Tolerance,
@@ -246,32 +241,58 @@ fn loss_file_checks(
     let loss = f(&out.loss);
     let pg = f(&out.pg_loss);
     let m = &out.metrics;
-    let wanted: [(&str, Option<f64>); 9] = [
-        ("loss", Some(loss)),
-        ("pg_loss", Some(pg)),
-        ("entropy_loss", out.entropy_loss.as_ref().map(f)),
-        ("metrics.pg_loss", Some(pg)),
-        ("metrics.approx_kl", Some(m.approx_kl)),
-        ("metrics.avg_ratio", Some(m.avg_ratio)),
-        ("metrics.clip_frac", Some(m.clip_frac)),
-        ("metrics.entropy", m.entropy),
-        ("metrics.num_tokens", Some(tokens as f64)),
+    let metric = |k: &str| rec.metrics.get(k).copied();
+    let wanted: [(String, Option<f64>, Option<f64>); 9] = [
+        (keys::LOSS.into(), Some(loss), rec.loss),
+        (keys::PG_LOSS.into(), Some(pg), rec.pg_loss),
+        (
+            keys::ENTROPY_LOSS.into(),
+            out.entropy_loss.as_ref().map(f),
+            rec.entropy_loss,
+        ),
+        (
+            format!("{}.pg_loss", keys::METRICS),
+            Some(pg),
+            metric("pg_loss"),
+        ),
+        (
+            format!("{}.approx_kl", keys::METRICS),
+            Some(m.approx_kl),
+            metric("approx_kl"),
+        ),
+        (
+            format!("{}.avg_ratio", keys::METRICS),
+            Some(m.avg_ratio),
+            metric("avg_ratio"),
+        ),
+        (
+            format!("{}.clip_frac", keys::METRICS),
+            Some(m.clip_frac),
+            metric("clip_frac"),
+        ),
+        (
+            format!("{}.entropy", keys::METRICS),
+            m.entropy,
+            metric("entropy"),
+        ),
+        (
+            format!("{}.num_tokens", keys::METRICS),
+            Some(tokens as f64),
+            metric("num_tokens"),
+        ),
     ];
     let mut checks = Vec::new();
-    for (name, ours) in wanted {
-        let Some(ours) = ours else { continue };
-        let dumped = name.split('.').try_fold(lv, |v, k| v.get(k)).and_then(|x| {
-            x.as_f64()
-                .or_else(|| x.to_tensor().and_then(|t| t.scalar_f64()))
-        });
-        let Some(dumped) = dumped else { continue };
-        let ok = if name == "metrics.num_tokens" {
+    for (name, ours, dumped) in wanted {
+        let (Some(ours), Some(dumped)) = (ours, dumped) else {
+            continue;
+        };
+        let ok = if name.ends_with(".num_tokens") {
             dumped == ours
         } else {
             tol.allows(dumped, ours)
         };
         checks.push(ScalarCheck {
-            name: name.to_string(),
+            name,
             dumped,
             recomputed: ours,
             ok,
@@ -294,18 +315,52 @@ fn sum_not_mean(dumped: f64, recomputed: f64, tokens: usize, tol: &Tolerance) ->
 }
 
 /// The per-token entropy of weaver's `forward_data/` file when it has `shape` (weaver's
-/// `is_loss_debug/` holds none); `None` when absent or shaped otherwise.
+/// `is_loss_debug/` holds none); `None` when the file or its `entropy` is absent or shaped
+/// otherwise.
+///
+/// Errors: the file unreadable, its `entropy` not a tensor.
 fn weaver_entropy(
     tree: &DumpTree,
     step: i64,
     rank: u32,
     micro: u32,
     shape: &[usize],
-) -> Option<candle_core::Tensor> {
-    let f = tree.get(Kind::ForwardData, step, Some(rank), Some(micro))?;
-    let v = read_any(&f.path).ok()?;
-    let e = tensor(&v, &f.path, "entropy").ok()?;
-    (e.dims() == shape).then_some(e)
+) -> Result<Option<candle_core::Tensor>> {
+    let Some(f) = tree.get(Kind::ForwardData, step, Some(rank), Some(micro)) else {
+        return Ok(None);
+    };
+    let fb = weaver::forward_data(&f.path, &read_any(&f.path)?)?;
+    let Some(e) = &fb.entropy else {
+        return Ok(None);
+    };
+    let e = candle_of(e)?;
+    Ok((e.dims() == shape).then_some(e))
+}
+
+/// A model tensor as an f64 candle tensor; a failure names its file and key.
+fn candle_of(t: &TokenTensor) -> Result<candle_core::Tensor> {
+    t.tensor
+        .to_candle(&Device::Cpu)
+        .and_then(|t| t.to_dtype(candle_core::DType::F64))
+        .map_err(|e| {
+            Error::format(
+                &t.source.file,
+                Position::Key(t.source.key.clone()),
+                e.to_string(),
+            )
+        })
+}
+
+/// A tensor the check cannot do without.
+fn required(t: Option<&TokenTensor>, path: &Path, key: &str) -> Result<candle_core::Tensor> {
+    match t {
+        Some(t) => candle_of(t),
+        None => Err(Error::format(
+            path,
+            Position::Key(key.into()),
+            "missing or not a tensor",
+        )),
+    }
 }
 
 /// Recompute one rank/micro of a weaver `tree` at `step` from its own dumped inputs
@@ -326,39 +381,42 @@ pub fn self_consistency(
     let file = tree
         .get(Kind::IsLossDebug, step, Some(rank), Some(micro))
         .ok_or_else(|| {
-            Error::Usage(format!(
-                "{}: no is_loss_debug file for step {step} rank {rank} micro {micro}",
-                tree.root.display()
-            ))
+            Error::input(
+                &tree.root,
+                format!("no is_loss_debug file for step {step} rank {rank} micro {micro}"),
+            )
         })?;
     let path = file.path.as_path();
     let v = read_any(path)?;
-    let mask = tensor(&v, path, "effective_valid")?;
+    let tb = weaver::is_loss_debug(path, &v)?;
+    let mask = required(tb.loss_mask.as_ref(), path, weaver::EFFECTIVE_VALID)?;
+    let log_probs = tb.log_probs(LogProbSource::Current);
+    let old = tb.log_probs(LogProbSource::Old);
     let inputs = LossInputs {
-        log_probs: tensor(&v, path, "log_probs")?,
-        old_log_probs: Some(tensor(&v, path, "old_log_probs")?),
+        log_probs: required(log_probs, path, weaver::LOG_PROBS)?,
+        old_log_probs: Some(required(old, path, weaver::OLD_LOG_PROBS)?),
         ref_log_probs: None,
-        advantages: tensor(&v, path, "advantages")?,
+        advantages: required(tb.advantages.as_ref(), path, weaver::ADVANTAGES)?,
         mask: mask.clone(),
-        entropy: weaver_entropy(tree, step, rank, micro, mask.dims()),
+        entropy: weaver_entropy(tree, step, rank, micro, mask.dims())?,
     };
     let out = compute(&inputs, cfg).map_err(|e| kerr(path, e))?;
     let t = mask.dims().get(1).copied().unwrap_or(1);
     let m = to_f64_vec(&mask).map_err(|e| kerr(path, e))?;
     let mut first_divergence = None;
-    if let Ok(dumped) = tensor(&v, path, "prob_ratio") {
+    if let Some(dumped) = &tb.ratio {
         let ours = to_f64_vec(&out.ratio).map_err(|e| kerr(path, e))?;
-        let d = to_f64_vec(&dumped).map_err(|e| kerr(path, e))?;
-        first_divergence = first_diff("prob_ratio", &d, &ours, &m, t, tol);
+        let d = to_f64_vec(&candle_of(dumped)?).map_err(|e| kerr(path, e))?;
+        first_divergence = first_diff(weaver::PROB_RATIO, &d, &ours, &m, t, tol);
     }
     if first_divergence.is_none() {
-        if let Ok(dumped) = tensor(&v, path, "elementwise_loss") {
+        if let Some(dumped) = &tb.per_token_loss {
             let ours = to_f64_vec(&out.per_token_loss).map_err(|e| kerr(path, e))?;
-            let d = to_f64_vec(&dumped).map_err(|e| kerr(path, e))?;
-            first_divergence = first_diff("elementwise_loss", &d, &ours, &m, t, tol);
+            let d = to_f64_vec(&candle_of(dumped)?).map_err(|e| kerr(path, e))?;
+            first_divergence = first_diff(weaver::ELEMENTWISE_LOSS, &d, &ours, &m, t, tol);
         }
     }
-    let dumped_loss = scalar(&v, path, "loss")?;
+    let dumped_loss = scalar(&v, path, weaver::LOSS)?;
     let recomputed_loss = to_f64(&out.loss).map_err(|e| kerr(path, e))?;
     let tokens = m.iter().filter(|x| **x != 0.0).count();
     let mut notes = Vec::new();
@@ -366,7 +424,10 @@ pub fn self_consistency(
         notes.extend(sum_not_mean(dumped_loss, recomputed_loss, tokens, tol));
     }
     let checks = match tree.get(Kind::Loss, step, Some(rank), Some(micro)) {
-        Some(lf) => loss_file_checks(&read_any(&lf.path)?, &out, tokens, tol),
+        Some(lf) => {
+            let rec = weaver::loss_record(&lf.path, &read_any(&lf.path)?)?;
+            loss_file_checks(&rec, &out, tokens, tol)
+        }
         None => Vec::new(),
     };
     let ok = tol.allows(dumped_loss, recomputed_loss)
@@ -411,27 +472,29 @@ pub fn self_consistency_self_hosted(
     let lf = tree
         .get(Kind::Loss, step, Some(rank), Some(micro))
         .ok_or_else(|| {
-            Error::Usage(format!(
-                "{}: no loss file for step {step} rank {rank} micro {micro} (nothing dumped to check)",
-                tree.root.display()
-            ))
+            Error::input(
+                &tree.root,
+                format!("no loss file for step {step} rank {rank} micro {micro} (nothing dumped to check)"),
+            )
         })?;
     let mi = batch.micro_inputs(tree, step, rank, micro)?;
     let ff = mi.forward_file.as_path();
     let out = compute(&mi.inputs, cfg).map_err(|e| kerr(ff, e))?;
     let m = to_f64_vec(&mi.inputs.mask).map_err(|e| kerr(ff, e))?;
     let tokens = m.iter().filter(|x| **x != 0.0).count();
-    let lv = read_any(&lf.path)?;
-    let dumped_loss = scalar(&lv, &lf.path, "loss")?;
+    let rec = keys::loss_record(&lf.path, &read_any(&lf.path)?)?;
+    let dumped_loss = rec.loss.ok_or_else(|| {
+        Error::format(
+            &lf.path,
+            Position::Key(keys::LOSS.into()),
+            "missing or not a number",
+        )
+    })?;
     let recomputed_loss = to_f64(&out.loss).map_err(|e| kerr(ff, e))?;
-    let checks = loss_file_checks(&lv, &out, tokens, tol);
+    let checks = loss_file_checks(&rec, &out, tokens, tol);
     let mut notes = mi.notes;
     notes.extend(sum_not_mean(dumped_loss, recomputed_loss, tokens, tol));
-    if let Some(c) = lv
-        .get("extra_info")
-        .and_then(|e| e.get("entropy_coeff"))
-        .and_then(Value::as_f64)
-    {
+    if let Some(&c) = rec.coefficients.get(keys::ENTROPY_COEFF) {
         if c != cfg.entropy_coeff {
             notes.push(format!(
                 "{} says entropy_coeff {c} but the check used {} (--entropy-coeff)",
@@ -476,11 +539,13 @@ pub fn layout_of(tree: &DumpTree, step: i64) -> Option<Layout> {
 }
 
 fn no_layout(tree: &DumpTree, step: i64) -> Error {
-    Error::Usage(format!(
-        "{}: step {step} has neither is_loss_debug/ files (weaver layout) nor forward_data/ + \
-         old_log_probs/ + trajectory/ files (self-hosted layout); losscheck needs one of them",
-        tree.root.display()
-    ))
+    Error::input(
+        &tree.root,
+        format!(
+            "step {step} has neither is_loss_debug/ files (weaver layout) nor forward_data/ + \
+         old_log_probs/ + trajectory/ files (self-hosted layout); losscheck needs one of them"
+        ),
+    )
 }
 
 /// A dump tree's step made ready for self-consistency checks: its layout and, for the
@@ -618,12 +683,14 @@ pub fn check_tree(
     cells.sort_unstable();
     cells.dedup();
     if cells.is_empty() {
-        return Err(Error::Usage(format!(
-            "{}: no {kind} files for step {step}{}{}",
-            tree.root.display(),
-            rank.map(|r| format!(" rank {r}")).unwrap_or_default(),
-            micro.map(|m| format!(" micro {m}")).unwrap_or_default(),
-        )));
+        return Err(Error::input(
+            &tree.root,
+            format!(
+                "no {kind} files for step {step}{}{}",
+                rank.map(|r| format!(" rank {r}")).unwrap_or_default(),
+                micro.map(|m| format!(" micro {m}")).unwrap_or_default(),
+            ),
+        ));
     }
     let check = StepCheck::new(tree, step, cfg)?;
     cells
@@ -632,30 +699,33 @@ pub fn check_tree(
         .collect()
 }
 
-/// Free-standing inputs from a dict of tensors (`.safetensors`, `.pt`, ...): `log_probs`,
-/// optional `old_log_probs`, `ref_log_probs`, `entropy`, a mask (`mask`, `response_mask`,
-/// `loss_mask` or `effective_valid`; all ones when absent), and `advantages` `[B]`/`[B, T]`
-/// or `rewards` `[B]` + `group_ids` `[B]` turned into advantages with `cfg.advantage`.
-/// Keys may carry an `in.` prefix (the layout of `fixtures/kernels/*.safetensors`).
+/// Free-standing inputs from a dict of tensors (`.safetensors`, `.pt`, ...) mapped by
+/// [`loose_tensors::inputs`]: `log_probs`, optional `old_log_probs`, `ref_log_probs`,
+/// `entropy`, a mask (`mask`, `response_mask`, `loss_mask` or `effective_valid`; all ones
+/// when absent), and `advantages` `[B]`/`[B, T]` or `rewards` `[B]` + `group_ids` `[B]`
+/// turned into advantages with `cfg.advantage`. Keys may carry an `in.` prefix.
 pub fn inputs_from_value(v: &Value, path: &Path, cfg: &LossConfig) -> Result<LossInputs> {
-    let stripped = strip_in_prefix(v);
-    let v = stripped.as_ref().unwrap_or(v);
-    let log_probs = tensor(v, path, "log_probs")?;
-    let opt = |k: &str| v.get(k).map(|_| tensor(v, path, k)).transpose();
-    let mask = match ["mask", "response_mask", "loss_mask", "effective_valid"]
-        .iter()
-        .find(|k| v.get(k).is_some())
-    {
-        Some(k) => tensor(v, path, k)?,
+    let li = loose_tensors::inputs(path, v)?;
+    let b = &li.batch;
+    let log_probs = required(
+        b.log_probs(LogProbSource::Current),
+        path,
+        loose_tensors::LOG_PROBS,
+    )?;
+    let opt = |t: Option<&TokenTensor>| t.map(candle_of).transpose();
+    let mask = match &b.loss_mask {
+        Some(m) => candle_of(m)?,
         None => log_probs
             .ones_like()
             .map_err(|e| Error::format(path, Position::File, e.to_string()))?,
     };
-    let advantages = match opt("advantages")? {
+    let advantages = match opt(b.advantages.as_ref())? {
         Some(a) => a,
         None => {
-            let rewards = to_f64_vec(&tensor(v, path, "rewards")?).map_err(|e| kerr(path, e))?;
-            let groups: Vec<i64> = to_f64_vec(&tensor(v, path, "group_ids")?)
+            let rewards = required(li.rewards.as_ref(), path, loose_tensors::REWARDS)?;
+            let rewards = to_f64_vec(&rewards).map_err(|e| kerr(path, e))?;
+            let groups = required(li.group_ids.as_ref(), path, loose_tensors::GROUP_IDS)?;
+            let groups: Vec<i64> = to_f64_vec(&groups)
                 .map_err(|e| kerr(path, e))?
                 .iter()
                 .map(|g| *g as i64)
@@ -669,30 +739,10 @@ pub fn inputs_from_value(v: &Value, path: &Path, cfg: &LossConfig) -> Result<Los
     };
     Ok(LossInputs {
         log_probs,
-        old_log_probs: opt("old_log_probs")?,
-        ref_log_probs: opt("ref_log_probs")?,
+        old_log_probs: opt(b.log_probs(LogProbSource::Old))?,
+        ref_log_probs: opt(b.log_probs(LogProbSource::Reference))?,
         advantages,
         mask,
-        entropy: opt("entropy")?,
+        entropy: opt(b.entropy.as_ref())?,
     })
-}
-
-/// A copy of a dict whose `in.`-prefixed keys lose the prefix; `None` when there are none.
-fn strip_in_prefix(v: &Value) -> Option<Value> {
-    let items = v.as_dict()?;
-    if !items
-        .iter()
-        .any(|(k, _)| k.as_str().is_some_and(|s| s.starts_with("in.")))
-    {
-        return None;
-    }
-    Some(Value::Dict(
-        items
-            .iter()
-            .filter_map(|(k, x)| {
-                let s = k.as_str()?.strip_prefix("in.")?;
-                Some((Value::Str(s.to_string()), x.clone()))
-            })
-            .collect(),
-    ))
 }

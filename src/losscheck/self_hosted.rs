@@ -20,10 +20,14 @@ use std::path::{Path, PathBuf};
 use candle_core::{Device, Tensor};
 
 use crate::error::{Error, Position, Result};
-use crate::frames::tokens_hash;
 use crate::kernels::advantage::{group_advantages, AdvantageConfig};
 use crate::kernels::loss::LossInputs;
+use crate::model::step::{LogProbSource, TokenTensor};
+use crate::model::tokens::tokens_hash;
+pub use crate::model::trajectory::{TrajectoryRow, TrajectorySummary};
 use crate::readers::layout::{DumpTree, Kind};
+use crate::readers::producers::nexrl_self_hosted;
+pub use crate::readers::producers::nexrl_self_hosted::group_of;
 use crate::readers::read_any;
 use crate::tensor::DType;
 use crate::value::Value;
@@ -72,16 +76,15 @@ fn key_err(path: &Path, key: &str, msg: &str) -> Error {
     Error::format(path, Position::Key(key.to_string()), msg.to_string())
 }
 
-/// `(shape, row-major f64 values, stored dtype)` of a tensor-valued key.
-fn dense(v: &Value, path: &Path, key: &str) -> Result<(Vec<usize>, Vec<f64>, Option<DType>)> {
-    let item = v
-        .get(key)
-        .ok_or_else(|| key_err(path, key, "missing (self-hosted layout needs it)"))?;
-    let dtype = item.as_tensor().map(|t| t.dtype());
-    let t = item
-        .to_tensor()
-        .ok_or_else(|| key_err(path, key, "not a tensor or a rectangular nested list"))?;
-    Ok((t.shape().to_vec(), t.to_f64_vec(), dtype))
+/// `(shape, row-major f64 values, stored dtype)` of a tensor the producer mapping read
+/// (`None`: the file lacks `key`).
+fn dense(
+    t: Option<&TokenTensor>,
+    path: &Path,
+    key: &str,
+) -> Result<(Vec<usize>, Vec<f64>, Option<DType>)> {
+    let t = t.ok_or_else(|| key_err(path, key, "missing (self-hosted layout needs it)"))?;
+    Ok((t.tensor.shape().to_vec(), t.tensor.to_f64_vec(), t.dtype))
 }
 
 fn dims2(path: &Path, key: &str, shape: &[usize]) -> Result<(usize, usize)> {
@@ -95,100 +98,8 @@ fn dims2(path: &Path, key: &str, shape: &[usize]) -> Result<(usize, usize)> {
     }
 }
 
-/// A trajectory's group: `extra_fields.group_id`, else `extra_fields.uid`, else the same
-/// keys at the top level (str or int).
-pub fn group_of(t: &Value) -> Option<String> {
-    let ef = t.get("extra_fields");
-    for (src, k) in [
-        (ef, "group_id"),
-        (ef, "uid"),
-        (Some(t), "group_id"),
-        (Some(t), "uid"),
-    ] {
-        if let Some(x) = src.and_then(|s| s.get(k)) {
-            if let Some(s) = x.as_str() {
-                return Some(s.to_string());
-            }
-            if let Some(i) = x.as_i64() {
-                return Some(i.to_string());
-            }
-        }
-    }
-    None
-}
-
-/// A trajectory's reward: `reward`, else `extra_fields.score`.
-pub fn reward_of(t: &Value) -> Option<f64> {
-    t.get("reward").and_then(Value::as_f64).or_else(|| {
-        t.get("extra_fields")
-            .and_then(|e| e.get("score"))
-            .and_then(Value::as_f64)
-    })
-}
-
 fn round_f32(x: f64) -> f64 {
     x as f32 as f64
-}
-
-/// What the self-hosted checks need of a trajectory file, without its token lists:
-/// each trajectory's token hash, response hash, reward and group, `None` where the file
-/// lacks one (the error waits for a check that needs it).
-#[derive(Debug, Clone)]
-pub struct TrajectorySummary {
-    /// The trajectory file, for messages.
-    pub file: PathBuf,
-    /// One row per trajectory, in file order.
-    pub rows: Vec<TrajectoryRow>,
-}
-
-/// One trajectory of a [`TrajectorySummary`].
-#[derive(Debug, Clone)]
-pub struct TrajectoryRow {
-    /// `tokens_hash(tokens)`; `None` when `tokens` is missing or not numbers.
-    pub tokens: Option<u64>,
-    /// `tokens_hash` of the tokens under a nonzero `loss_mask`; `None` when there are none.
-    pub response: Option<u64>,
-    /// [`reward_of`].
-    pub reward: Option<f64>,
-    /// [`group_of`].
-    pub group: Option<String>,
-}
-
-impl TrajectorySummary {
-    /// Summarise trajectory file `tf` read as `tv`.
-    ///
-    /// Errors: no `trajectories` list.
-    pub fn of(tf: PathBuf, tv: &Value) -> Result<TrajectorySummary> {
-        let items = tv
-            .get("trajectories")
-            .and_then(Value::as_seq)
-            .ok_or_else(|| key_err(&tf, "trajectories", "missing or not a list"))?;
-        let rows = items
-            .iter()
-            .map(|t| {
-                let tokens = t.get("tokens").and_then(Value::to_i64s);
-                let response = match (&tokens, t.get("loss_mask").and_then(Value::to_i64s)) {
-                    (Some(tokens), Some(m)) => {
-                        let r: Vec<i64> = tokens
-                            .iter()
-                            .zip(m)
-                            .filter(|(_, m)| *m != 0)
-                            .map(|(x, _)| *x)
-                            .collect();
-                        (!r.is_empty()).then(|| tokens_hash(&r))
-                    }
-                    _ => None,
-                };
-                TrajectoryRow {
-                    tokens: tokens.as_deref().map(tokens_hash),
-                    response,
-                    reward: reward_of(t),
-                    group: group_of(t),
-                }
-            })
-            .collect();
-        Ok(TrajectorySummary { file: tf, rows })
-    }
 }
 
 impl SelfHostedStep {
@@ -201,11 +112,13 @@ impl SelfHostedStep {
     pub fn load(tree: &DumpTree, step: i64, adv: &AdvantageConfig) -> Result<SelfHostedStep> {
         let need = |kind: Kind| {
             tree.get(kind, step, None, None).ok_or_else(|| {
-                Error::Usage(format!(
-                    "{}: no {kind}/ file for step {step} (the self-hosted layout needs \
-                     trajectory/, old_log_probs/, forward_data/ and loss/)",
-                    tree.root.display()
-                ))
+                Error::input(
+                    &tree.root,
+                    format!(
+                        "no {kind}/ file for step {step} (the self-hosted layout needs \
+                     trajectory/, old_log_probs/, forward_data/ and loss/)"
+                    ),
+                )
             })
         };
         let tf = need(Kind::Trajectory)?.path.clone();
@@ -225,7 +138,8 @@ impl SelfHostedStep {
         ov: &Value,
         adv: &AdvantageConfig,
     ) -> Result<SelfHostedStep> {
-        Self::from_summary(&TrajectorySummary::of(tf, tv)?, of, ov, adv)
+        let summary = TrajectorySummary::of(&nexrl_self_hosted::trajectories(&tf, tv)?);
+        Self::from_summary(&summary, of, ov, adv)
     }
 
     /// [`SelfHostedStep::from_values`] from the trajectories' summary (what a caller
@@ -267,12 +181,14 @@ impl SelfHostedStep {
         let advantages_f64 = group_advantages(&rewards, &groups, adv)
             .map_err(|e| Error::format(&tf, Position::Key("trajectories".into()), e.to_string()))?;
         let advantages_f32 = advantages_f64.iter().map(|a| round_f32(*a)).collect();
-        let (shape, old, _) = dense(ov, &of, "old_log_probs")?;
-        let (n, cols) = dims2(&of, "old_log_probs", &shape)?;
+        let ob = nexrl_self_hosted::old_log_probs(&of, ov)?;
+        let old_t = ob.log_probs(LogProbSource::Old);
+        let (shape, old, _) = dense(old_t, &of, nexrl_self_hosted::OLD_LOG_PROBS)?;
+        let (n, cols) = dims2(&of, nexrl_self_hosted::OLD_LOG_PROBS, &shape)?;
         if n != items.len() {
             return Err(key_err(
                 &of,
-                "old_log_probs",
+                nexrl_self_hosted::OLD_LOG_PROBS,
                 &format!(
                     "has {n} rows but {} holds {} trajectories (rows must follow the \
                      trajectory order)",
@@ -338,43 +254,48 @@ impl SelfHostedStep {
         let ff = tree
             .get(Kind::ForwardData, step, Some(rank), Some(micro))
             .ok_or_else(|| {
-                Error::Usage(format!(
-                    "{}: no forward_data file for step {step} rank {rank} micro {micro}",
-                    tree.root.display()
-                ))
+                Error::input(
+                    &tree.root,
+                    format!("no forward_data file for step {step} rank {rank} micro {micro}"),
+                )
             })?
             .path
             .clone();
-        let fv = read_any(&ff)?;
-        let (lshape, lp, ldtype) = dense(&fv, &ff, "log_probs")?;
-        let (b, t) = dims2(&ff, "log_probs", &lshape)?;
-        let (mshape, mask, _) = dense(&fv, &ff, "response_mask")?;
+        let fb = nexrl_self_hosted::forward_data(&ff, &read_any(&ff)?)?;
+        let lp_t = fb.log_probs(LogProbSource::Current);
+        let (lshape, lp, ldtype) = dense(lp_t, &ff, nexrl_self_hosted::LOG_PROBS)?;
+        let (b, t) = dims2(&ff, nexrl_self_hosted::LOG_PROBS, &lshape)?;
+        let (mshape, mask, _) = dense(
+            fb.response_mask.as_ref(),
+            &ff,
+            nexrl_self_hosted::RESPONSE_MASK,
+        )?;
         if mshape != lshape {
             return Err(key_err(
                 &ff,
-                "response_mask",
+                nexrl_self_hosted::RESPONSE_MASK,
                 &format!("is {mshape:?} but log_probs is {lshape:?}"),
             ));
         }
-        let (ishape, ids, _) = dense(&fv, &ff, "input_ids")?;
-        let (ib, s) = dims2(&ff, "input_ids", &ishape)?;
+        let (ishape, ids, _) = dense(fb.input_ids.as_ref(), &ff, nexrl_self_hosted::INPUT_IDS)?;
+        let (ib, s) = dims2(&ff, nexrl_self_hosted::INPUT_IDS, &ishape)?;
         if ib != b || s < t {
             return Err(key_err(
                 &ff,
-                "input_ids",
+                nexrl_self_hosted::INPUT_IDS,
                 &format!(
                     "is {ishape:?} but log_probs is {lshape:?} (expected [{b}, S ≥ {t}]: \
                      prompt then response)"
                 ),
             ));
         }
-        let mut entropy = match fv.get("entropy") {
-            Some(_) => {
-                let (eshape, e, _) = dense(&fv, &ff, "entropy")?;
+        let mut entropy = match &fb.entropy {
+            Some(et) => {
+                let (eshape, e, _) = dense(Some(et), &ff, nexrl_self_hosted::ENTROPY)?;
                 if eshape != lshape {
                     return Err(key_err(
                         &ff,
-                        "entropy",
+                        nexrl_self_hosted::ENTROPY,
                         &format!("is {eshape:?} but log_probs is {lshape:?}"),
                     ));
                 }
@@ -437,7 +358,7 @@ impl SelfHostedStep {
                 if c >= self.cols {
                     return Err(key_err(
                         &self.old_file,
-                        "old_log_probs",
+                        nexrl_self_hosted::OLD_LOG_PROBS,
                         &format!(
                             "is {} columns wide but rank {rank} micro {micro} row {r} has a \
                              valid token at position {c}",

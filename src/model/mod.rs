@@ -1,5 +1,11 @@
-//! The typed records every tool reads, below the readers: a log's records and a finding.
+//! The typed records every tool reads, below the readers: a step's trajectories and
+//! datums, its per-token batches (log-prob sources, entropy, masks, with dtype and
+//! provenance), loss records and parameters; a log's records and a finding. Producers
+//! map their files into these in one place each ([`crate::readers::producers`]).
 //! Nothing here imports a reader, a detector, a tool or a renderer.
 
 pub mod finding;
 pub mod log;
+pub mod step;
+pub mod tokens;
+pub mod trajectory;

@@ -215,7 +215,9 @@ impl DumpTree {
                     });
                     continue;
                 };
-                let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                let size = std::fs::metadata(&path)
+                    .map_err(|e| Error::io(&path, e))?
+                    .len();
                 files.push(DumpFile {
                     path,
                     kind,

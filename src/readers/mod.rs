@@ -7,6 +7,7 @@ pub mod events;
 pub mod fastline;
 pub mod layout;
 pub mod npy;
+pub mod producers;
 pub mod pt;
 pub mod safetensors;
 pub mod steps;

@@ -8,7 +8,6 @@
 mod bytes;
 mod decode;
 mod dtype;
-mod hash;
 
 use std::fmt;
 use std::sync::Arc;
@@ -20,7 +19,6 @@ pub use bytes::Bytes;
 pub(crate) use decode::decode_run_f64_into;
 use decode::{arr, decode_run_f64, decode_run_i64, elem_f64, elem_i64, push_elem_f64};
 pub use dtype::DType;
-pub use hash::{tokens_hash, tokens_hash_iter};
 
 /// Expanded views (stride 0) may have more elements than their storage; this many bytes
 /// of f64 is the most such a view may claim, so a forged shape cannot make us allocate.

@@ -1,0 +1,480 @@
+//! The sections of each pair of sides: self-hosted vs weaver (2, 3, 4 and the whole
+//! tensors), self-hosted vs remote-api (1, 5), cell by cell.
+
+use super::*;
+use crate::model::tokens::TokenSeq;
+use crate::readers::producers::{nexrl_self_hosted, remote_api};
+
+/// What one (rank, micro) cell contributes to sections 2, 3 and 4. A `*_only_a` is set
+/// when the cell's file of that section is on one side only (true: on self-hosted).
+#[derive(Default)]
+pub(super) struct CellOut {
+    fwd: Option<Cell>,
+    fwd_only_a: Option<bool>,
+    loss: Option<(Cell, Vec<String>)>,
+    loss_only_a: Option<bool>,
+    is_loss: Option<Cell>,
+    is_only_a: Option<bool>,
+}
+
+/// The (rank, micro) cells of sections 2 (`fwd`), 3 (`loss`) and 4 (`is_loss`).
+pub(super) struct CellSets {
+    fwd: BTreeSet<(u32, Option<u32>)>,
+    loss: BTreeSet<(u32, Option<u32>)>,
+    is_loss: BTreeSet<(u32, Option<u32>)>,
+}
+
+/// Which side of a pair holds a file when exactly one does.
+pub(super) fn only_a<T>(a: &Option<T>, b: &Option<T>) -> Option<bool> {
+    (a.is_some() != b.is_some()).then_some(a.is_some())
+}
+
+/// `side`'s file of `kind` at `(rank, micro)` when `wanted` (see [`SideData::fetch`]).
+pub(super) fn fetch_if<'a>(
+    side: &'a SideData,
+    kind: Kind,
+    (rank, micro): (u32, Option<u32>),
+    wanted: bool,
+    progress: &dyn Progress,
+) -> Result<Option<Cow<'a, Value>>> {
+    if wanted {
+        side.fetch(kind, Some(rank), micro, progress)
+    } else {
+        Ok(None)
+    }
+}
+
+/// Compare one (rank, micro) cell for sections 2, 3 and 4: read its files on both sides,
+/// decode each tensor once, derive the self-hosted importance-sampling chain, compare,
+/// and drop everything but the cells.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn weaver_cell(
+    s: &SideData,
+    w: &SideData,
+    inputs: &BatchInputs,
+    policy: &TolerancePolicy,
+    sets: &CellSets,
+    (rank, micro): (u32, Option<u32>),
+    progress: &dyn Progress,
+) -> Result<CellOut> {
+    let key = (rank, micro);
+    let m = micro.unwrap_or(0);
+    let (in_fwd, in_loss, in_is) = (
+        sets.fwd.contains(&key),
+        sets.loss.contains(&key),
+        sets.is_loss.contains(&key),
+    );
+    let (fwd, lossy) = (in_fwd || in_is, in_loss || in_is);
+    let fetch = |side, kind, wanted| fetch_if(side, kind, key, wanted, progress);
+    let s_fwd = fetch(s, Kind::ForwardData, fwd)?;
+    let w_fwd = fetch(w, Kind::ForwardData, fwd)?;
+    let w_is = fetch(w, Kind::IsLossDebug, fwd)?;
+    let s_loss = fetch(s, Kind::Loss, lossy)?;
+    let w_loss = fetch(w, Kind::Loss, in_loss)?;
+    let (a_fwd, b_fwd, b_is) = (
+        s_fwd.as_deref().map(Tensors::new),
+        w_fwd.as_deref().map(Tensors::new),
+        w_is.as_deref().map(Tensors::new),
+    );
+    let mut out = CellOut::default();
+
+    // Section 2: forward_data; also gives the cell's log-prob precision.
+    let mut precision = None;
+    if in_fwd {
+        if let (Some(a), Some(b)) = (&a_fwd, &b_fwd) {
+            precision = sections::logprob_precision(
+                a.mat(nexrl_self_hosted::LOG_PROBS).as_deref(),
+                b.mat(nexrl_self_hosted::LOG_PROBS).as_deref(),
+            );
+            out.fwd = Some(sections::forward_data_cell(policy, rank, m, a, b));
+        }
+        out.fwd_only_a = only_a(&a_fwd, &b_fwd);
+    }
+
+    // The self-hosted importance-sampling chain: derived ratios and the tolerances they
+    // and the loss scalars inherit from their log-prob inputs.
+    let chain = a_fwd.as_ref().filter(|_| in_fwd).map(|a| {
+        let peer = sections::ChainPeer {
+            fwd: b_fwd.as_ref(),
+            is_loss: b_is.as_ref(),
+        };
+        sections::chain(policy, inputs, a, peer, rank, m)
+    });
+
+    // Section 3: loss.
+    if in_loss {
+        match (&s_loss, &w_loss) {
+            (Some(a), Some(b)) => {
+                let stats = chain.as_ref().and_then(|c| c.stats.as_ref());
+                out.loss = Some(sections::loss_cell(policy, rank, m, a, b, precision, stats));
+            }
+            (a, b) => out.loss_only_a = Some(a.is_some() && b.is_none()),
+        }
+    }
+
+    // Section 4: is_loss_debug against the self-hosted forward_data + old_log_probs.
+    if in_is {
+        if let (Some(a), Some(b), Some(ch)) = (&a_fwd, &b_is, &chain) {
+            out.is_loss = Some(sections::is_loss_cell(
+                policy,
+                rank,
+                m,
+                a,
+                s_loss.as_deref(),
+                b,
+                b_fwd.as_ref(),
+                ch,
+            ));
+        }
+        out.is_only_a = only_a(&a_fwd, &b_is);
+    }
+    Ok(out)
+}
+
+/// Sections 2, 3, 4 and 6: self-hosted against weaver, cell by cell.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn weaver_sections(
+    s: &SideData,
+    w: &SideData,
+    r: Option<&SideData>,
+    traj: Option<&TrajectorySummary>,
+    adv_preset: Option<&str>,
+    policy: &TolerancePolicy,
+    coverage: &mut Vec<Coverage>,
+    progress: &dyn Progress,
+) -> Result<Vec<Section>> {
+    let pair = "self-hosted vs weaver";
+    let mut note_missing = |kind: Kind, rank: u32, micro: Option<u32>, a_has: bool| {
+        let (present_on, missing_on) = if a_has {
+            ("self-hosted", "weaver")
+        } else {
+            ("weaver", "self-hosted")
+        };
+        coverage.push(Coverage {
+            kind: kind.dir_name().into(),
+            rank: Some(rank),
+            micro,
+            present_on: present_on.into(),
+            missing_on: missing_on.into(),
+        });
+        sections::missing_cell(Some(rank), micro, present_on, missing_on)
+    };
+    let mut out = Vec::new();
+
+    let has_is = w.tree.kinds().contains(&Kind::IsLossDebug);
+    let sets = CellSets {
+        fwd: cells_of(s, Kind::ForwardData, w, Kind::ForwardData),
+        loss: cells_of(s, Kind::Loss, w, Kind::Loss),
+        is_loss: if has_is {
+            cells_of(s, Kind::ForwardData, w, Kind::IsLossDebug)
+        } else {
+            BTreeSet::new()
+        },
+    };
+    let keys: Vec<(u32, Option<u32>)> = sets
+        .fwd
+        .iter()
+        .chain(&sets.loss)
+        .chain(&sets.is_loss)
+        .copied()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let inputs = batch_inputs(s, r, traj, adv_preset)?;
+    let mut outs: Vec<CellOut> = keys
+        .par_iter()
+        .map(|&key| weaver_cell(s, w, &inputs, policy, &sets, key, progress))
+        .collect::<Result<_>>()?;
+
+    // Section 2: the compared cells, then those on one side only, ordered by rank/micro.
+    let mut cells: Vec<Cell> = outs.iter_mut().filter_map(|o| o.fwd.take()).collect();
+    for (&(rank, micro), o) in keys.iter().zip(&outs) {
+        if let Some(a_has) = o.fwd_only_a {
+            cells.push(note_missing(Kind::ForwardData, rank, micro, a_has));
+        }
+    }
+    sort_cells(&mut cells);
+    out.push(section(2, "forward_data", pair, cells, vec![]));
+
+    // Section 3: loss, in rank/micro order.
+    let mut notes = Vec::new();
+    let mut cells = Vec::new();
+    for (&(rank, micro), o) in keys.iter().zip(&mut outs) {
+        if let Some((c, n)) = o.loss.take() {
+            cells.push(c);
+            notes.extend(n);
+        } else if let Some(a_has) = o.loss_only_a {
+            cells.push(note_missing(Kind::Loss, rank, micro, a_has));
+        }
+    }
+    out.push(section(3, "loss", pair, cells, notes));
+
+    // Section 4: is_loss_debug.
+    if has_is {
+        let mut cells: Vec<Cell> = outs.iter_mut().filter_map(|o| o.is_loss.take()).collect();
+        for (&(rank, micro), o) in keys.iter().zip(&outs) {
+            if let Some(a_has) = o.is_only_a {
+                cells.push(note_missing(Kind::IsLossDebug, rank, micro, a_has));
+            }
+        }
+        sort_cells(&mut cells);
+        let mut notes = vec![];
+        if inputs.advantages.is_none() {
+            notes.push("advantages and elementwise_loss need the remote-api prepared_trajectories (--remote-api-dir)".into());
+        }
+        out.push(section(4, "is_loss", pair, cells, notes));
+    }
+
+    // Section 6: param / gradient (self-hosted per rank, weaver per rank or per micro),
+    // rank by rank: one rank's tensors in memory per thread.
+    for (kind, key) in [(Kind::Param, "param"), (Kind::Gradient, "gradient")] {
+        let ranks: Vec<u32> = s
+            .tree
+            .ranks(kind, s.step)
+            .union(&w.tree.ranks(kind, w.step))
+            .copied()
+            .collect();
+        let per_rank: Vec<(Vec<Cell>, Option<bool>)> = ranks
+            .par_iter()
+            .map(|&rank| -> Result<(Vec<Cell>, Option<bool>)> {
+                let a = s.fetch(kind, Some(rank), None, progress)?;
+                let b_files: Vec<Option<u32>> = w
+                    .tree
+                    .files_of(kind, w.step)
+                    .filter(|f| f.rank == Some(rank) && w.has(&f.path))
+                    .map(|f| f.micro)
+                    .collect();
+                Ok(match (a, b_files.is_empty()) {
+                    (Some(a), false) => {
+                        let mut cells = Vec::new();
+                        for m in b_files {
+                            if let Some(b) = w.fetch(kind, Some(rank), m, progress)? {
+                                cells
+                                    .push(sections::tensor_cell(policy, key, key, rank, m, &a, &b));
+                            }
+                        }
+                        (cells, None)
+                    }
+                    (Some(_), true) => (vec![], Some(true)),
+                    (None, false) => (vec![], Some(false)),
+                    (None, true) => (vec![], None),
+                })
+            })
+            .collect::<Result<_>>()?;
+        let mut cells = Vec::new();
+        for (&rank, (cs, missing)) in ranks.iter().zip(per_rank) {
+            cells.extend(cs);
+            if let Some(a_has) = missing {
+                cells.push(note_missing(kind, rank, None, a_has));
+            }
+        }
+        if !cells.is_empty() {
+            out.push(section(6, key, pair, cells, vec![]));
+        }
+    }
+    Ok(out)
+}
+
+/// Sections 1 and 5: trajectories (self-hosted vs remote-api) and remote-api datums vs
+/// its own trajectories.
+pub(super) fn remote_sections(
+    s: &SideData,
+    r: &SideData,
+    traj: Option<&TrajectorySummary>,
+    policy: &TolerancePolicy,
+    coverage: &mut Vec<Coverage>,
+) -> Result<Vec<Section>> {
+    let mut out = Vec::new();
+    let whole = |kind: Kind, present_on: &str, missing_on: &str| Coverage {
+        kind: kind.dir_name().into(),
+        rank: None,
+        micro: None,
+        present_on: present_on.into(),
+        missing_on: missing_on.into(),
+    };
+    let prepared = r
+        .get_file(Kind::PreparedTrajectories, None, None)
+        .map(|(p, v)| batch::trajectories(p, v))
+        .transpose()?;
+    let own = s
+        .get_file(Kind::Trajectory, None, None)
+        .map(|(p, v)| batch::trajectories(p, v))
+        .transpose()?;
+    match (&own, &prepared) {
+        (Some(a), Some(b)) => {
+            let (cell, notes) = batch::trajectories_cell(policy, a, b);
+            out.push(section(
+                1,
+                "trajectories",
+                "self-hosted vs remote-api",
+                vec![cell],
+                notes,
+            ));
+        }
+        (None, None) => {}
+        (a, _) => {
+            let (on, off) = if a.is_some() {
+                ("self-hosted", "remote-api")
+            } else {
+                ("remote-api", "self-hosted")
+            };
+            coverage.push(whole(Kind::Trajectory, on, off));
+            let cell = sections::missing_cell(None, None, on, off);
+            out.push(section(
+                1,
+                "trajectories",
+                "self-hosted vs remote-api",
+                vec![cell],
+                vec![],
+            ));
+        }
+    }
+    let datums = r
+        .get_file(Kind::Datums, None, None)
+        .map(|(p, v)| batch::datums(p, v))
+        .transpose()?;
+    match (&prepared, &datums) {
+        (Some(t), Some(d)) => {
+            let inputs = batch_inputs(s, None, traj, None)?;
+            let (cell, notes) = batch::datums_cell(policy, t, d, &inputs);
+            out.push(section(
+                5,
+                "datums",
+                "remote-api datums vs trajectories",
+                vec![cell],
+                notes,
+            ));
+        }
+        (None, None) => {}
+        (t, _) => {
+            let (on, off) = if t.is_some() {
+                ("prepared_trajectories", "datums")
+            } else {
+                ("datums", "prepared_trajectories")
+            };
+            let cell = sections::missing_cell(None, None, on, off);
+            out.push(section(
+                5,
+                "datums",
+                "remote-api datums vs trajectories",
+                vec![cell],
+                vec![format!("remote-api has {on} but no {off}")],
+            ));
+        }
+    }
+    Ok(out)
+}
+
+pub(super) fn sort_cells(cells: &mut [Cell]) {
+    cells.sort_by_key(|c| (c.rank, c.micro));
+}
+
+/// The self-hosted whole-batch inputs: old_log_probs, trajectory index by token hash,
+/// advantages from remote-api prepared_trajectories when given, else recomputed from the
+/// trajectories' rewards and group ids with `adv_preset`'s convention.
+pub(super) fn batch_inputs(
+    s: &SideData,
+    r: Option<&SideData>,
+    traj: Option<&TrajectorySummary>,
+    adv_preset: Option<&str>,
+) -> Result<BatchInputs> {
+    // Read in place from the file's map, each cell's rows released once sliced.
+    let old_log_probs = s
+        .get(Kind::OldLogProbs, None, None)
+        .and_then(|v| Mat::of(v, nexrl_self_hosted::OLD_LOG_PROBS))
+        .map(|m| match s.pages(Kind::OldLogProbs, None, None) {
+            Some(p) => m.with_pages(p.clone()),
+            None => m,
+        });
+    let mut traj_index = HashMap::new();
+    if let Some(tr) = traj {
+        let empty = tokens_hash(&[]);
+        for (i, row) in tr.rows.iter().enumerate() {
+            traj_index.entry(row.tokens.unwrap_or(empty)).or_insert(i);
+        }
+    }
+    // Advantages by self-hosted batch index, matched by token content: the batch-level
+    // `advantages` of the remote-api prepared_trajectories.
+    let prepared = r
+        .and_then(|r| r.get_file(Kind::PreparedTrajectories, None, None))
+        .map(|(p, v)| remote_api::prepared_trajectories(p, v))
+        .transpose()?;
+    let advantages = prepared.and_then(|p| {
+        let adv = p.batch_advantages?;
+        let empty = tokens_hash(&[]);
+        let mut out = vec![f64::NAN; traj_index.len().max(adv.len())];
+        for (j, t) in p.rows.iter().enumerate() {
+            let h = t.tokens.as_ref().map_or(empty, TokenSeq::hash);
+            let i = if traj_index.is_empty() {
+                Some(j)
+            } else {
+                traj_index.get(&h).copied()
+            };
+            if let (Some(i), Some(a)) = (i, adv.get(j)) {
+                if let Some(slot) = out.get_mut(i) {
+                    *slot = *a;
+                }
+            }
+        }
+        Some(out)
+    });
+    let (advantages, advantages_from) = match advantages {
+        Some(a) => (
+            Some(a),
+            "prepared_trajectories.advantages broadcast over valid positions".to_string(),
+        ),
+        None => match (traj, adv_preset) {
+            (Some(tr), Some(name)) => match recomputed_advantages(tr, name)? {
+                Some(a) => (
+                    Some(a),
+                    format!(
+                        "group advantages recomputed from trajectory rewards and group_id \
+                         ({name} convention, rounded to f32), broadcast over valid positions"
+                    ),
+                ),
+                None => (None, String::new()),
+            },
+            _ => (None, String::new()),
+        },
+    };
+    let micros_per_rank = s.tree.micros(Kind::ForwardData, s.step).len().max(1);
+    Ok(BatchInputs {
+        old_log_probs,
+        traj_index,
+        advantages,
+        advantages_from,
+        micros_per_rank,
+    })
+}
+
+/// GRPO advantages of every trajectory of a trajectory file, by batch index, with the
+/// advantage convention of losscheck preset `preset` (losscheck's reference kernel), rounded
+/// to f32 as trainers store them. `None` when a reward or group id is missing or there are
+/// no trajectories. The rewards and groups are the model's ([`TrajectorySummary`]), the
+/// ones losscheck reads, so both tools recompute the same advantages.
+///
+/// Errors: an unknown preset (usage).
+pub(super) fn recomputed_advantages(
+    traj: &TrajectorySummary,
+    preset: &str,
+) -> Result<Option<Vec<f64>>> {
+    let cfg = crate::kernels::presets::preset(preset)
+        .map_err(|e| Error::Usage(format!("--preset {preset}: {e}")))?;
+    let rewards: Option<Vec<f64>> = traj.rows.iter().map(|t| t.reward).collect();
+    let groups: Option<Vec<String>> = traj.rows.iter().map(|t| t.group.clone()).collect();
+    let (Some(rewards), Some(groups)) = (rewards, groups) else {
+        return Ok(None);
+    };
+    if rewards.is_empty() {
+        return Ok(None);
+    }
+    let adv = crate::kernels::advantage::group_advantages(&rewards, &groups, &cfg.advantage)
+        .map_err(|e| {
+            Error::format(
+                &traj.file,
+                crate::error::Position::Key("trajectories".into()),
+                format!("group advantages: {e}"),
+            )
+        })?;
+    Ok(Some(adv.iter().map(|a| *a as f32 as f64).collect()))
+}

@@ -1,0 +1,188 @@
+//! Cell builders: a cell from its comparisons, the `forward_data` cell, the batch inputs
+//! a micro's rows are located by.
+
+use super::*;
+
+/// Build a cell from its comparisons: the verdict is the worst, the reason the worst one's.
+pub fn cell(
+    rank: Option<u32>,
+    micro: Option<u32>,
+    rows: Option<RowSummary>,
+    comparisons: Vec<Comparison>,
+) -> Cell {
+    let worst = comparisons.iter().max_by_key(|c| c.verdict);
+    let (verdict, reason) = match worst {
+        Some(c) if c.verdict > Verdict::Pass => (c.verdict, format!("{}: {}", c.name, c.reason)),
+        Some(_) => (
+            Verdict::Pass,
+            format!(
+                "{} compared, all within tolerance",
+                comparisons
+                    .iter()
+                    .filter(|c| c.verdict == Verdict::Pass)
+                    .count()
+            ),
+        ),
+        None => (Verdict::Skipped, "nothing to compare".into()),
+    };
+    let verdict =
+        if comparisons.iter().all(|c| c.verdict == Verdict::Skipped) && !comparisons.is_empty() {
+            Verdict::Skipped
+        } else {
+            verdict
+        };
+    Cell {
+        rank,
+        micro,
+        verdict,
+        reason,
+        rows,
+        comparisons,
+    }
+}
+
+/// A cell present on one side only.
+pub fn missing_cell(rank: Option<u32>, micro: Option<u32>, present: &str, missing: &str) -> Cell {
+    Cell {
+        rank,
+        micro,
+        verdict: Verdict::Missing,
+        reason: format!("present on {present} only, missing on {missing}"),
+        rows: None,
+        comparisons: vec![],
+    }
+}
+
+/// The coarser precision of two log-prob tensors, when both are there.
+pub fn logprob_precision(a: Option<&Mat>, b: Option<&Mat>) -> Option<DType> {
+    Some(coarser(a?.precision(), b?.precision()))
+}
+
+/// Section 2: `forward_data` — response_mask exactly, log_probs and entropy mask-aware.
+pub fn forward_data_cell(
+    policy: &TolerancePolicy,
+    rank: u32,
+    micro: u32,
+    a: &Tensors<'_>,
+    b: &Tensors<'_>,
+) -> Cell {
+    let (lp_a, lp_b) = (a.mat(keys::LOG_PROBS), b.mat(keys::LOG_PROBS));
+    let (ma, mb) = (a.mat(keys::RESPONSE_MASK), b.mat(keys::RESPONSE_MASK));
+    let na = lp_a.as_ref().map_or(0, |m| m.rows);
+    let nb = lp_b.as_ref().map_or(0, |m| m.rows);
+    let rows = pair_rows(a, Some(b), na, nb);
+    let ctx = PairCtx {
+        policy,
+        section: "forward_data",
+        rows: &rows,
+        mask_a: ma.as_deref(),
+        mask_b: mb.as_deref(),
+        cell_precision: None,
+    };
+    let mut out = Vec::new();
+    match (&ma, &mb) {
+        (Some(x), Some(y)) => out.push(ctx.exact_rows(
+            "response_mask",
+            x,
+            y,
+            Origin::dumped("forward_data", "response_mask"),
+            Origin::dumped("forward_data", "response_mask"),
+        )),
+        _ => out.push(skipped(
+            "forward_data",
+            "response_mask",
+            "not dumped on both sides",
+        )),
+    }
+    match (&lp_a, &lp_b) {
+        (Some(x), Some(y)) => out.push(ctx.logprobs_memo(
+            x,
+            y,
+            mb.as_ref(),
+            &rows,
+            Origin::dumped("forward_data", "log_probs"),
+            Origin::dumped("forward_data", "log_probs"),
+            &a.logprobs,
+        )),
+        _ => out.push(skipped(
+            "forward_data",
+            "log_probs",
+            "not dumped on both sides",
+        )),
+    }
+    match (a.mat(keys::ENTROPY), b.mat(keys::ENTROPY)) {
+        (Some(x), Some(y)) => out.push(ctx.masked(
+            "entropy",
+            &x,
+            &y,
+            Origin::dumped("forward_data", "entropy"),
+            Origin::dumped("forward_data", "entropy"),
+            false,
+            false,
+        )),
+        _ => out.push(skipped(
+            "forward_data",
+            "entropy",
+            "not dumped on both sides",
+        )),
+    }
+    if !rows.only_a.is_empty() || !rows.only_b.is_empty() {
+        out.push(row_coverage_fail("forward_data", &rows));
+    }
+    cell(Some(rank), Some(micro), Some(row_summary(&rows)), out)
+}
+
+/// A failing pseudo-comparison for rows that found no partner by content.
+pub(super) fn row_coverage_fail(section: &str, rows: &RowMatch) -> Comparison {
+    let mut c = skipped(section, "rows", "");
+    c.verdict = Verdict::Fail;
+    c.reason = format!(
+        "rows without a content match: reference {:?}, other {:?}",
+        rows.only_a, rows.only_b
+    );
+    c
+}
+
+/// Whole-batch inputs the self-hosted side needs to mirror weaver's `is_loss_debug`.
+pub struct BatchInputs {
+    /// `old_log_probs` `[B, R]` from `old_log_probs/step_N`.
+    pub old_log_probs: Option<Mat>,
+    /// Token hash of each trajectory → its batch index.
+    pub traj_index: HashMap<u64, usize>,
+    /// Per-trajectory advantages by batch index: remote-api `prepared_trajectories`, else
+    /// recomputed from the trajectories' rewards and groups with the preset's convention.
+    pub advantages: Option<Vec<f64>>,
+    /// Where `advantages` came from, for the report's origin labels.
+    pub advantages_from: String,
+    /// Micros per rank on the self-hosted side (for contiguous slicing without trajectories).
+    pub micros_per_rank: usize,
+}
+
+/// The batch indices of a self-hosted micro's rows: by token content through the
+/// trajectory file, else contiguous (`(rank·micros + micro)·rows + row`).
+pub(super) fn batch_indices(
+    inputs: &BatchInputs,
+    fwd: &Tensors<'_>,
+    rank: u32,
+    micro: u32,
+    nrows: usize,
+) -> (Vec<Option<usize>>, String) {
+    if let Some(tok) = fwd.input_ids() {
+        if !inputs.traj_index.is_empty() {
+            let idx: Vec<Option<usize>> = (0..tok.len())
+                .map(|i| {
+                    tok.hash(i, false)
+                        .and_then(|h| inputs.traj_index.get(&h).copied())
+                })
+                .collect();
+            if idx.iter().all(Option::is_some) {
+                return (idx, "rows located in the batch by token hash".into());
+            }
+        }
+    }
+    let base = (rank as usize * inputs.micros_per_rank + micro as usize) * nrows;
+    (
+        (0..nrows).map(|r| Some(base + r)).collect(),
+        "rows located in the batch contiguously".into(),
+    )
+}

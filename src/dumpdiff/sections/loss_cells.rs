@@ -1,0 +1,353 @@
+//! The `is_loss_debug`, `loss` and whole-tensor cells.
+
+use super::*;
+
+/// Section 4: `is_loss_debug` intermediates, the self-hosted side sliced and derived.
+#[allow(clippy::too_many_arguments)]
+pub fn is_loss_cell(
+    policy: &TolerancePolicy,
+    rank: u32,
+    micro: u32,
+    a_fwd: &Tensors<'_>,
+    a_loss: Option<&Value>,
+    b_is: &Tensors<'_>,
+    b_fwd: Option<&Tensors<'_>>,
+    ch: &Chain,
+) -> Cell {
+    pub(super) const S: &str = "is_loss";
+    let lp_a = a_fwd.mat(keys::LOG_PROBS);
+    let mask_a = a_fwd.mat(keys::RESPONSE_MASK);
+    let lp_b = b_is.mat(weaver::LOG_PROBS);
+    let mask_b = b_is.mat(weaver::EFFECTIVE_VALID);
+    let na = lp_a.as_ref().map_or(0, |m| m.rows);
+    let nb = lp_b.as_ref().map_or(0, |m| m.rows);
+    let rows = pair_rows(a_fwd, b_fwd, na, nb);
+    let ctx = PairCtx {
+        policy,
+        section: S,
+        rows: &rows,
+        mask_a: mask_a.as_deref(),
+        mask_b: mask_b.as_deref(),
+        cell_precision: logprob_precision(lp_a.as_deref(), lp_b.as_deref()),
+    };
+    let mut out = Vec::new();
+    let dumped_b = |k: &str| Origin::dumped("is_loss_debug", k);
+    match (&mask_a, &mask_b) {
+        (Some(x), Some(y)) => out.push(ctx.exact_rows(
+            "effective_valid",
+            x,
+            y,
+            Origin::dumped("forward_data", "response_mask"),
+            dumped_b("effective_valid"),
+        )),
+        _ => out.push(skipped(
+            S,
+            "effective_valid",
+            "mask not dumped on both sides",
+        )),
+    }
+    match (&lp_a, &lp_b) {
+        (Some(x), Some(y)) => out.push(ctx.logprobs_memo(
+            x,
+            y,
+            mask_b.as_ref(),
+            &rows,
+            Origin::dumped("forward_data", "log_probs"),
+            dumped_b("log_probs"),
+            &a_fwd.logprobs,
+        )),
+        _ => out.push(skipped(S, "log_probs", "not dumped on both sides")),
+    }
+    let rows_list: Vec<String> = ch
+        .idx
+        .iter()
+        .map(|i| i.map_or("?".into(), |i| i.to_string()))
+        .collect();
+    let old_origin = Origin::sliced(format!(
+        "old_log_probs.old_log_probs rows [{}] ({})",
+        rows_list.join(", "),
+        ch.how
+    ));
+    match (&ch.old, b_is.mat(weaver::OLD_LOG_PROBS)) {
+        (Some(x), Some(y)) => out.push(ctx.masked(
+            "old_log_probs",
+            x,
+            &y,
+            old_origin,
+            dumped_b("old_log_probs"),
+            false,
+            true,
+        )),
+        (None, _) => out.push(skipped(
+            S,
+            "old_log_probs",
+            "self-hosted old_log_probs file missing or rows not found",
+        )),
+        (_, None) => out.push(skipped(S, "old_log_probs", "not dumped by weaver")),
+    }
+    match (&ch.adv, b_is.mat(weaver::ADVANTAGES)) {
+        (Some(x), Some(y)) => out.push(ctx.masked(
+            "advantages",
+            x,
+            &y,
+            Origin::derived(ch.adv_from.clone()),
+            dumped_b("advantages"),
+            false,
+            false,
+        )),
+        (None, _) => out.push(skipped(
+            S,
+            "advantages",
+            "self-hosted dumps no advantages and they could not be recomputed (no trajectory \
+             rewards/group ids, or --preset none); pass --remote-api-dir to take them from \
+             prepared_trajectories",
+        )),
+        (_, None) => out.push(skipped(S, "advantages", "not dumped by weaver")),
+    }
+    match (&ch.ratio, &ch.ratio_allowed, b_is.mat(weaver::PROB_RATIO)) {
+        (Some(x), Some(e), Some(y)) => out.push(ctx.propagated(
+            "prob_ratio",
+            x,
+            &y,
+            Origin::derived("exp(forward_data.log_probs − old_log_probs)"),
+            dumped_b("prob_ratio"),
+            e,
+        )),
+        _ => out.push(skipped(S, "prob_ratio", "inputs to derive it are missing")),
+    }
+    let el = match (&ch.ratio, &ch.ratio_allowed, &ch.adv) {
+        (Some(r), Some(e), Some(a)) => {
+            let av = a.values();
+            let times_adv = |r: &[f64]| r.iter().zip(av.iter()).map(|(r, a)| -r * a).collect();
+            let mut el = r.with_data(times_adv(&r.values()), r.dtype);
+            if let (Some(derive), Some(old)) = (&ch.partial, &ch.old) {
+                // The ratio is known at valid positions only: enough for the loss's
+                // precision when those are f64 data, else derive it everywhere.
+                el = match derive.loss_if_decided(&el) {
+                    Some(p) => el.with_precision(p),
+                    None => {
+                        let (full, _, _) = derive.ratio(old, false);
+                        r.with_data(times_adv(&full.values()), r.dtype)
+                    }
+                };
+            }
+            let ev = e.values();
+            Some((
+                el,
+                e.with_data(
+                    ev.iter()
+                        .zip(av.iter())
+                        .map(|(e, a)| propagate::product_allowed(*e, *a))
+                        .collect(),
+                    e.dtype,
+                ),
+            ))
+        }
+        _ => None,
+    };
+    match (&el, b_is.mat(weaver::ELEMENTWISE_LOSS)) {
+        (Some((x, e)), Some(y)) => out.push(ctx.propagated(
+            "elementwise_loss",
+            x,
+            &y,
+            Origin::derived("−prob_ratio · advantages"),
+            dumped_b("elementwise_loss"),
+            e,
+        )),
+        _ => out.push(skipped(
+            S,
+            "elementwise_loss",
+            "advantages needed to derive it (see advantages)",
+        )),
+    }
+    match (a_loss.and_then(|l| l.get("loss")), b_is.value().get("loss")) {
+        (Some(x), Some(y)) => out.extend(ctx.scalar_with(
+            "loss",
+            x,
+            y,
+            Origin::dumped("loss", "loss"),
+            dumped_b("loss"),
+            true,
+            loss_propagation("loss", &StatsMemo::new(ch.stats.as_ref(), a_loss)),
+        )),
+        _ => out.push(skipped(S, "loss", "not dumped on both sides")),
+    }
+    if !rows.only_a.is_empty() || !rows.only_b.is_empty() {
+        out.push(row_coverage_fail(S, &rows));
+    }
+    cell(Some(rank), Some(micro), Some(row_summary(&rows)), out)
+}
+
+/// The clip range of a loss file's `extra_info` (`clip_ratio`, `clip_ratio_low/high`,
+/// `clip_eps`, `cliprange`), else PPO's customary 0.2 on both sides.
+pub(super) fn clip_range(loss: Option<&Value>) -> (f64, f64) {
+    let info = loss.and_then(|l| l.get("extra_info"));
+    let num = |k: &str| info.and_then(|i| i.get(k)).and_then(Value::as_f64);
+    let sym = ["clip_ratio", "clip_eps", "cliprange", "clip_range"]
+        .iter()
+        .find_map(|k| num(k))
+        .unwrap_or(0.2);
+    (
+        num("clip_ratio_low").unwrap_or(sym),
+        num("clip_ratio_high").unwrap_or(sym),
+    )
+}
+
+/// The chain aggregates the loss scalars' tolerances need, each computed once per cell
+/// and loss file however many keys ask (each is a pass over every valid element).
+pub(super) struct StatsMemo<'a> {
+    stats: Option<&'a ChainStats>,
+    loss: Option<&'a Value>,
+    mean_loss: OnceCell<Option<f64>>,
+    mean_ratio: OnceCell<Option<f64>>,
+    flips: OnceCell<(f64, f64, usize)>,
+}
+
+impl<'a> StatsMemo<'a> {
+    pub(super) fn new(stats: Option<&'a ChainStats>, loss: Option<&'a Value>) -> Self {
+        StatsMemo {
+            stats,
+            loss,
+            mean_loss: OnceCell::new(),
+            mean_ratio: OnceCell::new(),
+            flips: OnceCell::new(),
+        }
+    }
+}
+
+/// The propagated tolerance of a loss-file scalar that is a masked aggregate of the
+/// chain's elements, with how it was obtained (None: no rule for this key).
+pub(super) fn loss_propagation(key: &str, memo: &StatsMemo<'_>) -> Option<(f64, String)> {
+    let stats = memo.stats?;
+    let leaf = key.rsplit('.').next().unwrap_or(key);
+    let n = stats.count();
+    match leaf {
+        "loss" | "pg_loss" => (*memo.mean_loss.get_or_init(|| stats.mean_loss_allowed()))
+            .map(|e| (e, format!("= mean of |A|·r·(e^E−1) over {n} tokens"))),
+        "avg_ratio" | "ratio_mean" => (*memo.mean_ratio.get_or_init(|| stats.mean_ratio_allowed()))
+            .map(|e| (e, format!("= mean of r·(e^E−1) over {n} tokens"))),
+        l if l.contains("clip_frac") || l.contains("clipfrac") => {
+            let &(lo, hi, flips) = memo.flips.get_or_init(|| {
+                let (lo, hi) = clip_range(memo.loss);
+                (lo, hi, stats.flips(lo, hi))
+            });
+            // `clip_fraction_allowed`, from the flips already counted.
+            (n > 0).then(|| {
+                (
+                    flips as f64 / n as f64,
+                    format!("= {flips} of {n} tokens within tolerance of the clip boundary 1−{lo}/1+{hi}"),
+                )
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Section 3: `loss` scalars and every shared key of `metrics`.
+pub fn loss_cell(
+    policy: &TolerancePolicy,
+    rank: u32,
+    micro: u32,
+    a: &Value,
+    b: &Value,
+    precision: Option<DType>,
+    stats: Option<&ChainStats>,
+) -> (Cell, Vec<String>) {
+    let rows = RowMatch::by_index(0, 0);
+    let ctx = PairCtx {
+        policy,
+        section: "loss",
+        rows: &rows,
+        mask_a: None,
+        mask_b: None,
+        cell_precision: precision,
+    };
+    let mut out = Vec::new();
+    let mut notes = Vec::new();
+    let memo = StatsMemo::new(stats, Some(a));
+    for key in ["loss", "pg_loss", "entropy_loss"] {
+        match (a.get(key), b.get(key)) {
+            (Some(x), Some(y)) => out.extend(ctx.scalar_with(
+                key,
+                x,
+                y,
+                Origin::dumped("loss", key),
+                Origin::dumped("loss", key),
+                true,
+                loss_propagation(key, &memo),
+            )),
+            _ => out.push(skipped("loss", key, "not dumped on both sides")),
+        }
+    }
+    if let (Some(ma), Some(mb)) = (a.get("metrics").and_then(Value::as_dict), b.get("metrics")) {
+        for (k, va) in ma {
+            let Some(k) = k.as_str() else { continue };
+            match mb.get(k) {
+                Some(vb) => {
+                    let key = format!("metrics.{k}");
+                    out.extend(ctx.scalar_with(
+                        &key,
+                        va,
+                        vb,
+                        Origin::dumped("loss", &key),
+                        Origin::dumped("loss", &key),
+                        true,
+                        loss_propagation(&key, &memo),
+                    ));
+                }
+                None => notes.push(format!(
+                    "rank {rank} micro {micro}: metrics.{k} on self-hosted only"
+                )),
+            }
+        }
+    }
+    (cell(Some(rank), Some(micro), None, out), notes)
+}
+
+/// Section 6: one param or gradient tensor, flat, at its dtype's tolerance.
+pub fn tensor_cell(
+    policy: &TolerancePolicy,
+    section: &str,
+    key: &str,
+    rank: u32,
+    micro: Option<u32>,
+    a: &Value,
+    b: &Value,
+) -> Cell {
+    let rows = RowMatch::by_index(1, 1);
+    let ctx = PairCtx {
+        policy,
+        section,
+        rows: &rows,
+        mask_a: None,
+        mask_b: None,
+        cell_precision: None,
+    };
+    let flat = |v: &Value| {
+        let t = v.get(key)?.to_tensor()?;
+        let data = t.to_f64_vec();
+        Some(Mat::new(t.shape().to_vec(), 1, data.len(), data, t.dtype()))
+    };
+    let c = match (flat(a), flat(b)) {
+        (Some(x), Some(y)) if x.shape == y.shape => ctx.masked(
+            key,
+            &x,
+            &y,
+            Origin::dumped(section, key),
+            Origin::dumped(section, key),
+            false,
+            false,
+        ),
+        (Some(x), Some(y)) => {
+            let mut c = skipped(
+                section,
+                key,
+                format!("shape {:?} vs {:?}", x.shape, y.shape),
+            );
+            c.verdict = Verdict::Fail;
+            c
+        }
+        _ => skipped(section, key, "not dumped on both sides"),
+    };
+    cell(Some(rank), micro, None, vec![c])
+}

@@ -1,0 +1,51 @@
+//! The comparison sections: each turns the values read for one rank × micro cell (or the
+//! whole batch) into typed [`Comparison`]s. Reference side = self-hosted ("a"), other = "b".
+//!
+//! Split by concern (private files, re-exported here): `side` (one side's files), `rows`
+//! (decoded tensors, row pairing), `engine` (one comparison), `cells`, `ratio_chain` and
+//! `loss_cells` (the cells of each section).
+
+use std::borrow::Cow;
+use std::cell::{OnceCell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::Mutex;
+
+use rayon::prelude::*;
+
+use crate::compare::align::{match_rows_by, strip_pad_range, RowMatch};
+use crate::compare::metrics::{
+    effective_dtype, Accumulator, ElemLoc, GridScan, PairMetrics, Positions,
+};
+use crate::compare::propagate::{self, ChainElem, ChainStats};
+use crate::compare::tolerance::{coarser, Tolerance, TolerancePolicy, Verdict};
+pub use crate::dumpdiff::mat::Mat;
+use crate::dumpdiff::mat::CHUNK;
+use crate::dumpdiff::pages::Pages;
+use crate::dumpdiff::report::{Cell, Comparison, Origin, RowSummary};
+use crate::dumpdiff::Progress;
+use crate::error::Result;
+use crate::model::tokens::tokens_hash;
+use crate::readers::layout::{DumpTree, Kind};
+use crate::readers::producers::{nexrl_self_hosted as keys, weaver};
+use crate::readers::read_any;
+use crate::tensor::{DType, Tensor};
+use crate::value::Value;
+
+mod cells;
+mod engine;
+mod loss_cells;
+mod ratio_chain;
+mod rows;
+mod side;
+#[cfg(test)]
+mod tests;
+
+pub use cells::*;
+pub use engine::*;
+pub use loss_cells::*;
+pub use ratio_chain::*;
+pub use rows::*;
+pub use side::*;

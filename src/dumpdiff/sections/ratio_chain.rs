@@ -1,0 +1,267 @@
+//! The reference side's importance-sampling chain, derived from its dumped inputs with
+//! propagated tolerances.
+
+use super::*;
+
+/// The reference side's importance-sampling chain for one micro, derived from its dumped
+/// inputs, with every element's propagated tolerance ([`crate::compare::propagate`]).
+pub struct Chain {
+    /// Batch index of each row (None where not found).
+    pub idx: Vec<Option<usize>>,
+    /// How the rows were located in the batch.
+    pub how: String,
+    /// `old_log_probs` sliced to this micro's rows.
+    pub old: Option<Mat>,
+    /// `exp(log_probs − old_log_probs)`.
+    pub ratio: Option<Mat>,
+    /// Allowed error of each ratio element: `r·(e^E − 1)`, `E` the inputs' tolerances.
+    pub ratio_allowed: Option<Mat>,
+    /// Advantages broadcast over the row (remote-api `prepared_trajectories`).
+    pub adv: Option<Mat>,
+    /// Where `adv` came from (see [`BatchInputs::advantages_from`]).
+    pub adv_from: String,
+    /// The valid elements, for the tolerances of masked means and clip fractions.
+    pub stats: Option<ChainStats>,
+    /// Set when `ratio` and `ratio_allowed` hold only the valid positions (NaN elsewhere).
+    pub(super) partial: Option<Derive>,
+}
+
+/// The other side's dumps a [`Chain`] borrows precisions and advantages from.
+#[derive(Clone, Copy, Default)]
+pub struct ChainPeer<'a> {
+    /// The other side's `forward_data` (its `input_ids` pair rows, its log-prob precision).
+    pub fwd: Option<&'a Tensors<'a>>,
+    /// The other side's `is_loss_debug` (old_log_probs precision, advantages).
+    pub is_loss: Option<&'a Tensors<'a>>,
+}
+
+/// Derive one micro's chain from the reference `forward_data` and the batch inputs.
+/// The log-prob inputs' tolerances are those their own comparisons use (the coarser
+/// precision of both sides), so a ratio is allowed what its inputs are allowed.
+pub fn chain(
+    policy: &TolerancePolicy,
+    inputs: &BatchInputs,
+    a_fwd: &Tensors<'_>,
+    peer: ChainPeer<'_>,
+    rank: u32,
+    micro: u32,
+) -> Chain {
+    let lp_a = a_fwd.mat(keys::LOG_PROBS);
+    let mask_a = a_fwd.mat(keys::RESPONSE_MASK);
+    let na = lp_a.as_ref().map_or(0, |m| m.rows);
+    let (idx, how) = batch_indices(inputs, a_fwd, rank, micro, na);
+    let old = inputs.old_log_probs.as_ref().and_then(|old| {
+        let mut data = Vec::with_capacity(na * old.width);
+        for i in &idx {
+            let r = old.row((*i)?);
+            if r.len() != old.width {
+                return None;
+            }
+            data.extend_from_slice(&r);
+        }
+        // This micro's rows are copied: let their pages go.
+        old.release_rows(idx.iter().flatten().copied());
+        Some(Mat::new(
+            vec![na, old.width],
+            na,
+            old.width,
+            data,
+            old.dtype,
+        ))
+    });
+    let adv = inputs.advantages.as_ref().and_then(|adv| {
+        let w = lp_a.as_ref()?.width;
+        let mut data = Vec::with_capacity(na * w);
+        for i in &idx {
+            let v = *adv.get((*i)?)?;
+            data.extend(std::iter::repeat_n(v, w));
+        }
+        Some(Mat::new(vec![na, w], na, w, data, DType::F64))
+    });
+    let (Some(lp), Some(o)) = (&lp_a, &old) else {
+        return Chain {
+            idx,
+            how,
+            old,
+            ratio: None,
+            ratio_allowed: None,
+            adv,
+            adv_from: inputs.advantages_from.clone(),
+            stats: None,
+            partial: None,
+        };
+    };
+    let peer_prec = |v: Option<&Tensors<'_>>, key: &'static str| {
+        v.and_then(|v| v.mat(key)).map(|m| m.precision())
+    };
+    let with_peer = |own: DType, other: Option<DType>| other.map_or(own, |p| coarser(own, p));
+    let tol_lp = policy.resolve(
+        "is_loss.log_probs",
+        with_peer(
+            lp.precision(),
+            peer_prec(peer.fwd, keys::LOG_PROBS)
+                .or_else(|| peer_prec(peer.is_loss, weaver::LOG_PROBS)),
+        ),
+        false,
+    );
+    let tol_old = policy.resolve(
+        "is_loss.old_log_probs",
+        with_peer(
+            o.precision(),
+            peer_prec(peer.is_loss, weaver::OLD_LOG_PROBS),
+        ),
+        false,
+    );
+    let derive = Derive {
+        lp: lp.clone(),
+        mask: mask_a.clone(),
+        tol_lp,
+        tol_old,
+    };
+    // The ratio where anything reads it (valid reference positions) when that already
+    // shows it is f64 data; else everywhere, as its precision then needs every value.
+    let first = derive.mask.is_some().then(|| derive.ratio(o, true));
+    let (ratio, ratio_allowed, partial) = match first {
+        Some((r, e, true)) => (r, e, true),
+        _ => {
+            let (r, e, _) = derive.ratio(o, false);
+            (r, e, false)
+        }
+    };
+    // |A| per row: the remote-api advantages, else the other side's (paired by content).
+    let abs_adv: Vec<Option<f64>> = match &adv {
+        Some(a) => (0..na).map(|r| a.row(r).first().map(|v| v.abs())).collect(),
+        None => {
+            let b_adv = peer.is_loss.and_then(|v| v.mat(weaver::ADVANTAGES));
+            let nb = b_adv.as_ref().map_or(0, |m| m.rows);
+            let rows = pair_rows(a_fwd, peer.fwd, na, nb);
+            let mut out = vec![None; na];
+            if let Some(b) = &b_adv {
+                for &(ra, rb) in &rows.pairs {
+                    if let Some(slot) = out.get_mut(ra) {
+                        *slot = Some(b.row(rb).iter().fold(0.0f64, |m, v| m.max(v.abs())));
+                    }
+                }
+            }
+            out
+        }
+    };
+    let all = 0..lp.width;
+    let valid = |r: usize| {
+        mask_a
+            .as_deref()
+            .map_or(std::slice::from_ref(&all), |m| m.nonzero(r))
+    };
+    let n_valid = (0..abs_adv.len())
+        .flat_map(|r| valid(r).iter().map(|v| v.len()))
+        .sum();
+    let mut elems = Vec::with_capacity(n_valid);
+    for (r, &abs_advantage) in abs_adv.iter().enumerate() {
+        let (ratio_r, allowed_r) = (ratio.row(r), ratio_allowed.row(r));
+        for p in valid(r).iter().flat_map(Range::clone) {
+            if let (Some(&rt), Some(&al)) = (ratio_r.get(p), allowed_r.get(p)) {
+                elems.push(ChainElem {
+                    ratio: rt,
+                    ratio_allowed: al,
+                    abs_advantage,
+                });
+            }
+        }
+    }
+    Chain {
+        idx,
+        how,
+        old,
+        ratio: Some(ratio),
+        ratio_allowed: Some(ratio_allowed),
+        adv,
+        adv_from: inputs.advantages_from.clone(),
+        stats: Some(ChainStats { elems }),
+        partial: partial.then_some(derive),
+    }
+}
+
+/// How a chain's ratio is derived, kept when it was computed at valid positions only, so
+/// that a quantity whose precision needs every position can have them.
+pub(super) struct Derive {
+    lp: Rc<Mat>,
+    mask: Option<Rc<Mat>>,
+    tol_lp: Tolerance,
+    tol_old: Tolerance,
+}
+
+impl Derive {
+    /// The positions of row `r` anything reads (the reference mask's non-zero ones, all
+    /// without a mask), clipped to the width.
+    pub(super) fn valid(&self, r: usize) -> Vec<Range<usize>> {
+        let w = self.lp.width;
+        match &self.mask {
+            None => std::iter::once(0..w).collect(),
+            Some(m) => m
+                .nonzero(r)
+                .iter()
+                .filter(|v| v.start < w)
+                .map(|v| v.start..v.end.min(w))
+                .collect(),
+        }
+    }
+
+    /// `exp(logp − old)` and its allowance `r·(e^E − 1)` as matrices of the log-probs'
+    /// layout. With `valid_only`, only at valid positions (NaN elsewhere), and the third
+    /// value says whether those already make it f64 data (its precision is then set);
+    /// else everywhere (third value false).
+    pub(super) fn ratio(&self, o: &Mat, valid_only: bool) -> (Mat, Mat, bool) {
+        let lp = &self.lp;
+        let n = lp.rows * lp.width;
+        let (mut ratio, mut allowed) = (vec![f64::NAN; n], vec![f64::NAN; n]);
+        let mut scan = GridScan::new(DType::F64);
+        let mut buf = Vec::new();
+        for r in 0..lp.rows {
+            let old_row = o.row(r);
+            let ranges = if valid_only {
+                self.valid(r)
+            } else {
+                std::iter::once(0..lp.width).collect()
+            };
+            let base = r * lp.width;
+            for v in ranges {
+                let x = lp.chunk(r, v.start, v.end, &mut buf);
+                for (p, &l) in v.clone().zip(x) {
+                    let ol = old_row.get(p).copied().unwrap_or(f64::NAN);
+                    let rt = (l - ol).exp();
+                    ratio[base + p] = rt;
+                    allowed[base + p] = propagate::ratio_allowed(
+                        rt,
+                        propagate::log_ratio_allowed(
+                            self.tol_lp.allowed(l),
+                            self.tol_old.allowed(ol),
+                        ),
+                    );
+                }
+                scan.feed(&ratio[base + v.start..base + v.end]);
+            }
+        }
+        let decided = valid_only && scan.settled();
+        let ratio = lp.with_data(ratio, DType::F64);
+        let ratio = if decided {
+            ratio.with_precision(DType::F64)
+        } else {
+            ratio
+        };
+        let allowed = ratio.with_data(allowed, DType::F64);
+        (ratio, allowed, decided)
+    }
+
+    /// `−ratio·A` at valid positions and its precision when those decide it (f64 data),
+    /// else None.
+    pub(super) fn loss_if_decided(&self, el: &Mat) -> Option<DType> {
+        let mut scan = GridScan::new(DType::F64);
+        for r in 0..el.rows {
+            let row = el.row(r);
+            for v in self.valid(r) {
+                scan.feed(&row[v]);
+            }
+        }
+        scan.settled().then_some(DType::F64)
+    }
+}

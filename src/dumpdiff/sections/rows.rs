@@ -1,0 +1,191 @@
+//! One cell's files with their tensors decoded once, and the pairing of their rows by
+//! token content.
+
+use super::*;
+
+/// One parsed file of a cell with its tensors decoded on first use, each once: a cell's
+/// comparisons and its derived chain share the decoded matrices, token rows and row
+/// pairings. Lives inside one cell's task (not `Send`).
+pub struct Tensors<'v> {
+    value: &'v Value,
+    mats: RefCell<HashMap<&'static str, Option<Rc<Mat>>>>,
+    tokens: OnceCell<Option<Rc<TokenRows>>>,
+    /// Content pairings with other files of the cell, by the other file's address.
+    pairings: RefCell<Vec<(*const Value, Rc<RowMatch>)>>,
+    /// The last comparison of this file's `log_probs` (see [`PairCtx::logprobs_memo`]).
+    pub(super) logprobs: RefCell<Option<LogprobMemo>>,
+}
+
+/// A comparison of a reference file's `log_probs` (under its `response_mask`): what it
+/// was compared with, and the result.
+pub(super) struct LogprobMemo {
+    pub(super) b: Rc<Mat>,
+    pub(super) mask_b: Option<Rc<Mat>>,
+    pub(super) rows: Rc<RowMatch>,
+    /// atol and rtol, bit for bit.
+    pub(super) tol: (u64, u64),
+    pub(super) metrics: PairMetrics,
+}
+
+impl<'v> Tensors<'v> {
+    /// Wrap a parsed file; nothing is decoded yet.
+    pub fn new(value: &'v Value) -> Self {
+        Tensors {
+            value,
+            mats: RefCell::new(HashMap::new()),
+            tokens: OnceCell::new(),
+            pairings: RefCell::new(Vec::new()),
+            logprobs: RefCell::new(None),
+        }
+    }
+
+    /// The parsed file.
+    pub fn value(&self) -> &'v Value {
+        self.value
+    }
+
+    /// [`Mat::of`] the tensor under `key`, decoded on the first call.
+    pub fn mat(&self, key: &'static str) -> Option<Rc<Mat>> {
+        if let Some(m) = self.mats.borrow().get(key) {
+            return m.clone();
+        }
+        let m = Mat::of(self.value, key).map(Rc::new);
+        self.mats.borrow_mut().insert(key, m.clone());
+        m
+    }
+
+    /// [`token_rows`] of `input_ids`, decoded on the first call.
+    pub fn input_ids(&self) -> Option<Rc<TokenRows>> {
+        self.tokens
+            .get_or_init(|| token_rows(self.value, keys::INPUT_IDS).map(Rc::new))
+            .clone()
+    }
+
+    /// [`match_rows`] of this file's `input_ids` against `other`'s, computed once per pair
+    /// of files; None when either lacks them.
+    pub(super) fn content_rows(&self, other: &Tensors<'_>) -> Option<Rc<RowMatch>> {
+        let key: *const Value = other.value;
+        if let Some((_, m)) = self.pairings.borrow().iter().find(|(k, _)| *k == key) {
+            return Some(m.clone());
+        }
+        let (a, b) = (self.input_ids()?, other.input_ids()?);
+        let m = Rc::new(match_rows_by(
+            a.len(),
+            b.len(),
+            |i, m| a.hash(i, m),
+            |j, m| b.hash(j, m),
+        ));
+        self.pairings.borrow_mut().push((key, m.clone()));
+        Some(m)
+    }
+}
+
+/// Token rows with padding stripped: the ids (read in place when stored as
+/// little-endian i64, else widened once) and each row's span of them.
+#[derive(Debug, Clone)]
+pub struct TokenRows {
+    pub(super) ids: TokenIds,
+    spans: Vec<std::ops::Range<usize>>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) enum TokenIds {
+    /// Widened to i64.
+    Owned(Vec<i64>),
+    /// A contiguous i64 tensor: its elements are the little-endian bytes
+    /// [`tokens_hash`] hashes.
+    Stored(Tensor),
+}
+
+impl TokenRows {
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// True when there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// [`tokens_hash`] of row `i`, or of row `i` without its last token (None when the
+    /// row is empty).
+    pub fn hash(&self, i: usize, minus_last: bool) -> Option<u64> {
+        let s = self.spans.get(i)?;
+        let end = if minus_last {
+            s.end.checked_sub(1).filter(|&e| e >= s.start)?
+        } else {
+            s.end
+        };
+        Some(match &self.ids {
+            TokenIds::Owned(ids) => tokens_hash(&ids[s.start..end]),
+            TokenIds::Stored(t) => {
+                let base = t.offset() * 8;
+                xxhash_rust::xxh3::xxh3_64(&t.storage_bytes()[base + s.start * 8..base + end * 8])
+            }
+        })
+    }
+}
+
+/// The token rows of `key` (e.g. `input_ids`) with padding (0) stripped.
+pub fn token_rows(v: &Value, key: &str) -> Option<TokenRows> {
+    let t = v.get(key)?.to_tensor()?;
+    if t.ndim() != 2 {
+        return None;
+    }
+    let w = t.shape()[1].max(1);
+    let row_spans = |zero: &dyn Fn(usize) -> bool, n: usize| -> Vec<std::ops::Range<usize>> {
+        (0..n.div_ceil(w))
+            .map(|r| {
+                let (s, e) = (r * w, ((r + 1) * w).min(n));
+                // `strip_pad_range`: past the leading and trailing zeros.
+                let start = (s..e).find(|&i| !zero(i)).unwrap_or(e);
+                let end = (start..e)
+                    .rev()
+                    .find(|&i| !zero(i))
+                    .map_or(start, |i| i + 1);
+                start..end
+            })
+            .collect()
+    };
+    let n = t.numel();
+    if t.dtype() == DType::I64 && t.is_contiguous() && n <= t.storage_numel() {
+        let bytes = &t.storage_bytes()[t.offset() * 8..(t.offset() + n) * 8];
+        let zero = |i: usize| bytes[i * 8..i * 8 + 8] == [0u8; 8];
+        let spans = row_spans(&zero, n);
+        return Some(TokenRows {
+            ids: TokenIds::Stored(t),
+            spans,
+        });
+    }
+    let ids = t.to_i64_vec();
+    let spans = ids
+        .chunks(w)
+        .enumerate()
+        .map(|(i, r)| {
+            let kept = strip_pad_range(r, 0);
+            i * w + kept.start..i * w + kept.end
+        })
+        .collect();
+    Some(TokenRows {
+        ids: TokenIds::Owned(ids),
+        spans,
+    })
+}
+
+/// Pair the rows of a reference file with another file's by their `input_ids` (by index
+/// when either lacks them, or there is no other file).
+pub fn pair_rows(a: &Tensors<'_>, b: Option<&Tensors<'_>>, na: usize, nb: usize) -> Rc<RowMatch> {
+    b.and_then(|b| a.content_rows(b))
+        .unwrap_or_else(|| Rc::new(RowMatch::by_index(na, nb)))
+}
+
+/// The row summary the report shows.
+pub fn row_summary(rm: &RowMatch) -> RowSummary {
+    RowSummary {
+        method: rm.method,
+        pairs: rm.pairs.clone(),
+        only_reference: rm.only_a.clone(),
+        only_other: rm.only_b.clone(),
+    }
+}

@@ -1,0 +1,162 @@
+//! One side's dump tree at the compared step: whole-batch files read up front, per-rank
+//! files read by the cell that needs them.
+
+use super::*;
+
+/// One side's tree and its files at the compared step. Whole-batch files are parsed up
+/// front and kept; per-rank files are only listed, and read by the cell that compares them
+/// ([`SideData::fetch`]) and dropped with it, so memory follows one cell, not the tree.
+pub struct SideData {
+    /// The flag it came from: `self-hosted`, `remote-api`, `weaver`.
+    pub role: &'static str,
+    /// Its discovered layout.
+    pub tree: DumpTree,
+    /// Parsed whole-batch files (no rank in the name) by path.
+    pub values: HashMap<PathBuf, Value>,
+    /// Per-rank files of the step (after the rank/micro filters), read on demand: path → size.
+    pub streamed: HashMap<PathBuf, u64>,
+    /// The compared step.
+    pub step: i64,
+    /// Streamed files read so far.
+    read: Mutex<HashSet<PathBuf>>,
+    /// The file at each (kind, rank, micro) of the step, as [`DumpTree::get`] picks it.
+    index: HashMap<(Kind, Option<u32>, Option<u32>), usize>,
+    /// The maps whole-batch `.pt` files were read from, by path.
+    pages: HashMap<PathBuf, Pages>,
+}
+
+impl SideData {
+    /// A side whose `values` are read and whose `streamed` files will be.
+    pub fn new(
+        role: &'static str,
+        tree: DumpTree,
+        values: HashMap<PathBuf, Value>,
+        streamed: HashMap<PathBuf, u64>,
+        step: i64,
+    ) -> Self {
+        let mut index = HashMap::new();
+        for (i, f) in tree.files().iter().enumerate() {
+            if f.step == step {
+                // The first file of a coordinate wins, as in `DumpTree::get`.
+                index.entry((f.kind, f.rank, f.micro)).or_insert(i);
+            }
+        }
+        SideData {
+            role,
+            tree,
+            values,
+            streamed,
+            step,
+            read: Mutex::new(HashSet::new()),
+            index,
+            pages: HashMap::new(),
+        }
+    }
+
+    /// This side with the maps its whole-batch files were read from (see
+    /// [`crate::dumpdiff::pages::read_whole`]).
+    pub fn with_pages(mut self, pages: HashMap<PathBuf, Pages>) -> Self {
+        self.pages = pages;
+        self
+    }
+
+    /// The map of the whole-batch file of `kind` at (rank, micro), if it was read from one.
+    pub fn pages(&self, kind: Kind, rank: Option<u32>, micro: Option<u32>) -> Option<&Pages> {
+        let f = self.file(kind, rank, micro)?;
+        self.pages.get(&f.path)
+    }
+
+    /// The file of `kind` at (rank, micro) of the compared step (what `tree.get` finds).
+    pub(super) fn file(
+        &self,
+        kind: Kind,
+        rank: Option<u32>,
+        micro: Option<u32>,
+    ) -> Option<&crate::readers::layout::DumpFile> {
+        let &i = self.index.get(&(kind, rank, micro))?;
+        self.tree.files().get(i)
+    }
+
+    /// The parsed whole-batch file of `kind` at (rank, micro), if that file exists.
+    pub fn get(&self, kind: Kind, rank: Option<u32>, micro: Option<u32>) -> Option<&Value> {
+        let f = self.file(kind, rank, micro)?;
+        self.values.get(&f.path)
+    }
+
+    /// [`SideData::get`] with the file's path, for messages that name it.
+    pub fn get_file(
+        &self,
+        kind: Kind,
+        rank: Option<u32>,
+        micro: Option<u32>,
+    ) -> Option<(&Path, &Value)> {
+        let f = self.file(kind, rank, micro)?;
+        Some((f.path.as_path(), self.values.get(&f.path)?))
+    }
+
+    /// Whether `path` is one of this side's files at the compared step.
+    pub fn has(&self, path: &Path) -> bool {
+        self.values.contains_key(path) || self.streamed.contains_key(path)
+    }
+
+    /// The file of `kind` at (rank, micro): borrowed when read up front, else read now
+    /// (the caller drops it when its cell is done). `None` when there is no such file.
+    pub fn fetch(
+        &self,
+        kind: Kind,
+        rank: Option<u32>,
+        micro: Option<u32>,
+        progress: &dyn Progress,
+    ) -> Result<Option<Cow<'_, Value>>> {
+        let Some(f) = self.file(kind, rank, micro) else {
+            return Ok(None);
+        };
+        if let Some(v) = self.values.get(&f.path) {
+            return Ok(Some(Cow::Borrowed(v)));
+        }
+        let Some(&size) = self.streamed.get(&f.path) else {
+            return Ok(None);
+        };
+        let v = read_any(&f.path)?;
+        crate::readers::producers::check_tensor_keys(kind, &f.path, &v)?;
+        progress.file_done(size);
+        self.read
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(f.path.clone());
+        Ok(Some(Cow::Owned(v)))
+    }
+
+    /// Read (and drop) every streamed file no cell has read, so that an unreadable file
+    /// fails the run whether or not a section needed it.
+    pub fn check_unread(&self, progress: &dyn Progress) -> Result<()> {
+        let unread: Vec<(&PathBuf, u64)> = {
+            let read = self.read.lock().unwrap_or_else(|e| e.into_inner());
+            self.streamed
+                .iter()
+                .filter(|(p, _)| !read.contains(*p))
+                .map(|(p, &s)| (p, s))
+                .collect()
+        };
+        unread.par_iter().try_for_each(|(path, size)| {
+            read_any(path)?;
+            progress.file_done(*size);
+            Ok(())
+        })
+    }
+
+    /// Files of the compared step (read up front or streamed).
+    pub fn files_read(&self) -> usize {
+        self.values.len() + self.streamed.len()
+    }
+
+    /// Their bytes.
+    pub fn bytes_read(&self) -> u64 {
+        self.tree
+            .files()
+            .iter()
+            .filter(|f| self.has(&f.path))
+            .map(|f| f.size)
+            .sum()
+    }
+}

@@ -1,0 +1,362 @@
+use super::*;
+
+fn rows(v: &[&[f64]]) -> Value {
+    Value::List(
+        v.iter()
+            .map(|r| Value::List(r.iter().map(|&x| Value::Float(x)).collect()))
+            .collect(),
+    )
+}
+
+fn dict(items: Vec<(&str, Value)>) -> Value {
+    Value::Dict(
+        items
+            .into_iter()
+            .map(|(k, v)| (Value::Str(k.into()), v))
+            .collect(),
+    )
+}
+
+fn f32r(x: f64) -> f64 {
+    x as f32 as f64
+}
+
+fn bf16r(x: f64) -> f64 {
+    half::bf16::from_f64(x).to_f64()
+}
+
+/// One micro of one row: self-hosted f32 log-probs, the other side's bf16-rounded.
+/// Position 0 sits at log p ≈ −20 where bf16 rounding moves log p by 0.06, so the
+/// ratio moves by 6 % — beyond any fixed bf16 rtol, within its inputs' tolerance.
+fn is_loss_case(ratio_b1: Option<f64>) -> (Cell, Chain) {
+    let lp = [f32r(-20.06), f32r(-2.3)];
+    let old = [f32r(-20.05), f32r(-2.31)];
+    let lp_b = [bf16r(lp[0]), bf16r(lp[1])];
+    let ratio_b = [
+        f32r((lp_b[0] - old[0]).exp()),
+        ratio_b1.unwrap_or_else(|| f32r((lp_b[1] - old[1]).exp())),
+    ];
+    let a_fwd = dict(vec![
+        ("log_probs", rows(&[&lp])),
+        ("response_mask", rows(&[&[1.0, 1.0]])),
+    ]);
+    let b_is = dict(vec![
+        ("log_probs", rows(&[&lp_b])),
+        ("old_log_probs", rows(&[&old])),
+        ("effective_valid", rows(&[&[1.0, 1.0]])),
+        ("prob_ratio", rows(&[&ratio_b])),
+    ]);
+    let inputs = BatchInputs {
+        old_log_probs: Mat::of(&dict(vec![("o", rows(&[&old]))]), "o"),
+        traj_index: HashMap::new(),
+        advantages: None,
+        advantages_from: String::new(),
+        micros_per_rank: 1,
+    };
+    let policy = TolerancePolicy::default();
+    let (a_fwd, b_is) = (Tensors::new(&a_fwd), Tensors::new(&b_is));
+    let peer = ChainPeer {
+        fwd: None,
+        is_loss: Some(&b_is),
+    };
+    let ch = chain(&policy, &inputs, &a_fwd, peer, 0, 0);
+    let cell = is_loss_cell(&policy, 0, 0, &a_fwd, None, &b_is, None, &ch);
+    (cell, ch)
+}
+
+fn comparison<'a>(cell: &'a Cell, name: &str) -> &'a Comparison {
+    cell.comparisons.iter().find(|c| c.name == name).unwrap()
+}
+
+#[test]
+fn ratio_tolerance_is_propagated_from_log_prob_inputs() {
+    let (cell, ch) = is_loss_case(None);
+    let ratio = comparison(&cell, "is_loss.prob_ratio");
+    let m = ratio.metrics.as_ref().unwrap();
+    let worst = m.max_abs.unwrap();
+    // The bf16 noise: 6 % of the ratio, twice the old blanket "bf16 × 2" rtol (3.2e-2).
+    assert_eq!(worst.loc.pos, 0);
+    assert!(worst.abs_diff > 0.05 * worst.a, "{worst:?}");
+    assert_eq!(ratio.verdict, Verdict::Pass, "{}", ratio.reason);
+    assert_eq!(
+        comparison(&cell, "is_loss.log_probs").verdict,
+        Verdict::Pass
+    );
+    // The allowance at pos 0: r·(e^E − 1), E = bf16 tol of log p + f32 tol of old.
+    let e = (1e-5 + 1.6e-2 * f32r(20.06)) + (1e-5 + 1.3e-6 * f32r(20.05));
+    let r = (f32r(-20.06) - f32r(-20.05)).exp();
+    let allowed = ch.ratio_allowed.as_ref().unwrap().row(0)[0];
+    assert!((allowed - r * e.exp_m1()).abs() < 1e-12, "{allowed}");
+    assert_eq!(ch.stats.as_ref().unwrap().count(), 2);
+}
+
+#[test]
+fn a_wrong_ratio_is_still_flagged_at_its_position() {
+    let (cell, _) = is_loss_case(Some(0.6));
+    let ratio = comparison(&cell, "is_loss.prob_ratio");
+    assert_eq!(ratio.verdict, Verdict::Fail);
+    let m = ratio.metrics.as_ref().unwrap();
+    assert_eq!(m.beyond, 1);
+    let first = m.first_beyond.unwrap();
+    assert_eq!((first.loc.row, first.loc.pos, first.b), (0, 1, 0.6));
+}
+
+fn loss_with_clip_frac(frac: f64) -> Value {
+    dict(vec![(
+        "metrics",
+        dict(vec![("clip_frac", Value::Float(frac))]),
+    )])
+}
+
+#[test]
+fn clip_fraction_may_move_by_the_tokens_near_the_boundary() {
+    // 4 valid tokens, one (1.19 ± 0.02) within tolerance of the 1.2 boundary.
+    let e = |ratio, ratio_allowed| ChainElem {
+        ratio,
+        ratio_allowed,
+        abs_advantage: Some(1.0),
+    };
+    let stats = ChainStats {
+        elems: vec![e(1.19, 0.02), e(1.0, 0.02), e(0.9, 0.02), e(1.5, 0.02)],
+    };
+    let policy = TolerancePolicy::default();
+    let verdict = |b: f64| {
+        let (cell, _) = loss_cell(
+            &policy,
+            0,
+            0,
+            &loss_with_clip_frac(0.25),
+            &loss_with_clip_frac(b),
+            Some(DType::BF16),
+            Some(&stats),
+        );
+        comparison(&cell, "loss.metrics.clip_frac").verdict
+    };
+    assert_eq!(verdict(0.5), Verdict::Pass); // one token flipped: allowed
+    assert_eq!(verdict(0.75), Verdict::Fail); // two flipped: only one could
+    assert_eq!(verdict(0.25), Verdict::Pass);
+}
+
+/// A stored (little-endian, in place) matrix of `dtype` holding `vals` rounded to it.
+fn stored(dtype: DType, rows: usize, width: usize, vals: &[f64]) -> Mat {
+    let bytes: Vec<u8> = vals
+        .iter()
+        .flat_map(|&v| match dtype {
+            DType::F32 => (v as f32).to_le_bytes().to_vec(),
+            DType::BF16 => half::bf16::from_f64(v).to_le_bytes().to_vec(),
+            DType::I32 => (v as i32).to_le_bytes().to_vec(),
+            _ => v.to_le_bytes().to_vec(),
+        })
+        .collect();
+    let t = Tensor::from_le_bytes(dtype, vec![rows, width], bytes).unwrap();
+    Mat::of(&dict(vec![("x", Value::Tensor(t))]), "x").unwrap()
+}
+
+/// Deterministic pseudo-random numbers in [0, 1).
+fn noise(seed: u64, n: usize) -> Vec<f64> {
+    let mut x = seed;
+    (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 11) as f64 / (1u64 << 53) as f64
+        })
+        .collect()
+}
+
+/// The comparison loop as it was before chunks and runs: whole rows, one element at
+/// a time, a mask position valid when non-zero (and within the mask's width).
+fn reference(
+    ctx: &PairCtx<'_>,
+    a: &Mat,
+    b: &Mat,
+    extra: Option<&Mat>,
+    tol: Tolerance,
+    logprob: bool,
+) -> String {
+    let valid = |m: Option<&[f64]>, p: usize| m.is_none_or(|m| m.get(p).is_some_and(|&v| v != 0.0));
+    let mut acc = Accumulator::new(tol, ulp_dtype(a.dtype, b.dtype), logprob);
+    for &(ra, rb) in &ctx.rows.pairs {
+        let ma = ctx.mask_a.map(|m| m.row(ra));
+        let mb = ctx.mask_b.map(|m| m.row(rb));
+        let (xa, xb) = (a.row(ra), b.row(rb));
+        let ex = extra.map(|e| e.row(ra));
+        for (p, (&x, &y)) in xa.iter().zip(xb.iter()).enumerate() {
+            if valid(ma.as_deref(), p) && valid(mb.as_deref(), p) {
+                let e = ex.as_ref().and_then(|e| e.get(p)).copied().unwrap_or(0.0);
+                let loc = ElemLoc {
+                    row: ra,
+                    other_row: rb,
+                    pos: p,
+                };
+                acc.push_allowing(x, y, e, loc);
+            }
+        }
+    }
+    format!("{:?}", acc.finish())
+}
+
+#[test]
+fn chunked_masked_comparison_equals_the_element_loop() {
+    let (r, w) = (4, CHUNK + 37);
+    let n = r * w;
+    let base = noise(1, n);
+    let a_vals: Vec<f64> = base.iter().map(|v| -8.0 * v).collect();
+    // b: mostly a rounded to bf16, some equal, one NaN in a valid place and a few in
+    // invalid places, one far off.
+    let mut b_vals: Vec<f64> = a_vals
+        .iter()
+        .zip(noise(2, n))
+        .map(|(&x, u)| {
+            if u < 0.3 {
+                x as f32 as f64
+            } else {
+                half::bf16::from_f64(x).to_f64()
+            }
+        })
+        .collect();
+    b_vals[w + 5] = f64::NAN;
+    b_vals[2 * w + CHUNK + 3] = 4.0;
+    b_vals[3 * w - 1] = f64::NAN;
+    let a = stored(DType::F32, r, w, &a_vals);
+    let b_owned = Mat::new(vec![r, w], r, w, b_vals.clone(), DType::F64);
+    let b_stored = stored(DType::F32, r, w, &b_vals);
+    // Masks: a prefix per row on one side; holes and a narrower width on the other.
+    let lens = [w, CHUNK - 1, 17, CHUNK + 10];
+    let ma_vals: Vec<f64> = (0..n)
+        .map(|i| ((i % w) < lens[i / w]) as u8 as f64)
+        .collect();
+    let mask_a = stored(DType::I32, r, w, &ma_vals);
+    let wb = w - 20;
+    let mb_vals: Vec<f64> = noise(3, r * wb)
+        .iter()
+        .map(|&u| (u > 0.1) as u8 as f64)
+        .collect();
+    let mask_b = stored(DType::I32, r, wb, &mb_vals);
+    let extra = Mat::new(
+        vec![r - 1, w - 5],
+        r - 1,
+        w - 5,
+        noise(4, (r - 1) * (w - 5))
+            .iter()
+            .map(|v| 1e-3 * v)
+            .collect(),
+        DType::F64,
+    );
+    let rows = RowMatch {
+        pairs: vec![(0, 1), (1, 0), (2, 2), (3, 3), (5, 0)],
+        only_a: vec![],
+        only_b: vec![],
+        method: crate::compare::align::MatchMethod::Index,
+    };
+    let policy = TolerancePolicy::default();
+    for (ma, mb) in [
+        (None, None),
+        (Some(&mask_a), Some(&mask_b)),
+        (None, Some(&mask_b)),
+    ] {
+        let ctx = PairCtx {
+            policy: &policy,
+            section: "t",
+            rows: &rows,
+            mask_a: ma,
+            mask_b: mb,
+            cell_precision: None,
+        };
+        for b in [&b_owned, &b_stored] {
+            for logprob in [false, true] {
+                let o = || Origin::dumped("t", "x");
+                let got = ctx.masked("x", &a, b, o(), o(), false, logprob);
+                let want = reference(&ctx, &a, b, None, got.tolerance.clone(), logprob);
+                assert_eq!(format!("{:?}", got.metrics.unwrap()), want);
+            }
+            let o = || Origin::dumped("t", "x");
+            let got = ctx.propagated("x", &a, b, o(), o(), &extra);
+            let want = reference(&ctx, &a, b, Some(&extra), got.tolerance.clone(), false);
+            let m = got.metrics.as_ref();
+            assert_eq!(format!("{:?}", m.unwrap()), want);
+            // The comparison saw something: elements, and the far-off one beyond.
+            assert!(m.is_some_and(|m| m.count > 0 && m.beyond > 0));
+        }
+        // Masks compared exactly, a narrower side padded with zeros.
+        let o = || Origin::dumped("t", "m");
+        let got = ctx.exact_rows("m", &mask_a, &mask_b, o(), o());
+        let mut acc = Accumulator::new(got.tolerance.clone(), None, false);
+        for &(ra, rb) in &rows.pairs {
+            let (xa, xb) = (mask_a.row(ra), mask_b.row(rb));
+            for p in 0..xa.len().max(xb.len()) {
+                let (x, y) = (
+                    xa.get(p).copied().unwrap_or(0.0),
+                    xb.get(p).copied().unwrap_or(0.0),
+                );
+                acc.push(
+                    x,
+                    y,
+                    ElemLoc {
+                        row: ra,
+                        other_row: rb,
+                        pos: p,
+                    },
+                );
+            }
+        }
+        assert_eq!(
+            format!("{:?}", got.metrics.unwrap()),
+            format!("{:?}", acc.finish())
+        );
+    }
+}
+
+#[test]
+fn ranges_valid_on_both_sides_are_cut_at_chunks() {
+    let r = |s: usize, e: usize| s..e;
+    let mut out = Vec::new();
+    intersect(&[r(0, 10), r(20, 30)], &[r(5, 25)], 100, &mut out);
+    assert_eq!(out, vec![r(5, 10), r(20, 25)]);
+    intersect(
+        &[r(0, 3 * CHUNK)],
+        &[r(1, 3 * CHUNK)],
+        2 * CHUNK + 5,
+        &mut out,
+    );
+    let cuts = [1, CHUNK + 1, 2 * CHUNK + 1, 2 * CHUNK + 5];
+    assert_eq!(
+        out,
+        cuts.windows(2).map(|w| r(w[0], w[1])).collect::<Vec<_>>()
+    );
+    intersect(&[r(0, 5)], &[r(5, 9)], 100, &mut out);
+    assert!(out.is_empty());
+}
+
+#[test]
+fn stored_token_rows_hash_as_decoded_ones() {
+    let ids: [[i64; 6]; 3] = [[0, 0, 5, 6, 7, 0], [0, 0, 0, 0, 0, 0], [9, 1, 2, 3, 4, 8]];
+    let flat: Vec<i64> = ids.iter().flatten().copied().collect();
+    let t = Tensor::from_i64(vec![3, 6], &flat).unwrap();
+    let stored = token_rows(&dict(vec![("ids", Value::Tensor(t))]), "ids").unwrap();
+    assert!(matches!(stored.ids, TokenIds::Stored(_)));
+    let listed = dict(vec![(
+        "ids",
+        Value::List(
+            ids.iter()
+                .map(|r| Value::List(r.iter().map(|&v| Value::Int(v)).collect()))
+                .collect(),
+        ),
+    )]);
+    let stripped: [&[i64]; 3] = [&[5, 6, 7], &[], &[9, 1, 2, 3, 4, 8]];
+    for (i, want) in stripped.iter().enumerate() {
+        assert_eq!(stored.hash(i, false), Some(tokens_hash(want)));
+        let head = want.split_last().map(|(_, h)| tokens_hash(h));
+        assert_eq!(stored.hash(i, true), head);
+    }
+    // A list of ints is a tensor built in memory: the same hashes.
+    let listed = token_rows(&listed, "ids").unwrap();
+    assert_eq!(listed.len(), 3);
+    for i in 0..3 {
+        for m in [false, true] {
+            assert_eq!(listed.hash(i, m), stored.hash(i, m));
+        }
+    }
+    assert_eq!(stored.hash(3, false), None);
+}

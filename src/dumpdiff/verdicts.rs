@@ -1,0 +1,164 @@
+//! After the sections: the first divergence and worst offenders, and the adjudication of
+//! loss disagreements by recomputing each side from its own inputs.
+
+use super::*;
+
+/// The rank/micro cells whose loss disagrees (a failing cell of section 3 `loss` or 4
+/// `is_loss`), each side recomputed from its own inputs by losscheck with `preset`.
+/// Sides without per-micro loss inputs (remote-api) are left out.
+pub(super) fn adjudicate(
+    sections: &[Section],
+    sides: &[&SideData],
+    step: i64,
+    preset: &str,
+    traj: Option<&TrajectorySummary>,
+) -> Result<Vec<report::Adjudication>> {
+    use crate::losscheck::{Status, StepCheck, Tolerance};
+    let cfg = crate::kernels::presets::preset(preset)
+        .map_err(|e| Error::Usage(format!("--preset {preset}: {e}")))?;
+    let cells: BTreeSet<(u32, u32)> = sections
+        .iter()
+        .filter(|s| s.id == 3 || s.id == 4)
+        .flat_map(|s| &s.cells)
+        .filter(|c| c.verdict == Verdict::Fail)
+        .filter_map(|c| Some((c.rank?, c.micro?)))
+        .collect();
+    if cells.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Each side's whole-batch inputs are the values read at the start of the run: no
+    // file is read twice, whatever the number of cells.
+    let judged: Vec<(&str, std::result::Result<StepCheck, String>)> = sides
+        .iter()
+        .filter(|d| d.role != "remote-api")
+        .map(|d| {
+            let whole = |k: Kind| d.get(k, None, None);
+            let traj = traj.filter(|_| d.role == "self-hosted");
+            (
+                d.role,
+                StepCheck::with_values(&d.tree, step, &cfg, &whole, traj)
+                    .map_err(|e| e.to_string()),
+            )
+        })
+        .collect();
+    let out = cells
+        .into_par_iter()
+        .map(|(rank, micro)| {
+            let verdicts: Vec<report::SideVerdict> = judged
+                .iter()
+                .map(|(role, check)| {
+                    let verdict = check.as_ref().map_err(String::clone).and_then(|c| {
+                        c.check(rank, micro, &cfg, &Tolerance::default())
+                            .map_err(|e| e.to_string())
+                    });
+                    match verdict {
+                        Ok(v) => report::SideVerdict {
+                            role: (*role).into(),
+                            status: Some(v.status),
+                            dumped_loss: Some(v.dumped_loss),
+                            recomputed_loss: Some(v.recomputed_loss),
+                            detail: v.line(),
+                        },
+                        Err(e) => report::SideVerdict {
+                            role: (*role).into(),
+                            status: None,
+                            dumped_loss: None,
+                            recomputed_loss: None,
+                            detail: format!("could not recompute: {e}"),
+                        },
+                    }
+                })
+                .collect();
+            let with = |st: Status| -> Vec<&str> {
+                verdicts
+                    .iter()
+                    .filter(|v| v.status == Some(st))
+                    .map(|v| v.role.as_str())
+                    .collect()
+            };
+            let (bad, good) = (with(Status::Inconsistent), with(Status::Consistent));
+            let conclusion = match (bad.as_slice(), good.as_slice()) {
+                ([], []) => "neither side could be recomputed from its own inputs".to_string(),
+                ([], _) => "every side's loss follows from its own inputs: the inputs differ (see the first divergence)".to_string(),
+                (_, []) => format!("{} loss disagrees with its own inputs", bad.join(" and ")),
+                (_, _) => format!(
+                    "{} loss disagrees with its own inputs; {} matches",
+                    bad.join(" and "),
+                    good.join(" and ")
+                ),
+            };
+            report::Adjudication {
+                rank,
+                micro,
+                preset: preset.to_string(),
+                sides: verdicts,
+                conclusion,
+            }
+        })
+        .collect();
+    Ok(out)
+}
+
+/// Order of sections along the data flow, for "first divergence".
+pub(super) fn flow_rank(id: u8) -> u8 {
+    match id {
+        1 => 0,
+        5 => 1,
+        2 => 2,
+        4 => 3,
+        3 => 4,
+        _ => 5,
+    }
+}
+
+/// The first divergence (earliest in data flow, then comparison order, rank, micro) and
+/// the worst offenders (furthest beyond tolerance).
+pub(super) fn findings(sections: &[Section]) -> (Option<Finding>, Vec<Finding>) {
+    let mut all = Vec::new();
+    for sec in sections {
+        for cell in &sec.cells {
+            for (ci, c) in cell.comparisons.iter().enumerate() {
+                if c.verdict < Verdict::Warn {
+                    continue;
+                }
+                let key = (
+                    c.verdict != Verdict::Fail,
+                    flow_rank(sec.id),
+                    ci,
+                    cell.rank,
+                    cell.micro,
+                );
+                all.push((key, finding(sec, cell, c)));
+            }
+        }
+    }
+    all.sort_by_key(|x| x.0);
+    let first = all.first().map(|(_, f)| f.clone());
+    let mut worst: Vec<Finding> = all.into_iter().map(|(_, f)| f).collect();
+    worst.sort_by(|x, y| y.excess.total_cmp(&x.excess));
+    worst.truncate(5);
+    (first, worst)
+}
+
+pub(super) fn finding(sec: &Section, cell: &Cell, c: &report::Comparison) -> Finding {
+    let scalar = c.shape_a.is_empty() && c.shape_b.is_empty();
+    let m = c.metrics.as_ref();
+    let at = m.and_then(|m| m.first_beyond.or(m.max_abs));
+    let (a, b, abs_diff) = at.map_or((f64::NAN, f64::NAN, f64::NAN), |d| (d.a, d.b, d.abs_diff));
+    let excess = m.map_or(f64::INFINITY, |m| m.max_excess);
+    Finding {
+        section: sec.name.clone(),
+        name: c.name.clone(),
+        rank: cell.rank,
+        micro: cell.micro,
+        row: at.filter(|_| !scalar).map(|d| d.loc.row),
+        other_row: at.filter(|_| !scalar).map(|d| d.loc.other_row),
+        pos: at.filter(|_| !scalar).map(|d| d.loc.pos),
+        a,
+        b,
+        abs_diff,
+        excess,
+        verdict: c.verdict,
+        reason: c.reason.clone(),
+    }
+}
