@@ -344,25 +344,7 @@ pub fn run_config(input: &Path) -> Result<BTreeMap<String, String>> {
             wandb::read(&f, file, 0, &mut stats, &mut |_| {}, Some(&mut out))?;
         }
     }
-    for v in out.values_mut() {
-        *v = number_text(v);
-    }
     Ok(out)
-}
-
-/// A config value that is a number in Rust's shortest form, whatever tracker wrote it
-/// (MLflow params keep Python's `1e-06`, Trackio's JSON `1e-6`, W&B's `1e-06`): equal
-/// settings compare equal across formats. Other text stays as it is.
-fn number_text(v: &str) -> String {
-    let t = v.trim();
-    let numeric = !t.is_empty()
-        && t.bytes()
-            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'-' | b'+'))
-        && t.bytes().any(|b| b.is_ascii_digit());
-    match t.parse::<f64>() {
-        Ok(x) if numeric && x.is_finite() => x.to_string(),
-        _ => v.to_string(),
-    }
 }
 
 /// Flatten a JSON value into `prefix.key → JSON text` entries.
