@@ -783,3 +783,89 @@ fn corrupt_or_unknown_databases_parquet_and_summaries_are_exit_2_with_a_reason()
     std::fs::write(&nostep_sum, "{\"train/loss\": NaN}").unwrap();
     refused(&nostep_sum, &["wandb-summary.json", "has no step"]);
 }
+
+/// Scan a plain CSV of `steps` rows with `column` set by `value(step)`.
+fn scan_csv(steps: i64, column: &str, value: impl Fn(i64) -> f64) -> ScanReport {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("m.csv");
+    let mut text = format!("step,{column},loss\n");
+    for s in 0..steps {
+        text.push_str(&format!("{s},{},0.01\n", value(s)));
+    }
+    std::fs::write(&p, text).unwrap();
+    scan_one(&p)
+}
+
+#[test]
+fn a_sustained_stretch_of_fully_dead_steps_is_a_finding_in_a_long_run() {
+    // 12 fully dead steps of 200 (6 %, under the 25 % share threshold).
+    let r = scan_csv(200, "frac_reward_zero_std", |s| {
+        if (100..112).contains(&s) {
+            1.0
+        } else {
+            0.1
+        }
+    });
+    let dead = r.by_detector("dead-groups");
+    assert_eq!(dead.len(), 1, "{:#?}", r.findings);
+    assert_eq!(dead[0].steps, (100..112).collect::<Vec<_>>());
+    assert!(
+        dead[0]
+            .explanation
+            .contains("every group dead for 12 logged steps in a row (steps 100–111"),
+        "{}",
+        dead[0].explanation
+    );
+    assert_eq!(dead[0].evidence["sustained_dead_steps"], 12);
+    // Nine in a row is under the ten-step threshold; twelve steps with most (not every)
+    // group dead are not a fully dead stretch; twelve split 6 + 6 are not in a row.
+    let nine = scan_csv(200, "frac_reward_zero_std", |s| {
+        if (100..109).contains(&s) {
+            1.0
+        } else {
+            0.1
+        }
+    });
+    assert!(
+        nine.by_detector("dead-groups").is_empty(),
+        "{:#?}",
+        nine.findings
+    );
+    let most = scan_csv(200, "frac_reward_zero_std", |s| {
+        if (100..112).contains(&s) {
+            0.9
+        } else {
+            0.1
+        }
+    });
+    assert!(
+        most.by_detector("dead-groups").is_empty(),
+        "{:#?}",
+        most.findings
+    );
+    let split = scan_csv(200, "frac_reward_zero_std", |s| {
+        if (100..106).contains(&s) || (107..113).contains(&s) {
+            1.0
+        } else {
+            0.1
+        }
+    });
+    assert!(
+        split.by_detector("dead-groups").is_empty(),
+        "{:#?}",
+        split.findings
+    );
+    // From reward_std exactly 0 (no frac column): 10 of 400 steps (2.5 %, under the 5 %
+    // share that scattered zero-std steps need).
+    let derived = scan_csv(400, "reward_std", |s| {
+        if (300..310).contains(&s) {
+            0.0
+        } else {
+            0.2
+        }
+    });
+    let dead = derived.by_detector("dead-groups");
+    assert_eq!(dead.len(), 1, "{:#?}", derived.findings);
+    assert_eq!(dead[0].steps, (300..310).collect::<Vec<_>>());
+    assert_eq!(dead[0].evidence["derived_from_reward_std"], true);
+}
