@@ -248,13 +248,9 @@ pub fn find_in_dir(dir: &Path) -> Result<Vec<PathBuf>> {
                     }
                     out.push(p);
                 } else if depth == 0
-                    && name.to_ascii_lowercase().ends_with(".csv")
-                    && csv::has_step_column(&p)
-                {
-                    out.push(p);
-                } else if depth == 0
-                    && name.to_ascii_lowercase().ends_with(".parquet")
-                    && is_scanned_parquet(&p)
+                    && ((name.to_ascii_lowercase().ends_with(".csv") && csv::has_step_column(&p))
+                        || (name.to_ascii_lowercase().ends_with(".parquet")
+                            && is_scanned_parquet(&p)))
                 {
                     out.push(p);
                 } else if is_sqlite_file(&p) {
