@@ -10,10 +10,8 @@ use rlforensics::logscan::cli::{run, thresholds_help, LogscanArgs};
 /// Real invocations on the shipped fixtures.
 const EXAMPLES: &[&str] = &[
     "logscan fixtures/logs/debug_faults/steps.jsonl --zero-loss --nan-grad",
-    "logscan fixtures/logs/debug_faults --format markdown --output findings.json",
-    "logscan fixtures/logs/verl/metrics.jsonl --plot metrics.png --fail-on warning",
+    "logscan fixtures/trackers/tb/run_a --format markdown --output findings.json",
     "ssh node7 cat run/steps.jsonl | logscan -",
-    "logscan fixtures/trackers/mlflow_db/run_a/mlflow.db",
     "logscan --compare fixtures/trackers/tb/run_a fixtures/trackers/wandb/run_b --plot compare.png",
 ];
 
