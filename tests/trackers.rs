@@ -742,7 +742,53 @@ fn corrupt_or_unknown_databases_parquet_and_summaries_are_exit_2_with_a_reason()
     )
     .unwrap();
     drop(conn);
-    refused(&two, &["project.db", "holds 2 runs (run_a, run_c)"]);
+    refused(
+        &two,
+        &[
+            "project.db",
+            "holds 2 runs (run_a (",
+            "), run_c (x)); logscan reads one run per input: pick one with --run NAME",
+        ],
+    );
+    // --run picks one: the fixture's run equals the fixture alone, the added one has its
+    // one step.
+    let alone = scan_one(&fixture("trackio/run_a/rlf_fixture.db"));
+    let picked = scan(
+        &[two.clone()],
+        &ScanOptions {
+            run: Some("run_a".into()),
+            ..ScanOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(picked.steps, 40);
+    assert_eq!(picked.frame.series("kl"), alone.frame.series("kl"));
+    assert_eq!(finding_spans(&picked), finding_spans(&alone));
+    let c = scan(
+        &[two.clone()],
+        &ScanOptions {
+            run: Some("x".into()),
+            ..ScanOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(c.frame.series("loss"), vec![(0, 1.0)]);
+    let out = Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(&two)
+        .args(["--run", "run_z"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no run named \"run_z\""));
+    // --run on inputs that hold one run each is a usage error, not ignored.
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(fixture("tb/run_a"))
+        .args(["--run", "run_a"])
+        .assert()
+        .code(2)
+        .stderr(contains("no input holds several runs"));
     // An MLflow database with no run.
     let empty = dir.path().join("empty.db");
     std::fs::copy(&db, &empty).unwrap();

@@ -136,6 +136,10 @@ pub struct LogscanArgs {
     /// step-to-step noise, 3 aligned steps in a row.
     #[arg(long, value_name = "SIGMAS", default_value_t = 3.0)]
     pub tolerance: f64,
+    /// The run to read from a tracker database or Parquet export holding several (name or
+    /// id); with --compare, give it twice for runs A and B of one database.
+    #[arg(long, value_name = "NAME")]
+    pub run: Vec<String>,
 }
 
 impl LogscanArgs {
@@ -236,7 +240,14 @@ pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
     if args.compare {
         return crate::logscan::compare::run(args, color);
     }
+    if args.run.len() > 1 {
+        return Err(Error::Usage(format!(
+            "--run is given {} times; a scan reads one run (give it twice with --compare)",
+            args.run.len()
+        )));
+    }
     let opts = ScanOptions {
+        run: args.run.first().cloned(),
         detectors: args.selected(),
         thresholds: args.thresholds.clone(),
         aliases: args.aliases.clone(),

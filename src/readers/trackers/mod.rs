@@ -116,6 +116,24 @@ pub fn read(
     file: usize,
     push: &mut dyn FnMut(&mut LogRecord),
 ) -> Result<FileStats> {
+    read_run(kind, path, input, file, None, push)
+}
+
+/// True for the kinds whose one file can hold several runs ([`read_run`] picks one).
+pub fn holds_runs(kind: TrackerKind) -> bool {
+    matches!(kind, TrackerKind::Sqlite | TrackerKind::Parquet)
+}
+
+/// [`read`], taking the run named (or with the id) `run` from a file that holds several
+/// (a tracker database, a Parquet export); `None` wants the file to hold exactly one.
+pub fn read_run(
+    kind: TrackerKind,
+    path: &Path,
+    input: impl Read,
+    file: usize,
+    run: Option<&str>,
+    push: &mut dyn FnMut(&mut LogRecord),
+) -> Result<FileStats> {
     let mut stats = FileStats {
         path: path.to_path_buf(),
         format: kind.name().to_string(),
@@ -128,11 +146,11 @@ pub fn read(
         TrackerKind::Mlflow => mlflow::read(path, input, file, &mut stats, push)?,
         TrackerKind::Sqlite => {
             drop(input);
-            sqlite::read(path, file, &mut stats, push)?;
+            sqlite::read(path, file, run, &mut stats, push)?;
         }
         TrackerKind::Parquet => {
             drop(input);
-            parquet::read(path, file, &mut stats, push)?;
+            parquet::read(path, file, run, &mut stats, push)?;
         }
         TrackerKind::WandbSummary => {
             wandb_files::read_summary(path, input, file, &mut stats, push)?
@@ -305,6 +323,11 @@ pub fn find_in_dir(dir: &Path) -> Result<Vec<PathBuf>> {
 /// `run_metadata.json`.
 /// Empty when the input carries none.
 pub fn run_config(input: &Path) -> Result<BTreeMap<String, String>> {
+    run_config_of(input, None)
+}
+
+/// [`run_config`] of run `run` when the input is a database holding several.
+pub fn run_config_of(input: &Path, run: Option<&str>) -> Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
     let files: Vec<PathBuf> = if input.is_dir() {
         let mut v = find_in_dir(input)?;
@@ -329,7 +352,7 @@ pub fn run_config(input: &Path) -> Result<BTreeMap<String, String>> {
                 mlflow_runs.push(run);
             }
         } else if sniff(&f, b"") == Some(TrackerKind::Sqlite) || is_sqlite_file(&f) {
-            sqlite::config(&f, &mut out)?;
+            sqlite::config(&f, run, &mut out)?;
         } else if name == "run_metadata.json" {
             let text = std::fs::read_to_string(&f).map_err(|e| Error::io(&f, e))?;
             let v = crate::json::parse_value(&text).map_err(|e| e.in_file(&f))?;

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use polars::prelude::{DataType, ParquetReader, SerReader};
+use polars::prelude::{ChunkCompareEq, DataType, ParquetReader, SerReader};
 
 use crate::error::{Error, Position, Result};
 use crate::model::log::{FileStats, LogRecord, SourceKind};
@@ -23,6 +23,7 @@ const TRACKIO_COLUMNS: [&str; 4] = ["id", "run_id", "log_id", "space_id"];
 pub fn read(
     path: &Path,
     file: usize,
+    run: Option<&str>,
     stats: &mut FileStats,
     push: &mut dyn FnMut(&mut LogRecord),
 ) -> Result<()> {
@@ -61,14 +62,43 @@ pub fn read(
     let bad = |e: polars::error::PolarsError| {
         Error::format(path, Position::File, format!("Parquet: {e}"))
     };
+    // Trackio's export holds every run of its project: one is read.
+    let mut df = df;
     if let Ok(runs) = df.column("run_name") {
-        let n = runs.n_unique().map_err(bad)?;
-        if n > 1 {
-            return Err(Error::format(
-                path,
-                Position::File,
-                format!("Parquet table holds {n} runs (column run_name); logscan reads one run per input"),
-            ));
+        let names = runs.str().map_err(bad)?.clone();
+        let mut distinct: Vec<&str> = Vec::new();
+        for i in 0..names.len() {
+            if let Some(n) = names.get(i) {
+                if !distinct.contains(&n) {
+                    distinct.push(n);
+                }
+            }
+        }
+        let pick = match (run, distinct.as_slice()) {
+            (Some(w), _) if distinct.contains(&w) => Some(w.to_string()),
+            (Some(w), _) => {
+                return Err(Error::format(
+                    path,
+                    Position::File,
+                    format!("Parquet table has no run named {w:?} (runs: {})", distinct.join(", ")),
+                ))
+            }
+            (None, [_]) | (None, []) => None,
+            (None, _) => {
+                return Err(Error::format(
+                    path,
+                    Position::File,
+                    format!(
+                        "Parquet table holds {} runs (column run_name: {}); logscan reads one run per input: pick one with --run NAME",
+                        distinct.len(),
+                        distinct.join(", ")
+                    ),
+                ))
+            }
+        };
+        if let Some(w) = pick {
+            let mask = names.equal(w.as_str());
+            df = df.filter(&mask).map_err(bad)?;
         }
     }
     let steps = df

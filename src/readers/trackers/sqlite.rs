@@ -7,7 +7,8 @@
 //!   run_name, step, metrics JSON)` where NaN and ±inf are the strings `"NaN"`,
 //!   `"Infinity"`, `"-Infinity"`; `configs(run_name, config JSON)`.
 //!
-//! One input is one run: a database holding several runs is refused with their names.
+//! One input is one run: a database holding several runs is refused with their names
+//! unless the run is named (`logscan --run NAME`, a name or an id).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -114,8 +115,8 @@ pub fn detect(path: &Path) -> Result<Schema> {
     schema(path, &open(path)?)
 }
 
-/// The one run of an MLflow database: `(run_uuid, name)`; several active runs are refused.
-fn mlflow_run(path: &Path, conn: &Connection) -> Result<(String, String)> {
+/// The one run of an MLflow database, or the one `want` names: `(run_uuid, name)`.
+fn mlflow_run(path: &Path, conn: &Connection, want: Option<&str>) -> Result<(String, String)> {
     let mut st = conn
         .prepare(
             "SELECT run_uuid, COALESCE(name, '') FROM runs \
@@ -127,27 +128,74 @@ fn mlflow_run(path: &Path, conn: &Connection) -> Result<(String, String)> {
         .map_err(|e| db_error(path, e))?
         .collect::<rusqlite::Result<_>>()
         .map_err(|e| db_error(path, e))?;
-    one_run(path, "MLflow", runs)
+    one_run(path, "MLflow", runs, want)
 }
 
-/// The one Trackio run of the database: `(run_name, run_name)`.
-fn trackio_run(path: &Path, conn: &Connection) -> Result<(String, String)> {
+/// The one Trackio run of the database, or the one `want` names: `(run_name, run_name)`
+/// (`want` may also be a run id).
+fn trackio_run(path: &Path, conn: &Connection, want: Option<&str>) -> Result<(String, String)> {
     let mut st = conn
-        .prepare("SELECT run_name FROM metrics GROUP BY run_name ORDER BY MIN(id)")
+        .prepare("SELECT run_name, MIN(run_id) FROM metrics GROUP BY run_name ORDER BY MIN(id)")
         .map_err(|e| db_error(path, e))?;
     let runs: Vec<(String, String)> = st
         .query_map([], |r| {
             let n: String = r.get(0)?;
-            Ok((n.clone(), n))
+            let id: String = r.get(1)?;
+            Ok((id, n))
         })
         .map_err(|e| db_error(path, e))?
         .collect::<rusqlite::Result<_>>()
         .map_err(|e| db_error(path, e))?;
-    one_run(path, "Trackio", runs)
+    let (_, name) = one_run(path, "Trackio", runs, want)?;
+    Ok((name.clone(), name))
 }
 
-/// The single entry of `runs`, or an error listing them.
-fn one_run(path: &Path, what: &str, runs: Vec<(String, String)>) -> Result<(String, String)> {
+/// The run of `runs` (`(id, name)` pairs) that `want` names by name or id, or the single
+/// run when `want` is `None`; otherwise an error listing them.
+fn one_run(
+    path: &Path,
+    what: &str,
+    runs: Vec<(String, String)>,
+    want: Option<&str>,
+) -> Result<(String, String)> {
+    let list = |runs: &[(String, String)]| -> String {
+        runs.iter()
+            .map(|(a, b)| {
+                if a == b {
+                    a.clone()
+                } else {
+                    format!("{b} ({a})")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Some(w) = want {
+        let hits: Vec<&(String, String)> = runs.iter().filter(|(a, b)| a == w || b == w).collect();
+        return match hits.as_slice() {
+            [one] => Ok((*one).clone()),
+            [] => Err(Error::format(
+                path,
+                Position::File,
+                format!(
+                    "{what} database has no run named {w:?} (runs: {})",
+                    list(&runs)
+                ),
+            )),
+            _ => Err(Error::format(
+                path,
+                Position::File,
+                format!(
+                    "{what} database has {} runs named {w:?}; pass an id: {}",
+                    hits.len(),
+                    hits.iter()
+                        .map(|(a, _)| a.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )),
+        };
+    }
     match runs.as_slice() {
         [one] => Ok(one.clone()),
         [] => Err(Error::format(
@@ -155,27 +203,15 @@ fn one_run(path: &Path, what: &str, runs: Vec<(String, String)>) -> Result<(Stri
             Position::File,
             format!("{what} database holds no run"),
         )),
-        _ => {
-            let n = runs.len();
-            let names: Vec<String> = runs
-                .iter()
-                .map(|(id, name)| {
-                    if id == name {
-                        name.clone()
-                    } else {
-                        format!("{name} ({id})")
-                    }
-                })
-                .collect();
-            Err(Error::format(
-                path,
-                Position::File,
-                format!(
-                    "{what} database holds {n} runs ({}); logscan reads one run per input",
-                    names.join(", ")
-                ),
-            ))
-        }
+        _ => Err(Error::format(
+            path,
+            Position::File,
+            format!(
+                "{what} database holds {} runs ({}); logscan reads one run per input: pick one with --run NAME",
+                runs.len(),
+                list(&runs)
+            ),
+        )),
     }
 }
 
@@ -184,6 +220,7 @@ fn one_run(path: &Path, what: &str, runs: Vec<(String, String)>) -> Result<(Stri
 pub fn read(
     path: &Path,
     file: usize,
+    run: Option<&str>,
     stats: &mut FileStats,
     push: &mut dyn FnMut(&mut LogRecord),
 ) -> Result<Schema> {
@@ -192,8 +229,8 @@ pub fn read(
     stats.bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     stats.format = schema.name().to_string();
     match schema {
-        Schema::Mlflow => read_mlflow(path, &conn, file, stats, push)?,
-        Schema::Trackio => read_trackio(path, &conn, file, stats, push)?,
+        Schema::Mlflow => read_mlflow(path, &conn, file, run, stats, push)?,
+        Schema::Trackio => read_trackio(path, &conn, file, run, stats, push)?,
     }
     Ok(schema)
 }
@@ -203,10 +240,11 @@ fn read_mlflow(
     path: &Path,
     conn: &Connection,
     file: usize,
+    want: Option<&str>,
     stats: &mut FileStats,
     push: &mut dyn FnMut(&mut LogRecord),
 ) -> Result<()> {
-    let (run, _) = mlflow_run(path, conn)?;
+    let (run, _) = mlflow_run(path, conn, want)?;
     let mut st = conn
         .prepare(
             "SELECT step, timestamp, key, value, is_nan FROM metrics WHERE run_uuid = ?1 \
@@ -290,10 +328,11 @@ fn read_trackio(
     path: &Path,
     conn: &Connection,
     file: usize,
+    want: Option<&str>,
     stats: &mut FileStats,
     push: &mut dyn FnMut(&mut LogRecord),
 ) -> Result<()> {
-    let (run, _) = trackio_run(path, conn)?;
+    let (run, _) = trackio_run(path, conn, want)?;
     let mut st = conn
         .prepare("SELECT id, step, timestamp, metrics FROM metrics WHERE run_name = ?1 ORDER BY id")
         .map_err(|e| db_error(path, e))?;
@@ -394,11 +433,11 @@ pub fn iso8601_seconds(s: &str) -> Option<f64> {
 
 /// The run's configuration as `key → text`: MLflow params, Trackio's config JSON (keys
 /// starting `_`, Trackio's own bookkeeping, left out).
-pub fn config(path: &Path, out: &mut BTreeMap<String, String>) -> Result<()> {
+pub fn config(path: &Path, want: Option<&str>, out: &mut BTreeMap<String, String>) -> Result<()> {
     let conn = open(path)?;
     match schema(path, &conn)? {
         Schema::Mlflow => {
-            let (run, _) = mlflow_run(path, &conn)?;
+            let (run, _) = mlflow_run(path, &conn, want)?;
             let mut st = conn
                 .prepare("SELECT key, value FROM params WHERE run_uuid = ?1")
                 .map_err(|e| db_error(path, e))?;
@@ -413,7 +452,7 @@ pub fn config(path: &Path, out: &mut BTreeMap<String, String>) -> Result<()> {
             }
         }
         Schema::Trackio => {
-            let (run, _) = trackio_run(path, &conn)?;
+            let (run, _) = trackio_run(path, &conn, want)?;
             let mut st = conn
                 .prepare("SELECT config FROM configs WHERE run_name = ?1")
                 .map_err(|e| db_error(path, e))?;
