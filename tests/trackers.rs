@@ -754,7 +754,7 @@ fn corrupt_or_unknown_databases_parquet_and_summaries_are_exit_2_with_a_reason()
     // one step.
     let alone = scan_one(&fixture("trackio/run_a/rlf_fixture.db"));
     let picked = scan(
-        &[two.clone()],
+        std::slice::from_ref(&two),
         &ScanOptions {
             run: Some("run_a".into()),
             ..ScanOptions::default()
@@ -765,7 +765,7 @@ fn corrupt_or_unknown_databases_parquet_and_summaries_are_exit_2_with_a_reason()
     assert_eq!(picked.frame.series("kl"), alone.frame.series("kl"));
     assert_eq!(finding_spans(&picked), finding_spans(&alone));
     let c = scan(
-        &[two.clone()],
+        std::slice::from_ref(&two),
         &ScanOptions {
             run: Some("x".into()),
             ..ScanOptions::default()
