@@ -915,3 +915,32 @@ fn a_sustained_stretch_of_fully_dead_steps_is_a_finding_in_a_long_run() {
     assert_eq!(dead[0].steps, (300..310).collect::<Vec<_>>());
     assert_eq!(dead[0].evidence["derived_from_reward_std"], true);
 }
+
+#[test]
+fn mlflow_file_store_cut_or_garbage_metric_files() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("mlflow/run_a/mlruns"), dir.path());
+    let files = trackers::find_in_dir(dir.path()).unwrap();
+    let kl = files
+        .iter()
+        .find(|p| p.ends_with("metrics/train/kl"))
+        .unwrap()
+        .clone();
+    // Cut mid-line (the crash case): the whole lines stand, the cut one is not read.
+    let text = std::fs::read_to_string(&kl).unwrap();
+    let cut = &text[..text.len() - 4];
+    std::fs::write(&kl, cut).unwrap();
+    let r = scan_one(dir.path());
+    let stats = r.files.iter().find(|f| f.path == kl).unwrap();
+    assert!(stats.truncated_last_line);
+    assert_eq!(stats.records, 39);
+    let kl_series = r.frame.series("kl");
+    assert_eq!(kl_series.len(), 39);
+    assert_eq!(kl_series.last().unwrap().0, 38);
+    // A metric file of garbage is exit 2 naming it, not "no findings".
+    std::fs::write(&kl, "not a metric line\n").unwrap();
+    refused(
+        dir.path(),
+        &["metrics/train/kl", "mlflow file holds no scalar metrics"],
+    );
+}
