@@ -944,3 +944,61 @@ fn mlflow_file_store_cut_or_garbage_metric_files() {
         &["metrics/train/kl", "mlflow file holds no scalar metrics"],
     );
 }
+
+#[test]
+fn compare_two_runs_of_one_trackio_project_with_run_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("project.db");
+    std::fs::copy(fixture("trackio/run_a/rlf_fixture.db"), &db).unwrap();
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute(
+        "ATTACH ?1 AS b",
+        [fixture("trackio/run_b/rlf_fixture.db").to_str().unwrap()],
+    )
+    .unwrap();
+    conn.execute_batch(
+        "INSERT INTO metrics (run_id, timestamp, run_name, step, metrics) \
+           SELECT run_id, timestamp, run_name, step, metrics FROM b.metrics; \
+         INSERT INTO configs (run_id, run_name, config, created_at) \
+           SELECT run_id, run_name, config, created_at FROM b.configs;",
+    )
+    .unwrap();
+    drop(conn);
+    let out = Command::cargo_bin("logscan")
+        .unwrap()
+        .arg("--compare")
+        .arg(&db)
+        .arg(&db)
+        .args(["--run", "run_a", "--run", "run_b", "--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The same answer as the two fixture databases compared as two files.
+    let want = compare_dirs("trackio/run_a", "trackio/run_b");
+    assert_eq!(want.first_divergence, Some(("kl".to_string(), 20)));
+    assert_eq!(j["first_divergence"][0], "kl");
+    assert_eq!(j["first_divergence"][1], 20);
+    let keys: Vec<&str> = j["config_differences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["learning_rate"]);
+    // One --run applies to both: the same run twice does not diverge.
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .arg("--compare")
+        .arg(&db)
+        .arg(&db)
+        .args(["--run", "run_a"])
+        .assert()
+        .code(0)
+        .stdout(contains("no divergence"));
+}
