@@ -1002,3 +1002,22 @@ fn compare_two_runs_of_one_trackio_project_with_run_twice() {
         .code(0)
         .stdout(contains("no divergence"));
 }
+
+#[test]
+fn a_folder_of_several_tracker_databases_is_refused_with_their_names() {
+    // Trackio keeps every project's database in one folder.
+    let dir = tempfile::tempdir().unwrap();
+    for p in ["proj_a.db", "proj_b.db"] {
+        std::fs::copy(fixture("trackio/run_a/rlf_fixture.db"), dir.path().join(p)).unwrap();
+    }
+    refused(
+        dir.path(),
+        &["holds 2 tracker databases (proj_a.db, proj_b.db); pass one database file"],
+    );
+    // A `.db` beside logs that is not SQLite is not a tracker database.
+    std::fs::remove_file(dir.path().join("proj_b.db")).unwrap();
+    std::fs::write(dir.path().join("cache.db"), "plain text").unwrap();
+    let r = scan_one(dir.path());
+    assert_eq!(r.files.len(), 1);
+    assert_eq!(r.files[0].format, "trackio");
+}

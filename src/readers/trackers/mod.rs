@@ -296,10 +296,10 @@ pub fn find_in_dir(dir: &Path) -> Result<Vec<PathBuf>> {
         }
     }
     wandb_runs.extend(files_runs);
-    for (what, runs) in [
-        ("W&B", &wandb_runs),
-        ("MLflow", &mlflow_runs),
-        ("tracker database", &databases),
+    for (what, runs, pass) in [
+        ("W&B runs", &wandb_runs, "one run's folder"),
+        ("MLflow runs", &mlflow_runs, "one run's folder"),
+        ("tracker databases", &databases, "one database file"),
     ] {
         if runs.len() > 1 {
             let names: Vec<String> = runs
@@ -307,7 +307,7 @@ pub fn find_in_dir(dir: &Path) -> Result<Vec<PathBuf>> {
                 .map(|r| r.strip_prefix(dir).unwrap_or(r).display().to_string())
                 .collect();
             return Err(Error::Usage(format!(
-                "{}: holds {} {what} runs ({}); pass one run's folder",
+                "{}: holds {} {what} ({}); pass {pass}",
                 dir.display(),
                 runs.len(),
                 names.join(", ")
