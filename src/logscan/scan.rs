@@ -281,12 +281,13 @@ impl Collected {
             .map_err(|e| Error::io(path, e))?;
         if let Some(kind) = crate::readers::trackers::sniff(path, &head) {
             let b = &mut self.builder;
+            let mut renames = crate::readers::trackers::KeyRenames::default();
             let input = std::io::Cursor::new(head).chain(f);
             let run = self.run.as_deref();
             self.run_used |= run.is_some() && crate::readers::trackers::holds_runs(kind);
             let stats =
                 crate::readers::trackers::read_run(kind, path, input, idx, run, &mut |r| {
-                    crate::readers::trackers::normalise_keys(b.aliases(), r);
+                    renames.normalise(b.aliases(), r);
                     b.push(r);
                 })?;
             self.files.push(stats);

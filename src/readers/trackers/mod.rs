@@ -185,14 +185,35 @@ pub fn canonical_key<'a>(aliases: &AliasTable, key: &'a str) -> Cow<'a, str> {
 
 /// Rename `rec`'s keys with [`canonical_key`].
 pub fn normalise_keys(aliases: &AliasTable, rec: &mut LogRecord) {
-    for (k, _) in &mut rec.fields {
-        // Only `train/` keys can change: the others skip the table lookups.
-        if !k.starts_with("train/") {
-            continue;
-        }
-        if let Cow::Borrowed(c) = canonical_key(aliases, k) {
-            if c.len() != k.len() {
-                *k = c.to_string();
+    KeyRenames::default().normalise(aliases, rec);
+}
+
+/// [`normalise_keys`] with each distinct `train/` key resolved once: a tracker file
+/// repeats a few keys millions of times (one TensorBoard event per scalar).
+#[derive(Debug, Default)]
+pub struct KeyRenames {
+    /// Raw key → how many leading bytes to drop (0: the key stays).
+    cut: crate::readers::fastline::FxMap<String, usize>,
+}
+
+impl KeyRenames {
+    /// Rename `rec`'s keys with [`canonical_key`], in place (no allocation once seen).
+    pub fn normalise(&mut self, aliases: &AliasTable, rec: &mut LogRecord) {
+        for (k, _) in &mut rec.fields {
+            // Only `train/` keys can change: the others skip the table lookups.
+            if !k.starts_with("train/") {
+                continue;
+            }
+            let cut = match self.cut.get(k.as_str()) {
+                Some(&c) => c,
+                None => {
+                    let c = k.len() - canonical_key(aliases, k).len();
+                    self.cut.insert(k.clone(), c);
+                    c
+                }
+            };
+            if cut > 0 {
+                k.drain(..cut);
             }
         }
     }
