@@ -6,6 +6,13 @@
 #
 #   benches/compare.sh            # REPEATS=3 (best of), 1 GB steps.jsonl, 290 MB dump trees
 #   REPEATS=1 benches/compare.sh  # quicker
+#   SECTIONS=trackers benches/compare.sh   # only some of: dumpdiff read logscan kernels trackers
+#
+# trackers: a 1 GB TensorBoard event file and a 1 GB W&B `.wandb` file (benches/gen_trackers.py,
+# written into $TRK_DATA, default /work/tmp-trackers, deleted afterwards unless KEEP=1) scanned
+# end to end by `logscan`, beside tbparse and wandb's own `Record` class on 64 MB inputs
+# ($TRK_REF_MB; the python readers run at a few MB/s). Median of REPEATS wall seconds, MB/s
+# and the median peak RSS (needs python3 with tensorboard, tbparse, wandb, crc32c).
 #
 # Columns: ours and theirs as wall seconds (best of REPEATS, page cache warm) and MB/s;
 # ratio = theirs / ours (> 1: we are faster); peak RSS (MB) of our process; cat = the
@@ -17,13 +24,27 @@ REL=$CARGO_TARGET_DIR/release
 DD=${DD_DIR:-/tmp/dd_large}
 STEPS=${STEPS:-bench-data/steps_1024mb.jsonl}
 REPEATS=${REPEATS:-3}
+SECTIONS=${SECTIONS:-dumpdiff read logscan kernels trackers}
+TRK_DATA=${TRK_DATA:-/work/tmp-trackers}
+TRK_MB=${TRK_MB:-1024}
+TRK_REF_MB=${TRK_REF_MB:-64}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
+has() { [[ " $SECTIONS " == *" $1 "* ]]; }
+touch "$OUT/rows"
 
-cargo build -q --release --bins --benches
-[ -d "$DD/self_hosted_pt" ] || python3 fixtures/gen/make_dumps.py --large "$DD"
-mkdir -p "$(dirname "$STEPS")"
-[ -s "$STEPS" ] || python3 benches/gen_steps.py "$STEPS" 1024
+if [ "$SECTIONS" = trackers ]; then
+  cargo build -q --release --locked --bin logscan
+else
+  cargo build -q --release --bins --benches
+fi
+if has dumpdiff || has read; then
+  [ -d "$DD/self_hosted_pt" ] || python3 fixtures/gen/make_dumps.py --large "$DD"
+fi
+if has logscan; then
+  mkdir -p "$(dirname "$STEPS")"
+  [ -s "$STEPS" ] || python3 benches/gen_steps.py "$STEPS" 1024
+fi
 bench_bin() { find "$REL/deps" -maxdepth 1 -type f -executable -name "$1-*" -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2; }
 
 # best wall seconds of REPEATS runs of "$@" (stdout discarded). Our tools exit 1 on
@@ -54,6 +75,7 @@ peak() {
 row() { echo "$*" >> "$OUT/rows"; }   # task ours_s theirs_s baseline_name mb peak_mb cat_s
 
 # --- dumpdiff vs the python+torch comparator, on the files both read
+if has dumpdiff; then
 DD_FILES=$(find "$DD"/self_hosted_pt/{forward_data,loss,old_log_probs} "$DD"/weaver_pt/{forward_data,loss,is_loss_debug} -type f | sort)
 DD_MB=$(du -cb $DD_FILES | tail -1 | awk '{print $1 / 1e6}')
 cat $DD_FILES > /dev/null
@@ -61,8 +83,10 @@ DD_ARGS=(--self-hosted-dir "$DD/self_hosted_pt" --weaver-dir "$DD/weaver_pt" --s
 row dumpdiff "$(best "$REL/dumpdiff" "${DD_ARGS[@]}")" \
     "$(best_ok python3 benches/dumpdiff_baseline.py "$DD/self_hosted_pt" "$DD/weaver_pt" 0)" \
     python+torch "$DD_MB" "$(peak "$REL/dumpdiff" "${DD_ARGS[@]}")" "$(best cat $DD_FILES)"
+fi
 
 # --- reading both trees: parse (zero-copy) and decode every tensor to f64, vs torch.load
+if has read; then
 READ=$(bench_bin read_tree)
 for tree in "$DD/self_hosted_pt" "$DD/weaver_pt"; do
   files=$(find "$tree" -name '*.pt' | sort)
@@ -77,8 +101,10 @@ for tree in "$DD/self_hosted_pt" "$DD/weaver_pt"; do
   row "read:$name(to-f64)" "$(sed -n 's/.*decode_par_s=\([0-9.]*\).*/\1/p' <<< "$ours")" \
       "$(sed -n 's/.*decode_s=\([0-9.]*\).*/\1/p' <<< "$theirs")" torch.load+.double "$mb" - "$c"
 done
+fi
 
 # --- logscan --zero-loss --nan-grad vs python-polars and jq doing the same filter
+if has logscan; then
 ST_MB=$(stat -c %s "$STEPS" | awk '{print $1 / 1e6}')
 cat "$STEPS" > /dev/null
 LS_ARGS=("$STEPS" --zero-loss --nan-grad --no-color)
@@ -100,8 +126,10 @@ if command -v jq > /dev/null; then
   JQ_FILTER='select(((.train_loss | fabs) <= 1e-8 and .metrics.reward_std <= 1e-6) or (.grad_norm | isnan)) | .step'
   row logscan "$LS" "$(REPEATS=1 best_ok jq -c "$JQ_FILTER" "$STEPS")" jq "$ST_MB" "$LS_PEAK" "$ST_CAT"
 fi
+fi
 
 # --- losscheck kernels vs PyTorch CPU (2 threads), 256 x 8192 tokens: the sum over presets
+if has kernels; then
 KB=$(bench_bin kernels_bench)
 ours=$("$KB" "$REPEATS" 256 8192)
 # the same glibc malloc settings as ours (kernels_bench calls alloc::keep_freed_memory())
@@ -112,6 +140,52 @@ for prec in f64 f32; do
   n=$(grep -c "precision=$prec" <<< "$ours")
   row "kernels($prec,$n-runs)" "$(sum <<< "$ours")" "$(sum <<< "$theirs")" pytorch-cpu - - -
 done
+fi
+
+# --- tracker files: logscan end to end on 1 GB, tbparse / wandb's Record on 64 MB
+# median wall seconds and median peak RSS (MB) of REPEATS runs of "$@"
+median_run() {
+  local walls=() rss=()
+  for _ in $(seq "$REPEATS"); do
+    /usr/bin/time -f '%e %M' -o "$OUT/tm" "$@" > /dev/null 2> "$OUT/err" || true
+    read -r w m < <(tail -1 "$OUT/tm")
+    walls+=("$w"); rss+=("$m")
+  done
+  python3 -c "import statistics as s, sys; a = sys.argv[1:]; n = len(a) // 2; \
+print(s.median(map(float, a[:n])), round(s.median(map(float, a[n:])) / 1024))" "${walls[@]}" "${rss[@]}"
+}
+trk_bytes() { find "$1" -type f \( -name 'events.out.tfevents.*' -o -name '*.wandb' \) -printf '%s\n' | awk '{s += $1} END {print s / 1e6}'; }
+trk_gen() { # kind size_mb -> dir
+  local dir=$TRK_DATA/$1_$2
+  [ -d "$dir" ] || python3 benches/gen_trackers.py "$1" "$dir" "$2" > /dev/null
+  echo "$dir"
+}
+if has trackers; then
+  mkdir -p "$TRK_DATA"
+  [ "${KEEP:-0}" = 1 ] || trap 'rm -rf "$OUT" "$TRK_DATA"/tfevents_* "$TRK_DATA"/wandb_*' EXIT
+  : > "$OUT/trk"
+  for kind in tfevents wandb; do
+    big=$(trk_gen "$kind" "$TRK_MB"); ref=$(trk_gen "$kind" "$TRK_REF_MB")
+    find "$big" "$ref" -type f -exec cat {} + > /dev/null
+    if [ "$kind" = tfevents ]; then
+      theirs=(python3 -c "from tbparse import SummaryReader; SummaryReader('$ref').scalars"); name=tbparse
+    else
+      theirs=(python3 benches/gen_trackers.py read-wandb "$ref" 0); name=wandb-Record
+    fi
+    echo "logscan-$kind $(trk_bytes "$big") $(median_run "$REL/logscan" "$big" --format json)" >> "$OUT/trk"
+    echo "logscan-$kind $(trk_bytes "$ref") $(median_run "$REL/logscan" "$ref" --format json)" >> "$OUT/trk"
+    echo "$name $(trk_bytes "$ref") $(median_run "${theirs[@]}")" >> "$OUT/trk"
+  done
+  python3 - "$OUT/trk" <<'PY'
+import sys
+print(f"{'tracker reader':18} {'MB':>7} {'wall s (median)':>16} {'MB/s':>7} {'peak RSS MB':>12}")
+for line in open(sys.argv[1]):
+    name, mb, wall, rss = line.split()
+    mb, wall = float(mb), float(wall)
+    print(f"{name:18} {mb:7.0f} {wall:16.2f} {mb / wall if wall else float('nan'):7.0f} {rss:>12}")
+PY
+fi
+[ -s "$OUT/rows" ] || exit 0
 
 python3 - "$OUT/rows" <<'PY'
 import sys

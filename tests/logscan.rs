@@ -207,6 +207,7 @@ fn mlx_report_zero_loss() {
 
 #[test]
 fn parquet_export_round_trips() {
+    use polars::prelude::{ParquetReader, SerReader};
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("frame.parquet");
     let opts = ScanOptions {
@@ -215,11 +216,67 @@ fn parquet_export_round_trips() {
     };
     let r = scan(&[fixture("healthy")], &opts).unwrap();
     r.frame.write_parquet(&out).unwrap();
+    // Read the file back and compare with the numbers of steps.jsonl itself.
+    let back = ParquetReader::new(std::fs::File::open(&out).unwrap())
+        .finish()
+        .unwrap();
+    assert_eq!(back.height(), 60);
+    let text = std::fs::read_to_string(fixture("healthy/steps.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 60);
+    let col = |name: &str| -> Vec<Option<f64>> {
+        let c = back
+            .column(name)
+            .unwrap()
+            .cast(&polars::prelude::DataType::Float64)
+            .unwrap();
+        let ca = c.f64().unwrap();
+        (0..ca.len()).map(|i| ca.get(i)).collect()
+    };
+    let want = |f: &dyn Fn(&serde_json::Value) -> Option<f64>| -> Vec<Option<f64>> {
+        lines.iter().map(f).collect()
+    };
+    assert_eq!(col("step"), want(&|l| l["step"].as_f64()));
+    assert_eq!(col("timestamp"), want(&|l| l["timestamp"].as_f64()));
+    assert_eq!(col("grad_norm"), want(&|l| l["grad_norm"].as_f64()));
+    assert_eq!(
+        col("truncation_ratio"),
+        want(&|l| l["metrics"]["hit_max_tokens_ratio"].as_f64())
+    );
+    assert_eq!(
+        col("raw:metrics.hit_max_tokens_ratio"),
+        want(&|l| l["metrics"]["hit_max_tokens_ratio"].as_f64())
+    );
+    assert_eq!(
+        col("reward_std"),
+        want(&|l| l["metrics"]["reward_std"].as_f64())
+    );
+    let src = back.column("source").unwrap().str().unwrap().clone();
+    let sources: Vec<Option<&str>> = (0..src.len()).map(|i| src.get(i)).collect();
+    // events.jsonl's val_report rows (iterations 0, 20, 40) add to those steps' rows.
+    let val: Vec<i64> = std::fs::read_to_string(fixture("healthy/events.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["event"] == "val_report")
+        .map(|e| e["iteration"].as_i64().unwrap())
+        .collect();
+    assert_eq!(val, [0, 20, 40]);
+    for (i, s) in sources.iter().enumerate() {
+        let want = if val.contains(&(i as i64)) {
+            "steps+events"
+        } else {
+            "steps"
+        };
+        assert_eq!(*s, Some(want), "row {i}");
+    }
+    // Every column of the file equals the in-memory frame's, nulls where it has none.
     let df = r.frame.to_polars().unwrap();
-    assert_eq!(df.height(), 60);
-    assert!(df.column("raw:metrics.hit_max_tokens_ratio").is_ok());
-    assert!(df.column("truncation_ratio").is_ok());
-    assert!(std::fs::metadata(&out).unwrap().len() > 1000);
+    assert_eq!(back.get_column_names(), df.get_column_names());
+    assert!(back.equals_missing(&df));
 }
 
 /// What a human sees in run 20251008-102227 (GRPO, token-level IS): stopped after

@@ -533,3 +533,491 @@ fn truncated_tracker_files_keep_the_records_before_the_cut() {
     assert!(r.files[0].truncated_last_line);
     assert_eq!(r.steps, 40);
 }
+
+/// Read one tracker file with the raw keys: `{key: {step: value}}` and the sources.
+fn read_file(f: &Path) -> (BTreeMap<String, BTreeMap<i64, f64>>, Vec<SourceKind>) {
+    let mut out: BTreeMap<String, BTreeMap<i64, f64>> = BTreeMap::new();
+    let mut sources = Vec::new();
+    let kind = trackers::sniff(f, b"").unwrap();
+    let input = std::fs::File::open(f).unwrap();
+    trackers::read(kind, f, input, 0, &mut |r| {
+        sources.push(r.source);
+        for (k, v) in &r.fields {
+            out.entry(k.clone())
+                .or_default()
+                .insert(r.step.unwrap(), *v);
+        }
+    })
+    .unwrap();
+    (out, sources)
+}
+
+/// A manifest object of strings as a map.
+fn strings(v: &serde_json::Value) -> BTreeMap<String, String> {
+    v.as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| match v {
+            serde_json::Value::String(s) => (k.clone(), s.clone()),
+            other => (k.clone(), other.to_string()),
+        })
+        .collect()
+}
+
+#[test]
+fn mlflow_sqlite_values_equal_mlflow_client_nan_from_is_nan() {
+    let m = manifest();
+    for run in ["a", "b"] {
+        let dir = fixture(&format!("mlflow_db/run_{run}"));
+        let files = trackers::find_in_dir(&dir).unwrap();
+        assert_eq!(files, vec![dir.join("mlflow.db")]);
+        assert_eq!(trackers::sniff(&files[0], b""), Some(TrackerKind::Sqlite));
+        let (got, sources) = read_dir(&dir);
+        assert_same(&got, &table(&m["runs"][run]["mlflow_db"]));
+        assert!(sources.iter().all(|s| *s == SourceKind::MlflowDb));
+        // Stored as value 0 with is_nan = 1; MlflowClient and logscan read NaN.
+        assert!(got["train/grad_norm"][&17].is_nan());
+        assert_eq!(got.len(), 8);
+        assert_eq!(got["train/kl"].len(), 40);
+        let cfg = trackers::run_config(&dir).unwrap();
+        assert_eq!(cfg, strings(&m["runs"][run]["mlflow_db_params"]));
+        assert_eq!(
+            cfg["learning_rate"],
+            if run == "a" { "1e-06" } else { "3e-06" }
+        );
+    }
+}
+
+#[test]
+fn trackio_database_and_parquet_export_equal_trackios_own_reader() {
+    let m = manifest();
+    for run in ["a", "b"] {
+        let dir = fixture(&format!("trackio/run_{run}"));
+        // The folder holds the database and its export: the database is read, once.
+        let files = trackers::find_in_dir(&dir).unwrap();
+        assert_eq!(files, vec![dir.join("rlf_fixture.db")]);
+        let want = table(&m["runs"][run]["trackio"]);
+        let (db, sources) = read_dir(&dir);
+        assert_same(&db, &want);
+        assert!(sources.iter().all(|s| *s == SourceKind::Trackio));
+        // "NaN" in the metrics JSON is NaN.
+        assert!(db["train/grad_norm"][&17].is_nan());
+        let pq = dir.join("rlf_fixture.parquet");
+        assert_eq!(trackers::sniff(&pq, b""), Some(TrackerKind::Parquet));
+        let (pq_vals, pq_sources) = read_file(&pq);
+        assert_same(&pq_vals, &want);
+        assert!(pq_sources.iter().all(|s| *s == SourceKind::Trackio));
+        let cfg = trackers::run_config(&dir).unwrap();
+        let lr = m["runs"][run]["trackio_config"]["learning_rate"]
+            .as_f64()
+            .unwrap();
+        assert_eq!(cfg["learning_rate"].parse::<f64>().unwrap(), lr);
+        assert_eq!(cfg["model"], "Qwen2.5-0.5B");
+        assert!(!cfg.keys().any(|k| k.starts_with('_')), "{cfg:?}");
+    }
+}
+
+#[test]
+fn wandb_summary_and_output_log_of_a_run_without_its_transaction_log() {
+    let m = manifest();
+    let dir = fixture("wandb_files/run_a");
+    let files = trackers::find_in_dir(&dir).unwrap();
+    let names: Vec<String> = files
+        .iter()
+        .map(|f| f.file_name().unwrap().to_string_lossy().to_string())
+        .collect();
+    assert_eq!(names, ["output.log", "wandb-summary.json"]);
+    // The summary: one record at its `_step`, the SDK's last values.
+    let summary = &m["runs"]["a"]["wandb_summary"];
+    let step = summary["_step"].as_i64().unwrap();
+    let (got, sources) = read_file(&files[1]);
+    assert_eq!(sources, vec![SourceKind::WandbSummary]);
+    assert_eq!(got.len(), 8, "{got:?}");
+    for (k, steps) in &got {
+        assert_eq!(steps.len(), 1);
+        assert_eq!(steps[&step], summary[k].as_f64().unwrap(), "{k}");
+        // The summary's values are the ones logged at that step.
+        assert_eq!(
+            steps[&step],
+            m["runs"]["a"]["logged"][k][step as usize].as_f64().unwrap(),
+            "{k}"
+        );
+    }
+    // output.log is console text: the text-log reader takes its verl-style lines.
+    let r = scan_one(&dir);
+    assert_eq!(r.files.len(), 2);
+    assert_eq!(r.files[0].format, "text (verl_console)");
+    assert_eq!(r.files[0].records, 40);
+    let printed = table(&m["runs"]["a"]["wandb_output_log"]);
+    for (key, canon) in [("train/kl", "kl"), ("train/loss", "loss")] {
+        let series: BTreeMap<i64, f64> = r.frame.series(canon).into_iter().collect();
+        assert_eq!(series, printed[key], "{key}");
+    }
+    assert_eq!(
+        finding_spans(&r),
+        finding_spans(&scan_one(&fixture("tb/run_a")))
+    );
+    // Beside a transaction log, files/ is not read again: the history is the record.
+    let both = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("wandb/run_a/wandb"), both.path());
+    let run = std::fs::read_dir(both.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_dir())
+        .unwrap();
+    let src_files = files[0].parent().unwrap();
+    copy_tree(src_files, &run.join("files"));
+    let found = trackers::find_in_dir(both.path()).unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].to_string_lossy().ends_with(".wandb"));
+}
+
+#[test]
+fn new_tracker_formats_find_the_injected_faults_and_compare_across_them() {
+    let tb = finding_spans(&scan_one(&fixture("tb/run_a")));
+    for p in [
+        "mlflow_db/run_a",
+        "trackio/run_a",
+        "trackio/run_a/rlf_fixture.parquet",
+    ] {
+        assert_eq!(finding_spans(&scan_one(&fixture(p))), tb, "{p}");
+    }
+    let r = compare_dirs("mlflow_db/run_a", "trackio/run_b");
+    assert!(r.diverged);
+    assert_eq!(r.first_divergence, Some(("kl".to_string(), 20)));
+    let d = r.config_differences.unwrap();
+    assert_eq!(
+        d.iter().map(|c| c.key.as_str()).collect::<Vec<_>>(),
+        ["learning_rate"]
+    );
+    let same = compare_dirs("mlflow_db/run_a", "trackio/run_a");
+    assert!(!same.diverged);
+    assert_eq!(same.config_differences.map(|d| d.len()), Some(0));
+}
+
+/// logscan on `path` is exit 2 and its message holds every one of `want`.
+fn refused(path: &Path, want: &[&str]) {
+    let out = Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{}: {err}", path.display());
+    for w in want {
+        assert!(err.contains(w), "{}: {w:?} not in {err}", path.display());
+    }
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("no findings"));
+}
+
+#[test]
+fn corrupt_or_unknown_databases_parquet_and_summaries_are_exit_2_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    // A SQLite file cut in half.
+    let db = fixture("mlflow_db/run_a/mlflow.db");
+    let (_d1, cut) = altered(&db, "mlflow.db", |b| {
+        let n = b.len();
+        b.truncate(n / 2);
+    });
+    refused(&cut, &["mlflow.db", "SQLite"]);
+    // A `.db` that is no database at all.
+    let text = dir.path().join("notes.db");
+    std::fs::write(&text, "this is not a database, just text long enough\n").unwrap();
+    refused(&text, &["notes.db", "SQLite: file is not a database"]);
+    // A database of no tracker.
+    let other = dir.path().join("other.db");
+    let conn = rusqlite::Connection::open(&other).unwrap();
+    conn.execute_batch("CREATE TABLE t(a INTEGER); INSERT INTO t VALUES (1);")
+        .unwrap();
+    drop(conn);
+    refused(&other, &["other.db", "no known tracker", "tables: t"]);
+    // A Trackio project holding two runs: one run per input.
+    let two = dir.path().join("project.db");
+    std::fs::copy(fixture("trackio/run_a/rlf_fixture.db"), &two).unwrap();
+    let conn = rusqlite::Connection::open(&two).unwrap();
+    conn.execute(
+        "INSERT INTO metrics (run_id, timestamp, run_name, step, metrics) \
+         VALUES ('x', '2026-01-01T00:00:00', 'run_c', 0, '{\"train/loss\": 1.0}')",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    refused(
+        &two,
+        &[
+            "project.db",
+            "holds 2 runs (run_a (",
+            "), run_c (x)); logscan reads one run per input: pick one with --run NAME",
+        ],
+    );
+    // --run picks one: the fixture's run equals the fixture alone, the added one has its
+    // one step.
+    let alone = scan_one(&fixture("trackio/run_a/rlf_fixture.db"));
+    let picked = scan(
+        std::slice::from_ref(&two),
+        &ScanOptions {
+            run: Some("run_a".into()),
+            ..ScanOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(picked.steps, 40);
+    assert_eq!(picked.frame.series("kl"), alone.frame.series("kl"));
+    assert_eq!(finding_spans(&picked), finding_spans(&alone));
+    let c = scan(
+        std::slice::from_ref(&two),
+        &ScanOptions {
+            run: Some("x".into()),
+            ..ScanOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(c.frame.series("loss"), vec![(0, 1.0)]);
+    let out = Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(&two)
+        .args(["--run", "run_z"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no run named \"run_z\""));
+    // --run on inputs that hold one run each is a usage error, not ignored.
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(fixture("tb/run_a"))
+        .args(["--run", "run_a"])
+        .assert()
+        .code(2)
+        .stderr(contains("no input holds several runs"));
+    // An MLflow database with no run.
+    let empty = dir.path().join("empty.db");
+    std::fs::copy(&db, &empty).unwrap();
+    let conn = rusqlite::Connection::open(&empty).unwrap();
+    conn.execute_batch("DELETE FROM metrics; DELETE FROM latest_metrics; DELETE FROM params; DELETE FROM tags; DELETE FROM runs;")
+        .unwrap();
+    drop(conn);
+    refused(&empty, &["empty.db", "MLflow database holds no run"]);
+    // A Parquet file cut short, and one with no step column.
+    let pq = fixture("trackio/run_a/rlf_fixture.parquet");
+    let (_d2, cut_pq) = altered(&pq, "export.parquet", |b| {
+        let n = b.len();
+        b.truncate(n - 100);
+    });
+    refused(&cut_pq, &["export.parquet", "Parquet"]);
+    let nostep = dir.path().join("nostep.parquet");
+    {
+        use polars::prelude::*;
+        let mut df = df!("loss" => [1.0f64, 2.0]).unwrap();
+        ParquetWriter::new(std::fs::File::create(&nostep).unwrap())
+            .finish(&mut df)
+            .unwrap();
+    }
+    refused(&nostep, &["nostep.parquet", "no step column"]);
+    // W&B summaries: cut mid-object, and one without a step.
+    let sum = trackers::find_in_dir(&fixture("wandb_files/run_a"))
+        .unwrap()
+        .into_iter()
+        .find(|p| p.ends_with("wandb-summary.json"))
+        .unwrap();
+    let (_d3, cut_sum) = altered(&sum, "wandb-summary.json", |b| {
+        let n = b.len();
+        b.truncate(n - 20);
+    });
+    refused(&cut_sum, &["wandb-summary.json", "line 1"]);
+    let d4 = tempfile::tempdir().unwrap();
+    let nostep_sum = d4.path().join("wandb-summary.json");
+    std::fs::write(&nostep_sum, "{\"train/loss\": NaN}").unwrap();
+    refused(&nostep_sum, &["wandb-summary.json", "has no step"]);
+}
+
+/// Scan a plain CSV of `steps` rows with `column` set by `value(step)`.
+fn scan_csv(steps: i64, column: &str, value: impl Fn(i64) -> f64) -> ScanReport {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("m.csv");
+    let mut text = format!("step,{column},loss\n");
+    for s in 0..steps {
+        text.push_str(&format!("{s},{},0.01\n", value(s)));
+    }
+    std::fs::write(&p, text).unwrap();
+    scan_one(&p)
+}
+
+#[test]
+fn a_sustained_stretch_of_fully_dead_steps_is_a_finding_in_a_long_run() {
+    // 12 fully dead steps of 200 (6 %, under the 25 % share threshold).
+    let r = scan_csv(200, "frac_reward_zero_std", |s| {
+        if (100..112).contains(&s) {
+            1.0
+        } else {
+            0.1
+        }
+    });
+    let dead = r.by_detector("dead-groups");
+    assert_eq!(dead.len(), 1, "{:#?}", r.findings);
+    assert_eq!(dead[0].steps, (100..112).collect::<Vec<_>>());
+    assert!(
+        dead[0]
+            .explanation
+            .contains("every group dead for 12 logged steps in a row (steps 100–111"),
+        "{}",
+        dead[0].explanation
+    );
+    assert_eq!(dead[0].evidence["sustained_dead_steps"], 12);
+    // Nine in a row is under the ten-step threshold; twelve steps with most (not every)
+    // group dead are not a fully dead stretch; twelve split 6 + 6 are not in a row.
+    let nine = scan_csv(200, "frac_reward_zero_std", |s| {
+        if (100..109).contains(&s) {
+            1.0
+        } else {
+            0.1
+        }
+    });
+    assert!(
+        nine.by_detector("dead-groups").is_empty(),
+        "{:#?}",
+        nine.findings
+    );
+    let most = scan_csv(200, "frac_reward_zero_std", |s| {
+        if (100..112).contains(&s) {
+            0.9
+        } else {
+            0.1
+        }
+    });
+    assert!(
+        most.by_detector("dead-groups").is_empty(),
+        "{:#?}",
+        most.findings
+    );
+    let split = scan_csv(200, "frac_reward_zero_std", |s| {
+        if (100..106).contains(&s) || (107..113).contains(&s) {
+            1.0
+        } else {
+            0.1
+        }
+    });
+    assert!(
+        split.by_detector("dead-groups").is_empty(),
+        "{:#?}",
+        split.findings
+    );
+    // From reward_std exactly 0 (no frac column): 10 of 400 steps (2.5 %, under the 5 %
+    // share that scattered zero-std steps need).
+    let derived = scan_csv(400, "reward_std", |s| {
+        if (300..310).contains(&s) {
+            0.0
+        } else {
+            0.2
+        }
+    });
+    let dead = derived.by_detector("dead-groups");
+    assert_eq!(dead.len(), 1, "{:#?}", derived.findings);
+    assert_eq!(dead[0].steps, (300..310).collect::<Vec<_>>());
+    assert_eq!(dead[0].evidence["derived_from_reward_std"], true);
+}
+
+#[test]
+fn mlflow_file_store_cut_or_garbage_metric_files() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("mlflow/run_a/mlruns"), dir.path());
+    let files = trackers::find_in_dir(dir.path()).unwrap();
+    let kl = files
+        .iter()
+        .find(|p| p.ends_with("metrics/train/kl"))
+        .unwrap()
+        .clone();
+    // Cut mid-line (the crash case): the whole lines stand, the cut one is not read.
+    let text = std::fs::read_to_string(&kl).unwrap();
+    let cut = &text[..text.len() - 4];
+    std::fs::write(&kl, cut).unwrap();
+    let r = scan_one(dir.path());
+    let stats = r.files.iter().find(|f| f.path == kl).unwrap();
+    assert!(stats.truncated_last_line);
+    assert_eq!(stats.records, 39);
+    let kl_series = r.frame.series("kl");
+    assert_eq!(kl_series.len(), 39);
+    assert_eq!(kl_series.last().unwrap().0, 38);
+    // A metric file of garbage is exit 2 naming it, not "no findings".
+    std::fs::write(&kl, "not a metric line\n").unwrap();
+    refused(
+        dir.path(),
+        &["metrics/train/kl", "mlflow file holds no scalar metrics"],
+    );
+}
+
+#[test]
+fn compare_two_runs_of_one_trackio_project_with_run_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("project.db");
+    std::fs::copy(fixture("trackio/run_a/rlf_fixture.db"), &db).unwrap();
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute(
+        "ATTACH ?1 AS b",
+        [fixture("trackio/run_b/rlf_fixture.db").to_str().unwrap()],
+    )
+    .unwrap();
+    conn.execute_batch(
+        "INSERT INTO metrics (run_id, timestamp, run_name, step, metrics) \
+           SELECT run_id, timestamp, run_name, step, metrics FROM b.metrics; \
+         INSERT INTO configs (run_id, run_name, config, created_at) \
+           SELECT run_id, run_name, config, created_at FROM b.configs;",
+    )
+    .unwrap();
+    drop(conn);
+    let out = Command::cargo_bin("logscan")
+        .unwrap()
+        .arg("--compare")
+        .arg(&db)
+        .arg(&db)
+        .args(["--run", "run_a", "--run", "run_b", "--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The same answer as the two fixture databases compared as two files.
+    let want = compare_dirs("trackio/run_a", "trackio/run_b");
+    assert_eq!(want.first_divergence, Some(("kl".to_string(), 20)));
+    assert_eq!(j["first_divergence"][0], "kl");
+    assert_eq!(j["first_divergence"][1], 20);
+    let keys: Vec<&str> = j["config_differences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["learning_rate"]);
+    // One --run applies to both: the same run twice does not diverge.
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .arg("--compare")
+        .arg(&db)
+        .arg(&db)
+        .args(["--run", "run_a"])
+        .assert()
+        .code(0)
+        .stdout(contains("no divergence"));
+}
+
+#[test]
+fn a_folder_of_several_tracker_databases_is_refused_with_their_names() {
+    // Trackio keeps every project's database in one folder.
+    let dir = tempfile::tempdir().unwrap();
+    for p in ["proj_a.db", "proj_b.db"] {
+        std::fs::copy(fixture("trackio/run_a/rlf_fixture.db"), dir.path().join(p)).unwrap();
+    }
+    refused(
+        dir.path(),
+        &["holds 2 tracker databases (proj_a.db, proj_b.db); pass one database file"],
+    );
+    // A `.db` beside logs that is not SQLite is not a tracker database.
+    std::fs::remove_file(dir.path().join("proj_b.db")).unwrap();
+    std::fs::write(dir.path().join("cache.db"), "plain text").unwrap();
+    let r = scan_one(dir.path());
+    assert_eq!(r.files.len(), 1);
+    assert_eq!(r.files[0].format, "trackio");
+}

@@ -10,9 +10,9 @@ use rlforensics::cli::{self, CommonFlags};
 /// Real invocations on the shipped fixtures.
 const EXAMPLES: &[&str] = &[
     "logscan fixtures/logs/debug_faults/steps.jsonl --zero-loss --nan-grad",
-    "logscan fixtures/logs/debug_faults --format markdown --output findings.json",
-    "logscan fixtures/logs/verl/metrics.jsonl --plot metrics.png --fail-on warning",
+    "logscan fixtures/trackers/tb/run_a --format markdown --output findings.json",
     "ssh node7 cat run/steps.jsonl | logscan -",
+    "logscan --compare fixtures/trackers/tb/run_a fixtures/trackers/wandb/run_b --plot compare.png",
 ];
 
 /// The end of `-h`: examples, then the exit codes.
@@ -35,7 +35,7 @@ fn long_tail() -> String {
 #[command(
     name = "logscan",
     version,
-    about = "Scan GRPO/GSPO training logs (steps.jsonl, events.jsonl, verl, HF trainer_state.json, text) for failure signatures",
+    about = "Scan GRPO/GSPO training logs (steps.jsonl, events.jsonl, verl, HF trainer_state.json, text, TensorBoard, W&B, MLflow, Trackio, CSV) for failure signatures, or compare two runs",
     after_help = short_tail(),
     after_long_help = long_tail()
 )]

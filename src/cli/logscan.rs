@@ -20,15 +20,31 @@ pub fn thresholds_help() -> String {
     for (name, v, what) in THRESHOLDS {
         s.push_str(&format!("  {name:<28} {v:<8} {what}\n"));
     }
+    s.push_str(EXAMPLES);
     s.push_str("\nExit codes: 0 clean, 1 a finding at or above --fail-on, 2 usage error or unreadable input.\n");
     s
 }
+
+/// The inputs `--help` lists: one command per kind of input, and `--compare`.
+const EXAMPLES: &str = "
+Inputs (a folder means every log and tracker file in it; one run per input):
+  logscan runs/20251009-091500                  steps.jsonl + events.jsonl of a run folder
+  logscan train.log --nan-grad --dead-groups    a console log (verl, TRL, Megatron, nanoGPT, ...)
+  logscan tb_logs/run_1                         TensorBoard events.out.tfevents.* (sub-folders too)
+  logscan wandb/offline-run-20260101_000000-abc W&B run-*.wandb, or files/wandb-summary.json + output.log
+  logscan export.csv                            W&B CSV export or any CSV with a step column
+  logscan mlruns/1/0a1b2c                       MLflow file store run (metrics/, params/)
+  logscan mlflow.db                             MLflow SQLite backend (one run)
+  logscan ~/.cache/huggingface/trackio/proj.db  Trackio project (one run), or its proj.parquet export
+  logscan --compare tb_logs/run_1 wandb/offline-run-20260101_000000-abc --plot cmp.png
+                                                where run B leaves run A, per metric, any two formats
+";
 
 /// `logscan` arguments.
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "logscan",
-    about = "Scan GRPO/GSPO training logs (steps.jsonl, events.jsonl, verl, HF trainer_state.json, text) for failure signatures",
+    about = "Scan GRPO/GSPO training logs (steps.jsonl, events.jsonl, verl, HF trainer_state.json, text, TensorBoard, W&B, MLflow, Trackio, CSV) for failure signatures, or compare two runs",
     after_long_help = thresholds_help()
 )]
 pub struct LogscanArgs {
@@ -122,6 +138,10 @@ pub struct LogscanArgs {
     /// step-to-step noise, 3 aligned steps in a row.
     #[arg(long, value_name = "SIGMAS", default_value_t = 3.0)]
     pub tolerance: f64,
+    /// The run to read from a tracker database or Parquet export holding several (name or
+    /// id); with --compare, give it twice for runs A and B of one database.
+    #[arg(long, value_name = "NAME")]
+    pub run: Vec<String>,
 }
 
 impl LogscanArgs {
@@ -222,7 +242,14 @@ pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
     if args.compare {
         return crate::logscan::compare::run(args, color);
     }
+    if args.run.len() > 1 {
+        return Err(Error::Usage(format!(
+            "--run is given {} times; a scan reads one run (give it twice with --compare)",
+            args.run.len()
+        )));
+    }
     let opts = ScanOptions {
+        run: args.run.first().cloned(),
         detectors: args.selected(),
         thresholds: args.thresholds.clone(),
         aliases: args.aliases.clone(),

@@ -44,8 +44,13 @@ impl Detector for DeadGroups {
         let wasted_steps = derived
             && dead.len() >= ctx.th.get("dead_groups.min_steps") as usize
             && share >= ctx.th.get("dead_groups.min_wasted_share");
-        if dead.is_empty() || (share < ctx.th.get("dead_groups.min_share") && !wasted_steps) {
+        if dead.is_empty() {
             return vec![];
+        }
+        if share < ctx.th.get("dead_groups.min_share") && !wasted_steps {
+            return sustained_dead_run(self, ctx, &series, derived)
+                .into_iter()
+                .collect();
         }
         let severity = if share >= ctx.th.get("dead_groups.error_share") {
             Severity::Error
@@ -109,6 +114,66 @@ impl Detector for DeadGroups {
         vec![finding]
     }
 }
+
+/// The longest stretch of consecutive logged steps on which every group was dead
+/// (frac_reward_zero_std ≥ 0.999, or reward std exactly 0 when derived), reported when it
+/// reaches `dead_groups.sustained_steps`: ten wasted steps in a row are a collapse of the
+/// learning signal even when they are a small share of a long run.
+fn sustained_dead_run(
+    d: &DeadGroups,
+    ctx: &Context,
+    series: &[(i64, f64)],
+    derived: bool,
+) -> Option<Finding> {
+    let need = ctx.th.get("dead_groups.sustained_steps").max(1.0) as usize;
+    let (mut best, mut cur) = ((0usize, 0usize), (0usize, 0usize));
+    for (i, (_, v)) in series.iter().enumerate() {
+        if *v >= FULLY_DEAD {
+            if cur.1 == 0 {
+                cur.0 = i;
+            }
+            cur.1 += 1;
+            if cur.1 > best.1 {
+                best = cur;
+            }
+        } else {
+            cur = (i + 1, 0);
+        }
+    }
+    let (start, len) = best;
+    if len < need {
+        return None;
+    }
+    let stretch = &series[start..start + len];
+    let (first, last) = (stretch[0].0, stretch[len - 1].0);
+    let share = len as f64 / series.len() as f64;
+    Some(
+        Finding::new(
+            d.name(),
+            Severity::Warning,
+            stretch.iter().map(|(s, _)| *s).collect(),
+            format!(
+                "every group dead for {len} logged steps in a row (steps {first}–{last}, {:.0}% of {} logged): no learning signal for that stretch",
+                share * 100.0,
+                series.len()
+            ),
+            &[
+                "the policy collapsed onto one answer per prompt (all completions score the same)",
+                "a data shard of prompts too hard or too easy for the model",
+                "judge/reward function returning a constant for a while (service down, timeout default)",
+            ],
+        )
+        .with("sustained_dead_steps", len)
+        .with("first_dead_step", first)
+        .with("last_dead_step", last)
+        .num("dead_step_share", share)
+        .with("derived_from_reward_std", derived)
+        .with("logged_steps", series.len()),
+    )
+}
+
+/// frac_reward_zero_std at or above this means every group of the step was dead.
+const FULLY_DEAD: f64 = 0.999;
 
 /// `--truncation`: too many completions hit the max length: a clipped/truncated ratio at
 /// or above the threshold, no response ending with EOS (TRL PPO `val/num_eos_tokens` 0),

@@ -5,7 +5,7 @@
 //! | detector | fires when (defaults) | severity |
 //! |---|---|---|
 //! | zero-loss | \|loss\| ≤ 1e-8 on ≥ 2 consecutive logged steps; an error when at least half of them show no signal (reward std / \|adv\| / grad norm ≤ 1e-6, frac_reward_zero_std 1, an "All advantages are near zero" warning; kl 0 only in a log with no reward); info when grad_norm or reward_std > 0 (the GRPO display) | error / info / warning without evidence |
-//! | dead-groups | frac_reward_zero_std ≥ 0.5 on ≥ 25 % of logged steps, or reward std exactly 0 on ≥ 2 steps (or ≥ 25 %) | warning, error when ≥ 90 % |
+//! | dead-groups | frac_reward_zero_std ≥ 0.5 on ≥ 25 % of logged steps, or reward std exactly 0 on ≥ 2 steps (or ≥ 25 %), or every group dead on 10 logged steps in a row whatever their share | warning, error when ≥ 90 % |
 //! | nan-grad | any non-finite grad_norm/loss/kl/reward/entropy, `nan_gradient` events, grad_nan_count > 0, loss 0.0 next to a NaN grad norm | critical |
 //! | grad-spike | grad_norm > 10 × median of the previous 20 (≥ 5 of history) | warning |
 //! | zero-grad | 0 ≤ grad_norm ≤ 1e-10 for ≥ 2 consecutive steps | error |
@@ -78,6 +78,12 @@ pub const THRESHOLDS: &[(&str, f64, &str)] = &[
         "dead_groups.min_wasted_share",
         0.05,
         "share of logged steps those reward_std-0 steps must reach",
+    ),
+    // Ten fully dead steps in a row are reported whatever their share of the run.
+    (
+        "dead_groups.sustained_steps",
+        10.0,
+        "consecutive logged steps with every group dead reported below dead_groups.min_share",
     ),
     (
         "grad_spike.factor",

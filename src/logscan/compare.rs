@@ -405,25 +405,38 @@ pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
     // Every metric is kept (no detector selection narrows the frame); the selected
     // detectors only narrow the findings compared.
     let selected = args.selected();
+    if args.run.len() > 2 {
+        return Err(Error::Usage(format!(
+            "--run is given {} times; --compare takes it once (both runs) or twice (A, B)",
+            args.run.len()
+        )));
+    }
+    let run_a = args.run.first().cloned();
+    let run_b = args.run.get(1).cloned().or_else(|| run_a.clone());
     let all = ScanOptions {
         detectors: Vec::new(),
         thresholds: args.thresholds.clone(),
         aliases: args.aliases.clone(),
         keep_raw: false,
         also_keep: Vec::new(),
+        run: None,
     };
-    let scan_one = |p: &PathBuf| -> Result<ScanReport> {
-        let mut r = scan(std::slice::from_ref(p), &all)?;
+    let scan_one = |p: &PathBuf, run: &Option<String>| -> Result<ScanReport> {
+        let opts = ScanOptions {
+            run: run.clone(),
+            ..all.clone()
+        };
+        let mut r = scan(std::slice::from_ref(p), &opts)?;
         if !selected.is_empty() {
             r.findings.retain(|f| selected.contains(&f.detector));
         }
         Ok(r)
     };
-    let ra = scan_one(pa)?;
-    let rb = scan_one(pb)?;
+    let ra = scan_one(pa, &run_a)?;
+    let rb = scan_one(pb, &run_b)?;
     let configs = (
-        crate::readers::trackers::run_config(pa)?,
-        crate::readers::trackers::run_config(pb)?,
+        crate::readers::trackers::run_config_of(pa, run_a.as_deref())?,
+        crate::readers::trackers::run_config_of(pb, run_b.as_deref())?,
     );
     let report = compare_reports((pa, &ra), (pb, &rb), args.tolerance, Some(configs));
     if report.aligned_steps == 0 {

@@ -38,6 +38,9 @@ pub struct ScanOptions {
     /// Canonical metrics the frame keeps besides those the selected detectors read (the
     /// plot's, say). With no detector selected, or `keep_raw`, every metric is kept.
     pub also_keep: Vec<String>,
+    /// The run to read from inputs that hold several (a tracker database, a Parquet
+    /// export), by name or id; `None` wants each such input to hold one run.
+    pub run: Option<String>,
 }
 
 impl ScanOptions {
@@ -197,8 +200,14 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
     let files = scan::expand_paths(paths)?;
     let builder = FrameBuilder::new(aliases, opts.keep_raw).with_projection(opts.projection());
     let mut col = scan::Collected::new(builder);
+    col.run = opts.run.clone();
     for f in &files {
         col.read_file(f)?;
+    }
+    if let (Some(run), false) = (&opts.run, col.run_used) {
+        return Err(crate::error::Error::Usage(format!(
+            "--run {run}: no input holds several runs (--run picks one from a tracker database or a Parquet export)"
+        )));
     }
     let frame = col.builder.finish();
     let events = col.events;

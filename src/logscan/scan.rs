@@ -98,6 +98,10 @@ pub struct Collected {
     /// Where an appended run starts: `(file index, line, first step)` of every run after
     /// a file's first.
     pub run_starts: Vec<(usize, u64, i64)>,
+    /// The run to take from files that hold several ([`crate::readers::trackers::read_run`]).
+    pub run: Option<String>,
+    /// A file that can hold several runs was read with [`Collected::run`].
+    pub run_used: bool,
 }
 
 /// One parsed JSON line.
@@ -258,6 +262,8 @@ impl Collected {
             files: Vec::new(),
             chunk_bytes: CHUNK_BYTES,
             run_starts: Vec::new(),
+            run: None,
+            run_used: false,
         }
     }
 
@@ -275,11 +281,15 @@ impl Collected {
             .map_err(|e| Error::io(path, e))?;
         if let Some(kind) = crate::readers::trackers::sniff(path, &head) {
             let b = &mut self.builder;
+            let mut renames = crate::readers::trackers::KeyRenames::default();
             let input = std::io::Cursor::new(head).chain(f);
-            let stats = crate::readers::trackers::read(kind, path, input, idx, &mut |r| {
-                crate::readers::trackers::normalise_keys(b.aliases(), r);
-                b.push(r);
-            })?;
+            let run = self.run.as_deref();
+            self.run_used |= run.is_some() && crate::readers::trackers::holds_runs(kind);
+            let stats =
+                crate::readers::trackers::read_run(kind, path, input, idx, run, &mut |r| {
+                    renames.normalise(b.aliases(), r);
+                    b.push(r);
+                })?;
             self.files.push(stats);
             return Ok(());
         }

@@ -39,6 +39,14 @@ pub enum SourceKind {
     Csv,
     /// MLflow file-store metric file.
     Mlflow,
+    /// MLflow SQLite backend (`mlflow.db`).
+    MlflowDb,
+    /// Trackio project database or its Parquet export.
+    Trackio,
+    /// W&B run summary (`files/wandb-summary.json`): the last value of each key.
+    WandbSummary,
+    /// A Parquet table with a step column (not Trackio's export).
+    Parquet,
 }
 
 impl SourceKind {
@@ -61,6 +69,10 @@ impl SourceKind {
             SourceKind::Wandb => "wandb",
             SourceKind::Csv => "csv",
             SourceKind::Mlflow => "mlflow",
+            SourceKind::MlflowDb => "mlflow_db",
+            SourceKind::Trackio => "trackio",
+            SourceKind::WandbSummary => "wandb_summary",
+            SourceKind::Parquet => "parquet",
         }
     }
 }

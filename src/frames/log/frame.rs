@@ -62,7 +62,7 @@ impl Projection {
 }
 
 /// Every producer kind, by bit of a row's source mask.
-const SOURCE_KINDS: [SourceKind; 16] = [
+const SOURCE_KINDS: [SourceKind; 20] = [
     SourceKind::Steps,
     SourceKind::Events,
     SourceKind::VerlJsonl,
@@ -79,10 +79,17 @@ const SOURCE_KINDS: [SourceKind; 16] = [
     SourceKind::Wandb,
     SourceKind::Csv,
     SourceKind::Mlflow,
+    SourceKind::MlflowDb,
+    SourceKind::Trackio,
+    SourceKind::WandbSummary,
+    SourceKind::Parquet,
 ];
 
+// Each kind owns one bit of a row's `u32` source mask.
+const _: () = assert!(SOURCE_KINDS.len() <= u32::BITS as usize);
+
 /// The `+`-joined names of the producers in source mask `mask`.
-fn source_names(mask: u16) -> String {
+fn source_names(mask: u32) -> String {
     SOURCE_KINDS
         .iter()
         .filter(|k| mask & (1 << (**k as u32)) != 0)
@@ -112,7 +119,7 @@ pub struct FrameBuilder {
     rows: Option<FxMap<(u32, i64), usize>>,
     timestamps: Column,
     /// Bit `SourceKind as u32` set for each producer that contributed to the row.
-    sources: Vec<u16>,
+    sources: Vec<u32>,
     canon: Vec<Column>,
     keys: Interner,
     key_info: Vec<KeyInfo>,
@@ -422,7 +429,7 @@ pub struct LogFrame {
     /// Run of each row (empty when the frame holds one run).
     runs: Vec<u32>,
     timestamps: Column,
-    sources: Vec<u16>,
+    sources: Vec<u32>,
     metrics: Vec<String>,
     columns: Vec<(String, Column)>,
     raw: Vec<(String, Column)>,
@@ -566,7 +573,7 @@ impl LogFrame {
     pub fn heap_bytes(&self) -> usize {
         self.steps.heap_bytes()
             + self.timestamps.heap_bytes()
-            + self.sources.capacity() * 2
+            + self.sources.capacity() * 4
             + self
                 .columns
                 .iter()
@@ -579,7 +586,7 @@ impl LogFrame {
     /// columns prefixed `raw:`.
     pub fn to_polars(&self) -> Result<DataFrame> {
         let cells = |c: &Column| c.iter().collect::<Vec<Option<f64>>>();
-        let mut names: FxMap<u16, String> = FxMap::default();
+        let mut names: FxMap<u32, String> = FxMap::default();
         for &m in &self.sources {
             names.entry(m).or_insert_with(|| source_names(m));
         }
@@ -723,8 +730,8 @@ mod tests {
         }
         let f = b.finish();
         // One dense column (8 bytes a row), everything else (steps, timestamps, lr,
-        // trained_tokens) a line per block; sources 2 bytes a row.
-        let dense = rows * 8 + rows * 2;
+        // trained_tokens) a line per block; sources 4 bytes a row.
+        let dense = rows * 8 + rows * 4;
         assert!(f.heap_bytes() >= dense);
         assert!(f.heap_bytes() < dense + 4096, "{}", f.heap_bytes());
         assert_eq!(

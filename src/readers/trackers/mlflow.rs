@@ -1,7 +1,7 @@
 //! MLflow file store (`mlruns/<experiment>/<run>/`): one text file per metric under
 //! `metrics/` (the key's `/` become sub-folders), each line `<timestamp ms> <value>
 //! <step>`, NaN written `nan`; parameters one file per key under `params/`. The SQLite
-//! backend (`mlflow.db`) is not read.
+//! backend (`mlflow.db`) is read by [`super::sqlite`].
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
@@ -56,6 +56,13 @@ pub fn read(
         }
         n += 1;
         stats.bytes += got as u64;
+        // MLflow ends every line with a newline: a last line without one was cut by a
+        // crash mid-write (its value or step may be partial) and is not read.
+        if !line.ends_with('\n') {
+            stats.truncated_last_line = true;
+            stats.bad_line(n, format!("last line cut short: {:?}", line.trim()));
+            continue;
+        }
         let t = line.trim();
         if t.is_empty() {
             continue;

@@ -1,6 +1,7 @@
 //! Experiment-tracker files, where most runs' metrics actually live: TensorBoard event
-//! files, W&B offline runs (`run-*.wandb`), MLflow file stores (`mlruns/…/metrics/`),
-//! W&B CSV exports and plain CSV with a step column. Each reader streams its file into per-step [`LogRecord`]s with the step axis
+//! files, W&B offline runs (`run-*.wandb`, `files/wandb-summary.json`), MLflow file stores
+//! (`mlruns/…/metrics/`) and SQLite backends (`mlflow.db`), Trackio databases and their
+//! Parquet export, W&B CSV exports and plain CSV or Parquet with a step column. Each reader streams its file into per-step [`LogRecord`]s with the step axis
 //! the tracker records; logscan's frame builder then resolves keys through the alias
 //! table as for any other log.
 //!
@@ -15,8 +16,11 @@
 
 pub mod csv;
 pub mod mlflow;
+pub mod parquet;
+pub mod sqlite;
 pub mod tfevents;
 pub mod wandb;
+pub mod wandb_files;
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -40,6 +44,13 @@ pub enum TrackerKind {
     Csv,
     /// One metric file of an MLflow file store run (`<run>/metrics/<key>`).
     Mlflow,
+    /// A SQLite database: MLflow's backend (`mlflow.db`) or a Trackio project, told apart
+    /// by their tables.
+    Sqlite,
+    /// A Parquet table with a step column (Trackio's export, or plain).
+    Parquet,
+    /// A W&B run's `files/wandb-summary.json`.
+    WandbSummary,
 }
 
 impl TrackerKind {
@@ -50,6 +61,9 @@ impl TrackerKind {
             TrackerKind::Wandb => "wandb",
             TrackerKind::Csv => "csv",
             TrackerKind::Mlflow => "mlflow",
+            TrackerKind::Sqlite => "sqlite",
+            TrackerKind::Parquet => "parquet",
+            TrackerKind::WandbSummary => "wandb_summary",
         }
     }
 }
@@ -73,6 +87,19 @@ pub fn sniff(path: &Path, head: &[u8]) -> Option<TrackerKind> {
     if name.ends_with(".csv") {
         return Some(TrackerKind::Csv);
     }
+    if head.starts_with(sqlite::MAGIC)
+        || [".db", ".sqlite", ".sqlite3"]
+            .iter()
+            .any(|e| name.ends_with(e))
+    {
+        return Some(TrackerKind::Sqlite);
+    }
+    if head.starts_with(parquet::MAGIC) || name.ends_with(".parquet") {
+        return Some(TrackerKind::Parquet);
+    }
+    if name == wandb_files::SUMMARY {
+        return Some(TrackerKind::WandbSummary);
+    }
     if path.components().any(|c| c.as_os_str() == "metrics") && mlflow::metric_key(path).is_some() {
         return Some(TrackerKind::Mlflow);
     }
@@ -89,6 +116,24 @@ pub fn read(
     file: usize,
     push: &mut dyn FnMut(&mut LogRecord),
 ) -> Result<FileStats> {
+    read_run(kind, path, input, file, None, push)
+}
+
+/// True for the kinds whose one file can hold several runs ([`read_run`] picks one).
+pub fn holds_runs(kind: TrackerKind) -> bool {
+    matches!(kind, TrackerKind::Sqlite | TrackerKind::Parquet)
+}
+
+/// [`read`], taking the run named (or with the id) `run` from a file that holds several
+/// (a tracker database, a Parquet export); `None` wants the file to hold exactly one.
+pub fn read_run(
+    kind: TrackerKind,
+    path: &Path,
+    input: impl Read,
+    file: usize,
+    run: Option<&str>,
+    push: &mut dyn FnMut(&mut LogRecord),
+) -> Result<FileStats> {
     let mut stats = FileStats {
         path: path.to_path_buf(),
         format: kind.name().to_string(),
@@ -99,6 +144,17 @@ pub fn read(
         TrackerKind::Wandb => wandb::read(path, input, file, &mut stats, push, None)?,
         TrackerKind::Csv => csv::read(path, input, file, &mut stats, push)?,
         TrackerKind::Mlflow => mlflow::read(path, input, file, &mut stats, push)?,
+        TrackerKind::Sqlite => {
+            drop(input);
+            sqlite::read(path, file, run, &mut stats, push)?;
+        }
+        TrackerKind::Parquet => {
+            drop(input);
+            parquet::read(path, file, run, &mut stats, push)?;
+        }
+        TrackerKind::WandbSummary => {
+            wandb_files::read_summary(path, input, file, &mut stats, push)?
+        }
     }
     if stats.records == 0 {
         return Err(Error::format(
@@ -106,8 +162,7 @@ pub fn read(
             crate::error::Position::File,
             format!(
                 "{} file holds no scalar metrics ({} bytes read)",
-                kind.name(),
-                stats.bytes
+                stats.format, stats.bytes
             ),
         ));
     }
@@ -130,14 +185,35 @@ pub fn canonical_key<'a>(aliases: &AliasTable, key: &'a str) -> Cow<'a, str> {
 
 /// Rename `rec`'s keys with [`canonical_key`].
 pub fn normalise_keys(aliases: &AliasTable, rec: &mut LogRecord) {
-    for (k, _) in &mut rec.fields {
-        // Only `train/` keys can change: the others skip the table lookups.
-        if !k.starts_with("train/") {
-            continue;
-        }
-        if let Cow::Borrowed(c) = canonical_key(aliases, k) {
-            if c.len() != k.len() {
-                *k = c.to_string();
+    KeyRenames::default().normalise(aliases, rec);
+}
+
+/// [`normalise_keys`] with each distinct `train/` key resolved once: a tracker file
+/// repeats a few keys millions of times (one TensorBoard event per scalar).
+#[derive(Debug, Default)]
+pub struct KeyRenames {
+    /// Raw key → how many leading bytes to drop (0: the key stays).
+    cut: crate::readers::fastline::FxMap<String, usize>,
+}
+
+impl KeyRenames {
+    /// Rename `rec`'s keys with [`canonical_key`], in place (no allocation once seen).
+    pub fn normalise(&mut self, aliases: &AliasTable, rec: &mut LogRecord) {
+        for (k, _) in &mut rec.fields {
+            // Only `train/` keys can change: the others skip the table lookups.
+            if !k.starts_with("train/") {
+                continue;
+            }
+            let cut = match self.cut.get(k.as_str()) {
+                Some(&c) => c,
+                None => {
+                    let c = k.len() - canonical_key(aliases, k).len();
+                    self.cut.insert(k.clone(), c);
+                    c
+                }
+            };
+            if cut > 0 {
+                k.drain(..cut);
             }
         }
     }
@@ -149,15 +225,51 @@ fn is_tracker_name(name: &str) -> bool {
     name.contains("tfevents") || (name.starts_with("run-") && name.ends_with(".wandb"))
 }
 
-/// Tracker files under directory `dir`: event files, `run-*.wandb` files and MLflow
-/// metric files at any depth (TensorBoard writes sub-folders per writer, W&B
-/// `wandb/offline-run-*/`, MLflow `mlruns/<exp>/<run>/metrics/`), `*.csv` with a step
-/// column at the top level only. Sorted by path. A folder holding several W&B or MLflow runs is refused: one run
-/// is one input, and merging runs by step would mix them.
+/// True when `path` starts with the SQLite header (a `.db` beside the logs may be
+/// anything; only databases are read as trackers in a directory scan).
+fn is_sqlite_file(path: &Path) -> bool {
+    let mut head = [0u8; 16];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok()
+        && head == sqlite::MAGIC
+}
+
+/// True for a Parquet file a directory scan takes: not an export of a database in the
+/// same folder (Trackio writes `<project>.parquet`, `<project>_system.parquet`, … beside
+/// `<project>.db`: the database is read instead).
+fn is_scanned_parquet(path: &Path) -> bool {
+    let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
+        return false;
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut prefix = stem;
+    loop {
+        if dir.join(format!("{prefix}.db")).is_file() {
+            return false;
+        }
+        match prefix.rfind('_') {
+            Some(i) => prefix = &prefix[..i],
+            None => return true,
+        }
+    }
+}
+
+/// Tracker files under directory `dir`: event files, `run-*.wandb` files, MLflow
+/// metric files and SQLite databases (`mlflow.db`, Trackio's `<project>.db`) at any depth
+/// (TensorBoard writes sub-folders per writer, W&B `wandb/offline-run-*/`, MLflow
+/// `mlruns/<exp>/<run>/metrics/`); a W&B run's `files/wandb-summary.json` and
+/// `files/output.log` when that run has no `run-*.wandb` (its history is the better
+/// record of the same steps); `*.csv` with a step column and `*.parquet` (not a database's
+/// export) at the top level only. Sorted by path. A folder holding several W&B or MLflow
+/// runs, or several databases, is refused: one run is one input, and merging runs by step
+/// would mix them.
 pub fn find_in_dir(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let mut wandb_runs: BTreeSet<PathBuf> = BTreeSet::new();
     let mut mlflow_runs: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut databases: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut wandb_files: Vec<PathBuf> = Vec::new();
     let mut stack = vec![(dir.to_path_buf(), 0usize)];
     while let Some((d, depth)) = stack.pop() {
         let entries = std::fs::read_dir(&d).map_err(|e| Error::io(&d, e))?;
@@ -175,10 +287,16 @@ pub fn find_in_dir(dir: &Path) -> Result<Vec<PathBuf>> {
                     }
                     out.push(p);
                 } else if depth == 0
-                    && name.to_ascii_lowercase().ends_with(".csv")
-                    && csv::has_step_column(&p)
+                    && ((name.to_ascii_lowercase().ends_with(".csv") && csv::has_step_column(&p))
+                        || (name.to_ascii_lowercase().ends_with(".parquet")
+                            && is_scanned_parquet(&p)))
                 {
                     out.push(p);
+                } else if is_sqlite_file(&p) {
+                    databases.insert(p.clone());
+                    out.push(p);
+                } else if wandb_files::run_of(&p).is_some() {
+                    wandb_files.push(p);
                 } else if p.components().any(|c| c.as_os_str() == "metrics") {
                     if let Some((run, _)) = mlflow::metric_key(&p) {
                         mlflow_runs.insert(run);
@@ -188,14 +306,29 @@ pub fn find_in_dir(dir: &Path) -> Result<Vec<PathBuf>> {
             }
         }
     }
-    for (what, runs) in [("W&B", &wandb_runs), ("MLflow", &mlflow_runs)] {
+    // A run's files/ only when the run has no transaction log.
+    let mut files_runs: BTreeSet<PathBuf> = BTreeSet::new();
+    for p in wandb_files {
+        if let Some(run) = wandb_files::run_of(&p) {
+            if !wandb_runs.contains(&run) {
+                files_runs.insert(run);
+                out.push(p);
+            }
+        }
+    }
+    wandb_runs.extend(files_runs);
+    for (what, runs, pass) in [
+        ("W&B runs", &wandb_runs, "one run's folder"),
+        ("MLflow runs", &mlflow_runs, "one run's folder"),
+        ("tracker databases", &databases, "one database file"),
+    ] {
         if runs.len() > 1 {
             let names: Vec<String> = runs
                 .iter()
                 .map(|r| r.strip_prefix(dir).unwrap_or(r).display().to_string())
                 .collect();
             return Err(Error::Usage(format!(
-                "{}: holds {} {what} runs ({}); pass one run's folder",
+                "{}: holds {} {what} ({}); pass {pass}",
                 dir.display(),
                 runs.len(),
                 names.join(", ")
@@ -211,6 +344,11 @@ pub fn find_in_dir(dir: &Path) -> Result<Vec<PathBuf>> {
 /// `run_metadata.json`.
 /// Empty when the input carries none.
 pub fn run_config(input: &Path) -> Result<BTreeMap<String, String>> {
+    run_config_of(input, None)
+}
+
+/// [`run_config`] of run `run` when the input is a database holding several.
+pub fn run_config_of(input: &Path, run: Option<&str>) -> Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
     let files: Vec<PathBuf> = if input.is_dir() {
         let mut v = find_in_dir(input)?;
@@ -234,6 +372,8 @@ pub fn run_config(input: &Path) -> Result<BTreeMap<String, String>> {
                 mlflow::params(&run, &mut out)?;
                 mlflow_runs.push(run);
             }
+        } else if sniff(&f, b"") == Some(TrackerKind::Sqlite) || is_sqlite_file(&f) {
+            sqlite::config(&f, run, &mut out)?;
         } else if name == "run_metadata.json" {
             let text = std::fs::read_to_string(&f).map_err(|e| Error::io(&f, e))?;
             let v = crate::json::parse_value(&text).map_err(|e| e.in_file(&f))?;

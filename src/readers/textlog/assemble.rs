@@ -1,0 +1,192 @@
+//! Text lines in file order into records and events (micro diagnostics and warnings
+//! attached to the step reported next, unnumbered lines numbered, wrapped lines joined).
+
+use super::{lines::verl_pairs, TextItem};
+use crate::model::log::{LogEvent, LogRecord, SourceKind};
+
+/// Assembles parsed text lines in file order into records and events: micro diagnostics
+/// and warnings attach to the next `iter N` line (they are printed before it), TRL dict
+/// lines without a step are numbered in order.
+#[derive(Debug, Default)]
+pub struct TextAssembler {
+    file: usize,
+    pending_micro: Vec<(String, f64)>,
+    pending_first_line: u64,
+    pending_events: Vec<LogEvent>,
+    last_step: Option<i64>,
+    unnumbered: i64,
+    /// The current table header's keys.
+    table: Option<Vec<String>>,
+    /// The last item was a verl console record (its index) with a key cut at the end.
+    verl_tail: Option<(usize, String)>,
+    /// Records ready for the frame.
+    pub records: Vec<LogRecord>,
+    /// Events ready for the detectors.
+    pub events: Vec<LogEvent>,
+    /// Lines that matched nothing.
+    pub unrecognised: u64,
+}
+
+impl TextAssembler {
+    /// An assembler for file index `file`.
+    pub fn new(file: usize) -> Self {
+        TextAssembler {
+            file,
+            ..TextAssembler::default()
+        }
+    }
+
+    /// Feed the next line's item.
+    pub fn push(&mut self, line: u64, item: TextItem) {
+        let verl_tail = self.verl_tail.take();
+        match item {
+            TextItem::Blank => {
+                self.verl_tail = verl_tail;
+            }
+            TextItem::Other => self.unrecognised += 1,
+            TextItem::TableRule => {}
+            TextItem::TableHeader(keys) => self.table = Some(keys),
+            TextItem::TableRow(cells) => {
+                let Some(keys) = &self.table else {
+                    self.unrecognised += 1;
+                    return;
+                };
+                // A row shorter than its header was cut: its last cell may be cut too.
+                let n = if cells.len() < keys.len() {
+                    cells.len().saturating_sub(1)
+                } else {
+                    keys.len()
+                };
+                let mut fields: Vec<(String, f64)> = keys
+                    .iter()
+                    .zip(&cells)
+                    .take(n)
+                    .filter_map(|(k, v)| v.map(|v| (k.clone(), v)))
+                    .collect();
+                let step = ["step", "epoch"].iter().find_map(|name| {
+                    let i = fields.iter().position(|(k, _)| k == name)?;
+                    let v = fields.get(i)?.1;
+                    (v.fract() == 0.0 && v.is_finite()).then_some(v as i64)
+                });
+                fields.retain(|(k, _)| k != "step");
+                if fields.is_empty() {
+                    self.unrecognised += 1;
+                    return;
+                }
+                self.push(
+                    line,
+                    TextItem::Step {
+                        source: SourceKind::NotebookTable,
+                        step,
+                        fields,
+                        tail: None,
+                    },
+                );
+            }
+            TextItem::Continuation(text) => match verl_tail {
+                Some((idx, head)) => {
+                    let pairs = verl_pairs(&text, &head);
+                    if let Some(rec) = self.records.get_mut(idx) {
+                        rec.fields.extend(pairs);
+                    }
+                }
+                None => self.unrecognised += 1,
+            },
+            TextItem::Warning(kind) => {
+                self.pending_events
+                    .push(LogEvent::new(kind, self.file, line));
+            }
+            TextItem::Micro { fields } => {
+                if self.pending_micro.is_empty() {
+                    self.pending_first_line = line;
+                }
+                self.pending_micro.extend(fields);
+            }
+            TextItem::Step {
+                source,
+                step,
+                fields,
+                tail,
+            } => {
+                let (step, inferred) = match step {
+                    Some(s) => (s, false),
+                    None => {
+                        self.unnumbered += 1;
+                        (self.unnumbered - 1, true)
+                    }
+                };
+                self.flush(step);
+                let mut rec = LogRecord {
+                    step: Some(step),
+                    timestamp: None,
+                    source,
+                    file: self.file,
+                    line,
+                    fields,
+                };
+                if inferred {
+                    rec.fields.push(("step_inferred".to_string(), 1.0));
+                }
+                self.last_step = Some(step);
+                if source == SourceKind::VerlConsole {
+                    self.verl_tail = Some((self.records.len(), tail.unwrap_or_default()));
+                }
+                self.records.push(rec);
+            }
+        }
+    }
+
+    /// Attach pending micro lines and warnings to `step`.
+    fn flush(&mut self, step: i64) {
+        for mut ev in self.pending_events.drain(..) {
+            ev.step = Some(step);
+            self.events.push(ev);
+        }
+        if self.pending_micro.is_empty() {
+            return;
+        }
+        let fields = aggregate_micro(std::mem::take(&mut self.pending_micro));
+        self.records.push(LogRecord {
+            step: Some(step),
+            timestamp: None,
+            source: SourceKind::MicroDiag,
+            file: self.file,
+            line: self.pending_first_line,
+            fields,
+        });
+    }
+
+    /// Flush what is pending at end of file (to the step after the last one seen).
+    pub fn finish(&mut self) {
+        let next = self.last_step.map_or(0, |s| s.saturating_add(1));
+        self.flush(next);
+    }
+}
+
+/// Combine one iteration's micro diagnostics: stds and memory take the max (all-zero
+/// std means every micro had identical rewards), everything else the mean.
+fn aggregate_micro(fields: Vec<(String, f64)>) -> Vec<(String, f64)> {
+    let mut keys: Vec<String> = Vec::new();
+    let mut vals: Vec<Vec<f64>> = Vec::new();
+    for (k, v) in fields {
+        match keys.iter().position(|x| *x == k) {
+            Some(i) => vals[i].push(v),
+            None => {
+                keys.push(k);
+                vals.push(vec![v]);
+            }
+        }
+    }
+    keys.into_iter()
+        .zip(vals)
+        .map(|(k, vs)| {
+            let take_max = k.ends_with("_std") || k.ends_with("_gb") || k == "step_time_s";
+            let v = if take_max {
+                vs.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+            } else {
+                vs.iter().sum::<f64>() / vs.len() as f64
+            };
+            (k, v)
+        })
+        .collect()
+}

@@ -1,0 +1,116 @@
+//! Text training logs, one pattern per producer, recognised line by line (a console log
+//! mixes them): verl console `step:N - key:value - …`, TRL dict lines `{'loss': 0.0, …}`,
+//! mlx-lm-lora `Iter N: Train loss X, …`, nanoGPT-style `iter N: loss X (main X, critic X),
+//! time Xms`, per-micro diagnostics `[Micro k] 3. Samples scored: mem=… MB, time=…s,
+//! rewards=X±Y`, and the `WARNING: All advantages/sequence_log_probs are near zero!` lines; ms-swift dict
+//! lines with or without their braces (`'loss': -0.0, …, 'global_step/max_steps': '5/3766'`);
+//! notebook progress tables in markdown or text pipes (`Step | Training Loss | reward`);
+//! Megatron ` iteration N/ M | lm loss: … | grad norm: nan |` lines; verl console lines
+//! soft-wrapped onto a continuation line; nanoGPT `step N: train loss X, val loss Y`
+//! evaluation lines (kept apart from training steps, marked [`EVAL_MARK`]).
+//!
+//! Units are normalised in keys: `…ms`/`…s` → `<name>_s` seconds, `MB`/`GB` → `<name>_gb`.
+
+mod assemble;
+mod lines;
+mod tables;
+#[cfg(test)]
+mod tests;
+
+pub use assemble::TextAssembler;
+
+use crate::model::log::SourceKind;
+use lines::{
+    is_verl_continuation, parse_eval_step, parse_iter, parse_micro, parse_py_dict,
+    parse_verl_console,
+};
+use tables::{parse_megatron, parse_table, parse_tqdm_postfix};
+
+/// Field marking a record as evaluation/validation only (not a training step).
+pub const EVAL_MARK: &str = "eval_record";
+
+/// What one text line is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TextItem {
+    /// A blank line (or one holding only a markdown quote `>`): not counted as unrecognised.
+    Blank,
+    /// A table header row (`Step | Training Loss | …`): column keys, normalised.
+    TableHeader(Vec<String>),
+    /// A table row of numbers, read against the last header.
+    TableRow(Vec<Option<f64>>),
+    /// A table rule (`-- | --`, `|---|:--:|`).
+    TableRule,
+    /// The rest of a soft-wrapped verl console line (` - key:value` pairs without `step:`).
+    Continuation(String),
+    /// A line carrying a step and its metrics.
+    Step {
+        /// Producer.
+        source: SourceKind,
+        /// Step, when the line names one.
+        step: Option<i64>,
+        /// Metrics.
+        fields: Vec<(String, f64)>,
+        /// A key cut by a soft wrap at the end of the line (verl: `… - critic`), to be
+        /// joined with the continuation line's first key.
+        tail: Option<String>,
+    },
+    /// A per-micro diagnostic, attached to the iteration reported next.
+    Micro {
+        /// `micro_` prefixed metrics.
+        fields: Vec<(String, f64)>,
+    },
+    /// A warning line that is an event (`advantages_near_zero`, `logprobs_near_zero`).
+    Warning(&'static str),
+    /// Nothing we recognise.
+    Other,
+}
+
+/// Recognise one line.
+pub fn parse_text_line(line: &str) -> TextItem {
+    // A progress bar redrawn with `\r` leaves every state on one pasted line: the last counts.
+    let line = line
+        .rsplit('\r')
+        .find(|seg| !seg.trim().is_empty())
+        .unwrap_or(line);
+    let t = line.trim();
+    if t.trim_start_matches('>').trim().is_empty() {
+        return TextItem::Blank;
+    }
+    if t.contains("Saved adapter weights") || t.contains("saving checkpoint") {
+        return TextItem::Warning("checkpoint");
+    }
+    if t.contains("All advantages are near zero") {
+        return TextItem::Warning("advantages_near_zero");
+    }
+    if t.contains("All sequence_log_probs are near zero") {
+        return TextItem::Warning("logprobs_near_zero");
+    }
+    if let Some(item) = parse_micro(t) {
+        return item;
+    }
+    if let Some(item) = parse_megatron(t) {
+        return item;
+    }
+    if let Some(item) = parse_tqdm_postfix(t) {
+        return item;
+    }
+    if let Some(item) = parse_table(t) {
+        return item;
+    }
+    if let Some(item) = parse_iter(t) {
+        return item;
+    }
+    if let Some(item) = parse_eval_step(t) {
+        return item;
+    }
+    if let Some(item) = parse_verl_console(t) {
+        return item;
+    }
+    if let Some(item) = parse_py_dict(t) {
+        return item;
+    }
+    if is_verl_continuation(t) {
+        return TextItem::Continuation(t.to_string());
+    }
+    TextItem::Other
+}
