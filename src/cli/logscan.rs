@@ -9,7 +9,9 @@ use crate::cli::{FailOn, Format};
 use crate::detect::THRESHOLDS;
 use crate::error::{Error, Result};
 use crate::exit_codes::{EXIT_CLEAN, EXIT_FOUND};
+use crate::logscan::compare::{self, CompareReport};
 use crate::logscan::{scan, ScanOptions, ScanReport};
+use crate::render::logscan::compare as compare_render;
 use crate::render::{self, Renderer, Style};
 
 /// The defaults table shown by `--help`.
@@ -240,7 +242,7 @@ pub struct RunOutput {
 /// Scan, write the requested files, render stdout, decide the exit code.
 pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
     if args.compare {
-        return crate::logscan::compare::run(args, color);
+        return run_compare(args, color);
     }
     if args.run.len() > 1 {
         return Err(Error::Usage(format!(
@@ -284,6 +286,88 @@ pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
     let code = match report.worst() {
         Some(w) if w >= args.fail_on.severity() => EXIT_FOUND,
         _ => EXIT_CLEAN,
+    };
+    Ok(RunOutput { stdout, code })
+}
+
+/// `logscan --compare`: scan both paths, compare, write `--output`/`--plot`, render.
+fn run_compare(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
+    let [pa, pb] = args.paths.as_slice() else {
+        return Err(Error::Usage(format!(
+            "--compare takes exactly two runs (files or directories), got {}",
+            args.paths.len()
+        )));
+    };
+    if !(args.tolerance.is_finite() && args.tolerance > 0.0) {
+        return Err(Error::Usage(format!(
+            "--tolerance must be a positive number of noise σ, got {}",
+            args.tolerance
+        )));
+    }
+    // Every metric is kept (no detector selection narrows the frame); the selected
+    // detectors only narrow the findings compared.
+    let selected = args.selected();
+    if args.run.len() > 2 {
+        return Err(Error::Usage(format!(
+            "--run is given {} times; --compare takes it once (both runs) or twice (A, B)",
+            args.run.len()
+        )));
+    }
+    let run_a = args.run.first().cloned();
+    let run_b = args.run.get(1).cloned().or_else(|| run_a.clone());
+    let all = ScanOptions {
+        detectors: Vec::new(),
+        thresholds: args.thresholds.clone(),
+        aliases: args.aliases.clone(),
+        keep_raw: false,
+        also_keep: Vec::new(),
+        run: None,
+    };
+    let scan_one = |p: &PathBuf, run: &Option<String>| -> Result<ScanReport> {
+        let opts = ScanOptions {
+            run: run.clone(),
+            ..all.clone()
+        };
+        let mut r = scan(std::slice::from_ref(p), &opts)?;
+        if !selected.is_empty() {
+            r.findings.retain(|f| selected.contains(&f.detector));
+        }
+        Ok(r)
+    };
+    let ra = scan_one(pa, &run_a)?;
+    let rb = scan_one(pb, &run_b)?;
+    let configs = (
+        crate::readers::trackers::run_config_of(pa, run_a.as_deref())?,
+        crate::readers::trackers::run_config_of(pb, run_b.as_deref())?,
+    );
+    let report = compare::compare_reports((pa, &ra), (pb, &rb), args.tolerance, Some(configs));
+    if report.aligned_steps == 0 {
+        return Err(Error::Usage(format!(
+            "{} (steps {}..{}) and {} (steps {}..{}) share no step: nothing to align",
+            pa.display(),
+            compare_render::fmt_step(ra.first_step),
+            compare_render::fmt_step(ra.last_step),
+            pb.display(),
+            compare_render::fmt_step(rb.first_step),
+            compare_render::fmt_step(rb.last_step)
+        )));
+    }
+    if let Some(out) = &args.output {
+        let text = compare_render::CompareJson.render(&report)?;
+        std::fs::write(out, text).map_err(|e| Error::io(out, e))?;
+    }
+    if let Some(p) = &args.plot {
+        compare_render::write_plot(p, &report, &ra, &rb)?;
+    }
+    let style = Style {
+        color: color && !args.no_color,
+        width: None,
+    };
+    let stdout = render::by_name::<CompareReport>(args.format, style).render(&report)?;
+    let code = if report.diverged {
+        EXIT_FOUND
+    } else {
+        EXIT_CLEAN
     };
     Ok(RunOutput { stdout, code })
 }

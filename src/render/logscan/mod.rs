@@ -1,5 +1,6 @@
 //! logscan's [`ScanReport`] in each format: the terminal table, JSON, markdown.
 
+pub mod compare;
 pub mod json;
 pub mod markdown;
 pub mod table;
