@@ -524,3 +524,42 @@ mod tests {
         }
     }
 }
+
+/// A whole-batch file's rows read through [`Mat`] from released pages (the tests live here,
+/// not in `pages`, so that `pages` never names `mat`).
+#[cfg(test)]
+mod paged_tests {
+    use std::path::Path;
+
+    use super::Mat;
+    use crate::dumpdiff::pages::read_whole;
+    use crate::readers::read_any;
+
+    #[test]
+    fn a_released_whole_batch_file_reads_the_same() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/dumps/self_hosted_pt/old_log_probs/step_000000.pt");
+        let want = read_any(&path).unwrap();
+        let want = Mat::of(&want, "old_log_probs").unwrap();
+        let (value, pages) = read_whole(&path).unwrap();
+        let pages = pages.unwrap();
+        let m = Mat::of(&value, "old_log_probs").unwrap().with_pages(pages);
+        assert!(want.rows > 1);
+        let bits = |m: &Mat| m.values().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&m), bits(&want));
+        m.release_rows(0..m.rows);
+        assert_eq!(bits(&m), bits(&want));
+    }
+
+    #[test]
+    fn files_other_than_pt_are_read_without_a_map() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/dumps/self_hosted_jsonl/old_log_probs/step_000000.jsonl");
+        let (v, pages) = read_whole(&path).unwrap();
+        assert!(pages.is_none());
+        assert!(Mat::of(&v, "old_log_probs").is_some());
+        let missing = path.with_file_name("nope.pt");
+        let err = read_whole(&missing).unwrap_err().to_string();
+        assert!(err.contains("nope.pt"), "{err}");
+    }
+}

@@ -64,37 +64,3 @@ pub fn read_whole(path: &Path) -> Result<(Value, Option<Pages>)> {
     pages.release_all();
     Ok((value, Some(pages)))
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::dumpdiff::mat::Mat;
-
-    #[test]
-    fn a_released_whole_batch_file_reads_the_same() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures/dumps/self_hosted_pt/old_log_probs/step_000000.pt");
-        let want = read_any(&path).unwrap();
-        let want = Mat::of(&want, "old_log_probs").unwrap();
-        let (value, pages) = read_whole(&path).unwrap();
-        let pages = pages.unwrap();
-        let m = Mat::of(&value, "old_log_probs").unwrap().with_pages(pages);
-        assert!(want.rows > 1);
-        let bits = |m: &Mat| m.values().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&m), bits(&want));
-        m.release_rows(0..m.rows);
-        assert_eq!(bits(&m), bits(&want));
-    }
-
-    #[test]
-    fn files_other_than_pt_are_read_without_a_map() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures/dumps/self_hosted_jsonl/old_log_probs/step_000000.jsonl");
-        let (v, pages) = read_whole(&path).unwrap();
-        assert!(pages.is_none());
-        assert!(Mat::of(&v, "old_log_probs").is_some());
-        let missing = path.with_file_name("nope.pt");
-        let err = read_whole(&missing).unwrap_err().to_string();
-        assert!(err.contains("nope.pt"), "{err}");
-    }
-}

@@ -337,3 +337,6 @@ impl TypeTracker {
         }
     }
 }
+
+/// Field marking a record as evaluation/validation only (not a training step).
+pub const EVAL_MARK: &str = "eval_record";

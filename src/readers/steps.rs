@@ -233,7 +233,7 @@ pub fn parse_trainer_state(
                 .any(|(k, _)| k == "loss" || k == "grad_norm")
         {
             rec.fields
-                .push((crate::readers::textlog::EVAL_MARK.to_string(), 1.0));
+                .push((crate::model::log::EVAL_MARK.to_string(), 1.0));
             stats.eval_records += 1;
         }
         if rec.step.is_none() {

@@ -13,7 +13,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use half::{bf16, f16};
-use ndarray::{ArrayD, IxDyn};
 
 pub use bytes::Bytes;
 pub(crate) use decode::decode_run_f64_into;
@@ -373,17 +372,6 @@ impl Tensor {
     pub fn scalar_f64(&self) -> Option<f64> {
         (self.numel() == 1 && !self.dtype.is_complex())
             .then(|| self.load_f64(self.storage.as_slice(), self.offset))
-    }
-
-    /// Row-major f64 ndarray with the tensor's shape (plus a last axis of 2, `re, im`, for
-    /// complex dtypes, as `torch.view_as_real`).
-    pub fn to_ndarray_f64(&self) -> ArrayD<f64> {
-        let mut shape = self.shape.clone();
-        if self.dtype.is_complex() {
-            shape.push(2);
-        }
-        ArrayD::from_shape_vec(IxDyn(&shape), self.to_f64_vec())
-            .expect("to_f64_vec returns numel (×2 for complex) elements in row-major order")
     }
 
     /// A candle tensor holding the same values. Float dtypes keep their dtype; dtypes

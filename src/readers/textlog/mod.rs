@@ -26,8 +26,7 @@ use lines::{
 };
 use tables::{parse_megatron, parse_table, parse_tqdm_postfix};
 
-/// Field marking a record as evaluation/validation only (not a training step).
-pub const EVAL_MARK: &str = "eval_record";
+pub use crate::model::log::EVAL_MARK;
 
 /// What one text line is.
 #[derive(Debug, Clone, PartialEq)]
