@@ -58,7 +58,7 @@ pub fn read_whole(path: &Path) -> Result<(Value, Option<Pages>)> {
     // writes input files; another process truncating the file while we read is not
     // defended, as with every memory map.
     let map = Arc::new(unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?);
-    let value = crate::readers::pt::read_pt_bytes(map.clone()).map_err(|e| e.in_file(path))?;
+    let value = crate::readers::pt::read_pt_map(map.clone()).map_err(|e| e.in_file(path))?;
     let pages = Pages { map };
     // The CRC check touched every page; each cell faults back in the rows it reads.
     pages.release_all();

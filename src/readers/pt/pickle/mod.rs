@@ -150,6 +150,22 @@ pub fn unpickle_prefix(
     member: &str,
     load_storage: &mut dyn FnMut(&StorageRequest<'_>) -> Result<Bytes, String>,
 ) -> Result<(Value, usize), FormatError> {
+    unpickle_streaming(data, member, load_storage, &mut |_| {})
+}
+
+/// Bytes of input the unpickler reads between two calls of its `consumed` callback.
+const CONSUMED_CHUNK: usize = 4 << 20;
+
+/// [`unpickle_prefix`], handing the input to `consumed` as it is read, in order and in
+/// chunks of about [`CONSUMED_CHUNK`] bytes, up to where the unpickler stopped (success
+/// or error): the reader checksums the pickle in the same pass and lets the kernel drop
+/// the pages read, so a pickle is never resident whole (the unpickler never reads back).
+pub fn unpickle_streaming(
+    data: &[u8],
+    member: &str,
+    load_storage: &mut dyn FnMut(&StorageRequest<'_>) -> Result<Bytes, String>,
+    consumed: &mut dyn FnMut(&[u8]),
+) -> Result<(Value, usize), FormatError> {
     let mut u = Unpickler {
         data,
         pos: 0,
@@ -160,10 +176,15 @@ pub fn unpickle_prefix(
         stack: Vec::new(),
         marks: Vec::new(),
         memo: HashMap::new(),
+        memo_max: None,
+        dup_max: None,
         load_storage,
+        consumed,
+        handed: 0,
     };
-    let root = u.run()?;
-    let v = u.materialize(root)?;
+    let root = u.run();
+    u.hand_over();
+    let v = u.materialize(root?)?;
     Ok((v, u.pos))
 }
 
@@ -179,10 +200,26 @@ struct Unpickler<'a, 'f> {
     stack: Vec<Id>,
     marks: Vec<usize>,
     memo: HashMap<u64, Id>,
+    /// Highest node id ever memoized or duplicated (DUP): a scalar node above both is
+    /// referenced by the stack alone, so a list that absorbs it may drop it from the arena.
+    memo_max: Option<Id>,
+    dup_max: Option<Id>,
     load_storage: &'f mut dyn FnMut(&StorageRequest<'_>) -> Result<Bytes, String>,
+    consumed: &'f mut dyn FnMut(&[u8]),
+    /// End of the input already handed to `consumed`.
+    handed: usize,
 }
 
 impl Unpickler<'_, '_> {
+    /// Hand the input read since the last call to `consumed`.
+    fn hand_over(&mut self) {
+        let end = self.pos.min(self.data.len());
+        if end > self.handed {
+            (self.consumed)(&self.data[self.handed..end]);
+            self.handed = end;
+        }
+    }
+
     fn err(&self, msg: impl Into<String>) -> FormatError {
         FormatError::new(
             Position::PickleOp {
@@ -403,6 +440,9 @@ impl Unpickler<'_, '_> {
 
     fn run(&mut self) -> Result<Id, FormatError> {
         loop {
+            if self.pos - self.handed >= CONSUMED_CHUNK {
+                self.hand_over();
+            }
             self.op_at = self.pos;
             if self.pos >= self.data.len() {
                 return Err(self.err("pickle ends without a STOP opcode (truncated?)"));
@@ -436,6 +476,7 @@ impl Unpickler<'_, '_> {
                 }
                 b'2' => {
                     let t = self.top()?;
+                    self.dup_max = self.dup_max.max(Some(t));
                     self.stack.push(t);
                 }
                 b'N' => self.push(Node::None),
@@ -606,6 +647,7 @@ impl Unpickler<'_, '_> {
                         _ => self.memo.len() as u64,
                     };
                     let top = self.top()?;
+                    self.memo_max = self.memo_max.max(Some(top));
                     self.memo.insert(idx, top);
                 }
                 b'c' => {
