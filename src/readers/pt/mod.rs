@@ -197,7 +197,11 @@ fn member_range(
     name: &str,
 ) -> Result<(usize, usize), FormatError> {
     let m = member_located(archive, data, name)?;
-    check_crc(name, m.crc, crc32fast::hash(&data[m.start..m.start + m.len]))?;
+    check_crc(
+        name,
+        m.crc,
+        crc32fast::hash(&data[m.start..m.start + m.len]),
+    )?;
     Ok((m.start, m.len))
 }
 

@@ -575,14 +575,24 @@ impl Unpickler<'_, '_> {
                 b'a' => {
                     let v = self.pop()?;
                     let list = self.top()?;
-                    self.extend_list(list, vec![v])?;
+                    if !self.append_packed(list, v) {
+                        self.extend_list(list, vec![v])?;
+                    }
                 }
                 b'e' | 0x90 => {
                     let items = self.pop_mark()?;
                     let list = self.top()?;
                     self.extend_list(list, items)?;
                 }
-                b'l' | 0x91 => {
+                b'l' => {
+                    let items = self.pop_mark()?;
+                    let id = match self.packed_list(&items) {
+                        Some(id) => id,
+                        None => self.new_list(items)?,
+                    };
+                    self.stack.push(id);
+                }
+                0x91 => {
                     let items = self.pop_mark()?;
                     let id = self.new_list(items)?;
                     self.stack.push(id);
