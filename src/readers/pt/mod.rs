@@ -73,9 +73,12 @@ pub fn release_pages(map: &Mmap, part: &[u8]) {
     let _ = unsafe { map.unchecked_advise_range(UncheckedAdvice::DontNeed, offset, part.len()) };
 }
 
+/// Told each part of the input once it is read and checksummed (to release its pages).
+type Release<'a> = &'a dyn Fn(&[u8]);
+
 /// The reader behind [`read_pt_bytes`] and [`read_pt_map`]; `release`, when given, is
 /// handed each part of `data.pkl` once it is read and checksummed.
-fn read_pt_released(bytes: Buf, release: Option<&dyn Fn(&[u8])>) -> Result<Value, FormatError> {
+fn read_pt_released(bytes: Buf, release: Option<Release<'_>>) -> Result<Value, FormatError> {
     let data: &[u8] = (*bytes).as_ref();
     if data.is_empty() {
         return Err(FormatError::new(
