@@ -547,3 +547,109 @@ fn jsonl_lists_read_packed_and_heterogeneous_ones_item_by_item() {
         [Value::Int(1), Value::BigInt(b)] if b == "18446744073709551615"
     ));
 }
+
+// ---------------------------------------------------------------- streaming reads
+
+#[test]
+fn trajectories_handed_over_one_by_one_are_the_items_of_a_whole_read() {
+    use rlforensics::readers::pt::{pickle::Each, read_pt_map_each};
+    let path = Path::new("fixtures/dumps/self_hosted_pt/trajectory/step_000000.pt");
+    let whole = read_any(path).unwrap();
+    let want = whole.get("trajectories").and_then(Value::as_seq).unwrap();
+    let file = std::fs::File::open(path).unwrap();
+    // SAFETY: a fixture nobody writes while the test runs.
+    let map = std::sync::Arc::new(unsafe { memmap2::Mmap::map(&file) }.unwrap());
+    let mut got = Vec::new();
+    let mut each = |i: usize, t: Value| -> Result<Value, String> {
+        got.push((i, t));
+        Ok(Value::Int(i as i64 * 10))
+    };
+    let v = read_pt_map_each(
+        map,
+        Each {
+            key: "trajectories",
+            each: &mut each,
+        },
+    )
+    .unwrap();
+    assert_eq!(got.len(), want.len());
+    assert!(want.len() > 1);
+    for ((i, t), w) in got.iter().zip(want) {
+        for key in ["tokens", "loss_mask"] {
+            let (a, b) = (t.get(key).unwrap(), w.get(key).unwrap());
+            assert!(a.as_packed().is_some(), "[{i}] {key}");
+            assert_eq!(a.to_i64s(), b.to_i64s(), "[{i}] {key}");
+        }
+        assert_eq!(
+            t.get("reward").and_then(Value::as_f64).map(f64::to_bits),
+            w.get("reward").and_then(Value::as_f64).map(f64::to_bits)
+        );
+    }
+    // What the hook returned took each item's place; the rest of the file is as read whole.
+    let kept: Vec<i64> = v
+        .get("trajectories")
+        .and_then(Value::as_seq)
+        .unwrap()
+        .iter()
+        .map(|x| x.as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        kept,
+        (0..want.len() as i64).map(|i| i * 10).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        v.get("step").and_then(Value::as_i64),
+        whole.get("step").and_then(Value::as_i64)
+    );
+}
+
+/// Unpickle `p` handing the items under root key "t" to a hook that keeps their length.
+fn each_lengths(p: &[u8]) -> Result<(Value, Vec<usize>), String> {
+    use rlforensics::readers::pt::pickle::{unpickle_each, Each};
+    let mut seen = Vec::new();
+    let mut each = |i: usize, t: Value| -> Result<Value, String> {
+        seen.push(i);
+        Ok(Value::Int(t.seq_len().unwrap_or(0) as i64))
+    };
+    let r = unpickle_each(
+        p,
+        "data.pkl",
+        &mut |_| Err("no storages".into()),
+        &mut |_| {},
+        Some(Each {
+            key: "t",
+            each: &mut each,
+        }),
+    );
+    r.map(|(v, _)| (v, seen)).map_err(|e| e.to_string())
+}
+
+#[test]
+fn only_the_root_key_is_streamed_and_a_shared_item_is_refused() {
+    // {"t": [[1, 2], [3]], "u": {"t": [[4]], "x": 1}}, protocol 2.
+    let p = b"\x80\x02}q\x00(X\x01\x00\x00\x00tq\x01]q\x02(]q\x03(K\x01K\x02e]q\x04K\x03aeX\x01\x00\x00\x00uq\x05}q\x06(h\x01]q\x07]q\x08K\x04aaX\x01\x00\x00\x00xq\tK\x01uu.";
+    let (v, seen) = each_lengths(p).unwrap();
+    assert_eq!(seen, vec![0, 1]);
+    let t: Vec<i64> = v
+        .get("t")
+        .and_then(Value::as_seq)
+        .unwrap()
+        .iter()
+        .map(|x| x.as_i64().unwrap())
+        .collect();
+    assert_eq!(t, vec![2, 1]);
+    // The nested "t" is not the root's: read as is.
+    let inner = v.get("u").and_then(|u| u.get("t")).unwrap();
+    assert_eq!(inner.to_tensor().unwrap().to_i64_vec(), vec![4]);
+    // {"u": {"t": [[4]]}, "t": [[5]]}: a one-key nested dict looks like the root on the
+    // stack; its items are handed too, and the read fails at the end rather than return
+    // them as the root's (the caller reads the file whole).
+    let p = b"\x80\x02}q\x00(X\x01\x00\x00\x00uq\x01}q\x02X\x01\x00\x00\x00tq\x03]q\x04]q\x05K\x04aash\x03]q\x06]q\x07K\x05aau.";
+    let e = each_lengths(p).unwrap_err();
+    assert!(e.contains("not all those of the root"), "{e}");
+    // {"t": [xs], "again": xs}: the handed item's list is freed, so the second reference
+    // fails (the caller then reads the file whole) instead of reading other values.
+    let p = b"\x80\x02}q\x00(X\x01\x00\x00\x00tq\x01]q\x02]q\x03(K\x01K\x02eaX\x05\x00\x00\x00againq\x04h\x03u.";
+    let e = each_lengths(p).unwrap_err();
+    assert!(e.contains("referenced again"), "{e}");
+}

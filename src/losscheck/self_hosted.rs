@@ -193,6 +193,31 @@ pub struct TrajectoryRow {
     pub group: Option<String>,
 }
 
+impl TrajectoryRow {
+    /// The summary of one trajectory (an item of the file's `trajectories` list).
+    pub fn of(t: &Value) -> TrajectoryRow {
+        let tokens = t.get("tokens").and_then(Value::to_i64s);
+        let response = match (&tokens, t.get("loss_mask").and_then(Value::to_i64s)) {
+            (Some(tokens), Some(m)) => {
+                let r: Vec<i64> = tokens
+                    .iter()
+                    .zip(m)
+                    .filter(|(_, m)| *m != 0)
+                    .map(|(x, _)| *x)
+                    .collect();
+                (!r.is_empty()).then(|| tokens_hash(&r))
+            }
+            _ => None,
+        };
+        TrajectoryRow {
+            tokens: tokens.as_deref().map(tokens_hash),
+            response,
+            reward: reward_of(t),
+            group: group_of(t),
+        }
+    }
+}
+
 impl TrajectorySummary {
     /// Summarise trajectory file `tf` read as `tv`.
     ///
@@ -202,30 +227,7 @@ impl TrajectorySummary {
             .get("trajectories")
             .and_then(Value::as_seq)
             .ok_or_else(|| key_err(&tf, "trajectories", "missing or not a list"))?;
-        let rows = items
-            .iter()
-            .map(|t| {
-                let tokens = t.get("tokens").and_then(Value::to_i64s);
-                let response = match (&tokens, t.get("loss_mask").and_then(Value::to_i64s)) {
-                    (Some(tokens), Some(m)) => {
-                        let r: Vec<i64> = tokens
-                            .iter()
-                            .zip(m)
-                            .filter(|(_, m)| *m != 0)
-                            .map(|(x, _)| *x)
-                            .collect();
-                        (!r.is_empty()).then(|| tokens_hash(&r))
-                    }
-                    _ => None,
-                };
-                TrajectoryRow {
-                    tokens: tokens.as_deref().map(tokens_hash),
-                    response,
-                    reward: reward_of(t),
-                    group: group_of(t),
-                }
-            })
-            .collect();
+        let rows = items.iter().map(TrajectoryRow::of).collect();
         Ok(TrajectorySummary { file: tf, rows })
     }
 }

@@ -36,7 +36,7 @@ pub fn read_pt(path: &Path) -> Result<Value> {
         // writes input files; another process truncating the file while we read it is not
         // defended, as with every memory map.
         if let Ok(map) = unsafe { Mmap::map(&file) } {
-            return read_pt_map(Arc::new(map)).map_err(|e| e.in_file(path));
+            return read_pt_map_pickle(Arc::new(map)).map_err(|e| e.in_file(path));
         }
     }
     let buf = crate::readers::open_input(path)?;
@@ -45,16 +45,52 @@ pub fn read_pt(path: &Path) -> Result<Value> {
 
 /// Same, from bytes in memory (for fuzzing and tests); errors carry no file name.
 pub fn read_pt_bytes(bytes: Buf) -> Result<Value, FormatError> {
-    read_pt_released(bytes, None)
+    read_pt_released(bytes, None, None, None)
 }
 
-/// [`read_pt_bytes`] of a memory map whose `data.pkl` pages are released (MADV_DONTNEED)
-/// once the unpickler and the CRC-32 pass, done together, have read them: the pickle of a
-/// trajectory file (token lists) is never resident whole, only the values built from it.
-/// Storages stay mapped as zero-copy windows; their pages are the caller's to release.
+/// The streaming hook applied after the fact, to a value read whole: every item of the
+/// list under the root dict's key `each.key` replaced by what `each.each` returns.
+fn hand_over_whole(v: &mut Value, e: pickle::Each<'_>) -> Result<(), String> {
+    let Value::Dict(items) = v else {
+        return Ok(());
+    };
+    for (k, val) in items.iter_mut() {
+        if let (Value::Str(s), Value::List(xs)) = (&*k, val) {
+            if s == e.key {
+                for (i, x) in xs.iter_mut().enumerate() {
+                    let item = std::mem::replace(x, Value::None);
+                    *x = (e.each)(i, item)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// [`read_pt_bytes`] of a memory map whose pages are released (MADV_DONTNEED) once read:
+/// `data.pkl`'s once the unpickler and the CRC-32 pass, done together, have read them (the
+/// pickle of a trajectory file is never resident whole, only the values built from it);
+/// each storage's once checksummed (its tensor, a zero-copy window of the map, faults back
+/// what is read of it). For whole-batch files read once and sliced later.
 pub fn read_pt_map(map: Arc<Mmap>) -> Result<Value, FormatError> {
     let release = |part: &[u8]| release_pages(&map, part);
-    read_pt_released(map.clone(), Some(&release))
+    read_pt_released(map.clone(), Some(&release), Some(&release), None)
+}
+
+/// [`read_pt_bytes`] of a memory map whose `data.pkl` pages are released as the unpickler
+/// reads them; storages stay resident after their CRC pass (the caller reads them next).
+fn read_pt_map_pickle(map: Arc<Mmap>) -> Result<Value, FormatError> {
+    let release = |part: &[u8]| release_pages(&map, part);
+    read_pt_released(map.clone(), Some(&release), None, None)
+}
+
+/// [`read_pt_map`] handing each item of the list under the root dict's key `each.key` to
+/// `each.each` as soon as the unpickler has built it, and keeping only what that returns
+/// (see [`pickle::Each`]): a trajectory file digested this way never holds all its token
+/// lists. Legacy (pre-zip) files are read whole, their items handed over afterwards.
+pub fn read_pt_map_each(map: Arc<Mmap>, each: pickle::Each<'_>) -> Result<Value, FormatError> {
+    let release = |part: &[u8]| release_pages(&map, part);
+    read_pt_released(map.clone(), Some(&release), Some(&release), Some(each))
 }
 
 /// Let the kernel drop `part` (a window of `map`) from this process's memory; a later read
@@ -77,8 +113,14 @@ pub fn release_pages(map: &Mmap, part: &[u8]) {
 type Release<'a> = &'a dyn Fn(&[u8]);
 
 /// The reader behind [`read_pt_bytes`] and [`read_pt_map`]; `release`, when given, is
-/// handed each part of `data.pkl` once it is read and checksummed.
-fn read_pt_released(bytes: Buf, release: Option<Release<'_>>) -> Result<Value, FormatError> {
+/// handed each part of `data.pkl` once it is read and checksummed, `release_storages`
+/// each part of a storage member once checksummed.
+fn read_pt_released(
+    bytes: Buf,
+    release: Option<Release<'_>>,
+    release_storages: Option<Release<'_>>,
+    each: Option<pickle::Each<'_>>,
+) -> Result<Value, FormatError> {
     let data: &[u8] = (*bytes).as_ref();
     if data.is_empty() {
         return Err(FormatError::new(
@@ -87,7 +129,11 @@ fn read_pt_released(bytes: Buf, release: Option<Release<'_>>) -> Result<Value, F
         ));
     }
     if legacy::is_legacy(data) {
-        return legacy::read_legacy(&bytes);
+        let mut v = legacy::read_legacy(&bytes)?;
+        if let Some(e) = each {
+            hand_over_whole(&mut v, e).map_err(|m| FormatError::new(Position::File, m))?;
+        }
+        return Ok(v);
     }
     if !data.starts_with(b"PK") {
         let msg = if legacy::is_tar(data) {
@@ -124,7 +170,21 @@ fn read_pt_released(bytes: Buf, release: Option<Release<'_>>) -> Result<Value, F
             return Ok(b.clone());
         }
         let name = format!("{prefix}data/{}", req.key);
-        let (start, len) = member_range(&mut archive, data, &name).map_err(|e| e.msg)?;
+        let (start, len) = match release_storages {
+            None => member_range(&mut archive, data, &name).map_err(|e| e.msg)?,
+            Some(r) => {
+                // Checksummed a chunk at a time, each released behind the hash: a large
+                // storage is never resident whole here (its reader faults back what it reads).
+                let m = member_located(&mut archive, data, &name).map_err(|e| e.msg)?;
+                let mut crc = crc32fast::Hasher::new();
+                for part in data[m.start..m.start + m.len].chunks(4 << 20) {
+                    crc.update(part);
+                    r(part);
+                }
+                check_crc(&name, m.crc, crc.finalize()).map_err(|e| e.msg)?;
+                (m.start, m.len)
+            }
+        };
         let need = req
             .numel
             .checked_mul(req.dtype.size() as u64)
@@ -156,7 +216,7 @@ fn read_pt_released(bytes: Buf, release: Option<Release<'_>>) -> Result<Value, F
             r(part);
         }
     };
-    let read = pickle::unpickle_streaming(pkl_data, &pkl_name, &mut load, &mut consumed);
+    let read = pickle::unpickle_each(pkl_data, &pkl_name, &mut load, &mut consumed, each);
     // The unpickler handed over what it read, in order; the rest (after its STOP, or
     // after the opcode it failed at) is hashed here.
     consumed(&pkl_data[seen.get().min(pkl_data.len())..]);

@@ -107,6 +107,11 @@ enum Node {
     /// A list whose items so far are all ints, all floats or all bools, stored packed
     /// (see `packed.rs`); never empty.
     Packed(std::sync::Arc<crate::value::Packed>),
+    /// What a streaming read's caller kept of an item it was handed (see [`Each`]).
+    Kept(Box<Value>),
+    /// A packed list inside an item handed over: its memory is freed; reading it again
+    /// is an error.
+    Released,
 }
 
 impl Node {
@@ -127,7 +132,8 @@ impl Node {
             Node::Storage(_) => "storage",
             Node::NdArrayStub => "numpy.ndarray",
             Node::NumpyDtype { .. } => "numpy.dtype",
-            Node::Packed(_) => "list",
+            Node::Packed(_) | Node::Released => "list",
+            Node::Kept(v) => v.type_name(),
         }
     }
 }
@@ -153,6 +159,16 @@ pub fn unpickle_prefix(
     unpickle_streaming(data, member, load_storage, &mut |_| {})
 }
 
+/// A streaming read's hook: each item appended to the list under key `key` of the
+/// pickle's root dict (`{"trajectories": [t0, t1, …]}`) is handed, complete, to `each`
+/// with its index in that list; what `each` returns takes its place, and the packed lists
+/// inside the item are freed. `each` may refuse an item with a message (the read fails
+/// at it).
+pub struct Each<'f> {
+    pub key: &'f str,
+    pub each: &'f mut dyn FnMut(usize, Value) -> Result<Value, String>,
+}
+
 /// Bytes of input the unpickler reads between two calls of its `consumed` callback.
 const CONSUMED_CHUNK: usize = 4 << 20;
 
@@ -165,6 +181,19 @@ pub fn unpickle_streaming(
     member: &str,
     load_storage: &mut dyn FnMut(&StorageRequest<'_>) -> Result<Bytes, String>,
     consumed: &mut dyn FnMut(&[u8]),
+) -> Result<(Value, usize), FormatError> {
+    unpickle_each(data, member, load_storage, consumed, None)
+}
+
+/// [`unpickle_streaming`] that also hands the items of one list over as they complete
+/// (see [`Each`]), so that a caller needing a digest of each trajectory never holds the
+/// token lists of them all.
+pub fn unpickle_each(
+    data: &[u8],
+    member: &str,
+    load_storage: &mut dyn FnMut(&StorageRequest<'_>) -> Result<Bytes, String>,
+    consumed: &mut dyn FnMut(&[u8]),
+    each: Option<Each<'_>>,
 ) -> Result<(Value, usize), FormatError> {
     let mut u = Unpickler {
         data,
@@ -181,14 +210,20 @@ pub fn unpickle_streaming(
         load_storage,
         consumed,
         handed: 0,
+        each,
+        each_count: 0,
+        each_budget: None,
+        each_lists: Vec::new(),
     };
     let root = u.run();
     u.hand_over();
-    let v = u.materialize(root?)?;
+    let root = root?;
+    u.check_handed(root)?;
+    let v = u.materialize(root)?;
     Ok((v, u.pos))
 }
 
-struct Unpickler<'a, 'f> {
+struct Unpickler<'a, 'f, 'e> {
     data: &'a [u8],
     pos: usize,
     /// Offset of the opcode being executed, for errors.
@@ -208,9 +243,16 @@ struct Unpickler<'a, 'f> {
     consumed: &'f mut dyn FnMut(&[u8]),
     /// End of the input already handed to `consumed`.
     handed: usize,
+    each: Option<Each<'e>>,
+    /// Items handed to `each` so far.
+    each_count: usize,
+    /// The expansion budget the handed items share.
+    each_budget: Option<materialize::Budget>,
+    /// The lists whose items were handed over.
+    each_lists: Vec<Id>,
 }
 
-impl Unpickler<'_, '_> {
+impl Unpickler<'_, '_, '_> {
     /// Hand the input read since the last call to `consumed`.
     fn hand_over(&mut self) {
         let end = self.pos.min(self.data.len());
@@ -436,6 +478,94 @@ impl Unpickler<'_, '_> {
         }
     }
 
+    /// True when items appended to `list` go to the streaming hook: `list` is the value
+    /// of the hook's key in the pickle's root dict, being filled (the stack holds the root
+    /// dict, then its pending keys and values, the key and `list` last; no other MARK open).
+    fn each_target(&self, list: Id) -> bool {
+        let Some(e) = &self.each else {
+            return false;
+        };
+        let n = self.stack.len();
+        n >= 3
+            && (n - 1).is_multiple_of(2)
+            && self.stack[n - 1] == list
+            && matches!(self.nodes[list], Node::List(_))
+            && matches!(self.nodes[self.stack[0]], Node::Dict(_))
+            && self.marks.iter().all(|&m| m <= 1)
+            && matches!(&self.nodes[self.stack[n - 2]], Node::Str(k) if k == e.key)
+    }
+
+    /// The stack cannot tell the root dict's pending `key` from that of a one-item dict
+    /// nested in it (both `… key [`): check at the end that the items handed over all went
+    /// to the list under the root's key, else fail (the caller reads the file whole).
+    fn check_handed(&self, root: Id) -> Result<(), FormatError> {
+        let Some(e) = &self.each else {
+            return Ok(());
+        };
+        let at_key = match &self.nodes[root] {
+            Node::Dict(d) => d
+                .items
+                .iter()
+                .find(|&&(k, _)| matches!(&self.nodes[k], Node::Str(s) if s == e.key))
+                .map(|&(_, v)| v),
+            _ => None,
+        };
+        match self.each_lists.as_slice() {
+            [] => Ok(()),
+            [list] if at_key == Some(*list) => Ok(()),
+            _ => Err(self.err(format!(
+                "the items handed over are not all those of the root's {:?} list",
+                e.key
+            ))),
+        }
+    }
+
+    /// Hand each of `items` (complete) to the hook; return the nodes of what it kept, the
+    /// items' packed lists freed.
+    fn hand_items(&mut self, list: Id, items: Vec<Id>) -> Result<Vec<Id>, FormatError> {
+        if !self.each_lists.contains(&list) {
+            self.each_lists.push(list);
+        }
+        let mut kept = Vec::with_capacity(items.len());
+        for item in items {
+            let mut budget = match self.each_budget.take() {
+                Some(b) => b,
+                None => self.full_budget(),
+            };
+            let v = self.materialize_in(item, &mut budget);
+            self.each_budget = Some(budget);
+            let v = v?;
+            let index = self.each_count;
+            self.each_count += 1;
+            let out = match self.each.as_mut() {
+                Some(e) => (e.each)(index, v),
+                None => Ok(v),
+            };
+            let out = out.map_err(|m| self.err(m))?;
+            self.release_packed_under(item);
+            kept.push(self.add(Node::Kept(Box::new(out))));
+        }
+        Ok(kept)
+    }
+
+    /// Free the packed lists in the containers reachable from `root` (an item handed
+    /// over); anything reading them later fails instead of reading other values.
+    fn release_packed_under(&mut self, root: Id) {
+        let mut todo = vec![root];
+        let mut seen = std::collections::HashSet::new();
+        while let Some(id) = todo.pop() {
+            if !seen.insert(id) {
+                continue;
+            }
+            match &self.nodes[id] {
+                Node::List(v) | Node::Tuple(v) => todo.extend(v.iter().copied()),
+                Node::Dict(d) => todo.extend(d.items.iter().map(|&(_, v)| v)),
+                Node::Packed(_) => self.nodes[id] = Node::Released,
+                _ => {}
+            }
+        }
+    }
+
     // ------------------------------------------------------------ the loop
 
     fn run(&mut self) -> Result<Id, FormatError> {
@@ -575,13 +705,19 @@ impl Unpickler<'_, '_> {
                 b'a' => {
                     let v = self.pop()?;
                     let list = self.top()?;
-                    if !self.append_packed(list, v) {
+                    if self.each_target(list) {
+                        let items = self.hand_items(list, vec![v])?;
+                        self.extend_list(list, items)?;
+                    } else if !self.append_packed(list, v) {
                         self.extend_list(list, vec![v])?;
                     }
                 }
                 b'e' | 0x90 => {
-                    let items = self.pop_mark()?;
+                    let mut items = self.pop_mark()?;
                     let list = self.top()?;
+                    if op == b'e' && self.each_target(list) {
+                        items = self.hand_items(list, items)?;
+                    }
                     self.extend_list(list, items)?;
                 }
                 b'l' => {

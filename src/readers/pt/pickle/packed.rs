@@ -8,7 +8,7 @@ use super::decode::long_from_le;
 use super::*;
 use crate::value::{Ints, Packed};
 
-impl Unpickler<'_, '_> {
+impl Unpickler<'_, '_, '_> {
     /// Called at a MARK: when the list on top of the stack is empty or packed and the
     /// batch that follows (`MARK x1 … xn APPENDS`, how the pickler writes a list, 1000
     /// items a batch) holds only ints (BININT1/BININT2/BININT/LONG1), only floats
