@@ -279,6 +279,20 @@ fn scan_batch(data: &[u8], mut pos: usize, kind: Option<Batch>) -> Option<(Optio
         xs.reserve(1000);
     }
     loop {
+        if let Batch::Ints(xs) = &mut batch {
+            // The hot path (token ids as torch.save's protocol-2 pickler writes them): the
+            // binary int opcodes in one tight loop; anything else goes to `scan_item`.
+            while let Some(&[op, a, b, c, d]) = data.get(pos..pos + 5) {
+                let (v, len) = match op {
+                    b'K' => (i64::from(a), 2),
+                    b'M' => (i64::from(u16::from_le_bytes([a, b])), 3),
+                    b'J' => (i64::from(i32::from_le_bytes([a, b, c, d])), 5),
+                    _ => break,
+                };
+                xs.push(v);
+                pos += len;
+            }
+        }
         match (scan_item(data, pos)?, &mut batch) {
             (Item::End(end), _) => return Some((Some(batch), end)),
             (Item::Scalar(Scalar::Int(v), next), Batch::Ints(xs)) => {
