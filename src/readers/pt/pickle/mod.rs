@@ -214,6 +214,7 @@ pub fn unpickle_each(
         each_count: 0,
         each_budget: None,
         each_lists: Vec::new(),
+        scratch: Vec::new(),
     };
     let root = u.run();
     u.hand_over();
@@ -250,6 +251,8 @@ struct Unpickler<'a, 'f, 'e> {
     each_budget: Option<materialize::Budget>,
     /// The lists whose items were handed over.
     each_lists: Vec<Id>,
+    /// Reused buffer of a batch of ints being packed.
+    scratch: Vec<i64>,
 }
 
 impl Unpickler<'_, '_, '_> {

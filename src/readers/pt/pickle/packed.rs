@@ -22,17 +22,20 @@ impl Unpickler<'_, '_, '_> {
         let kind = match &self.nodes[list] {
             Node::List(v) if v.is_empty() => None,
             Node::Packed(p) => Some(match **p {
-                Packed::Ints(_) => Batch::Ints(Vec::new()),
-                Packed::Floats(_) => Batch::Floats(Vec::new()),
-                Packed::Bools(_) => Batch::Bools(Vec::new()),
+                Packed::Ints(_) => Kind::Ints,
+                Packed::Floats(_) => Kind::Floats,
+                Packed::Bools(_) => Kind::Bools,
             }),
             _ => return false,
         };
-        let Some((batch, end)) = scan_batch(self.data, self.pos, kind) else {
+        // The ints of a batch are decoded into one reused buffer (no allocation a batch).
+        let mut ints = std::mem::take(&mut self.scratch);
+        ints.clear();
+        let Some((batch, end)) = scan_batch(self.data, self.pos, kind, ints) else {
             return false;
         };
-        match (&mut self.nodes[list], batch) {
-            (_, None) => {}
+        let appended = match (&mut self.nodes[list], &batch) {
+            (_, None) => true,
             (Node::List(_), Some(b)) => {
                 let mut p = match b {
                     Batch::Ints(_) => Packed::Ints(Ints::default()),
@@ -41,12 +44,22 @@ impl Unpickler<'_, '_, '_> {
                 };
                 append_batch(&mut p, b);
                 self.nodes[list] = Node::Packed(Arc::new(p));
+                true
             }
             (Node::Packed(p), Some(b)) => match Arc::get_mut(p) {
-                Some(p) => append_batch(p, b),
-                None => return false,
+                Some(p) => {
+                    append_batch(p, b);
+                    true
+                }
+                None => false,
             },
-            _ => return false,
+            _ => false,
+        };
+        if let Some(Batch::Ints(v)) = batch {
+            self.scratch = v;
+        }
+        if !appended {
+            return false;
         }
         self.pos = end;
         self.depth[list] = self.depth[list].max(1);
@@ -234,6 +247,14 @@ fn push_scalar(p: &mut Packed, v: Scalar) {
     }
 }
 
+/// The kind of items a packed list holds.
+#[derive(Clone, Copy)]
+enum Kind {
+    Ints,
+    Floats,
+    Bools,
+}
+
 /// The items of one list batch, decoded.
 enum Batch {
     Ints(Vec<i64>),
@@ -242,38 +263,49 @@ enum Batch {
 }
 
 /// Append a decoded batch to a packed list of its kind (checked by the caller).
-fn append_batch(p: &mut Packed, b: Batch) {
+fn append_batch(p: &mut Packed, b: &Batch) {
     match (p, b) {
-        (Packed::Ints(x), Batch::Ints(b)) => x.extend_from_i64(&b),
+        (Packed::Ints(x), Batch::Ints(b)) => x.extend_from_i64(b),
         (Packed::Floats(x), Batch::Floats(b)) => {
             if x.len() + b.len() <= 1 << 16 {
                 x.reserve_exact(b.len());
             }
-            x.extend_from_slice(&b);
+            x.extend_from_slice(b);
         }
         (Packed::Bools(x), Batch::Bools(b)) => {
             if x.len() + b.len() <= 1 << 16 {
                 x.reserve_exact(b.len());
             }
-            x.extend_from_slice(&b);
+            x.extend_from_slice(b);
         }
         _ => {}
     }
 }
 
 /// Decode the scalar items of a list batch from `data[pos..]` up to its APPENDS, all of
-/// `kind`'s kind (or of the first item's when `kind` is `None`). Returns the batch (`None`
-/// for `MARK APPENDS` with nothing between) and the offset after the APPENDS; `None` at
-/// the first opcode that is anything else, truncation included.
-fn scan_batch(data: &[u8], mut pos: usize, kind: Option<Batch>) -> Option<(Option<Batch>, usize)> {
-    let mut batch = match kind {
+/// `kind` (or of the first item's kind when `kind` is `None`; a batch of ints fills the
+/// buffer `ints`). Returns the batch (`None` for `MARK APPENDS` with nothing between) and
+/// the offset after the APPENDS; `None` at the first opcode that is anything else,
+/// truncation included.
+fn scan_batch(
+    data: &[u8],
+    mut pos: usize,
+    kind: Option<Kind>,
+    ints: Vec<i64>,
+) -> Option<(Option<Batch>, usize)> {
+    let kind = match kind {
         Some(k) => k,
         None => match scan_item(data, pos)? {
             Item::End(end) => return Some((None, end)),
-            Item::Scalar(Scalar::Int(_), _) => Batch::Ints(Vec::new()),
-            Item::Scalar(Scalar::Float(_), _) => Batch::Floats(Vec::new()),
-            Item::Scalar(Scalar::Bool(_), _) => Batch::Bools(Vec::new()),
+            Item::Scalar(Scalar::Int(_), _) => Kind::Ints,
+            Item::Scalar(Scalar::Float(_), _) => Kind::Floats,
+            Item::Scalar(Scalar::Bool(_), _) => Kind::Bools,
         },
+    };
+    let mut batch = match kind {
+        Kind::Ints => Batch::Ints(ints),
+        Kind::Floats => Batch::Floats(Vec::new()),
+        Kind::Bools => Batch::Bools(Vec::new()),
     };
     if let Batch::Ints(xs) = &mut batch {
         xs.reserve(1000);
