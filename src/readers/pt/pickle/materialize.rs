@@ -157,8 +157,8 @@ impl Unpickler<'_, '_, '_> {
             Node::Kept(v) => ((**v).clone(), 0),
             Node::Released => {
                 return Err(self.err(
-                    "a list handed over by a streaming read is referenced again (shared \
-                     object): read the file whole",
+                    "part of an item handed over by a streaming read is referenced again \
+                     (a shared object): read the file whole",
                 ))
             }
             Node::Storage(st) => {

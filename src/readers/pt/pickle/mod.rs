@@ -109,8 +109,8 @@ enum Node {
     Packed(std::sync::Arc<crate::value::Packed>),
     /// What a streaming read's caller kept of an item it was handed (see [`Each`]).
     Kept(Box<Value>),
-    /// A packed list inside an item handed over: its memory is freed; reading it again
-    /// is an error.
+    /// A container or packed list of an item handed over: its memory is freed; reading
+    /// it again is an error.
     Released,
 }
 
@@ -132,7 +132,8 @@ impl Node {
             Node::Storage(_) => "storage",
             Node::NdArrayStub => "numpy.ndarray",
             Node::NumpyDtype { .. } => "numpy.dtype",
-            Node::Packed(_) | Node::Released => "list",
+            Node::Packed(_) => "list",
+            Node::Released => "object already handed over",
             Node::Kept(v) => v.type_name(),
         }
     }
@@ -551,20 +552,17 @@ impl Unpickler<'_, '_, '_> {
         Ok(kept)
     }
 
-    /// Free the packed lists in the containers reachable from `root` (an item handed
-    /// over); anything reading them later fails instead of reading other values.
+    /// Free what the item at `root` holds (its containers and packed lists, not the keys
+    /// and scalars other items share through the memo): anything reading them later fails
+    /// instead of reading other values.
     fn release_packed_under(&mut self, root: Id) {
         let mut todo = vec![root];
-        let mut seen = std::collections::HashSet::new();
         while let Some(id) = todo.pop() {
-            if !seen.insert(id) {
-                continue;
-            }
-            match &self.nodes[id] {
-                Node::List(v) | Node::Tuple(v) => todo.extend(v.iter().copied()),
+            match std::mem::replace(&mut self.nodes[id], Node::Released) {
+                Node::List(v) | Node::Tuple(v) => todo.extend(v),
                 Node::Dict(d) => todo.extend(d.items.iter().map(|&(_, v)| v)),
-                Node::Packed(_) => self.nodes[id] = Node::Released,
-                _ => {}
+                Node::Packed(_) | Node::Released => {}
+                other => self.nodes[id] = other,
             }
         }
     }
