@@ -2,8 +2,8 @@
 # dumpdiff on one training step at a real step's size (NexRL layout: trajectories as token
 # lists, bf16 entropy, nonzero entropy coefficient, weaver batch_inputs), side by side with
 # NexRL's own comparator and with `cat` of the same files; and `dumpdiff --inspect` of the
-# step's trajectory pickle. Wall time (best of REPEATS, page cache warm), MB/s over the
-# bytes of both trees, peak RSS (`/usr/bin/time -v`, one run each).
+# step's trajectory pickle. Wall time and peak RSS (`/usr/bin/time -v`) of each command,
+# both the median of REPEATS runs (page cache warm); MB/s over the bytes of both trees.
 #
 #   benches/real_step.sh TREE_DIR [gen_real_step.py options]
 #   benches/real_step.sh /tmp/rs12                                  # 12 x 2 x 64 x 4096
@@ -39,43 +39,48 @@ BYTES=$(du -cb $FILES | tail -1 | cut -f1)
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
-# best wall seconds of REPEATS runs of "$@" (stdout discarded; dumpdiff exits 1 on findings)
-best() {
-  local b=""
+# "<median wall seconds> <median peak RSS MB> <median CPU seconds (user + sys)>" of
+# REPEATS runs of "$@" (stdout discarded; dumpdiff exits 1 on findings). On a shared
+# machine the CPU time is the steadier figure: wall time counts other processes' turns.
+measure() {
+  local walls=() peaks=() cpus=()
   for _ in $(seq "$REPEATS"); do
     local s e
-    s=$(date +%s.%N); "$@" > /dev/null 2>&1 || true; e=$(date +%s.%N)
-    b=$(python3 -c "print(f'{min(float(\"${b:-inf}\"), $e - $s):.3f}')")
+    s=$(date +%s.%N)
+    /usr/bin/time -v -o "$OUT/time" "$@" > /dev/null 2>&1 || true
+    e=$(date +%s.%N)
+    walls+=("$(python3 -c "print($e - $s)")")
+    peaks+=("$(awk -F': ' '/Maximum resident/ {print $2 / 1024}' "$OUT/time")")
+    cpus+=("$(awk -F': ' '/User time|System time/ {s += $2} END {print s}' "$OUT/time")")
   done
-  echo "$b"
+  python3 -c "
+import statistics, sys
+w, p, c = (a.split() for a in sys.argv[1:4])
+m = lambda xs: statistics.median(map(float, xs))
+print(f'{m(w):.3f} {m(p):.0f} {m(c):.3f}')" "${walls[*]}" "${peaks[*]}" "${cpus[*]}"
 }
-# peak RSS in MB of one run of "$@"
-peak() {
-  /usr/bin/time -v -o "$OUT/time" "$@" > /dev/null 2>&1 || true
-  awk -F': ' '/Maximum resident/ {printf "%.0f", $2 / 1024}' "$OUT/time"
-}
-row() { printf '%-44s %9s s %10s MB/s %8s MB\n' "$1" "$2" "$3" "$4"; }
+row() { printf '%-44s %9s s %10s MB/s %8s MB  cpu %7s s\n' "$1" "$2" "$3" "$4" "$5"; }
 mbs() { python3 -c "print(f'{$1 / 1e6 / $2:.0f}')"; }
 
 cat $FILES > /dev/null   # page cache warm for everyone
 DD=("$DUMPDIFF" --self-hosted-dir "$SH" --weaver-dir "$WV" --step 0 --format json)
-echo "tree: $TREE ($RANKS ranks x $MICROS micros), $(python3 -c "print(f'{$BYTES / 1e6:.0f}')") MB in $(echo "$FILES" | wc -l) files; best of $REPEATS"
-t=$(best "${DD[@]}"); row "dumpdiff (self-hosted vs weaver)" "$t" "$(mbs "$BYTES" "$t")" "$(peak "${DD[@]}")"
-DD_T=$t
-t=$(best cat $FILES); row "cat of every file of both trees" "$t" "$(mbs "$BYTES" "$t")" "$(peak cat $FILES)"
-CAT_T=$t
+echo "tree: $TREE ($RANKS ranks x $MICROS micros), $(python3 -c "print(f'{$BYTES / 1e6:.0f}')") MB in $(echo "$FILES" | wc -l) files; median of $REPEATS"
+read -r t p c < <(measure "${DD[@]}"); row "dumpdiff (self-hosted vs weaver)" "$t" "$(mbs "$BYTES" "$t")" "$p" "$c"
+DD_T=$t DD_C=$c
+read -r t p c < <(measure cat $FILES); row "cat of every file of both trees" "$t" "$(mbs "$BYTES" "$t")" "$p" "$c"
+CAT_T=$t CAT_C=$c
 if [ -n "${NEXRL_COMPARE:-}" ]; then
   NX=(python3 "$NEXRL_COMPARE" --self_hosted_dir "$SH" --weaver_dir "$WV" --step 0
       --num_ranks "$RANKS" --num_micros "$MICROS")
   "${NX[@]}" > /dev/null 2>&1 || { echo "NexRL comparator failed: ${NX[*]}" >&2; exit 1; }
-  t=$(best "${NX[@]}"); row "NexRL compare_debug_dumps.py (unchanged)" "$t" "$(mbs "$BYTES" "$t")" "$(peak "${NX[@]}")"
-  python3 -c "print(f'dumpdiff is {$t / $DD_T:.1f}x faster than NexRL comparator')"
+  read -r t p c < <(measure "${NX[@]}"); row "NexRL compare_debug_dumps.py (unchanged)" "$t" "$(mbs "$BYTES" "$t")" "$p" "$c"
+  python3 -c "print(f'dumpdiff is {$t / $DD_T:.1f}x faster than NexRL comparator (wall), {$c / $DD_C:.1f}x less CPU')"
 else
   echo "(NexRL comparator skipped: set NEXRL_COMPARE to compare_debug_dumps.py from github.com/nex-agi/NexRL)"
 fi
-python3 -c "print(f'dumpdiff / cat: {$DD_T / $CAT_T:.1f}x')"
+python3 -c "print(f'dumpdiff / cat: {$DD_T / $CAT_T:.1f}x (wall), {$DD_C / max($CAT_C, 0.01):.1f}x (cpu)')"
 TB=$(stat -c %s "$TRAJ")
 IN=("$DUMPDIFF" --inspect "$TRAJ")
-t=$(best "${IN[@]}"); p=$(peak "${IN[@]}")
-row "dumpdiff --inspect trajectory ($(python3 -c "print(f'{$TB / 1e6:.1f}')") MB)" "$t" "$(mbs "$TB" "$t")" "$p"
+read -r t p c < <(measure "${IN[@]}")
+row "dumpdiff --inspect trajectory ($(python3 -c "print(f'{$TB / 1e6:.1f}')") MB)" "$t" "$(mbs "$TB" "$t")" "$p" "$c"
 python3 -c "print(f'--inspect peak / file size: {$p * 1048576 / $TB:.2f}x')"

@@ -13,7 +13,7 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use crate::error::{FormatError, Position};
-use crate::value::Value;
+use crate::value::{Packed, Value};
 
 /// Sentinel for `NaN` (3 bytes, like the token it replaces).
 const NAN_SENTINEL: &str = "~";
@@ -29,22 +29,34 @@ const NEG_INF_SENTINEL: &str = "~~~~~~~";
 /// i64::MIN..=u64::MAX arrive as `Float` (serde_json's limit). Errors carry `Position::LineColumn`
 /// (1-based, relative to `text`).
 pub fn parse_value(text: &str) -> Result<Value, FormatError> {
+    parse_value_as(text, false)
+}
+
+/// [`parse_value`], with every non-empty list of only ints, only floats or only bools
+/// built as one [`Value::Packed`] array as it is read (a dump's token lists and nested
+/// log-prob rows), instead of one `Value` per number.
+pub fn parse_value_packed(text: &str) -> Result<Value, FormatError> {
+    parse_value_as(text, true)
+}
+
+fn parse_value_as(text: &str, pack: bool) -> Result<Value, FormatError> {
     if !text.contains("NaN") && !text.contains("Infinity") {
-        return parse_with(text, None);
+        return parse_with(text, None, pack);
     }
     match rewrite_nonfinite(text) {
-        Some((rewritten, flags)) => parse_with(&rewritten, Some(&flags)),
-        None => parse_with(text, None),
+        Some((rewritten, flags)) => parse_with(&rewritten, Some(&flags), pack),
+        None => parse_with(text, None, pack),
     }
 }
 
 /// Parse `text`; `flags` (when the text was rewritten) says, for each string equal to a
 /// sentinel in document order, whether it stands for a bare token (`true`) or is genuine.
-fn parse_with(text: &str, flags: Option<&[bool]>) -> Result<Value, FormatError> {
+fn parse_with(text: &str, flags: Option<&[bool]>, pack: bool) -> Result<Value, FormatError> {
     let counter = Cell::new(0usize);
     let seed = Seed {
         flags,
         counter: &counter,
+        pack,
     };
     let mut de = serde_json::Deserializer::from_str(text);
     let value = seed.deserialize(&mut de).map_err(to_format_error)?;
@@ -153,6 +165,8 @@ fn is_sentinel_bytes(s: &[u8]) -> bool {
 struct Seed<'f> {
     flags: Option<&'f [bool]>,
     counter: &'f Cell<usize>,
+    /// Build homogeneous lists of numbers as [`Value::Packed`].
+    pack: bool,
 }
 
 impl Seed<'_> {
@@ -229,6 +243,9 @@ impl<'de> Visitor<'de> for Seed<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        if self.pack {
+            return packed_seq(self, seq);
+        }
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
         while let Some(v) = seq.next_element_seed(self)? {
             items.push(v);
@@ -259,6 +276,39 @@ pub fn json_num(v: f64) -> serde_json::Value {
     } else {
         "-inf".into()
     }
+}
+
+/// A list read packed while its items are numbers of one kind, as values from the first
+/// item that is not.
+fn packed_seq<'de, A: SeqAccess<'de>>(seed: Seed<'_>, mut seq: A) -> Result<Value, A::Error> {
+    let mut packed: Option<Packed> = None;
+    while let Some(v) = seq.next_element_seed(seed)? {
+        let fits = match &mut packed {
+            Some(p) => p.push_scalar(&v),
+            None => match Packed::of_scalar(&v) {
+                Some(p) => {
+                    packed = Some(p);
+                    true
+                }
+                None => false,
+            },
+        };
+        if !fits {
+            let mut items = packed.map(|p| p.to_values()).unwrap_or_default();
+            items.push(v);
+            while let Some(v) = seq.next_element_seed(seed)? {
+                items.push(v);
+            }
+            return Ok(Value::List(items));
+        }
+    }
+    Ok(match packed {
+        Some(mut p) => {
+            p.shrink_to_fit();
+            Value::Packed(std::sync::Arc::new(p))
+        }
+        None => Value::List(Vec::new()),
+    })
 }
 
 #[cfg(test)]

@@ -268,6 +268,30 @@ impl Packed {
         }
     }
 
+    /// A packed list holding `v` alone, when `v` is an int, float or bool.
+    pub fn of_scalar(v: &Value) -> Option<Packed> {
+        let mut p = match v {
+            Value::Int(_) => Packed::Ints(Ints::default()),
+            Value::Float(_) => Packed::Floats(Vec::new()),
+            Value::Bool(_) => Packed::Bools(Vec::new()),
+            _ => return None,
+        };
+        p.push_scalar(v);
+        Some(p)
+    }
+
+    /// Append `v` when it is a scalar of this list's kind (int, float or bool); false,
+    /// nothing appended, otherwise.
+    pub fn push_scalar(&mut self, v: &Value) -> bool {
+        match (self, v) {
+            (Packed::Ints(x), Value::Int(i)) => x.push(*i),
+            (Packed::Floats(x), Value::Float(f)) => x.push(*f),
+            (Packed::Bools(x), Value::Bool(b)) => x.push(*b),
+            _ => return false,
+        }
+        true
+    }
+
     /// Release spare capacity left by growth.
     pub fn shrink_to_fit(&mut self) {
         match self {

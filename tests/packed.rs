@@ -1,6 +1,6 @@
-//! Packed lists: a pickled list of ints, floats or bools reads as one typed array
-//! ([`Value::Packed`]) holding exactly the values Python wrote, and a list that is not
-//! homogeneous still reads item by item.
+//! Packed lists: a pickled (any protocol) or `.jsonl`-dumped list of ints, floats or bools
+//! reads as one typed array ([`Value::Packed`]) holding exactly the values Python wrote,
+//! and a list that is not homogeneous still reads item by item.
 
 use std::path::Path;
 
@@ -36,6 +36,13 @@ fn read(path: &str) -> Value {
     read_any(&Path::new("fixtures/dumps").join(path)).unwrap()
 }
 
+/// A `.jsonl` dump parsed item by item (no packing): the reference the packed reads are
+/// checked against.
+fn read_plain(path: &str) -> Value {
+    let text = std::fs::read_to_string(Path::new("fixtures/dumps").join(path)).unwrap();
+    rlforensics::json::parse_value(&text).unwrap()
+}
+
 /// The packed ints under `key` of `v`, with their storage width.
 fn packed_ints<'a>(v: &'a Value, key: &str) -> &'a Ints {
     match v.get(key).and_then(Value::as_packed) {
@@ -51,7 +58,7 @@ fn packed_floats<'a>(v: &'a Value, key: &str) -> &'a [f64] {
     }
 }
 
-/// The list of ints under `key` of a `.jsonl` twin (read by the JSON parser, item by item).
+/// The list of ints under `key` of a `.jsonl` twin read by [`read_plain`], item by item.
 fn json_ints(v: &Value, key: &str) -> Vec<i64> {
     v.get(key)
         .and_then(Value::as_seq)
@@ -86,8 +93,13 @@ fn trajectory_token_lists_read_packed_with_the_manifest_values() {
             want["trajectories"]["count"].as_u64(),
             Some(items.len() as u64)
         );
-        let twin = jsonl.map(read);
+        let twin = jsonl.map(read_plain);
         let twin_trajs = twin
+            .as_ref()
+            .map(|t| t.get("trajectories").and_then(Value::as_seq).unwrap());
+        // The `.jsonl` twin as the dump reader reads it: its lists packed too.
+        let twin_packed = jsonl.map(read);
+        let twin_packed = twin_packed
             .as_ref()
             .map(|t| t.get("trajectories").and_then(Value::as_seq).unwrap());
         for (i, (t, w)) in trajs.iter().zip(items).enumerate() {
@@ -113,6 +125,14 @@ fn trajectory_token_lists_read_packed_with_the_manifest_values() {
                 assert_eq!(tokens, json_ints(&tt[i], "tokens"), "{pt}[{i}]");
                 assert_eq!(mask.to_vec(), json_ints(&tt[i], "loss_mask"), "{pt}[{i}]");
             }
+            if let Some(tp) = &twin_packed {
+                let jt = packed_ints(&tp[i], "tokens");
+                let jm = packed_ints(&tp[i], "loss_mask");
+                assert!(matches!(jt, Ints::U16(_)), "{jsonl:?}[{i}] {jt:?}");
+                assert!(matches!(jm, Ints::U8(_)), "{jsonl:?}[{i}] {jm:?}");
+                assert_eq!(jt.to_vec(), tokens, "{jsonl:?}[{i}]");
+                assert_eq!(jm.to_vec(), mask.to_vec(), "{jsonl:?}[{i}]");
+            }
             // The same list to every reader: a list type, its length, its tensor.
             let tv = t.get("tokens").unwrap();
             assert_eq!(tv.type_name(), "list");
@@ -126,8 +146,11 @@ fn trajectory_token_lists_read_packed_with_the_manifest_values() {
 #[test]
 fn prepared_advantages_and_datum_lists_read_packed_bit_for_bit() {
     let pt = read("remote_api_pt/prepared_trajectories/step_000000.pt");
-    let js = read("remote_api_jsonl/prepared_trajectories/step_000000.jsonl");
+    let js = read_plain("remote_api_jsonl/prepared_trajectories/step_000000.jsonl");
+    let js_packed = read("remote_api_jsonl/prepared_trajectories/step_000000.jsonl");
     let adv = packed_floats(&pt, "advantages");
+    let bits = |x: &[f64]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(packed_floats(&js_packed, "advantages")), bits(adv));
     let want: Vec<f64> = js
         .get("advantages")
         .and_then(Value::as_seq)
@@ -145,9 +168,12 @@ fn prepared_advantages_and_datum_lists_read_packed_bit_for_bit() {
     let m = manifest_entry(path);
     let items = m["datums"]["items"].as_array().unwrap();
     let pt = read(path);
-    let js = read("remote_api_jsonl/datums/step_000000.jsonl");
+    let js = read_plain("remote_api_jsonl/datums/step_000000.jsonl");
+    let js_packed = read("remote_api_jsonl/datums/step_000000.jsonl");
     let datums = pt.get("datums").and_then(Value::as_seq).unwrap();
     let twins = js.get("datums").and_then(Value::as_seq).unwrap();
+    let twins_packed = js_packed.get("datums").and_then(Value::as_seq).unwrap();
+    assert_eq!(twins_packed.len(), 40);
     assert_eq!(datums.len(), 40);
     assert_eq!(items.len(), 40);
     for (i, ((d, tw), w)) in datums.iter().zip(twins).zip(items).enumerate() {
@@ -160,7 +186,18 @@ fn prepared_advantages_and_datum_lists_read_packed_bit_for_bit() {
         );
         let f = d.get("loss_fn_inputs").unwrap();
         let tf = tw.get("loss_fn_inputs").unwrap();
+        let tp = twins_packed[i].get("loss_fn_inputs").unwrap();
+        assert_eq!(
+            packed_ints(&twins_packed[i], "input_tokens").to_vec(),
+            input,
+            "datum {i}"
+        );
         let target = packed_ints(f, "target_tokens").to_vec();
+        assert_eq!(
+            packed_ints(tp, "target_tokens").to_vec(),
+            target,
+            "datum {i}"
+        );
         assert_eq!(
             joined_sha256(&target),
             w["target_tokens_sha256"],
@@ -176,6 +213,7 @@ fn prepared_advantages_and_datum_lists_read_packed_bit_for_bit() {
                 .map(|x| x.as_f64().unwrap())
                 .collect();
             assert_eq!(got.len(), want.len(), "datum {i} {key}");
+            assert_eq!(bits(packed_floats(tp, key)), bits(got), "datum {i} {key}");
             assert!(
                 got.iter()
                     .zip(&want)
@@ -395,4 +433,223 @@ fn repeated_references_to_a_packed_list_spend_the_expansion_budget() {
     let t = v.to_tensor().unwrap();
     assert_eq!(t.shape(), &[50, 1000]);
     assert_eq!(t.to_i64_vec().iter().sum::<i64>(), 50_000);
+}
+
+// ---------------------------------------------------------------- protocols 0 and 1
+
+#[test]
+fn protocol_0_and_1_lists_read_packed() {
+    // Each pickle is pickle.dumps(obj, proto) from CPython 3.12: protocol 0 writes
+    // MARK LIST then one APPEND per item (text INT/LONG/FLOAT, I01/I00 bools); protocol 1
+    // EMPTY_LIST then MARK ... APPENDS with binary ints, text LONG beyond 32 bits,
+    // BINFLOAT and text bools.
+    let ints = |v: &Value| match v.as_packed() {
+        Some(Packed::Ints(i)) => i.to_vec(),
+        other => panic!("expected packed ints, found {other:?}"),
+    };
+    let p0 = load(b"(lp0\nI1\naI2\naI70000\naI-5\naL1099511627776L\na.");
+    assert_eq!(ints(&p0), vec![1, 2, 70000, -5, 1 << 40]);
+    let p0 = load(b"(lp0\nF1.5\naF-0.0\naFinf\na.");
+    match p0.as_packed() {
+        Some(Packed::Floats(f)) => {
+            assert_eq!(f.len(), 3);
+            assert_eq!(f[0], 1.5);
+            assert_eq!(f[1].to_bits(), (-0.0f64).to_bits());
+            assert_eq!(f[2], f64::INFINITY);
+        }
+        other => panic!("{other:?}"),
+    }
+    let p0 = load(b"(lp0\nI01\naI00\naI01\na.");
+    assert_eq!(
+        p0.as_packed(),
+        Some(&Packed::Bools(vec![true, false, true]))
+    );
+    let p1 = load(b"]q\x00(K\x03M,\x01L1099511627776L\nL-34359738368L\ne.");
+    assert_eq!(ints(&p1), vec![3, 300, 1 << 40, -(1 << 35)]);
+    let p1 = load(b"]q\x00(I01\nI00\ne.");
+    assert_eq!(p1.as_packed(), Some(&Packed::Bools(vec![true, false])));
+    let p1 = load(b"]q\x00(G?\xd0\x00\x00\x00\x00\x00\x00G\xc0\x00\x00\x00\x00\x00\x00\x00e.");
+    assert_eq!(p1.as_packed(), Some(&Packed::Floats(vec![0.25, -2.0])));
+    // Hand-made MARK x1 ... xn LIST of ints.
+    assert_eq!(
+        ints(&load(b"(K\x07K\x08J\x00\x00\x01\x00l.")),
+        vec![7, 8, 65536]
+    );
+    // Text LONG beyond i64 in a batch: read item by item, a big int kept exactly.
+    let v = load(b"]q\x00(K\x01L18446744073709551616L\ne.");
+    assert!(matches!(
+        v.as_seq().unwrap(),
+        [Value::Int(1), Value::BigInt(b)] if b == "18446744073709551616"
+    ));
+    // Protocol 0 list turning heterogeneous: ints then a string, read item by item.
+    let v = load(b"(lp0\nI1\naI2\naVx\np1\na.");
+    assert!(matches!(
+        v.as_seq().unwrap(),
+        [Value::Int(1), Value::Int(2), Value::Str(x)] if x == "x"
+    ));
+}
+
+#[test]
+fn a_scalar_still_referenced_elsewhere_keeps_its_value() {
+    // x = 7 memoized, appended, then fetched again: [x, x] and x itself in a tuple.
+    let v = load(b"(lp0\nI7\np1\nag1\nag1\n\x86.");
+    let items = v.as_seq().unwrap();
+    assert_eq!(items[0].to_i64s().unwrap(), vec![7, 7]);
+    assert!(matches!(items[1], Value::Int(7)));
+    // x = 7 duplicated (DUP) below a MARK, the copy packed into a list: (7, [7]).
+    let v = load(b"I7\n(2l\x86.");
+    let items = v.as_seq().unwrap();
+    assert!(matches!(items[0], Value::Int(7)), "{items:?}");
+    assert_eq!(items[1].to_i64s().unwrap(), vec![7]);
+    assert!(items[1].as_packed().is_some());
+}
+
+#[test]
+fn jsonl_lists_read_packed_and_heterogeneous_ones_item_by_item() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.jsonl");
+    std::fs::write(
+        &path,
+        "{\"ints\": [1, 2, 70000], \"floats\": [0.5, NaN, -Infinity], \"bools\": [true, false], \
+         \"mixed\": [1, 2.5], \"rows\": [[1.0, 2.0], [3.0, 4.0]], \"empty\": [], \
+         \"big\": [1, 18446744073709551615]}\n",
+    )
+    .unwrap();
+    let v = read_any(&path).unwrap();
+    assert_eq!(
+        v.get("ints").unwrap().as_packed(),
+        Some(&Packed::Ints(Ints::I32(vec![1, 2, 70000])))
+    );
+    match v.get("floats").unwrap().as_packed() {
+        Some(Packed::Floats(f)) => {
+            assert_eq!(f[0], 0.5);
+            assert!(f[1].is_nan());
+            assert_eq!(f[2], f64::NEG_INFINITY);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        v.get("bools").unwrap().as_packed(),
+        Some(&Packed::Bools(vec![true, false]))
+    );
+    assert!(matches!(
+        v.get("mixed").unwrap().as_seq().unwrap(),
+        [Value::Int(1), Value::Float(f)] if *f == 2.5
+    ));
+    let rows = v.get("rows").unwrap();
+    assert_eq!(rows.seq_len(), Some(2));
+    let t = rows.to_tensor().unwrap();
+    assert_eq!(t.shape(), &[2, 2]);
+    assert_eq!(t.to_f64_vec(), vec![1.0, 2.0, 3.0, 4.0]);
+    assert!(matches!(v.get("empty").unwrap(), Value::List(x) if x.is_empty()));
+    assert!(matches!(
+        v.get("big").unwrap().as_seq().unwrap(),
+        [Value::Int(1), Value::BigInt(b)] if b == "18446744073709551615"
+    ));
+}
+
+// ---------------------------------------------------------------- streaming reads
+
+#[test]
+fn trajectories_handed_over_one_by_one_are_the_items_of_a_whole_read() {
+    use rlforensics::readers::pt::{pickle::Each, read_pt_map_each};
+    let path = Path::new("fixtures/dumps/self_hosted_pt/trajectory/step_000000.pt");
+    let whole = read_any(path).unwrap();
+    let want = whole.get("trajectories").and_then(Value::as_seq).unwrap();
+    let file = std::fs::File::open(path).unwrap();
+    // SAFETY: a fixture nobody writes while the test runs.
+    let map = std::sync::Arc::new(unsafe { memmap2::Mmap::map(&file) }.unwrap());
+    let mut got = Vec::new();
+    let mut each = |i: usize, t: Value| -> Result<Value, String> {
+        got.push((i, t));
+        Ok(Value::Int(i as i64 * 10))
+    };
+    let v = read_pt_map_each(
+        map,
+        Each {
+            key: "trajectories",
+            each: &mut each,
+        },
+    )
+    .unwrap();
+    assert_eq!(got.len(), want.len());
+    assert!(want.len() > 1);
+    for ((i, t), w) in got.iter().zip(want) {
+        for key in ["tokens", "loss_mask"] {
+            let (a, b) = (t.get(key).unwrap(), w.get(key).unwrap());
+            assert!(a.as_packed().is_some(), "[{i}] {key}");
+            assert_eq!(a.to_i64s(), b.to_i64s(), "[{i}] {key}");
+        }
+        assert_eq!(
+            t.get("reward").and_then(Value::as_f64).map(f64::to_bits),
+            w.get("reward").and_then(Value::as_f64).map(f64::to_bits)
+        );
+    }
+    // What the hook returned took each item's place; the rest of the file is as read whole.
+    let kept: Vec<i64> = v
+        .get("trajectories")
+        .and_then(Value::as_seq)
+        .unwrap()
+        .iter()
+        .map(|x| x.as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        kept,
+        (0..want.len() as i64).map(|i| i * 10).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        v.get("step").and_then(Value::as_i64),
+        whole.get("step").and_then(Value::as_i64)
+    );
+}
+
+/// Unpickle `p` handing the items under root key "t" to a hook that keeps their length.
+fn each_lengths(p: &[u8]) -> Result<(Value, Vec<usize>), String> {
+    use rlforensics::readers::pt::pickle::{unpickle_each, Each};
+    let mut seen = Vec::new();
+    let mut each = |i: usize, t: Value| -> Result<Value, String> {
+        seen.push(i);
+        Ok(Value::Int(t.seq_len().unwrap_or(0) as i64))
+    };
+    let r = unpickle_each(
+        p,
+        "data.pkl",
+        &mut |_| Err("no storages".into()),
+        &mut |_| {},
+        Some(Each {
+            key: "t",
+            each: &mut each,
+        }),
+    );
+    r.map(|(v, _)| (v, seen)).map_err(|e| e.to_string())
+}
+
+#[test]
+fn only_the_root_key_is_streamed_and_a_shared_item_is_refused() {
+    // {"t": [[1, 2], [3]], "u": {"t": [[4]], "x": 1}}, protocol 2.
+    let p = b"\x80\x02}q\x00(X\x01\x00\x00\x00tq\x01]q\x02(]q\x03(K\x01K\x02e]q\x04K\x03aeX\x01\x00\x00\x00uq\x05}q\x06(h\x01]q\x07]q\x08K\x04aaX\x01\x00\x00\x00xq\tK\x01uu.";
+    let (v, seen) = each_lengths(p).unwrap();
+    assert_eq!(seen, vec![0, 1]);
+    let t: Vec<i64> = v
+        .get("t")
+        .and_then(Value::as_seq)
+        .unwrap()
+        .iter()
+        .map(|x| x.as_i64().unwrap())
+        .collect();
+    assert_eq!(t, vec![2, 1]);
+    // The nested "t" is not the root's: read as is.
+    let inner = v.get("u").and_then(|u| u.get("t")).unwrap();
+    assert_eq!(inner.to_tensor().unwrap().to_i64_vec(), vec![4]);
+    // {"u": {"t": [[4]]}, "t": [[5]]}: a one-key nested dict looks like the root on the
+    // stack; its items are handed too, and the read fails at the end rather than return
+    // them as the root's (the caller reads the file whole).
+    let p = b"\x80\x02}q\x00(X\x01\x00\x00\x00uq\x01}q\x02X\x01\x00\x00\x00tq\x03]q\x04]q\x05K\x04aash\x03]q\x06]q\x07K\x05aau.";
+    let e = each_lengths(p).unwrap_err();
+    assert!(e.contains("not all those of the root"), "{e}");
+    // {"t": [xs], "again": xs}: the handed item's list is freed, so the second reference
+    // fails (the caller then reads the file whole) instead of reading other values.
+    let p = b"\x80\x02}q\x00(X\x01\x00\x00\x00tq\x01]q\x02]q\x03(K\x01K\x02eaX\x05\x00\x00\x00againq\x04h\x03u.";
+    let e = each_lengths(p).unwrap_err();
+    assert!(e.contains("referenced again"), "{e}");
 }

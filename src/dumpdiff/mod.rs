@@ -103,13 +103,15 @@ pub fn exit_code(report: &Report, fail_on: Severity) -> u8 {
 
 /// Discover one side and list its files of `step` (filtered by ranks/micros): whole-batch
 /// files (no rank in the name) are read now, one after the other; per-rank files are left for the
-/// cells that compare them ([`SideData::fetch`]).
+/// cells that compare them ([`SideData::fetch`]). With `digest`, the trajectory file is
+/// summarised as it is read ([`pages::read_trajectory_summary`]) and its summary returned.
 fn load_side(
     role: &'static str,
     root: &std::path::Path,
     opts: &Options,
     progress: &dyn Progress,
-) -> Result<SideData> {
+    digest: bool,
+) -> Result<(SideData, Option<TrajectorySummary>)> {
     let tree = DumpTree::discover(root)?;
     let wanted: Vec<&crate::readers::layout::DumpFile> = tree
         .files()
@@ -137,15 +139,20 @@ fn load_side(
             Kind::Trajectory | Kind::PreparedTrajectories | Kind::Datums
         )
     });
-    let read = whole
-        .iter()
-        .map(|f| {
-            let (v, pages) = pages::read_whole(&f.path)?;
-            crate::readers::producers::check_tensor_keys(f.kind, &f.path, &v)?;
-            progress.file_done(f.size);
-            Ok((f.path.clone(), v, pages))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let mut summary = None;
+    let mut read = Vec::with_capacity(whole.len());
+    for f in &whole {
+        let (v, pages) = if digest && f.kind == Kind::Trajectory {
+            let (v, pages, s) = pages::read_trajectory_summary(&f.path)?;
+            summary = s;
+            (v, pages)
+        } else {
+            pages::read_whole(&f.path)?
+        };
+        crate::readers::producers::check_tensor_keys(f.kind, &f.path, &v)?;
+        progress.file_done(f.size);
+        read.push((f.path.clone(), v, pages));
+    }
     let mut values = HashMap::new();
     let mut maps = HashMap::new();
     for (path, v, p) in read {
@@ -155,7 +162,8 @@ fn load_side(
         values.insert(path, v);
     }
     let streamed = per_rank.iter().map(|f| (f.path.clone(), f.size)).collect();
-    Ok(SideData::new(role, tree, values, streamed, opts.step).with_pages(maps))
+    let side = SideData::new(role, tree, values, streamed, opts.step).with_pages(maps);
+    Ok((side, summary))
 }
 
 /// Per-(rank, micro) cells of `kind` present on either side.
@@ -183,23 +191,29 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
             "nothing to compare: pass --weaver-dir and/or --remote-api-dir besides --self-hosted-dir".into(),
         ));
     }
-    let mut s = load_side("self-hosted", &opts.self_hosted, opts, progress)?;
+    // Without remote-api, nothing compares the trajectories' token lists (section 1): the
+    // trajectory file is summarised as it is read, never held whole.
+    let digest = opts.remote_api.is_none();
+    let (mut s, streamed) = load_side("self-hosted", &opts.self_hosted, opts, progress, digest)?;
     let w = opts
         .weaver
         .as_ref()
-        .map(|p| load_side("weaver", p, opts, progress))
+        .map(|p| load_side("weaver", p, opts, progress, false).map(|x| x.0))
         .transpose()?;
     let r = opts
         .remote_api
         .as_ref()
-        .map(|p| load_side("remote-api", p, opts, progress))
+        .map(|p| load_side("remote-api", p, opts, progress, false).map(|x| x.0))
         .transpose()?;
     // What the cells and the adjudication need of the trajectories (hashes, rewards,
     // groups) is kept; their token lists only while section 1 (remote-api) compares them.
-    let traj = s
-        .get_file(Kind::Trajectory, None, None)
-        .map(|(p, v)| nexrl_self_hosted::trajectories(p, v).map(|b| TrajectorySummary::of(&b)))
-        .transpose()?;
+    let traj = match streamed {
+        Some(t) => Some(t),
+        None => s
+            .get_file(Kind::Trajectory, None, None)
+            .map(|(p, v)| nexrl_self_hosted::trajectories(p, v).map(|b| TrajectorySummary::of(&b)))
+            .transpose()?,
+    };
     if r.is_none() {
         if let Some(f) = s.tree.get(Kind::Trajectory, s.step, None, None) {
             if let Some(v) = s.values.get_mut(&f.path) {

@@ -8,6 +8,9 @@ use std::sync::Arc;
 use memmap2::{Mmap, UncheckedAdvice};
 
 use crate::error::{Error, Result};
+use crate::model::trajectory::{TrajectoryRow, TrajectorySummary};
+use crate::readers::producers::nexrl_self_hosted;
+use crate::readers::pt::pickle::Each;
 use crate::readers::{read_any, FileFormat};
 use crate::value::Value;
 
@@ -58,9 +61,72 @@ pub fn read_whole(path: &Path) -> Result<(Value, Option<Pages>)> {
     // writes input files; another process truncating the file while we read is not
     // defended, as with every memory map.
     let map = Arc::new(unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?);
-    let value = crate::readers::pt::read_pt_bytes(map.clone()).map_err(|e| e.in_file(path))?;
+    let value = crate::readers::pt::read_pt_map(map.clone()).map_err(|e| e.in_file(path))?;
     let pages = Pages { map };
     // The CRC check touched every page; each cell faults back in the rows it reads.
     pages.release_all();
     Ok((value, Some(pages)))
+}
+
+/// Read a `trajectory/` file summarised as it is read: each trajectory is digested
+/// ([`TrajectoryRow::of`]) as soon as the unpickler has built it and its token lists
+/// freed, so that memory does not grow with the number of trajectories. Returns the value
+/// (its `trajectories` items replaced by `None`), the map, and the summary — `None` when
+/// the file has no `trajectories` list, as [`TrajectorySummary::of`] would say. Files
+/// this cannot digest item by item (not a `.pt` file, items not appended one batch at a
+/// time, an item referenced twice) are read whole and summarised afterwards.
+pub fn read_trajectory_summary(
+    path: &Path,
+) -> Result<(Value, Option<Pages>, Option<TrajectorySummary>)> {
+    let whole = |path: &Path| -> Result<(Value, Option<Pages>, Option<TrajectorySummary>)> {
+        let (v, pages) = read_whole(path)?;
+        let s = match v.get(nexrl_self_hosted::TRAJECTORIES) {
+            None => None,
+            Some(_) => Some(TrajectorySummary::of(&nexrl_self_hosted::trajectories(
+                path, &v,
+            )?)),
+        };
+        Ok((v, pages, s))
+    };
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    if FileFormat::from_path(path) != Some(FileFormat::Pt) || !meta.is_file() || meta.len() == 0 {
+        return whole(path);
+    }
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    // SAFETY: as in `read_whole`.
+    let map = Arc::new(unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?);
+    let mut rows = Vec::new();
+    let mut each = |i: usize, t: Value| -> std::result::Result<Value, String> {
+        let row = nexrl_self_hosted::trajectory(path, i, &t, None).map_err(|e| e.to_string())?;
+        rows.push(TrajectoryRow::of(&row));
+        Ok(Value::None)
+    };
+    let read = crate::readers::pt::read_pt_map_each(
+        map.clone(),
+        Each {
+            key: nexrl_self_hosted::TRAJECTORIES,
+            each: &mut each,
+        },
+    );
+    let Ok(value) = read else {
+        return whole(path);
+    };
+    let pages = Pages { map };
+    pages.release_all();
+    match value
+        .get(nexrl_self_hosted::TRAJECTORIES)
+        .and_then(Value::as_seq)
+    {
+        None => Ok((value, Some(pages), None)),
+        Some(items)
+            if items.len() == rows.len() && items.iter().all(|t| matches!(t, Value::None)) =>
+        {
+            let s = TrajectorySummary {
+                file: path.to_path_buf(),
+                rows,
+            };
+            Ok((value, Some(pages), Some(s)))
+        }
+        Some(_) => whole(path),
+    }
 }

@@ -41,8 +41,8 @@ pub struct SelfHostedStep {
     pub trajectory_file: PathBuf,
     /// `old_log_probs/step_N` file.
     pub old_file: PathBuf,
-    /// Row-major f64 copy of the whole-batch old log-probs `[n, cols]`.
-    old: Vec<f64>,
+    /// The whole-batch old log-probs `[n, cols]`, read a row at a time.
+    old: OldRows,
     /// Columns of the whole-batch old log-probs.
     cols: usize,
     /// Per-trajectory reward, group and advantage (f64 of the f32 value, see module doc).
@@ -54,6 +54,45 @@ pub struct SelfHostedStep {
     by_tokens: HashMap<u64, Vec<usize>>,
     /// `tokens_hash(response)` (tokens under `loss_mask == 1`) → trajectory indices.
     by_response: HashMap<u64, Vec<usize>>,
+}
+
+/// The whole-batch old log-probs: the dumped tensor itself (its storage shared with the
+/// file's map, each needed row widened to f64 when a micro reads it, so no f64 copy of
+/// the batch is held), or an f64 copy when it is not a contiguous real tensor (a list).
+#[derive(Debug, Clone)]
+enum OldRows {
+    Tensor(crate::tensor::Tensor),
+    Dense(Vec<f64>),
+}
+
+impl OldRows {
+    fn of(t: Option<&TokenTensor>, path: &Path) -> Result<(Vec<usize>, OldRows)> {
+        match t.map(|t| &t.tensor) {
+            Some(x) if x.is_contiguous() && !x.dtype().is_complex() && x.ndim() == 2 => {
+                Ok((x.shape().to_vec(), OldRows::Tensor(x.clone())))
+            }
+            _ => {
+                let (shape, old, _) = dense(t, path, nexrl_self_hosted::OLD_LOG_PROBS)?;
+                Ok((shape, OldRows::Dense(old)))
+            }
+        }
+    }
+
+    /// Row `i` (of `cols` values; `i` is below the row count, checked at load) as f64.
+    fn row(&self, i: usize, cols: usize) -> std::borrow::Cow<'_, [f64]> {
+        match self {
+            OldRows::Dense(v) => std::borrow::Cow::Borrowed(&v[i * cols..(i + 1) * cols]),
+            OldRows::Tensor(t) => {
+                let s = t.dtype().size();
+                let start = (t.offset() + i * cols) * s;
+                let bytes = t.storage_bytes()[start..start + cols * s].to_vec();
+                let row = crate::tensor::Tensor::from_le_bytes(t.dtype(), vec![cols], bytes)
+                    .map(|r| r.to_f64_vec())
+                    .unwrap_or_default();
+                std::borrow::Cow::Owned(row)
+            }
+        }
+    }
 }
 
 /// One micro's inputs in the self-hosted layout, with where each row came from.
@@ -182,8 +221,7 @@ impl SelfHostedStep {
             .map_err(|e| Error::format(&tf, Position::Key("trajectories".into()), e.to_string()))?;
         let advantages_f32 = advantages_f64.iter().map(|a| round_f32(*a)).collect();
         let ob = nexrl_self_hosted::old_log_probs(&of, ov)?;
-        let old_t = ob.log_probs(LogProbSource::Old);
-        let (shape, old, _) = dense(old_t, &of, nexrl_self_hosted::OLD_LOG_PROBS)?;
+        let (shape, old) = OldRows::of(ob.log_probs(LogProbSource::Old), &of)?;
         let (n, cols) = dims2(&of, nexrl_self_hosted::OLD_LOG_PROBS, &shape)?;
         if n != items.len() {
             return Err(key_err(
@@ -346,6 +384,7 @@ impl SelfHostedStep {
                 ));
             }
             let a = self.advantage(i, f32_trainer).unwrap_or(f64::NAN);
+            let old_row = self.old.row(i, self.cols);
             for c in 0..t {
                 if m[c] == 0.0 {
                     // padding: NaN/junk here must not reach a masked sum (0 · NaN = NaN)
@@ -366,7 +405,7 @@ impl SelfHostedStep {
                         ),
                     ));
                 }
-                old[r * t + c] = self.old[i * self.cols + c];
+                old[r * t + c] = old_row[c];
             }
             rows.push(i);
             adv.push(a);

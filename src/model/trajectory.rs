@@ -145,19 +145,22 @@ pub struct TrajectoryRow {
     pub group: Option<String>,
 }
 
+impl TrajectoryRow {
+    /// The summary of one trajectory.
+    pub fn of(t: &Trajectory<'_>) -> TrajectoryRow {
+        TrajectoryRow {
+            tokens: t.tokens.as_ref().map(TokenSeq::hash),
+            response: t.response_hash(),
+            reward: t.reward,
+            group: t.group.clone(),
+        }
+    }
+}
+
 impl TrajectorySummary {
     /// Summarise a file's trajectories.
     pub fn of(batch: &TrajectoryBatch<'_>) -> TrajectorySummary {
-        let rows = batch
-            .rows
-            .iter()
-            .map(|t| TrajectoryRow {
-                tokens: t.tokens.as_ref().map(TokenSeq::hash),
-                response: t.response_hash(),
-                reward: t.reward,
-                group: t.group.clone(),
-            })
-            .collect();
+        let rows = batch.rows.iter().map(TrajectoryRow::of).collect();
         TrajectorySummary {
             file: batch.source.file.clone(),
             rows,

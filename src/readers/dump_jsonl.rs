@@ -2,8 +2,9 @@
 //! `json.dumps(dict) + "\n"` with tensors `.tolist()`-ed into nested lists, and bare
 //! `NaN`/`Infinity`/`-Infinity` where values were not finite.
 //!
-//! The reader returns the plain value tree; [`Value::to_tensor`] turns the nested lists
-//! into tensors when a caller needs them.
+//! The reader returns the plain value tree, its lists of numbers packed as they are read
+//! ([`Value::Packed`], a few bytes per number instead of a `Value` each);
+//! [`Value::to_tensor`] turns the nested lists into tensors when a caller needs them.
 
 use std::path::Path;
 
@@ -43,7 +44,7 @@ pub fn parse_dump_jsonl(path: &Path, bytes: &[u8]) -> Result<Value> {
     }
     // The whole file is one document: a pretty-printed `.json` dump parses too, and
     // anything after the object is serde_json's "trailing characters" at its position.
-    let value = crate::json::parse_value(text).map_err(|e| {
+    let value = crate::json::parse_value_packed(text).map_err(|e| {
         let msg = if e.msg.contains("trailing characters") {
             "a dump holds one JSON object, but more content follows it here".to_string()
         } else {

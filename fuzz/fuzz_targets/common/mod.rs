@@ -15,6 +15,18 @@ pub fn touch(v: &Value) {
             touch(k);
             touch(v);
         }),
+        Value::Packed(p) => {
+            // A packed list is a list: its items, its length and its tensor agree.
+            let items = v.items().expect("a packed list has items");
+            assert_eq!(items.len(), p.len());
+            assert_eq!(v.seq_len(), Some(p.len()));
+            assert!(!p.is_empty());
+            if p.len() <= MAX_TOUCH {
+                let t = v.to_tensor().expect("a packed list is a 1-d tensor");
+                assert_eq!(t.shape(), &[p.len()]);
+                assert_eq!(v.to_f64s().map(|f| f.len()), Some(p.len()));
+            }
+        }
         Value::Tensor(t) => {
             if t.numel() <= MAX_TOUCH {
                 // Complex dtypes give two values (re, im) per element.
@@ -27,5 +39,34 @@ pub fn touch(v: &Value) {
             }
         }
         _ => {}
+    }
+}
+
+/// True when `a` and `b` are the same Python value, a packed list equal to the list of
+/// its items (floats compared bit for bit).
+#[allow(dead_code)]
+pub fn same(a: &Value, b: &Value) -> bool {
+    let seq = |v: &Value| match v {
+        Value::Packed(p) => Some(p.to_values()),
+        Value::List(x) => Some(x.clone()),
+        _ => None,
+    };
+    match (a, b) {
+        (Value::Packed(_) | Value::List(_), Value::Packed(_) | Value::List(_)) => {
+            let (x, y) = (seq(a).unwrap_or_default(), seq(b).unwrap_or_default());
+            x.len() == y.len() && x.iter().zip(&y).all(|(p, q)| same(p, q))
+        }
+        (Value::Dict(x), Value::Dict(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y)
+                    .all(|((k1, v1), (k2, v2))| same(k1, k2) && same(v1, v2))
+        }
+        (Value::Float(x), Value::Float(y)) => x.to_bits() == y.to_bits(),
+        (Value::Int(x), Value::Int(y)) => x == y,
+        (Value::Bool(x), Value::Bool(y)) => x == y,
+        (Value::BigInt(x), Value::BigInt(y)) | (Value::Str(x), Value::Str(y)) => x == y,
+        (Value::None, Value::None) => true,
+        _ => false,
     }
 }

@@ -102,38 +102,7 @@ pub fn trajectories<'v>(file: &Path, v: &'v Value) -> Result<TrajectoryBatch<'v>
     let rows = items
         .iter()
         .enumerate()
-        .map(|(i, t)| {
-            let at = |k: &str| format!("{TRAJECTORIES}[{i}].{k}");
-            let extra = field(t, EXTRA_FIELDS);
-            let reward = match opt_f64(t, REWARD, file, &at(REWARD))? {
-                Some(r) => Some(r),
-                None => match extra {
-                    Some(e) => opt_f64(e, SCORE, file, &at(&format!("{EXTRA_FIELDS}.{SCORE}")))?,
-                    None => None,
-                },
-            };
-            let advantage = match top_adv.as_ref().and_then(|a| a.get(i).copied()) {
-                Some(a) => Some(a),
-                None => opt_floats(t, ADVANTAGES, file, &at(ADVANTAGES))?
-                    .and_then(|a| a.first().copied()),
-            };
-            let id = |k: &str| id_text(extra.and_then(|e| e.get(k)));
-            Ok(Trajectory {
-                index: i,
-                tokens: opt_ints(t, TOKENS, file, &at(TOKENS))?,
-                loss_mask: opt_ints(t, LOSS_MASK, file, &at(LOSS_MASK))?,
-                reward,
-                advantage,
-                group: group_of(t),
-                ids: TrajectoryIds {
-                    group_id: id(ID_FIELDS[0]),
-                    uid: id(ID_FIELDS[1]),
-                    run_id: id(ID_FIELDS[2]),
-                    task_id: id(ID_FIELDS[3]),
-                },
-                is_val: t.get(IS_VAL).and_then(Value::as_i64).map(|b| b != 0),
-            })
-        })
+        .map(|(i, t)| trajectory(file, i, t, top_adv.as_deref()))
         .collect::<Result<_>>()?;
     Ok(TrajectoryBatch {
         source: Provenance {
@@ -142,6 +111,48 @@ pub fn trajectories<'v>(file: &Path, v: &'v Value) -> Result<TrajectoryBatch<'v>
         },
         rows,
         batch_advantages: top_adv,
+    })
+}
+
+/// Item `i` of a trajectory file's `trajectories` list read as `t`, into the model; the
+/// file's batch-level `advantages` (when it has them) give the advantage. One rule for
+/// [`trajectories`] and for a reader that digests items as the unpickler builds them.
+///
+/// Errors: a present field of the wrong type (named `trajectories[i].key`).
+pub fn trajectory<'v>(
+    file: &Path,
+    i: usize,
+    t: &'v Value,
+    top_adv: Option<&[f64]>,
+) -> Result<Trajectory<'v>> {
+    let at = |k: &str| format!("{TRAJECTORIES}[{i}].{k}");
+    let extra = field(t, EXTRA_FIELDS);
+    let reward = match opt_f64(t, REWARD, file, &at(REWARD))? {
+        Some(r) => Some(r),
+        None => match extra {
+            Some(e) => opt_f64(e, SCORE, file, &at(&format!("{EXTRA_FIELDS}.{SCORE}")))?,
+            None => None,
+        },
+    };
+    let advantage = match top_adv.and_then(|a| a.get(i).copied()) {
+        Some(a) => Some(a),
+        None => opt_floats(t, ADVANTAGES, file, &at(ADVANTAGES))?.and_then(|a| a.first().copied()),
+    };
+    let id = |k: &str| id_text(extra.and_then(|e| e.get(k)));
+    Ok(Trajectory {
+        index: i,
+        tokens: opt_ints(t, TOKENS, file, &at(TOKENS))?,
+        loss_mask: opt_ints(t, LOSS_MASK, file, &at(LOSS_MASK))?,
+        reward,
+        advantage,
+        group: group_of(t),
+        ids: TrajectoryIds {
+            group_id: id(ID_FIELDS[0]),
+            uid: id(ID_FIELDS[1]),
+            run_id: id(ID_FIELDS[2]),
+            task_id: id(ID_FIELDS[3]),
+        },
+        is_val: t.get(IS_VAL).and_then(Value::as_i64).map(|b| b != 0),
     })
 }
 

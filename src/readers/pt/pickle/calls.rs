@@ -4,7 +4,7 @@
 use super::decode::{numpy_scalar, parse_numpy_dtype};
 use super::*;
 
-impl Unpickler<'_, '_> {
+impl Unpickler<'_, '_, '_> {
     // ------------------------------------------------------------ interpreted calls
 
     pub(super) fn int_arg(&self, id: Id, what: &str) -> Result<usize, FormatError> {

@@ -2,7 +2,7 @@
 
 use half::f16;
 
-use super::Node;
+use super::{FormatError, Node, Unpickler, MAX_LONG_DIGITS};
 
 pub(super) fn refused_opcode(op: u8) -> String {
     let name = match op {
@@ -200,4 +200,32 @@ pub(super) fn numpy_scalar(kind: u8, raw: &[u8], big: bool) -> Option<Node> {
         }
         _ => return None,
     })
+}
+
+impl Unpickler<'_, '_, '_> {
+    /// The decimal argument of INT/LONG as an int node (a big int beyond i64).
+    pub(super) fn parse_decimal(&self, s: &str) -> Result<Node, FormatError> {
+        let t = s.trim();
+        if let Ok(v) = t.parse::<i64>() {
+            return Ok(Node::Int(v));
+        }
+        let (neg, digits) = match t.as_bytes().first() {
+            Some(b'-') => (true, &t[1..]),
+            Some(b'+') => (false, &t[1..]),
+            _ => (false, t),
+        };
+        if digits.is_empty()
+            || digits.len() > MAX_LONG_DIGITS
+            || !digits.bytes().all(|b| b.is_ascii_digit())
+        {
+            return Err(self.err(format!("integer argument {s:?} is not a decimal number")));
+        }
+        let digits = digits.trim_start_matches('0');
+        // i64 parsing failed and the digits are valid, so the value is outside i64.
+        Ok(Node::BigInt(if neg {
+            format!("-{digits}")
+        } else {
+            digits.to_string()
+        }))
+    }
 }

@@ -2,24 +2,40 @@
 
 use super::*;
 
-impl Unpickler<'_, '_> {
+impl Unpickler<'_, '_, '_> {
     // ------------------------------------------------------------ arena → Value
 
     /// Turn the arena graph under `root` into a tree, iteratively, refusing nesting past
     /// [`MAX_DEPTH`] and more materialised memory than a multiple of the pickle's size
     /// (shared memo references are copied, so a small pickle could otherwise explode).
     pub(super) fn materialize(&mut self, root: Id) -> Result<Value, FormatError> {
+        self.shrink_packed();
+        let mut budget = self.full_budget();
+        self.materialize_in(root, &mut budget)
+    }
+
+    /// The expansion budget of the whole pickle.
+    pub(super) fn full_budget(&self) -> Budget {
+        let len = self.data.len() as u64;
+        Budget {
+            items: len.saturating_mul(ITEMS_PER_BYTE).saturating_add(1 << 20),
+            bytes: len.saturating_mul(BYTES_PER_BYTE).saturating_add(64 << 20),
+        }
+    }
+
+    /// [`Unpickler::materialize`] spending `budget` (shared by the items a streaming read
+    /// hands over one by one, so that together they spend no more than the whole pickle).
+    pub(super) fn materialize_in(
+        &mut self,
+        root: Id,
+        budget: &mut Budget,
+    ) -> Result<Value, FormatError> {
         struct Frame {
             id: Id,
             next: usize,
             out: Vec<Value>,
         }
-        self.shrink_packed();
-        let len = self.data.len() as u64;
-        let mut budget = Budget {
-            items: len.saturating_mul(ITEMS_PER_BYTE).saturating_add(1 << 20),
-            bytes: len.saturating_mul(BYTES_PER_BYTE).saturating_add(64 << 20),
-        };
+
         let mut frames: Vec<Frame> = Vec::new();
         let mut current = root;
         loop {
@@ -31,7 +47,7 @@ impl Unpickler<'_, '_> {
             };
             let leaf = match value {
                 Some(n) => {
-                    self.charge(&mut budget, 0)?;
+                    self.charge(budget, 0)?;
                     if frames.len() >= MAX_DEPTH {
                         return Err(
                             self.err(format!("containers nested deeper than {MAX_DEPTH} levels"))
@@ -44,7 +60,7 @@ impl Unpickler<'_, '_> {
                     });
                     None
                 }
-                None => Some(self.leaf(current, &mut budget)?),
+                None => Some(self.leaf(current, budget)?),
             };
             if let Some(v) = leaf {
                 match frames.last_mut() {
@@ -138,6 +154,13 @@ impl Unpickler<'_, '_> {
                 self.charge_items(budget, p.len().saturating_sub(1) as u64)?;
                 (Value::Packed(p.clone()), 0)
             }
+            Node::Kept(v) => ((**v).clone(), 0),
+            Node::Released => {
+                return Err(self.err(
+                    "part of an item handed over by a streaming read is referenced again \
+                     (a shared object): read the file whole",
+                ))
+            }
             Node::Storage(st) => {
                 let StorageNode { bytes, dtype, key } = &**st;
                 let n = bytes.len() / dtype.size();
@@ -183,7 +206,7 @@ const ITEMS_PER_BYTE: u64 = 2;
 const BYTES_PER_BYTE: u64 = 16;
 
 /// What materialisation may still spend.
-struct Budget {
+pub(super) struct Budget {
     items: u64,
     bytes: u64,
 }

@@ -30,6 +30,7 @@ type Id = usize;
 
 mod calls;
 mod decode;
+mod each;
 mod globals;
 mod materialize;
 mod packed;
@@ -38,6 +39,7 @@ mod rebuild;
 mod tests;
 
 use self::decode::{long_from_le, raw_unicode_escape, refused_opcode, unquote_repr};
+pub use self::each::Each;
 use self::globals::{lookup_global, Global};
 
 /// A request for the bytes of one storage, made by a persistent id.
@@ -107,6 +109,11 @@ enum Node {
     /// A list whose items so far are all ints, all floats or all bools, stored packed
     /// (see `packed.rs`); never empty.
     Packed(std::sync::Arc<crate::value::Packed>),
+    /// What a streaming read's caller kept of an item it was handed (see [`Each`]).
+    Kept(Box<Value>),
+    /// A container or packed list of an item handed over: its memory is freed; reading
+    /// it again is an error.
+    Released,
 }
 
 impl Node {
@@ -128,6 +135,8 @@ impl Node {
             Node::NdArrayStub => "numpy.ndarray",
             Node::NumpyDtype { .. } => "numpy.dtype",
             Node::Packed(_) => "list",
+            Node::Released => "object already handed over",
+            Node::Kept(v) => v.type_name(),
         }
     }
 }
@@ -150,6 +159,35 @@ pub fn unpickle_prefix(
     member: &str,
     load_storage: &mut dyn FnMut(&StorageRequest<'_>) -> Result<Bytes, String>,
 ) -> Result<(Value, usize), FormatError> {
+    unpickle_streaming(data, member, load_storage, &mut |_| {})
+}
+
+/// Bytes of input the unpickler reads between two calls of its `consumed` callback.
+const CONSUMED_CHUNK: usize = 4 << 20;
+
+/// [`unpickle_prefix`], handing the input to `consumed` as it is read, in order and in
+/// chunks of about [`CONSUMED_CHUNK`] bytes, up to where the unpickler stopped (success
+/// or error): the reader checksums the pickle in the same pass and lets the kernel drop
+/// the pages read, so a pickle is never resident whole (the unpickler never reads back).
+pub fn unpickle_streaming(
+    data: &[u8],
+    member: &str,
+    load_storage: &mut dyn FnMut(&StorageRequest<'_>) -> Result<Bytes, String>,
+    consumed: &mut dyn FnMut(&[u8]),
+) -> Result<(Value, usize), FormatError> {
+    unpickle_each(data, member, load_storage, consumed, None)
+}
+
+/// [`unpickle_streaming`] that also hands the items of one list over as they complete
+/// (see [`Each`]), so that a caller needing a digest of each trajectory never holds the
+/// token lists of them all.
+pub fn unpickle_each(
+    data: &[u8],
+    member: &str,
+    load_storage: &mut dyn FnMut(&StorageRequest<'_>) -> Result<Bytes, String>,
+    consumed: &mut dyn FnMut(&[u8]),
+    each: Option<Each<'_>>,
+) -> Result<(Value, usize), FormatError> {
     let mut u = Unpickler {
         data,
         pos: 0,
@@ -160,14 +198,26 @@ pub fn unpickle_prefix(
         stack: Vec::new(),
         marks: Vec::new(),
         memo: HashMap::new(),
+        memo_max: None,
+        dup_max: None,
         load_storage,
+        consumed,
+        handed: 0,
+        each,
+        each_count: 0,
+        each_budget: None,
+        each_lists: Vec::new(),
+        scratch: Vec::new(),
     };
-    let root = u.run()?;
+    let root = u.run();
+    u.hand_over();
+    let root = root?;
+    u.check_handed(root)?;
     let v = u.materialize(root)?;
     Ok((v, u.pos))
 }
 
-struct Unpickler<'a, 'f> {
+struct Unpickler<'a, 'f, 'e> {
     data: &'a [u8],
     pos: usize,
     /// Offset of the opcode being executed, for errors.
@@ -179,10 +229,35 @@ struct Unpickler<'a, 'f> {
     stack: Vec<Id>,
     marks: Vec<usize>,
     memo: HashMap<u64, Id>,
+    /// Highest node id ever memoized or duplicated (DUP): a scalar node above both is
+    /// referenced by the stack alone, so a list that absorbs it may drop it from the arena.
+    memo_max: Option<Id>,
+    dup_max: Option<Id>,
     load_storage: &'f mut dyn FnMut(&StorageRequest<'_>) -> Result<Bytes, String>,
+    consumed: &'f mut dyn FnMut(&[u8]),
+    /// End of the input already handed to `consumed`.
+    handed: usize,
+    each: Option<Each<'e>>,
+    /// Items handed to `each` so far.
+    each_count: usize,
+    /// The expansion budget the handed items share.
+    each_budget: Option<materialize::Budget>,
+    /// The lists whose items were handed over.
+    each_lists: Vec<Id>,
+    /// Reused buffer of a batch of ints being packed.
+    scratch: Vec<i64>,
 }
 
-impl Unpickler<'_, '_> {
+impl Unpickler<'_, '_, '_> {
+    /// Hand the input read since the last call to `consumed`.
+    fn hand_over(&mut self) {
+        let end = self.pos.min(self.data.len());
+        if end > self.handed {
+            (self.consumed)(&self.data[self.handed..end]);
+            self.handed = end;
+        }
+    }
+
     fn err(&self, msg: impl Into<String>) -> FormatError {
         FormatError::new(
             Position::PickleOp {
@@ -403,6 +478,9 @@ impl Unpickler<'_, '_> {
 
     fn run(&mut self) -> Result<Id, FormatError> {
         loop {
+            if self.pos - self.handed >= CONSUMED_CHUNK {
+                self.hand_over();
+            }
             self.op_at = self.pos;
             if self.pos >= self.data.len() {
                 return Err(self.err("pickle ends without a STOP opcode (truncated?)"));
@@ -436,6 +514,7 @@ impl Unpickler<'_, '_> {
                 }
                 b'2' => {
                     let t = self.top()?;
+                    self.dup_max = self.dup_max.max(Some(t));
                     self.stack.push(t);
                 }
                 b'N' => self.push(Node::None),
@@ -534,14 +613,30 @@ impl Unpickler<'_, '_> {
                 b'a' => {
                     let v = self.pop()?;
                     let list = self.top()?;
-                    self.extend_list(list, vec![v])?;
+                    if self.each_target(list) {
+                        let items = self.hand_items(list, vec![v])?;
+                        self.extend_list(list, items)?;
+                    } else if !self.append_packed(list, v) {
+                        self.extend_list(list, vec![v])?;
+                    }
                 }
                 b'e' | 0x90 => {
-                    let items = self.pop_mark()?;
+                    let mut items = self.pop_mark()?;
                     let list = self.top()?;
+                    if op == b'e' && self.each_target(list) {
+                        items = self.hand_items(list, items)?;
+                    }
                     self.extend_list(list, items)?;
                 }
-                b'l' | 0x91 => {
+                b'l' => {
+                    let items = self.pop_mark()?;
+                    let id = match self.packed_list(&items) {
+                        Some(id) => id,
+                        None => self.new_list(items)?,
+                    };
+                    self.stack.push(id);
+                }
+                0x91 => {
                     let items = self.pop_mark()?;
                     let id = self.new_list(items)?;
                     self.stack.push(id);
@@ -606,6 +701,7 @@ impl Unpickler<'_, '_> {
                         _ => self.memo.len() as u64,
                     };
                     let top = self.top()?;
+                    self.memo_max = self.memo_max.max(Some(top));
                     self.memo.insert(idx, top);
                 }
                 b'c' => {
@@ -678,31 +774,6 @@ impl Unpickler<'_, '_> {
                 e.utf8_error().valid_up_to()
             ))
         })
-    }
-
-    fn parse_decimal(&self, s: &str) -> Result<Node, FormatError> {
-        let t = s.trim();
-        if let Ok(v) = t.parse::<i64>() {
-            return Ok(Node::Int(v));
-        }
-        let (neg, digits) = match t.as_bytes().first() {
-            Some(b'-') => (true, &t[1..]),
-            Some(b'+') => (false, &t[1..]),
-            _ => (false, t),
-        };
-        if digits.is_empty()
-            || digits.len() > MAX_LONG_DIGITS
-            || !digits.bytes().all(|b| b.is_ascii_digit())
-        {
-            return Err(self.err(format!("integer argument {s:?} is not a decimal number")));
-        }
-        let digits = digits.trim_start_matches('0');
-        // i64 parsing failed and the digits are valid, so the value is outside i64.
-        Ok(Node::BigInt(if neg {
-            format!("-{digits}")
-        } else {
-            digits.to_string()
-        }))
     }
 
     fn push_global(&mut self, module: &str, name: &str) -> Result<(), FormatError> {

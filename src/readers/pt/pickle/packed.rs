@@ -8,7 +8,7 @@ use super::decode::long_from_le;
 use super::*;
 use crate::value::{Ints, Packed};
 
-impl Unpickler<'_, '_> {
+impl Unpickler<'_, '_, '_> {
     /// Called at a MARK: when the list on top of the stack is empty or packed and the
     /// batch that follows (`MARK x1 … xn APPENDS`, how the pickler writes a list, 1000
     /// items a batch) holds only ints (BININT1/BININT2/BININT/LONG1), only floats
@@ -22,17 +22,20 @@ impl Unpickler<'_, '_> {
         let kind = match &self.nodes[list] {
             Node::List(v) if v.is_empty() => None,
             Node::Packed(p) => Some(match **p {
-                Packed::Ints(_) => Batch::Ints(Vec::new()),
-                Packed::Floats(_) => Batch::Floats(Vec::new()),
-                Packed::Bools(_) => Batch::Bools(Vec::new()),
+                Packed::Ints(_) => Kind::Ints,
+                Packed::Floats(_) => Kind::Floats,
+                Packed::Bools(_) => Kind::Bools,
             }),
             _ => return false,
         };
-        let Some((batch, end)) = scan_batch(self.data, self.pos, kind) else {
+        // The ints of a batch are decoded into one reused buffer (no allocation a batch).
+        let mut ints = std::mem::take(&mut self.scratch);
+        ints.clear();
+        let Some((batch, end)) = scan_batch(self.data, self.pos, kind, ints) else {
             return false;
         };
-        match (&mut self.nodes[list], batch) {
-            (_, None) => {}
+        let appended = match (&mut self.nodes[list], &batch) {
+            (_, None) => true,
             (Node::List(_), Some(b)) => {
                 let mut p = match b {
                     Batch::Ints(_) => Packed::Ints(Ints::default()),
@@ -41,16 +44,110 @@ impl Unpickler<'_, '_> {
                 };
                 append_batch(&mut p, b);
                 self.nodes[list] = Node::Packed(Arc::new(p));
+                true
             }
             (Node::Packed(p), Some(b)) => match Arc::get_mut(p) {
-                Some(p) => append_batch(p, b),
-                None => return false,
+                Some(p) => {
+                    append_batch(p, b);
+                    true
+                }
+                None => false,
             },
-            _ => return false,
+            _ => false,
+        };
+        if let Some(Batch::Ints(v)) = batch {
+            self.scratch = v;
+        }
+        if !appended {
+            return false;
         }
         self.pos = end;
         self.depth[list] = self.depth[list].max(1);
         true
+    }
+
+    /// APPEND (protocol 0, one item at a time) of scalar `item` to `list`, when `list` is
+    /// empty or packed of `item`'s kind: `item` joins the packed array and, when the stack
+    /// alone referenced it, leaves the arena. False (nothing done) otherwise.
+    pub(super) fn append_packed(&mut self, list: Id, item: Id) -> bool {
+        let value = match self.nodes[item] {
+            Node::Int(i) => Scalar::Int(i),
+            Node::Float(f) => Scalar::Float(f),
+            Node::Bool(b) => Scalar::Bool(b),
+            _ => return false,
+        };
+        match &mut self.nodes[list] {
+            Node::List(v) if v.is_empty() => {
+                let mut p = match value {
+                    Scalar::Int(_) => Packed::Ints(Ints::default()),
+                    Scalar::Float(_) => Packed::Floats(Vec::new()),
+                    Scalar::Bool(_) => Packed::Bools(Vec::new()),
+                };
+                push_scalar(&mut p, value);
+                self.nodes[list] = Node::Packed(Arc::new(p));
+            }
+            Node::Packed(p) => {
+                let fits = matches!(
+                    (&**p, value),
+                    (Packed::Ints(_), Scalar::Int(_))
+                        | (Packed::Floats(_), Scalar::Float(_))
+                        | (Packed::Bools(_), Scalar::Bool(_))
+                );
+                if !fits {
+                    return false;
+                }
+                push_scalar(Arc::make_mut(p), value);
+            }
+            _ => return false,
+        }
+        self.depth[list] = self.depth[list].max(1);
+        self.drop_tail(&[item]);
+        true
+    }
+
+    /// LIST (`MARK x1 … xn LIST`, protocols 0-1) of scalars all of one kind: a new packed
+    /// list, the items leaving the arena when the stack alone referenced them. `None`
+    /// (nothing done) when `items` is empty or not so.
+    pub(super) fn packed_list(&mut self, items: &[Id]) -> Option<Id> {
+        let first = items.first()?;
+        let mut p = match self.nodes[*first] {
+            Node::Int(_) => Packed::Ints(Ints::default()),
+            Node::Float(_) => Packed::Floats(Vec::new()),
+            Node::Bool(_) => Packed::Bools(Vec::new()),
+            _ => return None,
+        };
+        for &c in items {
+            let v = match (&p, &self.nodes[c]) {
+                (Packed::Ints(_), Node::Int(i)) => Scalar::Int(*i),
+                (Packed::Floats(_), Node::Float(f)) => Scalar::Float(*f),
+                (Packed::Bools(_), Node::Bool(b)) => Scalar::Bool(*b),
+                _ => return None,
+            };
+            push_scalar(&mut p, v);
+        }
+        p.shrink_to_fit();
+        self.drop_tail(items);
+        let id = self.add(Node::Packed(Arc::new(p)));
+        self.depth[id] = 1;
+        Some(id)
+    }
+
+    /// Remove `ids` from the arena when they are its last nodes, in order, and neither
+    /// memoized nor duplicated since (so nothing but the stack they were popped from
+    /// referenced them: containers only ever hold older nodes).
+    fn drop_tail(&mut self, ids: &[Id]) {
+        let n = self.nodes.len();
+        let Some(start) = n.checked_sub(ids.len()) else {
+            return;
+        };
+        let last = ids.iter().enumerate().all(|(i, &c)| c == start + i);
+        let unshared = ids.first().is_some_and(|&c| {
+            self.memo_max.is_none_or(|m| m < c) && self.dup_max.is_none_or(|m| m < c)
+        });
+        if last && unshared {
+            self.nodes.truncate(start);
+            self.depth.truncate(start);
+        }
     }
 
     /// Append the scalars `items` to packed list `list` when every one is of its kind;
@@ -150,6 +247,14 @@ fn push_scalar(p: &mut Packed, v: Scalar) {
     }
 }
 
+/// The kind of items a packed list holds.
+#[derive(Clone, Copy)]
+enum Kind {
+    Ints,
+    Floats,
+    Bools,
+}
+
 /// The items of one list batch, decoded.
 enum Batch {
     Ints(Vec<i64>),
@@ -158,94 +263,145 @@ enum Batch {
 }
 
 /// Append a decoded batch to a packed list of its kind (checked by the caller).
-fn append_batch(p: &mut Packed, b: Batch) {
+fn append_batch(p: &mut Packed, b: &Batch) {
     match (p, b) {
-        (Packed::Ints(x), Batch::Ints(b)) => x.extend_from_i64(&b),
+        (Packed::Ints(x), Batch::Ints(b)) => x.extend_from_i64(b),
         (Packed::Floats(x), Batch::Floats(b)) => {
             if x.len() + b.len() <= 1 << 16 {
                 x.reserve_exact(b.len());
             }
-            x.extend_from_slice(&b);
+            x.extend_from_slice(b);
         }
         (Packed::Bools(x), Batch::Bools(b)) => {
             if x.len() + b.len() <= 1 << 16 {
                 x.reserve_exact(b.len());
             }
-            x.extend_from_slice(&b);
+            x.extend_from_slice(b);
         }
         _ => {}
     }
 }
 
 /// Decode the scalar items of a list batch from `data[pos..]` up to its APPENDS, all of
-/// `kind`'s kind (or of the first item's when `kind` is `None`). Returns the batch (`None`
-/// for `MARK APPENDS` with nothing between) and the offset after the APPENDS; `None` at
-/// the first opcode that is anything else, truncation included.
-fn scan_batch(data: &[u8], mut pos: usize, kind: Option<Batch>) -> Option<(Option<Batch>, usize)> {
+/// `kind` (or of the first item's kind when `kind` is `None`; a batch of ints fills the
+/// buffer `ints`). Returns the batch (`None` for `MARK APPENDS` with nothing between) and
+/// the offset after the APPENDS; `None` at the first opcode that is anything else,
+/// truncation included.
+fn scan_batch(
+    data: &[u8],
+    mut pos: usize,
+    kind: Option<Kind>,
+    ints: Vec<i64>,
+) -> Option<(Option<Batch>, usize)> {
     let kind = match kind {
         Some(k) => k,
-        None => match *data.get(pos)? {
-            b'K' | b'M' | b'J' | 0x8a => Batch::Ints(Vec::new()),
-            b'G' => Batch::Floats(Vec::new()),
-            0x88 | 0x89 => Batch::Bools(Vec::new()),
-            b'e' => return Some((None, pos + 1)),
-            _ => return None,
+        None => match scan_item(data, pos)? {
+            Item::End(end) => return Some((None, end)),
+            Item::Scalar(Scalar::Int(_), _) => Kind::Ints,
+            Item::Scalar(Scalar::Float(_), _) => Kind::Floats,
+            Item::Scalar(Scalar::Bool(_), _) => Kind::Bools,
         },
     };
-    match kind {
-        Batch::Ints(mut xs) => {
-            xs.reserve(1000);
-            loop {
-                let v = match *data.get(pos)? {
-                    b'K' => {
-                        let v = *data.get(pos + 1)? as i64;
-                        pos += 2;
-                        v
-                    }
-                    b'M' => {
-                        let b = data.get(pos + 1..pos + 3)?;
-                        pos += 3;
-                        u16::from_le_bytes([b[0], b[1]]) as i64
-                    }
-                    b'J' => {
-                        let b = data.get(pos + 1..pos + 5)?;
-                        pos += 5;
-                        i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64
-                    }
-                    0x8a => {
-                        let n = *data.get(pos + 1)? as usize;
-                        let b = data.get(pos + 2..pos + 2 + n).filter(|_| n <= 8)?;
-                        pos += 2 + n;
-                        match long_from_le(b) {
-                            Node::Int(i) => i,
-                            _ => return None,
-                        }
-                    }
-                    b'e' => return Some((Some(Batch::Ints(xs)), pos + 1)),
-                    _ => return None,
+    let mut batch = match kind {
+        Kind::Ints => Batch::Ints(ints),
+        Kind::Floats => Batch::Floats(Vec::new()),
+        Kind::Bools => Batch::Bools(Vec::new()),
+    };
+    if let Batch::Ints(xs) = &mut batch {
+        xs.reserve(1000);
+    }
+    loop {
+        if let Batch::Ints(xs) = &mut batch {
+            // The hot path (token ids as torch.save's protocol-2 pickler writes them): the
+            // binary int opcodes in one tight loop; anything else goes to `scan_item`.
+            while let Some(&[op, a, b, c, d]) = data.get(pos..pos + 5) {
+                let (v, len) = match op {
+                    b'K' => (i64::from(a), 2),
+                    b'M' => (i64::from(u16::from_le_bytes([a, b])), 3),
+                    b'J' => (i64::from(i32::from_le_bytes([a, b, c, d])), 5),
+                    _ => break,
                 };
                 xs.push(v);
+                pos += len;
             }
         }
-        Batch::Floats(mut xs) => loop {
-            match *data.get(pos)? {
-                b'G' => {
-                    let b: [u8; 8] = data.get(pos + 1..pos + 9)?.try_into().ok()?;
-                    pos += 9;
-                    xs.push(f64::from_be_bytes(b));
-                }
-                b'e' => return Some((Some(Batch::Floats(xs)), pos + 1)),
-                _ => return None,
+        match (scan_item(data, pos)?, &mut batch) {
+            (Item::End(end), _) => return Some((Some(batch), end)),
+            (Item::Scalar(Scalar::Int(v), next), Batch::Ints(xs)) => {
+                xs.push(v);
+                pos = next;
             }
-        },
-        Batch::Bools(mut xs) => loop {
-            match *data.get(pos)? {
-                0x88 => xs.push(true),
-                0x89 => xs.push(false),
-                b'e' => return Some((Some(Batch::Bools(xs)), pos + 1)),
-                _ => return None,
+            (Item::Scalar(Scalar::Float(v), next), Batch::Floats(xs)) => {
+                xs.push(v);
+                pos = next;
             }
-            pos += 1;
-        },
+            (Item::Scalar(Scalar::Bool(v), next), Batch::Bools(xs)) => {
+                xs.push(v);
+                pos = next;
+            }
+            _ => return None,
+        }
     }
+}
+
+/// One opcode of a list batch: a scalar and the offset after it, or the closing APPENDS
+/// and the offset after it.
+enum Item {
+    Scalar(Scalar, usize),
+    End(usize),
+}
+
+/// Decode the opcode at `data[pos]` when it pushes an int, float or bool exactly as the
+/// main loop would (binary: BININT1/BININT2/BININT/LONG1 up to 8 bytes, BINFLOAT,
+/// NEWTRUE/NEWFALSE; text, protocols 0-1: INT and LONG within i64, `I01`/`I00` bools,
+/// FLOAT) or is APPENDS; `None` for anything else, truncation included.
+fn scan_item(data: &[u8], pos: usize) -> Option<Item> {
+    let int = |v: i64, next: usize| Some(Item::Scalar(Scalar::Int(v), next));
+    match *data.get(pos)? {
+        b'K' => int(*data.get(pos + 1)? as i64, pos + 2),
+        b'M' => {
+            let b = data.get(pos + 1..pos + 3)?;
+            int(u16::from_le_bytes([b[0], b[1]]) as i64, pos + 3)
+        }
+        b'J' => {
+            let b = data.get(pos + 1..pos + 5)?;
+            int(i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64, pos + 5)
+        }
+        0x8a => {
+            let n = *data.get(pos + 1)? as usize;
+            let b = data.get(pos + 2..pos + 2 + n).filter(|_| n <= 8)?;
+            match long_from_le(b) {
+                Node::Int(i) => int(i, pos + 2 + n),
+                _ => None,
+            }
+        }
+        b'G' => {
+            let b: [u8; 8] = data.get(pos + 1..pos + 9)?.try_into().ok()?;
+            Some(Item::Scalar(Scalar::Float(f64::from_be_bytes(b)), pos + 9))
+        }
+        0x88 => Some(Item::Scalar(Scalar::Bool(true), pos + 1)),
+        0x89 => Some(Item::Scalar(Scalar::Bool(false), pos + 1)),
+        op @ (b'I' | b'L' | b'F') => {
+            let (line, next) = text_arg(data, pos + 1)?;
+            let item = match (op, line) {
+                (b'I', "00") => Scalar::Bool(false),
+                (b'I', "01") => Scalar::Bool(true),
+                (b'I', _) => Scalar::Int(line.trim().parse().ok()?),
+                (b'L', _) => Scalar::Int(line.trim_end_matches('L').trim().parse().ok()?),
+                _ => Scalar::Float(line.trim().parse().ok()?),
+            };
+            Some(Item::Scalar(item, next))
+        }
+        b'e' => Some(Item::End(pos + 1)),
+        _ => None,
+    }
+}
+
+/// The text argument starting at `data[pos]` as the main loop reads it (up to the newline,
+/// UTF-8, a trailing `\r` dropped) and the offset after its newline.
+fn text_arg(data: &[u8], pos: usize) -> Option<(&str, usize)> {
+    let rest = data.get(pos..)?;
+    let n = memchr::memchr(b'\n', rest)?;
+    let s = std::str::from_utf8(&rest[..n]).ok()?;
+    Some((s.trim_end_matches('\r'), pos + n + 1))
 }

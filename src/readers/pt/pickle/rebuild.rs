@@ -6,7 +6,7 @@
 use super::*;
 use crate::tensor::Quantization;
 
-impl Unpickler<'_, '_> {
+impl Unpickler<'_, '_, '_> {
     /// Interpret a call of one of the globals this file handles.
     pub(super) fn call_more(
         &mut self,
