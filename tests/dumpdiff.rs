@@ -756,24 +756,30 @@ fn is_loss_log_probs_are_compared_on_their_own_when_they_differ() {
     }
 }
 
-/// A datum field of the wrong type is not read as an empty list: dumpdiff exits 2 naming
-/// the file and the key path, with no report.
-#[test]
-fn an_unreadable_datum_field_exits_2_naming_file_and_key() {
-    let dir = edited_remote(|v| v["datums"][3]["loss_fn_inputs"]["logprobs"] = Json::from("n/a"));
+/// dumpdiff of step 0 of `self_hosted` against `other` (given with `side_flag`), which must
+/// exit 2 with nothing on stdout; its stderr.
+fn stderr_of_bad_input(self_hosted: &Path, side_flag: &str, other: &Path) -> String {
     let out = Command::cargo_bin("dumpdiff")
         .unwrap()
         .arg("--self-hosted-dir")
-        .arg(dumps("self_hosted_pt"))
-        .arg("--remote-api-dir")
-        .arg(dir.path())
+        .arg(self_hosted)
+        .arg(side_flag)
+        .arg(other)
         .args(["--step", "0"])
         .assert()
         .code(2)
         .stdout("")
         .get_output()
         .clone();
-    let err = String::from_utf8(out.stderr).unwrap();
+    String::from_utf8(out.stderr).unwrap()
+}
+
+/// A datum field of the wrong type is not read as an empty list: dumpdiff exits 2 naming
+/// the file and the key path, with no report.
+#[test]
+fn an_unreadable_datum_field_exits_2_naming_file_and_key() {
+    let dir = edited_remote(|v| v["datums"][3]["loss_fn_inputs"]["logprobs"] = Json::from("n/a"));
+    let err = stderr_of_bad_input(&dumps("self_hosted_pt"), "--remote-api-dir", dir.path());
     let file = dir.path().join("datums/step_000000.jsonl");
     assert!(
         err.contains(&format!(
@@ -828,19 +834,7 @@ fn a_per_token_key_of_the_wrong_type_exits_2_naming_file_and_key() {
     let mut v: Json = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     v["entropy"] = Json::from("bf16");
     std::fs::write(&file, serde_json::to_string(&v).unwrap() + "\n").unwrap();
-    let out = Command::cargo_bin("dumpdiff")
-        .unwrap()
-        .arg("--self-hosted-dir")
-        .arg(dumps("self_hosted_jsonl"))
-        .arg("--weaver-dir")
-        .arg(dir.path())
-        .args(["--step", "0"])
-        .assert()
-        .code(2)
-        .stdout("")
-        .get_output()
-        .clone();
-    let err = String::from_utf8(out.stderr).unwrap();
+    let err = stderr_of_bad_input(&dumps("self_hosted_jsonl"), "--weaver-dir", dir.path());
     let want = format!(
         "{}: key entropy: expected a tensor or a rectangular nested list, found str",
         file.display()
