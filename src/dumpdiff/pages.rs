@@ -48,19 +48,28 @@ impl Pages {
     }
 }
 
-/// Read a whole-batch dump file. A `.pt` regular file is mapped here, parsed (every member
-/// CRC-checked, as [`read_any`] does) and then released from memory: the map is returned
-/// for the caller to keep. Anything else is [`read_any`] with no map.
-pub fn read_whole(path: &Path) -> Result<(Value, Option<Pages>)> {
+/// The memory map of a non-empty regular `.pt` file; `None` for any other file, which is
+/// read without a map.
+fn map_pt(path: &Path) -> Result<Option<Arc<Mmap>>> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if FileFormat::from_path(path) != Some(FileFormat::Pt) || !meta.is_file() || meta.len() == 0 {
-        return Ok((read_any(path)?, None));
+        return Ok(None);
     }
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     // SAFETY: as in `readers::open_input`: the map is read-only and this crate never
     // writes input files; another process truncating the file while we read is not
     // defended, as with every memory map.
-    let map = Arc::new(unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?);
+    let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+    Ok(Some(Arc::new(map)))
+}
+
+/// Read a whole-batch dump file. A `.pt` regular file is mapped here, parsed (every member
+/// CRC-checked, as [`read_any`] does) and then released from memory: the map is returned
+/// for the caller to keep. Anything else is [`read_any`] with no map.
+pub fn read_whole(path: &Path) -> Result<(Value, Option<Pages>)> {
+    let Some(map) = map_pt(path)? else {
+        return Ok((read_any(path)?, None));
+    };
     let value = crate::readers::pt::read_pt_map(map.clone()).map_err(|e| e.in_file(path))?;
     let pages = Pages { map };
     // The CRC check touched every page; each cell faults back in the rows it reads.
@@ -88,13 +97,9 @@ pub fn read_trajectory_summary(
         };
         Ok((v, pages, s))
     };
-    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-    if FileFormat::from_path(path) != Some(FileFormat::Pt) || !meta.is_file() || meta.len() == 0 {
+    let Some(map) = map_pt(path)? else {
         return whole(path);
-    }
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    // SAFETY: as in `read_whole`.
-    let map = Arc::new(unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?);
+    };
     let mut rows = Vec::new();
     let mut each = |i: usize, t: Value| -> std::result::Result<Value, String> {
         let row = nexrl_self_hosted::trajectory(path, i, &t, None).map_err(|e| e.to_string())?;
