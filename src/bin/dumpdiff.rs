@@ -100,6 +100,17 @@ struct Args {
     /// Do not recompute disagreeing losses with losscheck.
     #[arg(long)]
     no_adjudicate: bool,
+    /// Epsilon of the recomputed self-hosted advantages `(r − mean)/(std + eps)`
+    /// (default: inferred from the weaver's dumped advantages, else the preset's).
+    #[arg(long, value_name = "X")]
+    advantage_eps: Option<f64>,
+    /// Entropy coefficient of both sides' loss (default: read from each side's loss
+    /// `extra_info`, else inferred from its dumped loss terms).
+    #[arg(long, value_name = "X")]
+    entropy_coeff: Option<f64>,
+    /// KL coefficient of both sides' loss (default: read, else inferred, as above).
+    #[arg(long, value_name = "X")]
+    kl_coeff: Option<f64>,
     /// Lowest severity that makes the exit code 1: warning (a WARN verdict, e.g. a rule
     /// with severity = "warn") or error (a FAIL verdict or a file on one side only).
     #[arg(long, alias = "fail_on", value_enum, default_value = "error")]
@@ -256,6 +267,11 @@ fn run(args: Args) -> Result<(String, u8), Error> {
         tol_file: args.tol_file.clone(),
         adjudicate_with: (!args.no_adjudicate).then(|| args.preset.clone()),
         advantage_preset: Some(args.preset.clone()),
+        advantage_eps: args.advantage_eps,
+        coefficients: [("entropy_coeff", args.entropy_coeff), ("kl_coef", args.kl_coeff)]
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.to_string(), v?)))
+            .collect(),
     };
     let bar = ProgressBar::for_stderr(args.common.quiet);
     let report = dumpdiff::run_with_progress(&opts, &bar)?;

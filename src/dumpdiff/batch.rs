@@ -575,6 +575,8 @@ mod tests {
             advantages: None,
             advantages_from: String::new(),
             micros_per_rank: 1,
+            adv_parts: None,
+            adv_eps: None,
         }
     }
 

@@ -20,6 +20,7 @@
 //! the log-prob precision scaled by [`crate::compare::tolerance::derived_rtol_factor`].
 
 pub mod batch;
+pub mod conventions;
 pub mod mat;
 pub mod pages;
 mod pairs;
@@ -71,6 +72,12 @@ pub struct Options {
     /// Preset whose advantage convention recomputes the self-hosted advantages from its
     /// trajectories when no remote-api `prepared_trajectories` supply them (`None`: don't).
     pub advantage_preset: Option<String>,
+    /// The epsilon of those advantages (`--advantage-eps`); `None`: inferred from the
+    /// weaver's dumped advantages when they show one, else the preset's.
+    pub advantage_eps: Option<f64>,
+    /// Loss coefficients given by flags (`entropy_coeff`, `kl_coef`), overriding what both
+    /// sides' loss files echo or imply.
+    pub coefficients: std::collections::BTreeMap<String, f64>,
 }
 
 /// Receives reading progress; the library itself never prints. Called from reader
@@ -93,7 +100,8 @@ impl Progress for NoProgress {
 /// The exit code for a report: 1 when some verdict reaches `fail_on`, else 0.
 pub fn exit_code(report: &Report, fail_on: Severity) -> u8 {
     let hit = report.sections.iter().any(|s| s.verdict.reaches(fail_on))
-        || (!report.coverage.is_empty() && Verdict::Missing.reaches(fail_on));
+        || (!report.coverage.is_empty() && Verdict::Missing.reaches(fail_on))
+        || (report.coefficients.iter().any(|c| c.differ) && Verdict::Fail.reaches(fail_on));
     if hit {
         crate::exit_codes::EXIT_FOUND
     } else {
@@ -234,17 +242,22 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
     }
     let mut sections = Vec::new();
     let mut coverage = Vec::new();
+    let mut coefficients = Vec::new();
+    let mut conventions = Vec::new();
     if let Some(w) = &w {
+        let mut conv = pairs::WeaverConventions::default();
         sections.extend(weaver_sections(
             &s,
             w,
             r.as_ref(),
             traj,
-            opts.advantage_preset.as_deref(),
-            &opts.policy,
+            opts,
             &mut coverage,
+            &mut conv,
             progress,
         )?);
+        coefficients = conventions::compare(&conv.self_hosted, &conv.weaver, &opts.coefficients);
+        conventions = conv.notes;
     }
     if let Some(r) = &r {
         sections.extend(remote_sections(&s, r, traj, &opts.policy, &mut coverage)?);
@@ -266,6 +279,7 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
         .iter()
         .map(|s| s.verdict)
         .chain((!coverage.is_empty()).then_some(Verdict::Missing))
+        .chain(coefficients.iter().any(|c| c.differ).then_some(Verdict::Fail))
         .max()
         .unwrap_or(Verdict::Skipped);
     let trees: Vec<(&str, &DumpTree)> = sides.iter().map(|d| (d.role, &d.tree)).collect();
@@ -285,6 +299,8 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
             .collect(),
         tolerance_file: opts.tol_file.clone(),
         verdict,
+        coefficients,
+        conventions,
         sections,
         coverage,
         first_divergence,

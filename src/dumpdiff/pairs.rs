@@ -2,8 +2,9 @@
 //! tensors), self-hosted vs remote-api (1, 5), cell by cell.
 
 use super::*;
+use crate::model::step::LossRecord;
 use crate::model::tokens::TokenSeq;
-use crate::readers::producers::{nexrl_self_hosted, remote_api};
+use crate::readers::producers::{nexrl_self_hosted, remote_api, weaver};
 
 /// What one (rank, micro) cell contributes to sections 2, 3 and 4. A `*_only_a` is set
 /// when the cell's file of that section is on one side only (true: on self-hosted).
@@ -15,6 +16,22 @@ pub(super) struct CellOut {
     loss_only_a: Option<bool>,
     is_loss: Option<Cell>,
     is_only_a: Option<bool>,
+    /// The advantage epsilon each paired weaver row implies (see
+    /// [`conventions::eps_estimate`]).
+    eps: Vec<f64>,
+    /// The cell's loss records (self-hosted, weaver), for the coefficients.
+    loss_recs: (Option<LossRecord>, Option<LossRecord>),
+}
+
+/// What the self-hosted vs weaver sections learnt of the sides' conventions.
+#[derive(Default)]
+pub(super) struct WeaverConventions {
+    /// Loss terms and echoed coefficients of every self-hosted cell.
+    pub(super) self_hosted: conventions::SideLosses,
+    /// The same for the weaver.
+    pub(super) weaver: conventions::SideLosses,
+    /// Conventions inferred to recompute what a side did not dump, one sentence each.
+    pub(super) notes: Vec<String>,
 }
 
 /// The (rank, micro) cells of sections 2 (`fwd`), 3 (`loss`) and 4 (`is_loss`).
@@ -76,6 +93,21 @@ pub(super) fn weaver_cell(
         w_fwd.as_deref().map(Tensors::new),
         w_is.as_deref().map(Tensors::new),
     );
+    // The weaver rows' identity: its forward_data's input_ids, else those of its
+    // batch_inputs (`weaver::ROW_IDS`), read only when forward_data lacks them.
+    let fwd_has_ids = w_fwd
+        .as_deref()
+        .is_some_and(|v| v.get(weaver::ROW_IDS[0].1).is_some());
+    let w_bi = fetch(w, weaver::ROW_IDS[1].0, fwd && !fwd_has_ids)?;
+    let b_bi = w_bi.as_deref().map(Tensors::new);
+    // The self-hosted micro's own old_log_probs, when it writes them per micro.
+    let s_old = fetch(s, Kind::OldLogProbs, fwd)?;
+    let a_old = s_old.as_deref().map(Tensors::new);
+    let b_ids = if fwd_has_ids {
+        b_fwd.as_ref()
+    } else {
+        b_bi.as_ref().or(b_fwd.as_ref())
+    };
     let mut out = CellOut::default();
 
     // Section 2: forward_data; also gives the cell's log-prob precision.
@@ -86,7 +118,14 @@ pub(super) fn weaver_cell(
                 a.mat(nexrl_self_hosted::LOG_PROBS).as_deref(),
                 b.mat(nexrl_self_hosted::LOG_PROBS).as_deref(),
             );
-            out.fwd = Some(sections::forward_data_cell(policy, rank, m, a, b));
+            out.fwd = Some(sections::forward_data_cell(
+                policy,
+                rank,
+                m,
+                a,
+                b,
+                b_ids.unwrap_or(b),
+            ));
         }
         out.fwd_only_a = only_a(&a_fwd, &b_fwd);
     }
@@ -96,10 +135,26 @@ pub(super) fn weaver_cell(
     let chain = a_fwd.as_ref().filter(|_| in_fwd).map(|a| {
         let peer = sections::ChainPeer {
             fwd: b_fwd.as_ref(),
+            ids: b_ids,
             is_loss: b_is.as_ref(),
         };
-        sections::chain(policy, inputs, a, peer, rank, m)
+        sections::chain(policy, inputs, a, peer, a_old.as_ref(), (rank, m))
     });
+
+    // The loss records, for the coefficients of each side.
+    let rec = |side: &SideData, v: &Option<Cow<'_, Value>>| {
+        let f = side.file(Kind::Loss, Some(rank), micro)?;
+        nexrl_self_hosted::loss_record(&f.path, v.as_deref()?).ok()
+    };
+    if in_loss {
+        out.loss_recs = (rec(s, &s_loss), rec(w, &w_loss));
+    }
+    // The advantage epsilon each paired weaver row implies, when the self-hosted
+    // advantages are recomputed from rewards.
+    if let (Some(parts), Some(ch), Some(a), Some(bis)) = (&inputs.adv_parts, &chain, &a_fwd, &b_is)
+    {
+        out.eps = eps_estimates(parts, ch, a, b_ids, bis);
+    }
 
     // Section 3: loss.
     if in_loss {
@@ -122,7 +177,7 @@ pub(super) fn weaver_cell(
                 a,
                 s_loss.as_deref(),
                 b,
-                b_fwd.as_ref(),
+                b_ids,
                 ch,
             ));
         }
@@ -138,11 +193,12 @@ pub(super) fn weaver_sections(
     w: &SideData,
     r: Option<&SideData>,
     traj: Option<&TrajectorySummary>,
-    adv_preset: Option<&str>,
-    policy: &TolerancePolicy,
+    opts: &Options,
     coverage: &mut Vec<Coverage>,
+    conv: &mut WeaverConventions,
     progress: &dyn Progress,
 ) -> Result<Vec<Section>> {
+    let (adv_preset, policy) = (opts.advantage_preset.as_deref(), &opts.policy);
     let pair = "self-hosted vs weaver";
     let mut note_missing = |kind: Kind, rank: u32, micro: Option<u32>, a_has: bool| {
         let (present_on, missing_on) = if a_has {
@@ -180,11 +236,39 @@ pub(super) fn weaver_sections(
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let inputs = batch_inputs(s, r, traj, adv_preset)?;
-    let mut outs: Vec<CellOut> = keys
-        .par_iter()
-        .map(|&key| weaver_cell(s, w, &inputs, policy, &sets, key, progress))
-        .collect::<Result<_>>()?;
+    let mut inputs = batch_inputs(s, r, traj, adv_preset, opts.advantage_eps)?;
+    let run_cells = |inputs: &BatchInputs| -> Result<Vec<CellOut>> {
+        keys.par_iter()
+            .map(|&key| weaver_cell(s, w, inputs, policy, &sets, key, progress))
+            .collect()
+    };
+    let mut outs = run_cells(&inputs)?;
+    // The advantage epsilon: when the weaver's advantages agree on one other than the
+    // preset's (and no flag gave it), recompute the self-hosted advantages with it and
+    // compare again.
+    if let (Some(preset_eps), None) = (inputs.adv_eps, opts.advantage_eps) {
+        let est: Vec<f64> = outs.iter().flat_map(|o| o.eps.iter().copied()).collect();
+        if let Some((eps, n)) = conventions::infer_eps(&est) {
+            if (eps - preset_eps).abs() > 2e-7 + 1e-3 * preset_eps {
+                conv.notes.push(format!(
+                    "advantage epsilon {eps:e} inferred from {n} weaver is_loss_debug advantage rows \
+                     (the preset's is {preset_eps:e}): the self-hosted advantages are recomputed with it \
+                     (--advantage-eps overrides)"
+                ));
+                inputs = batch_inputs(s, r, traj, adv_preset, Some(eps))?;
+                outs = run_cells(&inputs)?;
+            }
+        }
+    }
+    for o in &mut outs {
+        let (a, b) = std::mem::take(&mut o.loss_recs);
+        if let Some(a) = a {
+            conv.self_hosted.push(&a);
+        }
+        if let Some(b) = b {
+            conv.weaver.push(&b);
+        }
+    }
 
     // Section 2: the compared cells, then those on one side only, ordered by rank/micro.
     let mut cells: Vec<Cell> = outs.iter_mut().filter_map(|o| o.fwd.take()).collect();
@@ -228,15 +312,24 @@ pub(super) fn weaver_sections(
     // Section 6: param / gradient (self-hosted per rank, weaver per rank or per micro),
     // rank by rank: one rank's tensors in memory per thread.
     for (kind, key) in [(Kind::Param, "param"), (Kind::Gradient, "gradient")] {
+        // A weaver writing these per micro writes one for each micro of its rank: the
+        // micros its forward_data and this kind show anywhere (after the filters).
+        let w_micros: BTreeSet<u32> = [Kind::ForwardData, kind]
+            .into_iter()
+            .flat_map(|k| w.tree.files_of(k, w.step))
+            .filter(|f| w.has(&f.path))
+            .filter_map(|f| f.micro)
+            .collect();
         let ranks: Vec<u32> = s
             .tree
             .ranks(kind, s.step)
             .union(&w.tree.ranks(kind, w.step))
             .copied()
             .collect();
-        let per_rank: Vec<(Vec<Cell>, Option<bool>)> = ranks
+        type RankCells = (Vec<Cell>, Option<bool>, Vec<u32>);
+        let per_rank: Vec<RankCells> = ranks
             .par_iter()
-            .map(|&rank| -> Result<(Vec<Cell>, Option<bool>)> {
+            .map(|&rank| -> Result<RankCells> {
                 let a = s.fetch(kind, Some(rank), None, progress)?;
                 let b_files: Vec<Option<u32>> = w
                     .tree
@@ -244,6 +337,16 @@ pub(super) fn weaver_sections(
                     .filter(|f| f.rank == Some(rank) && w.has(&f.path))
                     .map(|f| f.micro)
                     .collect();
+                // Per-micro weaver files of this rank that are absent.
+                let absent: Vec<u32> = if a.is_some() && b_files.iter().any(Option::is_some) {
+                    w_micros
+                        .iter()
+                        .filter(|m| !b_files.contains(&Some(**m)))
+                        .copied()
+                        .collect()
+                } else {
+                    Vec::new()
+                };
                 Ok(match (a, b_files.is_empty()) {
                     (Some(a), false) => {
                         let mut cells = Vec::new();
@@ -253,19 +356,22 @@ pub(super) fn weaver_sections(
                                     .push(sections::tensor_cell(policy, key, key, rank, m, &a, &b));
                             }
                         }
-                        (cells, None)
+                        (cells, None, absent)
                     }
-                    (Some(_), true) => (vec![], Some(true)),
-                    (None, false) => (vec![], Some(false)),
-                    (None, true) => (vec![], None),
+                    (Some(_), true) => (vec![], Some(true), absent),
+                    (None, false) => (vec![], Some(false), absent),
+                    (None, true) => (vec![], None, absent),
                 })
             })
             .collect::<Result<_>>()?;
         let mut cells = Vec::new();
-        for (&rank, (cs, missing)) in ranks.iter().zip(per_rank) {
+        for (&rank, (cs, missing, absent)) in ranks.iter().zip(per_rank) {
             cells.extend(cs);
             if let Some(a_has) = missing {
                 cells.push(note_missing(kind, rank, None, a_has));
+            }
+            for m in absent {
+                cells.push(note_missing(kind, rank, Some(m), true));
             }
         }
         if !cells.is_empty() {
@@ -335,7 +441,7 @@ pub(super) fn remote_sections(
         .transpose()?;
     match (&prepared, &datums) {
         (Some(t), Some(d)) => {
-            let inputs = batch_inputs(s, None, traj, None)?;
+            let inputs = batch_inputs(s, None, traj, None, None)?;
             let (cell, notes) = batch::datums_cell(policy, t, d, &inputs);
             out.push(section(
                 5,
@@ -377,6 +483,7 @@ pub(super) fn batch_inputs(
     r: Option<&SideData>,
     traj: Option<&TrajectorySummary>,
     adv_preset: Option<&str>,
+    adv_eps: Option<f64>,
 ) -> Result<BatchInputs> {
     // Read in place from the file's map, each cell's rows released once sliced.
     let old_log_probs = s
@@ -418,24 +525,36 @@ pub(super) fn batch_inputs(
         }
         Some(out)
     });
+    let mut recomputed = None;
     let (advantages, advantages_from) = match advantages {
         Some(a) => (
             Some(a),
             "prepared_trajectories.advantages broadcast over valid positions".to_string(),
         ),
         None => match (traj, adv_preset) {
-            (Some(tr), Some(name)) => match recomputed_advantages(tr, name)? {
-                Some(a) => (
-                    Some(a),
-                    format!(
-                        "group advantages recomputed from trajectory rewards and group_id \
-                         ({name} convention, rounded to f32), broadcast over valid positions"
-                    ),
-                ),
+            (Some(tr), Some(name)) => match recomputed_advantages(tr, name, adv_eps)? {
+                Some((a, cfg)) => {
+                    recomputed = Some((conventions::advantage_parts(tr, &cfg), cfg.eps));
+                    let eps = match adv_eps {
+                        Some(e) => format!(", epsilon {e:e}"),
+                        None => String::new(),
+                    };
+                    (
+                        Some(a),
+                        format!(
+                            "group advantages recomputed from trajectory rewards and group_id \
+                             ({name} convention{eps}, rounded to f32), broadcast over valid positions"
+                        ),
+                    )
+                }
                 None => (None, String::new()),
             },
             _ => (None, String::new()),
         },
+    };
+    let (adv_parts, adv_eps) = match recomputed {
+        Some((parts, eps)) => (parts, Some(eps)),
+        None => (None, None),
     };
     let micros_per_rank = s.tree.micros(Kind::ForwardData, s.step).len().max(1);
     Ok(BatchInputs {
@@ -444,7 +563,34 @@ pub(super) fn batch_inputs(
         advantages,
         advantages_from,
         micros_per_rank,
+        adv_parts,
+        adv_eps,
     })
+}
+
+/// The advantage epsilon each weaver row of a cell implies ([`conventions::eps_estimate`]):
+/// its dumped advantage (the first non-zero one of the row) against the self-hosted
+/// trajectory it pairs with by content.
+fn eps_estimates(
+    parts: &[(f64, f64)],
+    ch: &sections::Chain,
+    a: &Tensors<'_>,
+    b_ids: Option<&Tensors<'_>>,
+    b_is: &Tensors<'_>,
+) -> Vec<f64> {
+    let Some(adv) = b_is.mat(weaver::ADVANTAGES) else {
+        return Vec::new();
+    };
+    let na = a.mat(nexrl_self_hosted::LOG_PROBS).map_or(0, |m| m.rows);
+    let rows = sections::pair_rows(a, b_ids, na, adv.rows);
+    rows.pairs
+        .iter()
+        .filter_map(|&(ra, rb)| {
+            let (d, sd) = *parts.get((*ch.idx.get(ra)?)?)?;
+            let value = adv.row(rb).iter().copied().find(|v| *v != 0.0)?;
+            conventions::eps_estimate(d, sd, value)
+        })
+        .collect()
 }
 
 /// GRPO advantages of every trajectory of a trajectory file, by batch index, with the
@@ -457,9 +603,13 @@ pub(super) fn batch_inputs(
 pub(super) fn recomputed_advantages(
     traj: &TrajectorySummary,
     preset: &str,
-) -> Result<Option<Vec<f64>>> {
-    let cfg = crate::kernels::presets::preset(preset)
+    eps: Option<f64>,
+) -> Result<Option<(Vec<f64>, crate::kernels::advantage::AdvantageConfig)>> {
+    let mut cfg = crate::kernels::presets::preset(preset)
         .map_err(|e| Error::Usage(format!("--preset {preset}: {e}")))?;
+    if let Some(e) = eps {
+        cfg.advantage.eps = e;
+    }
     let rewards: Option<Vec<f64>> = traj.rows.iter().map(|t| t.reward).collect();
     let groups: Option<Vec<String>> = traj.rows.iter().map(|t| t.group.clone()).collect();
     let (Some(rewards), Some(groups)) = (rewards, groups) else {
@@ -476,5 +626,8 @@ pub(super) fn recomputed_advantages(
                 format!("group advantages: {e}"),
             )
         })?;
-    Ok(Some(adv.iter().map(|a| *a as f32 as f64).collect()))
+    Ok(Some((
+        adv.iter().map(|a| *a as f32 as f64).collect(),
+        cfg.advantage,
+    )))
 }

@@ -25,8 +25,16 @@ pub struct Report {
     pub sides: Vec<SideSummary>,
     /// The tolerance file used, if any.
     pub tolerance_file: Option<PathBuf>,
-    /// Worst verdict over every section.
+    /// Worst verdict over every section (and Fail when a coefficient differs).
     pub verdict: Verdict,
+    /// Loss-composition coefficients of both sides (read, inferred or given by a flag)
+    /// that are non-zero or differ, differing ones first; absent when there is none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub coefficients: Vec<Coefficient>,
+    /// Conventions dumpdiff inferred to recompute what a side did not dump (e.g. the
+    /// advantage epsilon), one sentence each; absent when none was needed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub conventions: Vec<String>,
     /// Sections in report order (1 trajectories … 6 param/gradient).
     pub sections: Vec<Section>,
     /// Files present on one side only.
@@ -45,6 +53,23 @@ pub struct Report {
     pub files_read: usize,
     /// Bytes read.
     pub bytes_read: u64,
+}
+
+/// One loss-composition coefficient on both sides.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Coefficient {
+    /// `entropy_coeff` or `kl_coef`.
+    pub name: String,
+    /// The self-hosted value, when known.
+    pub self_hosted: Option<f64>,
+    /// The weaver value, when known.
+    pub weaver: Option<f64>,
+    /// How the self-hosted value was obtained (read, inferred with its fit, flag).
+    pub self_hosted_from: Option<String>,
+    /// How the weaver value was obtained.
+    pub weaver_from: Option<String>,
+    /// True when the two values differ beyond what their rounding explains: a finding.
+    pub differ: bool,
 }
 
 /// One dump tree taking part.

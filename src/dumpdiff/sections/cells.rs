@@ -59,18 +59,21 @@ pub fn logprob_precision(a: Option<&Mat>, b: Option<&Mat>) -> Option<DType> {
 }
 
 /// Section 2: `forward_data` — response_mask exactly, log_probs and entropy mask-aware.
+/// Rows pair through `a`'s and `b_ids`' token ids (`b_ids`: the weaver file holding
+/// them, `b` itself or its `batch_inputs`).
 pub fn forward_data_cell(
     policy: &TolerancePolicy,
     rank: u32,
     micro: u32,
     a: &Tensors<'_>,
     b: &Tensors<'_>,
+    b_ids: &Tensors<'_>,
 ) -> Cell {
     let (lp_a, lp_b) = (a.mat(keys::LOG_PROBS), b.mat(keys::LOG_PROBS));
     let (ma, mb) = (a.mat(keys::RESPONSE_MASK), b.mat(keys::RESPONSE_MASK));
     let na = lp_a.as_ref().map_or(0, |m| m.rows);
     let nb = lp_b.as_ref().map_or(0, |m| m.rows);
-    let rows = pair_rows(a, Some(b), na, nb);
+    let rows = pair_rows(a, Some(b_ids), na, nb);
     let ctx = PairCtx {
         policy,
         section: "forward_data",
@@ -156,6 +159,11 @@ pub struct BatchInputs {
     pub advantages_from: String,
     /// Micros per rank on the self-hosted side (for contiguous slicing without trajectories).
     pub micros_per_rank: usize,
+    /// When `advantages` were recomputed: per batch index `(r − mean, std)` of the group
+    /// normalisation, from which a dumped advantage implies the epsilon.
+    pub adv_parts: Option<Vec<(f64, f64)>>,
+    /// The epsilon the recomputed `advantages` used.
+    pub adv_eps: Option<f64>,
 }
 
 /// The batch indices of a self-hosted micro's rows: by token content through the

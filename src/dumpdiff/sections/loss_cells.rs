@@ -2,7 +2,8 @@
 
 use super::*;
 
-/// Section 4: `is_loss_debug` intermediates, the self-hosted side sliced and derived.
+/// Section 4: `is_loss_debug` intermediates, the self-hosted side sliced and derived;
+/// rows pair through the token ids of `b_ids` (the weaver's forward_data or batch_inputs).
 #[allow(clippy::too_many_arguments)]
 pub fn is_loss_cell(
     policy: &TolerancePolicy,
@@ -11,7 +12,7 @@ pub fn is_loss_cell(
     a_fwd: &Tensors<'_>,
     a_loss: Option<&Value>,
     b_is: &Tensors<'_>,
-    b_fwd: Option<&Tensors<'_>>,
+    b_ids: Option<&Tensors<'_>>,
     ch: &Chain,
 ) -> Cell {
     pub(super) const S: &str = "is_loss";
@@ -21,7 +22,7 @@ pub fn is_loss_cell(
     let mask_b = b_is.mat(weaver::EFFECTIVE_VALID);
     let na = lp_a.as_ref().map_or(0, |m| m.rows);
     let nb = lp_b.as_ref().map_or(0, |m| m.rows);
-    let rows = pair_rows(a_fwd, b_fwd, na, nb);
+    let rows = pair_rows(a_fwd, b_ids, na, nb);
     let ctx = PairCtx {
         policy,
         section: S,
@@ -63,11 +64,15 @@ pub fn is_loss_cell(
         .iter()
         .map(|i| i.map_or("?".into(), |i| i.to_string()))
         .collect();
-    let old_origin = Origin::sliced(format!(
-        "old_log_probs.old_log_probs rows [{}] ({})",
-        rows_list.join(", "),
-        ch.how
-    ));
+    let old_origin = if ch.per_micro_old {
+        Origin::dumped("old_log_probs", "old_log_probs")
+    } else {
+        Origin::sliced(format!(
+            "old_log_probs.old_log_probs rows [{}] ({})",
+            rows_list.join(", "),
+            ch.how
+        ))
+    };
     match (&ch.old, b_is.mat(weaver::OLD_LOG_PROBS)) {
         (Some(x), Some(y)) => out.push(ctx.masked(
             "old_log_probs",

@@ -12,6 +12,8 @@ pub struct Chain {
     pub how: String,
     /// `old_log_probs` sliced to this micro's rows.
     pub old: Option<Mat>,
+    /// True when `old` is the micro's own `old_log_probs` file (not sliced from the batch).
+    pub per_micro_old: bool,
     /// `exp(log_probs − old_log_probs)`.
     pub ratio: Option<Mat>,
     /// Allowed error of each ratio element: `r·(e^E − 1)`, `E` the inputs' tolerances.
@@ -29,13 +31,17 @@ pub struct Chain {
 /// The other side's dumps a [`Chain`] borrows precisions and advantages from.
 #[derive(Clone, Copy, Default)]
 pub struct ChainPeer<'a> {
-    /// The other side's `forward_data` (its `input_ids` pair rows, its log-prob precision).
+    /// The other side's `forward_data` (its log-prob precision).
     pub fwd: Option<&'a Tensors<'a>>,
+    /// The other side's file holding its rows' token ids (`forward_data` or
+    /// `batch_inputs`): they pair rows by content.
+    pub ids: Option<&'a Tensors<'a>>,
     /// The other side's `is_loss_debug` (old_log_probs precision, advantages).
     pub is_loss: Option<&'a Tensors<'a>>,
 }
 
-/// Derive one micro's chain from the reference `forward_data` and the batch inputs.
+/// Derive one micro's chain from the reference `forward_data`, its own `old_log_probs`
+/// file when the side writes one per micro (`micro_old`), and the batch inputs.
 /// The log-prob inputs' tolerances are those their own comparisons use (the coarser
 /// precision of both sides), so a ratio is allowed what its inputs are allowed.
 pub fn chain(
@@ -43,14 +49,23 @@ pub fn chain(
     inputs: &BatchInputs,
     a_fwd: &Tensors<'_>,
     peer: ChainPeer<'_>,
-    rank: u32,
-    micro: u32,
+    micro_old: Option<&Tensors<'_>>,
+    (rank, micro): (u32, u32),
 ) -> Chain {
     let lp_a = a_fwd.mat(keys::LOG_PROBS);
     let mask_a = a_fwd.mat(keys::RESPONSE_MASK);
     let na = lp_a.as_ref().map_or(0, |m| m.rows);
-    let (idx, how) = batch_indices(inputs, a_fwd, rank, micro, na);
-    let old = inputs.old_log_probs.as_ref().and_then(|old| {
+    let (idx, mut how) = batch_indices(inputs, a_fwd, rank, micro, na);
+    // A per-micro `old_log_probs` file holds this micro's rows in its forward_data's
+    // order; else the micro's rows are sliced from the whole-batch file.
+    let own_old = micro_old
+        .and_then(|t| t.mat(keys::OLD_LOG_PROBS))
+        .filter(|m| m.rows == na);
+    let per_micro_old = own_old.is_some();
+    if per_micro_old {
+        how = "per-micro old_log_probs file, rows in forward_data order".into();
+    }
+    let old = own_old.map(|m| (*m).clone()).or_else(|| inputs.old_log_probs.as_ref().and_then(|old| {
         let mut data = Vec::with_capacity(na * old.width);
         for i in &idx {
             let r = old.row((*i)?);
@@ -68,7 +83,7 @@ pub fn chain(
             data,
             old.dtype,
         ))
-    });
+    }));
     let adv = inputs.advantages.as_ref().and_then(|adv| {
         let w = lp_a.as_ref()?.width;
         let mut data = Vec::with_capacity(na * w);
@@ -83,6 +98,7 @@ pub fn chain(
             idx,
             how,
             old,
+            per_micro_old,
             ratio: None,
             ratio_allowed: None,
             adv,
@@ -134,7 +150,7 @@ pub fn chain(
         None => {
             let b_adv = peer.is_loss.and_then(|v| v.mat(weaver::ADVANTAGES));
             let nb = b_adv.as_ref().map_or(0, |m| m.rows);
-            let rows = pair_rows(a_fwd, peer.fwd, na, nb);
+            let rows = pair_rows(a_fwd, peer.ids, na, nb);
             let mut out = vec![None; na];
             if let Some(b) = &b_adv {
                 for &(ra, rb) in &rows.pairs {
@@ -172,6 +188,7 @@ pub fn chain(
         idx,
         how,
         old,
+        per_micro_old,
         ratio: Some(ratio),
         ratio_allowed: Some(ratio_allowed),
         adv,

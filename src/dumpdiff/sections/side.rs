@@ -67,7 +67,7 @@ impl SideData {
     }
 
     /// The file of `kind` at (rank, micro) of the compared step (what `tree.get` finds).
-    pub(super) fn file(
+    pub(crate) fn file(
         &self,
         kind: Kind,
         rank: Option<u32>,

@@ -52,14 +52,17 @@ fn is_loss_case(ratio_b1: Option<f64>) -> (Cell, Chain) {
         advantages: None,
         advantages_from: String::new(),
         micros_per_rank: 1,
+        adv_parts: None,
+        adv_eps: None,
     };
     let policy = TolerancePolicy::default();
     let (a_fwd, b_is) = (Tensors::new(&a_fwd), Tensors::new(&b_is));
     let peer = ChainPeer {
         fwd: None,
+        ids: None,
         is_loss: Some(&b_is),
     };
-    let ch = chain(&policy, &inputs, &a_fwd, peer, 0, 0);
+    let ch = chain(&policy, &inputs, &a_fwd, peer, None, (0, 0));
     let cell = is_loss_cell(&policy, 0, 0, &a_fwd, None, &b_is, None, &ch);
     (cell, ch)
 }

@@ -1,0 +1,301 @@
+//! The conventions a comparison must know and the dumps may not say: the epsilon of the
+//! self-hosted advantages dumpdiff recomputes, and the loss-composition coefficients of
+//! each side (read from `extra_info` echoes, else inferred by least squares over every
+//! cell with [`crate::conventions::coefficients`]). Each is reported with where it came
+//! from; a coefficient that differs between the sides is a finding of its own.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::conventions::coefficients::{self, CoefficientFit, LossTerms, DIFFER_SIGMAS};
+use crate::dumpdiff::report::Coefficient;
+use crate::kernels::advantage::{AdvantageConfig, SingletonRule, StdMode};
+use crate::model::step::LossRecord;
+use crate::model::trajectory::TrajectorySummary;
+use crate::readers::producers::nexrl_self_hosted as keys;
+use crate::tensor::DType;
+
+/// Per trajectory of the batch, `(r − mean, std)` of the group-normalised advantage
+/// `(r − mean) / (std + eps)` under `cfg` (its std mode and singleton rule): what an
+/// advantage needs besides `eps`. `None` when a reward or group is missing, or the
+/// convention does not divide by a std (no epsilon to infer).
+pub fn advantage_parts(traj: &TrajectorySummary, cfg: &AdvantageConfig) -> Option<Vec<(f64, f64)>> {
+    if cfg.std == StdMode::None || traj.rows.is_empty() {
+        return None;
+    }
+    let rewards: Vec<f64> = traj.rows.iter().map(|t| t.reward).collect::<Option<_>>()?;
+    let groups: Vec<&str> = traj
+        .rows
+        .iter()
+        .map(|t| t.group.as_deref())
+        .collect::<Option<_>>()?;
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let std = |v: &[f64], ddof: usize| {
+        let m = mean(v);
+        (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - ddof) as f64).sqrt()
+    };
+    let mut members: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for (r, g) in rewards.iter().zip(&groups) {
+        members.entry(g).or_default().push(*r);
+    }
+    let batch_std = if rewards.len() > 1 {
+        std(&rewards, 1)
+    } else {
+        f64::NAN
+    };
+    Some(
+        rewards
+            .iter()
+            .zip(&groups)
+            .map(|(r, g)| {
+                let vals = members.get(g).map(Vec::as_slice).unwrap_or(&[]);
+                if vals.len() == 1 {
+                    return match cfg.singleton {
+                        SingletonRule::VerlMeanZeroStdOne => (*r, 1.0),
+                        SingletonRule::ZeroStd => (0.0, 0.0),
+                    };
+                }
+                let s = match cfg.std {
+                    StdMode::GroupUnbiased => std(vals, 1),
+                    StdMode::GroupPopulation => std(vals, 0),
+                    StdMode::BatchUnbiased => batch_std,
+                    StdMode::None => 0.0,
+                };
+                (r - mean(vals), s)
+            })
+            .collect(),
+    )
+}
+
+/// The epsilon one dumped advantage `a` implies for a trajectory with `(r − mean, std)`
+/// = `(d, s)`: `a = d / (s + eps)` ⇒ `eps = d / a − s`. `None` when `a` or `d` is zero
+/// (no information) or their signs differ.
+pub fn eps_estimate(d: f64, s: f64, a: f64) -> Option<f64> {
+    (d != 0.0 && a != 0.0 && d.signum() == a.signum() && s.is_finite()).then(|| d / a - s)
+}
+
+/// Largest epsilon taken for a convention (TRL 1e-4, verl 1e-6; 0.1 would be a different
+/// normalisation, not an epsilon).
+const EPS_MAX: f64 = 1e-2;
+
+/// The epsilon that the per-row estimates of every cell agree on: the median of those in
+/// `[−1e-6, EPS_MAX]` (a row normalised otherwise, e.g. by the population std, implies a
+/// negative epsilon and is left out), snapped to the customary value it is within f32
+/// rounding of. `None` without estimates in range.
+pub fn infer_eps(estimates: &[f64]) -> Option<(f64, usize)> {
+    let mut v: Vec<f64> = estimates
+        .iter()
+        .copied()
+        .filter(|e| e.is_finite() && (-1e-6..=EPS_MAX).contains(e))
+        .collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let med = v[v.len() / 2].max(0.0);
+    let snapped = [0.0, 1e-8, 1e-6, 1e-5, 1e-4, 1e-3]
+        .into_iter()
+        .find(|c| (med - c).abs() <= 2e-7 + 1e-3 * c)
+        .unwrap_or(med);
+    Some((snapped, v.len()))
+}
+
+/// The loss terms and echoed coefficients of one side, gathered from its loss files cell
+/// by cell.
+#[derive(Debug, Default, Clone)]
+pub struct SideLosses {
+    /// Every cell's terms, for the fit (cells without loss/pg_loss/entropy_loss are left out).
+    pub terms: Vec<LossTerms>,
+    /// Values echoed under each coefficient name (`extra_info`), over all cells.
+    pub echoed: BTreeMap<String, BTreeSet<u64>>,
+    /// Cells read.
+    pub cells: usize,
+}
+
+impl SideLosses {
+    /// Add one cell's loss record.
+    pub fn push(&mut self, rec: &LossRecord) {
+        self.cells += 1;
+        for (k, v) in &rec.coefficients {
+            let name = if k == "kl_loss_coef" { "kl_coef" } else { k };
+            self.echoed
+                .entry(name.to_string())
+                .or_default()
+                .insert(v.to_bits());
+        }
+        if let (Some(loss), Some(pg_loss), Some(entropy_loss)) =
+            (rec.loss, rec.pg_loss, rec.entropy_loss)
+        {
+            // The KL term the loss composes is `kl_loss` (verl's `actor/kl_loss`);
+            // `approx_kl` is a diagnostic, never added.
+            let kl_loss = rec.kl.get("kl_loss").or_else(|| rec.kl.get("kl")).copied();
+            self.terms.push(LossTerms {
+                loss,
+                pg_loss,
+                entropy_loss,
+                kl_loss,
+            });
+        }
+    }
+
+    /// Merge another batch of cells.
+    pub fn extend(&mut self, other: SideLosses) {
+        self.terms.extend(other.terms);
+        self.cells += other.cells;
+        for (k, v) in other.echoed {
+            self.echoed.entry(k).or_default().extend(v);
+        }
+    }
+}
+
+/// One side's value of one coefficient: the value, its standard error (0 when echoed)
+/// and how it was obtained.
+#[derive(Debug, Clone, PartialEq)]
+struct Known {
+    value: f64,
+    std_err: f64,
+    how: String,
+}
+
+/// The value of coefficient `name` on a side: echoed by every cell with one value, else
+/// the fit's (with its residual), else unknown.
+fn known(
+    name: &str,
+    side: &SideLosses,
+    fit: &Result<CoefficientFit, coefficients::FitError>,
+) -> Option<Known> {
+    if let Some(vals) = side.echoed.get(name) {
+        if vals.len() == 1 {
+            let v = f64::from_bits(*vals.iter().next()?);
+            return Some(Known {
+                value: v,
+                std_err: 0.0,
+                how: format!("read: loss {}.{name}", keys::EXTRA_INFO),
+            });
+        }
+    }
+    let fit = fit.as_ref().ok()?;
+    let (value, std_err) = match name {
+        keys::ENTROPY_COEFF => (fit.entropy_coeff, fit.entropy_coeff_std_err),
+        _ => (fit.kl_coef?, fit.kl_coef_std_err?),
+    };
+    Some(Known {
+        value,
+        std_err,
+        how: format!(
+            "inferred: least squares of loss − pg_loss over {} cells (± {:.1e}, rms residual {:.2e}, max {:.2e})",
+            fit.cells, std_err, fit.rms_residual, fit.max_residual
+        ),
+    })
+}
+
+/// The coefficients of both sides worth reporting: those non-zero on a side (beyond
+/// their standard error) or differing between the sides, differing ones first.
+/// `overrides` (from flags) replace both sides' values.
+pub fn compare(
+    a: &SideLosses,
+    b: &SideLosses,
+    overrides: &BTreeMap<String, f64>,
+) -> Vec<Coefficient> {
+    let (fa, fb) = (
+        coefficients::infer(&a.terms, DType::F32),
+        coefficients::infer(&b.terms, DType::F32),
+    );
+    let mut out = Vec::new();
+    for name in [keys::ENTROPY_COEFF, "kl_coef"] {
+        let flag = overrides.get(name).map(|&v| Known {
+            value: v,
+            std_err: 0.0,
+            how: format!("flag --{}", name.replace('_', "-")),
+        });
+        let (ka, kb) = match &flag {
+            Some(f) => (Some(f.clone()), Some(f.clone())),
+            None => (known(name, a, &fa), known(name, b, &fb)),
+        };
+        let nonzero = |k: &Option<Known>| {
+            k.as_ref()
+                .is_some_and(|k| k.value.abs() > DIFFER_SIGMAS * k.std_err && k.value != 0.0)
+        };
+        let differ = match (&ka, &kb) {
+            (Some(x), Some(y)) => {
+                let se = (x.std_err * x.std_err + y.std_err * y.std_err).sqrt();
+                let gap = (x.value - y.value).abs();
+                gap > DIFFER_SIGMAS * se && gap > 1e-9 * x.value.abs().max(y.value.abs())
+            }
+            _ => false,
+        };
+        if !(differ || nonzero(&ka) || nonzero(&kb)) {
+            continue;
+        }
+        let split = |k: Option<Known>| k.map_or((None, None), |k| (Some(k.value), Some(k.how)));
+        let ((va, ha), (vb, hb)) = (split(ka), split(kb));
+        out.push(Coefficient {
+            name: name.to_string(),
+            self_hosted: va,
+            weaver: vb,
+            self_hosted_from: ha,
+            weaver_from: hb,
+            differ,
+        });
+    }
+    out.sort_by_key(|c| !c.differ);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eps_is_the_median_of_rows_in_range_snapped() {
+        // d = 0.5, s = 0.7071: a verl row (1e-6), a TRL-normalised outlier (negative).
+        let (d, s) = (0.5, std::f64::consts::FRAC_1_SQRT_2);
+        let a = |eps: f64| ((d / (s + eps)) as f32) as f64;
+        let est: Vec<f64> = [1e-6, 1e-6, 1e-6]
+            .iter()
+            .map(|&e| eps_estimate(d, s, a(e)).unwrap())
+            .chain([eps_estimate(d, s, d / 0.5).unwrap()])
+            .collect();
+        assert!(est[3] < -0.2);
+        assert_eq!(infer_eps(&est), Some((1e-6, 3)));
+        assert_eq!(eps_estimate(0.0, s, 0.3), None);
+        assert_eq!(eps_estimate(0.5, s, -0.3), None);
+        assert_eq!(infer_eps(&[-0.2]), None);
+    }
+
+    fn rec(loss: f64, pg: f64, ent: f64, echo: Option<f64>) -> LossRecord {
+        let mut r = LossRecord {
+            loss: Some(loss),
+            pg_loss: Some(pg),
+            entropy_loss: Some(ent),
+            ..LossRecord::default()
+        };
+        if let Some(e) = echo {
+            r.coefficients.insert("entropy_coeff".into(), e);
+        }
+        r
+    }
+
+    #[test]
+    fn a_coefficient_differing_between_sides_is_reported_first() {
+        let (mut a, mut b) = (SideLosses::default(), SideLosses::default());
+        for (pg, ent) in [(0.1, 1.5), (-0.3, 0.7), (0.25, 2.0)] {
+            a.push(&rec(pg - 1e-3 * ent, pg, ent, None));
+            b.push(&rec(pg - 1e-4 * ent, pg, ent, Some(1e-4)));
+        }
+        let got = compare(&a, &b, &BTreeMap::new());
+        assert_eq!(got.len(), 1);
+        assert!(got[0].differ);
+        assert!((got[0].self_hosted.unwrap() - 1e-3).abs() < 1e-12);
+        assert_eq!(got[0].weaver, Some(1e-4));
+        assert!(got[0].self_hosted_from.as_deref().unwrap().starts_with("inferred"));
+        assert_eq!(
+            got[0].weaver_from.as_deref(),
+            Some("read: loss extra_info.entropy_coeff")
+        );
+        // Both zero: nothing to say.
+        let (mut z, mut y) = (SideLosses::default(), SideLosses::default());
+        z.push(&rec(0.1, 0.1, 1.0, None));
+        y.push(&rec(0.1, 0.1, 1.0, None));
+        assert!(compare(&z, &y, &BTreeMap::new()).is_empty());
+    }
+}
