@@ -10,8 +10,10 @@ and, under `out/`, the reports benches/scenarios.sh wrote: `dumpdiff.json`,
 Counted per seed and in total:
 - dumpdiff cells: a (section, rank, micro) cell whose verdict is fail or warn is a flag; a
   flag no injected fault explains is a false alarm (fa), a required truth cell not flagged a
-  miss. A changed coefficient must be reported (a `coefficients` entry `{name, differ: true}`
-  or at least one flagged loss cell: one miss otherwise); the cells it changes may be flagged.
+  miss. A changed coefficient must be reported as a `coefficients` entry `{name, differ:
+  true}` naming it (`entropy_coeff/kl_coef` when one cell cannot tell them apart): one miss
+  otherwise; the cells it changes may be flagged. A differing coefficient reported where
+  truth has none is a false alarm (coef_fa, counted with fa).
 - dumpdiff positions (pos): for a fault with positions, the named tensor's first value
   beyond tolerance in that cell must be one of the fault's (row, pos); pos counts faults
   where it is not (or the tensor passed).
@@ -79,10 +81,15 @@ def score_dumpdiff(truth, rep):
     # naming it with both values, or (today's reports have no such field) a flagged loss cell
     coef_miss = []
     for want in truth["dumpdiff"].get("coefficients", []):
-        named = any(c.get("name") == want["name"] and c.get("differ") for c in rep.get("coefficients", []))
-        loss_flag = any(k[0] == "loss" for k in got)
-        if not (named or loss_flag):
+        # named alone, or with the other coefficient when one cell cannot tell them apart
+        # (`entropy_coeff/kl_coef`)
+        named = any(want["name"] in c.get("name", "").split("/") and c.get("differ")
+                    for c in rep.get("coefficients", []))
+        if not named:
             coef_miss.append(want["name"])
+    wanted = {w["name"] for w in truth["dumpdiff"].get("coefficients", [])}
+    coef_fa = [c["name"] for c in rep.get("coefficients", [])
+               if c.get("differ") and not wanted & set(c.get("name", "").split("/"))]
     exp_cov = {(c["kind"], c["rank"], c["micro"], c["missing_on"]) for c in truth["dumpdiff"]["coverage"]}
     got_cov = set()
     for c in rep.get("coverage", []):
@@ -92,7 +99,7 @@ def score_dumpdiff(truth, rep):
         if c["micro"] is None and c["kind"] in ("param", "gradient"):
             key = next((e for e in exp_cov if e[:2] == key[:2] and e[3] == key[3]), key)
         got_cov.add(key)
-    return {"fa": fa, "miss": miss + ["coefficient " + n for n in coef_miss], "pos": pos_err,
+    return {"fa": fa + ["coefficient " + n for n in coef_fa], "miss": miss + ["coefficient " + n for n in coef_miss], "pos": pos_err,
             "cov_fa": sorted(got_cov - exp_cov, key=str), "cov_miss": sorted(exp_cov - got_cov, key=str)}
 
 

@@ -109,9 +109,20 @@ pub struct SideLosses {
     pub echoed: BTreeMap<String, BTreeSet<u64>>,
     /// Cells read.
     pub cells: usize,
+    /// The (rank, micro) of each of `terms`.
+    pub keys: Vec<(u32, Option<u32>)>,
 }
 
 impl SideLosses {
+    /// Add one cell's loss record, at (rank, micro) `key`.
+    pub fn push_at(&mut self, key: (u32, Option<u32>), rec: &LossRecord) {
+        let n = self.terms.len();
+        self.push(rec);
+        if self.terms.len() > n {
+            self.keys.push(key);
+        }
+    }
+
     /// Add one cell's loss record.
     pub fn push(&mut self, rec: &LossRecord) {
         self.cells += 1;
@@ -188,6 +199,14 @@ fn known(
     })
 }
 
+/// The value of coefficient `name` on one side: the flag's, else echoed, else inferred.
+pub fn value(name: &str, side: &SideLosses, overrides: &BTreeMap<String, f64>) -> Option<f64> {
+    if let Some(v) = overrides.get(name) {
+        return Some(*v);
+    }
+    known(name, side, &coefficients::infer(&side.terms, DType::F32)).map(|k| k.value)
+}
+
 /// The coefficients of both sides worth reporting: those non-zero on a side (beyond
 /// their standard error) or differing between the sides, differing ones first.
 /// `overrides` (from flags) replace both sides' values.
@@ -237,8 +256,57 @@ pub fn compare(
             differ,
         });
     }
+    if !out.iter().any(|c| c.differ) {
+        out.extend(composition_differs(a, b));
+    }
     out.sort_by_key(|c| !c.differ);
     out
+}
+
+/// Largest coefficient magnitude assumed when the coefficients cannot be fitted: verl's
+/// and NexRL's entropy and KL coefficients are 0–0.05 in their configs (pass
+/// `--entropy-coeff`/`--kl-coeff` for larger ones).
+const COEFF_MAX: f64 = 0.1;
+
+/// When the fits cannot tell the coefficients (one cell with both an entropy and a KL
+/// term), the sides' compositions still compare cell by cell: with the same coefficients
+/// (each at most [`COEFF_MAX`]), `loss − pg_loss` may differ by no more than
+/// `COEFF_MAX·(|Δentropy_loss| + |Δkl_loss|)` plus the f32 rounding of the four scalars.
+/// The first cell beyond that is reported as `entropy_coeff/kl_coef` differing.
+fn composition_differs(a: &SideLosses, b: &SideLosses) -> Option<Coefficient> {
+    let u = 2f64.powi(-24);
+    for (ka, ta) in a.keys.iter().zip(&a.terms) {
+        let Some(tb) = b.keys.iter().position(|k| k == ka).map(|i| &b.terms[i]) else {
+            continue;
+        };
+        let (ya, yb) = (ta.loss - ta.pg_loss, tb.loss - tb.pg_loss);
+        let dk = match (ta.kl_loss, tb.kl_loss) {
+            (Some(x), Some(y)) => (x - y).abs(),
+            (None, None) => 0.0,
+            (x, y) => x.or(y).unwrap_or(0.0).abs(),
+        };
+        let allowed = COEFF_MAX * ((ta.entropy_loss - tb.entropy_loss).abs() + dk)
+            + 8.0 * u * (ta.loss.abs() + ta.pg_loss.abs() + tb.loss.abs() + tb.pg_loss.abs());
+        if (ya - yb).abs() > allowed {
+            let at = format!(
+                "rank {} micro {}",
+                ka.0,
+                ka.1.map_or("-".into(), |m| m.to_string())
+            );
+            let how = format!(
+                "loss − pg_loss at {at} (entropy_loss and kl_loss differ by at most {allowed:.2e};                  one cell cannot tell the two coefficients apart)"
+            );
+            return Some(Coefficient {
+                name: "entropy_coeff/kl_coef".into(),
+                self_hosted: Some(ya),
+                weaver: Some(yb),
+                self_hosted_from: Some(how.clone()),
+                weaver_from: Some(how),
+                differ: true,
+            });
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -297,5 +365,151 @@ mod tests {
         z.push(&rec(0.1, 0.1, 1.0, None));
         y.push(&rec(0.1, 0.1, 1.0, None));
         assert!(compare(&z, &y, &BTreeMap::new()).is_empty());
+    }
+}
+
+/// How a loss reduces its per-token values (verl's `loss_agg_mode`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum AggMode {
+    /// Mean over every valid token of the micro.
+    TokenMean,
+    /// Sum over each row's tokens, mean over rows.
+    SeqMeanTokenSum,
+    /// Mean over each row's tokens, mean over rows.
+    SeqMeanTokenMean,
+    /// `SeqMeanTokenSum` divided by `loss_scale_factor`.
+    SeqMeanTokenSumNorm(f64),
+}
+
+impl AggMode {
+    /// verl's name of the mode (`token-mean`, …).
+    pub fn name(&self) -> String {
+        match self {
+            AggMode::TokenMean => "token-mean".into(),
+            AggMode::SeqMeanTokenSum => "seq-mean-token-sum".into(),
+            AggMode::SeqMeanTokenMean => "seq-mean-token-mean".into(),
+            AggMode::SeqMeanTokenSumNorm(n) => format!("seq-mean-token-sum-norm (÷{n})"),
+        }
+    }
+
+    /// The mode verl spells `name` (`scale` = `loss_scale_factor` for the `-norm` one).
+    pub fn parse(name: &str, scale: Option<f64>) -> Option<AggMode> {
+        Some(match name {
+            "token-mean" => AggMode::TokenMean,
+            "seq-mean-token-sum" => AggMode::SeqMeanTokenSum,
+            "seq-mean-token-mean" => AggMode::SeqMeanTokenMean,
+            "seq-mean-token-sum-norm" => AggMode::SeqMeanTokenSumNorm(scale?),
+            _ => return None,
+        })
+    }
+
+    /// Reduce `vals` (the valid elements, row after row, `row_counts` of them per row) as
+    /// this mode does; rows without valid elements are left out of the row means.
+    pub fn reduce(&self, row_counts: &[usize], vals: &[f64]) -> f64 {
+        let n: usize = row_counts.iter().sum();
+        if n == 0 || vals.len() < n {
+            return 0.0;
+        }
+        if *self == AggMode::TokenMean {
+            return vals[..n].iter().sum::<f64>() / n as f64;
+        }
+        let (mut acc, mut rows, mut at) = (0.0, 0usize, 0usize);
+        for &c in row_counts {
+            if c == 0 {
+                continue;
+            }
+            let s: f64 = vals[at..at + c].iter().sum();
+            at += c;
+            rows += 1;
+            acc += match self {
+                AggMode::SeqMeanTokenMean => s / c as f64,
+                _ => s,
+            };
+        }
+        let seq = acc / rows as f64;
+        match self {
+            AggMode::SeqMeanTokenSumNorm(norm) => seq / norm,
+            _ => seq,
+        }
+    }
+}
+
+/// The aggregation mode that reproduces a side's dumped `pg_loss` (from `−ratio·A` of its
+/// valid elements) and `entropy_loss` (from its `entropy`, when given), closest first:
+/// the mode whose recompute is within 5e-3 relative of both and clearly closer than any
+/// other; the `-norm` mode when the token-sum recompute is a constant ≥ 1 times the
+/// dumped value. `None` when no mode fits or two fit alike (the caller keeps token-mean).
+pub fn infer_mode(
+    row_counts: &[usize],
+    pg_elems: Option<&[f64]>,
+    pg_dumped: Option<f64>,
+    ent_elems: Option<&[f64]>,
+    ent_dumped: Option<f64>,
+) -> Option<AggMode> {
+    let pairs: Vec<(&[f64], f64)> = [(pg_elems, pg_dumped), (ent_elems, ent_dumped)]
+        .into_iter()
+        .filter_map(|(e, d)| Some((e?, d?)))
+        .filter(|(e, d)| *d != 0.0 && e.iter().all(|v| v.is_finite()))
+        .collect();
+    if pairs.is_empty() {
+        return None;
+    }
+    let err = |m: AggMode| {
+        pairs
+            .iter()
+            .map(|(e, d)| (m.reduce(row_counts, e) - d).abs() / d.abs())
+            .fold(0.0f64, f64::max)
+    };
+    let mut scored: Vec<(f64, AggMode)> = [
+        AggMode::TokenMean,
+        AggMode::SeqMeanTokenSum,
+        AggMode::SeqMeanTokenMean,
+    ]
+    .into_iter()
+    .map(|m| (err(m), m))
+    .collect();
+    // `-norm`: the first pair's token-sum over its dumped value.
+    let (e0, d0) = pairs[0];
+    let norm = AggMode::SeqMeanTokenSum.reduce(row_counts, e0) / d0;
+    // (a divisor of 1 is the plain token-sum mode)
+    if norm.is_finite() && norm >= 1.5 {
+        let n = if (norm - norm.round()).abs() < 1e-3 * norm {
+            norm.round()
+        } else {
+            norm
+        };
+        let m = AggMode::SeqMeanTokenSumNorm(n);
+        scored.push((err(m), m));
+    }
+    scored.sort_by(|a, b| a.0.total_cmp(&b.0));
+
+    // The best fit must be close (a bf16-dumped entropy moves its mean by ~1e-3) and
+    // clearly better than the next mode (modes of equal-length rows coincide).
+    let (best, next) = (scored[0], scored.get(1).map_or(f64::INFINITY, |x| x.0));
+    (best.0 < 5e-3 && best.0 < 0.3 * next).then_some(best.1)
+}
+
+#[cfg(test)]
+mod agg_tests {
+    use super::*;
+
+    #[test]
+    fn modes_reduce_as_verl_and_are_inferred_from_dumped_values() {
+        // Two rows: [1, 2, 3] and [4]; seq sums 6 and 4.
+        let (rows, v) = (vec![3, 0, 1], vec![1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(AggMode::TokenMean.reduce(&rows, &v), 2.5);
+        assert_eq!(AggMode::SeqMeanTokenSum.reduce(&rows, &v), 5.0);
+        assert_eq!(AggMode::SeqMeanTokenMean.reduce(&rows, &v), 3.0);
+        assert_eq!(AggMode::SeqMeanTokenSumNorm(10.0).reduce(&rows, &v), 0.5);
+        let infer = |d: f64| infer_mode(&rows, Some(&v), Some(d), None, None);
+        assert_eq!(infer(2.5), Some(AggMode::TokenMean));
+        assert_eq!(infer(5.0), Some(AggMode::SeqMeanTokenSum));
+        assert_eq!(infer(3.0), Some(AggMode::SeqMeanTokenMean));
+        assert_eq!(infer(0.3125), Some(AggMode::SeqMeanTokenSumNorm(16.0)));
+        assert_eq!(infer(7.0), None);
+        assert_eq!(
+            AggMode::parse("seq-mean-token-sum-norm", Some(16.0)),
+            Some(AggMode::SeqMeanTokenSumNorm(16.0))
+        );
     }
 }

@@ -2,7 +2,6 @@
 //! tensors), self-hosted vs remote-api (1, 5), cell by cell.
 
 use super::*;
-use crate::model::step::LossRecord;
 use crate::model::tokens::TokenSeq;
 use crate::readers::producers::{nexrl_self_hosted, remote_api, weaver};
 
@@ -19,8 +18,61 @@ pub(super) struct CellOut {
     /// The advantage epsilon each paired weaver row implies (see
     /// [`conventions::eps_estimate`]).
     eps: Vec<f64>,
-    /// The cell's loss records (self-hosted, weaver), for the coefficients.
-    loss_recs: (Option<LossRecord>, Option<LossRecord>),
+}
+
+/// Every cell's loss file on each side (self-hosted, weaver), read before the cells: the
+/// coefficients of each side come from all of them, and the cells' tolerances need them.
+pub(super) struct LossFiles<'a> {
+    files: HashMap<(u32, Option<u32>), (Option<Cow<'a, Value>>, Option<Cow<'a, Value>>)>,
+    /// The self-hosted KL coefficient (flag, read or inferred).
+    kl_coef: Option<f64>,
+}
+
+impl LossFiles<'_> {
+    fn get(&self, key: &(u32, Option<u32>)) -> Option<&(Option<Cow<'_, Value>>, Option<Cow<'_, Value>>)> {
+        self.files.get(key)
+    }
+}
+
+/// When a side's KL coefficient is neither echoed nor inferable (one cell fits two
+/// unknowns), a bound from the cell itself: its whole `loss − pg_loss` taken as the KL
+/// term, `|loss − pg_loss| / |kl_loss|`. `None` without a dumped `kl_loss`.
+fn kl_coef_bound(loss: &Value) -> Option<f64> {
+    let num = |k: &str| loss.get(k).and_then(Value::as_f64);
+    let kl = loss
+        .get(nexrl_self_hosted::METRICS)
+        .and_then(|m| m.get("kl_loss"))
+        .and_then(Value::as_f64)
+        .or_else(|| num("kl_loss"))?;
+    let rest = num(nexrl_self_hosted::LOSS)? - num(nexrl_self_hosted::PG_LOSS)?;
+    (kl != 0.0).then(|| (rest / kl).abs())
+}
+
+/// The self-hosted cell's aggregation mode: echoed in its loss file's `extra_info`, else
+/// the one that reproduces its dumped `pg_loss` / `entropy_loss` from its valid elements.
+fn agg_mode(ch: &sections::Chain, loss: Option<&Value>) -> Option<conventions::AggMode> {
+    let loss = loss?;
+    if let Some((name, scale)) = nexrl_self_hosted::loss_agg_mode(loss) {
+        if let Some(m) = conventions::AggMode::parse(&name, scale) {
+            return Some(m);
+        }
+    }
+    let stats = ch.stats.as_ref()?;
+    let pg: Vec<f64> = stats
+        .elems
+        .iter()
+        .zip(&ch.extra.advantage)
+        .map(|(e, a)| -e.ratio * a)
+        .collect();
+    let num = |k: &str| loss.get(k).and_then(Value::as_f64);
+    let ent = (ch.extra.entropy.len() == stats.elems.len()).then_some(ch.extra.entropy.as_slice());
+    conventions::infer_mode(
+        &ch.extra.row_counts,
+        (pg.len() == stats.elems.len()).then_some(pg.as_slice()),
+        num(nexrl_self_hosted::PG_LOSS),
+        ent,
+        num(nexrl_self_hosted::ENTROPY_LOSS),
+    )
 }
 
 /// What the self-hosted vs weaver sections learnt of the sides' conventions.
@@ -71,6 +123,7 @@ pub(super) fn weaver_cell(
     inputs: &BatchInputs,
     policy: &TolerancePolicy,
     sets: &CellSets,
+    losses: &LossFiles<'_>,
     (rank, micro): (u32, Option<u32>),
     progress: &dyn Progress,
 ) -> Result<CellOut> {
@@ -86,8 +139,13 @@ pub(super) fn weaver_cell(
     let s_fwd = fetch(s, Kind::ForwardData, fwd)?;
     let w_fwd = fetch(w, Kind::ForwardData, fwd)?;
     let w_is = fetch(w, Kind::IsLossDebug, fwd)?;
-    let s_loss = fetch(s, Kind::Loss, lossy)?;
-    let w_loss = fetch(w, Kind::Loss, in_loss)?;
+    let (s_loss, w_loss) = match losses.get(&key) {
+        Some((a, b)) => (
+            a.as_deref().filter(|_| lossy),
+            b.as_deref().filter(|_| in_loss),
+        ),
+        None => (None, None),
+    };
     let (a_fwd, b_fwd, b_is) = (
         s_fwd.as_deref().map(Tensors::new),
         w_fwd.as_deref().map(Tensors::new),
@@ -132,7 +190,7 @@ pub(super) fn weaver_cell(
 
     // The self-hosted importance-sampling chain: derived ratios and the tolerances they
     // and the loss scalars inherit from their log-prob inputs.
-    let chain = a_fwd.as_ref().filter(|_| in_fwd).map(|a| {
+    let mut chain = a_fwd.as_ref().filter(|_| in_fwd).map(|a| {
         let peer = sections::ChainPeer {
             fwd: b_fwd.as_ref(),
             ids: b_ids,
@@ -141,13 +199,13 @@ pub(super) fn weaver_cell(
         sections::chain(policy, inputs, a, peer, a_old.as_ref(), (rank, m))
     });
 
-    // The loss records, for the coefficients of each side.
-    let rec = |side: &SideData, v: &Option<Cow<'_, Value>>| {
-        let f = side.file(Kind::Loss, Some(rank), micro)?;
-        nexrl_self_hosted::loss_record(&f.path, v.as_deref()?).ok()
-    };
-    if in_loss {
-        out.loss_recs = (rec(s, &s_loss), rec(w, &w_loss));
+    // How the self-hosted loss reduces its tokens and its KL coefficient: what its
+    // loss scalars' tolerances need.
+    if let Some(ch) = &mut chain {
+        ch.kl_coef = losses.kl_coef.or_else(|| kl_coef_bound(s_loss?));
+        if let Some(mode) = agg_mode(ch, s_loss) {
+            ch.agg = mode;
+        }
     }
     // The advantage epsilon each paired weaver row implies, when the self-hosted
     // advantages are recomputed from rewards.
@@ -158,10 +216,17 @@ pub(super) fn weaver_cell(
 
     // Section 3: loss.
     if in_loss {
-        match (&s_loss, &w_loss) {
+        match (s_loss, w_loss) {
             (Some(a), Some(b)) => {
-                let stats = chain.as_ref().and_then(|c| c.stats.as_ref());
-                out.loss = Some(sections::loss_cell(policy, rank, m, a, b, precision, stats));
+                out.loss = Some(sections::loss_cell(
+                    policy,
+                    rank,
+                    m,
+                    a,
+                    b,
+                    precision,
+                    chain.as_ref(),
+                ));
             }
             (a, b) => out.loss_only_a = Some(a.is_some() && b.is_none()),
         }
@@ -175,7 +240,7 @@ pub(super) fn weaver_cell(
                 rank,
                 m,
                 a,
-                s_loss.as_deref(),
+                s_loss,
                 b,
                 b_ids,
                 ch,
@@ -236,10 +301,39 @@ pub(super) fn weaver_sections(
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
+    // The loss files first (small scalar dicts): each side's coefficients, read or
+    // inferred over every cell, are known before any cell is compared.
+    let loss_keys: Vec<(u32, Option<u32>)> = sets.loss.union(&sets.is_loss).copied().collect();
+    let files: HashMap<_, _> = loss_keys
+        .par_iter()
+        .map(|&key| {
+            let a = s.fetch(Kind::Loss, Some(key.0), key.1, progress)?;
+            let b = w.fetch(Kind::Loss, Some(key.0), key.1, progress)?;
+            Ok((key, (a, b)))
+        })
+        .collect::<Result<_>>()?;
+    // In rank/micro order, so that the fits add their terms in one order every run.
+    for (&(rank, micro), (a, b)) in loss_keys.iter().filter_map(|k| Some((k, files.get(k)?))) {
+        for (side, v, acc) in [
+            (s, a, &mut conv.self_hosted),
+            (w, b, &mut conv.weaver),
+        ] {
+            let (Some(f), Some(v)) = (side.file(Kind::Loss, Some(rank), micro), v) else {
+                continue;
+            };
+            if let Ok(rec) = nexrl_self_hosted::loss_record(&f.path, v) {
+                acc.push_at((rank, micro), &rec);
+            }
+        }
+    }
+    let losses = LossFiles {
+        files,
+        kl_coef: conventions::value("kl_coef", &conv.self_hosted, &opts.coefficients),
+    };
     let mut inputs = batch_inputs(s, r, traj, adv_preset, opts.advantage_eps)?;
     let run_cells = |inputs: &BatchInputs| -> Result<Vec<CellOut>> {
         keys.par_iter()
-            .map(|&key| weaver_cell(s, w, inputs, policy, &sets, key, progress))
+            .map(|&key| weaver_cell(s, w, inputs, policy, &sets, &losses, key, progress))
             .collect()
     };
     let mut outs = run_cells(&inputs)?;
@@ -258,15 +352,6 @@ pub(super) fn weaver_sections(
                 inputs = batch_inputs(s, r, traj, adv_preset, Some(eps))?;
                 outs = run_cells(&inputs)?;
             }
-        }
-    }
-    for o in &mut outs {
-        let (a, b) = std::mem::take(&mut o.loss_recs);
-        if let Some(a) = a {
-            conv.self_hosted.push(&a);
-        }
-        if let Some(b) = b {
-            conv.weaver.push(&b);
         }
     }
 

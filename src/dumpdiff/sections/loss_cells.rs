@@ -173,7 +173,7 @@ pub fn is_loss_cell(
             Origin::dumped("loss", "loss"),
             dumped_b("loss"),
             true,
-            loss_propagation("loss", &StatsMemo::new(ch.stats.as_ref(), a_loss)),
+            loss_propagation("loss", &StatsMemo::new(Some(ch), a_loss)),
         )),
         _ => out.push(skipped(S, "loss", "not dumped on both sides")),
     }
@@ -202,6 +202,7 @@ pub(super) fn clip_range(loss: Option<&Value>) -> (f64, f64) {
 /// and loss file however many keys ask (each is a pass over every valid element).
 pub(super) struct StatsMemo<'a> {
     stats: Option<&'a ChainStats>,
+    chain: Option<&'a Chain>,
     loss: Option<&'a Value>,
     mean_loss: OnceCell<Option<f64>>,
     mean_ratio: OnceCell<Option<f64>>,
@@ -209,26 +210,120 @@ pub(super) struct StatsMemo<'a> {
 }
 
 impl<'a> StatsMemo<'a> {
-    pub(super) fn new(stats: Option<&'a ChainStats>, loss: Option<&'a Value>) -> Self {
+    pub(super) fn new(chain: Option<&'a Chain>, loss: Option<&'a Value>) -> Self {
         StatsMemo {
-            stats,
+            stats: chain.and_then(|c| c.stats.as_ref()),
+            chain,
             loss,
             mean_loss: OnceCell::new(),
             mean_ratio: OnceCell::new(),
             flips: OnceCell::new(),
         }
     }
+
+    /// The chain's aggregation mode (token-mean unless read or inferred otherwise).
+    fn mode(&self) -> AggMode {
+        self.chain.map_or(AggMode::TokenMean, |c| c.agg)
+    }
+
+    /// The pg term's allowance in the chain's mode: `|A|·r·(e^E−1)` per element, reduced.
+    fn pg_allowed(&self) -> Option<f64> {
+        let stats = self.stats?;
+        if self.mode() == AggMode::TokenMean {
+            return *self.mean_loss.get_or_init(|| stats.mean_loss_allowed());
+        }
+        let vals: Option<Vec<f64>> = stats
+            .elems
+            .iter()
+            .map(|e| Some(propagate::product_allowed(e.ratio_allowed, e.abs_advantage?)))
+            .collect();
+        Some(self.mode().reduce(&self.chain?.extra.row_counts, &vals?))
+    }
+
+    /// The KL term's allowance in the chain's mode, from `logp − ref` and the log-ratio
+    /// allowance `E` of each element, for any of k1/k2/k3:
+    /// `max(1, |Δ|, |1 − e^−Δ|)·E + E²/2·max(1, e^(E−Δ))` (their first and second
+    /// derivatives in `logp`). None without `ref_log_probs`.
+    fn kl_allowed(&self) -> Option<f64> {
+        let (stats, ch) = (self.stats?, self.chain?);
+        if ch.extra.kl_delta.len() != stats.elems.len() || stats.elems.is_empty() {
+            return None;
+        }
+        let vals: Option<Vec<f64>> = stats
+            .elems
+            .iter()
+            .zip(&ch.extra.kl_delta)
+            .map(|(e, &d)| {
+                let el = log_allowed(e)?;
+                d.is_finite().then(|| {
+                    let first = 1f64.max(d.abs()).max((-d).exp_m1().abs());
+                    first * el + 0.5 * el * el * 1f64.max((el - d).exp())
+                })
+            })
+            .collect();
+        Some(self.mode().reduce(&ch.extra.row_counts, &vals?))
+    }
+
+    /// `approx_kl = mean(½·(logp − old)²)`: token mean of `|Δ|·E + E²/2`.
+    fn approx_kl_allowed(&self) -> Option<f64> {
+        let stats = self.stats?;
+        let n = stats.elems.len();
+        let sum: Option<f64> = stats
+            .elems
+            .iter()
+            .map(|e| {
+                let el = log_allowed(e)?;
+                Some(e.ratio.ln().abs() * el + 0.5 * el * el)
+            })
+            .sum();
+        (n > 0).then_some(sum? / n as f64)
+    }
 }
 
-/// The propagated tolerance of a loss-file scalar that is a masked aggregate of the
-/// chain's elements, with how it was obtained (None: no rule for this key).
+/// The log-ratio allowance `E` of an element, from its ratio allowance `r·(e^E − 1)`.
+fn log_allowed(e: &ChainElem) -> Option<f64> {
+    let x = (e.ratio_allowed / e.ratio).ln_1p();
+    (x.is_finite() && e.ratio > 0.0).then_some(x)
+}
+
+/// The propagated tolerance of a loss-file scalar that is an aggregate of the chain's
+/// elements, with how it was obtained (None: no rule for this key). `loss` adds the KL
+/// term's allowance times the side's `kl_coef` when both are known.
 pub(super) fn loss_propagation(key: &str, memo: &StatsMemo<'_>) -> Option<(f64, String)> {
     let stats = memo.stats?;
     let leaf = key.rsplit('.').next().unwrap_or(key);
     let n = stats.count();
+    let mode = memo.mode();
+    let how = |what: &str| match mode {
+        AggMode::TokenMean => format!("= mean of {what} over {n} tokens"),
+        m => format!("= {} of {what} over {n} tokens", m.name()),
+    };
     match leaf {
-        "loss" | "pg_loss" => (*memo.mean_loss.get_or_init(|| stats.mean_loss_allowed()))
-            .map(|e| (e, format!("= mean of |A|·r·(e^E−1) over {n} tokens"))),
+        "pg_loss" => memo.pg_allowed().map(|e| (e, how("|A|·r·(e^E−1)"))),
+        "loss" => {
+            let pg = memo.pg_allowed()?;
+            let kc = memo.chain.and_then(|c| c.kl_coef).filter(|k| *k != 0.0);
+            match (kc, kc.and_then(|_| memo.kl_allowed())) {
+                (Some(kc), Some(kl)) => Some((
+                    pg + kc.abs() * kl,
+                    format!(
+                        "{} + kl_coef {kc} × the KL term's {}",
+                        how("|A|·r·(e^E−1)"),
+                        crate::fmt::num(kl)
+                    ),
+                )),
+                _ => Some((pg, how("|A|·r·(e^E−1)"))),
+            }
+        }
+        "kl_loss" | "kl" => memo
+            .kl_allowed()
+            .map(|e| (e, how("the k1/k2/k3 bound from E and logp − ref"))),
+        "approx_kl" => memo.approx_kl_allowed().map(|e| {
+            (
+                e,
+                format!("= mean of |logp − old|·E + E²/2 over {n} tokens"),
+            )
+        }),
         "avg_ratio" | "ratio_mean" => (*memo.mean_ratio.get_or_init(|| stats.mean_ratio_allowed()))
             .map(|e| (e, format!("= mean of r·(e^E−1) over {n} tokens"))),
         l if l.contains("clip_frac") || l.contains("clipfrac") => {
@@ -256,7 +351,7 @@ pub fn loss_cell(
     a: &Value,
     b: &Value,
     precision: Option<DType>,
-    stats: Option<&ChainStats>,
+    chain: Option<&Chain>,
 ) -> (Cell, Vec<String>) {
     let rows = RowMatch::by_index(0, 0);
     let ctx = PairCtx {
@@ -269,7 +364,7 @@ pub fn loss_cell(
     };
     let mut out = Vec::new();
     let mut notes = Vec::new();
-    let memo = StatsMemo::new(stats, Some(a));
+    let memo = StatsMemo::new(chain, Some(a));
     for key in ["loss", "pg_loss", "entropy_loss"] {
         match (a.get(key), b.get(key)) {
             (Some(x), Some(y)) => out.extend(ctx.scalar_with(

@@ -20,6 +20,7 @@ use crate::compare::metrics::{
     effective_dtype, Accumulator, ElemLoc, GridScan, PairMetrics, Positions,
 };
 use crate::compare::propagate::{self, ChainElem, ChainStats};
+use crate::dumpdiff::conventions::AggMode;
 use crate::compare::tolerance::{coarser, Tolerance, TolerancePolicy, Verdict};
 pub use crate::dumpdiff::mat::Mat;
 use crate::dumpdiff::mat::CHUNK;

@@ -24,6 +24,13 @@ pub struct Chain {
     pub adv_from: String,
     /// The valid elements, for the tolerances of masked means and clip fractions.
     pub stats: Option<ChainStats>,
+    /// Per valid element what the aggregation modes and KL tolerances need.
+    pub extra: ElemExtra,
+    /// How the side's loss reduces its tokens (read from its loss file, or inferred by
+    /// the caller; token-mean until then).
+    pub agg: AggMode,
+    /// The side's KL coefficient, when read or inferred (its loss's KL allowance).
+    pub kl_coef: Option<f64>,
     /// Set when `ratio` and `ratio_allowed` hold only the valid positions (NaN elsewhere).
     pub(super) partial: Option<Derive>,
 }
@@ -104,6 +111,9 @@ pub fn chain(
             adv,
             adv_from: inputs.advantages_from.clone(),
             stats: None,
+            extra: ElemExtra::default(),
+            agg: AggMode::TokenMean,
+            kl_coef: None,
             partial: None,
         };
     };
@@ -128,11 +138,30 @@ pub fn chain(
         ),
         false,
     );
+    // The other side's inputs, rows paired by content.
+    let peer_inputs = peer.is_loss.map(|b| {
+        let b_lp = b.mat(weaver::LOG_PROBS);
+        let b_old = b.mat(weaver::OLD_LOG_PROBS);
+        let nb = b_lp.as_ref().or(b_old.as_ref()).map_or(0, |m| m.rows);
+        let rows = pair_rows(a_fwd, peer.ids, na, nb);
+        let mut row = vec![None; na];
+        for &(ra, rb) in &rows.pairs {
+            if let Some(slot) = row.get_mut(ra) {
+                *slot = Some(rb);
+            }
+        }
+        PeerInputs {
+            lp: b_lp,
+            old: b_old,
+            row,
+        }
+    });
     let derive = Derive {
         lp: lp.clone(),
         mask: mask_a.clone(),
         tol_lp,
         tol_old,
+        peer: peer_inputs,
     };
     // The ratio where anything reads it (valid reference positions) when that already
     // shows it is f64 data; else everywhere, as its precision then needs every value.
@@ -172,10 +201,31 @@ pub fn chain(
         .flat_map(|r| valid(r).iter().map(|v| v.len()))
         .sum();
     let mut elems = Vec::with_capacity(n_valid);
+    // Per valid element, beside `elems`: its row's signed advantage and `logp − ref`
+    // (NaN when unknown), and each row's count: what the aggregation modes and the KL
+    // terms' tolerances need.
+    let ref_lp = a_fwd.mat(keys::REF_LOG_PROBS).filter(|m| m.rows == na);
+    let ent = a_fwd.mat(keys::ENTROPY).filter(|m| m.rows == na);
+    let mut extra = ElemExtra::default();
     for (r, &abs_advantage) in abs_adv.iter().enumerate() {
         let (ratio_r, allowed_r) = (ratio.row(r), ratio_allowed.row(r));
+        let ref_r = ref_lp.as_ref().map(|m| m.row(r));
+        let lp_r = ref_r.as_ref().map(|_| lp.row(r));
+        let ent_r = ent.as_ref().map(|m| m.row(r));
+        let signed = adv.as_ref().and_then(|a| a.row(r).first().copied());
+        let before = elems.len();
         for p in valid(r).iter().flat_map(Range::clone) {
             if let (Some(&rt), Some(&al)) = (ratio_r.get(p), allowed_r.get(p)) {
+                let l = lp_r.as_ref().and_then(|x| x.get(p).copied());
+                let rf = ref_r.as_ref().and_then(|x| x.get(p).copied());
+                extra.kl_delta.push(match (l, rf) {
+                    (Some(l), Some(rf)) => l - rf,
+                    _ => f64::NAN,
+                });
+                extra.advantage.push(signed.unwrap_or(f64::NAN));
+                if let Some(x) = ent_r.as_ref().and_then(|x| x.get(p).copied()) {
+                    extra.entropy.push(x);
+                }
                 elems.push(ChainElem {
                     ratio: rt,
                     ratio_allowed: al,
@@ -183,6 +233,7 @@ pub fn chain(
                 });
             }
         }
+        extra.row_counts.push(elems.len() - before);
     }
     Chain {
         idx,
@@ -194,8 +245,25 @@ pub fn chain(
         adv,
         adv_from: inputs.advantages_from.clone(),
         stats: Some(ChainStats { elems }),
+        extra,
+        agg: AggMode::TokenMean,
+        kl_coef: None,
         partial: partial.then_some(derive),
     }
+}
+
+/// Beside a chain's valid elements (same order): the signed advantage of each, its
+/// `logp − ref_log_probs`, and how many elements each row has.
+#[derive(Debug, Clone, Default)]
+pub struct ElemExtra {
+    /// Signed advantage per element (NaN when unknown).
+    pub advantage: Vec<f64>,
+    /// `logp − ref` per element (NaN without `ref_log_probs`).
+    pub kl_delta: Vec<f64>,
+    /// Valid elements per row, in row order.
+    pub row_counts: Vec<usize>,
+    /// The side's dumped `entropy` per element (empty when not dumped).
+    pub entropy: Vec<f64>,
 }
 
 /// How a chain's ratio is derived, kept when it was computed at valid positions only, so
@@ -205,6 +273,18 @@ pub(super) struct Derive {
     mask: Option<Rc<Mat>>,
     tol_lp: Tolerance,
     tol_old: Tolerance,
+    /// The other side's log-probs and old log-probs with, per reference row, its paired
+    /// row: an input contributes what it actually differs from the other side's, capped
+    /// at its tolerance (see [`Derive::ratio`]).
+    peer: Option<PeerInputs>,
+}
+
+/// The other side's inputs of a chain, row-paired with the reference.
+pub(super) struct PeerInputs {
+    lp: Option<Rc<Mat>>,
+    old: Option<Rc<Mat>>,
+    /// Per reference row, the other side's row.
+    row: Vec<Option<usize>>,
 }
 
 impl Derive {
@@ -235,6 +315,16 @@ impl Derive {
         let mut buf = Vec::new();
         for r in 0..lp.rows {
             let old_row = o.row(r);
+            // The other side's row of each input, when paired.
+            let peer_row = |m: &Option<Rc<Mat>>| {
+                let p = self.peer.as_ref()?;
+                let rb = (*p.row.get(r)?)?;
+                m.as_ref().filter(|m| rb < m.rows).map(|m| m.row(rb).into_owned())
+            };
+            let (peer_lp, peer_old) = match &self.peer {
+                Some(p) => (peer_row(&p.lp), peer_row(&p.old)),
+                None => (None, None),
+            };
             let ranges = if valid_only {
                 self.valid(r)
             } else {
@@ -247,11 +337,22 @@ impl Derive {
                     let ol = old_row.get(p).copied().unwrap_or(f64::NAN);
                     let rt = (l - ol).exp();
                     ratio[base + p] = rt;
+                    // What each input differs from the other side's, within its
+                    // tolerance: a difference beyond it is that input's finding, and
+                    // must not excuse the derived values.
+                    let own = |tol: f64, x: f64, peer: &Option<Vec<f64>>| match peer {
+                        Some(row) => row
+                            .get(p)
+                            .map(|y| (x - y).abs())
+                            .filter(|d| d.is_finite())
+                            .map_or(tol, |d| d.min(tol)),
+                        None => tol,
+                    };
                     allowed[base + p] = propagate::ratio_allowed(
                         rt,
                         propagate::log_ratio_allowed(
-                            self.tol_lp.allowed(l),
-                            self.tol_old.allowed(ol),
+                            own(self.tol_lp.allowed(l), l, &peer_lp),
+                            own(self.tol_old.allowed(ol), ol, &peer_old),
                         ),
                     );
                 }

@@ -38,6 +38,8 @@ pub const GROUP_KEYS: [&str; 2] = ["group_id", "uid"];
 
 /// `old_log_probs/`: the whole batch's `[N, T]` old log-probs, rows in `trajectory/` order.
 pub const OLD_LOG_PROBS: &str = "old_log_probs";
+/// `forward_data/`: the reference policy's log-probs `[mb, T]` (when a KL term is used).
+pub const REF_LOG_PROBS: &str = "ref_log_probs";
 /// `forward_data/`: the current policy's log-probs `[mb, T]`.
 pub const LOG_PROBS: &str = "log_probs";
 /// `forward_data/`: per-token entropy `[mb, T]`.
@@ -66,6 +68,10 @@ pub const PARAM_NAME: &str = "param_name";
 pub const EXTRA_INFO: &str = "extra_info";
 /// `extra_info`: the entropy coefficient of `loss = pg_loss − c · entropy_loss`.
 pub const ENTROPY_COEFF: &str = "entropy_coeff";
+/// `extra_info`: verl's `loss_agg_mode` (`token-mean`, `seq-mean-token-sum`, …), when echoed.
+pub const LOSS_AGG_MODE: &str = "loss_agg_mode";
+/// `extra_info`: the divisor of `seq-mean-token-sum-norm` (verl's `loss_scale_factor`).
+pub const LOSS_SCALE_FACTOR: &str = "loss_scale_factor";
 /// `extra_info` keys read as loss coefficients.
 pub const COEFFICIENTS: [&str; 3] = [ENTROPY_COEFF, "kl_coef", "kl_loss_coef"];
 /// `metrics` keys read as KL terms.
@@ -199,6 +205,14 @@ pub fn loss_record(file: &Path, v: &Value) -> Result<LossRecord> {
         }
     }
     Ok(rec)
+}
+
+/// The aggregation mode a loss file's `extra_info` echoes (`loss_agg_mode`) and its
+/// `loss_scale_factor`, when it echoes one (a non-string mode is not an echo).
+pub fn loss_agg_mode(v: &Value) -> Option<(String, Option<f64>)> {
+    let info = field(v, EXTRA_INFO)?;
+    let mode = info.get(LOSS_AGG_MODE)?.as_str()?.to_string();
+    Some((mode, info.get(LOSS_SCALE_FACTOR).and_then(Value::as_f64)))
 }
 
 /// The per-token batch of a `forward_data/` file: current log-probs, entropy, response

@@ -39,6 +39,13 @@ impl Renderer<Report> for MarkdownRenderer {
                 ));
             }
         }
+        let conv = super::convention_lines(report);
+        if !conv.is_empty() {
+            o.push('\n');
+            for l in conv {
+                o.push_str(&format!("- {l}\n"));
+            }
+        }
         o.push_str("\n| section | pair | verdict | cells ✓/!/✗/– |\n|---|---|---|---|\n");
         for sec in &report.sections {
             let n = |v: Verdict| sec.cells.iter().filter(|c| c.verdict == v).count();

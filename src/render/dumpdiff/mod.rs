@@ -77,6 +77,9 @@ pub fn summary_line(report: &Report) -> String {
         }
         s
     };
+    for c in report.coefficients.iter().filter(|c| c.differ) {
+        parts.push(format!("{} differs between the sides", c.name));
+    }
     if !fail.is_empty() {
         parts.push(describe(&fail, "fails", "fail"));
     }
@@ -109,6 +112,42 @@ pub fn summary_line(report: &Report) -> String {
         };
     }
     parts.join("; ")
+}
+
+/// The loss coefficients and inferred conventions, differing coefficients first
+/// (`entropy_coeff differs: self-hosted 1e-3 (read: …) vs weaver 1e-4 (inferred: …)`).
+/// Values print with enough digits to tell them apart.
+pub fn convention_lines(report: &Report) -> Vec<String> {
+    let val = |v: Option<f64>, how: &Option<String>| match (v, how) {
+        (Some(v), Some(h)) => format!("{} ({h})", coefficient_text(v)),
+        (Some(v), None) => coefficient_text(v),
+        _ => "unknown".into(),
+    };
+    let mut out: Vec<String> = report
+        .coefficients
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {}: self-hosted {} vs weaver {}",
+                c.name,
+                if c.differ { "differs" } else { "agrees" },
+                val(c.self_hosted, &c.self_hosted_from),
+                val(c.weaver, &c.weaver_from)
+            )
+        })
+        .collect();
+    out.extend(report.conventions.iter().cloned());
+    out
+}
+
+/// A coefficient: as written when it is short (`0.001`), else 4 significant digits.
+fn coefficient_text(v: f64) -> String {
+    let plain = format!("{v}");
+    if plain.len() <= 8 {
+        plain
+    } else {
+        format!("{v:.3e}")
+    }
 }
 
 /// How many files exist on one side only: the distinct files the report found behind its

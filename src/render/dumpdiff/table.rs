@@ -293,6 +293,9 @@ impl Renderer<Report> for TableRenderer {
                 ));
             }
         }
+        for l in super::convention_lines(report) {
+            out.push_str(&wrap(&l, self.width, ""));
+        }
         let grid = self.fitting_grid(report);
         out.push_str(grid.trim_end());
         out.push('\n');
