@@ -268,10 +268,13 @@ fn run(args: Args) -> Result<(String, u8), Error> {
         adjudicate_with: (!args.no_adjudicate).then(|| args.preset.clone()),
         advantage_preset: Some(args.preset.clone()),
         advantage_eps: args.advantage_eps,
-        coefficients: [("entropy_coeff", args.entropy_coeff), ("kl_coef", args.kl_coeff)]
-            .into_iter()
-            .filter_map(|(k, v)| Some((k.to_string(), v?)))
-            .collect(),
+        coefficients: [
+            ("entropy_coeff", args.entropy_coeff),
+            ("kl_coef", args.kl_coeff),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.to_string(), v?)))
+        .collect(),
     };
     let bar = ProgressBar::for_stderr(args.common.quiet);
     let report = dumpdiff::run_with_progress(&opts, &bar)?;

@@ -355,7 +355,11 @@ mod tests {
         assert!(got[0].differ);
         assert!((got[0].self_hosted.unwrap() - 1e-3).abs() < 1e-12);
         assert_eq!(got[0].weaver, Some(1e-4));
-        assert!(got[0].self_hosted_from.as_deref().unwrap().starts_with("inferred"));
+        assert!(got[0]
+            .self_hosted_from
+            .as_deref()
+            .unwrap()
+            .starts_with("inferred"));
         assert_eq!(
             got[0].weaver_from.as_deref(),
             Some("read: loss extra_info.entropy_coeff")
@@ -472,13 +476,10 @@ pub fn infer_mode(
     let (e0, d0) = pairs[0];
     let norm = AggMode::SeqMeanTokenSum.reduce(row_counts, e0) / d0;
     // (a divisor of 1 is the plain token-sum mode)
-    if norm.is_finite() && norm >= 1.5 {
-        let n = if (norm - norm.round()).abs() < 1e-3 * norm {
-            norm.round()
-        } else {
-            norm
-        };
-        let m = AggMode::SeqMeanTokenSumNorm(n);
+    // (verl's `loss_scale_factor` is a whole number of tokens: any mean is some sum
+    // divided by some real number, so only a whole divisor counts)
+    if norm.is_finite() && norm >= 1.5 && (norm - norm.round()).abs() < 1e-3 * norm {
+        let m = AggMode::SeqMeanTokenSumNorm(norm.round());
         scored.push((err(m), m));
     }
     scored.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -502,11 +503,18 @@ mod agg_tests {
         assert_eq!(AggMode::SeqMeanTokenMean.reduce(&rows, &v), 3.0);
         assert_eq!(AggMode::SeqMeanTokenSumNorm(10.0).reduce(&rows, &v), 0.5);
         let infer = |d: f64| infer_mode(&rows, Some(&v), Some(d), None, None);
-        assert_eq!(infer(2.5), Some(AggMode::TokenMean));
+        // 2.5 is also the token sum ÷ 2: a whole divisor, so the two modes tie.
+        assert_eq!(infer(2.5), None);
         assert_eq!(infer(5.0), Some(AggMode::SeqMeanTokenSum));
         assert_eq!(infer(3.0), Some(AggMode::SeqMeanTokenMean));
         assert_eq!(infer(0.3125), Some(AggMode::SeqMeanTokenSumNorm(16.0)));
         assert_eq!(infer(7.0), None);
+        // Rows [1, 2, 3] and [4, 6]: token mean 3.2 = token sum 8 ÷ 2.5, not a whole divisor.
+        let (rows, v) = (vec![3, 2], vec![1.0, 2.0, 3.0, 4.0, 6.0]);
+        assert_eq!(
+            infer_mode(&rows, Some(&v), Some(3.2), None, None),
+            Some(AggMode::TokenMean)
+        );
         assert_eq!(
             AggMode::parse("seq-mean-token-sum-norm", Some(16.0)),
             Some(AggMode::SeqMeanTokenSumNorm(16.0))

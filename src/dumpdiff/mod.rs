@@ -20,7 +20,9 @@
 //! the log-prob precision scaled by [`crate::compare::tolerance::derived_rtol_factor`].
 
 pub mod batch;
+mod cell_conventions;
 pub mod conventions;
+pub mod diagnosis;
 pub mod mat;
 pub mod pages;
 mod pairs;
@@ -244,6 +246,7 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
     let mut coverage = Vec::new();
     let mut coefficients = Vec::new();
     let mut conventions = Vec::new();
+    let mut diagnosis = Vec::new();
     if let Some(w) = &w {
         let mut conv = pairs::WeaverConventions::default();
         sections.extend(weaver_sections(
@@ -258,6 +261,7 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
         )?);
         coefficients = conventions::compare(&conv.self_hosted, &conv.weaver, &opts.coefficients);
         conventions = conv.notes;
+        diagnosis = conv.diagnosis;
     }
     if let Some(r) = &r {
         sections.extend(remote_sections(&s, r, traj, &opts.policy, &mut coverage)?);
@@ -279,7 +283,12 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
         .iter()
         .map(|s| s.verdict)
         .chain((!coverage.is_empty()).then_some(Verdict::Missing))
-        .chain(coefficients.iter().any(|c| c.differ).then_some(Verdict::Fail))
+        .chain(
+            coefficients
+                .iter()
+                .any(|c| c.differ)
+                .then_some(Verdict::Fail),
+        )
         .max()
         .unwrap_or(Verdict::Skipped);
     let trees: Vec<(&str, &DumpTree)> = sides.iter().map(|d| (d.role, &d.tree)).collect();
@@ -301,6 +310,7 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
         verdict,
         coefficients,
         conventions,
+        diagnosis,
         sections,
         coverage,
         first_divergence,

@@ -2,6 +2,7 @@
 //! tensors), self-hosted vs remote-api (1, 5), cell by cell.
 
 use super::*;
+use crate::dumpdiff::cell_conventions::{agg_mode, diagnose_losses, eps_estimates, kl_coef_bound};
 use crate::model::tokens::TokenSeq;
 use crate::readers::producers::{nexrl_self_hosted, remote_api, weaver};
 
@@ -20,59 +21,21 @@ pub(super) struct CellOut {
     eps: Vec<f64>,
 }
 
+/// One cell's loss file on each side (self-hosted, weaver), when present.
+pub(super) type LossPair<'a> = (Option<Cow<'a, Value>>, Option<Cow<'a, Value>>);
+
 /// Every cell's loss file on each side (self-hosted, weaver), read before the cells: the
 /// coefficients of each side come from all of them, and the cells' tolerances need them.
 pub(super) struct LossFiles<'a> {
-    files: HashMap<(u32, Option<u32>), (Option<Cow<'a, Value>>, Option<Cow<'a, Value>>)>,
+    files: HashMap<(u32, Option<u32>), LossPair<'a>>,
     /// The self-hosted KL coefficient (flag, read or inferred).
     kl_coef: Option<f64>,
 }
 
 impl LossFiles<'_> {
-    fn get(&self, key: &(u32, Option<u32>)) -> Option<&(Option<Cow<'_, Value>>, Option<Cow<'_, Value>>)> {
+    pub(super) fn get(&self, key: &(u32, Option<u32>)) -> Option<&LossPair<'_>> {
         self.files.get(key)
     }
-}
-
-/// When a side's KL coefficient is neither echoed nor inferable (one cell fits two
-/// unknowns), a bound from the cell itself: its whole `loss − pg_loss` taken as the KL
-/// term, `|loss − pg_loss| / |kl_loss|`. `None` without a dumped `kl_loss`.
-fn kl_coef_bound(loss: &Value) -> Option<f64> {
-    let num = |k: &str| loss.get(k).and_then(Value::as_f64);
-    let kl = loss
-        .get(nexrl_self_hosted::METRICS)
-        .and_then(|m| m.get("kl_loss"))
-        .and_then(Value::as_f64)
-        .or_else(|| num("kl_loss"))?;
-    let rest = num(nexrl_self_hosted::LOSS)? - num(nexrl_self_hosted::PG_LOSS)?;
-    (kl != 0.0).then(|| (rest / kl).abs())
-}
-
-/// The self-hosted cell's aggregation mode: echoed in its loss file's `extra_info`, else
-/// the one that reproduces its dumped `pg_loss` / `entropy_loss` from its valid elements.
-fn agg_mode(ch: &sections::Chain, loss: Option<&Value>) -> Option<conventions::AggMode> {
-    let loss = loss?;
-    if let Some((name, scale)) = nexrl_self_hosted::loss_agg_mode(loss) {
-        if let Some(m) = conventions::AggMode::parse(&name, scale) {
-            return Some(m);
-        }
-    }
-    let stats = ch.stats.as_ref()?;
-    let pg: Vec<f64> = stats
-        .elems
-        .iter()
-        .zip(&ch.extra.advantage)
-        .map(|(e, a)| -e.ratio * a)
-        .collect();
-    let num = |k: &str| loss.get(k).and_then(Value::as_f64);
-    let ent = (ch.extra.entropy.len() == stats.elems.len()).then_some(ch.extra.entropy.as_slice());
-    conventions::infer_mode(
-        &ch.extra.row_counts,
-        (pg.len() == stats.elems.len()).then_some(pg.as_slice()),
-        num(nexrl_self_hosted::PG_LOSS),
-        ent,
-        num(nexrl_self_hosted::ENTROPY_LOSS),
-    )
 }
 
 /// What the self-hosted vs weaver sections learnt of the sides' conventions.
@@ -84,6 +47,8 @@ pub(super) struct WeaverConventions {
     pub(super) weaver: conventions::SideLosses,
     /// Conventions inferred to recompute what a side did not dump, one sentence each.
     pub(super) notes: Vec<String>,
+    /// One line per cell whose loss disagrees, naming the term that differs.
+    pub(super) diagnosis: Vec<String>,
 }
 
 /// The (rank, micro) cells of sections 2 (`fwd`), 3 (`loss`) and 4 (`is_loss`).
@@ -236,14 +201,7 @@ pub(super) fn weaver_cell(
     if in_is {
         if let (Some(a), Some(b), Some(ch)) = (&a_fwd, &b_is, &chain) {
             out.is_loss = Some(sections::is_loss_cell(
-                policy,
-                rank,
-                m,
-                a,
-                s_loss,
-                b,
-                b_ids,
-                ch,
+                policy, rank, m, a, s_loss, b, b_ids, ch,
             ));
         }
         out.is_only_a = only_a(&a_fwd, &b_is);
@@ -314,10 +272,7 @@ pub(super) fn weaver_sections(
         .collect::<Result<_>>()?;
     // In rank/micro order, so that the fits add their terms in one order every run.
     for (&(rank, micro), (a, b)) in loss_keys.iter().filter_map(|k| Some((k, files.get(k)?))) {
-        for (side, v, acc) in [
-            (s, a, &mut conv.self_hosted),
-            (w, b, &mut conv.weaver),
-        ] {
+        for (side, v, acc) in [(s, a, &mut conv.self_hosted), (w, b, &mut conv.weaver)] {
             let (Some(f), Some(v)) = (side.file(Kind::Loss, Some(rank), micro), v) else {
                 continue;
             };
@@ -463,6 +418,7 @@ pub(super) fn weaver_sections(
             out.push(section(6, key, pair, cells, vec![]));
         }
     }
+    conv.diagnosis = diagnose_losses(&out, s, w, &losses, conv, &opts.coefficients);
     Ok(out)
 }
 
@@ -651,31 +607,6 @@ pub(super) fn batch_inputs(
         adv_parts,
         adv_eps,
     })
-}
-
-/// The advantage epsilon each weaver row of a cell implies ([`conventions::eps_estimate`]):
-/// its dumped advantage (the first non-zero one of the row) against the self-hosted
-/// trajectory it pairs with by content.
-fn eps_estimates(
-    parts: &[(f64, f64)],
-    ch: &sections::Chain,
-    a: &Tensors<'_>,
-    b_ids: Option<&Tensors<'_>>,
-    b_is: &Tensors<'_>,
-) -> Vec<f64> {
-    let Some(adv) = b_is.mat(weaver::ADVANTAGES) else {
-        return Vec::new();
-    };
-    let na = a.mat(nexrl_self_hosted::LOG_PROBS).map_or(0, |m| m.rows);
-    let rows = sections::pair_rows(a, b_ids, na, adv.rows);
-    rows.pairs
-        .iter()
-        .filter_map(|&(ra, rb)| {
-            let (d, sd) = *parts.get((*ch.idx.get(ra)?)?)?;
-            let value = adv.row(rb).iter().copied().find(|v| *v != 0.0)?;
-            conventions::eps_estimate(d, sd, value)
-        })
-        .collect()
 }
 
 /// GRPO advantages of every trajectory of a trajectory file, by batch index, with the

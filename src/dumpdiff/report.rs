@@ -35,6 +35,10 @@ pub struct Report {
     /// advantage epsilon), one sentence each; absent when none was needed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub conventions: Vec<String>,
+    /// Per cell whose loss disagrees, the term that differs (pg — and through which
+    /// intermediate —, entropy, KL, or the composition); absent when no loss disagrees.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub diagnosis: Vec<String>,
     /// Sections in report order (1 trajectories … 6 param/gradient).
     pub sections: Vec<Section>,
     /// Files present on one side only.

@@ -235,7 +235,12 @@ impl<'a> StatsMemo<'a> {
         let vals: Option<Vec<f64>> = stats
             .elems
             .iter()
-            .map(|e| Some(propagate::product_allowed(e.ratio_allowed, e.abs_advantage?)))
+            .map(|e| {
+                Some(propagate::product_allowed(
+                    e.ratio_allowed,
+                    e.abs_advantage?,
+                ))
+            })
             .collect();
         Some(self.mode().reduce(&self.chain?.extra.row_counts, &vals?))
     }

@@ -20,8 +20,8 @@ use crate::compare::metrics::{
     effective_dtype, Accumulator, ElemLoc, GridScan, PairMetrics, Positions,
 };
 use crate::compare::propagate::{self, ChainElem, ChainStats};
-use crate::dumpdiff::conventions::AggMode;
 use crate::compare::tolerance::{coarser, Tolerance, TolerancePolicy, Verdict};
+use crate::dumpdiff::conventions::AggMode;
 pub use crate::dumpdiff::mat::Mat;
 use crate::dumpdiff::mat::CHUNK;
 use crate::dumpdiff::pages::Pages;

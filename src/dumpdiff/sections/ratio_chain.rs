@@ -35,6 +35,29 @@ pub struct Chain {
     pub(super) partial: Option<Derive>,
 }
 
+impl Chain {
+    /// A chain of only its valid elements (token-mean, no KL coefficient): what the loss
+    /// scalars' tolerances read, for tests.
+    #[cfg(test)]
+    pub(super) fn of_stats(stats: ChainStats) -> Chain {
+        Chain {
+            idx: vec![],
+            how: String::new(),
+            old: None,
+            per_micro_old: false,
+            ratio: None,
+            ratio_allowed: None,
+            adv: None,
+            adv_from: String::new(),
+            stats: Some(stats),
+            extra: ElemExtra::default(),
+            agg: AggMode::TokenMean,
+            kl_coef: None,
+            partial: None,
+        }
+    }
+}
+
 /// The other side's dumps a [`Chain`] borrows precisions and advantages from.
 #[derive(Clone, Copy, Default)]
 pub struct ChainPeer<'a> {
@@ -72,25 +95,27 @@ pub fn chain(
     if per_micro_old {
         how = "per-micro old_log_probs file, rows in forward_data order".into();
     }
-    let old = own_old.map(|m| (*m).clone()).or_else(|| inputs.old_log_probs.as_ref().and_then(|old| {
-        let mut data = Vec::with_capacity(na * old.width);
-        for i in &idx {
-            let r = old.row((*i)?);
-            if r.len() != old.width {
-                return None;
+    let old = own_old.map(|m| (*m).clone()).or_else(|| {
+        inputs.old_log_probs.as_ref().and_then(|old| {
+            let mut data = Vec::with_capacity(na * old.width);
+            for i in &idx {
+                let r = old.row((*i)?);
+                if r.len() != old.width {
+                    return None;
+                }
+                data.extend_from_slice(&r);
             }
-            data.extend_from_slice(&r);
-        }
-        // This micro's rows are copied: let their pages go.
-        old.release_rows(idx.iter().flatten().copied());
-        Some(Mat::new(
-            vec![na, old.width],
-            na,
-            old.width,
-            data,
-            old.dtype,
-        ))
-    }));
+            // This micro's rows are copied: let their pages go.
+            old.release_rows(idx.iter().flatten().copied());
+            Some(Mat::new(
+                vec![na, old.width],
+                na,
+                old.width,
+                data,
+                old.dtype,
+            ))
+        })
+    });
     let adv = inputs.advantages.as_ref().and_then(|adv| {
         let w = lp_a.as_ref()?.width;
         let mut data = Vec::with_capacity(na * w);
@@ -319,7 +344,9 @@ impl Derive {
             let peer_row = |m: &Option<Rc<Mat>>| {
                 let p = self.peer.as_ref()?;
                 let rb = (*p.row.get(r)?)?;
-                m.as_ref().filter(|m| rb < m.rows).map(|m| m.row(rb).into_owned())
+                m.as_ref()
+                    .filter(|m| rb < m.rows)
+                    .map(|m| m.row(rb).into_owned())
             };
             let (peer_lp, peer_old) = match &self.peer {
                 Some(p) => (peer_row(&p.lp), peer_row(&p.old)),

@@ -85,8 +85,12 @@ fn ratio_tolerance_is_propagated_from_log_prob_inputs() {
         comparison(&cell, "is_loss.log_probs").verdict,
         Verdict::Pass
     );
-    // The allowance at pos 0: r·(e^E − 1), E = bf16 tol of log p + f32 tol of old.
-    let e = (1e-5 + 1.6e-2 * f32r(20.06)) + (1e-5 + 1.3e-6 * f32r(20.05));
+    // The allowance at pos 0: r·(e^E − 1), E = what each input differs from the other
+    // side's, capped at its tolerance: log p by its bf16 rounding (0.06, within the bf16
+    // tol 0.32), old not at all.
+    let e = (f32r(-20.06) - bf16r(f32r(-20.06)))
+        .abs()
+        .min(1e-5 + 1.6e-2 * f32r(20.06));
     let r = (f32r(-20.06) - f32r(-20.05)).exp();
     let allowed = ch.ratio_allowed.as_ref().unwrap().row(0)[0];
     assert!((allowed - r * e.exp_m1()).abs() < 1e-12, "{allowed}");
@@ -119,9 +123,9 @@ fn clip_fraction_may_move_by_the_tokens_near_the_boundary() {
         ratio_allowed,
         abs_advantage: Some(1.0),
     };
-    let stats = ChainStats {
+    let chain = Chain::of_stats(ChainStats {
         elems: vec![e(1.19, 0.02), e(1.0, 0.02), e(0.9, 0.02), e(1.5, 0.02)],
-    };
+    });
     let policy = TolerancePolicy::default();
     let verdict = |b: f64| {
         let (cell, _) = loss_cell(
@@ -131,7 +135,7 @@ fn clip_fraction_may_move_by_the_tokens_near_the_boundary() {
             &loss_with_clip_frac(0.25),
             &loss_with_clip_frac(b),
             Some(DType::BF16),
-            Some(&stats),
+            Some(&chain),
         );
         comparison(&cell, "loss.metrics.clip_frac").verdict
     };

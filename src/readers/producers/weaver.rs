@@ -38,7 +38,10 @@ pub const IS_LOSS_DEBUG_KEYS: [&str; 6] = [
 /// Where a weaver micro's token ids (its rows' identity) live, in the order they are
 /// looked for: `forward_data/input_ids` when the trainer echoes them there, else
 /// `batch_inputs/input_ids` (the model's inputs: the datum layout, `tokens[:-1]`).
-pub const ROW_IDS: [(Kind, &str); 2] = [(Kind::ForwardData, INPUT_IDS), (Kind::BatchInputs, INPUT_IDS)];
+pub const ROW_IDS: [(Kind, &str); 2] = [
+    (Kind::ForwardData, INPUT_IDS),
+    (Kind::BatchInputs, INPUT_IDS),
+];
 /// The keys of a `batch_inputs/` file the model reads.
 pub const BATCH_INPUTS_KEYS: [&str; 2] = [INPUT_IDS, ATTENTION_MASK];
 

@@ -46,6 +46,12 @@ impl Renderer<Report> for MarkdownRenderer {
                 o.push_str(&format!("- {l}\n"));
             }
         }
+        if !report.diagnosis.is_empty() {
+            o.push_str("\n**Diagnosis**\n\n");
+            for d in &report.diagnosis {
+                o.push_str(&format!("- {d}\n"));
+            }
+        }
         o.push_str("\n| section | pair | verdict | cells ✓/!/✗/– |\n|---|---|---|---|\n");
         for sec in &report.sections {
             let n = |v: Verdict| sec.cells.iter().filter(|c| c.verdict == v).count();

@@ -327,6 +327,18 @@ impl Renderer<Report> for TableRenderer {
             }
             None => out.push_str("no divergence beyond tolerance\n"),
         }
+        if !report.diagnosis.is_empty() {
+            out.push_str("diagnosis:\n");
+            for d in report.diagnosis.iter().take(NEXT_SHOWN) {
+                out.push_str(&wrap(d, self.width, "  "));
+            }
+            if report.diagnosis.len() > NEXT_SHOWN {
+                out.push_str(&format!(
+                    "  … and {} more (all in the JSON report)\n",
+                    plural(report.diagnosis.len() - NEXT_SHOWN, "cell")
+                ));
+            }
+        }
         if report.worst.len() > 1 {
             out.push_str("worst offenders:\n");
             for f in &report.worst {

@@ -1,0 +1,116 @@
+//! What a self-hosted vs weaver cell needs of the sides' conventions beyond its tensors:
+//! the aggregation mode and KL coefficient behind its loss tolerances, the advantage
+//! epsilon its weaver rows imply, and the diagnosis of a disagreeing loss.
+
+use std::borrow::Cow;
+
+use super::conventions;
+use super::diagnosis;
+use super::pairs::{LossFiles, WeaverConventions};
+use super::report::Section;
+use super::sections::{self, SideData, Tensors};
+use crate::readers::layout::Kind;
+use crate::readers::producers::{nexrl_self_hosted, weaver};
+use crate::value::Value;
+
+/// When a side's KL coefficient is neither echoed nor inferable (one cell fits two
+/// unknowns), a bound from the cell itself: its whole `loss − pg_loss` taken as the KL
+/// term, `|loss − pg_loss| / |kl_loss|`. `None` without a dumped `kl_loss`.
+pub(super) fn kl_coef_bound(loss: &Value) -> Option<f64> {
+    let num = |k: &str| loss.get(k).and_then(Value::as_f64);
+    let kl = loss
+        .get(nexrl_self_hosted::METRICS)
+        .and_then(|m| m.get("kl_loss"))
+        .and_then(Value::as_f64)
+        .or_else(|| num("kl_loss"))?;
+    let rest = num(nexrl_self_hosted::LOSS)? - num(nexrl_self_hosted::PG_LOSS)?;
+    (kl != 0.0).then(|| (rest / kl).abs())
+}
+
+/// The self-hosted cell's aggregation mode: echoed in its loss file's `extra_info`, else
+/// the one that reproduces its dumped `pg_loss` / `entropy_loss` from its valid elements.
+pub(super) fn agg_mode(ch: &sections::Chain, loss: Option<&Value>) -> Option<conventions::AggMode> {
+    let loss = loss?;
+    if let Some((name, scale)) = nexrl_self_hosted::loss_agg_mode(loss) {
+        if let Some(m) = conventions::AggMode::parse(&name, scale) {
+            return Some(m);
+        }
+    }
+    let stats = ch.stats.as_ref()?;
+    let pg: Vec<f64> = stats
+        .elems
+        .iter()
+        .zip(&ch.extra.advantage)
+        .map(|(e, a)| -e.ratio * a)
+        .collect();
+    let num = |k: &str| loss.get(k).and_then(Value::as_f64);
+    let ent = (ch.extra.entropy.len() == stats.elems.len()).then_some(ch.extra.entropy.as_slice());
+    conventions::infer_mode(
+        &ch.extra.row_counts,
+        (pg.len() == stats.elems.len()).then_some(pg.as_slice()),
+        num(nexrl_self_hosted::PG_LOSS),
+        ent,
+        num(nexrl_self_hosted::ENTROPY_LOSS),
+    )
+}
+
+/// The advantage epsilon each weaver row of a cell implies ([`conventions::eps_estimate`]):
+/// its dumped advantage (the first non-zero one of the row) against the self-hosted
+/// trajectory it pairs with by content.
+pub(super) fn eps_estimates(
+    parts: &[(f64, f64)],
+    ch: &sections::Chain,
+    a: &Tensors<'_>,
+    b_ids: Option<&Tensors<'_>>,
+    b_is: &Tensors<'_>,
+) -> Vec<f64> {
+    let Some(adv) = b_is.mat(weaver::ADVANTAGES) else {
+        return Vec::new();
+    };
+    let na = a.mat(nexrl_self_hosted::LOG_PROBS).map_or(0, |m| m.rows);
+    let rows = sections::pair_rows(a, b_ids, na, adv.rows);
+    rows.pairs
+        .iter()
+        .filter_map(|&(ra, rb)| {
+            let (d, sd) = *parts.get((*ch.idx.get(ra)?)?)?;
+            let value = adv.row(rb).iter().copied().find(|v| *v != 0.0)?;
+            conventions::eps_estimate(d, sd, value)
+        })
+        .collect()
+}
+
+/// The diagnosis of every cell whose loss disagrees ([`diagnosis::diagnose`]), from both
+/// sides' loss records and coefficients.
+pub(super) fn diagnose_losses(
+    sections: &[Section],
+    s: &SideData,
+    w: &SideData,
+    losses: &LossFiles<'_>,
+    conv: &WeaverConventions,
+    overrides: &std::collections::BTreeMap<String, f64>,
+) -> Vec<String> {
+    let coeffs = |side: &conventions::SideLosses| diagnosis::Coeffs {
+        entropy: conventions::value(nexrl_self_hosted::ENTROPY_COEFF, side, overrides)
+            .unwrap_or(0.0),
+        kl: conventions::value("kl_coef", side, overrides).unwrap_or(0.0),
+    };
+    let cs = (coeffs(&conv.self_hosted), coeffs(&conv.weaver));
+    let record = |side: &SideData, key: (u32, Option<u32>), v: Option<&Cow<'_, Value>>| {
+        let f = side.file(Kind::Loss, Some(key.0), key.1)?;
+        nexrl_self_hosted::loss_record(&f.path, v?).ok()
+    };
+    diagnosis::failing_loss_cells(sections)
+        .into_iter()
+        .filter_map(|(rank, micro)| {
+            let key = (rank, Some(micro));
+            let (a, b) = losses.get(&key)?;
+            let (a, b) = (record(s, key, a.as_ref())?, record(w, key, b.as_ref())?);
+            let is_loss = sections
+                .iter()
+                .filter(|sec| sec.id == 4)
+                .flat_map(|sec| &sec.cells)
+                .find(|c| c.rank == Some(rank) && c.micro == Some(micro));
+            diagnosis::diagnose((rank, micro), &a, &b, cs, is_loss)
+        })
+        .collect()
+}

@@ -1,0 +1,207 @@
+//! One line per cell whose loss disagrees, naming the term that differs: the pg term
+//! (and, through the `is_loss` intermediates, the mask, the advantages, the old
+//! log-probs, the ratio or the aggregation), the entropy term, the KL term, or the
+//! composition itself (a coefficient). Numbers are printed with enough digits to differ.
+
+use crate::compare::tolerance::Verdict;
+use crate::dumpdiff::report::{Cell, Section};
+use crate::fmt::{sig, Notation};
+use crate::model::step::LossRecord;
+
+/// `a` and `b` with the fewest significant digits (at least 4) that tell them apart.
+pub fn distinct(a: f64, b: f64) -> (String, String) {
+    for digits in 4..=17 {
+        let (x, y) = (
+            sig(a, digits, Notation::of(a)),
+            sig(b, digits, Notation::of(b)),
+        );
+        if x != y || a == b {
+            return (x, y);
+        }
+    }
+    (format!("{a:e}"), format!("{b:e}"))
+}
+
+/// One side's coefficients for the diagnosis (0 when unknown).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Coeffs {
+    /// Entropy coefficient.
+    pub entropy: f64,
+    /// KL coefficient.
+    pub kl: f64,
+}
+
+/// The `is_loss` intermediate that fails first in data-flow order, named as a term.
+fn failing_intermediate(cell: Option<&Cell>) -> Option<&'static str> {
+    let cell = cell?;
+    let fails = |name: &str| {
+        cell.comparisons
+            .iter()
+            .any(|c| c.name == name && c.verdict >= Verdict::Warn)
+    };
+    [
+        ("is_loss.effective_valid", "the mask (effective_valid)"),
+        ("is_loss.advantages", "the advantages"),
+        ("is_loss.old_log_probs", "old_log_probs"),
+        ("is_loss.log_probs", "log_probs"),
+        (
+            "is_loss.prob_ratio",
+            "the ratio (old_log_probs shifted or misaligned against log_probs)",
+        ),
+        ("is_loss.elementwise_loss", "the elementwise loss"),
+    ]
+    .into_iter()
+    .find(|(n, _)| fails(n))
+    .map(|(_, what)| what)
+}
+
+/// The diagnosis of one cell whose `loss` (section 3) or `is_loss.loss` fails, from the
+/// two loss records and coefficients, and the `is_loss` cell's intermediates.
+pub fn diagnose(
+    (rank, micro): (u32, u32),
+    a: &LossRecord,
+    b: &LossRecord,
+    (ca, cb): (Coeffs, Coeffs),
+    is_loss: Option<&Cell>,
+) -> Option<String> {
+    let (la, lb) = (a.loss?, b.loss?);
+    let kl = |r: &LossRecord| r.kl.get("kl_loss").or_else(|| r.kl.get("kl")).copied();
+    let d_pg = match (a.pg_loss, b.pg_loss) {
+        (Some(x), Some(y)) => y - x,
+        _ => 0.0,
+    };
+    let ent = |r: &LossRecord, c: &Coeffs| -c.entropy * r.entropy_loss.unwrap_or(0.0);
+    let d_ent = ent(b, &cb) - ent(a, &ca);
+    let d_kl = cb.kl * kl(b).unwrap_or(0.0) - ca.kl * kl(a).unwrap_or(0.0);
+    let d_loss = lb - la;
+    let rest = d_loss - d_pg - d_ent - d_kl;
+    let (sa, sb) = distinct(la, lb);
+    let head = format!(
+        "rank {rank} micro {micro}: loss {sa} (self-hosted) vs {sb} (weaver), Δ {}",
+        sig(d_loss, 3, Notation::Sci)
+    );
+    let parts = [
+        ("pg", d_pg),
+        ("entropy", d_ent),
+        ("KL", d_kl),
+        ("composition", rest),
+    ];
+    let &(term, _) = parts
+        .iter()
+        .max_by(|x, y| x.1.abs().total_cmp(&y.1.abs()))?;
+    let shares = parts
+        .iter()
+        .map(|(n, v)| format!("{n} {}", sig(*v, 3, Notation::Sci)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let what = match term {
+        "pg" => match failing_intermediate(is_loss) {
+            Some(x) => format!("the pg term differs, from {x}"),
+            None => match (a.pg_loss, b.pg_loss) {
+                (Some(x), Some(y)) => {
+                    let (px, py) = distinct(x, y);
+                    format!(
+                        "the pg term differs (pg_loss {px} vs {py}) while every per-token \
+                         intermediate matches: the aggregation differs"
+                    )
+                }
+                _ => "the pg term differs".into(),
+            },
+        },
+        "entropy" => match (a.entropy_loss, b.entropy_loss) {
+            (Some(x), Some(y)) if x != y && ca.entropy == cb.entropy => {
+                let (ex, ey) = distinct(x, y);
+                format!("the entropy term differs (entropy_loss {ex} vs {ey})")
+            }
+            _ => format!(
+                "the entropy term differs (entropy_coeff {} vs {})",
+                ca.entropy, cb.entropy
+            ),
+        },
+        "KL" => format!(
+            "the KL term differs (kl_coef {} vs {}, kl_loss {} vs {})",
+            ca.kl,
+            cb.kl,
+            kl(a).map_or("–".into(), |v| sig(v, 6, Notation::of(v))),
+            kl(b).map_or("–".into(), |v| sig(v, 6, Notation::of(v)))
+        ),
+        _ => "the terms match but their sum does not: the loss composition or a \
+              coefficient differs"
+            .into(),
+    };
+    Some(format!("{head}: {what} (contributions to Δ: {shares})"))
+}
+
+/// The cells (rank, micro) whose loss disagrees: a failing `loss.loss` in section 3 or
+/// `is_loss.loss` in section 4.
+pub fn failing_loss_cells(sections: &[Section]) -> Vec<(u32, u32)> {
+    let mut out: Vec<(u32, u32)> = sections
+        .iter()
+        .flat_map(|s| &s.cells)
+        .filter(|c| {
+            c.comparisons.iter().any(|x| {
+                (x.name == "loss.loss" || x.name == "is_loss.loss") && x.verdict >= Verdict::Warn
+            })
+        })
+        .filter_map(|c| Some((c.rank?, c.micro?)))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_looking_numbers_get_the_digits_that_tell_them_apart() {
+        assert_eq!(
+            distinct(-0.0015234, -0.0015198),
+            ("-0.001523".into(), "-0.00152".into())
+        );
+        let (a, b) = distinct(-0.00150001, -0.00150002);
+        assert_ne!(a, b);
+        assert_eq!((a.as_str(), b.as_str()), ("-0.00150001", "-0.00150002"));
+    }
+
+    fn rec(loss: f64, pg: f64, ent: f64) -> LossRecord {
+        LossRecord {
+            loss: Some(loss),
+            pg_loss: Some(pg),
+            entropy_loss: Some(ent),
+            ..LossRecord::default()
+        }
+    }
+
+    #[test]
+    fn the_entropy_term_is_named_when_the_coefficients_differ() {
+        // pg equal, entropy_loss equal, coefficients 1e-4 vs 1e-3.
+        let (a, b) = (
+            rec(0.1 - 1e-4 * 2.0, 0.1, 2.0),
+            rec(0.1 - 1e-3 * 2.0, 0.1, 2.0),
+        );
+        let ca = Coeffs {
+            entropy: 1e-4,
+            kl: 0.0,
+        };
+        let cb = Coeffs {
+            entropy: 1e-3,
+            kl: 0.0,
+        };
+        let d = diagnose((0, 1), &a, &b, (ca, cb), None).unwrap();
+        assert!(
+            d.contains("the entropy term differs (entropy_coeff 0.0001 vs 0.001)"),
+            "{d}"
+        );
+        assert!(
+            d.starts_with("rank 0 micro 1: loss 0.0998 (self-hosted) vs 0.098 (weaver)"),
+            "{d}"
+        );
+        // The same coefficients on both sides: a pg difference with no failing
+        // intermediate is the aggregation.
+        let (a, b) = (rec(0.5, 0.5, 1.0), rec(0.6, 0.6, 1.0));
+        let d = diagnose((1, 0), &a, &b, (Coeffs::default(), Coeffs::default()), None).unwrap();
+        assert!(d.contains("the aggregation differs"), "{d}");
+    }
+}
