@@ -3,15 +3,45 @@
 //! epsilon its weaver rows imply, and the diagnosis of a disagreeing loss.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use super::conventions;
 use super::diagnosis;
-use super::pairs::{LossFiles, WeaverConventions};
 use super::report::Section;
 use super::sections::{self, SideData, Tensors};
 use crate::readers::layout::Kind;
 use crate::readers::producers::{nexrl_self_hosted, weaver};
 use crate::value::Value;
+
+/// One cell's loss file on each side (self-hosted, weaver), when present.
+pub(super) type LossPair<'a> = (Option<Cow<'a, Value>>, Option<Cow<'a, Value>>);
+
+/// Every cell's loss file on each side (self-hosted, weaver), read before the cells: the
+/// coefficients of each side come from all of them, and the cells' tolerances need them.
+pub(super) struct LossFiles<'a> {
+    pub(super) files: HashMap<(u32, Option<u32>), LossPair<'a>>,
+    /// The self-hosted KL coefficient (flag, read or inferred).
+    pub(super) kl_coef: Option<f64>,
+}
+
+impl LossFiles<'_> {
+    pub(super) fn get(&self, key: &(u32, Option<u32>)) -> Option<&LossPair<'_>> {
+        self.files.get(key)
+    }
+}
+
+/// What the self-hosted vs weaver sections learnt of the sides' conventions.
+#[derive(Default)]
+pub(super) struct WeaverConventions {
+    /// Loss terms and echoed coefficients of every self-hosted cell.
+    pub(super) self_hosted: conventions::SideLosses,
+    /// The same for the weaver.
+    pub(super) weaver: conventions::SideLosses,
+    /// Conventions inferred to recompute what a side did not dump, one sentence each.
+    pub(super) notes: Vec<String>,
+    /// One line per cell whose loss disagrees, naming the term that differs.
+    pub(super) diagnosis: Vec<String>,
+}
 
 /// When a side's KL coefficient is neither echoed nor inferable (one cell fits two
 /// unknowns), a bound from the cell itself: its whole `loss − pg_loss` taken as the KL

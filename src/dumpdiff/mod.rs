@@ -248,7 +248,7 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
     let mut conventions = Vec::new();
     let mut diagnosis = Vec::new();
     if let Some(w) = &w {
-        let mut conv = pairs::WeaverConventions::default();
+        let mut conv = cell_conventions::WeaverConventions::default();
         sections.extend(weaver_sections(
             &s,
             w,

@@ -2,7 +2,9 @@
 //! tensors), self-hosted vs remote-api (1, 5), cell by cell.
 
 use super::*;
-use crate::dumpdiff::cell_conventions::{agg_mode, diagnose_losses, eps_estimates, kl_coef_bound};
+use crate::dumpdiff::cell_conventions::{
+    agg_mode, diagnose_losses, eps_estimates, kl_coef_bound, LossFiles, WeaverConventions,
+};
 use crate::model::tokens::TokenSeq;
 use crate::readers::producers::{nexrl_self_hosted, remote_api, weaver};
 
@@ -19,36 +21,6 @@ pub(super) struct CellOut {
     /// The advantage epsilon each paired weaver row implies (see
     /// [`conventions::eps_estimate`]).
     eps: Vec<f64>,
-}
-
-/// One cell's loss file on each side (self-hosted, weaver), when present.
-pub(super) type LossPair<'a> = (Option<Cow<'a, Value>>, Option<Cow<'a, Value>>);
-
-/// Every cell's loss file on each side (self-hosted, weaver), read before the cells: the
-/// coefficients of each side come from all of them, and the cells' tolerances need them.
-pub(super) struct LossFiles<'a> {
-    files: HashMap<(u32, Option<u32>), LossPair<'a>>,
-    /// The self-hosted KL coefficient (flag, read or inferred).
-    kl_coef: Option<f64>,
-}
-
-impl LossFiles<'_> {
-    pub(super) fn get(&self, key: &(u32, Option<u32>)) -> Option<&LossPair<'_>> {
-        self.files.get(key)
-    }
-}
-
-/// What the self-hosted vs weaver sections learnt of the sides' conventions.
-#[derive(Default)]
-pub(super) struct WeaverConventions {
-    /// Loss terms and echoed coefficients of every self-hosted cell.
-    pub(super) self_hosted: conventions::SideLosses,
-    /// The same for the weaver.
-    pub(super) weaver: conventions::SideLosses,
-    /// Conventions inferred to recompute what a side did not dump, one sentence each.
-    pub(super) notes: Vec<String>,
-    /// One line per cell whose loss disagrees, naming the term that differs.
-    pub(super) diagnosis: Vec<String>,
 }
 
 /// The (rank, micro) cells of sections 2 (`fwd`), 3 (`loss`) and 4 (`is_loss`).
