@@ -74,14 +74,23 @@ pub(super) fn agg_mode(ch: &sections::Chain, loss: Option<&Value>) -> Option<con
         .map(|(e, a)| -e.ratio * a)
         .collect();
     let num = |k: &str| loss.get(k).and_then(Value::as_f64);
-    let ent = (ch.extra.entropy.len() == stats.elems.len()).then_some(ch.extra.entropy.as_slice());
-    conventions::infer_mode(
-        &ch.extra.row_counts,
-        (pg.len() == stats.elems.len()).then_some(pg.as_slice()),
-        num(nexrl_self_hosted::PG_LOSS),
-        ent,
-        num(nexrl_self_hosted::ENTROPY_LOSS),
-    )
+    let mut dumped = Vec::new();
+    // pg elements: f64 exp of f32 log-probs against the trainer's f32 (a few ulps each)
+    if let Some(value) = num(nexrl_self_hosted::PG_LOSS) {
+        dumped.push(conventions::Dumped {
+            elems: &pg,
+            u: 2f64.powi(-22),
+            value,
+        });
+    }
+    if let (Some(value), Some(u)) = (num(nexrl_self_hosted::ENTROPY_LOSS), ch.extra.entropy_u) {
+        dumped.push(conventions::Dumped {
+            elems: &ch.extra.entropy,
+            u,
+            value,
+        });
+    }
+    conventions::infer_mode(&ch.extra.row_counts, &dumped)
 }
 
 /// The advantage epsilon each weaver row of a cell implies ([`conventions::eps_estimate`]):

@@ -438,56 +438,93 @@ impl AggMode {
     }
 }
 
-/// The aggregation mode that reproduces a side's dumped `pg_loss` (from `−ratio·A` of its
-/// valid elements) and `entropy_loss` (from its `entropy`, when given), closest first:
-/// the mode whose recompute is within 5e-3 relative of both and clearly closer than any
-/// other; the `-norm` mode when the token-sum recompute is a constant ≥ 1 times the
-/// dumped value. `None` when no mode fits or two fit alike (the caller keeps token-mean).
-pub fn infer_mode(
-    row_counts: &[usize],
-    pg_elems: Option<&[f64]>,
-    pg_dumped: Option<f64>,
-    ent_elems: Option<&[f64]>,
-    ent_dumped: Option<f64>,
-) -> Option<AggMode> {
-    let pairs: Vec<(&[f64], f64)> = [(pg_elems, pg_dumped), (ent_elems, ent_dumped)]
-        .into_iter()
-        .filter_map(|(e, d)| Some((e?, d?)))
-        .filter(|(e, d)| *d != 0.0 && e.iter().all(|v| v.is_finite()))
-        .collect();
-    if pairs.is_empty() {
-        return None;
+impl AggMode {
+    /// The weight of each valid element in this mode's reduction (`reduce` is
+    /// `Σ wᵢ·xᵢ`), row after row.
+    pub fn weights(&self, row_counts: &[usize]) -> Vec<f64> {
+        let n: usize = row_counts.iter().sum();
+        let rows = row_counts.iter().filter(|&&c| c > 0).count().max(1) as f64;
+        let mut out = Vec::with_capacity(n);
+        for &c in row_counts {
+            let w = match self {
+                AggMode::TokenMean => 1.0 / n as f64,
+                AggMode::SeqMeanTokenSum => 1.0 / rows,
+                AggMode::SeqMeanTokenMean => 1.0 / (rows * c as f64),
+                AggMode::SeqMeanTokenSumNorm(norm) => 1.0 / (rows * norm),
+            };
+            out.extend(std::iter::repeat_n(w, c));
+        }
+        out
     }
-    let err = |m: AggMode| {
-        pairs
-            .iter()
-            .map(|(e, d)| (m.reduce(row_counts, e) - d).abs() / d.abs())
-            .fold(0.0f64, f64::max)
-    };
-    let mut scored: Vec<(f64, AggMode)> = [
+}
+
+/// One dumped reduction to reproduce: its elements, their unit roundoff, the dumped value.
+pub struct Dumped<'a> {
+    /// The valid elements, row after row.
+    pub elems: &'a [f64],
+    /// Unit roundoff of what the elements were computed from (their stored dtype).
+    pub u: f64,
+    /// The value the trainer dumped.
+    pub value: f64,
+}
+
+/// How far a mode's recompute of `d` is from the dumped value, in units of its
+/// tolerance: the rounding bound of the elements in their stored dtype
+/// ([`crate::conventions::rounding::RoundingBound`], weights of the mode) plus the
+/// trainer's f32 accumulation and storage of the scalar.
+fn misfit(m: AggMode, row_counts: &[usize], d: &Dumped<'_>) -> f64 {
+    use crate::conventions::rounding::{RoundingBound, LAMBDA};
+    let u32_ = 2f64.powi(-24);
+    let w = m.weights(row_counts);
+    let mut bound = RoundingBound::default();
+    let mut magnitude = 0.0;
+    for (x, w) in d.elems.iter().zip(&w) {
+        bound.push(w * x, d.u);
+        magnitude += (w * x).abs();
+    }
+    let n = d.elems.len() as f64;
+    let tol = bound.tolerance()
+        + (LAMBDA * n.sqrt() * u32_ * magnitude).min(n * u32_ * magnitude)
+        + u32_ * d.value.abs();
+    (m.reduce(row_counts, d.elems) - d.value).abs() / tol.max(f64::MIN_POSITIVE)
+}
+
+/// The aggregation mode that reproduces a side's dumped reductions (its `pg_loss` from
+/// `−ratio·A` of the valid elements, its `entropy_loss` from its `entropy`): among verl's
+/// modes (`-norm` with a whole divisor: the token sum over the dumped value), those whose
+/// recompute of every reduction is within its rounding tolerance ([`misfit`] ≤ 1), the
+/// closest first, ties in the order token-mean, seq-mean-token-sum, seq-mean-token-mean.
+/// `None` when no mode fits (the caller keeps token-mean).
+pub fn infer_mode(row_counts: &[usize], dumped: &[Dumped<'_>]) -> Option<AggMode> {
+    let n: usize = row_counts.iter().sum();
+    let pairs: Vec<&Dumped<'_>> = dumped
+        .iter()
+        .filter(|d| d.value != 0.0 && d.elems.len() == n && d.elems.iter().all(|v| v.is_finite()))
+        .collect();
+    let first = pairs.first()?;
+    let mut modes = vec![
         AggMode::TokenMean,
         AggMode::SeqMeanTokenSum,
         AggMode::SeqMeanTokenMean,
-    ]
-    .into_iter()
-    .map(|m| (err(m), m))
-    .collect();
-    // `-norm`: the first pair's token-sum over its dumped value.
-    let (e0, d0) = pairs[0];
-    let norm = AggMode::SeqMeanTokenSum.reduce(row_counts, e0) / d0;
-    // (a divisor of 1 is the plain token-sum mode)
-    // (verl's `loss_scale_factor` is a whole number of tokens: any mean is some sum
-    // divided by some real number, so only a whole divisor counts)
+    ];
+    // (a divisor of 1 is the plain token-sum mode; verl's `loss_scale_factor` is a whole
+    // number of tokens, and any mean is some sum over some real number)
+    let norm = AggMode::SeqMeanTokenSum.reduce(row_counts, first.elems) / first.value;
     if norm.is_finite() && norm >= 1.5 && (norm - norm.round()).abs() < 1e-3 * norm {
-        let m = AggMode::SeqMeanTokenSumNorm(norm.round());
-        scored.push((err(m), m));
+        modes.push(AggMode::SeqMeanTokenSumNorm(norm.round()));
     }
-    scored.sort_by(|a, b| a.0.total_cmp(&b.0));
-
-    // The best fit must be close (a bf16-dumped entropy moves its mean by ~1e-3) and
-    // clearly better than the next mode (modes of equal-length rows coincide).
-    let (best, next) = (scored[0], scored.get(1).map_or(f64::INFINITY, |x| x.0));
-    (best.0 < 5e-3 && best.0 < 0.3 * next).then_some(best.1)
+    modes
+        .into_iter()
+        .map(|m| {
+            let worst = pairs
+                .iter()
+                .map(|d| misfit(m, row_counts, d))
+                .fold(0.0f64, f64::max);
+            (worst, m)
+        })
+        .filter(|(w, _)| *w <= 1.0)
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, m)| m)
 }
 
 #[cfg(test)]
@@ -502,19 +539,42 @@ mod agg_tests {
         assert_eq!(AggMode::SeqMeanTokenSum.reduce(&rows, &v), 5.0);
         assert_eq!(AggMode::SeqMeanTokenMean.reduce(&rows, &v), 3.0);
         assert_eq!(AggMode::SeqMeanTokenSumNorm(10.0).reduce(&rows, &v), 0.5);
-        let infer = |d: f64| infer_mode(&rows, Some(&v), Some(d), None, None);
-        // 2.5 is also the token sum ÷ 2: a whole divisor, so the two modes tie.
-        assert_eq!(infer(2.5), None);
+        let u = 2f64.powi(-24);
+        let infer = |d: f64| {
+            infer_mode(
+                &rows,
+                &[Dumped {
+                    elems: &v,
+                    u,
+                    value: d,
+                }],
+            )
+        };
+        // 2.5 is also the token sum ÷ 2 (a whole divisor, the same weights): token-mean
+        // comes first.
+        assert_eq!(infer(2.5), Some(AggMode::TokenMean));
+        // Within the f32 rounding of the dumped value, not beyond.
+        assert_eq!(infer(2.5 * (1.0 + 4e-8)), Some(AggMode::TokenMean));
+        assert_eq!(infer(2.5 * (1.0 + 1e-5)), None);
         assert_eq!(infer(5.0), Some(AggMode::SeqMeanTokenSum));
         assert_eq!(infer(3.0), Some(AggMode::SeqMeanTokenMean));
         assert_eq!(infer(0.3125), Some(AggMode::SeqMeanTokenSumNorm(16.0)));
         assert_eq!(infer(7.0), None);
         // Rows [1, 2, 3] and [4, 6]: token mean 3.2 = token sum 8 ÷ 2.5, not a whole divisor.
         let (rows, v) = (vec![3, 2], vec![1.0, 2.0, 3.0, 4.0, 6.0]);
-        assert_eq!(
-            infer_mode(&rows, Some(&v), Some(3.2), None, None),
-            Some(AggMode::TokenMean)
-        );
+        let d = Dumped {
+            elems: &v,
+            u,
+            value: 3.2,
+        };
+        assert_eq!(infer_mode(&rows, &[d]), Some(AggMode::TokenMean));
+        // bf16 elements (u = 2⁻⁸): a 0.1 % miss is within their rounding.
+        let d = Dumped {
+            elems: &v,
+            u: 2f64.powi(-8),
+            value: 3.2 * 1.001,
+        };
+        assert_eq!(infer_mode(&rows, &[d]), Some(AggMode::TokenMean));
         assert_eq!(
             AggMode::parse("seq-mean-token-sum-norm", Some(16.0)),
             Some(AggMode::SeqMeanTokenSumNorm(16.0))

@@ -231,7 +231,12 @@ pub fn chain(
     // terms' tolerances need.
     let ref_lp = a_fwd.mat(keys::REF_LOG_PROBS).filter(|m| m.rows == na);
     let ent = a_fwd.mat(keys::ENTROPY).filter(|m| m.rows == na);
-    let mut extra = ElemExtra::default();
+    let mut extra = ElemExtra {
+        entropy_u: ent
+            .as_ref()
+            .and_then(|m| crate::conventions::rounding::unit_roundoff(m.precision())),
+        ..ElemExtra::default()
+    };
     for (r, &abs_advantage) in abs_adv.iter().enumerate() {
         let (ratio_r, allowed_r) = (ratio.row(r), ratio_allowed.row(r));
         let ref_r = ref_lp.as_ref().map(|m| m.row(r));
@@ -289,6 +294,8 @@ pub struct ElemExtra {
     pub row_counts: Vec<usize>,
     /// The side's dumped `entropy` per element (empty when not dumped).
     pub entropy: Vec<f64>,
+    /// The unit roundoff of the entropy's stored precision (bf16 2⁻⁸, f32 2⁻²⁴).
+    pub entropy_u: Option<f64>,
 }
 
 /// How a chain's ratio is derived, kept when it was computed at valid positions only, so
