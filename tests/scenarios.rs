@@ -647,3 +647,38 @@ fn seeds_cover_every_fault_kind_and_convention() {
     assert_eq!(modes.len(), 4, "{modes:?}");
     assert!(permuted && per_micro && remote && missing);
 }
+
+/// `--entropy-coeff` / `--kl-coeff` replace what both sides echo or imply: the
+/// coefficients then agree by construction and are reported as given by the flag.
+#[test]
+fn coefficient_flags_override_both_sides() {
+    let out = Command::cargo_bin("dumpdiff")
+        .unwrap()
+        .current_dir(seed_dir(22))
+        .args([
+            "--self-hosted-dir",
+            "self_hosted_pt",
+            "--weaver-dir",
+            "weaver_pt",
+        ])
+        .args(["--step", "0", "--format", "json"])
+        .args(["--entropy-coeff", "0.001", "--kl-coeff", "0.01"])
+        .output()
+        .unwrap();
+    let rep: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let coef = rep["coefficients"].as_array().unwrap();
+    assert_eq!(coef.len(), 2);
+    let want = [
+        ("entropy_coeff", 0.001, "flag --entropy-coeff"),
+        ("kl_coef", 0.01, "flag --kl-coeff"),
+    ];
+    for (c, (name, v, how)) in coef.iter().zip(want) {
+        assert_eq!(c["name"], name);
+        assert_eq!(
+            (c["self_hosted"].as_f64(), c["weaver"].as_f64()),
+            (Some(v), Some(v))
+        );
+        assert_eq!(c["differ"], false);
+        assert_eq!(c["weaver_from"], how);
+    }
+}

@@ -224,7 +224,10 @@ pub fn compare(
         let flag = overrides.get(name).map(|&v| Known {
             value: v,
             std_err: 0.0,
-            how: format!("flag --{}", name.replace('_', "-")),
+            how: match name {
+                "kl_coef" => "flag --kl-coeff".to_string(),
+                _ => format!("flag --{}", name.replace('_', "-")),
+            },
         });
         let (ka, kb) = match &flag {
             Some(f) => (Some(f.clone()), Some(f.clone())),
@@ -256,7 +259,15 @@ pub fn compare(
             differ,
         });
     }
-    if !out.iter().any(|c| c.differ) {
+    // When a side's coefficients cannot be fitted (one cell holding both terms) and no
+    // flag gives them, compare the compositions cell by cell instead.
+    let unfitted = |side: &SideLosses, fit: &Result<CoefficientFit, coefficients::FitError>| {
+        fit.is_err() && !side.echoed.contains_key(keys::ENTROPY_COEFF)
+    };
+    if overrides.is_empty()
+        && !out.iter().any(|c| c.differ)
+        && (unfitted(a, &fa) || unfitted(b, &fb))
+    {
         out.extend(composition_differs(a, b));
     }
     out.sort_by_key(|c| !c.differ);
@@ -269,7 +280,7 @@ pub fn compare(
 const COEFF_MAX: f64 = 0.1;
 
 /// When the fits cannot tell the coefficients (one cell with both an entropy and a KL
-/// term), the sides' compositions still compare cell by cell: with the same coefficients
+/// term, nothing echoed), the sides' compositions still compare cell by cell: with the same coefficients
 /// (each at most [`COEFF_MAX`]), `loss − pg_loss` may differ by no more than
 /// `COEFF_MAX·(|Δentropy_loss| + |Δkl_loss|)` plus the f32 rounding of the four scalars.
 /// The first cell beyond that is reported as `entropy_coeff/kl_coef` differing.
@@ -294,7 +305,8 @@ fn composition_differs(a: &SideLosses, b: &SideLosses) -> Option<Coefficient> {
                 ka.1.map_or("-".into(), |m| m.to_string())
             );
             let how = format!(
-                "loss − pg_loss at {at} (entropy_loss and kl_loss differ by at most {allowed:.2e};                  one cell cannot tell the two coefficients apart)"
+                "loss − pg_loss at {at} (entropy_loss and kl_loss differ by at most {allowed:.2e}; \
+                 the fits cannot tell the two coefficients apart)"
             );
             return Some(Coefficient {
                 name: "entropy_coeff/kl_coef".into(),

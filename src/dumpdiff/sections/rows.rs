@@ -54,10 +54,18 @@ impl<'v> Tensors<'v> {
         m
     }
 
-    /// [`token_rows`] of `input_ids`, decoded on the first call.
+    /// [`token_rows`] of `input_ids`, decoded on the first call; a file with an
+    /// `attention_mask` of the same shape (weaver `batch_inputs/`) has its padding
+    /// stripped by the mask instead of by pad id 0.
     pub fn input_ids(&self) -> Option<Rc<TokenRows>> {
         self.tokens
-            .get_or_init(|| token_rows(self.value, keys::INPUT_IDS).map(Rc::new))
+            .get_or_init(|| {
+                let rows = token_rows(self.value, keys::INPUT_IDS)?;
+                Some(Rc::new(match masked_spans(self.value, &rows) {
+                    Some(spans) => rows.with_spans(spans),
+                    None => rows,
+                }))
+            })
             .clone()
     }
 
@@ -125,6 +133,36 @@ impl TokenRows {
             }
         })
     }
+}
+
+impl TokenRows {
+    /// The same ids with other row spans.
+    fn with_spans(self, spans: Vec<std::ops::Range<usize>>) -> TokenRows {
+        TokenRows { spans, ..self }
+    }
+}
+
+/// Each row's span from its first to its last position where `attention_mask` is
+/// non-zero (the real tokens, whatever the pad id), when the file holds a mask of the
+/// ids' shape; `None` otherwise.
+fn masked_spans(v: &Value, ids: &TokenRows) -> Option<Vec<std::ops::Range<usize>>> {
+    let ids_t = v.get(keys::INPUT_IDS)?.to_tensor()?;
+    let mask = v.get(weaver::ATTENTION_MASK)?.to_tensor()?;
+    if mask.shape() != ids_t.shape() || ids_t.ndim() != 2 || ids.spans.len() != ids_t.shape()[0] {
+        return None;
+    }
+    let w = ids_t.shape()[1];
+    let m = mask.to_f64_vec();
+    Some(
+        (0..ids.spans.len())
+            .map(|r| {
+                let row = &m[r * w..(r + 1) * w];
+                let start = row.iter().position(|&x| x != 0.0).unwrap_or(w);
+                let end = row.iter().rposition(|&x| x != 0.0).map_or(start, |i| i + 1);
+                r * w + start..r * w + end
+            })
+            .collect(),
+    )
 }
 
 /// The token rows of `key` (e.g. `input_ids`) with padding (0) stripped.

@@ -367,3 +367,34 @@ fn stored_token_rows_hash_as_decoded_ones() {
     }
     assert_eq!(stored.hash(3, false), None);
 }
+
+/// Weaver `batch_inputs/`: ids in the datum layout (`tokens[:-1]`) padded with a non-zero
+/// pad id (here 7) and an `attention_mask`: the mask strips the padding, so rows in
+/// another order still pair with the self-hosted rows by content.
+#[test]
+fn batch_inputs_rows_pair_through_their_attention_mask() {
+    let ids =
+        |v: &[i64], shape: [usize; 2]| Value::Tensor(Tensor::from_i64(shape.to_vec(), v).unwrap());
+    // Self-hosted: two rows, prompt+response, zero-padded on the right.
+    let a = dict(vec![(
+        "input_ids",
+        ids(&[11, 12, 13, 14, 0, 21, 22, 23, 24, 25], [2, 5]),
+    )]);
+    // Weaver: the same rows swapped, each without its last token, padded with 7.
+    let b = dict(vec![
+        ("input_ids", ids(&[21, 22, 23, 24, 11, 12, 13, 7], [2, 4])),
+        ("attention_mask", ids(&[1, 1, 1, 1, 1, 1, 1, 0], [2, 4])),
+    ]);
+    let (ta, tb) = (Tensors::new(&a), Tensors::new(&b));
+    let m = pair_rows(&ta, Some(&tb), 2, 2);
+    assert_eq!(m.pairs, vec![(0, 1), (1, 0)]);
+    assert!(m.only_a.is_empty() && m.only_b.is_empty());
+    // Without the mask the pad id 7 counts as a token: row 0 finds no partner.
+    let b_nomask = dict(vec![(
+        "input_ids",
+        ids(&[21, 22, 23, 24, 11, 12, 13, 7], [2, 4]),
+    )]);
+    let tb = Tensors::new(&b_nomask);
+    let m = pair_rows(&ta, Some(&tb), 2, 2);
+    assert_eq!(m.only_a, vec![0]);
+}
