@@ -3,8 +3,9 @@
 //! from its inputs' stored dtypes.
 //!
 //! Pure functions over plain numbers (no readers, no tools), so that `dumpdiff` and
-//! `losscheck` can both use them once the typed model of a step lands (issue 15's wiring
-//! step; today no tool calls them yet):
+//! `losscheck` can both use them (dumpdiff: each side's coefficients in
+//! `dumpdiff::conventions`, and the rounding bound that decides a loss's aggregation
+//! mode):
 //!
 //! - [`coefficients`]: infer `entropy_coeff` and `kl_coef` from the dumped loss terms of
 //!   every cell by least squares, with the fit's residual, and tell whether two sides'
