@@ -12,7 +12,8 @@ Counted per seed and in total:
   flag no injected fault explains is a false alarm (fa), a required truth cell not flagged a
   miss. A changed coefficient must be reported as a `coefficients` entry `{name, differ:
   true}` naming it (`entropy_coeff/kl_coef` when one cell cannot tell them apart): one miss
-  otherwise; the cells it changes may be flagged. A differing coefficient reported where
+  otherwise (unless truth says `required: false`: no cell has its loss file on both
+  sides); the cells it changes may be flagged. A differing coefficient reported where
   truth has none is a false alarm (coef_fa, counted with fa).
 - dumpdiff positions (pos): for a fault with positions, the named tensor's first value
   beyond tolerance in that cell must be one of the fault's (row, pos); pos counts faults
@@ -82,7 +83,7 @@ def score_dumpdiff(truth, rep):
     # a coefficient that differs between the sides: a `coefficients` entry of the report
     # naming it with both values, or (today's reports have no such field) a flagged loss cell
     coef_miss = []
-    for want in truth["dumpdiff"].get("coefficients", []):
+    for want in [w for w in truth["dumpdiff"].get("coefficients", []) if w.get("required", True)]:
         # named alone, or with the other coefficient when one cell cannot tell them apart
         # (`entropy_coeff/kl_coef`)
         named = any(want["name"] in c.get("name", "").split("/") and c.get("differ")
@@ -123,8 +124,9 @@ def score(d):
     # flagged allows either; files on one side only are warnings (exit 0 at dumpdiff's
     # default --fail-on error)
     dd_truth = truth["dumpdiff"]
-    need = any(c["required"] for c in dd_truth["flag_cells"]) or bool(dd_truth.get("coefficients"))
-    may = need or bool(dd_truth["flag_cells"])
+    coefs = dd_truth.get("coefficients", [])
+    need = any(c["required"] for c in dd_truth["flag_cells"]) or any(c.get("required", True) for c in coefs)
+    may = need or bool(dd_truth["flag_cells"]) or bool(coefs)
     rep = load(os.path.join(out, "dumpdiff.json"))
     rc = rc_of(os.path.join(out, "dumpdiff.rc"))
     if rep is None or rc == 2:
