@@ -168,6 +168,28 @@ impl Mat {
         }
     }
 
+    /// True when positions `[p0, p1)` of row `r` here and of row `ro` of `other` are
+    /// stored elements of one dtype with equal bytes, so that they decode to the same f64
+    /// values bit for bit: a comparison reads one side only. False when either side is
+    /// not stored, the rows are out of range or the positions reach past either width.
+    pub fn same_stored(&self, r: usize, other: &Mat, ro: usize, p0: usize, p1: usize) -> bool {
+        let (Values::Stored(x), Values::Stored(y)) = (&self.values, &other.values) else {
+            return false;
+        };
+        if self.dtype != other.dtype
+            || r >= self.rows
+            || ro >= other.rows
+            || p1 > self.width
+            || p1 > other.width
+            || p0 >= p1
+        {
+            return false;
+        }
+        let bx = Mat::stored_bytes(x, r * self.width + p0, r * self.width + p1);
+        let by = Mat::stored_bytes(y, ro * other.width + p0, ro * other.width + p1);
+        bx == by
+    }
+
     /// Row `i` (empty when out of range).
     pub fn row(&self, i: usize) -> Cow<'_, [f64]> {
         if i >= self.rows {
