@@ -168,6 +168,28 @@ impl Mat {
         }
     }
 
+    /// True when positions `[p0, p1)` of row `r` here and of row `ro` of `other` are
+    /// stored elements of one dtype with equal bytes, so that they decode to the same f64
+    /// values bit for bit: a comparison reads one side only. False when either side is
+    /// not stored, the rows are out of range or the positions reach past either width.
+    pub fn same_stored(&self, r: usize, other: &Mat, ro: usize, p0: usize, p1: usize) -> bool {
+        let (Values::Stored(x), Values::Stored(y)) = (&self.values, &other.values) else {
+            return false;
+        };
+        if self.dtype != other.dtype
+            || r >= self.rows
+            || ro >= other.rows
+            || p1 > self.width
+            || p1 > other.width
+            || p0 >= p1
+        {
+            return false;
+        }
+        let bx = Mat::stored_bytes(x, r * self.width + p0, r * self.width + p1);
+        let by = Mat::stored_bytes(y, ro * other.width + p0, ro * other.width + p1);
+        bx == by
+    }
+
     /// Row `i` (empty when out of range).
     pub fn row(&self, i: usize) -> Cow<'_, [f64]> {
         if i >= self.rows {
@@ -235,43 +257,40 @@ impl Mat {
             0
         };
         let mask = (u64::MAX >> (64 - 8 * self.dtype.size())) & !sign;
+        let w = self.width;
         for r in 0..self.rows {
-            let (start, end) = (r * self.width, (r + 1) * self.width);
-            let zero: Vec<bool> = match (stored, &self.values) {
+            let (start, end) = (r * w, (r + 1) * w);
+            match (stored, &self.values) {
                 (Some(t), _) => {
                     let bytes = Mat::stored_bytes(t, start, end);
-                    macro_rules! zeros {
+                    macro_rules! runs {
                         ($n:literal, $u:ty) => {
-                            bytes
-                                .chunks_exact($n)
-                                .map(|c| {
+                            push_runs(w, &mut runs.spans, |base, m| {
+                                let words = bytes[base * $n..(base + m) * $n].chunks_exact($n);
+                                words.enumerate().fold(0u64, |bits, (k, c)| {
                                     let mut b = [0u8; $n];
                                     b.copy_from_slice(c);
-                                    <$u>::from_le_bytes(b) & (mask as $u) == 0
+                                    let nz = <$u>::from_le_bytes(b) & (mask as $u) != 0;
+                                    bits | (nz as u64) << k
                                 })
-                                .collect()
+                            })
                         };
                     }
                     match self.dtype.size() {
-                        8 => zeros!(8, u64),
-                        4 => zeros!(4, u32),
-                        2 => zeros!(2, u16),
-                        _ => zeros!(1, u8),
+                        8 => runs!(8, u64),
+                        4 => runs!(4, u32),
+                        2 => runs!(2, u16),
+                        _ => runs!(1, u8),
                     }
                 }
-                (None, Values::Owned(d)) => d[start..end].iter().map(|&x| x == 0.0).collect(),
-                (None, Values::Stored(_)) => Vec::new(),
-            };
-            // Jump from edge to edge: a run starts at the next non-zero, ends at the next zero.
-            let mut i = 0;
-            while let Some(k) = zero[i..].iter().position(|&z| !z) {
-                let s = i + k;
-                let e = zero[s..]
-                    .iter()
-                    .position(|&z| z)
-                    .map_or(zero.len(), |k| s + k);
-                runs.spans.push(s..e);
-                i = e;
+                (None, Values::Owned(d)) => {
+                    let d = &d[start..end];
+                    push_runs(w, &mut runs.spans, |base, m| {
+                        let block = d[base..base + m].iter().enumerate();
+                        block.fold(0u64, |bits, (k, &x)| bits | ((x != 0.0) as u64) << k)
+                    })
+                }
+                (None, Values::Stored(_)) => {}
             }
             runs.first.push(runs.spans.len());
         }
@@ -350,8 +369,67 @@ impl Mat {
     }
 }
 
-/// True when every finite little-endian f32 in `bytes` has its low 16 bits zero.
+/// Append to `spans` the ascending ranges of `[0, n)` holding non-zero values, from
+/// `block(base, m)`: the flags of positions `base..base + m` (m ≤ 64) as the low bits of
+/// a word (a branch-free loop). Runs are found by counting trailing bits, so a long run
+/// of ones or zeros costs a few operations per 64 positions.
+#[inline(always)]
+fn push_runs(n: usize, spans: &mut Vec<Range<usize>>, block: impl Fn(usize, usize) -> u64) {
+    let mut open: Option<usize> = None;
+    for base in (0..n).step_by(64) {
+        let m = (n - base).min(64);
+        let bits = block(base, m);
+        let mut k = 0;
+        while k < m {
+            let rest = bits >> k;
+            match open {
+                // Inside a run: it ends at the next zero flag (or goes on past the word).
+                Some(s) => {
+                    let ones = (!rest).trailing_zeros() as usize;
+                    if k + ones >= m {
+                        break;
+                    }
+                    spans.push(s..base + k + ones);
+                    open = None;
+                    k += ones;
+                }
+                // Between runs: the next one starts at the next set flag.
+                None => {
+                    let zeros = rest.trailing_zeros() as usize;
+                    if k + zeros >= m {
+                        break;
+                    }
+                    open = Some(base + k + zeros);
+                    k += zeros;
+                }
+            }
+        }
+    }
+    if let Some(s) = open {
+        spans.push(s..n);
+    }
+}
+
+/// True when every finite little-endian f32 in `bytes` has its low 16 bits zero (AVX2
+/// where the CPU has it: integer tests, the same answer).
 fn f32_bits_on_bf16_grid(bytes: &[u8]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked on the line above.
+        return unsafe { f32_bits_on_bf16_grid_avx2(bytes) };
+    }
+    f32_bits_on_bf16_grid_body(bytes)
+}
+
+/// [`f32_bits_on_bf16_grid_body`] compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn f32_bits_on_bf16_grid_avx2(bytes: &[u8]) -> bool {
+    f32_bits_on_bf16_grid_body(bytes)
+}
+
+#[inline(always)]
+fn f32_bits_on_bf16_grid_body(bytes: &[u8]) -> bool {
     const EXP: u32 = 0x7f80_0000;
     bytes.chunks(4096).all(|block| {
         block.chunks_exact(4).fold(true, |ok, c| {
@@ -454,6 +532,45 @@ mod tests {
             DType::F64,
         );
         assert_eq!(wide.nonzero(0), std::slice::from_ref(&(0..CHUNK + 3)));
+    }
+
+    #[test]
+    fn nonzero_runs_across_words_equal_a_scan() {
+        // Runs that start, end or span the 64-position words, against a plain scan.
+        let mut seed = 5u64;
+        for w in [1, 63, 64, 65, 127, 128, 129, 300] {
+            for density in [0u64, 1, 3, 7, 8] {
+                let vals: Vec<f64> = (0..3 * w)
+                    .map(|i| {
+                        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+                        let keep = (seed >> 40) % 8 < density || (i / 37) % 2 == 1;
+                        if keep {
+                            1.0
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect();
+                let m = Mat::new(vec![3, w], 3, w, vals.clone(), DType::F64);
+                for r in 0..3 {
+                    let row = &vals[r * w..(r + 1) * w];
+                    let mut want = Vec::new();
+                    let mut i = 0;
+                    while i < w {
+                        if row[i] != 0.0 {
+                            let s = i;
+                            while i < w && row[i] != 0.0 {
+                                i += 1;
+                            }
+                            want.push(s..i);
+                        } else {
+                            i += 1;
+                        }
+                    }
+                    assert_eq!(m.nonzero(r), &want[..], "w {w} density {density} row {r}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -77,6 +77,10 @@ pub fn read_whole(path: &Path) -> Result<(Value, Option<Pages>)> {
     Ok((value, Some(pages)))
 }
 
+/// Trajectories handed to the digesting thread and not yet digested, at most: a bound on
+/// the memory they hold (a few MB at 8k tokens each).
+const DIGEST_QUEUE: usize = 16;
+
 /// Read a `trajectory/` file summarised as it is read: each trajectory is digested
 /// ([`TrajectoryRow::of`]) as soon as the unpickler has built it and its token lists
 /// freed, so that memory does not grow with the number of trajectories. Returns the value
@@ -100,20 +104,40 @@ pub fn read_trajectory_summary(
     let Some(map) = map_pt(path)? else {
         return whole(path);
     };
-    let mut rows = Vec::new();
-    let mut each = |i: usize, t: Value| -> std::result::Result<Value, String> {
-        let row = nexrl_self_hosted::trajectory(path, i, &t, None).map_err(|e| e.to_string())?;
-        rows.push(TrajectoryRow::of(&row));
-        Ok(Value::None)
-    };
-    let read = crate::readers::pt::read_pt_map_each(
-        map.clone(),
-        Each {
-            key: nexrl_self_hosted::TRAJECTORIES,
-            each: &mut each,
-        },
-    );
-    let Ok(value) = read else {
+    // The unpickler (this thread) hands each trajectory to a second thread that digests
+    // and frees it, so that the two run side by side on a step's largest file. The worker
+    // stops at the first trajectory it cannot digest; the read then fails at the next
+    // hand-over and the file is read whole, as when the hook refused it in place.
+    let (read, rows) = std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, Value)>(DIGEST_QUEUE);
+        let worker = scope.spawn(move || -> std::result::Result<Vec<TrajectoryRow>, String> {
+            let mut rows = Vec::new();
+            for (i, t) in rx {
+                let row =
+                    nexrl_self_hosted::trajectory(path, i, &t, None).map_err(|e| e.to_string())?;
+                rows.push(TrajectoryRow::of(&row));
+            }
+            Ok(rows)
+        });
+        let mut each = |i: usize, t: Value| -> std::result::Result<Value, String> {
+            tx.send((i, t))
+                .map_err(|_| "trajectory digest stopped".to_string())?;
+            Ok(Value::None)
+        };
+        let read = crate::readers::pt::read_pt_map_each(
+            map.clone(),
+            Each {
+                key: nexrl_self_hosted::TRAJECTORIES,
+                each: &mut each,
+            },
+        );
+        drop(tx);
+        let rows = worker
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (read, rows)
+    });
+    let (Ok(rows), Ok(value)) = (rows, read) else {
         return whole(path);
     };
     let pages = Pages { map };

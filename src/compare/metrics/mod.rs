@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::compare::tolerance::{RelativeTo, Tolerance};
 use crate::tensor::DType;
-use runs::{count_ones, finite_and_identical, fold_finite, Folded};
+use runs::{all_finite, count_ones, finite_and_identical, fold_finite, Folded};
 
 /// ULP distances and the float grid values sit on, where callers have always found them.
 pub use ulp::{effective_dtype, ulp_distance, GridScan};
@@ -266,6 +266,35 @@ impl Accumulator {
         row: usize,
         other_row: usize,
     ) {
+        self.push_run_known(a, b, extra, pos, row, other_row, false);
+    }
+
+    /// [`Accumulator::push_run`] of a run whose other side is the same values, bit for
+    /// bit (the caller found both sides' stored bytes equal and decoded one): exactly
+    /// `push_run(a, a, …)`, without comparing the run with itself.
+    pub fn push_run_same(
+        &mut self,
+        a: &[f64],
+        extra: Option<&[f64]>,
+        pos: Positions<'_>,
+        row: usize,
+        other_row: usize,
+    ) {
+        self.push_run_known(a, a, extra, pos, row, other_row, true);
+    }
+
+    /// [`Accumulator::push_run`]; `same` when `b` is known to equal `a` bit for bit.
+    #[allow(clippy::too_many_arguments)]
+    fn push_run_known(
+        &mut self,
+        a: &[f64],
+        b: &[f64],
+        extra: Option<&[f64]>,
+        pos: Positions<'_>,
+        row: usize,
+        other_row: usize,
+        same: bool,
+    ) {
         let n = a.len().min(b.len());
         let (a, b) = (&a[..n], &b[..n]);
         let loc = |i: usize| ElemLoc {
@@ -273,7 +302,11 @@ impl Accumulator {
             other_row,
             pos: pos.at(i),
         };
-        let (finite, identical) = finite_and_identical(a, b);
+        let (finite, identical) = if same {
+            (all_finite(a), true)
+        } else {
+            finite_and_identical(a, b)
+        };
         let short = extra.is_some_and(|e| e.len() < n);
         let extra = extra.map(|e| &e[..n.min(e.len())]);
         if !finite || short || self.tol.relative_to != RelativeTo::Reference {

@@ -167,8 +167,25 @@ pub(super) fn fold_finite_body(
 }
 
 /// Whether every value of both runs is finite, and whether the runs are equal bit for bit
-/// (one branch-free pass in lanes, so that it vectorises).
+/// (one branch-free pass in lanes, so that it vectorises; AVX2 where the CPU has it).
 pub(super) fn finite_and_identical(a: &[f64], b: &[f64]) -> (bool, bool) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked on the line above.
+        return unsafe { finite_and_identical_avx2(a, b) };
+    }
+    finite_and_identical_body(a, b)
+}
+
+/// [`finite_and_identical_body`] compiled for AVX2 (integer tests only: same answer).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn finite_and_identical_avx2(a: &[f64], b: &[f64]) -> (bool, bool) {
+    finite_and_identical_body(a, b)
+}
+
+#[inline(always)]
+fn finite_and_identical_body(a: &[f64], b: &[f64]) -> (bool, bool) {
     const EXP: u64 = 0x7ff0_0000_0000_0000;
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
@@ -193,8 +210,59 @@ pub(super) fn finite_and_identical(a: &[f64], b: &[f64]) -> (bool, bool) {
     (bad.iter().all(|&v| v == 0), diff.iter().all(|&v| v == 0))
 }
 
+/// Whether every value is finite (one branch-free pass in lanes): the first half of
+/// [`finite_and_identical`] of a run with itself.
+pub(super) fn all_finite(a: &[f64]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked on the line above.
+        return unsafe { all_finite_avx2(a) };
+    }
+    all_finite_body(a)
+}
+
+/// [`all_finite_body`] compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn all_finite_avx2(a: &[f64]) -> bool {
+    all_finite_body(a)
+}
+
+#[inline(always)]
+fn all_finite_body(a: &[f64]) -> bool {
+    const EXP: u64 = 0x7ff0_0000_0000_0000;
+    let mut bad = [0u64; LANES];
+    let whole = a.len() - a.len() % LANES;
+    for xa in a[..whole].chunks_exact(LANES) {
+        for (l, &x) in xa.iter().enumerate() {
+            bad[l] |= (x.to_bits() & EXP == EXP) as u64;
+        }
+    }
+    for &x in &a[whole..] {
+        bad[0] |= (x.to_bits() & EXP == EXP) as u64;
+    }
+    bad.iter().all(|&v| v == 0)
+}
+
 /// How many values are exactly 1, and whether all are 0 or 1 (−0 counts as 0), in lanes.
 pub(super) fn count_ones(a: &[f64]) -> (u64, bool) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked on the line above.
+        return unsafe { count_ones_avx2(a) };
+    }
+    count_ones_body(a)
+}
+
+/// [`count_ones_body`] compiled for AVX2 (comparisons and counts: same answer).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn count_ones_avx2(a: &[f64]) -> (u64, bool) {
+    count_ones_body(a)
+}
+
+#[inline(always)]
+fn count_ones_body(a: &[f64]) -> (u64, bool) {
     let (mut ones, mut other) = ([0u64; LANES], [0u64; LANES]);
     let mut lane = |l: usize, x: f64| {
         ones[l] += (x == 1.0) as u64;

@@ -378,3 +378,34 @@ fn push_run_honours_a_symmetric_tolerance() {
     assert_eq!(beyond(tol(0.0, 0.1)), (2, Some(0)));
     assert_eq!(beyond(Tolerance::self_consistency(0.0, 0.1)), (0, None));
 }
+
+#[test]
+fn push_run_same_equals_push_run_of_a_run_with_itself() {
+    // Runs equal on both sides (NaN, infinities, ≥ 700 log-probs and 0/1 masks among
+    // them), fed after differing runs (sums no longer tied) or not.
+    let mut g = Lcg(19);
+    for case in 0..300 {
+        let t = Tolerance::new(1e-5, 1e-3, "test");
+        let ulp = [None, Some(DType::F32), Some(DType::BF16)][case % 3];
+        let logprob = case % 2 == 0;
+        let mut one = Accumulator::new(t.clone(), ulp, logprob);
+        let mut same = Accumulator::new(t, ulp, logprob);
+        for r in 0..1 + g.below(5) as usize {
+            let n = g.below(60) as usize;
+            let (a, b) = run(&mut g, n);
+            let pos = Positions::From(g.below(9) as usize);
+            if g.below(3) == 0 {
+                one.push_run(&a, &b, None, pos, r, r);
+                same.push_run(&a, &b, None, pos, r, r);
+            } else {
+                let extra: Vec<f64> = (0..n).map(|_| 1e-3 * g.unit()).collect();
+                let ex = (case % 4 == 1).then_some(&extra[..]);
+                one.push_run(&a, &a, ex, pos, r, r);
+                same.push_run_same(&a, ex, pos, r, r);
+            }
+        }
+        assert_eq!(format!("{one:?}"), format!("{same:?}"), "case {case}");
+        let (x, y) = (one.finish(), same.finish());
+        assert_eq!(format!("{x:?}"), format!("{y:?}"), "case {case}");
+    }
+}

@@ -39,13 +39,14 @@ pub(super) struct Kept {
 }
 
 impl Kept {
-    /// Gather the pairs at `ranges` (absolute positions, within a chunk read from `lo`).
+    /// Gather the pairs at `ranges` (absolute positions, within a chunk read from `lo`);
+    /// without `xb` (the other side equal to `xa`), only `xa`'s values.
     pub(super) fn gather(
         &mut self,
         ranges: &[Range<usize>],
         lo: usize,
         xa: &[f64],
-        xb: &[f64],
+        xb: Option<&[f64]>,
         ex: Option<&[f64]>,
     ) {
         self.a.clear();
@@ -55,7 +56,9 @@ impl Kept {
         for r in ranges {
             let local = r.start - lo..r.end - lo;
             self.a.extend_from_slice(&xa[local.clone()]);
-            self.b.extend_from_slice(&xb[local.clone()]);
+            if let Some(xb) = xb {
+                self.b.extend_from_slice(&xb[local.clone()]);
+            }
             if let Some(e) = ex {
                 self.extra.extend_from_slice(&e[local]);
             }
@@ -211,8 +214,14 @@ impl PairCtx<'_> {
                 let (batch, tail) = rest.split_at(k);
                 rest = tail;
                 let hi = batch[k - 1].end;
+                // Equal stored bytes decode to equal values: read one side only.
+                let same = a.same_stored(ra, b, rb, lo, hi);
                 let xa = a.chunk(ra, lo, hi, &mut buf.a);
-                let xb = b.chunk(rb, lo, hi, &mut buf.b);
+                let xb = if same {
+                    xa
+                } else {
+                    b.chunk(rb, lo, hi, &mut buf.b)
+                };
                 // An extra narrower than the data adds 0 past its end.
                 let ex = extra.map(|e| {
                     let v = e.chunk(ra, lo, hi, &mut buf.extra);
@@ -221,19 +230,22 @@ impl PairCtx<'_> {
                 if let [only] = batch {
                     let r = only.start - lo..only.end - lo;
                     let ex = ex.map(|e| &e[r.clone()]);
-                    acc.push_run(
-                        &xa[r.clone()],
-                        &xb[r],
-                        ex,
-                        Positions::From(only.start),
-                        ra,
-                        rb,
-                    );
+                    let pos = Positions::From(only.start);
+                    if same {
+                        acc.push_run_same(&xa[r], ex, pos, ra, rb);
+                    } else {
+                        acc.push_run(&xa[r.clone()], &xb[r], ex, pos, ra, rb);
+                    }
                 } else {
                     let c = &mut buf.kept;
-                    c.gather(batch, lo, xa, xb, ex);
+                    c.gather(batch, lo, xa, (!same).then_some(xb), ex);
                     let ex = ex.map(|_| &c.extra[..]);
-                    acc.push_run(&c.a, &c.b, ex, Positions::At(&c.pos), ra, rb);
+                    let pos = Positions::At(&c.pos);
+                    if same {
+                        acc.push_run_same(&c.a, ex, pos, ra, rb);
+                    } else {
+                        acc.push_run(&c.a, &c.b, ex, pos, ra, rb);
+                    }
                 }
             }
             buf.ranges = ranges;
@@ -298,9 +310,15 @@ impl PairCtx<'_> {
             let n = width(a, ra).max(width(b, rb));
             for p0 in (0..n).step_by(CHUNK) {
                 let p1 = (p0 + CHUNK).min(n);
+                let pos = Positions::From(p0);
+                if a.same_stored(ra, b, rb, p0, p1) {
+                    // Both sides hold every position, with equal bytes: one side read.
+                    acc.push_run_same(a.chunk(ra, p0, p1, &mut buf.a), None, pos, ra, rb);
+                    continue;
+                }
                 let xa = padded(a.chunk(ra, p0, p1, &mut buf.a), p1 - p0, &mut buf.kept.a);
                 let xb = padded(b.chunk(rb, p0, p1, &mut buf.b), p1 - p0, &mut buf.kept.b);
-                acc.push_run(xa, xb, None, Positions::From(p0), ra, rb);
+                acc.push_run(xa, xb, None, pos, ra, rb);
             }
         }
         finish(name, acc, tol, DType::I64, a, b, origin_a, origin_b)
