@@ -1,0 +1,678 @@
+//! The loss composition of one dump tree's step: aggregation mode, KL estimator, entropy
+//! and KL coefficients — each taken from a flag, else from what the `loss/` files state
+//! (`extra_info` config echoes), else inferred from all cells of the tree jointly, else the
+//! preset's.
+//!
+//! Identifiability: a convention is one choice for the whole side, so it is inferred from
+//! every cell at once and must explain most of them (more than half of the cells that
+//! dump the terms it is judged on); the cells it does not explain are then judged under
+//! it and called inconsistent. A fault in one cell cannot move the choice.
+//!
+//! - aggregation: the verl mode (`token-mean`, `seq-mean-token-sum`,
+//!   `seq-mean-token-mean`, `seq-mean-token-sum-norm` with its horizon fitted) under which
+//!   the recomputed `pg_loss`, `entropy_loss` (and `kl_loss`) equal the dumped ones in the
+//!   most cells;
+//! - KL estimator: k1, k2 or verl's k3 (`low_var_kl`), the one that reproduces the dumped
+//!   `kl_loss` in the most cells;
+//! - coefficients: least squares over the cells' dumped `loss − pg_loss = −entropy_coeff ·
+//!   entropy_loss + kl_coef · kl_loss` ([`crate::conventions::coefficients::infer`]); cells
+//!   whose residual exceeds their f32 rounding are left out and the fit redone when they are
+//!   a minority. A fitted value within [`DIFFER_SIGMAS`] standard errors of the preset's
+//!   is the preset's.
+
+use super::cell::{Cell, Uncertainty};
+use super::overrides::Overrides;
+use super::terms::{f32_compute, reduce, stored_rounding, weights};
+use super::Tolerance;
+use crate::conventions::coefficients::{infer, LossTerms, DIFFER_SIGMAS};
+use crate::error::Result;
+use crate::kernels::aggregate::AggMode;
+use crate::kernels::kl::KlEstimator;
+use crate::kernels::loss::{compute, KlPlacement, KlTerm, LossConfig};
+use crate::kernels::to_f64_vec;
+use crate::tensor::DType;
+
+/// Where a convention came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    /// A command-line flag.
+    Flag,
+    /// The `loss/` files' `extra_info`.
+    Dumped,
+    /// Inferred from the dumped values of every cell.
+    Inferred,
+    /// The preset's value (nothing in the dump says otherwise).
+    Preset,
+}
+
+/// One convention of the step and how it was settled.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Convention {
+    /// `agg`, `kl_estimator`, `entropy_coeff`, `kl_coef`.
+    pub name: &'static str,
+    /// The value used, in words (`seq-mean-token-mean`, `0.0001`).
+    pub value: String,
+    /// The value used, when a number.
+    pub number: Option<f64>,
+    /// Where it came from.
+    pub source: Source,
+    /// Cells the value explains, of `cells` judged on it (inferred values).
+    pub explained: Option<usize>,
+    /// Cells that dump what the value is judged on.
+    pub cells: Option<usize>,
+    /// Standard error of an inferred coefficient.
+    pub std_err: Option<f64>,
+    /// Root mean square residual of the coefficient fit.
+    pub rms_residual: Option<f64>,
+    /// A caveat (an underdetermined fit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// The value is the preset's (the text renderers name only the others).
+    #[serde(skip)]
+    pub matches_preset: bool,
+}
+
+impl Convention {
+    /// A convention without fit statistics.
+    pub fn new(name: &'static str, value: String, number: Option<f64>, source: Source) -> Self {
+        Convention {
+            name,
+            value,
+            number,
+            source,
+            explained: None,
+            cells: None,
+            std_err: None,
+            rms_residual: None,
+            matches_preset: false,
+            note: None,
+        }
+    }
+
+    /// `name value (source[, n/m cells][, ±se])`.
+    pub fn line(&self) -> String {
+        let src = match self.source {
+            Source::Flag => "flag",
+            Source::Dumped => "dumped",
+            Source::Inferred => "inferred",
+            Source::Preset => "preset",
+        };
+        let mut s = format!("{} {} ({src}", self.name, self.value);
+        if let (Some(e), Some(c)) = (self.explained, self.cells) {
+            s.push_str(&format!(", explains {e}/{c} cells"));
+        }
+        if let Some(se) = self.std_err {
+            s.push_str(&format!(", ±{se:.1e}"));
+        }
+        if self.note.is_some() {
+            s.push_str(", underdetermined");
+        }
+        s.push(')');
+        s
+    }
+}
+
+/// The step's conventions: the configuration to judge every cell with.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// `base` with the conventions applied.
+    pub cfg: LossConfig,
+    /// Each convention and its source.
+    pub conventions: Vec<Convention>,
+    /// Uncertainty of inferred coefficients.
+    pub uncertainty: Uncertainty,
+}
+
+/// Per cell, what inference needs: mask, recomputed per-token policy loss, entropy, the
+/// KL matrices of each candidate estimator, and the dumped terms.
+struct Prep {
+    b: usize,
+    t: usize,
+    mask: Vec<f64>,
+    elem: Vec<f64>,
+    entropy: Option<Vec<f64>>,
+    entropy_dtype: Option<DType>,
+    kl: Vec<(KlEstimator, Vec<f64>)>,
+    /// The dumped intermediates follow from the inputs: the pg term is evidence.
+    pg_evidence: bool,
+    pg: Option<f64>,
+    ent: Option<f64>,
+    kl_loss: Option<f64>,
+    loss: Option<f64>,
+}
+
+const KL_CANDIDATES: [KlEstimator; 3] = [KlEstimator::K1, KlEstimator::K2, KlEstimator::K3Verl];
+
+/// Do the dumped intermediates (`prob_ratio`, `elementwise_loss`) follow from the inputs?
+/// When they do not, the cell's pg term is no evidence about the aggregation.
+fn intermediates_follow(
+    dumped: Option<&Vec<f64>>,
+    ours: &[f64],
+    mask: &[f64],
+    tol: &Tolerance,
+) -> bool {
+    dumped.is_none_or(|d| {
+        d.iter()
+            .zip(ours)
+            .zip(mask)
+            .all(|((d, o), m)| *m == 0.0 || tol.allows(*d, *o))
+    })
+}
+
+fn prep(cell: &Cell, base: &LossConfig, tol: &Tolerance) -> Result<Prep> {
+    let path = cell.file.as_path();
+    let mut cfg = base.clone();
+    cfg.kl = None;
+    let out = compute(&cell.inputs, &cfg).map_err(|e| super::kerr(path, e))?;
+    let (b, t) = cell.dims();
+    let v = |x: &candle_core::Tensor| to_f64_vec(x).map_err(|e| super::kerr(path, e));
+    let mut kl = Vec::new();
+    if let Some(r) = &cell.inputs.ref_log_probs {
+        for est in KL_CANDIDATES {
+            let k = crate::kernels::kl::kl(&cell.inputs.log_probs, r, est)
+                .map_err(|e| super::kerr(path, e))?;
+            kl.push((est, v(&k)?));
+        }
+    }
+    let rec = cell.record.as_ref();
+    let mask = v(&cell.inputs.mask)?;
+    let elem = v(&out.per_token_loss)?;
+    let follows = intermediates_follow(cell.ratio.as_ref(), &v(&out.ratio)?, &mask, tol)
+        && intermediates_follow(cell.per_token.as_ref(), &elem, &mask, tol);
+    Ok(Prep {
+        b,
+        t,
+        pg_evidence: follows,
+        mask,
+        elem,
+        entropy: cell.inputs.entropy.as_ref().map(v).transpose()?,
+        entropy_dtype: cell.entropy_dtype,
+        kl,
+        pg: rec.and_then(|r| r.pg_loss),
+        ent: rec.and_then(|r| r.entropy_loss),
+        kl_loss: cell.kl_loss,
+        loss: rec.and_then(|r| r.loss),
+    })
+}
+
+/// How many of the cell's dumped pg (when evidence) and entropy terms `mode`
+/// reproduces, of how many it dumps: `(matched, dumped)`.
+fn explains_agg(p: &Prep, mode: AggMode, tol: &Tolerance) -> (usize, usize) {
+    let w = weights(&p.mask, p.b, p.t, mode);
+    let (mut hit, mut all) = (0, 0);
+    if let Some(d) = p.pg.filter(|_| p.pg_evidence) {
+        all += 1;
+        let e = f32_compute(&p.elem, &w, 4.0);
+        hit += usize::from(tol.allows_with(d, reduce(&p.elem, &w), e));
+    }
+    if let (Some(d), Some(x)) = (p.ent, &p.entropy) {
+        all += 1;
+        let e = stored_rounding(x, &w, p.entropy_dtype) + f32_compute(x, &w, 1.0);
+        hit += usize::from(tol.allows_with(d, reduce(x, &w), e));
+    }
+    (hit, all)
+}
+
+/// The horizon of `seq-mean-token-sum-norm` that fits the dumped entropy (else pg) terms
+/// of every cell: `1/h = Σ sᵢdᵢ / Σ sᵢ²` with `sᵢ` the cell's seq-mean-token-sum and `dᵢ`
+/// the dumped value; an integer when within 10⁻³ of one (a response length).
+fn fit_horizon(preps: &[Prep]) -> Option<f64> {
+    let (mut sd, mut ss) = (0.0, 0.0);
+    for p in preps {
+        let w = weights(&p.mask, p.b, p.t, AggMode::SeqMeanTokenSum);
+        let pair = match (p.ent, &p.entropy) {
+            (Some(d), Some(x)) => Some((reduce(x, &w), d)),
+            _ => p.pg.map(|d| (reduce(&p.elem, &w), d)),
+        };
+        if let Some((s, d)) = pair {
+            sd += s * d;
+            ss += s * s;
+        }
+    }
+    if sd == 0.0 || ss == 0.0 {
+        return None;
+    }
+    let h = ss / sd;
+    if !(h.is_finite() && h > 0.0) {
+        return None;
+    }
+    let r = h.round();
+    Some(if r >= 1.0 && (h - r).abs() <= 1e-3 * h {
+        r
+    } else {
+        h
+    })
+}
+
+/// The value every cell that states it agrees on (`None`: no cell states it or they
+/// disagree).
+fn agreed<T: PartialEq + Clone>(vals: impl Iterator<Item = Option<T>>) -> Option<T> {
+    let mut out: Option<T> = None;
+    for v in vals.flatten() {
+        match &out {
+            None => out = Some(v),
+            Some(o) if *o == v => {}
+            Some(_) => return None,
+        }
+    }
+    out
+}
+
+/// Settle the step's conventions from `cells` (every cell of the tree's step), flags in
+/// `given` first (see the module doc).
+///
+/// Errors: the kernels refuse a cell's inputs (file named).
+pub fn resolve(
+    cells: &[Cell],
+    base: &LossConfig,
+    given: &Overrides,
+    tol: &Tolerance,
+) -> Result<Resolved> {
+    let preps: Vec<Prep> = cells.iter().map(|c| prep(c, base, tol)).collect::<Result<_>>()?;
+    let mut cfg = base.clone();
+    let mut conventions = Vec::new();
+    let mut unc = Uncertainty::default();
+
+    // aggregation
+    let stated_agg = agreed(cells.iter().map(|c| c.stated.agg.clone()));
+    let stated_scale = agreed(cells.iter().map(|c| c.stated.scale));
+    let with_horizon = |m: AggMode, h: Option<f64>| match m {
+        AggMode::SeqMeanTokenSumNorm { horizon: None } => {
+            AggMode::SeqMeanTokenSumNorm { horizon: h }
+        }
+        m => m,
+    };
+    let informative = preps
+        .iter()
+        .filter(|p| explains_agg(p, AggMode::TokenMean, tol).1 > 0)
+        .count();
+    let terms_total: usize = preps
+        .iter()
+        .map(|p| explains_agg(p, AggMode::TokenMean, tol).1)
+        .sum();
+    // cells whose every dumped term the mode reproduces
+    let count = |m: AggMode| {
+        preps
+            .iter()
+            .filter(|p| {
+                let (h, a) = explains_agg(p, m, tol);
+                a > 0 && h == a
+            })
+            .count()
+    };
+    // terms (pg, entropy of each cell) the mode reproduces
+    let count_terms =
+        |m: AggMode| -> usize { preps.iter().map(|p| explains_agg(p, m, tol).0).sum() };
+    if given.agg.is_some() {
+        cfg.agg = with_horizon(cfg.agg, stated_scale);
+        conventions.push(Convention::new(
+            "agg",
+            agg_name(cfg.agg),
+            None,
+            Source::Flag,
+        ));
+    } else if let Some(m) = stated_agg.as_deref().and_then(AggMode::parse) {
+        cfg.agg = with_horizon(m, stated_scale.or_else(|| fit_horizon(&preps)));
+        let mut c = Convention::new("agg", agg_name(cfg.agg), None, Source::Dumped);
+        c.explained = Some(count(cfg.agg));
+        c.cells = Some(informative);
+        conventions.push(c);
+    } else if informative > 0 {
+        let mut candidates = vec![
+            AggMode::TokenMean,
+            AggMode::SeqMeanTokenSum,
+            AggMode::SeqMeanTokenMean,
+        ];
+        if let Some(h) = stated_scale.or_else(|| fit_horizon(&preps)) {
+            candidates.push(AggMode::SeqMeanTokenSumNorm { horizon: Some(h) });
+        }
+        // the preset's mode first: it wins ties
+        candidates.sort_by_key(|m| *m != base.agg);
+        let scored: Vec<(AggMode, usize)> =
+            candidates.iter().map(|m| (*m, count_terms(*m))).collect();
+        let best = scored
+            .iter()
+            .fold(None::<(AggMode, usize)>, |acc, x| match acc {
+                Some(a) if a.1 >= x.1 => Some(a),
+                _ => Some(*x),
+            });
+        if let Some((m, n)) = best {
+            // most of the dumped terms, over every cell
+            let mut c = if 2 * n > terms_total {
+                cfg.agg = m;
+                Convention::new("agg", agg_name(m), None, Source::Inferred)
+            } else {
+                Convention::new("agg", agg_name(cfg.agg), None, Source::Preset)
+            };
+            c.explained = Some(count(cfg.agg));
+            c.cells = Some(informative);
+            conventions.push(c);
+        }
+    }
+    if (cfg.agg != base.agg || given.agg.is_some()) && cfg.agg.is_verl() {
+        // verl aggregates every term of the loss with the one loss_agg_mode
+        cfg.entropy_agg = cfg.agg;
+    }
+
+    // KL estimator: only when the cells dump a KL term and the reference log-probs
+    let kl_cells: Vec<&Prep> = preps
+        .iter()
+        .filter(|p| p.kl_loss.is_some() && !p.kl.is_empty())
+        .collect();
+    let stated_kl_coef = agreed(cells.iter().map(|c| c.stated.kl_coef));
+    let kl_explains = |est: KlEstimator| {
+        kl_cells
+            .iter()
+            .filter(|p| {
+                let w = weights(&p.mask, p.b, p.t, cfg.agg);
+                p.kl.iter().any(|(e, k)| {
+                    *e == est
+                        && p.kl_loss.is_some_and(|d| {
+                            tol.allows_with(d, reduce(k, &w), f32_compute(k, &w, 4.0))
+                        })
+                })
+            })
+            .count()
+    };
+    if given.kl.is_some() {
+        let est = cfg.kl.as_ref().map(|k| k.estimator);
+        conventions.push(Convention::new(
+            "kl_estimator",
+            est.map(|e| format!("{e:?}")).unwrap_or_default(),
+            None,
+            Source::Flag,
+        ));
+    } else if !kl_cells.is_empty() {
+        let stated = agreed(cells.iter().map(|c| c.stated.kl_type.clone()))
+            .as_deref()
+            .and_then(KlEstimator::parse);
+        let (est, source) = match stated {
+            Some(e) => (e, Source::Dumped),
+            None => {
+                let best = KL_CANDIDATES.iter().map(|e| (*e, kl_explains(*e))).fold(
+                    None::<(KlEstimator, usize)>,
+                    |acc, x| match acc {
+                        Some(a) if a.1 >= x.1 => Some(a),
+                        _ => Some(x),
+                    },
+                );
+                match best {
+                    Some((e, _)) => (e, Source::Inferred),
+                    None => (KlEstimator::K1, Source::Preset),
+                }
+            }
+        };
+        cfg.kl = Some(KlTerm {
+            estimator: est,
+            coef: stated_kl_coef.unwrap_or(0.0),
+            placement: KlPlacement::Separate,
+        });
+        let mut c = Convention::new("kl_estimator", format!("{est:?}"), None, source);
+        c.explained = Some(kl_explains(est));
+        c.cells = Some(kl_cells.len());
+        conventions.push(c);
+    }
+
+    // coefficients
+    let kl_active = cfg.kl.is_some();
+    let ec_known = if given.entropy_coeff.is_some() {
+        Some((cfg.entropy_coeff, Source::Flag))
+    } else {
+        agreed(cells.iter().map(|c| c.stated.entropy_coeff)).map(|v| (v, Source::Dumped))
+    };
+    let kc_known = if given.kl_coef.is_some() {
+        cfg.kl.as_ref().map(|k| (k.coef, Source::Flag))
+    } else {
+        stated_kl_coef.map(|v| (v, Source::Dumped))
+    };
+    let fit_cells: Vec<&Prep> = preps
+        .iter()
+        .filter(|p| {
+            p.loss.is_some()
+                && p.pg.is_some()
+                && p.ent.is_some()
+                && (!kl_active || p.kl_loss.is_some())
+        })
+        .collect();
+    let mut ec = ec_known.map(|x| x.0);
+    let mut kc = kc_known.map(|x| x.0);
+    let mut fit_info = None;
+    if (ec.is_none() || (kl_active && kc.is_none())) && !fit_cells.is_empty() {
+        fit_info = fit(&fit_cells, ec, if kl_active { kc } else { Some(0.0) });
+        if let Some(f) = &fit_info {
+            if ec.is_none() {
+                ec = Some(snap(f.ec, f.ec_se, base.entropy_coeff));
+                unc.entropy_coeff = f.ec_se;
+            }
+            if kl_active && kc.is_none() {
+                kc = f.kc.map(|(v, se)| {
+                    unc.kl_coef = se;
+                    snap(v, se, base.kl.as_ref().map_or(0.0, |k| k.coef))
+                });
+            }
+        }
+    }
+    let push_coef = |conventions: &mut Vec<Convention>,
+                     name: &'static str,
+                     v: Option<f64>,
+                     known: Option<(f64, Source)>,
+                     fitted: Option<(f64, f64)>| {
+        let Some(v) = v else { return };
+        let source = known.map_or(Source::Inferred, |k| k.1);
+        let mut c = Convention::new(name, crate::fmt::num(v), Some(v), source);
+        if let (Source::Inferred, Some((_, se)), Some(f)) = (source, fitted, &fit_info) {
+            if f.underdetermined {
+                c.note = Some(
+                    "underdetermined: the cells cannot separate the entropy and KL coefficients; \
+                     the better one-coefficient fit is used"
+                        .into(),
+                );
+            }
+            c.std_err = Some(se);
+            c.rms_residual = Some(f.rms);
+            c.explained = Some(f.explained);
+            c.cells = Some(f.cells);
+        }
+        conventions.push(c);
+    };
+    let ec_fit = fit_info.as_ref().map(|f| (f.ec, f.ec_se));
+    let kc_fit = fit_info.as_ref().and_then(|f| f.kc);
+    push_coef(&mut conventions, "entropy_coeff", ec, ec_known, ec_fit);
+    if kl_active {
+        push_coef(&mut conventions, "kl_coef", kc, kc_known, kc_fit);
+    }
+    if let Some(e) = ec {
+        cfg.entropy_coeff = e;
+    }
+    if let (Some(k), Some(term)) = (kc, cfg.kl.as_mut()) {
+        term.coef = k;
+    }
+    for c in &mut conventions {
+        c.matches_preset = match c.name {
+            "agg" => cfg.agg == base.agg,
+            "kl_estimator" => {
+                cfg.kl.as_ref().map(|k| k.estimator) == base.kl.as_ref().map(|k| k.estimator)
+            }
+            "entropy_coeff" => cfg.entropy_coeff == base.entropy_coeff,
+            _ => cfg.kl.as_ref().map(|k| k.coef) == base.kl.as_ref().map(|k| k.coef),
+        };
+    }
+    Ok(Resolved {
+        cfg,
+        conventions,
+        uncertainty: unc,
+    })
+}
+
+fn agg_name(m: AggMode) -> String {
+    match m {
+        AggMode::TokenMean => "token-mean".into(),
+        AggMode::SeqMeanTokenSum => "seq-mean-token-sum".into(),
+        AggMode::SeqMeanTokenMean => "seq-mean-token-mean".into(),
+        AggMode::SeqMeanTokenSumNorm { horizon: Some(h) } => {
+            format!("seq-mean-token-sum-norm/{}", crate::fmt::num(h))
+        }
+        AggMode::SeqMeanTokenSumNorm { horizon: None } => "seq-mean-token-sum-norm".into(),
+        AggMode::TrlGrpo => "grpo".into(),
+        AggMode::TrlBnpo => "bnpo".into(),
+        AggMode::TrlDrGrpo { .. } => "dr_grpo".into(),
+        AggMode::TrlDapo { .. } => "dapo".into(),
+    }
+}
+
+/// The preset's value when the fit cannot tell it apart from `v` (within
+/// [`DIFFER_SIGMAS`] standard errors), else `v`.
+fn snap(v: f64, se: f64, preset: f64) -> f64 {
+    if (v - preset).abs() <= DIFFER_SIGMAS * se {
+        preset
+    } else {
+        v
+    }
+}
+
+/// Entropy and KL coefficients that the cells cannot tell apart: each alone (the other 0)
+/// is fitted, and the one that explains the cells better (at equal fit, the non-negative
+/// one, entropy first) is taken, flagged as underdetermined.
+fn underdetermined(cells: &[&Prep]) -> Option<Fit> {
+    let e = fit(cells, None, Some(0.0));
+    let k = fit(cells, Some(0.0), None);
+    let pick = match (e, k) {
+        (Some(e), Some(k)) => {
+            let score = |f: &Fit, c: f64| (f.explained, c >= 0.0);
+            let ke = k.kc.map_or(0.0, |x| x.0);
+            if score(&k, ke) > score(&e, e.ec) {
+                k
+            } else {
+                e
+            }
+        }
+        (Some(e), None) => e,
+        (None, Some(k)) => k,
+        (None, None) => return None,
+    };
+    Some(Fit {
+        underdetermined: true,
+        kc: Some(pick.kc.unwrap_or((0.0, 0.0))),
+        ..pick
+    })
+}
+
+struct Fit {
+    /// The cells could not separate the coefficients (see [`underdetermined`]).
+    underdetermined: bool,
+    ec: f64,
+    ec_se: f64,
+    kc: Option<(f64, f64)>,
+    rms: f64,
+    explained: usize,
+    cells: usize,
+}
+
+/// Least squares of the unknown coefficients (`ec`/`kc` `None`) over `cells`, the known
+/// ones moved to the left-hand side; cells whose residual exceeds their f32 rounding are
+/// dropped and the fit redone when they are a minority.
+fn fit(cells: &[&Prep], ec: Option<f64>, kc: Option<f64>) -> Option<Fit> {
+    let u = 2f64.powi(-24);
+    let terms = |keep: &[bool]| -> Vec<LossTerms> {
+        cells
+            .iter()
+            .zip(keep)
+            .filter(|(_, k)| **k)
+            .map(|(p, _)| {
+                let (loss, pg, ent) = (
+                    p.loss.unwrap_or(0.0),
+                    p.pg.unwrap_or(0.0),
+                    p.ent.unwrap_or(0.0),
+                );
+                let kl = p.kl_loss.unwrap_or(0.0);
+                match (ec, kc) {
+                    // both unknown
+                    (None, None) => LossTerms {
+                        loss,
+                        pg_loss: pg,
+                        entropy_loss: ent,
+                        kl_loss: Some(kl),
+                    },
+                    // entropy unknown, KL known: move it left
+                    (None, Some(k)) => LossTerms {
+                        loss: loss - k * kl,
+                        pg_loss: pg,
+                        entropy_loss: ent,
+                        kl_loss: None,
+                    },
+                    // KL unknown, entropy known: fit kl_coef in the entropy slot (y = −c·(−kl))
+                    (Some(e), None) => LossTerms {
+                        loss: loss + e * ent,
+                        pg_loss: pg,
+                        entropy_loss: -kl,
+                        kl_loss: None,
+                    },
+                    (Some(_), Some(_)) => LossTerms {
+                        loss,
+                        pg_loss: pg,
+                        entropy_loss: ent,
+                        kl_loss: None,
+                    },
+                }
+            })
+            .collect()
+    };
+    let run = |keep: &[bool]| infer(&terms(keep), DType::F32).ok();
+    let all = vec![true; cells.len()];
+    let Some(mut f) = run(&all) else {
+        // both coefficients unknown and the cells cannot separate them (one cell, or
+        // entropy and KL proportional across cells): the better of the one-coefficient fits
+        if ec.is_none() && kc.is_none() {
+            return underdetermined(cells);
+        }
+        return None;
+    };
+    let coef = |f: &crate::conventions::coefficients::CoefficientFit| match (ec, kc) {
+        (None, None) => (f.entropy_coeff, f.kl_coef.unwrap_or(0.0)),
+        (None, Some(k)) => (f.entropy_coeff, k),
+        (Some(e), None) => (e, f.entropy_coeff),
+        (Some(e), Some(k)) => (e, k),
+    };
+    let fits = |(e, k): (f64, f64)| -> Vec<bool> {
+        cells
+            .iter()
+            .map(|p| {
+                let (loss, pg, ent) = (
+                    p.loss.unwrap_or(0.0),
+                    p.pg.unwrap_or(0.0),
+                    p.ent.unwrap_or(0.0),
+                );
+                let kl = p.kl_loss.unwrap_or(0.0);
+                let r = loss - pg + e * ent - k * kl;
+                r.abs()
+                    <= 8.0 * u * (loss.abs() + pg.abs() + (e * ent).abs() + (k * kl).abs()) + 1e-12
+            })
+            .collect()
+    };
+    let mut keep = fits(coef(&f));
+    let good = keep.iter().filter(|k| **k).count();
+    if good < cells.len() && 2 * good > cells.len() {
+        f = run(&keep)?;
+        keep = fits(coef(&f));
+    }
+    let (e, k) = coef(&f);
+    let kc_out = match (ec, kc) {
+        (None, None) => Some((k, f.kl_coef_std_err.unwrap_or(0.0))),
+        (Some(_), None) => Some((k, f.entropy_coeff_std_err)),
+        _ => None,
+    };
+    Some(Fit {
+        underdetermined: false,
+        ec: e,
+        ec_se: if ec.is_none() {
+            f.entropy_coeff_std_err
+        } else {
+            0.0
+        },
+        kc: kc_out,
+        rms: f.rms_residual,
+        explained: keep.iter().filter(|k| **k).count(),
+        cells: cells.len(),
+    })
+}
