@@ -625,10 +625,22 @@ fn diagnose(
     // what the dumped pg term is, when not the recomputed one
     let explain_pg = |dumped: f64, what: &str| -> (String, String) {
         let sum = masked_sum(&elem, m);
+        let n = m.iter().filter(|x| **x != 0.0).count();
+        if cfg.agg == AggMode::TokenMean
+            && tol.allows(cell.dumped_loss, terms.loss * n as f64)
+        {
+            return (
+                "aggregation".into(),
+                format!("the dumped loss equals the recomputed token-mean × {n} valid tokens: a sum, not a mean"),
+            );
+        }
         if tol.allows_with(dumped, sum, f32_compute(&elem, m, 4.0)) {
             return (
                 "aggregation".into(),
-                format!("aggregation: the dumped {what} is the sum of the elementwise loss, not its {mode}"),
+                format!(
+                    "aggregation: the dumped {what} is the sum of the elementwise loss over {} valid tokens, not its {mode}: a sum, not a mean",
+                    m.iter().filter(|x| **x != 0.0).count()
+                ),
             );
         }
         for other in VERL_MODES.iter().filter(|o| **o != cfg.agg) {
@@ -649,7 +661,8 @@ fn diagnose(
             format!("pg term: dumped {what} {d} ≠ recomputed {r}"),
         )
     };
-    if let Some(c) = bad(keys::PG_LOSS).or_else(|| bad(&format!("{}.pg_loss", keys::METRICS))) {
+    let pg_bad = bad(keys::PG_LOSS).or_else(|| bad(&format!("{}.pg_loss", keys::METRICS)));
+    if let (Some(c), None) = (pg_bad, div) {
         let (term, note) = explain_pg(c.dumped, "pg_loss");
         found.push((term, Some(note)));
     }

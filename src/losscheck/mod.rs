@@ -131,8 +131,9 @@ pub struct Verdict {
     /// Other findings in words (e.g. "the dumped loss ... a sum, not a mean").
     pub notes: Vec<String>,
     /// The terms that differ, in the diagnosis's words (`ratio`, `pg`, `aggregation`,
-    /// `entropy`, `kl`, `mask`, `composition`, `loss`); empty when consistent.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// `entropy`, `kl`, `mask`, `composition`, `loss`); empty when consistent. In JSON
+    /// under the tree report's `diagnoses` (the verdict's own layout is kept as it was).
+    #[serde(skip)]
     pub differs: Vec<String>,
 }
 
@@ -156,12 +157,19 @@ impl Verdict {
             Status::Inconsistent => {
                 let (d, r) = crate::fmt::pair(self.dumped_loss, self.recomputed_loss);
                 let mut s = format!("{head}: dumped loss {d} ≠ recomputed {r}");
-                if let Some(d) = &self.first_divergence {
-                    let (a, b) = crate::fmt::pair(d.dumped, d.recomputed);
-                    s.push_str(&format!(
-                        " — first divergent intermediate: {} at row {} pos {} (dumped {a}, recomputed {b}; {} positions differ)",
-                        d.name, d.row, d.pos, d.count
-                    ))
+                match &self.first_divergence {
+                    Some(d) => {
+                        let (a, b) = crate::fmt::pair(d.dumped, d.recomputed);
+                        s.push_str(&format!(
+                            " — first divergent intermediate: {} at row {} pos {} (dumped {a}, recomputed {b}; {} positions differ)",
+                            d.name, d.row, d.pos, d.count
+                        ))
+                    }
+                    // weaver dumps every intermediate: they all follow, the reduction not
+                    None if self.layout == Layout::Weaver && self.differs == ["aggregation"] => {
+                        s.push_str(" — every intermediate matches: the aggregation differs")
+                    }
+                    None => {}
                 }
                 s
             }

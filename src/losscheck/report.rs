@@ -48,6 +48,22 @@ pub struct TreeReport {
     /// Cells left out: forward_data without a loss file (nothing dumped to check).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
+    /// The terms that differ in each inconsistent cell ([`Verdict::differs`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub diagnoses: Vec<Diagnosis>,
+}
+
+/// The terms that differ in one inconsistent cell.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Diagnosis {
+    /// Rank.
+    pub rank: u32,
+    /// Micro-batch.
+    pub micro: u32,
+    /// The verdict's file.
+    pub file: std::path::PathBuf,
+    /// `ratio`, `pg`, `aggregation`, `entropy`, `kl`, `mask`, `composition`, `loss`.
+    pub differs: Vec<String>,
 }
 
 impl TreeReport {
@@ -59,6 +75,7 @@ impl TreeReport {
             conventions: Vec::new(),
             verdicts,
             skipped: Vec::new(),
+            diagnoses: Vec::new(),
         }
     }
 
@@ -68,6 +85,17 @@ impl TreeReport {
             schema_version: SCHEMA_VERSION,
             preset: c.cfg,
             conventions: c.conventions,
+            diagnoses: c
+                .verdicts
+                .iter()
+                .filter(|v| !v.differs.is_empty())
+                .map(|v| Diagnosis {
+                    rank: v.rank,
+                    micro: v.micro,
+                    file: v.file.clone(),
+                    differs: v.differs.clone(),
+                })
+                .collect(),
             verdicts: c.verdicts,
             skipped: c.skipped,
         }
