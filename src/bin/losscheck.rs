@@ -47,8 +47,10 @@ struct Args {
     step: Option<i64>,
     /// Preset: trl-grpo, trl-bnpo, trl-dr-grpo, trl-dapo, trl-gspo, verl-vanilla,
     /// verl-dr-grpo, verl-gspo, nexrl-is, mlx-grpo.
-    #[arg(long, default_value = "nexrl-is")]
-    preset: String,
+    /// Given explicitly, it also fixes the aggregation and KL term (otherwise read from the
+    /// dump's extra_info or inferred; default nexrl-is).
+    #[arg(long)]
+    preset: Option<String>,
     /// Only this rank.
     #[arg(long, value_name = "R")]
     rank: Option<u32>,
@@ -138,7 +140,8 @@ fn step_of(tree: &DumpTree, step: Option<i64>) -> Result<i64, Error> {
 
 /// Check, write `--output`, and return stdout's text and the exit code.
 fn run(a: &Args) -> Result<(String, u8), Error> {
-    let base = preset(&a.preset).map_err(|e| Error::Usage(format!("--preset: {e}")))?;
+    let base = preset(a.preset.as_deref().unwrap_or("nexrl-is"))
+        .map_err(|e| Error::Usage(format!("--preset: {e}")))?;
     let given = Overrides {
         eps_low: a.eps_low,
         eps_high: a.eps_high,
@@ -152,8 +155,13 @@ fn run(a: &Args) -> Result<(String, u8), Error> {
         entropy_coeff: a.entropy_coeff,
         adv_eps: a.adv_eps,
         precision: a.precision.clone(),
+        preset_fixes_composition: false,
     };
     let cfg = apply(base, &given)?;
+    let given = Overrides {
+        preset_fixes_composition: a.preset.is_some(),
+        ..given
+    };
     let report = match (&a.dump_dir, &a.inputs) {
         (Some(dir), None) => {
             let tree = DumpTree::discover(dir)?;

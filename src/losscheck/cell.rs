@@ -343,16 +343,7 @@ const VERL_MODES: [AggMode; 3] = [
 ];
 
 fn mode_name(m: AggMode) -> String {
-    match m {
-        AggMode::TokenMean => "token-mean".into(),
-        AggMode::SeqMeanTokenSum => "seq-mean-token-sum".into(),
-        AggMode::SeqMeanTokenMean => "seq-mean-token-mean".into(),
-        AggMode::SeqMeanTokenSumNorm { horizon } => match horizon {
-            Some(h) => format!("seq-mean-token-sum-norm (horizon {})", crate::fmt::num(h)),
-            None => "seq-mean-token-sum-norm".into(),
-        },
-        other => format!("{other:?}"),
-    }
+    super::terms::agg_name(m)
 }
 
 /// Recompute `cell` under `cfg` and compare with what it dumped: weaver's intermediates
@@ -626,9 +617,7 @@ fn diagnose(
     let explain_pg = |dumped: f64, what: &str| -> (String, String) {
         let sum = masked_sum(&elem, m);
         let n = m.iter().filter(|x| **x != 0.0).count();
-        if cfg.agg == AggMode::TokenMean
-            && tol.allows(cell.dumped_loss, terms.loss * n as f64)
-        {
+        if cfg.agg == AggMode::TokenMean && tol.allows(cell.dumped_loss, terms.loss * n as f64) {
             return (
                 "aggregation".into(),
                 format!("the dumped loss equals the recomputed token-mean × {n} valid tokens: a sum, not a mean"),

@@ -22,7 +22,7 @@
 
 use super::cell::{Cell, Uncertainty};
 use super::overrides::Overrides;
-use super::terms::{f32_compute, reduce, stored_rounding, weights};
+use super::terms::{agg_name, f32_compute, reduce, stored_rounding, weights};
 use super::Tolerance;
 use crate::conventions::coefficients::{infer, LossTerms, DIFFER_SIGMAS};
 use crate::error::Result;
@@ -269,7 +269,10 @@ pub fn resolve(
     given: &Overrides,
     tol: &Tolerance,
 ) -> Result<Resolved> {
-    let preps: Vec<Prep> = cells.iter().map(|c| prep(c, base, tol)).collect::<Result<_>>()?;
+    let preps: Vec<Prep> = cells
+        .iter()
+        .map(|c| prep(c, base, tol))
+        .collect::<Result<_>>()?;
     let mut cfg = base.clone();
     let mut conventions = Vec::new();
     let mut unc = Uncertainty::default();
@@ -304,7 +307,7 @@ pub fn resolve(
     // terms (pg, entropy of each cell) the mode reproduces
     let count_terms =
         |m: AggMode| -> usize { preps.iter().map(|p| explains_agg(p, m, tol).0).sum() };
-    if given.agg.is_some() {
+    if given.agg.is_some() || given.preset_fixes_composition {
         cfg.agg = with_horizon(cfg.agg, stated_scale);
         conventions.push(Convention::new(
             "agg",
@@ -375,14 +378,15 @@ pub fn resolve(
             })
             .count()
     };
-    if given.kl.is_some() {
-        let est = cfg.kl.as_ref().map(|k| k.estimator);
-        conventions.push(Convention::new(
-            "kl_estimator",
-            est.map(|e| format!("{e:?}")).unwrap_or_default(),
-            None,
-            Source::Flag,
-        ));
+    if given.kl.is_some() || given.preset_fixes_composition {
+        if let Some(k) = &cfg.kl {
+            conventions.push(Convention::new(
+                "kl_estimator",
+                format!("{:?}", k.estimator),
+                None,
+                Source::Flag,
+            ));
+        }
     } else if !kl_cells.is_empty() {
         let stated = agreed(cells.iter().map(|c| c.stated.kl_type.clone()))
             .as_deref()
@@ -503,22 +507,6 @@ pub fn resolve(
         conventions,
         uncertainty: unc,
     })
-}
-
-fn agg_name(m: AggMode) -> String {
-    match m {
-        AggMode::TokenMean => "token-mean".into(),
-        AggMode::SeqMeanTokenSum => "seq-mean-token-sum".into(),
-        AggMode::SeqMeanTokenMean => "seq-mean-token-mean".into(),
-        AggMode::SeqMeanTokenSumNorm { horizon: Some(h) } => {
-            format!("seq-mean-token-sum-norm/{}", crate::fmt::num(h))
-        }
-        AggMode::SeqMeanTokenSumNorm { horizon: None } => "seq-mean-token-sum-norm".into(),
-        AggMode::TrlGrpo => "grpo".into(),
-        AggMode::TrlBnpo => "bnpo".into(),
-        AggMode::TrlDrGrpo { .. } => "dr_grpo".into(),
-        AggMode::TrlDapo { .. } => "dapo".into(),
-    }
 }
 
 /// The preset's value when the fit cannot tell it apart from `v` (within

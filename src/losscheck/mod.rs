@@ -540,13 +540,17 @@ pub fn check_tree_inferred(
 ) -> Result<TreeCheck> {
     let first = check_with_eps(tree, step, rank, micro, cfg, given, tol)?;
     let self_hosted = layout_of(tree, step) == Some(Layout::SelfHosted);
-    if !self_hosted || given.adv_eps.is_some() {
+    if !self_hosted || given.adv_eps.is_some() || given.preset_fixes_composition {
         return Ok(first);
     }
     // self-hosted trees dump rewards, not advantages: the epsilon of (r − mean)/(std + ε)
     // is a convention too (TRL 1e-4, verl 1e-6); the one under which most cells follow
-    let consistent =
-        |t: &TreeCheck| t.verdicts.iter().filter(|v| v.status == Status::Consistent).count();
+    let consistent = |t: &TreeCheck| {
+        t.verdicts
+            .iter()
+            .filter(|v| v.status == Status::Consistent)
+            .count()
+    };
     let mut best = first;
     for eps in ADV_EPS_CANDIDATES {
         if consistent(&best) == best.verdicts.len() {

@@ -89,6 +89,24 @@ pub fn f32_compute(x: &[f64], w: &[f64], ops: f64) -> f64 {
     b.tolerance() + acc
 }
 
+/// The mode's name as verl and TRL spell it (`seq-mean-token-sum-norm/H` with its
+/// horizon).
+pub fn agg_name(m: AggMode) -> String {
+    match m {
+        AggMode::TokenMean => "token-mean".into(),
+        AggMode::SeqMeanTokenSum => "seq-mean-token-sum".into(),
+        AggMode::SeqMeanTokenMean => "seq-mean-token-mean".into(),
+        AggMode::SeqMeanTokenSumNorm { horizon: Some(h) } => {
+            format!("seq-mean-token-sum-norm/{}", crate::fmt::num(h))
+        }
+        AggMode::SeqMeanTokenSumNorm { horizon: None } => "seq-mean-token-sum-norm".into(),
+        AggMode::TrlGrpo => "grpo".into(),
+        AggMode::TrlBnpo => "bnpo".into(),
+        AggMode::TrlDrGrpo { .. } => "dr_grpo".into(),
+        AggMode::TrlDapo { .. } => "dapo".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
