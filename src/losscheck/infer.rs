@@ -447,11 +447,11 @@ pub fn resolve(
         if let Some(f) = &fit_info {
             if ec.is_none() {
                 ec = Some(snap(f.ec, f.ec_se, base.entropy_coeff));
-                unc.entropy_coeff = f.ec_se;
+                unc.entropy_coeff = f.trusted_se.0;
             }
             if kl_active && kc.is_none() {
                 kc = f.kc.map(|(v, se)| {
-                    unc.kl_coef = se;
+                    unc.kl_coef = f.trusted_se.1;
                     snap(v, se, base.kl.as_ref().map_or(0.0, |k| k.coef))
                 });
             }
@@ -549,6 +549,9 @@ fn underdetermined(cells: &[&Prep]) -> Option<Fit> {
 struct Fit {
     /// The cells could not separate the coefficients (see [`underdetermined`]).
     underdetermined: bool,
+    /// Standard errors of `(entropy_coeff, kl_coef)` from the cells' rounding alone: the
+    /// uncertainty cells are judged with.
+    trusted_se: (f64, f64),
     ec: f64,
     ec_se: f64,
     kc: Option<(f64, f64)>,
@@ -622,7 +625,9 @@ fn fit(cells: &[&Prep], ec: Option<f64>, kc: Option<f64>) -> Option<Fit> {
         (Some(e), None) => (e, f.entropy_coeff),
         (Some(e), Some(k)) => (e, k),
     };
-    let fits = |(e, k): (f64, f64)| -> Vec<bool> {
+    // a cell fits when its residual is within its own f32 rounding plus what the
+    // coefficients' standard errors allow on its terms
+    let fits = |(e, k): (f64, f64), se: (f64, f64)| -> Vec<bool> {
         cells
             .iter()
             .map(|p| {
@@ -634,15 +639,47 @@ fn fit(cells: &[&Prep], ec: Option<f64>, kc: Option<f64>) -> Option<Fit> {
                 let kl = p.kl_loss.unwrap_or(0.0);
                 let r = loss - pg + e * ent - k * kl;
                 r.abs()
-                    <= 8.0 * u * (loss.abs() + pg.abs() + (e * ent).abs() + (k * kl).abs()) + 1e-12
+                    <= 8.0 * u * (loss.abs() + pg.abs() + (e * ent).abs() + (k * kl).abs())
+                        + crate::conventions::rounding::LAMBDA
+                            * (se.0 * ent.abs() + se.1 * kl.abs())
+                        + 1e-12
             })
             .collect()
     };
-    let mut keep = fits(coef(&f));
+    // the standard error the cells' f32 rounding alone leaves a coefficient (`√(mean of
+    // (u·(|loss| + |pg_loss|))²) / ‖column‖`): what a fit may be trusted to, so that a fit
+    // that misses a cell cannot widen its own tolerance with its residual
+    let floor_se = |col: &dyn Fn(&Prep) -> f64| -> f64 {
+        let n = cells.len().max(1) as f64;
+        let fsq = cells
+            .iter()
+            .map(|p| (u * (p.loss.unwrap_or(0.0).abs() + p.pg.unwrap_or(0.0).abs())).powi(2))
+            .sum::<f64>()
+            / n;
+        let aa: f64 = cells.iter().map(|p| col(p).powi(2)).sum();
+        if aa > 0.0 {
+            (fsq / aa).sqrt()
+        } else {
+            0.0
+        }
+    };
+    let se = (
+        if ec.is_none() {
+            floor_se(&|p| p.ent.unwrap_or(0.0))
+        } else {
+            0.0
+        },
+        if kc.is_none() {
+            floor_se(&|p| p.kl_loss.unwrap_or(0.0))
+        } else {
+            0.0
+        },
+    );
+    let mut keep = fits(coef(&f), se);
     let good = keep.iter().filter(|k| **k).count();
     if good < cells.len() && 2 * good > cells.len() {
         f = run(&keep)?;
-        keep = fits(coef(&f));
+        keep = fits(coef(&f), se);
     }
     let (e, k) = coef(&f);
     let kc_out = match (ec, kc) {
@@ -652,6 +689,7 @@ fn fit(cells: &[&Prep], ec: Option<f64>, kc: Option<f64>) -> Option<Fit> {
     };
     Some(Fit {
         underdetermined: false,
+        trusted_se: se,
         ec: e,
         ec_se: if ec.is_none() {
             f.entropy_coeff_std_err

@@ -307,6 +307,9 @@ fn no_layout(tree: &DumpTree, step: i64) -> Error {
     )
 }
 
+/// A cell: `(rank, micro)`.
+pub type CellId = (u32, u32);
+
 /// A dump tree's step made ready for self-consistency checks: its layout and, for the
 /// self-hosted layout, the whole-batch inputs (trajectories, old log-probs, advantages)
 /// read once for every rank/micro checked.
@@ -391,7 +394,7 @@ impl<'a> StepCheck<'a> {
     /// The rank/micro cells of the step with something dumped to check (self-hosted:
     /// forward_data and loss files both; weaver: is_loss_debug), sorted, and the
     /// forward_data cells skipped for lack of a loss file.
-    pub fn cells(&self) -> (Vec<(u32, u32)>, Vec<(u32, u32)>) {
+    pub fn cells(&self) -> (Vec<CellId>, Vec<CellId>) {
         let kind = match self.layout {
             Layout::Weaver => Kind::IsLossDebug,
             Layout::SelfHosted => Kind::ForwardData,
@@ -485,7 +488,7 @@ fn selected(
     step: i64,
     rank: Option<u32>,
     micro: Option<u32>,
-) -> Result<(Vec<(u32, u32)>, Vec<(u32, u32)>)> {
+) -> Result<(Vec<CellId>, Vec<CellId>)> {
     let pick = |v: Vec<(u32, u32)>| -> Vec<(u32, u32)> {
         v.into_iter()
             .filter(|(r, m)| rank.is_none_or(|x| x == *r) && micro.is_none_or(|x| x == *m))
@@ -544,26 +547,44 @@ pub fn check_tree_inferred(
         return Ok(first);
     }
     // self-hosted trees dump rewards, not advantages: the epsilon of (r − mean)/(std + ε)
-    // is a convention too (TRL 1e-4, verl 1e-6); the one under which most cells follow
-    let consistent = |t: &TreeCheck| {
-        t.verdicts
+    // is a convention too (TRL 1e-4, verl 1e-6); the one under which most cells follow,
+    // and at equal counts the one whose recomputed pg terms sit closest to the dumped ones
+    let score = |t: &TreeCheck| {
+        let ok = t
+            .verdicts
             .iter()
             .filter(|v| v.status == Status::Consistent)
-            .count()
+            .count();
+        let miss: f64 = t
+            .verdicts
+            .iter()
+            .map(|v| {
+                let (d, r) = v
+                    .checks
+                    .iter()
+                    .find(|c| c.name == "pg_loss")
+                    .map_or((v.dumped_loss, v.recomputed_loss), |c| {
+                        (c.dumped, c.recomputed)
+                    });
+                ((d - r) / d.abs().max(1e-12)).powi(2)
+            })
+            .sum();
+        (ok, miss)
     };
+    let better = |a: (usize, f64), b: (usize, f64)| a.0 > b.0 || (a.0 == b.0 && a.1 < b.1);
     let mut best = first;
+    let mut best_score = score(&best);
     for eps in ADV_EPS_CANDIDATES {
-        if consistent(&best) == best.verdicts.len() {
-            break;
-        }
         if eps == cfg.advantage.eps {
             continue;
         }
         let mut c = cfg.clone();
         c.advantage.eps = eps;
         let t = check_with_eps(tree, step, rank, micro, &c, given, tol)?;
-        if consistent(&t) > consistent(&best) {
+        let s = score(&t);
+        if better(s, best_score) {
             best = t;
+            best_score = s;
         }
     }
     let eps = best.cfg.advantage.eps;
