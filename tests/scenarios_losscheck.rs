@@ -336,3 +336,32 @@ fn the_table_names_the_conventions_that_differ_from_the_preset() {
         2
     );
 }
+
+#[test]
+fn bf16_entropy_is_judged_with_its_rounding_not_1e_4() {
+    // seed 504 weaver: entropy computed in f32, its loss term from those, dumped in bf16.
+    // The recomputed entropy_loss (from the bf16 values) misses the dumped one by more than
+    // the default rtol 1e-4, but by less than bf16's worst case for a weighted mean of
+    // positive values, r·mean with r = 2⁻⁸/(1 − 2⁻⁸), and the cell is consistent.
+    let t = truth(504);
+    assert_eq!(t["conventions"]["weaver_entropy_dtype"], "bfloat16");
+    let (_, rep) = losscheck(504, "weaver_pt", &[]);
+    let r = 2f64.powi(-8) / (1.0 - 2f64.powi(-8));
+    let v = rep["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["rank"] == 1 && v["micro"] == 0)
+        .unwrap();
+    assert_eq!(v["status"], "consistent");
+    let c = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "entropy_loss")
+        .unwrap();
+    let (d, x) = (c["dumped"].as_f64().unwrap(), c["recomputed"].as_f64().unwrap());
+    assert!((d - x).abs() > 1e-4 * d.abs(), "{d} {x}");
+    assert!((d - x).abs() <= r * x, "{d} {x}");
+    assert_eq!(c["ok"], true);
+}
