@@ -305,7 +305,10 @@ fn a_flag_overrides_the_inferred_coefficient_and_the_composition_is_named() {
         assert_eq!(x["differs"], serde_json::json!(["composition"]), "{x}");
     }
     let kc = convention(&rep, "kl_coef").unwrap();
-    assert_eq!((kc["explained"].as_u64(), kc["cells"].as_u64()), (Some(0), Some(2)));
+    assert_eq!(
+        (kc["explained"].as_u64(), kc["cells"].as_u64()),
+        (Some(0), Some(2))
+    );
     for v in rep["verdicts"].as_array().unwrap() {
         let notes = v["notes"].to_string();
         assert!(notes.contains("this cell implies entropy_coeff"), "{notes}");
@@ -360,7 +363,10 @@ fn bf16_entropy_is_judged_with_its_rounding_not_1e_4() {
         .iter()
         .find(|c| c["name"] == "entropy_loss")
         .unwrap();
-    let (d, x) = (c["dumped"].as_f64().unwrap(), c["recomputed"].as_f64().unwrap());
+    let (d, x) = (
+        c["dumped"].as_f64().unwrap(),
+        c["recomputed"].as_f64().unwrap(),
+    );
     assert!((d - x).abs() > 1e-4 * d.abs(), "{d} {x}");
     assert!((d - x).abs() <= r * x, "{d} {x}");
     assert_eq!(c["ok"], true);

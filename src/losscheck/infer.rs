@@ -20,7 +20,7 @@
 //!   a minority. A fitted value within [`DIFFER_SIGMAS`] standard errors of the preset's
 //!   is the preset's.
 
-use super::cell::{Cell, Uncertainty};
+use super::cell::{Cell, Stated, Uncertainty};
 use super::overrides::Overrides;
 use super::terms::{agg_name, f32_compute, reduce, stored_rounding, weights};
 use super::Tolerance;
@@ -124,16 +124,51 @@ pub struct Resolved {
     pub uncertainty: Uncertainty,
 }
 
-/// Per cell, what inference needs: mask, recomputed per-token policy loss, entropy, the
-/// KL matrices of each candidate estimator, and the dumped terms.
-struct Prep {
-    b: usize,
+/// A reduction of one cell's matrix under a mode: its value and the tolerance it
+/// inherits (stored rounding and f32 arithmetic, [`super::terms`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct Reduced {
+    val: f64,
+    tol: f64,
+}
+
+/// The three verl reductions every other verl mode derives from: `token-mean`,
+/// `seq-mean-token-sum` (÷ h gives `seq-mean-token-sum-norm`), `seq-mean-token-mean`.
+type Table = [Reduced; 3];
+
+const BASE_MODES: [AggMode; 3] = [
+    AggMode::TokenMean,
+    AggMode::SeqMeanTokenSum,
+    AggMode::SeqMeanTokenMean,
+];
+
+/// `mode`'s reduction from a cell's table (`t`: its width, the default horizon); `None`
+/// for a mode that is not verl's.
+fn at(table: &Table, mode: AggMode, t: usize) -> Option<Reduced> {
+    Some(match mode {
+        AggMode::TokenMean => table[0],
+        AggMode::SeqMeanTokenSum => table[1],
+        AggMode::SeqMeanTokenMean => table[2],
+        AggMode::SeqMeanTokenSumNorm { horizon } => {
+            let h = horizon.unwrap_or(t as f64);
+            Reduced {
+                val: table[1].val / h,
+                tol: table[1].tol / h,
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// Per cell, what inference needs, as scalars (a cell's matrices are not kept): the
+/// recomputed pg, entropy and KL terms under each verl mode with their tolerances, and the
+/// dumped terms and stated conventions.
+pub struct Prep {
     t: usize,
-    mask: Vec<f64>,
-    elem: Vec<f64>,
-    entropy: Option<Vec<f64>>,
-    entropy_dtype: Option<DType>,
-    kl: Vec<(KlEstimator, Vec<f64>)>,
+    pg_r: Table,
+    ent_r: Option<Table>,
+    kl_r: Vec<(KlEstimator, Table)>,
+    stated: Stated,
     /// The dumped intermediates follow from the inputs: the pg term is evidence.
     pg_evidence: bool,
     pg: Option<f64>,
@@ -160,35 +195,61 @@ fn intermediates_follow(
     })
 }
 
-fn prep(cell: &Cell, base: &LossConfig, tol: &Tolerance) -> Result<Prep> {
+/// What [`resolve`] needs of one cell (gathered once, then dropped).
+///
+/// Errors: the kernels refuse the cell's inputs (file named).
+pub fn prep(cell: &Cell, base: &LossConfig, tol: &Tolerance) -> Result<Prep> {
     let path = cell.file.as_path();
     let mut cfg = base.clone();
     cfg.kl = None;
     let out = compute(&cell.inputs, &cfg).map_err(|e| super::kerr(path, e))?;
     let (b, t) = cell.dims();
     let v = |x: &candle_core::Tensor| to_f64_vec(x).map_err(|e| super::kerr(path, e));
-    let mut kl = Vec::new();
+    let mask = v(&cell.inputs.mask)?;
+    let ws: Vec<Vec<f64>> = BASE_MODES
+        .iter()
+        .map(|m| weights(&mask, b, t, *m))
+        .collect();
+    let table = |x: &[f64], rounding: &dyn Fn(&[f64], &[f64]) -> f64| -> Table {
+        let mut out = [Reduced::default(); 3];
+        for (o, w) in out.iter_mut().zip(&ws) {
+            *o = Reduced {
+                val: reduce(x, w),
+                tol: rounding(x, w),
+            };
+        }
+        out
+    };
+    let elem = v(&out.per_token_loss)?;
+    let pg_r = table(&elem, &|x, w| f32_compute(x, w, 4.0));
+    let ent_r = match &cell.inputs.entropy {
+        Some(e) => {
+            let x = v(e)?;
+            let dt = cell.entropy_dtype;
+            Some(table(&x, &|x, w| {
+                stored_rounding(x, w, dt) + f32_compute(x, w, 1.0)
+            }))
+        }
+        None => None,
+    };
+    let mut kl_r = Vec::new();
     if let Some(r) = &cell.inputs.ref_log_probs {
         for est in KL_CANDIDATES {
             let k = crate::kernels::kl::kl(&cell.inputs.log_probs, r, est)
                 .map_err(|e| super::kerr(path, e))?;
-            kl.push((est, v(&k)?));
+            kl_r.push((est, table(&v(&k)?, &|x, w| f32_compute(x, w, 4.0))));
         }
     }
     let rec = cell.record.as_ref();
-    let mask = v(&cell.inputs.mask)?;
-    let elem = v(&out.per_token_loss)?;
     let follows = intermediates_follow(cell.ratio.as_ref(), &v(&out.ratio)?, &mask, tol)
         && intermediates_follow(cell.per_token.as_ref(), &elem, &mask, tol);
     Ok(Prep {
-        b,
         t,
+        pg_r,
+        ent_r,
+        kl_r,
+        stated: cell.stated.clone(),
         pg_evidence: follows,
-        mask,
-        elem,
-        entropy: cell.inputs.entropy.as_ref().map(v).transpose()?,
-        entropy_dtype: cell.entropy_dtype,
-        kl,
         pg: rec.and_then(|r| r.pg_loss),
         ent: rec.and_then(|r| r.entropy_loss),
         kl_loss: cell.kl_loss,
@@ -199,17 +260,15 @@ fn prep(cell: &Cell, base: &LossConfig, tol: &Tolerance) -> Result<Prep> {
 /// How many of the cell's dumped pg (when evidence) and entropy terms `mode`
 /// reproduces, of how many it dumps: `(matched, dumped)`.
 fn explains_agg(p: &Prep, mode: AggMode, tol: &Tolerance) -> (usize, usize) {
-    let w = weights(&p.mask, p.b, p.t, mode);
     let (mut hit, mut all) = (0, 0);
+    let ok = |d: f64, r: Option<Reduced>| r.is_some_and(|r| tol.allows_with(d, r.val, r.tol));
     if let Some(d) = p.pg.filter(|_| p.pg_evidence) {
         all += 1;
-        let e = f32_compute(&p.elem, &w, 4.0);
-        hit += usize::from(tol.allows_with(d, reduce(&p.elem, &w), e));
+        hit += usize::from(ok(d, at(&p.pg_r, mode, p.t)));
     }
-    if let (Some(d), Some(x)) = (p.ent, &p.entropy) {
+    if let (Some(d), Some(e)) = (p.ent, &p.ent_r) {
         all += 1;
-        let e = stored_rounding(x, &w, p.entropy_dtype) + f32_compute(x, &w, 1.0);
-        hit += usize::from(tol.allows_with(d, reduce(x, &w), e));
+        hit += usize::from(ok(d, at(e, mode, p.t)));
     }
     (hit, all)
 }
@@ -220,10 +279,9 @@ fn explains_agg(p: &Prep, mode: AggMode, tol: &Tolerance) -> (usize, usize) {
 fn fit_horizon(preps: &[Prep]) -> Option<f64> {
     let (mut sd, mut ss) = (0.0, 0.0);
     for p in preps {
-        let w = weights(&p.mask, p.b, p.t, AggMode::SeqMeanTokenSum);
-        let pair = match (p.ent, &p.entropy) {
-            (Some(d), Some(x)) => Some((reduce(x, &w), d)),
-            _ => p.pg.map(|d| (reduce(&p.elem, &w), d)),
+        let pair = match (p.ent, &p.ent_r) {
+            (Some(d), Some(x)) => Some((x[1].val, d)),
+            _ => p.pg.filter(|_| p.pg_evidence).map(|d| (p.pg_r[1].val, d)),
         };
         if let Some((s, d)) = pair {
             sd += s * d;
@@ -264,15 +322,12 @@ fn agreed<T: PartialEq + Clone>(vals: impl Iterator<Item = Option<T>>) -> Option
 ///
 /// Errors: the kernels refuse a cell's inputs (file named).
 pub fn resolve(
-    cells: &[Cell],
+    preps: &[Prep],
     base: &LossConfig,
     given: &Overrides,
     tol: &Tolerance,
 ) -> Result<Resolved> {
-    let preps: Vec<Prep> = cells
-        .iter()
-        .map(|c| prep(c, base, tol))
-        .collect::<Result<_>>()?;
+    let cells = preps;
     let mut cfg = base.clone();
     let mut conventions = Vec::new();
     let mut unc = Uncertainty::default();
@@ -316,7 +371,7 @@ pub fn resolve(
             Source::Flag,
         ));
     } else if let Some(m) = stated_agg.as_deref().and_then(AggMode::parse) {
-        cfg.agg = with_horizon(m, stated_scale.or_else(|| fit_horizon(&preps)));
+        cfg.agg = with_horizon(m, stated_scale.or_else(|| fit_horizon(preps)));
         let mut c = Convention::new("agg", agg_name(cfg.agg), None, Source::Dumped);
         c.explained = Some(count(cfg.agg));
         c.cells = Some(informative);
@@ -327,7 +382,7 @@ pub fn resolve(
             AggMode::SeqMeanTokenSum,
             AggMode::SeqMeanTokenMean,
         ];
-        if let Some(h) = stated_scale.or_else(|| fit_horizon(&preps)) {
+        if let Some(h) = stated_scale.or_else(|| fit_horizon(preps)) {
             candidates.push(AggMode::SeqMeanTokenSumNorm { horizon: Some(h) });
         }
         // the preset's mode first: it wins ties
@@ -361,18 +416,17 @@ pub fn resolve(
     // KL estimator: only when the cells dump a KL term and the reference log-probs
     let kl_cells: Vec<&Prep> = preps
         .iter()
-        .filter(|p| p.kl_loss.is_some() && !p.kl.is_empty())
+        .filter(|p| p.kl_loss.is_some() && !p.kl_r.is_empty())
         .collect();
     let stated_kl_coef = agreed(cells.iter().map(|c| c.stated.kl_coef));
     let kl_explains = |est: KlEstimator| {
         kl_cells
             .iter()
             .filter(|p| {
-                let w = weights(&p.mask, p.b, p.t, cfg.agg);
-                p.kl.iter().any(|(e, k)| {
+                p.kl_r.iter().any(|(e, k)| {
                     *e == est
                         && p.kl_loss.is_some_and(|d| {
-                            tol.allows_with(d, reduce(k, &w), f32_compute(k, &w, 4.0))
+                            at(k, cfg.agg, p.t).is_some_and(|r| tol.allows_with(d, r.val, r.tol))
                         })
                 })
             })

@@ -617,16 +617,24 @@ fn check_with_eps(
 ) -> Result<TreeCheck> {
     let check = StepCheck::new(tree, step, cfg)?;
     let (chosen, without) = selected(&check, tree, step, rank, micro)?;
+    // two passes, one cell in memory at a time: what inference needs of every cell of the
+    // step (scalars), then each selected cell read again and judged
     let (all, _) = check.cells();
-    let cells: Vec<Cell> = all
+    let preps: Vec<infer::Prep> = all
         .iter()
-        .map(|(r, m)| check.gather(*r, *m))
+        .map(|(r, m)| infer::prep(&check.gather(*r, *m)?, cfg, tol))
         .collect::<Result<_>>()?;
-    let resolved = infer::resolve(&cells, cfg, given, tol)?;
-    let verdicts = cells
+    let resolved = infer::resolve(&preps, cfg, given, tol)?;
+    let verdicts = chosen
         .iter()
-        .filter(|c| chosen.contains(&(c.rank, c.micro)))
-        .map(|c| judge(c, &resolved.cfg, tol, resolved.uncertainty))
+        .map(|(r, m)| {
+            judge(
+                &check.gather(*r, *m)?,
+                &resolved.cfg,
+                tol,
+                resolved.uncertainty,
+            )
+        })
         .collect::<Result<_>>()?;
     Ok(TreeCheck {
         cfg: resolved.cfg,
