@@ -273,6 +273,20 @@ fn explains_agg(p: &Prep, mode: AggMode, tol: &Tolerance) -> (usize, usize) {
     (hit, all)
 }
 
+/// How well the cells' dumped pg terms follow under `cfg`'s aggregation: the cells whose
+/// `pg_loss` matches, and the sum of the squared relative misses (a tie-break).
+pub fn pg_fit(preps: &[Prep], cfg: &LossConfig, tol: &Tolerance) -> (usize, f64) {
+    let mut ok = 0;
+    let mut miss = 0.0;
+    for p in preps {
+        if let (Some(d), Some(r)) = (p.pg, at(&p.pg_r, cfg.agg, p.t)) {
+            ok += usize::from(tol.allows_with(d, r.val, r.tol));
+            miss += ((d - r.val) / d.abs().max(1e-12)).powi(2);
+        }
+    }
+    (ok, miss)
+}
+
 /// The horizon of `seq-mean-token-sum-norm` that fits the dumped entropy (else pg) terms
 /// of every cell: `1/h = Σ sᵢdᵢ / Σ sᵢ²` with `sᵢ` the cell's seq-mean-token-sum and `dᵢ`
 /// the dumped value; an integer when within 10⁻³ of one (a response length).

@@ -541,104 +541,74 @@ pub fn check_tree_inferred(
     given: &Overrides,
     tol: &Tolerance,
 ) -> Result<TreeCheck> {
-    let first = check_with_eps(tree, step, rank, micro, cfg, given, tol)?;
-    let self_hosted = layout_of(tree, step) == Some(Layout::SelfHosted);
-    if !self_hosted || given.adv_eps.is_some() || given.preset_fixes_composition {
-        return Ok(first);
-    }
-    // self-hosted trees dump rewards, not advantages: the epsilon of (r − mean)/(std + ε)
-    // is a convention too (TRL 1e-4, verl 1e-6); the one under which most cells follow,
-    // and at equal counts the one whose recomputed pg terms sit closest to the dumped ones
-    let score = |t: &TreeCheck| {
-        let ok = t
-            .verdicts
-            .iter()
-            .filter(|v| v.status == Status::Consistent)
-            .count();
-        let miss: f64 = t
-            .verdicts
-            .iter()
-            .map(|v| {
-                let (d, r) = v
-                    .checks
-                    .iter()
-                    .find(|c| c.name == "pg_loss")
-                    .map_or((v.dumped_loss, v.recomputed_loss), |c| {
-                        (c.dumped, c.recomputed)
-                    });
-                ((d - r) / d.abs().max(1e-12)).powi(2)
-            })
-            .sum();
-        (ok, miss)
-    };
-    let better = |a: (usize, f64), b: (usize, f64)| a.0 > b.0 || (a.0 == b.0 && a.1 < b.1);
-    let mut best = first;
-    let mut best_score = score(&best);
-    for eps in ADV_EPS_CANDIDATES {
-        if eps == cfg.advantage.eps {
-            continue;
-        }
-        let mut c = cfg.clone();
-        c.advantage.eps = eps;
-        let t = check_with_eps(tree, step, rank, micro, &c, given, tol)?;
-        let s = score(&t);
-        if better(s, best_score) {
-            best = t;
-            best_score = s;
-        }
-    }
-    let eps = best.cfg.advantage.eps;
-    let mut conv = infer::Convention::new(
-        "adv_eps",
-        crate::fmt::num(eps),
-        Some(eps),
-        if eps == cfg.advantage.eps {
-            infer::Source::Preset
-        } else {
-            infer::Source::Inferred
-        },
-    );
-    conv.matches_preset = eps == cfg.advantage.eps;
-    best.conventions.insert(0, conv);
-    Ok(best)
-}
-
-/// The advantage epsilons tried on a self-hosted tree (TRL's, verl's) after the preset's.
-const ADV_EPS_CANDIDATES: [f64; 2] = [1e-4, 1e-6];
-
-fn check_with_eps(
-    tree: &DumpTree,
-    step: i64,
-    rank: Option<u32>,
-    micro: Option<u32>,
-    cfg: &LossConfig,
-    given: &Overrides,
-    tol: &Tolerance,
-) -> Result<TreeCheck> {
     let check = StepCheck::new(tree, step, cfg)?;
     let (chosen, without) = selected(&check, tree, step, rank, micro)?;
-    // two passes, one cell in memory at a time: what inference needs of every cell of the
-    // step (scalars), then each selected cell read again and judged
     let (all, _) = check.cells();
-    let preps: Vec<infer::Prep> = all
-        .iter()
-        .map(|(r, m)| infer::prep(&check.gather(*r, *m)?, cfg, tol))
-        .collect::<Result<_>>()?;
-    let resolved = infer::resolve(&preps, cfg, given, tol)?;
+    // pass 1: what inference needs of every cell of the step (scalars, one cell's tensors
+    // in memory at a time), the conventions, and how well the pg terms then fit
+    let settle = |check: &StepCheck, c: &LossConfig| -> Result<(infer::Resolved, (usize, f64))> {
+        let preps: Vec<infer::Prep> = all
+            .iter()
+            .map(|(r, m)| infer::prep(&check.gather(*r, *m)?, c, tol))
+            .collect::<Result<_>>()?;
+        let resolved = infer::resolve(&preps, c, given, tol)?;
+        let fit = infer::pg_fit(&preps, &resolved.cfg, tol);
+        Ok((resolved, fit))
+    };
+    let (mut resolved, mut best) = settle(&check, cfg)?;
+    let mut best_check = check;
+    let mut adv = None;
+    let self_hosted = best_check.layout() == Layout::SelfHosted;
+    if self_hosted && given.adv_eps.is_none() && !given.preset_fixes_composition {
+        // self-hosted trees dump rewards, not advantages: the epsilon of (r − mean)/(std + ε)
+        // is a convention too (TRL 1e-4, verl 1e-6); the one under which most cells' pg
+        // terms follow, at equal counts the one whose pg terms sit closest to the dumped
+        for eps in ADV_EPS_CANDIDATES {
+            if eps == cfg.advantage.eps {
+                continue;
+            }
+            let mut c = cfg.clone();
+            c.advantage.eps = eps;
+            let other = StepCheck::new(tree, step, &c)?;
+            let (r, fit) = settle(&other, &c)?;
+            if fit.0 > best.0 || (fit.0 == best.0 && fit.1 < best.1) {
+                (resolved, best, best_check) = (r, fit, other);
+            }
+        }
+        let eps = resolved.cfg.advantage.eps;
+        let same = eps == cfg.advantage.eps;
+        let mut conv = infer::Convention::new(
+            "adv_eps",
+            crate::fmt::num(eps),
+            Some(eps),
+            if same {
+                infer::Source::Preset
+            } else {
+                infer::Source::Inferred
+            },
+        );
+        conv.matches_preset = same;
+        adv = Some(conv);
+    }
+    // pass 2: each selected cell read again and judged under the step's conventions
     let verdicts = chosen
         .iter()
         .map(|(r, m)| {
             judge(
-                &check.gather(*r, *m)?,
+                &best_check.gather(*r, *m)?,
                 &resolved.cfg,
                 tol,
                 resolved.uncertainty,
             )
         })
         .collect::<Result<_>>()?;
+    let mut conventions = resolved.conventions;
+    if let Some(c) = adv {
+        conventions.insert(0, c);
+    }
     Ok(TreeCheck {
         cfg: resolved.cfg,
-        conventions: resolved.conventions,
+        conventions,
         verdicts,
         skipped: without
             .iter()
@@ -646,6 +616,9 @@ fn check_with_eps(
             .collect(),
     })
 }
+
+/// The advantage epsilons tried on a self-hosted tree (TRL's, verl's) besides the preset's.
+const ADV_EPS_CANDIDATES: [f64; 2] = [1e-4, 1e-6];
 
 /// Free-standing inputs from a dict of tensors (`.safetensors`, `.pt`, ...) mapped by
 /// [`loose_tensors::inputs`]: `log_probs`, optional `old_log_probs`, `ref_log_probs`,
