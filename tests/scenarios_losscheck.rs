@@ -371,3 +371,41 @@ fn bf16_entropy_is_judged_with_its_rounding_not_1e_4() {
     assert!((d - x).abs() <= r * x, "{d} {x}");
     assert_eq!(c["ok"], true);
 }
+
+#[test]
+fn step_check_settles_conventions_for_callers_that_judge_one_cell_at_a_time() {
+    // the library path dumpdiff's adjudication can take: seed 530 weaver (norm/14, k1,
+    // entropy_coeff 1e-4, kl_coef 0.01, none dumped) is inconsistent under the preset and
+    // consistent under the settled conventions
+    use rlforensics::kernels::aggregate::AggMode;
+    use rlforensics::kernels::presets::preset;
+    use rlforensics::losscheck::overrides::Overrides;
+    use rlforensics::losscheck::{Status, StepCheck, Tolerance};
+    use rlforensics::readers::layout::DumpTree;
+    let tree = DumpTree::discover(&seed_dir(530).join("weaver_pt")).unwrap();
+    let cfg = preset("nexrl-is").unwrap();
+    let tol = Tolerance::default();
+    let check = StepCheck::new(&tree, 0, &cfg).unwrap();
+    let resolved = check
+        .conventions(&cfg, &Overrides::default(), &tol)
+        .unwrap();
+    assert_eq!(
+        resolved.cfg.agg,
+        AggMode::SeqMeanTokenSumNorm {
+            horizon: Some(14.0)
+        }
+    );
+    assert!(
+        (resolved.cfg.entropy_coeff - 1e-4).abs() < 1e-6,
+        "{:?}",
+        resolved.cfg
+    );
+    let kl = resolved.cfg.kl.as_ref().unwrap();
+    assert!((kl.coef - 0.01).abs() < 1e-4, "{kl:?}");
+    for (rank, micro) in [(0, 0), (1, 0)] {
+        let under = check.check_under(rank, micro, &resolved, &tol).unwrap();
+        assert_eq!(under.status, Status::Consistent, "{}", under.line());
+        let plain = check.check(rank, micro, &cfg, &tol).unwrap();
+        assert_eq!(plain.status, Status::Inconsistent, "{}", plain.line());
+    }
+}

@@ -391,6 +391,44 @@ impl<'a> StepCheck<'a> {
         }
     }
 
+    /// The step's conventions settled from every cell ([`infer::resolve`]; flags in
+    /// `given`), for [`StepCheck::check_under`]: what [`check_tree_inferred`] does, for a
+    /// caller (dumpdiff's adjudication) that judges cells one at a time. No advantage
+    /// epsilon search (that needs the step re-read with each candidate).
+    ///
+    /// Errors: a cell unreadable.
+    pub fn conventions(
+        &self,
+        cfg: &LossConfig,
+        given: &Overrides,
+        tol: &Tolerance,
+    ) -> Result<infer::Resolved> {
+        let preps: Vec<infer::Prep> = self
+            .cells()
+            .0
+            .iter()
+            .map(|(r, m)| infer::prep(&self.gather(*r, *m)?, cfg, tol))
+            .collect::<Result<_>>()?;
+        infer::resolve(&preps, cfg, given, tol)
+    }
+
+    /// [`StepCheck::check`] under settled conventions (`resolved.cfg`, with the
+    /// uncertainty of inferred coefficients).
+    pub fn check_under(
+        &self,
+        rank: u32,
+        micro: u32,
+        resolved: &infer::Resolved,
+        tol: &Tolerance,
+    ) -> Result<Verdict> {
+        judge(
+            &self.gather(rank, micro)?,
+            &resolved.cfg,
+            tol,
+            resolved.uncertainty,
+        )
+    }
+
     /// The rank/micro cells of the step with something dumped to check (self-hosted:
     /// forward_data and loss files both; weaver: is_loss_debug), sorted, and the
     /// forward_data cells skipped for lack of a loss file.
