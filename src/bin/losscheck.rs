@@ -47,8 +47,8 @@ struct Args {
     step: Option<i64>,
     /// Preset: trl-grpo, trl-bnpo, trl-dr-grpo, trl-dapo, trl-gspo, verl-vanilla,
     /// verl-dr-grpo, verl-gspo, nexrl-is, mlx-grpo.
-    /// Given explicitly, it also fixes the aggregation and KL term (otherwise read from the
-    /// dump's extra_info or inferred; default nexrl-is).
+    /// Given explicitly, it also fixes the aggregation, KL term and advantage epsilon
+    /// (otherwise read from the dump's extra_info or inferred; default nexrl-is).
     #[arg(long)]
     preset: Option<String>,
     /// Only this rank.

@@ -9,16 +9,23 @@
 //! - [`self_consistency`] (weaver) and [`self_consistency_self_hosted`] (self-hosted): the
 //!   same for a known layout; the self-hosted one takes a [`SelfHostedStep`] loaded once
 //!   per step.
-//! - [`check_tree`]: every rank/micro of a step.
+//! - [`check_tree`]: every rank/micro of a step under the configuration given.
+//! - [`check_tree_inferred`] (the CLI): every rank/micro of a step under the step's own
+//!   conventions — aggregation, KL estimator, entropy/KL coefficients, advantage epsilon —
+//!   settled first from flags, the dump's `extra_info`, or a joint fit over every cell
+//!   ([`infer`]); [`StepCheck::conventions`] + [`StepCheck::check_under`] do the same one
+//!   cell at a time. Tolerances carry the stored dtypes' rounding ([`terms`]); the
+//!   diagnosis names the term that differs ([`Verdict::differs`]).
 //! - [`inputs_from_value`]: free-standing tensors (`--inputs FILE`) → [`LossInputs`].
 //!
 //! Supported layouts ([`Layout`]):
 //! - weaver: `is_loss_debug/` (log_probs, old_log_probs, advantages, prob_ratio,
 //!   elementwise_loss, effective_valid, loss), cross-checked with its `loss/` file (loss,
 //!   pg_loss, entropy_loss, metrics) when present, entropy from `forward_data/`;
-//! - self-hosted: `forward_data/` + whole-batch `old_log_probs/` + `trajectory/` (rows
-//!   matched by token content, advantages recomputed from rewards and group ids; see
-//!   [`self_hosted`]), checked against `loss/` (loss, pg_loss, entropy_loss, metrics).
+//! - self-hosted: `forward_data/` + whole-batch (or per-micro) `old_log_probs/` +
+//!   `trajectory/` (rows matched by token content, advantages recomputed from rewards and
+//!   group ids; see [`self_hosted`]), checked against `loss/` (loss, pg_loss,
+//!   entropy_loss, metrics).
 
 pub mod cell;
 pub mod infer;
