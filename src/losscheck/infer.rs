@@ -20,17 +20,19 @@
 //!   a minority. A fitted value within [`DIFFER_SIGMAS`] standard errors of the preset's
 //!   is the preset's.
 
+mod fit;
+
 use super::cell::{Cell, Stated, Uncertainty};
 use super::overrides::Overrides;
 use super::terms::{agg_name, f32_compute, reduce, stored_rounding, weights};
 use super::Tolerance;
-use crate::conventions::coefficients::{infer, LossTerms, DIFFER_SIGMAS};
+use crate::conventions::coefficients::DIFFER_SIGMAS;
 use crate::error::Result;
 use crate::kernels::aggregate::AggMode;
 use crate::kernels::kl::KlEstimator;
 use crate::kernels::loss::{compute, KlPlacement, KlTerm, LossConfig};
 use crate::kernels::to_f64_vec;
-use crate::tensor::DType;
+use fit::fit;
 
 /// Where a convention came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -585,188 +587,4 @@ fn snap(v: f64, se: f64, preset: f64) -> f64 {
     } else {
         v
     }
-}
-
-/// Entropy and KL coefficients that the cells cannot tell apart: each alone (the other 0)
-/// is fitted, and the one that explains the cells better (at equal fit, the non-negative
-/// one, entropy first) is taken, flagged as underdetermined.
-fn underdetermined(cells: &[&Prep]) -> Option<Fit> {
-    let e = fit(cells, None, Some(0.0));
-    let k = fit(cells, Some(0.0), None);
-    let pick = match (e, k) {
-        (Some(e), Some(k)) => {
-            let score = |f: &Fit, c: f64| (f.explained, c >= 0.0);
-            let ke = k.kc.map_or(0.0, |x| x.0);
-            if score(&k, ke) > score(&e, e.ec) {
-                k
-            } else {
-                e
-            }
-        }
-        (Some(e), None) => e,
-        (None, Some(k)) => k,
-        (None, None) => return None,
-    };
-    Some(Fit {
-        underdetermined: true,
-        kc: Some(pick.kc.unwrap_or((0.0, 0.0))),
-        ..pick
-    })
-}
-
-struct Fit {
-    /// The cells could not separate the coefficients (see [`underdetermined`]).
-    underdetermined: bool,
-    /// Standard errors of `(entropy_coeff, kl_coef)` from the cells' rounding alone: the
-    /// uncertainty cells are judged with.
-    trusted_se: (f64, f64),
-    ec: f64,
-    ec_se: f64,
-    kc: Option<(f64, f64)>,
-    rms: f64,
-    explained: usize,
-    cells: usize,
-}
-
-/// Least squares of the unknown coefficients (`ec`/`kc` `None`) over `cells`, the known
-/// ones moved to the left-hand side; cells whose residual exceeds their f32 rounding are
-/// dropped and the fit redone when they are a minority.
-fn fit(cells: &[&Prep], ec: Option<f64>, kc: Option<f64>) -> Option<Fit> {
-    let u = 2f64.powi(-24);
-    let terms = |keep: &[bool]| -> Vec<LossTerms> {
-        cells
-            .iter()
-            .zip(keep)
-            .filter(|(_, k)| **k)
-            .map(|(p, _)| {
-                let (loss, pg, ent) = (
-                    p.loss.unwrap_or(0.0),
-                    p.pg.unwrap_or(0.0),
-                    p.ent.unwrap_or(0.0),
-                );
-                let kl = p.kl_loss.unwrap_or(0.0);
-                match (ec, kc) {
-                    // both unknown
-                    (None, None) => LossTerms {
-                        loss,
-                        pg_loss: pg,
-                        entropy_loss: ent,
-                        kl_loss: Some(kl),
-                    },
-                    // entropy unknown, KL known: move it left
-                    (None, Some(k)) => LossTerms {
-                        loss: loss - k * kl,
-                        pg_loss: pg,
-                        entropy_loss: ent,
-                        kl_loss: None,
-                    },
-                    // KL unknown, entropy known: fit kl_coef in the entropy slot (y = −c·(−kl))
-                    (Some(e), None) => LossTerms {
-                        loss: loss + e * ent,
-                        pg_loss: pg,
-                        entropy_loss: -kl,
-                        kl_loss: None,
-                    },
-                    (Some(_), Some(_)) => LossTerms {
-                        loss,
-                        pg_loss: pg,
-                        entropy_loss: ent,
-                        kl_loss: None,
-                    },
-                }
-            })
-            .collect()
-    };
-    let run = |keep: &[bool]| infer(&terms(keep), DType::F32).ok();
-    let all = vec![true; cells.len()];
-    let Some(mut f) = run(&all) else {
-        // both coefficients unknown and the cells cannot separate them (one cell, or
-        // entropy and KL proportional across cells): the better of the one-coefficient fits
-        if ec.is_none() && kc.is_none() {
-            return underdetermined(cells);
-        }
-        return None;
-    };
-    let coef = |f: &crate::conventions::coefficients::CoefficientFit| match (ec, kc) {
-        (None, None) => (f.entropy_coeff, f.kl_coef.unwrap_or(0.0)),
-        (None, Some(k)) => (f.entropy_coeff, k),
-        (Some(e), None) => (e, f.entropy_coeff),
-        (Some(e), Some(k)) => (e, k),
-    };
-    // a cell fits when its residual is within its own f32 rounding plus what the
-    // coefficients' standard errors allow on its terms
-    let fits = |(e, k): (f64, f64), se: (f64, f64)| -> Vec<bool> {
-        cells
-            .iter()
-            .map(|p| {
-                let (loss, pg, ent) = (
-                    p.loss.unwrap_or(0.0),
-                    p.pg.unwrap_or(0.0),
-                    p.ent.unwrap_or(0.0),
-                );
-                let kl = p.kl_loss.unwrap_or(0.0);
-                let r = loss - pg + e * ent - k * kl;
-                r.abs()
-                    <= 8.0 * u * (loss.abs() + pg.abs() + (e * ent).abs() + (k * kl).abs())
-                        + crate::conventions::rounding::LAMBDA
-                            * (se.0 * ent.abs() + se.1 * kl.abs())
-                        + 1e-12
-            })
-            .collect()
-    };
-    // the standard error the cells' f32 rounding alone leaves a coefficient (`√(mean of
-    // (u·(|loss| + |pg_loss|))²) / ‖column‖`): what a fit may be trusted to, so that a fit
-    // that misses a cell cannot widen its own tolerance with its residual
-    let floor_se = |col: &dyn Fn(&Prep) -> f64| -> f64 {
-        let n = cells.len().max(1) as f64;
-        let fsq = cells
-            .iter()
-            .map(|p| (u * (p.loss.unwrap_or(0.0).abs() + p.pg.unwrap_or(0.0).abs())).powi(2))
-            .sum::<f64>()
-            / n;
-        let aa: f64 = cells.iter().map(|p| col(p).powi(2)).sum();
-        if aa > 0.0 {
-            (fsq / aa).sqrt()
-        } else {
-            0.0
-        }
-    };
-    let se = (
-        if ec.is_none() {
-            floor_se(&|p| p.ent.unwrap_or(0.0))
-        } else {
-            0.0
-        },
-        if kc.is_none() {
-            floor_se(&|p| p.kl_loss.unwrap_or(0.0))
-        } else {
-            0.0
-        },
-    );
-    let mut keep = fits(coef(&f), se);
-    let good = keep.iter().filter(|k| **k).count();
-    if good < cells.len() && 2 * good > cells.len() {
-        f = run(&keep)?;
-        keep = fits(coef(&f), se);
-    }
-    let (e, k) = coef(&f);
-    let kc_out = match (ec, kc) {
-        (None, None) => Some((k, f.kl_coef_std_err.unwrap_or(0.0))),
-        (Some(_), None) => Some((k, f.entropy_coeff_std_err)),
-        _ => None,
-    };
-    Some(Fit {
-        underdetermined: false,
-        trusted_se: se,
-        ec: e,
-        ec_se: if ec.is_none() {
-            f.entropy_coeff_std_err
-        } else {
-            0.0
-        },
-        kc: kc_out,
-        rms: f.rms_residual,
-        explained: keep.iter().filter(|k| **k).count(),
-        cells: cells.len(),
-    })
 }
