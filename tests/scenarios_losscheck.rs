@@ -1,5 +1,5 @@
 //! losscheck on seeded scenarios that today's conventions work fixed
-//! (`fixtures/scenarios/seed-5NN`, written by `python3 fixtures/gen/make_scenarios.py
+//! (`fixtures/scenarios/seed-N`, N ≥ 500, written by `python3 fixtures/gen/make_scenarios.py
 //! --seed N --out fixtures/scenarios/seed-N`; each one failed before: false alarms from
 //! non-zero entropy/KL coefficients, non-token-mean aggregation, verl's advantage epsilon,
 //! or exit 2 on per-micro `old_log_probs`). Each test checks losscheck's JSON report
@@ -13,7 +13,7 @@ use assert_cmd::Command;
 use serde_json::Value;
 
 /// The regression seeds of this file.
-const SEEDS: [u32; 6] = [504, 522, 528, 530, 534, 549];
+const SEEDS: [u32; 8] = [504, 522, 528, 530, 534, 549, 2038, 2189];
 const TREES: [&str; 2] = ["self_hosted_pt", "weaver_pt"];
 
 fn seed_dir(seed: u32) -> PathBuf {
@@ -218,8 +218,8 @@ fn self_hosted_advantage_epsilon_is_the_scenarios() {
 
 #[test]
 fn per_micro_old_log_probs_are_read() {
-    // seeds 504, 528, 534 dump old_log_probs per micro (exit 2 before)
-    for seed in [504, 528, 534] {
+    // these seeds dump old_log_probs per micro (exit 2 before)
+    for seed in [504, 528, 534, 2038, 2189] {
         let t = truth(seed);
         assert_eq!(t["conventions"]["self_hosted_old_log_probs"], "per-micro");
         let (code, rep) = losscheck(seed, "self_hosted_pt", &[]);
@@ -408,4 +408,31 @@ fn step_check_settles_conventions_for_callers_that_judge_one_cell_at_a_time() {
         let plain = check.check(rank, micro, &cfg, &tol).unwrap();
         assert_eq!(plain.status, Status::Inconsistent, "{}", plain.line());
     }
+}
+
+#[test]
+fn cells_that_dump_only_their_total_are_judged_under_the_mode_that_explains_them() {
+    // seed 2189 weaver: one cell, its loss/ file missing (only is_loss_debug's total):
+    // the mode and entropy coefficient that explain the total are taken, said to be
+    // underdetermined, and the cell is consistent
+    let (code, rep) = losscheck(2189, "weaver_pt", &[]);
+    assert_eq!(code, 0);
+    let agg = convention(&rep, "agg").unwrap();
+    assert_eq!(agg["value"], "seq-mean-token-mean");
+    assert!(agg["note"].as_str().unwrap().starts_with("underdetermined"));
+    let ec = convention(&rep, "entropy_coeff").unwrap();
+    assert!((ec["number"].as_f64().unwrap() - 1e-3).abs() < 1e-6, "{ec}");
+    // seed 2038 weaver: rank 0 micro 0 has only its total, rank 1 micro 0 summed its pg
+    // term; the entropy term of rank 1 settles the mode (half the terms, no other mode
+    // explains any), so rank 0 is consistent and rank 1 alone is named
+    let (code, rep) = losscheck(2038, "weaver_pt", &[]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        convention(&rep, "agg").unwrap()["value"],
+        "seq-mean-token-sum-norm/15"
+    );
+    assert_eq!(
+        named(&rep, "weaver_pt"),
+        BTreeSet::from(["is_loss_debug/step_000000_rank1_micro0.pt".to_string()])
+    );
 }

@@ -177,6 +177,8 @@ pub struct Prep {
     ent: Option<f64>,
     kl_loss: Option<f64>,
     loss: Option<f64>,
+    /// The dumped total of the cell's verdict file (`is_loss_debug/` or `loss/`).
+    total: f64,
 }
 
 const KL_CANDIDATES: [KlEstimator; 3] = [KlEstimator::K1, KlEstimator::K2, KlEstimator::K3Verl];
@@ -256,6 +258,7 @@ pub fn prep(cell: &Cell, base: &LossConfig, tol: &Tolerance) -> Result<Prep> {
         ent: rec.and_then(|r| r.entropy_loss),
         kl_loss: cell.kl_loss,
         loss: rec.and_then(|r| r.loss),
+        total: cell.dumped_loss,
     })
 }
 
@@ -319,6 +322,68 @@ fn fit_horizon(preps: &[Prep]) -> Option<f64> {
     })
 }
 
+const TOTALS_NOTE: &str = "underdetermined: no cell dumps its loss terms; the mode and \
+     coefficient that explain every dumped total";
+
+/// For cells that dump only their total loss: the verl mode under which one entropy
+/// coefficient ≥ 0 (the stated or given one, else the least-squares one) explains every
+/// total, the preset's mode first; `(mode, fitted coefficient, cells)`.
+fn from_totals(
+    preps: &[Prep],
+    base: &LossConfig,
+    cells: &[Prep],
+    given: &Overrides,
+    tol: &Tolerance,
+) -> Option<(AggMode, Option<f64>, usize)> {
+    let known = if given.entropy_coeff.is_some() {
+        Some(base.entropy_coeff)
+    } else {
+        agreed(cells.iter().map(|c| c.stated.entropy_coeff))
+    };
+    let mut modes = vec![
+        AggMode::TokenMean,
+        AggMode::SeqMeanTokenSum,
+        AggMode::SeqMeanTokenMean,
+    ];
+    modes.sort_by_key(|m| *m != base.agg);
+    let u = 2f64.powi(-24);
+    for m in modes {
+        let terms: Vec<(f64, Reduced, Reduced)> = preps
+            .iter()
+            .filter_map(|p| {
+                Some((
+                    p.total,
+                    at(&p.pg_r, m, p.t)?,
+                    at(p.ent_r.as_ref()?, m, p.t)?,
+                ))
+            })
+            .collect();
+        if terms.is_empty() || terms.len() != preps.len() {
+            return None;
+        }
+        let ee: f64 = terms.iter().map(|(_, _, e)| e.val * e.val).sum();
+        let e = match known {
+            Some(e) => e,
+            None if ee > 0.0 => {
+                terms
+                    .iter()
+                    .map(|(l, pg, e)| (pg.val - l) * e.val)
+                    .sum::<f64>()
+                    / ee
+            }
+            None => 0.0,
+        };
+        let all = terms.iter().all(|(l, pg, ent)| {
+            let r = pg.val - e * ent.val;
+            tol.allows_with(*l, r, pg.tol + e.abs() * ent.tol + 4.0 * u * r.abs())
+        });
+        if all && e >= 0.0 {
+            return Some((m, known.is_none().then_some(e), terms.len()));
+        }
+    }
+    None
+}
+
 /// The value every cell that states it agrees on (`None`: no cell states it or they
 /// disagree).
 fn agreed<T: PartialEq + Clone>(vals: impl Iterator<Item = Option<T>>) -> Option<T> {
@@ -357,6 +422,7 @@ pub fn resolve(
         }
         m => m,
     };
+    let mut totals_ec: Option<f64> = None;
     let informative = preps
         .iter()
         .filter(|p| explains_agg(p, AggMode::TokenMean, tol).1 > 0)
@@ -411,9 +477,19 @@ pub fn resolve(
                 Some(a) if a.1 >= x.1 => Some(a),
                 _ => Some(*x),
             });
+        let second = |m: AggMode| {
+            scored
+                .iter()
+                .filter(|x| x.0 != m)
+                .map(|x| x.1)
+                .max()
+                .unwrap_or(0)
+        };
         if let Some((m, n)) = best {
-            // most of the dumped terms, over every cell
-            let mut c = if 2 * n > terms_total {
+            // most of the dumped terms over every cell, or half of them and more than any
+            // other mode (a fault in one cell's pg term leaves its entropy term)
+            let wins = 2 * n > terms_total || (2 * n == terms_total && n > second(m));
+            let mut c = if wins {
                 cfg.agg = m;
                 Convention::new("agg", agg_name(m), None, Source::Inferred)
             } else {
@@ -423,6 +499,16 @@ pub fn resolve(
             c.cells = Some(informative);
             conventions.push(c);
         }
+    } else if let Some((m, e, n)) = from_totals(preps, base, cells, given, tol) {
+        // no cell dumps its terms, only totals: the mode (and entropy coefficient) that
+        // explains every total, underdetermined
+        cfg.agg = m;
+        totals_ec = e;
+        let mut c = Convention::new("agg", agg_name(m), None, Source::Inferred);
+        c.explained = Some(n);
+        c.cells = Some(preps.len());
+        c.note = Some(TOTALS_NOTE.into());
+        conventions.push(c);
     }
     if (cfg.agg != base.agg || given.agg.is_some()) && cfg.agg.is_verl() {
         // verl aggregates every term of the loss with the one loss_agg_mode
@@ -512,6 +598,7 @@ pub fn resolve(
     let mut ec = ec_known.map(|x| x.0);
     let mut kc = kc_known.map(|x| x.0);
     let mut fit_info = None;
+    let mut ec_known_total = false;
     if (ec.is_none() || (kl_active && kc.is_none())) && !fit_cells.is_empty() {
         fit_info = fit(&fit_cells, ec, if kl_active { kc } else { Some(0.0) });
         if let Some(f) = &fit_info {
@@ -526,6 +613,20 @@ pub fn resolve(
                 });
             }
         }
+    }
+    if let (None, None, Some(e)) = (ec, &fit_info, totals_ec) {
+        ec = Some(e);
+        let mut c = Convention::new(
+            "entropy_coeff",
+            crate::fmt::num(e),
+            Some(e),
+            Source::Inferred,
+        );
+        c.note = Some(TOTALS_NOTE.into());
+        c.explained = Some(preps.len());
+        c.cells = Some(preps.len());
+        conventions.push(c);
+        ec_known_total = true;
     }
     let push_coef = |conventions: &mut Vec<Convention>,
                      name: &'static str,
@@ -552,7 +653,9 @@ pub fn resolve(
     };
     let ec_fit = fit_info.as_ref().map(|f| (f.ec, f.ec_se));
     let kc_fit = fit_info.as_ref().and_then(|f| f.kc);
-    push_coef(&mut conventions, "entropy_coeff", ec, ec_known, ec_fit);
+    if !ec_known_total {
+        push_coef(&mut conventions, "entropy_coeff", ec, ec_known, ec_fit);
+    }
     if kl_active {
         push_coef(&mut conventions, "kl_coef", kc, kc_known, kc_fit);
     }
