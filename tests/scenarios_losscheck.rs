@@ -13,7 +13,7 @@ use assert_cmd::Command;
 use serde_json::Value;
 
 /// The regression seeds of this file.
-const SEEDS: [u32; 8] = [504, 522, 528, 530, 534, 549, 2038, 2189];
+const SEEDS: [u32; 9] = [504, 522, 528, 530, 534, 549, 2038, 2189, 3123];
 const TREES: [&str; 2] = ["self_hosted_pt", "weaver_pt"];
 
 fn seed_dir(seed: u32) -> PathBuf {

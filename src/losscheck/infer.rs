@@ -322,6 +322,34 @@ fn fit_horizon(preps: &[Prep]) -> Option<f64> {
     })
 }
 
+/// A cell that dumps only its total as an equation for the coefficient fit: its dumped
+/// total with its pg, entropy and KL terms recomputed under `cfg` (`None` without an
+/// entropy, or without the KL term `cfg` adds).
+fn as_total_cell(p: &Prep, cfg: &LossConfig) -> Option<Prep> {
+    let pg = at(&p.pg_r, cfg.agg, p.t)?.val;
+    let ent = at(p.ent_r.as_ref()?, cfg.agg, p.t)?.val;
+    let kl = match &cfg.kl {
+        Some(k) => {
+            let table = p.kl_r.iter().find(|(e, _)| *e == k.estimator)?.1;
+            Some(at(&table, cfg.agg, p.t)?.val)
+        }
+        None => None,
+    };
+    Some(Prep {
+        t: p.t,
+        pg_r: p.pg_r,
+        ent_r: p.ent_r,
+        kl_r: Vec::new(),
+        stated: Stated::default(),
+        pg_evidence: false,
+        pg: Some(pg),
+        ent: Some(ent),
+        kl_loss: kl,
+        loss: Some(p.total),
+        total: p.total,
+    })
+}
+
 const TOTALS_NOTE: &str = "underdetermined: no cell dumps its loss terms; the mode and \
      coefficient that explain every dumped total";
 
@@ -600,7 +628,24 @@ pub fn resolve(
     let mut fit_info = None;
     let mut ec_known_total = false;
     if (ec.is_none() || (kl_active && kc.is_none())) && !fit_cells.is_empty() {
-        fit_info = fit(&fit_cells, ec, if kl_active { kc } else { Some(0.0) });
+        let kc_in = if kl_active { kc } else { Some(0.0) };
+        fit_info = fit(&fit_cells, ec, kc_in);
+        if fit_info.as_ref().is_some_and(|f| f.underdetermined) {
+            // the cells with terms cannot separate the coefficients: the cells that dump
+            // only a total add their equations (terms recomputed under the settled mode)
+            let totals: Vec<Prep> = preps
+                .iter()
+                .filter(|p| p.loss.is_none())
+                .filter_map(|p| as_total_cell(p, &cfg))
+                .collect();
+            if !totals.is_empty() {
+                let mut more: Vec<&Prep> = fit_cells.clone();
+                more.extend(totals.iter());
+                if let Some(f) = fit(&more, ec, kc_in).filter(|f| !f.underdetermined) {
+                    fit_info = Some(f);
+                }
+            }
+        }
         if let Some(f) = &fit_info {
             if ec.is_none() {
                 ec = Some(snap(f.ec, f.ec_se, base.entropy_coeff));
