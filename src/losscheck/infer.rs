@@ -18,7 +18,13 @@
 //!   entropy_loss + kl_coef · kl_loss` ([`crate::conventions::coefficients::infer`]); cells
 //!   whose residual exceeds their f32 rounding are left out and the fit redone when they are
 //!   a minority. A fitted value within [`DIFFER_SIGMAS`] standard errors of the preset's
-//!   is the preset's.
+//!   is the preset's. When the cells with terms cannot separate the two coefficients, the
+//!   cells that dump only a total add their equations; when no cell dumps its terms at
+//!   all, the mode and entropy coefficient that explain every total are taken (said to be
+//!   underdetermined).
+//!
+//! The advantage epsilon of self-hosted trees (they dump rewards) is settled by
+//! [`super::check_tree_inferred`], which runs this once per candidate.
 
 mod fit;
 

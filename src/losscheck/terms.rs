@@ -51,7 +51,8 @@ pub fn reduce(x: &[f64], w: &[f64]) -> f64 {
         .sum()
 }
 
-/// `Σ wᵢ·xᵢ` over the elements of non-zero weight: a sum instead of a mean.
+/// `Σ mᵢ·xᵢ` over the elements under a non-zero mask: the plain sum a producer may
+/// dump instead of a mean (the "a sum, not a mean" diagnosis).
 pub fn masked_sum(x: &[f64], mask: &[f64]) -> f64 {
     x.iter()
         .zip(mask)
