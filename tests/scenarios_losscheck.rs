@@ -436,3 +436,26 @@ fn cells_that_dump_only_their_total_are_judged_under_the_mode_that_explains_them
         BTreeSet::from(["is_loss_debug/step_000000_rank1_micro0.pt".to_string()])
     );
 }
+
+#[test]
+fn an_aggregation_flag_overrides_and_the_diagnosis_names_the_dumped_mode() {
+    // seed 522 self-hosted is seq-mean-token-mean (not dumped); --agg token-mean forces the
+    // preset's mode: both cells are inconsistent and each term is named an aggregation
+    // fault, with the mode the dump follows
+    let (code, rep) = losscheck(522, "self_hosted_pt", &["--agg", "token-mean"]);
+    assert_eq!(code, 1);
+    assert_eq!(convention(&rep, "agg").unwrap()["source"], "flag");
+    let d = rep["diagnoses"].as_array().unwrap();
+    assert_eq!(d.len(), 2);
+    for x in d {
+        assert_eq!(x["differs"], serde_json::json!(["aggregation"]), "{x}");
+    }
+    for v in rep["verdicts"].as_array().unwrap() {
+        let notes = v["notes"].to_string();
+        assert!(
+            notes.contains("the dumped pg_loss is the seq-mean-token-mean of the elementwise loss, the check used token-mean")
+                && notes.contains("is the seq-mean-token-mean of the entropy, the check used token-mean"),
+            "{notes}"
+        );
+    }
+}

@@ -677,9 +677,32 @@ fn diagnose(
         let (term, note) = explain_pg(c.dumped, "pg_loss");
         found.push((term, Some(note)));
     }
+    // the dumped entropy term under another verl mode: the aggregation differs
+    let entropy_other = |dumped: f64| -> Option<AggMode> {
+        let x = to_f64_vec(cell.inputs.entropy.as_ref()?).ok()?;
+        VERL_MODES
+            .iter()
+            .filter(|o| **o != cfg.entropy_agg)
+            .find(|o| {
+                let w = weights(m, b, t, **o);
+                let extra = stored_rounding(&x, &w, cell.entropy_dtype) + f32_compute(&x, &w, 1.0);
+                tol.allows_with(dumped, reduce(&x, &w), extra)
+            })
+            .copied()
+    };
     if let Some(c) = bad(keys::ENTROPY_LOSS) {
         let (d, r) = crate::fmt::pair(c.dumped, c.recomputed);
-        found.push((
+        if let Some(o) = entropy_other(c.dumped) {
+            found.push((
+                "aggregation".into(),
+                Some(format!(
+                    "aggregation: the dumped entropy_loss {d} is the {} of the entropy, the check used {} ({r})",
+                    mode_name(o),
+                    mode_name(cfg.entropy_agg)
+                )),
+            ));
+        } else {
+            found.push((
             "entropy".into(),
             Some(format!(
                 "entropy term: dumped entropy_loss {d} ≠ recomputed {r} ({} of the entropy, ±{:.1e} for its stored rounding)",
@@ -687,6 +710,7 @@ fn diagnose(
                 terms.entropy_extra
             )),
         ));
+        }
     }
     if let Some(c) = bad(KL_LOSS) {
         let (d, r) = crate::fmt::pair(c.dumped, c.recomputed);
