@@ -603,6 +603,7 @@ fn losscheck_prints_equal_looking_numbers_with_more_digits() {
         checks: vec![],
         tokens: 23,
         notes: vec![],
+        differs: vec![],
     };
     assert_eq!(
         v.line(),

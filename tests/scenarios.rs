@@ -296,6 +296,8 @@ fn every_committed_seed_has_an_expectation() {
                     .ok()
             })
             .collect();
+    // seeds 500 and up are losscheck's regression seeds (tests/scenarios_losscheck.rs)
+    seeds.retain(|s| *s < 500);
     seeds.sort();
     assert_eq!(seeds, EXPECT.iter().map(|e| e.seed).collect::<Vec<_>>());
 }

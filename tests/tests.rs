@@ -14,4 +14,5 @@ mod pt;
 mod real_logs;
 mod render;
 mod scenarios;
+mod scenarios_losscheck;
 mod trackers;

@@ -11,7 +11,7 @@ use rlforensics::exit_codes::{EXIT_CLEAN, EXIT_FOUND};
 use rlforensics::kernels::presets::{preset, PRESETS};
 use rlforensics::losscheck::overrides::{apply, Overrides};
 use rlforensics::losscheck::report::{InputsReport, Report, TreeReport};
-use rlforensics::losscheck::{check_tree, inputs_from_value, Tolerance};
+use rlforensics::losscheck::{check_tree_inferred, inputs_from_value, Tolerance};
 use rlforensics::readers::layout::DumpTree;
 use rlforensics::render::{self, Renderer, Style};
 use rlforensics::Error;
@@ -47,8 +47,10 @@ struct Args {
     step: Option<i64>,
     /// Preset: trl-grpo, trl-bnpo, trl-dr-grpo, trl-dapo, trl-gspo, verl-vanilla,
     /// verl-dr-grpo, verl-gspo, nexrl-is, mlx-grpo.
-    #[arg(long, default_value = "nexrl-is")]
-    preset: String,
+    /// Given explicitly, it also fixes the aggregation, KL term and advantage epsilon
+    /// (otherwise read from the dump's extra_info or inferred; default nexrl-is).
+    #[arg(long)]
+    preset: Option<String>,
     /// Only this rank.
     #[arg(long, value_name = "R")]
     rank: Option<u32>,
@@ -138,31 +140,35 @@ fn step_of(tree: &DumpTree, step: Option<i64>) -> Result<i64, Error> {
 
 /// Check, write `--output`, and return stdout's text and the exit code.
 fn run(a: &Args) -> Result<(String, u8), Error> {
-    let base = preset(&a.preset).map_err(|e| Error::Usage(format!("--preset: {e}")))?;
-    let cfg = apply(
-        base,
-        &Overrides {
-            eps_low: a.eps_low,
-            eps_high: a.eps_high,
-            delta: a.delta,
-            clip_ratio_c: a.clip_ratio_c,
-            agg: a.agg.clone(),
-            ratio_level: a.ratio_level.clone(),
-            log_ratio_clamp: a.log_ratio_clamp,
-            kl: a.kl.clone(),
-            kl_coef: a.kl_coef,
-            entropy_coeff: a.entropy_coeff,
-            adv_eps: a.adv_eps,
-            precision: a.precision.clone(),
-        },
-    )?;
+    let base = preset(a.preset.as_deref().unwrap_or("nexrl-is"))
+        .map_err(|e| Error::Usage(format!("--preset: {e}")))?;
+    let given = Overrides {
+        eps_low: a.eps_low,
+        eps_high: a.eps_high,
+        delta: a.delta,
+        clip_ratio_c: a.clip_ratio_c,
+        agg: a.agg.clone(),
+        ratio_level: a.ratio_level.clone(),
+        log_ratio_clamp: a.log_ratio_clamp,
+        kl: a.kl.clone(),
+        kl_coef: a.kl_coef,
+        entropy_coeff: a.entropy_coeff,
+        adv_eps: a.adv_eps,
+        precision: a.precision.clone(),
+        preset_fixes_composition: false,
+    };
+    let cfg = apply(base, &given)?;
+    let given = Overrides {
+        preset_fixes_composition: a.preset.is_some(),
+        ..given
+    };
     let report = match (&a.dump_dir, &a.inputs) {
         (Some(dir), None) => {
             let tree = DumpTree::discover(dir)?;
             let step = step_of(&tree, a.step)?;
             let tol = Tolerance::self_consistency(a.atol, a.rtol);
-            let verdicts = check_tree(&tree, step, a.rank, a.micro, &cfg, &tol)?;
-            Report::Tree(TreeReport::new(&cfg, verdicts))
+            let checked = check_tree_inferred(&tree, step, a.rank, a.micro, &cfg, &given, &tol)?;
+            Report::Tree(TreeReport::of_check(checked))
         }
         (None, Some(file)) => {
             let file = cli::stdin_path(file);

@@ -9,34 +9,46 @@
 //! - [`self_consistency`] (weaver) and [`self_consistency_self_hosted`] (self-hosted): the
 //!   same for a known layout; the self-hosted one takes a [`SelfHostedStep`] loaded once
 //!   per step.
-//! - [`check_tree`]: every rank/micro of a step.
+//! - [`check_tree`]: every rank/micro of a step under the configuration given.
+//! - [`check_tree_inferred`] (the CLI): every rank/micro of a step under the step's own
+//!   conventions — aggregation, KL estimator, entropy/KL coefficients, advantage epsilon —
+//!   settled first from flags, the dump's `extra_info`, or a joint fit over every cell
+//!   ([`infer`]); [`StepCheck::conventions`] + [`StepCheck::check_under`] do the same one
+//!   cell at a time. Tolerances carry the stored dtypes' rounding ([`terms`]); the
+//!   diagnosis names the term that differs ([`Verdict::differs`]).
 //! - [`inputs_from_value`]: free-standing tensors (`--inputs FILE`) → [`LossInputs`].
 //!
 //! Supported layouts ([`Layout`]):
 //! - weaver: `is_loss_debug/` (log_probs, old_log_probs, advantages, prob_ratio,
 //!   elementwise_loss, effective_valid, loss), cross-checked with its `loss/` file (loss,
 //!   pg_loss, entropy_loss, metrics) when present, entropy from `forward_data/`;
-//! - self-hosted: `forward_data/` + whole-batch `old_log_probs/` + `trajectory/` (rows
-//!   matched by token content, advantages recomputed from rewards and group ids; see
-//!   [`self_hosted`]), checked against `loss/` (loss, pg_loss, entropy_loss, metrics).
+//! - self-hosted: `forward_data/` + whole-batch (or per-micro) `old_log_probs/` +
+//!   `trajectory/` (rows matched by token content, advantages recomputed from rewards and
+//!   group ids; see [`self_hosted`]), checked against `loss/` (loss, pg_loss,
+//!   entropy_loss, metrics).
 
+pub mod cell;
+pub mod infer;
 pub mod overrides;
 pub mod report;
 pub mod self_hosted;
+pub mod terms;
 
 use std::path::{Path, PathBuf};
 
 use candle_core::Device;
 
 use crate::error::{Error, Position, Result};
-use crate::kernels::loss::{compute, LossConfig, LossInputs, LossOutput};
-use crate::kernels::{to_f64, to_f64_vec, KernelError};
-use crate::model::step::{LogProbSource, LossRecord, TokenTensor};
+use crate::kernels::loss::{LossConfig, LossInputs};
+use crate::kernels::{to_f64_vec, KernelError};
+use crate::model::step::{LogProbSource, TokenTensor};
 use crate::readers::layout::{DumpTree, Kind};
-use crate::readers::producers::nexrl_self_hosted as keys;
-use crate::readers::producers::{loose_tensors, weaver};
-use crate::readers::read_any;
+use crate::readers::producers::loose_tensors;
 use crate::value::Value;
+
+use cell::{gather_self_hosted, gather_weaver, judge, Cell, Uncertainty};
+use infer::Convention;
+use overrides::Overrides;
 
 pub use self_hosted::SelfHostedStep;
 
@@ -125,6 +137,11 @@ pub struct Verdict {
     pub tokens: usize,
     /// Other findings in words (e.g. "the dumped loss ... a sum, not a mean").
     pub notes: Vec<String>,
+    /// The terms that differ, in the diagnosis's words (`ratio`, `pg`, `aggregation`,
+    /// `entropy`, `kl`, `mask`, `composition`, `loss`); empty when consistent. In JSON
+    /// under the tree report's `diagnoses` (the verdict's own layout is kept as it was).
+    #[serde(skip)]
+    pub differs: Vec<String>,
 }
 
 impl Verdict {
@@ -147,18 +164,19 @@ impl Verdict {
             Status::Inconsistent => {
                 let (d, r) = crate::fmt::pair(self.dumped_loss, self.recomputed_loss);
                 let mut s = format!("{head}: dumped loss {d} ≠ recomputed {r}");
-                match (&self.first_divergence, self.layout) {
-                    (Some(d), _) => {
+                match &self.first_divergence {
+                    Some(d) => {
                         let (a, b) = crate::fmt::pair(d.dumped, d.recomputed);
                         s.push_str(&format!(
                             " — first divergent intermediate: {} at row {} pos {} (dumped {a}, recomputed {b}; {} positions differ)",
                             d.name, d.row, d.pos, d.count
                         ))
                     }
-                    (None, Layout::Weaver) => {
+                    // weaver dumps every intermediate: they all follow, the reduction not
+                    None if self.layout == Layout::Weaver && self.differs == ["aggregation"] => {
                         s.push_str(" — every intermediate matches: the aggregation differs")
                     }
-                    (None, Layout::SelfHosted) => {}
+                    None => {}
                 }
                 s
             }
@@ -182,11 +200,11 @@ impl Verdict {
     }
 }
 
-fn kerr(path: &Path, e: KernelError) -> Error {
+pub(crate) fn kerr(path: &Path, e: KernelError) -> Error {
     Error::format(path, Position::File, e.to_string())
 }
 
-fn scalar(v: &Value, path: &Path, key: &str) -> Result<f64> {
+pub(crate) fn scalar(v: &Value, path: &Path, key: &str) -> Result<f64> {
     v.get(key)
         .and_then(|x| {
             x.as_f64()
@@ -195,150 +213,8 @@ fn scalar(v: &Value, path: &Path, key: &str) -> Result<f64> {
         .ok_or_else(|| Error::format(path, Position::Key(key.into()), "missing or not a number"))
 }
 
-/// First position where `dumped` and `recomputed` (`[B, T]` row-major, `T` columns)
-/// differ at a valid position.
-fn first_diff(
-    name: &str,
-    dumped: &[f64],
-    recomputed: &[f64],
-    mask: &[f64],
-    t: usize,
-    tol: &Tolerance,
-) -> Option<Divergence> {
-    let mut first = None;
-    let mut count = 0;
-    for (i, ((d, r), m)) in dumped.iter().zip(recomputed).zip(mask).enumerate() {
-        if *m != 0.0 && !tol.allows(*d, *r) {
-            count += 1;
-            if first.is_none() {
-                first = Some((i, *d, *r));
-            }
-        }
-    }
-    first.map(|(i, d, r)| Divergence {
-        name: name.to_string(),
-        row: i / t.max(1),
-        pos: i % t.max(1),
-        dumped: d,
-        recomputed: r,
-        count,
-    })
-}
-
-/// Compare every scalar a `loss/` file holds (`loss`, `pg_loss`, `entropy_loss`,
-/// `metrics.{pg_loss, approx_kl, avg_ratio, clip_frac, entropy, num_tokens}`) with the
-/// recomputed ones; keys absent from the file (or not recomputable, e.g. entropy without
-/// an entropy tensor) are skipped. `num_tokens` must match exactly.
-/// The scalars of a `loss/` record ([`LossRecord`]) against the recomputation: each one
-/// the record holds is checked, the others are skipped.
-fn loss_file_checks(
-    rec: &LossRecord,
-    out: &LossOutput,
-    tokens: usize,
-    tol: &Tolerance,
-) -> Vec<ScalarCheck> {
-    let f = |t: &candle_core::Tensor| to_f64(t).unwrap_or(f64::NAN);
-    let loss = f(&out.loss);
-    let pg = f(&out.pg_loss);
-    let m = &out.metrics;
-    let metric = |k: &str| rec.metrics.get(k).copied();
-    let wanted: [(String, Option<f64>, Option<f64>); 9] = [
-        (keys::LOSS.into(), Some(loss), rec.loss),
-        (keys::PG_LOSS.into(), Some(pg), rec.pg_loss),
-        (
-            keys::ENTROPY_LOSS.into(),
-            out.entropy_loss.as_ref().map(f),
-            rec.entropy_loss,
-        ),
-        (
-            format!("{}.pg_loss", keys::METRICS),
-            Some(pg),
-            metric("pg_loss"),
-        ),
-        (
-            format!("{}.approx_kl", keys::METRICS),
-            Some(m.approx_kl),
-            metric("approx_kl"),
-        ),
-        (
-            format!("{}.avg_ratio", keys::METRICS),
-            Some(m.avg_ratio),
-            metric("avg_ratio"),
-        ),
-        (
-            format!("{}.clip_frac", keys::METRICS),
-            Some(m.clip_frac),
-            metric("clip_frac"),
-        ),
-        (
-            format!("{}.entropy", keys::METRICS),
-            m.entropy,
-            metric("entropy"),
-        ),
-        (
-            format!("{}.num_tokens", keys::METRICS),
-            Some(tokens as f64),
-            metric("num_tokens"),
-        ),
-    ];
-    let mut checks = Vec::new();
-    for (name, ours, dumped) in wanted {
-        let (Some(ours), Some(dumped)) = (ours, dumped) else {
-            continue;
-        };
-        let ok = if name.ends_with(".num_tokens") {
-            dumped == ours
-        } else {
-            tol.allows(dumped, ours)
-        };
-        checks.push(ScalarCheck {
-            name,
-            dumped,
-            recomputed: ours,
-            ok,
-        });
-    }
-    checks
-}
-
-/// A note when the dumped loss is the recomputed token-mean times the token count.
-fn sum_not_mean(dumped: f64, recomputed: f64, tokens: usize, tol: &Tolerance) -> Option<String> {
-    if tokens > 0
-        && !tol.allows(dumped, recomputed)
-        && tol.allows(dumped, recomputed * tokens as f64)
-    {
-        return Some(format!(
-            "the dumped loss equals the recomputed token-mean × {tokens} valid tokens: a sum, not a mean"
-        ));
-    }
-    None
-}
-
-/// The per-token entropy of weaver's `forward_data/` file when it has `shape` (weaver's
-/// `is_loss_debug/` holds none); `None` when the file or its `entropy` is absent or shaped
-/// otherwise.
-///
-/// Errors: the file unreadable, its `entropy` not a tensor.
-fn weaver_entropy(
-    tree: &DumpTree,
-    step: i64,
-    rank: u32,
-    micro: u32,
-    shape: &[usize],
-) -> Result<Option<candle_core::Tensor>> {
-    let Some(f) = tree.get(Kind::ForwardData, step, Some(rank), Some(micro)) else {
-        return Ok(None);
-    };
-    let fb = weaver::forward_data(&f.path, &read_any(&f.path)?)?;
-    let Some(e) = &fb.entropy else {
-        return Ok(None);
-    };
-    let e = candle_of(e)?;
-    Ok((e.dims() == shape).then_some(e))
-}
-
 /// A model tensor as an f64 candle tensor; a failure names its file and key.
-fn candle_of(t: &TokenTensor) -> Result<candle_core::Tensor> {
+pub(crate) fn candle_of(t: &TokenTensor) -> Result<candle_core::Tensor> {
     t.tensor
         .to_candle(&Device::Cpu)
         .and_then(|t| t.to_dtype(candle_core::DType::F64))
@@ -352,7 +228,11 @@ fn candle_of(t: &TokenTensor) -> Result<candle_core::Tensor> {
 }
 
 /// A tensor the check cannot do without.
-fn required(t: Option<&TokenTensor>, path: &Path, key: &str) -> Result<candle_core::Tensor> {
+pub(crate) fn required(
+    t: Option<&TokenTensor>,
+    path: &Path,
+    key: &str,
+) -> Result<candle_core::Tensor> {
     match t {
         Some(t) => candle_of(t),
         None => Err(Error::format(
@@ -378,79 +258,12 @@ pub fn self_consistency(
     cfg: &LossConfig,
     tol: &Tolerance,
 ) -> Result<Verdict> {
-    let file = tree
-        .get(Kind::IsLossDebug, step, Some(rank), Some(micro))
-        .ok_or_else(|| {
-            Error::input(
-                &tree.root,
-                format!("no is_loss_debug file for step {step} rank {rank} micro {micro}"),
-            )
-        })?;
-    let path = file.path.as_path();
-    let v = read_any(path)?;
-    let tb = weaver::is_loss_debug(path, &v)?;
-    let mask = required(tb.loss_mask.as_ref(), path, weaver::EFFECTIVE_VALID)?;
-    let log_probs = tb.log_probs(LogProbSource::Current);
-    let old = tb.log_probs(LogProbSource::Old);
-    let inputs = LossInputs {
-        log_probs: required(log_probs, path, weaver::LOG_PROBS)?,
-        old_log_probs: Some(required(old, path, weaver::OLD_LOG_PROBS)?),
-        ref_log_probs: None,
-        advantages: required(tb.advantages.as_ref(), path, weaver::ADVANTAGES)?,
-        mask: mask.clone(),
-        entropy: weaver_entropy(tree, step, rank, micro, mask.dims())?,
-    };
-    let out = compute(&inputs, cfg).map_err(|e| kerr(path, e))?;
-    let t = mask.dims().get(1).copied().unwrap_or(1);
-    let m = to_f64_vec(&mask).map_err(|e| kerr(path, e))?;
-    let mut first_divergence = None;
-    if let Some(dumped) = &tb.ratio {
-        let ours = to_f64_vec(&out.ratio).map_err(|e| kerr(path, e))?;
-        let d = to_f64_vec(&candle_of(dumped)?).map_err(|e| kerr(path, e))?;
-        first_divergence = first_diff(weaver::PROB_RATIO, &d, &ours, &m, t, tol);
-    }
-    if first_divergence.is_none() {
-        if let Some(dumped) = &tb.per_token_loss {
-            let ours = to_f64_vec(&out.per_token_loss).map_err(|e| kerr(path, e))?;
-            let d = to_f64_vec(&candle_of(dumped)?).map_err(|e| kerr(path, e))?;
-            first_divergence = first_diff(weaver::ELEMENTWISE_LOSS, &d, &ours, &m, t, tol);
-        }
-    }
-    let dumped_loss = scalar(&v, path, weaver::LOSS)?;
-    let recomputed_loss = to_f64(&out.loss).map_err(|e| kerr(path, e))?;
-    let tokens = m.iter().filter(|x| **x != 0.0).count();
-    let mut notes = Vec::new();
-    if first_divergence.is_none() {
-        notes.extend(sum_not_mean(dumped_loss, recomputed_loss, tokens, tol));
-    }
-    let checks = match tree.get(Kind::Loss, step, Some(rank), Some(micro)) {
-        Some(lf) => {
-            let rec = weaver::loss_record(&lf.path, &read_any(&lf.path)?)?;
-            loss_file_checks(&rec, &out, tokens, tol)
-        }
-        None => Vec::new(),
-    };
-    let ok = tol.allows(dumped_loss, recomputed_loss)
-        && first_divergence.is_none()
-        && checks.iter().all(|c| c.ok);
-    Ok(Verdict {
-        file: file.path.clone(),
-        layout: Layout::Weaver,
-        step,
-        rank,
-        micro,
-        status: if ok {
-            Status::Consistent
-        } else {
-            Status::Inconsistent
-        },
-        dumped_loss,
-        recomputed_loss,
-        first_divergence,
-        checks,
-        tokens,
-        notes,
-    })
+    judge(
+        &gather_weaver(tree, step, rank, micro)?,
+        cfg,
+        tol,
+        Uncertainty::default(),
+    )
 }
 
 /// Recompute one rank/micro of a self-hosted `tree` (see [`self_hosted`]) under `cfg`:
@@ -469,59 +282,12 @@ pub fn self_consistency_self_hosted(
     cfg: &LossConfig,
     tol: &Tolerance,
 ) -> Result<Verdict> {
-    let lf = tree
-        .get(Kind::Loss, step, Some(rank), Some(micro))
-        .ok_or_else(|| {
-            Error::input(
-                &tree.root,
-                format!("no loss file for step {step} rank {rank} micro {micro} (nothing dumped to check)"),
-            )
-        })?;
-    let mi = batch.micro_inputs(tree, step, rank, micro)?;
-    let ff = mi.forward_file.as_path();
-    let out = compute(&mi.inputs, cfg).map_err(|e| kerr(ff, e))?;
-    let m = to_f64_vec(&mi.inputs.mask).map_err(|e| kerr(ff, e))?;
-    let tokens = m.iter().filter(|x| **x != 0.0).count();
-    let rec = keys::loss_record(&lf.path, &read_any(&lf.path)?)?;
-    let dumped_loss = rec.loss.ok_or_else(|| {
-        Error::format(
-            &lf.path,
-            Position::Key(keys::LOSS.into()),
-            "missing or not a number",
-        )
-    })?;
-    let recomputed_loss = to_f64(&out.loss).map_err(|e| kerr(ff, e))?;
-    let checks = loss_file_checks(&rec, &out, tokens, tol);
-    let mut notes = mi.notes;
-    notes.extend(sum_not_mean(dumped_loss, recomputed_loss, tokens, tol));
-    if let Some(&c) = rec.coefficients.get(keys::ENTROPY_COEFF) {
-        if c != cfg.entropy_coeff {
-            notes.push(format!(
-                "{} says entropy_coeff {c} but the check used {} (--entropy-coeff)",
-                lf.path.display(),
-                cfg.entropy_coeff
-            ));
-        }
-    }
-    let ok = checks.iter().all(|c| c.ok) && tol.allows(dumped_loss, recomputed_loss);
-    Ok(Verdict {
-        file: lf.path.clone(),
-        layout: Layout::SelfHosted,
-        step,
-        rank,
-        micro,
-        status: if ok {
-            Status::Consistent
-        } else {
-            Status::Inconsistent
-        },
-        dumped_loss,
-        recomputed_loss,
-        first_divergence: None,
-        checks,
-        tokens,
-        notes,
-    })
+    judge(
+        &gather_self_hosted(tree, batch, step, rank, micro)?,
+        cfg,
+        tol,
+        Uncertainty::default(),
+    )
 }
 
 /// The layout `tree` holds at `step`: weaver when it has `is_loss_debug/` files there,
@@ -547,6 +313,9 @@ fn no_layout(tree: &DumpTree, step: i64) -> Error {
         ),
     )
 }
+
+/// A cell: `(rank, micro)`.
+pub type CellId = (u32, u32);
 
 /// A dump tree's step made ready for self-consistency checks: its layout and, for the
 /// self-hosted layout, the whole-batch inputs (trajectories, old log-probs, advantages)
@@ -620,6 +389,78 @@ impl<'a> StepCheck<'a> {
         self.layout
     }
 
+    /// Read one rank/micro's inputs and dumped values ([`cell::gather_weaver`] or
+    /// [`cell::gather_self_hosted`]).
+    pub fn gather(&self, rank: u32, micro: u32) -> Result<Cell> {
+        match &self.batch {
+            Some(b) => gather_self_hosted(self.tree, b, self.step, rank, micro),
+            None => gather_weaver(self.tree, self.step, rank, micro),
+        }
+    }
+
+    /// The step's conventions settled from every cell ([`infer::resolve`]; flags in
+    /// `given`), for [`StepCheck::check_under`]: what [`check_tree_inferred`] does, for a
+    /// caller (dumpdiff's adjudication) that judges cells one at a time. No advantage
+    /// epsilon search (that needs the step re-read with each candidate).
+    ///
+    /// Errors: a cell unreadable.
+    pub fn conventions(
+        &self,
+        cfg: &LossConfig,
+        given: &Overrides,
+        tol: &Tolerance,
+    ) -> Result<infer::Resolved> {
+        let preps: Vec<infer::Prep> = self
+            .cells()
+            .0
+            .iter()
+            .map(|(r, m)| infer::prep(&self.gather(*r, *m)?, cfg, tol))
+            .collect::<Result<_>>()?;
+        infer::resolve(&preps, cfg, given, tol)
+    }
+
+    /// [`StepCheck::check`] under settled conventions (`resolved.cfg`, with the
+    /// uncertainty of inferred coefficients).
+    pub fn check_under(
+        &self,
+        rank: u32,
+        micro: u32,
+        resolved: &infer::Resolved,
+        tol: &Tolerance,
+    ) -> Result<Verdict> {
+        judge(
+            &self.gather(rank, micro)?,
+            &resolved.cfg,
+            tol,
+            resolved.uncertainty,
+        )
+    }
+
+    /// The rank/micro cells of the step with something dumped to check (self-hosted:
+    /// forward_data and loss files both; weaver: is_loss_debug), sorted, and the
+    /// forward_data cells skipped for lack of a loss file.
+    pub fn cells(&self) -> (Vec<CellId>, Vec<CellId>) {
+        let kind = match self.layout {
+            Layout::Weaver => Kind::IsLossDebug,
+            Layout::SelfHosted => Kind::ForwardData,
+        };
+        let mut cells: Vec<(u32, u32)> = self
+            .tree
+            .files_of(kind, self.step)
+            .filter_map(|f| Some((f.rank?, f.micro?)))
+            .collect();
+        cells.sort_unstable();
+        cells.dedup();
+        if self.layout == Layout::Weaver {
+            return (cells, Vec::new());
+        }
+        cells.into_iter().partition(|(r, m)| {
+            self.tree
+                .get(Kind::Loss, self.step, Some(*r), Some(*m))
+                .is_some()
+        })
+    }
+
     /// The verdict of one rank/micro: [`self_consistency`] for weaver,
     /// [`self_consistency_self_hosted`] for self-hosted. `cfg` must be the one given to
     /// [`StepCheck::new`] (its advantage convention built the batch).
@@ -661,7 +502,8 @@ pub fn self_consistency_any(
 /// The self-consistency verdict of every rank/micro at `step` (restricted to `rank` /
 /// `micro` when given), in rank then micro order, for either layout: the cells with an
 /// `is_loss_debug/` file (weaver) or a `forward_data/` file (self-hosted; the whole-batch
-/// files are read once).
+/// files are read once), each under `cfg` as given. A self-hosted cell without a `loss/`
+/// file has nothing dumped to check and is left out, unless every selected cell lacks one.
 pub fn check_tree(
     tree: &DumpTree,
     step: i64,
@@ -670,19 +512,40 @@ pub fn check_tree(
     cfg: &LossConfig,
     tol: &Tolerance,
 ) -> Result<Vec<Verdict>> {
-    let layout = layout_of(tree, step).ok_or_else(|| no_layout(tree, step))?;
-    let kind = match layout {
-        Layout::Weaver => Kind::IsLossDebug,
-        Layout::SelfHosted => Kind::ForwardData,
+    let check = StepCheck::new(tree, step, cfg)?;
+    let (cells, without) = selected(&check, tree, step, rank, micro)?;
+    if let (true, Some((r, m))) = (cells.is_empty(), without.first()) {
+        // every selected cell lacks its loss file: say so for the first
+        check.gather(*r, *m)?;
+    }
+    cells
+        .into_iter()
+        .map(|(r, m)| check.check(r, m, cfg, tol))
+        .collect()
+}
+
+/// The cells of `check` selected by `rank`/`micro`, and the skipped ones (no loss file).
+///
+/// Errors: no cell selected (with or without a loss file).
+fn selected(
+    check: &StepCheck,
+    tree: &DumpTree,
+    step: i64,
+    rank: Option<u32>,
+    micro: Option<u32>,
+) -> Result<(Vec<CellId>, Vec<CellId>)> {
+    let pick = |v: Vec<(u32, u32)>| -> Vec<(u32, u32)> {
+        v.into_iter()
+            .filter(|(r, m)| rank.is_none_or(|x| x == *r) && micro.is_none_or(|x| x == *m))
+            .collect()
     };
-    let mut cells: Vec<(u32, u32)> = tree
-        .files_of(kind, step)
-        .filter_map(|f| Some((f.rank?, f.micro?)))
-        .filter(|(r, m)| rank.is_none_or(|x| x == *r) && micro.is_none_or(|x| x == *m))
-        .collect();
-    cells.sort_unstable();
-    cells.dedup();
-    if cells.is_empty() {
+    let (with, without) = check.cells();
+    let (with, without) = (pick(with), pick(without));
+    if with.is_empty() && without.is_empty() {
+        let kind = match check.layout() {
+            Layout::Weaver => Kind::IsLossDebug,
+            Layout::SelfHosted => Kind::ForwardData,
+        };
         return Err(Error::input(
             &tree.root,
             format!(
@@ -692,12 +555,115 @@ pub fn check_tree(
             ),
         ));
     }
-    let check = StepCheck::new(tree, step, cfg)?;
-    cells
-        .into_iter()
-        .map(|(r, m)| check.check(r, m, cfg, tol))
-        .collect()
+    Ok((with, without))
 }
+
+/// A tree's step checked under its own conventions ([`check_tree_inferred`]).
+#[derive(Debug, Clone)]
+pub struct TreeCheck {
+    /// The configuration every cell was judged with (the preset with the conventions).
+    pub cfg: LossConfig,
+    /// Each convention and where it came from.
+    pub conventions: Vec<Convention>,
+    /// One verdict per selected cell, rank then micro order.
+    pub verdicts: Vec<Verdict>,
+    /// Cells with forward_data but no loss file (nothing dumped to check), `rank R micro M`.
+    pub skipped: Vec<String>,
+}
+
+/// [`check_tree`] with the step's conventions (aggregation, KL estimator, entropy and KL
+/// coefficients) settled first from every cell of the step ([`infer::resolve`]: a flag
+/// in `given`, else the dump's `extra_info`, else inferred jointly, else `cfg`'s), then
+/// each selected cell judged under them.
+///
+/// Errors: as [`check_tree`]; a cell unreadable.
+pub fn check_tree_inferred(
+    tree: &DumpTree,
+    step: i64,
+    rank: Option<u32>,
+    micro: Option<u32>,
+    cfg: &LossConfig,
+    given: &Overrides,
+    tol: &Tolerance,
+) -> Result<TreeCheck> {
+    let check = StepCheck::new(tree, step, cfg)?;
+    let (chosen, without) = selected(&check, tree, step, rank, micro)?;
+    let (all, _) = check.cells();
+    // pass 1: what inference needs of every cell of the step (scalars, one cell's tensors
+    // in memory at a time), the conventions, and how well the pg terms then fit
+    let settle = |check: &StepCheck, c: &LossConfig| -> Result<(infer::Resolved, (usize, f64))> {
+        let preps: Vec<infer::Prep> = all
+            .iter()
+            .map(|(r, m)| infer::prep(&check.gather(*r, *m)?, c, tol))
+            .collect::<Result<_>>()?;
+        let resolved = infer::resolve(&preps, c, given, tol)?;
+        let fit = infer::pg_fit(&preps, &resolved.cfg, tol);
+        Ok((resolved, fit))
+    };
+    let (mut resolved, mut best) = settle(&check, cfg)?;
+    let mut best_check = check;
+    let mut adv = None;
+    let self_hosted = best_check.layout() == Layout::SelfHosted;
+    if self_hosted && given.adv_eps.is_none() && !given.preset_fixes_composition {
+        // self-hosted trees dump rewards, not advantages: the epsilon of (r − mean)/(std + ε)
+        // is a convention too (TRL 1e-4, verl 1e-6); the one under which most cells' pg
+        // terms follow, at equal counts the one whose pg terms sit closest to the dumped
+        for eps in ADV_EPS_CANDIDATES {
+            if eps == cfg.advantage.eps {
+                continue;
+            }
+            let mut c = cfg.clone();
+            c.advantage.eps = eps;
+            let other = StepCheck::new(tree, step, &c)?;
+            let (r, fit) = settle(&other, &c)?;
+            if fit.0 > best.0 || (fit.0 == best.0 && fit.1 < best.1) {
+                (resolved, best, best_check) = (r, fit, other);
+            }
+        }
+        let eps = resolved.cfg.advantage.eps;
+        let same = eps == cfg.advantage.eps;
+        let mut conv = infer::Convention::new(
+            "adv_eps",
+            crate::fmt::num(eps),
+            Some(eps),
+            if same {
+                infer::Source::Preset
+            } else {
+                infer::Source::Inferred
+            },
+        );
+        conv.matches_preset = same;
+        adv = Some(conv);
+    }
+    // pass 2: each selected cell read again and judged under the step's conventions
+    let verdicts = chosen
+        .iter()
+        .map(|(r, m)| {
+            judge(
+                &best_check.gather(*r, *m)?,
+                &resolved.cfg,
+                tol,
+                resolved.uncertainty,
+            )
+        })
+        .collect::<Result<_>>()?;
+    let mut conventions = resolved.conventions;
+    if let Some(c) = adv {
+        conventions.insert(0, c);
+    }
+    Ok(TreeCheck {
+        cfg: resolved.cfg,
+        conventions,
+        verdicts,
+        skipped: without
+            .iter()
+            .map(|(r, m)| format!("rank {r} micro {m}"))
+            .collect(),
+    })
+}
+
+/// The advantage epsilons tried on a self-hosted tree (TRL's, verl's) besides the preset's.
+const ADV_EPS_CANDIDATES: [f64; 2] = [1e-4, 1e-6];
 
 /// Free-standing inputs from a dict of tensors (`.safetensors`, `.pt`, ...) mapped by
 /// [`loose_tensors::inputs`]: `log_probs`, optional `old_log_probs`, `ref_log_probs`,

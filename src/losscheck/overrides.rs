@@ -34,6 +34,9 @@ pub struct Overrides {
     pub adv_eps: Option<f64>,
     /// `f64` or `f32`.
     pub precision: Option<String>,
+    /// The preset was chosen explicitly: its aggregation, KL term and advantage epsilon
+    /// are given, not read from the dump or inferred (not used by [`apply`]).
+    pub preset_fixes_composition: bool,
 }
 
 /// Apply `o` to `cfg`; unknown names are usage errors listing the accepted ones.

@@ -1,7 +1,8 @@
 //! losscheck's report model: what `--format json` prints and `--output` writes, and what
 //! the table and markdown renderers read, so the three never disagree.
 
-use super::{Status, Verdict};
+use super::infer::Convention;
+use super::{Status, TreeCheck, Verdict};
 use crate::error::{Error, Result};
 use crate::kernels::loss::{compute_with_grad, LossConfig, LossInputs, Metrics};
 use crate::kernels::{to_f64, to_f64_vec};
@@ -38,8 +39,31 @@ pub struct TreeReport {
     pub schema_version: u32,
     /// The loss configuration every cell was recomputed with.
     pub preset: LossConfig,
+    /// How the step's conventions (aggregation, KL estimator, coefficients) were settled:
+    /// flag, dumped, inferred (with the fit) or preset. Empty when not settled per step.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub conventions: Vec<Convention>,
     /// One verdict per rank/micro, in rank then micro order.
     pub verdicts: Vec<Verdict>,
+    /// Cells left out: forward_data without a loss file (nothing dumped to check).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
+    /// The terms that differ in each inconsistent cell ([`Verdict::differs`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub diagnoses: Vec<Diagnosis>,
+}
+
+/// The terms that differ in one inconsistent cell.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Diagnosis {
+    /// Rank.
+    pub rank: u32,
+    /// Micro-batch.
+    pub micro: u32,
+    /// The verdict's file.
+    pub file: std::path::PathBuf,
+    /// `ratio`, `pg`, `aggregation`, `entropy`, `kl`, `mask`, `composition`, `loss`.
+    pub differs: Vec<String>,
 }
 
 impl TreeReport {
@@ -48,8 +72,44 @@ impl TreeReport {
         TreeReport {
             schema_version: SCHEMA_VERSION,
             preset: cfg.clone(),
+            conventions: Vec::new(),
             verdicts,
+            skipped: Vec::new(),
+            diagnoses: Vec::new(),
         }
+    }
+
+    /// The report of a tree checked under its own conventions.
+    pub fn of_check(c: TreeCheck) -> Self {
+        TreeReport {
+            schema_version: SCHEMA_VERSION,
+            preset: c.cfg,
+            conventions: c.conventions,
+            diagnoses: c
+                .verdicts
+                .iter()
+                .filter(|v| !v.differs.is_empty())
+                .map(|v| Diagnosis {
+                    rank: v.rank,
+                    micro: v.micro,
+                    file: v.file.clone(),
+                    differs: v.differs.clone(),
+                })
+                .collect(),
+            verdicts: c.verdicts,
+            skipped: c.skipped,
+        }
+    }
+
+    /// One line naming the conventions that are not the preset's (`None` when all are).
+    pub fn conventions_line(&self) -> Option<String> {
+        let shown: Vec<String> = self
+            .conventions
+            .iter()
+            .filter(|c| !c.matches_preset)
+            .map(Convention::line)
+            .collect();
+        (!shown.is_empty()).then(|| format!("conventions: {}", shown.join(", ")))
     }
 }
 

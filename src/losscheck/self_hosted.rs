@@ -39,9 +39,11 @@ use crate::value::Value;
 pub struct SelfHostedStep {
     /// `trajectory/step_N` file.
     pub trajectory_file: PathBuf,
-    /// `old_log_probs/step_N` file.
+    /// `old_log_probs/step_N` file (the folder, when the tree dumps one file per micro).
     pub old_file: PathBuf,
-    /// The whole-batch old log-probs `[n, cols]`, read a row at a time.
+    /// The whole-batch old log-probs `[n, cols]`, read a row at a time, or
+    /// [`OldRows::PerMicro`]: each micro's own `old_log_probs/step_N_rankR_microM` file, rows
+    /// in its forward_data order.
     old: OldRows,
     /// Columns of the whole-batch old log-probs.
     cols: usize,
@@ -63,6 +65,7 @@ pub struct SelfHostedStep {
 enum OldRows {
     Tensor(crate::tensor::Tensor),
     Dense(Vec<f64>),
+    PerMicro,
 }
 
 impl OldRows {
@@ -82,6 +85,7 @@ impl OldRows {
     fn row(&self, i: usize, cols: usize) -> std::borrow::Cow<'_, [f64]> {
         match self {
             OldRows::Dense(v) => std::borrow::Cow::Borrowed(&v[i * cols..(i + 1) * cols]),
+            OldRows::PerMicro => std::borrow::Cow::Owned(Vec::new()),
             OldRows::Tensor(t) => {
                 let s = t.dtype().size();
                 let start = (t.offset() + i * cols) * s;
@@ -109,7 +113,13 @@ pub struct MicroInputs {
     pub forward_file: PathBuf,
     /// Findings worth a note (e.g. two trajectories with the same tokens).
     pub notes: Vec<String>,
+    /// The dtype the entropy was stored in (its rounding bounds the entropy term).
+    pub entropy_dtype: Option<DType>,
 }
+
+/// The reference log-probs a forward_data file holds next to its log-probs when the
+/// trainer adds a KL term (`ref_log_probs`, not mapped by the producer module).
+pub const REF_LOG_PROBS: &str = "ref_log_probs";
 
 fn key_err(path: &Path, key: &str, msg: &str) -> Error {
     Error::format(path, Position::Key(key.to_string()), msg.to_string())
@@ -161,10 +171,31 @@ impl SelfHostedStep {
             })
         };
         let tf = need(Kind::Trajectory)?.path.clone();
-        let of = need(Kind::OldLogProbs)?.path.clone();
         let tv = read_any(&tf)?;
+        if tree.get(Kind::OldLogProbs, step, None, None).is_none() {
+            if let Some(f) = tree.files_of(Kind::OldLogProbs, step).next() {
+                // per-micro old_log_probs: each micro reads its own file
+                let dir = f.path.parent().unwrap_or(&tree.root).to_path_buf();
+                let summary = TrajectorySummary::of(&nexrl_self_hosted::trajectories(&tf, &tv)?);
+                return Self::from_summary_per_micro(&summary, dir, adv);
+            }
+        }
+        let of = need(Kind::OldLogProbs)?.path.clone();
         let ov = read_any(&of)?;
         Self::from_values(tf, &tv, of, &ov, adv)
+    }
+
+    /// [`SelfHostedStep::from_summary`] for a tree that dumps `old_log_probs` per micro
+    /// (`old_log_probs/step_N_rankR_microM`, rows in the micro's forward_data order) in the
+    /// folder `dir`: each micro reads its own file in [`SelfHostedStep::micro_inputs`].
+    pub fn from_summary_per_micro(
+        ts: &TrajectorySummary,
+        dir: PathBuf,
+        adv: &AdvantageConfig,
+    ) -> Result<SelfHostedStep> {
+        let mut s = Self::from_parts(ts, adv)?;
+        s.old_file = dir;
+        Ok(s)
     }
 
     /// [`SelfHostedStep::load`] from the two whole-batch files already read (`tv` from
@@ -189,6 +220,31 @@ impl SelfHostedStep {
         ov: &Value,
         adv: &AdvantageConfig,
     ) -> Result<SelfHostedStep> {
+        let mut s = Self::from_parts(ts, adv)?;
+        let ob = nexrl_self_hosted::old_log_probs(&of, ov)?;
+        let (shape, old) = OldRows::of(ob.log_probs(LogProbSource::Old), &of)?;
+        let (n, cols) = dims2(&of, nexrl_self_hosted::OLD_LOG_PROBS, &shape)?;
+        if n != s.rewards.len() {
+            return Err(key_err(
+                &of,
+                nexrl_self_hosted::OLD_LOG_PROBS,
+                &format!(
+                    "has {n} rows but {} holds {} trajectories (rows must follow the \
+                     trajectory order)",
+                    s.trajectory_file.display(),
+                    s.rewards.len()
+                ),
+            ));
+        }
+        s.old_file = of;
+        s.old = old;
+        s.cols = cols;
+        Ok(s)
+    }
+
+    /// The trajectories' half: rewards, groups, advantages and the token indexes (old
+    /// log-probs still [`OldRows::PerMicro`]).
+    fn from_parts(ts: &TrajectorySummary, adv: &AdvantageConfig) -> Result<SelfHostedStep> {
         let tf = ts.file.clone();
         let mut rewards = Vec::with_capacity(ts.rows.len());
         let mut groups = Vec::with_capacity(ts.rows.len());
@@ -216,30 +272,14 @@ impl SelfHostedStep {
             rewards.push(reward);
             groups.push(group);
         }
-        let items = &ts.rows;
         let advantages_f64 = group_advantages(&rewards, &groups, adv)
             .map_err(|e| Error::format(&tf, Position::Key("trajectories".into()), e.to_string()))?;
         let advantages_f32 = advantages_f64.iter().map(|a| round_f32(*a)).collect();
-        let ob = nexrl_self_hosted::old_log_probs(&of, ov)?;
-        let (shape, old) = OldRows::of(ob.log_probs(LogProbSource::Old), &of)?;
-        let (n, cols) = dims2(&of, nexrl_self_hosted::OLD_LOG_PROBS, &shape)?;
-        if n != items.len() {
-            return Err(key_err(
-                &of,
-                nexrl_self_hosted::OLD_LOG_PROBS,
-                &format!(
-                    "has {n} rows but {} holds {} trajectories (rows must follow the \
-                     trajectory order)",
-                    tf.display(),
-                    items.len()
-                ),
-            ));
-        }
         Ok(SelfHostedStep {
+            old_file: tf.clone(),
             trajectory_file: tf,
-            old_file: of,
-            old,
-            cols,
+            old: OldRows::PerMicro,
+            cols: 0,
             rewards,
             groups,
             advantages_f64,
@@ -299,7 +339,8 @@ impl SelfHostedStep {
             })?
             .path
             .clone();
-        let fb = nexrl_self_hosted::forward_data(&ff, &read_any(&ff)?)?;
+        let fv = read_any(&ff)?;
+        let fb = nexrl_self_hosted::forward_data(&ff, &fv)?;
         let lp_t = fb.log_probs(LogProbSource::Current);
         let (lshape, lp, ldtype) = dense(lp_t, &ff, nexrl_self_hosted::LOG_PROBS)?;
         let (b, t) = dims2(&ff, nexrl_self_hosted::LOG_PROBS, &lshape)?;
@@ -327,9 +368,11 @@ impl SelfHostedStep {
                 ),
             ));
         }
+        let mut entropy_dtype = None;
         let mut entropy = match &fb.entropy {
             Some(et) => {
-                let (eshape, e, _) = dense(Some(et), &ff, nexrl_self_hosted::ENTROPY)?;
+                let (eshape, e, edt) = dense(Some(et), &ff, nexrl_self_hosted::ENTROPY)?;
+                entropy_dtype = edt;
                 if eshape != lshape {
                     return Err(key_err(
                         &ff,
@@ -340,6 +383,56 @@ impl SelfHostedStep {
                 Some(e)
             }
             None => None,
+        };
+        let reference = match fv.get(REF_LOG_PROBS) {
+            Some(x) => {
+                let t = x
+                    .to_tensor()
+                    .ok_or_else(|| key_err(&ff, REF_LOG_PROBS, "present but not a tensor"))?;
+                if t.shape() != lshape.as_slice() {
+                    return Err(key_err(
+                        &ff,
+                        REF_LOG_PROBS,
+                        &format!("is {:?} but log_probs is {lshape:?}", t.shape()),
+                    ));
+                }
+                Some(t.to_f64_vec())
+            }
+            None => None,
+        };
+        // per-micro old_log_probs: the micro's own file, rows in forward_data order
+        let micro_old = match self.old {
+            OldRows::PerMicro => {
+                let of = tree
+                    .get(Kind::OldLogProbs, step, Some(rank), Some(micro))
+                    .ok_or_else(|| {
+                        Error::input(
+                            &tree.root,
+                            format!(
+                                "no old_log_probs file for step {step} rank {rank} micro \
+                                 {micro} (this tree dumps old_log_probs per micro)"
+                            ),
+                        )
+                    })?
+                    .path
+                    .clone();
+                let ob = nexrl_self_hosted::old_log_probs(&of, &read_any(&of)?)?;
+                let (oshape, o, _) = dense(
+                    ob.log_probs(LogProbSource::Old),
+                    &of,
+                    nexrl_self_hosted::OLD_LOG_PROBS,
+                )?;
+                let (ob_rows, ocols) = dims2(&of, nexrl_self_hosted::OLD_LOG_PROBS, &oshape)?;
+                if ob_rows != b {
+                    return Err(key_err(
+                        &of,
+                        nexrl_self_hosted::OLD_LOG_PROBS,
+                        &format!("is {oshape:?} but log_probs is {lshape:?} (rows must match)"),
+                    ));
+                }
+                Some((of, o, ocols))
+            }
+            _ => None,
         };
         let f32_trainer = ldtype != Some(DType::F64);
         let mut notes = Vec::new();
@@ -384,7 +477,14 @@ impl SelfHostedStep {
                 ));
             }
             let a = self.advantage(i, f32_trainer).unwrap_or(f64::NAN);
-            let old_row = self.old.row(i, self.cols);
+            let (old_row, cols, old_file) = match &micro_old {
+                Some((of, o, oc)) => (
+                    std::borrow::Cow::Borrowed(&o[r * oc..(r + 1) * oc]),
+                    *oc,
+                    of,
+                ),
+                None => (self.old.row(i, self.cols), self.cols, &self.old_file),
+            };
             for c in 0..t {
                 if m[c] == 0.0 {
                     // padding: NaN/junk here must not reach a masked sum (0 · NaN = NaN)
@@ -394,14 +494,13 @@ impl SelfHostedStep {
                     }
                     continue;
                 }
-                if c >= self.cols {
+                if c >= cols {
                     return Err(key_err(
-                        &self.old_file,
+                        old_file,
                         nexrl_self_hosted::OLD_LOG_PROBS,
                         &format!(
-                            "is {} columns wide but rank {rank} micro {micro} row {r} has a \
-                             valid token at position {c}",
-                            self.cols
+                            "is {cols} columns wide but rank {rank} micro {micro} row {r} has a \
+                             valid token at position {c}"
                         ),
                     ));
                 }
@@ -418,7 +517,16 @@ impl SelfHostedStep {
         let inputs = LossInputs {
             log_probs: mk(logp)?,
             old_log_probs: Some(mk(old)?),
-            ref_log_probs: None,
+            ref_log_probs: reference
+                .map(|mut v| {
+                    for (x, m) in v.iter_mut().zip(&mask) {
+                        if *m == 0.0 {
+                            *x = 0.0;
+                        }
+                    }
+                    mk(v)
+                })
+                .transpose()?,
             advantages: Tensor::from_vec(adv.clone(), b, dev)
                 .map_err(|e| Error::format(&ff, Position::File, e.to_string()))?,
             mask: mk(mask)?,
@@ -430,6 +538,7 @@ impl SelfHostedStep {
             advantages: adv,
             forward_file: ff,
             notes,
+            entropy_dtype,
         })
     }
 }

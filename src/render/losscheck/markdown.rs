@@ -29,6 +29,12 @@ impl Renderer<Report> for MarkdownRenderer {
                     "{bad} of {} cell(s) inconsistent with their own inputs.\n\n",
                     t.verdicts.len()
                 ));
+                if let Some(l) = t.conventions_line() {
+                    s.push_str(&format!("{l}\n\n"));
+                }
+                for k in &t.skipped {
+                    s.push_str(&format!("{k}: skipped (forward_data but no loss file)\n\n"));
+                }
                 s.push_str(
                     "| rank | micro | verdict | dumped loss | recomputed loss | file | details |\n",
                 );

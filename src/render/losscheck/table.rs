@@ -13,7 +13,14 @@ pub struct TableRenderer;
 impl Renderer<Report> for TableRenderer {
     fn render(&self, report: &Report) -> Result<String> {
         Ok(match report {
-            Report::Tree(t) => t.verdicts.iter().map(|v| Verdict::line(v) + "\n").collect(),
+            Report::Tree(t) => {
+                let mut s: String = t.conventions_line().map(|l| l + "\n").unwrap_or_default();
+                s.extend(t.verdicts.iter().map(|v| Verdict::line(v) + "\n"));
+                for k in &t.skipped {
+                    s.push_str(&format!("{k}: skipped (forward_data but no loss file)\n"));
+                }
+                s
+            }
             Report::Inputs(r) => {
                 let rows = inputs_rows(r)?;
                 let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);

@@ -1,0 +1,191 @@
+//! Least squares of the loss-composition coefficients over a tree's cells
+//! ([`crate::conventions::coefficients::infer`]), robust to a minority of cells composed
+//! otherwise, and the underdetermined case (one cell with both terms).
+
+use super::Prep;
+use crate::conventions::coefficients::{infer, LossTerms};
+use crate::tensor::DType;
+
+/// Entropy and KL coefficients that the cells cannot tell apart: each alone (the other 0)
+/// is fitted, and the one that explains the cells better (at equal fit, the non-negative
+/// one, entropy first) is taken, flagged as underdetermined.
+pub(super) fn underdetermined(cells: &[&Prep]) -> Option<Fit> {
+    let e = fit(cells, None, Some(0.0));
+    let k = fit(cells, Some(0.0), None);
+    let pick = match (e, k) {
+        (Some(e), Some(k)) => {
+            let score = |f: &Fit, c: f64| (f.explained, c >= 0.0);
+            let ke = k.kc.map_or(0.0, |x| x.0);
+            if score(&k, ke) > score(&e, e.ec) {
+                k
+            } else {
+                e
+            }
+        }
+        (Some(e), None) => e,
+        (None, Some(k)) => k,
+        (None, None) => return None,
+    };
+    Some(Fit {
+        underdetermined: true,
+        kc: Some(pick.kc.unwrap_or((0.0, 0.0))),
+        ..pick
+    })
+}
+
+pub(super) struct Fit {
+    /// The cells could not separate the coefficients (see [`underdetermined`]).
+    pub(super) underdetermined: bool,
+    /// Standard errors of `(entropy_coeff, kl_coef)` from the cells' rounding alone: the
+    /// uncertainty cells are judged with.
+    pub(super) trusted_se: (f64, f64),
+    pub(super) ec: f64,
+    pub(super) ec_se: f64,
+    pub(super) kc: Option<(f64, f64)>,
+    pub(super) rms: f64,
+    pub(super) explained: usize,
+    pub(super) cells: usize,
+}
+
+/// Least squares of the unknown coefficients (`ec`/`kc` `None`) over `cells`, the known
+/// ones moved to the left-hand side; cells whose residual exceeds their f32 rounding are
+/// dropped and the fit redone when they are a minority.
+pub(super) fn fit(cells: &[&Prep], ec: Option<f64>, kc: Option<f64>) -> Option<Fit> {
+    let u = 2f64.powi(-24);
+    let terms = |keep: &[bool]| -> Vec<LossTerms> {
+        cells
+            .iter()
+            .zip(keep)
+            .filter(|(_, k)| **k)
+            .map(|(p, _)| {
+                let (loss, pg, ent) = (
+                    p.loss.unwrap_or(0.0),
+                    p.pg.unwrap_or(0.0),
+                    p.ent.unwrap_or(0.0),
+                );
+                let kl = p.kl_loss.unwrap_or(0.0);
+                match (ec, kc) {
+                    // both unknown
+                    (None, None) => LossTerms {
+                        loss,
+                        pg_loss: pg,
+                        entropy_loss: ent,
+                        kl_loss: Some(kl),
+                    },
+                    // entropy unknown, KL known: move it left
+                    (None, Some(k)) => LossTerms {
+                        loss: loss - k * kl,
+                        pg_loss: pg,
+                        entropy_loss: ent,
+                        kl_loss: None,
+                    },
+                    // KL unknown, entropy known: fit kl_coef in the entropy slot (y = −c·(−kl))
+                    (Some(e), None) => LossTerms {
+                        loss: loss + e * ent,
+                        pg_loss: pg,
+                        entropy_loss: -kl,
+                        kl_loss: None,
+                    },
+                    (Some(_), Some(_)) => LossTerms {
+                        loss,
+                        pg_loss: pg,
+                        entropy_loss: ent,
+                        kl_loss: None,
+                    },
+                }
+            })
+            .collect()
+    };
+    let run = |keep: &[bool]| infer(&terms(keep), DType::F32).ok();
+    let all = vec![true; cells.len()];
+    let Some(mut f) = run(&all) else {
+        // both coefficients unknown and the cells cannot separate them (one cell, or
+        // entropy and KL proportional across cells): the better of the one-coefficient fits
+        if ec.is_none() && kc.is_none() {
+            return underdetermined(cells);
+        }
+        return None;
+    };
+    let coef = |f: &crate::conventions::coefficients::CoefficientFit| match (ec, kc) {
+        (None, None) => (f.entropy_coeff, f.kl_coef.unwrap_or(0.0)),
+        (None, Some(k)) => (f.entropy_coeff, k),
+        (Some(e), None) => (e, f.entropy_coeff),
+        (Some(e), Some(k)) => (e, k),
+    };
+    // a cell fits when its residual is within its own f32 rounding plus what the
+    // coefficients' standard errors allow on its terms
+    let fits = |(e, k): (f64, f64), se: (f64, f64)| -> Vec<bool> {
+        cells
+            .iter()
+            .map(|p| {
+                let (loss, pg, ent) = (
+                    p.loss.unwrap_or(0.0),
+                    p.pg.unwrap_or(0.0),
+                    p.ent.unwrap_or(0.0),
+                );
+                let kl = p.kl_loss.unwrap_or(0.0);
+                let r = loss - pg + e * ent - k * kl;
+                r.abs()
+                    <= 8.0 * u * (loss.abs() + pg.abs() + (e * ent).abs() + (k * kl).abs())
+                        + crate::conventions::rounding::LAMBDA
+                            * (se.0 * ent.abs() + se.1 * kl.abs())
+                        + 1e-12
+            })
+            .collect()
+    };
+    // the standard error the cells' f32 rounding alone leaves a coefficient (`√(mean of
+    // (u·(|loss| + |pg_loss|))²) / ‖column‖`): what a fit may be trusted to, so that a fit
+    // that misses a cell cannot widen its own tolerance with its residual
+    let floor_se = |col: &dyn Fn(&Prep) -> f64| -> f64 {
+        let n = cells.len().max(1) as f64;
+        let fsq = cells
+            .iter()
+            .map(|p| (u * (p.loss.unwrap_or(0.0).abs() + p.pg.unwrap_or(0.0).abs())).powi(2))
+            .sum::<f64>()
+            / n;
+        let aa: f64 = cells.iter().map(|p| col(p).powi(2)).sum();
+        if aa > 0.0 {
+            (fsq / aa).sqrt()
+        } else {
+            0.0
+        }
+    };
+    let se = (
+        if ec.is_none() {
+            floor_se(&|p| p.ent.unwrap_or(0.0))
+        } else {
+            0.0
+        },
+        if kc.is_none() {
+            floor_se(&|p| p.kl_loss.unwrap_or(0.0))
+        } else {
+            0.0
+        },
+    );
+    let mut keep = fits(coef(&f), se);
+    let good = keep.iter().filter(|k| **k).count();
+    if good < cells.len() && 2 * good > cells.len() {
+        f = run(&keep)?;
+        keep = fits(coef(&f), se);
+    }
+    let (e, k) = coef(&f);
+    let kc_out = match (ec, kc) {
+        (None, None) => Some((k, f.kl_coef_std_err.unwrap_or(0.0))),
+        (Some(_), None) => Some((k, f.entropy_coeff_std_err)),
+        _ => None,
+    };
+    Some(Fit {
+        underdetermined: false,
+        trusted_se: se,
+        ec: e,
+        ec_se: if ec.is_none() {
+            f.entropy_coeff_std_err
+        } else {
+            0.0
+        },
+        kc: kc_out,
+        rms: f.rms_residual,
+        explained: keep.iter().filter(|k| **k).count(),
+        cells: cells.len(),
+    })
+}

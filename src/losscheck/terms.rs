@@ -1,0 +1,142 @@
+//! Each aggregation mode as the weights it gives the elements of a per-token matrix, so
+//! that one recomputed matrix can be reduced under every candidate mode (inference) and
+//! the rounding bound of the reduction ([`crate::conventions::rounding`]) gets its `wᵢ`.
+//!
+//! Every mode of [`AggMode`] is linear in the matrix: `agg(x) = Σ wᵢⱼ·xᵢⱼ` with
+//! `wᵢⱼ = 0` where the mask is 0 (verl's `masked_verl` drops those elements, NaN included).
+
+use crate::conventions::rounding::{unit_roundoff, RoundingBound};
+use crate::kernels::aggregate::AggMode;
+use crate::tensor::DType;
+
+/// The weight of each element of a `[b, t]` matrix under `mode` (row-major, 0 under a
+/// zero mask), following [`crate::kernels::aggregate::aggregate`] exactly.
+pub fn weights(mask: &[f64], b: usize, t: usize, mode: AggMode) -> Vec<f64> {
+    let row_count = |r: usize| mask[r * t..(r + 1) * t].iter().sum::<f64>();
+    let total: f64 = mask.iter().sum();
+    let seqs = (0..b).filter(|r| row_count(*r) > 0.0).count() as f64;
+    let mut w = vec![0.0; b * t];
+    for r in 0..b {
+        let n = row_count(r);
+        let row_w = match mode {
+            AggMode::TokenMean => 1.0 / total,
+            AggMode::SeqMeanTokenSum => 1.0 / seqs,
+            AggMode::SeqMeanTokenMean => 1.0 / ((n + 1e-8) * seqs),
+            AggMode::SeqMeanTokenSumNorm { horizon } => 1.0 / (seqs * horizon.unwrap_or(t as f64)),
+            AggMode::TrlGrpo => 1.0 / (n.max(1.0) * b as f64),
+            AggMode::TrlBnpo => 1.0 / total.max(1.0),
+            AggMode::TrlDrGrpo {
+                max_completion_length,
+            } => 1.0 / (b as f64 * max_completion_length.unwrap_or(t as f64)),
+            AggMode::TrlDapo { num_items_in_batch } => {
+                1.0 / num_items_in_batch.unwrap_or(total).max(1.0)
+            }
+        };
+        for c in 0..t {
+            let m = mask[r * t + c];
+            if m != 0.0 {
+                w[r * t + c] = m * row_w;
+            }
+        }
+    }
+    w
+}
+
+/// `Σ wᵢ·xᵢ` over the elements of non-zero weight.
+pub fn reduce(x: &[f64], w: &[f64]) -> f64 {
+    x.iter()
+        .zip(w)
+        .filter(|(_, w)| **w != 0.0)
+        .map(|(x, w)| x * w)
+        .sum()
+}
+
+/// `Σ mᵢ·xᵢ` over the elements under a non-zero mask: the plain sum a producer may
+/// dump instead of a mean (the "a sum, not a mean" diagnosis).
+pub fn masked_sum(x: &[f64], mask: &[f64]) -> f64 {
+    x.iter()
+        .zip(mask)
+        .filter(|(_, m)| **m != 0.0)
+        .map(|(x, m)| x * m)
+        .sum()
+}
+
+/// The rounding the reduction `Σ wᵢ·x̂ᵢ` inherits from `x̂` stored in `dtype` when the
+/// producer reduced the unrounded values (weaver: entropy computed in f32, its loss term
+/// from those, then dumped in bf16). The bound of
+/// [`crate::conventions::rounding`]: `min(λ·√Σ(rᵢwᵢx̂ᵢ)², Σ rᵢ|wᵢx̂ᵢ|) + 2γₙ·Σ|wᵢx̂ᵢ|`,
+/// `r = u/(1−u)`, `u` the dtype's unit roundoff (bf16 2⁻⁸). 0 for exact or absent dtypes.
+pub fn stored_rounding(x: &[f64], w: &[f64], dtype: Option<DType>) -> f64 {
+    let u = dtype.and_then(unit_roundoff).unwrap_or(0.0);
+    let mut b = RoundingBound::default();
+    for (x, w) in x.iter().zip(w).filter(|(_, w)| **w != 0.0) {
+        b.push(w * x, u);
+    }
+    b.tolerance()
+}
+
+/// The rounding of the producer's own f32 arithmetic in a reduction `Σ wᵢ·xᵢ` whose terms
+/// each took `ops` f32 operations (exp, products, the weight) before an f32 sum: each term
+/// carries `ops·u₃₂` relative error (the same bound with `u = ops·2⁻²⁴`), and the f32
+/// accumulation `λ·√n·u₃₂·Σ|wᵢxᵢ|` (probabilistic, Higham & Mary 2019; `λ` as in
+/// [`crate::conventions::rounding::LAMBDA`]).
+pub fn f32_compute(x: &[f64], w: &[f64], ops: f64) -> f64 {
+    let u = 2f64.powi(-24);
+    let mut b = RoundingBound::default();
+    for (x, w) in x.iter().zip(w).filter(|(_, w)| **w != 0.0) {
+        b.push(w * x, ops * u);
+    }
+    let acc = crate::conventions::rounding::LAMBDA * (b.n as f64).sqrt() * u * b.magnitude;
+    b.tolerance() + acc
+}
+
+/// The mode's name as verl and TRL spell it (`seq-mean-token-sum-norm/H` with its
+/// horizon).
+pub fn agg_name(m: AggMode) -> String {
+    match m {
+        AggMode::TokenMean => "token-mean".into(),
+        AggMode::SeqMeanTokenSum => "seq-mean-token-sum".into(),
+        AggMode::SeqMeanTokenMean => "seq-mean-token-mean".into(),
+        AggMode::SeqMeanTokenSumNorm { horizon: Some(h) } => {
+            format!("seq-mean-token-sum-norm/{}", crate::fmt::num(h))
+        }
+        AggMode::SeqMeanTokenSumNorm { horizon: None } => "seq-mean-token-sum-norm".into(),
+        AggMode::TrlGrpo => "grpo".into(),
+        AggMode::TrlBnpo => "bnpo".into(),
+        AggMode::TrlDrGrpo { .. } => "dr_grpo".into(),
+        AggMode::TrlDapo { .. } => "dapo".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weights_reproduce_each_verl_mode_by_hand() {
+        // two rows: 3 valid of 4, 1 valid of 4
+        let mask = [1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0];
+        let x = [1.0, 2.0, 3.0, 99.0, 4.0, 99.0, 99.0, 99.0];
+        let r = |m| reduce(&x, &weights(&mask, 2, 4, m));
+        assert_eq!(r(AggMode::TokenMean), 10.0 / 4.0);
+        assert_eq!(r(AggMode::SeqMeanTokenSum), (6.0 + 4.0) / 2.0);
+        let stm = r(AggMode::SeqMeanTokenMean);
+        assert!((stm - (2.0 + 4.0) / 2.0).abs() < 1e-7, "{stm}");
+        let norm = r(AggMode::SeqMeanTokenSumNorm {
+            horizon: Some(10.0),
+        });
+        assert!((norm - 0.5).abs() < 1e-15, "{norm}");
+        assert_eq!(masked_sum(&x, &mask), 10.0);
+    }
+
+    #[test]
+    fn bf16_rounding_of_a_mean_is_about_one_bf16_ulp_of_its_terms() {
+        let x = [1.0; 4];
+        let w = [0.25; 4];
+        let r = 2f64.powi(-8) / (1.0 - 2f64.powi(-8));
+        // worst case Σ r·|wx| = r, probabilistic 6·√(4·(r/4)²) = 3r: the worst case wins
+        let b = stored_rounding(&x, &w, Some(DType::BF16));
+        assert!((b - r).abs() < 1e-15, "{b} vs {r}");
+        assert!(stored_rounding(&x, &w, Some(DType::I64)) < 1e-15);
+    }
+}
