@@ -658,7 +658,7 @@ fn seeds_cover_every_fault_kind_and_convention() {
     assert!(permuted && per_micro && remote && missing);
 }
 
-/// `--entropy-coeff` / `--kl-coeff` replace what both sides echo or imply: the
+/// `--entropy-coeff` / `--kl-coef` replace what both sides echo or imply: the
 /// coefficients then agree by construction and are reported as given by the flag.
 #[test]
 fn coefficient_flags_override_both_sides() {
@@ -672,7 +672,7 @@ fn coefficient_flags_override_both_sides() {
             "weaver_pt",
         ])
         .args(["--step", "0", "--format", "json"])
-        .args(["--entropy-coeff", "0.001", "--kl-coeff", "0.01"])
+        .args(["--entropy-coeff", "0.001", "--kl-coef", "0.01"])
         .output()
         .unwrap();
     let rep: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -680,7 +680,7 @@ fn coefficient_flags_override_both_sides() {
     assert_eq!(coef.len(), 2);
     let want = [
         ("entropy_coeff", 0.001, "flag --entropy-coeff"),
-        ("kl_coef", 0.01, "flag --kl-coeff"),
+        ("kl_coef", 0.01, "flag --kl-coef"),
     ];
     for (c, (name, v, how)) in coef.iter().zip(want) {
         assert_eq!(c["name"], name);

@@ -102,14 +102,14 @@ struct Args {
     no_adjudicate: bool,
     /// Epsilon of the recomputed self-hosted advantages `(r − mean)/(std + eps)`
     /// (default: inferred from the weaver's dumped advantages, else the preset's).
-    #[arg(long, value_name = "X")]
+    #[arg(long = "adv-eps", alias = "advantage-eps", value_name = "X")]
     advantage_eps: Option<f64>,
     /// Entropy coefficient of both sides' loss (default: read from each side's loss
     /// `extra_info`, else inferred from its dumped loss terms).
     #[arg(long, value_name = "X")]
     entropy_coeff: Option<f64>,
     /// KL coefficient of both sides' loss (default: read, else inferred, as above).
-    #[arg(long, value_name = "X")]
+    #[arg(long = "kl-coef", alias = "kl-coeff", value_name = "X")]
     kl_coeff: Option<f64>,
     /// Lowest severity that makes the exit code 1: warning (a WARN verdict, e.g. a rule
     /// with severity = "warn") or error (a FAIL verdict or a file on one side only).

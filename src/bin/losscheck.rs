@@ -99,13 +99,13 @@ struct Args {
     #[arg(long, value_name = "NAME")]
     kl: Option<String>,
     /// Weight of the KL term added to the loss (0 = no KL term).
-    #[arg(long = "kl-coef", value_name = "X")]
+    #[arg(long = "kl-coef", alias = "kl-coeff", value_name = "X")]
     kl_coef: Option<f64>,
     /// Weight of the entropy bonus subtracted from the loss (0 = none).
     #[arg(long = "entropy-coeff", value_name = "X")]
     entropy_coeff: Option<f64>,
     /// Epsilon added to the group reward std when advantages are normalised.
-    #[arg(long = "adv-eps", value_name = "X")]
+    #[arg(long = "adv-eps", alias = "advantage-eps", value_name = "X")]
     adv_eps: Option<f64>,
     /// f64 (default) or f32.
     #[arg(long, value_name = "P")]

@@ -225,7 +225,7 @@ pub fn compare(
             value: v,
             std_err: 0.0,
             how: match name {
-                "kl_coef" => "flag --kl-coeff".to_string(),
+                "kl_coef" => "flag --kl-coef".to_string(),
                 _ => format!("flag --{}", name.replace('_', "-")),
             },
         });
@@ -276,7 +276,7 @@ pub fn compare(
 
 /// Largest coefficient magnitude assumed when the coefficients cannot be fitted: verl's
 /// and NexRL's entropy and KL coefficients are 0–0.05 in their configs (pass
-/// `--entropy-coeff`/`--kl-coeff` for larger ones).
+/// `--entropy-coeff`/`--kl-coef` for larger ones).
 const COEFF_MAX: f64 = 0.1;
 
 /// When the fits cannot tell the coefficients (one cell with both an entropy and a KL

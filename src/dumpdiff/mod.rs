@@ -74,7 +74,7 @@ pub struct Options {
     /// Preset whose advantage convention recomputes the self-hosted advantages from its
     /// trajectories when no remote-api `prepared_trajectories` supply them (`None`: don't).
     pub advantage_preset: Option<String>,
-    /// The epsilon of those advantages (`--advantage-eps`); `None`: inferred from the
+    /// The epsilon of those advantages (`--adv-eps`); `None`: inferred from the
     /// weaver's dumped advantages when they show one, else the preset's.
     pub advantage_eps: Option<f64>,
     /// Loss coefficients given by flags (`entropy_coeff`, `kl_coef`), overriding what both

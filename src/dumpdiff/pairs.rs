@@ -274,7 +274,7 @@ pub(super) fn weaver_sections(
                 conv.notes.push(format!(
                     "advantage epsilon {eps:e} inferred from {n} weaver is_loss_debug advantage rows \
                      (the preset's is {preset_eps:e}): the self-hosted advantages are recomputed with it \
-                     (--advantage-eps overrides)"
+                     (--adv-eps overrides)"
                 ));
                 inputs = batch_inputs(s, r, traj, adv_preset, Some(eps))?;
                 outs = run_cells(&inputs)?;
