@@ -15,12 +15,15 @@
 //! ```
 
 pub mod csv;
+mod json_num;
 pub mod mlflow;
 pub mod parquet;
+pub mod rows;
 pub mod sqlite;
 pub mod tfevents;
 pub mod wandb;
 pub mod wandb_files;
+mod wire;
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -30,6 +33,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::model::log::{FileStats, LogRecord};
 use crate::readers::aliases::AliasTable;
+use rows::{RowBatch, RowWriter};
 
 /// A tracker file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -134,28 +138,54 @@ pub fn read_run(
     run: Option<&str>,
     push: &mut dyn FnMut(&mut LogRecord),
 ) -> Result<FileStats> {
+    let mut names = Vec::new();
+    read_rows(kind, path, input, run, &mut |b| {
+        rows::to_records(&b, &mut names, file, push);
+        Some(b)
+    })
+}
+
+/// [`read_run`] handing the rows on in batches with file-local key ids (no `String` per
+/// value): what logscan's frame builder takes, possibly on another thread. `sink` may
+/// give back a used batch to be refilled.
+pub fn read_rows(
+    kind: TrackerKind,
+    path: &Path,
+    input: impl Read,
+    run: Option<&str>,
+    sink: &mut dyn FnMut(RowBatch) -> Option<RowBatch>,
+) -> Result<FileStats> {
     let mut stats = FileStats {
         path: path.to_path_buf(),
         format: kind.name().to_string(),
         ..FileStats::default()
     };
+    let mut w = RowWriter::new(sink);
     match kind {
-        TrackerKind::Tensorboard => tfevents::read(path, input, file, &mut stats, push)?,
-        TrackerKind::Wandb => wandb::read(path, input, file, &mut stats, push, None)?,
-        TrackerKind::Csv => csv::read(path, input, file, &mut stats, push)?,
-        TrackerKind::Mlflow => mlflow::read(path, input, file, &mut stats, push)?,
-        TrackerKind::Sqlite => {
-            drop(input);
-            sqlite::read(path, file, run, &mut stats, push)?;
-        }
-        TrackerKind::Parquet => {
-            drop(input);
-            parquet::read(path, file, run, &mut stats, push)?;
-        }
-        TrackerKind::WandbSummary => {
-            wandb_files::read_summary(path, input, file, &mut stats, push)?
+        TrackerKind::Tensorboard => tfevents::read(path, input, &mut stats, &mut w)?,
+        TrackerKind::Wandb => wandb::read(path, input, &mut stats, &mut w, None)?,
+        other => {
+            // The other readers hand on whole records.
+            let mut push = |r: &mut LogRecord| w.record(r);
+            match other {
+                TrackerKind::Csv => csv::read(path, input, 0, &mut stats, &mut push)?,
+                TrackerKind::Mlflow => mlflow::read(path, input, 0, &mut stats, &mut push)?,
+                TrackerKind::Sqlite => {
+                    drop(input);
+                    sqlite::read(path, 0, run, &mut stats, &mut push)?;
+                }
+                TrackerKind::Parquet => {
+                    drop(input);
+                    parquet::read(path, 0, run, &mut stats, &mut push)?;
+                }
+                TrackerKind::WandbSummary => {
+                    wandb_files::read_summary(path, input, 0, &mut stats, &mut push)?
+                }
+                TrackerKind::Tensorboard | TrackerKind::Wandb => {}
+            }
         }
     }
+    w.flush();
     if stats.records == 0 {
         return Err(Error::format(
             path,
@@ -180,42 +210,6 @@ pub fn canonical_key<'a>(aliases: &AliasTable, key: &'a str) -> Cow<'a, str> {
     match key.strip_prefix("train/") {
         Some(rest) if aliases.resolve(rest).is_some() => Cow::Borrowed(rest),
         _ => Cow::Borrowed(key),
-    }
-}
-
-/// Rename `rec`'s keys with [`canonical_key`].
-pub fn normalise_keys(aliases: &AliasTable, rec: &mut LogRecord) {
-    KeyRenames::default().normalise(aliases, rec);
-}
-
-/// [`normalise_keys`] with each distinct `train/` key resolved once: a tracker file
-/// repeats a few keys millions of times (one TensorBoard event per scalar).
-#[derive(Debug, Default)]
-pub struct KeyRenames {
-    /// Raw key → how many leading bytes to drop (0: the key stays).
-    cut: crate::readers::fastline::FxMap<String, usize>,
-}
-
-impl KeyRenames {
-    /// Rename `rec`'s keys with [`canonical_key`], in place (no allocation once seen).
-    pub fn normalise(&mut self, aliases: &AliasTable, rec: &mut LogRecord) {
-        for (k, _) in &mut rec.fields {
-            // Only `train/` keys can change: the others skip the table lookups.
-            if !k.starts_with("train/") {
-                continue;
-            }
-            let cut = match self.cut.get(k.as_str()) {
-                Some(&c) => c,
-                None => {
-                    let c = k.len() - canonical_key(aliases, k).len();
-                    self.cut.insert(k.clone(), c);
-                    c
-                }
-            };
-            if cut > 0 {
-                k.drain(..cut);
-            }
-        }
     }
 }
 
@@ -381,7 +375,9 @@ pub fn run_config_of(input: &Path, run: Option<&str>) -> Result<BTreeMap<String,
         } else if name.ends_with(".wandb") {
             let file = std::fs::File::open(&f).map_err(|e| Error::io(&f, e))?;
             let mut stats = FileStats::default();
-            wandb::read(&f, file, 0, &mut stats, &mut |_| {}, Some(&mut out))?;
+            let mut sink = Some;
+            let mut w = RowWriter::new(&mut sink);
+            wandb::read(&f, file, &mut stats, &mut w, Some(&mut out))?;
         }
     }
     Ok(out)

@@ -11,8 +11,11 @@ use std::path::Path;
 
 use prost::Message;
 
+use super::json_num::{fast_number, json_number};
+use super::rows::{Keys, RowWriter};
+use super::wire;
 use crate::error::{Error, Position, Result};
-use crate::model::log::{FileStats, LogRecord, SourceKind};
+use crate::model::log::{FileStats, SourceKind};
 
 /// The first bytes of every `.wandb` file.
 pub const MAGIC: &[u8] = b":W&B";
@@ -121,21 +124,8 @@ fn item_key(key: &str, nested: &[String]) -> String {
     }
 }
 
-/// A history value as a number: JSON numbers (bare `NaN`/`Infinity` included) and booleans;
-/// `None` for strings, media and tables. Nested objects are flattened into `out` as
-/// `key.sub` by the caller.
-fn json_number(text: &str) -> Option<f64> {
-    let t = text.trim();
-    match t {
-        "true" => Some(1.0),
-        "false" => Some(0.0),
-        // Rust's parser takes `NaN`, `inf`, `Infinity` in any case; `"NaN"` (a string) is not a number.
-        _ => t.parse::<f64>().ok(),
-    }
-}
-
-/// Numeric leaves of a JSON object value (`wandb.log({"a": {"b": 1}})`), skipping media
-/// and tables (objects with a `_type`).
+/// Numeric leaves of a JSON object value (`wandb.log({"a": {"b": 1}})`) as
+/// `(key.sub, value)`, skipping media and tables (objects with a `_type`).
 fn nested_numbers(key: &str, text: &str, out: &mut Vec<(String, f64)>) {
     let Ok(v) = crate::json::parse_value(text) else {
         return;
@@ -159,82 +149,104 @@ fn nested_numbers(key: &str, text: &str, out: &mut Vec<(String, f64)>) {
 
 /// Keys whose value is the trainer's step, preferred to W&B's own `_step` (the HF/TRL
 /// callback logs `train/global_step` and lets `_step` count log calls).
-const STEP_KEYS: [&str; 2] = ["train/global_step", "global_step"];
+const STEP_KEYS: [&[u8]; 2] = [b"train/global_step", b"global_step"];
 
-/// A history row being built: the numbers kept, W&B's `_step`, the trainer's step, the
-/// `_timestamp`.
+/// A history row being built: the numbers kept (interned keys), W&B's `_step`, the
+/// trainer's step, the `_timestamp`. Reused from row to row.
+#[derive(Default)]
 struct Row {
-    fields: Vec<(String, f64)>,
+    fields: Vec<(u32, f64)>,
     step: Option<i64>,
     trainer_step: Option<i64>,
     timestamp: Option<f64>,
+    nested: Vec<(String, f64)>,
 }
 
-/// An item's value as written: JSON text, or a typed member.
+/// An item's value as written: JSON text (as bytes, not yet checked for UTF-8), or a
+/// typed member.
 enum ItemValue<'a> {
-    Json(&'a str),
+    Json(&'a [u8]),
     Number(Option<f64>),
 }
 
 impl Row {
-    fn new(n: usize) -> Row {
-        Row {
-            fields: Vec::with_capacity(n),
-            step: None,
-            trainer_step: None,
-            timestamp: None,
-        }
+    fn clear(&mut self) {
+        self.fields.clear();
+        self.step = None;
+        self.trainer_step = None;
+        self.timestamp = None;
     }
 
-    /// Add item `key` (W&B's `_…` keys other than `_step`/`_timestamp` are dropped).
-    fn add(&mut self, key: &str, value: ItemValue) {
-        if key.starts_with('_') && key != "_step" && key != "_timestamp" {
-            return;
+    /// Add item `key` (W&B's `_…` keys other than `_step`/`_timestamp` are dropped);
+    /// `None` when a new key is not UTF-8.
+    fn add(&mut self, keys: &mut Keys, key: &[u8], value: ItemValue) -> Option<()> {
+        if key.first() == Some(&b'_') && key != b"_step" && key != b"_timestamp" {
+            return Some(());
         }
         let v = match value {
-            ItemValue::Json(t) => {
-                let t = t.trim_start();
+            ItemValue::Json(b) => {
+                if let Some(v) = fast_number(b) {
+                    return self.number(keys, key, v);
+                }
+                let t = std::str::from_utf8(b).ok()?.trim_start();
                 if t.starts_with('{') {
-                    nested_numbers(key, t, &mut self.fields);
-                    return;
+                    let key = std::str::from_utf8(key).ok()?;
+                    let mut nested = std::mem::take(&mut self.nested);
+                    nested.clear();
+                    nested_numbers(key, t, &mut nested);
+                    for (k, x) in &nested {
+                        self.fields.push((keys.id_str(k), *x));
+                    }
+                    self.nested = nested;
+                    return Some(());
                 }
                 json_number(t)
             }
             ItemValue::Number(v) => v,
         };
-        let Some(v) = v else { return };
+        match v {
+            Some(v) => self.number(keys, key, v),
+            None => Some(()),
+        }
+    }
+
+    /// Add number `v` of item `key`.
+    fn number(&mut self, keys: &mut Keys, key: &[u8], v: f64) -> Option<()> {
         match key {
-            "_step" => self.step = Some(v as i64),
-            "_timestamp" => self.timestamp = Some(v),
+            b"_step" => self.step = Some(v as i64),
+            b"_timestamp" => self.timestamp = Some(v),
             k => {
                 if STEP_KEYS.contains(&k) && v.is_finite() {
                     self.trainer_step = Some(v as i64);
                 }
-                self.fields.push((key.to_string(), v));
+                self.fields.push((keys.id(k)?, v));
             }
         }
+        Some(())
     }
 
-    fn finish(self, file: usize, line: u64) -> LogRecord {
-        LogRecord {
-            step: self.trainer_step.or(self.step),
-            timestamp: self.timestamp,
-            source: SourceKind::Wandb,
-            file,
+    /// Hand the row to `w` (dropped when it kept no number).
+    fn finish(&self, w: &mut RowWriter, line: u64, stats: &mut FileStats) {
+        let step = self.trainer_step.or(self.step);
+        w.row(
+            step,
+            self.timestamp,
+            SourceKind::Wandb,
             line,
-            fields: self.fields,
-        }
+            &self.fields,
+            stats,
+        );
     }
 }
 
-/// One history row (decoded by prost) as a record.
-fn history_record(h: HistoryRecord, file: usize, line: u64) -> LogRecord {
-    let mut row = Row::new(h.item.len());
+/// One history row (decoded by prost) into `row`.
+fn history_row(h: &HistoryRecord, keys: &mut Keys, row: &mut Row) {
+    row.clear();
     row.step = h.step.as_ref().map(|s| s.num);
     for it in &h.item {
         let key = item_key(&it.key, &it.nested_key);
         let value = if !it.value_json.is_empty() {
-            ItemValue::Json(&it.value_json)
+            ItemValue::Json(it.value_json.as_bytes())
         } else {
             ItemValue::Number(
                 it.number
@@ -242,105 +254,58 @@ fn history_record(h: HistoryRecord, file: usize, line: u64) -> LogRecord {
                     .or(it.boolean.map(|b| b as u8 as f64)),
             )
         };
-        row.add(&key, value);
-    }
-    row.finish(file, line)
-}
-
-/// Protobuf wire-format walking over borrowed bytes, for the hot path: a `Record` that
-/// holds a history row is read without allocating its items (prost's derived decoder
-/// allocates every key and value string). Any surprise returns `None` and the record
-/// goes through prost, which reports errors.
-mod wire {
-    /// A varint at `*pos`.
-    pub fn varint(b: &[u8], pos: &mut usize) -> Option<u64> {
-        let mut v: u64 = 0;
-        for shift in (0..64).step_by(7) {
-            let byte = *b.get(*pos)?;
-            *pos += 1;
-            v |= u64::from(byte & 0x7f) << shift;
-            if byte < 0x80 {
-                return Some(v);
-            }
-        }
-        None
-    }
-
-    /// One field: its number and its payload (varint value, or bytes of a fixed or
-    /// length-delimited field).
-    pub enum Payload<'a> {
-        Varint(u64),
-        Bytes(&'a [u8]),
-    }
-
-    /// `n` bytes at `*pos`.
-    fn take<'a>(b: &'a [u8], pos: &mut usize, n: usize) -> Option<&'a [u8]> {
-        let s = b.get(*pos..pos.checked_add(n)?)?;
-        *pos += n;
-        Some(s)
-    }
-
-    /// The next field at `*pos`.
-    pub fn field<'a>(b: &'a [u8], pos: &mut usize) -> Option<(u64, Payload<'a>)> {
-        let tag = varint(b, pos)?;
-        let (num, wt) = (tag >> 3, tag & 7);
-        let p = match wt {
-            0 => Payload::Varint(varint(b, pos)?),
-            1 => Payload::Bytes(take(b, pos, 8)?),
-            2 => {
-                let n = usize::try_from(varint(b, pos)?).ok()?;
-                Payload::Bytes(take(b, pos, n)?)
-            }
-            5 => Payload::Bytes(take(b, pos, 4)?),
-            _ => return None,
-        };
-        Some((num, p))
+        // A `String` key is UTF-8: `add` cannot refuse it.
+        let _ = row.add(keys, key.as_bytes(), value);
     }
 }
 
-/// The history row of a `Record`'s bytes without allocating its items: `Some(None)` when
-/// the record holds no history, `None` when the walk meets anything unexpected (the
-/// caller then decodes with prost).
-fn fast_history(rec: &[u8], file: usize, line: u64) -> Option<Option<LogRecord>> {
+/// The history row of a `Record`'s bytes, walked without allocating its items, into
+/// `row`: `Some(false)` when the record holds no history, `None` when the walk meets
+/// anything unexpected (the caller then decodes with prost).
+fn fast_history(rec: &[u8], keys: &mut Keys, row: &mut Row) -> Option<bool> {
     use wire::Payload;
     let mut pos = 0;
     let mut history: Option<&[u8]> = None;
     while pos < rec.len() {
         let (num, p) = wire::field(rec, &mut pos)?;
         match (num, p) {
-            (2, Payload::Bytes(h)) => history = Some(h),
-            // Config and run records go through prost (rare, and their config is kept).
-            (5 | 17, _) => return None,
+            (2, Payload::Bytes(h)) if history.is_none() => history = Some(h),
+            // Config and run records go through prost (rare, and their config is kept);
+            // so does a history field prost would merge or refuse.
+            (2 | 5 | 17, _) => return None,
             _ => {}
         }
     }
     let Some(h) = history else {
-        return Some(None);
+        return Some(false);
     };
-    let mut row = Row::new(16);
+    row.clear();
     let mut pos = 0;
     while pos < h.len() {
         match wire::field(h, &mut pos)? {
             (1, Payload::Bytes(item)) => {
-                let (mut key, mut nested, mut nested_n) = ("", "", 0);
-                let (mut json, mut number): (&str, Option<f64>) = ("", None);
+                let (mut key, mut nested, mut nested_n): (&[u8], &[u8], u32) = (b"", b"", 0);
+                let mut json: &[u8] = b"";
+                // `number`, else `integer`, else `boolean`, as the prost path takes them.
+                let (mut number, mut integer, mut boolean) = (None, None, None);
                 let mut ip = 0;
                 while ip < item.len() {
                     match wire::field(item, &mut ip)? {
-                        (1, Payload::Bytes(k)) => key = std::str::from_utf8(k).ok()?,
+                        (1, Payload::Bytes(k)) => key = k,
                         (2, Payload::Bytes(k)) => {
-                            nested = std::str::from_utf8(k).ok()?;
+                            nested = k;
                             nested_n += 1;
                         }
-                        (4, Payload::Varint(v)) => number = number.or(Some((v != 0) as u8 as f64)),
+                        (4, Payload::Varint(v)) => boolean = Some((v != 0) as u8 as f64),
                         (5, Payload::Varint(v)) => {
                             let i = ((v >> 1) as i64) ^ -((v & 1) as i64);
-                            number = Some(i as f64);
+                            integer = Some(i as f64);
                         }
-                        (6, Payload::Bytes(d)) => {
+                        (6, Payload::Fixed64(d)) => {
                             number = Some(f64::from_le_bytes(d.try_into().ok()?));
                         }
-                        (16, Payload::Bytes(j)) => json = std::str::from_utf8(j).ok()?,
+                        (16, Payload::Bytes(j)) => json = j,
+                        (1 | 2 | 4 | 5 | 6 | 16, _) => return None,
                         _ => {}
                     }
                 }
@@ -348,26 +313,35 @@ fn fast_history(rec: &[u8], file: usize, line: u64) -> Option<Option<LogRecord>>
                 if key.is_empty() && nested_n != 1 {
                     return None;
                 }
-                let k = if key.is_empty() { nested } else { key };
+                if key.is_empty() {
+                    key = nested;
+                } else if nested_n > 0 {
+                    // prost checks the parts' UTF-8 too.
+                    std::str::from_utf8(nested).ok()?;
+                }
                 let value = if json.is_empty() {
-                    ItemValue::Number(number)
+                    ItemValue::Number(number.or(integer).or(boolean))
                 } else {
                     ItemValue::Json(json)
                 };
-                row.add(k, value);
+                row.add(keys, key, value)?;
             }
+            (1, _) => return None,
             (2, Payload::Bytes(st)) => {
                 let mut sp = 0;
                 while sp < st.len() {
-                    if let (1, Payload::Varint(n)) = wire::field(st, &mut sp)? {
-                        row.step = row.step.or(Some(n as i64));
+                    match wire::field(st, &mut sp)? {
+                        (1, Payload::Varint(n)) => row.step = Some(n as i64),
+                        (1, _) => return None,
+                        _ => {}
                     }
                 }
             }
+            (2, _) => return None,
             _ => {}
         }
     }
-    Some(Some(row.finish(file, line)))
+    Some(true)
 }
 
 /// Apply a config record's updates and removals to `out` (flattened `key → text`).
@@ -390,17 +364,17 @@ fn apply_config(c: &ConfigRecord, out: &mut BTreeMap<String, String>) {
     }
 }
 
-/// Stream the history rows of one `.wandb` file into `push` (and its config into
-/// `config` when asked).
+/// Stream the history rows of one `.wandb` file into `w` (and its config into `config`
+/// when asked).
 pub fn read(
     path: &Path,
     mut input: impl Read,
-    file: usize,
     stats: &mut FileStats,
-    push: &mut dyn FnMut(&mut LogRecord),
+    w: &mut RowWriter,
     mut config: Option<&mut BTreeMap<String, String>>,
 ) -> Result<()> {
     let io = |e| Error::io(path, e);
+    let mut row = Row::default();
     let mut block = vec![0u8; BLOCK];
     let mut pending: Vec<u8> = Vec::new();
     // Offset in the file of the record being assembled.
@@ -478,12 +452,12 @@ pub fn read(
                 ));
             }
             pos += REC_HEADER + len;
-            match typ {
+            // A whole record is read where it lies; a fragmented one is assembled.
+            let bytes: &[u8] = match typ {
                 1 => {
-                    pending.clear();
-                    pending.extend_from_slice(data);
                     pending_at = at;
                     in_record = false;
+                    data
                 }
                 2 => {
                     pending.clear();
@@ -498,6 +472,7 @@ pub fn read(
                         continue;
                     }
                     in_record = false;
+                    &pending
                 }
                 _ => {
                     return Err(Error::format(
@@ -506,20 +481,19 @@ pub fn read(
                         format!("W&B record of unknown or misplaced type {typ}"),
                     ))
                 }
-            }
+            };
             n_records += 1;
             if config.is_none() {
-                if let Some(row) = fast_history(&pending, file, n_records) {
-                    if let Some(mut r) = row.filter(|r| !r.fields.is_empty()) {
-                        stats.records += 1;
-                        stats.non_finite +=
-                            r.fields.iter().filter(|(_, v)| !v.is_finite()).count() as u64;
-                        push(&mut r);
+                match fast_history(bytes, &mut w.keys, &mut row) {
+                    Some(true) => {
+                        row.finish(w, n_records, stats);
+                        continue;
                     }
-                    continue;
+                    Some(false) => continue,
+                    None => {}
                 }
             }
-            let mut rec = Record::decode(pending.as_slice()).map_err(|e| {
+            let mut rec = Record::decode(bytes).map_err(|e| {
                 Error::format(
                     path,
                     Position::Byte(pending_at),
@@ -527,13 +501,8 @@ pub fn read(
                 )
             })?;
             if let Some(h) = rec.history.take() {
-                let mut r = history_record(h, file, n_records);
-                if !r.fields.is_empty() {
-                    stats.records += 1;
-                    stats.non_finite +=
-                        r.fields.iter().filter(|(_, v)| !v.is_finite()).count() as u64;
-                    push(&mut r);
-                }
+                history_row(&h, &mut w.keys, &mut row);
+                row.finish(w, n_records, stats);
             }
             if let Some(cfg) = config.as_deref_mut() {
                 if let Some(c) = rec.run.as_ref().and_then(|r| r.config.as_ref()) {
@@ -626,10 +595,35 @@ mod tests {
             run: None,
         }
         .encode_to_vec();
-        let fast = fast_history(&bytes, 0, 1);
-        let r = history_record(h, 0, 1);
+        // Both paths, each with its own keys, as the records a reader hands on.
+        let rows = |fast: bool| {
+            let mut batches = Vec::new();
+            let mut sink = |b| {
+                batches.push(b);
+                None
+            };
+            let mut w = RowWriter::new(&mut sink);
+            let mut row = Row::default();
+            if fast {
+                assert_eq!(fast_history(&bytes, &mut w.keys, &mut row), Some(true));
+            } else {
+                history_row(&h, &mut w.keys, &mut row);
+            }
+            row.finish(&mut w, 1, &mut FileStats::default());
+            w.flush();
+            drop(w);
+            let mut out = Vec::new();
+            let mut names = Vec::new();
+            for b in &batches {
+                super::super::rows::to_records(b, &mut names, 0, &mut |r| out.push(r.clone()));
+            }
+            out
+        };
+        let (fast, slow) = (rows(true), rows(false));
         // (Debug text: the row holds a NaN, which `==` never equals.)
-        assert_eq!(format!("{fast:?}"), format!("{:?}", Some(Some(r.clone()))));
+        assert_eq!(format!("{fast:?}"), format!("{slow:?}"));
+        assert_eq!(slow.len(), 1);
+        let r = &slow[0];
         assert_eq!(r.step, Some(70), "train/global_step wins over _step");
         assert_eq!(r.timestamp, Some(1_700_000_000.5));
         let keys: Vec<&str> = r.fields.iter().map(|(k, _)| k.as_str()).collect();
