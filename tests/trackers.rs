@@ -657,7 +657,8 @@ fn wandb_summary_and_output_log_of_a_run_without_its_transaction_log() {
         finding_spans(&r),
         finding_spans(&scan_one(&fixture("tb/run_a")))
     );
-    // Beside a transaction log, files/ is not read again: the history is the record.
+    // Beside a transaction log, the summary is not read again (the history is the
+    // record); the console capture is, after the history.
     let both = tempfile::tempdir().unwrap();
     copy_tree(&fixture("wandb/run_a/wandb"), both.path());
     let run = std::fs::read_dir(both.path())
@@ -668,8 +669,9 @@ fn wandb_summary_and_output_log_of_a_run_without_its_transaction_log() {
     let src_files = files[0].parent().unwrap();
     copy_tree(src_files, &run.join("files"));
     let found = trackers::find_in_dir(both.path()).unwrap();
-    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found.len(), 2, "{found:?}");
     assert!(found[0].to_string_lossy().ends_with(".wandb"));
+    assert!(found[1].ends_with("files/output.log"), "{found:?}");
 }
 
 #[test]
@@ -1020,4 +1022,107 @@ fn a_folder_of_several_tracker_databases_is_refused_with_their_names() {
     let r = scan_one(dir.path());
     assert_eq!(r.files.len(), 1);
     assert_eq!(r.files[0].format, "trackio");
+}
+
+/// The W&B run folder of fixture `dir` (its one `offline-run-*`).
+fn wandb_run_folder(dir: &str) -> PathBuf {
+    std::fs::read_dir(fixture(dir).join("wandb"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_dir())
+        .unwrap()
+}
+
+#[test]
+fn wandb_run_with_its_console_capture_and_config_yaml() {
+    let m = manifest();
+    let dir = fixture("wandb_full/run_a");
+    let run = wandb_run_folder("wandb_full/run_a");
+    // History first, then the console capture; config.yaml is not a data file.
+    let files = trackers::find_in_dir(&dir).unwrap();
+    let wb = std::fs::read_dir(&run)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "wandb"))
+        .unwrap();
+    assert_eq!(files, vec![wb.clone(), run.join("files/output.log")]);
+    // The history equals wandb's own Record reading of the file.
+    let (got, _) = read_file(&wb);
+    assert_same(&got, &table(&m["runs"]["a"]["wandb_full"]));
+    let r = scan_one(&dir);
+    assert_eq!(r.files[0].format, "wandb");
+    assert_eq!(r.files[1].format, "text (verl_console)");
+    // The console has one step more than the history: the crash step, never logged.
+    let crash = m["runs"]["a"]["wandb_full_console_grad_norm"]
+        .as_object()
+        .unwrap()
+        .len() as i64
+        - 1;
+    assert_eq!(crash, 40);
+    assert_eq!(
+        (r.first_step, r.last_step, r.steps),
+        (Some(0), Some(crash), 41)
+    );
+    // Where both hold a step the history's value stays (the console prints 6 digits).
+    let grad: BTreeMap<i64, f64> = r.frame.series("grad_norm").into_iter().collect();
+    let history = &table(&m["runs"]["a"]["wandb_full"])["train/grad_norm"];
+    for (s, want) in history {
+        assert!(
+            grad[s] == *want || (grad[s].is_nan() && want.is_nan()),
+            "step {s}"
+        );
+    }
+    assert!(grad[&crash].is_nan());
+    let printed = m["runs"]["a"]["wandb_full_console_grad_norm"]["3"]
+        .as_f64()
+        .unwrap();
+    assert_ne!(
+        grad[&3], printed,
+        "the console's rounded value lost to the history's"
+    );
+    // One nan-grad finding with the history's NaN step and the console's crash step.
+    let nan: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.detector == "nan-grad")
+        .collect();
+    assert_eq!(nan.len(), 1);
+    assert_eq!(nan[0].steps, vec![17, crash]);
+    // The other faults as in every format.
+    let spans = finding_spans(&r);
+    assert!(
+        spans.contains(&("dead-groups".to_string(), Some(25), Some(39))),
+        "{spans:?}"
+    );
+    // config.yaml (wandb's own config_util wrote it from the run's config records) is the
+    // config of a files-only run, equal to the transaction log's config records.
+    for run in ["a", "b"] {
+        let cfg = trackers::run_config(&fixture(&format!("wandb_full/run_{run}"))).unwrap();
+        let want = &m["runs"][run]["wandb_config"];
+        assert_eq!(cfg.len(), 4, "{cfg:?}");
+        assert_eq!(
+            cfg["learning_rate"].parse::<f64>().unwrap(),
+            want["learning_rate"].as_f64().unwrap()
+        );
+        assert_eq!(cfg["beta"], "0.04");
+        assert_eq!(cfg["num_generations"], "8");
+        assert_eq!(cfg["model"], "Qwen2.5-0.5B");
+        assert!(m["runs"][run]["wandb_full_config_yaml"]
+            .as_str()
+            .unwrap()
+            .contains("learning_rate:\n  desc: null\n  value: "));
+    }
+    assert!(!fixture("wandb_full/run_b").read_dir().unwrap().any(|e| e
+        .unwrap()
+        .path()
+        .to_string_lossy()
+        .ends_with(".wandb")));
+    // --compare of the full run and the files-only run: their config difference.
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .args(["--compare", "--no-color"])
+        .arg(&dir)
+        .arg(fixture("wandb_full/run_b"))
+        .assert()
+        .stdout(contains("config learning_rate: A 0.000001 | B 0.000003"));
 }

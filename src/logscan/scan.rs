@@ -669,6 +669,7 @@ pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
         found.extend(crate::readers::trackers::find_in_dir(p)?);
         found.sort();
         found.dedup();
+        crate::readers::trackers::sort_for_reading(&mut found);
         if found.is_empty() {
             return Err(Error::Usage(format!(
                 "{}: directory holds no logs (*.jsonl, *.log, *.txt, *.out, trainer_state.json) or tracker files (events.out.tfevents.*, run-*.wandb, *.csv)",

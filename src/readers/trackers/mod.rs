@@ -22,6 +22,7 @@ pub mod rows;
 pub mod sqlite;
 pub mod tfevents;
 pub mod wandb;
+pub mod wandb_config;
 pub mod wandb_files;
 mod wire;
 
@@ -300,37 +301,76 @@ pub fn find_in_dir(dir: &Path) -> Result<Vec<PathBuf>> {
             }
         }
     }
-    // A run's files/ only when the run has no transaction log.
+    // A run's console capture always (its tracebacks and NaN lines, and steps the history
+    // never got); its summary only when the run has no transaction log (the history holds
+    // the same values, step by step).
     let mut files_runs: BTreeSet<PathBuf> = BTreeSet::new();
     for p in wandb_files {
         if let Some(run) = wandb_files::run_of(&p) {
-            if !wandb_runs.contains(&run) {
+            let is_output = p.file_name().is_some_and(|n| n == wandb_files::OUTPUT);
+            if is_output || !wandb_runs.contains(&run) {
                 files_runs.insert(run);
                 out.push(p);
             }
         }
     }
     wandb_runs.extend(files_runs);
-    for (what, runs, pass) in [
-        ("W&B runs", &wandb_runs, "one run's folder"),
-        ("MLflow runs", &mlflow_runs, "one run's folder"),
-        ("tracker databases", &databases, "one database file"),
+    // A resumed W&B run is one run in several folders (`offline-run-<time>-<id>`, one per
+    // launch, the same id).
+    let wandb_ids: BTreeSet<String> = wandb_runs.iter().map(|r| wandb_run_id(r)).collect();
+    for (what, n, runs, pass) in [
+        ("W&B runs", wandb_ids.len(), &wandb_runs, "one run's folder"),
+        (
+            "MLflow runs",
+            mlflow_runs.len(),
+            &mlflow_runs,
+            "one run's folder",
+        ),
+        (
+            "tracker databases",
+            databases.len(),
+            &databases,
+            "one database file",
+        ),
     ] {
-        if runs.len() > 1 {
+        if n > 1 {
             let names: Vec<String> = runs
                 .iter()
                 .map(|r| r.strip_prefix(dir).unwrap_or(r).display().to_string())
                 .collect();
             return Err(Error::Usage(format!(
-                "{}: holds {} {what} ({}); pass {pass}",
+                "{}: holds {n} {what} ({}); pass {pass}",
                 dir.display(),
-                runs.len(),
                 names.join(", ")
             )));
         }
     }
-    out.sort();
+    sort_for_reading(&mut out);
     Ok(out)
+}
+
+/// The run id of a W&B run folder (`offline-run-20250101_000000-<id>`, `run-…-<id>`), or
+/// the folder's whole name.
+fn wandb_run_id(run: &Path) -> String {
+    let name = run
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    match name.rsplit_once('-') {
+        Some((_, id)) if name.contains("run-") => id.to_string(),
+        _ => name,
+    }
+}
+
+/// Sort files into reading order: by path, except that a W&B run's `files/` (console,
+/// summary) come after every transaction log, so the history's values are the ones a
+/// step keeps when both hold it (the first value read for a step and metric stays).
+pub fn sort_for_reading(files: &mut [PathBuf]) {
+    files.sort_by(|a, b| {
+        let ka = wandb_files::run_of(a).is_some();
+        let kb = wandb_files::run_of(b).is_some();
+        ka.cmp(&kb).then_with(|| a.cmp(b))
+    });
 }
 
 /// A run's configuration, flattened to `key → JSON text`, from what the run directory or
@@ -354,6 +394,24 @@ pub fn run_config_of(input: &Path, run: Option<&str>) -> Result<BTreeMap<String,
     } else {
         vec![input.to_path_buf()]
     };
+    // A W&B run's config.yaml first: its transaction log's config records, when there is
+    // one, are applied over it.
+    let mut yaml_runs: BTreeSet<PathBuf> = BTreeSet::new();
+    for f in &files {
+        let run = match wandb_files::run_of(f) {
+            Some(r) => Some(r),
+            None if f.extension().is_some_and(|e| e == "wandb") => {
+                f.parent().map(Path::to_path_buf)
+            }
+            None => None,
+        };
+        if let Some(run) = run {
+            let yaml = run.join("files").join(wandb_config::CONFIG);
+            if yaml.is_file() && yaml_runs.insert(run) {
+                wandb_config::read(&yaml, &mut out)?;
+            }
+        }
+    }
     let mut mlflow_runs: Vec<PathBuf> = Vec::new();
     for f in files {
         let name = f
