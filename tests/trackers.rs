@@ -1126,3 +1126,189 @@ fn wandb_run_with_its_console_capture_and_config_yaml() {
         .assert()
         .stdout(contains("config learning_rate: A 0.000001 | B 0.000003"));
 }
+
+/// A manifest number: JSON numbers and the strings "NaN", "Infinity", "-Infinity".
+fn num(v: &serde_json::Value) -> f64 {
+    match v.as_str() {
+        Some("NaN") => f64::NAN,
+        Some("Infinity") => f64::INFINITY,
+        Some("-Infinity") => f64::NEG_INFINITY,
+        _ => v.as_f64().unwrap(),
+    }
+}
+
+/// Equal as numbers, NaN equal to NaN.
+fn same(a: f64, b: f64) -> bool {
+    a == b || (a.is_nan() && b.is_nan())
+}
+
+#[test]
+fn appended_and_resumed_runs_read_every_launch_and_keep_the_first_value_per_step() {
+    let m = manifest();
+    for (dir, what) in [
+        ("tb_appended/run", "tensorboard"),
+        ("wandb_resumed/run", "wandb"),
+    ] {
+        // Both launches are one run: two event files in one folder, or two W&B folders of
+        // one run id (not refused as two runs).
+        let files = trackers::find_in_dir(&fixture(dir)).unwrap();
+        assert_eq!(files.len(), 2, "{files:?}");
+        // Every value of both launches, as the package's own reader returns them (tbparse
+        // lists them by step, file order within a step; wandb's Record class file by file).
+        let mut rows: BTreeMap<String, Vec<(i64, f64)>> = BTreeMap::new();
+        for f in &files {
+            let kind = trackers::sniff(f, b"").unwrap();
+            let input = std::fs::File::open(f).unwrap();
+            trackers::read(kind, f, input, 0, &mut |r| {
+                for (k, v) in &r.fields {
+                    rows.entry(k.clone())
+                        .or_default()
+                        .push((r.step.unwrap(), *v));
+                }
+            })
+            .unwrap();
+        }
+        if what == "tensorboard" {
+            for v in rows.values_mut() {
+                v.sort_by_key(|(s, _)| *s);
+            }
+        }
+        let want = m["appended"][what].as_object().unwrap();
+        assert_eq!(
+            rows.keys().collect::<Vec<_>>(),
+            want.keys().collect::<Vec<_>>()
+        );
+        for (k, w) in want {
+            let w: Vec<(i64, f64)> = w
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| (p[0].as_i64().unwrap(), num(&p[1])))
+                .collect();
+            assert_eq!(rows[k].len(), w.len(), "{what} {k}");
+            for ((gs, gv), (ws, wv)) in rows[k].iter().zip(&w) {
+                assert!(
+                    *gs == *ws && same(*gv, *wv),
+                    "{what} {k}: {gs} {gv} vs {ws} {wv}"
+                );
+            }
+        }
+        // The frame keeps one value per step: the first launch's where both logged it (as
+        // W&B's server keeps a resumed run: a step logged again is dropped).
+        let r = scan_one(&fixture(dir));
+        assert_eq!((r.steps, r.first_step, r.last_step), (10, Some(0), Some(9)));
+        let loss: BTreeMap<i64, f64> = r.frame.series("loss").into_iter().collect();
+        let logged = &rows["train/loss"];
+        for s in [4, 5] {
+            // Launch 1 logged below 2, launch 2 above.
+            let first = logged.iter().find(|(t, _)| *t == s).unwrap().1;
+            assert!(first < 2.0, "{what} step {s}");
+            assert_eq!(loss[&s], first, "{what} step {s}");
+        }
+        assert!(loss[&9] > 2.0, "{what}: launch 2's steps after the overlap");
+        // NaN, +inf and -inf of launch 2 are values, counted and found.
+        let grad: BTreeMap<i64, f64> = r.frame.series("grad_norm").into_iter().collect();
+        assert!(grad[&6].is_nan());
+        assert_eq!((grad[&7], grad[&8]), (f64::INFINITY, f64::NEG_INFINITY));
+        assert_eq!(r.files[1].non_finite, 3, "{what}");
+        let nan: Vec<_> = r
+            .findings
+            .iter()
+            .filter(|f| f.detector == "nan-grad")
+            .collect();
+        assert_eq!(nan.len(), 1, "{what}");
+        assert_eq!(nan[0].steps, vec![6, 7, 8], "{what}");
+    }
+    // Two W&B runs of different ids in one folder are still two runs.
+    let two = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("wandb_resumed/run/wandb"), two.path());
+    copy_tree(&fixture("wandb/run_a/wandb"), two.path());
+    let err = trackers::find_in_dir(two.path()).unwrap_err().to_string();
+    assert!(err.contains("holds 2 W&B runs"), "{err}");
+}
+
+#[test]
+fn nan_and_infinities_are_values_in_the_text_and_parquet_formats() {
+    // (TensorBoard and W&B: the appended-run fixtures; MLflow SQLite and Trackio: their
+    // readers' unit tests.) Each file holds grad_norm NaN, +inf, -inf at steps 3, 4, 5 of
+    // 12, written the way each producer writes them.
+    let dir = tempfile::tempdir().unwrap();
+    let cell = |s: usize, nan: &str, inf: &str, ninf: &str| match s {
+        3 => nan.to_string(),
+        4 => inf.to_string(),
+        5 => ninf.to_string(),
+        _ => "0.5".to_string(),
+    };
+    // Python's csv module / pandas: nan, inf, -inf.
+    let plain: String = std::iter::once("step,grad_norm\n".to_string())
+        .chain((0..12).map(|s| format!("{s},{}\n", cell(s, "nan", "inf", "-inf"))))
+        .collect();
+    std::fs::write(dir.path().join("plain.csv"), plain).unwrap();
+    // The W&B UI's export: NaN, Infinity, -Infinity.
+    let export: String = std::iter::once("Step,r - train/grad_norm\n".to_string())
+        .chain((0..12).map(|s| format!("{s},{}\n", cell(s, "NaN", "Infinity", "-Infinity"))))
+        .collect();
+    std::fs::write(dir.path().join("export.csv"), export).unwrap();
+    // MLflow's file store: `<ms> <str(value)> <step>` lines.
+    let run = dir.path().join("mlruns/1/abc");
+    std::fs::create_dir_all(run.join("metrics/train")).unwrap();
+    std::fs::write(run.join("meta.yaml"), "run_id: abc\n").unwrap();
+    let lines: String = (0..12)
+        .map(|s| {
+            format!(
+                "{} {} {s}\n",
+                1_700_000_000_000u64 + s as u64,
+                cell(s, "nan", "inf", "-inf")
+            )
+        })
+        .collect();
+    std::fs::write(run.join("metrics/train/grad_norm"), lines).unwrap();
+    // Parquet (polars, as a Trackio export or a pandas table would hold them).
+    let mut df = polars::prelude::DataFrame::new(
+        12,
+        vec![
+            polars::prelude::Column::new("step".into(), (0..12i64).collect::<Vec<_>>()),
+            polars::prelude::Column::new(
+                "grad_norm".into(),
+                (0..12)
+                    .map(|s| cell(s, "NaN", "inf", "-inf").parse::<f64>().unwrap())
+                    .collect::<Vec<_>>(),
+            ),
+        ],
+    )
+    .unwrap();
+    let pq = dir.path().join("table.parquet");
+    polars::prelude::ParquetWriter::new(std::fs::File::create(&pq).unwrap())
+        .finish(&mut df)
+        .unwrap();
+    for p in [
+        dir.path().join("plain.csv"),
+        dir.path().join("export.csv"),
+        run.clone(),
+        pq,
+    ] {
+        let r = scan_one(&p);
+        let grad: BTreeMap<i64, f64> = r.frame.series("grad_norm").into_iter().collect();
+        assert_eq!(grad.len(), 12, "{}", p.display());
+        assert!(grad[&3].is_nan(), "{}", p.display());
+        assert_eq!(
+            (grad[&4], grad[&5]),
+            (f64::INFINITY, f64::NEG_INFINITY),
+            "{}",
+            p.display()
+        );
+        assert_eq!(
+            r.files.iter().map(|f| f.non_finite).sum::<u64>(),
+            3,
+            "{}",
+            p.display()
+        );
+        let nan: Vec<_> = r
+            .findings
+            .iter()
+            .filter(|f| f.detector == "nan-grad")
+            .collect();
+        assert_eq!(nan.len(), 1, "{}", p.display());
+        assert_eq!(nan[0].steps, vec![3, 4, 5], "{}", p.display());
+    }
+}
