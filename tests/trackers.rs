@@ -1312,3 +1312,157 @@ fn nan_and_infinities_are_values_in_the_text_and_parquet_formats() {
         assert_eq!(nan[0].steps, vec![3, 4, 5], "{}", p.display());
     }
 }
+
+/// A TFRecord of `data` (length, masked CRC-32C of it, data, masked CRC-32C of the data).
+fn tfrecord(out: &mut Vec<u8>, data: &[u8]) {
+    use rlforensics::readers::trackers::tfevents::masked_crc;
+    let len = (data.len() as u64).to_le_bytes();
+    out.extend_from_slice(&len);
+    out.extend_from_slice(&masked_crc(&len).to_le_bytes());
+    out.extend_from_slice(data);
+    out.extend_from_slice(&masked_crc(data).to_le_bytes());
+}
+
+#[test]
+fn long_tracker_files_read_across_many_batches_with_late_keys() {
+    use prost::Message;
+    use rlforensics::readers::trackers::tfevents::{Event, Summary, SummaryValue, TensorProto};
+    use rlforensics::readers::trackers::wandb::{HistoryItem, HistoryRecord, HistoryStep, Record};
+    // 30,000 steps of 3 keys (far more values than one batch holds), a 4th key only from
+    // step 25,000, and every 1,000th step's kl as a tensor (the prost path) amid the
+    // allocation-free walk.
+    const N: i64 = 30_000;
+    let value = |k: usize, s: i64| 0.5 + 0.001 * ((s * 7 + k as i64 * 13) % 997) as f64;
+    let keys = ["train/loss", "train/kl", "train/grad_norm", "late/metric"];
+    let has = |k: usize, s: i64| k < 3 || s >= 25_000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut tf = Vec::new();
+    for s in 0..N {
+        for (k, key) in keys.iter().enumerate().filter(|(k, _)| has(*k, s)) {
+            let v = value(k, s) as f32;
+            let sv = if k == 1 && s % 1000 == 0 {
+                SummaryValue {
+                    tag: key.to_string(),
+                    simple_value: None,
+                    metadata: None,
+                    tensor: Some(Box::new(TensorProto {
+                        dtype: 1,
+                        tensor_shape: None,
+                        tensor_content: Vec::new(),
+                        half_val: Vec::new(),
+                        float_val: vec![v],
+                        double_val: Vec::new(),
+                        int_val: Vec::new(),
+                        int64_val: Vec::new(),
+                        bool_val: Vec::new(),
+                        uint32_val: Vec::new(),
+                        uint64_val: Vec::new(),
+                    })),
+                }
+            } else {
+                SummaryValue {
+                    tag: key.to_string(),
+                    simple_value: Some(v),
+                    metadata: None,
+                    tensor: None,
+                }
+            };
+            let ev = Event {
+                wall_time: 1.7e9 + s as f64,
+                step: s,
+                file_version: None,
+                summary: Some(Summary { value: vec![sv] }),
+            };
+            tfrecord(&mut tf, &ev.encode_to_vec());
+        }
+    }
+    // More than one 4 MiB read chunk: records straddle the chunk boundary.
+    assert!(tf.len() > 4 << 20, "{}", tf.len());
+    let tb = dir.path().join("events.out.tfevents.1.long");
+    std::fs::write(&tb, &tf).unwrap();
+    // The same file cut 5 bytes into a next record's header: every record stands.
+    let cut_dir = tempfile::tempdir().unwrap();
+    let cut = cut_dir.path().join("events.out.tfevents.2.cut");
+    let head = tf[..5].to_vec();
+    std::fs::write(&cut, [tf.as_slice(), head.as_slice()].concat()).unwrap();
+    let r = scan_one(&cut);
+    assert!(r.files[0].truncated_last_line);
+    assert_eq!(
+        (r.steps, r.files[0].bytes),
+        (N as usize, tf.len() as u64 + 5)
+    );
+    // The same rows as a W&B transaction log (FULL records, padded at block ends).
+    let mut wb = b":W&B\xe1\xbe\x00".to_vec();
+    for s in 0..N {
+        let mut item: Vec<HistoryItem> = keys
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| has(*k, s))
+            .map(|(k, key)| HistoryItem {
+                key: String::new(),
+                nested_key: vec![key.to_string()],
+                boolean: None,
+                integer: None,
+                number: None,
+                value_json: format!("{}", value(k, s) as f32 as f64),
+            })
+            .collect();
+        item.push(HistoryItem {
+            key: "_step".to_string(),
+            nested_key: Vec::new(),
+            boolean: None,
+            integer: None,
+            number: None,
+            value_json: s.to_string(),
+        });
+        let data = Record {
+            history: Some(HistoryRecord {
+                item,
+                step: Some(HistoryStep { num: s }),
+            }),
+            config: None,
+            run: None,
+        }
+        .encode_to_vec();
+        let left = 32768 - wb.len() % 32768;
+        if left < 7 + data.len() {
+            wb.resize(wb.len() + left, 0);
+        }
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&[1]);
+        crc.update(&data);
+        wb.extend_from_slice(&crc.finalize().to_le_bytes());
+        wb.extend_from_slice(&(data.len() as u16).to_le_bytes());
+        wb.push(1);
+        wb.extend_from_slice(&data);
+    }
+    let wandb_dir = dir.path().join("wandb/offline-run-20250101_000000-long");
+    std::fs::create_dir_all(&wandb_dir).unwrap();
+    std::fs::write(wandb_dir.join("run-long.wandb"), &wb).unwrap();
+    for (path, what) in [(tb, "tensorboard"), (dir.path().join("wandb"), "wandb")] {
+        let r = scan(
+            std::slice::from_ref(&path),
+            &ScanOptions {
+                keep_raw: true,
+                ..ScanOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!((r.steps, r.last_step), (N as usize, Some(N - 1)), "{what}");
+        for (k, key) in keys.iter().enumerate() {
+            // train/… keys reach the canonical metrics; the late key is a raw column.
+            let col: Vec<(i64, f64)> = if k == 3 {
+                let c = r.frame.raw(key).unwrap();
+                c.present().map(|(i, v)| (r.frame.step(i), v)).collect()
+            } else {
+                r.frame.points(&key[6..]).collect()
+            };
+            let want: Vec<(i64, f64)> = (0..N)
+                .filter(|s| has(k, *s))
+                .map(|s| (s, value(k, s) as f32 as f64))
+                .collect();
+            assert_eq!(col.len(), want.len(), "{what} {key}");
+            assert!(col == want, "{what} {key}");
+        }
+    }
+}

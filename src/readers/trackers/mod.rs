@@ -253,12 +253,12 @@ fn is_scanned_parquet(path: &Path) -> bool {
 /// Tracker files under directory `dir`: event files, `run-*.wandb` files, MLflow
 /// metric files and SQLite databases (`mlflow.db`, Trackio's `<project>.db`) at any depth
 /// (TensorBoard writes sub-folders per writer, W&B `wandb/offline-run-*/`, MLflow
-/// `mlruns/<exp>/<run>/metrics/`); a W&B run's `files/wandb-summary.json` and
-/// `files/output.log` when that run has no `run-*.wandb` (its history is the better
+/// `mlruns/<exp>/<run>/metrics/`); a W&B run's `files/output.log`, and its
+/// `files/wandb-summary.json` when the run has no `run-*.wandb` (its history is the better
 /// record of the same steps); `*.csv` with a step column and `*.parquet` (not a database's
-/// export) at the top level only. Sorted by path. A folder holding several W&B or MLflow
-/// runs, or several databases, is refused: one run is one input, and merging runs by step
-/// would mix them.
+/// export) at the top level only. In [`sort_for_reading`] order. A folder holding several
+/// W&B runs (folders of one run id, a resumed run, are one), MLflow runs or databases is
+/// refused: one run is one input, and merging runs by step would mix them.
 pub fn find_in_dir(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let mut wandb_runs: BTreeSet<PathBuf> = BTreeSet::new();
@@ -374,8 +374,8 @@ pub fn sort_for_reading(files: &mut [PathBuf]) {
 }
 
 /// A run's configuration, flattened to `key → JSON text`, from what the run directory or
-/// file carries: W&B config records of `run-*.wandb` files, MLflow `params/`,
-/// `run_metadata.json`.
+/// file carries: W&B `files/config.yaml` and the config records of `run-*.wandb` files
+/// (applied over it), MLflow `params/`, `run_metadata.json`.
 /// Empty when the input carries none.
 pub fn run_config(input: &Path) -> Result<BTreeMap<String, String>> {
     run_config_of(input, None)

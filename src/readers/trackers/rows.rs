@@ -87,6 +87,11 @@ impl Keys {
         self.id(k.as_bytes()).unwrap_or(u32::MAX)
     }
 
+    /// Every name, by id.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
     /// The name of id `i`.
     pub fn name(&self, i: u32) -> &str {
         self.names.get(i as usize).map_or("", String::as_str)

@@ -23,6 +23,8 @@ pub const MAGIC: &[u8] = b":W&B";
 const FILE_HEADER: usize = 7;
 /// LevelDB log block size.
 const BLOCK: usize = 32768;
+/// Blocks read at a time.
+const CHUNK_BLOCKS: usize = 128;
 /// Record header: CRC (u32 LE), length (u16 LE), type (u8).
 const REC_HEADER: usize = 7;
 
@@ -365,7 +367,8 @@ fn apply_config(c: &ConfigRecord, out: &mut BTreeMap<String, String>) {
 }
 
 /// Stream the history rows of one `.wandb` file into `w` (and its config into `config`
-/// when asked).
+/// when asked). The file is read 4 MiB at a time; each chunk's records are framed and
+/// CRC-checked in order, then parsed in parallel ([`parse_records`]).
 pub fn read(
     path: &Path,
     mut input: impl Read,
@@ -374,8 +377,10 @@ pub fn read(
     mut config: Option<&mut BTreeMap<String, String>>,
 ) -> Result<()> {
     let io = |e| Error::io(path, e);
-    let mut row = Row::default();
-    let mut block = vec![0u8; BLOCK];
+    let mut chunk = vec![0u8; CHUNK_BLOCKS * BLOCK];
+    // Whole records of the chunk, and the fragmented ones assembled.
+    let mut recs: Vec<RecRef> = Vec::new();
+    let mut owned: Vec<Vec<u8>> = Vec::new();
     let mut pending: Vec<u8> = Vec::new();
     // Offset in the file of the record being assembled.
     let mut pending_at: u64 = 0;
@@ -383,146 +388,264 @@ pub fn read(
     let mut n_records: u64 = 0;
     let mut block_start: u64 = 0;
     let mut first = true;
-    'blocks: loop {
-        let got = read_block(&mut input, &mut block).map_err(io)?;
-        if got == 0 {
+    let mut ended = false;
+    while !ended {
+        let got_chunk = read_block(&mut input, &mut chunk).map_err(io)?;
+        if got_chunk == 0 {
             break;
         }
-        let buf = &block[..got];
-        let mut pos = 0usize;
-        if first {
-            first = false;
-            let ok = buf.len() >= FILE_HEADER
-                && buf.starts_with(MAGIC)
-                && buf.get(4..6) == Some(&[0xE1, 0xBE][..]);
-            if !ok {
-                return Err(Error::format(
-                    path,
-                    Position::Byte(0),
-                    "not a W&B transaction log: the file does not start with \":W&B\" and magic 0xBEE1",
-                ));
-            }
-            if buf.get(6) != Some(&0) {
-                return Err(Error::format(
-                    path,
-                    Position::Byte(6),
-                    format!(
-                        "W&B transaction log version {} (only version 0 is known)",
-                        buf[6]
-                    ),
-                ));
-            }
-            pos = FILE_HEADER;
-        }
-        while pos + REC_HEADER <= buf.len() {
-            let h = &buf[pos..pos + REC_HEADER];
-            let crc = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
-            let len = u16::from_le_bytes([h[4], h[5]]) as usize;
-            let typ = h[6];
-            let at = block_start + pos as u64;
-            if typ == 0 && len == 0 && crc == 0 {
-                // Zero padding: the writer's preallocated or flushed tail.
-                if buf[pos..].iter().all(|b| *b == 0) {
-                    if got < BLOCK {
-                        break 'blocks;
-                    }
-                    break;
-                }
-            }
-            let Some(data) = buf.get(pos + REC_HEADER..pos + REC_HEADER + len) else {
-                if got < BLOCK {
-                    truncated(stats, at, n_records);
-                    block_start += got as u64;
-                    break 'blocks;
-                }
-                return Err(Error::format(
-                    path,
-                    Position::Byte(at),
-                    format!("W&B record length {len} runs past its 32 KiB block"),
-                ));
-            };
-            let mut hasher = crc32fast::Hasher::new();
-            hasher.update(&[typ]);
-            hasher.update(data);
-            if hasher.finalize() != crc {
-                return Err(Error::format(
-                    path,
-                    Position::Byte(at),
-                    format!("W&B record CRC mismatch (type {typ}, length {len})"),
-                ));
-            }
-            pos += REC_HEADER + len;
-            // A whole record is read where it lies; a fragmented one is assembled.
-            let bytes: &[u8] = match typ {
-                1 => {
-                    pending_at = at;
-                    in_record = false;
-                    data
-                }
-                2 => {
-                    pending.clear();
-                    pending.extend_from_slice(data);
-                    pending_at = at;
-                    in_record = true;
-                    continue;
-                }
-                3 | 4 if in_record => {
-                    pending.extend_from_slice(data);
-                    if typ == 3 {
-                        continue;
-                    }
-                    in_record = false;
-                    &pending
-                }
-                _ => {
+        recs.clear();
+        owned.clear();
+        let mut framing: Result<()> = Ok(());
+        let mut block_at = 0usize;
+        'blocks: while block_at < got_chunk {
+            let got = (got_chunk - block_at).min(BLOCK);
+            let buf = &chunk[block_at..block_at + got];
+            let mut pos = 0usize;
+            if first {
+                first = false;
+                let ok = buf.len() >= FILE_HEADER
+                    && buf.starts_with(MAGIC)
+                    && buf.get(4..6) == Some(&[0xE1, 0xBE][..]);
+                if !ok {
                     return Err(Error::format(
                         path,
-                        Position::Byte(at),
-                        format!("W&B record of unknown or misplaced type {typ}"),
-                    ))
+                        Position::Byte(0),
+                        "not a W&B transaction log: the file does not start with \":W&B\" and magic 0xBEE1",
+                    ));
                 }
-            };
-            n_records += 1;
-            if config.is_none() {
-                match fast_history(bytes, &mut w.keys, &mut row) {
-                    Some(true) => {
-                        row.finish(w, n_records, stats);
+                if buf.get(6) != Some(&0) {
+                    return Err(Error::format(
+                        path,
+                        Position::Byte(6),
+                        format!(
+                            "W&B transaction log version {} (only version 0 is known)",
+                            buf[6]
+                        ),
+                    ));
+                }
+                pos = FILE_HEADER;
+            }
+            while pos + REC_HEADER <= buf.len() {
+                let h = &buf[pos..pos + REC_HEADER];
+                let crc = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+                let len = u16::from_le_bytes([h[4], h[5]]) as usize;
+                let typ = h[6];
+                let at = block_start + pos as u64;
+                if typ == 0 && len == 0 && crc == 0 {
+                    // Zero padding: the writer's preallocated or flushed tail.
+                    if buf[pos..].iter().all(|b| *b == 0) {
+                        if got < BLOCK {
+                            ended = true;
+                            break 'blocks;
+                        }
+                        break;
+                    }
+                }
+                let Some(data) = buf.get(pos + REC_HEADER..pos + REC_HEADER + len) else {
+                    if got < BLOCK {
+                        truncated(stats, at, n_records);
+                        block_start += got as u64;
+                        ended = true;
+                        break 'blocks;
+                    }
+                    framing = Err(Error::format(
+                        path,
+                        Position::Byte(at),
+                        format!("W&B record length {len} runs past its 32 KiB block"),
+                    ));
+                    break 'blocks;
+                };
+                let mut hasher = crc32fast::Hasher::new();
+                hasher.update(&[typ]);
+                hasher.update(data);
+                if hasher.finalize() != crc {
+                    framing = Err(Error::format(
+                        path,
+                        Position::Byte(at),
+                        format!("W&B record CRC mismatch (type {typ}, length {len})"),
+                    ));
+                    break 'blocks;
+                }
+                let start = block_at + pos + REC_HEADER;
+                pos += REC_HEADER + len;
+                // A whole record is read where it lies; a fragmented one is assembled.
+                let span = match typ {
+                    1 => {
+                        pending_at = at;
+                        in_record = false;
+                        Span::Chunk(start, start + len)
+                    }
+                    2 => {
+                        pending.clear();
+                        pending.extend_from_slice(data);
+                        pending_at = at;
+                        in_record = true;
                         continue;
                     }
-                    Some(false) => continue,
-                    None => {}
-                }
+                    3 | 4 if in_record => {
+                        pending.extend_from_slice(data);
+                        if typ == 3 {
+                            continue;
+                        }
+                        in_record = false;
+                        owned.push(std::mem::take(&mut pending));
+                        Span::Owned(owned.len() - 1)
+                    }
+                    _ => {
+                        framing = Err(Error::format(
+                            path,
+                            Position::Byte(at),
+                            format!("W&B record of unknown or misplaced type {typ}"),
+                        ));
+                        break 'blocks;
+                    }
+                };
+                n_records += 1;
+                recs.push(RecRef {
+                    at: pending_at,
+                    n: n_records,
+                    span,
+                });
             }
-            let mut rec = Record::decode(bytes).map_err(|e| {
-                Error::format(
-                    path,
-                    Position::Byte(pending_at),
-                    format!("record {n_records} is not a W&B Record protobuf: {e}"),
-                )
-            })?;
-            if let Some(h) = rec.history.take() {
-                history_row(&h, &mut w.keys, &mut row);
-                row.finish(w, n_records, stats);
-            }
-            if let Some(cfg) = config.as_deref_mut() {
-                if let Some(c) = rec.run.as_ref().and_then(|r| r.config.as_ref()) {
-                    apply_config(c, cfg);
-                }
-                if let Some(c) = &rec.config {
-                    apply_config(c, cfg);
-                }
+            block_start += got as u64;
+            block_at += got;
+            if got < BLOCK {
+                ended = true;
             }
         }
-        block_start += got as u64;
-        if got < BLOCK {
-            break;
-        }
+        // The records before a framing error are read first: an earlier record's error
+        // is the one reported.
+        let bytes = |r: &RecRef| match r.span {
+            Span::Chunk(a, b) => chunk.get(a..b).unwrap_or_default(),
+            Span::Owned(i) => owned.get(i).map_or(&[][..], Vec::as_slice),
+        };
+        let whole: Vec<(u64, u64, &[u8])> = recs.iter().map(|r| (r.at, r.n, bytes(r))).collect();
+        parse_records(path, &whole, stats, w, config.as_deref_mut())?;
+        framing?;
     }
     if in_record {
         truncated(stats, pending_at, n_records);
     }
     stats.bytes = block_start;
     stats.lines = n_records;
+    Ok(())
+}
+
+/// Where a framed record's bytes are: in the chunk, or assembled from fragments.
+enum Span {
+    Chunk(usize, usize),
+    Owned(usize),
+}
+
+/// A framed, CRC-checked record: its file offset, its number (1-based), its bytes.
+struct RecRef {
+    at: u64,
+    n: u64,
+    span: Span,
+}
+
+/// The rows of a run of records with part-local key ids (parsed on a worker).
+#[derive(Default)]
+struct Part {
+    names: Vec<String>,
+    /// `(step, timestamp, record number, fields end)`.
+    rows: Vec<(Option<i64>, Option<f64>, u64, usize)>,
+    fields: Vec<(u32, f64)>,
+}
+
+/// Records per parallel part.
+const PART_RECORDS: usize = 2048;
+
+/// Parse `recs` (`(offset, number, bytes)`, in file order) into `w`: in parallel parts
+/// with their own key ids, renumbered into the file's keys in order (so keys keep their
+/// first-seen order); the first record that is not a `Record` protobuf is the error. With
+/// `config`, one by one, applying config records too.
+fn parse_records(
+    path: &Path,
+    recs: &[(u64, u64, &[u8])],
+    stats: &mut FileStats,
+    w: &mut RowWriter,
+    config: Option<&mut BTreeMap<String, String>>,
+) -> Result<()> {
+    use rayon::prelude::*;
+    let bad = |at: u64, n: u64, e: prost::DecodeError| {
+        Error::format(
+            path,
+            Position::Byte(at),
+            format!("record {n} is not a W&B Record protobuf: {e}"),
+        )
+    };
+    if let Some(cfg) = config {
+        let mut row = Row::default();
+        for &(at, n, bytes) in recs {
+            let mut rec = Record::decode(bytes).map_err(|e| bad(at, n, e))?;
+            if let Some(h) = rec.history.take() {
+                history_row(&h, &mut w.keys, &mut row);
+                row.finish(w, n, stats);
+            }
+            if let Some(c) = rec.run.as_ref().and_then(|r| r.config.as_ref()) {
+                apply_config(c, cfg);
+            }
+            if let Some(c) = &rec.config {
+                apply_config(c, cfg);
+            }
+        }
+        return Ok(());
+    }
+    let parts: Vec<(Part, Option<Error>)> = recs
+        .par_chunks(PART_RECORDS)
+        .map(|part| {
+            let mut keys = Keys::default();
+            let mut row = Row::default();
+            let mut out = Part::default();
+            for &(at, n, bytes) in part {
+                let got = match fast_history(bytes, &mut keys, &mut row) {
+                    Some(got) => got,
+                    None => match Record::decode(bytes) {
+                        Ok(rec) => match &rec.history {
+                            Some(h) => {
+                                history_row(h, &mut keys, &mut row);
+                                true
+                            }
+                            None => false,
+                        },
+                        Err(e) => {
+                            out.names = keys.names().to_vec();
+                            return (out, Some(bad(at, n, e)));
+                        }
+                    },
+                };
+                if got && !row.fields.is_empty() {
+                    out.fields.extend_from_slice(&row.fields);
+                    let step = row.trainer_step.or(row.step);
+                    out.rows.push((step, row.timestamp, n, out.fields.len()));
+                }
+            }
+            out.names = keys.names().to_vec();
+            (out, None)
+        })
+        .collect();
+    let mut ids: Vec<(u32, f64)> = Vec::new();
+    for (part, err) in parts {
+        let map: Vec<u32> = part.names.iter().map(|k| w.keys.id_str(k)).collect();
+        let mut start = 0;
+        for &(step, ts, n, end) in &part.rows {
+            ids.clear();
+            ids.extend(
+                part.fields
+                    .get(start..end)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|&(k, v)| (map.get(k as usize).copied().unwrap_or(u32::MAX), v)),
+            );
+            start = end;
+            w.row(step, ts, SourceKind::Wandb, n, &ids, stats);
+        }
+        if let Some(e) = err {
+            return Err(e);
+        }
+    }
     Ok(())
 }
 
