@@ -1466,3 +1466,24 @@ fn long_tracker_files_read_across_many_batches_with_late_keys() {
         }
     }
 }
+
+#[test]
+fn tracker_scans_run_inside_a_rayon_pool_too() {
+    use rayon::prelude::*;
+    // A caller scanning runs in parallel, more runs than pool threads: inside the pool each
+    // scan reads its file on the worker itself, not on a reader thread it waits for; the
+    // findings equal those of the threaded read outside the pool.
+    let runs = ["wandb/run_a", "tb/run_a", "wandb_full/run_a"];
+    let want: Vec<_> = runs
+        .iter()
+        .map(|r| finding_spans(&scan_one(&fixture(r))))
+        .collect();
+    let inputs: Vec<usize> = (0..rayon::current_num_threads() * 2 + 1).collect();
+    let got: Vec<_> = inputs
+        .par_iter()
+        .map(|i| finding_spans(&scan_one(&fixture(runs[i % runs.len()]))))
+        .collect();
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(*g, want[i % runs.len()], "{}", runs[i % runs.len()]);
+    }
+}

@@ -44,6 +44,15 @@ pub fn read_tracker(
             builder.push_ids(h.step, h.timestamp, h.source, &ids);
         }
     };
+    // Inside a rayon worker (a caller scanning in parallel), read on this thread: a
+    // worker blocked on the channel would hold a pool thread the reader's parallel parse
+    // may be waiting for.
+    if rayon::current_thread_index().is_some() {
+        return trackers::read_rows(kind, path, input, run, &mut |b| {
+            fold(&b);
+            Some(b)
+        });
+    }
     std::thread::scope(|s| {
         let (tx, rx) = std::sync::mpsc::sync_channel::<RowBatch>(QUEUE);
         // Folded batches go back to the reader to be refilled.
