@@ -7,6 +7,7 @@
 #   benches/compare.sh            # REPEATS=3 (best of), 1 GB steps.jsonl, 290 MB dump trees
 #   REPEATS=1 benches/compare.sh  # quicker
 #   SECTIONS=trackers benches/compare.sh   # only some of: dumpdiff read logscan kernels trackers
+#   SECTIONS=trackers LOGSCAN_BIN=/tmp/logscan benches/compare.sh   # time that binary, no build
 #
 # trackers: a 1 GB TensorBoard event file and a 1 GB W&B `.wandb` file (benches/gen_trackers.py,
 # written into $TRK_DATA, default /work/tmp-trackers, deleted afterwards unless KEEP=1) scanned
@@ -33,7 +34,9 @@ trap 'rm -rf "$OUT"' EXIT
 has() { [[ " $SECTIONS " == *" $1 "* ]]; }
 touch "$OUT/rows"
 
-if [ "$SECTIONS" = trackers ]; then
+if [ "$SECTIONS" = trackers ] && [ -n "${LOGSCAN_BIN:-}" ]; then
+  :  # a logscan built elsewhere (a target dir shared by several checkouts is rebuilt under us)
+elif [ "$SECTIONS" = trackers ]; then
   cargo build -q --release --locked --bin logscan
 else
   cargo build -q --release --bins --benches
@@ -172,8 +175,9 @@ if has trackers; then
     else
       theirs=(python3 benches/gen_trackers.py read-wandb "$ref" 0); name=wandb-Record
     fi
-    echo "logscan-$kind $(trk_bytes "$big") $(median_run "$REL/logscan" "$big" --format json)" >> "$OUT/trk"
-    echo "logscan-$kind $(trk_bytes "$ref") $(median_run "$REL/logscan" "$ref" --format json)" >> "$OUT/trk"
+    ls_bin=${LOGSCAN_BIN:-$REL/logscan}
+    echo "logscan-$kind $(trk_bytes "$big") $(median_run "$ls_bin" "$big" --format json)" >> "$OUT/trk"
+    echo "logscan-$kind $(trk_bytes "$ref") $(median_run "$ls_bin" "$ref" --format json)" >> "$OUT/trk"
     echo "$name $(trk_bytes "$ref") $(median_run "${theirs[@]}")" >> "$OUT/trk"
   done
   python3 - "$OUT/trk" <<'PY'

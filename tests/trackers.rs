@@ -657,7 +657,8 @@ fn wandb_summary_and_output_log_of_a_run_without_its_transaction_log() {
         finding_spans(&r),
         finding_spans(&scan_one(&fixture("tb/run_a")))
     );
-    // Beside a transaction log, files/ is not read again: the history is the record.
+    // Beside a transaction log, the summary is not read again (the history is the
+    // record); the console capture is, after the history.
     let both = tempfile::tempdir().unwrap();
     copy_tree(&fixture("wandb/run_a/wandb"), both.path());
     let run = std::fs::read_dir(both.path())
@@ -668,8 +669,9 @@ fn wandb_summary_and_output_log_of_a_run_without_its_transaction_log() {
     let src_files = files[0].parent().unwrap();
     copy_tree(src_files, &run.join("files"));
     let found = trackers::find_in_dir(both.path()).unwrap();
-    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found.len(), 2, "{found:?}");
     assert!(found[0].to_string_lossy().ends_with(".wandb"));
+    assert!(found[1].ends_with("files/output.log"), "{found:?}");
 }
 
 #[test]
@@ -1020,4 +1022,468 @@ fn a_folder_of_several_tracker_databases_is_refused_with_their_names() {
     let r = scan_one(dir.path());
     assert_eq!(r.files.len(), 1);
     assert_eq!(r.files[0].format, "trackio");
+}
+
+/// The W&B run folder of fixture `dir` (its one `offline-run-*`).
+fn wandb_run_folder(dir: &str) -> PathBuf {
+    std::fs::read_dir(fixture(dir).join("wandb"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_dir())
+        .unwrap()
+}
+
+#[test]
+fn wandb_run_with_its_console_capture_and_config_yaml() {
+    let m = manifest();
+    let dir = fixture("wandb_full/run_a");
+    let run = wandb_run_folder("wandb_full/run_a");
+    // History first, then the console capture; config.yaml is not a data file.
+    let files = trackers::find_in_dir(&dir).unwrap();
+    let wb = std::fs::read_dir(&run)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "wandb"))
+        .unwrap();
+    assert_eq!(files, vec![wb.clone(), run.join("files/output.log")]);
+    // The history equals wandb's own Record reading of the file.
+    let (got, _) = read_file(&wb);
+    assert_same(&got, &table(&m["runs"]["a"]["wandb_full"]));
+    let r = scan_one(&dir);
+    assert_eq!(r.files[0].format, "wandb");
+    assert_eq!(r.files[1].format, "text (verl_console)");
+    // The console has one step more than the history: the crash step, never logged.
+    let crash = m["runs"]["a"]["wandb_full_console_grad_norm"]
+        .as_object()
+        .unwrap()
+        .len() as i64
+        - 1;
+    assert_eq!(crash, 40);
+    assert_eq!(
+        (r.first_step, r.last_step, r.steps),
+        (Some(0), Some(crash), 41)
+    );
+    // Where both hold a step the history's value stays (the console prints 6 digits).
+    let grad: BTreeMap<i64, f64> = r.frame.series("grad_norm").into_iter().collect();
+    let history = &table(&m["runs"]["a"]["wandb_full"])["train/grad_norm"];
+    for (s, want) in history {
+        assert!(
+            grad[s] == *want || (grad[s].is_nan() && want.is_nan()),
+            "step {s}"
+        );
+    }
+    assert!(grad[&crash].is_nan());
+    let printed = m["runs"]["a"]["wandb_full_console_grad_norm"]["3"]
+        .as_f64()
+        .unwrap();
+    assert_ne!(
+        grad[&3], printed,
+        "the console's rounded value lost to the history's"
+    );
+    // One nan-grad finding with the history's NaN step and the console's crash step.
+    let nan: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.detector == "nan-grad")
+        .collect();
+    assert_eq!(nan.len(), 1);
+    assert_eq!(nan[0].steps, vec![17, crash]);
+    // The other faults as in every format.
+    let spans = finding_spans(&r);
+    assert!(
+        spans.contains(&("dead-groups".to_string(), Some(25), Some(39))),
+        "{spans:?}"
+    );
+    // config.yaml (wandb's own config_util wrote it from the run's config records) is the
+    // config of a files-only run, equal to the transaction log's config records.
+    for run in ["a", "b"] {
+        let cfg = trackers::run_config(&fixture(&format!("wandb_full/run_{run}"))).unwrap();
+        let want = &m["runs"][run]["wandb_config"];
+        assert_eq!(cfg.len(), 4, "{cfg:?}");
+        assert_eq!(
+            cfg["learning_rate"].parse::<f64>().unwrap(),
+            want["learning_rate"].as_f64().unwrap()
+        );
+        assert_eq!(cfg["beta"], "0.04");
+        assert_eq!(cfg["num_generations"], "8");
+        assert_eq!(cfg["model"], "Qwen2.5-0.5B");
+        assert!(m["runs"][run]["wandb_full_config_yaml"]
+            .as_str()
+            .unwrap()
+            .contains("learning_rate:\n  desc: null\n  value: "));
+    }
+    assert!(!fixture("wandb_full/run_b").read_dir().unwrap().any(|e| e
+        .unwrap()
+        .path()
+        .to_string_lossy()
+        .ends_with(".wandb")));
+    // --compare of the full run and the files-only run: their config difference.
+    Command::cargo_bin("logscan")
+        .unwrap()
+        .args(["--compare", "--no-color"])
+        .arg(&dir)
+        .arg(fixture("wandb_full/run_b"))
+        .assert()
+        .stdout(contains("config learning_rate: A 0.000001 | B 0.000003"));
+}
+
+/// A manifest number: JSON numbers and the strings "NaN", "Infinity", "-Infinity".
+fn num(v: &serde_json::Value) -> f64 {
+    match v.as_str() {
+        Some("NaN") => f64::NAN,
+        Some("Infinity") => f64::INFINITY,
+        Some("-Infinity") => f64::NEG_INFINITY,
+        _ => v.as_f64().unwrap(),
+    }
+}
+
+/// Equal as numbers, NaN equal to NaN.
+fn same(a: f64, b: f64) -> bool {
+    a == b || (a.is_nan() && b.is_nan())
+}
+
+#[test]
+fn appended_and_resumed_runs_read_every_launch_and_keep_the_first_value_per_step() {
+    let m = manifest();
+    for (dir, what) in [
+        ("tb_appended/run", "tensorboard"),
+        ("wandb_resumed/run", "wandb"),
+    ] {
+        // Both launches are one run: two event files in one folder, or two W&B folders of
+        // one run id (not refused as two runs).
+        let files = trackers::find_in_dir(&fixture(dir)).unwrap();
+        assert_eq!(files.len(), 2, "{files:?}");
+        // Every value of both launches, as the package's own reader returns them (tbparse
+        // lists them by step, file order within a step; wandb's Record class file by file).
+        let mut rows: BTreeMap<String, Vec<(i64, f64)>> = BTreeMap::new();
+        for f in &files {
+            let kind = trackers::sniff(f, b"").unwrap();
+            let input = std::fs::File::open(f).unwrap();
+            trackers::read(kind, f, input, 0, &mut |r| {
+                for (k, v) in &r.fields {
+                    rows.entry(k.clone())
+                        .or_default()
+                        .push((r.step.unwrap(), *v));
+                }
+            })
+            .unwrap();
+        }
+        if what == "tensorboard" {
+            for v in rows.values_mut() {
+                v.sort_by_key(|(s, _)| *s);
+            }
+        }
+        let want = m["appended"][what].as_object().unwrap();
+        assert_eq!(
+            rows.keys().collect::<Vec<_>>(),
+            want.keys().collect::<Vec<_>>()
+        );
+        for (k, w) in want {
+            let w: Vec<(i64, f64)> = w
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| (p[0].as_i64().unwrap(), num(&p[1])))
+                .collect();
+            assert_eq!(rows[k].len(), w.len(), "{what} {k}");
+            for ((gs, gv), (ws, wv)) in rows[k].iter().zip(&w) {
+                assert!(
+                    *gs == *ws && same(*gv, *wv),
+                    "{what} {k}: {gs} {gv} vs {ws} {wv}"
+                );
+            }
+        }
+        // The frame keeps one value per step: the first launch's where both logged it (as
+        // W&B's server keeps a resumed run: a step logged again is dropped).
+        let r = scan_one(&fixture(dir));
+        assert_eq!((r.steps, r.first_step, r.last_step), (10, Some(0), Some(9)));
+        let loss: BTreeMap<i64, f64> = r.frame.series("loss").into_iter().collect();
+        let logged = &rows["train/loss"];
+        for s in [4, 5] {
+            // Launch 1 logged below 2, launch 2 above.
+            let first = logged.iter().find(|(t, _)| *t == s).unwrap().1;
+            assert!(first < 2.0, "{what} step {s}");
+            assert_eq!(loss[&s], first, "{what} step {s}");
+        }
+        assert!(loss[&9] > 2.0, "{what}: launch 2's steps after the overlap");
+        // NaN, +inf and -inf of launch 2 are values, counted and found.
+        let grad: BTreeMap<i64, f64> = r.frame.series("grad_norm").into_iter().collect();
+        assert!(grad[&6].is_nan());
+        assert_eq!((grad[&7], grad[&8]), (f64::INFINITY, f64::NEG_INFINITY));
+        assert_eq!(r.files[1].non_finite, 3, "{what}");
+        let nan: Vec<_> = r
+            .findings
+            .iter()
+            .filter(|f| f.detector == "nan-grad")
+            .collect();
+        assert_eq!(nan.len(), 1, "{what}");
+        assert_eq!(nan[0].steps, vec![6, 7, 8], "{what}");
+    }
+    // Two W&B runs of different ids in one folder are still two runs.
+    let two = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("wandb_resumed/run/wandb"), two.path());
+    copy_tree(&fixture("wandb/run_a/wandb"), two.path());
+    let err = trackers::find_in_dir(two.path()).unwrap_err().to_string();
+    assert!(err.contains("holds 2 W&B runs"), "{err}");
+}
+
+#[test]
+fn nan_and_infinities_are_values_in_the_text_and_parquet_formats() {
+    // (TensorBoard and W&B: the appended-run fixtures; MLflow SQLite and Trackio: their
+    // readers' unit tests.) Each file holds grad_norm NaN, +inf, -inf at steps 3, 4, 5 of
+    // 12, written the way each producer writes them.
+    let dir = tempfile::tempdir().unwrap();
+    let cell = |s: usize, nan: &str, inf: &str, ninf: &str| match s {
+        3 => nan.to_string(),
+        4 => inf.to_string(),
+        5 => ninf.to_string(),
+        _ => "0.5".to_string(),
+    };
+    // Python's csv module / pandas: nan, inf, -inf.
+    let plain: String = std::iter::once("step,grad_norm\n".to_string())
+        .chain((0..12).map(|s| format!("{s},{}\n", cell(s, "nan", "inf", "-inf"))))
+        .collect();
+    std::fs::write(dir.path().join("plain.csv"), plain).unwrap();
+    // The W&B UI's export: NaN, Infinity, -Infinity.
+    let export: String = std::iter::once("Step,r - train/grad_norm\n".to_string())
+        .chain((0..12).map(|s| format!("{s},{}\n", cell(s, "NaN", "Infinity", "-Infinity"))))
+        .collect();
+    std::fs::write(dir.path().join("export.csv"), export).unwrap();
+    // MLflow's file store: `<ms> <str(value)> <step>` lines.
+    let run = dir.path().join("mlruns/1/abc");
+    std::fs::create_dir_all(run.join("metrics/train")).unwrap();
+    std::fs::write(run.join("meta.yaml"), "run_id: abc\n").unwrap();
+    let lines: String = (0..12)
+        .map(|s| {
+            format!(
+                "{} {} {s}\n",
+                1_700_000_000_000u64 + s as u64,
+                cell(s, "nan", "inf", "-inf")
+            )
+        })
+        .collect();
+    std::fs::write(run.join("metrics/train/grad_norm"), lines).unwrap();
+    // Parquet (polars, as a Trackio export or a pandas table would hold them).
+    let mut df = polars::prelude::DataFrame::new(
+        12,
+        vec![
+            polars::prelude::Column::new("step".into(), (0..12i64).collect::<Vec<_>>()),
+            polars::prelude::Column::new(
+                "grad_norm".into(),
+                (0..12)
+                    .map(|s| cell(s, "NaN", "inf", "-inf").parse::<f64>().unwrap())
+                    .collect::<Vec<_>>(),
+            ),
+        ],
+    )
+    .unwrap();
+    let pq = dir.path().join("table.parquet");
+    polars::prelude::ParquetWriter::new(std::fs::File::create(&pq).unwrap())
+        .finish(&mut df)
+        .unwrap();
+    for p in [
+        dir.path().join("plain.csv"),
+        dir.path().join("export.csv"),
+        run.clone(),
+        pq,
+    ] {
+        let r = scan_one(&p);
+        let grad: BTreeMap<i64, f64> = r.frame.series("grad_norm").into_iter().collect();
+        assert_eq!(grad.len(), 12, "{}", p.display());
+        assert!(grad[&3].is_nan(), "{}", p.display());
+        assert_eq!(
+            (grad[&4], grad[&5]),
+            (f64::INFINITY, f64::NEG_INFINITY),
+            "{}",
+            p.display()
+        );
+        assert_eq!(
+            r.files.iter().map(|f| f.non_finite).sum::<u64>(),
+            3,
+            "{}",
+            p.display()
+        );
+        let nan: Vec<_> = r
+            .findings
+            .iter()
+            .filter(|f| f.detector == "nan-grad")
+            .collect();
+        assert_eq!(nan.len(), 1, "{}", p.display());
+        assert_eq!(nan[0].steps, vec![3, 4, 5], "{}", p.display());
+    }
+}
+
+/// A TFRecord of `data` (length, masked CRC-32C of it, data, masked CRC-32C of the data).
+fn tfrecord(out: &mut Vec<u8>, data: &[u8]) {
+    use rlforensics::readers::trackers::tfevents::masked_crc;
+    let len = (data.len() as u64).to_le_bytes();
+    out.extend_from_slice(&len);
+    out.extend_from_slice(&masked_crc(&len).to_le_bytes());
+    out.extend_from_slice(data);
+    out.extend_from_slice(&masked_crc(data).to_le_bytes());
+}
+
+#[test]
+fn long_tracker_files_read_across_many_batches_with_late_keys() {
+    use prost::Message;
+    use rlforensics::readers::trackers::tfevents::{Event, Summary, SummaryValue, TensorProto};
+    use rlforensics::readers::trackers::wandb::{HistoryItem, HistoryRecord, HistoryStep, Record};
+    // 30,000 steps of 3 keys (far more values than one batch holds), a 4th key only from
+    // step 25,000, and every 1,000th step's kl as a tensor (the prost path) amid the
+    // allocation-free walk.
+    const N: i64 = 30_000;
+    let value = |k: usize, s: i64| 0.5 + 0.001 * ((s * 7 + k as i64 * 13) % 997) as f64;
+    let keys = ["train/loss", "train/kl", "train/grad_norm", "late/metric"];
+    let has = |k: usize, s: i64| k < 3 || s >= 25_000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut tf = Vec::new();
+    for s in 0..N {
+        for (k, key) in keys.iter().enumerate().filter(|(k, _)| has(*k, s)) {
+            let v = value(k, s) as f32;
+            let sv = if k == 1 && s % 1000 == 0 {
+                SummaryValue {
+                    tag: key.to_string(),
+                    simple_value: None,
+                    metadata: None,
+                    tensor: Some(Box::new(TensorProto {
+                        dtype: 1,
+                        tensor_shape: None,
+                        tensor_content: Vec::new(),
+                        half_val: Vec::new(),
+                        float_val: vec![v],
+                        double_val: Vec::new(),
+                        int_val: Vec::new(),
+                        int64_val: Vec::new(),
+                        bool_val: Vec::new(),
+                        uint32_val: Vec::new(),
+                        uint64_val: Vec::new(),
+                    })),
+                }
+            } else {
+                SummaryValue {
+                    tag: key.to_string(),
+                    simple_value: Some(v),
+                    metadata: None,
+                    tensor: None,
+                }
+            };
+            let ev = Event {
+                wall_time: 1.7e9 + s as f64,
+                step: s,
+                file_version: None,
+                summary: Some(Summary { value: vec![sv] }),
+            };
+            tfrecord(&mut tf, &ev.encode_to_vec());
+        }
+    }
+    // More than one 4 MiB read chunk: records straddle the chunk boundary.
+    assert!(tf.len() > 4 << 20, "{}", tf.len());
+    let tb = dir.path().join("events.out.tfevents.1.long");
+    std::fs::write(&tb, &tf).unwrap();
+    // The same file cut 5 bytes into a next record's header: every record stands.
+    let cut_dir = tempfile::tempdir().unwrap();
+    let cut = cut_dir.path().join("events.out.tfevents.2.cut");
+    let head = tf[..5].to_vec();
+    std::fs::write(&cut, [tf.as_slice(), head.as_slice()].concat()).unwrap();
+    let r = scan_one(&cut);
+    assert!(r.files[0].truncated_last_line);
+    assert_eq!(
+        (r.steps, r.files[0].bytes),
+        (N as usize, tf.len() as u64 + 5)
+    );
+    // The same rows as a W&B transaction log (FULL records, padded at block ends).
+    let mut wb = b":W&B\xe1\xbe\x00".to_vec();
+    for s in 0..N {
+        let mut item: Vec<HistoryItem> = keys
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| has(*k, s))
+            .map(|(k, key)| HistoryItem {
+                key: String::new(),
+                nested_key: vec![key.to_string()],
+                boolean: None,
+                integer: None,
+                number: None,
+                value_json: format!("{}", value(k, s) as f32 as f64),
+            })
+            .collect();
+        item.push(HistoryItem {
+            key: "_step".to_string(),
+            nested_key: Vec::new(),
+            boolean: None,
+            integer: None,
+            number: None,
+            value_json: s.to_string(),
+        });
+        let data = Record {
+            history: Some(HistoryRecord {
+                item,
+                step: Some(HistoryStep { num: s }),
+            }),
+            config: None,
+            run: None,
+        }
+        .encode_to_vec();
+        let left = 32768 - wb.len() % 32768;
+        if left < 7 + data.len() {
+            wb.resize(wb.len() + left, 0);
+        }
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&[1]);
+        crc.update(&data);
+        wb.extend_from_slice(&crc.finalize().to_le_bytes());
+        wb.extend_from_slice(&(data.len() as u16).to_le_bytes());
+        wb.push(1);
+        wb.extend_from_slice(&data);
+    }
+    let wandb_dir = dir.path().join("wandb/offline-run-20250101_000000-long");
+    std::fs::create_dir_all(&wandb_dir).unwrap();
+    std::fs::write(wandb_dir.join("run-long.wandb"), &wb).unwrap();
+    for (path, what) in [(tb, "tensorboard"), (dir.path().join("wandb"), "wandb")] {
+        let r = scan(
+            std::slice::from_ref(&path),
+            &ScanOptions {
+                keep_raw: true,
+                ..ScanOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!((r.steps, r.last_step), (N as usize, Some(N - 1)), "{what}");
+        for (k, key) in keys.iter().enumerate() {
+            // train/… keys reach the canonical metrics; the late key is a raw column.
+            let col: Vec<(i64, f64)> = if k == 3 {
+                let c = r.frame.raw(key).unwrap();
+                c.present().map(|(i, v)| (r.frame.step(i), v)).collect()
+            } else {
+                r.frame.points(&key[6..]).collect()
+            };
+            let want: Vec<(i64, f64)> = (0..N)
+                .filter(|s| has(k, *s))
+                .map(|s| (s, value(k, s) as f32 as f64))
+                .collect();
+            assert_eq!(col.len(), want.len(), "{what} {key}");
+            assert!(col == want, "{what} {key}");
+        }
+    }
+}
+
+#[test]
+fn tracker_scans_run_inside_a_rayon_pool_too() {
+    use rayon::prelude::*;
+    // A caller scanning runs in parallel, more runs than pool threads: inside the pool each
+    // scan reads its file on the worker itself, not on a reader thread it waits for; the
+    // findings equal those of the threaded read outside the pool.
+    let runs = ["wandb/run_a", "tb/run_a", "wandb_full/run_a"];
+    let want: Vec<_> = runs
+        .iter()
+        .map(|r| finding_spans(&scan_one(&fixture(r))))
+        .collect();
+    let inputs: Vec<usize> = (0..rayon::current_num_threads() * 2 + 1).collect();
+    let got: Vec<_> = inputs
+        .par_iter()
+        .map(|i| finding_spans(&scan_one(&fixture(runs[i % runs.len()]))))
+        .collect();
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(*g, want[i % runs.len()], "{}", runs[i % runs.len()]);
+    }
 }

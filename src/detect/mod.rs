@@ -340,10 +340,12 @@ pub fn all_detectors() -> Vec<Box<dyn Detector>> {
 /// Run the detectors named in `only` (all when empty) and sort findings by severity
 /// (worst first), then first step.
 pub fn run_detectors(ctx: &Context, only: &[String]) -> Vec<Finding> {
+    // Detectors run in parallel; their findings are joined in detector order.
+    use rayon::prelude::*;
     let mut out: Vec<Finding> = all_detectors()
-        .iter()
+        .par_iter()
         .filter(|d| only.is_empty() || only.iter().any(|o| o == d.name()))
-        .flat_map(|d| d.detect(ctx))
+        .flat_map_iter(|d| d.detect(ctx))
         .collect();
     out.sort_by(|a, b| {
         b.severity

@@ -12,6 +12,7 @@
 pub mod compare;
 pub mod notes;
 pub mod scan;
+mod tracker;
 
 use std::path::PathBuf;
 

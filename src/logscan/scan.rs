@@ -280,16 +280,10 @@ impl Collected {
             .read_to_end(&mut head)
             .map_err(|e| Error::io(path, e))?;
         if let Some(kind) = crate::readers::trackers::sniff(path, &head) {
-            let b = &mut self.builder;
-            let mut renames = crate::readers::trackers::KeyRenames::default();
             let input = std::io::Cursor::new(head).chain(f);
             let run = self.run.as_deref();
             self.run_used |= run.is_some() && crate::readers::trackers::holds_runs(kind);
-            let stats =
-                crate::readers::trackers::read_run(kind, path, input, idx, run, &mut |r| {
-                    renames.normalise(b.aliases(), r);
-                    b.push(r);
-                })?;
+            let stats = super::tracker::read_tracker(&mut self.builder, kind, path, input, run)?;
             self.files.push(stats);
             return Ok(());
         }
@@ -675,6 +669,7 @@ pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
         found.extend(crate::readers::trackers::find_in_dir(p)?);
         found.sort();
         found.dedup();
+        crate::readers::trackers::sort_for_reading(&mut found);
         if found.is_empty() {
             return Err(Error::Usage(format!(
                 "{}: directory holds no logs (*.jsonl, *.log, *.txt, *.out, trainer_state.json) or tracker files (events.out.tfevents.*, run-*.wandb, *.csv)",

@@ -15,12 +15,16 @@
 //! ```
 
 pub mod csv;
+mod json_num;
 pub mod mlflow;
 pub mod parquet;
+pub mod rows;
 pub mod sqlite;
 pub mod tfevents;
 pub mod wandb;
+pub mod wandb_config;
 pub mod wandb_files;
+mod wire;
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -30,6 +34,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::model::log::{FileStats, LogRecord};
 use crate::readers::aliases::AliasTable;
+use rows::{RowBatch, RowWriter};
 
 /// A tracker file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -134,28 +139,54 @@ pub fn read_run(
     run: Option<&str>,
     push: &mut dyn FnMut(&mut LogRecord),
 ) -> Result<FileStats> {
+    let mut names = Vec::new();
+    read_rows(kind, path, input, run, &mut |b| {
+        rows::to_records(&b, &mut names, file, push);
+        Some(b)
+    })
+}
+
+/// [`read_run`] handing the rows on in batches with file-local key ids (no `String` per
+/// value): what logscan's frame builder takes, possibly on another thread. `sink` may
+/// give back a used batch to be refilled.
+pub fn read_rows(
+    kind: TrackerKind,
+    path: &Path,
+    input: impl Read,
+    run: Option<&str>,
+    sink: &mut dyn FnMut(RowBatch) -> Option<RowBatch>,
+) -> Result<FileStats> {
     let mut stats = FileStats {
         path: path.to_path_buf(),
         format: kind.name().to_string(),
         ..FileStats::default()
     };
+    let mut w = RowWriter::new(sink);
     match kind {
-        TrackerKind::Tensorboard => tfevents::read(path, input, file, &mut stats, push)?,
-        TrackerKind::Wandb => wandb::read(path, input, file, &mut stats, push, None)?,
-        TrackerKind::Csv => csv::read(path, input, file, &mut stats, push)?,
-        TrackerKind::Mlflow => mlflow::read(path, input, file, &mut stats, push)?,
-        TrackerKind::Sqlite => {
-            drop(input);
-            sqlite::read(path, file, run, &mut stats, push)?;
-        }
-        TrackerKind::Parquet => {
-            drop(input);
-            parquet::read(path, file, run, &mut stats, push)?;
-        }
-        TrackerKind::WandbSummary => {
-            wandb_files::read_summary(path, input, file, &mut stats, push)?
+        TrackerKind::Tensorboard => tfevents::read(path, input, &mut stats, &mut w)?,
+        TrackerKind::Wandb => wandb::read(path, input, &mut stats, &mut w, None)?,
+        other => {
+            // The other readers hand on whole records.
+            let mut push = |r: &mut LogRecord| w.record(r);
+            match other {
+                TrackerKind::Csv => csv::read(path, input, 0, &mut stats, &mut push)?,
+                TrackerKind::Mlflow => mlflow::read(path, input, 0, &mut stats, &mut push)?,
+                TrackerKind::Sqlite => {
+                    drop(input);
+                    sqlite::read(path, 0, run, &mut stats, &mut push)?;
+                }
+                TrackerKind::Parquet => {
+                    drop(input);
+                    parquet::read(path, 0, run, &mut stats, &mut push)?;
+                }
+                TrackerKind::WandbSummary => {
+                    wandb_files::read_summary(path, input, 0, &mut stats, &mut push)?
+                }
+                TrackerKind::Tensorboard | TrackerKind::Wandb => {}
+            }
         }
     }
+    w.flush();
     if stats.records == 0 {
         return Err(Error::format(
             path,
@@ -180,42 +211,6 @@ pub fn canonical_key<'a>(aliases: &AliasTable, key: &'a str) -> Cow<'a, str> {
     match key.strip_prefix("train/") {
         Some(rest) if aliases.resolve(rest).is_some() => Cow::Borrowed(rest),
         _ => Cow::Borrowed(key),
-    }
-}
-
-/// Rename `rec`'s keys with [`canonical_key`].
-pub fn normalise_keys(aliases: &AliasTable, rec: &mut LogRecord) {
-    KeyRenames::default().normalise(aliases, rec);
-}
-
-/// [`normalise_keys`] with each distinct `train/` key resolved once: a tracker file
-/// repeats a few keys millions of times (one TensorBoard event per scalar).
-#[derive(Debug, Default)]
-pub struct KeyRenames {
-    /// Raw key → how many leading bytes to drop (0: the key stays).
-    cut: crate::readers::fastline::FxMap<String, usize>,
-}
-
-impl KeyRenames {
-    /// Rename `rec`'s keys with [`canonical_key`], in place (no allocation once seen).
-    pub fn normalise(&mut self, aliases: &AliasTable, rec: &mut LogRecord) {
-        for (k, _) in &mut rec.fields {
-            // Only `train/` keys can change: the others skip the table lookups.
-            if !k.starts_with("train/") {
-                continue;
-            }
-            let cut = match self.cut.get(k.as_str()) {
-                Some(&c) => c,
-                None => {
-                    let c = k.len() - canonical_key(aliases, k).len();
-                    self.cut.insert(k.clone(), c);
-                    c
-                }
-            };
-            if cut > 0 {
-                k.drain(..cut);
-            }
-        }
     }
 }
 
@@ -258,12 +253,12 @@ fn is_scanned_parquet(path: &Path) -> bool {
 /// Tracker files under directory `dir`: event files, `run-*.wandb` files, MLflow
 /// metric files and SQLite databases (`mlflow.db`, Trackio's `<project>.db`) at any depth
 /// (TensorBoard writes sub-folders per writer, W&B `wandb/offline-run-*/`, MLflow
-/// `mlruns/<exp>/<run>/metrics/`); a W&B run's `files/wandb-summary.json` and
-/// `files/output.log` when that run has no `run-*.wandb` (its history is the better
+/// `mlruns/<exp>/<run>/metrics/`); a W&B run's `files/output.log`, and its
+/// `files/wandb-summary.json` when the run has no `run-*.wandb` (its history is the better
 /// record of the same steps); `*.csv` with a step column and `*.parquet` (not a database's
-/// export) at the top level only. Sorted by path. A folder holding several W&B or MLflow
-/// runs, or several databases, is refused: one run is one input, and merging runs by step
-/// would mix them.
+/// export) at the top level only. In [`sort_for_reading`] order. A folder holding several
+/// W&B runs (folders of one run id, a resumed run, are one), MLflow runs or databases is
+/// refused: one run is one input, and merging runs by step would mix them.
 pub fn find_in_dir(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let mut wandb_runs: BTreeSet<PathBuf> = BTreeSet::new();
@@ -306,42 +301,81 @@ pub fn find_in_dir(dir: &Path) -> Result<Vec<PathBuf>> {
             }
         }
     }
-    // A run's files/ only when the run has no transaction log.
+    // A run's console capture always (its tracebacks and NaN lines, and steps the history
+    // never got); its summary only when the run has no transaction log (the history holds
+    // the same values, step by step).
     let mut files_runs: BTreeSet<PathBuf> = BTreeSet::new();
     for p in wandb_files {
         if let Some(run) = wandb_files::run_of(&p) {
-            if !wandb_runs.contains(&run) {
+            let is_output = p.file_name().is_some_and(|n| n == wandb_files::OUTPUT);
+            if is_output || !wandb_runs.contains(&run) {
                 files_runs.insert(run);
                 out.push(p);
             }
         }
     }
     wandb_runs.extend(files_runs);
-    for (what, runs, pass) in [
-        ("W&B runs", &wandb_runs, "one run's folder"),
-        ("MLflow runs", &mlflow_runs, "one run's folder"),
-        ("tracker databases", &databases, "one database file"),
+    // A resumed W&B run is one run in several folders (`offline-run-<time>-<id>`, one per
+    // launch, the same id).
+    let wandb_ids: BTreeSet<String> = wandb_runs.iter().map(|r| wandb_run_id(r)).collect();
+    for (what, n, runs, pass) in [
+        ("W&B runs", wandb_ids.len(), &wandb_runs, "one run's folder"),
+        (
+            "MLflow runs",
+            mlflow_runs.len(),
+            &mlflow_runs,
+            "one run's folder",
+        ),
+        (
+            "tracker databases",
+            databases.len(),
+            &databases,
+            "one database file",
+        ),
     ] {
-        if runs.len() > 1 {
+        if n > 1 {
             let names: Vec<String> = runs
                 .iter()
                 .map(|r| r.strip_prefix(dir).unwrap_or(r).display().to_string())
                 .collect();
             return Err(Error::Usage(format!(
-                "{}: holds {} {what} ({}); pass {pass}",
+                "{}: holds {n} {what} ({}); pass {pass}",
                 dir.display(),
-                runs.len(),
                 names.join(", ")
             )));
         }
     }
-    out.sort();
+    sort_for_reading(&mut out);
     Ok(out)
 }
 
+/// The run id of a W&B run folder (`offline-run-20250101_000000-<id>`, `run-…-<id>`), or
+/// the folder's whole name.
+fn wandb_run_id(run: &Path) -> String {
+    let name = run
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    match name.rsplit_once('-') {
+        Some((_, id)) if name.contains("run-") => id.to_string(),
+        _ => name,
+    }
+}
+
+/// Sort files into reading order: by path, except that a W&B run's `files/` (console,
+/// summary) come after every transaction log, so the history's values are the ones a
+/// step keeps when both hold it (the first value read for a step and metric stays).
+pub fn sort_for_reading(files: &mut [PathBuf]) {
+    files.sort_by(|a, b| {
+        let ka = wandb_files::run_of(a).is_some();
+        let kb = wandb_files::run_of(b).is_some();
+        ka.cmp(&kb).then_with(|| a.cmp(b))
+    });
+}
+
 /// A run's configuration, flattened to `key → JSON text`, from what the run directory or
-/// file carries: W&B config records of `run-*.wandb` files, MLflow `params/`,
-/// `run_metadata.json`.
+/// file carries: W&B `files/config.yaml` and the config records of `run-*.wandb` files
+/// (applied over it), MLflow `params/`, `run_metadata.json`.
 /// Empty when the input carries none.
 pub fn run_config(input: &Path) -> Result<BTreeMap<String, String>> {
     run_config_of(input, None)
@@ -360,6 +394,24 @@ pub fn run_config_of(input: &Path, run: Option<&str>) -> Result<BTreeMap<String,
     } else {
         vec![input.to_path_buf()]
     };
+    // A W&B run's config.yaml first: its transaction log's config records, when there is
+    // one, are applied over it.
+    let mut yaml_runs: BTreeSet<PathBuf> = BTreeSet::new();
+    for f in &files {
+        let run = match wandb_files::run_of(f) {
+            Some(r) => Some(r),
+            None if f.extension().is_some_and(|e| e == "wandb") => {
+                f.parent().map(Path::to_path_buf)
+            }
+            None => None,
+        };
+        if let Some(run) = run {
+            let yaml = run.join("files").join(wandb_config::CONFIG);
+            if yaml.is_file() && yaml_runs.insert(run) {
+                wandb_config::read(&yaml, &mut out)?;
+            }
+        }
+    }
     let mut mlflow_runs: Vec<PathBuf> = Vec::new();
     for f in files {
         let name = f
@@ -381,7 +433,9 @@ pub fn run_config_of(input: &Path, run: Option<&str>) -> Result<BTreeMap<String,
         } else if name.ends_with(".wandb") {
             let file = std::fs::File::open(&f).map_err(|e| Error::io(&f, e))?;
             let mut stats = FileStats::default();
-            wandb::read(&f, file, 0, &mut stats, &mut |_| {}, Some(&mut out))?;
+            let mut sink = Some;
+            let mut w = RowWriter::new(&mut sink);
+            wandb::read(&f, file, &mut stats, &mut w, Some(&mut out))?;
         }
     }
     Ok(out)

@@ -4,13 +4,15 @@
 //! `SummaryWriter`) or as one-element tensors (TF2 `tf.summary.scalar`, torch
 //! `new_style=True`). Images, histograms, text and graphs are skipped.
 
-use std::io::{BufReader, Read};
+use std::io::Read;
 use std::path::Path;
 
 use prost::Message;
 
+use super::rows::{Keys, RowWriter};
+use super::wire;
 use crate::error::{Error, Position, Result};
-use crate::model::log::{FileStats, LogRecord, SourceKind};
+use crate::model::log::{FileStats, SourceKind};
 
 /// `Event` (tensorflow/core/util/event.proto), the fields read here.
 #[derive(Clone, PartialEq, Message)]
@@ -224,40 +226,56 @@ pub fn masked_crc(data: &[u8]) -> u32 {
     c.rotate_right(15).wrapping_add(0xa282_ead8)
 }
 
-/// Read as much of `buf` as `r` has; returns the bytes read (short only at end of file).
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
-}
-
 /// Largest record accepted: a length past it is a corrupt header, not a 4 GB allocation.
 const MAX_RECORD: u64 = 1 << 30;
 
-/// Stream the events of one file into `push`, one record per run of events of one step.
-pub fn read(
-    path: &Path,
-    input: impl Read,
-    file: usize,
-    stats: &mut FileStats,
-    push: &mut dyn FnMut(&mut LogRecord),
-) -> Result<()> {
-    let mut r = BufReader::with_capacity(1 << 20, input);
-    let mut data: Vec<u8> = Vec::new();
+/// Bytes read from the file at a time; records are parsed where they lie in the buffer.
+const CHUNK: usize = 1 << 22;
+
+/// A read buffer over `r`: the unparsed bytes are `buf[start..]`.
+struct Chunks<R> {
+    r: R,
+    buf: Vec<u8>,
+    start: usize,
+    eof: bool,
+}
+
+impl<R: Read> Chunks<R> {
+    /// Make at least `n` unparsed bytes available (fewer only at end of file); returns how
+    /// many are.
+    fn want(&mut self, n: usize) -> std::io::Result<usize> {
+        while self.buf.len() - self.start < n && !self.eof {
+            // Move the unparsed tail to the front, then read a chunk (or the rest of a
+            // longer record) more.
+            self.buf.drain(..self.start);
+            self.start = 0;
+            let more = (n - self.buf.len()).max(CHUNK);
+            let got = (&mut self.r).take(more as u64).read_to_end(&mut self.buf)?;
+            self.eof = got < more;
+        }
+        Ok((self.buf.len() - self.start).min(n))
+    }
+
+    /// The next `n` unparsed bytes (after [`Chunks::want`] said they are there).
+    fn bytes(&self, n: usize) -> &[u8] {
+        self.buf.get(self.start..self.start + n).unwrap_or_default()
+    }
+}
+
+/// Stream the events of one file into `w`, one row per run of events of one step.
+pub fn read(path: &Path, input: impl Read, stats: &mut FileStats, w: &mut RowWriter) -> Result<()> {
+    let mut r = Chunks {
+        r: input,
+        buf: Vec::with_capacity(CHUNK),
+        start: 0,
+        eof: false,
+    };
+    let mut scratch: Vec<(u32, f64)> = Vec::new();
     let mut offset: u64 = 0;
     let mut n_records: u64 = 0;
-    let mut cur: Option<LogRecord> = None;
     let io = |e| Error::io(path, e);
     loop {
-        let mut head = [0u8; 12];
-        let got = read_full(&mut r, &mut head).map_err(io)?;
+        let got = r.want(12).map_err(io)?;
         if got == 0 {
             break;
         }
@@ -266,6 +284,7 @@ pub fn read(
             offset += got as u64;
             break;
         }
+        let head = r.bytes(12);
         let (len_bytes, crc_bytes) = head.split_at(8);
         let len = u64::from_le_bytes(len_bytes.try_into().unwrap_or_default());
         let crc = u32::from_le_bytes(crc_bytes.try_into().unwrap_or_default());
@@ -279,14 +298,15 @@ pub fn read(
                 ),
             ));
         }
-        data.resize(len as usize + 4, 0);
-        let got = read_full(&mut r, &mut data).map_err(io)?;
-        if got < data.len() {
+        let total = 12 + len as usize + 4;
+        let got = r.want(total).map_err(io)?;
+        if got < total {
             truncated(stats, offset, n_records, "record data");
-            offset += 12 + got as u64;
+            offset += got as u64;
             break;
         }
-        let (body, tail) = data.split_at(len as usize);
+        let rec = r.bytes(total);
+        let (body, tail) = rec[12..].split_at(len as usize);
         let want = u32::from_le_bytes(tail.try_into().unwrap_or_default());
         if masked_crc(body) != want {
             return Err(Error::format(
@@ -296,36 +316,33 @@ pub fn read(
             ));
         }
         n_records += 1;
-        let ev = Event::decode(body).map_err(|e| {
-            Error::format(
-                path,
-                Position::Byte(offset + 12),
-                format!("record {} is not an Event protobuf: {e}", n_records),
-            )
-        })?;
-        offset += 12 + len + 4;
-        let Some(summary) = ev.summary else { continue };
-        for v in summary.value {
-            let Some(x) = v.scalar() else { continue };
-            if cur.as_ref().is_some_and(|c| c.step != Some(ev.step)) {
-                if let Some(mut done) = cur.take() {
-                    emit(&mut done, stats, push);
+        match fast_event(body, &mut w.keys, &mut scratch) {
+            Some(ev) => {
+                for &(id, x) in &scratch {
+                    add(w, ev.step, ev.wall_time, n_records, stats, id, x);
                 }
             }
-            let rec = cur.get_or_insert_with(|| LogRecord {
-                step: Some(ev.step),
-                timestamp: Some(ev.wall_time),
-                source: SourceKind::Tensorboard,
-                file,
-                line: n_records,
-                fields: Vec::new(),
-            });
-            rec.fields.push((v.tag, x));
+            None => {
+                let ev = Event::decode(body).map_err(|e| {
+                    Error::format(
+                        path,
+                        Position::Byte(offset + 12),
+                        format!("record {} is not an Event protobuf: {e}", n_records),
+                    )
+                })?;
+                if let Some(summary) = ev.summary {
+                    for v in summary.value {
+                        let Some(x) = v.scalar() else { continue };
+                        let id = w.keys.id_str(&v.tag);
+                        add(w, ev.step, ev.wall_time, n_records, stats, id, x);
+                    }
+                }
+            }
         }
+        r.start += total;
+        offset += total as u64;
     }
-    if let Some(mut done) = cur.take() {
-        emit(&mut done, stats, push);
-    }
+    w.end(stats);
     stats.bytes = offset;
     stats.lines = n_records;
     if n_records == 0 {
@@ -338,11 +355,83 @@ pub fn read(
     Ok(())
 }
 
-/// Count a record's values and hand it on.
-fn emit(rec: &mut LogRecord, stats: &mut FileStats, push: &mut dyn FnMut(&mut LogRecord)) {
-    stats.records += 1;
-    stats.non_finite += rec.fields.iter().filter(|(_, v)| !v.is_finite()).count() as u64;
-    push(rec);
+/// Add scalar `x` of key `id` at `step` to the open row, or to a new row when the step
+/// changed (the row's time and record number are its first scalar's event's).
+fn add(w: &mut RowWriter, step: i64, wall: f64, line: u64, stats: &mut FileStats, id: u32, x: f64) {
+    if w.is_open() && w.open_step() != Some(step) {
+        w.end(stats);
+    }
+    if !w.is_open() {
+        w.begin(Some(step), Some(wall), SourceKind::Tensorboard, line);
+    }
+    w.field(id, x);
+}
+
+/// An `Event`'s step and time, read without allocating.
+struct FastEvent {
+    step: i64,
+    wall_time: f64,
+}
+
+/// `body` as an `Event` whose summary values are plain `simple_value` scalars (or none),
+/// every field of the wire type prost expects: its step and time, the scalars in
+/// `values` as `(key id, value)`. `None` for anything else (tensors, plugin metadata, a
+/// repeated summary, odd wire types, a tag not UTF-8): prost then decodes the record.
+fn fast_event(body: &[u8], keys: &mut Keys, values: &mut Vec<(u32, f64)>) -> Option<FastEvent> {
+    use wire::Payload;
+    let mut ev = FastEvent {
+        step: 0,
+        wall_time: 0.0,
+    };
+    values.clear();
+    let mut summaries = 0;
+    let mut pos = 0;
+    while pos < body.len() {
+        match wire::field(body, &mut pos)? {
+            (1, Payload::Fixed64(b)) => ev.wall_time = f64::from_le_bytes(b.try_into().ok()?),
+            (2, Payload::Varint(v)) => ev.step = v as i64,
+            (3, Payload::Bytes(b)) => {
+                std::str::from_utf8(b).ok()?;
+            }
+            (5, Payload::Bytes(s)) if summaries == 0 => {
+                summaries += 1;
+                summary_values(s, keys, values)?;
+            }
+            (1 | 2 | 3 | 5, _) => return None,
+            _ => {}
+        }
+    }
+    Some(ev)
+}
+
+/// The `simple_value` scalars of a `Summary`'s bytes into `values`.
+fn summary_values(s: &[u8], keys: &mut Keys, values: &mut Vec<(u32, f64)>) -> Option<()> {
+    use wire::Payload;
+    let mut pos = 0;
+    while pos < s.len() {
+        match wire::field(s, &mut pos)? {
+            (1, Payload::Bytes(v)) => {
+                let (mut tag, mut x): (&[u8], Option<f32>) = (b"", None);
+                let mut vp = 0;
+                while vp < v.len() {
+                    match wire::field(v, &mut vp)? {
+                        (1, Payload::Bytes(t)) => tag = t,
+                        (2, Payload::Fixed32(b)) => {
+                            x = Some(f32::from_le_bytes(b.try_into().ok()?))
+                        }
+                        (1 | 2 | 8 | 9, _) => return None,
+                        _ => {}
+                    }
+                }
+                if let Some(x) = x {
+                    values.push((keys.id(tag)?, x as f64));
+                }
+            }
+            (1, _) => return None,
+            _ => {}
+        }
+    }
+    Some(())
 }
 
 /// Note a record cut by the end of the file (a writer killed mid-write): kept as a

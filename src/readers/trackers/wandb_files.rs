@@ -1,7 +1,8 @@
 //! The files a synced W&B run keeps beside (or instead of) its transaction log, under
 //! `<run>/files/`: `wandb-summary.json`, the last value of each key with `_step` and
 //! `_timestamp` (one record at that step; bare `NaN` allowed), and `output.log`, the
-//! console text, which logscan reads with the text-log reader like any other console log.
+//! console text, which logscan reads with the text-log reader like any other console log
+//! (`config.yaml` is read by [`super::wandb_config`]).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
