@@ -7,6 +7,7 @@
 #   benches/scenarios.sh 20 100      # seeds 100..119
 #   KEEP=/tmp/scen benches/scenarios.sh 50   # keep the scenarios and reports in /tmp/scen
 #   BIN=target/release benches/scenarios.sh 50   # other binaries (default: $CARGO_TARGET_DIR/debug)
+#   SHAPE=large benches/scenarios.sh 200 6000    # steps of 64-512 tokens, 4-16 rows per micro
 #
 # Exit status: the scorer's (0 when every count is zero). Needs python3 with torch and numpy.
 set -euo pipefail
@@ -25,7 +26,7 @@ else
 fi
 REPO=$PWD
 # one python process writes every scenario, then reads each back and checks its truth
-python3 fixtures/gen/make_scenarios.py --range "$FIRST" "$N" --out "$WORK" --verify
+python3 fixtures/gen/make_scenarios.py --range "$FIRST" "$N" --out "$WORK" --verify --shape "${SHAPE:-ci}"
 dirs=()
 for ((seed = FIRST; seed < FIRST + N; seed++)); do
   d=$WORK/seed-$(printf %03d "$seed")

@@ -13,7 +13,10 @@ use assert_cmd::Command;
 use serde_json::Value;
 
 /// The regression seeds of this file.
-const SEEDS: [u32; 9] = [504, 522, 528, 530, 534, 549, 2038, 2189, 3123];
+/// 6050 and 6124 are `--shape large` steps (64-512 tokens): with as many cells as unknown
+/// coefficients the fit's own standard error is meaningless, and snapping one coefficient
+/// to the preset's value left the other wrong (a composition false alarm on a sound cell).
+const SEEDS: [u32; 11] = [504, 522, 528, 530, 534, 549, 2038, 2189, 3123, 6050, 6124];
 const TREES: [&str; 2] = ["self_hosted_pt", "weaver_pt"];
 
 fn seed_dir(seed: u32) -> PathBuf {

@@ -653,15 +653,47 @@ pub fn resolve(
             }
         }
         if let Some(f) = &fit_info {
+            // the fitted values, and each snapped to the preset's when the fit cannot tell
+            // them apart; a snap is kept only when the cells the fit explains are still
+            // explained (with as many cells as unknowns the fit's own standard error says
+            // nothing, and a snapped coefficient would leave the other one wrong)
+            let fitted = (
+                ec.unwrap_or(f.ec),
+                if kl_active {
+                    kc.or(f.kc.map(|x| x.0)).unwrap_or(0.0)
+                } else {
+                    0.0
+                },
+            );
+            let snapped_ec = ec.unwrap_or(snap(f.ec, f.ec_se, base.entropy_coeff));
+            let snapped_kc = match (kl_active, kc, f.kc) {
+                (true, None, Some((v, se))) => {
+                    snap(v, se, base.kl.as_ref().map_or(0.0, |k| k.coef))
+                }
+                _ => fitted.1,
+            };
+            let explained = |ek: (f64, f64)| {
+                fit_cells
+                    .iter()
+                    .filter(|p| fit::cell_fits(p, ek, f.trusted_se))
+                    .count()
+            };
+            let want = explained(fitted);
+            let chosen = [
+                (snapped_ec, snapped_kc),
+                (snapped_ec, fitted.1),
+                (fitted.0, snapped_kc),
+            ]
+            .into_iter()
+            .find(|ek| explained(*ek) >= want)
+            .unwrap_or(fitted);
             if ec.is_none() {
-                ec = Some(snap(f.ec, f.ec_se, base.entropy_coeff));
+                ec = Some(chosen.0);
                 unc.entropy_coeff = f.trusted_se.0;
             }
-            if kl_active && kc.is_none() {
-                kc = f.kc.map(|(v, se)| {
-                    unc.kl_coef = f.trusted_se.1;
-                    snap(v, se, base.kl.as_ref().map_or(0.0, |k| k.coef))
-                });
+            if kl_active && kc.is_none() && f.kc.is_some() {
+                kc = Some(chosen.1);
+                unc.kl_coef = f.trusted_se.1;
             }
         }
     }

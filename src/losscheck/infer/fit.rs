@@ -47,6 +47,24 @@ pub(super) struct Fit {
     pub(super) cells: usize,
 }
 
+/// Whether a cell's composition `loss − pg_loss = −e·entropy_loss + k·kl_loss` holds
+/// under `(e, k)`: its residual within its own f32 rounding plus what the coefficients'
+/// standard errors `se` allow on its terms.
+pub(super) fn cell_fits(p: &Prep, (e, k): (f64, f64), se: (f64, f64)) -> bool {
+    let u = 2f64.powi(-24);
+    let (loss, pg, ent) = (
+        p.loss.unwrap_or(0.0),
+        p.pg.unwrap_or(0.0),
+        p.ent.unwrap_or(0.0),
+    );
+    let kl = p.kl_loss.unwrap_or(0.0);
+    let r = loss - pg + e * ent - k * kl;
+    r.abs()
+        <= 8.0 * u * (loss.abs() + pg.abs() + (e * ent).abs() + (k * kl).abs())
+            + crate::conventions::rounding::LAMBDA * (se.0 * ent.abs() + se.1 * kl.abs())
+            + 1e-12
+}
+
 /// Least squares of the unknown coefficients (`ec`/`kc` `None`) over `cells`, the known
 /// ones moved to the left-hand side; cells whose residual exceeds their f32 rounding are
 /// dropped and the fit redone when they are a minority.
@@ -112,26 +130,8 @@ pub(super) fn fit(cells: &[&Prep], ec: Option<f64>, kc: Option<f64>) -> Option<F
         (Some(e), None) => (e, f.entropy_coeff),
         (Some(e), Some(k)) => (e, k),
     };
-    // a cell fits when its residual is within its own f32 rounding plus what the
-    // coefficients' standard errors allow on its terms
-    let fits = |(e, k): (f64, f64), se: (f64, f64)| -> Vec<bool> {
-        cells
-            .iter()
-            .map(|p| {
-                let (loss, pg, ent) = (
-                    p.loss.unwrap_or(0.0),
-                    p.pg.unwrap_or(0.0),
-                    p.ent.unwrap_or(0.0),
-                );
-                let kl = p.kl_loss.unwrap_or(0.0);
-                let r = loss - pg + e * ent - k * kl;
-                r.abs()
-                    <= 8.0 * u * (loss.abs() + pg.abs() + (e * ent).abs() + (k * kl).abs())
-                        + crate::conventions::rounding::LAMBDA
-                            * (se.0 * ent.abs() + se.1 * kl.abs())
-                        + 1e-12
-            })
-            .collect()
+    let fits = |ek: (f64, f64), se: (f64, f64)| -> Vec<bool> {
+        cells.iter().map(|p| cell_fits(p, ek, se)).collect()
     };
     // the standard error the cells' f32 rounding alone leaves a coefficient (`√(mean of
     // (u·(|loss| + |pg_loss|))²) / ‖column‖`): what a fit may be trusted to, so that a fit
