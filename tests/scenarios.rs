@@ -692,3 +692,24 @@ fn coefficient_flags_override_both_sides() {
         assert_eq!(c["weaver_from"], how);
     }
 }
+
+/// Seed 7007: entropy and KL coefficients not echoed, two cells whose entropy and KL terms
+/// are nearly proportional, so the weaver's fit cannot tell its entropy coefficient
+/// (1e-4, ± 3.6e-4) from the self-hosted one (1e-3): the compositions are compared cell by
+/// cell and the change is named (it was reported as agreeing).
+#[test]
+fn seed_7007_a_coefficient_change_the_fits_cannot_resolve_is_named() {
+    let t = truth(7007);
+    let (code, rep) = dumpdiff(7007, &t);
+    assert_eq!(code, 1);
+    assert!(
+        differing_coefficients(&rep).contains("entropy_coeff"),
+        "{:?}",
+        differing_coefficients(&rep)
+    );
+    // the shift at rank 0 micro 1 is still flagged at its position
+    assert_eq!(
+        comparison(&rep, "is_loss", 0, 1, "is_loss.prob_ratio")["verdict"],
+        "fail"
+    );
+}

@@ -259,10 +259,18 @@ pub fn compare(
             differ,
         });
     }
-    // When a side's coefficients cannot be fitted (one cell holding both terms) and no
-    // flag gives them, compare the compositions cell by cell instead.
+    // When a side's coefficients cannot be fitted (one cell holding both terms), or its
+    // fit cannot tell them apart (entropy and KL terms nearly proportional over its cells:
+    // a coefficient's standard error beyond 10 % of the largest coefficient assumed), and
+    // no flag gives them, compare the compositions cell by cell instead.
     let unfitted = |side: &SideLosses, fit: &Result<CoefficientFit, coefficients::FitError>| {
-        fit.is_err() && !side.echoed.contains_key(keys::ENTROPY_COEFF)
+        !side.echoed.contains_key(keys::ENTROPY_COEFF)
+            && fit.as_ref().map_or(true, |f| {
+                f.kl_coef.is_some()
+                    && f.entropy_coeff_std_err
+                        .max(f.kl_coef_std_err.unwrap_or(0.0))
+                        > 0.1 * COEFF_MAX
+            })
     };
     if overrides.is_empty()
         && !out.iter().any(|c| c.differ)
