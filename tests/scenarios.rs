@@ -241,8 +241,16 @@ const EXPECT: &[Expect] = &[
         self_hosted_readable: false,
     },
     Expect {
+        seed: 8,
+        self_hosted_readable: true,
+    },
+    Expect {
         seed: 11,
         self_hosted_readable: false,
+    },
+    Expect {
+        seed: 12,
+        self_hosted_readable: true,
     },
     Expect {
         seed: 13,

@@ -41,6 +41,9 @@ pub(super) struct WeaverConventions {
     pub(super) notes: Vec<String>,
     /// One line per cell whose loss disagrees, naming the term that differs.
     pub(super) diagnosis: Vec<String>,
+    /// The epsilon the self-hosted advantages were recomputed with (flag, inferred from
+    /// the weaver's advantages, or the preset's); the adjudication judges with it.
+    pub(super) adv_eps: Option<f64>,
 }
 
 /// When a side's KL coefficient is neither echoed nor inferable (one cell fits two

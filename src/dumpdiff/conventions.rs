@@ -99,6 +99,23 @@ pub fn infer_eps(estimates: &[f64]) -> Option<(f64, usize)> {
     Some((snapped, v.len()))
 }
 
+/// The advantage epsilon that given per-trajectory advantages (remote-api
+/// `prepared_trajectories`, by self-hosted batch index) imply for the trajectories'
+/// rewards and groups under `preset`'s normalisation ([`advantage_parts`],
+/// [`eps_estimate`], [`infer_eps`]). `None` for an unknown preset, missing rewards or
+/// groups, or no row that tells.
+pub fn eps_of_advantages(traj: &TrajectorySummary, preset: &str, advantages: &[f64]) -> Option<f64> {
+    let cfg = crate::kernels::presets::preset(preset).ok()?.advantage;
+    let parts = advantage_parts(traj, &cfg)?;
+    let est: Vec<f64> = parts
+        .iter()
+        .zip(advantages)
+        .filter(|(_, a)| a.is_finite())
+        .filter_map(|(&(d, s), &a)| eps_estimate(d, s, a))
+        .collect();
+    infer_eps(&est).map(|(e, _)| e)
+}
+
 /// The loss terms and echoed coefficients of one side, gathered from its loss files cell
 /// by cell.
 #[derive(Debug, Default, Clone)]

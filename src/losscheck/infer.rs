@@ -599,7 +599,9 @@ pub fn resolve(
         };
         cfg.kl = Some(KlTerm {
             estimator: est,
-            coef: stated_kl_coef.unwrap_or(0.0),
+            // a flag's coefficient, else the dump's (the estimator is settled here, the
+            // coefficient below)
+            coef: given.kl_coef.or(stated_kl_coef).unwrap_or(0.0),
             placement: KlPlacement::Separate,
         });
         let mut c = Convention::new("kl_estimator", format!("{est:?}"), None, source);

@@ -281,10 +281,20 @@ fn check_alone(tree: &DumpTree, opts: &DumpsOptions, cfg: &LossConfig) -> Result
     grid.dedup();
     let tol = Tolerance::default();
     let check = StepCheck::new(tree, step, cfg)?;
+    // The tree's own conventions (aggregation, KL estimator, coefficients: read from its
+    // `extra_info` or inferred from every cell), as losscheck settles them: judged with
+    // the preset's alone, a tree written under other conventions is called inconsistent.
+    // When they cannot be settled (a cell unreadable), each cell is judged with the preset.
+    let resolved = check
+        .conventions(cfg, &crate::losscheck::overrides::Overrides::default(), &tol)
+        .ok();
     let cells: Vec<CheckedCell> = grid
         .iter()
         .map(|&(rank, micro)| {
-            let v = check.check(rank, micro, cfg, &tol);
+            let v = match &resolved {
+                Some(r) => check.check_under(rank, micro, r, &tol),
+                None => check.check(rank, micro, cfg, &tol),
+            };
             match v {
                 Ok(v) => CheckedCell {
                     rank,
