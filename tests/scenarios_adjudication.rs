@@ -120,7 +120,10 @@ fn a_loss_sum_under_a_nonzero_entropy_coeff_names_the_faulty_side_only() {
     let adj = rep["adjudication"].as_array().unwrap();
     assert_eq!(adj.len(), 1);
     let a = &adj[0];
-    assert_eq!((a["rank"].as_u64(), a["micro"].as_u64()), (Some(1), Some(0)));
+    assert_eq!(
+        (a["rank"].as_u64(), a["micro"].as_u64()),
+        (Some(1), Some(0))
+    );
     assert_eq!(
         a["conclusion"],
         "weaver loss disagrees with its own inputs; self-hosted matches"
@@ -162,10 +165,51 @@ fn without_evidence_from_the_other_side_the_self_hosted_epsilon_is_searched() {
         assert_eq!(s["role"], "self-hosted");
         assert_eq!(s["status"], "consistent", "{}", s["detail"]);
         let detail = s["detail"].as_str().unwrap();
-        assert!(detail.contains("(judged under adv_eps 1e-6 (inferred), "), "{detail}");
+        assert!(
+            detail.contains("(judged under adv_eps 1e-6 (inferred), "),
+            "{detail}"
+        );
         assert_eq!(
             a["conclusion"],
             "every side's loss follows from its own inputs: the inputs differ (see the first divergence)"
+        );
+    }
+}
+
+/// `postmortem --dumps` with one tree judges it as losscheck does alone, under the tree's
+/// own conventions: seed 12's self-hosted tree (entropy_coeff 0.001 echoed, advantage
+/// epsilon 1e-6 where the preset's is 1e-4) and seed 8's (entropy_coeff 1e-4 not echoed)
+/// are self-consistent in every cell (judged without the epsilon search, 5 of 6 and 2 of
+/// 2 cells failed).
+#[test]
+fn postmortem_checks_a_lone_tree_under_its_own_conventions() {
+    let run = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/runs/20251009-091500");
+    for (seed, cells) in [("seed-012", 6), ("seed-008", 2)] {
+        let t = json(&scenarios().join(seed).join("truth.json"));
+        assert_eq!(
+            t["losscheck"]["self_hosted_pt"]["inconsistent"],
+            serde_json::json!([])
+        );
+        let out_dir =
+            std::env::temp_dir().join(format!("rlf-adj-pm-{seed}-{}", std::process::id()));
+        let out = Command::cargo_bin("postmortem")
+            .unwrap()
+            .arg(&run)
+            .arg("--dumps")
+            .arg(scenarios().join(seed).join("self_hosted_pt"))
+            .args(["--step", "0", "--format", "json", "--output"])
+            .arg(&out_dir)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&out_dir);
+        let rep: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let dumps = &rep["dumps"];
+        assert_eq!(dumps["verdict"], "pass", "{seed}: {}", dumps["detail"]);
+        let checked = dumps["cells"].as_array().unwrap();
+        assert_eq!(checked.len(), cells, "{seed}");
+        assert!(
+            checked.iter().all(|c| c["status"] == "consistent"),
+            "{seed}"
         );
     }
 }

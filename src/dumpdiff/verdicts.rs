@@ -20,10 +20,12 @@ pub(super) fn adjudicate(
     coefficients: &std::collections::BTreeMap<String, f64>,
     adv_eps: Option<f64>,
 ) -> Result<Vec<report::Adjudication>> {
+    use crate::losscheck::infer::self_hosted_adv_eps;
     use crate::losscheck::{Status, StepCheck, Tolerance};
+    use crate::readers::producers::nexrl_self_hosted as keys;
     let given = crate::losscheck::overrides::Overrides {
-        entropy_coeff: coefficients.get("entropy_coeff").copied(),
-        kl_coef: coefficients.get("kl_coef").copied(),
+        entropy_coeff: coefficients.get(keys::ENTROPY_COEFF).copied(),
+        kl_coef: coefficients.get(keys::KL_COEF).copied(),
         adv_eps,
         ..Default::default()
     };
@@ -56,7 +58,16 @@ pub(super) fn adjudicate(
             // A self-hosted side dumps rewards, not advantages: without an epsilon from
             // dumpdiff's evidence, losscheck's own search settles it (as it does alone).
             let (cfg, eps_line) = match (d.role == "self-hosted", adv_eps) {
-                (true, None) => self_hosted_eps(&d.tree, step, &cfg, &given, &tol),
+                (true, None) => {
+                    let eps = self_hosted_adv_eps(&d.tree, step, &cfg, &given, &tol)
+                        .filter(|e| *e != cfg.advantage.eps);
+                    let mut c = cfg.clone();
+                    c.advantage.eps = eps.unwrap_or(c.advantage.eps);
+                    (
+                        c,
+                        eps.map(|e| format!("adv_eps {} (inferred)", crate::fmt::num(e))),
+                    )
+                }
                 (true, Some(e)) if e != preset_eps => (
                     cfg.clone(),
                     Some(format!("adv_eps {} (dumpdiff's)", crate::fmt::num(e))),
@@ -160,28 +171,6 @@ pub(super) fn adjudicate(
         })
         .collect();
     Ok(out)
-}
-
-/// The advantage epsilon of a self-hosted tree as losscheck settles it alone
-/// ([`crate::losscheck::check_tree_inferred`]: the candidate under which most cells' pg
-/// terms follow): `cfg` with it, and a line saying so when it is not `cfg`'s. `cfg` as
-/// given when the tree cannot be checked (the per-cell verdicts then say why).
-fn self_hosted_eps(
-    tree: &crate::readers::layout::DumpTree,
-    step: i64,
-    cfg: &crate::kernels::loss::LossConfig,
-    given: &crate::losscheck::overrides::Overrides,
-    tol: &crate::losscheck::Tolerance,
-) -> (crate::kernels::loss::LossConfig, Option<String>) {
-    match crate::losscheck::check_tree_inferred(tree, step, None, None, cfg, given, tol) {
-        Ok(tc) if tc.cfg.advantage.eps != cfg.advantage.eps => {
-            let eps = tc.cfg.advantage.eps;
-            let mut out = cfg.clone();
-            out.advantage.eps = eps;
-            (out, Some(format!("adv_eps {} (inferred)", crate::fmt::num(eps))))
-        }
-        _ => (cfg.clone(), None),
-    }
 }
 
 /// Order of sections along the data flow, for "first divergence".
