@@ -78,11 +78,19 @@ fn truth_cells(t: &Value, tree: &str) -> BTreeSet<(u64, u64)> {
         .collect()
 }
 
+/// The seeds whose side verdicts are counted below (every committed seed folder is
+/// checked; seeds added later are checked without changing the count).
+const COUNTED: [u32; 27] = [
+    2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 18, 22, 40, 53, 66, 120, 150, 165, 504, 522, 528, 530, 534,
+    549, 2038, 2189, 3123,
+];
+
 #[test]
 fn each_side_is_called_inconsistent_exactly_when_truth_says_so() {
     let (mut judged, mut with_faulty_side) = (0, 0);
     for seed in seeds() {
         let t = json(&scenarios().join(&seed).join("truth.json"));
+        let counted = COUNTED.contains(&t["seed"].as_u64().unwrap().try_into().unwrap());
         let rep = dumpdiff(&seed, &t);
         for a in rep["adjudication"].as_array().unwrap() {
             let cell = (a["rank"].as_u64().unwrap(), a["micro"].as_u64().unwrap());
@@ -99,12 +107,14 @@ fn each_side_is_called_inconsistent_exactly_when_truth_says_so() {
                     "{seed} rank {} micro {} {tree}: {}",
                     cell.0, cell.1, side["detail"]
                 );
-                judged += 1;
-                with_faulty_side += usize::from(faulty);
+                if counted {
+                    judged += 1;
+                    with_faulty_side += usize::from(faulty);
+                }
             }
         }
     }
-    // the committed seeds adjudicate 66 side verdicts, 12 of them on a faulty side
+    // the counted seeds adjudicate 66 side verdicts, 12 of them on a faulty side
     assert_eq!((judged, with_faulty_side), (66, 12));
 }
 
