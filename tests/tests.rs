@@ -14,5 +14,6 @@ mod pt;
 mod real_logs;
 mod render;
 mod scenarios;
+mod scenarios_adjudication;
 mod scenarios_losscheck;
 mod trackers;

@@ -12,11 +12,15 @@
 //!   coefficients differ.
 //! - [`rounding`]: the tolerance of a reduction recomputed from rounded inputs, from each
 //!   input's unit roundoff and the reduction length.
+//! - [`aggregation`]: which aggregation mode a side's dumped reductions show — one
+//!   majority rule for both tools ([`aggregation::settle`]), dumpdiff's per-cell evidence
+//!   ([`aggregation::cell_mode`]).
 //!
-//! Both are tested against values computed by torch in f64
+//! The first two are tested against values computed by torch in f64
 //! (`fixtures/scenarios/conventions.json`, written by `fixtures/gen/make_scenarios.py
 //! --conventions-manifest`).
 
+pub mod aggregation;
 pub mod coefficients;
 pub mod rounding;
 

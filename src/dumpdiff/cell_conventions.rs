@@ -9,6 +9,8 @@ use super::conventions;
 use super::diagnosis;
 use super::report::Section;
 use super::sections::{self, SideData, Tensors};
+use crate::conventions::aggregation;
+use crate::kernels::aggregate::AggMode;
 use crate::readers::layout::Kind;
 use crate::readers::producers::{nexrl_self_hosted, weaver};
 use crate::value::Value;
@@ -41,6 +43,9 @@ pub(super) struct WeaverConventions {
     pub(super) notes: Vec<String>,
     /// One line per cell whose loss disagrees, naming the term that differs.
     pub(super) diagnosis: Vec<String>,
+    /// The epsilon the self-hosted advantages were recomputed with (flag, inferred from
+    /// the weaver's advantages, or the preset's); the adjudication judges with it.
+    pub(super) adv_eps: Option<f64>,
 }
 
 /// When a side's KL coefficient is neither echoed nor inferable (one cell fits two
@@ -59,11 +64,16 @@ pub(super) fn kl_coef_bound(loss: &Value) -> Option<f64> {
 
 /// The self-hosted cell's aggregation mode: echoed in its loss file's `extra_info`, else
 /// the one that reproduces its dumped `pg_loss` / `entropy_loss` from its valid elements.
-pub(super) fn agg_mode(ch: &sections::Chain, loss: Option<&Value>) -> Option<conventions::AggMode> {
+pub(super) fn agg_mode(ch: &sections::Chain, loss: Option<&Value>) -> Option<AggMode> {
     let loss = loss?;
     if let Some((name, scale)) = nexrl_self_hosted::loss_agg_mode(loss) {
-        if let Some(m) = conventions::AggMode::parse(&name, scale) {
-            return Some(m);
+        // `-norm` needs its divisor (`loss_scale_factor`): without it, inferred below
+        match (AggMode::parse(&name), scale) {
+            (Some(AggMode::SeqMeanTokenSumNorm { horizon: None }), Some(h)) => {
+                return Some(AggMode::SeqMeanTokenSumNorm { horizon: Some(h) })
+            }
+            (Some(AggMode::SeqMeanTokenSumNorm { horizon: None }), None) | (None, _) => {}
+            (Some(m), _) => return Some(m),
         }
     }
     let stats = ch.stats.as_ref()?;
@@ -77,20 +87,20 @@ pub(super) fn agg_mode(ch: &sections::Chain, loss: Option<&Value>) -> Option<con
     let mut dumped = Vec::new();
     // pg elements: f64 exp of f32 log-probs against the trainer's f32 (a few ulps each)
     if let Some(value) = num(nexrl_self_hosted::PG_LOSS) {
-        dumped.push(conventions::Dumped {
+        dumped.push(aggregation::Dumped {
             elems: &pg,
             u: 2f64.powi(-22),
             value,
         });
     }
     if let (Some(value), Some(u)) = (num(nexrl_self_hosted::ENTROPY_LOSS), ch.extra.entropy_u) {
-        dumped.push(conventions::Dumped {
+        dumped.push(aggregation::Dumped {
             elems: &ch.extra.entropy,
             u,
             value,
         });
     }
-    conventions::infer_mode(&ch.extra.row_counts, &dumped)
+    aggregation::cell_mode(&ch.extra.row_counts, &dumped)
 }
 
 /// The advantage epsilon each weaver row of a cell implies ([`conventions::eps_estimate`]):

@@ -99,6 +99,27 @@ pub fn infer_eps(estimates: &[f64]) -> Option<(f64, usize)> {
     Some((snapped, v.len()))
 }
 
+/// The advantage epsilon that given per-trajectory advantages (remote-api
+/// `prepared_trajectories`, by self-hosted batch index) imply for the trajectories'
+/// rewards and groups under `preset`'s normalisation ([`advantage_parts`],
+/// [`eps_estimate`], [`infer_eps`]). `None` for an unknown preset, missing rewards or
+/// groups, or no row that tells.
+pub fn eps_of_advantages(
+    traj: &TrajectorySummary,
+    preset: &str,
+    advantages: &[f64],
+) -> Option<f64> {
+    let cfg = crate::kernels::presets::preset(preset).ok()?.advantage;
+    let parts = advantage_parts(traj, &cfg)?;
+    let est: Vec<f64> = parts
+        .iter()
+        .zip(advantages)
+        .filter(|(_, a)| a.is_finite())
+        .filter_map(|(&(d, s), &a)| eps_estimate(d, s, a))
+        .collect();
+    infer_eps(&est).map(|(e, _)| e)
+}
+
 /// The loss terms and echoed coefficients of one side, gathered from its loss files cell
 /// by cell.
 #[derive(Debug, Default, Clone)]
@@ -127,7 +148,11 @@ impl SideLosses {
     pub fn push(&mut self, rec: &LossRecord) {
         self.cells += 1;
         for (k, v) in &rec.coefficients {
-            let name = if k == "kl_loss_coef" { "kl_coef" } else { k };
+            let name = if k == keys::KL_LOSS_COEF {
+                keys::KL_COEF
+            } else {
+                k
+            };
             self.echoed
                 .entry(name.to_string())
                 .or_default()
@@ -220,12 +245,12 @@ pub fn compare(
         coefficients::infer(&b.terms, DType::F32),
     );
     let mut out = Vec::new();
-    for name in [keys::ENTROPY_COEFF, "kl_coef"] {
+    for name in [keys::ENTROPY_COEFF, keys::KL_COEF] {
         let flag = overrides.get(name).map(|&v| Known {
             value: v,
             std_err: 0.0,
             how: match name {
-                "kl_coef" => "flag --kl-coef".to_string(),
+                keys::KL_COEF => "flag --kl-coef".to_string(),
                 _ => format!("flag --{}", name.replace('_', "-")),
             },
         });
@@ -389,215 +414,5 @@ mod tests {
         z.push(&rec(0.1, 0.1, 1.0, None));
         y.push(&rec(0.1, 0.1, 1.0, None));
         assert!(compare(&z, &y, &BTreeMap::new()).is_empty());
-    }
-}
-
-/// How a loss reduces its per-token values (verl's `loss_agg_mode`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum AggMode {
-    /// Mean over every valid token of the micro.
-    TokenMean,
-    /// Sum over each row's tokens, mean over rows.
-    SeqMeanTokenSum,
-    /// Mean over each row's tokens, mean over rows.
-    SeqMeanTokenMean,
-    /// `SeqMeanTokenSum` divided by `loss_scale_factor`.
-    SeqMeanTokenSumNorm(f64),
-}
-
-impl AggMode {
-    /// verl's name of the mode (`token-mean`, …).
-    pub fn name(&self) -> String {
-        match self {
-            AggMode::TokenMean => "token-mean".into(),
-            AggMode::SeqMeanTokenSum => "seq-mean-token-sum".into(),
-            AggMode::SeqMeanTokenMean => "seq-mean-token-mean".into(),
-            AggMode::SeqMeanTokenSumNorm(n) => format!("seq-mean-token-sum-norm (÷{n})"),
-        }
-    }
-
-    /// The mode verl spells `name` (`scale` = `loss_scale_factor` for the `-norm` one).
-    pub fn parse(name: &str, scale: Option<f64>) -> Option<AggMode> {
-        Some(match name {
-            "token-mean" => AggMode::TokenMean,
-            "seq-mean-token-sum" => AggMode::SeqMeanTokenSum,
-            "seq-mean-token-mean" => AggMode::SeqMeanTokenMean,
-            "seq-mean-token-sum-norm" => AggMode::SeqMeanTokenSumNorm(scale?),
-            _ => return None,
-        })
-    }
-
-    /// Reduce `vals` (the valid elements, row after row, `row_counts` of them per row) as
-    /// this mode does; rows without valid elements are left out of the row means.
-    pub fn reduce(&self, row_counts: &[usize], vals: &[f64]) -> f64 {
-        let n: usize = row_counts.iter().sum();
-        if n == 0 || vals.len() < n {
-            return 0.0;
-        }
-        if *self == AggMode::TokenMean {
-            return vals[..n].iter().sum::<f64>() / n as f64;
-        }
-        let (mut acc, mut rows, mut at) = (0.0, 0usize, 0usize);
-        for &c in row_counts {
-            if c == 0 {
-                continue;
-            }
-            let s: f64 = vals[at..at + c].iter().sum();
-            at += c;
-            rows += 1;
-            acc += match self {
-                AggMode::SeqMeanTokenMean => s / c as f64,
-                _ => s,
-            };
-        }
-        let seq = acc / rows as f64;
-        match self {
-            AggMode::SeqMeanTokenSumNorm(norm) => seq / norm,
-            _ => seq,
-        }
-    }
-}
-
-impl AggMode {
-    /// The weight of each valid element in this mode's reduction (`reduce` is
-    /// `Σ wᵢ·xᵢ`), row after row.
-    pub fn weights(&self, row_counts: &[usize]) -> Vec<f64> {
-        let n: usize = row_counts.iter().sum();
-        let rows = row_counts.iter().filter(|&&c| c > 0).count().max(1) as f64;
-        let mut out = Vec::with_capacity(n);
-        for &c in row_counts {
-            let w = match self {
-                AggMode::TokenMean => 1.0 / n as f64,
-                AggMode::SeqMeanTokenSum => 1.0 / rows,
-                AggMode::SeqMeanTokenMean => 1.0 / (rows * c as f64),
-                AggMode::SeqMeanTokenSumNorm(norm) => 1.0 / (rows * norm),
-            };
-            out.extend(std::iter::repeat_n(w, c));
-        }
-        out
-    }
-}
-
-/// One dumped reduction to reproduce: its elements, their unit roundoff, the dumped value.
-pub struct Dumped<'a> {
-    /// The valid elements, row after row.
-    pub elems: &'a [f64],
-    /// Unit roundoff of what the elements were computed from (their stored dtype).
-    pub u: f64,
-    /// The value the trainer dumped.
-    pub value: f64,
-}
-
-/// How far a mode's recompute of `d` is from the dumped value, in units of its
-/// tolerance: the rounding bound of the elements in their stored dtype
-/// ([`crate::conventions::rounding::RoundingBound`], weights of the mode) plus the
-/// trainer's f32 accumulation and storage of the scalar.
-fn misfit(m: AggMode, row_counts: &[usize], d: &Dumped<'_>) -> f64 {
-    use crate::conventions::rounding::{RoundingBound, LAMBDA};
-    let u32_ = 2f64.powi(-24);
-    let w = m.weights(row_counts);
-    let mut bound = RoundingBound::default();
-    let mut magnitude = 0.0;
-    for (x, w) in d.elems.iter().zip(&w) {
-        bound.push(w * x, d.u);
-        magnitude += (w * x).abs();
-    }
-    let n = d.elems.len() as f64;
-    let tol = bound.tolerance()
-        + (LAMBDA * n.sqrt() * u32_ * magnitude).min(n * u32_ * magnitude)
-        + u32_ * d.value.abs();
-    (m.reduce(row_counts, d.elems) - d.value).abs() / tol.max(f64::MIN_POSITIVE)
-}
-
-/// The aggregation mode that reproduces a side's dumped reductions (its `pg_loss` from
-/// `−ratio·A` of the valid elements, its `entropy_loss` from its `entropy`): among verl's
-/// modes (`-norm` with a whole divisor: the token sum over the dumped value), those whose
-/// recompute of every reduction is within its rounding tolerance ([`misfit`] ≤ 1), the
-/// closest first, ties in the order token-mean, seq-mean-token-sum, seq-mean-token-mean.
-/// `None` when no mode fits (the caller keeps token-mean).
-pub fn infer_mode(row_counts: &[usize], dumped: &[Dumped<'_>]) -> Option<AggMode> {
-    let n: usize = row_counts.iter().sum();
-    let pairs: Vec<&Dumped<'_>> = dumped
-        .iter()
-        .filter(|d| d.value != 0.0 && d.elems.len() == n && d.elems.iter().all(|v| v.is_finite()))
-        .collect();
-    let first = pairs.first()?;
-    let mut modes = vec![
-        AggMode::TokenMean,
-        AggMode::SeqMeanTokenSum,
-        AggMode::SeqMeanTokenMean,
-    ];
-    // (a divisor of 1 is the plain token-sum mode; verl's `loss_scale_factor` is a whole
-    // number of tokens, and any mean is some sum over some real number)
-    let norm = AggMode::SeqMeanTokenSum.reduce(row_counts, first.elems) / first.value;
-    if norm.is_finite() && norm >= 1.5 && (norm - norm.round()).abs() < 1e-3 * norm {
-        modes.push(AggMode::SeqMeanTokenSumNorm(norm.round()));
-    }
-    modes
-        .into_iter()
-        .map(|m| {
-            let worst = pairs
-                .iter()
-                .map(|d| misfit(m, row_counts, d))
-                .fold(0.0f64, f64::max);
-            (worst, m)
-        })
-        .filter(|(w, _)| *w <= 1.0)
-        .min_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, m)| m)
-}
-
-#[cfg(test)]
-mod agg_tests {
-    use super::*;
-
-    #[test]
-    fn modes_reduce_as_verl_and_are_inferred_from_dumped_values() {
-        // Two rows: [1, 2, 3] and [4]; seq sums 6 and 4.
-        let (rows, v) = (vec![3, 0, 1], vec![1.0, 2.0, 3.0, 4.0]);
-        assert_eq!(AggMode::TokenMean.reduce(&rows, &v), 2.5);
-        assert_eq!(AggMode::SeqMeanTokenSum.reduce(&rows, &v), 5.0);
-        assert_eq!(AggMode::SeqMeanTokenMean.reduce(&rows, &v), 3.0);
-        assert_eq!(AggMode::SeqMeanTokenSumNorm(10.0).reduce(&rows, &v), 0.5);
-        let u = 2f64.powi(-24);
-        let infer = |d: f64| {
-            infer_mode(
-                &rows,
-                &[Dumped {
-                    elems: &v,
-                    u,
-                    value: d,
-                }],
-            )
-        };
-        // 2.5 is also the token sum ÷ 2 (a whole divisor, the same weights): token-mean
-        // comes first.
-        assert_eq!(infer(2.5), Some(AggMode::TokenMean));
-        // Within the f32 rounding of the dumped value, not beyond.
-        assert_eq!(infer(2.5 * (1.0 + 4e-8)), Some(AggMode::TokenMean));
-        assert_eq!(infer(2.5 * (1.0 + 1e-5)), None);
-        assert_eq!(infer(5.0), Some(AggMode::SeqMeanTokenSum));
-        assert_eq!(infer(3.0), Some(AggMode::SeqMeanTokenMean));
-        assert_eq!(infer(0.3125), Some(AggMode::SeqMeanTokenSumNorm(16.0)));
-        assert_eq!(infer(7.0), None);
-        // Rows [1, 2, 3] and [4, 6]: token mean 3.2 = token sum 8 ÷ 2.5, not a whole divisor.
-        let (rows, v) = (vec![3, 2], vec![1.0, 2.0, 3.0, 4.0, 6.0]);
-        let d = Dumped {
-            elems: &v,
-            u,
-            value: 3.2,
-        };
-        assert_eq!(infer_mode(&rows, &[d]), Some(AggMode::TokenMean));
-        // bf16 elements (u = 2⁻⁸): a 0.1 % miss is within their rounding.
-        let d = Dumped {
-            elems: &v,
-            u: 2f64.powi(-8),
-            value: 3.2 * 1.001,
-        };
-        assert_eq!(infer_mode(&rows, &[d]), Some(AggMode::TokenMean));
-        assert_eq!(
-            AggMode::parse("seq-mean-token-sum-norm", Some(16.0)),
-            Some(AggMode::SeqMeanTokenSumNorm(16.0))
-        );
     }
 }

@@ -247,6 +247,7 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
     let mut coefficients = Vec::new();
     let mut conventions = Vec::new();
     let mut diagnosis = Vec::new();
+    let mut adv_eps = None;
     if let Some(w) = &w {
         let mut conv = cell_conventions::WeaverConventions::default();
         sections.extend(weaver_sections(
@@ -262,6 +263,7 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
         coefficients = conventions::compare(&conv.self_hosted, &conv.weaver, &opts.coefficients);
         conventions = conv.notes;
         diagnosis = conv.diagnosis;
+        adv_eps = conv.adv_eps;
     }
     if let Some(r) = &r {
         sections.extend(remote_sections(&s, r, traj, &opts.policy, &mut coverage)?);
@@ -276,7 +278,15 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
     }
     let (first_divergence, worst) = findings(&sections);
     let adjudication = match &opts.adjudicate_with {
-        Some(preset) => adjudicate(&sections, &sides, opts.step, preset, traj)?,
+        Some(preset) => adjudicate(
+            &sections,
+            &sides,
+            opts.step,
+            preset,
+            traj,
+            &opts.coefficients,
+            adv_eps.or(opts.advantage_eps),
+        )?,
         None => Vec::new(),
     };
     let verdict = sections

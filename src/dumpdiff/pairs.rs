@@ -266,20 +266,30 @@ pub(super) fn weaver_sections(
     let mut outs = run_cells(&inputs)?;
     // The advantage epsilon: when the weaver's advantages agree on one other than the
     // preset's (and no flag gave it), recompute the self-hosted advantages with it and
-    // compare again.
+    // compare again. The epsilon the evidence settles (the flag's, the weaver rows', else
+    // the one remote-api's advantages imply) is the one the adjudication judges with.
+    conv.adv_eps = opts.advantage_eps;
     if let (Some(preset_eps), None) = (inputs.adv_eps, opts.advantage_eps) {
         let est: Vec<f64> = outs.iter().flat_map(|o| o.eps.iter().copied()).collect();
         if let Some((eps, n)) = conventions::infer_eps(&est) {
+            conv.adv_eps = Some(preset_eps);
             if (eps - preset_eps).abs() > 2e-7 + 1e-3 * preset_eps {
                 conv.notes.push(format!(
                     "advantage epsilon {eps:e} inferred from {n} weaver is_loss_debug advantage rows \
                      (the preset's is {preset_eps:e}): the self-hosted advantages are recomputed with it \
                      (--adv-eps overrides)"
                 ));
+                conv.adv_eps = Some(eps);
                 inputs = batch_inputs(s, r, traj, adv_preset, Some(eps))?;
                 outs = run_cells(&inputs)?;
             }
         }
+    }
+    if conv.adv_eps.is_none() && inputs.adv_eps.is_none() {
+        conv.adv_eps = match (traj, adv_preset, &inputs.advantages) {
+            (Some(tr), Some(p), Some(a)) => conventions::eps_of_advantages(tr, p, a),
+            _ => None,
+        };
     }
 
     // Section 2: the compared cells, then those on one side only, ordered by rank/micro.

@@ -4,18 +4,35 @@
 use super::*;
 
 /// The rank/micro cells whose loss disagrees (a failing cell of section 3 `loss` or 4
-/// `is_loss`), each side recomputed from its own inputs by losscheck with `preset`.
-/// Sides without per-micro loss inputs (remote-api) are left out.
+/// `is_loss`), each side recomputed from its own inputs by losscheck under that side's
+/// own conventions: `preset` with dumpdiff's flags (`coefficients`: `entropy_coeff`,
+/// `kl_coef`) and the advantage epsilon dumpdiff settled (`adv_eps`), the rest read from
+/// the side's `extra_info` or inferred from every cell of its step
+/// ([`crate::losscheck::StepCheck::conventions`]) — judged with the preset's, a side that
+/// follows other conventions would be called wrong. Sides without per-micro loss inputs
+/// (remote-api) are left out.
 pub(super) fn adjudicate(
     sections: &[Section],
     sides: &[&SideData],
     step: i64,
     preset: &str,
     traj: Option<&TrajectorySummary>,
+    coefficients: &std::collections::BTreeMap<String, f64>,
+    adv_eps: Option<f64>,
 ) -> Result<Vec<report::Adjudication>> {
+    use crate::losscheck::infer::self_hosted_adv_eps;
     use crate::losscheck::{Status, StepCheck, Tolerance};
-    let cfg = crate::kernels::presets::preset(preset)
+    use crate::readers::producers::nexrl_self_hosted as keys;
+    let given = crate::losscheck::overrides::Overrides {
+        entropy_coeff: coefficients.get(keys::ENTROPY_COEFF).copied(),
+        kl_coef: coefficients.get(keys::KL_COEF).copied(),
+        adv_eps,
+        ..Default::default()
+    };
+    let base = crate::kernels::presets::preset(preset)
         .map_err(|e| Error::Usage(format!("--preset {preset}: {e}")))?;
+    let preset_eps = base.advantage.eps;
+    let cfg = crate::losscheck::overrides::apply(base, &given)?;
     let cells: BTreeSet<(u32, u32)> = sections
         .iter()
         .filter(|s| s.id == 3 || s.id == 4)
@@ -26,19 +43,70 @@ pub(super) fn adjudicate(
     if cells.is_empty() {
         return Ok(Vec::new());
     }
+    let tol = Tolerance::default();
     // Each side's whole-batch inputs are the values read at the start of the run: no
-    // file is read twice, whatever the number of cells.
-    let judged: Vec<(&str, std::result::Result<StepCheck, String>)> = sides
+    // file is read twice, whatever the number of cells. Its conventions are settled
+    // once, from every cell of the step.
+    type Judged<'t> = (StepCheck<'t>, Resolved, Option<String>);
+    use crate::losscheck::infer::Resolved;
+    let judged: Vec<(&str, std::result::Result<Judged<'_>, String>)> = sides
         .iter()
         .filter(|d| d.role != "remote-api")
         .map(|d| {
             let whole = |k: Kind| d.get(k, None, None);
             let traj = traj.filter(|_| d.role == "self-hosted");
-            (
-                d.role,
-                StepCheck::with_values(&d.tree, step, &cfg, &whole, traj)
-                    .map_err(|e| e.to_string()),
-            )
+            // A self-hosted side dumps rewards, not advantages: without an epsilon from
+            // dumpdiff's evidence, losscheck's own search settles it (as it does alone).
+            let (cfg, eps_line) = match (d.role == "self-hosted", adv_eps) {
+                (true, None) => {
+                    let eps = self_hosted_adv_eps(&d.tree, step, &cfg, &given, &tol)
+                        .filter(|e| *e != cfg.advantage.eps);
+                    let mut c = cfg.clone();
+                    c.advantage.eps = eps.unwrap_or(c.advantage.eps);
+                    (
+                        c,
+                        eps.map(|e| format!("adv_eps {} (inferred)", crate::fmt::num(e))),
+                    )
+                }
+                (true, Some(e)) if e != preset_eps => (
+                    cfg.clone(),
+                    Some(format!("adv_eps {} (dumpdiff's)", crate::fmt::num(e))),
+                ),
+                _ => (cfg.clone(), None),
+            };
+            let judged = StepCheck::with_values(&d.tree, step, &cfg, &whole, traj)
+                .map_err(|e| e.to_string())
+                .map(|check| {
+                    let (resolved, under) = match check.conventions(&cfg, &given, &tol) {
+                        Ok(r) => {
+                            let differ: Vec<String> = eps_line
+                                .iter()
+                                .cloned()
+                                .chain(
+                                    r.conventions
+                                        .iter()
+                                        .filter(|c| !c.matches_preset)
+                                        .map(|c| c.line()),
+                                )
+                                .collect();
+                            let under = (!differ.is_empty())
+                                .then(|| format!("judged under {}", differ.join(", ")));
+                            (r, under)
+                        }
+                        Err(e) => (
+                            Resolved {
+                                cfg: cfg.clone(),
+                                conventions: Vec::new(),
+                                uncertainty: Default::default(),
+                            },
+                            Some(format!(
+                                "judged under the preset: the step's conventions could not be settled ({e})"
+                            )),
+                        ),
+                    };
+                    (check, resolved, under)
+                });
+            (d.role, judged)
         })
         .collect();
     let out = cells
@@ -47,17 +115,23 @@ pub(super) fn adjudicate(
             let verdicts: Vec<report::SideVerdict> = judged
                 .iter()
                 .map(|(role, check)| {
-                    let verdict = check.as_ref().map_err(String::clone).and_then(|c| {
-                        c.check(rank, micro, &cfg, &Tolerance::default())
-                            .map_err(|e| e.to_string())
-                    });
+                    let verdict = check.as_ref().map_err(String::clone).and_then(
+                        |(c, resolved, under)| {
+                            c.check_under(rank, micro, resolved, &tol)
+                                .map(|v| (v, under))
+                                .map_err(|e| e.to_string())
+                        },
+                    );
                     match verdict {
-                        Ok(v) => report::SideVerdict {
+                        Ok((v, under)) => report::SideVerdict {
                             role: (*role).into(),
                             status: Some(v.status),
                             dumped_loss: Some(v.dumped_loss),
                             recomputed_loss: Some(v.recomputed_loss),
-                            detail: v.line(),
+                            detail: match under {
+                                Some(u) => format!("{} ({u})", v.line()),
+                                None => v.line(),
+                            },
                         },
                         Err(e) => report::SideVerdict {
                             role: (*role).into(),

@@ -72,6 +72,92 @@ impl AggMode {
     }
 }
 
+impl AggMode {
+    /// The mode's name as verl and TRL spell it (`seq-mean-token-sum-norm/H` with its
+    /// horizon, `dr_grpo`): what both tools print.
+    pub fn name(self) -> String {
+        match self {
+            AggMode::TokenMean => "token-mean".into(),
+            AggMode::SeqMeanTokenSum => "seq-mean-token-sum".into(),
+            AggMode::SeqMeanTokenMean => "seq-mean-token-mean".into(),
+            AggMode::SeqMeanTokenSumNorm { horizon: Some(h) } => {
+                format!("seq-mean-token-sum-norm/{}", crate::fmt::num(h))
+            }
+            AggMode::SeqMeanTokenSumNorm { horizon: None } => "seq-mean-token-sum-norm".into(),
+            AggMode::TrlGrpo => "grpo".into(),
+            AggMode::TrlBnpo => "bnpo".into(),
+            AggMode::TrlDrGrpo { .. } => "dr_grpo".into(),
+            AggMode::TrlDapo { .. } => "dapo".into(),
+        }
+    }
+
+    /// The weight [`aggregate`] gives each valid element (times its mask value) of a row
+    /// with `n` valid elements (the row's mask sum): every mode is linear, `Σ wᵢ·mᵢ·xᵢ`.
+    /// `total` is the micro's mask sum, `seqs` its rows with `n > 0`, `b` × `t` its shape
+    /// (`t`, the padded width, is the default horizon).
+    pub fn element_weight(self, n: f64, total: f64, seqs: f64, b: usize, t: usize) -> f64 {
+        match self {
+            AggMode::TokenMean => 1.0 / total,
+            AggMode::SeqMeanTokenSum => 1.0 / seqs,
+            AggMode::SeqMeanTokenMean => 1.0 / ((n + 1e-8) * seqs),
+            AggMode::SeqMeanTokenSumNorm { horizon } => 1.0 / (seqs * horizon.unwrap_or(t as f64)),
+            AggMode::TrlGrpo => 1.0 / (n.max(1.0) * b as f64),
+            AggMode::TrlBnpo => 1.0 / total.max(1.0),
+            AggMode::TrlDrGrpo {
+                max_completion_length,
+            } => 1.0 / (b as f64 * max_completion_length.unwrap_or(t as f64)),
+            AggMode::TrlDapo { num_items_in_batch } => {
+                1.0 / num_items_in_batch.unwrap_or(total).max(1.0)
+            }
+        }
+    }
+
+    /// The weight of each valid element listed row after row (`row_counts[r]` of row
+    /// `r`, mask 1; `t` the padded width): [`AggMode::element_weight`] per row.
+    pub fn row_weights(self, row_counts: &[usize], t: usize) -> Vec<f64> {
+        let total = row_counts.iter().sum::<usize>() as f64;
+        let seqs = row_counts.iter().filter(|&&c| c > 0).count() as f64;
+        let b = row_counts.len();
+        let mut out = Vec::with_capacity(total as usize);
+        for &c in row_counts {
+            let w = self.element_weight(c as f64, total, seqs, b, t);
+            out.extend(std::iter::repeat_n(w, c));
+        }
+        out
+    }
+
+    /// Reduce `vals`, the valid elements row after row (`row_counts[r]` of row `r`, mask
+    /// 1; `t` the padded width), as [`aggregate`] does: verl's modes row sums first, then
+    /// the mean over non-empty rows. 0 without valid elements (or too few `vals`).
+    pub fn reduce_rows(self, row_counts: &[usize], vals: &[f64], t: usize) -> f64 {
+        let n: usize = row_counts.iter().sum();
+        if n == 0 || vals.len() < n {
+            return 0.0;
+        }
+        if self == AggMode::TokenMean {
+            return vals[..n].iter().sum::<f64>() / n as f64;
+        }
+        let seqs = row_counts.iter().filter(|&&c| c > 0).count() as f64;
+        let (mut acc, mut at) = (0.0, 0usize);
+        for &c in row_counts {
+            let s: f64 = vals[at..at + c].iter().sum();
+            at += c;
+            acc += match self {
+                _ if c == 0 => 0.0,
+                AggMode::SeqMeanTokenSum | AggMode::SeqMeanTokenSumNorm { .. } => s,
+                AggMode::SeqMeanTokenMean => s / (c as f64 + 1e-8),
+                // TRL: the per-element weight is the row's, applied to its sum
+                m => m.element_weight(c as f64, n as f64, seqs, row_counts.len(), t) * s,
+            };
+        }
+        match self {
+            AggMode::SeqMeanTokenSum | AggMode::SeqMeanTokenMean => acc / seqs,
+            AggMode::SeqMeanTokenSumNorm { horizon } => acc / seqs / horizon.unwrap_or(t as f64),
+            _ => acc,
+        }
+    }
+}
+
 /// verl `masked_sum` without reduction: `where(m != 0, x, 0) · m`. `[B, T]`.
 pub fn masked_verl(x: &Tensor, mask: &Tensor) -> KResult<Tensor> {
     let zeros = full_like(x, 0.0)?;
@@ -143,4 +229,58 @@ pub fn masked_mean_verl(x: &Tensor, mask: &Tensor) -> KResult<Tensor> {
 pub fn masked_mean_trl(x: &Tensor, mask: &Tensor) -> KResult<Tensor> {
     same_shape("values", x, "mask", mask)?;
     Ok(((x * mask)?.sum_all()? / clamp_torch(&mask.sum_all()?, Some(1.0), None)?)?)
+}
+
+#[cfg(test)]
+mod row_tests {
+    use super::*;
+
+    #[test]
+    fn row_reductions_match_the_weights_and_the_tensor_kernel() {
+        // rows [1, 2, 3], [] and [4] of a [3, 4] micro
+        let (rows, v) = ([3, 0, 1], [1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(AggMode::TokenMean.reduce_rows(&rows, &v, 4), 2.5);
+        assert_eq!(AggMode::SeqMeanTokenSum.reduce_rows(&rows, &v, 4), 5.0);
+        let stm = AggMode::SeqMeanTokenMean.reduce_rows(&rows, &v, 4);
+        // verl divides a row sum by its count + 1e-8
+        assert!((stm - 3.0).abs() < 3e-8, "{stm}");
+        let norm = |h| AggMode::SeqMeanTokenSumNorm { horizon: h };
+        assert_eq!(norm(Some(10.0)).reduce_rows(&rows, &v, 4), 0.5);
+        assert_eq!(norm(None).reduce_rows(&rows, &v, 4), 1.25);
+        // TRL grpo: rows (2 + 0 + 4) / 3; bnpo 10 / 4; dr_grpo 10 / (3·4)
+        assert!((AggMode::TrlGrpo.reduce_rows(&rows, &v, 4) - 2.0).abs() < 1e-15);
+        assert_eq!(AggMode::TrlBnpo.reduce_rows(&rows, &v, 4), 2.5);
+        let dr = AggMode::parse("dr_grpo").unwrap().reduce_rows(&rows, &v, 4);
+        assert!((dr - 10.0 / 12.0).abs() < 1e-15);
+        // every mode: Σ w·x = reduce_rows = the candle kernel on the padded matrix
+        let mask = [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0];
+        let x = [1.0, 2.0, 3.0, 9.0, 9.0, 9.0, 9.0, 9.0, 4.0, 9.0, 9.0, 9.0];
+        let dev = candle_core::Device::Cpu;
+        let xt = Tensor::from_slice(&x, (3, 4), &dev).unwrap();
+        let mt = Tensor::from_slice(&mask, (3, 4), &dev).unwrap();
+        for name in ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"]
+            .into_iter()
+            .chain(["seq-mean-token-sum-norm", "grpo", "bnpo", "dr_grpo", "dapo"])
+        {
+            let m = AggMode::parse(name).unwrap();
+            let kernel = aggregate(&xt, &mt, m).unwrap().to_scalar::<f64>().unwrap();
+            let by_rows = m.reduce_rows(&rows, &v, 4);
+            let by_weights: f64 = m
+                .row_weights(&rows, 4)
+                .iter()
+                .zip(&v)
+                .map(|(w, x)| w * x)
+                .sum();
+            assert!(
+                (kernel - by_rows).abs() < 1e-14,
+                "{name}: {kernel} vs {by_rows}"
+            );
+            assert!(
+                (kernel - by_weights).abs() < 1e-14,
+                "{name}: {kernel} vs {by_weights}"
+            );
+        }
+        assert_eq!(norm(Some(16.0)).name(), "seq-mean-token-sum-norm/16");
+        assert_eq!(AggMode::parse("dr-grpo").unwrap().name(), "dr_grpo");
+    }
 }

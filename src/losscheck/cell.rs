@@ -25,11 +25,6 @@ use crate::readers::read_any;
 use crate::tensor::DType;
 use crate::value::Value;
 
-/// `extra_info` keys of a `loss/` file that state the loss composition (verl/NexRL
-/// config echoes): aggregation mode, KL estimator, the norm's horizon.
-const LOSS_AGG_MODE: &str = "loss_agg_mode";
-const KL_LOSS_TYPE: &str = "kl_loss_type";
-const LOSS_SCALE_FACTOR: &str = "loss_scale_factor";
 /// The aggregated KL term: top-level in the `loss/` file, or in its `metrics`.
 const KL_LOSS: &str = "kl_loss";
 
@@ -102,15 +97,11 @@ fn stated_of(v: &Value, rec: &LossRecord) -> Stated {
     };
     Stated {
         entropy_coeff: rec.coefficients.get(keys::ENTROPY_COEFF).copied(),
-        kl_coef: rec
-            .coefficients
-            .get("kl_coef")
-            .or_else(|| rec.coefficients.get("kl_loss_coef"))
-            .copied(),
-        agg: text(LOSS_AGG_MODE),
-        kl_type: text(KL_LOSS_TYPE),
+        kl_coef: keys::kl_coef(&rec.coefficients),
+        agg: text(keys::LOSS_AGG_MODE),
+        kl_type: text(keys::KL_LOSS_TYPE),
         scale: extra
-            .and_then(|e| e.get(LOSS_SCALE_FACTOR))
+            .and_then(|e| e.get(keys::LOSS_SCALE_FACTOR))
             .and_then(Value::as_f64),
     }
 }
@@ -343,7 +334,7 @@ const VERL_MODES: [AggMode; 3] = [
 ];
 
 fn mode_name(m: AggMode) -> String {
-    super::terms::agg_name(m)
+    m.name()
 }
 
 /// Recompute `cell` under `cfg` and compare with what it dumped: weaver's intermediates

@@ -10,8 +10,8 @@
 //!
 //! - aggregation: the verl mode (`token-mean`, `seq-mean-token-sum`,
 //!   `seq-mean-token-mean`, `seq-mean-token-sum-norm` with its horizon fitted) under which
-//!   the recomputed `pg_loss`, `entropy_loss` (and `kl_loss`) equal the dumped ones in the
-//!   most cells;
+//!   the recomputed `pg_loss` and `entropy_loss` terms equal the most dumped ones, by the
+//!   majority rule dumpdiff uses too ([`crate::conventions::aggregation::settle`]);
 //! - KL estimator: k1, k2 or verl's k3 (`low_var_kl`), the one that reproduces the dumped
 //!   `kl_loss` in the most cells;
 //! - coefficients: least squares over the cells' dumped `loss − pg_loss = −entropy_coeff ·
@@ -30,8 +30,9 @@ mod fit;
 
 use super::cell::{Cell, Stated, Uncertainty};
 use super::overrides::Overrides;
-use super::terms::{agg_name, f32_compute, reduce, stored_rounding, weights};
+use super::terms::{f32_compute, reduce, stored_rounding, weights};
 use super::Tolerance;
+use crate::conventions::aggregation::settle;
 use crate::conventions::coefficients::DIFFER_SIGMAS;
 use crate::error::Result;
 use crate::kernels::aggregate::AggMode;
@@ -480,15 +481,10 @@ pub fn resolve(
         |m: AggMode| -> usize { preps.iter().map(|p| explains_agg(p, m, tol).0).sum() };
     if given.agg.is_some() || given.preset_fixes_composition {
         cfg.agg = with_horizon(cfg.agg, stated_scale);
-        conventions.push(Convention::new(
-            "agg",
-            agg_name(cfg.agg),
-            None,
-            Source::Flag,
-        ));
+        conventions.push(Convention::new("agg", cfg.agg.name(), None, Source::Flag));
     } else if let Some(m) = stated_agg.as_deref().and_then(AggMode::parse) {
         cfg.agg = with_horizon(m, stated_scale.or_else(|| fit_horizon(preps)));
-        let mut c = Convention::new("agg", agg_name(cfg.agg), None, Source::Dumped);
+        let mut c = Convention::new("agg", cfg.agg.name(), None, Source::Dumped);
         c.explained = Some(count(cfg.agg));
         c.cells = Some(informative);
         conventions.push(c);
@@ -505,40 +501,25 @@ pub fn resolve(
         candidates.sort_by_key(|m| *m != base.agg);
         let scored: Vec<(AggMode, usize)> =
             candidates.iter().map(|m| (*m, count_terms(*m))).collect();
-        let best = scored
-            .iter()
-            .fold(None::<(AggMode, usize)>, |acc, x| match acc {
-                Some(a) if a.1 >= x.1 => Some(a),
-                _ => Some(*x),
-            });
-        let second = |m: AggMode| {
-            scored
-                .iter()
-                .filter(|x| x.0 != m)
-                .map(|x| x.1)
-                .max()
-                .unwrap_or(0)
+        // the rule both tools share (`conventions::aggregation::settle`): most of the
+        // dumped terms over every cell, or half of them and more than any other mode (a
+        // fault in one cell's pg term leaves its entropy term); else the preset's
+        let mut c = match settle(&scored, terms_total) {
+            Some(s) => {
+                cfg.agg = s.mode;
+                Convention::new("agg", s.mode.name(), None, Source::Inferred)
+            }
+            None => Convention::new("agg", cfg.agg.name(), None, Source::Preset),
         };
-        if let Some((m, n)) = best {
-            // most of the dumped terms over every cell, or half of them and more than any
-            // other mode (a fault in one cell's pg term leaves its entropy term)
-            let wins = 2 * n > terms_total || (2 * n == terms_total && n > second(m));
-            let mut c = if wins {
-                cfg.agg = m;
-                Convention::new("agg", agg_name(m), None, Source::Inferred)
-            } else {
-                Convention::new("agg", agg_name(cfg.agg), None, Source::Preset)
-            };
-            c.explained = Some(count(cfg.agg));
-            c.cells = Some(informative);
-            conventions.push(c);
-        }
+        c.explained = Some(count(cfg.agg));
+        c.cells = Some(informative);
+        conventions.push(c);
     } else if let Some((m, e, n)) = from_totals(preps, base, cells, given, tol) {
         // no cell dumps its terms, only totals: the mode (and entropy coefficient) that
         // explains every total, underdetermined
         cfg.agg = m;
         totals_ec = e;
-        let mut c = Convention::new("agg", agg_name(m), None, Source::Inferred);
+        let mut c = Convention::new("agg", m.name(), None, Source::Inferred);
         c.explained = Some(n);
         c.cells = Some(preps.len());
         c.note = Some(TOTALS_NOTE.into());
@@ -599,7 +580,9 @@ pub fn resolve(
         };
         cfg.kl = Some(KlTerm {
             estimator: est,
-            coef: stated_kl_coef.unwrap_or(0.0),
+            // a flag's coefficient, else the dump's (the estimator is settled here, the
+            // coefficient below)
+            coef: given.kl_coef.or(stated_kl_coef).unwrap_or(0.0),
             placement: KlPlacement::Separate,
         });
         let mut c = Convention::new("kl_estimator", format!("{est:?}"), None, source);
@@ -763,6 +746,25 @@ pub fn resolve(
         conventions,
         uncertainty: unc,
     })
+}
+
+/// The advantage epsilon of a self-hosted tree's step as [`super::check_tree_inferred`]
+/// settles it (the candidate under which most cells' pg terms follow), for a caller that
+/// then judges cells one at a time ([`super::StepCheck::conventions`] does not search it).
+/// `None` for a weaver tree (it dumps its advantages), an epsilon `given` by a flag, or a
+/// step that cannot be checked.
+pub fn self_hosted_adv_eps(
+    tree: &crate::readers::layout::DumpTree,
+    step: i64,
+    cfg: &LossConfig,
+    given: &Overrides,
+    tol: &Tolerance,
+) -> Option<f64> {
+    if given.adv_eps.is_some() || super::layout_of(tree, step)? != super::Layout::SelfHosted {
+        return None;
+    }
+    let checked = super::check_tree_inferred(tree, step, None, None, cfg, given, tol).ok()?;
+    Some(checked.cfg.advantage.eps)
 }
 
 /// The preset's value when the fit cannot tell it apart from `v` (within

@@ -17,21 +17,7 @@ pub fn weights(mask: &[f64], b: usize, t: usize, mode: AggMode) -> Vec<f64> {
     let seqs = (0..b).filter(|r| row_count(*r) > 0.0).count() as f64;
     let mut w = vec![0.0; b * t];
     for r in 0..b {
-        let n = row_count(r);
-        let row_w = match mode {
-            AggMode::TokenMean => 1.0 / total,
-            AggMode::SeqMeanTokenSum => 1.0 / seqs,
-            AggMode::SeqMeanTokenMean => 1.0 / ((n + 1e-8) * seqs),
-            AggMode::SeqMeanTokenSumNorm { horizon } => 1.0 / (seqs * horizon.unwrap_or(t as f64)),
-            AggMode::TrlGrpo => 1.0 / (n.max(1.0) * b as f64),
-            AggMode::TrlBnpo => 1.0 / total.max(1.0),
-            AggMode::TrlDrGrpo {
-                max_completion_length,
-            } => 1.0 / (b as f64 * max_completion_length.unwrap_or(t as f64)),
-            AggMode::TrlDapo { num_items_in_batch } => {
-                1.0 / num_items_in_batch.unwrap_or(total).max(1.0)
-            }
-        };
+        let row_w = mode.element_weight(row_count(r), total, seqs, b, t);
         for c in 0..t {
             let m = mask[r * t + c];
             if m != 0.0 {
@@ -88,24 +74,6 @@ pub fn f32_compute(x: &[f64], w: &[f64], ops: f64) -> f64 {
     }
     let acc = crate::conventions::rounding::LAMBDA * (b.n as f64).sqrt() * u * b.magnitude;
     b.tolerance() + acc
-}
-
-/// The mode's name as verl and TRL spell it (`seq-mean-token-sum-norm/H` with its
-/// horizon).
-pub fn agg_name(m: AggMode) -> String {
-    match m {
-        AggMode::TokenMean => "token-mean".into(),
-        AggMode::SeqMeanTokenSum => "seq-mean-token-sum".into(),
-        AggMode::SeqMeanTokenMean => "seq-mean-token-mean".into(),
-        AggMode::SeqMeanTokenSumNorm { horizon: Some(h) } => {
-            format!("seq-mean-token-sum-norm/{}", crate::fmt::num(h))
-        }
-        AggMode::SeqMeanTokenSumNorm { horizon: None } => "seq-mean-token-sum-norm".into(),
-        AggMode::TrlGrpo => "grpo".into(),
-        AggMode::TrlBnpo => "bnpo".into(),
-        AggMode::TrlDrGrpo { .. } => "dr_grpo".into(),
-        AggMode::TrlDapo { .. } => "dapo".into(),
-    }
 }
 
 #[cfg(test)]

@@ -280,11 +280,27 @@ fn check_alone(tree: &DumpTree, opts: &DumpsOptions, cfg: &LossConfig) -> Result
     grid.sort_unstable();
     grid.dedup();
     let tol = Tolerance::default();
+    // The tree's own conventions (advantage epsilon of a self-hosted tree, aggregation,
+    // KL estimator, coefficients: read from its `extra_info` or inferred from every cell),
+    // as losscheck settles them: judged with the preset's alone, a tree written under
+    // other conventions is called inconsistent. When they cannot be settled (a cell
+    // unreadable), each cell is judged with the preset.
+    let given = crate::losscheck::overrides::Overrides::default();
+    let mut cfg = cfg.clone();
+    if let Some(eps) = crate::losscheck::infer::self_hosted_adv_eps(tree, step, &cfg, &given, &tol)
+    {
+        cfg.advantage.eps = eps;
+    }
+    let cfg = &cfg;
     let check = StepCheck::new(tree, step, cfg)?;
+    let resolved = check.conventions(cfg, &given, &tol).ok();
     let cells: Vec<CheckedCell> = grid
         .iter()
         .map(|&(rank, micro)| {
-            let v = check.check(rank, micro, cfg, &tol);
+            let v = match &resolved {
+                Some(r) => check.check_under(rank, micro, r, &tol),
+                None => check.check(rank, micro, cfg, &tol),
+            };
             match v {
                 Ok(v) => CheckedCell {
                     rank,

@@ -242,7 +242,11 @@ impl<'a> StatsMemo<'a> {
                 ))
             })
             .collect();
-        Some(self.mode().reduce(&self.chain?.extra.row_counts, &vals?))
+        Some(reduce_rows(
+            self.mode(),
+            &self.chain?.extra.row_counts,
+            &vals?,
+        ))
     }
 
     /// The KL term's allowance in the chain's mode, from `logp − ref` and the log-ratio
@@ -266,7 +270,7 @@ impl<'a> StatsMemo<'a> {
                 })
             })
             .collect();
-        Some(self.mode().reduce(&ch.extra.row_counts, &vals?))
+        Some(reduce_rows(self.mode(), &ch.extra.row_counts, &vals?))
     }
 
     /// `approx_kl = mean(½·(logp − old)²)`: token mean of `|Δ|·E + E²/2`.
@@ -283,6 +287,14 @@ impl<'a> StatsMemo<'a> {
             .sum();
         (n > 0).then_some(sum? / n as f64)
     }
+}
+
+/// `mode`'s reduction of a chain's valid elements, row after row
+/// ([`AggMode::reduce_rows`]); the chain keeps no padded width, so the longest row stands
+/// for it (only a mode without its horizon would use it).
+fn reduce_rows(mode: AggMode, row_counts: &[usize], vals: &[f64]) -> f64 {
+    let t = row_counts.iter().copied().max().unwrap_or(0);
+    mode.reduce_rows(row_counts, vals, t)
 }
 
 /// The log-ratio allowance `E` of an element, from its ratio allowance `r·(e^E − 1)`.

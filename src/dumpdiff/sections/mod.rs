@@ -21,13 +21,13 @@ use crate::compare::metrics::{
 };
 use crate::compare::propagate::{self, ChainElem, ChainStats};
 use crate::compare::tolerance::{coarser, Tolerance, TolerancePolicy, Verdict};
-use crate::dumpdiff::conventions::AggMode;
 pub use crate::dumpdiff::mat::Mat;
 use crate::dumpdiff::mat::CHUNK;
 use crate::dumpdiff::pages::Pages;
 use crate::dumpdiff::report::{Cell, Comparison, Origin, RowSummary};
 use crate::dumpdiff::Progress;
 use crate::error::Result;
+use crate::kernels::aggregate::AggMode;
 use crate::model::tokens::tokens_hash;
 use crate::readers::layout::{DumpTree, Kind};
 use crate::readers::producers::{nexrl_self_hosted as keys, weaver};

@@ -72,8 +72,23 @@ pub const ENTROPY_COEFF: &str = "entropy_coeff";
 pub const LOSS_AGG_MODE: &str = "loss_agg_mode";
 /// `extra_info`: the divisor of `seq-mean-token-sum-norm` (verl's `loss_scale_factor`).
 pub const LOSS_SCALE_FACTOR: &str = "loss_scale_factor";
+/// `extra_info`: the KL coefficient of `loss = pg_loss − … + c · kl_loss`.
+pub const KL_COEF: &str = "kl_coef";
+/// `extra_info`: verl's spelling of [`KL_COEF`] (`actor.kl_loss_coef`), read as the same.
+pub const KL_LOSS_COEF: &str = "kl_loss_coef";
+/// `extra_info`: verl's KL estimator (`kl_loss_type`: `kl`, `mse`, `low_var_kl`, …), when echoed.
+pub const KL_LOSS_TYPE: &str = "kl_loss_type";
 /// `extra_info` keys read as loss coefficients.
-pub const COEFFICIENTS: [&str; 3] = [ENTROPY_COEFF, "kl_coef", "kl_loss_coef"];
+pub const COEFFICIENTS: [&str; 3] = [ENTROPY_COEFF, KL_COEF, KL_LOSS_COEF];
+
+/// The KL coefficient among a loss record's echoed coefficients: [`KL_COEF`], else
+/// verl's [`KL_LOSS_COEF`].
+pub fn kl_coef(coefficients: &std::collections::BTreeMap<String, f64>) -> Option<f64> {
+    coefficients
+        .get(KL_COEF)
+        .or_else(|| coefficients.get(KL_LOSS_COEF))
+        .copied()
+}
 /// `metrics` keys read as KL terms.
 pub const KL_METRICS: [&str; 3] = ["approx_kl", "kl_loss", "kl"];
 
