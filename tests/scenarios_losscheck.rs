@@ -16,7 +16,12 @@ use serde_json::Value;
 /// 6050 and 6124 are `--shape large` steps (64-512 tokens): with as many cells as unknown
 /// coefficients the fit's own standard error is meaningless, and snapping one coefficient
 /// to the preset's value left the other wrong (a composition false alarm on a sound cell).
-const SEEDS: [u32; 11] = [504, 522, 528, 530, 534, 549, 2038, 2189, 3123, 6050, 6124];
+/// 7069: the weaver's one cell with terms is faulty (a summed loss) and the other dumps only
+/// its total; no evidence settles the aggregation, and the total (seq-mean-token-sum) was
+/// judged under token-mean.
+const SEEDS: [u32; 12] = [
+    504, 522, 528, 530, 534, 549, 2038, 2189, 3123, 6050, 6124, 7069,
+];
 const TREES: [&str; 2] = ["self_hosted_pt", "weaver_pt"];
 
 fn seed_dir(seed: u32) -> PathBuf {
@@ -144,6 +149,18 @@ fn aggregation_and_kl_estimator_are_the_scenarios() {
         for tree in TREES {
             let (_, rep) = losscheck(seed, tree, &[]);
             let agg = convention(&rep, "agg").unwrap();
+            if (seed, tree) == (7069, "weaver_pt") {
+                // its only cell with terms is faulty: nothing settles the mode, and the
+                // total-only cell is judged under each mode instead
+                assert_eq!(agg["source"], "preset");
+                let v = &rep["verdicts"][1];
+                assert_eq!(v["status"], "consistent");
+                assert!(
+                    v["notes"].to_string().contains("seq-mean-token-sum's"),
+                    "{v}"
+                );
+                continue;
+            }
             assert_eq!(agg["value"], want_agg.as_str(), "seed {seed} {tree}");
             if mode != "token-mean" {
                 assert_eq!(agg["source"], want_source, "seed {seed} {tree}");

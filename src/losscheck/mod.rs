@@ -428,12 +428,7 @@ impl<'a> StepCheck<'a> {
         resolved: &infer::Resolved,
         tol: &Tolerance,
     ) -> Result<Verdict> {
-        judge(
-            &self.gather(rank, micro)?,
-            &resolved.cfg,
-            tol,
-            resolved.uncertainty,
-        )
+        judge_under(&self.gather(rank, micro)?, resolved, tol)
     }
 
     /// The rank/micro cells of the step with something dumped to check (self-hosted:
@@ -638,14 +633,7 @@ pub fn check_tree_inferred(
     // pass 2: each selected cell read again and judged under the step's conventions
     let verdicts = chosen
         .iter()
-        .map(|(r, m)| {
-            judge(
-                &best_check.gather(*r, *m)?,
-                &resolved.cfg,
-                tol,
-                resolved.uncertainty,
-            )
-        })
+        .map(|(r, m)| judge_under(&best_check.gather(*r, *m)?, &resolved, tol))
         .collect::<Result<_>>()?;
     let mut conventions = resolved.conventions;
     if let Some(c) = adv {
@@ -660,6 +648,43 @@ pub fn check_tree_inferred(
             .map(|(r, m)| format!("rank {r} micro {m}"))
             .collect(),
     })
+}
+
+/// [`judge`] under a step's settled conventions. A cell that dumps only its total (weaver
+/// without a `loss/` file) on a step whose aggregation no evidence settled (no flag, no
+/// `extra_info`, no cell's terms) is judged under each of verl's modes in turn: a total
+/// that one of them reproduces is consistent (the mode is named in a note), not a fault of
+/// a convention nobody stated.
+fn judge_under(cell: &Cell, resolved: &infer::Resolved, tol: &Tolerance) -> Result<Verdict> {
+    use crate::kernels::aggregate::AggMode;
+    let v = judge(cell, &resolved.cfg, tol, resolved.uncertainty)?;
+    let settled = resolved
+        .conventions
+        .iter()
+        .any(|c| c.name == "agg" && c.source != infer::Source::Preset);
+    if v.status != Status::Inconsistent || cell.record.is_some() || settled {
+        return Ok(v);
+    }
+    let modes = [
+        AggMode::TokenMean,
+        AggMode::SeqMeanTokenSum,
+        AggMode::SeqMeanTokenMean,
+        AggMode::SeqMeanTokenSumNorm { horizon: None },
+    ];
+    for mode in modes.into_iter().filter(|m| *m != resolved.cfg.agg) {
+        let mut cfg = resolved.cfg.clone();
+        cfg.agg = mode;
+        cfg.entropy_agg = mode;
+        let mut w = judge(cell, &cfg, tol, resolved.uncertainty)?;
+        if w.status == Status::Consistent {
+            w.notes.push(format!(
+                "only the total is dumped and no cell states or shows the aggregation: the total is {}'s",
+                mode.name()
+            ));
+            return Ok(w);
+        }
+    }
+    Ok(v)
 }
 
 /// The advantage epsilons tried on a self-hosted tree (TRL's, verl's) besides the preset's.
