@@ -722,3 +722,51 @@ fn seed_7007_a_coefficient_change_the_fits_cannot_resolve_is_named() {
         "fail"
     );
 }
+
+/// Seeds 3064, 10160 (`--shape ci`) and 9641 (`--shape large`): a wrong advantage
+/// normalisation on a weaver whose log-probs are bf16-rounded. Its effect on the near-zero
+/// `pg_loss` nearly cancels the rounding's, so the difference of the two sides is smaller
+/// than the rounding's worst case and the loss cell was missed. The loss scalars are now
+/// judged against the difference the signed log-ratio differences predict: the loss cell
+/// fails at the fault's rank and micro, and nothing else beyond truth is flagged.
+#[test]
+fn seeds_3064_10160_9641_wrong_advantages_fail_the_loss_cell_against_the_prediction() {
+    for seed in [3064, 10160, 9641] {
+        let t = truth(seed);
+        let (code, rep) = dumpdiff(seed, &t);
+        assert_eq!(code, 1, "seed {seed}");
+        let got = flagged(&rep);
+        assert_eq!(got, truth_cells(&t, true), "seed {seed}");
+        let f = &t["faults"][0];
+        assert_eq!(f["kind"], "wrong_adv");
+        let (rank, micro) = (f["rank"].as_u64().unwrap(), f["micro"].as_u64().unwrap());
+        assert!(got.contains(&("loss".to_string(), Some(rank), Some(micro))));
+        let pg = comparison(&rep, "loss", rank, micro, "loss.pg_loss");
+        assert_eq!(pg["verdict"], "fail", "seed {seed}");
+        assert!(
+            pg["tolerance"]["source"]
+                .as_str()
+                .unwrap()
+                .contains("judged: a − b − ("),
+            "seed {seed}: {}",
+            pg["tolerance"]["source"]
+        );
+    }
+    // Seed 3064 by hand (torch, f64): one group of 3 rows, rewards [1, 0, 0], unbiased
+    // std, eps 1e-4: A = [1.1545, −0.5773, −0.5773]; Σ A·r·(e^−δ−1) per row over its
+    // tokens, seq-mean-token-mean: −3.5942340506546657e-4. The dumped pg_loss differ by
+    // 1.804e-5 only; what the prediction leaves unexplained is |a − b − P| (to 1e-9: the
+    // tool's advantages are the recomputed ones, not these f64 values).
+    let t = truth(3064);
+    let (_, rep) = dumpdiff(3064, &t);
+    let m = &comparison(&rep, "loss", 0, 0, "loss.pg_loss")["metrics"]["max_abs"];
+    let (a, b) = (m["a"].as_f64().unwrap(), m["b"].as_f64().unwrap());
+    let p = -3.594_234_050_654_665_7e-4;
+    assert!((a - b).abs() < 2e-5, "{a} {b}");
+    let unexplained = m["abs_diff"].as_f64().unwrap();
+    assert!(
+        (unexplained - (a - b - p).abs()).abs() < 1e-9,
+        "{unexplained} vs {}",
+        (a - b - p).abs()
+    );
+}

@@ -350,7 +350,25 @@ impl PairCtx<'_> {
         derived: bool,
         propagated: Option<(f64, String)>,
     ) -> Option<Comparison> {
+        self.scalar_centered(key, a, b, (origin_a, origin_b), derived, propagated, 0.0)
+    }
+
+    /// [`Self::scalar_with`] judging `a − b − center` instead of `a − b`: `center` is the
+    /// difference the inputs' known differences predict (the reported `a` stays the
+    /// dumped value; `abs_diff` is what the prediction leaves unexplained).
+    #[allow(clippy::too_many_arguments)]
+    pub fn scalar_centered(
+        &self,
+        key: &str,
+        a: &Value,
+        b: &Value,
+        (origin_a, origin_b): (Origin, Origin),
+        derived: bool,
+        propagated: Option<(f64, String)>,
+        center: f64,
+    ) -> Option<Comparison> {
         let propagated = propagated.filter(|_| !self.policy.overridden());
+        let center = if propagated.is_some() { center } else { 0.0 };
         let derived = derived && propagated.is_none();
         let (x, y) = (a.as_f64()?, b.as_f64()?);
         let dt = |v: &Value| match v {
@@ -375,8 +393,11 @@ impl PairCtx<'_> {
             None => 0.0,
         };
         let mut acc = Accumulator::new(tol.clone(), None, false);
-        acc.push_allowing(x, y, extra, ElemLoc::default());
-        let metrics = acc.finish();
+        acc.push_allowing(x - center, y, extra, ElemLoc::default());
+        let mut metrics = acc.finish();
+        if let Some(d) = metrics.max_abs.as_mut() {
+            d.a = x;
+        }
         let (verdict, reason) = tol.verdict(metrics.beyond, metrics.count);
         Some(Comparison {
             name,

@@ -131,7 +131,7 @@ pub fn is_loss_cell(
                 el = match derive.loss_if_decided(&el) {
                     Some(p) => el.with_precision(p),
                     None => {
-                        let (full, _, _) = derive.ratio(old, false);
+                        let (full, _, _, _) = derive.ratio(old, false);
                         r.with_data(times_adv(&full.values()), r.dtype)
                     }
                 };
@@ -166,15 +166,18 @@ pub fn is_loss_cell(
         )),
     }
     match (a_loss.and_then(|l| l.get("loss")), b_is.value().get("loss")) {
-        (Some(x), Some(y)) => out.extend(ctx.scalar_with(
-            "loss",
-            x,
-            y,
-            Origin::dumped("loss", "loss"),
-            dumped_b("loss"),
-            true,
-            loss_propagation("loss", &StatsMemo::new(Some(ch), a_loss)),
-        )),
+        (Some(x), Some(y)) => {
+            let memo = StatsMemo::new(Some(ch), a_loss);
+            out.extend(ctx.scalar_centered(
+                "loss",
+                x,
+                y,
+                (Origin::dumped("loss", "loss"), dumped_b("loss")),
+                true,
+                loss_propagation("loss", &memo),
+                loss_center("loss", &memo),
+            ))
+        }
         _ => out.push(skipped(S, "loss", "not dumped on both sides")),
     }
     if !rows.only_a.is_empty() || !rows.only_b.is_empty() {
@@ -207,6 +210,7 @@ pub(super) struct StatsMemo<'a> {
     mean_loss: OnceCell<Option<f64>>,
     mean_ratio: OnceCell<Option<f64>>,
     flips: OnceCell<(f64, f64, usize)>,
+    predicted: OnceCell<Option<Predicted>>,
 }
 
 impl<'a> StatsMemo<'a> {
@@ -218,6 +222,7 @@ impl<'a> StatsMemo<'a> {
             mean_loss: OnceCell::new(),
             mean_ratio: OnceCell::new(),
             flips: OnceCell::new(),
+            predicted: OnceCell::new(),
         }
     }
 
@@ -247,6 +252,48 @@ impl<'a> StatsMemo<'a> {
             &self.chain?.extra.row_counts,
             &vals?,
         ))
+    }
+
+    /// The pg term's difference (this side's minus the other's) that the inputs' known
+    /// differences predict: `A·r·(e^−δ − 1)` per element whose signed log-ratio difference
+    /// `δ` and advantage are known and whose ratio stays inside the clip range by more
+    /// than its allowance (both sides then computed the unclipped `−A·r`), reduced in the
+    /// chain's mode; with the worst case `|A|·r·(e^E−1)` of every other element reduced
+    /// beside it. None when no element is predicted (the worst case of all is used).
+    fn pg_predicted(&self) -> Option<Predicted> {
+        *self.predicted.get_or_init(|| {
+            let (stats, ch) = (self.stats?, self.chain?);
+            let x = &ch.extra;
+            let n = stats.elems.len();
+            if x.delta.len() != n || x.pred_advantage.len() != n {
+                return None;
+            }
+            let (lo, hi) = clip_range(self.loss);
+            let mut signed = Vec::with_capacity(n);
+            let mut rest = Vec::with_capacity(n);
+            let mut count = 0;
+            for ((e, &d), &a) in stats.elems.iter().zip(&x.delta).zip(&x.pred_advantage) {
+                let inside =
+                    e.ratio - e.ratio_allowed > 1.0 - lo && e.ratio + e.ratio_allowed < 1.0 + hi;
+                if d.is_finite() && a.is_finite() && inside {
+                    signed.push(a * e.ratio * (-d).exp_m1());
+                    rest.push(0.0);
+                    count += 1;
+                } else {
+                    signed.push(0.0);
+                    rest.push(propagate::product_allowed(
+                        e.ratio_allowed,
+                        e.abs_advantage?,
+                    ));
+                }
+            }
+            let m = self.mode();
+            (count > 0).then(|| Predicted {
+                center: reduce_rows(m, &x.row_counts, &signed),
+                rest: reduce_rows(m, &x.row_counts, &rest),
+                count,
+            })
+        })
     }
 
     /// The KL term's allowance in the chain's mode, from `logp − ref` and the log-ratio
@@ -289,6 +336,17 @@ impl<'a> StatsMemo<'a> {
     }
 }
 
+/// The pg term's predicted difference ([`StatsMemo::pg_predicted`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Predicted {
+    /// The predicted `pg_loss` difference, this side's minus the other's.
+    center: f64,
+    /// The worst case of the elements not predicted, reduced.
+    rest: f64,
+    /// How many elements are predicted.
+    count: usize,
+}
+
 /// `mode`'s reduction of a chain's valid elements, row after row
 /// ([`AggMode::reduce_rows`]); the chain keeps no padded width, so the longest row stands
 /// for it (only a mode without its horizon would use it).
@@ -316,9 +374,20 @@ pub(super) fn loss_propagation(key: &str, memo: &StatsMemo<'_>) -> Option<(f64, 
         m => format!("= {} of {what} over {n} tokens", m.name()),
     };
     match leaf {
-        "pg_loss" => memo.pg_allowed().map(|e| (e, how("|A|·r·(e^E−1)"))),
+        "pg_loss" => match memo.pg_predicted() {
+            Some(p) => Some((p.rest, predicted_how(&p, n, mode))),
+            None => memo.pg_allowed().map(|e| (e, how("|A|·r·(e^E−1)"))),
+        },
         "loss" => {
-            let pg = memo.pg_allowed()?;
+            let pred = memo.pg_predicted();
+            let pg = match pred {
+                Some(p) => p.rest,
+                None => memo.pg_allowed()?,
+            };
+            let how = |what: &str| match &pred {
+                Some(p) => predicted_how(p, n, mode),
+                None => how(what),
+            };
             let kc = memo.chain.and_then(|c| c.kl_coef).filter(|k| *k != 0.0);
             match (kc, kc.and_then(|_| memo.kl_allowed())) {
                 (Some(kc), Some(kl)) => Some((
@@ -360,6 +429,31 @@ pub(super) fn loss_propagation(key: &str, memo: &StatsMemo<'_>) -> Option<(f64, 
     }
 }
 
+/// How a predicted pg allowance was obtained: the prediction the difference is judged
+/// against, and the worst case of the elements not predicted.
+fn predicted_how(p: &Predicted, n: usize, mode: AggMode) -> String {
+    let mode = match mode {
+        AggMode::TokenMean => "mean".to_string(),
+        m => m.name(),
+    };
+    format!(
+        "= {mode} of |A|·r·(e^E−1) over the {} of {n} tokens not predicted; judged: a − b − ({}), the difference A·r·(e^−δ−1) predicts from the signed within-tolerance log-ratio differences δ of {} tokens",
+        n - p.count,
+        crate::fmt::num(p.center),
+        p.count
+    )
+}
+
+/// The difference a loss-file scalar's comparison is judged against: the predicted pg
+/// difference for `pg_loss` and `loss` ([`StatsMemo::pg_predicted`]), else 0.
+pub(super) fn loss_center(key: &str, memo: &StatsMemo<'_>) -> f64 {
+    let leaf = key.rsplit('.').next().unwrap_or(key);
+    match leaf {
+        "pg_loss" | "loss" => memo.pg_predicted().map_or(0.0, |p| p.center),
+        _ => 0.0,
+    }
+}
+
 /// Section 3: `loss` scalars and every shared key of `metrics`.
 pub fn loss_cell(
     policy: &TolerancePolicy,
@@ -384,14 +478,14 @@ pub fn loss_cell(
     let memo = StatsMemo::new(chain, Some(a));
     for key in ["loss", "pg_loss", "entropy_loss"] {
         match (a.get(key), b.get(key)) {
-            (Some(x), Some(y)) => out.extend(ctx.scalar_with(
+            (Some(x), Some(y)) => out.extend(ctx.scalar_centered(
                 key,
                 x,
                 y,
-                Origin::dumped("loss", key),
-                Origin::dumped("loss", key),
+                (Origin::dumped("loss", key), Origin::dumped("loss", key)),
                 true,
                 loss_propagation(key, &memo),
+                loss_center(key, &memo),
             )),
             _ => out.push(skipped("loss", key, "not dumped on both sides")),
         }
@@ -402,14 +496,14 @@ pub fn loss_cell(
             match mb.get(k) {
                 Some(vb) => {
                     let key = format!("metrics.{k}");
-                    out.extend(ctx.scalar_with(
+                    out.extend(ctx.scalar_centered(
                         &key,
                         va,
                         vb,
-                        Origin::dumped("loss", &key),
-                        Origin::dumped("loss", &key),
+                        (Origin::dumped("loss", &key), Origin::dumped("loss", &key)),
                         true,
                         loss_propagation(&key, &memo),
+                        loss_center(&key, &memo),
                     ));
                 }
                 None => notes.push(format!(

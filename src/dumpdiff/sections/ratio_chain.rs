@@ -191,14 +191,17 @@ pub fn chain(
     // The ratio where anything reads it (valid reference positions) when that already
     // shows it is f64 data; else everywhere, as its precision then needs every value.
     let first = derive.mask.is_some().then(|| derive.ratio(o, true));
-    let (ratio, ratio_allowed, partial) = match first {
-        Some((r, e, true)) => (r, e, true),
+    let (ratio, ratio_allowed, partial, delta) = match first {
+        Some((r, e, true, d)) => (r, e, true, d),
         _ => {
-            let (r, e, _) = derive.ratio(o, false);
-            (r, e, false)
+            let (r, e, _, d) = derive.ratio(o, false);
+            (r, e, false, d)
         }
     };
-    // |A| per row: the remote-api advantages, else the other side's (paired by content).
+    // |A| per row: the remote-api advantages, else the other side's (paired by content);
+    // beside it the row's signed advantage when the other side's row holds one value
+    // (what the loss scalars' predicted difference needs; NaN otherwise).
+    let mut row_adv = vec![f64::NAN; na];
     let abs_adv: Vec<Option<f64>> = match &adv {
         Some(a) => (0..na).map(|r| a.row(r).first().map(|v| v.abs())).collect(),
         None => {
@@ -209,7 +212,11 @@ pub fn chain(
             if let Some(b) = &b_adv {
                 for &(ra, rb) in &rows.pairs {
                     if let Some(slot) = out.get_mut(ra) {
-                        *slot = Some(b.row(rb).iter().fold(0.0f64, |m, v| m.max(v.abs())));
+                        let row = b.row(rb);
+                        *slot = Some(row.iter().fold(0.0f64, |m, v| m.max(v.abs())));
+                        if let Some(s) = row_adv.get_mut(ra) {
+                            *s = one_value(&row);
+                        }
                     }
                 }
             }
@@ -253,6 +260,10 @@ pub fn chain(
                     _ => f64::NAN,
                 });
                 extra.advantage.push(signed.unwrap_or(f64::NAN));
+                extra.pred_advantage.push(signed.unwrap_or(row_adv[r]));
+                extra
+                    .delta
+                    .push(delta.get(r * lp.width + p).copied().unwrap_or(f64::NAN));
                 if let Some(x) = ent_r.as_ref().and_then(|x| x.get(p).copied()) {
                     extra.entropy.push(x);
                 }
@@ -296,6 +307,49 @@ pub struct ElemExtra {
     pub entropy: Vec<f64>,
     /// The unit roundoff of the entropy's stored precision (bf16 2⁻⁸, f32 2⁻²⁴).
     pub entropy_u: Option<f64>,
+    /// Signed advantage per element for the predicted loss difference: the remote-api
+    /// one, else the other side's row when it holds one value (NaN otherwise).
+    pub pred_advantage: Vec<f64>,
+    /// Per element, `(logp − logp') − (old − old')` against the other side's paired
+    /// inputs: the signed log-ratio difference, NaN when an input is unpaired or differs
+    /// beyond its tolerance (then only the worst case is allowed).
+    pub delta: Vec<f64>,
+}
+
+/// The signed log-ratio difference of one element, `(l − l') − (o − o')`, from each
+/// input `(value, tolerance, other side's row)`; NaN when an input has no paired value
+/// or differs beyond its tolerance (that input's finding: nothing is predicted from it).
+fn signed_log_ratio_delta(
+    (l, tl, peer_l): (f64, f64, &Option<Vec<f64>>),
+    (o, to, peer_o): (f64, f64, &Option<Vec<f64>>),
+    p: usize,
+) -> f64 {
+    let diff = |x: f64, tol: f64, peer: &Option<Vec<f64>>| {
+        let d = x - peer.as_ref()?.get(p)?;
+        (d.is_finite() && d.abs() <= tol).then_some(d)
+    };
+    match (diff(l, tl, peer_l), diff(o, to, peer_o)) {
+        (Some(dl), Some(dol)) => dl - dol,
+        _ => f64::NAN,
+    }
+}
+
+/// The one value of a row of advantages (zeros are padding unless the row is all zero),
+/// NaN when its non-zero values differ.
+fn one_value(row: &[f64]) -> f64 {
+    let mut nz = row.iter().copied().filter(|v| *v != 0.0);
+    let Some(first) = nz.next() else {
+        return if row.iter().all(|v| *v == 0.0) {
+            0.0
+        } else {
+            f64::NAN
+        };
+    };
+    if first.is_finite() && nz.all(|v| v == first) {
+        first
+    } else {
+        f64::NAN
+    }
 }
 
 /// How a chain's ratio is derived, kept when it was computed at valid positions only, so
@@ -339,10 +393,11 @@ impl Derive {
     /// layout. With `valid_only`, only at valid positions (NaN elsewhere), and the third
     /// value says whether those already make it f64 data (its precision is then set);
     /// else everywhere (third value false).
-    pub(super) fn ratio(&self, o: &Mat, valid_only: bool) -> (Mat, Mat, bool) {
+    pub(super) fn ratio(&self, o: &Mat, valid_only: bool) -> (Mat, Mat, bool, Vec<f64>) {
         let lp = &self.lp;
         let n = lp.rows * lp.width;
         let (mut ratio, mut allowed) = (vec![f64::NAN; n], vec![f64::NAN; n]);
+        let mut delta = vec![f64::NAN; n];
         let mut scan = GridScan::new(DType::F64);
         let mut buf = Vec::new();
         for r in 0..lp.rows {
@@ -382,13 +437,13 @@ impl Derive {
                             .map_or(tol, |d| d.min(tol)),
                         None => tol,
                     };
+                    let (tl, to) = (self.tol_lp.allowed(l), self.tol_old.allowed(ol));
                     allowed[base + p] = propagate::ratio_allowed(
                         rt,
-                        propagate::log_ratio_allowed(
-                            own(self.tol_lp.allowed(l), l, &peer_lp),
-                            own(self.tol_old.allowed(ol), ol, &peer_old),
-                        ),
+                        propagate::log_ratio_allowed(own(tl, l, &peer_lp), own(to, ol, &peer_old)),
                     );
+                    delta[base + p] =
+                        signed_log_ratio_delta((l, tl, &peer_lp), (ol, to, &peer_old), p);
                 }
                 scan.feed(&ratio[base + v.start..base + v.end]);
             }
@@ -401,7 +456,7 @@ impl Derive {
             ratio
         };
         let allowed = ratio.with_data(allowed, DType::F64);
-        (ratio, allowed, decided)
+        (ratio, allowed, decided, delta)
     }
 
     /// `−ratio·A` at valid positions and its precision when those decide it (f64 data),
