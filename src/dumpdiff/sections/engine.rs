@@ -395,7 +395,10 @@ impl PairCtx<'_> {
         let mut acc = Accumulator::new(tol.clone(), None, false);
         acc.push_allowing(x - center, y, extra, ElemLoc::default());
         let mut metrics = acc.finish();
-        if let Some(d) = metrics.max_abs.as_mut() {
+        for d in [metrics.max_abs.as_mut(), metrics.first_beyond.as_mut()]
+            .into_iter()
+            .flatten()
+        {
             d.a = x;
         }
         let (verdict, reason) = tol.verdict(metrics.beyond, metrics.count);
