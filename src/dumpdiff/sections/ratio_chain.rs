@@ -178,6 +178,7 @@ pub fn chain(
         PeerInputs {
             lp: b_lp,
             old: b_old,
+            ratio: b.mat(weaver::PROB_RATIO),
             row,
         }
     });
@@ -312,7 +313,8 @@ pub struct ElemExtra {
     pub pred_advantage: Vec<f64>,
     /// Per element, `(logp − logp') − (old − old')` against the other side's paired
     /// inputs: the signed log-ratio difference, NaN when an input is unpaired or differs
-    /// beyond its tolerance (then only the worst case is allowed).
+    /// beyond its tolerance, or when a side may have computed its loss from values finer
+    /// than those it stored (then only the worst case is allowed).
     pub delta: Vec<f64>,
 }
 
@@ -369,6 +371,9 @@ pub(super) struct Derive {
 pub(super) struct PeerInputs {
     lp: Option<Rc<Mat>>,
     old: Option<Rc<Mat>>,
+    /// The other side's dumped `prob_ratio`: where its log-probs are stored coarser
+    /// than f32, it shows whether its loss was computed from the stored values.
+    ratio: Option<Rc<Mat>>,
     /// Per reference row, the other side's row.
     row: Vec<Option<usize>>,
 }
@@ -414,6 +419,17 @@ impl Derive {
                 Some(p) => (peer_row(&p.lp), peer_row(&p.old)),
                 None => (None, None),
             };
+            // A signed difference is only known where both sides computed their loss
+            // from the values they dumped: inputs stored in f32 or f64, or (the other
+            // side) a dumped prob_ratio that its stored log-probs reproduce to f32.
+            let fine =
+                |m: Option<&Mat>| m.is_some_and(|m| matches!(m.dtype, DType::F32 | DType::F64));
+            let own_fine = fine(Some(lp)) && fine(Some(o));
+            let peer_fine = self
+                .peer
+                .as_ref()
+                .is_some_and(|p| fine(p.lp.as_deref()) && fine(p.old.as_deref()));
+            let peer_ratio = self.peer.as_ref().and_then(|p| peer_row(&p.ratio));
             let ranges = if valid_only {
                 self.valid(r)
             } else {
@@ -442,8 +458,24 @@ impl Derive {
                         rt,
                         propagate::log_ratio_allowed(own(tl, l, &peer_lp), own(to, ol, &peer_old)),
                     );
-                    delta[base + p] =
-                        signed_log_ratio_delta((l, tl, &peer_lp), (ol, to, &peer_old), p);
+                    let computed_from_dump = peer_fine
+                        || match (&peer_lp, &peer_old, &peer_ratio) {
+                            (Some(pl), Some(po), Some(pr)) => {
+                                match (pl.get(p), po.get(p), pr.get(p)) {
+                                    (Some(pl), Some(po), Some(pr)) => {
+                                        (pr - (pl - po).exp()).abs()
+                                            <= 8.0 * 2f64.powi(-24) * pr.abs()
+                                    }
+                                    _ => false,
+                                }
+                            }
+                            _ => false,
+                        };
+                    delta[base + p] = if own_fine && computed_from_dump {
+                        signed_log_ratio_delta((l, tl, &peer_lp), (ol, to, &peer_old), p)
+                    } else {
+                        f64::NAN
+                    };
                 }
                 scan.feed(&ratio[base + v.start..base + v.end]);
             }
