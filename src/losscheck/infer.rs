@@ -37,7 +37,7 @@ use crate::conventions::coefficients::DIFFER_SIGMAS;
 use crate::error::Result;
 use crate::kernels::aggregate::AggMode;
 use crate::kernels::kl::KlEstimator;
-use crate::kernels::loss::{compute, KlPlacement, KlTerm, LossConfig};
+use crate::kernels::loss::{compute, KlPlacement, KlTerm, LossConfig, LossInputs};
 use crate::kernels::to_f64_vec;
 use fit::fit;
 
@@ -210,10 +210,30 @@ fn intermediates_follow(
 ///
 /// Errors: the kernels refuse the cell's inputs (file named).
 pub fn prep(cell: &Cell, base: &LossConfig, tol: &Tolerance) -> Result<Prep> {
+    let mut preps = prep_each(cell, &[(base, None)], tol)?;
+    Ok(preps.remove(0))
+}
+
+/// [`prep`] of one cell under each `(cfg, inputs)` in turn, `inputs` (when given) in place
+/// of the cell's own (another advantage epsilon's: only the pg term changes), so that one
+/// gather serves every candidate. The parts no variant changes (mask weights, entropy and
+/// KL tables) are computed once.
+///
+/// Errors: as [`prep`], the first variant's first.
+pub fn prep_each(
+    cell: &Cell,
+    variants: &[(&LossConfig, Option<&LossInputs>)],
+    tol: &Tolerance,
+) -> Result<Vec<Prep>> {
     let path = cell.file.as_path();
-    let mut cfg = base.clone();
-    cfg.kl = None;
-    let out = compute(&cell.inputs, &cfg).map_err(|e| super::kerr(path, e))?;
+    let outs = variants
+        .iter()
+        .map(|(base, inputs)| {
+            let mut cfg = (*base).clone();
+            cfg.kl = None;
+            compute(inputs.unwrap_or(&cell.inputs), &cfg).map_err(|e| super::kerr(path, e))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let (b, t) = cell.dims();
     let v = |x: &candle_core::Tensor| to_f64_vec(x).map_err(|e| super::kerr(path, e));
     let mask = v(&cell.inputs.mask)?;
@@ -231,8 +251,6 @@ pub fn prep(cell: &Cell, base: &LossConfig, tol: &Tolerance) -> Result<Prep> {
         }
         out
     };
-    let elem = v(&out.per_token_loss)?;
-    let pg_r = table(&elem, &|x, w| f32_compute(x, w, 4.0));
     let ent_r = match &cell.inputs.entropy {
         Some(e) => {
             let x = v(e)?;
@@ -252,21 +270,28 @@ pub fn prep(cell: &Cell, base: &LossConfig, tol: &Tolerance) -> Result<Prep> {
         }
     }
     let rec = cell.record.as_ref();
-    let follows = intermediates_follow(cell.ratio.as_ref(), &v(&out.ratio)?, &mask, tol)
-        && intermediates_follow(cell.per_token.as_ref(), &elem, &mask, tol);
-    Ok(Prep {
-        t,
-        pg_r,
-        ent_r,
-        kl_r,
-        stated: cell.stated.clone(),
-        pg_evidence: follows,
-        pg: rec.and_then(|r| r.pg_loss),
-        ent: rec.and_then(|r| r.entropy_loss),
-        kl_loss: cell.kl_loss,
-        loss: rec.and_then(|r| r.loss),
-        total: cell.dumped_loss,
-    })
+    outs.iter()
+        .map(|out| {
+            let elem = v(&out.per_token_loss)?;
+            let pg_r = table(&elem, &|x, w| f32_compute(x, w, 4.0));
+            let follows = cell.ratio.is_none() && cell.per_token.is_none()
+                || intermediates_follow(cell.ratio.as_ref(), &v(&out.ratio)?, &mask, tol)
+                    && intermediates_follow(cell.per_token.as_ref(), &elem, &mask, tol);
+            Ok(Prep {
+                t,
+                pg_r,
+                ent_r,
+                kl_r: kl_r.clone(),
+                stated: cell.stated.clone(),
+                pg_evidence: follows,
+                pg: rec.and_then(|r| r.pg_loss),
+                ent: rec.and_then(|r| r.entropy_loss),
+                kl_loss: cell.kl_loss,
+                loss: rec.and_then(|r| r.loss),
+                total: cell.dumped_loss,
+            })
+        })
+        .collect()
 }
 
 /// How many of the cell's dumped pg (when evidence) and entropy terms `mode`
