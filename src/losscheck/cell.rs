@@ -475,7 +475,12 @@ fn recomputed_terms(
     let f = |x: &candle_core::Tensor| to_f64(x).map_err(|e| kerr(path, e));
     let (b, t) = cell.dims();
     let w = weights(m, b, t, cfg.agg);
-    let we = weights(m, b, t, cfg.entropy_agg);
+    // the entropy's weights are the pg term's when both use one mode (the usual case)
+    let we = if cfg.entropy_agg == cfg.agg {
+        std::borrow::Cow::Borrowed(&w)
+    } else {
+        std::borrow::Cow::Owned(weights(m, b, t, cfg.entropy_agg))
+    };
     let elem = to_f64_vec(&out.per_token_loss).map_err(|e| kerr(path, e))?;
     let pg_extra = f32_compute(&elem, &w, 4.0);
     let (entropy, entropy_extra) = match (&out.entropy_loss, &cell.inputs.entropy) {
