@@ -77,32 +77,11 @@ pub struct Cell {
     pub notes: Vec<String>,
     /// Self-hosted: the trajectory of each row and whether the trainer held advantages
     /// in f32, so that the advantages of another epsilon can be put in without reading
-    /// the cell again ([`Cell::with_advantages`]); weaver: `None`.
+    /// the cell again ([`Cell::inputs_with_advantages`]); weaver: `None`.
     pub advantage_rows: Option<(Vec<usize>, bool)>,
 }
 
 impl Cell {
-    /// The cell's inputs with each row's advantage taken from `adv` (another epsilon's,
-    /// [`crate::losscheck::SelfHostedStep::advantages_under`]) instead: what gathering the
-    /// cell from a step loaded with that convention gives. `None` for a weaver cell (its
-    /// advantages are dumped).
-    pub fn inputs_with_advantages(
-        &self,
-        adv: &super::self_hosted::Advantages,
-    ) -> Result<Option<LossInputs>> {
-        let Some((rows, f32_trainer)) = &self.advantage_rows else {
-            return Ok(None);
-        };
-        let a = adv.of_rows(rows, *f32_trainer);
-        let n = a.len();
-        let advantages = candle_core::Tensor::from_vec(a, n, &candle_core::Device::Cpu)
-            .map_err(|e| Error::format(&self.file, Position::File, e.to_string()))?;
-        Ok(Some(LossInputs {
-            advantages,
-            ..self.inputs.clone()
-        }))
-    }
-
     /// `(rows, columns)` of the cell's matrices.
     pub fn dims(&self) -> (usize, usize) {
         match self.inputs.mask.dims() {
