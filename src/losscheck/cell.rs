@@ -77,7 +77,7 @@ pub struct Cell {
     pub notes: Vec<String>,
     /// Self-hosted: the trajectory of each row and whether the trainer held advantages
     /// in f32, so that the advantages of another epsilon can be put in without reading
-    /// the cell again ([`Cell::inputs_with_advantages`]); weaver: `None`.
+    /// the cell again (`infer::inputs_with_advantages`); weaver: `None`.
     pub advantage_rows: Option<(Vec<usize>, bool)>,
 }
 

@@ -189,7 +189,7 @@ pub struct Prep {
 
 const KL_CANDIDATES: [KlEstimator; 3] = [KlEstimator::K1, KlEstimator::K2, KlEstimator::K3Verl];
 
-pub use prep::{prep, prep_each};
+pub use prep::{inputs_with_advantages, prep, prep_each};
 
 /// How many of the cell's dumped pg (when evidence) and entropy terms `mode`
 /// reproduces, of how many it dumps: `(matched, dumped)`.

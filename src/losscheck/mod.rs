@@ -618,7 +618,7 @@ pub fn check_tree_inferred(
             let cell = check.gather(*r, *m)?;
             let swapped: Vec<Option<LossInputs>> = candidates
                 .iter()
-                .map(|(_, a)| cell.inputs_with_advantages(a))
+                .map(|(_, a)| infer::inputs_with_advantages(&cell, a))
                 .collect::<Result<_>>()?;
             let variants: Vec<(&LossConfig, Option<&LossInputs>)> = std::iter::once((cfg, None))
                 .chain(

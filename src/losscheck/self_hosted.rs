@@ -592,24 +592,3 @@ impl SelfHostedStep {
         })
     }
 }
-
-/// A cell gathered under one advantage epsilon, read with another's.
-impl super::cell::Cell {
-    /// The cell's inputs with each row's advantage taken from `adv` (another epsilon's,
-    /// [`SelfHostedStep::advantages_under`]) instead: what gathering the
-    /// cell from a step loaded with that convention gives. `None` for a weaver cell (its
-    /// advantages are dumped).
-    pub fn inputs_with_advantages(&self, adv: &Advantages) -> Result<Option<LossInputs>> {
-        let Some((rows, f32_trainer)) = &self.advantage_rows else {
-            return Ok(None);
-        };
-        let a = adv.of_rows(rows, *f32_trainer);
-        let n = a.len();
-        let advantages = Tensor::from_vec(a, n, &Device::Cpu)
-            .map_err(|e| Error::format(&self.file, Position::File, e.to_string()))?;
-        Ok(Some(LossInputs {
-            advantages,
-            ..self.inputs.clone()
-        }))
-    }
-}

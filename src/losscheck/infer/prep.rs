@@ -2,10 +2,11 @@
 //! reduced under each base aggregation mode, with their rounding, and its dumped scalars.
 
 use super::{Prep, Reduced, Table, BASE_MODES, KL_CANDIDATES};
-use crate::error::Result;
+use crate::error::{Error, Position, Result};
 use crate::kernels::loss::{compute, LossConfig, LossInputs};
 use crate::kernels::to_f64_vec;
 use crate::losscheck::cell::Cell;
+use crate::losscheck::self_hosted::Advantages;
 use crate::losscheck::terms::{f32_compute, reduce, stored_rounding, weights};
 use crate::losscheck::Tolerance;
 
@@ -112,4 +113,24 @@ pub fn prep_each(
             })
         })
         .collect()
+}
+
+/// The inputs of a self-hosted `cell` with each row's advantage taken from `adv` (another
+/// epsilon's, [`SelfHostedStep::advantages_under`]) instead: what gathering the cell from
+/// a step loaded with that convention gives. `None` for a weaver cell (its advantages are
+/// dumped).
+///
+/// [`SelfHostedStep::advantages_under`]: crate::losscheck::SelfHostedStep::advantages_under
+pub fn inputs_with_advantages(cell: &Cell, adv: &Advantages) -> Result<Option<LossInputs>> {
+    let Some((rows, f32_trainer)) = &cell.advantage_rows else {
+        return Ok(None);
+    };
+    let a = adv.of_rows(rows, *f32_trainer);
+    let n = a.len();
+    let advantages = candle_core::Tensor::from_vec(a, n, &candle_core::Device::Cpu)
+        .map_err(|e| Error::format(&cell.file, Position::File, e.to_string()))?;
+    Ok(Some(LossInputs {
+        advantages,
+        ..cell.inputs.clone()
+    }))
 }
