@@ -37,7 +37,6 @@ pub mod terms;
 use std::path::{Path, PathBuf};
 
 use candle_core::Device;
-use rayon::prelude::*;
 
 use crate::error::{Error, Position, Result};
 use crate::kernels::loss::{LossConfig, LossInputs};
@@ -609,11 +608,10 @@ pub fn check_tree_inferred(
     };
     // pass 1: what inference needs of every cell of the step (scalars, one cell's tensors
     // in memory at a time) under the preset's epsilon and each candidate's, from one
-    // gather of the cell
-    // (cells in parallel, one cell's tensors per worker; results and the first error taken
-    // in cell order, as a sequential pass gives them)
-    let per_cell: Vec<Result<Vec<infer::Prep>>> = all
-        .par_iter()
+    // gather of the cell (cells over rayon added a cell's tensors per worker to the peak
+    // for no gain on a loaded 2-core machine)
+    let per_cell: Vec<Vec<infer::Prep>> = all
+        .iter()
         .map(|(r, m)| {
             let cell = check.gather(*r, *m)?;
             let swapped: Vec<Option<LossInputs>> = candidates
@@ -630,12 +628,12 @@ pub fn check_tree_inferred(
                 .collect();
             infer::prep_each(&cell, &variants, tol)
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let mut preps: Vec<Vec<infer::Prep>> = (0..=candidates.len())
         .map(|_| Vec::with_capacity(all.len()))
         .collect();
     for cell_preps in per_cell {
-        for (list, p) in preps.iter_mut().zip(cell_preps?) {
+        for (list, p) in preps.iter_mut().zip(cell_preps) {
             list.push(p);
         }
     }
@@ -680,10 +678,8 @@ pub fn check_tree_inferred(
         check.batch = check.batch.take().map(|b| b.with_advantages(a));
     }
     let verdicts = chosen
-        .par_iter()
+        .iter()
         .map(|(r, m)| judge_under(&check.gather(*r, *m)?, &resolved, tol))
-        .collect::<Vec<Result<Verdict>>>()
-        .into_iter()
         .collect::<Result<_>>()?;
     let mut conventions = resolved.conventions;
     if let Some(c) = adv {
