@@ -75,6 +75,10 @@ pub struct Cell {
     pub per_token: Option<Vec<f64>>,
     /// Notes from reading (rows matched to several trajectories, ...).
     pub notes: Vec<String>,
+    /// Self-hosted: the trajectory of each row and whether the trainer held advantages
+    /// in f32, so that the advantages of another epsilon can be put in without reading
+    /// the cell again (`infer::inputs_with_advantages`); weaver: `None`.
+    pub advantage_rows: Option<(Vec<usize>, bool)>,
 }
 
 impl Cell {
@@ -197,6 +201,7 @@ pub fn gather_weaver(tree: &DumpTree, step: i64, rank: u32, micro: u32) -> Resul
         ratio: vec_of(tb.ratio.as_ref())?,
         per_token: vec_of(tb.per_token_loss.as_ref())?,
         notes: Vec::new(),
+        advantage_rows: None,
     })
 }
 
@@ -269,6 +274,7 @@ pub fn gather_self_hosted(
         ratio: None,
         per_token: None,
         notes: mi.notes,
+        advantage_rows: Some((mi.trajectory_rows, mi.f32_trainer)),
     })
 }
 
@@ -448,7 +454,12 @@ fn recomputed_terms(
     let f = |x: &candle_core::Tensor| to_f64(x).map_err(|e| kerr(path, e));
     let (b, t) = cell.dims();
     let w = weights(m, b, t, cfg.agg);
-    let we = weights(m, b, t, cfg.entropy_agg);
+    // the entropy's weights are the pg term's when both use one mode (the usual case)
+    let we = if cfg.entropy_agg == cfg.agg {
+        std::borrow::Cow::Borrowed(&w)
+    } else {
+        std::borrow::Cow::Owned(weights(m, b, t, cfg.entropy_agg))
+    };
     let elem = to_f64_vec(&out.per_token_loss).map_err(|e| kerr(path, e))?;
     let pg_extra = f32_compute(&elem, &w, 4.0);
     let (entropy, entropy_extra) = match (&out.entropy_loss, &cell.inputs.entropy) {

@@ -27,18 +27,17 @@
 //! [`super::check_tree_inferred`], which runs this once per candidate.
 
 mod fit;
+mod prep;
 
-use super::cell::{Cell, Stated, Uncertainty};
+use super::cell::{Stated, Uncertainty};
 use super::overrides::Overrides;
-use super::terms::{f32_compute, reduce, stored_rounding, weights};
 use super::Tolerance;
 use crate::conventions::aggregation::settle;
 use crate::conventions::coefficients::DIFFER_SIGMAS;
 use crate::error::Result;
 use crate::kernels::aggregate::AggMode;
 use crate::kernels::kl::KlEstimator;
-use crate::kernels::loss::{compute, KlPlacement, KlTerm, LossConfig};
-use crate::kernels::to_f64_vec;
+use crate::kernels::loss::{KlPlacement, KlTerm, LossConfig};
 use fit::fit;
 
 /// Where a convention came from.
@@ -190,84 +189,7 @@ pub struct Prep {
 
 const KL_CANDIDATES: [KlEstimator; 3] = [KlEstimator::K1, KlEstimator::K2, KlEstimator::K3Verl];
 
-/// Do the dumped intermediates (`prob_ratio`, `elementwise_loss`) follow from the inputs?
-/// When they do not, the cell's pg term is no evidence about the aggregation.
-fn intermediates_follow(
-    dumped: Option<&Vec<f64>>,
-    ours: &[f64],
-    mask: &[f64],
-    tol: &Tolerance,
-) -> bool {
-    dumped.is_none_or(|d| {
-        d.iter()
-            .zip(ours)
-            .zip(mask)
-            .all(|((d, o), m)| *m == 0.0 || tol.allows(*d, *o))
-    })
-}
-
-/// What [`resolve`] needs of one cell (gathered once, then dropped).
-///
-/// Errors: the kernels refuse the cell's inputs (file named).
-pub fn prep(cell: &Cell, base: &LossConfig, tol: &Tolerance) -> Result<Prep> {
-    let path = cell.file.as_path();
-    let mut cfg = base.clone();
-    cfg.kl = None;
-    let out = compute(&cell.inputs, &cfg).map_err(|e| super::kerr(path, e))?;
-    let (b, t) = cell.dims();
-    let v = |x: &candle_core::Tensor| to_f64_vec(x).map_err(|e| super::kerr(path, e));
-    let mask = v(&cell.inputs.mask)?;
-    let ws: Vec<Vec<f64>> = BASE_MODES
-        .iter()
-        .map(|m| weights(&mask, b, t, *m))
-        .collect();
-    let table = |x: &[f64], rounding: &dyn Fn(&[f64], &[f64]) -> f64| -> Table {
-        let mut out = [Reduced::default(); 3];
-        for (o, w) in out.iter_mut().zip(&ws) {
-            *o = Reduced {
-                val: reduce(x, w),
-                tol: rounding(x, w),
-            };
-        }
-        out
-    };
-    let elem = v(&out.per_token_loss)?;
-    let pg_r = table(&elem, &|x, w| f32_compute(x, w, 4.0));
-    let ent_r = match &cell.inputs.entropy {
-        Some(e) => {
-            let x = v(e)?;
-            let dt = cell.entropy_dtype;
-            Some(table(&x, &|x, w| {
-                stored_rounding(x, w, dt) + f32_compute(x, w, 1.0)
-            }))
-        }
-        None => None,
-    };
-    let mut kl_r = Vec::new();
-    if let Some(r) = &cell.inputs.ref_log_probs {
-        for est in KL_CANDIDATES {
-            let k = crate::kernels::kl::kl(&cell.inputs.log_probs, r, est)
-                .map_err(|e| super::kerr(path, e))?;
-            kl_r.push((est, table(&v(&k)?, &|x, w| f32_compute(x, w, 4.0))));
-        }
-    }
-    let rec = cell.record.as_ref();
-    let follows = intermediates_follow(cell.ratio.as_ref(), &v(&out.ratio)?, &mask, tol)
-        && intermediates_follow(cell.per_token.as_ref(), &elem, &mask, tol);
-    Ok(Prep {
-        t,
-        pg_r,
-        ent_r,
-        kl_r,
-        stated: cell.stated.clone(),
-        pg_evidence: follows,
-        pg: rec.and_then(|r| r.pg_loss),
-        ent: rec.and_then(|r| r.entropy_loss),
-        kl_loss: cell.kl_loss,
-        loss: rec.and_then(|r| r.loss),
-        total: cell.dumped_loss,
-    })
-}
+pub use prep::{inputs_with_advantages, prep, prep_each};
 
 /// How many of the cell's dumped pg (when evidence) and entropy terms `mode`
 /// reproduces, of how many it dumps: `(matched, dumped)`.

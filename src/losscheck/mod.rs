@@ -581,38 +581,80 @@ pub fn check_tree_inferred(
     given: &Overrides,
     tol: &Tolerance,
 ) -> Result<TreeCheck> {
-    let check = StepCheck::new(tree, step, cfg)?;
+    let mut check = StepCheck::new(tree, step, cfg)?;
     let (chosen, without) = selected(&check, tree, step, rank, micro)?;
     let (all, _) = check.cells();
-    // pass 1: what inference needs of every cell of the step (scalars, one cell's tensors
-    // in memory at a time), the conventions, and how well the pg terms then fit
-    let settle = |check: &StepCheck, c: &LossConfig| -> Result<(infer::Resolved, (usize, f64))> {
-        let preps: Vec<infer::Prep> = all
-            .iter()
-            .map(|(r, m)| infer::prep(&check.gather(*r, *m)?, c, tol))
-            .collect::<Result<_>>()?;
-        let resolved = infer::resolve(&preps, c, given, tol)?;
-        let fit = infer::pg_fit(&preps, &resolved.cfg, tol);
-        Ok((resolved, fit))
+    let self_hosted = check.layout() == Layout::SelfHosted;
+    // self-hosted trees dump rewards, not advantages: the epsilon of (r − mean)/(std + ε)
+    // is a convention too (TRL 1e-4, verl 1e-6), tried besides the preset's; each
+    // candidate's advantages are computed once from the step's rewards and put into the
+    // cells gathered for the preset's (nothing is read again)
+    let search = self_hosted && given.adv_eps.is_none() && !given.preset_fixes_composition;
+    // (neither the advantages — their errors do not depend on ε, and the step loaded — nor
+    // the kernels — they refuse shapes, not values — can fail for a candidate where the
+    // preset's succeeded: the outcome, errors included, is that of re-reading the step)
+    let candidates: Vec<(LossConfig, self_hosted::Advantages)> = match &check.batch {
+        Some(batch) if search => ADV_EPS_CANDIDATES
+            .into_iter()
+            .filter(|eps| *eps != cfg.advantage.eps)
+            .map(|eps| {
+                let mut c = cfg.clone();
+                c.advantage.eps = eps;
+                let adv = batch.advantages_under(&c.advantage)?;
+                Ok((c, adv))
+            })
+            .collect::<Result<_>>()?,
+        _ => Vec::new(),
     };
-    let (mut resolved, mut best) = settle(&check, cfg)?;
-    let mut best_check = check;
+    // pass 1: what inference needs of every cell of the step (scalars, one cell's tensors
+    // in memory at a time) under the preset's epsilon and each candidate's, from one
+    // gather of the cell (cells over rayon added a cell's tensors per worker to the peak
+    // for no gain on a loaded 2-core machine)
+    let per_cell: Vec<Vec<infer::Prep>> = all
+        .iter()
+        .map(|(r, m)| {
+            let cell = check.gather(*r, *m)?;
+            let swapped: Vec<Option<LossInputs>> = candidates
+                .iter()
+                .map(|(_, a)| infer::inputs_with_advantages(&cell, a))
+                .collect::<Result<_>>()?;
+            let variants: Vec<(&LossConfig, Option<&LossInputs>)> = std::iter::once((cfg, None))
+                .chain(
+                    candidates
+                        .iter()
+                        .zip(&swapped)
+                        .map(|((c, _), s)| (c, s.as_ref())),
+                )
+                .collect();
+            infer::prep_each(&cell, &variants, tol)
+        })
+        .collect::<Result<_>>()?;
+    let mut preps: Vec<Vec<infer::Prep>> = (0..=candidates.len())
+        .map(|_| Vec::with_capacity(all.len()))
+        .collect();
+    for cell_preps in per_cell {
+        for (list, p) in preps.iter_mut().zip(cell_preps) {
+            list.push(p);
+        }
+    }
+    // the conventions, and how well the pg terms then fit
+    let settle =
+        |preps: &[infer::Prep], c: &LossConfig| -> Result<(infer::Resolved, (usize, f64))> {
+            let resolved = infer::resolve(preps, c, given, tol)?;
+            let fit = infer::pg_fit(preps, &resolved.cfg, tol);
+            Ok((resolved, fit))
+        };
+    let mut preps = preps.into_iter();
+    let (mut resolved, mut best) = settle(&preps.next().unwrap_or_default(), cfg)?;
+    let mut best_adv = None;
     let mut adv = None;
-    let self_hosted = best_check.layout() == Layout::SelfHosted;
-    if self_hosted && given.adv_eps.is_none() && !given.preset_fixes_composition {
-        // self-hosted trees dump rewards, not advantages: the epsilon of (r − mean)/(std + ε)
-        // is a convention too (TRL 1e-4, verl 1e-6); the one under which most cells' pg
-        // terms follow, at equal counts the one whose pg terms sit closest to the dumped
-        for eps in ADV_EPS_CANDIDATES {
-            if eps == cfg.advantage.eps {
-                continue;
-            }
-            let mut c = cfg.clone();
-            c.advantage.eps = eps;
-            let other = StepCheck::new(tree, step, &c)?;
-            let (r, fit) = settle(&other, &c)?;
+    if search {
+        // the epsilon under which most cells' pg terms follow, at equal counts the one
+        // whose pg terms sit closest to the dumped
+        for ((c, a), p) in candidates.into_iter().zip(preps) {
+            let (r, fit) = settle(&p, &c)?;
             if fit.0 > best.0 || (fit.0 == best.0 && fit.1 < best.1) {
-                (resolved, best, best_check) = (r, fit, other);
+                (resolved, best, best_adv) = (r, fit, Some(a));
             }
         }
         let eps = resolved.cfg.advantage.eps;
@@ -630,10 +672,14 @@ pub fn check_tree_inferred(
         conv.matches_preset = same;
         adv = Some(conv);
     }
-    // pass 2: each selected cell read again and judged under the step's conventions
+    // pass 2: each selected cell read again (one cell's tensors at a time) and judged
+    // under the step's conventions, its advantages the chosen epsilon's
+    if let Some(a) = best_adv {
+        check.batch = check.batch.take().map(|b| b.with_advantages(a));
+    }
     let verdicts = chosen
         .iter()
-        .map(|(r, m)| judge_under(&best_check.gather(*r, *m)?, &resolved, tol))
+        .map(|(r, m)| judge_under(&check.gather(*r, *m)?, &resolved, tol))
         .collect::<Result<_>>()?;
     let mut conventions = resolved.conventions;
     if let Some(c) = adv {

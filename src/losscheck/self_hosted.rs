@@ -115,6 +115,8 @@ pub struct MicroInputs {
     pub notes: Vec<String>,
     /// The dtype the entropy was stored in (its rounding bounds the entropy term).
     pub entropy_dtype: Option<DType>,
+    /// The log-probs are not f64: the trainer held advantages in f32.
+    pub f32_trainer: bool,
 }
 
 /// The reference log-probs a forward_data file holds next to its log-probs when the
@@ -149,6 +151,38 @@ fn dims2(path: &Path, key: &str, shape: &[usize]) -> Result<(usize, usize)> {
 
 fn round_f32(x: f64) -> f64 {
     x as f32 as f64
+}
+
+/// Every trajectory's advantage under one convention, by trajectory index.
+#[derive(Debug, Clone)]
+pub struct Advantages {
+    f64s: Vec<f64>,
+    f32s: Vec<f64>,
+}
+
+impl Advantages {
+    /// The advantage of each micro row (`rows`: trajectory indexes), f32-rounded when the
+    /// trainer is f32 ([`MicroInputs::f32_trainer`]), as [`SelfHostedStep::micro_inputs`]
+    /// takes them.
+    pub fn of_rows(&self, rows: &[usize], f32_trainer: bool) -> Vec<f64> {
+        let v = if f32_trainer { &self.f32s } else { &self.f64s };
+        rows.iter()
+            .map(|i| v.get(*i).copied().unwrap_or(f64::NAN))
+            .collect()
+    }
+}
+
+/// Group advantages of `rewards` under `adv` (f64 and f32-rounded); errors name `tf`.
+fn advantages_of(
+    tf: &Path,
+    rewards: &[f64],
+    groups: &[String],
+    adv: &AdvantageConfig,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let f64s = group_advantages(rewards, groups, adv)
+        .map_err(|e| Error::format(tf, Position::Key("trajectories".into()), e.to_string()))?;
+    let f32s = f64s.iter().map(|a| round_f32(*a)).collect();
+    Ok((f64s, f32s))
 }
 
 impl SelfHostedStep {
@@ -272,9 +306,7 @@ impl SelfHostedStep {
             rewards.push(reward);
             groups.push(group);
         }
-        let advantages_f64 = group_advantages(&rewards, &groups, adv)
-            .map_err(|e| Error::format(&tf, Position::Key("trajectories".into()), e.to_string()))?;
-        let advantages_f32 = advantages_f64.iter().map(|a| round_f32(*a)).collect();
+        let (advantages_f64, advantages_f32) = advantages_of(&tf, &rewards, &groups, adv)?;
         Ok(SelfHostedStep {
             old_file: tf.clone(),
             trajectory_file: tf,
@@ -287,6 +319,23 @@ impl SelfHostedStep {
             by_tokens,
             by_response,
         })
+    }
+
+    /// Every trajectory's advantage under `adv` instead (f64 and f32-rounded, by
+    /// trajectory index): what [`SelfHostedStep::load`] with `adv` would compute, without
+    /// reading the files again.
+    ///
+    /// Errors: as [`SelfHostedStep::load`]'s advantage computation.
+    pub fn advantages_under(&self, adv: &AdvantageConfig) -> Result<Advantages> {
+        let (f64s, f32s) = advantages_of(&self.trajectory_file, &self.rewards, &self.groups, adv)?;
+        Ok(Advantages { f64s, f32s })
+    }
+
+    /// This step with `adv`'s advantages ([`SelfHostedStep::advantages_under`]).
+    pub fn with_advantages(mut self, adv: Advantages) -> SelfHostedStep {
+        self.advantages_f64 = adv.f64s;
+        self.advantages_f32 = adv.f32s;
+        self
     }
 
     /// Number of trajectories in the step.
@@ -539,6 +588,7 @@ impl SelfHostedStep {
             forward_file: ff,
             notes,
             entropy_dtype,
+            f32_trainer,
         })
     }
 }

@@ -12,12 +12,16 @@ use crate::tensor::DType;
 /// The weight of each element of a `[b, t]` matrix under `mode` (row-major, 0 under a
 /// zero mask), following [`crate::kernels::aggregate::aggregate`] exactly.
 pub fn weights(mask: &[f64], b: usize, t: usize, mode: AggMode) -> Vec<f64> {
-    let row_count = |r: usize| mask[r * t..(r + 1) * t].iter().sum::<f64>();
+    // each row's count summed once (the same sums, in the same order, as summing it for
+    // each use)
+    let counts: Vec<f64> = (0..b)
+        .map(|r| mask[r * t..(r + 1) * t].iter().sum::<f64>())
+        .collect();
     let total: f64 = mask.iter().sum();
-    let seqs = (0..b).filter(|r| row_count(*r) > 0.0).count() as f64;
+    let seqs = counts.iter().filter(|c| **c > 0.0).count() as f64;
     let mut w = vec![0.0; b * t];
-    for r in 0..b {
-        let row_w = mode.element_weight(row_count(r), total, seqs, b, t);
+    for (r, count) in counts.iter().enumerate() {
+        let row_w = mode.element_weight(*count, total, seqs, b, t);
         for c in 0..t {
             let m = mask[r * t + c];
             if m != 0.0 {
