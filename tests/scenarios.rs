@@ -14,11 +14,13 @@ use std::path::{Path, PathBuf};
 use assert_cmd::Command;
 use serde_json::Value;
 
-fn seed_dir(seed: u32) -> PathBuf {
+/// The folder of committed scenario seed `seed` (`fixtures/scenarios/seed-NNN`).
+pub(crate) fn seed_dir(seed: u32) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/scenarios/seed-{seed:03}"))
 }
 
-fn truth(seed: u32) -> Value {
+/// The seed's `truth.json` (what the generator injected and drew).
+pub(crate) fn truth(seed: u32) -> Value {
     let text = std::fs::read_to_string(seed_dir(seed).join("truth.json")).unwrap();
     serde_json::from_str(&text).unwrap()
 }

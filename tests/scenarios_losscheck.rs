@@ -7,10 +7,11 @@
 //! skips, and the conventions it settles (values from the generator's draws).
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 use serde_json::Value;
+
+use crate::scenarios::{seed_dir, truth};
 
 /// The regression seeds of this file.
 /// 6050 and 6124 are `--shape large` steps (64-512 tokens): with as many cells as unknown
@@ -23,15 +24,6 @@ const SEEDS: [u32; 12] = [
     504, 522, 528, 530, 534, 549, 2038, 2189, 3123, 6050, 6124, 7069,
 ];
 const TREES: [&str; 2] = ["self_hosted_pt", "weaver_pt"];
-
-fn seed_dir(seed: u32) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/scenarios/seed-{seed:03}"))
-}
-
-fn truth(seed: u32) -> Value {
-    let text = std::fs::read_to_string(seed_dir(seed).join("truth.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
 
 /// losscheck on one tree of a seed: exit code and JSON report.
 fn losscheck(seed: u32, tree: &str, extra: &[&str]) -> (i32, Value) {
