@@ -26,7 +26,7 @@ pub(crate) fn truth(seed: u32) -> Value {
 }
 
 /// Runs a tool in the scenario's folder; returns its exit code and JSON report.
-fn run(seed: u32, bin: &str, args: &[&str]) -> (i32, Value) {
+pub(crate) fn run(seed: u32, bin: &str, args: &[&str]) -> (i32, Value) {
     let out = Command::cargo_bin(bin)
         .unwrap()
         .current_dir(seed_dir(seed))

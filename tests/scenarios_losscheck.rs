@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use assert_cmd::Command;
 use serde_json::Value;
 
-use crate::scenarios::{seed_dir, truth};
+use crate::scenarios::{run, seed_dir, truth};
 
 /// The regression seeds of this file.
 /// 6050 and 6124 are `--shape large` steps (64-512 tokens): with as many cells as unknown
@@ -27,21 +27,7 @@ const TREES: [&str; 2] = ["self_hosted_pt", "weaver_pt"];
 
 /// losscheck on one tree of a seed: exit code and JSON report.
 fn losscheck(seed: u32, tree: &str, extra: &[&str]) -> (i32, Value) {
-    let out = Command::cargo_bin("losscheck")
-        .unwrap()
-        .current_dir(seed_dir(seed))
-        .args(["--dump-dir", tree, "--step", "0", "--format", "json"])
-        .args(extra)
-        .output()
-        .unwrap();
-    let code = out.status.code().unwrap();
-    assert_ne!(
-        code,
-        2,
-        "seed {seed} {tree}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (code, serde_json::from_slice(&out.stdout).unwrap())
+    run(seed, "losscheck", &[&["--dump-dir", tree], extra].concat())
 }
 
 /// Files (relative to the tree) the report calls inconsistent.
