@@ -192,13 +192,11 @@ fn run(a: &Args) -> Result<(String, u8), Error> {
         width: cli::terminal_width(),
     };
     let text = render::by_name::<Report>(a.format, style).render(&report)?;
-    let found = report.inconsistent();
-    // An inconsistent loss is an error-level finding.
-    let code = if found && a.fail_on <= FailOn::Error {
-        EXIT_FOUND
-    } else {
-        EXIT_CLEAN
-    };
+    // An inconsistent loss is an error-level finding; a total that cannot be judged for
+    // want of its coefficients a warning.
+    let found = (report.inconsistent() && a.fail_on <= FailOn::Error)
+        || (report.undetermined() && a.fail_on <= FailOn::Warning);
+    let code = if found { EXIT_FOUND } else { EXIT_CLEAN };
     Ok((text, code))
 }
 

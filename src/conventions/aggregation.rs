@@ -5,8 +5,8 @@
 //! - `dumpdiff`, per self-hosted cell ([`cell_mode`]): the cell's dumped `pg_loss` and
 //!   `entropy_loss` against its valid elements (`−ratio·A`, `entropy`), each reduction
 //!   reproduced or not within its rounding bound ([`misfit`] ≤ 1);
-//! - `losscheck`, per tree (`losscheck::infer`): every cell's dumped pg and entropy terms
-//!   against the recomputed ones, within the self-consistency tolerance plus their
+//! - `losscheck`, per tree (`losscheck::infer`): every cell's dumped pg, entropy and KL
+//!   terms against the recomputed ones, within the self-consistency tolerance plus their
 //!   rounding.
 //!
 //! The rule: the candidate that reproduces the most dumped reductions wins when it

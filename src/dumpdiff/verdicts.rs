@@ -98,6 +98,8 @@ pub(super) fn adjudicate(
                                 cfg: cfg.clone(),
                                 conventions: Vec::new(),
                                 uncertainty: Default::default(),
+                                total_uncertainty: Default::default(),
+                                unstated: Default::default(),
                             },
                             Some(format!(
                                 "judged under the preset: the step's conventions could not be settled ({e})"

@@ -10,8 +10,9 @@
 //!
 //! - aggregation: the verl mode (`token-mean`, `seq-mean-token-sum`,
 //!   `seq-mean-token-mean`, `seq-mean-token-sum-norm` with its horizon fitted) under which
-//!   the recomputed `pg_loss` and `entropy_loss` terms equal the most dumped ones, by the
-//!   majority rule dumpdiff uses too ([`crate::conventions::aggregation::settle`]);
+//!   the recomputed `pg_loss`, `entropy_loss` and `kl_loss` terms (the KL term under the
+//!   estimator that reproduces the most under that mode) equal the most dumped ones, by
+//!   the majority rule dumpdiff uses too ([`crate::conventions::aggregation::settle`]);
 //! - KL estimator: k1, k2 or verl's k3 (`low_var_kl`), the one that reproduces the dumped
 //!   `kl_loss` in the most cells;
 //! - coefficients: least squares over the cells' dumped `loss − pg_loss = −entropy_coeff ·
@@ -128,8 +129,26 @@ pub struct Resolved {
     pub cfg: LossConfig,
     /// Each convention and its source.
     pub conventions: Vec<Convention>,
-    /// Uncertainty of inferred coefficients.
+    /// Uncertainty of inferred coefficients for the cells the fit was judged on (their
+    /// f32 rounding alone: a cell the fit misses cannot widen its own tolerance).
     pub uncertainty: Uncertainty,
+    /// Uncertainty of inferred coefficients for a cell that dumps only its total (no
+    /// equation of the fit): the fit's standard errors, which carry how badly the cells
+    /// condition it (two cells for two coefficients fit exactly and say little).
+    pub total_uncertainty: Uncertainty,
+    /// The coefficients nothing settles: no flag, no `extra_info`, no fit over cells that
+    /// dump their terms (an underdetermined fit does not settle them). A cell that dumps
+    /// only its total cannot be judged on the terms they weigh.
+    pub unstated: Unstated,
+}
+
+/// Which loss-composition coefficients no evidence settles ([`Resolved::unstated`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Unstated {
+    /// `entropy_coeff`.
+    pub entropy: bool,
+    /// `kl_coef`.
+    pub kl: bool,
 }
 
 /// A reduction of one cell's matrix under a mode: its value and the tolerance it
@@ -205,6 +224,15 @@ fn explains_agg(p: &Prep, mode: AggMode, tol: &Tolerance) -> (usize, usize) {
         hit += usize::from(ok(d, at(e, mode, p.t)));
     }
     (hit, all)
+}
+
+/// Whether the cell's dumped `kl_loss` is its KL term under estimator `est` and `mode`.
+fn kl_reproduced(p: &Prep, est: KlEstimator, mode: AggMode, tol: &Tolerance) -> bool {
+    p.kl_r.iter().any(|(e, k)| {
+        *e == est
+            && p.kl_loss
+                .is_some_and(|d| at(k, mode, p.t).is_some_and(|r| tol.allows_with(d, r.val, r.tol)))
+    })
 }
 
 /// How well the cells' dumped pg terms follow under `cfg`'s aggregation: the cells whose
@@ -369,6 +397,7 @@ pub fn resolve(
     let mut cfg = base.clone();
     let mut conventions = Vec::new();
     let mut unc = Uncertainty::default();
+    let mut total_unc = Uncertainty::default();
 
     // aggregation
     let stated_agg = agreed(cells.iter().map(|c| c.stated.agg.clone()));
@@ -398,9 +427,48 @@ pub fn resolve(
             })
             .count()
     };
-    // terms (pg, entropy of each cell) the mode reproduces
-    let count_terms =
-        |m: AggMode| -> usize { preps.iter().map(|p| explains_agg(p, m, tol).0).sum() };
+    // the KL terms count too: a cell that dumps `kl_loss` and its reference log-probs
+    // shows the mode under the side's one estimator (stated or flagged, else the one that
+    // reproduces the most of them under that mode) — on a step whose pg and entropy terms
+    // every mode reproduces (zero advantages, rows of one length) they decide it
+    let kl_fixed = if given.kl.is_some() || given.preset_fixes_composition {
+        Some(base.kl.as_ref().map(|k| k.estimator))
+    } else {
+        agreed(cells.iter().map(|c| c.stated.kl_type.clone()))
+            .as_deref()
+            .and_then(KlEstimator::parse)
+            .map(Some)
+    };
+    let kl_evidence: Vec<&Prep> = preps
+        .iter()
+        .filter(|p| p.kl_loss.is_some() && !p.kl_r.is_empty())
+        .collect();
+    let kl_terms = |m: AggMode| -> usize {
+        let hits = |est: KlEstimator| {
+            kl_evidence
+                .iter()
+                .filter(|p| kl_reproduced(p, est, m, tol))
+                .count()
+        };
+        match kl_fixed {
+            Some(Some(e)) => hits(e),
+            Some(None) => 0,
+            None => KL_CANDIDATES.iter().map(|e| hits(*e)).max().unwrap_or(0),
+        }
+    };
+    let kl_total = if kl_fixed == Some(None) {
+        0
+    } else {
+        kl_evidence.len()
+    };
+    // terms (pg, entropy, KL of each cell) the mode reproduces
+    let count_terms = |m: AggMode| -> usize {
+        preps
+            .iter()
+            .map(|p| explains_agg(p, m, tol).0)
+            .sum::<usize>()
+            + kl_terms(m)
+    };
     if given.agg.is_some() || given.preset_fixes_composition {
         cfg.agg = with_horizon(cfg.agg, stated_scale);
         conventions.push(Convention::new("agg", cfg.agg.name(), None, Source::Flag));
@@ -426,7 +494,7 @@ pub fn resolve(
         // the rule both tools share (`conventions::aggregation::settle`): most of the
         // dumped terms over every cell, or half of them and more than any other mode (a
         // fault in one cell's pg term leaves its entropy term); else the preset's
-        let mut c = match settle(&scored, terms_total) {
+        let mut c = match settle(&scored, terms_total + kl_total) {
             Some(s) => {
                 cfg.agg = s.mode;
                 Convention::new("agg", s.mode.name(), None, Source::Inferred)
@@ -461,14 +529,7 @@ pub fn resolve(
     let kl_explains = |est: KlEstimator| {
         kl_cells
             .iter()
-            .filter(|p| {
-                p.kl_r.iter().any(|(e, k)| {
-                    *e == est
-                        && p.kl_loss.is_some_and(|d| {
-                            at(k, cfg.agg, p.t).is_some_and(|r| tol.allows_with(d, r.val, r.tol))
-                        })
-                })
-            })
+            .filter(|p| kl_reproduced(p, est, cfg.agg, tol))
             .count()
     };
     if given.kl.is_some() || given.preset_fixes_composition {
@@ -595,10 +656,12 @@ pub fn resolve(
             if ec.is_none() {
                 ec = Some(chosen.0);
                 unc.entropy_coeff = f.trusted_se.0;
+                total_unc.entropy_coeff = f.trusted_se.0.max(f.ec_se);
             }
-            if kl_active && kc.is_none() && f.kc.is_some() {
+            if let (true, None, Some((_, se))) = (kl_active, kc, f.kc) {
                 kc = Some(chosen.1);
                 unc.kl_coef = f.trusted_se.1;
+                total_unc.kl_coef = f.trusted_se.1.max(se);
             }
         }
     }
@@ -639,6 +702,15 @@ pub fn resolve(
         }
         conventions.push(c);
     };
+    let determined = fit_info.as_ref().filter(|f| !f.underdetermined);
+    let unstated = Unstated {
+        entropy: !(given.preset_fixes_composition || ec_known.is_some() || determined.is_some()),
+        kl: !(given.preset_fixes_composition
+            || given.kl_coef.is_some()
+            || kc_known.is_some()
+            || stated_kl_coef.is_some()
+            || (kl_active && determined.is_some_and(|f| f.kc.is_some()))),
+    };
     let ec_fit = fit_info.as_ref().map(|f| (f.ec, f.ec_se));
     let kc_fit = fit_info.as_ref().and_then(|f| f.kc);
     if !ec_known_total {
@@ -667,6 +739,8 @@ pub fn resolve(
         cfg,
         conventions,
         uncertainty: unc,
+        total_uncertainty: total_unc,
+        unstated,
     })
 }
 

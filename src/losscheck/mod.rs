@@ -33,6 +33,7 @@ pub mod overrides;
 pub mod report;
 pub mod self_hosted;
 pub mod terms;
+mod under;
 
 use std::path::{Path, PathBuf};
 
@@ -49,6 +50,7 @@ use crate::value::Value;
 use cell::{gather_self_hosted, gather_weaver, judge, Cell, Uncertainty};
 use infer::Convention;
 use overrides::Overrides;
+use under::judge_under;
 
 pub use self_hosted::SelfHostedStep;
 
@@ -65,6 +67,9 @@ pub enum Status {
     Consistent,
     /// Something dumped does not follow from the dumped inputs.
     Inconsistent,
+    /// Only the total is dumped, its intermediates follow, and it holds terms whose
+    /// coefficients nothing states: whether it follows cannot be told (a warning).
+    Undetermined,
 }
 
 /// Which dump layout a verdict was computed from.
@@ -161,6 +166,10 @@ impl Verdict {
                 "{head}: consistent (loss {})",
                 crate::fmt::num(self.recomputed_loss)
             ),
+            Status::Undetermined => {
+                let (d, r) = crate::fmt::pair(self.dumped_loss, self.recomputed_loss);
+                format!("{head}: undetermined (dumped loss {d}, recomputed without the unstated terms {r})")
+            }
             Status::Inconsistent => {
                 let (d, r) = crate::fmt::pair(self.dumped_loss, self.recomputed_loss);
                 let mut s = format!("{head}: dumped loss {d} ≠ recomputed {r}");
@@ -694,43 +703,6 @@ pub fn check_tree_inferred(
             .map(|(r, m)| format!("rank {r} micro {m}"))
             .collect(),
     })
-}
-
-/// [`judge`] under a step's settled conventions. A cell that dumps only its total (weaver
-/// without a `loss/` file) on a step whose aggregation no evidence settled (no flag, no
-/// `extra_info`, no cell's terms) is judged under each of verl's modes in turn: a total
-/// that one of them reproduces is consistent (the mode is named in a note), not a fault of
-/// a convention nobody stated.
-fn judge_under(cell: &Cell, resolved: &infer::Resolved, tol: &Tolerance) -> Result<Verdict> {
-    use crate::kernels::aggregate::AggMode;
-    let v = judge(cell, &resolved.cfg, tol, resolved.uncertainty)?;
-    let settled = resolved
-        .conventions
-        .iter()
-        .any(|c| c.name == "agg" && c.source != infer::Source::Preset);
-    if v.status != Status::Inconsistent || cell.record.is_some() || settled {
-        return Ok(v);
-    }
-    let modes = [
-        AggMode::TokenMean,
-        AggMode::SeqMeanTokenSum,
-        AggMode::SeqMeanTokenMean,
-        AggMode::SeqMeanTokenSumNorm { horizon: None },
-    ];
-    for mode in modes.into_iter().filter(|m| *m != resolved.cfg.agg) {
-        let mut cfg = resolved.cfg.clone();
-        cfg.agg = mode;
-        cfg.entropy_agg = mode;
-        let mut w = judge(cell, &cfg, tol, resolved.uncertainty)?;
-        if w.status == Status::Consistent {
-            w.notes.push(format!(
-                "only the total is dumped and no cell states or shows the aggregation: the total is {}'s",
-                mode.name()
-            ));
-            return Ok(w);
-        }
-    }
-    Ok(v)
 }
 
 /// The advantage epsilons tried on a self-hosted tree (TRL's, verl's) besides the preset's.

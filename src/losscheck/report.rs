@@ -30,6 +30,15 @@ impl Report {
             Report::Inputs(_) => false,
         }
     }
+
+    /// True when a cell's total cannot be judged for want of its coefficients (a
+    /// warning-level finding, [`Status::Undetermined`]).
+    pub fn undetermined(&self) -> bool {
+        match self {
+            Report::Tree(t) => t.verdicts.iter().any(|v| v.status == Status::Undetermined),
+            Report::Inputs(_) => false,
+        }
+    }
 }
 
 /// The report on a dump tree.

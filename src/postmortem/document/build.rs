@@ -56,11 +56,12 @@ pub fn stats(v: &serde_json::Value) -> String {
         .join("/")
 }
 
-/// `consistent`, `inconsistent` or `not recomputed`.
+/// `consistent`, `inconsistent`, `undetermined` or `not recomputed`.
 pub fn status_word(s: Option<Status>) -> &'static str {
     match s {
         Some(Status::Consistent) => "consistent",
         Some(Status::Inconsistent) => "inconsistent",
+        Some(Status::Undetermined) => "undetermined",
         None => "not recomputed",
     }
 }

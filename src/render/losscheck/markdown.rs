@@ -25,10 +25,20 @@ impl Renderer<Report> for MarkdownRenderer {
                     .iter()
                     .filter(|v| v.status == Status::Inconsistent)
                     .count();
+                let open = t
+                    .verdicts
+                    .iter()
+                    .filter(|v| v.status == Status::Undetermined)
+                    .count();
                 s.push_str(&format!(
                     "{bad} of {} cell(s) inconsistent with their own inputs.\n\n",
                     t.verdicts.len()
                 ));
+                if open > 0 {
+                    s.push_str(&format!(
+                        "{open} cell(s) undetermined: only their total is dumped and nothing states the coefficients of its terms.\n\n"
+                    ));
+                }
                 if let Some(l) = t.conventions_line() {
                     s.push_str(&format!("{l}\n\n"));
                 }
@@ -43,6 +53,7 @@ impl Renderer<Report> for MarkdownRenderer {
                     let verdict = match v.status {
                         Status::Consistent => "consistent",
                         Status::Inconsistent => "**inconsistent**",
+                        Status::Undetermined => "undetermined",
                     };
                     s.push_str(&format!(
                         "| {} | {} | {verdict} | {} | {} | `{}` | {} |\n",
