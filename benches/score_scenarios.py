@@ -20,7 +20,10 @@ Counted per seed and in total:
   where it is not (or the tensor passed).
 - coverage: a file on one side only, as truth lists it, must be in the report's coverage;
   extra coverage entries are false alarms.
-- losscheck: the files called anything but consistent, against truth's inconsistent files.
+- losscheck: the files called inconsistent, against truth's inconsistent files; a truly
+  inconsistent file called undetermined is a miss; lc_undet counts the undetermined ones
+  (a cell whose total holds terms no file states the coefficients of: a warning, neither
+  a false alarm nor a miss, and not counted against "fully clean").
 - rc: the exit code must be 1 when truth expects a finding (dumpdiff: a required cell or a
   coefficient; files on one side only are warnings, exit 0 at its default --fail-on error;
   cells that may be flagged allow 0 or 1), 0 when it expects none; an exit code of 2 (could
@@ -108,12 +111,14 @@ def score_dumpdiff(truth, rep):
 
 def score_losscheck(truth, tree, rep):
     exp = set(truth["losscheck"][tree]["inconsistent"])
-    got = set()
+    got, undet = set(), set()
     for v in rep.get("verdicts", []):
-        if v.get("status") != "consistent":
-            p = v.get("file", "")
-            got.add(p.split(tree + "/", 1)[-1])
-    return {"fa": sorted(got - exp), "miss": sorted(exp - got)}
+        p = v.get("file", "").split(tree + "/", 1)[-1]
+        if v.get("status") == "inconsistent":
+            got.add(p)
+        elif v.get("status") == "undetermined":
+            undet.add(p)
+    return {"fa": sorted(got - exp), "miss": sorted(exp - got), "undet": sorted(undet - exp)}
 
 
 def score(d):
@@ -156,6 +161,7 @@ def counts(r):
         "rc_wrong": int(dd["rc_wrong"]) + sum(int(v["rc_wrong"]) for v in lc.values()),
         "dd_rc": int(dd["rc_wrong"]),
         "errors": len(r["errors"]),
+        "lc_undet": sum(len(v.get("undet", [])) for v in lc.values()),
     }
 
 
@@ -206,7 +212,8 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         return 2
     results = [score(d) for d in dirs]
-    cols = ["dd_fa", "dd_miss", "dd_pos", "cov_fa", "cov_miss", "dd_rc", "lc_fa", "lc_miss", "rc_wrong", "errors"]
+    cols = ["dd_fa", "dd_miss", "dd_pos", "cov_fa", "cov_miss", "dd_rc", "lc_fa", "lc_miss", "rc_wrong", "errors",
+            "lc_undet"]
     total = {k: 0 for k in cols}
     clean = 0
     print("%-6s " % "seed" + " ".join("%8s" % k for k in cols))
@@ -215,7 +222,7 @@ def main(argv):
         r["counts"] = c
         for k in cols:
             total[k] += c[k]
-        clean += all(v == 0 for v in c.values())
+        clean += all(v == 0 for k, v in c.items() if k != "lc_undet")
         print("%-6d " % r["seed"] + " ".join("%8d" % c[k] for k in cols))
     print("%-6s " % "total" + " ".join("%8d" % total[k] for k in cols))
     print("scenarios: %d, fully clean: %d" % (len(results), clean))
@@ -223,7 +230,7 @@ def main(argv):
     if out_json:
         with open(out_json, "w") as fh:
             json.dump({"total": total, "clean": clean, "scenarios": results}, fh, indent=1, default=str)
-    return 0 if all(v == 0 for v in total.values()) else 1
+    return 0 if all(v == 0 for k, v in total.items() if k != "lc_undet") else 1
 
 
 if __name__ == "__main__":
