@@ -12,6 +12,8 @@
 //!   coefficients differ.
 //! - [`rounding`]: the tolerance of a reduction recomputed from rounded inputs, from each
 //!   input's unit roundoff and the reduction length.
+//! - [`advantage`]: the epsilon of group-normalised advantages, from dumped advantage rows
+//!   or from the candidates under which a tree's pg terms follow.
 //! - [`aggregation`]: which aggregation mode a side's dumped reductions show — one
 //!   majority rule for both tools ([`aggregation::settle`]), dumpdiff's per-cell evidence
 //!   ([`aggregation::cell_mode`]).
@@ -20,6 +22,7 @@
 //! (`fixtures/scenarios/conventions.json`, written by `fixtures/gen/make_scenarios.py
 //! --conventions-manifest`).
 
+pub mod advantage;
 pub mod aggregation;
 pub mod coefficients;
 pub mod rounding;

@@ -9,7 +9,7 @@ use super::conventions;
 use super::diagnosis;
 use super::report::Section;
 use super::sections::{self, SideData, Tensors};
-use crate::conventions::aggregation;
+use crate::conventions::{advantage, aggregation};
 use crate::kernels::aggregate::AggMode;
 use crate::readers::layout::Kind;
 use crate::readers::producers::{nexrl_self_hosted, weaver};
@@ -103,7 +103,7 @@ pub(super) fn agg_mode(ch: &sections::Chain, loss: Option<&Value>) -> Option<Agg
     aggregation::cell_mode(&ch.extra.row_counts, &dumped)
 }
 
-/// The advantage epsilon each weaver row of a cell implies ([`conventions::eps_estimate`]):
+/// The advantage epsilon each weaver row of a cell implies ([`advantage::eps_estimate`]):
 /// its dumped advantage (the first non-zero one of the row) against the self-hosted
 /// trajectory it pairs with by content.
 pub(super) fn eps_estimates(
@@ -123,7 +123,7 @@ pub(super) fn eps_estimates(
         .filter_map(|&(ra, rb)| {
             let (d, sd) = *parts.get((*ch.idx.get(ra)?)?)?;
             let value = adv.row(rb).iter().copied().find(|v| *v != 0.0)?;
-            conventions::eps_estimate(d, sd, value)
+            advantage::eps_estimate(d, sd, value)
         })
         .collect()
 }

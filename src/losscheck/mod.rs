@@ -603,7 +603,7 @@ pub fn check_tree_inferred(
     // the kernels — they refuse shapes, not values — can fail for a candidate where the
     // preset's succeeded: the outcome, errors included, is that of re-reading the step)
     let candidates: Vec<(LossConfig, self_hosted::Advantages)> = match &check.batch {
-        Some(batch) if search => ADV_EPS_CANDIDATES
+        Some(batch) if search => crate::conventions::advantage::CANDIDATES
             .into_iter()
             .filter(|eps| *eps != cfg.advantage.eps)
             .map(|eps| {
@@ -704,9 +704,6 @@ pub fn check_tree_inferred(
             .collect(),
     })
 }
-
-/// The advantage epsilons tried on a self-hosted tree (TRL's, verl's) besides the preset's.
-const ADV_EPS_CANDIDATES: [f64; 2] = [1e-4, 1e-6];
 
 /// Free-standing inputs from a dict of tensors (`.safetensors`, `.pt`, ...) mapped by
 /// [`loose_tensors::inputs`]: `log_probs`, optional `old_log_probs`, `ref_log_probs`,
