@@ -251,17 +251,20 @@ pub fn pg_fit(preps: &[Prep], cfg: &LossConfig, tol: &Tolerance) -> (usize, f64)
 
 /// The horizon of `seq-mean-token-sum-norm` that fits the dumped entropy (else pg) terms
 /// of every cell: `1/h = Σ sᵢdᵢ / Σ sᵢ²` with `sᵢ` the cell's seq-mean-token-sum and `dᵢ`
-/// the dumped value; an integer when within 10⁻³ of one (a response length).
+/// the dumped value; an integer (a response length) when within its relative uncertainty
+/// of one: 10⁻³, or the rounding the recomputed sums inherit from their stored inputs
+/// (`Σ tolᵢ|sᵢ| / Σ sᵢ²`: a bf16 entropy moves each sum by up to 2⁻⁸ of itself).
 fn fit_horizon(preps: &[Prep]) -> Option<f64> {
-    let (mut sd, mut ss) = (0.0, 0.0);
+    let (mut sd, mut ss, mut ts) = (0.0, 0.0, 0.0);
     for p in preps {
         let pair = match (p.ent, &p.ent_r) {
-            (Some(d), Some(x)) => Some((x[1].val, d)),
-            _ => p.pg.filter(|_| p.pg_evidence).map(|d| (p.pg_r[1].val, d)),
+            (Some(d), Some(x)) => Some((x[1], d)),
+            _ => p.pg.filter(|_| p.pg_evidence).map(|d| (p.pg_r[1], d)),
         };
         if let Some((s, d)) = pair {
-            sd += s * d;
-            ss += s * s;
+            sd += s.val * d;
+            ss += s.val * s.val;
+            ts += s.tol * s.val.abs();
         }
     }
     if sd == 0.0 || ss == 0.0 {
@@ -272,7 +275,8 @@ fn fit_horizon(preps: &[Prep]) -> Option<f64> {
         return None;
     }
     let r = h.round();
-    Some(if r >= 1.0 && (h - r).abs() <= 1e-3 * h {
+    let rel = (ts / ss).max(1e-3);
+    Some(if r >= 1.0 && (h - r).abs() <= rel * h {
         r
     } else {
         h
