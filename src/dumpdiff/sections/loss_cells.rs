@@ -271,10 +271,16 @@ impl<'a> StatsMemo<'a> {
             let (lo, hi) = clip_range(self.loss);
             let mut signed = Vec::with_capacity(n);
             let mut rest = Vec::with_capacity(n);
+            let mut magnitude = Vec::with_capacity(n);
             let mut count = 0;
             for ((e, &d), &a) in stats.elems.iter().zip(&x.delta).zip(&x.pred_advantage) {
                 let inside =
                     e.ratio - e.ratio_allowed > 1.0 - lo && e.ratio + e.ratio_allowed < 1.0 + hi;
+                magnitude.push(if a.is_finite() {
+                    a.abs() * e.ratio
+                } else {
+                    0.0
+                });
                 if d.is_finite() && a.is_finite() && inside {
                     signed.push(a * e.ratio * (-d).exp_m1());
                     rest.push(0.0);
@@ -288,9 +294,25 @@ impl<'a> StatsMemo<'a> {
                 }
             }
             let m = self.mode();
+            // each side sums its elements in f32 (torch reduces pairwise: cascade sums on
+            // CPU, `aten/src/ATen/native/cpu/SumKernel.cpp`; tree reductions on CUDA), an
+            // error the prediction from dumped values cannot know:
+            // λ·√⌈log₂ n⌉·u₃₂·Σ|wᵢ·Aᵢ·rᵢ| per side (probabilistic, Higham & Mary 2019), n the
+            // longest sum (the batch under token-mean, a row otherwise)
+            let len = match m {
+                AggMode::TokenMean => x.row_counts.iter().sum::<usize>(),
+                _ => x.row_counts.iter().copied().max().unwrap_or(0),
+            };
+            let levels = (len.max(2) as f64).log2().ceil();
+            let arith = 2.0
+                * crate::conventions::rounding::LAMBDA
+                * levels.sqrt()
+                * 2f64.powi(-24)
+                * reduce_rows(m, &x.row_counts, &magnitude).abs();
             (count > 0).then(|| Predicted {
                 center: reduce_rows(m, &x.row_counts, &signed),
                 rest: reduce_rows(m, &x.row_counts, &rest),
+                arith,
                 count,
             })
         })
@@ -343,6 +365,9 @@ pub(super) struct Predicted {
     center: f64,
     /// The worst case of the elements not predicted, reduced.
     rest: f64,
+    /// Both sides' f32 arithmetic in reducing the elements (their dumped values cannot
+    /// carry it).
+    arith: f64,
     /// How many elements are predicted.
     count: usize,
 }
@@ -375,13 +400,13 @@ pub(super) fn loss_propagation(key: &str, memo: &StatsMemo<'_>) -> Option<(f64, 
     };
     match leaf {
         "pg_loss" => match memo.pg_predicted() {
-            Some(p) => Some((p.rest, predicted_how(&p, n, mode))),
+            Some(p) => Some((p.rest + p.arith, predicted_how(&p, n, mode))),
             None => memo.pg_allowed().map(|e| (e, how("|A|·r·(e^E−1)"))),
         },
         "loss" => {
             let pred = memo.pg_predicted();
             let pg = match pred {
-                Some(p) => p.rest,
+                Some(p) => p.rest + p.arith,
                 None => memo.pg_allowed()?,
             };
             let how = |what: &str| match &pred {
@@ -437,8 +462,9 @@ fn predicted_how(p: &Predicted, n: usize, mode: AggMode) -> String {
         m => m.name(),
     };
     format!(
-        "= {mode} of |A|·r·(e^E−1) over the {} of {n} tokens not predicted; judged: a − b − ({}), the difference A·r·(e^−δ−1) predicts from the signed within-tolerance log-ratio differences δ of {} tokens",
+        "= {mode} of |A|·r·(e^E−1) over the {} of {n} tokens not predicted + {} for both sides' f32 sums; judged: a − b − ({}), the difference A·r·(e^−δ−1) predicts from the signed within-tolerance log-ratio differences δ of {} tokens",
         n - p.count,
+        crate::fmt::num(p.arith),
         crate::fmt::num(p.center),
         p.count
     )
