@@ -584,3 +584,43 @@ fn a_total_only_cell_is_judged_with_the_fits_standard_errors() {
     );
     assert!((v - 0.01).abs() <= 6.0 * se && se > 0.01, "{v} ± {se}");
 }
+
+#[test]
+fn dumpdiffs_adjudication_says_which_side_cannot_be_judged() {
+    // seed 9154 with every tolerance at 0: the loss cell fails and each side is
+    // recomputed; the self-hosted side states its coefficients (consistent), the weaver's
+    // only cell dumps just its total (undetermined), and the conclusion says both
+    let t = truth(9154);
+    let (code, rep) = run(
+        9154,
+        "dumpdiff",
+        &[
+            "--self-hosted-dir",
+            "self_hosted_pt",
+            "--weaver-dir",
+            "weaver_pt",
+            "--atol",
+            "0",
+            "--rtol",
+            "0",
+        ],
+    );
+    assert_eq!(code, 1);
+    assert!(t["faults"].as_array().unwrap().is_empty());
+    let adj = &rep["adjudication"][0];
+    let status: Vec<(&str, &str)> = adj["sides"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["role"].as_str().unwrap(), s["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        status,
+        [("self-hosted", "consistent"), ("weaver", "undetermined")]
+    );
+    assert_eq!(
+        adj["conclusion"],
+        "self-hosted matches; weaver loss cannot be judged: only its total is dumped and \
+         nothing states its coefficients (--entropy-coeff, --kl-coef)"
+    );
+}

@@ -153,15 +153,31 @@ pub(super) fn adjudicate(
                     .collect()
             };
             let (bad, good) = (with(Status::Inconsistent), with(Status::Consistent));
-            let conclusion = match (bad.as_slice(), good.as_slice()) {
-                ([], []) => "neither side could be recomputed from its own inputs".to_string(),
-                ([], _) => "every side's loss follows from its own inputs: the inputs differ (see the first divergence)".to_string(),
-                (_, []) => format!("{} loss disagrees with its own inputs", bad.join(" and ")),
-                (_, _) => format!(
+            let open = with(Status::Undetermined);
+            let conclusion = match (bad.as_slice(), good.as_slice(), open.as_slice()) {
+                ([], [], []) => "neither side could be recomputed from its own inputs".to_string(),
+                ([], _, []) => "every side's loss follows from its own inputs: the inputs differ (see the first divergence)".to_string(),
+                (_, [], []) => format!("{} loss disagrees with its own inputs", bad.join(" and ")),
+                (_, _, []) => format!(
                     "{} loss disagrees with its own inputs; {} matches",
                     bad.join(" and "),
                     good.join(" and ")
                 ),
+                _ => {
+                    // a side that dumps only its total, with coefficients nothing states
+                    let mut parts = Vec::new();
+                    if !bad.is_empty() {
+                        parts.push(format!("{} loss disagrees with its own inputs", bad.join(" and ")));
+                    }
+                    if !good.is_empty() {
+                        parts.push(format!("{} matches", good.join(" and ")));
+                    }
+                    parts.push(format!(
+                        "{} loss cannot be judged: only its total is dumped and nothing states its coefficients (--entropy-coeff, --kl-coef)",
+                        open.join(" and ")
+                    ));
+                    parts.join("; ")
+                }
             };
             report::Adjudication {
                 rank,
