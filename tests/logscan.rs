@@ -624,6 +624,8 @@ fn fixture_inputs() -> Vec<PathBuf> {
         "text/trl_stdout.log",
         "text/verl_console.log",
         "text/mlx_report.log",
+        "crash/torchrun_oom.log",
+        "crash/handled_ray.log",
     ]
     .iter()
     .map(|p| fixture(p))
@@ -637,7 +639,7 @@ fn each_detector_alone_matches_all(inputs: &[PathBuf]) -> usize {
         .iter()
         .map(|d| d.name())
         .collect();
-    assert_eq!(names.len(), 18);
+    assert_eq!(names.len(), 19);
     let mut compared = 0;
     for input in inputs {
         let all = run(std::slice::from_ref(input));
@@ -670,8 +672,9 @@ fn each_detector_alone_matches_all(inputs: &[PathBuf]) -> usize {
 /// A detector run alone keeps only the metrics it declares (the frame's projection); its
 /// findings must be exactly those it has in a run of every detector, on every input. In
 /// debug builds a read of an undeclared metric also fails the run outright.
-/// Findings the fixture inputs give across the 15 detectors run alone.
-const FIXTURE_FINDINGS: usize = 27;
+/// Findings the fixture inputs give across the 19 detectors run alone (the two crash logs:
+/// one `crash` finding each).
+const FIXTURE_FINDINGS: usize = 29;
 
 #[test]
 fn each_detector_alone_finds_what_it_finds_among_all() {

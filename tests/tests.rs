@@ -7,6 +7,7 @@ mod dumps;
 mod hardening;
 mod layers;
 mod logscan;
+mod logscan_crash;
 mod losscheck;
 mod packed;
 mod postmortem;

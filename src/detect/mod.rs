@@ -23,7 +23,9 @@
 //! | clip-high | clip ratio ≥ 0.2 on at least half of the steps | warning, error ≥ 0.5 |
 //! | reward-constant | a reward component identical at every one of ≥ 5 logged steps | warning |
 
+pub mod classify;
 mod completions;
+mod crash;
 mod kl;
 mod loss;
 mod numeric;
@@ -334,6 +336,7 @@ pub fn all_detectors() -> Vec<Box<dyn Detector>> {
         Box::new(numeric::GradNotFlowing),
         Box::new(completions::ClipHigh),
         Box::new(loss::RewardConstant),
+        Box::new(crash::Crash),
     ]
 }
 

@@ -1,8 +1,8 @@
 //! What the report says first: the run-level diagnoses, what to do, and the one-sentence
 //! headline.
 
-use super::classify::{self, Classification};
 use super::{CrashSummary, RunInfo};
+use crate::detect::classify::{self, Classification};
 use crate::detect::{Finding, Severity};
 use crate::frames::log::frame::LogFrame;
 use crate::model::log::LogEvent;

@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
-use super::classify;
 use super::traceback::{self, Traceback};
 use super::{to_json, CrashSummary, Preflight};
+use crate::detect::classify;
 use crate::error::{Error, Result};
 use crate::readers::crash_bundle::{self, CrashBundle};
 use crate::value::Value;

@@ -15,7 +15,6 @@
 //! ```
 
 mod advice;
-pub mod classify;
 mod crash;
 pub mod document;
 pub mod dumps;
@@ -25,13 +24,13 @@ pub mod traceback;
 
 use std::path::{Path, PathBuf};
 
+use crate::detect::classify::Classification;
 use crate::detect::json_num;
 use crate::error::{Error, Result};
 use crate::frames::log::frame::LogFrame;
 use crate::logscan::{scan, ScanOptions};
 use crate::readers::crash_bundle::{self, CrashBundle};
 use crate::value::Value;
-use classify::Classification;
 
 use advice::{chat_template_diagnosis, headline, recommendations};
 use crash::{crash_from_bundle, crash_from_event, preflight_of, read_raw_events};
@@ -159,7 +158,7 @@ pub fn analyze(path: &Path, opts: &Options) -> Result<Postmortem> {
         thresholds: opts.thresholds.clone(),
         ..ScanOptions::default()
     };
-    let (frame, events, findings, event_counts) = if scan_paths.is_empty() {
+    let (frame, events, mut findings, event_counts) = if scan_paths.is_empty() {
         notes.push("no step logs found: no findings and no plots".to_string());
         (
             LogFrame::default(),
@@ -214,6 +213,12 @@ pub fn analyze(path: &Path, opts: &Options) -> Result<Postmortem> {
         None => crash_event.map(|e| crash_from_event(e, frame.steps().last())),
     };
 
+    if crash.is_some() {
+        // the crash section reports it, from the bundle or the event: logscan's crash
+        // finding would say it twice (it stays for a run whose only trace of the crash
+        // is a traceback in a text log)
+        findings.retain(|f| f.detector != "crash");
+    }
     let diagnoses: Vec<Classification> = chat_template_diagnosis(&frame, &events)
         .into_iter()
         .collect();

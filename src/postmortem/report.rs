@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use super::classify::Classification;
 use super::dumps;
 use super::traceback::{ExceptionBlock, Frame};
+use crate::detect::classify::Classification;
 use crate::detect::{Finding, Severity};
 use crate::frames::log::frame::LogFrame;
 use crate::readers::crash_bundle::CrashContext;

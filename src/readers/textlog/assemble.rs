@@ -19,6 +19,8 @@ pub struct TextAssembler {
     table: Option<Vec<String>>,
     /// The last item was a verl console record (its index) with a key cut at the end.
     verl_tail: Option<(usize, String)>,
+    /// A traceback began (its line) and its exception line has not come yet.
+    traceback: Option<u64>,
     /// Records ready for the frame.
     pub records: Vec<LogRecord>,
     /// Events ready for the detectors.
@@ -96,6 +98,17 @@ impl TextAssembler {
                 self.pending_events
                     .push(LogEvent::new(kind, self.file, line));
             }
+            TextItem::TracebackStart => {
+                self.traceback.get_or_insert(line);
+            }
+            TextItem::Exception(text) => match self.traceback.take() {
+                Some(_) => {
+                    let mut ev = LogEvent::new("exception", self.file, line);
+                    ev.text = Some(text);
+                    self.pending_events.push(ev);
+                }
+                None => self.unrecognised += 1,
+            },
             TextItem::Micro { fields } => {
                 if self.pending_micro.is_empty() {
                     self.pending_first_line = line;

@@ -12,6 +12,7 @@
 //! Units are normalised in keys: `…ms`/`…s` → `<name>_s` seconds, `MB`/`GB` → `<name>_gb`.
 
 mod assemble;
+mod exceptions;
 mod lines;
 mod tables;
 #[cfg(test)]
@@ -60,6 +61,11 @@ pub enum TextItem {
     },
     /// A warning line that is an event (`advantages_near_zero`, `logprobs_near_zero`).
     Warning(&'static str),
+    /// `Traceback (most recent call last):` ([`exceptions`]).
+    TracebackStart,
+    /// A line shaped like a traceback's last (`RuntimeError: …`): an `exception` event
+    /// when it ends a traceback, else unrecognised.
+    Exception(String),
     /// Nothing we recognise.
     Other,
 }
@@ -111,5 +117,5 @@ pub fn parse_text_line(line: &str) -> TextItem {
     if is_verl_continuation(t) {
         return TextItem::Continuation(t.to_string());
     }
-    TextItem::Other
+    exceptions::parse_traceback(line).unwrap_or(TextItem::Other)
 }
