@@ -42,10 +42,14 @@ trap 'rm -rf "$OUT"' EXIT
 # "<median wall seconds> <median peak RSS MB> <median CPU seconds (user + sys)>" of
 # REPEATS runs of "$@" (stdout discarded; dumpdiff exits 1 on findings). On a shared
 # machine the CPU time is the steadier figure: wall time counts other processes' turns.
+# Both trees are read (`cat`, untimed) before every run: the development VM's kernel
+# pages out file pages idle for a second or two (DAMON reclaim), so "page cache warm"
+# holds only right after a read.
 measure() {
   local walls=() peaks=() cpus=()
   for _ in $(seq "$REPEATS"); do
     local s e
+    cat $FILES > /dev/null
     s=$(date +%s.%N)
     /usr/bin/time -v -o "$OUT/time" "$@" > /dev/null 2>&1 || true
     e=$(date +%s.%N)

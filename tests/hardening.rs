@@ -1075,3 +1075,49 @@ fn huge_step_then_end_of_file_flush_does_not_overflow() {
     );
     asm.finish();
 }
+
+/// Flip one byte in the middle of `file`'s member ending in `suffix`; returns the
+/// member's name.
+fn flip_member_byte(file: &Path, suffix: &str) -> String {
+    let mut bytes = std::fs::read(file).unwrap();
+    let (member, start, len) = member_span(&bytes, suffix);
+    bytes[start + len / 2] ^= 0x01;
+    std::fs::write(file, &bytes).unwrap();
+    member
+}
+
+#[test]
+fn a_corrupt_file_no_section_reads_fails_the_run_as_before() {
+    // The weaver's batch_inputs are read by no cell when its forward_data holds the
+    // token ids (this fixture): dumpdiff checks them on a second thread while the
+    // self-hosted whole-batch files are read. A flipped byte there still fails the run
+    // with exit 2 and the CRC message naming file and member, and no report.
+    let dir = tempfile::tempdir().unwrap();
+    let (sh, wv) = (dir.path().join("sh"), dir.path().join("wv"));
+    copy_tree(&fixtures().join("dumps/self_hosted_pt"), &sh);
+    copy_tree(&fixtures().join("dumps/weaver_pt"), &wv);
+    let bi = wv.join("batch_inputs/step_000000_rank1_micro1.pt");
+    let member = flip_member_byte(&bi, "data/0");
+    let run = || {
+        let mut cmd = bin("dumpdiff");
+        cmd.arg("--self-hosted-dir")
+            .arg(&sh)
+            .arg("--weaver-dir")
+            .arg(&wv)
+            .args(["--step", "0", "--format", "json"]);
+        cmd
+    };
+    let name = "step_000000_rank1_micro1.pt";
+    let stderr = assert_exit_2(&mut run(), name, &["CRC-32", &member, "batch_inputs"]);
+    assert!(!stderr.contains("trajectory"), "{stderr}");
+    assert!(run().output().unwrap().stdout.is_empty());
+    // When the self-hosted trajectory is corrupt too, that error comes first, as when
+    // every file was read in turn: the self-hosted side is read before anything else.
+    let traj = sh.join("trajectory/step_000000.pt");
+    let traj_member = flip_member_byte(&traj, "data.pkl");
+    assert_exit_2(
+        &mut run(),
+        "step_000000.pt",
+        &["CRC-32", &traj_member, "trajectory"],
+    );
+}

@@ -263,16 +263,19 @@ impl Mat {
             match (stored, &self.values) {
                 (Some(t), _) => {
                     let bytes = Mat::stored_bytes(t, start, end);
+                    // A word's flags as one byte each (a loop the compiler vectorises),
+                    // then packed eight at a time into bits.
                     macro_rules! runs {
                         ($n:literal, $u:ty) => {
                             push_runs(w, &mut runs.spans, |base, m| {
                                 let words = bytes[base * $n..(base + m) * $n].chunks_exact($n);
-                                words.enumerate().fold(0u64, |bits, (k, c)| {
+                                let mut flags = [0u8; 64];
+                                for (f, c) in flags.iter_mut().zip(words) {
                                     let mut b = [0u8; $n];
                                     b.copy_from_slice(c);
-                                    let nz = <$u>::from_le_bytes(b) & (mask as $u) != 0;
-                                    bits | (nz as u64) << k
-                                })
+                                    *f = (<$u>::from_le_bytes(b) & (mask as $u) != 0) as u8;
+                                }
+                                pack_flags(&flags)
                             })
                         };
                     }
@@ -408,6 +411,20 @@ fn push_runs(n: usize, spans: &mut Vec<Range<usize>>, block: impl Fn(usize, usiz
     if let Some(s) = open {
         spans.push(s..n);
     }
+}
+
+/// 64 flags of 0 or 1 as the bits of a word, flag `k` at bit `k`: eight at a time, a
+/// multiply gathering each byte's low bit into the top byte (no carries cross bytes).
+#[inline(always)]
+fn pack_flags(flags: &[u8; 64]) -> u64 {
+    let mut bits = 0u64;
+    for (j, c) in flags.chunks_exact(8).enumerate() {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(c);
+        let gathered = u64::from_le_bytes(b).wrapping_mul(0x0102_0408_1020_4080) >> 56;
+        bits |= gathered << (8 * j);
+    }
+    bits
 }
 
 /// True when every finite little-endian f32 in `bytes` has its low 16 bits zero (AVX2
@@ -568,6 +585,61 @@ mod tests {
                         }
                     }
                     assert_eq!(m.nonzero(r), &want[..], "w {w} density {density} row {r}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn stored_nonzero_runs_across_words_equal_a_scan() {
+        // Every stored width (1, 2, 4, 8 bytes), runs starting, ending and spanning the
+        // 64-position words, float signs (±0 zero, NaN not), against a scan of the
+        // widened values.
+        let mut seed = 11u64;
+        let mut next = move || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            seed >> 33
+        };
+        for dtype in [DType::Bool, DType::BF16, DType::I32, DType::F32, DType::I64] {
+            for w in [1, 7, 63, 64, 65, 129, 200] {
+                let vals: Vec<f64> = (0..3 * w)
+                    .map(|i| match (next() % 8, (i / 23) % 3) {
+                        (_, 1) => 0.0,
+                        (0, _) if dtype.is_float() => -0.0,
+                        (1, _) if dtype.is_float() => f64::NAN,
+                        (2 | 3, _) => 0.0,
+                        _ => 1.0,
+                    })
+                    .collect();
+                let bytes: Vec<u8> = vals
+                    .iter()
+                    .flat_map(|&v| match dtype {
+                        DType::Bool => vec![v as u8],
+                        DType::BF16 => half::bf16::from_f64(v).to_le_bytes().to_vec(),
+                        DType::I32 => (v as i32).to_le_bytes().to_vec(),
+                        DType::F32 => (v as f32).to_le_bytes().to_vec(),
+                        _ => (v as i64).to_le_bytes().to_vec(),
+                    })
+                    .collect();
+                let t = Tensor::from_le_bytes(dtype, vec![3, w], bytes).unwrap();
+                let m = Mat::from_tensor(&t, 3, w);
+                assert!(matches!(m.values, Values::Stored(_)));
+                for r in 0..3 {
+                    let row = &vals[r * w..(r + 1) * w];
+                    let mut want = Vec::new();
+                    let mut i = 0;
+                    while i < w {
+                        if row[i] != 0.0 {
+                            let s = i;
+                            while i < w && row[i] != 0.0 {
+                                i += 1;
+                            }
+                            want.push(s..i);
+                        } else {
+                            i += 1;
+                        }
+                    }
+                    assert_eq!(m.nonzero(r), &want[..], "{dtype} w {w} row {r}");
                 }
             }
         }

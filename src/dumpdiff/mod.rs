@@ -111,6 +111,39 @@ pub fn exit_code(report: &Report, fail_on: Severity) -> u8 {
     }
 }
 
+/// `tree`'s files of the compared step, after the rank and micro filters.
+fn step_files<'t>(tree: &'t DumpTree, opts: &Options) -> Vec<&'t crate::readers::layout::DumpFile> {
+    tree.files()
+        .iter()
+        .filter(|f| f.step == opts.step)
+        .filter(|f| {
+            f.rank
+                .is_none_or(|r| opts.ranks.as_ref().is_none_or(|s| s.contains(&r)))
+        })
+        .filter(|f| {
+            f.micro
+                .is_none_or(|m| opts.micros.as_ref().is_none_or(|s| s.contains(&m)))
+        })
+        .collect()
+}
+
+/// The weaver's per-rank files that no cell is expected to read, checked early by
+/// [`sections::precheck`]: its `batch_inputs`, which a cell reads only when its
+/// forward_data lacks the rows' token ids (then such a file is read twice, no harm).
+/// Empty when the tree cannot be listed (reading that side reports why).
+fn unread_candidates(root: &std::path::Path, opts: &Options) -> Vec<PathBuf> {
+    let Ok(tree) = DumpTree::discover(root) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = step_files(&tree, opts)
+        .into_iter()
+        .filter(|f| f.rank.is_some() && f.kind == Kind::BatchInputs)
+        .map(|f| f.path.clone())
+        .collect();
+    files.sort();
+    files
+}
+
 /// Discover one side and list its files of `step` (filtered by ranks/micros): whole-batch
 /// files (no rank in the name) are read now, one after the other; per-rank files are left for the
 /// cells that compare them ([`SideData::fetch`]). With `digest`, the trajectory file is
@@ -123,19 +156,7 @@ fn load_side(
     digest: bool,
 ) -> Result<(SideData, Option<TrajectorySummary>)> {
     let tree = DumpTree::discover(root)?;
-    let wanted: Vec<&crate::readers::layout::DumpFile> = tree
-        .files()
-        .iter()
-        .filter(|f| f.step == opts.step)
-        .filter(|f| {
-            f.rank
-                .is_none_or(|r| opts.ranks.as_ref().is_none_or(|s| s.contains(&r)))
-        })
-        .filter(|f| {
-            f.micro
-                .is_none_or(|m| opts.micros.as_ref().is_none_or(|s| s.contains(&m)))
-        })
-        .collect();
+    let wanted = step_files(&tree, opts);
     progress.start(role, wanted.len(), wanted.iter().map(|f| f.size).sum());
     let (per_rank, mut whole): (Vec<_>, Vec<_>) =
         wanted.into_iter().partition(|f| f.rank.is_some());
@@ -194,6 +215,9 @@ pub fn run(opts: &Options) -> Result<Report> {
     run_with_progress(opts, &NoProgress)
 }
 
+/// Files read and checked ahead on a second thread, with the outcome of each.
+type Prechecked<'s> = Option<std::thread::ScopedJoinHandle<'s, HashMap<PathBuf, Result<()>>>>;
+
 /// [`run`], reporting file reads to `progress`.
 pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     if opts.weaver.is_none() && opts.remote_api.is_none() {
@@ -201,6 +225,25 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
             "nothing to compare: pass --weaver-dir and/or --remote-api-dir besides --self-hosted-dir".into(),
         ));
     }
+    // The files no cell reads are checked on a second thread from the start, while the
+    // whole-batch files (the trajectory above all) leave a core idle.
+    let early = opts
+        .weaver
+        .as_deref()
+        .map(|root| unread_candidates(root, opts))
+        .unwrap_or_default();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let pre = (!early.is_empty()).then(|| scope.spawn(|| sections::precheck(&early, &stop)));
+        let out = compare(opts, progress, pre);
+        // On an error, a precheck still running stops at its next file.
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        out
+    })
+}
+
+/// The body of [`run_with_progress`]; `pre` is the thread checking files ahead.
+fn compare(opts: &Options, progress: &dyn Progress, pre: Prechecked<'_>) -> Result<Report> {
     // Without remote-api, nothing compares the trajectories' token lists (section 1): the
     // trajectory file is summarised as it is read, never held whole.
     let digest = opts.remote_api.is_none();
@@ -273,8 +316,11 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
         .into_iter()
         .flatten()
         .collect();
+    let mut prechecked = pre
+        .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+        .unwrap_or_default();
     for side in &sides {
-        side.check_unread(progress)?;
+        side.check_unread(progress, &mut prechecked)?;
     }
     let (first_divergence, worst) = findings(&sections);
     let adjudication = match &opts.adjudicate_with {

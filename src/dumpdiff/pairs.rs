@@ -151,18 +151,16 @@ pub(super) fn weaver_cell(
         out.eps = eps_estimates(parts, ch, a, b_ids, bis);
     }
 
+    // The chain's aggregates the loss scalars' tolerances read (each a pass over every
+    // valid element), computed once for sections 3 and 4.
+    let memo = sections::StatsMemo::new(chain.as_ref(), s_loss);
+
     // Section 3: loss.
     if in_loss {
         match (s_loss, w_loss) {
             (Some(a), Some(b)) => {
-                out.loss = Some(sections::loss_cell(
-                    policy,
-                    rank,
-                    m,
-                    a,
-                    b,
-                    precision,
-                    chain.as_ref(),
+                out.loss = Some(sections::loss_cell_with(
+                    policy, rank, m, a, b, precision, &memo,
                 ));
             }
             (a, b) => out.loss_only_a = Some(a.is_some() && b.is_none()),
@@ -172,8 +170,8 @@ pub(super) fn weaver_cell(
     // Section 4: is_loss_debug against the self-hosted forward_data + old_log_probs.
     if in_is {
         if let (Some(a), Some(b), Some(ch)) = (&a_fwd, &b_is, &chain) {
-            out.is_loss = Some(sections::is_loss_cell(
-                policy, rank, m, a, s_loss, b, b_ids, ch,
+            out.is_loss = Some(sections::is_loss_cell_with(
+                policy, rank, m, a, s_loss, b, b_ids, ch, &memo,
             ));
         }
         out.is_only_a = only_a(&a_fwd, &b_is);

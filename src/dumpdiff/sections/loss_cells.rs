@@ -15,6 +15,24 @@ pub fn is_loss_cell(
     b_ids: Option<&Tensors<'_>>,
     ch: &Chain,
 ) -> Cell {
+    let memo = StatsMemo::new(Some(ch), a_loss);
+    is_loss_cell_with(policy, rank, micro, a_fwd, a_loss, b_is, b_ids, ch, &memo)
+}
+
+/// [`is_loss_cell`] with the chain aggregates of `StatsMemo::new(Some(ch), a_loss)` shared
+/// with the cell's [`loss_cell_with`] (each is a pass over every valid element).
+#[allow(clippy::too_many_arguments)]
+pub fn is_loss_cell_with(
+    policy: &TolerancePolicy,
+    rank: u32,
+    micro: u32,
+    a_fwd: &Tensors<'_>,
+    a_loss: Option<&Value>,
+    b_is: &Tensors<'_>,
+    b_ids: Option<&Tensors<'_>>,
+    ch: &Chain,
+    memo: &StatsMemo<'_>,
+) -> Cell {
     pub(super) const S: &str = "is_loss";
     let lp_a = a_fwd.mat(keys::LOG_PROBS);
     let mask_a = a_fwd.mat(keys::RESPONSE_MASK);
@@ -166,18 +184,15 @@ pub fn is_loss_cell(
         )),
     }
     match (a_loss.and_then(|l| l.get("loss")), b_is.value().get("loss")) {
-        (Some(x), Some(y)) => {
-            let memo = StatsMemo::new(Some(ch), a_loss);
-            out.extend(ctx.scalar_centered(
-                "loss",
-                x,
-                y,
-                (Origin::dumped("loss", "loss"), dumped_b("loss")),
-                true,
-                loss_propagation("loss", &memo),
-                loss_center("loss", &memo),
-            ))
-        }
+        (Some(x), Some(y)) => out.extend(ctx.scalar_centered(
+            "loss",
+            x,
+            y,
+            (Origin::dumped("loss", "loss"), dumped_b("loss")),
+            true,
+            loss_propagation("loss", memo),
+            loss_center("loss", memo),
+        )),
         _ => out.push(skipped(S, "loss", "not dumped on both sides")),
     }
     if !rows.only_a.is_empty() || !rows.only_b.is_empty() {
@@ -203,7 +218,7 @@ pub(super) fn clip_range(loss: Option<&Value>) -> (f64, f64) {
 
 /// The chain aggregates the loss scalars' tolerances need, each computed once per cell
 /// and loss file however many keys ask (each is a pass over every valid element).
-pub(super) struct StatsMemo<'a> {
+pub struct StatsMemo<'a> {
     stats: Option<&'a ChainStats>,
     chain: Option<&'a Chain>,
     loss: Option<&'a Value>,
@@ -214,7 +229,8 @@ pub(super) struct StatsMemo<'a> {
 }
 
 impl<'a> StatsMemo<'a> {
-    pub(super) fn new(chain: Option<&'a Chain>, loss: Option<&'a Value>) -> Self {
+    /// The memo of `chain`'s aggregates for the side's loss file `loss`.
+    pub fn new(chain: Option<&'a Chain>, loss: Option<&'a Value>) -> Self {
         StatsMemo {
             stats: chain.and_then(|c| c.stats.as_ref()),
             chain,
@@ -490,6 +506,21 @@ pub fn loss_cell(
     precision: Option<DType>,
     chain: Option<&Chain>,
 ) -> (Cell, Vec<String>) {
+    let memo = StatsMemo::new(chain, Some(a));
+    loss_cell_with(policy, rank, micro, a, b, precision, &memo)
+}
+
+/// [`loss_cell`] with the chain aggregates of `StatsMemo::new(chain, Some(a))` shared with
+/// the cell's [`is_loss_cell_with`].
+pub fn loss_cell_with(
+    policy: &TolerancePolicy,
+    rank: u32,
+    micro: u32,
+    a: &Value,
+    b: &Value,
+    precision: Option<DType>,
+    memo: &StatsMemo<'_>,
+) -> (Cell, Vec<String>) {
     let rows = RowMatch::by_index(0, 0);
     let ctx = PairCtx {
         policy,
@@ -501,7 +532,6 @@ pub fn loss_cell(
     };
     let mut out = Vec::new();
     let mut notes = Vec::new();
-    let memo = StatsMemo::new(chain, Some(a));
     for key in ["loss", "pg_loss", "entropy_loss"] {
         match (a.get(key), b.get(key)) {
             (Some(x), Some(y)) => out.extend(ctx.scalar_centered(
@@ -510,8 +540,8 @@ pub fn loss_cell(
                 y,
                 (Origin::dumped("loss", key), Origin::dumped("loss", key)),
                 true,
-                loss_propagation(key, &memo),
-                loss_center(key, &memo),
+                loss_propagation(key, memo),
+                loss_center(key, memo),
             )),
             _ => out.push(skipped("loss", key, "not dumped on both sides")),
         }
@@ -528,8 +558,8 @@ pub fn loss_cell(
                         vb,
                         (Origin::dumped("loss", &key), Origin::dumped("loss", &key)),
                         true,
-                        loss_propagation(&key, &memo),
-                        loss_center(&key, &memo),
+                        loss_propagation(&key, memo),
+                        loss_center(&key, memo),
                     ));
                 }
                 None => notes.push(format!(

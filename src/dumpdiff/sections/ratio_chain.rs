@@ -243,7 +243,12 @@ pub fn chain(
         entropy_u: ent
             .as_ref()
             .and_then(|m| crate::conventions::rounding::unit_roundoff(m.precision())),
-        ..ElemExtra::default()
+        advantage: Vec::with_capacity(n_valid),
+        kl_delta: Vec::with_capacity(n_valid),
+        row_counts: Vec::with_capacity(abs_adv.len()),
+        entropy: Vec::with_capacity(if ent.is_some() { n_valid } else { 0 }),
+        pred_advantage: Vec::with_capacity(n_valid),
+        delta: Vec::with_capacity(n_valid),
     };
     for (r, &abs_advantage) in abs_adv.iter().enumerate() {
         let (ratio_r, allowed_r) = (ratio.row(r), ratio_allowed.row(r));
@@ -252,28 +257,43 @@ pub fn chain(
         let ent_r = ent.as_ref().map(|m| m.row(r));
         let signed = adv.as_ref().and_then(|a| a.row(r).first().copied());
         let before = elems.len();
-        for p in valid(r).iter().flat_map(Range::clone) {
-            if let (Some(&rt), Some(&al)) = (ratio_r.get(p), allowed_r.get(p)) {
-                let l = lp_r.as_ref().and_then(|x| x.get(p).copied());
-                let rf = ref_r.as_ref().and_then(|x| x.get(p).copied());
-                extra.kl_delta.push(match (l, rf) {
-                    (Some(l), Some(rf)) => l - rf,
-                    _ => f64::NAN,
-                });
-                extra.advantage.push(signed.unwrap_or(f64::NAN));
-                extra.pred_advantage.push(signed.unwrap_or(row_adv[r]));
-                extra
-                    .delta
-                    .push(delta.get(r * lp.width + p).copied().unwrap_or(f64::NAN));
-                if let Some(x) = ent_r.as_ref().and_then(|x| x.get(p).copied()) {
-                    extra.entropy.push(x);
+        // Each run of valid positions at once (the positions past the ratio's width
+        // have no element); every vector gets the values the element-wise rule gives.
+        let width = ratio_r.len().min(allowed_r.len());
+        for v in valid(r) {
+            let span = v.start.min(width)..v.end.min(width);
+            let n = span.len();
+            match (&lp_r, &ref_r) {
+                (Some(l), Some(rf)) => {
+                    extra
+                        .kl_delta
+                        .extend(span.clone().map(|p| match (l.get(p), rf.get(p)) {
+                            (Some(l), Some(rf)) => l - rf,
+                            _ => f64::NAN,
+                        }))
                 }
-                elems.push(ChainElem {
-                    ratio: rt,
-                    ratio_allowed: al,
-                    abs_advantage,
-                });
+                _ => extra.kl_delta.extend(std::iter::repeat_n(f64::NAN, n)),
             }
+            let signed_or = |x: f64| std::iter::repeat_n(signed.unwrap_or(x), n);
+            extra.advantage.extend(signed_or(f64::NAN));
+            extra.pred_advantage.extend(signed_or(row_adv[r]));
+            let base = r * lp.width;
+            extra.delta.extend(
+                span.clone()
+                    .map(|p| delta.get(base + p).copied().unwrap_or(f64::NAN)),
+            );
+            if let Some(x) = &ent_r {
+                extra
+                    .entropy
+                    .extend(span.clone().filter_map(|p| x.get(p).copied()));
+            }
+            elems.extend(ratio_r[span.clone()].iter().zip(&allowed_r[span]).map(
+                |(&ratio, &ratio_allowed)| ChainElem {
+                    ratio,
+                    ratio_allowed,
+                    abs_advantage,
+                },
+            ));
         }
         extra.row_counts.push(elems.len() - before);
     }
@@ -399,6 +419,17 @@ impl Derive {
     /// value says whether those already make it f64 data (its precision is then set);
     /// else everywhere (third value false).
     pub(super) fn ratio(&self, o: &Mat, valid_only: bool) -> (Mat, Mat, bool, Vec<f64>) {
+        self.ratio_with(o, valid_only, true)
+    }
+
+    /// [`Derive::ratio`]; `fast: false` keeps every element on the general loop (the
+    /// tests pin the fast loop to it bit for bit).
+    pub(super) fn ratio_with(
+        &self,
+        o: &Mat,
+        valid_only: bool,
+        fast: bool,
+    ) -> (Mat, Mat, bool, Vec<f64>) {
         let lp = &self.lp;
         let n = lp.rows * lp.width;
         let (mut ratio, mut allowed) = (vec![f64::NAN; n], vec![f64::NAN; n]);
@@ -438,6 +469,52 @@ impl Derive {
             let base = r * lp.width;
             for v in ranges {
                 let x = lp.chunk(r, v.start, v.end, &mut buf);
+                // The common case in one tight loop: both of the other side's input rows
+                // and the old row cover the run, and no per-element check of the other
+                // side's dumped ratio is needed. Same arithmetic as the loop below.
+                let quick = match (&peer_lp, &peer_old) {
+                    (Some(pl), Some(po)) if fast => {
+                        let end = v.start + x.len();
+                        let covered = pl.len() >= end && po.len() >= end && old_row.len() >= end;
+                        covered.then(|| (&pl[v.start..end], &po[v.start..end]))
+                    }
+                    _ => None,
+                };
+                if let (Some((pl, po)), true) = (quick, peer_fine || !own_fine) {
+                    let old_r = &old_row[v.start..v.start + x.len()];
+                    let at = base + v.start..base + v.start + x.len();
+                    let (ratio_v, allowed_v) = (&mut ratio[at.clone()], &mut allowed[at.clone()]);
+                    let delta_v = &mut delta[at];
+                    let (tol_lp, tol_old) = (&self.tol_lp, &self.tol_old);
+                    for k in 0..x.len() {
+                        let (l, ol) = (x[k], old_r[k]);
+                        let rt = (l - ol).exp();
+                        ratio_v[k] = rt;
+                        let (tl, to) = (tol_lp.allowed(l), tol_old.allowed(ol));
+                        let (dl, dol) = (l - pl[k], ol - po[k]);
+                        let own = |tol: f64, d: f64| {
+                            let d = d.abs();
+                            if d.is_finite() {
+                                d.min(tol)
+                            } else {
+                                tol
+                            }
+                        };
+                        allowed_v[k] = propagate::ratio_allowed(
+                            rt,
+                            propagate::log_ratio_allowed(own(tl, dl), own(to, dol)),
+                        );
+                        // `signed_log_ratio_delta`: both inputs paired and within tolerance.
+                        let within = |d: f64, tol: f64| d.is_finite() && d.abs() <= tol;
+                        delta_v[k] = if own_fine && within(dl, tl) && within(dol, to) {
+                            dl - dol
+                        } else {
+                            f64::NAN
+                        };
+                    }
+                    scan.feed(&ratio[base + v.start..base + v.end]);
+                    continue;
+                }
                 for (p, &l) in v.clone().zip(x) {
                     let ol = old_row.get(p).copied().unwrap_or(f64::NAN);
                     let rt = (l - ol).exp();

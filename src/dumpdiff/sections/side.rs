@@ -128,9 +128,14 @@ impl SideData {
     }
 
     /// Read (and drop) every streamed file no cell has read, so that an unreadable file
-    /// fails the run whether or not a section needed it.
-    pub fn check_unread(&self, progress: &dyn Progress) -> Result<()> {
-        let unread: Vec<(&PathBuf, u64)> = {
+    /// fails the run whether or not a section needed it. A file in `prechecked` (read
+    /// earlier by [`precheck`]) is not read again: its recorded outcome stands.
+    pub fn check_unread(
+        &self,
+        progress: &dyn Progress,
+        prechecked: &mut HashMap<PathBuf, Result<()>>,
+    ) -> Result<()> {
+        let mut unread: Vec<(&PathBuf, u64)> = {
             let read = self.read.lock().unwrap_or_else(|e| e.into_inner());
             self.streamed
                 .iter()
@@ -138,7 +143,18 @@ impl SideData {
                 .map(|(p, &s)| (p, s))
                 .collect()
         };
-        unread.par_iter().try_for_each(|(path, size)| {
+        unread.sort();
+        let mut rest = Vec::with_capacity(unread.len());
+        for (path, size) in unread {
+            match prechecked.remove(path) {
+                Some(outcome) => {
+                    outcome?;
+                    progress.file_done(size);
+                }
+                None => rest.push((path, size)),
+            }
+        }
+        rest.par_iter().try_for_each(|(path, size)| {
             read_any(path)?;
             progress.file_done(*size);
             Ok(())
@@ -159,4 +175,22 @@ impl SideData {
             .map(|f| f.size)
             .sum()
     }
+}
+
+/// Read (and drop) each of `files` in turn, as [`SideData::check_unread`] would, and
+/// return each outcome; stops early when `stop` is set. Run on a thread of its own while
+/// the whole-batch files are read (a phase that leaves a core idle) for the files no cell
+/// is expected to read, so that checking them costs the run no time at its end.
+pub fn precheck(
+    files: &[PathBuf],
+    stop: &std::sync::atomic::AtomicBool,
+) -> HashMap<PathBuf, Result<()>> {
+    let mut out = HashMap::new();
+    for path in files {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
+        out.insert(path.clone(), read_any(path).map(drop));
+    }
+    out
 }

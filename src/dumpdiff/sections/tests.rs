@@ -398,3 +398,113 @@ fn batch_inputs_rows_pair_through_their_attention_mask() {
     let m = pair_rows(&ta, Some(&tb), 2, 2);
     assert_eq!(m.only_a, vec![0]);
 }
+
+/// Bits of every value, NaN payloads included.
+fn bits(v: &[f64]) -> Vec<u64> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn ratio_fast_loop_is_the_general_loop_bit_for_bit() {
+    // Rows of f64 log-probs with masked holes, NaN and ±inf on either side, differences
+    // within and far beyond tolerance, rows the other side lacks and rows shorter than
+    // the reference: the tight loop of `Derive::ratio` and the general one agree on
+    // every ratio, allowance and signed difference, bit for bit.
+    let (rows_n, width) = (9, 70);
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let special = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0, 800.0];
+    let mut val = |lo: f64| {
+        let u = next();
+        if u < 0.03 {
+            special[(u * 200.0) as usize % special.len()]
+        } else {
+            lo * next()
+        }
+    };
+    let mat = |val: &mut dyn FnMut(f64) -> f64, n: usize, w: usize| -> Vec<Vec<f64>> {
+        (0..n)
+            .map(|_| (0..w).map(|_| val(-25.0)).collect())
+            .collect()
+    };
+    let lp = mat(&mut val, rows_n, width);
+    let old = mat(&mut val, rows_n, width);
+    // The other side: the same values nudged (within or beyond tolerance), its rows
+    // shorter than the reference's, one row fewer (the last reference row unpaired).
+    let nudge = |x: &[Vec<f64>], val: &mut dyn FnMut(f64) -> f64| -> Vec<Vec<f64>> {
+        x.iter()
+            .take(rows_n - 1)
+            .map(|row| {
+                row[..width - 9]
+                    .iter()
+                    .map(|&v| {
+                        let u = val(1.0);
+                        if u.is_nan() || u.is_infinite() {
+                            u
+                        } else if u < 0.5 {
+                            v + u * 1e-6
+                        } else {
+                            v - u * 0.5
+                        }
+                    })
+                    .collect()
+            })
+            .collect()
+    };
+    let lp_b = nudge(&lp, &mut val);
+    let old_b = nudge(&old, &mut val);
+    let mask: Vec<Vec<f64>> = (0..rows_n)
+        .map(|r| {
+            (0..width)
+                .map(|p| ((p * 7 + r * 3) % 11 > 2) as u8 as f64)
+                .collect()
+        })
+        .collect();
+    let as_rows = |m: &[Vec<f64>]| {
+        let refs: Vec<&[f64]> = m.iter().map(|r| r.as_slice()).collect();
+        rows(&refs)
+    };
+    let a_fwd = dict(vec![
+        ("log_probs", as_rows(&lp)),
+        ("response_mask", as_rows(&mask)),
+    ]);
+    let b_is = dict(vec![
+        ("log_probs", as_rows(&lp_b)),
+        ("old_log_probs", as_rows(&old_b)),
+    ]);
+    let inputs = BatchInputs {
+        old_log_probs: Mat::of(&dict(vec![("o", as_rows(&old))]), "o"),
+        traj_index: HashMap::new(),
+        advantages: None,
+        advantages_from: String::new(),
+        micros_per_rank: 1,
+        adv_parts: None,
+        adv_eps: None,
+    };
+    let policy = TolerancePolicy::default();
+    let (a_fwd, b_is) = (Tensors::new(&a_fwd), Tensors::new(&b_is));
+    let peer = ChainPeer {
+        fwd: None,
+        ids: None,
+        is_loss: Some(&b_is),
+    };
+    let ch = chain(&policy, &inputs, &a_fwd, peer, None, (0, 0));
+    let (derive, old) = (ch.partial.as_ref().unwrap(), ch.old.as_ref().unwrap());
+    for valid_only in [true, false] {
+        let (r1, e1, s1, d1) = derive.ratio_with(old, valid_only, true);
+        let (r2, e2, s2, d2) = derive.ratio_with(old, valid_only, false);
+        assert_eq!(bits(&r1.values()), bits(&r2.values()));
+        assert_eq!(bits(&e1.values()), bits(&e2.values()));
+        assert_eq!(bits(&d1), bits(&d2));
+        assert_eq!(s1, s2);
+        // Not vacuous: signed differences, NaN and finite ratios all occur.
+        assert!(d1.iter().any(|d| d.is_finite() && *d != 0.0));
+        assert!(r1.values().iter().any(|r| r.is_nan()));
+        assert!(r1.values().iter().filter(|r| r.is_finite()).count() > 300);
+    }
+}
