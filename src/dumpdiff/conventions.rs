@@ -1,15 +1,12 @@
-//! The conventions a comparison must know and the dumps may not say: the epsilon of the
-//! self-hosted advantages dumpdiff recomputes ([`crate::conventions::advantage`], used
-//! here under the names dumpdiff's passes call), and the loss-composition coefficients of
-//! each side (read from `extra_info` echoes, else inferred by least squares over every
-//! cell with [`crate::conventions::coefficients`]). Each is reported with where it came
-//! from; a coefficient that differs between the sides is a finding of its own.
+//! The loss-composition coefficients of each side, which a comparison must know and the
+//! dumps may not say: read from `extra_info` echoes, else inferred by least squares over
+//! every cell with [`crate::conventions::coefficients`]. Each is reported with where it
+//! came from; a coefficient that differs between the sides is a finding of its own. (The
+//! advantage epsilon of the recomputed self-hosted advantages follows the rules of
+//! [`crate::conventions::advantage`].)
 
 use std::collections::{BTreeMap, BTreeSet};
 
-pub use crate::conventions::advantage::{
-    advantage_parts, eps_estimate, eps_of_advantages, infer_eps,
-};
 use crate::conventions::coefficients::{self, CoefficientFit, LossTerms, DIFFER_SIGMAS};
 use crate::dumpdiff::report::Coefficient;
 use crate::model::step::LossRecord;

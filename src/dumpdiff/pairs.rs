@@ -2,6 +2,7 @@
 //! tensors), self-hosted vs remote-api (1, 5), cell by cell.
 
 use super::*;
+use crate::conventions::advantage;
 use crate::dumpdiff::cell_conventions::{
     agg_mode, diagnose_losses, eps_estimates, kl_coef_bound, LossFiles, WeaverConventions,
 };
@@ -19,7 +20,7 @@ pub(super) struct CellOut {
     is_loss: Option<Cell>,
     is_only_a: Option<bool>,
     /// The advantage epsilon each paired weaver row implies (see
-    /// [`conventions::eps_estimate`]).
+    /// [`advantage::eps_estimate`]).
     eps: Vec<f64>,
 }
 
@@ -269,7 +270,7 @@ pub(super) fn weaver_sections(
     conv.adv_eps = opts.advantage_eps;
     if let (Some(preset_eps), None) = (inputs.adv_eps, opts.advantage_eps) {
         let est: Vec<f64> = outs.iter().flat_map(|o| o.eps.iter().copied()).collect();
-        if let Some((eps, n)) = conventions::infer_eps(&est) {
+        if let Some((eps, n)) = advantage::infer_eps(&est) {
             conv.adv_eps = Some(preset_eps);
             if (eps - preset_eps).abs() > 2e-7 + 1e-3 * preset_eps {
                 conv.notes.push(format!(
@@ -285,7 +286,7 @@ pub(super) fn weaver_sections(
     }
     if conv.adv_eps.is_none() && inputs.adv_eps.is_none() {
         conv.adv_eps = match (traj, adv_preset, &inputs.advantages) {
-            (Some(tr), Some(p), Some(a)) => conventions::eps_of_advantages(tr, p, a),
+            (Some(tr), Some(p), Some(a)) => advantage::eps_of_advantages(tr, p, a),
             _ => None,
         };
     }
@@ -555,7 +556,7 @@ pub(super) fn batch_inputs(
         None => match (traj, adv_preset) {
             (Some(tr), Some(name)) => match recomputed_advantages(tr, name, adv_eps)? {
                 Some((a, cfg)) => {
-                    recomputed = Some((conventions::advantage_parts(tr, &cfg), cfg.eps));
+                    recomputed = Some((advantage::advantage_parts(tr, &cfg), cfg.eps));
                     let eps = match adv_eps {
                         Some(e) => format!(", epsilon {e:e}"),
                         None => String::new(),
