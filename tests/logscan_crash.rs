@@ -65,12 +65,12 @@ fn torchrun_oom_is_one_crash_after_the_last_step_with_its_root_cause() {
 }
 
 #[test]
-fn a_handled_traceback_the_run_went_on_after_is_a_warning() {
+fn a_handled_traceback_the_run_went_on_after_is_info() {
     // verl console lines behind Ray's actor prefix; a KeyError printed by
     // traceback.print_exc() after step 3, steps 4–6 after it
     let path = fixture("logs/crash/handled_ray.log");
     let f = crash(&path);
-    assert_eq!(f.severity, Severity::Warning);
+    assert_eq!(f.severity, Severity::Info);
     assert_eq!(f.steps, [4]);
     assert_eq!(ev(&f, "message"), "KeyError: 'missing'");
     assert_eq!(ev(&f, "signature"), "unknown");

@@ -5,7 +5,7 @@
 //! after its rank's own traceback): its first message is the one quoted, the signature
 //! ([`super::classify`]) is looked for in all of them. Incidents with the same first
 //! message are one finding. An exception after which the log still reports training steps
-//! did not stop the run: a warning that says so.
+//! did not stop the run: an info finding that says so.
 
 use super::classify::classify;
 use super::{Context, Detector};
@@ -132,8 +132,10 @@ impl Crash {
             causes.push(sig.title);
             causes.extend(sig.fixes.iter().take(2));
         }
+        // a traceback the log went on after (a reward function's exception caught and
+        // printed, a library's handled error) is worth knowing, not a problem by itself
         let severity = if inc.went_on {
-            Severity::Warning
+            Severity::Info
         } else {
             Severity::Error
         };
