@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::model::tokens::{tokens_hash, TokenSeq};
+use crate::model::tokens::{tokens_hash_iter, TokenSeq};
 
 /// Where a record was read from: the file and the key path inside it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -54,13 +54,15 @@ impl Trajectory<'_> {
     /// when either is missing or no token is masked in.
     pub fn response_hash(&self) -> Option<u64> {
         let (tokens, mask) = (self.tokens.as_ref()?, self.loss_mask.as_ref()?);
-        let r: Vec<i64> = tokens
-            .iter()
-            .zip(mask.iter())
-            .filter(|(_, m)| *m != 0)
-            .map(|(x, _)| x)
-            .collect();
-        (!r.is_empty()).then(|| tokens_hash(&r))
+        // hashed as the masked ids stream by (the bytes of `tokens_hash` of their copy)
+        let mut any = false;
+        let h = tokens_hash_iter(tokens.iter().zip(mask.iter()).filter(|(_, m)| *m != 0).map(
+            |(x, _)| {
+                any = true;
+                x
+            },
+        ));
+        any.then_some(h)
     }
 }
 
