@@ -145,3 +145,59 @@ fn no_crash_without_a_traceback() {
         assert!(run(&fixture(p)).by_detector("crash").is_empty(), "{p}");
     }
 }
+
+/// A log written to a temporary folder (removed by the caller).
+fn temp_log(name: &str, text: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("rlf-crash-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(format!("{name}.log"));
+    std::fs::write(&p, text).unwrap();
+    (dir, p)
+}
+
+#[test]
+fn a_log_cut_inside_a_traceback_says_so() {
+    // a paste that stops after the frames: no exception line to quote
+    let (dir, p) = temp_log(
+        "cut",
+        "{'loss': 0.1, 'grad_norm': 0.3, 'epoch': 0.01}\n\
+         {'loss': 0.1, 'grad_norm': 0.3, 'epoch': 0.02}\n\
+         Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n    trainer.train()\n",
+    );
+    let f = crash(&p);
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(f.severity, Severity::Error);
+    assert_eq!(f.steps, [1]);
+    assert_eq!(ev(&f, "line"), 3);
+    assert_eq!(
+        ev(&f, "message"),
+        "(the log ends inside a traceback, before its exception line)"
+    );
+}
+
+#[test]
+fn one_exception_on_every_rank_is_one_incident_quoted_once() {
+    // torchrun's prefixes, the same OOM on two ranks, their lines interleaved
+    let tb = |r: u32| {
+        format!(
+            "[rank{r}]: Traceback (most recent call last):\n[rank{r}]:   File \"t.py\", line 3, in <module>\n[rank{r}]: torch.OutOfMemoryError: CUDA out of memory.\n"
+        )
+    };
+    let (dir, p) = temp_log(
+        "ranks",
+        &format!(
+            "{{'loss': 0.2, 'grad_norm': 0.3, 'epoch': 0.01}}\n{}{}",
+            tb(0),
+            tb(1)
+        ),
+    );
+    let f = crash(&p);
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(f.count, 1);
+    assert_eq!(
+        ev(&f, "message"),
+        "torch.OutOfMemoryError: CUDA out of memory."
+    );
+    assert!(f.evidence.get("then").is_none(), "{:?}", f.evidence);
+    assert_eq!(ev(&f, "signature"), "oom");
+}

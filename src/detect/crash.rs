@@ -94,11 +94,13 @@ impl Crash {
     fn finding(&self, g: &[Incident], last_of: &dyn Fn(u32) -> Option<i64>) -> Finding {
         let inc = &g[0];
         let text = inc.first_text();
-        let all: Vec<&str> = inc
-            .events
-            .iter()
-            .filter_map(|e| e.text.as_deref())
-            .collect();
+        // each message once (one exception on every rank of a torchrun log)
+        let mut all: Vec<&str> = Vec::new();
+        for t in inc.events.iter().filter_map(|e| e.text.as_deref()) {
+            if !all.contains(&t) {
+                all.push(t);
+            }
+        }
         let last_step = last_of(inc.events[0].run);
         // a stopped run: the last step it logged (the one the error follows); a run
         // that went on: the step reported after each incident

@@ -4,6 +4,9 @@
 use super::{lines::verl_pairs, TextItem};
 use crate::model::log::{LogEvent, LogRecord, SourceKind};
 
+/// The text of an `exception` event whose traceback the file ends inside.
+pub const CUT_TRACEBACK: &str = "(the log ends inside a traceback, before its exception line)";
+
 /// Assembles parsed text lines in file order into records and events: micro diagnostics
 /// and warnings attach to the next `iter N` line (they are printed before it), TRL dict
 /// lines without a step are numbered in order.
@@ -169,8 +172,15 @@ impl TextAssembler {
         });
     }
 
-    /// Flush what is pending at end of file (to the step after the last one seen).
+    /// Flush what is pending at end of file (to the step after the last one seen). A
+    /// traceback the file ends inside (a log cut short, a paste) is an `exception` event
+    /// saying so, at the traceback's first line.
     pub fn finish(&mut self) {
+        if let Some(line) = self.traceback.take() {
+            let mut ev = LogEvent::new("exception", self.file, line);
+            ev.text = Some(CUT_TRACEBACK.to_string());
+            self.pending_events.push(ev);
+        }
         let next = self.last_step.map_or(0, |s| s.saturating_add(1));
         self.flush(next);
     }
