@@ -460,6 +460,24 @@ fn f32_bits_on_bf16_grid_body(bytes: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    /// The runs of non-zero values of `row`, by a plain scan (what `Mat::nonzero` must
+    /// give).
+    fn scan_runs(row: &[f64]) -> Vec<std::ops::Range<usize>> {
+        let (w, mut want, mut i) = (row.len(), Vec::new(), 0);
+        while i < w {
+            if row[i] != 0.0 {
+                let s = i;
+                while i < w && row[i] != 0.0 {
+                    i += 1;
+                }
+                want.push(s..i);
+            } else {
+                i += 1;
+            }
+        }
+        want
+    }
+
     fn stored(dtype: DType, shape: Vec<usize>, bytes: Vec<u8>) -> Mat {
         let t = Tensor::from_le_bytes(dtype, shape, bytes).unwrap();
         let m = Mat::flat(&t);
@@ -571,19 +589,7 @@ mod tests {
                 let m = Mat::new(vec![3, w], 3, w, vals.clone(), DType::F64);
                 for r in 0..3 {
                     let row = &vals[r * w..(r + 1) * w];
-                    let mut want = Vec::new();
-                    let mut i = 0;
-                    while i < w {
-                        if row[i] != 0.0 {
-                            let s = i;
-                            while i < w && row[i] != 0.0 {
-                                i += 1;
-                            }
-                            want.push(s..i);
-                        } else {
-                            i += 1;
-                        }
-                    }
+                    let want = scan_runs(row);
                     assert_eq!(m.nonzero(r), &want[..], "w {w} density {density} row {r}");
                 }
             }
@@ -626,19 +632,7 @@ mod tests {
                 assert!(matches!(m.values, Values::Stored(_)));
                 for r in 0..3 {
                     let row = &vals[r * w..(r + 1) * w];
-                    let mut want = Vec::new();
-                    let mut i = 0;
-                    while i < w {
-                        if row[i] != 0.0 {
-                            let s = i;
-                            while i < w && row[i] != 0.0 {
-                                i += 1;
-                            }
-                            want.push(s..i);
-                        } else {
-                            i += 1;
-                        }
-                    }
+                    let want = scan_runs(row);
                     assert_eq!(m.nonzero(r), &want[..], "{dtype} w {w} row {r}");
                 }
             }

@@ -160,9 +160,7 @@ pub(super) fn weaver_cell(
     if in_loss {
         match (s_loss, w_loss) {
             (Some(a), Some(b)) => {
-                out.loss = Some(sections::loss_cell_with(
-                    policy, rank, m, a, b, precision, &memo,
-                ));
+                out.loss = Some(sections::loss_cell(policy, rank, m, a, b, precision, &memo));
             }
             (a, b) => out.loss_only_a = Some(a.is_some() && b.is_none()),
         }
@@ -171,7 +169,7 @@ pub(super) fn weaver_cell(
     // Section 4: is_loss_debug against the self-hosted forward_data + old_log_probs.
     if in_is {
         if let (Some(a), Some(b), Some(ch)) = (&a_fwd, &b_is, &chain) {
-            out.is_loss = Some(sections::is_loss_cell_with(
+            out.is_loss = Some(sections::is_loss_cell(
                 policy, rank, m, a, s_loss, b, b_ids, ch, &memo,
             ));
         }

@@ -4,25 +4,10 @@ use super::*;
 
 /// Section 4: `is_loss_debug` intermediates, the self-hosted side sliced and derived;
 /// rows pair through the token ids of `b_ids` (the weaver's forward_data or batch_inputs).
+/// `memo` is `StatsMemo::new(Some(ch), a_loss)`, shared with the micro's [`loss_cell`]
+/// (each of its aggregates is a pass over every valid element).
 #[allow(clippy::too_many_arguments)]
 pub fn is_loss_cell(
-    policy: &TolerancePolicy,
-    rank: u32,
-    micro: u32,
-    a_fwd: &Tensors<'_>,
-    a_loss: Option<&Value>,
-    b_is: &Tensors<'_>,
-    b_ids: Option<&Tensors<'_>>,
-    ch: &Chain,
-) -> Cell {
-    let memo = StatsMemo::new(Some(ch), a_loss);
-    is_loss_cell_with(policy, rank, micro, a_fwd, a_loss, b_is, b_ids, ch, &memo)
-}
-
-/// [`is_loss_cell`] with the chain aggregates of `StatsMemo::new(Some(ch), a_loss)` shared
-/// with the cell's [`loss_cell_with`] (each is a pass over every valid element).
-#[allow(clippy::too_many_arguments)]
-pub fn is_loss_cell_with(
     policy: &TolerancePolicy,
     rank: u32,
     micro: u32,
@@ -496,23 +481,9 @@ pub(super) fn loss_center(key: &str, memo: &StatsMemo<'_>) -> f64 {
     }
 }
 
-/// Section 3: `loss` scalars and every shared key of `metrics`.
+/// Section 3: `loss` scalars and every shared key of `metrics`. `memo` is
+/// `StatsMemo::new(chain, Some(a))`, shared with the micro's [`is_loss_cell`].
 pub fn loss_cell(
-    policy: &TolerancePolicy,
-    rank: u32,
-    micro: u32,
-    a: &Value,
-    b: &Value,
-    precision: Option<DType>,
-    chain: Option<&Chain>,
-) -> (Cell, Vec<String>) {
-    let memo = StatsMemo::new(chain, Some(a));
-    loss_cell_with(policy, rank, micro, a, b, precision, &memo)
-}
-
-/// [`loss_cell`] with the chain aggregates of `StatsMemo::new(chain, Some(a))` shared with
-/// the cell's [`is_loss_cell_with`].
-pub fn loss_cell_with(
     policy: &TolerancePolicy,
     rank: u32,
     micro: u32,

@@ -25,6 +25,31 @@ fn bf16r(x: f64) -> f64 {
     half::bf16::from_f64(x).to_f64()
 }
 
+/// The ratio chain of one micro (no trajectory, one micro per rank) against the weaver's
+/// `is_loss_debug` tensors `b_is`, the self-hosted old log-probs `old` (`[rows, T]`).
+fn chain_with_old(
+    policy: &TolerancePolicy,
+    old: Value,
+    a_fwd: &Tensors<'_>,
+    b_is: &Tensors<'_>,
+) -> Chain {
+    let inputs = BatchInputs {
+        old_log_probs: Mat::of(&dict(vec![("o", old)]), "o"),
+        traj_index: HashMap::new(),
+        advantages: None,
+        advantages_from: String::new(),
+        micros_per_rank: 1,
+        adv_parts: None,
+        adv_eps: None,
+    };
+    let peer = ChainPeer {
+        fwd: None,
+        ids: None,
+        is_loss: Some(b_is),
+    };
+    chain(policy, &inputs, a_fwd, peer, None, (0, 0))
+}
+
 /// One micro of one row: self-hosted f32 log-probs, the other side's bf16-rounded.
 /// Position 0 sits at log p ≈ −20 where bf16 rounding moves log p by 0.06, so the
 /// ratio moves by 6 % — beyond any fixed bf16 rtol, within its inputs' tolerance.
@@ -46,24 +71,11 @@ fn is_loss_case(ratio_b1: Option<f64>) -> (Cell, Chain) {
         ("effective_valid", rows(&[&[1.0, 1.0]])),
         ("prob_ratio", rows(&[&ratio_b])),
     ]);
-    let inputs = BatchInputs {
-        old_log_probs: Mat::of(&dict(vec![("o", rows(&[&old]))]), "o"),
-        traj_index: HashMap::new(),
-        advantages: None,
-        advantages_from: String::new(),
-        micros_per_rank: 1,
-        adv_parts: None,
-        adv_eps: None,
-    };
     let policy = TolerancePolicy::default();
     let (a_fwd, b_is) = (Tensors::new(&a_fwd), Tensors::new(&b_is));
-    let peer = ChainPeer {
-        fwd: None,
-        ids: None,
-        is_loss: Some(&b_is),
-    };
-    let ch = chain(&policy, &inputs, &a_fwd, peer, None, (0, 0));
-    let cell = is_loss_cell(&policy, 0, 0, &a_fwd, None, &b_is, None, &ch);
+    let ch = chain_with_old(&policy, rows(&[&old]), &a_fwd, &b_is);
+    let memo = StatsMemo::new(Some(&ch), None);
+    let cell = is_loss_cell(&policy, 0, 0, &a_fwd, None, &b_is, None, &ch, &memo);
     (cell, ch)
 }
 
@@ -128,14 +140,16 @@ fn clip_fraction_may_move_by_the_tokens_near_the_boundary() {
     });
     let policy = TolerancePolicy::default();
     let verdict = |b: f64| {
+        let a = loss_with_clip_frac(0.25);
+        let memo = StatsMemo::new(Some(&chain), Some(&a));
         let (cell, _) = loss_cell(
             &policy,
             0,
             0,
-            &loss_with_clip_frac(0.25),
+            &a,
             &loss_with_clip_frac(b),
             Some(DType::BF16),
-            Some(&chain),
+            &memo,
         );
         comparison(&cell, "loss.metrics.clip_frac").verdict
     };
@@ -477,23 +491,9 @@ fn ratio_fast_loop_is_the_general_loop_bit_for_bit() {
         ("log_probs", as_rows(&lp_b)),
         ("old_log_probs", as_rows(&old_b)),
     ]);
-    let inputs = BatchInputs {
-        old_log_probs: Mat::of(&dict(vec![("o", as_rows(&old))]), "o"),
-        traj_index: HashMap::new(),
-        advantages: None,
-        advantages_from: String::new(),
-        micros_per_rank: 1,
-        adv_parts: None,
-        adv_eps: None,
-    };
     let policy = TolerancePolicy::default();
     let (a_fwd, b_is) = (Tensors::new(&a_fwd), Tensors::new(&b_is));
-    let peer = ChainPeer {
-        fwd: None,
-        ids: None,
-        is_loss: Some(&b_is),
-    };
-    let ch = chain(&policy, &inputs, &a_fwd, peer, None, (0, 0));
+    let ch = chain_with_old(&policy, as_rows(&old), &a_fwd, &b_is);
     let (derive, old) = (ch.partial.as_ref().unwrap(), ch.old.as_ref().unwrap());
     for valid_only in [true, false] {
         let (r1, e1, s1, d1) = derive.ratio_with(old, valid_only, true);
