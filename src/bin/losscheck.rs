@@ -64,7 +64,8 @@ struct Args {
     #[arg(long, value_name = "FILE")]
     output: Option<PathBuf>,
     /// Lowest severity that makes the exit code 1; an inconsistent loss is an error
-    /// (--fail-on critical reports it and exits 0).
+    /// (--fail-on critical reports it and exits 0), a total that cannot be judged for want of
+    /// its coefficients (undetermined) a warning.
     #[arg(long, value_enum, default_value = "error")]
     fail_on: FailOn,
     /// Relative tolerance for dumped vs recomputed.
