@@ -44,7 +44,8 @@ pub(crate) fn run(seed: u32, bin: &str, args: &[&str]) -> (i32, Value) {
     (code, serde_json::from_slice(&out.stdout).unwrap())
 }
 
-fn dumpdiff(seed: u32, t: &Value) -> (i32, Value) {
+/// dumpdiff on a seed (exit code, JSON report), with its remote-api tree when it has one.
+pub(crate) fn dumpdiff(seed: u32, t: &Value) -> (i32, Value) {
     let mut args = vec![
         "--self-hosted-dir",
         "self_hosted_pt",
@@ -292,8 +293,8 @@ const EXPECT: &[Expect] = &[
     },
 ];
 
-#[test]
-fn every_committed_seed_has_an_expectation() {
+/// Every committed seed (`fixtures/scenarios/seed-N`), ascending.
+pub(crate) fn committed_seeds() -> Vec<u32> {
     let mut seeds: Vec<u32> =
         std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/scenarios"))
             .unwrap()
@@ -306,10 +307,16 @@ fn every_committed_seed_has_an_expectation() {
                     .ok()
             })
             .collect();
+    seeds.sort();
+    seeds
+}
+
+#[test]
+fn every_committed_seed_has_an_expectation() {
+    let mut seeds = committed_seeds();
     // seeds 500 and up are losscheck's regression seeds (tests/scenarios_losscheck.rs) or
     // dumpdiff's with a test of their own below (3064, 9641, 10160, 19327)
     seeds.retain(|s| *s < 500);
-    seeds.sort();
     assert_eq!(seeds, EXPECT.iter().map(|e| e.seed).collect::<Vec<_>>());
 }
 

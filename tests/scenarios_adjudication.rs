@@ -7,58 +7,12 @@
 //! coefficient or another aggregation made every side "disagree with its own inputs".
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use assert_cmd::Command;
 use serde_json::Value;
 
-fn scenarios() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/scenarios")
-}
-
-/// Every committed seed folder, by name.
-fn seeds() -> Vec<String> {
-    let mut out: Vec<String> = std::fs::read_dir(scenarios())
-        .unwrap()
-        .filter_map(|e| {
-            let name = e.unwrap().file_name().to_str()?.to_string();
-            name.starts_with("seed-").then_some(name)
-        })
-        .collect();
-    out.sort();
-    out
-}
-
-fn json(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-/// dumpdiff on a seed (JSON report), with the remote-api tree when it has one.
-fn dumpdiff(seed: &str, t: &Value) -> Value {
-    let mut args = vec![
-        "--self-hosted-dir",
-        "self_hosted_pt",
-        "--weaver-dir",
-        "weaver_pt",
-    ];
-    if t["trees"]["remote-api"].is_string() {
-        args.extend(["--remote-api-dir", "remote_api_pt"]);
-    }
-    let out = Command::cargo_bin("dumpdiff")
-        .unwrap()
-        .current_dir(scenarios().join(seed))
-        .args(&args)
-        .args(["--step", "0", "--format", "json"])
-        .output()
-        .unwrap();
-    assert_ne!(
-        out.status.code(),
-        Some(2),
-        "{seed}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
+use crate::scenarios::{committed_seeds, dumpdiff, seed_dir, truth};
 
 /// The (rank, micro) cells truth says a tree's losscheck must call inconsistent.
 fn truth_cells(t: &Value, tree: &str) -> BTreeSet<(u64, u64)> {
@@ -88,10 +42,10 @@ const COUNTED: [u32; 27] = [
 #[test]
 fn each_side_is_called_inconsistent_exactly_when_truth_says_so() {
     let (mut judged, mut with_faulty_side) = (0, 0);
-    for seed in seeds() {
-        let t = json(&scenarios().join(&seed).join("truth.json"));
-        let counted = COUNTED.contains(&t["seed"].as_u64().unwrap().try_into().unwrap());
-        let rep = dumpdiff(&seed, &t);
+    for seed in committed_seeds() {
+        let t = truth(seed);
+        let counted = COUNTED.contains(&seed);
+        let (_, rep) = dumpdiff(seed, &t);
         for a in rep["adjudication"].as_array().unwrap() {
             let cell = (a["rank"].as_u64().unwrap(), a["micro"].as_u64().unwrap());
             for side in a["sides"].as_array().unwrap() {
@@ -127,9 +81,9 @@ fn each_side_is_called_inconsistent_exactly_when_truth_says_so() {
 /// inconsistent; under their own conventions only the weaver is, for the aggregation.
 #[test]
 fn a_loss_sum_under_a_nonzero_entropy_coeff_names_the_faulty_side_only() {
-    let t = json(&scenarios().join("seed-012/truth.json"));
+    let t = truth(12);
     assert_eq!(t["conventions"]["entropy_coeff"], 0.001);
-    let rep = dumpdiff("seed-012", &t);
+    let (_, rep) = dumpdiff(12, &t);
     let adj = rep["adjudication"].as_array().unwrap();
     assert_eq!(adj.len(), 1);
     let a = &adj[0];
@@ -168,9 +122,9 @@ fn a_loss_sum_under_a_nonzero_entropy_coeff_names_the_faulty_side_only() {
 /// called inconsistent).
 #[test]
 fn without_evidence_from_the_other_side_the_self_hosted_epsilon_is_searched() {
-    let t = json(&scenarios().join("seed-008/truth.json"));
+    let t = truth(8);
     assert_eq!(t["conventions"]["adv_eps"], 1e-6);
-    let rep = dumpdiff("seed-008", &t);
+    let (_, rep) = dumpdiff(8, &t);
     let adj = rep["adjudication"].as_array().unwrap();
     assert_eq!(adj.len(), 2);
     for a in adj {
@@ -197,8 +151,8 @@ fn without_evidence_from_the_other_side_the_self_hosted_epsilon_is_searched() {
 #[test]
 fn postmortem_checks_a_lone_tree_under_its_own_conventions() {
     let run = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/runs/20251009-091500");
-    for (seed, cells) in [("seed-012", 6), ("seed-008", 2)] {
-        let t = json(&scenarios().join(seed).join("truth.json"));
+    for (seed, cells) in [(12, 6), (8, 2)] {
+        let t = truth(seed);
         assert_eq!(
             t["losscheck"]["self_hosted_pt"]["inconsistent"],
             serde_json::json!([])
@@ -209,7 +163,7 @@ fn postmortem_checks_a_lone_tree_under_its_own_conventions() {
             .unwrap()
             .arg(&run)
             .arg("--dumps")
-            .arg(scenarios().join(seed).join("self_hosted_pt"))
+            .arg(seed_dir(seed).join("self_hosted_pt"))
             .args(["--step", "0", "--format", "json", "--output"])
             .arg(&out_dir)
             .output()
