@@ -157,14 +157,9 @@ pub(super) fn adjudicate(
             let conclusion = match (bad.as_slice(), good.as_slice(), open.as_slice()) {
                 ([], [], []) => "neither side could be recomputed from its own inputs".to_string(),
                 ([], _, []) => "every side's loss follows from its own inputs: the inputs differ (see the first divergence)".to_string(),
-                (_, [], []) => format!("{} loss disagrees with its own inputs", bad.join(" and ")),
-                (_, _, []) => format!(
-                    "{} loss disagrees with its own inputs; {} matches",
-                    bad.join(" and "),
-                    good.join(" and ")
-                ),
                 _ => {
-                    // a side that dumps only its total, with coefficients nothing states
+                    // what disagrees, what matches, and a side that dumps only its total
+                    // with coefficients nothing states
                     let mut parts = Vec::new();
                     if !bad.is_empty() {
                         parts.push(format!("{} loss disagrees with its own inputs", bad.join(" and ")));
@@ -172,10 +167,12 @@ pub(super) fn adjudicate(
                     if !good.is_empty() {
                         parts.push(format!("{} matches", good.join(" and ")));
                     }
-                    parts.push(format!(
-                        "{} loss cannot be judged: only its total is dumped and nothing states its coefficients (--entropy-coeff, --kl-coef)",
-                        open.join(" and ")
-                    ));
+                    if !open.is_empty() {
+                        parts.push(format!(
+                            "{} loss cannot be judged: only its total is dumped and nothing states its coefficients (--entropy-coeff, --kl-coef)",
+                            open.join(" and ")
+                        ));
+                    }
                     parts.join("; ")
                 }
             };

@@ -435,21 +435,22 @@ pub fn resolve(
     // shows the mode under the side's one estimator (stated or flagged, else the one that
     // reproduces the most of them under that mode) — on a step whose pg and entropy terms
     // every mode reproduces (zero advantages, rows of one length) they decide it
+    let stated_kl = agreed(cells.iter().map(|c| c.stated.kl_type.clone()))
+        .as_deref()
+        .and_then(KlEstimator::parse);
     let kl_fixed = if given.kl.is_some() || given.preset_fixes_composition {
         Some(base.kl.as_ref().map(|k| k.estimator))
     } else {
-        agreed(cells.iter().map(|c| c.stated.kl_type.clone()))
-            .as_deref()
-            .and_then(KlEstimator::parse)
-            .map(Some)
+        stated_kl.map(Some)
     };
-    let kl_evidence: Vec<&Prep> = preps
+    // the cells that dump a KL term and the reference log-probs it is recomputed from
+    let kl_cells: Vec<&Prep> = preps
         .iter()
         .filter(|p| p.kl_loss.is_some() && !p.kl_r.is_empty())
         .collect();
     let kl_terms = |m: AggMode| -> usize {
         let hits = |est: KlEstimator| {
-            kl_evidence
+            kl_cells
                 .iter()
                 .filter(|p| kl_reproduced(p, est, m, tol))
                 .count()
@@ -463,7 +464,7 @@ pub fn resolve(
     let kl_total = if kl_fixed == Some(None) {
         0
     } else {
-        kl_evidence.len()
+        kl_cells.len()
     };
     // terms (pg, entropy, KL of each cell) the mode reproduces
     let count_terms = |m: AggMode| -> usize {
@@ -525,10 +526,6 @@ pub fn resolve(
     }
 
     // KL estimator: only when the cells dump a KL term and the reference log-probs
-    let kl_cells: Vec<&Prep> = preps
-        .iter()
-        .filter(|p| p.kl_loss.is_some() && !p.kl_r.is_empty())
-        .collect();
     let stated_kl_coef = agreed(cells.iter().map(|c| c.stated.kl_coef));
     let kl_explains = |est: KlEstimator| {
         kl_cells
@@ -546,10 +543,7 @@ pub fn resolve(
             ));
         }
     } else if !kl_cells.is_empty() {
-        let stated = agreed(cells.iter().map(|c| c.stated.kl_type.clone()))
-            .as_deref()
-            .and_then(KlEstimator::parse);
-        let (est, source) = match stated {
+        let (est, source) = match stated_kl {
             Some(e) => (e, Source::Dumped),
             None => {
                 let best = KL_CANDIDATES.iter().map(|e| (*e, kl_explains(*e))).fold(
