@@ -653,3 +653,54 @@ fn only_the_root_key_is_streamed_and_a_shared_item_is_refused() {
     let e = each_lengths(p).unwrap_err();
     assert!(e.contains("referenced again"), "{e}");
 }
+
+#[test]
+fn items_are_handed_over_as_the_next_begins_not_at_the_batch_end() {
+    // pickle.dumps({"t": [{"a": 1, "b": [1, 2]}, {"a": 2, "b": [3]}, {"a": 3, "b": [4]}]},
+    // protocol=2): one MARK … APPENDS batch of three two-key dicts, each `MARK … SETITEMS`.
+    let p = b"\x80\x02}q\x00X\x01\x00\x00\x00tq\x01]q\x02(}q\x03(X\x01\x00\x00\x00aq\x04K\x01X\x01\x00\x00\x00bq\x05]q\x06(K\x01K\x02eu}q\x07(h\x04K\x02h\x05]q\x08K\x03au}q\t(h\x04K\x03h\x05]q\nK\x04aues.";
+    let (v, seen) = each_lengths(p).unwrap();
+    assert_eq!(seen, vec![0, 1, 2]);
+    // What the hook returned (a dict's `seq_len` is none: 0) took each item's place.
+    let t: Vec<Option<i64>> = v
+        .get("t")
+        .and_then(Value::as_seq)
+        .unwrap()
+        .iter()
+        .map(Value::as_i64)
+        .collect();
+    assert_eq!(t, vec![Some(0); 3]);
+    // Cut inside the third dict (after its MARK, offset 69): the first two were handed
+    // over already — each as the next one opened its MARK — though the batch never ends.
+    let e = each_lengths_seen(&p[..72]);
+    assert_eq!(e.1, vec![0, 1]);
+    assert!(e.0.contains("STOP") || e.0.contains("ends"), "{}", e.0);
+    // {"t": [{"a": 1, "b": xs}, {"a": 2, "b": xs}]}: the second item reaches the first's
+    // list, freed when the first was handed over: the read fails (the caller reads the
+    // file whole) instead of reading other values.
+    let p = b"\x80\x02}q\x00X\x01\x00\x00\x00tq\x01]q\x02(}q\x03(X\x01\x00\x00\x00aq\x04K\x01X\x01\x00\x00\x00bq\x05]q\x06(K\x07K\x08eu}q\x07(h\x04K\x02h\x05h\x06ues.";
+    let e = each_lengths(p).unwrap_err();
+    assert!(e.contains("referenced again"), "{e}");
+}
+
+/// [`each_lengths`] of a pickle that fails: its error and the items handed before it.
+fn each_lengths_seen(p: &[u8]) -> (String, Vec<usize>) {
+    use rlforensics::readers::pt::pickle::{unpickle_each, Each};
+    let mut seen = Vec::new();
+    let mut each = |i: usize, _t: Value| -> Result<Value, String> {
+        seen.push(i);
+        Ok(Value::None)
+    };
+    let r = unpickle_each(
+        p,
+        "data.pkl",
+        &mut |_| Err("no storages".into()),
+        &mut |_| {},
+        Some(Each {
+            key: "t",
+            each: &mut each,
+        }),
+    );
+    let e = r.map(|_| ()).unwrap_err().to_string();
+    (e, seen)
+}

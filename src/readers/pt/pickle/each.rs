@@ -19,17 +19,56 @@ impl Unpickler<'_, '_, '_> {
     /// of the hook's key in the pickle's root dict, being filled (the stack holds the root
     /// dict, then its pending keys and values, the key and `list` last; no other MARK open).
     pub(super) fn each_target(&self, list: Id) -> bool {
+        self.each_target_in(self.stack.len(), &self.marks, list)
+    }
+
+    /// [`Unpickler::each_target`] of the stack's first `n` entries under the MARKs `marks`.
+    fn each_target_in(&self, n: usize, marks: &[usize], list: Id) -> bool {
         let Some(e) = &self.each else {
             return false;
         };
-        let n = self.stack.len();
         n >= 3
             && (n - 1).is_multiple_of(2)
             && self.stack[n - 1] == list
             && matches!(self.nodes[list], Node::List(_))
             && matches!(self.nodes[self.stack[0]], Node::Dict(_))
-            && self.marks.iter().all(|&m| m <= 1)
+            && marks.iter().all(|&m| m <= 1)
             && matches!(&self.nodes[self.stack[n - 2]], Node::Str(k) if k == e.key)
+    }
+
+    /// Called as a MARK opens: when the stack is the hook's list batch (`list MARK item0 …
+    /// itemk`) and the MARK is itemk's own (a dict's `MARK k v … SETITEMS`), hand items
+    /// before itemk over now rather than at the batch's APPENDS, so the hook digests them
+    /// while the rest is read (the pickler batches 1,000 items an APPENDS: a step's
+    /// trajectories would otherwise all arrive at the end). Only the top of the stack can
+    /// still change: a later SETITEMS/APPENDS/BUILD acts on the object below its MARK or on
+    /// the top. A pickle that reaches a handed item again (a memo GET, a POP back to it)
+    /// finds it released and fails, and the caller reads the file whole, as when an item is
+    /// referenced twice.
+    pub(super) fn hand_complete_items(&mut self) -> Result<(), FormatError> {
+        if self.each.is_none() {
+            return Ok(());
+        }
+        let Some((&m, outer)) = self.marks.split_last() else {
+            return Ok(());
+        };
+        let n = self.stack.len();
+        if m == 0 || n < m + 2 || !self.each_target_in(m, outer, self.stack[m - 1]) {
+            return Ok(());
+        }
+        let list = self.stack[m - 1];
+        // Items handed at an earlier MARK of this batch are `Kept` and come first.
+        let end = n - 1;
+        let mut start = end;
+        while start > m && !matches!(self.nodes[self.stack[start - 1]], Node::Kept(_)) {
+            start -= 1;
+        }
+        if start < end {
+            let items = self.stack[start..end].to_vec();
+            let kept = self.hand_items(list, items)?;
+            self.stack[start..end].copy_from_slice(&kept);
+        }
+        Ok(())
     }
 
     /// The stack cannot tell the root dict's pending `key` from that of a one-item dict
@@ -65,6 +104,11 @@ impl Unpickler<'_, '_, '_> {
         }
         let mut kept = Vec::with_capacity(items.len());
         for item in items {
+            // Handed already, at a MARK of the batch (`hand_complete_items`).
+            if matches!(self.nodes[item], Node::Kept(_)) {
+                kept.push(item);
+                continue;
+            }
             let mut budget = match self.each_budget.take() {
                 Some(b) => b,
                 None => self.full_budget(),

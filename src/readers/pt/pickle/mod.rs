@@ -499,6 +499,7 @@ impl Unpickler<'_, '_, '_> {
                 b'.' => return self.pop(),
                 b'(' => {
                     if !self.packed_appends() {
+                        self.hand_complete_items()?;
                         self.marks.push(self.stack.len());
                     }
                 }
