@@ -353,7 +353,27 @@ impl Ints {
 
     /// The ints in order.
     pub fn iter(&self) -> IntsIter<'_> {
-        IntsIter { ints: self, at: 0 }
+        match self {
+            Ints::U8(v) => IntsIter::U8(v.iter()),
+            Ints::U16(v) => IntsIter::U16(v.iter()),
+            Ints::I32(v) => IntsIter::I32(v.iter()),
+            Ints::I64(v) => IntsIter::I64(v.iter()),
+        }
+    }
+
+    /// Widen the ints from `start` into `out` (as many as fit, fewer at the end); return
+    /// how many were written. Walks a packed list a block at a time, for loops that would
+    /// otherwise dispatch on the storage width once per element.
+    pub fn widen_block(&self, start: usize, out: &mut [i64]) -> usize {
+        fn copy<T: Copy + Into<i64>>(v: &[T], start: usize, out: &mut [i64]) -> usize {
+            let src = v.get(start..).unwrap_or_default();
+            let n = src.len().min(out.len());
+            for (o, &x) in out[..n].iter_mut().zip(&src[..n]) {
+                *o = x.into();
+            }
+            n
+        }
+        ints_dispatch!(self, v => copy(v, start, out))
     }
 
     /// The ints as i64 (a copy).
@@ -480,28 +500,42 @@ impl Ints {
     }
 }
 
-/// Iterator over [`Ints`] as i64.
-pub struct IntsIter<'a> {
-    ints: &'a Ints,
-    at: usize,
+/// Iterator over [`Ints`] as i64: the storage's own slice iterator, widened.
+pub enum IntsIter<'a> {
+    U8(std::slice::Iter<'a, u8>),
+    U16(std::slice::Iter<'a, u16>),
+    I32(std::slice::Iter<'a, i32>),
+    I64(std::slice::Iter<'a, i64>),
 }
 
 impl Iterator for IntsIter<'_> {
     type Item = i64;
 
     fn next(&mut self) -> Option<i64> {
-        let x = self.ints.get(self.at)?;
-        self.at += 1;
-        Some(x)
+        match self {
+            IntsIter::U8(it) => it.next().map(|&x| i64::from(x)),
+            IntsIter::U16(it) => it.next().map(|&x| i64::from(x)),
+            IntsIter::I32(it) => it.next().map(|&x| i64::from(x)),
+            IntsIter::I64(it) => it.next().copied(),
+        }
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = self.ints.len() - self.at;
+        let n = self.len();
         (n, Some(n))
     }
 }
 
-impl ExactSizeIterator for IntsIter<'_> {}
+impl ExactSizeIterator for IntsIter<'_> {
+    fn len(&self) -> usize {
+        match self {
+            IntsIter::U8(it) => it.len(),
+            IntsIter::U16(it) => it.len(),
+            IntsIter::I32(it) => it.len(),
+            IntsIter::I64(it) => it.len(),
+        }
+    }
+}
 
 /// The leaves of a numeric nested list: i64 while every leaf is an int or bool, f64 from
 /// the first float on (the ints before it converted).

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::model::tokens::{tokens_hash_iter, TokenSeq};
+use crate::model::tokens::{TokenSeq, TokensHasher};
 
 /// Where a record was read from: the file and the key path inside it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -54,15 +54,27 @@ impl Trajectory<'_> {
     /// when either is missing or no token is masked in.
     pub fn response_hash(&self) -> Option<u64> {
         let (tokens, mask) = (self.tokens.as_ref()?, self.loss_mask.as_ref()?);
-        // hashed as the masked ids stream by (the bytes of `tokens_hash` of their copy)
-        let mut any = false;
-        let h = tokens_hash_iter(tokens.iter().zip(mask.iter()).filter(|(_, m)| *m != 0).map(
-            |(x, _)| {
-                any = true;
-                x
-            },
-        ));
-        any.then_some(h)
+        // The masked ids hashed as they stream by, a block at a time (the bytes of
+        // `tokens_hash` of their copy); ids past the shorter of the two are not paired.
+        let n = tokens.len().min(mask.len());
+        let mut h = TokensHasher::new();
+        let (mut tb, mut mb) = ([0i64; 512], [0i64; 512]);
+        let (mut at, mut any) = (0, false);
+        while at < n {
+            let k = tokens.widen_block(at, &mut tb[..(n - at).min(512)]);
+            let k = mask.widen_block(at, &mut mb[..k]);
+            if k == 0 {
+                break;
+            }
+            for (&t, &m) in tb[..k].iter().zip(&mb[..k]) {
+                if m != 0 {
+                    h.push(t);
+                    any = true;
+                }
+            }
+            at += k;
+        }
+        any.then(|| h.finish())
     }
 }
 
@@ -167,5 +179,54 @@ impl TrajectorySummary {
             file: batch.source.file.clone(),
             rows,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::tokens::tokens_hash;
+    use crate::value::Ints;
+
+    fn traj<'v>(tokens: TokenSeq<'v>, mask: TokenSeq<'v>) -> Trajectory<'v> {
+        Trajectory {
+            index: 0,
+            tokens: Some(tokens),
+            loss_mask: Some(mask),
+            reward: None,
+            advantage: None,
+            group: None,
+            ids: TrajectoryIds::default(),
+            is_val: None,
+        }
+    }
+
+    /// The response hash is that of the masked ids' copy, whether the lists are packed or
+    /// owned, across the 512-id blocks, with a mask shorter or longer than the tokens.
+    #[test]
+    fn response_hash_is_the_hash_of_the_masked_ids() {
+        let tokens: Vec<i64> = (0..1300).map(|i| 1000 + (i * 37) % 4000).collect();
+        for mask_len in [1300usize, 700, 1500] {
+            let mask: Vec<i64> = (0..mask_len as i64)
+                .map(|i| i64::from(i % 3 != 0 && i > 40))
+                .collect();
+            let masked: Vec<i64> = tokens
+                .iter()
+                .zip(&mask)
+                .filter(|(_, &m)| m != 0)
+                .map(|(&t, _)| t)
+                .collect();
+            let want = Some(tokens_hash(&masked));
+            let packed_t = Ints::U16(tokens.iter().map(|&x| x as u16).collect());
+            let packed_m = Ints::U8(mask.iter().map(|&x| x as u8).collect());
+            let t = traj(TokenSeq::Packed(&packed_t), TokenSeq::Packed(&packed_m));
+            assert_eq!(t.response_hash(), want, "mask {mask_len}");
+            let t = traj(TokenSeq::Owned(tokens.clone()), TokenSeq::Packed(&packed_m));
+            assert_eq!(t.response_hash(), want, "mask {mask_len}");
+        }
+        // No id masked in: no response.
+        let zeros = Ints::U8(vec![0; 600]);
+        let t = traj(TokenSeq::Owned(tokens.clone()), TokenSeq::Packed(&zeros));
+        assert_eq!(t.response_hash(), None);
     }
 }
