@@ -414,8 +414,17 @@ impl Ints {
     /// 64 Ki items grow to their exact length (a token list holds no spare capacity);
     /// longer ones grow geometrically.
     pub fn extend_from_i64(&mut self, xs: &[i64]) {
-        let (Some(&lo), Some(&hi)) = (xs.iter().min(), xs.iter().max()) else {
+        if xs.is_empty() {
             return;
+        }
+        // Token ids and masks are never negative: then the OR of the ints (one pass the
+        // compiler vectorises) bounds them as well as their maximum does.
+        let or = xs.iter().fold(0i64, |a, &x| a | x);
+        let (lo, hi) = if or >= 0 {
+            (0, or)
+        } else {
+            xs.iter()
+                .fold((i64::MAX, i64::MIN), |(l, h), &x| (l.min(x), h.max(x)))
         };
         let width = if lo >= 0 && hi <= u8::MAX as i64 {
             0

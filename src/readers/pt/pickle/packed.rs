@@ -313,17 +313,8 @@ fn scan_batch(
     loop {
         if let Batch::Ints(xs) = &mut batch {
             // The hot path (token ids as torch.save's protocol-2 pickler writes them): the
-            // binary int opcodes in one tight loop; anything else goes to `scan_item`.
-            while let Some(&[op, a, b, c, d]) = data.get(pos..pos + 5) {
-                let (v, len) = match op {
-                    b'K' => (i64::from(a), 2),
-                    b'M' => (i64::from(u16::from_le_bytes([a, b])), 3),
-                    b'J' => (i64::from(i32::from_le_bytes([a, b, c, d])), 5),
-                    _ => break,
-                };
-                xs.push(v);
-                pos += len;
-            }
+            // binary int opcodes in tight loops; anything else goes to `scan_item`.
+            pos = scan_binints(data, pos, xs);
         }
         match (scan_item(data, pos)?, &mut batch) {
             (Item::End(end), _) => return Some((Some(batch), end)),
@@ -340,6 +331,59 @@ fn scan_batch(
                 pos = next;
             }
             _ => return None,
+        }
+    }
+}
+
+/// Length (opcode byte included) of each binary int opcode: BININT1 `K`, BININT2 `M`,
+/// BININT `J`; 0 for every other opcode.
+const BININT_LEN: [u8; 256] = {
+    let mut t = [0u8; 256];
+    t[b'K' as usize] = 2;
+    t[b'M' as usize] = 3;
+    t[b'J' as usize] = 5;
+    t
+};
+
+/// Decode the binary int opcodes (BININT1 `K`, BININT2 `M`, BININT `J`) from `data[pos..]`
+/// into `xs` up to the first other opcode (or fewer than 5 bytes left: `scan_item` reads
+/// those); return its offset. Each opcode's offset depends on the one before, so a run of
+/// four of one opcode (a mask's BININT1s, ids under 65,536 as BININT2s) is checked and
+/// decoded at once; where the opcodes mix (token ids on both sides of 256), eight are
+/// decoded one by one without a branch on which opcode each is, before the next try.
+fn scan_binints(data: &[u8], mut pos: usize, xs: &mut Vec<i64>) -> usize {
+    loop {
+        while let Some(w) = data.get(pos..pos + 20) {
+            let at = |i: usize| [w[i + 1], w[i + 2], w[i + 3], w[i + 4]];
+            if w[0] == b'M' && w[3] == b'M' && w[6] == b'M' && w[9] == b'M' {
+                let v = |i: usize| i64::from(u16::from_le_bytes([w[i + 1], w[i + 2]]));
+                xs.extend_from_slice(&[v(0), v(3), v(6), v(9)]);
+                pos += 12;
+            } else if w[0] == b'K' && w[2] == b'K' && w[4] == b'K' && w[6] == b'K' {
+                xs.extend_from_slice(&[w[1], w[3], w[5], w[7]].map(i64::from));
+                pos += 8;
+            } else if w[0] == b'J' && w[5] == b'J' && w[10] == b'J' && w[15] == b'J' {
+                let v = |i: usize| i64::from(i32::from_le_bytes(at(i)));
+                xs.extend_from_slice(&[v(0), v(5), v(10), v(15)]);
+                pos += 20;
+            } else {
+                break;
+            }
+        }
+        for _ in 0..8 {
+            let Some(&[op, a, b, c, d]) = data.get(pos..pos + 5) else {
+                return pos;
+            };
+            let len = usize::from(BININT_LEN[usize::from(op)]);
+            if len == 0 {
+                return pos;
+            }
+            // The argument's 1, 2 or 4 little-endian bytes; BININT's signed (BININT1 and
+            // BININT2 stay below 2^16, which the sign extension leaves as they are).
+            let shift = 8 * (5 - len as u32);
+            let u = (u32::from_le_bytes([a, b, c, d]) << shift) >> shift;
+            xs.push(i64::from(u as i32));
+            pos += len;
         }
     }
 }

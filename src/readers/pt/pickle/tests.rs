@@ -1,6 +1,7 @@
 //! Unit tests of the unpickler on hand-made and CPython-written pickles.
 
 use super::*;
+use crate::value::{Ints, Packed};
 
 fn no_storage(_: &StorageRequest<'_>) -> Result<Bytes, String> {
     Err("no storages here".into())
@@ -177,4 +178,80 @@ fn what_torchs_safe_loader_refuses_is_refused_by_name() {
             offset: 33
         }
     );
+}
+
+/// A protocol-2 pickle of the list `xs` as CPython's pickler writes it (`EMPTY_LIST`,
+/// `MARK … APPENDS` batches of 1,000, each int as the shortest of BININT1 / BININT2 /
+/// BININT), written here from the opcode table rather than by the code under test.
+fn pickled_int_list(xs: &[i64]) -> Vec<u8> {
+    let mut p = vec![0x80, 2, b']'];
+    for batch in xs.chunks(1000) {
+        p.push(b'(');
+        for &x in batch {
+            match x {
+                0..=0xff => p.extend([b'K', x as u8]),
+                0x100..=0xffff => {
+                    p.push(b'M');
+                    p.extend((x as u16).to_le_bytes());
+                }
+                _ => {
+                    p.push(b'J');
+                    p.extend((x as i32).to_le_bytes());
+                }
+            }
+        }
+        p.push(b'e');
+    }
+    p.push(b'.');
+    p
+}
+
+/// Ints whose opcodes mix at random, come in runs of one opcode shorter and longer than
+/// four, and end a batch or the pickle with fewer than 5 bytes left: every one decoded,
+/// in order, and packed in the narrowest storage that holds them all.
+#[test]
+fn binary_int_opcodes_decode_in_runs_and_mixed() {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rand = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for n in [1usize, 3, 4, 5, 7, 8, 9, 999, 1000, 1001, 2500] {
+        for kind in 0..5 {
+            let xs: Vec<i64> = (0..n)
+                .map(|i| {
+                    let r = rand();
+                    match kind {
+                        0 => (r % 2) as i64,                                     // a mask: BININT1 runs
+                        1 => 256 + (r % 60_000) as i64,                          // BININT2 runs
+                        2 => [7, 300, 70_000, -5][(r % 4) as usize],             // all three, mixed
+                        3 => [1, 2, 3][i % 3] * if i % 9 < 4 { 1 } else { 500 }, // short runs
+                        _ => -((r % 100_000) as i64) - 1,                        // BININT, negative
+                    }
+                })
+                .collect();
+            let v = run(&pickled_int_list(&xs)).unwrap();
+            let Some(Packed::Ints(ints)) = v.as_packed() else {
+                panic!("n {n} kind {kind}: {v:?}");
+            };
+            assert_eq!(ints.to_vec(), xs, "n {n} kind {kind}");
+            let (lo, hi) = (*xs.iter().min().unwrap(), *xs.iter().max().unwrap());
+            let want = if lo >= 0 && hi <= 0xff {
+                "u8"
+            } else if lo >= 0 && hi <= 0xffff {
+                "u16"
+            } else {
+                "i32"
+            };
+            let got = match ints {
+                Ints::U8(_) => "u8",
+                Ints::U16(_) => "u16",
+                Ints::I32(_) => "i32",
+                Ints::I64(_) => "i64",
+            };
+            assert_eq!(got, want, "n {n} kind {kind}");
+        }
+    }
 }
