@@ -1120,4 +1120,14 @@ fn a_corrupt_file_no_section_reads_fails_the_run_as_before() {
         "step_000000.pt",
         &["CRC-32", &traj_member, "trajectory"],
     );
+    // old_log_probs is read on a thread of its own beside the trajectory; when both are
+    // corrupt its error still comes first, as when it was read first.
+    let old = sh.join("old_log_probs/step_000000.pt");
+    let old_member = flip_member_byte(&old, "data/0");
+    let stderr = assert_exit_2(
+        &mut run(),
+        "step_000000.pt",
+        &["CRC-32", &old_member, "old_log_probs"],
+    );
+    assert!(!stderr.contains("trajectory"), "{stderr}");
 }

@@ -158,31 +158,53 @@ fn load_side(
     let tree = DumpTree::discover(root)?;
     let wanted = step_files(&tree, opts);
     progress.start(role, wanted.len(), wanted.iter().map(|f| f.size).sum());
-    let (per_rank, mut whole): (Vec<_>, Vec<_>) =
-        wanted.into_iter().partition(|f| f.rank.is_some());
-    // One whole-batch file at a time: each is mapped and CRC-checked whole while it is
-    // parsed, so reading them side by side would add their sizes at the peak. Tensor
-    // files (old_log_probs) first: their pages are released once parsed, while the
-    // trajectory files' lists stay on the heap until summarised.
-    whole.sort_by_key(|f| {
+    let (per_rank, whole): (Vec<_>, Vec<_>) = wanted.into_iter().partition(|f| f.rank.is_some());
+    // Whole-batch files: the tensor files (old_log_probs), one after the other, on a
+    // thread of their own, beside the list files (trajectories) on this one: the
+    // unpickler keeps one core busy for the whole of a large trajectory file. A tensor
+    // file's pages are released a chunk at a time as it is checked, and a streamed
+    // trajectory is digested as it is read, so neither adds its size to the peak.
+    let (lists, tensors): (Vec<_>, Vec<_>) = whole.into_iter().partition(|f| {
         matches!(
             f.kind,
             Kind::Trajectory | Kind::PreparedTrajectories | Kind::Datums
         )
     });
-    let mut summary = None;
-    let mut read = Vec::with_capacity(whole.len());
-    for f in &whole {
-        let (v, pages) = if digest && f.kind == Kind::Trajectory {
-            let (v, pages, s) = pages::read_trajectory_summary(&f.path)?;
-            summary = s;
-            (v, pages)
-        } else {
-            pages::read_whole(&f.path)?
+    type Read = (PathBuf, Value, Option<pages::Pages>);
+    let read_one =
+        |f: &crate::readers::layout::DumpFile| -> Result<(Read, Option<TrajectorySummary>)> {
+            let (v, pages, summary) = if digest && f.kind == Kind::Trajectory {
+                pages::read_trajectory_summary(&f.path)?
+            } else {
+                let (v, pages) = pages::read_whole(&f.path)?;
+                (v, pages, None)
+            };
+            crate::readers::producers::check_tensor_keys(f.kind, &f.path, &v)?;
+            progress.file_done(f.size);
+            Ok(((f.path.clone(), v, pages), summary))
         };
-        crate::readers::producers::check_tensor_keys(f.kind, &f.path, &v)?;
-        progress.file_done(f.size);
-        read.push((f.path.clone(), v, pages));
+    let read_all = |files: &[&crate::readers::layout::DumpFile]| {
+        files
+            .iter()
+            .map(|f| read_one(f))
+            .collect::<Result<Vec<_>>>()
+    };
+    let (tensor_reads, list_reads) = std::thread::scope(|scope| {
+        let t =
+            (!tensors.is_empty() && !lists.is_empty()).then(|| scope.spawn(|| read_all(&tensors)));
+        let l = read_all(&lists);
+        let t = match t {
+            Some(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            None => read_all(&tensors),
+        };
+        (t, l)
+    });
+    // A tensor file's error first, as when they were read first.
+    let mut summary = None;
+    let mut read = Vec::with_capacity(tensors.len() + lists.len());
+    for (r, s) in tensor_reads?.into_iter().chain(list_reads?) {
+        summary = summary.or(s);
+        read.push(r);
     }
     let mut values = HashMap::new();
     let mut maps = HashMap::new();
