@@ -683,6 +683,27 @@ fn items_are_handed_over_as_the_next_begins_not_at_the_batch_end() {
     assert!(e.contains("referenced again"), "{e}");
 }
 
+#[test]
+fn a_dict_handed_early_that_was_part_of_an_item_fails_the_streamed_read() {
+    // pickle.dumps({"t": [(d0, d1), (d2, d3)]}, protocol=2) with two-key dicts: d1's MARK
+    // finds d0 below it, complete, and hands it as an item, but TUPLE2 then makes (d0, d1)
+    // the item. The batch's APPENDS sees that the item handed early is not its first item:
+    // the read fails (the caller reads the file whole) rather than return a wrong count.
+    let p = b"\x80\x02}q\x00X\x01\x00\x00\x00tq\x01]q\x02(}q\x03(X\x01\x00\x00\x00aq\x04K\x01X\x01\x00\x00\x00bq\x05]q\x06(K\x01K\x02eu}q\x07(h\x04K\x02h\x05]q\x08K\x03au\x86q\t}q\n(h\x04K\x03h\x05]q\x0bK\x04au}q\x0c(h\x04K\x04h\x05]q\rK\x05au\x86q\x0ees.";
+    let e = each_lengths(p).unwrap_err();
+    assert!(e.contains("not the batch's first items"), "{e}");
+    // Read without the hook, the same bytes are a list of two pairs of dicts.
+    let v = rlforensics::readers::pt::pickle::unpickle(p, "data.pkl", &mut |_| {
+        Err("no storages".into())
+    })
+    .unwrap();
+    let t = v.get("t").and_then(Value::as_seq).unwrap();
+    assert_eq!(t.len(), 2);
+    assert!(t
+        .iter()
+        .all(|x| matches!(x, Value::Tuple(p) if p.len() == 2)));
+}
+
 /// [`each_lengths`] of a pickle that fails: its error and the items handed before it.
 fn each_lengths_seen(p: &[u8]) -> (String, Vec<usize>) {
     use rlforensics::readers::pt::pickle::{unpickle_each, Each};

@@ -37,7 +37,7 @@ impl Unpickler<'_, '_, '_> {
     }
 
     /// Called as a MARK opens: when the stack is the hook's list batch (`list MARK item0 …
-    /// itemk`) and the MARK is itemk's own (a dict's `MARK k v … SETITEMS`), hand items
+    /// itemk`) and the MARK is itemk's own (a dict's `MARK k v … SETITEMS`), hand the dicts
     /// before itemk over now rather than at the batch's APPENDS, so the hook digests them
     /// while the rest is read (the pickler batches 1,000 items an APPENDS: a step's
     /// trajectories would otherwise all arrive at the end). Only the top of the stack can
@@ -63,10 +63,38 @@ impl Unpickler<'_, '_, '_> {
         while start > m && !matches!(self.nodes[self.stack[start - 1]], Node::Kept(_)) {
             start -= 1;
         }
-        if start < end {
+        // Only dicts (NexRL's trajectories): an object item is built over several stack
+        // entries (its class and arguments, then its state for BUILD), and handing its
+        // first part now would hand it incomplete; such items wait for the APPENDS.
+        let all_dicts = self.stack[start..end]
+            .iter()
+            .all(|&id| matches!(self.nodes[id], Node::Dict(_)));
+        if start < end && all_dicts {
             let items = self.stack[start..end].to_vec();
             let kept = self.hand_items(list, items)?;
             self.stack[start..end].copy_from_slice(&kept);
+            self.each_early += end - start;
+        }
+        Ok(())
+    }
+
+    /// At the end of the hook's list batch (`items`, popped from its MARK; `appends`: by
+    /// APPENDS, else ADDITEMS): the items handed early must be exactly its first items. A
+    /// dict that was only part of an item (`(d1, d2)`, built by TUPLE2 after both) was
+    /// handed as one: fail, and the caller reads the file whole.
+    pub(super) fn check_early(&mut self, items: &[Id], appends: bool) -> Result<(), FormatError> {
+        let early = std::mem::take(&mut self.each_early);
+        let kept = items
+            .iter()
+            .take_while(|&&id| matches!(self.nodes[id], Node::Kept(_)))
+            .count();
+        let stray = items[kept..]
+            .iter()
+            .any(|&id| matches!(self.nodes[id], Node::Kept(_)));
+        if kept != early || stray || (early > 0 && !appends) {
+            return Err(self.err(format!(
+                "{early} item(s) handed over before the APPENDS are not the batch's first items"
+            )));
         }
         Ok(())
     }

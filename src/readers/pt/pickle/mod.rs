@@ -207,6 +207,7 @@ pub fn unpickle_each(
         each_count: 0,
         each_budget: None,
         each_lists: Vec::new(),
+        each_early: 0,
         scratch: Vec::new(),
     };
     let root = u.run();
@@ -244,6 +245,8 @@ struct Unpickler<'a, 'f, 'e> {
     each_budget: Option<materialize::Budget>,
     /// The lists whose items were handed over.
     each_lists: Vec<Id>,
+    /// Items of the open list batch handed over before its APPENDS.
+    each_early: usize,
     /// Reused buffer of a batch of ints being packed.
     scratch: Vec<i64>,
 }
@@ -624,8 +627,11 @@ impl Unpickler<'_, '_, '_> {
                 b'e' | 0x90 => {
                     let mut items = self.pop_mark()?;
                     let list = self.top()?;
-                    if op == b'e' && self.each_target(list) {
-                        items = self.hand_items(list, items)?;
+                    if self.each_target(list) {
+                        self.check_early(&items, op == b'e')?;
+                        if op == b'e' {
+                            items = self.hand_items(list, items)?;
+                        }
                     }
                     self.extend_list(list, items)?;
                 }
