@@ -172,25 +172,28 @@ pub fn token_rows(v: &Value, key: &str) -> Option<TokenRows> {
         return None;
     }
     let w = t.shape()[1].max(1);
-    let row_spans = |zero: &dyn Fn(usize) -> bool, n: usize| -> Vec<std::ops::Range<usize>> {
-        (0..n.div_ceil(w))
-            .map(|r| {
-                let (s, e) = (r * w, ((r + 1) * w).min(n));
-                // `strip_pad_range`: past the leading and trailing zeros.
-                let start = (s..e).find(|&i| !zero(i)).unwrap_or(e);
-                let end = (start..e)
-                    .rev()
-                    .find(|&i| !zero(i))
-                    .map_or(start, |i| i + 1);
-                start..end
-            })
-            .collect()
-    };
     let n = t.numel();
     if t.dtype() == DType::I64 && t.is_contiguous() && n <= t.storage_numel() {
         let bytes = &t.storage_bytes()[t.offset() * 8..(t.offset() + n) * 8];
-        let zero = |i: usize| bytes[i * 8..i * 8 + 8] == [0u8; 8];
-        let spans = row_spans(&zero, n);
+        // `strip_pad_range` of each row, on the stored ids as words: past the leading
+        // and trailing zeros.
+        let spans = bytes
+            .chunks(w * 8)
+            .enumerate()
+            .map(|(r, row)| {
+                // (`chunks_exact(8)`: every chunk converts.)
+                let nonzero =
+                    |c: &[u8]| <[u8; 8]>::try_from(c).is_ok_and(|a| u64::from_le_bytes(a) != 0);
+                let ids = row.chunks_exact(8);
+                let k = ids.len();
+                let start = ids.clone().position(nonzero).unwrap_or(k);
+                let end = ids
+                    .skip(start)
+                    .rposition(nonzero)
+                    .map_or(start, |i| start + i + 1);
+                r * w + start..r * w + end
+            })
+            .collect();
         return Some(TokenRows {
             ids: TokenIds::Stored(t),
             spans,
@@ -225,5 +228,34 @@ pub fn row_summary(rm: &RowMatch) -> RowSummary {
         pairs: rm.pairs.clone(),
         only_reference: rm.only_a.clone(),
         only_other: rm.only_b.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::align::strip_pad_range;
+
+    /// Stored i64 ids: each row's span is `strip_pad_range` of the row (zeros inside a
+    /// row kept, leading and trailing ones dropped, an all-zero row empty), ids of every
+    /// byte pattern counting as non-zero.
+    #[test]
+    fn stored_rows_strip_leading_and_trailing_zeros_only() {
+        let rows: [[i64; 7]; 5] = [
+            [0, 5, 0, 6, 0, 0, 0],
+            [0; 7],
+            [1 << 56, 0, 0, 0, 0, 0, 1],
+            [0, 0, 0, 0, 0, 0, -1],
+            [0, 0, 0, 256, 0, 0, 0],
+        ];
+        let flat: Vec<i64> = rows.iter().flatten().copied().collect();
+        let t = Tensor::from_i64(vec![5, 7], &flat).unwrap();
+        let v = Value::Dict(vec![(Value::Str("ids".into()), Value::Tensor(t))]);
+        let got = token_rows(&v, "ids").unwrap();
+        assert!(matches!(got.ids, TokenIds::Stored(_)));
+        for (i, row) in rows.iter().enumerate() {
+            let r = strip_pad_range(row, 0);
+            assert_eq!(got.spans[i], i * 7 + r.start..i * 7 + r.end, "row {i}");
+        }
     }
 }
