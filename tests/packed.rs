@@ -603,8 +603,9 @@ fn trajectories_handed_over_one_by_one_are_the_items_of_a_whole_read() {
     );
 }
 
-/// Unpickle `p` handing the items under root key "t" to a hook that keeps their length.
-fn each_lengths(p: &[u8]) -> Result<(Value, Vec<usize>), String> {
+/// Unpickle `p` handing the items under root key "t" to a hook that keeps their length:
+/// the read's outcome and the indices of the items handed over, whether it failed or not.
+fn each_run(p: &[u8]) -> (Result<Value, String>, Vec<usize>) {
     use rlforensics::readers::pt::pickle::{unpickle_each, Each};
     let mut seen = Vec::new();
     let mut each = |i: usize, t: Value| -> Result<Value, String> {
@@ -621,7 +622,13 @@ fn each_lengths(p: &[u8]) -> Result<(Value, Vec<usize>), String> {
             each: &mut each,
         }),
     );
-    r.map(|(v, _)| (v, seen)).map_err(|e| e.to_string())
+    (r.map(|(v, _)| v).map_err(|e| e.to_string()), seen)
+}
+
+/// [`each_run`] of a pickle that reads: its value and the items handed over.
+fn each_lengths(p: &[u8]) -> Result<(Value, Vec<usize>), String> {
+    let (r, seen) = each_run(p);
+    r.map(|v| (v, seen))
 }
 
 #[test]
@@ -672,9 +679,10 @@ fn items_are_handed_over_as_the_next_begins_not_at_the_batch_end() {
     assert_eq!(t, vec![Some(0); 3]);
     // Cut inside the third dict (after its MARK, offset 69): the first two were handed
     // over already — each as the next one opened its MARK — though the batch never ends.
-    let e = each_lengths_seen(&p[..72]);
-    assert_eq!(e.1, vec![0, 1]);
-    assert!(e.0.contains("STOP") || e.0.contains("ends"), "{}", e.0);
+    let (r, seen) = each_run(&p[..72]);
+    assert_eq!(seen, vec![0, 1]);
+    let e = r.unwrap_err();
+    assert!(e.contains("STOP") || e.contains("ends"), "{e}");
     // {"t": [{"a": 1, "b": xs}, {"a": 2, "b": xs}]}: the second item reaches the first's
     // list, freed when the first was handed over: the read fails (the caller reads the
     // file whole) instead of reading other values.
@@ -702,28 +710,6 @@ fn a_dict_handed_early_that_was_part_of_an_item_fails_the_streamed_read() {
     assert!(t
         .iter()
         .all(|x| matches!(x, Value::Tuple(p) if p.len() == 2)));
-}
-
-/// [`each_lengths`] of a pickle that fails: its error and the items handed before it.
-fn each_lengths_seen(p: &[u8]) -> (String, Vec<usize>) {
-    use rlforensics::readers::pt::pickle::{unpickle_each, Each};
-    let mut seen = Vec::new();
-    let mut each = |i: usize, _t: Value| -> Result<Value, String> {
-        seen.push(i);
-        Ok(Value::None)
-    };
-    let r = unpickle_each(
-        p,
-        "data.pkl",
-        &mut |_| Err("no storages".into()),
-        &mut |_| {},
-        Some(Each {
-            key: "t",
-            each: &mut each,
-        }),
-    );
-    let e = r.map(|_| ()).unwrap_err().to_string();
-    (e, seen)
 }
 
 /// The trajectory fixture's `data.pkl` (CPython's pickler through `torch.save`), read from
