@@ -177,7 +177,7 @@ pub(super) fn fold_finite_body<U: Copy + Ord + Default + Into<u64>>(
 }
 
 /// Whether every value of both runs is finite, and whether the runs are equal bit for bit
-/// (one branch-free pass in lanes, so that it vectorises; AVX2 where the CPU has it).
+/// (one branch-free pass that vectorises; AVX2 where the CPU has it).
 pub(super) fn finite_and_identical(a: &[f64], b: &[f64]) -> (bool, bool) {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
@@ -199,28 +199,17 @@ fn finite_and_identical_body(a: &[f64], b: &[f64]) -> (bool, bool) {
     const EXP: u64 = 0x7ff0_0000_0000_0000;
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
-    let (mut bad, mut diff) = ([0u64; LANES], [0u64; LANES]);
-    let mut lane = |l: usize, x: f64, y: f64| {
+    // Integer or-reductions: the compiler vectorises them without lanes of our own.
+    let (mut bad, mut diff) = (0u64, 0u64);
+    for (&x, &y) in a.iter().zip(b) {
         let (x, y) = (x.to_bits(), y.to_bits());
-        bad[l] |= ((x & EXP == EXP) | (y & EXP == EXP)) as u64;
-        diff[l] |= x ^ y;
-    };
-    let whole = n - n % LANES;
-    for (xa, xb) in a[..whole]
-        .chunks_exact(LANES)
-        .zip(b[..whole].chunks_exact(LANES))
-    {
-        for (l, (&x, &y)) in xa.iter().zip(xb).enumerate() {
-            lane(l, x, y);
-        }
+        bad |= ((x & EXP == EXP) | (y & EXP == EXP)) as u64;
+        diff |= x ^ y;
     }
-    for i in whole..n {
-        lane(0, a[i], b[i]);
-    }
-    (bad.iter().all(|&v| v == 0), diff.iter().all(|&v| v == 0))
+    (bad == 0, diff == 0)
 }
 
-/// Whether every value is finite (one branch-free pass in lanes): the first half of
+/// Whether every value is finite (one branch-free pass): the first half of
 /// [`finite_and_identical`] of a run with itself.
 pub(super) fn all_finite(a: &[f64]) -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -241,20 +230,14 @@ unsafe fn all_finite_avx2(a: &[f64]) -> bool {
 #[inline(always)]
 fn all_finite_body(a: &[f64]) -> bool {
     const EXP: u64 = 0x7ff0_0000_0000_0000;
-    let mut bad = [0u64; LANES];
-    let whole = a.len() - a.len() % LANES;
-    for xa in a[..whole].chunks_exact(LANES) {
-        for (l, &x) in xa.iter().enumerate() {
-            bad[l] |= (x.to_bits() & EXP == EXP) as u64;
-        }
+    let mut bad = 0u64;
+    for &x in a {
+        bad |= (x.to_bits() & EXP == EXP) as u64;
     }
-    for &x in &a[whole..] {
-        bad[0] |= (x.to_bits() & EXP == EXP) as u64;
-    }
-    bad.iter().all(|&v| v == 0)
+    bad == 0
 }
 
-/// How many values are exactly 1, and whether all are 0 or 1 (−0 counts as 0), in lanes.
+/// How many values are exactly 1, and whether all are 0 or 1 (−0 counts as 0), in one pass.
 pub(super) fn count_ones(a: &[f64]) -> (u64, bool) {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
@@ -273,19 +256,10 @@ unsafe fn count_ones_avx2(a: &[f64]) -> (u64, bool) {
 
 #[inline(always)]
 fn count_ones_body(a: &[f64]) -> (u64, bool) {
-    let (mut ones, mut other) = ([0u64; LANES], [0u64; LANES]);
-    let mut lane = |l: usize, x: f64| {
-        ones[l] += (x == 1.0) as u64;
-        other[l] |= !((x == 0.0) | (x == 1.0)) as u64;
-    };
-    let whole = a.len() - a.len() % LANES;
-    for xa in a[..whole].chunks_exact(LANES) {
-        for (l, &x) in xa.iter().enumerate() {
-            lane(l, x);
-        }
+    let (mut ones, mut other) = (0u64, 0u64);
+    for &x in a {
+        ones += (x == 1.0) as u64;
+        other |= !((x == 0.0) | (x == 1.0)) as u64;
     }
-    for &x in &a[whole..] {
-        lane(0, x);
-    }
-    (ones.iter().sum(), other.iter().all(|&v| v == 0))
+    (ones, other == 0)
 }
