@@ -278,14 +278,17 @@ pub fn chain(
             extra.advantage.extend(signed_or(f64::NAN));
             extra.pred_advantage.extend(signed_or(row_adv[r]));
             let base = r * lp.width;
-            extra.delta.extend(
-                span.clone()
-                    .map(|p| delta.get(base + p).copied().unwrap_or(f64::NAN)),
-            );
+            match delta.get(base + span.start..base + span.end) {
+                Some(d) => extra.delta.extend_from_slice(d),
+                None => extra.delta.extend(
+                    span.clone()
+                        .map(|p| delta.get(base + p).copied().unwrap_or(f64::NAN)),
+                ),
+            }
             if let Some(x) = &ent_r {
-                extra
-                    .entropy
-                    .extend(span.clone().filter_map(|p| x.get(p).copied()));
+                // The positions of the span the row holds (a prefix: they ascend).
+                let held = span.start.min(x.len())..span.end.min(x.len());
+                extra.entropy.extend_from_slice(&x[held]);
             }
             elems.extend(ratio_r[span.clone()].iter().zip(&allowed_r[span]).map(
                 |(&ratio, &ratio_allowed)| ChainElem {
