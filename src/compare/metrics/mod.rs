@@ -462,7 +462,7 @@ impl Accumulator {
                         continue;
                     }
                     let d = y - x;
-                    k3 += d.exp() - d - 1.0;
+                    k3 += memo.exp_off_grid(d) - d - 1.0;
                     let pd = (memo.exp(x) - memo.exp(y)).abs();
                     max_pd = max_pd.max(pd);
                     sum_pd += pd;

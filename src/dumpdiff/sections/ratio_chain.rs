@@ -2,6 +2,7 @@
 //! propagated tolerances.
 
 use super::*;
+use crate::compare::libm::Exp;
 
 /// The reference side's importance-sampling chain for one micro, derived from its dumped
 /// inputs, with every element's propagated tolerance ([`crate::compare::propagate`]).
@@ -640,8 +641,9 @@ impl QuickRun<'_> {
 
     /// `ratio = exp(log-ratio)` and `allowed = r·(e^E − 1)` in place.
     fn exp_pass(ratio: &mut [f64], allowed: &mut [f64]) {
+        let exp = Exp::get();
         for (r, e) in ratio.iter_mut().zip(allowed.iter_mut()) {
-            *r = r.exp();
+            *r = exp.call(*r);
             *e = propagate::ratio_allowed(*r, *e);
         }
     }
