@@ -464,7 +464,12 @@ impl Derive {
                 .peer
                 .as_ref()
                 .is_some_and(|p| fine(p.lp.as_deref()) && fine(p.old.as_deref()));
-            let peer_ratio = self.peer.as_ref().and_then(|p| peer_row(&p.ratio));
+            // Read only where it decides something: when the other side's inputs are
+            // coarser than f32 (below, `peer_fine ||` never looks at it otherwise).
+            let peer_ratio = match &self.peer {
+                Some(p) if !peer_fine => peer_row(&p.ratio),
+                _ => None,
+            };
             let ranges = if valid_only {
                 self.valid(r)
             } else {
