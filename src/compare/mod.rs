@@ -2,6 +2,7 @@
 //! tolerances it is judged against, and the row/position alignment that pairs elements.
 
 pub mod align;
+pub mod libm;
 pub mod metrics;
 pub mod propagate;
 pub mod tolerance;

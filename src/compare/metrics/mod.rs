@@ -2,6 +2,7 @@
 //! no allocation per element. The caller aligns (mask, rows, padding); this module only
 //! sees `(a, b, row, pos)` quadruples and the tolerance to count against.
 
+mod exp_memo;
 mod runs;
 #[cfg(test)]
 mod tests;
@@ -11,6 +12,7 @@ use serde::Serialize;
 
 use crate::compare::tolerance::{RelativeTo, Tolerance};
 use crate::tensor::DType;
+use exp_memo::ExpMemo;
 use runs::{all_finite, count_ones, finite_and_identical, fold_finite, Folded};
 
 /// ULP distances and the float grid values sit on, where callers have always found them.
@@ -452,17 +454,20 @@ impl Accumulator {
         if self.logprob {
             let (mut k1, mut k3, mut max_pd, mut sum_pd) =
                 (self.k1, self.k3, self.max_pd, self.sum_pd);
-            for (&x, &y) in a.iter().zip(b) {
-                k1 += x - y;
-                if x == y && x < 700.0 {
-                    continue;
+            // e^x and e^y of log-probs on a coarse grid repeat: looked up (same bits).
+            ExpMemo::with(|memo| {
+                for (&x, &y) in a.iter().zip(b) {
+                    k1 += x - y;
+                    if x == y && x < 700.0 {
+                        continue;
+                    }
+                    let d = y - x;
+                    k3 += memo.exp_off_grid(d) - d - 1.0;
+                    let pd = (memo.exp(x) - memo.exp(y)).abs();
+                    max_pd = max_pd.max(pd);
+                    sum_pd += pd;
                 }
-                let d = y - x;
-                k3 += d.exp() - d - 1.0;
-                let pd = (x.exp() - y.exp()).abs();
-                max_pd = max_pd.max(pd);
-                sum_pd += pd;
-            }
+            });
             (self.k1, self.k3, self.max_pd, self.sum_pd) = (k1, k3, max_pd, sum_pd);
         }
     }

@@ -72,8 +72,10 @@ pub(super) fn fold_finite_dispatch(
     rtol: f64,
     ulp: Option<DType>,
 ) -> Folded {
-    let ord16 = |bits: u16| -> i64 {
-        let mag = (bits & 0x7fff) as i64;
+    // On the f32, bf16 and f16 grids the distance of two finite values is below 2^32: kept
+    // in u32 lanes (AVX2 has their maxima, not u64's), it lets the whole loop vectorise.
+    let ord16 = |bits: u16| -> i32 {
+        let mag = (bits & 0x7fff) as i32;
         if bits >> 15 != 0 {
             -mag
         } else {
@@ -81,19 +83,21 @@ pub(super) fn fold_finite_dispatch(
         }
     };
     match ulp {
-        None => fold_finite_body(a, b, e, atol, rtol, |_, _| 0),
-        // ulp_distance on the f32 grid, in i64 (the distance fits).
+        None => fold_finite_body(a, b, e, atol, rtol, |_, _| 0u32),
+        // ulp_distance on the f32 grid: the ordered values lie in ±(2^31 − 1), so their
+        // distance, the larger minus the smaller, is exact as a wrapping u32 difference.
         Some(DType::F32) => fold_finite_body(a, b, e, atol, rtol, |x, y| {
-            let ord = |v: f64| -> i64 {
+            let ord = |v: f64| -> i32 {
                 let bits = (v as f32).to_bits();
-                let mag = (bits & 0x7fff_ffff) as i64;
+                let mag = (bits & 0x7fff_ffff) as i32;
                 if bits >> 31 != 0 {
                     -mag
                 } else {
                     mag
                 }
             };
-            (ord(x) - ord(y)).unsigned_abs()
+            let (p, q) = (ord(x), ord(y));
+            p.max(q).wrapping_sub(p.min(q)) as u32
         }),
         Some(DType::BF16) => fold_finite_body(a, b, e, atol, rtol, |x, y| {
             let (p, q) = (half::bf16::from_f64(x), half::bf16::from_f64(y));
@@ -110,14 +114,16 @@ pub(super) fn fold_finite_dispatch(
 /// Lanes of [`fold_finite_body`]: each keeps its own maxima, so the loop vectorises.
 pub(super) const LANES: usize = 4;
 
+/// `U`: the integer the ULP distances are kept in (u32 where they fit: see
+/// [`fold_finite_dispatch`]).
 #[inline(always)]
-pub(super) fn fold_finite_body(
+pub(super) fn fold_finite_body<U: Copy + Ord + Default + Into<u64>>(
     a: &[f64],
     b: &[f64],
     e: &[f64],
     atol: f64,
     rtol: f64,
-    ulp: impl Fn(f64, f64) -> u64,
+    ulp: impl Fn(f64, f64) -> U,
 ) -> Folded {
     let n = a.len().min(b.len()).min(e.len());
     let (a, b, e) = (&a[..n], &b[..n], &e[..n]);
@@ -125,7 +131,7 @@ pub(super) fn fold_finite_body(
     let mut m_exc = [0.0f64; LANES];
     let mut m_rel = [0.0f64; LANES];
     let mut beyond = [0u64; LANES];
-    let mut m_ulp = [0u64; LANES];
+    let mut m_ulp = [U::default(); LANES];
     let mut lane = |l: usize, x: f64, y: f64, extra: f64| {
         let d = (x - y).abs();
         let allowed = atol + rtol * x.abs() + extra;
@@ -136,11 +142,15 @@ pub(super) fn fold_finite_body(
         let exc = if exc.is_nan() { f64::INFINITY } else { exc };
         let r = d / x.abs();
         let rel = if x != 0.0 { r } else { 0.0 };
-        m_abs[l] = m_abs[l].max(d);
-        m_exc[l] = m_exc[l].max(exc);
-        m_rel[l] = m_rel[l].max(rel);
+        // Maxima of values never NaN nor −0 (finite inputs; NaN excesses replaced above):
+        // a plain comparison is `f64::max` here, and a single vector instruction.
+        let max = |m: f64, v: f64| if v > m { v } else { m };
+        m_abs[l] = max(m_abs[l], d);
+        m_exc[l] = max(m_exc[l], exc);
+        m_rel[l] = max(m_rel[l], rel);
         // Beyond: not within `allowed` (a NaN allowance admits nothing; d is never NaN).
-        beyond[l] += (x != y && (d > allowed || allowed.is_nan())) as u64;
+        // Non-short-circuit `&`, `|`: no branch in the loop.
+        beyond[l] += ((x != y) & ((d > allowed) | allowed.is_nan())) as u64;
         m_ulp[l] = m_ulp[l].max(ulp(x, y));
     };
     let whole = n - n % LANES;
@@ -162,12 +172,12 @@ pub(super) fn fold_finite_body(
         max_excess: max(m_exc),
         max_rel: max(m_rel),
         beyond: beyond.into_iter().sum(),
-        max_ulp: m_ulp.into_iter().fold(0, u64::max),
+        max_ulp: m_ulp.into_iter().map(Into::into).fold(0, u64::max),
     }
 }
 
 /// Whether every value of both runs is finite, and whether the runs are equal bit for bit
-/// (one branch-free pass in lanes, so that it vectorises; AVX2 where the CPU has it).
+/// (one branch-free pass that vectorises; AVX2 where the CPU has it).
 pub(super) fn finite_and_identical(a: &[f64], b: &[f64]) -> (bool, bool) {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
@@ -189,28 +199,17 @@ fn finite_and_identical_body(a: &[f64], b: &[f64]) -> (bool, bool) {
     const EXP: u64 = 0x7ff0_0000_0000_0000;
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
-    let (mut bad, mut diff) = ([0u64; LANES], [0u64; LANES]);
-    let mut lane = |l: usize, x: f64, y: f64| {
+    // Integer or-reductions: the compiler vectorises them without lanes of our own.
+    let (mut bad, mut diff) = (0u64, 0u64);
+    for (&x, &y) in a.iter().zip(b) {
         let (x, y) = (x.to_bits(), y.to_bits());
-        bad[l] |= ((x & EXP == EXP) | (y & EXP == EXP)) as u64;
-        diff[l] |= x ^ y;
-    };
-    let whole = n - n % LANES;
-    for (xa, xb) in a[..whole]
-        .chunks_exact(LANES)
-        .zip(b[..whole].chunks_exact(LANES))
-    {
-        for (l, (&x, &y)) in xa.iter().zip(xb).enumerate() {
-            lane(l, x, y);
-        }
+        bad |= ((x & EXP == EXP) | (y & EXP == EXP)) as u64;
+        diff |= x ^ y;
     }
-    for i in whole..n {
-        lane(0, a[i], b[i]);
-    }
-    (bad.iter().all(|&v| v == 0), diff.iter().all(|&v| v == 0))
+    (bad == 0, diff == 0)
 }
 
-/// Whether every value is finite (one branch-free pass in lanes): the first half of
+/// Whether every value is finite (one branch-free pass): the first half of
 /// [`finite_and_identical`] of a run with itself.
 pub(super) fn all_finite(a: &[f64]) -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -231,20 +230,14 @@ unsafe fn all_finite_avx2(a: &[f64]) -> bool {
 #[inline(always)]
 fn all_finite_body(a: &[f64]) -> bool {
     const EXP: u64 = 0x7ff0_0000_0000_0000;
-    let mut bad = [0u64; LANES];
-    let whole = a.len() - a.len() % LANES;
-    for xa in a[..whole].chunks_exact(LANES) {
-        for (l, &x) in xa.iter().enumerate() {
-            bad[l] |= (x.to_bits() & EXP == EXP) as u64;
-        }
+    let mut bad = 0u64;
+    for &x in a {
+        bad |= (x.to_bits() & EXP == EXP) as u64;
     }
-    for &x in &a[whole..] {
-        bad[0] |= (x.to_bits() & EXP == EXP) as u64;
-    }
-    bad.iter().all(|&v| v == 0)
+    bad == 0
 }
 
-/// How many values are exactly 1, and whether all are 0 or 1 (−0 counts as 0), in lanes.
+/// How many values are exactly 1, and whether all are 0 or 1 (−0 counts as 0), in one pass.
 pub(super) fn count_ones(a: &[f64]) -> (u64, bool) {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
@@ -263,19 +256,10 @@ unsafe fn count_ones_avx2(a: &[f64]) -> (u64, bool) {
 
 #[inline(always)]
 fn count_ones_body(a: &[f64]) -> (u64, bool) {
-    let (mut ones, mut other) = ([0u64; LANES], [0u64; LANES]);
-    let mut lane = |l: usize, x: f64| {
-        ones[l] += (x == 1.0) as u64;
-        other[l] |= !((x == 0.0) | (x == 1.0)) as u64;
-    };
-    let whole = a.len() - a.len() % LANES;
-    for xa in a[..whole].chunks_exact(LANES) {
-        for (l, &x) in xa.iter().enumerate() {
-            lane(l, x);
-        }
+    let (mut ones, mut other) = (0u64, 0u64);
+    for &x in a {
+        ones += (x == 1.0) as u64;
+        other |= !((x == 0.0) | (x == 1.0)) as u64;
     }
-    for &x in &a[whole..] {
-        lane(0, x);
-    }
-    (ones.iter().sum(), other.iter().all(|&v| v == 0))
+    (ones, other == 0)
 }

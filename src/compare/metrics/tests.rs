@@ -409,3 +409,24 @@ fn push_run_same_equals_push_run_of_a_run_with_itself() {
         assert_eq!(format!("{x:?}"), format!("{y:?}"), "case {case}");
     }
 }
+
+#[test]
+fn f32_ulp_distances_across_the_whole_grid_equal_the_element_path() {
+    // The run path keeps f32 distances in u32 lanes: the widest ones (the largest finite
+    // f64 against its negation, beyond f32 range on both sides; the largest f32 values;
+    // zero against the smallest subnormal) come out as `ulp_distance` gives them.
+    let big = f32::MAX as f64;
+    let a = [-1.0e308, big, 0.0, -big, 1.0, -1.0e-45, 3.5];
+    let b = [1.0e308, -big, 1.0e-45, 1.0e308, -1.0, 0.0, 3.5];
+    let t = Tolerance::new(1e-5, 1e-5, "test");
+    let mut one = Accumulator::new(t.clone(), Some(DType::F32), false);
+    for (i, (&x, &y)) in a.iter().zip(&b).enumerate() {
+        one.push(x, y, loc(0, i));
+    }
+    let mut runs = Accumulator::new(t, Some(DType::F32), false);
+    runs.push_run(&a, &b, None, Positions::From(0), 0, 0);
+    let (x, y) = (one.finish(), runs.finish());
+    assert_eq!(format!("{x:?}"), format!("{y:?}"));
+    // ±inf on the f32 grid: 2 × 0x7f80_0000 apart (above 2^31, below 2^32).
+    assert_eq!(y.max_ulp, Some(2 * 0x7f80_0000));
+}

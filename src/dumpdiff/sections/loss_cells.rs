@@ -262,60 +262,67 @@ impl<'a> StatsMemo<'a> {
     /// chain's mode; with the worst case `|A|·r·(e^E−1)` of every other element reduced
     /// beside it. None when no element is predicted (the worst case of all is used).
     fn pg_predicted(&self) -> Option<Predicted> {
-        *self.predicted.get_or_init(|| {
-            let (stats, ch) = (self.stats?, self.chain?);
-            let x = &ch.extra;
-            let n = stats.elems.len();
-            if x.delta.len() != n || x.pred_advantage.len() != n {
-                return None;
-            }
-            let (lo, hi) = clip_range(self.loss);
-            let mut signed = Vec::with_capacity(n);
-            let mut rest = Vec::with_capacity(n);
-            let mut magnitude = Vec::with_capacity(n);
-            let mut count = 0;
-            for ((e, &d), &a) in stats.elems.iter().zip(&x.delta).zip(&x.pred_advantage) {
-                let inside =
-                    e.ratio - e.ratio_allowed > 1.0 - lo && e.ratio + e.ratio_allowed < 1.0 + hi;
-                magnitude.push(if a.is_finite() {
-                    a.abs() * e.ratio
-                } else {
-                    0.0
-                });
-                if d.is_finite() && a.is_finite() && inside {
-                    signed.push(a * e.ratio * (-d).exp_m1());
-                    rest.push(0.0);
-                    count += 1;
-                } else {
-                    signed.push(0.0);
-                    rest.push(propagate::product_allowed(
-                        e.ratio_allowed,
-                        e.abs_advantage?,
-                    ));
-                }
-            }
-            let m = self.mode();
-            // each side sums its elements in f32 (torch reduces pairwise: cascade sums on
-            // CPU, `aten/src/ATen/native/cpu/SumKernel.cpp`; tree reductions on CUDA), an
-            // error the prediction from dumped values cannot know:
-            // λ·√⌈log₂ n⌉·u₃₂·Σ|wᵢ·Aᵢ·rᵢ| per side (probabilistic, Higham & Mary 2019), n the
-            // longest sum (the batch under token-mean, a row otherwise)
-            let len = match m {
-                AggMode::TokenMean => x.row_counts.iter().sum::<usize>(),
-                _ => x.row_counts.iter().copied().max().unwrap_or(0),
+        *self.predicted.get_or_init(|| self.pg_predicted_with(true))
+    }
+
+    /// [`StatsMemo::pg_predicted`], uncached. `fast` sums a token-mean chain's three
+    /// per-element terms as they are computed (the same additions in the same order as
+    /// [`reduce_rows`] over their vectors); `fast: false` keeps every mode on the vectors
+    /// (the tests pin the two equal bit for bit).
+    pub(super) fn pg_predicted_with(&self, fast: bool) -> Option<Predicted> {
+        let (stats, ch) = (self.stats?, self.chain?);
+        let x = &ch.extra;
+        let n = stats.elems.len();
+        if x.delta.len() != n || x.pred_advantage.len() != n {
+            return None;
+        }
+        let (lo, hi) = clip_range(self.loss);
+        let m = self.mode();
+        let len = match m {
+            AggMode::TokenMean => x.row_counts.iter().sum::<usize>(),
+            _ => x.row_counts.iter().copied().max().unwrap_or(0),
+        };
+        let (center, rest, magnitude, count) =
+            if fast && m == AggMode::TokenMean && len == n && n > 0 {
+                // `reduce_rows` of token-mean: `Iterator::sum` (a fold from −0.0) over all
+                // `n` values, then `/ n`.
+                let zero = std::iter::empty::<f64>().sum::<f64>();
+                let (mut s, mut r, mut g) = (zero, zero, zero);
+                let count = pg_terms(stats, x, lo, hi, |signed, rest, magnitude| {
+                    s += signed;
+                    r += rest;
+                    g += magnitude;
+                })?;
+                let n = n as f64;
+                (s / n, r / n, g / n, count)
+            } else {
+                let mut signed = Vec::with_capacity(n);
+                let mut rest = Vec::with_capacity(n);
+                let mut magnitude = Vec::with_capacity(n);
+                let count = pg_terms(stats, x, lo, hi, |s, r, g| {
+                    signed.push(s);
+                    rest.push(r);
+                    magnitude.push(g);
+                })?;
+                let reduce = |v: &[f64]| reduce_rows(m, &x.row_counts, v);
+                (reduce(&signed), reduce(&rest), reduce(&magnitude), count)
             };
-            let levels = (len.max(2) as f64).log2().ceil();
-            let arith = 2.0
-                * crate::conventions::rounding::LAMBDA
-                * levels.sqrt()
-                * 2f64.powi(-24)
-                * reduce_rows(m, &x.row_counts, &magnitude).abs();
-            (count > 0).then(|| Predicted {
-                center: reduce_rows(m, &x.row_counts, &signed),
-                rest: reduce_rows(m, &x.row_counts, &rest),
-                arith,
-                count,
-            })
+        // each side sums its elements in f32 (torch reduces pairwise: cascade sums on
+        // CPU, `aten/src/ATen/native/cpu/SumKernel.cpp`; tree reductions on CUDA), an
+        // error the prediction from dumped values cannot know:
+        // λ·√⌈log₂ n⌉·u₃₂·Σ|wᵢ·Aᵢ·rᵢ| per side (probabilistic, Higham & Mary 2019), n the
+        // longest sum (the batch under token-mean, a row otherwise)
+        let levels = (len.max(2) as f64).log2().ceil();
+        let arith = 2.0
+            * crate::conventions::rounding::LAMBDA
+            * levels.sqrt()
+            * 2f64.powi(-24)
+            * magnitude.abs();
+        (count > 0).then_some(Predicted {
+            center,
+            rest,
+            arith,
+            count,
         })
     }
 
@@ -373,12 +380,56 @@ pub(super) struct Predicted {
     count: usize,
 }
 
+#[cfg(test)]
+impl Predicted {
+    /// Every field, the floats as their bits (what a bit-for-bit test compares).
+    pub(super) fn bits(&self) -> (u64, u64, u64, usize) {
+        (
+            self.center.to_bits(),
+            self.rest.to_bits(),
+            self.arith.to_bits(),
+            self.count,
+        )
+    }
+}
+
 /// `mode`'s reduction of a chain's valid elements, row after row
 /// ([`AggMode::reduce_rows`]); the chain keeps no padded width, so the longest row stands
 /// for it (only a mode without its horizon would use it).
 fn reduce_rows(mode: AggMode, row_counts: &[usize], vals: &[f64]) -> f64 {
     let t = row_counts.iter().copied().max().unwrap_or(0);
     mode.reduce_rows(row_counts, vals, t)
+}
+
+/// The pg term's three values of each valid element, in order, handed to `each`:
+/// `A·r·(e^−δ − 1)` where it is predicted (`δ` and `A` known, the ratio inside the clip
+/// range by more than its allowance) else 0; the worst case `|A|·r·(e^E−1)` where it is
+/// not, else 0; `|A|·r` (0 for an unknown `A`). The count of predicted elements; None when
+/// an element neither predicted nor with a known `|A|` makes the prediction moot.
+fn pg_terms(
+    stats: &ChainStats,
+    x: &ElemExtra,
+    lo: f64,
+    hi: f64,
+    mut each: impl FnMut(f64, f64, f64),
+) -> Option<usize> {
+    let mut count = 0;
+    for ((e, &d), &a) in stats.elems.iter().zip(&x.delta).zip(&x.pred_advantage) {
+        let inside = e.ratio - e.ratio_allowed > 1.0 - lo && e.ratio + e.ratio_allowed < 1.0 + hi;
+        let magnitude = if a.is_finite() {
+            a.abs() * e.ratio
+        } else {
+            0.0
+        };
+        if d.is_finite() && a.is_finite() && inside {
+            each(a * e.ratio * (-d).exp_m1(), 0.0, magnitude);
+            count += 1;
+        } else {
+            let worst = propagate::product_allowed(e.ratio_allowed, e.abs_advantage?);
+            each(0.0, worst, magnitude);
+        }
+    }
+    Some(count)
 }
 
 /// The log-ratio allowance `E` of an element, from its ratio allowance `r·(e^E − 1)`.

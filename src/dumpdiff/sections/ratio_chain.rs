@@ -2,6 +2,7 @@
 //! propagated tolerances.
 
 use super::*;
+use crate::compare::libm::Exp;
 
 /// The reference side's importance-sampling chain for one micro, derived from its dumped
 /// inputs, with every element's propagated tolerance ([`crate::compare::propagate`]).
@@ -278,14 +279,17 @@ pub fn chain(
             extra.advantage.extend(signed_or(f64::NAN));
             extra.pred_advantage.extend(signed_or(row_adv[r]));
             let base = r * lp.width;
-            extra.delta.extend(
-                span.clone()
-                    .map(|p| delta.get(base + p).copied().unwrap_or(f64::NAN)),
-            );
+            match delta.get(base + span.start..base + span.end) {
+                Some(d) => extra.delta.extend_from_slice(d),
+                None => extra.delta.extend(
+                    span.clone()
+                        .map(|p| delta.get(base + p).copied().unwrap_or(f64::NAN)),
+                ),
+            }
             if let Some(x) = &ent_r {
-                extra
-                    .entropy
-                    .extend(span.clone().filter_map(|p| x.get(p).copied()));
+                // The positions of the span the row holds (a prefix: they ascend).
+                let held = span.start.min(x.len())..span.end.min(x.len());
+                extra.entropy.extend_from_slice(&x[held]);
             }
             elems.extend(ratio_r[span.clone()].iter().zip(&allowed_r[span]).map(
                 |(&ratio, &ratio_allowed)| ChainElem {
@@ -460,7 +464,12 @@ impl Derive {
                 .peer
                 .as_ref()
                 .is_some_and(|p| fine(p.lp.as_deref()) && fine(p.old.as_deref()));
-            let peer_ratio = self.peer.as_ref().and_then(|p| peer_row(&p.ratio));
+            // Read only where it decides something: when the other side's inputs are
+            // coarser than f32 (below, `peer_fine ||` never looks at it otherwise).
+            let peer_ratio = match &self.peer {
+                Some(p) if !peer_fine => peer_row(&p.ratio),
+                _ => None,
+            };
             let ranges = if valid_only {
                 self.valid(r)
             } else {
@@ -484,34 +493,16 @@ impl Derive {
                     let old_r = &old_row[v.start..v.start + x.len()];
                     let at = base + v.start..base + v.start + x.len();
                     let (ratio_v, allowed_v) = (&mut ratio[at.clone()], &mut allowed[at.clone()]);
-                    let delta_v = &mut delta[at];
-                    let (tol_lp, tol_old) = (&self.tol_lp, &self.tol_old);
-                    for k in 0..x.len() {
-                        let (l, ol) = (x[k], old_r[k]);
-                        let rt = (l - ol).exp();
-                        ratio_v[k] = rt;
-                        let (tl, to) = (tol_lp.allowed(l), tol_old.allowed(ol));
-                        let (dl, dol) = (l - pl[k], ol - po[k]);
-                        let own = |tol: f64, d: f64| {
-                            let d = d.abs();
-                            if d.is_finite() {
-                                d.min(tol)
-                            } else {
-                                tol
-                            }
-                        };
-                        allowed_v[k] = propagate::ratio_allowed(
-                            rt,
-                            propagate::log_ratio_allowed(own(tl, dl), own(to, dol)),
-                        );
-                        // `signed_log_ratio_delta`: both inputs paired and within tolerance.
-                        let within = |d: f64, tol: f64| d.is_finite() && d.abs() <= tol;
-                        delta_v[k] = if own_fine && within(dl, tl) && within(dol, to) {
-                            dl - dol
-                        } else {
-                            f64::NAN
-                        };
-                    }
+                    let run = QuickRun {
+                        lp: x,
+                        old: old_r,
+                        peer_lp: pl,
+                        peer_old: po,
+                        tol_lp: &self.tol_lp,
+                        tol_old: &self.tol_old,
+                        own_fine,
+                    };
+                    run.fill(ratio_v, allowed_v, &mut delta[at]);
                     scan.feed(&ratio[base + v.start..base + v.end]);
                     continue;
                 }
@@ -579,5 +570,86 @@ impl Derive {
             }
         }
         scan.settled().then_some(DType::F64)
+    }
+}
+
+/// One run of [`Derive::ratio_with`]'s common case: the other side's input rows and the
+/// old row cover the run, and no per-element check of the other side's dumped ratio is
+/// needed.
+struct QuickRun<'r> {
+    lp: &'r [f64],
+    old: &'r [f64],
+    peer_lp: &'r [f64],
+    peer_old: &'r [f64],
+    tol_lp: &'r Tolerance,
+    tol_old: &'r Tolerance,
+    /// Both of this side's inputs are stored in f32 or f64 (a signed difference is known).
+    own_fine: bool,
+}
+
+impl QuickRun<'_> {
+    /// `ratio`, `allowed` and `delta` of the run, each element with the arithmetic of the
+    /// general loop. In two passes: first everything without a libm call (the log-ratio,
+    /// its allowance `E` and the signed difference: branch-free, so it vectorises; AVX2
+    /// where the CPU has it, the same IEEE operations), then `exp` and `expm1`.
+    fn fill(&self, ratio: &mut [f64], allowed: &mut [f64], delta: &mut [f64]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2, checked on the line above.
+            unsafe { self.inputs_avx2(ratio, allowed, delta) };
+            Self::exp_pass(ratio, allowed);
+            return;
+        }
+        self.inputs(ratio, allowed, delta);
+        Self::exp_pass(ratio, allowed);
+    }
+
+    /// [`QuickRun::inputs`] compiled for AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn inputs_avx2(&self, ratio: &mut [f64], allowed: &mut [f64], delta: &mut [f64]) {
+        self.inputs(ratio, allowed, delta)
+    }
+
+    /// Into `ratio` the log-ratio `l − o`, into `allowed` its allowance `E` (each input's
+    /// difference from the other side's, capped at its tolerance), into `delta` the signed
+    /// difference `(l − l') − (o − o')` where both inputs are within tolerance.
+    #[inline(always)]
+    fn inputs(&self, ratio: &mut [f64], allowed: &mut [f64], delta: &mut [f64]) {
+        let n = self.lp.len();
+        let (lp, old) = (&self.lp[..n], &self.old[..n]);
+        let (pl, po) = (&self.peer_lp[..n], &self.peer_old[..n]);
+        let (ratio, allowed, delta) = (&mut ratio[..n], &mut allowed[..n], &mut delta[..n]);
+        let own = |tol: f64, d: f64| {
+            let d = d.abs();
+            if d.is_finite() {
+                d.min(tol)
+            } else {
+                tol
+            }
+        };
+        // `signed_log_ratio_delta`: both inputs paired and within tolerance.
+        let within = |d: f64, tol: f64| d.is_finite() & (d.abs() <= tol);
+        for k in 0..n {
+            let (l, ol) = (lp[k], old[k]);
+            let (tl, to) = (self.tol_lp.allowed(l), self.tol_old.allowed(ol));
+            let (dl, dol) = (l - pl[k], ol - po[k]);
+            ratio[k] = l - ol;
+            allowed[k] = propagate::log_ratio_allowed(own(tl, dl), own(to, dol));
+            delta[k] = if self.own_fine & within(dl, tl) & within(dol, to) {
+                dl - dol
+            } else {
+                f64::NAN
+            };
+        }
+    }
+
+    /// `ratio = exp(log-ratio)` and `allowed = r·(e^E − 1)` in place.
+    fn exp_pass(ratio: &mut [f64], allowed: &mut [f64]) {
+        let exp = Exp::get();
+        for (r, e) in ratio.iter_mut().zip(allowed.iter_mut()) {
+            *r = exp.call(*r);
+            *e = propagate::ratio_allowed(*r, *e);
+        }
     }
 }

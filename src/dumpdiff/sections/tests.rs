@@ -508,3 +508,65 @@ fn ratio_fast_loop_is_the_general_loop_bit_for_bit() {
         assert!(r1.values().iter().filter(|r| r.is_finite()).count() > 300);
     }
 }
+
+#[test]
+fn pg_prediction_summed_as_computed_is_the_reduction_of_its_vectors() {
+    // A chain of 600 valid elements over rows of uneven lengths (one empty), with unknown
+    // signed differences and advantages here and there, ratios on both sides of the clip
+    // range and elements predicted or not: the token-mean prediction summed as its terms
+    // are computed equals `reduce_rows` over the three vectors, bit for bit; the other
+    // modes take the vectors either way.
+    let n = 600;
+    let u = noise(0x5eed, 5 * n);
+    let elems: Vec<ChainElem> = (0..n)
+        .map(|i| ChainElem {
+            ratio: 0.6 + 0.8 * u[i],
+            ratio_allowed: 0.04 * u[n + i],
+            abs_advantage: Some(2.0 * u[2 * n + i]),
+        })
+        .collect();
+    let delta = (0..n)
+        .map(|i| match i % 13 {
+            0 => f64::NAN,
+            _ => (u[3 * n + i] - 0.5) * 1e-2,
+        })
+        .collect();
+    let pred_advantage = (0..n)
+        .map(|i| match i % 17 {
+            0 => f64::NAN,
+            _ => 4.0 * u[4 * n + i] - 2.0,
+        })
+        .collect();
+    let mut ch = Chain::of_stats(ChainStats {
+        elems: elems.clone(),
+    });
+    ch.extra = ElemExtra {
+        delta,
+        pred_advantage,
+        row_counts: vec![123, 0, 200, 177, 100],
+        ..ElemExtra::default()
+    };
+    let modes = [
+        AggMode::TokenMean,
+        AggMode::SeqMeanTokenMean,
+        AggMode::SeqMeanTokenSum,
+    ];
+    for mode in modes {
+        ch.agg = mode;
+        let memo = StatsMemo::new(Some(&ch), None);
+        let fast = memo.pg_predicted_with(true).unwrap().bits();
+        let general = memo.pg_predicted_with(false).unwrap().bits();
+        assert_eq!(fast, general, "{mode:?}");
+        // Not vacuous: some elements predicted, some not, every sum non-zero.
+        assert!(fast.3 > n / 4 && fast.3 < n, "{fast:?}");
+        assert!(fast.0 != 0 && fast.1 != 0 && fast.2 != 0, "{fast:?}");
+    }
+    // An element neither predicted nor with a known |A|: no prediction, either way.
+    ch.agg = AggMode::TokenMean;
+    let mut stats = ChainStats { elems };
+    stats.elems[0].abs_advantage = None;
+    ch.stats = Some(stats);
+    let memo = StatsMemo::new(Some(&ch), None);
+    assert!(memo.pg_predicted_with(true).is_none());
+    assert!(memo.pg_predicted_with(false).is_none());
+}
