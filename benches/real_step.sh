@@ -83,6 +83,20 @@ else
   echo "(NexRL comparator skipped: set NEXRL_COMPARE to compare_debug_dumps.py from github.com/nex-agi/NexRL)"
 fi
 python3 -c "print(f'dumpdiff / cat: {$DD_T / $CAT_T:.1f}x (wall), {$DD_C / max($CAT_C, 0.01):.1f}x (cpu)')"
+# The same ratio from runs taken in turns (dumpdiff, then cat, REPEATS rounds), so that
+# both see the same state of the machine: `cat` alone moves by 1.5x between minutes here.
+ratios=()
+for _ in $(seq "$REPEATS"); do
+  cat $FILES > /dev/null
+  s=$(date +%s.%N); "${DD[@]}" > /dev/null 2>&1 || true; e=$(date +%s.%N)
+  cat $FILES > /dev/null
+  s2=$(date +%s.%N); cat $FILES > /dev/null; e2=$(date +%s.%N)
+  ratios+=("$(python3 -c "print(($e - $s) / ($e2 - $s2))")")
+done
+python3 -c "
+import statistics, sys
+r = sorted(map(float, sys.argv[1:]))
+print(f'dumpdiff / cat, runs in turns: median {statistics.median(r):.1f}x (range {r[0]:.1f}-{r[-1]:.1f}x, {len(r)} rounds)')" "${ratios[@]}"
 TB=$(stat -c %s "$TRAJ")
 IN=("$DUMPDIFF" --inspect "$TRAJ")
 read -r t p c < <(measure "${IN[@]}")

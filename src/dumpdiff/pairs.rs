@@ -255,8 +255,12 @@ pub(super) fn weaver_sections(
         kl_coef: conventions::value("kl_coef", &conv.self_hosted, &opts.coefficients),
     };
     let mut inputs = batch_inputs(s, r, traj, adv_preset, opts.advantage_eps)?;
+    // One cell a task (`with_max_len(1)`): rayon otherwise runs a split-off range of cells
+    // in one sequential piece that no idle thread can steal from, and a run ended with one
+    // thread comparing its last few cells alone.
     let run_cells = |inputs: &BatchInputs| -> Result<Vec<CellOut>> {
         keys.par_iter()
+            .with_max_len(1)
             .map(|&key| weaver_cell(s, w, inputs, policy, &sets, &losses, key, progress))
             .collect()
     };
