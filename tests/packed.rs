@@ -683,6 +683,13 @@ fn items_are_handed_over_as_the_next_begins_not_at_the_batch_end() {
     assert_eq!(seen, vec![0, 1]);
     let e = r.unwrap_err();
     assert!(e.contains("STOP") || e.contains("ends"), "{e}");
+    // The same value at protocol 4 (FRAME, MEMOIZE, SHORT_BINUNICODE; torch.save's
+    // `pickle_protocol=4`): handed over alike, the first two before the third's MARK
+    // (offset 59) is followed by its end.
+    let p4 = b"\x80\x04\x95@\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x01t\x94]\x94(}\x94(\x8c\x01a\x94K\x01\x8c\x01b\x94]\x94(K\x01K\x02eu}\x94(h\x04K\x02h\x05]\x94K\x03au}\x94(h\x04K\x03h\x05]\x94K\x04aues.";
+    let (_, seen) = each_lengths(p4).unwrap();
+    assert_eq!(seen, vec![0, 1, 2]);
+    assert_eq!(each_run(&p4[..62]).1, vec![0, 1]);
     // {"t": [{"a": 1, "b": xs}, {"a": 2, "b": xs}]}: the second item reaches the first's
     // list, freed when the first was handed over: the read fails (the caller reads the
     // file whole) instead of reading other values.
