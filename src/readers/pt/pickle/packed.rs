@@ -295,7 +295,7 @@ fn scan_batch(
 ) -> Option<(Option<Batch>, usize)> {
     let kind = match kind {
         Some(k) => k,
-        None => match scan_item(data, pos)? {
+        None => match scan_item(data, skip_frames(data, pos))? {
             Item::End(end) => return Some((None, end)),
             Item::Scalar(Scalar::Int(_), _) => Kind::Ints,
             Item::Scalar(Scalar::Float(_), _) => Kind::Floats,
@@ -315,6 +315,11 @@ fn scan_batch(
             // The hot path (token ids as torch.save's protocol-2 pickler writes them): the
             // binary int opcodes in tight loops; anything else goes to `scan_item`.
             pos = scan_binints(data, pos, xs);
+        }
+        let at = skip_frames(data, pos);
+        if at != pos {
+            pos = at;
+            continue;
         }
         match (scan_item(data, pos)?, &mut batch) {
             (Item::End(end), _) => return Some((Some(batch), end)),
@@ -408,6 +413,16 @@ fn scan_binints_tail(data: &[u8], mut pos: usize, xs: &mut Vec<i64>) -> usize {
         }
         xs.push(binint_value(len, u32::from_le_bytes([a, b, c, d])));
         pos += len;
+    }
+    pos
+}
+
+/// The offset past any protocol-4 FRAMEs (opcode and 8-byte length) at `data[pos]`. One
+/// falls every ~64 KB, in the middle of a batch as often as not: it only marks where the
+/// pickler flushed its buffer, and the main loop skips it too.
+fn skip_frames(data: &[u8], mut pos: usize) -> usize {
+    while data.get(pos) == Some(&0x95) && data.len() >= pos + 9 {
+        pos += 9;
     }
     pos
 }

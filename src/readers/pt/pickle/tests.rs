@@ -255,3 +255,36 @@ fn binary_int_opcodes_decode_in_runs_and_mixed() {
         }
     }
 }
+
+/// Protocol 4 frames its pickle every ~64 KB: a FRAME opcode (and its 8-byte length) can
+/// fall between two ints of a batch. The batch is still packed, with every int.
+#[test]
+fn a_frame_inside_a_batch_keeps_the_list_packed() {
+    let xs: Vec<i64> = (0..2500).map(|i| (i * 37) % 70_000).collect();
+    let plain = pickled_int_list(&xs);
+    // After the protocol header and EMPTY_LIST, MARK: ints start at offset 4. Put a FRAME
+    // before the 700th int's opcode, found by walking the opcodes' lengths.
+    let mut at = 4;
+    for &x in &xs[..700] {
+        at += match x {
+            0..=0xff => 2,
+            0x100..=0xffff => 3,
+            _ => 5,
+        };
+    }
+    let frame = |at: usize| {
+        let mut p = plain[..at].to_vec();
+        p.push(0x95);
+        p.extend(((plain.len() - at) as u64).to_le_bytes());
+        p.extend(&plain[at..]);
+        p
+    };
+    // Inside the batch, and first thing after its MARK.
+    for p in [plain.clone(), frame(at), frame(4)] {
+        let v = run(&p).unwrap();
+        let Some(Packed::Ints(ints)) = v.as_packed() else {
+            panic!("not packed: a {}", v.type_name());
+        };
+        assert_eq!(ints.to_vec(), xs);
+    }
+}
