@@ -316,6 +316,13 @@ fn scan_batch(
             // binary int opcodes in tight loops; anything else goes to `scan_item`.
             pos = scan_binints(data, pos, xs);
         }
+        if let Batch::Bools(xs) = &mut batch {
+            // A mask of Python bools: NEWTRUE / NEWFALSE, one byte each.
+            let rest = data.get(pos..).unwrap_or_default();
+            let run = rest.iter().take_while(|&&b| b == 0x88 || b == 0x89).count();
+            xs.extend(rest[..run].iter().map(|&b| b == 0x88));
+            pos += run;
+        }
         let at = skip_frames(data, pos);
         if at != pos {
             pos = at;

@@ -288,3 +288,25 @@ fn a_frame_inside_a_batch_keeps_the_list_packed() {
         assert_eq!(ints.to_vec(), xs);
     }
 }
+
+/// A list of Python bools (protocol 2: NEWTRUE / NEWFALSE, batches of 1,000, here with a
+/// FRAME in a batch): one packed array of every bool, in order.
+#[test]
+fn bool_lists_are_packed_whole() {
+    let xs: Vec<bool> = (0..2500).map(|i| (i * 7919) % 3 == 0).collect();
+    let mut p = vec![0x80, 2, b']'];
+    for (n, batch) in xs.chunks(1000).enumerate() {
+        p.push(b'(');
+        for (i, &b) in batch.iter().enumerate() {
+            if n == 1 && i == 500 {
+                p.push(0x95);
+                p.extend(1000u64.to_le_bytes());
+            }
+            p.push(if b { 0x88 } else { 0x89 });
+        }
+        p.push(b'e');
+    }
+    p.push(b'.');
+    let v = run(&p).unwrap();
+    assert_eq!(v.as_packed(), Some(&Packed::Bools(xs)));
+}
