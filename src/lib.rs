@@ -62,6 +62,7 @@ pub mod model;
 pub mod postmortem;
 pub mod readers;
 pub mod render;
+pub mod sched;
 pub mod tensor;
 pub mod value;
 

@@ -10,6 +10,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("alloc", 0),
     ("error", 0),
     ("exit_codes", 0),
+    ("sched", 0),
     ("fmt", 0),
     ("json", 0),
     ("tensor", 0),

@@ -130,12 +130,8 @@ fn step_files<'t>(tree: &'t DumpTree, opts: &Options) -> Vec<&'t crate::readers:
 /// The weaver's per-rank files that no cell is expected to read, checked early by
 /// [`sections::precheck`]: its `batch_inputs`, which a cell reads only when its
 /// forward_data lacks the rows' token ids (then such a file is read twice, no harm).
-/// Empty when the tree cannot be listed (reading that side reports why).
-fn unread_candidates(root: &std::path::Path, opts: &Options) -> Vec<PathBuf> {
-    let Ok(tree) = DumpTree::discover(root) else {
-        return Vec::new();
-    };
-    let mut files: Vec<PathBuf> = step_files(&tree, opts)
+fn unread_candidates(tree: &DumpTree, opts: &Options) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = step_files(tree, opts)
         .into_iter()
         .filter(|f| f.rank.is_some() && f.kind == Kind::BatchInputs)
         .map(|f| f.path.clone())
@@ -150,12 +146,12 @@ fn unread_candidates(root: &std::path::Path, opts: &Options) -> Vec<PathBuf> {
 /// summarised as it is read ([`pages::read_trajectory_summary`]) and its summary returned.
 fn load_side(
     role: &'static str,
-    root: &std::path::Path,
+    tree: Result<DumpTree>,
     opts: &Options,
     progress: &dyn Progress,
     digest: bool,
 ) -> Result<(SideData, Option<TrajectorySummary>)> {
-    let tree = DumpTree::discover(root)?;
+    let tree = tree?;
     let wanted = step_files(&tree, opts);
     progress.start(role, wanted.len(), wanted.iter().map(|f| f.size).sum());
     let (per_rank, whole): (Vec<_>, Vec<_>) = wanted.into_iter().partition(|f| f.rank.is_some());
@@ -237,9 +233,6 @@ pub fn run(opts: &Options) -> Result<Report> {
     run_with_progress(opts, &NoProgress)
 }
 
-/// Files read and checked ahead on a second thread, with the outcome of each.
-type Prechecked<'s> = Option<std::thread::ScopedJoinHandle<'s, HashMap<PathBuf, Result<()>>>>;
-
 /// [`run`], reporting file reads to `progress`.
 pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     if opts.weaver.is_none() && opts.remote_api.is_none() {
@@ -247,38 +240,103 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
             "nothing to compare: pass --weaver-dir and/or --remote-api-dir besides --self-hosted-dir".into(),
         ));
     }
-    // The files no cell reads are checked on a second thread from the start, while the
-    // whole-batch files (the trajectory above all) leave a core idle.
-    let early = opts
-        .weaver
-        .as_deref()
-        .map(|root| unread_candidates(root, opts))
-        .unwrap_or_default();
+    // Each root is listed once; a root that cannot be listed fails the run where reading
+    // that side would.
+    let s_tree = DumpTree::discover(&opts.self_hosted);
+    let w_tree = opts.weaver.as_deref().map(DumpTree::discover);
+    // Work ahead, on a thread of its own at low priority while the whole-batch files (the
+    // trajectory above all) leave a core idle: the files no cell reads are checked, then
+    // section 6 (param / gradient), which needs no cell, is compared.
+    let early = match &w_tree {
+        Some(Ok(t)) => unread_candidates(t, opts),
+        _ => Vec::new(),
+    };
+    let ahead_sides = match (&s_tree, &w_tree) {
+        (Ok(st), Some(Ok(wt))) => Some((
+            per_rank_side("self-hosted", st, opts),
+            per_rank_side("weaver", wt, opts),
+        )),
+        _ => None,
+    };
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|scope| {
-        let pre = (!early.is_empty()).then(|| scope.spawn(|| sections::precheck(&early, &stop)));
-        let out = compare(opts, progress, pre);
-        // On an error, a precheck still running stops at its next file.
+        let ahead = (!early.is_empty() || ahead_sides.is_some()).then(|| {
+            scope.spawn(|| {
+                crate::sched::lower_this_thread();
+                let prechecked = sections::precheck(&early, &stop);
+                let params = ahead_sides
+                    .as_ref()
+                    .filter(|_| !stop.load(std::sync::atomic::Ordering::Relaxed))
+                    .map(|(s, w)| pairs::param_sections(s, w, &opts.policy, &NoProgress, false));
+                Ahead { prechecked, params }
+            })
+        });
+        let out = compare(opts, progress, s_tree, w_tree, ahead, ahead_sides.as_ref());
+        // On an error, work ahead still running stops at its next file.
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         out
     })
 }
 
-/// The body of [`run_with_progress`]; `pre` is the thread checking files ahead.
-fn compare(opts: &Options, progress: &dyn Progress, pre: Prechecked<'_>) -> Result<Report> {
+/// What the thread working ahead returns: each file checked ahead with its outcome, and
+/// section 6 (None when it was stopped before).
+struct Ahead {
+    prechecked: HashMap<PathBuf, Result<()>>,
+    params: Option<Result<pairs::ParamSections>>,
+}
+
+/// The thread working ahead, joined on first need.
+struct AheadJoin<'s> {
+    handle: Option<std::thread::ScopedJoinHandle<'s, Ahead>>,
+    done: Option<Ahead>,
+}
+
+impl AheadJoin<'_> {
+    /// What the thread returned (nothing checked, no section 6, when there was none).
+    fn get(&mut self) -> &mut Ahead {
+        let handle = &mut self.handle;
+        self.done.get_or_insert_with(|| match handle.take() {
+            Some(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            None => Ahead {
+                prechecked: HashMap::new(),
+                params: None,
+            },
+        })
+    }
+}
+
+/// A side holding only `tree`'s per-rank files of the step (after the filters), for the
+/// work done ahead; [`SideData::fetch`] reads them as it does on the side itself.
+fn per_rank_side(role: &'static str, tree: &DumpTree, opts: &Options) -> SideData {
+    let streamed = step_files(tree, opts)
+        .into_iter()
+        .filter(|f| f.rank.is_some())
+        .map(|f| (f.path.clone(), f.size))
+        .collect();
+    SideData::new(role, tree.clone(), HashMap::new(), streamed, opts.step)
+}
+
+/// The body of [`run_with_progress`]: `ahead` is the thread working ahead, over
+/// `ahead_sides`.
+fn compare(
+    opts: &Options,
+    progress: &dyn Progress,
+    s_tree: Result<DumpTree>,
+    w_tree: Option<Result<DumpTree>>,
+    ahead: Option<std::thread::ScopedJoinHandle<'_, Ahead>>,
+    ahead_sides: Option<&(SideData, SideData)>,
+) -> Result<Report> {
     // Without remote-api, nothing compares the trajectories' token lists (section 1): the
     // trajectory file is summarised as it is read, never held whole.
     let digest = opts.remote_api.is_none();
-    let (mut s, streamed) = load_side("self-hosted", &opts.self_hosted, opts, progress, digest)?;
-    let w = opts
-        .weaver
-        .as_ref()
-        .map(|p| load_side("weaver", p, opts, progress, false).map(|x| x.0))
+    let (mut s, streamed) = load_side("self-hosted", s_tree, opts, progress, digest)?;
+    let w = w_tree
+        .map(|t| load_side("weaver", t, opts, progress, false).map(|x| x.0))
         .transpose()?;
     let r = opts
         .remote_api
         .as_ref()
-        .map(|p| load_side("remote-api", p, opts, progress, false).map(|x| x.0))
+        .map(|p| load_side("remote-api", DumpTree::discover(p), opts, progress, false).map(|x| x.0))
         .transpose()?;
     // What the cells and the adjudication need of the trajectories (hashes, rewards,
     // groups) is kept; their token lists only while section 1 (remote-api) compares them.
@@ -313,7 +371,25 @@ fn compare(opts: &Options, progress: &dyn Progress, pre: Prechecked<'_>) -> Resu
     let mut conventions = Vec::new();
     let mut diagnosis = Vec::new();
     let mut adv_eps = None;
+    let mut ahead = AheadJoin {
+        handle: ahead,
+        done: None,
+    };
     if let Some(w) = &w {
+        // Section 6 as computed ahead (joined after the cells); the files it read count as
+        // read by their sides, and as done now.
+        let mut params = || {
+            let p = ahead.get().params.take()?;
+            if let Some((sa, wa)) = ahead_sides {
+                for (early, side) in [(sa, &s), (wa, w)] {
+                    for (path, size) in early.take_read() {
+                        side.mark_read(path);
+                        progress.file_done(size);
+                    }
+                }
+            }
+            Some(p)
+        };
         let mut conv = cell_conventions::WeaverConventions::default();
         sections.extend(weaver_sections(
             &s,
@@ -324,6 +400,7 @@ fn compare(opts: &Options, progress: &dyn Progress, pre: Prechecked<'_>) -> Resu
             &mut coverage,
             &mut conv,
             progress,
+            &mut params,
         )?);
         coefficients = conventions::compare(&conv.self_hosted, &conv.weaver, &opts.coefficients);
         conventions = conv.notes;
@@ -338,11 +415,9 @@ fn compare(opts: &Options, progress: &dyn Progress, pre: Prechecked<'_>) -> Resu
         .into_iter()
         .flatten()
         .collect();
-    let mut prechecked = pre
-        .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-        .unwrap_or_default();
+    let prechecked = &mut ahead.get().prechecked;
     for side in &sides {
-        side.check_unread(progress, &mut prechecked)?;
+        side.check_unread(progress, prechecked)?;
     }
     let (first_divergence, worst) = findings(&sections);
     let adjudication = match &opts.adjudicate_with {

@@ -189,6 +189,7 @@ pub(super) fn weaver_sections(
     coverage: &mut Vec<Coverage>,
     conv: &mut WeaverConventions,
     progress: &dyn Progress,
+    params: &mut dyn FnMut() -> Option<Result<ParamSections>>,
 ) -> Result<Vec<Section>> {
     let (adv_preset, policy) = (opts.advantage_preset.as_deref(), &opts.policy);
     let pair = "self-hosted vs weaver";
@@ -332,8 +333,54 @@ pub(super) fn weaver_sections(
         out.push(section(4, "is_loss", pair, cells, notes));
     }
 
-    // Section 6: param / gradient (self-hosted per rank, weaver per rank or per micro),
-    // rank by rank: one rank's tensors in memory per thread.
+    // Section 6: param / gradient, usually compared ahead (see [`param_sections`]).
+    let params = match params() {
+        Some(p) => p,
+        None => param_sections(s, w, policy, progress, true),
+    }?;
+    out.extend(params.sections);
+    coverage.extend(params.coverage);
+    conv.diagnosis = diagnose_losses(&out, s, w, &losses, conv, &opts.coefficients);
+    Ok(out)
+}
+
+/// Section 6 (param / gradient: self-hosted per rank, weaver per rank or per micro) and the
+/// coverage entries of its files on one side only, in the order [`weaver_sections`] reports
+/// them.
+pub(super) struct ParamSections {
+    pub(super) sections: Vec<Section>,
+    pub(super) coverage: Vec<Coverage>,
+}
+
+/// [`ParamSections`] of `s` against `w`, rank by rank (in parallel, or one after the other
+/// on the calling thread): one rank's tensors in memory per thread. It reads only per-rank
+/// files and needs no cell's outcome, so [`super::run_with_progress`] computes it ahead,
+/// while the whole-batch files are read.
+pub(super) fn param_sections(
+    s: &SideData,
+    w: &SideData,
+    policy: &TolerancePolicy,
+    progress: &dyn Progress,
+    parallel: bool,
+) -> Result<ParamSections> {
+    let pair = "self-hosted vs weaver";
+    let mut coverage = Vec::new();
+    let mut note_missing = |kind: Kind, rank: u32, micro: Option<u32>, a_has: bool| {
+        let (present_on, missing_on) = if a_has {
+            ("self-hosted", "weaver")
+        } else {
+            ("weaver", "self-hosted")
+        };
+        coverage.push(Coverage {
+            kind: kind.dir_name().into(),
+            rank: Some(rank),
+            micro,
+            present_on: present_on.into(),
+            missing_on: missing_on.into(),
+        });
+        sections::missing_cell(Some(rank), micro, present_on, missing_on)
+    };
+    let mut sections_out = Vec::new();
     for (kind, key) in [(Kind::Param, "param"), (Kind::Gradient, "gradient")] {
         // A weaver writing these per micro writes one for each micro of its rank: the
         // micros its forward_data and this kind show anywhere (after the filters).
@@ -350,43 +397,44 @@ pub(super) fn weaver_sections(
             .copied()
             .collect();
         type RankCells = (Vec<Cell>, Option<bool>, Vec<u32>);
-        let per_rank: Vec<RankCells> = ranks
-            .par_iter()
-            .map(|&rank| -> Result<RankCells> {
-                let a = s.fetch(kind, Some(rank), None, progress)?;
-                let b_files: Vec<Option<u32>> = w
-                    .tree
-                    .files_of(kind, w.step)
-                    .filter(|f| f.rank == Some(rank) && w.has(&f.path))
-                    .map(|f| f.micro)
-                    .collect();
-                // Per-micro weaver files of this rank that are absent.
-                let absent: Vec<u32> = if a.is_some() && b_files.iter().any(Option::is_some) {
-                    w_micros
-                        .iter()
-                        .filter(|m| !b_files.contains(&Some(**m)))
-                        .copied()
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                Ok(match (a, b_files.is_empty()) {
-                    (Some(a), false) => {
-                        let mut cells = Vec::new();
-                        for m in b_files {
-                            if let Some(b) = w.fetch(kind, Some(rank), m, progress)? {
-                                cells
-                                    .push(sections::tensor_cell(policy, key, key, rank, m, &a, &b));
-                            }
+        let one_rank = |&rank: &u32| -> Result<RankCells> {
+            let a = s.fetch(kind, Some(rank), None, progress)?;
+            let b_files: Vec<Option<u32>> = w
+                .tree
+                .files_of(kind, w.step)
+                .filter(|f| f.rank == Some(rank) && w.has(&f.path))
+                .map(|f| f.micro)
+                .collect();
+            // Per-micro weaver files of this rank that are absent.
+            let absent: Vec<u32> = if a.is_some() && b_files.iter().any(Option::is_some) {
+                w_micros
+                    .iter()
+                    .filter(|m| !b_files.contains(&Some(**m)))
+                    .copied()
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            Ok(match (a, b_files.is_empty()) {
+                (Some(a), false) => {
+                    let mut cells = Vec::new();
+                    for m in b_files {
+                        if let Some(b) = w.fetch(kind, Some(rank), m, progress)? {
+                            cells.push(sections::tensor_cell(policy, key, key, rank, m, &a, &b));
                         }
-                        (cells, None, absent)
                     }
-                    (Some(_), true) => (vec![], Some(true), absent),
-                    (None, false) => (vec![], Some(false), absent),
-                    (None, true) => (vec![], None, absent),
-                })
+                    (cells, None, absent)
+                }
+                (Some(_), true) => (vec![], Some(true), absent),
+                (None, false) => (vec![], Some(false), absent),
+                (None, true) => (vec![], None, absent),
             })
-            .collect::<Result<_>>()?;
+        };
+        let per_rank: Vec<RankCells> = if parallel {
+            ranks.par_iter().map(one_rank).collect::<Result<_>>()?
+        } else {
+            ranks.iter().map(one_rank).collect::<Result<_>>()?
+        };
         let mut cells = Vec::new();
         for (&rank, (cs, missing, absent)) in ranks.iter().zip(per_rank) {
             cells.extend(cs);
@@ -398,11 +446,13 @@ pub(super) fn weaver_sections(
             }
         }
         if !cells.is_empty() {
-            out.push(section(6, key, pair, cells, vec![]));
+            sections_out.push(section(6, key, pair, cells, vec![]));
         }
     }
-    conv.diagnosis = diagnose_losses(&out, s, w, &losses, conv, &opts.coefficients);
-    Ok(out)
+    Ok(ParamSections {
+        sections: sections_out,
+        coverage,
+    })
 }
 
 /// Sections 1 and 5: trajectories (self-hosted vs remote-api) and remote-api datums vs

@@ -127,6 +127,29 @@ impl SideData {
         Ok(Some(Cow::Owned(v)))
     }
 
+    /// The streamed files read so far, with their sizes, forgotten here (the work done
+    /// ahead hands them to the side it was done for: [`SideData::mark_read`]).
+    pub fn take_read(&self) -> Vec<(PathBuf, u64)> {
+        let read = std::mem::take(&mut *self.read.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut out: Vec<(PathBuf, u64)> = read
+            .into_iter()
+            .map(|p| {
+                let size = self.streamed.get(&p).copied().unwrap_or(0);
+                (p, size)
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Count `path` as read (by work done ahead on another [`SideData`] of this tree).
+    pub fn mark_read(&self, path: PathBuf) {
+        self.read
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(path);
+    }
+
     /// Read (and drop) every streamed file no cell has read, so that an unreadable file
     /// fails the run whether or not a section needed it. A file in `prechecked` (read
     /// earlier by [`precheck`]) is not read again: its recorded outcome stands.
