@@ -6,9 +6,11 @@
 //! `__log1p_fma`) on their common paths and hands every other lane to the std function.
 //!
 //! The port is exact only against that glibc on a CPU where it picks those variants, so
-//! [`VecMath::get`] checks each kernel once per process on [`probes`] (a few thousand
-//! values over every vectorised branch and its thresholds) and keeps the scalar std
-//! function for any kernel that differs by a bit, or without AVX2+FMA, or off x86-64.
+//! [`VecMath::get`] turns a kernel on only with glibc 2.36 loaded, AVX2+FMA present, and
+//! the kernel equal to the std function on each of its [`probes`] (a few thousand values
+//! over every vectorised branch and its thresholds), checked once per process; else the
+//! scalar std function. (The version check because a differently contracted build would
+//! differ only on rare inputs, which a probe of this size would likely miss.)
 
 #[cfg(target_arch = "x86_64")]
 mod tables;
@@ -145,11 +147,28 @@ fn cpu_has_avx2_fma() -> bool {
     }
 }
 
-/// Each kernel on, where the CPU allows, unless it differs from the std function on one
-/// of its [`probes`].
+/// Whether the loaded C library is glibc 2.36, the one the kernels were ported from.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn libc_is_glibc_2_36() -> bool {
+    extern "C" {
+        /// glibc's `gnu_get_libc_version(3)`: the running glibc's version, e.g. "2.36".
+        fn gnu_get_libc_version() -> *const std::ffi::c_char;
+    }
+    // SAFETY: glibc returns a pointer to a static NUL-terminated string.
+    let v = unsafe { std::ffi::CStr::from_ptr(gnu_get_libc_version()) };
+    v.to_bytes() == b"2.36"
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn libc_is_glibc_2_36() -> bool {
+    false
+}
+
+/// Each kernel on, where the CPU and the C library allow, unless it differs from the std
+/// function on one of its [`probes`].
 fn resolve() -> VecMath {
     let mut vm = VecMath::SCALAR;
-    if cpu_has_avx2_fma() {
+    if cpu_has_avx2_fma() && libc_is_glibc_2_36() {
         for f in Func::ALL {
             let xs = probes(f);
             let mut ys = xs.clone();
