@@ -6,3 +6,4 @@ pub mod libm;
 pub mod metrics;
 pub mod propagate;
 pub mod tolerance;
+pub mod vmath;
