@@ -26,7 +26,13 @@ pub fn log_ratio_allowed(tol_logp: f64, tol_old: f64) -> f64 {
 
 /// The allowed error of `r = exp(Δ)` when `Δ` may be off by `e_log`: `r·(e^E − 1)`.
 pub fn ratio_allowed(ratio: f64, e_log: f64) -> f64 {
-    ratio.abs() * e_log.exp_m1()
+    ratio_allowed_from_exp_m1(ratio, e_log.exp_m1())
+}
+
+/// [`ratio_allowed`] from `e^E − 1` already computed (a vectorised pass takes a whole
+/// run's at once): the same product, so the same bits.
+pub fn ratio_allowed_from_exp_m1(ratio: f64, e_log_exp_m1: f64) -> f64 {
+    ratio.abs() * e_log_exp_m1
 }
 
 /// The allowed error of `−r·A` given the ratio's allowed error.

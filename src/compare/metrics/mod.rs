@@ -11,6 +11,7 @@ mod ulp;
 use serde::Serialize;
 
 use crate::compare::tolerance::{RelativeTo, Tolerance};
+use crate::compare::vmath::{Func, VecMath};
 use crate::tensor::DType;
 use exp_memo::ExpMemo;
 use runs::{all_finite, count_ones, finite_and_identical, fold_finite, Folded};
@@ -452,23 +453,19 @@ impl Accumulator {
         (self.sum_abs, self.sum_sq) = (sum_abs, sum_sq);
         (self.sa, self.sb, self.saa, self.sbb, self.sab) = (sa, sb, saa, sbb, sab);
         if self.logprob {
-            let (mut k1, mut k3, mut max_pd, mut sum_pd) =
-                (self.k1, self.k3, self.max_pd, self.sum_pd);
-            // e^x and e^y of log-probs on a coarse grid repeat: looked up (same bits).
-            ExpMemo::with(|memo| {
-                for (&x, &y) in a.iter().zip(b) {
-                    k1 += x - y;
-                    if x == y && x < 700.0 {
-                        continue;
-                    }
-                    let d = y - x;
-                    k3 += memo.exp_off_grid(d) - d - 1.0;
-                    let pd = (memo.exp(x) - memo.exp(y)).abs();
-                    max_pd = max_pd.max(pd);
-                    sum_pd += pd;
-                }
-            });
-            (self.k1, self.k3, self.max_pd, self.sum_pd) = (k1, k3, max_pd, sum_pd);
+            let mut s = LogProbSums {
+                k1: self.k1,
+                k3: self.k3,
+                max_pd: self.max_pd,
+                sum_pd: self.sum_pd,
+            };
+            let vm = VecMath::get();
+            if vm.simd(Func::Exp) {
+                s.add_by_blocks(vm, a, b);
+            } else {
+                s.add_memo(a, b);
+            }
+            (self.k1, self.k3, self.max_pd, self.sum_pd) = (s.k1, s.k3, s.max_pd, s.sum_pd);
         }
     }
 
@@ -514,6 +511,82 @@ impl Accumulator {
                 mean_prob_diff: mean(self.sum_pd),
             }),
         }
+    }
+}
+
+/// Log-prob pairs whose exponentials are taken at a time ([`LogProbSums::add_by_blocks`]).
+const EXP_BLOCK: usize = 256;
+
+/// The order-dependent sums and the maximum behind [`LogProbMetrics`], over finite pairs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct LogProbSums {
+    k1: f64,
+    k3: f64,
+    max_pd: f64,
+    sum_pd: f64,
+}
+
+impl LogProbSums {
+    /// Add the finite pairs `(a[i], b[i])` in order: `k1 += a − b`; unless `a == b < 700`
+    /// (every term then +0), `k3 += e^(b−a) − (b−a) − 1` and `|e^a − e^b|` to the
+    /// probability difference's sum and maximum. e^a and e^b of log-probs on a coarse
+    /// grid repeat: looked up (same bits).
+    fn add_memo(&mut self, a: &[f64], b: &[f64]) {
+        let (mut k1, mut k3, mut max_pd, mut sum_pd) = (self.k1, self.k3, self.max_pd, self.sum_pd);
+        ExpMemo::with(|memo| {
+            for (&x, &y) in a.iter().zip(b) {
+                k1 += x - y;
+                if x == y && x < 700.0 {
+                    continue;
+                }
+                let d = y - x;
+                k3 += memo.exp_off_grid(d) - d - 1.0;
+                let pd = (memo.exp(x) - memo.exp(y)).abs();
+                max_pd = max_pd.max(pd);
+                sum_pd += pd;
+            }
+        });
+        (self.k1, self.k3, self.max_pd, self.sum_pd) = (k1, k3, max_pd, sum_pd);
+    }
+
+    /// [`LogProbSums::add_memo`], a block's e^(b−a), e^a and e^b taken at once by `vm`
+    /// (the same bits as `f64::exp`), then its sums in element order.
+    fn add_by_blocks(&mut self, vm: VecMath, a: &[f64], b: &[f64]) {
+        let (mut k1, mut k3, mut max_pd, mut sum_pd) = (self.k1, self.k3, self.max_pd, self.sum_pd);
+        let mut ex = [[0f64; EXP_BLOCK]; 3];
+        for (xa, xb) in a.chunks(EXP_BLOCK).zip(b.chunks(EXP_BLOCK)) {
+            let k = xa.len().min(xb.len());
+            let [ed, ea, eb] = &mut ex;
+            let (ed, ea, eb) = (&mut ed[..k], &mut ea[..k], &mut eb[..k]);
+            for (((d, ea), eb), (&x, &y)) in ed
+                .iter_mut()
+                .zip(ea.iter_mut())
+                .zip(eb.iter_mut())
+                .zip(xa.iter().zip(xb))
+            {
+                (*d, *ea, *eb) = (y - x, x, y);
+            }
+            vm.exp_in_place(ed);
+            vm.exp_in_place(ea);
+            vm.exp_in_place(eb);
+            for (((&x, &y), &e_d), (&e_x, &e_y)) in xa
+                .iter()
+                .zip(xb)
+                .zip(ed.iter())
+                .zip(ea.iter().zip(eb.iter()))
+            {
+                k1 += x - y;
+                if x == y && x < 700.0 {
+                    continue;
+                }
+                let d = y - x;
+                k3 += e_d - d - 1.0;
+                let pd = (e_x - e_y).abs();
+                max_pd = max_pd.max(pd);
+                sum_pd += pd;
+            }
+        }
+        (self.k1, self.k3, self.max_pd, self.sum_pd) = (k1, k3, max_pd, sum_pd);
     }
 }
 

@@ -430,3 +430,57 @@ fn f32_ulp_distances_across_the_whole_grid_equal_the_element_path() {
     // ±inf on the f32 grid: 2 × 0x7f80_0000 apart (above 2^31, below 2^32).
     assert_eq!(y.max_ulp, Some(2 * 0x7f80_0000));
 }
+
+#[test]
+fn logprob_sums_by_blocks_equal_the_memo_path() {
+    // Runs of log-prob pairs across several blocks (lengths around EXP_BLOCK's multiples):
+    // bf16-grid and f32 values, equal pairs, pairs ≥ 700, large differences. Whatever
+    // computes the block's exponentials (vectorised or the scalar stand-in), the sums and
+    // the maximum are the memo path's, bit for bit.
+    let mut g = Lcg(11);
+    let vm = VecMath::get();
+    let bits = |s: &LogProbSums| [s.k1, s.k3, s.max_pd, s.sum_pd].map(f64::to_bits);
+    for case in 0..60 {
+        let n = [
+            0,
+            1,
+            3,
+            EXP_BLOCK - 1,
+            EXP_BLOCK,
+            EXP_BLOCK + 5,
+            3 * EXP_BLOCK + 17,
+        ][case % 7];
+        let (a, b): (Vec<f64>, Vec<f64>) = (0..n)
+            .map(|_| {
+                let x = match g.below(6) {
+                    0 => half::bf16::from_f64(-8.0 * g.unit()).to_f64(),
+                    1 => 700.25,
+                    _ => (-12.0 * g.unit()) as f32 as f64,
+                };
+                let y = match g.below(5) {
+                    0 => x,
+                    1 => (-30.0 * g.unit()) as f32 as f64,
+                    _ => (x + 0.05 * (g.unit() - 0.5)) as f32 as f64,
+                };
+                (x, y)
+            })
+            .unzip();
+        let start = LogProbSums {
+            k1: 0.25 * case as f64,
+            k3: 1e-3,
+            max_pd: 0.0,
+            sum_pd: -0.0,
+        };
+        let (mut memo, mut blocks) = (start, start);
+        memo.add_memo(&a, &b);
+        blocks.add_by_blocks(vm, &a, &b);
+        assert_eq!(bits(&memo), bits(&blocks), "case {case}, n {n}");
+        // Not vacuous: the longer runs move every sum.
+        if n > EXP_BLOCK {
+            assert!(
+                memo.k3 != start.k3 && memo.sum_pd != start.sum_pd,
+                "case {case}"
+            );
+        }
+    }
+}

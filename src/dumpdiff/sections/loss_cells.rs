@@ -1,6 +1,7 @@
 //! The `is_loss_debug`, `loss` and whole-tensor cells.
 
 use super::*;
+use crate::compare::vmath::VecMath;
 
 /// Section 4: `is_loss_debug` intermediates, the self-hosted side sliced and derived;
 /// rows pair through the token ids of `b_ids` (the weaver's forward_data or batch_inputs).
@@ -354,15 +355,8 @@ impl<'a> StatsMemo<'a> {
     fn approx_kl_allowed(&self) -> Option<f64> {
         let stats = self.stats?;
         let n = stats.elems.len();
-        let sum: Option<f64> = stats
-            .elems
-            .iter()
-            .map(|e| {
-                let el = log_allowed(e)?;
-                Some(e.ratio.ln().abs() * el + 0.5 * el * el)
-            })
-            .sum();
-        (n > 0).then_some(sum? / n as f64)
+        let sum = approx_kl_sum(&stats.elems)?;
+        (n > 0).then_some(sum / n as f64)
     }
 }
 
@@ -406,7 +400,7 @@ fn reduce_rows(mode: AggMode, row_counts: &[usize], vals: &[f64]) -> f64 {
 /// range by more than its allowance) else 0; the worst case `|A|·r·(e^E−1)` where it is
 /// not, else 0; `|A|·r` (0 for an unknown `A`). The count of predicted elements; None when
 /// an element neither predicted nor with a known `|A|` makes the prediction moot.
-fn pg_terms(
+pub(super) fn pg_terms(
     stats: &ChainStats,
     x: &ElemExtra,
     lo: f64,
@@ -414,22 +408,72 @@ fn pg_terms(
     mut each: impl FnMut(f64, f64, f64),
 ) -> Option<usize> {
     let mut count = 0;
-    for ((e, &d), &a) in stats.elems.iter().zip(&x.delta).zip(&x.pred_advantage) {
-        let inside = e.ratio - e.ratio_allowed > 1.0 - lo && e.ratio + e.ratio_allowed < 1.0 + hi;
-        let magnitude = if a.is_finite() {
-            a.abs() * e.ratio
-        } else {
-            0.0
-        };
-        if d.is_finite() && a.is_finite() && inside {
-            each(a * e.ratio * (-d).exp_m1(), 0.0, magnitude);
-            count += 1;
-        } else {
-            let worst = propagate::product_allowed(e.ratio_allowed, e.abs_advantage?);
-            each(0.0, worst, magnitude);
+    let n = stats
+        .elems
+        .len()
+        .min(x.delta.len())
+        .min(x.pred_advantage.len());
+    let vm = VecMath::get();
+    // `e^−δ − 1` of a block at once (the same bits as each element's `exp_m1`), then the
+    // block's terms in element order.
+    let mut m = [0f64; LIBM_BLOCK];
+    for start in (0..n).step_by(LIBM_BLOCK) {
+        let end = (start + LIBM_BLOCK).min(n);
+        let (elems, delta) = (&stats.elems[start..end], &x.delta[start..end]);
+        let m = &mut m[..end - start];
+        for (m, &d) in m.iter_mut().zip(delta) {
+            *m = -d;
+        }
+        vm.exp_m1_in_place(m);
+        let adv = &x.pred_advantage[start..end];
+        for (((e, &d), &a), &m) in elems.iter().zip(delta).zip(adv).zip(m.iter()) {
+            let inside =
+                e.ratio - e.ratio_allowed > 1.0 - lo && e.ratio + e.ratio_allowed < 1.0 + hi;
+            let magnitude = if a.is_finite() {
+                a.abs() * e.ratio
+            } else {
+                0.0
+            };
+            if d.is_finite() && a.is_finite() && inside {
+                each(a * e.ratio * m, 0.0, magnitude);
+                count += 1;
+            } else {
+                let worst = propagate::product_allowed(e.ratio_allowed, e.abs_advantage?);
+                each(0.0, worst, magnitude);
+            }
         }
     }
     Some(count)
+}
+
+/// Elements a libm pass takes at a time ([`VecMath`] over a block, then the block's sums
+/// in element order): a few KB that stay in the core's cache.
+pub(super) const LIBM_BLOCK: usize = 512;
+
+/// `Σ |ln r|·E + E²/2` over `elems` in order (an `f64` sum from `−0.0`, as
+/// `Iterator::sum`), `E` each element's [`log_allowed`]; None when any `E` is unknown.
+/// Each block's `ln_1p` and `ln` are taken at once ([`VecMath`], the same bits).
+pub(super) fn approx_kl_sum(elems: &[ChainElem]) -> Option<f64> {
+    let vm = VecMath::get();
+    let (mut e_log, mut ln_r) = ([0f64; LIBM_BLOCK], [0f64; LIBM_BLOCK]);
+    let mut sum = std::iter::empty::<f64>().sum::<f64>();
+    for block in elems.chunks(LIBM_BLOCK) {
+        let (e_log, ln_r) = (&mut e_log[..block.len()], &mut ln_r[..block.len()]);
+        for ((el, l), e) in e_log.iter_mut().zip(ln_r.iter_mut()).zip(block) {
+            *el = e.ratio_allowed / e.ratio;
+            *l = e.ratio;
+        }
+        vm.ln_1p_in_place(e_log);
+        vm.ln_in_place(ln_r);
+        for ((e, &el), &l) in block.iter().zip(e_log.iter()).zip(ln_r.iter()) {
+            // `log_allowed(e)`, from the block's `ln_1p`.
+            if !(el.is_finite() && e.ratio > 0.0) {
+                return None;
+            }
+            sum += l.abs() * el + 0.5 * el * el;
+        }
+    }
+    Some(sum)
 }
 
 /// The log-ratio allowance `E` of an element, from its ratio allowance `r·(e^E − 1)`.

@@ -2,7 +2,7 @@
 //! propagated tolerances.
 
 use super::*;
-use crate::compare::libm::Exp;
+use crate::compare::vmath::VecMath;
 
 /// The reference side's importance-sampling chain for one micro, derived from its dumped
 /// inputs, with every element's propagated tolerance ([`crate::compare::propagate`]).
@@ -99,12 +99,13 @@ pub fn chain(
     let old = own_old.map(|m| (*m).clone()).or_else(|| {
         inputs.old_log_probs.as_ref().and_then(|old| {
             let mut data = Vec::with_capacity(na * old.width);
+            let mut buf = Vec::new();
             for i in &idx {
-                let r = old.row((*i)?);
+                let r = old.chunk((*i)?, 0, old.width, &mut buf);
                 if r.len() != old.width {
                     return None;
                 }
-                data.extend_from_slice(&r);
+                data.extend_from_slice(r);
             }
             // This micro's rows are copied: let their pages go.
             old.release_rows(idx.iter().flatten().copied());
@@ -346,12 +347,12 @@ pub struct ElemExtra {
 /// input `(value, tolerance, other side's row)`; NaN when an input has no paired value
 /// or differs beyond its tolerance (that input's finding: nothing is predicted from it).
 fn signed_log_ratio_delta(
-    (l, tl, peer_l): (f64, f64, &Option<Vec<f64>>),
-    (o, to, peer_o): (f64, f64, &Option<Vec<f64>>),
+    (l, tl, peer_l): (f64, f64, Option<&[f64]>),
+    (o, to, peer_o): (f64, f64, Option<&[f64]>),
     p: usize,
 ) -> f64 {
-    let diff = |x: f64, tol: f64, peer: &Option<Vec<f64>>| {
-        let d = x - peer.as_ref()?.get(p)?;
+    let diff = |x: f64, tol: f64, peer: Option<&[f64]>| {
+        let d = x - peer?.get(p)?;
         within(d, tol).then_some(d)
     };
     match (diff(l, tl, peer_l), diff(o, to, peer_o)) {
@@ -440,18 +441,16 @@ impl Derive {
         let mut delta = vec![f64::NAN; n];
         let mut scan = GridScan::new(DType::F64);
         let mut buf = Vec::new();
+        // The other side's rows of each input, decoded into these when stored.
+        let (mut buf_lp, mut buf_old, mut buf_ratio) = (Vec::new(), Vec::new(), Vec::new());
         for r in 0..lp.rows {
             let old_row = o.row(r);
-            // The other side's row of each input, when paired.
-            let peer_row = |m: &Option<Rc<Mat>>| {
-                let p = self.peer.as_ref()?;
-                let rb = (*p.row.get(r)?)?;
-                m.as_ref()
-                    .filter(|m| rb < m.rows)
-                    .map(|m| m.row(rb).into_owned())
-            };
-            let (peer_lp, peer_old) = match &self.peer {
-                Some(p) => (peer_row(&p.lp), peer_row(&p.old)),
+            let peer = self.peer.as_ref();
+            let (peer_lp, peer_old) = match peer {
+                Some(p) => (
+                    peer_row(p, r, &p.lp, &mut buf_lp),
+                    peer_row(p, r, &p.old, &mut buf_old),
+                ),
                 None => (None, None),
             };
             // A signed difference is only known where both sides computed their loss
@@ -466,8 +465,8 @@ impl Derive {
                 .is_some_and(|p| fine(p.lp.as_deref()) && fine(p.old.as_deref()));
             // Read only where it decides something: when the other side's inputs are
             // coarser than f32 (below, `peer_fine ||` never looks at it otherwise).
-            let peer_ratio = match &self.peer {
-                Some(p) if !peer_fine => peer_row(&p.ratio),
+            let peer_ratio = match peer {
+                Some(p) if !peer_fine => peer_row(p, r, &p.ratio, &mut buf_ratio),
                 _ => None,
             };
             let ranges = if valid_only {
@@ -481,7 +480,7 @@ impl Derive {
                 // The common case in one tight loop: both of the other side's input rows
                 // and the old row cover the run, and no per-element check of the other
                 // side's dumped ratio is needed. Same arithmetic as the loop below.
-                let quick = match (&peer_lp, &peer_old) {
+                let quick = match (peer_lp, peer_old) {
                     (Some(pl), Some(po)) if fast => {
                         let end = v.start + x.len();
                         let covered = pl.len() >= end && po.len() >= end && old_row.len() >= end;
@@ -510,18 +509,17 @@ impl Derive {
                     let ol = old_row.get(p).copied().unwrap_or(f64::NAN);
                     let rt = (l - ol).exp();
                     ratio[base + p] = rt;
-                    let own = |tol: f64, x: f64, peer: &Option<Vec<f64>>| {
-                        peer.as_ref()
-                            .and_then(|row| row.get(p))
+                    let own = |tol: f64, x: f64, peer: Option<&[f64]>| {
+                        peer.and_then(|row| row.get(p))
                             .map_or(tol, |y| own_difference(tol, x - y))
                     };
                     let (tl, to) = (self.tol_lp.allowed(l), self.tol_old.allowed(ol));
                     allowed[base + p] = propagate::ratio_allowed(
                         rt,
-                        propagate::log_ratio_allowed(own(tl, l, &peer_lp), own(to, ol, &peer_old)),
+                        propagate::log_ratio_allowed(own(tl, l, peer_lp), own(to, ol, peer_old)),
                     );
                     let computed_from_dump = peer_fine
-                        || match (&peer_lp, &peer_old, &peer_ratio) {
+                        || match (peer_lp, peer_old, peer_ratio) {
                             (Some(pl), Some(po), Some(pr)) => {
                                 match (pl.get(p), po.get(p), pr.get(p)) {
                                     (Some(pl), Some(po), Some(pr)) => {
@@ -534,7 +532,7 @@ impl Derive {
                             _ => false,
                         };
                     delta[base + p] = if own_fine && computed_from_dump {
-                        signed_log_ratio_delta((l, tl, &peer_lp), (ol, to, &peer_old), p)
+                        signed_log_ratio_delta((l, tl, peer_lp), (ol, to, peer_old), p)
                     } else {
                         f64::NAN
                     };
@@ -587,6 +585,19 @@ fn own_difference(tol: f64, d: f64) -> f64 {
 #[inline(always)]
 fn within(d: f64, tol: f64) -> bool {
     d.is_finite() & (d.abs() <= tol)
+}
+
+/// The other side's row paired with reference row `r` of the input `m` (borrowed, or
+/// decoded into `buf`), when paired and present.
+fn peer_row<'m>(
+    p: &'m PeerInputs,
+    r: usize,
+    m: &'m Option<Rc<Mat>>,
+    buf: &'m mut Vec<f64>,
+) -> Option<&'m [f64]> {
+    let rb = (*p.row.get(r)?)?;
+    let m = m.as_ref().filter(|m| rb < m.rows)?;
+    Some(m.chunk(rb, 0, m.width, buf))
 }
 
 /// One run of [`Derive::ratio_with`]'s common case: the other side's input rows and the
@@ -651,12 +662,17 @@ impl QuickRun<'_> {
         }
     }
 
-    /// `ratio = exp(log-ratio)` and `allowed = r·(e^E − 1)` in place.
+    /// `ratio = exp(log-ratio)` and `allowed = r·(e^E − 1)` in place: every `exp`, then
+    /// every `exp_m1` ([`VecMath`], the same bits as each element's), then the products
+    /// ([`propagate::ratio_allowed`]'s arithmetic).
     fn exp_pass(ratio: &mut [f64], allowed: &mut [f64]) {
-        let exp = Exp::get();
-        for (r, e) in ratio.iter_mut().zip(allowed.iter_mut()) {
-            *r = exp.call(*r);
-            *e = propagate::ratio_allowed(*r, *e);
+        let n = ratio.len().min(allowed.len());
+        let (ratio, allowed) = (&mut ratio[..n], &mut allowed[..n]);
+        let vm = VecMath::get();
+        vm.exp_in_place(ratio);
+        vm.exp_m1_in_place(allowed);
+        for (&r, e) in ratio.iter().zip(allowed.iter_mut()) {
+            *e = propagate::ratio_allowed_from_exp_m1(r, *e);
         }
     }
 }

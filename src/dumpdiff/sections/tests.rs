@@ -570,3 +570,88 @@ fn pg_prediction_summed_as_computed_is_the_reduction_of_its_vectors() {
     assert!(memo.pg_predicted_with(true).is_none());
     assert!(memo.pg_predicted_with(false).is_none());
 }
+
+#[test]
+fn loss_allowances_by_blocks_equal_the_element_rules() {
+    // Over more than two blocks of elements, with unknown values here and there: the
+    // pg terms and approx_kl's sum, whose libm calls are taken a block at a time, equal
+    // the element-by-element rules (`exp_m1`, `ln`, `ln_1p` on each element), bit for bit.
+    let n = 2 * LIBM_BLOCK + 77;
+    let u = noise(0xb10c, 5 * n);
+    let mut elems: Vec<ChainElem> = (0..n)
+        .map(|i| ChainElem {
+            ratio: 0.5 + u[i],
+            ratio_allowed: 1e-6 + 0.03 * u[n + i],
+            abs_advantage: Some(2.0 * u[2 * n + i]),
+        })
+        .collect();
+    let delta: Vec<f64> = (0..n)
+        .map(|i| match i % 11 {
+            0 => f64::NAN,
+            1 => f64::INFINITY,
+            _ => (u[3 * n + i] - 0.5) * 2e-2,
+        })
+        .collect();
+    let adv: Vec<f64> = (0..n)
+        .map(|i| match i % 7 {
+            0 => f64::NAN,
+            _ => 4.0 * u[4 * n + i] - 2.0,
+        })
+        .collect();
+    let x = ElemExtra {
+        delta: delta.clone(),
+        pred_advantage: adv.clone(),
+        ..ElemExtra::default()
+    };
+    let stats = ChainStats {
+        elems: elems.clone(),
+    };
+    let (lo, hi) = (0.2, 0.28);
+    let mut got = Vec::new();
+    let count = pg_terms(&stats, &x, lo, hi, |s, r, g| {
+        got.push([s, r, g].map(f64::to_bits))
+    });
+    let mut want = Vec::new();
+    let mut want_count = 0;
+    for ((e, &d), &a) in elems.iter().zip(&delta).zip(&adv) {
+        let inside = e.ratio - e.ratio_allowed > 1.0 - lo && e.ratio + e.ratio_allowed < 1.0 + hi;
+        let magnitude = if a.is_finite() {
+            a.abs() * e.ratio
+        } else {
+            0.0
+        };
+        let terms = if d.is_finite() && a.is_finite() && inside {
+            want_count += 1;
+            [a * e.ratio * (-d).exp_m1(), 0.0, magnitude]
+        } else {
+            let worst = propagate::product_allowed(e.ratio_allowed, e.abs_advantage.unwrap());
+            [0.0, worst, magnitude]
+        };
+        want.push(terms.map(f64::to_bits));
+    }
+    assert_eq!(count, Some(want_count));
+    assert_eq!(got, want);
+    // Not vacuous: predicted and unpredicted elements in every block.
+    assert!(want_count > n / 5 && want_count < n / 2, "{want_count}");
+
+    let element_rules = |elems: &[ChainElem]| -> Option<f64> {
+        elems
+            .iter()
+            .map(|e| {
+                let el = (e.ratio_allowed / e.ratio).ln_1p();
+                let el = (el.is_finite() && e.ratio > 0.0).then_some(el)?;
+                Some(e.ratio.ln().abs() * el + 0.5 * el * el)
+            })
+            .sum()
+    };
+    let sum = approx_kl_sum(&elems);
+    assert_eq!(
+        sum.map(f64::to_bits),
+        element_rules(&elems).map(f64::to_bits)
+    );
+    assert!(sum.is_some_and(|s| s > 0.0));
+    // An unknown allowance in the last block (a zero ratio): None, both ways.
+    elems[n - 3].ratio = 0.0;
+    assert_eq!(approx_kl_sum(&elems), None);
+    assert_eq!(element_rules(&elems), None);
+}
