@@ -119,18 +119,26 @@ pub fn match_rows_by(
             }
         }
     }
-    let mut b_minus_last: HashMap<u64, Vec<usize>> = HashMap::new();
-    if !pending.is_empty() {
-        for j in (0..nb).rev() {
-            if let (false, Some(h)) = (used[j], hash_b(j, true)) {
-                b_minus_last.entry(h).or_default().push(j);
-            }
-        }
-    }
+    // b's rows without their last token, hashed when first needed (the datum layout
+    // b = a[:-1] pairs every row through `shifted`): the rows free by then are the ones
+    // free before the loop less those it paired, which `take` skips anyway.
+    let mut b_minus_last: Option<HashMap<u64, Vec<usize>>> = None;
     for i in pending {
         let j = hash_a(i, true)
             .and_then(|h| take(&mut shifted, h, &mut used))
-            .or_else(|| hash_a(i, false).and_then(|h| take(&mut b_minus_last, h, &mut used)));
+            .or_else(|| {
+                let h = hash_a(i, false)?;
+                let map = b_minus_last.get_or_insert_with(|| {
+                    let mut m: HashMap<u64, Vec<usize>> = HashMap::new();
+                    for j in (0..nb).rev() {
+                        if let (false, Some(h)) = (used[j], hash_b(j, true)) {
+                            m.entry(h).or_default().push(j);
+                        }
+                    }
+                    m
+                });
+                take(map, h, &mut used)
+            });
         match j {
             Some(j) => {
                 any_shift = true;

@@ -94,6 +94,8 @@ impl<'v> Tensors<'v> {
 pub struct TokenRows {
     pub(super) ids: TokenIds,
     spans: Vec<std::ops::Range<usize>>,
+    /// Each row's whole-row hash, once asked for (row pairing and batch lookup both ask).
+    full: OnceCell<Vec<Option<u64>>>,
 }
 
 #[derive(Debug, Clone)]
@@ -117,8 +119,19 @@ impl TokenRows {
     }
 
     /// [`tokens_hash`] of row `i`, or of row `i` without its last token (None when the
-    /// row is empty).
+    /// row is empty). Whole-row hashes are computed once, for every row.
     pub fn hash(&self, i: usize, minus_last: bool) -> Option<u64> {
+        if minus_last {
+            return self.hash_of(i, true);
+        }
+        let full = self
+            .full
+            .get_or_init(|| (0..self.len()).map(|r| self.hash_of(r, false)).collect());
+        full.get(i).copied().flatten()
+    }
+
+    /// [`TokenRows::hash`], computed.
+    fn hash_of(&self, i: usize, minus_last: bool) -> Option<u64> {
         let s = self.spans.get(i)?;
         let end = if minus_last {
             s.end.checked_sub(1).filter(|&e| e >= s.start)?
@@ -138,7 +151,11 @@ impl TokenRows {
 impl TokenRows {
     /// The same ids with other row spans.
     fn with_spans(self, spans: Vec<std::ops::Range<usize>>) -> TokenRows {
-        TokenRows { spans, ..self }
+        TokenRows {
+            spans,
+            full: OnceCell::new(),
+            ..self
+        }
     }
 }
 
@@ -197,6 +214,7 @@ pub fn token_rows(v: &Value, key: &str) -> Option<TokenRows> {
         return Some(TokenRows {
             ids: TokenIds::Stored(t),
             spans,
+            full: OnceCell::new(),
         });
     }
     let ids = t.to_i64_vec();
@@ -211,6 +229,7 @@ pub fn token_rows(v: &Value, key: &str) -> Option<TokenRows> {
     Some(TokenRows {
         ids: TokenIds::Owned(ids),
         spans,
+        full: OnceCell::new(),
     })
 }
 
