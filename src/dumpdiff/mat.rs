@@ -40,6 +40,8 @@ pub struct Mat {
     precision: OnceLock<DType>,
     /// [`Mat::nonzero`], once computed.
     nonzero: OnceLock<Runs>,
+    /// [`Mat::zero_one`], once computed.
+    zero_one: OnceLock<bool>,
     /// The map stored values live in, when they may be released ([`Mat::release_rows`]).
     pages: Option<Pages>,
 }
@@ -63,6 +65,7 @@ impl Mat {
             values: Values::Owned(data),
             precision: OnceLock::new(),
             nonzero: OnceLock::new(),
+            zero_one: OnceLock::new(),
             pages: None,
         }
     }
@@ -123,6 +126,7 @@ impl Mat {
             values,
             precision: OnceLock::new(),
             nonzero: OnceLock::new(),
+            zero_one: OnceLock::new(),
             pages: None,
         }
     }
@@ -315,6 +319,49 @@ impl Mat {
             }
             _ => false,
         }
+    }
+
+    /// Whether every value is exactly +0 or 1 (a 0/1 mask: −0, NaN and every other value
+    /// say no), so that [`Mat::nonzero`] holds its ones. Computed once.
+    pub fn zero_one(&self) -> bool {
+        *self.zero_one.get_or_init(|| {
+            let n = self.rows * self.width;
+            let t = match &self.values {
+                Values::Owned(d) => {
+                    let one = 1f64.to_bits();
+                    return d[..n]
+                        .iter()
+                        .all(|x| x.to_bits() == 0 || x.to_bits() == one);
+                }
+                Values::Stored(t) => t,
+            };
+            // The stored bits of 1 in each dtype (bool and integers: the value 1).
+            let one: u64 = match self.dtype {
+                DType::F64 => 1f64.to_bits(),
+                DType::F32 => 1f32.to_bits() as u64,
+                DType::BF16 => 0x3f80,
+                DType::F16 => 0x3c00,
+                DType::I64 | DType::I32 | DType::I16 | DType::I8 | DType::U8 | DType::Bool => 1,
+                _ => return false,
+            };
+            let bytes = Mat::stored_bytes(t, 0, n);
+            macro_rules! all_zero_one {
+                ($n:literal, $u:ty) => {
+                    bytes.chunks_exact($n).fold(true, |ok, c| {
+                        let mut b = [0u8; $n];
+                        b.copy_from_slice(c);
+                        let v = <$u>::from_le_bytes(b);
+                        ok & ((v == 0) | (v == one as $u))
+                    })
+                };
+            }
+            match self.dtype.size() {
+                8 => all_zero_one!(8, u64),
+                4 => all_zero_one!(4, u32),
+                2 => all_zero_one!(2, u16),
+                _ => all_zero_one!(1, u8),
+            }
+        })
     }
 
     /// True when `other`'s rows have the same non-zero positions ([`Mat::nonzero`]).

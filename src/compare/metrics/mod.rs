@@ -376,6 +376,41 @@ impl Accumulator {
         self.ordered_sums(a, b);
     }
 
+    /// [`Accumulator::push_run`] of a run equal bit for bit on both sides that holds only
+    /// +0 and 1, known by its length `n`, its first value and its count of ones, without
+    /// its values: what `push_run` does with such a run when its sums are tied and whole
+    /// ([`Accumulator::push_identical`]'s count of ones). False, and nothing done, when that
+    /// shortcut does not apply (the caller then pushes the values).
+    pub fn push_zero_one_run(&mut self, n: usize, first: f64, ones: u64, loc: ElemLoc) -> bool {
+        if n == 0 {
+            return true;
+        }
+        let sums_tied = self.sa.to_bits() == self.sb.to_bits()
+            && self.saa.to_bits() == self.sbb.to_bits()
+            && self.saa.to_bits() == self.sab.to_bits();
+        let whole = |v: f64| v.fract() == 0.0 && (0.0..4.0e15).contains(&v);
+        if self.logprob
+            || self.tol.relative_to != RelativeTo::Reference
+            || !(sums_tied && whole(self.sa) && whole(self.saa))
+        {
+            return false;
+        }
+        self.count += n as u64;
+        self.finite += n as u64;
+        if self.max_abs.is_none() {
+            self.max_abs = Some(ElemDiff {
+                loc,
+                a: first,
+                b: first,
+                abs_diff: 0.0,
+            });
+        }
+        self.sa += ones as f64;
+        self.saa += ones as f64;
+        (self.sb, self.sbb, self.sab) = (self.sa, self.saa, self.saa);
+        true
+    }
+
     /// [`Accumulator::push_run`] of a run equal bit for bit on both sides, below 700, while
     /// `sb`, `sbb`, `sab` still equal `sa`, `saa`: |a − b|, its powers, k1, k3 and the
     /// probability difference add +0 (a no-op on these never-negative-zero sums), so only

@@ -94,6 +94,30 @@ pub(super) fn intersect(
     }
 }
 
+/// When the ones of two 0/1 rows (their [`Mat::nonzero`] runs, ascending) lie in the
+/// same positions of `[p0, p1)`: how many there are, and the value at `p0`.
+fn same_ones(a: &[Range<usize>], b: &[Range<usize>], p0: usize, p1: usize) -> Option<(u64, f64)> {
+    let clip = |runs: &[Range<usize>]| {
+        let runs: Vec<Range<usize>> = runs
+            .iter()
+            .map(|r| r.start.max(p0)..r.end.min(p1))
+            .filter(|r| r.start < r.end)
+            .collect();
+        runs
+    };
+    let (ca, cb) = (clip(a), clip(b));
+    if ca != cb {
+        return None;
+    }
+    let ones = ca.iter().map(|r| (r.end - r.start) as u64).sum();
+    let first = if ca.first().is_some_and(|r| r.start == p0) {
+        1.0
+    } else {
+        0.0
+    };
+    Some((ones, first))
+}
+
 /// `v` padded with zeros to `len` (copied into `buf` only when short).
 pub(super) fn padded<'s>(v: &'s [f64], len: usize, buf: &'s mut Vec<f64>) -> &'s [f64] {
     if v.len() >= len {
@@ -301,16 +325,45 @@ impl PairCtx<'_> {
         origin_a: Origin,
         origin_b: Origin,
     ) -> Comparison {
+        self.exact_rows_with(key, a, b, origin_a, origin_b, true)
+    }
+
+    /// [`PairCtx::exact_rows`]; with `by_runs`, a chunk of two 0/1 masks whose ones lie in
+    /// the same places ([`Mat::nonzero`]) is added from its count of ones
+    /// ([`Accumulator::push_zero_one_run`]) without decoding either side; without, every
+    /// chunk is decoded (the tests pin the two equal).
+    pub(super) fn exact_rows_with(
+        &self,
+        key: &str,
+        a: &Mat,
+        b: &Mat,
+        origin_a: Origin,
+        origin_b: Origin,
+        by_runs: bool,
+    ) -> Comparison {
         let name = format!("{}.{key}", self.section);
         let tol = self.policy.resolve(&name, DType::I64, false);
         let mut acc = Accumulator::new(tol.clone(), None, false);
         let mut buf = Bufs::default();
         let width = |m: &Mat, r: usize| if r < m.rows { m.width } else { 0 };
+        let by_runs = by_runs && a.zero_one() && b.zero_one();
         for &(ra, rb) in &self.rows.pairs {
             let n = width(a, ra).max(width(b, rb));
             for p0 in (0..n).step_by(CHUNK) {
                 let p1 = (p0 + CHUNK).min(n);
                 let pos = Positions::From(p0);
+                if by_runs {
+                    if let Some((ones, first)) = same_ones(a.nonzero(ra), b.nonzero(rb), p0, p1) {
+                        let loc = ElemLoc {
+                            row: ra,
+                            other_row: rb,
+                            pos: p0,
+                        };
+                        if acc.push_zero_one_run(p1 - p0, first, ones, loc) {
+                            continue;
+                        }
+                    }
+                }
                 if a.same_stored(ra, b, rb, p0, p1) {
                     // Both sides hold every position, with equal bytes: one side read.
                     acc.push_run_same(a.chunk(ra, p0, p1, &mut buf.a), None, pos, ra, rb);

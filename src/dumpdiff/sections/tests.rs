@@ -655,3 +655,100 @@ fn loss_allowances_by_blocks_equal_the_element_rules() {
     assert_eq!(approx_kl_sum(&elems), None);
     assert_eq!(element_rules(&elems), None);
 }
+
+#[test]
+fn mask_chunks_counted_by_runs_equal_the_decoded_path() {
+    // Two 0/1 masks of every stored kind, the reference wider than a chunk and the other
+    // trimmed (its missing positions count as 0), rows paired out of order and past either
+    // side's rows: a chunk whose ones lie in the same places, added from its count of ones,
+    // gives the comparison the decoded path gives, field for field; so do a differing row
+    // (after which the sums are no longer tied and every chunk is decoded) and values that
+    // are not 0/1 (−0, 2, NaN: never counted by runs).
+    let (wa, wb) = (CHUNK + 904, 3000);
+    let (ra, rb) = (5, 4);
+    let u = noise(0x0a5c, ra * wa);
+    // Row r holds ones on a prefix of random length (a response mask) with a few holes;
+    // rows 3 and 4 none (they meet missing rows: compared with 0).
+    let len = |r: usize| {
+        if r < 3 {
+            (u[r] * wb as f64) as usize
+        } else {
+            0
+        }
+    };
+    let mask = |rows: usize, w: usize| -> Vec<f64> {
+        (0..rows * w)
+            .map(|i| {
+                let (r, p) = (i / w, i % w);
+                (p < len(r) && p % 97 != 5) as u8 as f64
+            })
+            .collect()
+    };
+    let policy = TolerancePolicy::default();
+    let pairs = vec![(0, 1), (1, 0), (2, 2), (3, 3), (4, 9), (7, 3)];
+    let rm = RowMatch {
+        pairs,
+        only_a: vec![],
+        only_b: vec![],
+        method: crate::compare::align::MatchMethod::Index,
+    };
+    let ctx = PairCtx {
+        policy: &policy,
+        section: "t",
+        rows: &rm,
+        mask_a: None,
+        mask_b: None,
+        cell_precision: None,
+    };
+    let origin = || Origin::dumped("t", "m");
+    let both = |a: &Mat, b: &Mat| {
+        let fast = ctx.exact_rows_with("m", a, b, origin(), origin(), true);
+        let slow = ctx.exact_rows_with("m", a, b, origin(), origin(), false);
+        assert_eq!(format!("{fast:?}"), format!("{slow:?}"));
+        fast.metrics.unwrap()
+    };
+    // Rows 0 and 1 swapped on the other side (paired (0, 1), (1, 0)).
+    let (a_vals, mut b_vals) = (mask(ra, wa), mask(rb, wb));
+    for p in 0..wb {
+        b_vals.swap(p, wb + p);
+    }
+    for (da, db) in [
+        (DType::I32, DType::I32),
+        (DType::I32, DType::F32),
+        (DType::F32, DType::BF16),
+        (DType::F64, DType::I32),
+    ] {
+        let a = stored(da, ra, wa, &a_vals);
+        let b = stored(db, rb, wb, &b_vals);
+        assert!(a.zero_one() && b.zero_one());
+        let m = both(&a, &b);
+        // Rows 0/1 are swapped back by the pairing; row 4 is paired with a missing row
+        // (all of it compared with 0) and a missing row 7 with row 3: all equal.
+        assert_eq!((m.count, m.beyond), ((3 * wa + 2 * wa + wb) as u64, 0));
+        let owned = Mat::new(vec![ra, wa], ra, wa, a_vals.clone(), DType::F64);
+        assert!(owned.zero_one());
+        both(&owned, &b);
+        // One differing position in the first pair: found, and the rest still equal.
+        let mut c = b_vals.clone();
+        c[wb + 2] = 1.0 - c[wb + 2];
+        let m = both(&a, &stored(db, rb, wb, &c));
+        assert_eq!(m.beyond, 1, "{da:?} {db:?}");
+        // A differing position in the other side's row 3 (paired twice, last): after
+        // chunks counted by runs, the sums those left (pearson) are the decoded path's.
+        let mut c = b_vals.clone();
+        c[3 * wb + 5] = 1.0;
+        let m = both(&a, &stored(db, rb, wb, &c));
+        assert_eq!(m.beyond, 2, "{da:?} {db:?}");
+        assert!(m.pearson.is_some_and(|p| p < 1.0));
+        // Values that are not 0/1 keep every chunk on the decoded path.
+        for odd in [-0.0, 2.0, f64::NAN] {
+            let mut c = b_vals.clone();
+            c[3 * wb + 1] = odd;
+            let b = stored(db, rb, wb, &c);
+            if db != DType::I32 {
+                assert!(!b.zero_one(), "{odd}");
+            }
+            both(&a, &b);
+        }
+    }
+}
