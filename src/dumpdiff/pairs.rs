@@ -194,19 +194,7 @@ pub(super) fn weaver_sections(
     let (adv_preset, policy) = (opts.advantage_preset.as_deref(), &opts.policy);
     let pair = "self-hosted vs weaver";
     let mut note_missing = |kind: Kind, rank: u32, micro: Option<u32>, a_has: bool| {
-        let (present_on, missing_on) = if a_has {
-            ("self-hosted", "weaver")
-        } else {
-            ("weaver", "self-hosted")
-        };
-        coverage.push(Coverage {
-            kind: kind.dir_name().into(),
-            rank: Some(rank),
-            micro,
-            present_on: present_on.into(),
-            missing_on: missing_on.into(),
-        });
-        sections::missing_cell(Some(rank), micro, present_on, missing_on)
+        note_missing_in(&mut *coverage, kind, rank, micro, a_has)
     };
     let mut out = Vec::new();
 
@@ -344,6 +332,30 @@ pub(super) fn weaver_sections(
     Ok(out)
 }
 
+/// The coverage entry of a self-hosted vs weaver file on one side only (`a_has`: on the
+/// self-hosted side), pushed to `coverage`, and the cell that says so.
+fn note_missing_in(
+    coverage: &mut Vec<Coverage>,
+    kind: Kind,
+    rank: u32,
+    micro: Option<u32>,
+    a_has: bool,
+) -> Cell {
+    let (present_on, missing_on) = if a_has {
+        ("self-hosted", "weaver")
+    } else {
+        ("weaver", "self-hosted")
+    };
+    coverage.push(Coverage {
+        kind: kind.dir_name().into(),
+        rank: Some(rank),
+        micro,
+        present_on: present_on.into(),
+        missing_on: missing_on.into(),
+    });
+    sections::missing_cell(Some(rank), micro, present_on, missing_on)
+}
+
 /// Section 6 (param / gradient: self-hosted per rank, weaver per rank or per micro) and the
 /// coverage entries of its files on one side only, in the order [`weaver_sections`] reports
 /// them.
@@ -366,19 +378,7 @@ pub(super) fn param_sections(
     let pair = "self-hosted vs weaver";
     let mut coverage = Vec::new();
     let mut note_missing = |kind: Kind, rank: u32, micro: Option<u32>, a_has: bool| {
-        let (present_on, missing_on) = if a_has {
-            ("self-hosted", "weaver")
-        } else {
-            ("weaver", "self-hosted")
-        };
-        coverage.push(Coverage {
-            kind: kind.dir_name().into(),
-            rank: Some(rank),
-            micro,
-            present_on: present_on.into(),
-            missing_on: missing_on.into(),
-        });
-        sections::missing_cell(Some(rank), micro, present_on, missing_on)
+        note_missing_in(&mut coverage, kind, rank, micro, a_has)
     };
     let mut sections_out = Vec::new();
     for (kind, key) in [(Kind::Param, "param"), (Kind::Gradient, "gradient")] {
