@@ -7,6 +7,7 @@ pub mod events;
 pub mod fastline;
 pub mod layout;
 pub mod npy;
+mod pool;
 pub mod producers;
 pub mod pt;
 pub mod safetensors;
@@ -147,6 +148,15 @@ pub fn sniff_format(bytes: &[u8]) -> Option<FileFormat> {
 
 /// Read any supported dump file, choosing the reader by extension, or by the first bytes
 /// ([`sniff_format`]) when the name has none of the known extensions.
+/// [`read_any`], a `.pt` file read into a reused buffer instead of a memory map
+/// ([`pt::read_pt_pooled`]): for files read and dropped in turn, many of one size.
+pub fn read_any_pooled(path: &Path) -> Result<Value> {
+    match FileFormat::from_path(path) {
+        Some(FileFormat::Pt) => pt::read_pt_pooled(path),
+        _ => read_any(path),
+    }
+}
+
 pub fn read_any(path: &Path) -> Result<Value> {
     match FileFormat::from_path(path) {
         Some(FileFormat::Pt) => pt::read_pt(path),
