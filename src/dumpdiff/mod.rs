@@ -490,3 +490,81 @@ fn section(id: u8, name: &str, pair: &str, cells: Vec<Cell>, notes: Vec<String>)
         notes,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Records every file reported read, by size, in order.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<u64>>);
+
+    impl Progress for Recorder {
+        fn start(&self, _: &str, _: usize, _: u64) {}
+        fn file_done(&self, bytes: u64) {
+            self.0.lock().unwrap().push(bytes);
+        }
+    }
+
+    fn fixture(side: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/dumps")
+            .join(side)
+    }
+
+    #[test]
+    fn section_6_ahead_is_section_6_inline_and_its_files_count_as_read_once() {
+        // Section 6 compared one rank after the other on the thread working ahead equals
+        // the parallel comparison, cells and coverage alike; the files it read, handed to
+        // the sides, are not read again by the check of unread files, and every file of
+        // the step is reported read exactly once.
+        let opts = Options {
+            self_hosted: fixture("self_hosted_pt"),
+            weaver: Some(fixture("weaver_faulty_pt")),
+            ..Options::default()
+        };
+        let (st, wt) = (
+            DumpTree::discover(&opts.self_hosted).unwrap(),
+            DumpTree::discover(opts.weaver.as_ref().unwrap()).unwrap(),
+        );
+        let (sa, wa) = (
+            per_rank_side("self-hosted", &st, &opts),
+            per_rank_side("weaver", &wt, &opts),
+        );
+        let ahead = pairs::param_sections(&sa, &wa, &opts.policy, &NoProgress, false).unwrap();
+        let (sb, wb) = (
+            per_rank_side("self-hosted", &st, &opts),
+            per_rank_side("weaver", &wt, &opts),
+        );
+        let inline = pairs::param_sections(&sb, &wb, &opts.policy, &NoProgress, true).unwrap();
+        assert_eq!(
+            format!("{:?}", (&ahead.sections, &ahead.coverage)),
+            format!("{:?}", (&inline.sections, &inline.coverage))
+        );
+        // Not vacuous: both kinds compared.
+        assert_eq!(ahead.sections.len(), 2);
+        let read: Vec<(PathBuf, u64)> = sa.take_read().into_iter().chain(wa.take_read()).collect();
+        assert!(read
+            .iter()
+            .any(|(p, _)| p.to_string_lossy().contains("/param/")));
+        assert!(read.iter().all(|(p, _)| {
+            let p = p.to_string_lossy();
+            p.contains("/param/") || p.contains("/gradient/")
+        }));
+
+        // The whole run: every file of the step reported once, by size.
+        let rec = Recorder::default();
+        let report = run_with_progress(&opts, &rec).unwrap();
+        let mut got = rec.0.into_inner().unwrap();
+        let mut want: Vec<u64> = [&st, &wt]
+            .iter()
+            .flat_map(|t| step_files(t, &opts))
+            .map(|f| f.size)
+            .collect();
+        got.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(got, want);
+        assert_eq!(report.files_read, want.len());
+    }
+}
