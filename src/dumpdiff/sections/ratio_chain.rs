@@ -246,7 +246,7 @@ pub fn chain(
             .as_ref()
             .and_then(|m| crate::conventions::rounding::unit_roundoff(m.precision())),
         advantage: Vec::with_capacity(n_valid),
-        kl_delta: Vec::with_capacity(n_valid),
+        kl_delta: Vec::with_capacity(if ref_lp.is_some() { n_valid } else { 0 }),
         row_counts: Vec::with_capacity(abs_adv.len()),
         entropy: Vec::with_capacity(if ent.is_some() { n_valid } else { 0 }),
         pred_advantage: Vec::with_capacity(n_valid),
@@ -265,16 +265,14 @@ pub fn chain(
         for v in valid(r) {
             let span = v.start.min(width)..v.end.min(width);
             let n = span.len();
-            match (&lp_r, &ref_r) {
-                (Some(l), Some(rf)) => {
-                    extra
-                        .kl_delta
-                        .extend(span.clone().map(|p| match (l.get(p), rf.get(p)) {
-                            (Some(l), Some(rf)) => l - rf,
-                            _ => f64::NAN,
-                        }))
-                }
-                _ => extra.kl_delta.extend(std::iter::repeat_n(f64::NAN, n)),
+            // Without `ref_log_probs` (no row has one) the vector stays empty.
+            if let (Some(l), Some(rf)) = (&lp_r, &ref_r) {
+                extra
+                    .kl_delta
+                    .extend(span.clone().map(|p| match (l.get(p), rf.get(p)) {
+                        (Some(l), Some(rf)) => l - rf,
+                        _ => f64::NAN,
+                    }))
             }
             let signed_or = |x: f64| std::iter::repeat_n(signed.unwrap_or(x), n);
             extra.advantage.extend(signed_or(f64::NAN));
@@ -325,7 +323,8 @@ pub fn chain(
 pub struct ElemExtra {
     /// Signed advantage per element (NaN when unknown).
     pub advantage: Vec<f64>,
-    /// `logp − ref` per element (NaN without `ref_log_probs`).
+    /// `logp − ref` per element, NaN where a row lacks a value; empty without
+    /// `ref_log_probs` (then no KL allowance, as from all-NaN differences).
     pub kl_delta: Vec<f64>,
     /// Valid elements per row, in row order.
     pub row_counts: Vec<usize>,
