@@ -132,7 +132,27 @@ pub(super) fn fold_finite_body<U: Copy + Ord + Default + Into<u64>>(
     let mut m_rel = [0.0f64; LANES];
     let mut beyond = [0u64; LANES];
     let mut m_ulp = [U::default(); LANES];
-    let mut lane = |l: usize, x: f64, y: f64, extra: f64| {
+    // Maxima of values never NaN nor −0 (finite inputs; NaN excesses replaced below): a
+    // plain comparison is `f64::max` here, and a single vector instruction.
+    let max = |m: f64, v: f64| if v > m { v } else { m };
+    // What every element adds besides its excess and relative difference.
+    let rest = |l: usize,
+                x: f64,
+                y: f64,
+                extra: f64,
+                m_abs: &mut [f64; LANES],
+                beyond: &mut [u64; LANES],
+                m_ulp: &mut [U; LANES]| {
+        let d = (x - y).abs();
+        let allowed = atol + rtol * x.abs() + extra;
+        m_abs[l] = max(m_abs[l], d);
+        // Beyond: not within `allowed` (a NaN allowance admits nothing; d is never NaN).
+        // Non-short-circuit `&`, `|`: no branch in the loop.
+        beyond[l] += ((x != y) & ((d > allowed) | allowed.is_nan())) as u64;
+        m_ulp[l] = m_ulp[l].max(ulp(x, y));
+    };
+    // The excess and relative difference of one element.
+    let quotients = |x: f64, y: f64, extra: f64| {
         let d = (x - y).abs();
         let allowed = atol + rtol * x.abs() + extra;
         let q = d / allowed;
@@ -142,16 +162,7 @@ pub(super) fn fold_finite_body<U: Copy + Ord + Default + Into<u64>>(
         let exc = if exc.is_nan() { f64::INFINITY } else { exc };
         let r = d / x.abs();
         let rel = if x != 0.0 { r } else { 0.0 };
-        // Maxima of values never NaN nor −0 (finite inputs; NaN excesses replaced above):
-        // a plain comparison is `f64::max` here, and a single vector instruction.
-        let max = |m: f64, v: f64| if v > m { v } else { m };
-        m_abs[l] = max(m_abs[l], d);
-        m_exc[l] = max(m_exc[l], exc);
-        m_rel[l] = max(m_rel[l], rel);
-        // Beyond: not within `allowed` (a NaN allowance admits nothing; d is never NaN).
-        // Non-short-circuit `&`, `|`: no branch in the loop.
-        beyond[l] += ((x != y) & ((d > allowed) | allowed.is_nan())) as u64;
-        m_ulp[l] = m_ulp[l].max(ulp(x, y));
+        (exc, rel)
     };
     let whole = n - n % LANES;
     let blocks = a[..whole]
@@ -159,12 +170,33 @@ pub(super) fn fold_finite_body<U: Copy + Ord + Default + Into<u64>>(
         .zip(b[..whole].chunks_exact(LANES))
         .zip(e[..whole].chunks_exact(LANES));
     for ((xa, xb), xe) in blocks {
-        for (l, ((&x, &y), &e)) in xa.iter().zip(xb).zip(xe).enumerate() {
-            lane(l, x, y, e);
+        // When no lane's quotients can exceed its maxima (see `below`), the block skips
+        // both divisions: the maxima stay as they are.
+        let mut skip = true;
+        for l in 0..LANES {
+            let (x, y) = (xa[l], xb[l]);
+            let d = (x - y).abs();
+            let allowed = atol + rtol * x.abs() + xe[l];
+            let exc_stays = (d == 0.0) | ((allowed > 0.0) & below(d, m_exc[l], allowed));
+            let rel_stays = (d == 0.0) | (x == 0.0) | below(d, m_rel[l], x.abs());
+            skip &= exc_stays & rel_stays;
+        }
+        if !skip {
+            for l in 0..LANES {
+                let (exc, rel) = quotients(xa[l], xb[l], xe[l]);
+                m_exc[l] = max(m_exc[l], exc);
+                m_rel[l] = max(m_rel[l], rel);
+            }
+        }
+        for l in 0..LANES {
+            rest(l, xa[l], xb[l], xe[l], &mut m_abs, &mut beyond, &mut m_ulp);
         }
     }
     for i in whole..n {
-        lane(0, a[i], b[i], e[i]);
+        let (exc, rel) = quotients(a[i], b[i], e[i]);
+        m_exc[0] = max(m_exc[0], exc);
+        m_rel[0] = max(m_rel[0], rel);
+        rest(0, a[i], b[i], e[i], &mut m_abs, &mut beyond, &mut m_ulp);
     }
     let max = |m: [f64; LANES]| m.into_iter().fold(f64::NEG_INFINITY, f64::max);
     Folded {
@@ -174,6 +206,18 @@ pub(super) fn fold_finite_body<U: Copy + Ord + Default + Into<u64>>(
         beyond: beyond.into_iter().sum(),
         max_ulp: m_ulp.into_iter().map(Into::into).fold(0, u64::max),
     }
+}
+
+/// True only when `d / den` (finite `d ≥ 0`, `den > 0`) rounds to at most `m`, a maximum
+/// of such quotients (≥ 0, never NaN), so that `max(m, d / den)` is `m`: when `d` is at
+/// most `m·den` computed and shrunk by 2^−50. Each product is off by at most 2^−53 of
+/// itself, so then `d < m·den` exactly, `d / den < m`, and its rounding is at most `m`.
+/// A product below the normal range (relative error unbounded) or NaN (0·∞) says false;
+/// one that overflows is above any finite `d`, so true holds there.
+#[inline(always)]
+fn below(d: f64, m: f64, den: f64) -> bool {
+    let t = m * den * (1.0 - 1.0 / (1u64 << 50) as f64);
+    (t >= f64::MIN_POSITIVE) & (d <= t)
 }
 
 /// Whether every value of both runs is finite, and whether the runs are equal bit for bit

@@ -484,3 +484,63 @@ fn logprob_sums_by_blocks_equal_the_memo_path() {
         }
     }
 }
+
+#[test]
+fn fold_skipping_divisions_equals_every_quotient() {
+    // Long runs whose maxima settle early, then meet quotients a few ulps below, equal to
+    // and above them (so the block test that skips the divisions must be exact), with
+    // allowances and references near 0, subnormal, huge and zero: the fold's maxima equal
+    // those of every element's excess and relative difference computed one by one.
+    let mut g = Lcg(23);
+    let up = |v: f64, k: i64| f64::from_bits((v.to_bits() as i64 + k) as u64);
+    for case in 0..48 {
+        let n = 997 + 31 * case;
+        let (atol, rtol) = [(3e-5, 0.0), (1e-5, 1.6e-2), (0.0, 1e-6), (1e-310, 0.0)][case % 4];
+        let (mut a, mut b, mut e) = (Vec::new(), Vec::new(), Vec::new());
+        let d0 = 0.3 + g.unit();
+        for i in 0..n {
+            let x = match g.below(9) {
+                0 => 0.0,
+                1 => 1e-300,
+                2 => 1e300,
+                3 => -(1.0 + g.unit()),
+                _ => 1.0 + g.unit(),
+            };
+            // Differences clustered round d0 (ties and neighbours of the running maxima).
+            let d = match g.below(4) {
+                0 => up(d0, g.below(5) as i64 - 2),
+                1 => d0 * g.unit(),
+                2 => 0.0,
+                _ => up(d0, -(g.below(3) as i64)),
+            };
+            let d = if x.abs() > 1e299 { d * 1e290 } else { d };
+            a.push(x);
+            b.push(x - d);
+            e.push(if i % 7 == 3 { 1e-320 } else { 0.0 });
+        }
+        let folded = fold_finite(&a, &b, &e, atol, rtol, None);
+        let (mut exc_max, mut rel_max) = (0.0f64, 0.0f64);
+        for i in 0..n {
+            let (x, y) = (a[i], b[i]);
+            let d = (x - y).abs();
+            let allowed = atol + rtol * x.abs() + e[i];
+            let exc = if d == 0.0 {
+                0.0
+            } else if allowed > 0.0 {
+                d / allowed
+            } else {
+                f64::INFINITY
+            };
+            let exc = if exc.is_nan() { f64::INFINITY } else { exc };
+            let rel = if x != 0.0 { d / x.abs() } else { 0.0 };
+            exc_max = exc_max.max(exc);
+            rel_max = rel_max.max(rel);
+        }
+        assert_eq!(
+            folded.max_excess.to_bits(),
+            exc_max.to_bits(),
+            "case {case}"
+        );
+        assert_eq!(folded.max_rel.to_bits(), rel_max.to_bits(), "case {case}");
+    }
+}
