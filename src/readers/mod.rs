@@ -146,8 +146,6 @@ pub fn sniff_format(bytes: &[u8]) -> Option<FileFormat> {
     }
 }
 
-/// Read any supported dump file, choosing the reader by extension, or by the first bytes
-/// ([`sniff_format`]) when the name has none of the known extensions.
 /// [`read_any`], a `.pt` file read into a reused buffer instead of a memory map
 /// ([`pt::read_pt_pooled`]): for files read and dropped in turn, many of one size.
 pub fn read_any_pooled(path: &Path) -> Result<Value> {
@@ -157,6 +155,8 @@ pub fn read_any_pooled(path: &Path) -> Result<Value> {
     }
 }
 
+/// Read any supported dump file, choosing the reader by extension, or by the first bytes
+/// ([`sniff_format`]) when the name has none of the known extensions.
 pub fn read_any(path: &Path) -> Result<Value> {
     match FileFormat::from_path(path) {
         Some(FileFormat::Pt) => pt::read_pt(path),

@@ -328,10 +328,7 @@ impl Accumulator {
         self.finite += n as u64;
         // From here on every value is finite: no NaN or infinite counts, and
         // |a − b| is `(a − b).abs()` (0 when equal).
-        let sums_tied = self.sa.to_bits() == self.sb.to_bits()
-            && self.saa.to_bits() == self.sbb.to_bits()
-            && self.saa.to_bits() == self.sab.to_bits();
-        if identical && sums_tied && (!self.logprob || a.iter().all(|&x| x < 700.0)) {
+        if identical && self.sums_tied() && (!self.logprob || a.iter().all(|&x| x < 700.0)) {
             self.push_identical(a, loc(0));
             return;
         }
@@ -376,6 +373,15 @@ impl Accumulator {
         self.ordered_sums(a, b);
     }
 
+    /// Whether `sb`, `sbb` and `sab` still equal `sa`, `saa` and `saa` bit for bit (only
+    /// runs equal on both sides were pushed): a run equal on both sides then moves only
+    /// `sa` and `saa` ([`Accumulator::push_identical`]).
+    fn sums_tied(&self) -> bool {
+        self.sa.to_bits() == self.sb.to_bits()
+            && self.saa.to_bits() == self.sbb.to_bits()
+            && self.saa.to_bits() == self.sab.to_bits()
+    }
+
     /// [`Accumulator::push_run`] of a run equal bit for bit on both sides that holds only
     /// +0 and 1, known by its length `n`, its first value and its count of ones, without
     /// its values: what `push_run` does with such a run when its sums are tied and whole
@@ -385,13 +391,9 @@ impl Accumulator {
         if n == 0 {
             return true;
         }
-        let sums_tied = self.sa.to_bits() == self.sb.to_bits()
-            && self.saa.to_bits() == self.sbb.to_bits()
-            && self.saa.to_bits() == self.sab.to_bits();
-        let whole = |v: f64| v.fract() == 0.0 && (0.0..4.0e15).contains(&v);
         if self.logprob
             || self.tol.relative_to != RelativeTo::Reference
-            || !(sums_tied && whole(self.sa) && whole(self.saa))
+            || !(self.sums_tied() && whole_sum(self.sa) && whole_sum(self.saa))
         {
             return false;
         }
@@ -428,8 +430,7 @@ impl Accumulator {
         // 0/1 values (masks) onto whole sums below 2^52: every partial sum is an exact
         // integer, so adding the count of ones at once is the same as adding one by one.
         let (ones, zero_one) = count_ones(a);
-        let whole = |v: f64| v.fract() == 0.0 && (0.0..4.0e15).contains(&v);
-        if zero_one && whole(sa) && whole(saa) {
+        if zero_one && whole_sum(sa) && whole_sum(saa) {
             sa += ones as f64;
             saa += ones as f64;
         } else {
@@ -549,6 +550,12 @@ impl Accumulator {
     }
 }
 
+/// Whether a sum is a whole number below 2^52 (4e15), so that adding a count of ones to it
+/// at once gives the bits that adding the ones one by one gives.
+fn whole_sum(v: f64) -> bool {
+    v.fract() == 0.0 && (0.0..4.0e15).contains(&v)
+}
+
 /// Log-prob pairs whose exponentials are taken at a time ([`LogProbSums::add_by_blocks`]).
 const EXP_BLOCK: usize = 256;
 
@@ -567,27 +574,37 @@ impl LogProbSums {
     /// probability difference's sum and maximum. e^a and e^b of log-probs on a coarse
     /// grid repeat: looked up (same bits).
     fn add_memo(&mut self, a: &[f64], b: &[f64]) {
-        let (mut k1, mut k3, mut max_pd, mut sum_pd) = (self.k1, self.k3, self.max_pd, self.sum_pd);
+        let mut s = *self;
         ExpMemo::with(|memo| {
             for (&x, &y) in a.iter().zip(b) {
-                k1 += x - y;
-                if x == y && x < 700.0 {
-                    continue;
-                }
-                let d = y - x;
-                k3 += memo.exp_off_grid(d) - d - 1.0;
-                let pd = (memo.exp(x) - memo.exp(y)).abs();
-                max_pd = max_pd.max(pd);
-                sum_pd += pd;
+                s.add(x, y, || {
+                    (memo.exp_off_grid(y - x), memo.exp(x), memo.exp(y))
+                });
             }
         });
-        (self.k1, self.k3, self.max_pd, self.sum_pd) = (k1, k3, max_pd, sum_pd);
+        *self = s;
+    }
+
+    /// One finite pair: `exps` gives e^(y−x), e^x and e^y, asked only when the pair is
+    /// not `x == y < 700` (then every term but k1's is +0).
+    #[inline(always)]
+    fn add(&mut self, x: f64, y: f64, exps: impl FnOnce() -> (f64, f64, f64)) {
+        self.k1 += x - y;
+        if x == y && x < 700.0 {
+            return;
+        }
+        let (e_d, e_x, e_y) = exps();
+        let d = y - x;
+        self.k3 += e_d - d - 1.0;
+        let pd = (e_x - e_y).abs();
+        self.max_pd = self.max_pd.max(pd);
+        self.sum_pd += pd;
     }
 
     /// [`LogProbSums::add_memo`], a block's e^(b−a), e^a and e^b taken at once by `vm`
     /// (the same bits as `f64::exp`), then its sums in element order.
     fn add_by_blocks(&mut self, vm: VecMath, a: &[f64], b: &[f64]) {
-        let (mut k1, mut k3, mut max_pd, mut sum_pd) = (self.k1, self.k3, self.max_pd, self.sum_pd);
+        let mut s = *self;
         let mut ex = [[0f64; EXP_BLOCK]; 3];
         for (xa, xb) in a.chunks(EXP_BLOCK).zip(b.chunks(EXP_BLOCK)) {
             let k = xa.len().min(xb.len());
@@ -610,18 +627,10 @@ impl LogProbSums {
                 .zip(ed.iter())
                 .zip(ea.iter().zip(eb.iter()))
             {
-                k1 += x - y;
-                if x == y && x < 700.0 {
-                    continue;
-                }
-                let d = y - x;
-                k3 += e_d - d - 1.0;
-                let pd = (e_x - e_y).abs();
-                max_pd = max_pd.max(pd);
-                sum_pd += pd;
+                s.add(x, y, || (e_d, e_x, e_y));
             }
         }
-        (self.k1, self.k3, self.max_pd, self.sum_pd) = (k1, k3, max_pd, sum_pd);
+        *self = s;
     }
 }
 

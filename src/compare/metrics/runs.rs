@@ -135,16 +135,14 @@ pub(super) fn fold_finite_body<U: Copy + Ord + Default + Into<u64>>(
     // Maxima of values never NaN nor −0 (finite inputs; NaN excesses replaced below): a
     // plain comparison is `f64::max` here, and a single vector instruction.
     let max = |m: f64, v: f64| if v > m { v } else { m };
+    // An element's |a − b| and its allowed difference.
+    let diff = |x: f64, y: f64, extra: f64| ((x - y).abs(), atol + rtol * x.abs() + extra);
     // What every element adds besides its excess and relative difference.
     let rest = |l: usize,
-                x: f64,
-                y: f64,
-                extra: f64,
+                (x, y, d, allowed): (f64, f64, f64, f64),
                 m_abs: &mut [f64; LANES],
                 beyond: &mut [u64; LANES],
                 m_ulp: &mut [U; LANES]| {
-        let d = (x - y).abs();
-        let allowed = atol + rtol * x.abs() + extra;
         m_abs[l] = max(m_abs[l], d);
         // Beyond: not within `allowed` (a NaN allowance admits nothing; d is never NaN).
         // Non-short-circuit `&`, `|`: no branch in the loop.
@@ -152,9 +150,7 @@ pub(super) fn fold_finite_body<U: Copy + Ord + Default + Into<u64>>(
         m_ulp[l] = m_ulp[l].max(ulp(x, y));
     };
     // The excess and relative difference of one element.
-    let quotients = |x: f64, y: f64, extra: f64| {
-        let d = (x - y).abs();
-        let allowed = atol + rtol * x.abs() + extra;
+    let quotients = |x: f64, d: f64, allowed: f64| {
         let q = d / allowed;
         let exc = if allowed > 0.0 { q } else { f64::INFINITY };
         let exc = if d == 0.0 { 0.0 } else { exc };
@@ -170,33 +166,37 @@ pub(super) fn fold_finite_body<U: Copy + Ord + Default + Into<u64>>(
         .zip(b[..whole].chunks_exact(LANES))
         .zip(e[..whole].chunks_exact(LANES));
     for ((xa, xb), xe) in blocks {
+        let mut el = [(0.0, 0.0, 0.0, 0.0); LANES];
+        for l in 0..LANES {
+            let (d, allowed) = diff(xa[l], xb[l], xe[l]);
+            el[l] = (xa[l], xb[l], d, allowed);
+        }
         // When no lane's quotients can exceed its maxima (see `below`), the block skips
         // both divisions: the maxima stay as they are.
         let mut skip = true;
-        for l in 0..LANES {
-            let (x, y) = (xa[l], xb[l]);
-            let d = (x - y).abs();
-            let allowed = atol + rtol * x.abs() + xe[l];
+        for (l, &(x, _, d, allowed)) in el.iter().enumerate() {
             let exc_stays = (d == 0.0) | ((allowed > 0.0) & below(d, m_exc[l], allowed));
             let rel_stays = (d == 0.0) | (x == 0.0) | below(d, m_rel[l], x.abs());
             skip &= exc_stays & rel_stays;
         }
         if !skip {
-            for l in 0..LANES {
-                let (exc, rel) = quotients(xa[l], xb[l], xe[l]);
+            for (l, &(x, _, d, allowed)) in el.iter().enumerate() {
+                let (exc, rel) = quotients(x, d, allowed);
                 m_exc[l] = max(m_exc[l], exc);
                 m_rel[l] = max(m_rel[l], rel);
             }
         }
-        for l in 0..LANES {
-            rest(l, xa[l], xb[l], xe[l], &mut m_abs, &mut beyond, &mut m_ulp);
+        for (l, &v) in el.iter().enumerate() {
+            rest(l, v, &mut m_abs, &mut beyond, &mut m_ulp);
         }
     }
     for i in whole..n {
-        let (exc, rel) = quotients(a[i], b[i], e[i]);
+        let (x, y) = (a[i], b[i]);
+        let (d, allowed) = diff(x, y, e[i]);
+        let (exc, rel) = quotients(x, d, allowed);
         m_exc[0] = max(m_exc[0], exc);
         m_rel[0] = max(m_rel[0], rel);
-        rest(0, a[i], b[i], e[i], &mut m_abs, &mut beyond, &mut m_ulp);
+        rest(0, (x, y, d, allowed), &mut m_abs, &mut beyond, &mut m_ulp);
     }
     let max = |m: [f64; LANES]| m.into_iter().fold(f64::NEG_INFINITY, f64::max);
     Folded {

@@ -97,25 +97,23 @@ pub(super) fn intersect(
 /// When the ones of two 0/1 rows (their [`Mat::nonzero`] runs, ascending) lie in the
 /// same positions of `[p0, p1)`: how many there are, and the value at `p0`.
 fn same_ones(a: &[Range<usize>], b: &[Range<usize>], p0: usize, p1: usize) -> Option<(u64, f64)> {
-    let clip = |runs: &[Range<usize>]| {
-        let runs: Vec<Range<usize>> = runs
-            .iter()
-            .map(|r| r.start.max(p0)..r.end.min(p1))
-            .filter(|r| r.start < r.end)
-            .collect();
-        runs
-    };
-    let (ca, cb) = (clip(a), clip(b));
-    if ca != cb {
+    if !clipped(a, p0, p1).eq(clipped(b, p0, p1)) {
         return None;
     }
-    let ones = ca.iter().map(|r| (r.end - r.start) as u64).sum();
-    let first = if ca.first().is_some_and(|r| r.start == p0) {
+    let ones = clipped(a, p0, p1).map(|r| (r.end - r.start) as u64).sum();
+    let first = if clipped(a, p0, p1).next().is_some_and(|r| r.start == p0) {
         1.0
     } else {
         0.0
     };
     Some((ones, first))
+}
+
+/// The non-empty parts of ascending `runs` within `[p0, p1)`.
+fn clipped(runs: &[Range<usize>], p0: usize, p1: usize) -> impl Iterator<Item = Range<usize>> + '_ {
+    runs.iter()
+        .map(move |r| r.start.max(p0)..r.end.min(p1))
+        .filter(|r| r.start < r.end)
 }
 
 /// `v` padded with zeros to `len` (copied into `buf` only when short).

@@ -466,10 +466,7 @@ pub(super) fn approx_kl_sum(elems: &[ChainElem]) -> Option<f64> {
         vm.ln_1p_in_place(e_log);
         vm.ln_in_place(ln_r);
         for ((e, &el), &l) in block.iter().zip(e_log.iter()).zip(ln_r.iter()) {
-            // `log_allowed(e)`, from the block's `ln_1p`.
-            if !(el.is_finite() && e.ratio > 0.0) {
-                return None;
-            }
+            let el = log_allowed_from(e, el)?;
             sum += l.abs() * el + 0.5 * el * el;
         }
     }
@@ -478,7 +475,12 @@ pub(super) fn approx_kl_sum(elems: &[ChainElem]) -> Option<f64> {
 
 /// The log-ratio allowance `E` of an element, from its ratio allowance `r·(e^E − 1)`.
 fn log_allowed(e: &ChainElem) -> Option<f64> {
-    let x = (e.ratio_allowed / e.ratio).ln_1p();
+    log_allowed_from(e, (e.ratio_allowed / e.ratio).ln_1p())
+}
+
+/// [`log_allowed`] from `ln_1p(ratio_allowed / ratio)` already computed: `x` when finite
+/// and the ratio positive.
+fn log_allowed_from(e: &ChainElem, x: f64) -> Option<f64> {
     (x.is_finite() && e.ratio > 0.0).then_some(x)
 }
 
