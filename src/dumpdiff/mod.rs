@@ -245,8 +245,9 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
     let s_tree = DumpTree::discover(&opts.self_hosted);
     let w_tree = opts.weaver.as_deref().map(DumpTree::discover);
     // Work ahead, on a thread of its own at low priority while the whole-batch files (the
-    // trajectory above all) leave a core idle: the files no cell reads are checked, then
-    // section 6 (param / gradient), which needs no cell, is compared.
+    // trajectory above all) leave a core idle: section 6 (param / gradient), which needs
+    // no cell, is compared, then the files no cell reads are checked. Joining it stops the
+    // checks at the next file: the files left are checked after the cells, in parallel.
     let early = match &w_tree {
         Some(Ok(t)) => unread_candidates(t, opts),
         _ => Vec::new(),
@@ -263,14 +264,19 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
         let ahead = (!early.is_empty() || ahead_sides.is_some()).then(|| {
             scope.spawn(|| {
                 crate::sched::lower_this_thread();
-                let prechecked = sections::precheck(&early, &stop);
                 let params = ahead_sides
                     .as_ref()
                     .filter(|_| !stop.load(std::sync::atomic::Ordering::Relaxed))
                     .map(|(s, w)| pairs::param_sections(s, w, &opts.policy, &NoProgress, false));
+                let prechecked = sections::precheck(&early, &stop);
                 Ahead { prechecked, params }
             })
         });
+        let ahead = AheadJoin {
+            handle: ahead,
+            done: None,
+            stop: &stop,
+        };
         let out = compare(opts, progress, s_tree, w_tree, ahead, ahead_sides.as_ref());
         // On an error, work ahead still running stops at its next file.
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -289,11 +295,15 @@ struct Ahead {
 struct AheadJoin<'s> {
     handle: Option<std::thread::ScopedJoinHandle<'s, Ahead>>,
     done: Option<Ahead>,
+    /// Set before joining: the thread stops checking files at the next one.
+    stop: &'s std::sync::atomic::AtomicBool,
 }
 
 impl AheadJoin<'_> {
-    /// What the thread returned (nothing checked, no section 6, when there was none).
+    /// What the thread returned (nothing checked, no section 6, when there was none),
+    /// once it has finished the file in hand.
     fn get(&mut self) -> &mut Ahead {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let handle = &mut self.handle;
         self.done.get_or_insert_with(|| match handle.take() {
             Some(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
@@ -323,7 +333,7 @@ fn compare(
     progress: &dyn Progress,
     s_tree: Result<DumpTree>,
     w_tree: Option<Result<DumpTree>>,
-    ahead: Option<std::thread::ScopedJoinHandle<'_, Ahead>>,
+    mut ahead: AheadJoin<'_>,
     ahead_sides: Option<&(SideData, SideData)>,
 ) -> Result<Report> {
     // Without remote-api, nothing compares the trajectories' token lists (section 1): the
@@ -371,10 +381,6 @@ fn compare(
     let mut conventions = Vec::new();
     let mut diagnosis = Vec::new();
     let mut adv_eps = None;
-    let mut ahead = AheadJoin {
-        handle: ahead,
-        done: None,
-    };
     if let Some(w) = &w {
         // Section 6 as computed ahead (joined after the cells); the files it read count as
         // read by their sides, and as done now.
@@ -511,6 +517,103 @@ mod tests {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("fixtures/dumps")
             .join(side)
+    }
+
+    #[test]
+    fn files_the_thread_ahead_did_not_reach_are_checked_after_the_cells() {
+        // Joining the thread ahead stops its checks at the next file; the files it left
+        // are checked by `check_unread`, which fails on a corrupt one as the check ahead
+        // would have.
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("wv");
+        for entry in walk(&fixture("weaver_pt")) {
+            let to = root.join(entry.strip_prefix(fixture("weaver_pt")).unwrap());
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(&entry, &to).unwrap();
+        }
+        let bad = root.join("batch_inputs/step_000000_rank1_micro1.pt");
+        // A byte in the middle of the first tensor's data (its CRC then fails).
+        let (start, len) = {
+            let mut zip = zip::ZipArchive::new(std::fs::File::open(&bad).unwrap()).unwrap();
+            let name = (0..zip.len())
+                .map(|i| zip.name_for_index(i).unwrap().unwrap().to_string())
+                .find(|n| n.ends_with("data/0"))
+                .unwrap();
+            let f = zip.by_name(&name).unwrap();
+            (f.data_start().unwrap(), f.size())
+        };
+        let mut bytes = std::fs::read(&bad).unwrap();
+        bytes[(start + len / 2) as usize] ^= 0x01;
+        std::fs::write(&bad, &bytes).unwrap();
+        let opts = Options {
+            self_hosted: fixture("self_hosted_pt"),
+            weaver: Some(root.clone()),
+            ..Options::default()
+        };
+        let tree = DumpTree::discover(&root).unwrap();
+        let early = unread_candidates(&tree, &opts);
+        assert!(early.contains(&bad));
+        let stopped = std::sync::atomic::AtomicBool::new(true);
+        assert!(sections::precheck(&early, &stopped).is_empty());
+        let side = per_rank_side("weaver", &tree, &opts);
+        let err = side
+            .check_unread(&NoProgress, &mut HashMap::new())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("step_000000_rank1_micro1.pt"), "{err}");
+        // Checked ahead in full, the outcome recorded is the one reported.
+        let running = std::sync::atomic::AtomicBool::new(false);
+        let mut done = sections::precheck(&early, &running);
+        assert_eq!(done.len(), early.len());
+        let ahead = side.check_unread(&NoProgress, &mut done).unwrap_err();
+        assert_eq!(ahead.to_string(), err);
+    }
+
+    #[test]
+    fn joining_the_thread_ahead_asks_it_to_stop_first() {
+        // The thread below returns once asked to stop (or after 10 s); it records which.
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let seen = std::thread::scope(|scope| {
+            let handle = scope.spawn(|| {
+                let t0 = std::time::Instant::now();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if t0.elapsed() > std::time::Duration::from_secs(10) {
+                        return Ahead {
+                            prechecked: HashMap::new(),
+                            params: None,
+                        };
+                    }
+                    std::thread::yield_now();
+                }
+                let mut prechecked = HashMap::new();
+                prechecked.insert(PathBuf::from("asked to stop"), Ok(()));
+                Ahead {
+                    prechecked,
+                    params: None,
+                }
+            });
+            let mut ahead = AheadJoin {
+                handle: Some(handle),
+                done: None,
+                stop: &stop,
+            };
+            ahead.get().prechecked.len()
+        });
+        assert_eq!(seen, 1);
+    }
+
+    /// Every file under `dir`.
+    fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+        out
     }
 
     #[test]

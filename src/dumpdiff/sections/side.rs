@@ -203,7 +203,8 @@ impl SideData {
 /// Read (and drop) each of `files` in turn, as [`SideData::check_unread`] would, and
 /// return each outcome; stops early when `stop` is set. Run on a thread of its own while
 /// the whole-batch files are read (a phase that leaves a core idle) for the files no cell
-/// is expected to read, so that checking them costs the run no time at its end.
+/// is expected to read; those it has not reached when it is joined are checked then, in
+/// parallel ([`SideData::check_unread`]).
 pub fn precheck(
     files: &[PathBuf],
     stop: &std::sync::atomic::AtomicBool,
