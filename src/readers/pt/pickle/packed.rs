@@ -379,23 +379,25 @@ fn scan_binints(data: &[u8], pos: usize, xs: &mut Vec<i64>) -> usize {
     scan_binints_scalar(data, pos, xs)
 }
 
+/// The arguments of the eight BININT1 opcodes `w` holds when its 16 bytes are that (a run
+/// of a mask), checked in two words.
+#[inline(always)]
+fn eight_binint1(w: &[u8]) -> Option<[i64; 8]> {
+    const OPS: u64 = 0x00ff_00ff_00ff_00ff;
+    const KS: u64 = 0x004b_004b_004b_004b; // b'K' at every even byte
+    let w: [u8; 16] = w.try_into().ok()?;
+    let words = u128::from_le_bytes(w);
+    let (lo, hi) = (words as u64, (words >> 64) as u64);
+    (lo & OPS == KS && hi & OPS == KS)
+        .then(|| [w[1], w[3], w[5], w[7], w[9], w[11], w[13], w[15]].map(i64::from))
+}
+
 /// [`scan_binints`] one opcode after the other (the last bytes of any pickle, and machines
 /// without AVX-512 VBMI).
 fn scan_binints_scalar(data: &[u8], mut pos: usize, xs: &mut Vec<i64>) -> usize {
-    const OPS: u64 = 0x00ff_00ff_00ff_00ff;
-    const KS: u64 = 0x004b_004b_004b_004b; // b'K' at every even byte
     loop {
-        while let Some(w) = data
-            .get(pos..pos + 16)
-            .and_then(|w| <[u8; 16]>::try_from(w).ok())
-        {
-            let words = u128::from_le_bytes(w);
-            let (lo, hi) = (words as u64, (words >> 64) as u64);
-            if lo & OPS != KS || hi & OPS != KS {
-                break;
-            }
-            let v = [w[1], w[3], w[5], w[7], w[9], w[11], w[13], w[15]];
-            xs.extend_from_slice(&v.map(i64::from));
+        while let Some(v) = data.get(pos..pos + 16).and_then(eight_binint1) {
+            xs.extend_from_slice(&v);
             pos += 16;
         }
         for _ in 0..4 {
@@ -446,8 +448,6 @@ mod vbmi {
     /// decodes them, into `xs`; returns the offset of the first other opcode.
     #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
     pub(super) fn scan_binints(data: &[u8], mut pos: usize, xs: &mut Vec<i64>) -> usize {
-        const OPS: u64 = 0x00ff_00ff_00ff_00ff;
-        const KS: u64 = 0x004b_004b_004b_004b;
         let mut iota = [0i8; W];
         for (k, x) in iota.iter_mut().enumerate() {
             *x = k as i8;
@@ -457,13 +457,8 @@ mod vbmi {
         let window_end = _mm512_set1_epi8(W as i8);
         while let Some(win) = data.get(pos..pos + W) {
             // A run of BININT1s (a mask): eight at a time, as the scalar loop does.
-            let head = u128::from_le_bytes(win[..16].try_into().unwrap_or([0; 16]));
-            let (lo, hi) = (head as u64, (head >> 64) as u64);
-            if lo & OPS == KS && hi & OPS == KS {
-                let v = [
-                    win[1], win[3], win[5], win[7], win[9], win[11], win[13], win[15],
-                ];
-                xs.extend_from_slice(&v.map(i64::from));
+            if let Some(v) = super::eight_binint1(&win[..16]) {
+                xs.extend_from_slice(&v);
                 pos += 16;
                 continue;
             }
