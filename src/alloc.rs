@@ -119,14 +119,18 @@ mod blocks {
         NonNull::new(addr as *mut u8)
     }
 
-    /// Keep a block for reuse, unmapping the oldest kept ones beyond [`KEEP_BYTES`].
+    /// Keep a block for reuse, unmapping the oldest kept ones beyond [`KEEP_BYTES`] (a
+    /// block longer than that is unmapped at once, the kept ones left as they are).
     fn give_back(ptr: NonNull<u8>, cap: usize) {
         let mut evicted = [(0usize, 0usize); SLOTS];
         let mut ne = 0;
-        {
+        if cap > KEEP_BYTES {
+            evicted[0] = (ptr.as_ptr() as usize, cap);
+            ne = 1;
+        } else {
             let mut free = free_list();
             let mut kept: usize = free.blocks[..free.n].iter().map(|b| b.1).sum();
-            while free.n > 0 && (free.n == SLOTS || kept + cap > KEEP_BYTES) {
+            while free.n == SLOTS || kept + cap > KEEP_BYTES {
                 evicted[ne] = free.blocks[0];
                 ne += 1;
                 kept -= free.blocks[0].1;
@@ -134,20 +138,23 @@ mod blocks {
                 free.blocks.copy_within(1..n, 0);
                 free.n -= 1;
             }
-            if cap <= KEEP_BYTES {
-                let n = free.n;
-                free.blocks[n] = (ptr.as_ptr() as usize, cap);
-                free.n += 1;
-            } else {
-                evicted[ne] = (ptr.as_ptr() as usize, cap);
-                ne += 1;
-            }
+            let n = free.n;
+            free.blocks[n] = (ptr.as_ptr() as usize, cap);
+            free.n += 1;
         }
         for &(addr, len) in &evicted[..ne] {
             // SAFETY: each was one whole map of `len` bytes made by `fresh` and no longer
             // referenced (freed by its owner, then dropped from the list above).
             unsafe { munmap(addr as *mut c_void, len) };
         }
+    }
+
+    /// A block of `cap` bytes: a kept one (its bytes as last left), else a fresh map
+    /// (zeroed; the flag says which).
+    fn obtain(cap: usize) -> Option<(NonNull<u8>, bool)> {
+        take(cap)
+            .map(|p| (p, false))
+            .or_else(|| fresh(cap).map(|p| (p, true)))
     }
 
     /// A new map of `cap` bytes (a multiple of [`HUGE`]) aligned to [`HUGE`], advised
@@ -203,7 +210,7 @@ mod blocks {
         /// fails.
         pub fn new(len: usize) -> Option<Block> {
             let cap = block_len(len.max(1));
-            let ptr = take(cap).or_else(|| fresh(cap))?;
+            let (ptr, _) = obtain(cap)?;
             Some(Block { ptr, cap })
         }
 
@@ -239,22 +246,22 @@ mod blocks {
             if !is_big(layout) {
                 return System.alloc(layout);
             }
-            let cap = block_len(layout.size());
-            take(cap)
-                .or_else(|| fresh(cap))
-                .map_or(std::ptr::null_mut(), |p| p.as_ptr())
+            obtain(block_len(layout.size())).map_or(std::ptr::null_mut(), |(p, _)| p.as_ptr())
         }
 
         unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
             if !is_big(layout) {
                 return System.alloc_zeroed(layout);
             }
-            let cap = block_len(layout.size());
-            if let Some(p) = take(cap) {
-                p.as_ptr().write_bytes(0, layout.size());
-                return p.as_ptr();
+            match obtain(block_len(layout.size())) {
+                Some((p, fresh)) => {
+                    if !fresh {
+                        p.as_ptr().write_bytes(0, layout.size());
+                    }
+                    p.as_ptr()
+                }
+                None => std::ptr::null_mut(),
             }
-            fresh(cap).map_or(std::ptr::null_mut(), |p| p.as_ptr())
         }
 
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
