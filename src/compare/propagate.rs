@@ -19,6 +19,8 @@
 //! where `atol`/`rtol` are the default (or rule) tolerance of the value's own precision:
 //! the rounding of the result itself comes on top of what it inherits.
 
+use std::sync::Arc;
+
 /// The allowed log-ratio error at one element: the sum of both inputs' allowed errors.
 pub fn log_ratio_allowed(tol_logp: f64, tol_old: f64) -> f64 {
     tol_logp + tol_old
@@ -47,7 +49,7 @@ pub fn may_flip(ratio: f64, allowed: f64, eps_low: f64, eps_high: f64) -> bool {
 }
 
 /// One valid element of the reference side's importance-sampling chain.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ChainElem {
     /// `exp(logp − old)`.
     pub ratio: f64,
@@ -57,40 +59,155 @@ pub struct ChainElem {
     pub abs_advantage: Option<f64>,
 }
 
-/// The propagated tolerances of one micro's masked aggregates, from its valid elements.
+/// A run of a chain's valid elements: `len` consecutive values of one row, from `start`
+/// in the row-major ratios and allowances, and the row's `|A|` when known.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ElemRun {
+    /// Offset of the first element in the row-major values.
+    pub start: usize,
+    /// Elements in the run (never 0).
+    pub len: usize,
+    /// `|A|` of the run's row, when advantages are known.
+    pub abs_advantage: Option<f64>,
+}
+
+/// Consecutive valid elements of one run ([`ChainStats::pieces`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Piece<'a> {
+    /// Their ratios.
+    pub ratio: &'a [f64],
+    /// Their ratios' allowed errors (as long as `ratio`).
+    pub allowed: &'a [f64],
+    /// `|A|` of their row, when advantages are known.
+    pub abs_advantage: Option<f64>,
+}
+
+/// The propagated tolerances of one micro's masked aggregates, from its valid elements:
+/// runs over the chain's own row-major ratios and their allowances (shared, not copied:
+/// a chain of 64 × 8k tokens would otherwise write 10 MB of elements per micro).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChainStats {
-    /// The valid elements, row-major.
-    pub elems: Vec<ChainElem>,
+    ratio: Arc<Vec<f64>>,
+    allowed: Arc<Vec<f64>>,
+    runs: Vec<ElemRun>,
+    count: usize,
 }
 
 impl ChainStats {
+    /// The elements of `runs` (in order) over `ratio` and `allowed`, which hold the same
+    /// layout; runs that reach past either are cut at its end, empty ones dropped.
+    pub fn new(ratio: Arc<Vec<f64>>, allowed: Arc<Vec<f64>>, runs: Vec<ElemRun>) -> ChainStats {
+        let end = ratio.len().min(allowed.len());
+        let runs: Vec<ElemRun> = runs
+            .into_iter()
+            .map(|r| ElemRun {
+                len: r.len.min(end.saturating_sub(r.start)),
+                ..r
+            })
+            .filter(|r| r.len > 0)
+            .collect();
+        let count = runs.iter().map(|r| r.len).sum();
+        ChainStats {
+            ratio,
+            allowed,
+            runs,
+            count,
+        }
+    }
+
+    /// A chain of exactly these elements, in order (each its own run).
+    pub fn from_elems(elems: &[ChainElem]) -> ChainStats {
+        let runs = elems
+            .iter()
+            .enumerate()
+            .map(|(start, e)| ElemRun {
+                start,
+                len: 1,
+                abs_advantage: e.abs_advantage,
+            })
+            .collect();
+        ChainStats::new(
+            Arc::new(elems.iter().map(|e| e.ratio).collect()),
+            Arc::new(elems.iter().map(|e| e.ratio_allowed).collect()),
+            runs,
+        )
+    }
+
     /// Valid elements (the `n` of every masked mean and count fraction).
     pub fn count(&self) -> usize {
-        self.elems.len()
+        self.count
+    }
+
+    /// The valid elements, in order.
+    pub fn iter(&self) -> impl Iterator<Item = ChainElem> + '_ {
+        self.pieces(usize::MAX).flat_map(|p| {
+            p.ratio
+                .iter()
+                .zip(p.allowed)
+                .map(move |(&ratio, &ratio_allowed)| ChainElem {
+                    ratio,
+                    ratio_allowed,
+                    abs_advantage: p.abs_advantage,
+                })
+        })
+    }
+
+    /// The valid elements in order, as slices of at most `max` elements within a run:
+    /// what a loop over the elements reads at full speed.
+    pub fn pieces(&self, max: usize) -> impl Iterator<Item = Piece<'_>> + '_ {
+        let max = max.max(1);
+        self.runs.iter().flat_map(move |r| {
+            let (ratio, allowed) = (
+                &self.ratio[r.start..r.start + r.len],
+                &self.allowed[r.start..r.start + r.len],
+            );
+            ratio
+                .chunks(max)
+                .zip(allowed.chunks(max))
+                .map(move |(ratio, allowed)| Piece {
+                    ratio,
+                    allowed,
+                    abs_advantage: r.abs_advantage,
+                })
+        })
     }
 
     /// Propagated tolerance of the masked mean ratio (`avg_ratio`).
     pub fn mean_ratio_allowed(&self) -> Option<f64> {
-        mean(self.elems.iter().map(|e| e.ratio_allowed), self.count())
+        // `Iterator::sum`'s fold from −0.0, in element order.
+        let mut sum = std::iter::empty::<f64>().sum::<f64>();
+        for p in self.pieces(usize::MAX) {
+            for &a in p.allowed {
+                sum += a;
+            }
+        }
+        mean(std::iter::once(sum), self.count())
     }
 
     /// Propagated tolerance of the masked mean of `−r·A` (token-mean `loss`, `pg_loss`);
     /// None when any element's advantage is unknown.
     pub fn mean_loss_allowed(&self) -> Option<f64> {
         let mut sum = 0.0;
-        for e in &self.elems {
-            sum += product_allowed(e.ratio_allowed, e.abs_advantage?);
+        for p in self.pieces(usize::MAX) {
+            let adv = p.abs_advantage?;
+            for &a in p.allowed {
+                sum += product_allowed(a, adv);
+            }
         }
         mean(std::iter::once(sum), self.count())
     }
 
     /// Tokens whose clip decision at `1 − eps_low`, `1 + eps_high` may flip.
     pub fn flips(&self, eps_low: f64, eps_high: f64) -> usize {
-        self.elems
-            .iter()
-            .filter(|e| may_flip(e.ratio, e.ratio_allowed, eps_low, eps_high))
-            .count()
+        self.pieces(usize::MAX)
+            .map(|p| {
+                p.ratio
+                    .iter()
+                    .zip(p.allowed)
+                    .filter(|(&r, &a)| may_flip(r, a, eps_low, eps_high))
+                    .count()
+            })
+            .sum()
     }
 
     /// Propagated tolerance of a clip fraction: `flips / n`.
@@ -132,32 +249,70 @@ mod tests {
 
     #[test]
     fn masked_means_average_element_tolerances() {
-        let s = ChainStats {
-            elems: vec![elem(1.0, 0.1, 2.0), elem(2.0, 0.3, 0.5)],
-        };
+        let s = ChainStats::from_elems(&[elem(1.0, 0.1, 2.0), elem(2.0, 0.3, 0.5)]);
         assert_eq!(s.mean_ratio_allowed(), Some(0.2));
         assert_eq!(s.mean_loss_allowed(), Some((0.2 + 0.15) / 2.0));
-        let unknown = ChainStats {
-            elems: vec![ChainElem {
-                abs_advantage: None,
-                ..elem(1.0, 0.1, 0.0)
-            }],
-        };
+        let unknown = ChainStats::from_elems(&[ChainElem {
+            abs_advantage: None,
+            ..elem(1.0, 0.1, 0.0)
+        }]);
         assert_eq!(unknown.mean_loss_allowed(), None);
         assert_eq!(ChainStats::default().mean_ratio_allowed(), None);
     }
 
     #[test]
+    fn runs_read_the_rows_in_place_in_order() {
+        // Three rows of width 4 in row-major values: row 0's positions 1..3, row 2's 0..2
+        // and 3..4 (then past the end: cut), an empty run (dropped), row 1 not valid.
+        let ratio: Vec<f64> = (0..12).map(|i| 1.0 + i as f64 / 100.0).collect();
+        let allowed: Vec<f64> = (0..12).map(|i| i as f64 / 1000.0).collect();
+        let run = |start, len, adv| ElemRun {
+            start,
+            len,
+            abs_advantage: adv,
+        };
+        let s = ChainStats::new(
+            Arc::new(ratio),
+            Arc::new(allowed),
+            vec![
+                run(1, 2, Some(2.0)),
+                run(5, 0, Some(9.0)),
+                run(8, 2, None),
+                run(11, 3, Some(0.5)),
+            ],
+        );
+        let got: Vec<ChainElem> = s.iter().collect();
+        let want = [
+            (1.01, 0.001, Some(2.0)),
+            (1.02, 0.002, Some(2.0)),
+            (1.08, 0.008, None),
+            (1.09, 0.009, None),
+            (1.11, 0.011, Some(0.5)),
+        ]
+        .map(|(ratio, ratio_allowed, abs_advantage)| ChainElem {
+            ratio,
+            ratio_allowed,
+            abs_advantage,
+        });
+        assert_eq!(got, want);
+        assert_eq!(s.count(), 5);
+        assert_eq!(
+            s.mean_ratio_allowed(),
+            Some((0.001 + 0.002 + 0.008 + 0.009 + 0.011) / 5.0)
+        );
+        // An unknown |A| in the middle run: no loss allowance.
+        assert_eq!(s.mean_loss_allowed(), None);
+    }
+
+    #[test]
     fn clip_fraction_tolerance_counts_tokens_near_the_boundary() {
         // 1.19 ± 0.02 reaches 1.2; 0.79 ± 0.005 does not reach 0.8; 1.0 is far from both.
-        let s = ChainStats {
-            elems: vec![
-                elem(1.19, 0.02, 1.0),
-                elem(0.79, 0.005, 1.0),
-                elem(1.0, 0.05, 1.0),
-                elem(0.805, 0.01, 1.0),
-            ],
-        };
+        let s = ChainStats::from_elems(&[
+            elem(1.19, 0.02, 1.0),
+            elem(0.79, 0.005, 1.0),
+            elem(1.0, 0.05, 1.0),
+            elem(0.805, 0.01, 1.0),
+        ]);
         assert_eq!(s.flips(0.2, 0.2), 2);
         assert_eq!(s.clip_fraction_allowed(0.2, 0.2), Some(0.5));
         // asymmetric clip (DAPO clip-higher, 1.28): 1.19 is no longer near; 0.805 still is

@@ -64,7 +64,11 @@ pub(super) fn kl_coef_bound(loss: &Value) -> Option<f64> {
 
 /// The self-hosted cell's aggregation mode: echoed in its loss file's `extra_info`, else
 /// the one that reproduces its dumped `pg_loss` / `entropy_loss` from its valid elements.
-pub(super) fn agg_mode(ch: &sections::Chain, loss: Option<&Value>) -> Option<AggMode> {
+pub(super) fn agg_mode(
+    ch: &sections::Chain,
+    a_fwd: &Tensors<'_>,
+    loss: Option<&Value>,
+) -> Option<AggMode> {
     let loss = loss?;
     if let Some((name, scale)) = nexrl_self_hosted::loss_agg_mode(loss) {
         // `-norm` needs its divisor (`loss_scale_factor`): without it, inferred below
@@ -77,10 +81,10 @@ pub(super) fn agg_mode(ch: &sections::Chain, loss: Option<&Value>) -> Option<Agg
         }
     }
     let stats = ch.stats.as_ref()?;
+    let x = sections::ModeInputs::of(ch, a_fwd);
     let pg: Vec<f64> = stats
-        .elems
         .iter()
-        .zip(&ch.extra.advantage)
+        .zip(&x.advantage)
         .map(|(e, a)| -e.ratio * a)
         .collect();
     let num = |k: &str| loss.get(k).and_then(Value::as_f64);
@@ -93,9 +97,9 @@ pub(super) fn agg_mode(ch: &sections::Chain, loss: Option<&Value>) -> Option<Agg
             value,
         });
     }
-    if let (Some(value), Some(u)) = (num(nexrl_self_hosted::ENTROPY_LOSS), ch.extra.entropy_u) {
+    if let (Some(value), Some(u)) = (num(nexrl_self_hosted::ENTROPY_LOSS), x.entropy_u) {
         dumped.push(aggregation::Dumped {
-            elems: &ch.extra.entropy,
+            elems: &x.entropy,
             u,
             value,
         });

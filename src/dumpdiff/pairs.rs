@@ -139,9 +139,9 @@ pub(super) fn weaver_cell(
 
     // How the self-hosted loss reduces its tokens and its KL coefficient: what its
     // loss scalars' tolerances need.
-    if let Some(ch) = &mut chain {
+    if let (Some(ch), Some(a)) = (&mut chain, &a_fwd) {
         ch.kl_coef = losses.kl_coef.or_else(|| kl_coef_bound(s_loss?));
-        if let Some(mode) = agg_mode(ch, s_loss) {
+        if let Some(mode) = agg_mode(ch, a, s_loss) {
             ch.agg = mode;
         }
     }

@@ -239,20 +239,19 @@ impl<'a> StatsMemo<'a> {
         if self.mode() == AggMode::TokenMean {
             return *self.mean_loss.get_or_init(|| stats.mean_loss_allowed());
         }
-        let vals: Option<Vec<f64>> = stats
-            .elems
-            .iter()
-            .map(|e| {
-                Some(propagate::product_allowed(
-                    e.ratio_allowed,
-                    e.abs_advantage?,
-                ))
-            })
-            .collect();
+        let mut vals = Vec::with_capacity(stats.count());
+        for p in stats.pieces(usize::MAX) {
+            let adv = p.abs_advantage?;
+            vals.extend(
+                p.allowed
+                    .iter()
+                    .map(|&a| propagate::product_allowed(a, adv)),
+            );
+        }
         Some(reduce_rows(
             self.mode(),
             &self.chain?.extra.row_counts,
-            &vals?,
+            &vals,
         ))
     }
 
@@ -273,8 +272,9 @@ impl<'a> StatsMemo<'a> {
     pub(super) fn pg_predicted_with(&self, fast: bool) -> Option<Predicted> {
         let (stats, ch) = (self.stats?, self.chain?);
         let x = &ch.extra;
-        let n = stats.elems.len();
-        if x.delta.len() != n || x.pred_advantage.len() != n {
+        let n = stats.count();
+        let rows = x.row_counts.len();
+        if x.delta.len() != n || x.pred_advantage.len() != rows || per_row_total(x) != n {
             return None;
         }
         let (lo, hi) = clip_range(self.loss);
@@ -333,29 +333,29 @@ impl<'a> StatsMemo<'a> {
     /// derivatives in `logp`). None without `ref_log_probs`.
     fn kl_allowed(&self) -> Option<f64> {
         let (stats, ch) = (self.stats?, self.chain?);
-        if ch.extra.kl_delta.len() != stats.elems.len() || stats.elems.is_empty() {
+        if ch.extra.kl_delta.len() != stats.count() || stats.count() == 0 {
             return None;
         }
-        let vals: Option<Vec<f64>> = stats
-            .elems
-            .iter()
-            .zip(&ch.extra.kl_delta)
-            .map(|(e, &d)| {
-                let el = log_allowed(e)?;
-                d.is_finite().then(|| {
+        let mut vals = Vec::with_capacity(stats.count());
+        let mut deltas = ch.extra.kl_delta.iter();
+        for p in stats.pieces(usize::MAX) {
+            for ((&ratio, &allowed), &d) in p.ratio.iter().zip(p.allowed).zip(&mut deltas) {
+                let el = log_allowed(ratio, allowed)?;
+                let v = d.is_finite().then(|| {
                     let first = 1f64.max(d.abs()).max((-d).exp_m1().abs());
                     first * el + 0.5 * el * el * 1f64.max((el - d).exp())
-                })
-            })
-            .collect();
-        Some(reduce_rows(self.mode(), &ch.extra.row_counts, &vals?))
+                });
+                vals.push(v?);
+            }
+        }
+        Some(reduce_rows(self.mode(), &ch.extra.row_counts, &vals))
     }
 
     /// `approx_kl = mean(½·(logp − old)²)`: token mean of `|Δ|·E + E²/2`.
     fn approx_kl_allowed(&self) -> Option<f64> {
         let stats = self.stats?;
-        let n = stats.elems.len();
-        let sum = approx_kl_sum(&stats.elems)?;
+        let n = stats.count();
+        let sum = approx_kl_sum(stats)?;
         (n > 0).then_some(sum / n as f64)
     }
 }
@@ -398,8 +398,10 @@ fn reduce_rows(mode: AggMode, row_counts: &[usize], vals: &[f64]) -> f64 {
 /// The pg term's three values of each valid element, in order, handed to `each`:
 /// `A·r·(e^−δ − 1)` where it is predicted (`δ` and `A` known, the ratio inside the clip
 /// range by more than its allowance) else 0; the worst case `|A|·r·(e^E−1)` where it is
-/// not, else 0; `|A|·r` (0 for an unknown `A`). The count of predicted elements; None when
-/// an element neither predicted nor with a known `|A|` makes the prediction moot.
+/// not, else 0; `|A|·r` (0 for an unknown `A`), `A` the element's row's
+/// [`ElemExtra::pred_advantage`]. The count of predicted elements; None when an element
+/// neither predicted nor with a known `|A|` makes the prediction moot. Only the elements
+/// the rows' counts cover are taken.
 pub(super) fn pg_terms(
     stats: &ChainStats,
     x: &ElemExtra,
@@ -408,42 +410,63 @@ pub(super) fn pg_terms(
     mut each: impl FnMut(f64, f64, f64),
 ) -> Option<usize> {
     let mut count = 0;
-    let n = stats
-        .elems
-        .len()
-        .min(x.delta.len())
-        .min(x.pred_advantage.len());
+    let n = stats.count().min(x.delta.len()).min(per_row_total(x));
     let vm = VecMath::get();
-    // `e^−δ − 1` of a block at once (the same bits as each element's `exp_m1`), then the
-    // block's terms in element order.
-    let mut m = [0f64; LIBM_BLOCK];
-    for start in (0..n).step_by(LIBM_BLOCK) {
-        let end = (start + LIBM_BLOCK).min(n);
-        let (elems, delta) = (&stats.elems[start..end], &x.delta[start..end]);
-        let m = &mut m[..end - start];
+    // Each element's row advantage, rows taken in turn by their counts.
+    let mut rows = x.row_counts.iter().zip(&x.pred_advantage);
+    let (mut left, mut row_adv) = (0usize, f64::NAN);
+    // `e^−δ − 1` of a piece at once (the same bits as each element's `exp_m1`), then the
+    // piece's terms in element order.
+    let (mut m, mut adv) = ([0f64; LIBM_BLOCK], [0f64; LIBM_BLOCK]);
+    let mut start = 0;
+    for p in stats.pieces(LIBM_BLOCK) {
+        if start >= n {
+            break;
+        }
+        let len = p.ratio.len().min(n - start);
+        let (ratio, allowed) = (&p.ratio[..len], &p.allowed[..len]);
+        let delta = &x.delta[start..start + len];
+        start += len;
+        let m = &mut m[..len];
         for (m, &d) in m.iter_mut().zip(delta) {
             *m = -d;
         }
         vm.exp_m1_in_place(m);
-        let adv = &x.pred_advantage[start..end];
-        for (((e, &d), &a), &m) in elems.iter().zip(delta).zip(adv).zip(m.iter()) {
-            let inside =
-                e.ratio - e.ratio_allowed > 1.0 - lo && e.ratio + e.ratio_allowed < 1.0 + hi;
-            let magnitude = if a.is_finite() {
-                a.abs() * e.ratio
-            } else {
-                0.0
-            };
+        let adv = &mut adv[..len];
+        for a in adv.iter_mut() {
+            while left == 0 {
+                // `n` is at most the counts' total, so a row is left for every element.
+                let (&c, &v) = rows.next()?;
+                (left, row_adv) = (c, v);
+            }
+            *a = row_adv;
+            left -= 1;
+        }
+        let terms = ratio
+            .iter()
+            .zip(allowed)
+            .zip(delta)
+            .zip(adv.iter())
+            .zip(m.iter());
+        for ((((&r, &al), &d), &a), &m) in terms {
+            let inside = r - al > 1.0 - lo && r + al < 1.0 + hi;
+            let magnitude = if a.is_finite() { a.abs() * r } else { 0.0 };
             if d.is_finite() && a.is_finite() && inside {
-                each(a * e.ratio * m, 0.0, magnitude);
+                each(a * r * m, 0.0, magnitude);
                 count += 1;
             } else {
-                let worst = propagate::product_allowed(e.ratio_allowed, e.abs_advantage?);
+                let worst = propagate::product_allowed(al, p.abs_advantage?);
                 each(0.0, worst, magnitude);
             }
         }
     }
     Some(count)
+}
+
+/// The elements `x`'s rows hold: the total of their counts, over the rows that have a
+/// [`ElemExtra::pred_advantage`].
+fn per_row_total(x: &ElemExtra) -> usize {
+    x.row_counts.iter().take(x.pred_advantage.len()).sum()
 }
 
 /// Elements a libm pass takes at a time ([`VecMath`] over a block, then the block's sums
@@ -453,35 +476,41 @@ pub(super) const LIBM_BLOCK: usize = 512;
 /// `Σ |ln r|·E + E²/2` over `elems` in order (an `f64` sum from `−0.0`, as
 /// `Iterator::sum`), `E` each element's [`log_allowed`]; None when any `E` is unknown.
 /// Each block's `ln_1p` and `ln` are taken at once ([`VecMath`], the same bits).
-pub(super) fn approx_kl_sum(elems: &[ChainElem]) -> Option<f64> {
+pub(super) fn approx_kl_sum(stats: &ChainStats) -> Option<f64> {
     let vm = VecMath::get();
     let (mut e_log, mut ln_r) = ([0f64; LIBM_BLOCK], [0f64; LIBM_BLOCK]);
     let mut sum = std::iter::empty::<f64>().sum::<f64>();
-    for block in elems.chunks(LIBM_BLOCK) {
-        let (e_log, ln_r) = (&mut e_log[..block.len()], &mut ln_r[..block.len()]);
-        for ((el, l), e) in e_log.iter_mut().zip(ln_r.iter_mut()).zip(block) {
-            *el = e.ratio_allowed / e.ratio;
-            *l = e.ratio;
+    for p in stats.pieces(LIBM_BLOCK) {
+        let (e_log, ln_r) = (&mut e_log[..p.ratio.len()], &mut ln_r[..p.ratio.len()]);
+        for (((el, l), &r), &a) in e_log
+            .iter_mut()
+            .zip(ln_r.iter_mut())
+            .zip(p.ratio)
+            .zip(p.allowed)
+        {
+            *el = a / r;
+            *l = r;
         }
         vm.ln_1p_in_place(e_log);
         vm.ln_in_place(ln_r);
-        for ((e, &el), &l) in block.iter().zip(e_log.iter()).zip(ln_r.iter()) {
-            let el = log_allowed_from(e, el)?;
+        for ((&r, &el), &l) in p.ratio.iter().zip(e_log.iter()).zip(ln_r.iter()) {
+            let el = log_allowed_from(r, el)?;
             sum += l.abs() * el + 0.5 * el * el;
         }
     }
     Some(sum)
 }
 
-/// The log-ratio allowance `E` of an element, from its ratio allowance `r·(e^E − 1)`.
-fn log_allowed(e: &ChainElem) -> Option<f64> {
-    log_allowed_from(e, (e.ratio_allowed / e.ratio).ln_1p())
+/// The log-ratio allowance `E` of an element, from its ratio and the ratio's allowance
+/// `r·(e^E − 1)`.
+fn log_allowed(ratio: f64, allowed: f64) -> Option<f64> {
+    log_allowed_from(ratio, (allowed / ratio).ln_1p())
 }
 
-/// [`log_allowed`] from `ln_1p(ratio_allowed / ratio)` already computed: `x` when finite
-/// and the ratio positive.
-fn log_allowed_from(e: &ChainElem, x: f64) -> Option<f64> {
-    (x.is_finite() && e.ratio > 0.0).then_some(x)
+/// [`log_allowed`] from `ln_1p(allowed / ratio)` already computed: `x` when finite and
+/// the ratio positive.
+fn log_allowed_from(ratio: f64, x: f64) -> Option<f64> {
+    (x.is_finite() && ratio > 0.0).then_some(x)
 }
 
 /// The propagated tolerance of a loss-file scalar that is an aggregate of the chain's

@@ -19,7 +19,7 @@ use crate::compare::align::{match_rows_by, strip_pad_range, RowMatch};
 use crate::compare::metrics::{
     effective_dtype, Accumulator, ElemLoc, GridScan, PairMetrics, Positions,
 };
-use crate::compare::propagate::{self, ChainElem, ChainStats};
+use crate::compare::propagate::{self, ChainStats, ElemRun};
 use crate::compare::tolerance::{coarser, Tolerance, TolerancePolicy, Verdict};
 pub use crate::dumpdiff::mat::Mat;
 use crate::dumpdiff::mat::CHUNK;

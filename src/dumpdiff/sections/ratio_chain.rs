@@ -227,44 +227,32 @@ pub fn chain(
         }
     };
     let all = 0..lp.width;
-    let valid = |r: usize| {
-        mask_a
-            .as_deref()
-            .map_or(std::slice::from_ref(&all), |m| m.nonzero(r))
-    };
+    let valid = |r: usize| valid_runs(mask_a.as_deref(), &all, r);
     let n_valid = (0..abs_adv.len())
         .flat_map(|r| valid(r).iter().map(|v| v.len()))
         .sum();
-    let mut elems = Vec::with_capacity(n_valid);
-    // Per valid element, beside `elems`: its row's signed advantage and `logp − ref`
-    // (NaN when unknown), and each row's count: what the aggregation modes and the KL
-    // terms' tolerances need.
+    let mut runs = Vec::with_capacity(abs_adv.len());
+    let mut counted = 0;
+    // Per valid element, beside its run: its `logp − ref` (NaN when unknown) and signed
+    // log-ratio difference; per row its count and the advantage its loss difference is
+    // predicted from: what the aggregation modes and the KL and pg terms' tolerances need.
     let ref_lp = a_fwd.mat(keys::REF_LOG_PROBS).filter(|m| m.rows == na);
-    let ent = a_fwd.mat(keys::ENTROPY).filter(|m| m.rows == na);
     let mut extra = ElemExtra {
-        entropy_u: ent
-            .as_ref()
-            .and_then(|m| crate::conventions::rounding::unit_roundoff(m.precision())),
-        advantage: Vec::with_capacity(n_valid),
         kl_delta: Vec::with_capacity(if ref_lp.is_some() { n_valid } else { 0 }),
         row_counts: Vec::with_capacity(abs_adv.len()),
-        entropy: Vec::with_capacity(if ent.is_some() { n_valid } else { 0 }),
-        pred_advantage: Vec::with_capacity(n_valid),
+        pred_advantage: Vec::with_capacity(abs_adv.len()),
         delta: Vec::with_capacity(n_valid),
     };
     for (r, &abs_advantage) in abs_adv.iter().enumerate() {
         let (ratio_r, allowed_r) = (ratio.row(r), ratio_allowed.row(r));
         let ref_r = ref_lp.as_ref().map(|m| m.row(r));
         let lp_r = ref_r.as_ref().map(|_| lp.row(r));
-        let ent_r = ent.as_ref().map(|m| m.row(r));
         let signed = adv.as_ref().and_then(|a| a.row(r).first().copied());
-        let before = elems.len();
+        let before = counted;
         // Each run of valid positions at once (the positions past the ratio's width
         // have no element); every vector gets the values the element-wise rule gives.
         let width = ratio_r.len().min(allowed_r.len());
-        for v in valid(r) {
-            let span = v.start.min(width)..v.end.min(width);
-            let n = span.len();
+        for span in clipped(valid(r), width) {
             // Without `ref_log_probs` (no row has one) the vector stays empty.
             if let (Some(l), Some(rf)) = (&lp_r, &ref_r) {
                 extra
@@ -274,9 +262,6 @@ pub fn chain(
                         _ => f64::NAN,
                     }))
             }
-            let signed_or = |x: f64| std::iter::repeat_n(signed.unwrap_or(x), n);
-            extra.advantage.extend(signed_or(f64::NAN));
-            extra.pred_advantage.extend(signed_or(row_adv[r]));
             let base = r * lp.width;
             match delta.get(base + span.start..base + span.end) {
                 Some(d) => extra.delta.extend_from_slice(d),
@@ -285,21 +270,27 @@ pub fn chain(
                         .map(|p| delta.get(base + p).copied().unwrap_or(f64::NAN)),
                 ),
             }
-            if let Some(x) = &ent_r {
-                // The positions of the span the row holds (a prefix: they ascend).
-                let held = span.start.min(x.len())..span.end.min(x.len());
-                extra.entropy.extend_from_slice(&x[held]);
-            }
-            elems.extend(ratio_r[span.clone()].iter().zip(&allowed_r[span]).map(
-                |(&ratio, &ratio_allowed)| ChainElem {
-                    ratio,
-                    ratio_allowed,
+            // The run's elements are the ratio's own values there (its rows are
+            // `ratio.width` apart in its row-major values).
+            if !span.is_empty() {
+                counted += span.len();
+                runs.push(ElemRun {
+                    start: r * ratio.width + span.start,
+                    len: span.len(),
                     abs_advantage,
-                },
-            ));
+                });
+            }
         }
-        extra.row_counts.push(elems.len() - before);
+        extra.row_counts.push(counted - before);
+        extra.pred_advantage.push(signed.unwrap_or(row_adv[r]));
     }
+    // (Derived above, so both are owned f64 of one layout.)
+    let stats = match (ratio.owned_values(), ratio_allowed.owned_values()) {
+        (Some(r), Some(a)) if ratio.width == ratio_allowed.width => {
+            Some(ChainStats::new(r, a, runs))
+        }
+        _ => None,
+    };
     Chain {
         idx,
         how,
@@ -309,7 +300,7 @@ pub fn chain(
         ratio_allowed: Some(ratio_allowed),
         adv,
         adv_from: inputs.advantages_from.clone(),
-        stats: Some(ChainStats { elems }),
+        stats,
         extra,
         agg: AggMode::TokenMean,
         kl_coef: None,
@@ -317,29 +308,90 @@ pub fn chain(
     }
 }
 
-/// Beside a chain's valid elements (same order): the signed advantage of each, its
-/// `logp − ref_log_probs`, and how many elements each row has.
+/// Beside a chain's valid elements (same order): each one's `logp − ref_log_probs` and
+/// signed log-ratio difference; per row, how many elements it has and its advantage.
 #[derive(Debug, Clone, Default)]
 pub struct ElemExtra {
-    /// Signed advantage per element (NaN when unknown).
-    pub advantage: Vec<f64>,
     /// `logp − ref` per element, NaN where a row lacks a value; empty without
     /// `ref_log_probs` (then no KL allowance, as from all-NaN differences).
     pub kl_delta: Vec<f64>,
     /// Valid elements per row, in row order.
     pub row_counts: Vec<usize>,
-    /// The side's dumped `entropy` per element (empty when not dumped).
-    pub entropy: Vec<f64>,
-    /// The unit roundoff of the entropy's stored precision (bf16 2⁻⁸, f32 2⁻²⁴).
-    pub entropy_u: Option<f64>,
-    /// Signed advantage per element for the predicted loss difference: the remote-api
-    /// one, else the other side's row when it holds one value (NaN otherwise).
+    /// Signed advantage per row (beside `row_counts`) for the predicted loss difference:
+    /// the remote-api one, else the other side's row when it holds one value (NaN
+    /// otherwise). Kept per row, not per element: it is constant along a row.
     pub pred_advantage: Vec<f64>,
     /// Per element, `(logp − logp') − (old − old')` against the other side's paired
     /// inputs: the signed log-ratio difference, NaN when an input is unpaired or differs
     /// beyond its tolerance, or when a side may have computed its loss from values finer
     /// than those it stored (then only the worst case is allowed).
     pub delta: Vec<f64>,
+}
+
+/// What inferring a chain's aggregation mode reads beside its valid elements (same
+/// order): each one's signed advantage (NaN when unknown) and the side's dumped entropy
+/// at the positions its row holds, with the entropy's unit roundoff (bf16 2⁻⁸, f32 2⁻²⁴).
+/// Built only then ([`ModeInputs::of`]): a cell whose loss file names its mode never
+/// needs them.
+#[derive(Debug, Clone, Default)]
+pub struct ModeInputs {
+    /// Signed advantage per element (NaN when unknown).
+    pub advantage: Vec<f64>,
+    /// The side's dumped `entropy` per element (empty when not dumped).
+    pub entropy: Vec<f64>,
+    /// The unit roundoff of the entropy's stored precision.
+    pub entropy_u: Option<f64>,
+}
+
+impl ModeInputs {
+    /// `ch`'s, from `a_fwd`, the reference `forward_data` it was derived from: the same
+    /// rows and valid runs [`chain`] walked, element for element.
+    pub fn of(ch: &Chain, a_fwd: &Tensors<'_>) -> ModeInputs {
+        let (Some(ratio), Some(allowed), Some(lp)) =
+            (&ch.ratio, &ch.ratio_allowed, a_fwd.mat(keys::LOG_PROBS))
+        else {
+            return ModeInputs::default();
+        };
+        let na = lp.rows;
+        let mask = a_fwd.mat(keys::RESPONSE_MASK);
+        let ent = a_fwd.mat(keys::ENTROPY).filter(|m| m.rows == na);
+        let n = ch.stats.as_ref().map_or(0, |s| s.count());
+        let mut out = ModeInputs {
+            advantage: Vec::with_capacity(n),
+            entropy: Vec::with_capacity(if ent.is_some() { n } else { 0 }),
+            entropy_u: ent
+                .as_ref()
+                .and_then(|m| crate::conventions::rounding::unit_roundoff(m.precision())),
+        };
+        let all = 0..lp.width;
+        for r in 0..ch.extra.row_counts.len() {
+            let width = ratio.row(r).len().min(allowed.row(r).len());
+            let ent_r = ent.as_ref().map(|m| m.row(r));
+            let signed = ch.adv.as_ref().and_then(|a| a.row(r).first().copied());
+            for span in clipped(valid_runs(mask.as_deref(), &all, r), width) {
+                let n = span.len();
+                out.advantage
+                    .extend(std::iter::repeat_n(signed.unwrap_or(f64::NAN), n));
+                if let Some(x) = &ent_r {
+                    // The positions of the span the row holds (a prefix: they ascend).
+                    let held = span.start.min(x.len())..span.end.min(x.len());
+                    out.entropy.extend_from_slice(&x[held]);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Row `r`'s runs of valid positions: the mask's non-zero runs, or `all` without a mask.
+fn valid_runs<'m>(mask: Option<&'m Mat>, all: &'m Range<usize>, r: usize) -> &'m [Range<usize>] {
+    mask.map_or(std::slice::from_ref(all), |m| m.nonzero(r))
+}
+
+/// `runs` cut at `width` (the positions past a row's ratio have no element).
+fn clipped(runs: &[Range<usize>], width: usize) -> impl Iterator<Item = Range<usize>> + '_ {
+    runs.iter()
+        .map(move |v| v.start.min(width)..v.end.min(width))
 }
 
 /// The signed log-ratio difference of one element, `(l − l') − (o − o')`, from each

@@ -1,4 +1,5 @@
 use super::*;
+use crate::compare::propagate::ChainElem;
 
 fn rows(v: &[&[f64]]) -> Value {
     Value::List(
@@ -135,9 +136,12 @@ fn clip_fraction_may_move_by_the_tokens_near_the_boundary() {
         ratio_allowed,
         abs_advantage: Some(1.0),
     };
-    let chain = Chain::of_stats(ChainStats {
-        elems: vec![e(1.19, 0.02), e(1.0, 0.02), e(0.9, 0.02), e(1.5, 0.02)],
-    });
+    let chain = Chain::of_stats(ChainStats::from_elems(&[
+        e(1.19, 0.02),
+        e(1.0, 0.02),
+        e(0.9, 0.02),
+        e(1.5, 0.02),
+    ]));
     let policy = TolerancePolicy::default();
     let verdict = |b: f64| {
         let a = loss_with_clip_frac(0.25);
@@ -531,15 +535,9 @@ fn pg_prediction_summed_as_computed_is_the_reduction_of_its_vectors() {
             _ => (u[3 * n + i] - 0.5) * 1e-2,
         })
         .collect();
-    let pred_advantage = (0..n)
-        .map(|i| match i % 17 {
-            0 => f64::NAN,
-            _ => 4.0 * u[4 * n + i] - 2.0,
-        })
-        .collect();
-    let mut ch = Chain::of_stats(ChainStats {
-        elems: elems.clone(),
-    });
+    // One advantage per row (the fourth unknown).
+    let pred_advantage = vec![4.0 * u[4 * n] - 2.0, 0.7, -1.3, f64::NAN, 1.9];
+    let mut ch = Chain::of_stats(ChainStats::from_elems(&elems));
     ch.extra = ElemExtra {
         delta,
         pred_advantage,
@@ -563,9 +561,9 @@ fn pg_prediction_summed_as_computed_is_the_reduction_of_its_vectors() {
     }
     // An element neither predicted nor with a known |A|: no prediction, either way.
     ch.agg = AggMode::TokenMean;
-    let mut stats = ChainStats { elems };
-    stats.elems[0].abs_advantage = None;
-    ch.stats = Some(stats);
+    let mut elems = elems;
+    elems[0].abs_advantage = None;
+    ch.stats = Some(ChainStats::from_elems(&elems));
     let memo = StatsMemo::new(Some(&ch), None);
     assert!(memo.pg_predicted_with(true).is_none());
     assert!(memo.pg_predicted_with(false).is_none());
@@ -592,20 +590,23 @@ fn loss_allowances_by_blocks_equal_the_element_rules() {
             _ => (u[3 * n + i] - 0.5) * 2e-2,
         })
         .collect();
-    let adv: Vec<f64> = (0..n)
-        .map(|i| match i % 7 {
-            0 => f64::NAN,
-            _ => 4.0 * u[4 * n + i] - 2.0,
-        })
+    // One advantage per row, rows across the blocks' edges (one empty, one unknown):
+    // each element takes its row's.
+    let row_counts = vec![300, 0, 450, 1, 200, 150];
+    assert_eq!(row_counts.iter().sum::<usize>(), n);
+    let per_row = vec![1.2, 0.5, f64::NAN, -1.7, 4.0 * u[4 * n] - 2.0, -0.8];
+    let adv: Vec<f64> = row_counts
+        .iter()
+        .zip(&per_row)
+        .flat_map(|(&c, &a)| std::iter::repeat_n(a, c))
         .collect();
     let x = ElemExtra {
         delta: delta.clone(),
-        pred_advantage: adv.clone(),
+        pred_advantage: per_row,
+        row_counts,
         ..ElemExtra::default()
     };
-    let stats = ChainStats {
-        elems: elems.clone(),
-    };
+    let stats = ChainStats::from_elems(&elems);
     let (lo, hi) = (0.2, 0.28);
     let mut got = Vec::new();
     let count = pg_terms(&stats, &x, lo, hi, |s, r, g| {
@@ -644,7 +645,7 @@ fn loss_allowances_by_blocks_equal_the_element_rules() {
             })
             .sum()
     };
-    let sum = approx_kl_sum(&elems);
+    let sum = approx_kl_sum(&ChainStats::from_elems(&elems));
     assert_eq!(
         sum.map(f64::to_bits),
         element_rules(&elems).map(f64::to_bits)
@@ -652,7 +653,7 @@ fn loss_allowances_by_blocks_equal_the_element_rules() {
     assert!(sum.is_some_and(|s| s > 0.0));
     // An unknown allowance in the last block (a zero ratio): None, both ways.
     elems[n - 3].ratio = 0.0;
-    assert_eq!(approx_kl_sum(&elems), None);
+    assert_eq!(approx_kl_sum(&ChainStats::from_elems(&elems)), None);
     assert_eq!(element_rules(&elems), None);
 }
 
