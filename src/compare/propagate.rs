@@ -74,6 +74,9 @@ pub struct ElemRun {
 /// Consecutive valid elements of one run ([`ChainStats::pieces`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Piece<'a> {
+    /// Offset of the first in the row-major values (where a vector of the same layout
+    /// holds what else is known of them).
+    pub at: usize,
     /// Their ratios.
     pub ratio: &'a [f64],
     /// Their ratios' allowed errors (as long as `ratio`).
@@ -161,14 +164,14 @@ impl ChainStats {
                 &self.ratio[r.start..r.start + r.len],
                 &self.allowed[r.start..r.start + r.len],
             );
-            ratio
-                .chunks(max)
-                .zip(allowed.chunks(max))
-                .map(move |(ratio, allowed)| Piece {
+            ratio.chunks(max).zip(allowed.chunks(max)).enumerate().map(
+                move |(k, (ratio, allowed))| Piece {
+                    at: r.start + k * max,
                     ratio,
                     allowed,
                     abs_advantage: r.abs_advantage,
-                })
+                },
+            )
         })
     }
 

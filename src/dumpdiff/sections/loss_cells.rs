@@ -274,7 +274,8 @@ impl<'a> StatsMemo<'a> {
         let x = &ch.extra;
         let n = stats.count();
         let rows = x.row_counts.len();
-        if x.delta.len() != n || x.pred_advantage.len() != rows || per_row_total(x) != n {
+        // (A `delta` too short for the elements fails in `pg_terms`.)
+        if x.pred_advantage.len() != rows || per_row_total(x) != n {
             return None;
         }
         let (lo, hi) = clip_range(self.loss);
@@ -410,7 +411,7 @@ pub(super) fn pg_terms(
     mut each: impl FnMut(f64, f64, f64),
 ) -> Option<usize> {
     let mut count = 0;
-    let n = stats.count().min(x.delta.len()).min(per_row_total(x));
+    let n = stats.count().min(per_row_total(x));
     let vm = VecMath::get();
     // Each element's row advantage, rows taken in turn by their counts.
     let mut rows = x.row_counts.iter().zip(&x.pred_advantage);
@@ -425,7 +426,8 @@ pub(super) fn pg_terms(
         }
         let len = p.ratio.len().min(n - start);
         let (ratio, allowed) = (&p.ratio[..len], &p.allowed[..len]);
-        let delta = &x.delta[start..start + len];
+        // Each element's signed difference at its offset; None when `delta` lacks it.
+        let delta = x.delta.get(p.at..p.at + len)?;
         start += len;
         let m = &mut m[..len];
         for (m, &d) in m.iter_mut().zip(delta) {

@@ -38,6 +38,8 @@ use crate::value::Value;
 mod cells;
 mod engine;
 mod loss_cells;
+#[cfg(test)]
+mod loss_tests;
 mod ratio_chain;
 mod rows;
 mod side;

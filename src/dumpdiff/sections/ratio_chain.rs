@@ -241,7 +241,7 @@ pub fn chain(
         kl_delta: Vec::with_capacity(if ref_lp.is_some() { n_valid } else { 0 }),
         row_counts: Vec::with_capacity(abs_adv.len()),
         pred_advantage: Vec::with_capacity(abs_adv.len()),
-        delta: Vec::with_capacity(n_valid),
+        delta: Vec::new(),
     };
     for (r, &abs_advantage) in abs_adv.iter().enumerate() {
         let (ratio_r, allowed_r) = (ratio.row(r), ratio_allowed.row(r));
@@ -262,14 +262,6 @@ pub fn chain(
                         _ => f64::NAN,
                     }))
             }
-            let base = r * lp.width;
-            match delta.get(base + span.start..base + span.end) {
-                Some(d) => extra.delta.extend_from_slice(d),
-                None => extra.delta.extend(
-                    span.clone()
-                        .map(|p| delta.get(base + p).copied().unwrap_or(f64::NAN)),
-                ),
-            }
             // The run's elements are the ratio's own values there (its rows are
             // `ratio.width` apart in its row-major values).
             if !span.is_empty() {
@@ -284,6 +276,9 @@ pub fn chain(
         extra.row_counts.push(counted - before);
         extra.pred_advantage.push(signed.unwrap_or(row_adv[r]));
     }
+    // Each element's signed difference lies at its run's offsets too (`delta` has the
+    // ratio's layout).
+    extra.delta = delta;
     // (Derived above, so both are owned f64 of one layout.)
     let stats = match (ratio.owned_values(), ratio_allowed.owned_values()) {
         (Some(r), Some(a)) if ratio.width == ratio_allowed.width => {
@@ -308,8 +303,8 @@ pub fn chain(
     }
 }
 
-/// Beside a chain's valid elements (same order): each one's `logp − ref_log_probs` and
-/// signed log-ratio difference; per row, how many elements it has and its advantage.
+/// Beside a chain's valid elements: each one's `logp − ref_log_probs` (same order) and
+/// signed log-ratio difference (at its offset); per row, its count and its advantage.
 #[derive(Debug, Clone, Default)]
 pub struct ElemExtra {
     /// `logp − ref` per element, NaN where a row lacks a value; empty without
@@ -321,7 +316,8 @@ pub struct ElemExtra {
     /// the remote-api one, else the other side's row when it holds one value (NaN
     /// otherwise). Kept per row, not per element: it is constant along a row.
     pub pred_advantage: Vec<f64>,
-    /// Per element, `(logp − logp') − (old − old')` against the other side's paired
+    /// Per position of the ratio's row-major layout (where the chain's runs index its
+    /// elements), `(logp − logp') − (old − old')` against the other side's paired
     /// inputs: the signed log-ratio difference, NaN when an input is unpaired or differs
     /// beyond its tolerance, or when a side may have computed its loss from values finer
     /// than those it stored (then only the worst case is allowed).
