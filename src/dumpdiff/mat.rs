@@ -86,6 +86,27 @@ impl Mat {
         }
     }
 
+    /// Rows `first..first + n` of a stored 2-d matrix as a matrix of their own, reading
+    /// the same stored values (nothing copied) and releasable as its rows are
+    /// ([`Mat::release_rows`]); None when its values are not stored.
+    pub fn row_window(&self, first: usize, n: usize) -> Option<Mat> {
+        let Values::Stored(t) = &self.values else {
+            return None;
+        };
+        let t = t.rows(first, n).filter(|_| self.shape.len() == 2)?;
+        Some(Mat {
+            shape: t.shape().to_vec(),
+            rows: n,
+            width: self.width,
+            dtype: self.dtype,
+            values: Values::Stored(t),
+            precision: OnceLock::new(),
+            nonzero: OnceLock::new(),
+            zero_one: OnceLock::new(),
+            pages: self.pages.clone(),
+        })
+    }
+
     /// This matrix with its [`Mat::precision`] already known (the caller computed it over
     /// exactly the values [`effective_dtype`] would see).
     pub fn with_precision(self, precision: DType) -> Mat {
@@ -542,6 +563,26 @@ mod paged_tests {
         assert_eq!(bits(&m), bits(&want));
         m.release_rows(0..m.rows);
         assert_eq!(bits(&m), bits(&want));
+        // A window of its rows reads those rows, before and after its pages go, and has
+        // the precision a copy of them has.
+        let (first, n) = (1, want.rows - 1);
+        let w = m.row_window(first, n).unwrap();
+        let copy = Mat::new(
+            vec![n, want.width],
+            n,
+            want.width,
+            (first..first + n)
+                .flat_map(|r| want.row(r).into_owned())
+                .collect(),
+            want.dtype,
+        );
+        assert_eq!((w.rows, w.width, &w.shape), (n, want.width, &copy.shape));
+        assert_eq!(bits(&w), bits(&copy));
+        assert_eq!(w.precision(), copy.precision());
+        w.release_rows(0..w.rows);
+        assert_eq!(bits(&w), bits(&copy));
+        assert!(m.row_window(first, want.rows).is_none(), "past the end");
+        assert!(copy.row_window(0, 1).is_none(), "not stored");
     }
 
     #[test]

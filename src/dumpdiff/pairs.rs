@@ -175,6 +175,9 @@ pub(super) fn weaver_cell(
         }
         out.is_only_a = only_a(&a_fwd, &b_is);
     }
+    if let Some(ch) = &chain {
+        ch.release_old();
+    }
     Ok(out)
 }
 

@@ -269,6 +269,24 @@ impl Tensor {
         self.shape.len()
     }
 
+    /// Rows `first..first + n` of a contiguous, unquantized 2-d tensor: a view of the
+    /// same storage (nothing copied); None for any other tensor or rows past its end.
+    pub fn rows(&self, first: usize, n: usize) -> Option<Tensor> {
+        let [rows, width] = self.shape[..] else {
+            return None;
+        };
+        let fits = first.checked_add(n).is_some_and(|end| end <= rows);
+        if !fits || !self.is_contiguous() || self.quant.is_some() {
+            return None;
+        }
+        Some(Tensor {
+            shape: vec![n, width],
+            strides: contiguous_strides(&[n, width]),
+            offset: self.offset + first * width,
+            ..self.clone()
+        })
+    }
+
     /// True when the view is row-major contiguous (its elements are one run of storage).
     pub fn is_contiguous(&self) -> bool {
         let want = contiguous_strides(&self.shape);

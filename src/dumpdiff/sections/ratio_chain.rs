@@ -37,6 +37,14 @@ pub struct Chain {
 }
 
 impl Chain {
+    /// Let the pages of the whole-batch rows `old` reads in place go, once the cell is
+    /// done with them (nothing to do for a copy or a per-micro file).
+    pub fn release_old(&self) {
+        if let (Some(o), false) = (&self.old, self.per_micro_old) {
+            o.release_rows(0..o.rows);
+        }
+    }
+
     /// A chain of only its valid elements (token-mean, no KL coefficient): what the loss
     /// scalars' tolerances read, for tests.
     #[cfg(test)]
@@ -96,7 +104,15 @@ pub fn chain(
     if per_micro_old {
         how = "per-micro old_log_probs file, rows in forward_data order".into();
     }
-    let old = own_old.map(|m| (*m).clone()).or_else(|| {
+    // Consecutive rows of the whole-batch file (the usual layout) are read where they
+    // lie; others are copied.
+    let window = || {
+        let old = inputs.old_log_probs.as_ref()?;
+        let first = (*idx.first()?)?;
+        let consecutive = idx.iter().enumerate().all(|(k, i)| *i == Some(first + k));
+        consecutive.then(|| old.row_window(first, na)).flatten()
+    };
+    let old = own_old.map(|m| (*m).clone()).or_else(window).or_else(|| {
         inputs.old_log_probs.as_ref().and_then(|old| {
             let mut data = Vec::with_capacity(na * old.width);
             let mut buf = Vec::new();
