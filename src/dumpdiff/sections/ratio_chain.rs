@@ -243,7 +243,11 @@ pub fn chain(
         }
     };
     let all = 0..lp.width;
-    let valid = |r: usize| valid_runs(mask_a.as_deref(), &all, r);
+    let valid = |r: usize| {
+        mask_a
+            .as_deref()
+            .map_or(std::slice::from_ref(&all), |m| m.nonzero(r))
+    };
     let n_valid = (0..abs_adv.len())
         .flat_map(|r| valid(r).iter().map(|v| v.len()))
         .sum();
@@ -356,18 +360,15 @@ pub struct ModeInputs {
 }
 
 impl ModeInputs {
-    /// `ch`'s, from `a_fwd`, the reference `forward_data` it was derived from: the same
-    /// rows and valid runs [`chain`] walked, element for element.
+    /// `ch`'s, its entropy from `a_fwd`, the reference `forward_data` it was derived
+    /// from: element for element those of the chain's runs.
     pub fn of(ch: &Chain, a_fwd: &Tensors<'_>) -> ModeInputs {
-        let (Some(ratio), Some(allowed), Some(lp)) =
-            (&ch.ratio, &ch.ratio_allowed, a_fwd.mat(keys::LOG_PROBS))
-        else {
+        let (Some(stats), Some(ratio)) = (&ch.stats, &ch.ratio) else {
             return ModeInputs::default();
         };
-        let na = lp.rows;
-        let mask = a_fwd.mat(keys::RESPONSE_MASK);
+        let na = ch.extra.row_counts.len();
         let ent = a_fwd.mat(keys::ENTROPY).filter(|m| m.rows == na);
-        let n = ch.stats.as_ref().map_or(0, |s| s.count());
+        let n = stats.count();
         let mut out = ModeInputs {
             advantage: Vec::with_capacity(n),
             entropy: Vec::with_capacity(if ent.is_some() { n } else { 0 }),
@@ -375,29 +376,27 @@ impl ModeInputs {
                 .as_ref()
                 .and_then(|m| crate::conventions::rounding::unit_roundoff(m.precision())),
         };
-        let all = 0..lp.width;
-        for r in 0..ch.extra.row_counts.len() {
-            let width = ratio.row(r).len().min(allowed.row(r).len());
-            let ent_r = ent.as_ref().map(|m| m.row(r));
+        // A run lies within one row: its offset says which, and where in it.
+        let mut ent_row: Option<(usize, Vec<f64>)> = None;
+        for p in stats.pieces(usize::MAX) {
+            let (r, start) = (p.at / ratio.width, p.at % ratio.width);
+            let n = p.ratio.len();
             let signed = ch.adv.as_ref().and_then(|a| a.row(r).first().copied());
-            for span in clipped(valid_runs(mask.as_deref(), &all, r), width) {
-                let n = span.len();
-                out.advantage
-                    .extend(std::iter::repeat_n(signed.unwrap_or(f64::NAN), n));
-                if let Some(x) = &ent_r {
-                    // The positions of the span the row holds (a prefix: they ascend).
-                    let held = span.start.min(x.len())..span.end.min(x.len());
+            out.advantage
+                .extend(std::iter::repeat_n(signed.unwrap_or(f64::NAN), n));
+            if let Some(m) = &ent {
+                if ent_row.as_ref().is_none_or(|(at, _)| *at != r) {
+                    ent_row = Some((r, m.row(r).into_owned()));
+                }
+                if let Some((_, x)) = &ent_row {
+                    // The positions of the run the row holds (a prefix: they ascend).
+                    let held = start.min(x.len())..(start + n).min(x.len());
                     out.entropy.extend_from_slice(&x[held]);
                 }
             }
         }
         out
     }
-}
-
-/// Row `r`'s runs of valid positions: the mask's non-zero runs, or `all` without a mask.
-fn valid_runs<'m>(mask: Option<&'m Mat>, all: &'m Range<usize>, r: usize) -> &'m [Range<usize>] {
-    mask.map_or(std::slice::from_ref(all), |m| m.nonzero(r))
 }
 
 /// `runs` cut at `width` (the positions past a row's ratio have no element).

@@ -609,3 +609,55 @@ fn mask_chunks_counted_by_runs_equal_the_decoded_path() {
         }
     }
 }
+
+#[test]
+fn mode_inputs_follow_the_chains_runs_element_for_element() {
+    // Three rows of width 6: row 0 valid at 1..3 and 4..6, row 1 nowhere, row 2 at 0..5;
+    // the entropy only 4 wide (a row holds a prefix of the positions). Each element gets
+    // its row's advantage and the entropy at its own position where the row holds one.
+    let lp: Vec<Vec<f64>> = (0..3)
+        .map(|r| (0..6).map(|p| -1.0 - (r * 6 + p) as f64 / 10.0).collect())
+        .collect();
+    let old: Vec<Vec<f64>> = lp
+        .iter()
+        .map(|r| r.iter().map(|x| x + 0.01).collect())
+        .collect();
+    let ent: Vec<Vec<f64>> = (0..3)
+        .map(|r| (0..4).map(|p| 0.1 + (r * 4 + p) as f64 / 1000.0).collect())
+        .collect();
+    let mask = [
+        [0.0, 1.0, 1.0, 0.0, 1.0, 1.0],
+        [0.0; 6],
+        [1.0, 1.0, 1.0, 1.0, 1.0, 0.0],
+    ];
+    let as_rows = |v: &[Vec<f64>]| rows(&v.iter().map(|r| &r[..]).collect::<Vec<_>>());
+    let a_fwd = dict(vec![
+        ("log_probs", as_rows(&lp)),
+        ("response_mask", rows(&[&mask[0], &mask[1], &mask[2]])),
+        ("entropy", as_rows(&ent)),
+    ]);
+    let a_fwd = Tensors::new(&a_fwd);
+    let inputs = BatchInputs {
+        old_log_probs: Mat::of(&dict(vec![("o", as_rows(&old))]), "o"),
+        traj_index: HashMap::new(),
+        advantages: Some(vec![0.5, -1.0, 2.0]),
+        advantages_from: String::new(),
+        micros_per_rank: 1,
+        adv_parts: None,
+        adv_eps: None,
+    };
+    let policy = TolerancePolicy::default();
+    let ch = chain(&policy, &inputs, &a_fwd, ChainPeer::default(), None, (0, 0));
+    assert_eq!(ch.extra.row_counts, vec![4, 0, 5]);
+    let x = ModeInputs::of(&ch, &a_fwd);
+    assert_eq!(x.advantage, [0.5, 0.5, 0.5, 0.5, 2.0, 2.0, 2.0, 2.0, 2.0]);
+    let (e0, e2) = (&ent[0], &ent[2]);
+    assert_eq!(x.entropy, [e0[1], e0[2], e2[0], e2[1], e2[2], e2[3]]);
+    assert_eq!(x.entropy_u, Some(2f64.powi(-53)));
+    // Beside the chain's own elements, in order.
+    let ratios: Vec<f64> = ch.stats.as_ref().unwrap().iter().map(|e| e.ratio).collect();
+    let at = |r: usize, p: usize| (lp[r][p] - old[r][p]).exp();
+    let want = [at(0, 1), at(0, 2), at(0, 4), at(0, 5), at(2, 0), at(2, 1)];
+    assert_eq!(&ratios[..6], &want);
+    assert_eq!(ratios.len(), 9);
+}
