@@ -43,7 +43,6 @@
 //! # Ok::<(), rlforensics::Error>(())
 //! ```
 
-pub mod alloc;
 pub mod cli;
 pub mod compare;
 pub mod conventions;
@@ -62,7 +61,6 @@ pub mod model;
 pub mod postmortem;
 pub mod readers;
 pub mod render;
-pub mod sched;
 pub mod tensor;
 pub mod value;
 

@@ -295,12 +295,7 @@ fn run(args: Args) -> Result<(String, u8), Error> {
     Ok((text, dumpdiff::exit_code(&report, args.fail_on.severity())))
 }
 
-#[cfg(target_os = "linux")]
-#[global_allocator]
-static ALLOC: rlforensics::alloc::HugeBlocks = rlforensics::alloc::HugeBlocks;
-
 fn main() -> ExitCode {
-    rlforensics::alloc::keep_freed_memory();
     let args: Args = match cli::parse() {
         Ok(a) => a,
         Err(code) => return code,

@@ -201,12 +201,7 @@ fn run(a: &Args) -> Result<(String, u8), Error> {
     Ok((text, code))
 }
 
-#[cfg(target_os = "linux")]
-#[global_allocator]
-static ALLOC: rlforensics::alloc::HugeBlocks = rlforensics::alloc::HugeBlocks;
-
 fn main() -> ExitCode {
-    rlforensics::alloc::keep_freed_memory();
     let args: Args = match cli::parse() {
         Ok(a) => a,
         Err(code) => return code,

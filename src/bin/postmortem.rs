@@ -5,12 +5,7 @@ use std::process::ExitCode;
 use rlforensics::cli;
 use rlforensics::cli::postmortem::{run, PostmortemArgs};
 
-#[cfg(target_os = "linux")]
-#[global_allocator]
-static ALLOC: rlforensics::alloc::HugeBlocks = rlforensics::alloc::HugeBlocks;
-
 fn main() -> ExitCode {
-    rlforensics::alloc::keep_freed_memory();
     let args: PostmortemArgs = match cli::parse() {
         Ok(a) => a,
         Err(code) => return code,

@@ -31,7 +31,7 @@ use crate::kernels::aggregate::AggMode;
 use crate::model::tokens::tokens_hash;
 use crate::readers::layout::{DumpTree, Kind};
 use crate::readers::producers::{nexrl_self_hosted as keys, weaver};
-use crate::readers::read_any_pooled;
+use crate::readers::read_any;
 use crate::tensor::{DType, Tensor};
 use crate::value::Value;
 
