@@ -4,6 +4,7 @@
 //! map their files into these in one place each ([`crate::readers::producers`]).
 //! Nothing here imports a reader, a detector, a tool or a renderer.
 
+pub mod conventions;
 pub mod finding;
 pub mod log;
 pub mod step;

@@ -213,3 +213,61 @@ pub fn id_text(v: Option<&Value>) -> Option<String> {
 
 #[cfg(test)]
 mod tests;
+
+/// A producer that reads whole steps into the model ([`crate::model::step::StepDump`]):
+/// the door every tool goes through. One implementation per producer file.
+pub trait StepReader: Sync {
+    /// The producer's name as reports print it (`verl`, `nemo-rl`, …).
+    fn name(&self) -> &'static str;
+    /// Whether `root` (a folder or a file) holds this producer's files: cheap, by file
+    /// names and, where names are not distinctive, by a file's first bytes.
+    fn detect(&self, root: &Path) -> bool;
+    /// The steps `root` holds, ascending.
+    ///
+    /// Errors: `root` unreadable.
+    fn steps(&self, root: &Path) -> Result<Vec<i64>>;
+    /// Step `step` of `root` in the model.
+    ///
+    /// Errors: a file unreadable or not of the expected shape (named with its position);
+    /// the step absent (naming the steps there are).
+    fn read_step(&self, root: &Path, step: i64) -> Result<crate::model::step::StepDump>;
+}
+
+/// Every producer that reads whole steps, in detection order.
+pub fn step_readers() -> Vec<&'static dyn StepReader> {
+    Vec::new()
+}
+
+/// The one producer whose files `root` holds.
+///
+/// Errors: no producer recognises it (naming what was expected), or several do (a tree
+/// mixing producers is refused with the list, never read mixed).
+pub fn step_reader_for(root: &Path) -> Result<&'static dyn StepReader> {
+    let found: Vec<&'static dyn StepReader> = step_readers()
+        .into_iter()
+        .filter(|r| r.detect(root))
+        .collect();
+    match found.as_slice() {
+        [one] => Ok(*one),
+        [] => Err(Error::format(
+            root,
+            Position::File,
+            format!(
+                "no known producer's dump layout (known: {})",
+                step_readers()
+                    .iter()
+                    .map(|r| r.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
+        many => Err(Error::format(
+            root,
+            Position::File,
+            format!(
+                "files of several producers ({}): point at one producer's folder",
+                many.iter().map(|r| r.name()).collect::<Vec<_>>().join(", ")
+            ),
+        )),
+    }
+}
