@@ -17,7 +17,7 @@ use rlforensics::exit_codes::EXIT_CLEAN;
 use rlforensics::frames::export_frames;
 use rlforensics::inspect::inspect_path;
 use rlforensics::kernels::presets::preset;
-use rlforensics::readers::layout::Producer;
+use rlforensics::producers::layout::Producer;
 use rlforensics::render::{self, Renderer, Style};
 use rlforensics::Error;
 

@@ -12,7 +12,7 @@ use rlforensics::kernels::presets::{preset, PRESETS};
 use rlforensics::losscheck::overrides::{apply, Overrides};
 use rlforensics::losscheck::report::{InputsReport, Report, TreeReport};
 use rlforensics::losscheck::{check_tree_inferred, inputs_from_value, Tolerance};
-use rlforensics::readers::layout::DumpTree;
+use rlforensics::producers::layout::DumpTree;
 use rlforensics::render::{self, Renderer, Style};
 use rlforensics::Error;
 
@@ -173,7 +173,7 @@ fn run(a: &Args) -> Result<(String, u8), Error> {
         }
         (None, Some(file)) => {
             let file = cli::stdin_path(file);
-            let value = rlforensics::readers::read_any(&file)?;
+            let value = rlforensics::formats::read_any(&file)?;
             let inputs = inputs_from_value(&value, &file, &cfg)?;
             Report::Inputs(InputsReport::compute(&inputs, &cfg, &file)?)
         }

@@ -22,7 +22,7 @@ pub(super) fn adjudicate(
 ) -> Result<Vec<report::Adjudication>> {
     use crate::losscheck::infer::self_hosted_adv_eps;
     use crate::losscheck::{Status, StepCheck, Tolerance};
-    use crate::readers::producers::nexrl_self_hosted as keys;
+    use crate::producers::nexrl_self_hosted as keys;
     let given = crate::losscheck::overrides::Overrides {
         entropy_coeff: coefficients.get(keys::ENTROPY_COEFF).copied(),
         kl_coef: coefficients.get(keys::KL_COEF).copied(),

@@ -14,14 +14,14 @@ use super::{
 };
 use crate::conventions::rounding::LAMBDA;
 use crate::error::{Error, Position, Result};
+use crate::formats::read_any;
 use crate::kernels::aggregate::AggMode;
 use crate::kernels::loss::{compute, LossConfig, LossInputs, LossOutput};
 use crate::kernels::{to_f64, to_f64_vec};
 use crate::model::step::{LogProbSource, LossRecord};
-use crate::readers::layout::{DumpTree, Kind};
-use crate::readers::producers::nexrl_self_hosted as keys;
-use crate::readers::producers::weaver;
-use crate::readers::read_any;
+use crate::producers::layout::{DumpTree, Kind};
+use crate::producers::nexrl_self_hosted as keys;
+use crate::producers::weaver;
 use crate::tensor::DType;
 use crate::value::Value;
 

@@ -748,7 +748,7 @@ pub fn resolve(
 /// `None` for a weaver tree (it dumps its advantages), an epsilon `given` by a flag, or a
 /// step that cannot be checked.
 pub fn self_hosted_adv_eps(
-    tree: &crate::readers::layout::DumpTree,
+    tree: &crate::producers::layout::DumpTree,
     step: i64,
     cfg: &LossConfig,
     given: &Overrides,

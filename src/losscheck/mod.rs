@@ -43,8 +43,8 @@ use crate::error::{Error, Position, Result};
 use crate::kernels::loss::{LossConfig, LossInputs};
 use crate::kernels::{to_f64_vec, KernelError};
 use crate::model::step::{LogProbSource, TokenTensor};
-use crate::readers::layout::{DumpTree, Kind};
-use crate::readers::producers::loose_tensors;
+use crate::producers::layout::{DumpTree, Kind};
+use crate::producers::loose_tensors;
 use crate::value::Value;
 
 use cell::{gather_self_hosted, gather_weaver, judge, Cell, Uncertainty};

@@ -20,15 +20,15 @@ use std::path::{Path, PathBuf};
 use candle_core::{Device, Tensor};
 
 use crate::error::{Error, Position, Result};
+use crate::formats::read_any;
 use crate::kernels::advantage::{group_advantages, AdvantageConfig};
 use crate::kernels::loss::LossInputs;
 use crate::model::step::{LogProbSource, TokenTensor};
 use crate::model::tokens::tokens_hash;
 pub use crate::model::trajectory::{TrajectoryRow, TrajectorySummary};
-use crate::readers::layout::{DumpTree, Kind};
-use crate::readers::producers::nexrl_self_hosted;
-pub use crate::readers::producers::nexrl_self_hosted::group_of;
-use crate::readers::read_any;
+use crate::producers::layout::{DumpTree, Kind};
+use crate::producers::nexrl_self_hosted;
+pub use crate::producers::nexrl_self_hosted::group_of;
 use crate::tensor::DType;
 use crate::value::Value;
 

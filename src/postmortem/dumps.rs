@@ -34,7 +34,7 @@ use crate::error::{Error, Result};
 use crate::kernels::loss::LossConfig;
 use crate::losscheck::{layout_of, Divergence, Layout, Status, StepCheck, Tolerance};
 use crate::model::finding::Severity;
-use crate::readers::layout::{DumpTree, Kind, Producer};
+use crate::producers::layout::{DumpTree, Kind, Producer};
 
 /// The default losscheck preset (NexRL importance sampling, no clip).
 pub const DEFAULT_PRESET: &str = "nexrl-is";

@@ -20,7 +20,7 @@ const MAGIC: &[u8; 6] = b"\x93NUMPY";
 
 /// Read a `.npy` file into a tensor (no copy unless the payload is big-endian).
 pub fn read_npy(path: &Path) -> Result<Value> {
-    let map = crate::readers::open_input(path)?;
+    let map = crate::formats::open_input(path)?;
     read_npy_bytes(map).map_err(|e| e.in_file(path))
 }
 
@@ -31,7 +31,7 @@ pub fn read_npy_bytes(buf: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Result<Value, 
 
 /// Read a `.npz` file into a dict of member name (without `.npy`) → tensor, in archive order.
 pub fn read_npz(path: &Path) -> Result<Value> {
-    let buf = crate::readers::open_input(path)?;
+    let buf = crate::formats::open_input(path)?;
     read_npz_bytes((*buf).as_ref()).map_err(|e| e.in_file(path))
 }
 

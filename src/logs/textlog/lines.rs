@@ -3,8 +3,8 @@
 //! soft-wrapped continuations) and TRL/ms-swift Python dict lines.
 
 use super::{TextItem, EVAL_MARK};
+use crate::logs::steps::parse_number_text;
 use crate::model::log::SourceKind;
-use crate::readers::steps::parse_number_text;
 
 /// nanoGPT's evaluation line `step 3000: train loss 4.0390, val loss 4.0427`: an eval
 /// record, not a training step (its keys are `eval/…`, `val_loss` kept as is).

@@ -4,8 +4,8 @@
 //! real corpus) and become step records; `nan_gradient` becomes both a record and an event;
 //! every other event type is kept as an event for the detectors.
 
+use crate::logs::steps::{flatten_numbers, scalar_number, step_of, timestamp_of, LineQuality};
 use crate::model::log::{LogEvent, LogRecord, SourceKind};
-use crate::readers::steps::{flatten_numbers, scalar_number, step_of, timestamp_of, LineQuality};
 use crate::value::Value;
 
 /// Event types whose payload is a step's metrics.

@@ -6,17 +6,17 @@
 //! It accepts only a strict subset of JSON (no escapes in strings, integers of at most 18
 //! digits, no `event` key, no repeated special key, nesting under 64 levels) and gives up
 //! (`None`) on anything else, so the caller falls back to [`crate::json::parse_value`] and
-//! the readers in [`crate::readers::steps`]; on what it accepts it yields exactly the record
+//! the readers in [`crate::logs::steps`]; on what it accepts it yields exactly the record
 //! and [`LineQuality`] that path yields (tests check both on tricky lines).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::model::log::{LogRecord, SourceKind};
-use crate::readers::steps::{
+use crate::logs::steps::{
     parse_number_text, progress_step, LineQuality, EXTRA_STEP_KEY, PROGRESS_STEP_KEY, STEP_KEYS,
     TIME_KEYS,
 };
+use crate::model::log::{LogRecord, SourceKind};
 
 /// A small, fast, non-cryptographic hasher (FxHash) for short keys.
 #[derive(Default, Clone, Copy)]

@@ -1,19 +1,13 @@
-//! One module per input format; each returns a [`Value`] tree.
+//! Byte formats: one module per on-disk format of a dump file (`.pt`, `.safetensors`,
+//! `.npy`/`.npz`, one-line `.jsonl`), each turning bytes into a [`Value`] tree of
+//! [`Tensor`](crate::Tensor)s; what the keys mean is the producers' business
+//! ([`crate::producers`]).
 
-pub mod aliases;
-pub mod crash_bundle;
 pub mod dump_jsonl;
-pub mod events;
-pub mod fastline;
-pub mod layout;
 pub mod npy;
 mod pool;
-pub mod producers;
 pub mod pt;
 pub mod safetensors;
-pub mod steps;
-pub mod textlog;
-pub mod trackers;
 
 use std::path::Path;
 use std::sync::Arc;

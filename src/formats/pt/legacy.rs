@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use crate::error::{FormatError, Position};
-use crate::readers::Buf;
+use crate::formats::Buf;
 use crate::tensor::{Bytes, DType};
 use crate::value::Value;
 

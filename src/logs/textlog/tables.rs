@@ -2,8 +2,8 @@
 //! ` iteration N/ M | … |` lines and tqdm postfixes (`…, 39.06s/it, pg=-0.0019, rm=0.53]`).
 
 use super::TextItem;
+use crate::logs::steps::parse_number_text;
 use crate::model::log::SourceKind;
-use crate::readers::steps::parse_number_text;
 
 /// A table header cell as a key: lowercased, spaces as `_`, spaces around `/` dropped
 /// (`rewards / match_format` → `rewards/match_format`).

@@ -3,7 +3,7 @@
 //! intermediates), `loss/`, `batch_inputs/` (the micro's model inputs) and per-micro
 //! `param/`, `gradient/`.
 
-pub use crate::readers::producers::nexrl_self_hosted::{
+pub use crate::producers::nexrl_self_hosted::{
     loss_record, ENTROPY, ENTROPY_COEFF, ENTROPY_LOSS, EXTRA_INFO, INPUT_IDS, LOG_PROBS, LOSS,
     METRICS, OLD_LOG_PROBS, PG_LOSS, RESPONSE_MASK,
 };
@@ -12,8 +12,8 @@ use std::path::Path;
 
 use crate::error::Result;
 use crate::model::step::{LogProbSource, LossRecord, ParamRecord, TokenBatch};
-use crate::readers::layout::Kind;
-use crate::readers::producers::{opt_tensor, StepMapping};
+use crate::producers::layout::Kind;
+use crate::producers::{opt_tensor, StepMapping};
 use crate::value::Value;
 
 /// `is_loss_debug/`: per-token advantages `[mb, T]`.
@@ -82,7 +82,7 @@ pub fn batch_inputs(file: &Path, v: &Value) -> Result<TokenBatch> {
 
 /// The per-token batch of a weaver `forward_data/` file (NexRL's keys).
 pub fn forward_data(file: &Path, v: &Value) -> Result<TokenBatch> {
-    crate::readers::producers::nexrl_self_hosted::forward_data(file, v)
+    crate::producers::nexrl_self_hosted::forward_data(file, v)
 }
 
 /// The weaver trainer's [`StepMapping`].
@@ -106,6 +106,6 @@ impl StepMapping for Weaver {
     }
 
     fn param(&self, kind: Kind, file: &Path, v: &Value) -> Result<Option<ParamRecord>> {
-        crate::readers::producers::nexrl_self_hosted::param(kind, file, v)
+        crate::producers::nexrl_self_hosted::param(kind, file, v)
     }
 }

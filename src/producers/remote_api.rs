@@ -8,8 +8,8 @@ use std::path::Path;
 use crate::error::Result;
 use crate::model::step::LossRecord;
 use crate::model::trajectory::{Datum, DatumBatch, Provenance, TrajectoryBatch};
-use crate::readers::layout::Kind;
-use crate::readers::producers::{
+use crate::producers::layout::Kind;
+use crate::producers::{
     field, nexrl_self_hosted, opt_f64, opt_floats, opt_ints, scalar_of, seq, unreadable,
     StepMapping,
 };

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use crate::error::Result;
 use crate::model::step::{LogProbSource, TokenBatch, TokenTensor};
-use crate::readers::producers::{field, opt_tensor};
+use crate::producers::{field, opt_tensor};
 use crate::value::Value;
 
 /// Current-policy log-probs.

@@ -9,7 +9,7 @@
 use std::os::unix::fs::FileExt as _;
 use std::sync::Arc;
 
-use crate::readers::Buf;
+use crate::formats::Buf;
 
 /// Files read into a block at most this long (a longer one is mapped as before: a copy
 /// of it would double its pages in memory at once).

@@ -4,8 +4,8 @@
 //! maps each new name once. Batches are `Send`, so a file can be read on one thread while
 //! another builds the frame.
 
+use crate::logs::fastline::FxMap;
 use crate::model::log::{FileStats, LogRecord, SourceKind};
-use crate::readers::fastline::FxMap;
 
 /// Fields per batch before it is handed on (at the next row boundary).
 const BATCH_FIELDS: usize = 1 << 16;

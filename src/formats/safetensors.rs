@@ -20,7 +20,7 @@ const N_LEN: usize = 8;
 /// plus `"__metadata__"` → dict of str → str (header order) at its place in the header
 /// (first, in files the safetensors library writes) when present.
 pub fn read_safetensors(path: &Path) -> Result<Value> {
-    let map = crate::readers::open_input(path)?;
+    let map = crate::formats::open_input(path)?;
     read_safetensors_bytes(map).map_err(|e| e.in_file(path))
 }
 

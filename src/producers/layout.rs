@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Position, Result};
-use crate::readers::FileFormat;
+use crate::formats::FileFormat;
 
 /// The folders a dump tree may hold, one per kind of record (SPEC §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]

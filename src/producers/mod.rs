@@ -7,13 +7,14 @@
 //! function per kind of file it writes, each returning a model record
 //! ([`crate::model::step`], [`crate::model::trajectory`]); implement [`StepMapping`] for
 //! it (only the methods for what it writes); add its variant to
-//! [`crate::readers::layout::Producer`] and to [`mapping`]. A new spelling of a known key
+//! [`crate::producers::layout::Producer`] and to [`mapping`]. A new spelling of a known key
 //! is one constant and one lookup in the producer's file.
 //!
 //! Strictness, the same everywhere: a key that is absent (or Python `None`) is `None` in
 //! the model and the check that needs it says so; a key that is present but unreadable
 //! (wrong type) is an [`Error::Format`](crate::Error) naming the file and the key path.
 
+pub mod layout;
 pub mod loose_tensors;
 pub mod nexrl_self_hosted;
 pub mod remote_api;
@@ -26,7 +27,7 @@ use crate::model::step::{LossRecord, ParamRecord, TokenBatch, TokenTensor};
 use crate::model::tokens::TokenSeq;
 use crate::model::trajectory::Provenance;
 use crate::model::trajectory::{DatumBatch, TrajectoryBatch};
-use crate::readers::layout::{Kind, Producer};
+use crate::producers::layout::{Kind, Producer};
 use crate::value::Value;
 
 /// One producer's mapping of its files into the model: what each kind of file holds.
@@ -66,7 +67,7 @@ pub trait StepMapping: Sync {
     }
 }
 
-/// The mapping of a producer identified by [`crate::readers::layout::DumpTree`]; an
+/// The mapping of a producer identified by [`crate::producers::layout::DumpTree`]; an
 /// unidentified tree is read with the NexRL keys every known layout shares.
 pub fn mapping(producer: Producer) -> &'static dyn StepMapping {
     match producer {

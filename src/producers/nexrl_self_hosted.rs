@@ -8,9 +8,9 @@ use std::path::Path;
 use crate::error::Result;
 use crate::model::step::{LogProbSource, LossRecord, ParamRecord, TokenBatch};
 use crate::model::trajectory::{Provenance, Trajectory, TrajectoryBatch, TrajectoryIds};
-use crate::readers::layout::Kind;
-use crate::readers::producers::StepMapping;
-use crate::readers::producers::{
+use crate::producers::layout::Kind;
+use crate::producers::StepMapping;
+use crate::producers::{
     field, id_text, opt_f64, opt_floats, opt_ints, opt_tensor, scalar_of, seq, unreadable,
 };
 use crate::value::Value;

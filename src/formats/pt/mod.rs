@@ -22,7 +22,7 @@ use crate::value::Value;
 
 use self::pickle::StorageRequest;
 
-use crate::readers::Buf;
+use crate::formats::Buf;
 
 /// Read a torch.save file into a value tree.
 ///
@@ -32,14 +32,14 @@ pub fn read_pt(path: &Path) -> Result<Value> {
     let meta = std::fs::metadata(path).map_err(|e| crate::error::Error::io(path, e))?;
     if meta.is_file() && meta.len() > 0 {
         let file = std::fs::File::open(path).map_err(|e| crate::error::Error::io(path, e))?;
-        // SAFETY: as in `readers::open_input`: the map is read-only and this crate never
+        // SAFETY: as in `formats::open_input`: the map is read-only and this crate never
         // writes input files; another process truncating the file while we read it is not
         // defended, as with every memory map.
         if let Ok(map) = unsafe { Mmap::map(&file) } {
             return read_pt_map_pickle(Arc::new(map)).map_err(|e| e.in_file(path));
         }
     }
-    let buf = crate::readers::open_input(path)?;
+    let buf = crate::formats::open_input(path)?;
     read_pt_bytes(buf).map_err(|e| e.in_file(path))
 }
 

@@ -249,7 +249,7 @@ pub fn read_recent_steps(path: &Path) -> Result<(Vec<Value>, Vec<String>)> {
 
 fn num(v: Option<&Value>) -> Option<f64> {
     match v? {
-        Value::Str(s) => crate::readers::steps::parse_number_text(s),
+        Value::Str(s) => crate::logs::steps::parse_number_text(s),
         other => other.as_f64(),
     }
 }

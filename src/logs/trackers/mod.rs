@@ -6,7 +6,7 @@
 //! table as for any other log.
 //!
 //! ```no_run
-//! use rlforensics::readers::trackers::{self, TrackerKind};
+//! use rlforensics::logs::trackers::{self, TrackerKind};
 //! let path = std::path::Path::new("runs/a/events.out.tfevents.1700000000.host.1.0");
 //! let kind = trackers::sniff(path, b"").unwrap_or(TrackerKind::Tensorboard);
 //! let f = std::fs::File::open(path).unwrap();
@@ -32,8 +32,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::logs::aliases::AliasTable;
 use crate::model::log::{FileStats, LogRecord};
-use crate::readers::aliases::AliasTable;
 use rows::{RowBatch, RowWriter};
 
 /// A tracker file format.
