@@ -6,9 +6,8 @@
 //! [`producers`]), and normalises them into polars frames ([`frames`]).
 //!
 //! Layers point down only: [`model`] ← [`formats`], [`logs`] ← [`producers`] ←
-//! [`compare`], [`kernels`], [`detect`]
-//! ← the tools ([`logscan`], [`dumpdiff`], [`losscheck`], [`postmortem`]) ← [`render`] ←
-//! [`cli`] and the binaries.
+//! [`compare`], [`kernels`], [`detect`] ← [`judge`] ← the tools ([`logscan`], [`dumpdiff`],
+//! [`losscheck`], [`postmortem`]) ← [`render`] ← [`cli`] and the binaries.
 //!
 //! Every normalised table of a dump tree is a [`polars::frame::DataFrame`]: `scalars`
 //! (one row per number of a file), `tokens` (one row per file × row × position, one
@@ -58,6 +57,7 @@ pub mod formats;
 pub mod frames;
 pub mod inspect;
 pub mod json;
+pub mod judge;
 pub mod kernels;
 pub mod logs;
 pub mod logscan;

@@ -24,13 +24,14 @@ const LAYERS: &[(&str, u8)] = &[
     ("conventions", 5),
     ("detect", 5),
     ("kernels", 5),
-    ("dumpdiff", 6),
-    ("inspect", 6),
-    ("logscan", 6),
-    ("losscheck", 6),
-    ("postmortem", 6),
-    ("render", 7),
-    ("cli", 8),
+    ("judge", 6),
+    ("dumpdiff", 7),
+    ("inspect", 7),
+    ("logscan", 7),
+    ("losscheck", 7),
+    ("postmortem", 7),
+    ("render", 8),
+    ("cli", 9),
 ];
 
 /// Longest source file allowed, in lines.

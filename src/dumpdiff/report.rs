@@ -271,7 +271,7 @@ pub struct SideVerdict {
     /// `self-hosted`, `weaver` or `remote-api`.
     pub role: String,
     /// Consistent or inconsistent; absent when the side could not be recomputed.
-    pub status: Option<crate::losscheck::Status>,
+    pub status: Option<crate::judge::Status>,
     /// The dumped loss.
     pub dumped_loss: Option<f64>,
     /// The loss recomputed from the side's own inputs.

@@ -154,11 +154,11 @@ fn undetermined(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::judge::cell::Stated;
+    use crate::judge::infer::{Convention, Resolved, Unstated};
+    use crate::judge::Layout;
     use crate::kernels::loss::LossInputs;
     use crate::kernels::presets::preset;
-    use crate::losscheck::cell::Stated;
-    use crate::losscheck::infer::{Convention, Resolved, Unstated};
-    use crate::losscheck::Layout;
     use candle_core::{Device, Tensor};
 
     const LP: [f64; 6] = [-0.5, -1.0, -0.25, -2.0, -0.75, 0.0];

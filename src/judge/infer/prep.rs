@@ -3,12 +3,12 @@
 
 use super::{Prep, Reduced, Table, BASE_MODES, KL_CANDIDATES};
 use crate::error::{Error, Position, Result};
+use crate::judge::cell::Cell;
+use crate::judge::self_hosted::Advantages;
+use crate::judge::terms::{f32_compute, reduce, stored_rounding, weights};
+use crate::judge::Tolerance;
 use crate::kernels::loss::{compute, LossConfig, LossInputs};
 use crate::kernels::to_f64_vec;
-use crate::losscheck::cell::Cell;
-use crate::losscheck::self_hosted::Advantages;
-use crate::losscheck::terms::{f32_compute, reduce, stored_rounding, weights};
-use crate::losscheck::Tolerance;
 
 /// Do the dumped intermediates (`prob_ratio`, `elementwise_loss`) follow from the inputs?
 /// When they do not, the cell's pg term is no evidence about the aggregation.
@@ -51,12 +51,11 @@ pub fn prep_each(
         .map(|(base, inputs)| {
             let mut cfg = (*base).clone();
             cfg.kl = None;
-            compute(inputs.unwrap_or(&cell.inputs), &cfg)
-                .map_err(|e| crate::losscheck::kerr(path, e))
+            compute(inputs.unwrap_or(&cell.inputs), &cfg).map_err(|e| crate::judge::kerr(path, e))
         })
         .collect::<Result<Vec<_>>>()?;
     let (b, t) = cell.dims();
-    let v = |x: &candle_core::Tensor| to_f64_vec(x).map_err(|e| crate::losscheck::kerr(path, e));
+    let v = |x: &candle_core::Tensor| to_f64_vec(x).map_err(|e| crate::judge::kerr(path, e));
     let mask = v(&cell.inputs.mask)?;
     let ws: Vec<Vec<f64>> = BASE_MODES
         .iter()
@@ -86,7 +85,7 @@ pub fn prep_each(
     if let Some(r) = &cell.inputs.ref_log_probs {
         for est in KL_CANDIDATES {
             let k = crate::kernels::kl::kl(&cell.inputs.log_probs, r, est)
-                .map_err(|e| crate::losscheck::kerr(path, e))?;
+                .map_err(|e| crate::judge::kerr(path, e))?;
             kl_r.push((est, table(&v(&k)?, &|x, w| f32_compute(x, w, 4.0))));
         }
     }
@@ -120,7 +119,7 @@ pub fn prep_each(
 /// a step loaded with that convention gives. `None` for a weaver cell (its advantages are
 /// dumped).
 ///
-/// [`SelfHostedStep::advantages_under`]: crate::losscheck::SelfHostedStep::advantages_under
+/// [`SelfHostedStep::advantages_under`]: crate::judge::SelfHostedStep::advantages_under
 pub fn inputs_with_advantages(cell: &Cell, adv: &Advantages) -> Result<Option<LossInputs>> {
     let Some((rows, f32_trainer)) = &cell.advantage_rows else {
         return Ok(None);
