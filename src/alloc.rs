@@ -32,7 +32,7 @@ pub fn keep_freed_memory() {
 pub fn keep_freed_memory() {}
 
 /// The binaries' global allocator: allocations from 1 MiB on (a cell's decoded tensors,
-/// its chain's vectors, the per-rank files read by `readers::pool`) are [`Block`]s of
+/// its chain's vectors, the per-rank files read by `formats::pool`) are [`Block`]s of
 /// whole 2 MiB huge pages, kept for reuse when freed; everything smaller goes to the
 /// system allocator.
 ///
