@@ -44,7 +44,6 @@
 //! # Ok::<(), rlforensics::Error>(())
 //! ```
 
-pub mod alloc;
 pub mod cli;
 pub mod compare;
 pub mod conventions;
@@ -66,7 +65,6 @@ pub mod model;
 pub mod postmortem;
 pub mod producers;
 pub mod render;
-pub mod sched;
 pub mod tensor;
 pub mod value;
 
