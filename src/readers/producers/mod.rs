@@ -17,6 +17,8 @@
 pub mod loose_tensors;
 pub mod nexrl_self_hosted;
 pub mod remote_api;
+pub mod verl;
+pub mod walk;
 pub mod weaver;
 
 use std::path::Path;
@@ -235,7 +237,7 @@ pub trait StepReader: Sync {
 
 /// Every producer that reads whole steps, in detection order.
 pub fn step_readers() -> Vec<&'static dyn StepReader> {
-    Vec::new()
+    vec![&verl::Verl]
 }
 
 /// The one producer whose files `root` holds.

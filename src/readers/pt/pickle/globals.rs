@@ -44,7 +44,28 @@ pub(super) enum Global {
     /// `_rebuild_from_type_v2` and NEWOBJ name.
     TensorClass,
     ParameterClass,
+    /// A producer's class or function named in [`DATA_CLASSES`]: calling it makes the dict
+    /// `{"__class__": name, "__args__": args}` and BUILD adds its state (see
+    /// `calls.rs::data_object`); nothing is imported or run.
+    DataClass,
 }
+
+/// The producers' classes (and one rebuild function) whose pickles are read as data: a
+/// call records the name and the arguments, BUILD records the state. They are named one by
+/// one, never by module, so that any other global is still refused.
+/// - `verl.protocol.DataProto`: `DataProto.save_to_disk` pickles the object; its state is
+///   `(batch as torch.save bytes | numpy encoding, non_tensor_batch, meta_info)`
+///   (verl 0.9.1 `verl/protocol.py`, `__getstate__`).
+/// - `tensordict._reductions._rebuild_tensordict_files_consolidated(metadata, storage)`:
+///   how a consolidated `TensorDict` (verl's batch) pickles (tensordict `_reductions.py`,
+///   `_reduce_td`).
+pub(super) const DATA_CLASSES: &[(&str, &str)] = &[
+    ("verl.protocol", "DataProto"),
+    (
+        "tensordict._reductions",
+        "_rebuild_tensordict_files_consolidated",
+    ),
+];
 
 /// The accepted global `module.name`, or `None` when it must be refused.
 pub(super) fn lookup_global(module: &str, name: &str) -> Option<Global> {
@@ -106,6 +127,7 @@ pub(super) fn lookup_global(module: &str, name: &str) -> Option<Global> {
             Global::NumpyReconstruct
         }
         ("numpy", "ndarray") => Global::NumpyNdarray,
+        (m, n) if DATA_CLASSES.contains(&(m, n)) => Global::DataClass,
         _ => return None,
     };
     Some(g)

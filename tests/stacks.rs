@@ -1,0 +1,226 @@
+//! Every stack's dumps in the one model (issue 29): one GRPO step written in each
+//! producer's layout by fixtures/gen/make_stacks.py (verl's own `DataProto` where it
+//! installs), read through `StepReader` and checked value by value against the
+//! generator's manifest.
+
+use std::path::{Path, PathBuf};
+
+use rlforensics::model::step::{LogProbSource, StepDump, TokenPositions, TokenTensor};
+use rlforensics::readers::producers::{step_reader_for, step_readers};
+use serde_json::Value as J;
+
+fn stacks() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/stacks")
+}
+
+fn manifest() -> J {
+    let text = std::fs::read_to_string(stacks().join("manifest.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn floats(v: &J) -> Vec<f64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+/// Row `i`'s `n` values of `t` for the tokens of the response, whatever the columns
+/// mean: response columns start at 0, sequence columns at the prompt length.
+fn response_values(
+    d: &StepDump,
+    t: &TokenTensor,
+    i: usize,
+    prompt_len: usize,
+    n: usize,
+) -> Vec<f64> {
+    let shape = t.tensor.shape();
+    let w = shape[1];
+    let all = t.tensor.to_f64_vec();
+    let start = match d.cells[0].batch.positions {
+        TokenPositions::Response => 0,
+        TokenPositions::Sequence => prompt_len,
+    };
+    all[i * w + start..i * w + start + n].to_vec()
+}
+
+/// Check every dumped quantity of `tree` against the manifest's rows; returns the roles
+/// found.
+fn check_tree(tree: &str) -> Vec<LogProbSource> {
+    let m = manifest();
+    let spec = &m["trees"][tree];
+    let root = stacks().join(tree);
+    let reader = step_reader_for(&root).unwrap();
+    assert_eq!(reader.name(), spec["producer"].as_str().unwrap(), "{tree}");
+    let step = spec["step"].as_i64().unwrap();
+    assert_eq!(reader.steps(&root).unwrap(), vec![step], "{tree}");
+    let d = reader.read_step(&root, step).unwrap();
+    assert_eq!(d.step, step);
+    let ranks: Vec<usize> = d.cells.iter().map(|c| c.rank).collect();
+    let want_ranks: Vec<usize> = spec["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as usize)
+        .collect();
+    assert_eq!(ranks, want_ranks, "{tree}");
+    let b = &d.cells[0].batch;
+    let rows = m["rows"].as_array().unwrap();
+    for (i, r) in rows.iter().enumerate() {
+        let pl = r["prompt"].as_array().unwrap().len();
+        let rl = r["response"].as_array().unwrap().len();
+        for (role, key) in [
+            (LogProbSource::Rollout, "rollout"),
+            (LogProbSource::Old, "old"),
+            (LogProbSource::Reference, "ref"),
+        ] {
+            if let Some(t) = b.log_probs(role) {
+                assert_eq!(
+                    response_values(&d, t, i, pl, rl),
+                    floats(&r[key]),
+                    "{tree} row {i} {key}"
+                );
+            }
+        }
+        if let Some(t) = &b.entropy {
+            assert_eq!(
+                response_values(&d, t, i, pl, rl),
+                floats(&r["entropy"]),
+                "{tree} row {i} entropy"
+            );
+        }
+        if let Some(t) = &b.response_ids {
+            assert_eq!(
+                response_values(&d, t, i, pl, rl),
+                floats(&r["response"]),
+                "{tree} row {i} responses"
+            );
+        }
+        if let Some(t) = &b.advantages {
+            let a = r["advantage"].as_f64().unwrap();
+            assert_eq!(
+                response_values(&d, t, i, pl, rl),
+                vec![a; rl],
+                "{tree} row {i} advantages"
+            );
+        }
+        if let Some(t) = &b.response_mask {
+            assert_eq!(
+                response_values(&d, t, i, pl, rl),
+                vec![1.0; rl],
+                "{tree} row {i} mask"
+            );
+        }
+        if let Some(meta) = b.rows.get(i) {
+            if let Some(g) = &meta.group {
+                assert_eq!(g, r["uid"].as_str().unwrap(), "{tree} row {i} group");
+            }
+            if let Some(x) = meta.reward {
+                assert_eq!(x, r["reward"].as_f64().unwrap(), "{tree} row {i} reward");
+            }
+            if let Some(x) = meta.prompt_len {
+                assert_eq!(x, pl, "{tree} row {i} prompt length");
+            }
+            if let Some(x) = meta.response_len {
+                assert_eq!(x, rl, "{tree} row {i} response length");
+            }
+        }
+    }
+    let roles = d.roles();
+    let want: Vec<String> = spec["roles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect();
+    let got: Vec<String> = roles
+        .iter()
+        .map(|r| {
+            serde_json::to_value(r)
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(got, want, "{tree} roles");
+    roles
+}
+
+#[test]
+fn verl_torch_serialization_read_against_the_manifest() {
+    check_tree("verl");
+    let root = stacks().join("verl");
+    let d = step_reader_for(&root).unwrap().read_step(&root, 3).unwrap();
+    let b = &d.cells[0].batch;
+    assert_eq!(b.positions, TokenPositions::Response);
+    assert_eq!(b.rows.len(), 4);
+    assert!(b.input_ids.is_some() && b.attention_mask.is_some() && b.token_rewards.is_some());
+    // TIS weights exp(old - rollout) truncated at 2, as the generator computed them.
+    let m = manifest();
+    let w = b.importance_weights.as_ref().unwrap().tensor.to_f64_vec();
+    let r0 = &m["rows"][0];
+    let (old, eng) = (floats(&r0["old"]), floats(&r0["rollout"]));
+    for t in 0..old.len() {
+        let want = ((old[t] as f32 - eng[t] as f32).exp()).min(2.0) as f64;
+        assert!(
+            (w[t] - want).abs() <= 1e-6 * want.abs(),
+            "weight {t}: {} vs {want}",
+            w[t]
+        );
+    }
+    // prompts / position_ids / returns are not in the model: listed, never silent.
+    for k in ["batch.prompts", "batch.position_ids", "batch.returns"] {
+        assert!(
+            d.unplaced.iter().any(|u| u.ends_with(k)),
+            "{k} not listed in {:?}",
+            d.unplaced
+        );
+    }
+}
+
+#[test]
+fn verl_numpy_serialization_reads_the_same_values() {
+    check_tree("verl_numpy");
+}
+
+#[test]
+fn verl_rollout_skip_gen_batch_step_from_meta_info() {
+    let roles = check_tree("verl_rollout_skip");
+    assert_eq!(roles, vec![LogProbSource::Rollout]);
+}
+
+#[test]
+fn every_step_reader_is_registered_once() {
+    let names: Vec<&str> = step_readers().iter().map(|r| r.name()).collect();
+    let mut dedup = names.clone();
+    dedup.sort_unstable();
+    dedup.dedup();
+    assert_eq!(names.len(), dedup.len(), "{names:?}");
+    assert!(names.contains(&"verl"));
+}
+
+#[test]
+fn an_unknown_tree_is_refused_naming_what_was_expected() {
+    let e = step_reader_for(&stacks().join("../tolerances.toml"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("tolerances.toml") && e.contains("no known producer") && e.contains("verl"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_truncated_dataproto_is_an_error_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(stacks().join("verl/step_3/batch.dp")).unwrap();
+    let p = dir.path().join("batch_step3.dp");
+    std::fs::write(&p, &bytes[..bytes.len() / 2]).unwrap();
+    let r = step_reader_for(dir.path()).unwrap();
+    assert_eq!(r.name(), "verl");
+    let e = r.read_step(dir.path(), 3).err().unwrap().to_string();
+    assert!(e.contains("batch_step3.dp") && e.contains("pickle"), "{e}");
+}
