@@ -224,3 +224,50 @@ fn a_truncated_dataproto_is_an_error_naming_the_file() {
     let e = r.read_step(dir.path(), 3).err().unwrap().to_string();
     assert!(e.contains("batch_step3.dp") && e.contains("pickle"), "{e}");
 }
+
+#[test]
+fn nemo_rl_train_data_jsonl_read_against_the_manifest() {
+    let roles = check_tree("nemo_rl");
+    assert_eq!(roles, vec![LogProbSource::Rollout, LogProbSource::Old]);
+    let root = stacks().join("nemo_rl");
+    let d = step_reader_for(&root).unwrap().read_step(&root, 3).unwrap();
+    let b = &d.cells[0].batch;
+    assert_eq!(b.positions, TokenPositions::Sequence);
+    // Prompt positions hold 0 (NeMo-RL's convention), token ids are prompt ++ response.
+    let m = manifest();
+    let r1 = &m["rows"][1];
+    let pl = r1["prompt"].as_array().unwrap().len();
+    let w = b.input_ids.as_ref().unwrap().tensor.shape()[1];
+    let ids = b.input_ids.as_ref().unwrap().tensor.to_f64_vec();
+    let want: Vec<f64> = floats(&r1["prompt"])
+        .into_iter()
+        .chain(floats(&r1["response"]))
+        .collect();
+    assert_eq!(&ids[w..w + want.len()], &want[..]);
+    let old = b.log_probs(LogProbSource::Old).unwrap().tensor.to_f64_vec();
+    assert!(old[w..w + pl].iter().all(|&x| x == 0.0));
+    assert_eq!(b.rows[1].sample.as_deref(), Some("1"));
+    assert!(
+        d.unplaced.iter().any(|u| u.ends_with(": content")),
+        "{:?}",
+        d.unplaced
+    );
+}
+
+#[test]
+fn a_nemo_rl_line_without_its_length_1_list_names_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let text =
+        std::fs::read_to_string(stacks().join("nemo_rl/exp_001/train_data_step3.jsonl")).unwrap();
+    let bad = text.replacen("\"rewards\": [1.0]", "\"rewards\": 1.0", 1);
+    assert_ne!(bad, text);
+    std::fs::write(dir.path().join("train_data_step3.jsonl"), bad).unwrap();
+    let r = step_reader_for(dir.path()).unwrap();
+    let e = r.read_step(dir.path(), 3).err().unwrap().to_string();
+    assert!(
+        e.contains("train_data_step3.jsonl") && e.contains("line 1") && e.contains("rewards"),
+        "{e}"
+    );
+    let e = r.read_step(dir.path(), 4).err().unwrap().to_string();
+    assert!(e.contains("steps there: [3]"), "{e}");
+}

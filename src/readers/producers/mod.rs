@@ -14,7 +14,9 @@
 //! the model and the check that needs it says so; a key that is present but unreadable
 //! (wrong type) is an [`Error::Format`](crate::Error) naming the file and the key path.
 
+pub mod columns;
 pub mod loose_tensors;
+pub mod nemo_rl;
 pub mod nexrl_self_hosted;
 pub mod remote_api;
 pub mod verl;
@@ -237,7 +239,7 @@ pub trait StepReader: Sync {
 
 /// Every producer that reads whole steps, in detection order.
 pub fn step_readers() -> Vec<&'static dyn StepReader> {
-    vec![&verl::Verl]
+    vec![&verl::Verl, &nemo_rl::NemoRl]
 }
 
 /// The one producer whose files `root` holds.
