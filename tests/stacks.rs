@@ -29,7 +29,8 @@ fn floats(v: &J) -> Vec<f64> {
 /// Row `i`'s `n` values of `t` for the tokens of the response, whatever the columns
 /// mean: response columns start at 0, sequence columns at the prompt length.
 fn response_values(
-    d: &StepDump,
+    _d: &StepDump,
+    b: &rlforensics::model::step::TokenBatch,
     t: &TokenTensor,
     i: usize,
     prompt_len: usize,
@@ -38,11 +39,19 @@ fn response_values(
     let shape = t.tensor.shape();
     let w = shape[1];
     let all = t.tensor.to_f64_vec();
-    let start = match d.cells[0].batch.positions {
+    let start = match b.positions {
         TokenPositions::Response => 0,
         TokenPositions::Sequence => prompt_len,
     };
     all[i * w + start..i * w + start + n].to_vec()
+}
+
+/// The group id a tree writes for row `r`: verl's `uid` text, slime's `group_index`.
+fn group_of(spec: &J, r: &J) -> String {
+    match spec.get("group_field").and_then(J::as_str) {
+        Some("group") => r["group"].to_string(),
+        _ => r["uid"].as_str().unwrap().to_string(),
+    }
 }
 
 /// Check every dumped quantity of `tree` against the manifest's rows; returns the roles
@@ -65,67 +74,80 @@ fn check_tree(tree: &str) -> Vec<LogProbSource> {
         .map(|x| x.as_u64().unwrap() as usize)
         .collect();
     assert_eq!(ranks, want_ranks, "{tree}");
-    let b = &d.cells[0].batch;
-    let rows = m["rows"].as_array().unwrap();
-    for (i, r) in rows.iter().enumerate() {
-        let pl = r["prompt"].as_array().unwrap().len();
-        let rl = r["response"].as_array().unwrap().len();
-        for (role, key) in [
-            (LogProbSource::Rollout, "rollout"),
-            (LogProbSource::Old, "old"),
-            (LogProbSource::Reference, "ref"),
-        ] {
-            if let Some(t) = b.log_probs(role) {
+    let all_rows = m["rows"].as_array().unwrap();
+    for (ci, cell) in d.cells.iter().enumerate() {
+        let b = &cell.batch;
+        let order: Vec<usize> = match spec.get("rank_rows") {
+            Some(rr) => rr[cell.rank.to_string()]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as usize)
+                .collect(),
+            None => (0..all_rows.len()).collect(),
+        };
+        for (i, &gi) in order.iter().enumerate() {
+            let r = &all_rows[gi];
+            let pl = r["prompt"].as_array().unwrap().len();
+            let rl = r["response"].as_array().unwrap().len();
+            for (role, key) in [
+                (LogProbSource::Rollout, "rollout"),
+                (LogProbSource::Old, "old"),
+                (LogProbSource::Reference, "ref"),
+            ] {
+                if let Some(t) = b.log_probs(role) {
+                    assert_eq!(
+                        response_values(&d, b, t, i, pl, rl),
+                        floats(&r[key]),
+                        "{tree} row {i} {key}"
+                    );
+                }
+            }
+            if let Some(t) = &b.entropy {
                 assert_eq!(
-                    response_values(&d, t, i, pl, rl),
-                    floats(&r[key]),
-                    "{tree} row {i} {key}"
+                    response_values(&d, b, t, i, pl, rl),
+                    floats(&r["entropy"]),
+                    "{tree} row {i} entropy"
                 );
             }
-        }
-        if let Some(t) = &b.entropy {
-            assert_eq!(
-                response_values(&d, t, i, pl, rl),
-                floats(&r["entropy"]),
-                "{tree} row {i} entropy"
-            );
-        }
-        if let Some(t) = &b.response_ids {
-            assert_eq!(
-                response_values(&d, t, i, pl, rl),
-                floats(&r["response"]),
-                "{tree} row {i} responses"
-            );
-        }
-        if let Some(t) = &b.advantages {
-            let a = r["advantage"].as_f64().unwrap();
-            assert_eq!(
-                response_values(&d, t, i, pl, rl),
-                vec![a; rl],
-                "{tree} row {i} advantages"
-            );
-        }
-        if let Some(t) = &b.response_mask {
-            assert_eq!(
-                response_values(&d, t, i, pl, rl),
-                vec![1.0; rl],
-                "{tree} row {i} mask"
-            );
-        }
-        if let Some(meta) = b.rows.get(i) {
-            if let Some(g) = &meta.group {
-                assert_eq!(g, r["uid"].as_str().unwrap(), "{tree} row {i} group");
+            if let Some(t) = &b.response_ids {
+                assert_eq!(
+                    response_values(&d, b, t, i, pl, rl),
+                    floats(&r["response"]),
+                    "{tree} row {i} responses"
+                );
             }
-            if let Some(x) = meta.reward {
-                assert_eq!(x, r["reward"].as_f64().unwrap(), "{tree} row {i} reward");
+            if let Some(t) = &b.advantages {
+                let a = r["advantage"].as_f64().unwrap();
+                assert_eq!(
+                    response_values(&d, b, t, i, pl, rl),
+                    vec![a; rl],
+                    "{tree} row {i} advantages"
+                );
             }
-            if let Some(x) = meta.prompt_len {
-                assert_eq!(x, pl, "{tree} row {i} prompt length");
+            if let Some(t) = &b.response_mask {
+                assert_eq!(
+                    response_values(&d, b, t, i, pl, rl),
+                    vec![1.0; rl],
+                    "{tree} row {i} mask"
+                );
             }
-            if let Some(x) = meta.response_len {
-                assert_eq!(x, rl, "{tree} row {i} response length");
+            if let Some(meta) = b.rows.get(i) {
+                if let Some(g) = &meta.group {
+                    assert_eq!(g, &group_of(spec, r), "{tree} row {i} group");
+                }
+                if let Some(x) = meta.reward {
+                    assert_eq!(x, r["reward"].as_f64().unwrap(), "{tree} row {i} reward");
+                }
+                if let Some(x) = meta.prompt_len {
+                    assert_eq!(x, pl, "{tree} row {i} prompt length");
+                }
+                if let Some(x) = meta.response_len {
+                    assert_eq!(x, rl, "{tree} row {i} response length");
+                }
             }
         }
+        let _ = ci;
     }
     let roles = d.roles();
     let want: Vec<String> = spec["roles"]
@@ -270,4 +292,67 @@ fn a_nemo_rl_line_without_its_length_1_list_names_file_line_and_key() {
     );
     let e = r.read_step(dir.path(), 4).err().unwrap().to_string();
     assert!(e.contains("steps there: [3]"), "{e}");
+}
+
+#[test]
+fn slime_train_dump_one_cell_per_dp_rank_with_the_rollout_dumps_groups() {
+    check_tree("slime");
+    let root = stacks().join("slime");
+    let d = step_reader_for(&root).unwrap().read_step(&root, 3).unwrap();
+    assert_eq!(d.cells.len(), 2);
+    let m = manifest();
+    // rank 1 holds rows 1 and 3: groups and weight versions come from the rollout dump.
+    let b = &d.cells[1].batch;
+    assert_eq!(b.rows[1].group.as_deref(), Some("1"));
+    assert_eq!(b.rows[1].version, Some(6));
+    assert_eq!(b.rows[1].sample.as_deref(), Some("3"));
+    assert_eq!(
+        b.log_probs(LogProbSource::Old).unwrap().dtype,
+        Some(rlforensics::DType::F32)
+    );
+    assert_eq!(m["rows"][3]["group"].as_i64(), Some(1));
+    assert!(
+        d.unplaced.iter().any(|u| u.ends_with("raw_reward")),
+        "{:?}",
+        d.unplaced
+    );
+}
+
+#[test]
+fn miles_rollout_dump_with_status_and_specinfo_objects() {
+    let roles = check_tree("miles");
+    assert_eq!(roles, vec![LogProbSource::Rollout]);
+    let root = stacks().join("miles");
+    let d = step_reader_for(&root).unwrap().read_step(&root, 3).unwrap();
+    // spec_info (a Sample.SpecInfo object) is not in the model: listed.
+    assert!(
+        d.unplaced
+            .iter()
+            .any(|u| u.ends_with("samples[].spec_info")),
+        "{:?}",
+        d.unplaced
+    );
+}
+
+#[test]
+fn getattr_is_refused_unless_it_names_a_data_class_nested_class() {
+    use rlforensics::readers::pt::pickle::unpickle;
+    // getattr(torch.Tensor, "add") — never accepted.
+    let evil = b"\x80\x02c__builtin__\ngetattr\nctorch\nTensor\nX\x03\x00\x00\x00add\x86R.";
+    let e = unpickle(evil, "data.pkl", &mut |_| Err("none".into()))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("getattr") || e.contains("nested class"), "{e}");
+    // getattr(slime Sample, "Status")("completed") — data.
+    let ok = b"\x80\x02c__builtin__\ngetattr\ncslime.utils.types\nSample\nX\x06\x00\x00\x00Status\x86RX\x09\x00\x00\x00completed\x85R.";
+    let v = unpickle(ok, "data.pkl", &mut |_| Err("none".into())).unwrap();
+    assert_eq!(
+        v.get("__class__").and_then(|x| x.as_str()),
+        Some("slime.utils.types.Sample.Status")
+    );
+    // getattr(Sample, "Evil") — a name not in the list.
+    let bad =
+        b"\x80\x02c__builtin__\ngetattr\ncslime.utils.types\nSample\nX\x04\x00\x00\x00Evil\x86R.";
+    assert!(unpickle(bad, "data.pkl", &mut |_| Err("none".into())).is_err());
 }

@@ -19,6 +19,7 @@ pub mod loose_tensors;
 pub mod nemo_rl;
 pub mod nexrl_self_hosted;
 pub mod remote_api;
+pub mod slime;
 pub mod verl;
 pub mod walk;
 pub mod weaver;
@@ -239,7 +240,7 @@ pub trait StepReader: Sync {
 
 /// Every producer that reads whole steps, in detection order.
 pub fn step_readers() -> Vec<&'static dyn StepReader> {
-    vec![&verl::Verl, &nemo_rl::NemoRl]
+    vec![&verl::Verl, &nemo_rl::NemoRl, &slime::Slime]
 }
 
 /// The one producer whose files `root` holds.

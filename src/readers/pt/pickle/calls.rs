@@ -204,6 +204,27 @@ impl Unpickler<'_, '_, '_> {
                 Err(bad(self, "this class cannot be called"))
             }
             Global::DataClass => self.data_object(&gname, &args),
+            Global::Getattr => {
+                let nested = match args.as_slice() {
+                    [c, a] => match (&self.nodes[*c], &self.nodes[*a]) {
+                        (Node::Global(Global::DataClass, parent), Node::Str(attr)) => {
+                            Some(format!("{parent}.{attr}"))
+                        }
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                match nested {
+                    Some(full) if super::globals::is_data_class(&full) => {
+                        Ok(self.add(Node::Global(Global::DataClass, full.into())))
+                    }
+                    _ => Err(bad(
+                        self,
+                        "only a named data class's nested class may be looked up \
+                         (this reader never imports or runs code)",
+                    )),
+                }
+            }
             _ => self.call_more(g, &gname, &args),
         }
     }

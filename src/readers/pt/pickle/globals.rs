@@ -48,6 +48,9 @@ pub(super) enum Global {
     /// `{"__class__": name, "__args__": args}` and BUILD adds its state (see
     /// `calls.rs::data_object`); nothing is imported or run.
     DataClass,
+    /// `builtins.getattr`, accepted only as protocol 2's spelling of a nested class
+    /// (`getattr(Sample, "Status")`) whose full name is in [`DATA_CLASSES`].
+    Getattr,
 }
 
 /// The producers' classes (and one rebuild function) whose pickles are read as data: a
@@ -59,8 +62,20 @@ pub(super) enum Global {
 /// - `tensordict._reductions._rebuild_tensordict_files_consolidated(metadata, storage)`:
 ///   how a consolidated `TensorDict` (verl's batch) pickles (tensordict `_reductions.py`,
 ///   `_reduce_td`).
+/// - slime's (and Miles') `Sample` and its nested `Status` enum, `SpecInfo` and
+///   `PrefixCacheInfo` dataclasses (THUDM/slime 624b824a `slime/utils/types.py`): debug
+///   dumps hold `Sample.to_dict()` dicts, which some versions (cab4494f) left holding a
+///   `SpecInfo` object, and users save `Sample`s themselves.
 pub(super) const DATA_CLASSES: &[(&str, &str)] = &[
     ("verl.protocol", "DataProto"),
+    ("slime.utils.types", "Sample"),
+    ("slime.utils.types", "Sample.Status"),
+    ("slime.utils.types", "Sample.SpecInfo"),
+    ("slime.utils.types", "Sample.PrefixCacheInfo"),
+    ("miles.utils.types", "Sample"),
+    ("miles.utils.types", "Sample.Status"),
+    ("miles.utils.types", "Sample.SpecInfo"),
+    ("miles.utils.types", "Sample.PrefixCacheInfo"),
     (
         "tensordict._reductions",
         "_rebuild_tensordict_files_consolidated",
@@ -128,6 +143,7 @@ pub(super) fn lookup_global(module: &str, name: &str) -> Option<Global> {
         }
         ("numpy", "ndarray") => Global::NumpyNdarray,
         (m, n) if DATA_CLASSES.contains(&(m, n)) => Global::DataClass,
+        ("builtins" | "__builtin__", "getattr") => Global::Getattr,
         _ => return None,
     };
     Some(g)
@@ -163,4 +179,11 @@ fn storage_dtype(name: &str) -> Option<DType> {
 fn is_storageless_dtype(name: &str) -> bool {
     matches!(name.strip_prefix("uint").or_else(|| name.strip_prefix("int")),
         Some(d) if d.len() == 1 && (b'1'..=b'7').contains(&d.as_bytes()[0]))
+}
+
+/// The full name of a [`DATA_CLASSES`] entry, when `full` is one.
+pub(super) fn is_data_class(full: &str) -> bool {
+    DATA_CLASSES
+        .iter()
+        .any(|(m, n)| full.strip_prefix(m).and_then(|r| r.strip_prefix('.')) == Some(n))
 }
