@@ -356,3 +356,21 @@ fn getattr_is_refused_unless_it_names_a_data_class_nested_class() {
         b"\x80\x02c__builtin__\ngetattr\ncslime.utils.types\nSample\nX\x04\x00\x00\x00Evil\x86R.";
     assert!(unpickle(bad, "data.pkl", &mut |_| Err("none".into())).is_err());
 }
+
+#[test]
+fn sglang_dumper_files_one_cell_per_rank() {
+    check_tree("sglang_dumper");
+    let root = stacks().join("sglang_dumper");
+    let d = step_reader_for(&root).unwrap().read_step(&root, 3).unwrap();
+    assert_eq!(d.cells.len(), 2);
+    assert!(d
+        .cells
+        .iter()
+        .all(|c| c.micro.is_none() && c.files.len() == 7));
+    let t = d.cells[1].batch.log_probs(LogProbSource::Old).unwrap();
+    assert!(t
+        .source
+        .file
+        .to_string_lossy()
+        .contains("rank=1___dump_index=5___name=old_log_probs"));
+}

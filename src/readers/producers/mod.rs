@@ -19,6 +19,7 @@ pub mod loose_tensors;
 pub mod nemo_rl;
 pub mod nexrl_self_hosted;
 pub mod remote_api;
+pub mod sglang;
 pub mod slime;
 pub mod verl;
 pub mod walk;
@@ -240,7 +241,12 @@ pub trait StepReader: Sync {
 
 /// Every producer that reads whole steps, in detection order.
 pub fn step_readers() -> Vec<&'static dyn StepReader> {
-    vec![&verl::Verl, &nemo_rl::NemoRl, &slime::Slime]
+    vec![
+        &verl::Verl,
+        &nemo_rl::NemoRl,
+        &slime::Slime,
+        &sglang::SglangDumper,
+    ]
 }
 
 /// The one producer whose files `root` holds.
