@@ -19,4 +19,5 @@ mod render;
 mod scenarios;
 mod scenarios_adjudication;
 mod scenarios_losscheck;
+mod stacks;
 mod trackers;
