@@ -58,6 +58,7 @@ pub mod json;
 pub mod kernels;
 pub mod logscan;
 pub mod losscheck;
+pub mod mismatch;
 pub mod model;
 pub mod postmortem;
 pub mod readers;
