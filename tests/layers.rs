@@ -26,6 +26,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("inspect", 5),
     ("logscan", 5),
     ("losscheck", 5),
+    ("mismatch", 5),
     ("postmortem", 5),
     ("render", 6),
     ("cli", 7),

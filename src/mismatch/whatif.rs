@@ -319,9 +319,11 @@ impl WhatIfSums {
 pub struct WhatIf {
     /// The correction.
     pub correction: Correction,
-    /// Fraction of tokens masked by rejection.
+    /// Fraction of tokens masked by rejection (verl `rollout_rs_masked_fraction`:
+    /// `masked_mean(1 − keep, m)`, with its 1e-8).
     pub tokens_masked: f64,
-    /// Fraction of tokens whose weight was truncated / zeroed.
+    /// Fraction of tokens whose weight was truncated / zeroed (verl
+    /// `rollout_is_ratio_fraction_high` for TIS, `rollout_is_oob_ratio` for IcePop).
     pub tokens_truncated: f64,
     /// Fraction of sequences with a masked token.
     pub seqs_masked: f64,
@@ -344,8 +346,8 @@ impl WhatIfSums {
         let ess = 1.0 / ((self.s_e2 / (mean_e + eps).powi(2)) / (self.tokens + eps));
         WhatIf {
             correction,
-            tokens_masked: self.tokens_masked / self.tokens,
-            tokens_truncated: self.tokens_truncated / self.tokens,
+            tokens_masked: self.tokens_masked / (self.tokens + eps),
+            tokens_truncated: self.tokens_truncated / (self.tokens + eps),
             seqs_masked: self.seqs_masked / self.seqs,
             seqs_truncated: self.seqs_truncated / self.seqs,
             ess,
