@@ -1,5 +1,5 @@
-//! The `postmortem` command line: arguments (clap derive) and `run`, which does everything
-//! but print, so the binary stays a few lines and tests call it directly.
+//! The `postmortem` command line: arguments (clap derive), `run`, which does everything but
+//! print, so tests call it directly, and [`run_cli`], the whole command the binary shims.
 //!
 //! Exit codes: 0 the report was written and the run did not crash and no finding reaches
 //! `--fail-on` (by default no finding fails) and the `--dumps` verdict (if any) is not FAIL;
@@ -12,6 +12,7 @@
 //! one, given as several `--dumps` or as the subfolders of one) → dumpdiff compares them
 //! and losscheck adjudicates each loss disagreement. See [`crate::postmortem::dumps`].
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
@@ -201,4 +202,22 @@ pub fn run(args: &PostmortemArgs) -> Result<RunOutput> {
         Format::Markdown => read("report.md")?,
     };
     Ok(RunOutput { stdout, code })
+}
+
+/// Run `postmortem` on `args` (the first item is the program name, as in
+/// `std::env::args_os`) and return its exit code; output, `--help`/`--version` and usage
+/// errors as the binary gives them.
+pub fn run_cli<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args: PostmortemArgs = match crate::cli::parse_from(args) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    match run(&args) {
+        Ok(out) => crate::cli::finish("postmortem", &out.stdout, args.common.quiet, out.code),
+        Err(err) => crate::cli::fail("postmortem", &err),
+    }
 }
