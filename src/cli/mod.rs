@@ -5,6 +5,7 @@
 pub mod dumpdiff;
 pub mod logscan;
 pub mod losscheck;
+pub mod mismatch;
 pub mod postmortem;
 pub mod sides;
 

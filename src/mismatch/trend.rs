@@ -171,3 +171,31 @@ pub fn trend(metric: &str, source: &str, mut points: Vec<(i64, f64)>) -> (Trend,
     }
     (t, findings)
 }
+
+/// The producers' mismatch metrics a log's frame holds (raw columns under any name
+/// [`super::metrics::canonical`] knows), each as `(source, metric, points)`; the log's
+/// name as source. Needs a frame built with raw columns kept.
+pub fn logged_series(
+    frame: &crate::frames::log::frame::LogFrame,
+    source: &str,
+) -> Vec<super::LoggedSeries> {
+    let mut out: Vec<super::LoggedSeries> = Vec::new();
+    for name in frame.raw_names() {
+        let Some(canon) = super::metrics::canonical(name) else {
+            continue;
+        };
+        let Some(col) = frame.raw(name) else {
+            continue;
+        };
+        let points: Vec<(i64, f64)> = col
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.map(|v| (frame.step(i), v)))
+            .collect();
+        if points.is_empty() || out.iter().any(|(_, m, _)| m == canon) {
+            continue;
+        }
+        out.push((source.to_string(), canon.to_string(), points));
+    }
+    out
+}

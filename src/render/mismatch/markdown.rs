@@ -25,7 +25,14 @@ impl Renderer<Report> for MarkdownRenderer {
                 continue;
             }
             let row = |cells: &[String]| -> String {
-                format!("| {} |\n", cells.iter().map(|c| cell(c)).collect::<Vec<_>>().join(" | "))
+                format!(
+                    "| {} |\n",
+                    cells
+                        .iter()
+                        .map(|c| cell(c))
+                        .collect::<Vec<_>>()
+                        .join(" | ")
+                )
             };
             s.push_str(&row(&sec.header));
             s.push_str(&format!("|{}\n", "---|".repeat(sec.header.len())));

@@ -97,7 +97,10 @@ pub fn step_sections(s: &StepReport) -> Vec<Section> {
     out.push(head);
     let a = &s.attribution;
     let mut pos = section(
-        format!("step {}: by response position (buckets of {})", s.step, a.bucket_width),
+        format!(
+            "step {}: by response position (buckets of {})",
+            s.step, a.bucket_width
+        ),
         SHARE_HEADER,
     );
     pos.notes.push(format!(
@@ -111,7 +114,10 @@ pub fn step_sections(s: &StepReport) -> Vec<Section> {
     out.push(pos);
     if !a.top_tokens.is_empty() {
         let mut t = section(
-            format!("step {}: top token ids ({} distinct)", s.step, a.distinct_tokens),
+            format!(
+                "step {}: top token ids ({} distinct)",
+                s.step, a.distinct_tokens
+            ),
             SHARE_HEADER,
         );
         share_rows(&mut t, &a.top_tokens);
@@ -119,7 +125,18 @@ pub fn step_sections(s: &StepReport) -> Vec<Section> {
     }
     let mut seqs = section(
         format!("step {}: worst sequences", s.step),
-        &["rank", "micro", "row", "tokens", "reward", "group", "Σ|Δ|", "mean |Δ|", "Σ Δ", "max |Δ| at"],
+        &[
+            "rank",
+            "micro",
+            "row",
+            "tokens",
+            "reward",
+            "group",
+            "Σ|Δ|",
+            "mean |Δ|",
+            "Σ Δ",
+            "max |Δ| at",
+        ],
     );
     for q in &a.worst_sequences {
         seqs.rows.push(vec![
@@ -132,7 +149,11 @@ pub fn step_sections(s: &StepReport) -> Vec<Section> {
             num(q.sum_abs),
             num(q.mean_abs),
             num(q.sum_delta),
-            format!("{} @{}", num(q.max_abs), q.max_at.map(|p| p.to_string()).unwrap_or("-".into())),
+            format!(
+                "{} @{}",
+                num(q.max_abs),
+                q.max_at.map(|p| p.to_string()).unwrap_or("-".into())
+            ),
         ]);
     }
     out.push(seqs);
@@ -151,8 +172,20 @@ pub fn step_sections(s: &StepReport) -> Vec<Section> {
     }
     if !s.whatif.is_empty() {
         let mut w = section(
-            format!("step {}: what-if corrections (loss: {})", s.step, s.loss_preset),
-            &["correction", "tokens masked", "tokens truncated", "seqs masked", "seqs truncated", "ESS", "loss", "grad norm"],
+            format!(
+                "step {}: what-if corrections (loss: {})",
+                s.step, s.loss_preset
+            ),
+            &[
+                "correction",
+                "tokens masked",
+                "tokens truncated",
+                "seqs masked",
+                "seqs truncated",
+                "ESS",
+                "loss",
+                "grad norm",
+            ],
         );
         if let Some(n) = &c.loss_note {
             w.notes.push(n.clone());
@@ -186,7 +219,9 @@ pub fn sections(r: &Report) -> Vec<Section> {
             "slope {} per step, last third / first third {}{}{}",
             num(t.slope),
             num(t.growth),
-            t.growth_start.map(|s| format!(", growth from step {s}")).unwrap_or_default(),
+            t.growth_start
+                .map(|s| format!(", growth from step {s}"))
+                .unwrap_or_default(),
             if t.jumps.is_empty() {
                 String::new()
             } else {

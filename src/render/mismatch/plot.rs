@@ -25,7 +25,11 @@ fn bars<DB: DrawingBackend>(
     crate::render::plot::register_font();
     area.fill(&WHITE).map_err(draw_err)?;
     let n = bars.len().max(1) as f64;
-    let ymax = bars.iter().map(|b| b.1).filter(|v| v.is_finite()).fold(0.0, f64::max);
+    let ymax = bars
+        .iter()
+        .map(|b| b.1)
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max);
     let ymax = if ymax > 0.0 { ymax * 1.08 } else { 1.0 };
     let labels: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
     let every = (bars.len() / 8).max(1);
@@ -53,14 +57,27 @@ fn bars<DB: DrawingBackend>(
         .draw()
         .map_err(draw_err)?;
     chart
-        .draw_series(bars.iter().enumerate().filter(|(_, b)| b.1.is_finite()).map(|(i, b)| {
-            Rectangle::new([(i as f64 + 0.08, 0.0), (i as f64 + 0.92, b.1)], b.2.filled())
-        }))
+        .draw_series(
+            bars.iter()
+                .enumerate()
+                .filter(|(_, b)| b.1.is_finite())
+                .map(|(i, b)| {
+                    Rectangle::new(
+                        [(i as f64 + 0.08, 0.0), (i as f64 + 0.92, b.1)],
+                        b.2.filled(),
+                    )
+                }),
+        )
         .map_err(draw_err)?;
     Ok(())
 }
 
-fn write_bars(path: &Path, title: &str, y_desc: &str, data: &[(String, f64, RGBColor)]) -> Result<()> {
+fn write_bars(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    data: &[(String, f64, RGBColor)],
+) -> Result<()> {
     let fail = |e: String| Error::Export {
         path: path.to_path_buf(),
         msg: format!("writing the plot failed: {e}"),
@@ -89,11 +106,19 @@ fn histogram_bars(s: &StepReport) -> Vec<(String, f64, RGBColor)> {
     let lab = |e: f64| format!("1e{e:.1}");
     let mut v: Vec<(String, f64, RGBColor)> = Vec::new();
     for i in (0..h.negative.len()).rev() {
-        v.push((format!("-{}", lab(h.log10_edges[i])), h.negative[i] as f64, NEG));
+        v.push((
+            format!("-{}", lab(h.log10_edges[i])),
+            h.negative[i] as f64,
+            NEG,
+        ));
     }
     v.push(("0".into(), h.zero as f64, RGBColor(120, 120, 120)));
     for i in 0..h.positive.len() {
-        v.push((format!("+{}", lab(h.log10_edges[i])), h.positive[i] as f64, POS));
+        v.push((
+            format!("+{}", lab(h.log10_edges[i])),
+            h.positive[i] as f64,
+            POS,
+        ));
     }
     let first = v.iter().position(|b| b.1 > 0.0).unwrap_or(0);
     let last = v.iter().rposition(|b| b.1 > 0.0).unwrap_or(v.len() - 1);
@@ -112,7 +137,12 @@ pub fn write_plots(report: &Report, dir: &Path, ext: &str) -> Result<Vec<PathBuf
         let p = dir.join(format!("delta_hist_step{}.{ext}", s.step));
         write_bars(
             &p,
-            &format!("step {}: Δlogp = {} − {} (log10 |Δ| bins)", s.step, crate::mismatch::role_name(s.pair[1]), crate::mismatch::role_name(s.pair[0])),
+            &format!(
+                "step {}: Δlogp = {} − {} (log10 |Δ| bins)",
+                s.step,
+                crate::mismatch::role_name(s.pair[1]),
+                crate::mismatch::role_name(s.pair[0])
+            ),
             "tokens",
             &histogram_bars(s),
         )?;
@@ -122,9 +152,20 @@ pub fn write_plots(report: &Report, dir: &Path, ext: &str) -> Result<Vec<PathBuf
             .attribution
             .by_position
             .iter()
-            .map(|b| (b.key.split("..").next().unwrap_or("").to_string(), b.mean_abs, POS))
+            .map(|b| {
+                (
+                    b.key.split("..").next().unwrap_or("").to_string(),
+                    b.mean_abs,
+                    POS,
+                )
+            })
             .collect();
-        write_bars(&p, &format!("step {}: mean |Δlogp| by response position", s.step), "mean |Δ|", &data)?;
+        write_bars(
+            &p,
+            &format!("step {}: mean |Δlogp| by response position", s.step),
+            "mean |Δ|",
+            &data,
+        )?;
         written.push(p);
     }
     for (i, t) in report.trends.iter().enumerate() {
