@@ -439,3 +439,125 @@ fn logged_metric_names_map_to_the_recomputed_ones() {
     );
     assert_eq!(canonical("loss"), None);
 }
+
+fn basic_report() -> mismatch::report::Report {
+    let fx = fixture("metrics_basic.json");
+    let opts = Options {
+        keep_tokens: true,
+        ..Options::default()
+    };
+    let mut steps = vec![analyse(&step_of(&fx["cells"], 3), &opts).unwrap()];
+    let fx = fixture("steps_jump.json");
+    for s in fx["steps"].as_array().unwrap().iter().take(9) {
+        steps.push(
+            analyse(
+                &step_of(&s["cells"], s["step"].as_i64().unwrap() + 100),
+                &opts,
+            )
+            .unwrap(),
+        );
+    }
+    mismatch::build_report(steps, vec![], &opts)
+}
+
+#[test]
+fn renderers_print_every_section_with_the_values() {
+    use rlforensics::render::{by_name, Format, Style};
+    let rep = basic_report();
+    let kl = rep.steps[0].metric("rollout_corr/kl").unwrap();
+    let num = rlforensics::render::mismatch::num(kl);
+    for f in [Format::Table, Format::Markdown] {
+        let text = by_name::<mismatch::report::Report>(f, Style::default())
+            .render(&rep)
+            .unwrap();
+        for needle in [
+            "rollout_corr/kl",
+            "by response position",
+            "worst sequences",
+            "what-if",
+            "token-tis",
+            "trend of",
+            "mismatch-jump",
+            &num,
+        ] {
+            assert!(text.contains(needle), "{f:?} lacks {needle}");
+        }
+    }
+    let json = by_name::<mismatch::report::Report>(Format::Json, Style::default())
+        .render(&rep)
+        .unwrap();
+    let v: J = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["tool"], "mismatch");
+    assert_eq!(v["steps"][0]["metrics"]["verl"]["kl"].as_f64().unwrap(), kl);
+    assert_eq!(v["steps"].as_array().unwrap().len(), 10);
+    assert!(v["steps"][0]["whatif"][1]["loss"].is_f64());
+}
+
+#[test]
+fn plots_and_frames_are_written() {
+    use polars::prelude::*;
+    let rep = basic_report();
+    let dir = tempfile::tempdir().unwrap();
+    let files = rlforensics::render::mismatch::plot::write_plots(&rep, dir.path(), "png").unwrap();
+    assert_eq!(files.len(), 2 * rep.steps.len() + rep.trends.len());
+    for f in &files {
+        let bytes = std::fs::read(f).unwrap();
+        assert_eq!(&bytes[1..4], b"PNG", "{}", f.display());
+    }
+    let svg =
+        rlforensics::render::mismatch::plot::write_plots(&rep, &dir.path().join("svg"), "svg")
+            .unwrap();
+    assert!(std::fs::read_to_string(&svg[0]).unwrap().contains("<svg"));
+    let s = &rep.steps[0];
+    let t = mismatch::frames::tokens_frame(s.step, s.token_table.as_ref().unwrap()).unwrap();
+    assert_eq!(t.height() as u64, s.coverage.tokens);
+    let abs: f64 = t.column("abs_delta").unwrap().f64().unwrap().sum().unwrap();
+    close(
+        "Σ|Δ| of the token frame",
+        abs,
+        s.attribution.total.sum_abs,
+        1e-12,
+    );
+    let q = mismatch::frames::sequences_frame(s.step, s.seq_table.as_ref().unwrap()).unwrap();
+    assert_eq!(q.height() as u64, s.coverage.rows);
+}
+
+#[test]
+fn the_command_refuses_a_folder_no_producer_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("x.txt"), "hello").unwrap();
+    let code = rlforensics::cli::mismatch::run_cli(["mismatch", dir.path().to_str().unwrap()]);
+    assert_eq!(code, 2);
+    let code = rlforensics::cli::mismatch::run_cli(["mismatch", "x", "--pair", "rollout"]);
+    assert_eq!(code, 2);
+    let code =
+        rlforensics::cli::mismatch::run_cli(["mismatch", "x", "--correction", "rs=seq_mean_k9:1"]);
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn correction_specs_parse_as_verl_spells_them() {
+    let c = whatif::parse("is=sequence:2+rs=seq_sum_k1:0.5_2.0").unwrap();
+    assert_eq!(c.is.unwrap().level, whatif::IsLevel::Sequence);
+    assert_eq!((c.rs[0].lower, c.rs[0].upper), (Some(0.5), 2.0));
+    // a single k1 threshold u means [1/u, u] (verl _parse_rollout_rs_thresholds)
+    let c = whatif::parse("rs=token_k1:2").unwrap();
+    assert_eq!(c.rs[0].lower, Some(0.5));
+    assert!(whatif::parse("rs=token_k2:0.5_2").is_err());
+    assert!(whatif::parse("is=token:-1").is_err());
+    for p in whatif::PRESETS {
+        assert!(whatif::preset(p).is_some());
+    }
+}
+
+#[test]
+#[ignore = "prints the table of the basic fixture (cargo test -- --ignored --nocapture show_table)"]
+fn show_table() {
+    use rlforensics::render::{by_name, Format, Style};
+    let rep = basic_report();
+    let text = by_name::<mismatch::report::Report>(Format::Table, Style::default())
+        .render(&rep)
+        .unwrap();
+    println!("{}", &text[..text.len().min(9000)]);
+}
