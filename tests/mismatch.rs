@@ -561,3 +561,107 @@ fn show_table() {
         .unwrap();
     println!("{}", &text[..text.len().min(9000)]);
 }
+
+/// A synthetic step of `ranks × micros` cells of `rows × t` tokens as a reader returns it:
+/// bf16 log-probs (rollout, old), f32 advantages, bool mask, i64 ids (xorshift noise).
+fn synthetic_step(ranks: usize, micros: usize, rows: usize, t: usize) -> StepDump {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let prov = |k: &str| Provenance {
+        file: PathBuf::from("synthetic"),
+        key: k.into(),
+    };
+    let bf16 = |v: &[f32], k: &str| TokenTensor {
+        tensor: Tensor::from_le_bytes(
+            DType::BF16,
+            vec![rows, t],
+            v.iter().flat_map(|x| half::bf16::from_f32(*x).to_le_bytes()).collect(),
+        )
+        .unwrap(),
+        dtype: Some(DType::BF16),
+        source: prov(k),
+    };
+    let mut cells = Vec::new();
+    for r in 0..ranks {
+        for m in 0..micros {
+            let n = rows * t;
+            let old: Vec<f32> = (0..n).map(|_| (next() * 0.999 + 1e-3).ln() as f32).collect();
+            let ro: Vec<f32> = old.iter().map(|x| x + ((next() - 0.5) * 0.02) as f32).collect();
+            let lens: Vec<usize> = (0..rows).map(|_| t / 2 + (next() * (t / 2) as f64) as usize).collect();
+            let mask: Vec<bool> = (0..n).map(|i| i % t < lens[i / t]).collect();
+            let ids: Vec<i64> = (0..n).map(|_| (next() * 150_000.0) as i64).collect();
+            let adv: Vec<u8> = (0..rows)
+                .flat_map(|_| {
+                    let a = (next() - 0.5) as f32;
+                    std::iter::repeat_n(a, t).flat_map(|x| x.to_le_bytes())
+                })
+                .collect();
+            let mut b = TokenBatch::default();
+            b.log_probs.insert(LogProbSource::Rollout, bf16(&ro, "rollout"));
+            b.log_probs.insert(LogProbSource::Old, bf16(&old, "old"));
+            b.response_mask = Some(TokenTensor {
+                tensor: Tensor::from_bool(vec![rows, t], &mask).unwrap(),
+                dtype: Some(DType::Bool),
+                source: prov("mask"),
+            });
+            b.response_ids = Some(TokenTensor {
+                tensor: Tensor::from_i64(vec![rows, t], &ids).unwrap(),
+                dtype: Some(DType::I64),
+                source: prov("ids"),
+            });
+            b.advantages = Some(TokenTensor {
+                tensor: Tensor::from_le_bytes(DType::F32, vec![rows, t], adv).unwrap(),
+                dtype: Some(DType::F32),
+                source: prov("adv"),
+            });
+            cells.push(Cell {
+                rank: r,
+                micro: Some(m),
+                batch: b,
+                loss: None,
+                files: vec![],
+            });
+        }
+    }
+    StepDump {
+        producer: "synthetic".into(),
+        root: PathBuf::from("synthetic"),
+        step: 0,
+        cells,
+        conventions: Default::default(),
+        unplaced: vec![],
+    }
+}
+
+#[test]
+#[ignore = "bench: MISMATCH_BENCH=ranks,micros,rows,t cargo test --release --test tests bench_analyse -- --ignored --nocapture"]
+fn bench_analyse() {
+    let spec = std::env::var("MISMATCH_BENCH").unwrap_or_else(|_| "32,2,64,8192".into());
+    let d: Vec<usize> = spec.split(',').map(|x| x.parse().unwrap()).collect();
+    let step = synthetic_step(d[0], d[1], d[2], d[3]);
+    let rounds: usize = std::env::var("MISMATCH_ROUNDS").ok().and_then(|x| x.parse().ok()).unwrap_or(3);
+    let mut out = serde_json::Map::new();
+    for (name, opts) in [
+        ("metrics_attribution", Options { corrections: vec![], ..Options::default() }),
+        ("default_with_whatif", Options::default()),
+    ] {
+        let mut times = Vec::new();
+        for _ in 0..rounds {
+            let t0 = std::time::Instant::now();
+            let rep = analyse(&step, &opts).unwrap();
+            times.push(t0.elapsed().as_secs_f64());
+            assert!(rep.coverage.tokens > 0);
+        }
+        times.sort_by(f64::total_cmp);
+        println!("{name}: {spec}: median {:.3} s, min {:.3} s, runs {times:?}", times[rounds / 2], times[0]);
+        out.insert(name.into(), serde_json::json!({"shape": spec, "times_s": times, "median_s": times[rounds / 2]}));
+    }
+    if let Ok(p) = std::env::var("MISMATCH_BENCH_JSON") {
+        std::fs::write(p, serde_json::to_string_pretty(&out).unwrap()).unwrap();
+    }
+}
