@@ -121,6 +121,15 @@ impl TopK {
         self.k = self.k.max(o.k);
         self.extend(&o.vals);
     }
+    /// The smallest value that can still enter the top `k` (0 until `k` values are kept):
+    /// a scan may drop smaller values before pushing them.
+    pub fn floor(&mut self) -> f64 {
+        if self.vals.len() < self.k || self.k == 0 {
+            return 0.0;
+        }
+        self.cut(self.k);
+        self.vals.iter().copied().fold(f64::INFINITY, f64::min)
+    }
     /// The sum of the `k ≤ self.k` largest values kept.
     pub fn sum_top(mut self, k: usize) -> f64 {
         self.cut(k);
@@ -206,13 +215,65 @@ pub mod thresholds {
     pub const POSITION_MIN_BUCKETS: usize = 4;
 }
 
+/// Token ids below this are counted in a dense table (a vocabulary); others in a map.
+pub const DENSE_IDS: i64 = 1 << 22;
+
+/// `|Δ|` statistics per token id: dense for vocabulary-sized ids, a map for the rest.
+#[derive(Debug, Clone, Default)]
+pub struct TokenAccs {
+    dense: Vec<Acc>,
+    sparse: HashMap<i64, Acc>,
+}
+
+impl TokenAccs {
+    /// Add a token `id` with `Δ = d`.
+    #[inline]
+    pub fn push(&mut self, id: i64, d: f64) {
+        if (0..DENSE_IDS).contains(&id) {
+            let i = id as usize;
+            if i >= self.dense.len() {
+                self.dense.resize((i + 1).next_power_of_two(), Acc::default());
+            }
+            self.dense[i].push(d);
+        } else {
+            self.sparse.entry(id).or_default().push(d);
+        }
+    }
+    /// Merge another table.
+    pub fn merge(&mut self, o: TokenAccs) {
+        if self.dense.len() < o.dense.len() {
+            self.dense.resize(o.dense.len(), Acc::default());
+        }
+        for (a, b) in self.dense.iter_mut().zip(&o.dense) {
+            if b.count > 0 {
+                a.merge(b);
+            }
+        }
+        for (id, acc) in o.sparse {
+            self.sparse.entry(id).or_default().merge(&acc);
+        }
+    }
+    /// Every id seen with its statistics.
+    pub fn into_vec(self) -> Vec<(i64, Acc)> {
+        let mut v: Vec<(i64, Acc)> = self
+            .dense
+            .into_iter()
+            .enumerate()
+            .filter(|(_, a)| a.count > 0)
+            .map(|(i, a)| (i as i64, a))
+            .collect();
+        v.extend(self.sparse);
+        v
+    }
+}
+
 /// Everything the scan gathers for attribution, merged over cells.
 #[derive(Debug, Clone, Default)]
 pub struct Gathered {
     /// Per position bucket.
     pub buckets: Vec<Acc>,
     /// Per token id.
-    pub tokens: HashMap<i64, Acc>,
+    pub tokens: TokenAccs,
     /// Per cell, in (rank, micro) order.
     pub cells: Vec<((usize, Option<usize>), Acc)>,
     /// Every sequence.
@@ -230,9 +291,7 @@ impl Gathered {
         for (a, b) in self.buckets.iter_mut().zip(&o.buckets) {
             a.merge(b);
         }
-        for (id, acc) in o.tokens {
-            self.tokens.entry(id).or_default().merge(&acc);
-        }
+        self.tokens.merge(o.tokens);
         self.cells.extend(o.cells);
         self.seqs.extend(o.seqs);
         self.top.merge(o.top);
@@ -256,7 +315,7 @@ impl Gathered {
                 )
             })
             .collect();
-        let mut tokens: Vec<(i64, Acc)> = self.tokens.into_iter().collect();
+        let mut tokens: Vec<(i64, Acc)> = self.tokens.into_vec();
         let distinct_tokens = tokens.len();
         tokens.sort_by(|x, y| y.1.sum_abs.total_cmp(&x.1.sum_abs).then(x.0.cmp(&y.0)));
         let top_tokens: Vec<Share> = tokens

@@ -67,9 +67,9 @@ fn dims(t: &TokenTensor) -> (usize, usize) {
 
 /// The `[rows, t]` window (top-left) of a `[r, c]` row-major array, or of its last `t`
 /// columns when `tail`.
-fn window<T: Copy>(v: &[T], c: usize, rows: usize, t: usize, tail: bool) -> Vec<T> {
+fn window<T: Copy>(v: Vec<T>, c: usize, rows: usize, t: usize, tail: bool) -> Vec<T> {
     if c == t && v.len() == rows * t {
-        return v.to_vec();
+        return v;
     }
     let start = if tail { c - t } else { 0 };
     let mut out = Vec::with_capacity(rows * t);
@@ -83,13 +83,13 @@ fn window<T: Copy>(v: &[T], c: usize, rows: usize, t: usize, tail: bool) -> Vec<
 /// (`tail`: its last `t` columns).
 fn f64_window(x: &TokenTensor, rows: usize, t: usize, tail: bool) -> Option<Vec<f64>> {
     let (r, c) = dims(x);
-    (r >= rows && c >= t).then(|| window(&x.tensor.to_f64_vec(), c, rows, t, tail))
+    (r >= rows && c >= t).then(|| window(x.tensor.to_f64_vec(), c, rows, t, tail))
 }
 
 /// A per-token tensor as `[rows, t]` i64 ([`f64_window`]).
 fn i64_window(x: &TokenTensor, rows: usize, t: usize, tail: bool) -> Option<Vec<i64>> {
     let (r, c) = dims(x);
-    (r >= rows && c >= t).then(|| window(&x.tensor.to_i64_vec(), c, rows, t, tail))
+    (r >= rows && c >= t).then(|| window(x.tensor.to_i64_vec(), c, rows, t, tail))
 }
 
 /// Decode `cell` for the pair `(a, b)`. `None` when the cell lacks one of the roles (the
@@ -200,8 +200,8 @@ pub fn decode(cell: &Cell, a: LogProbSource, b: LogProbSource) -> Option<CellDat
         micro: cell.micro,
         rows,
         t,
-        a: window(&va, ca, rows, t, false),
-        b: window(&vb, cb, rows, t, false),
+        a: window(va, ca, rows, t, false),
+        b: window(vb, cb, rows, t, false),
         current,
         mask,
         mask_source,

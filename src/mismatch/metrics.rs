@@ -219,11 +219,15 @@ impl Sums {
         self.n += 1.0;
         self.s_r_minus_l += r - l;
         self.s_k3 += e - d - 1.0;
-        let dc = d.clamp(-SAFETY_BOUND, SAFETY_BOUND);
-        self.s_rho2 += (2.0 * dc).exp();
+        // exp(2·clamp(Δ)) = e² inside the bound; exp(|Δ|) = e or 1/e (three exps a token).
+        self.s_rho2 += if ad <= SAFETY_BOUND {
+            e * e
+        } else {
+            (2.0 * d.clamp(-SAFETY_BOUND, SAFETY_BOUND)).exp()
+        };
         self.s_abs += ad;
         self.max_abs = self.max_abs.max(ad);
-        self.s_mult += ad.exp();
+        self.s_mult += if d >= 0.0 { e } else { 1.0 / e };
         self.s_w += e;
         self.min_w = self.min_w.min(e);
         self.max_w = self.max_w.max(e);

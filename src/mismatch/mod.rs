@@ -137,7 +137,9 @@ pub fn analyse(step: &StepDump, opts: &Options) -> Result<StepReport> {
         .iter()
         .filter_map(|c| c.batch.log_probs(a).map(|x| x.tensor.numel()))
         .sum();
+    let floor = std::sync::atomic::AtomicU64::new(0f64.to_bits());
     let params = ScanParams {
+        floor: &floor,
         width,
         top_k: bound.div_ceil(100).max(1),
         corrections: &opts.corrections,
@@ -178,6 +180,7 @@ pub fn analyse(step: &StepDump, opts: &Options) -> Result<StepReport> {
             }
             cell_sums.push(out.sums);
             gathered.merge(out.gathered);
+            floor.store(gathered.top.floor().to_bits(), std::sync::atomic::Ordering::Relaxed);
             for (s, o) in whatif_sums.iter_mut().zip(&out.whatif) {
                 s.merge(o);
             }

@@ -2,9 +2,7 @@
 //! attribution's parts, the Δ histogram and (on request) the per-token table; each row
 //! closes into a sequence record; then the what-if corrections run over the cell's Δ.
 
-use std::collections::HashMap;
-
-use super::attribution::{Acc, Gathered, SeqRecord, TopK};
+use super::attribution::{Acc, Gathered, SeqRecord, TokenAccs, TopK};
 use super::cell::{CellData, MaskSource};
 use super::metrics::{RowSums, Sums};
 use super::whatif::{self, Correction, WhatIfSums};
@@ -148,6 +146,9 @@ pub struct ScanParams<'a> {
     pub loss: Option<&'a LossConfig>,
     /// Keep the per-token table.
     pub keep_tokens: bool,
+    /// Bits of the smallest `|Δ|` that can still enter the top 1 % (raised as cells are
+    /// merged; values below it are not kept).
+    pub floor: &'a std::sync::atomic::AtomicU64,
 }
 
 /// Scan one decoded cell.
@@ -157,8 +158,9 @@ pub fn scan_cell(cd: CellData, p: &ScanParams) -> CellOut {
     let mut g = Gathered::default();
     let mut hist = Histogram::new();
     let mut cell_acc = Acc::default();
-    let mut tokens: HashMap<i64, Acc> = HashMap::new();
-    let mut abs_vals: Vec<f64> = Vec::with_capacity(rows * t);
+    let mut tokens = TokenAccs::default();
+    let floor = f64::from_bits(p.floor.load(std::sync::atomic::Ordering::Relaxed));
+    let mut abs_vals: Vec<f64> = Vec::new();
     let mut d = vec![0.0; rows * t];
     let mut scored = vec![0.0; rows * t];
     let mut table = p.keep_tokens.then(TokenTable::default);
@@ -188,14 +190,16 @@ pub fn scan_cell(cd: CellData, p: &ScanParams) -> CellOut {
             }
             g.buckets[bucket].push(di);
             if let Some(ids) = &cd.ids {
-                tokens.entry(ids[i]).or_default().push(di);
+                tokens.push(ids[i], di);
             }
             cell_acc.push(di);
             if di.abs() > seq.max_abs || max_at.is_none() {
                 max_at = Some(pos);
             }
             seq.push(di);
-            abs_vals.push(di.abs());
+            if di.abs() >= floor {
+                abs_vals.push(di.abs());
+            }
             hist.push(di);
             if let Some(tb) = table.as_mut() {
                 tb.rank.push(cd.rank as u32);
