@@ -11,6 +11,7 @@ mod layers;
 mod logscan;
 mod logscan_crash;
 mod losscheck;
+mod mismatch;
 mod packed;
 mod postmortem;
 mod pt;
