@@ -17,7 +17,7 @@ use crate::render::{self, Renderer, Style};
 /// The defaults table shown by `--help`.
 pub fn thresholds_help() -> String {
     let mut s = String::from(
-        "Detectors (all run when none is given):\n  zero-loss dead-groups nan-grad grad-spike zero-grad kl-explosion kl-negative\n  entropy-collapse truncation empty-completions adv-explosion slowdown mem-growth\n  logprob-mismatch plateau grad-not-flowing clip-high reward-constant\n\nThresholds (override with --threshold NAME=VALUE):\n",
+        "Detectors (all run when none is given):\n  zero-loss dead-groups nan-grad grad-spike zero-grad kl-explosion kl-negative\n  entropy-collapse truncation empty-completions adv-explosion slowdown mem-growth\n  logprob-mismatch plateau grad-not-flowing clip-high reward-constant bounds\n  first-update kl-zero preference stages\n\nThresholds (override with --threshold NAME=VALUE):\n",
     );
     for (name, v, what) in THRESHOLDS {
         s.push_str(&format!("  {name:<28} {v:<8} {what}\n"));
@@ -107,6 +107,21 @@ pub struct LogscanArgs {
     /// A reward component that never changes.
     #[arg(long)]
     pub reward_constant: bool,
+    /// Absolute bounds: grad norm, loss, entropy beyond any healthy run.
+    #[arg(long)]
+    pub bounds: bool,
+    /// ppo_kl / clip fraction / ratio / KL not ~0 at the run's first update.
+    #[arg(long)]
+    pub first_update: bool,
+    /// KL exactly 0 for many steps (beta = 0 or reference = policy).
+    #[arg(long)]
+    pub kl_zero: bool,
+    /// DPO/KTO/ORPO signatures (accuracies stuck, margins saturating, log-probs falling).
+    #[arg(long)]
+    pub preference: bool,
+    /// Iteration time per stage ([Micro k] stage lines): the slowest, the growing.
+    #[arg(long)]
+    pub stages: bool,
     /// Override a threshold: NAME=VALUE (repeatable; see the table below).
     #[arg(long = "threshold", value_name = "NAME=VALUE")]
     pub thresholds: Vec<String>,
@@ -168,6 +183,11 @@ impl LogscanArgs {
             (self.grad_not_flowing, "grad-not-flowing"),
             (self.clip_high, "clip-high"),
             (self.reward_constant, "reward-constant"),
+            (self.bounds, "bounds"),
+            (self.first_update, "first-update"),
+            (self.kl_zero, "kl-zero"),
+            (self.preference, "preference"),
+            (self.stages, "stages"),
         ];
         flags
             .iter()

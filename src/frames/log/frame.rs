@@ -13,6 +13,7 @@ use crate::readers::aliases::{
     is_eval_key, reward_component, AliasTable, EVAL_ACTIVITY, REWARD_COMPONENTS,
     REWARD_COMPONENT_PREFIX,
 };
+use crate::readers::aliases::{stage_metric, STAGES, STAGE_PREFIX};
 use crate::readers::fastline::{FxMap, Interner};
 
 /// What the builder knows about one raw key.
@@ -48,6 +49,7 @@ impl Projection {
                 metrics.iter().any(|m| m == name)
                     || (name.starts_with(REWARD_COMPONENT_PREFIX)
                         && metrics.iter().any(|m| m == REWARD_COMPONENTS))
+                    || (name.starts_with(STAGE_PREFIX) && metrics.iter().any(|m| m == STAGES))
             }
         }
     }
@@ -62,7 +64,7 @@ impl Projection {
 }
 
 /// Every producer kind, by bit of a row's source mask.
-const SOURCE_KINDS: [SourceKind; 20] = [
+const SOURCE_KINDS: [SourceKind; 21] = [
     SourceKind::Steps,
     SourceKind::Events,
     SourceKind::VerlJsonl,
@@ -83,6 +85,7 @@ const SOURCE_KINDS: [SourceKind; 20] = [
     SourceKind::Trackio,
     SourceKind::WandbSummary,
     SourceKind::Parquet,
+    SourceKind::KvText,
 ];
 
 // Each kind owns one bit of a row's `u32` source mask.
@@ -178,6 +181,8 @@ impl FrameBuilder {
             if alias.is_none() {
                 if let Some(name) = reward_component(k) {
                     alias = Some((self.reward_column(&name), 0));
+                } else if let Some(name) = stage_metric(k) {
+                    alias = Some((self.family_column(&name), 0));
                 } else if is_eval_key(k) {
                     alias = self.aliases.resolve(EVAL_ACTIVITY);
                 }
@@ -192,7 +197,12 @@ impl FrameBuilder {
 
     /// The canonical index of reward component `name` (`reward/<name>`), made when new.
     fn reward_column(&mut self, name: &str) -> usize {
-        let canonical = format!("{REWARD_COMPONENT_PREFIX}{name}");
+        self.family_column(&format!("{REWARD_COMPONENT_PREFIX}{name}"))
+    }
+
+    /// The canonical index of a family's metric (`reward/…`, `stage/…`), made when new.
+    fn family_column(&mut self, canonical: &str) -> usize {
+        let canonical = canonical.to_string();
         let idx = self.aliases.add_canonical(&canonical);
         while self.keep.len() <= idx {
             self.keep.push(self.projection.keeps(&canonical));
