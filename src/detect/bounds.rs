@@ -204,6 +204,8 @@ pub struct KlZero;
 /// What `--kl-zero` reads.
 const KL_ZERO_METRICS: &[&str] = &[
     "kl",
+    "reward_mean",
+    "reward_std",
     "pref_reward_chosen",
     "pref_reward_rejected",
     "pref_margin",
@@ -225,8 +227,12 @@ impl Detector for KlZero {
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;
-        if is_preference(f) {
-            // KTO's batch KL is clamped at 0 by design.
+        // KTO's batch KL is clamped at 0 by design; with no reward in the log the KL is the
+        // objective itself (distillation), and a zero there is zero-loss's finding.
+        let has_reward = ["reward_mean", "reward_std"]
+            .iter()
+            .any(|m| f.col(m).is_some_and(|c| c.any()));
+        if is_preference(f) || !has_reward {
             return vec![];
         }
         let s = f.series("kl");

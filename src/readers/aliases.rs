@@ -45,6 +45,25 @@ pub fn is_preference_key(raw: &str) -> bool {
     })
 }
 
+/// Keys that say where a record is, not how training goes (never a metric to map).
+pub fn is_bookkeeping_key(k: &str) -> bool {
+    matches!(
+        k,
+        "step"
+            | "global_step"
+            | "epoch"
+            | "episode"
+            | "iteration"
+            | "iter"
+            | "step_inferred"
+            | "timestamp"
+            | "time"
+            | "current_steps"
+            | "total_steps"
+            | "samples_processed"
+    ) || k.starts_with("summary/")
+}
+
 /// The reward function a raw key reports the per-step mean of, when it does: TRL
 /// `rewards/<fn>/mean` (≥ 0.17) and `rewards/<fn>` (older, notebook tables), ms-swift
 /// `rewards/<Fn>/mean`, DebugTrainer `train_<fn>_reward_mean`.

@@ -13,7 +13,7 @@ use crate::readers::aliases::{
     is_eval_key, reward_component, AliasTable, EVAL_ACTIVITY, REWARD_COMPONENTS,
     REWARD_COMPONENT_PREFIX,
 };
-use crate::readers::aliases::{stage_metric, STAGES, STAGE_PREFIX};
+use crate::readers::aliases::{is_bookkeeping_key, stage_metric, STAGES, STAGE_PREFIX};
 use crate::readers::fastline::{FxMap, Interner};
 
 /// What the builder knows about one raw key.
@@ -403,6 +403,15 @@ impl FrameBuilder {
             .map(|(name, c)| (name, arrange(c)))
             .collect();
         let timestamps = arrange(self.timestamps);
+        let mut unmapped: Vec<String> = self
+            .keys
+            .names()
+            .iter()
+            .zip(&self.key_info)
+            .filter(|(k, info)| info.alias.is_none() && !is_bookkeeping_key(k))
+            .map(|(k, _)| k.clone())
+            .collect();
+        unmapped.sort();
         let (steps, sources, runs) = match &order {
             Some(o) => (
                 o.iter().filter_map(|&i| self.steps.get(i)).collect(),
@@ -428,6 +437,7 @@ impl FrameBuilder {
             columns,
             raw,
             projection: self.projection,
+            unmapped,
         }
     }
 }
@@ -444,9 +454,17 @@ pub struct LogFrame {
     columns: Vec<(String, Column)>,
     raw: Vec<(String, Column)>,
     projection: Projection,
+    /// Raw keys read that map to no canonical metric (bookkeeping keys left out), sorted.
+    unmapped: Vec<String>,
 }
 
 impl LogFrame {
+    /// Raw keys read that no canonical metric (so no detector) uses, sorted: what a scan
+    /// read but did not understand.
+    pub fn unmapped_keys(&self) -> &[String] {
+        &self.unmapped
+    }
+
     /// Number of rows.
     pub fn len(&self) -> usize {
         self.steps.len()
@@ -502,6 +520,7 @@ impl LogFrame {
                     columns,
                     raw: pick(&self.raw),
                     projection: self.projection.clone(),
+                    unmapped: self.unmapped.clone(),
                 }
             })
             .collect()
