@@ -8,6 +8,7 @@ mod hardening;
 mod layers;
 mod logscan;
 mod logscan_crash;
+mod logscan_stacks;
 mod losscheck;
 mod packed;
 mod postmortem;
