@@ -49,7 +49,9 @@ impl Algorithm {
 
 /// The algorithm of `frame`, from its metric family.
 pub fn algorithm(frame: &LogFrame) -> Algorithm {
-    let has = |m: &str| frame.col(m).is_some_and(|c| c.any());
+    // A detector that did not ask for a column cannot read it (the frame's projection):
+    // the markers decide preference or not; `kl` only names the variant.
+    let has = |m: &str| frame.projection().keeps(m) && frame.col(m).is_some_and(|c| c.any());
     if !PREF_MARKERS.iter().any(|m| has(m)) {
         return Algorithm::Rl;
     }
