@@ -153,8 +153,15 @@ fn transformers_quoted_values_are_read_and_judged_right() {
     assert!(r.by_detector("truncation").is_empty());
     let rc = r.by_detector("reward-constant");
     assert_eq!(rc.len(), 1);
-    assert!(rc[0].explanation.contains("always matches"), "{}", rc[0].explanation);
-    assert!(!rc[0].likely_causes.iter().any(|c| c.contains("never matches")));
+    assert!(
+        rc[0].explanation.contains("always matches"),
+        "{}",
+        rc[0].explanation
+    );
+    assert!(!rc[0]
+        .likely_causes
+        .iter()
+        .any(|c| c.contains("never matches")));
     assert_eq!(r.by_detector("nan-grad")[0].steps, vec![6]);
 }
 
@@ -162,7 +169,11 @@ fn transformers_quoted_values_are_read_and_judged_right() {
 fn dpo_family_recognised_and_grpo_rules_kept_off() {
     let r = run(&[stack("trl_dpo_570.log")]);
     assert_eq!(algorithm(&r.frame), Algorithm::Dpo);
-    assert!(!r.metrics.iter().any(|m| m.starts_with("reward/")), "{:?}", r.metrics);
+    assert!(
+        !r.metrics.iter().any(|m| m.starts_with("reward/")),
+        "{:?}",
+        r.metrics
+    );
     // The cut last record is salvaged: its whole pairs kept, the cut one dropped.
     assert_eq!(r.frame.steps().to_vec(), vec![0, 1, 2, 3]);
     // Step 1 is the eval record (its keys are eval_…).
@@ -198,20 +209,31 @@ fn dpo_failure_signatures() {
     let lines: Vec<String> = (0..8)
         .map(|i| {
             let i = i as f64;
-            dpo_line(0.3 - 0.04 * i, 1.0, 1.0, 2.0 + i, -100.0 - 5.0 * i, -120.0 - 10.0 * i)
+            dpo_line(
+                0.3 - 0.04 * i,
+                1.0,
+                1.0,
+                2.0 + i,
+                -100.0 - 5.0 * i,
+                -120.0 - 10.0 * i,
+            )
         })
         .collect();
     let r = run(&[temp_log(dir.path(), "dpo.log", &lines)]);
     let pref = r.by_detector("preference");
     assert_eq!(pref.len(), 3, "{pref:#?}");
     let with = |key: &str| {
-        let f: Vec<_> = pref.iter().filter(|f| f.evidence.contains_key(key)).collect();
+        let f: Vec<_> = pref
+            .iter()
+            .filter(|f| f.evidence.contains_key(key))
+            .collect();
         assert_eq!(f.len(), 1, "{key}: {pref:#?}");
         f[0]
     };
     let acc = with("accuracy");
     assert!(
-        acc.explanation.starts_with("DPO: rewards/accuracies is 1 on 8 of 8"),
+        acc.explanation
+            .starts_with("DPO: rewards/accuracies is 1 on 8 of 8"),
         "{}",
         acc.explanation
     );
@@ -227,7 +249,16 @@ fn dpo_failure_signatures() {
 
     // Accuracies stuck at 0.5 with zero margins, and one step of zero gradient.
     let lines: Vec<String> = (0..6)
-        .map(|i| dpo_line(0.6931, if i == 3 { 0.0 } else { 0.8 }, 0.5, 0.0, -90.0, -90.0))
+        .map(|i| {
+            dpo_line(
+                0.6931,
+                if i == 3 { 0.0 } else { 0.8 },
+                0.5,
+                0.0,
+                -90.0,
+                -90.0,
+            )
+        })
         .collect();
     let r = run(&[temp_log(dir.path(), "dpo_flat.log", &lines)]);
     let pref = r.by_detector("preference");
@@ -247,7 +278,12 @@ fn absolute_bounds_and_first_update() {
     let dir = tempfile::tempdir().unwrap();
     // A grad norm of 3e9 from the first step: no relative rule can see it.
     let lines: Vec<String> = (1..=6)
-        .map(|s| verl_line(s, &format!("actor/grad_norm:{} - actor/entropy:0.5", 3e9 + s as f64)))
+        .map(|s| {
+            verl_line(
+                s,
+                &format!("actor/grad_norm:{} - actor/entropy:0.5", 3e9 + s as f64),
+            )
+        })
         .collect();
     let r = run(&[temp_log(dir.path(), "big.log", &lines)]);
     assert!(r.by_detector("grad-spike").is_empty());
@@ -305,7 +341,9 @@ fn kl_exactly_zero_for_many_steps_is_reported() {
 fn micro_iteration(gen: f64) -> Vec<String> {
     let mut out = Vec::new();
     for m in 0..2 {
-        out.push(format!("[Micro {m}] 1. Iteration start: mem=812 MB, time=0.000s"));
+        out.push(format!(
+            "[Micro {m}] 1. Iteration start: mem=812 MB, time=0.000s"
+        ));
         out.push(format!(
             "[Micro {m}] 2. Samples generated: mem=900 MB, time={gen:.3}s"
         ));
@@ -376,7 +414,12 @@ fn several_inputs_are_several_runs_whatever_their_order() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|r| (r["run"].as_str().unwrap().to_string(), r["report"]["findings"].clone()))
+            .map(|r| {
+                (
+                    r["run"].as_str().unwrap().to_string(),
+                    r["report"]["findings"].clone(),
+                )
+            })
             .collect();
         r.sort_by(|x, y| x.0.cmp(&y.0));
         r
@@ -388,7 +431,10 @@ fn several_inputs_are_several_runs_whatever_their_order() {
     let parent = cli(&[dir.path().to_str().unwrap(), "--format", "json"]).unwrap();
     assert_eq!(runs(&parent.stdout), runs(&ab.stdout));
     let table = cli(&[dir.path().to_str().unwrap()]).unwrap().stdout;
-    assert!(table.starts_with("2 runs, each scanned on its own"), "{table}");
+    assert!(
+        table.starts_with("2 runs, each scanned on its own"),
+        "{table}"
+    );
     // --compare is for two runs: three are refused with their list.
     let e = cli(&["--compare", a, b, ds]).unwrap_err().to_string();
     assert!(e.contains("got 3") && e.contains(ds), "{e}");
@@ -414,12 +460,19 @@ fn records_without_a_known_metric_are_not_no_findings() {
     let p = temp_log(
         dir.path(),
         "some.log",
-        &["{'loss': 0.5, 'wibble': 0.1}".into(), "{'loss': 0.4, 'wibble': 0.2}".into()],
+        &[
+            "{'loss': 0.5, 'wibble': 0.1}".into(),
+            "{'loss': 0.4, 'wibble': 0.2}".into(),
+        ],
     );
     let out = cli(&[p.to_str().unwrap()]).unwrap();
     assert_eq!(out.code, 0);
     assert!(out.stdout.contains("no findings"), "{}", out.stdout);
-    assert!(out.stdout.contains("not understood, so not judged: wibble"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("not understood, so not judged: wibble"),
+        "{}",
+        out.stdout
+    );
 }
 
 #[test]
@@ -431,6 +484,14 @@ fn corpus_gspo_clip_advice_speaks_gspo() {
     let clip = r.by_detector("clip-high");
     assert_eq!(clip.len(), 1);
     let causes = &clip[0].likely_causes;
-    assert!(!causes.iter().any(|c| c.contains("instead of 0.2")), "{causes:?}");
-    assert!(causes[0].starts_with("GSPO (sequence-level ratio): a clip epsilon of ~3e-4 is normal (this run: 0.0001)"), "{causes:?}");
+    assert!(
+        !causes.iter().any(|c| c.contains("instead of 0.2")),
+        "{causes:?}"
+    );
+    assert!(
+        causes[0].starts_with(
+            "GSPO (sequence-level ratio): a clip epsilon of ~3e-4 is normal (this run: 0.0001)"
+        ),
+        "{causes:?}"
+    );
 }

@@ -257,7 +257,12 @@ const NOT_EVIDENCE: &[&str] = &["lr", "eval_activity", "trained_tokens", "val_lo
 /// was read and which keys were not understood.
 pub fn nothing_usable(report: &ScanReport) -> Result<()> {
     let events = report.events.iter().any(|e| e.kind != "checkpoint");
-    if events || report.metrics.iter().any(|m| !NOT_EVIDENCE.contains(&m.as_str())) {
+    if events
+        || report
+            .metrics
+            .iter()
+            .any(|m| !NOT_EVIDENCE.contains(&m.as_str()))
+    {
         return Ok(());
     }
     let records: u64 = report.files.iter().map(|f| f.records).sum();
@@ -375,7 +380,11 @@ fn run_several(
     let mut text = format!(
         "{} runs, each scanned on its own: {}\n",
         groups.len(),
-        groups.iter().map(|g| g.label.as_str()).collect::<Vec<_>>().join(", ")
+        groups
+            .iter()
+            .map(|g| g.label.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     let mut json_runs = Vec::new();
     let mut code = EXIT_CLEAN;

@@ -134,7 +134,9 @@ impl Detector for FirstUpdate {
         "ppo_kl, clip fraction, |ratio - 1| or KL to the reference not ~0 at the run's first step"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        debug_assert!(PREF_MARKERS.iter().all(|m| FIRST_UPDATE_METRICS.contains(m)));
+        debug_assert!(PREF_MARKERS
+            .iter()
+            .all(|m| FIRST_UPDATE_METRICS.contains(m)));
         FIRST_UPDATE_METRICS
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {

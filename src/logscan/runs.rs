@@ -56,9 +56,9 @@ pub fn group_runs(paths: &[PathBuf]) -> Result<Vec<RunInputs>> {
         }
         let folder = p.parent().map(Path::to_path_buf).unwrap_or_default();
         let same = out.iter_mut().find(|r| {
-            r.paths
-                .iter()
-                .all(|q| !q.is_dir() && q.parent().map(Path::to_path_buf).unwrap_or_default() == folder)
+            r.paths.iter().all(|q| {
+                !q.is_dir() && q.parent().map(Path::to_path_buf).unwrap_or_default() == folder
+            })
         });
         match same {
             Some(r) => {
@@ -85,8 +85,18 @@ mod tests {
     #[test]
     fn folders_files_and_parents() {
         let d = tempfile::tempdir().unwrap();
-        let (a, b, parent) = (d.path().join("a"), d.path().join("b"), d.path().join("runs"));
-        for dir in [&a, &b, &parent.join("r2"), &parent.join("r1"), &parent.join("empty")] {
+        let (a, b, parent) = (
+            d.path().join("a"),
+            d.path().join("b"),
+            d.path().join("runs"),
+        );
+        for dir in [
+            &a,
+            &b,
+            &parent.join("r2"),
+            &parent.join("r1"),
+            &parent.join("empty"),
+        ] {
             std::fs::create_dir_all(dir).unwrap();
         }
         for f in [
@@ -99,10 +109,17 @@ mod tests {
             std::fs::write(f, "{}\n").unwrap();
         }
         // Two files of one folder: one run; a file elsewhere: another.
-        let g = group_runs(&[a.join("steps.jsonl"), b.join("train.log"), a.join("events.jsonl")])
-            .unwrap();
+        let g = group_runs(&[
+            a.join("steps.jsonl"),
+            b.join("train.log"),
+            a.join("events.jsonl"),
+        ])
+        .unwrap();
         assert_eq!(g.len(), 2);
-        assert_eq!(g[0].paths, vec![a.join("steps.jsonl"), a.join("events.jsonl")]);
+        assert_eq!(
+            g[0].paths,
+            vec![a.join("steps.jsonl"), a.join("events.jsonl")]
+        );
         assert_eq!(g[1].paths, vec![b.join("train.log")]);
         // A parent folder: its run folders, sorted; the empty one left out.
         let g = group_runs(&[parent.clone()]).unwrap();

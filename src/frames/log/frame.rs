@@ -9,11 +9,11 @@ use polars::prelude::*;
 use crate::error::{Error, Result};
 use crate::frames::log::column::{Column, Steps, BLOCK_ROWS};
 use crate::model::log::{LogRecord, SourceKind};
+use crate::readers::aliases::{is_bookkeeping_key, stage_metric, STAGES, STAGE_PREFIX};
 use crate::readers::aliases::{
     is_eval_key, reward_component, AliasTable, EVAL_ACTIVITY, REWARD_COMPONENTS,
     REWARD_COMPONENT_PREFIX,
 };
-use crate::readers::aliases::{is_bookkeeping_key, stage_metric, STAGES, STAGE_PREFIX};
 use crate::readers::fastline::{FxMap, Interner};
 
 /// What the builder knows about one raw key.

@@ -3,8 +3,8 @@
 
 use super::lines::{verl_pairs, RECORD_CUT};
 use super::TextItem;
-use crate::readers::aliases::STAGE_FIELD;
 use crate::model::log::{LogEvent, LogRecord, SourceKind};
+use crate::readers::aliases::STAGE_FIELD;
 
 /// The text of an `exception` event whose traceback the file ends inside.
 pub const CUT_TRACEBACK: &str = "(the log ends inside a traceback, before its exception line)";

@@ -31,7 +31,14 @@ const STEP_KEYS: &[&str] = &[
 
 /// Words that, followed by a number, give the step of what follows them (`step 12:`,
 /// `iteration 5 |`; slime's `perf 3: {…}` and `rollout 3: {…}` name the rollout id).
-const PREFIX_WORDS: &[&str] = &["step", "global_step", "iteration", "iter", "perf", "rollout"];
+const PREFIX_WORDS: &[&str] = &[
+    "step",
+    "global_step",
+    "iteration",
+    "iter",
+    "perf",
+    "rollout",
+];
 
 /// The step named by the text before a record (`… step 12: `, `[iteration 5]`), if any:
 /// the last step word followed by an integer (optionally `/N`) and then only separators.
@@ -247,8 +254,10 @@ mod tests {
     #[test]
     fn deepspeed_chat_lines() {
         let (s, f) = step_of(
-            &parse_kv_line("epoch: 0|step: 3184|ppo_ep: 1|act_loss: inf|cri_loss: inf|unsuper_loss: 0.0")
-                .unwrap(),
+            &parse_kv_line(
+                "epoch: 0|step: 3184|ppo_ep: 1|act_loss: inf|cri_loss: inf|unsuper_loss: 0.0",
+            )
+            .unwrap(),
         );
         assert_eq!(s, Some(3184));
         let keys: Vec<&str> = f.iter().map(|(k, _)| k.as_str()).collect();
