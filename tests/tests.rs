@@ -10,6 +10,7 @@ mod hardening;
 mod layers;
 mod logscan;
 mod logscan_crash;
+mod logscan_stacks;
 mod losscheck;
 mod mismatch;
 mod packed;
