@@ -14,8 +14,6 @@
 //! (Arrow's `Utf8View`), polars' in-memory layout, again without a copy; every consumer
 //! named above reads string views.
 
-use std::ffi::CString;
-
 use polars::prelude::{CompatLevel, DataFrame};
 use polars_arrow::array::{Array, StructArray};
 use polars_arrow::datatypes::{ArrowDataType, Field};
@@ -84,8 +82,7 @@ impl ArrowFrame {
     ) -> PyResult<Bound<'py, PyCapsule>> {
         let _ = requested_schema;
         let stream = export_stream(&self.df);
-        let name = CString::new("arrow_array_stream").expect("no NUL in the capsule name");
-        PyCapsule::new(py, stream, Some(name))
+        PyCapsule::new_with_value(py, stream, c"arrow_array_stream")
     }
 
     /// Rows.

@@ -10,7 +10,7 @@ use rlforensics::cli::logscan::LogscanArgs;
 use crate::errors::to_py;
 
 /// The tools `main` and `run_json` know.
-pub const TOOLS: [&str; 4] = ["dumpdiff", "logscan", "losscheck", "postmortem"];
+pub const TOOLS: [&str; 5] = ["dumpdiff", "logscan", "losscheck", "mismatch", "postmortem"];
 
 /// A usage error in the Python caller's arguments (clap's own message).
 fn usage(e: clap::Error) -> PyErr {
@@ -36,17 +36,52 @@ fn logscan_json(py: Python<'_>, argv: Vec<String>) -> PyResult<(String, u8)> {
 /// An input the command cannot use raises `RlforensicsError` (the command exits 2).
 #[pyfunction]
 fn run_json(py: Python<'_>, tool: &str, argv: Vec<String>) -> PyResult<(String, u8)> {
-    match tool {
-        "logscan" => logscan_json(py, argv),
-        _ => Err(to_py(rlforensics::Error::Usage(format!(
-            "run_json: unknown tool {tool:?}; known: logscan"
-        )))),
-    }
+    let full: Vec<String> = std::iter::once(tool.to_string())
+        .chain(argv.iter().cloned())
+        .chain(["--format".to_string(), "json".to_string()])
+        .collect();
+    let out = match tool {
+        "logscan" => return logscan_json(py, argv),
+        "dumpdiff" => py.detach(|| rlforensics::cli::dumpdiff::run_args(full)),
+        "losscheck" => py.detach(|| rlforensics::cli::losscheck::run_args(full)),
+        "mismatch" => {
+            let args = rlforensics::cli::mismatch::Args::try_parse_from(full).map_err(usage)?;
+            py.detach(|| rlforensics::cli::mismatch::run(&args))
+        }
+        _ => {
+            return Err(to_py(rlforensics::Error::Usage(format!(
+                "run_json: unknown tool {tool:?}; known: dumpdiff, logscan, losscheck, mismatch"
+            ))))
+        }
+    };
+    out.map_err(to_py)
+}
+
+/// Run the command line `argv` (program name first, as `sys.argv`) of `tool` exactly as its
+/// binary does (stdout, stderr, `--help`) and return its exit code: the console entry
+/// points `dumpdiff`, `logscan`, `losscheck`, `mismatch`, `postmortem` of the wheel.
+#[pyfunction]
+fn main(py: Python<'_>, tool: &str, argv: Vec<String>) -> PyResult<u8> {
+    let code = py.detach(|| match tool {
+        "dumpdiff" => Some(rlforensics::cli::dumpdiff::run_cli(argv)),
+        "logscan" => Some(rlforensics::cli::logscan::run_cli(argv)),
+        "losscheck" => Some(rlforensics::cli::losscheck::run_cli(argv)),
+        "mismatch" => Some(rlforensics::cli::mismatch::run_cli(argv)),
+        "postmortem" => Some(rlforensics::cli::postmortem::run_cli(argv)),
+        _ => None,
+    });
+    code.ok_or_else(|| {
+        to_py(rlforensics::Error::Usage(format!(
+            "unknown tool {tool:?}; known: {}",
+            TOOLS.join(", ")
+        )))
+    })
 }
 
 /// Register the functions of this module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run_json, m)?)?;
+    m.add_function(wrap_pyfunction!(main, m)?)?;
     m.add("TOOLS", TOOLS.to_vec())?;
     Ok(())
 }
