@@ -29,7 +29,11 @@ use rlforensics::logscan::{scan, ScanOptions};
 #[pyo3(signature = (path, step=None))]
 fn read_dump(py: Python<'_>, path: PathBuf, step: Option<i64>) -> PyResult<BTreeMap<String, ArrowFrame>> {
     let frames = py
-        .detach(|| rlforensics::inspect::frames_for_path(&path, step))
+        .detach(|| {
+            // A path that is not there is an I/O error naming it, not a naming complaint.
+            std::fs::metadata(&path).map_err(|e| rlforensics::Error::io(&path, e))?;
+            rlforensics::inspect::frames_for_path(&path, step)
+        })
         .map_err(to_py)?;
     Ok(frames
         .tables()
