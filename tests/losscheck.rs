@@ -19,7 +19,7 @@ use rlforensics::kernels::{to_f64, to_f64_vec, Precision};
 use rlforensics::losscheck::{
     check_tree, self_consistency_any, Layout, SelfHostedStep, Status, Tolerance,
 };
-use rlforensics::readers::layout::DumpTree;
+use rlforensics::producers::layout::DumpTree;
 use rlforensics::Value;
 
 fn kdir() -> PathBuf {
@@ -62,7 +62,7 @@ fn load(kind: &str) -> Vec<Case> {
         .filter(|c| c["kind"] == kind)
         .map(|c| {
             let name = c["name"].as_str().unwrap().to_string();
-            let data = rlforensics::readers::read_any(&kdir().join(format!("{name}.safetensors")))
+            let data = rlforensics::formats::read_any(&kdir().join(format!("{name}.safetensors")))
                 .unwrap();
             Case {
                 name,

@@ -15,7 +15,7 @@ use rlforensics::dumpdiff::report::{Cell, Coverage, Report, Section, SideSummary
 use rlforensics::dumpdiff::{run, Options};
 use rlforensics::logscan::{scan, ScanOptions};
 use rlforensics::model::finding::Severity;
-use rlforensics::readers::layout::{DumpTree, Producer};
+use rlforensics::producers::layout::{DumpTree, Producer};
 use rlforensics::render::dumpdiff::{
     coverage_lines, json::JsonRenderer, markdown::MarkdownRenderer, summary_line,
     table::TableRenderer,
@@ -286,7 +286,7 @@ fn losscheck_tree_report() -> rlforensics::losscheck::report::Report {
 fn losscheck_inputs_report() -> rlforensics::losscheck::report::Report {
     let file = Path::new("fixtures/kernels/trl_grpo_normal.safetensors");
     let cfg = rlforensics::kernels::presets::preset("trl-grpo").unwrap();
-    let value = rlforensics::readers::read_any(file).unwrap();
+    let value = rlforensics::formats::read_any(file).unwrap();
     let inputs = rlforensics::losscheck::inputs_from_value(&value, file, &cfg).unwrap();
     rlforensics::losscheck::report::Report::Inputs(
         rlforensics::losscheck::report::InputsReport::compute(&inputs, &cfg, file).unwrap(),

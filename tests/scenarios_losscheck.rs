@@ -395,7 +395,7 @@ fn step_check_settles_conventions_for_callers_that_judge_one_cell_at_a_time() {
     use rlforensics::kernels::presets::preset;
     use rlforensics::losscheck::overrides::Overrides;
     use rlforensics::losscheck::{Status, StepCheck, Tolerance};
-    use rlforensics::readers::layout::DumpTree;
+    use rlforensics::producers::layout::DumpTree;
     let tree = DumpTree::discover(&seed_dir(530).join("weaver_pt")).unwrap();
     let cfg = preset("nexrl-is").unwrap();
     let tol = Tolerance::default();

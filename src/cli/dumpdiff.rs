@@ -17,7 +17,7 @@ use crate::exit_codes::EXIT_CLEAN;
 use crate::frames::export_frames;
 use crate::inspect::inspect_path;
 use crate::kernels::presets::preset;
-use crate::readers::layout::Producer;
+use crate::producers::layout::Producer;
 use crate::render::{self, Renderer, Style};
 use crate::Error;
 use clap::Parser;

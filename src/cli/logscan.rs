@@ -338,8 +338,8 @@ fn run_compare(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
     let ra = scan_one(pa, &run_a)?;
     let rb = scan_one(pb, &run_b)?;
     let configs = (
-        crate::readers::trackers::run_config_of(pa, run_a.as_deref())?,
-        crate::readers::trackers::run_config_of(pb, run_b.as_deref())?,
+        crate::logs::trackers::run_config_of(pa, run_a.as_deref())?,
+        crate::logs::trackers::run_config_of(pb, run_b.as_deref())?,
     );
     let report = compare::compare_reports((pa, &ra), (pb, &rb), args.tolerance, Some(configs));
     if report.aligned_steps == 0 {

@@ -13,7 +13,7 @@ use crate::kernels::presets::{preset, PRESETS};
 use crate::losscheck::overrides::{apply, Overrides};
 use crate::losscheck::report::{InputsReport, Report, TreeReport};
 use crate::losscheck::{check_tree_inferred, inputs_from_value, Tolerance};
-use crate::readers::layout::{DumpTree, Kind};
+use crate::producers::layout::{DumpTree, Kind};
 use crate::render::{self, Renderer, Style};
 use crate::Error;
 use clap::Parser;
@@ -201,7 +201,7 @@ fn run(a: &Args) -> Result<(String, u8), Error> {
         }
         (None, Some(file)) => {
             let file = cli::stdin_path(file);
-            let value = crate::readers::read_any(&file)?;
+            let value = crate::formats::read_any(&file)?;
             let inputs = inputs_from_value(&value, &file, &cfg)?;
             Report::Inputs(InputsReport::compute(&inputs, &cfg, &file)?)
         }

@@ -115,7 +115,7 @@ pub struct RunOutput {
 /// steps.jsonl, events.jsonl, failures/, a non-empty log file, or a bundle's
 /// exception.txt/context.json.
 fn looks_like_run(dir: &Path) -> bool {
-    crate::readers::crash_bundle::is_bundle(dir)
+    crate::logs::crash_bundle::is_bundle(dir)
         || ["run_metadata.json", "steps.jsonl", "events.jsonl"]
             .iter()
             .any(|f| dir.join(f).is_file())

@@ -28,8 +28,8 @@ use crate::detect::classify::Classification;
 use crate::detect::json_num;
 use crate::error::{Error, Result};
 use crate::frames::log::frame::LogFrame;
+use crate::logs::crash_bundle::{self, CrashBundle};
 use crate::logscan::{scan, ScanOptions};
-use crate::readers::crash_bundle::{self, CrashBundle};
 use crate::value::Value;
 
 use advice::{chat_template_diagnosis, headline, recommendations};
