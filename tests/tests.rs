@@ -4,6 +4,7 @@ mod cli;
 mod cli_first_day;
 mod cli_lib;
 mod corpus;
+mod docs;
 mod dumpdiff;
 mod dumps;
 mod hardening;
