@@ -25,6 +25,7 @@
 
 pub mod classify;
 mod completions;
+pub mod completions_text;
 mod crash;
 mod kl;
 mod loss;

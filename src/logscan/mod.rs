@@ -10,6 +10,7 @@
 //! ```
 
 pub mod compare;
+pub mod completions;
 pub mod notes;
 pub mod scan;
 mod tracker;
@@ -198,7 +199,8 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
         Some(p) => AliasTable::with_user_file(p)?,
         None => AliasTable::builtin()?,
     };
-    let files = scan::expand_paths(paths)?;
+    let (files, completion_paths) = completions::split_paths(paths)?;
+    let completion_files = completions::read_all(&completion_paths)?;
     let builder = FrameBuilder::new(aliases, opts.keep_raw).with_projection(opts.projection());
     let mut col = scan::Collected::new(builder);
     col.run = opts.run.clone();
@@ -212,7 +214,11 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
     }
     let frame = col.builder.finish();
     let events = col.events;
-    let findings = detect_per_run(&frame, &events, &th, &opts.detectors, &col.run_starts);
+    let mut findings = detect_per_run(&frame, &events, &th, &opts.detectors, &col.run_starts);
+    if !completion_files.is_empty() {
+        completions::merge(&mut findings, &completion_files, &frame);
+        col.files.extend(completions::file_stats(&completion_files));
+    }
     let mut event_counts = std::collections::BTreeMap::new();
     for e in &events {
         *event_counts.entry(e.kind.clone()).or_insert(0) += 1;

@@ -1,6 +1,7 @@
 //! One module per input format; each returns a [`Value`] tree.
 
 pub mod aliases;
+pub mod completions;
 pub mod crash_bundle;
 pub mod dump_jsonl;
 pub mod events;
