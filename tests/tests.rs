@@ -1,6 +1,7 @@
 //! The one integration-test binary (one link, like ripgrep's tests/tests.rs); one module per area.
 mod arrays;
 mod cli;
+mod completions;
 mod corpus;
 mod dumpdiff;
 mod dumps;

@@ -116,6 +116,12 @@ pub struct LogscanArgs {
     /// Stdout format.
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
+    /// Add a verdict per hypothesis for a run that does not improve (H01 advantage scaling,
+    /// H02 token masking, H03 KL term, H04 context truncation, H05 reward signal, H06 LoRA /
+    /// weight sync): supported / not supported / cannot tell, with the evidence and what
+    /// to log or run to decide.
+    #[arg(long)]
+    pub why: bool,
     /// Write the JSON report (with schema_version) to FILE.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -264,7 +270,9 @@ pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
         } else {
             Vec::new()
         },
+        why: args.why,
     };
+    let opts = crate::logscan::completions::keep_for_why(opts);
     let report = scan(&args.paths, &opts)?;
     nothing_read(&args.paths, &report)?;
     if let Some(out) = &args.output {
@@ -322,6 +330,7 @@ fn run_compare(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
         keep_raw: false,
         also_keep: Vec::new(),
         run: None,
+        why: false,
     };
     let scan_one = |p: &PathBuf, run: &Option<String>| -> Result<ScanReport> {
         let opts = ScanOptions {

@@ -27,6 +27,7 @@ pub mod classify;
 mod completions;
 pub mod completions_text;
 mod crash;
+pub mod hypotheses;
 mod kl;
 mod loss;
 mod numeric;

@@ -125,3 +125,16 @@ pub fn merge(findings: &mut Vec<Finding>, files: &[CompletionFile], frame: &LogF
             .then(a.first_step.cmp(&b.first_step))
     });
 }
+
+/// With `--why`, keep the metrics the hypothesis table reads even when detector flags
+/// narrow the frame.
+pub fn keep_for_why(mut opts: super::ScanOptions) -> super::ScanOptions {
+    if opts.why {
+        for m in crate::detect::hypotheses::METRICS {
+            if !opts.also_keep.iter().any(|k| k == m) {
+                opts.also_keep.push(m.to_string());
+            }
+        }
+    }
+    opts
+}

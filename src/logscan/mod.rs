@@ -43,6 +43,8 @@ pub struct ScanOptions {
     /// The run to read from inputs that hold several (a tracker database, a Parquet
     /// export), by name or id; `None` wants each such input to hold one run.
     pub run: Option<String>,
+    /// Add the per-hypothesis verdicts (`--why`; [`crate::detect::hypotheses`]).
+    pub why: bool,
 }
 
 impl ScanOptions {
@@ -99,6 +101,9 @@ pub struct ScanReport {
     /// The events (not serialised).
     #[serde(skip)]
     pub events: Vec<LogEvent>,
+    /// A verdict per hypothesis H01–H06 (with `--why`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hypotheses: Option<detect::hypotheses::HypothesisTable>,
 }
 
 impl ScanReport {
@@ -236,6 +241,9 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
             .map(|d| d.name().to_string())
             .filter(|n| opts.detectors.is_empty() || opts.detectors.contains(n))
             .collect(),
+        hypotheses: opts
+            .why
+            .then(|| detect::hypotheses::verdicts(&frame, &findings)),
         findings,
         frame,
         events,
