@@ -3,6 +3,7 @@ mod arrays;
 mod cli;
 mod cli_first_day;
 mod cli_lib;
+mod completions;
 mod corpus;
 mod dumpdiff;
 mod dumps;

@@ -132,6 +132,12 @@ pub struct LogscanArgs {
     /// Stdout format.
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
+    /// Add a verdict per hypothesis for a run that does not improve (H01 advantage scaling,
+    /// H02 token masking, H03 KL term, H04 context truncation, H05 reward signal, H06 LoRA /
+    /// weight sync): supported / not supported / cannot tell, with the evidence and what
+    /// to log or run to decide.
+    #[arg(long)]
+    pub why: bool,
     /// Write the JSON report (with schema_version) to FILE.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -325,7 +331,9 @@ pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
         } else {
             Vec::new()
         },
+        why: args.why,
     };
+    let opts = crate::logscan::completions::keep_for_why(opts);
     let groups = crate::logscan::runs::group_runs(&args.paths)?;
     if groups.len() > 1 {
         return run_several(args, &opts, color, &groups);
@@ -468,6 +476,7 @@ fn run_compare(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
         keep_raw: false,
         also_keep: Vec::new(),
         run: None,
+        why: false,
     };
     let scan_one = |p: &PathBuf, run: &Option<String>| -> Result<ScanReport> {
         let opts = ScanOptions {
