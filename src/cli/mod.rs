@@ -6,6 +6,7 @@
 pub mod dumpdiff;
 pub mod logscan;
 pub mod losscheck;
+pub mod mismatch;
 pub mod postmortem;
 pub mod sides;
 

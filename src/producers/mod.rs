@@ -14,10 +14,16 @@
 //! the model and the check that needs it says so; a key that is present but unreadable
 //! (wrong type) is an [`Error::Format`](crate::Error) naming the file and the key path.
 
+pub mod columns;
 pub mod layout;
 pub mod loose_tensors;
+pub mod nemo_rl;
 pub mod nexrl_self_hosted;
 pub mod remote_api;
+pub mod sglang;
+pub mod slime;
+pub mod verl;
+pub mod walk;
 pub mod weaver;
 
 use std::path::Path;
@@ -236,7 +242,12 @@ pub trait StepReader: Sync {
 
 /// Every producer that reads whole steps, in detection order.
 pub fn step_readers() -> Vec<&'static dyn StepReader> {
-    Vec::new()
+    vec![
+        &verl::Verl,
+        &nemo_rl::NemoRl,
+        &slime::Slime,
+        &sglang::SglangDumper,
+    ]
 }
 
 /// The one producer whose files `root` holds.
