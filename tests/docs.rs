@@ -142,7 +142,7 @@ fn blocks(md: &str) -> Vec<(String, String)> {
     out
 }
 
-const TOOLS: [&str; 4] = ["dumpdiff", "losscheck", "logscan", "postmortem"];
+const TOOLS: [&str; 5] = ["dumpdiff", "losscheck", "logscan", "mismatch", "postmortem"];
 
 #[test]
 fn every_readme_command_runs_as_written_with_its_exit_code_and_excerpt() {
@@ -201,8 +201,8 @@ fn every_readme_command_runs_as_written_with_its_exit_code_and_excerpt() {
         }
     }
     assert_eq!(
-        ran, 7,
-        "one example per command (dumpdiff and losscheck: two)"
+        ran, 8,
+        "one example per command (dumpdiff, losscheck and logscan: two)"
     );
 }
 
