@@ -17,6 +17,7 @@
 pub mod layout;
 pub mod loose_tensors;
 pub mod nexrl_self_hosted;
+mod nexrl_tree;
 pub mod remote_api;
 pub mod weaver;
 
@@ -215,6 +216,9 @@ pub fn id_text(v: Option<&Value>) -> Option<String> {
 #[cfg(test)]
 mod tests;
 
+#[cfg(test)]
+mod step_tests;
+
 /// A producer that reads whole steps into the model ([`crate::model::step::StepDump`]):
 /// the door every tool goes through. One implementation per producer file.
 pub trait StepReader: Sync {
@@ -236,7 +240,12 @@ pub trait StepReader: Sync {
 
 /// Every producer that reads whole steps, in detection order.
 pub fn step_readers() -> Vec<&'static dyn StepReader> {
-    Vec::new()
+    vec![
+        &nexrl_self_hosted::NexrlSelfHosted,
+        &weaver::Weaver,
+        &remote_api::RemoteApi,
+        &loose_tensors::LooseTensors,
+    ]
 }
 
 /// The one producer whose files `root` holds.

@@ -325,3 +325,21 @@ pub fn param(kind: Kind, file: &Path, v: &Value) -> Result<Option<ParamRecord>> 
         gradient,
     }))
 }
+
+impl super::StepReader for NexrlSelfHosted {
+    fn name(&self) -> &'static str {
+        "nexrl-self-hosted"
+    }
+
+    fn detect(&self, root: &Path) -> bool {
+        super::nexrl_tree::detect(root, super::layout::Producer::SelfHosted)
+    }
+
+    fn steps(&self, root: &Path) -> Result<Vec<i64>> {
+        super::nexrl_tree::steps(root)
+    }
+
+    fn read_step(&self, root: &Path, step: i64) -> Result<crate::model::step::StepDump> {
+        super::nexrl_tree::read_step(root, step, self.name())
+    }
+}

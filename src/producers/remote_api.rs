@@ -160,3 +160,21 @@ impl StepMapping for RemoteApi {
         }
     }
 }
+
+impl super::StepReader for RemoteApi {
+    fn name(&self) -> &'static str {
+        "nexrl-remote-api"
+    }
+
+    fn detect(&self, root: &Path) -> bool {
+        super::nexrl_tree::detect(root, super::layout::Producer::RemoteApi)
+    }
+
+    fn steps(&self, root: &Path) -> Result<Vec<i64>> {
+        super::nexrl_tree::steps(root)
+    }
+
+    fn read_step(&self, root: &Path, step: i64) -> Result<crate::model::step::StepDump> {
+        super::nexrl_tree::read_step(root, step, self.name())
+    }
+}

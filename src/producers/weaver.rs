@@ -109,3 +109,21 @@ impl StepMapping for Weaver {
         crate::producers::nexrl_self_hosted::param(kind, file, v)
     }
 }
+
+impl super::StepReader for Weaver {
+    fn name(&self) -> &'static str {
+        "nexrl-weaver"
+    }
+
+    fn detect(&self, root: &Path) -> bool {
+        super::nexrl_tree::detect(root, super::layout::Producer::Weaver)
+    }
+
+    fn steps(&self, root: &Path) -> Result<Vec<i64>> {
+        super::nexrl_tree::steps(root)
+    }
+
+    fn read_step(&self, root: &Path, step: i64) -> Result<crate::model::step::StepDump> {
+        super::nexrl_tree::read_step(root, step, self.name())
+    }
+}
