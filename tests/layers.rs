@@ -77,11 +77,8 @@ const NOT_YET_THROUGH_THE_MODEL: &[&str] = &[
     "dumpdiff/sections/ratio_chain.rs",
     "dumpdiff/sections/rows.rs",
     "dumpdiff/sections/side.rs",
-    "dumpdiff/verdicts.rs",
     // inspect: shows a file's own tree (keys, dtypes, shapes) before any producer maps it.
     "inspect.rs",
-    // logscan: its `--inspect`-like dump summary of a run folder.
-    "logscan/scan.rs",
     // postmortem: reads a run's dump tree and crash bundle itself.
     "postmortem/crash.rs",
     "postmortem/dumps.rs",

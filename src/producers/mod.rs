@@ -66,6 +66,24 @@ pub trait StepMapping: Sync {
     fn param(&self, _kind: Kind, _file: &Path, _v: &Value) -> Result<Option<ParamRecord>> {
         Ok(None)
     }
+    /// The per-token batch a file of `kind` adds to its cell of the step model
+    /// ([`crate::model::step::StepDump`]): [`StepMapping::token_batch`], and for a
+    /// producer whose per-token values are lists per row (remote-API datums) those lists
+    /// made a batch.
+    fn cell_batch(&self, kind: Kind, file: &Path, v: &Value) -> Result<Option<TokenBatch>> {
+        self.token_batch(kind, file, v)
+    }
+    /// The conventions a file of `kind` states (coefficients, aggregation echoed with the
+    /// loss), recorded with the file and key into `c`; nothing by default.
+    fn conventions(
+        &self,
+        _kind: Kind,
+        _file: &Path,
+        _v: &Value,
+        _c: &mut crate::model::conventions::Conventions,
+    ) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The mapping of a producer identified by [`crate::producers::layout::DumpTree`]; an

@@ -2,9 +2,9 @@
 //! writes (self-hosted, weaver, remote-API; `readers::layout` tells them apart by their
 //! folders) share one walk — every file of the step is read once and handed to its
 //! producer's [`StepMapping`], and the records land in the rank × micro cell the file's
-//! name gives. What the files state about the loss's conventions (`extra_info`'s
-//! coefficients, `loss_agg_mode`, `loss_scale_factor`, `kl_loss_type`) goes into the
-//! conventions record with the file and key that state it.
+//! name gives; what the files state about the loss's conventions goes into the
+//! conventions record ([`StepMapping::conventions`]). No key is spelled here: each
+//! producer's file holds its own.
 //!
 //! Layouts: NexRL `nexrl/trainer/self_hosted_trainer.py` and the weaver / remote-API
 //! trainers' dump hooks write `DIR/<kind>/step_N[_rankR][_microM].<ext>` (see
@@ -14,16 +14,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::layout::{DumpFile, DumpTree, Kind, Producer};
-use super::nexrl_self_hosted as keys;
 use super::{mapping, StepMapping};
-use crate::error::{Error, Position, Result};
+use crate::error::{Error, Result};
 use crate::formats::read_any;
-use crate::model::conventions::{ConventionKey, ConventionSource, ConventionValue, Conventions};
-use crate::model::step::{
-    Cell, LogProbSource, RowMeta, StepDump, TokenBatch, TokenPositions, TokenTensor,
-};
-use crate::model::trajectory::{Datum, DatumBatch, Provenance};
-use crate::tensor::Tensor;
+use crate::model::conventions::Conventions;
+use crate::model::step::{Cell, RowMeta, StepDump, TokenBatch, TokenPositions, TokenTensor};
 use crate::value::Value;
 
 /// Whether `root` is a NexRL dump folder whose layout is `producer`.
@@ -98,7 +93,7 @@ pub(crate) fn read_step(root: &Path, step: i64, name: &str) -> Result<StepDump> 
     })
 }
 
-/// Put what file `f` (read as `v`) holds into `cell` (and its stated conventions into
+/// Put what file `f` (read as `v`) holds into `cell` (and the conventions it states into
 /// `conventions`); false when the mapping has no record of it.
 fn place(
     map: &dyn StepMapping,
@@ -107,12 +102,12 @@ fn place(
     cell: &mut Cell,
     conventions: &mut Conventions,
 ) -> Result<bool> {
-    if let Some(b) = map.token_batch(f.kind, &f.path, v)? {
+    map.conventions(f.kind, &f.path, v, conventions)?;
+    if let Some(b) = map.cell_batch(f.kind, &f.path, v)? {
         merge(&mut cell.batch, b);
         return Ok(true);
     }
     if let Some(rec) = map.loss_record(f.kind, &f.path, v)? {
-        stated(&f.path, v, &rec.coefficients, conventions);
         cell.loss = Some(rec);
         return Ok(true);
     }
@@ -125,10 +120,6 @@ fn place(
             response_len: r.tokens.as_ref().map(|t| t.len()),
             ..RowMeta::default()
         }));
-        return Ok(true);
-    }
-    if let Some(d) = map.datums(f.kind, &f.path, v)? {
-        datums(&f.path, &d, &mut cell.batch)?;
         return Ok(true);
     }
     Ok(false)
@@ -155,130 +146,8 @@ fn merge(into: &mut TokenBatch, from: TokenBatch) {
     fill(&mut into.token_rewards, from.token_rewards);
     fill(&mut into.importance_weights, from.importance_weights);
     fill(&mut into.response_ids, from.response_ids);
+    if from.positions != TokenPositions::default() {
+        into.positions = from.positions;
+    }
     into.rows.extend(from.rows);
-}
-
-/// A remote-API `datums/` file's per-datum lists (engine log-probs, advantages, loss mask,
-/// `loss_fn_inputs` of NexRL's remote-API trainer) as `[rows, T]` tensors right-padded
-/// with 0 to the longest datum (the mask is 0 there).
-///
-/// Errors: a tensor that cannot be built (never for lists of numbers).
-fn datums(file: &Path, d: &DatumBatch, b: &mut TokenBatch) -> Result<()> {
-    let width = d
-        .rows
-        .iter()
-        .map(|r| {
-            r.loss_mask
-                .as_ref()
-                .or(r.logprobs.as_ref())
-                .map_or(0, Vec::len)
-        })
-        .max()
-        .unwrap_or(0);
-    use super::remote_api::{ADVANTAGES, LOGPROBS, LOSS_MASK};
-    if let Some(t) = padded(file, d, width, |r| r.logprobs.as_ref(), LOGPROBS)? {
-        b.log_probs.insert(LogProbSource::Rollout, t);
-    }
-    b.advantages = padded(file, d, width, |r| r.advantages.as_ref(), ADVANTAGES)?;
-    b.loss_mask = padded(file, d, width, |r| r.loss_mask.as_ref(), LOSS_MASK)?;
-    // A datum's lists run over the whole sequence (prompt positions masked out).
-    b.positions = TokenPositions::Sequence;
-    b.rows.extend(d.rows.iter().map(|r| RowMeta {
-        sample: Some(r.index.to_string()),
-        ..RowMeta::default()
-    }));
-    Ok(())
-}
-
-/// One per-datum list of `d` (`get`, key `key`) as a `[rows, width]` tensor, 0 past a
-/// datum's end; `None` when no datum has it.
-fn padded(
-    file: &Path,
-    d: &DatumBatch,
-    width: usize,
-    get: for<'a, 'v> fn(&'a Datum<'v>) -> Option<&'a Vec<f64>>,
-    key: &str,
-) -> Result<Option<TokenTensor>> {
-    if !d.rows.iter().any(|r| get(r).is_some()) {
-        return Ok(None);
-    }
-    let mut values = vec![0.0; d.rows.len() * width];
-    for (i, r) in d.rows.iter().enumerate() {
-        for (j, x) in get(r).into_iter().flatten().take(width).enumerate() {
-            values[i * width + j] = *x;
-        }
-    }
-    let tensor = Tensor::from_f64(vec![d.rows.len(), width], &values)
-        .map_err(|e| Error::format(file, Position::Key(key.into()), e.to_string()))?;
-    Ok(Some(TokenTensor {
-        tensor,
-        dtype: None,
-        source: Provenance {
-            file: file.to_path_buf(),
-            key: format!("{}[*].{key}", super::remote_api::DATUMS),
-        },
-    }))
-}
-
-/// The conventions a loss file states in its `extra_info`: the coefficients the mapping
-/// read (`coefficients`), `loss_agg_mode` with `loss_scale_factor`, `kl_loss_type`.
-/// The first file that states one wins; the others state the same in every NexRL dump
-/// (the trainer's config), and a later difference is the judge's to find per cell.
-fn stated(
-    file: &Path,
-    v: &Value,
-    coefficients: &BTreeMap<String, f64>,
-    conventions: &mut Conventions,
-) {
-    let mut set = |key: ConventionKey, value: ConventionValue, k: &str| {
-        if conventions.get(key).is_none() {
-            conventions.set(
-                key,
-                value,
-                ConventionSource::Dumped {
-                    at: Provenance {
-                        file: file.to_path_buf(),
-                        key: format!("{}.{k}", keys::EXTRA_INFO),
-                    },
-                },
-            );
-        }
-    };
-    if let Some(c) = coefficients.get(keys::ENTROPY_COEFF) {
-        set(
-            ConventionKey::EntropyCoeff,
-            ConventionValue::Number(*c),
-            keys::ENTROPY_COEFF,
-        );
-    }
-    for k in [keys::KL_COEF, keys::KL_LOSS_COEF] {
-        if let Some(c) = coefficients.get(k) {
-            set(ConventionKey::KlCoeff, ConventionValue::Number(*c), k);
-        }
-    }
-    if let Some((mode, scale)) = keys::loss_agg_mode(v) {
-        set(
-            ConventionKey::Aggregation,
-            ConventionValue::Name(mode),
-            keys::LOSS_AGG_MODE,
-        );
-        if let Some(s) = scale {
-            set(
-                ConventionKey::LossScale,
-                ConventionValue::Number(s),
-                keys::LOSS_SCALE_FACTOR,
-            );
-        }
-    }
-    if let Some(t) = v
-        .get(keys::EXTRA_INFO)
-        .and_then(|e| e.get(keys::KL_LOSS_TYPE))
-        .and_then(Value::as_str)
-    {
-        set(
-            ConventionKey::KlEstimator,
-            ConventionValue::Name(t.to_string()),
-            keys::KL_LOSS_TYPE,
-        );
-    }
 }

@@ -10,7 +10,9 @@ use crate::model::step::{LogProbSource, TokenPositions};
 use crate::tensor::DType;
 
 fn fixture(p: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(p)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(p)
 }
 
 #[test]
@@ -57,7 +59,10 @@ fn a_self_hosted_tree_is_one_door_cells_conventions_and_what_was_not_placed() {
     assert_eq!(s.conventions.get(ConventionKey::KlCoeff), None);
     // 12 param + 12 gradient files, each said.
     assert_eq!(s.unplaced.len(), 24, "{:?}", s.unplaced);
-    assert!(s.unplaced.iter().all(|u| u.contains("param") || u.contains("gradient")));
+    assert!(s
+        .unplaced
+        .iter()
+        .all(|u| u.contains("param") || u.contains("gradient")));
 }
 
 #[test]
@@ -67,7 +72,10 @@ fn a_weaver_tree_merges_a_micros_files_into_one_cell() {
     assert_eq!(r.name(), "nexrl-weaver");
     let s = r.read_step(&root, 0).unwrap();
     assert_eq!(s.cells.len(), 24);
-    assert!(s.cells.iter().all(|c| c.micro.is_some() && c.files.len() == 4));
+    assert!(s
+        .cells
+        .iter()
+        .all(|c| c.micro.is_some() && c.files.len() == 4));
     let b = &s.cells[0].batch;
     assert_eq!(
         b.log_probs.keys().copied().collect::<Vec<_>>(),
@@ -77,7 +85,10 @@ fn a_weaver_tree_merges_a_micros_files_into_one_cell() {
         assert_eq!(t.as_ref().unwrap().tensor.shape(), &[2, 24]);
     }
     assert_eq!(b.input_ids.as_ref().unwrap().tensor.shape(), &[2, 36]);
-    assert_eq!(s.cells[0].loss.as_ref().unwrap().loss, Some(-0.200513556599617));
+    assert_eq!(
+        s.cells[0].loss.as_ref().unwrap().loss,
+        Some(-0.200513556599617)
+    );
     assert_eq!(s.unplaced.len(), 48);
     let e = r.read_step(&root, 3).unwrap_err().to_string();
     assert!(e.contains("no files of step 3") && e.contains("[0]"), "{e}");
@@ -98,7 +109,14 @@ fn a_remote_api_tree_pads_its_datums_into_a_sequence_batch() {
     assert_eq!(lp.tensor.shape(), &[40, 36]);
     assert_eq!(lp.source.key, "datums[*].logprobs");
     // The mask's ones: every datum's loss_mask summed by torch (582), none added by padding.
-    let ones: f64 = b.loss_mask.as_ref().unwrap().tensor.to_f64_vec().iter().sum();
+    let ones: f64 = b
+        .loss_mask
+        .as_ref()
+        .unwrap()
+        .tensor
+        .to_f64_vec()
+        .iter()
+        .sum();
     assert_eq!(ones, 582.0);
     assert_eq!(c.loss.as_ref().unwrap().loss, Some(-0.04745401814579964));
 }

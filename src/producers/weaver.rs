@@ -89,6 +89,16 @@ pub fn forward_data(file: &Path, v: &Value) -> Result<TokenBatch> {
 pub struct Weaver;
 
 impl StepMapping for Weaver {
+    fn conventions(
+        &self,
+        kind: Kind,
+        file: &Path,
+        v: &Value,
+        c: &mut crate::model::conventions::Conventions,
+    ) -> Result<()> {
+        crate::producers::nexrl_self_hosted::loss_conventions(kind, file, v, c)
+    }
+
     fn token_batch(&self, kind: Kind, file: &Path, v: &Value) -> Result<Option<TokenBatch>> {
         match kind {
             Kind::ForwardData => forward_data(file, v).map(Some),
