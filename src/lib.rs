@@ -44,7 +44,6 @@
 //! # Ok::<(), rlforensics::Error>(())
 //! ```
 
-pub mod alloc;
 pub mod cli;
 pub mod compare;
 pub mod conventions;
@@ -62,11 +61,11 @@ pub mod kernels;
 pub mod logs;
 pub mod logscan;
 pub mod losscheck;
+pub mod mismatch;
 pub mod model;
 pub mod postmortem;
 pub mod producers;
 pub mod render;
-pub mod sched;
 pub mod tensor;
 pub mod value;
 

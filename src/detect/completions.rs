@@ -273,14 +273,20 @@ impl Detector for Truncation {
                 .with("logged_steps", eos.len()),
             );
         }
-        // Every completion as long as the longest: mean = max (all at the cap).
+        // Every completion as long as the longest: mean = max (all at the cap). Only where
+        // no clipped/truncated ratio says otherwise (TRL logs `completions/clipped_ratio`: 0
+        // means no completion hit the cap, whatever their lengths), and not for one-token
+        // completions (EOS first: blank, not cut).
+        let trunc = f.col("truncation_ratio");
         let capped: Vec<(i64, f64)> =
             match (f.col("completion_len_max"), f.col("completion_len_mean")) {
                 (Some(mx), Some(mean)) => mx
                     .present()
                     .filter_map(|(i, m)| {
                         let me = mean.get(i)?;
-                        (m.is_finite() && m > 0.0 && me >= m).then_some((f.step(i), m))
+                        let ratio_known = trunc.and_then(|t| t.get(i)).is_some_and(f64::is_finite);
+                        (m.is_finite() && m > 1.0 && me >= m && !ratio_known)
+                            .then_some((f.step(i), m))
                     })
                     .collect(),
                 _ => Vec::new(),

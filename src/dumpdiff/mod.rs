@@ -247,7 +247,7 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
     // that side would.
     let s_tree = DumpTree::discover(&opts.self_hosted);
     let w_tree = opts.weaver.as_deref().map(DumpTree::discover);
-    // Work ahead, on a thread of its own at low priority while the whole-batch files (the
+    // Work ahead, on an ordinary thread of its own while the whole-batch files (the
     // trajectory above all) leave a core idle: section 6 (param / gradient), which needs
     // no cell, is compared, then the files no cell reads are checked. Joining it stops the
     // checks at the next file: the files left are checked after the cells, in parallel.
@@ -266,7 +266,6 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
     std::thread::scope(|scope| {
         let ahead = (!early.is_empty() || ahead_sides.is_some()).then(|| {
             scope.spawn(|| {
-                crate::sched::lower_this_thread();
                 let params = ahead_sides
                     .as_ref()
                     .filter(|_| !stop.load(std::sync::atomic::Ordering::Relaxed))

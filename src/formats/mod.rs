@@ -5,7 +5,6 @@
 
 pub mod dump_jsonl;
 pub mod npy;
-mod pool;
 pub mod pt;
 pub mod safetensors;
 
@@ -122,15 +121,6 @@ pub fn sniff_format(bytes: &[u8]) -> Option<FileFormat> {
     match text.iter().find(|b| !b.is_ascii_whitespace()) {
         Some(b'{') => Some(FileFormat::Jsonl),
         _ => None,
-    }
-}
-
-/// [`read_any`], a `.pt` file read into a reused buffer instead of a memory map
-/// ([`pt::read_pt_pooled`]): for files read and dropped in turn, many of one size.
-pub fn read_any_pooled(path: &Path) -> Result<Value> {
-    match FileFormat::from_path(path) {
-        Some(FileFormat::Pt) => pt::read_pt_pooled(path),
-        _ => read_any(path),
     }
 }
 

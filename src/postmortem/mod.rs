@@ -10,7 +10,7 @@
 //! use rlforensics::postmortem::{analyze, Options};
 //! use rlforensics::render::postmortem::write_report;
 //! let pm = analyze("debug_runs/20251008-110028".as_ref(), &Options::default()).unwrap();
-//! let written = write_report(&pm, "reports".as_ref()).unwrap();
+//! let written = write_report(&pm, "reports/20251008-110028".as_ref()).unwrap();
 //! println!("{} -> {}", pm.headline, written.dir.display());
 //! ```
 

@@ -14,11 +14,17 @@
 //! the model and the check that needs it says so; a key that is present but unreadable
 //! (wrong type) is an [`Error::Format`](crate::Error) naming the file and the key path.
 
+pub mod columns;
 pub mod layout;
 pub mod loose_tensors;
+pub mod nemo_rl;
 pub mod nexrl_self_hosted;
 mod nexrl_tree;
 pub mod remote_api;
+pub mod sglang;
+pub mod slime;
+pub mod verl;
+pub mod walk;
 pub mod weaver;
 
 use std::path::Path;
@@ -259,6 +265,10 @@ pub trait StepReader: Sync {
 /// Every producer that reads whole steps, in detection order.
 pub fn step_readers() -> Vec<&'static dyn StepReader> {
     vec![
+        &verl::Verl,
+        &nemo_rl::NemoRl,
+        &slime::Slime,
+        &sglang::SglangDumper,
         &nexrl_self_hosted::NexrlSelfHosted,
         &weaver::Weaver,
         &remote_api::RemoteApi,

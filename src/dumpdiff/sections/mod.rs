@@ -27,7 +27,7 @@ use crate::dumpdiff::pages::Pages;
 use crate::dumpdiff::report::{Cell, Comparison, Origin, RowSummary};
 use crate::dumpdiff::Progress;
 use crate::error::Result;
-use crate::formats::read_any_pooled;
+use crate::formats::read_any;
 use crate::kernels::aggregate::AggMode;
 use crate::model::tokens::tokens_hash;
 use crate::producers::layout::{DumpTree, Kind};

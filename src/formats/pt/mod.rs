@@ -43,21 +43,6 @@ pub fn read_pt(path: &Path) -> Result<Value> {
     read_pt_bytes(buf).map_err(|e| e.in_file(path))
 }
 
-/// [`read_pt`] of a regular file up to [`super::pool::MAX_POOLED`] bytes read (`pread`)
-/// into a buffer reused once its tensors are dropped ([`super::pool`]), instead of
-/// mapped; the same value and the same errors. Anything else is [`read_pt`].
-pub fn read_pt_pooled(path: &Path) -> Result<Value> {
-    let meta = std::fs::metadata(path).map_err(|e| crate::error::Error::io(path, e))?;
-    if meta.is_file() && meta.len() > 0 && meta.len() <= super::pool::MAX_POOLED {
-        let file = std::fs::File::open(path).map_err(|e| crate::error::Error::io(path, e))?;
-        // (Below MAX_POOLED, so the length fits a usize.)
-        let buf = super::pool::read_file(&file, meta.len() as usize)
-            .map_err(|e| crate::error::Error::io(path, e))?;
-        return read_pt_bytes(buf).map_err(|e| e.in_file(path));
-    }
-    read_pt(path)
-}
-
 /// Same, from bytes in memory (for fuzzing and tests); errors carry no file name.
 pub fn read_pt_bytes(bytes: Buf) -> Result<Value, FormatError> {
     read_pt_released(bytes, None, None, None)

@@ -203,6 +203,28 @@ impl Unpickler<'_, '_, '_> {
             Global::Storage(_) | Global::NumpyNdarray => {
                 Err(bad(self, "this class cannot be called"))
             }
+            Global::DataClass => self.data_object(&gname, &args),
+            Global::Getattr => {
+                let nested = match args.as_slice() {
+                    [c, a] => match (&self.nodes[*c], &self.nodes[*a]) {
+                        (Node::Global(Global::DataClass, parent), Node::Str(attr)) => {
+                            Some(format!("{parent}.{attr}"))
+                        }
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                match nested {
+                    Some(full) if super::globals::is_data_class(&full) => {
+                        Ok(self.add(Node::Global(Global::DataClass, full.into())))
+                    }
+                    _ => Err(bad(
+                        self,
+                        "only a named data class's nested class may be looked up \
+                         (this reader never imports or runs code)",
+                    )),
+                }
+            }
             _ => self.call_more(g, &gname, &args),
         }
     }
@@ -233,7 +255,65 @@ impl Unpickler<'_, '_, '_> {
         }
     }
 
+    /// A call of a [`Global::DataClass`]: the dict `{"__class__": name}`, with
+    /// `"__args__": args` when called with arguments (an enum member, a rebuild function).
+    fn data_object(&mut self, gname: &str, args: &[Id]) -> Result<Id, FormatError> {
+        let d = self.new_dict()?;
+        let k = self.add(Node::Str("__class__".into()));
+        let v = self.add(Node::Str(gname.into()));
+        self.set_item(d, k, v)?;
+        if !args.is_empty() {
+            let k = self.add(Node::Str("__args__".into()));
+            let v = self.new_tuple(args.to_vec())?;
+            self.set_item(d, k, v)?;
+        }
+        Ok(d)
+    }
+
+    /// Whether `id` is a [`Self::data_object`] (a dict whose first key is `__class__`).
+    fn is_data_object(&self, id: Id) -> bool {
+        match &self.nodes[id] {
+            Node::Dict(d) => d
+                .items
+                .first()
+                .is_some_and(|&(k, _)| matches!(&self.nodes[k], Node::Str(s) if s == "__class__")),
+            _ => false,
+        }
+    }
+
+    /// BUILD on a data object: a dict state (a dataclass's `__dict__`), or the
+    /// `(dict, slots)` pair of a class with slots, is merged into it; any other state (a
+    /// `__getstate__` tuple) is kept under `"__state__"`.
+    fn build_data_object(&mut self, obj: Id, state: Id) -> Result<(), FormatError> {
+        let parts: Vec<Id> = match &self.nodes[state] {
+            Node::Dict(_) => vec![state],
+            Node::Tuple(v)
+                if v.len() == 2
+                    && v.iter()
+                        .all(|&i| matches!(self.nodes[i], Node::Dict(_) | Node::None)) =>
+            {
+                v.clone()
+            }
+            _ => {
+                let k = self.add(Node::Str("__state__".into()));
+                return self.set_item(obj, k, state);
+            }
+        };
+        for p in parts {
+            if let Node::Dict(d) = &self.nodes[p] {
+                let items = d.items.clone();
+                for (k, v) in items {
+                    self.set_item(obj, k, v)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub(super) fn build(&mut self, obj: Id, state: Id) -> Result<(), FormatError> {
+        if self.is_data_object(obj) {
+            return self.build_data_object(obj, state);
+        }
         let empty = match &self.nodes[state] {
             Node::None => true,
             Node::Dict(d) => d.items.is_empty(),
@@ -255,6 +335,11 @@ impl Unpickler<'_, '_, '_> {
             }
         }
         if matches!(self.nodes[obj], Node::NdArrayStub) {
+            if let Some(items) = self.object_array(state) {
+                self.nodes[obj] = items;
+                self.nest(obj, state)?;
+                return Ok(());
+            }
             let t = self.ndarray_from_state(state)?;
             self.nodes[obj] = Node::Tensor(Box::new(t));
             return Ok(());
@@ -277,6 +362,25 @@ impl Unpickler<'_, '_, '_> {
                     "BUILD with a non-empty state on a {kind} is not data-only"
                 )))
             }
+        }
+    }
+
+    /// A one-dimensional numpy object array (`|O8`, verl's `uid`) as the list of its
+    /// items, which its state holds as a Python list; `None` for any other array.
+    fn object_array(&self, state: Id) -> Option<Node> {
+        let [_, shape, dt, _, data] = self.seq(state)? else {
+            return None;
+        };
+        if !matches!(self.nodes[*dt], Node::NumpyDtype { kind: b'O', .. }) {
+            return None;
+        }
+        if self.seq(*shape)?.len() != 1 {
+            return None;
+        }
+        match &self.nodes[*data] {
+            Node::List(v) => Some(Node::List(v.clone())),
+            Node::Packed(p) => Some(Node::Packed(p.clone())),
+            _ => None,
         }
     }
 

@@ -166,6 +166,8 @@ pub(super) fn parse_numpy_dtype(spec: &str) -> Option<(u8, usize, bool)> {
         b'f' => matches!(size, 2 | 4 | 8),
         b'i' | b'u' => matches!(size, 1 | 2 | 4 | 8),
         b'b' => size == 1,
+        // Object arrays (`|O8`): their data is a list of Python values (verl's `uid`).
+        b'O' => size == 8,
         _ => false,
     };
     ok.then_some((kind, size, big))

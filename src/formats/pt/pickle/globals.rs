@@ -44,7 +44,43 @@ pub(super) enum Global {
     /// `_rebuild_from_type_v2` and NEWOBJ name.
     TensorClass,
     ParameterClass,
+    /// A producer's class or function named in [`DATA_CLASSES`]: calling it makes the dict
+    /// `{"__class__": name, "__args__": args}` and BUILD adds its state (see
+    /// `calls.rs::data_object`); nothing is imported or run.
+    DataClass,
+    /// `builtins.getattr`, accepted only as protocol 2's spelling of a nested class
+    /// (`getattr(Sample, "Status")`) whose full name is in [`DATA_CLASSES`].
+    Getattr,
 }
+
+/// The producers' classes (and one rebuild function) whose pickles are read as data: a
+/// call records the name and the arguments, BUILD records the state. They are named one by
+/// one, never by module, so that any other global is still refused.
+/// - `verl.protocol.DataProto`: `DataProto.save_to_disk` pickles the object; its state is
+///   `(batch as torch.save bytes | numpy encoding, non_tensor_batch, meta_info)`
+///   (verl 0.9.1 `verl/protocol.py`, `__getstate__`).
+/// - `tensordict._reductions._rebuild_tensordict_files_consolidated(metadata, storage)`:
+///   how a consolidated `TensorDict` (verl's batch) pickles (tensordict `_reductions.py`,
+///   `_reduce_td`).
+/// - slime's (and Miles') `Sample` and its nested `Status` enum, `SpecInfo` and
+///   `PrefixCacheInfo` dataclasses (THUDM/slime 624b824a `slime/utils/types.py`): debug
+///   dumps hold `Sample.to_dict()` dicts, which some versions (cab4494f) left holding a
+///   `SpecInfo` object, and users save `Sample`s themselves.
+pub(super) const DATA_CLASSES: &[(&str, &str)] = &[
+    ("verl.protocol", "DataProto"),
+    ("slime.utils.types", "Sample"),
+    ("slime.utils.types", "Sample.Status"),
+    ("slime.utils.types", "Sample.SpecInfo"),
+    ("slime.utils.types", "Sample.PrefixCacheInfo"),
+    ("miles.utils.types", "Sample"),
+    ("miles.utils.types", "Sample.Status"),
+    ("miles.utils.types", "Sample.SpecInfo"),
+    ("miles.utils.types", "Sample.PrefixCacheInfo"),
+    (
+        "tensordict._reductions",
+        "_rebuild_tensordict_files_consolidated",
+    ),
+];
 
 /// The accepted global `module.name`, or `None` when it must be refused.
 pub(super) fn lookup_global(module: &str, name: &str) -> Option<Global> {
@@ -106,6 +142,8 @@ pub(super) fn lookup_global(module: &str, name: &str) -> Option<Global> {
             Global::NumpyReconstruct
         }
         ("numpy", "ndarray") => Global::NumpyNdarray,
+        (m, n) if DATA_CLASSES.contains(&(m, n)) => Global::DataClass,
+        ("builtins" | "__builtin__", "getattr") => Global::Getattr,
         _ => return None,
     };
     Some(g)
@@ -141,4 +179,11 @@ fn storage_dtype(name: &str) -> Option<DType> {
 fn is_storageless_dtype(name: &str) -> bool {
     matches!(name.strip_prefix("uint").or_else(|| name.strip_prefix("int")),
         Some(d) if d.len() == 1 && (b'1'..=b'7').contains(&d.as_bytes()[0]))
+}
+
+/// The full name of a [`DATA_CLASSES`] entry, when `full` is one.
+pub(super) fn is_data_class(full: &str) -> bool {
+    DATA_CLASSES
+        .iter()
+        .any(|(m, n)| full.strip_prefix(m).and_then(|r| r.strip_prefix('.')) == Some(n))
 }
