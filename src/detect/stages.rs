@@ -4,7 +4,7 @@
 //! iteration): which stage dominates, and which grows over the run.
 
 use super::{Context, Detector, Finding, Severity, G};
-use crate::readers::aliases::{STAGES, STAGE_PREFIX};
+use crate::logs::aliases::{STAGES, STAGE_PREFIX};
 
 /// `--stages`: the slow stage of an iteration, and a stage that keeps growing.
 pub struct Stages;
