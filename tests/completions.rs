@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use rlforensics::detect::hypotheses::Verdict;
 use rlforensics::detect::Severity;
+use rlforensics::logs::completions::{self, CompletionsFormat};
 use rlforensics::logscan::{scan, ScanOptions, ScanReport};
-use rlforensics::readers::completions::{self, CompletionsFormat};
 
 fn fixture(p: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -16,7 +16,7 @@
 
 use super::{Finding, Severity};
 use crate::frames::log::frame::LogFrame;
-use crate::readers::completions::{Completion, CompletionFile};
+use crate::logs::completions::{Completion, CompletionFile};
 
 /// Share of blank completions that is reported (and that makes it an error).
 const BLANK_SHARE: (f64, f64) = (0.25, 0.5);

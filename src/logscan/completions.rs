@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use crate::detect::{completions_text, Finding};
 use crate::error::{Error, Position, Result};
 use crate::frames::log::frame::LogFrame;
+use crate::logs::completions::{self, CompletionFile, CompletionsFormat};
 use crate::model::log::FileStats;
-use crate::readers::completions::{self, CompletionFile, CompletionsFormat};
 
 /// A completions file and its layout.
 pub type CompletionPath = (PathBuf, CompletionsFormat);
