@@ -42,6 +42,10 @@ run folders means each of them):
   logscan mlruns/1/0a1b2c                       MLflow file store run (metrics/, params/)
   logscan mlflow.db                             MLflow SQLite backend (one run)
   logscan ~/.cache/huggingface/trackio/proj.db  Trackio project (one run), or its proj.parquet export
+  logscan out/completions                       TRL completions_*.parquet (W&B media/table/*.table.json,
+                                                verl rollout_data_dir/*.jsonl, AReaL dump_dir/<v>/*.txt):
+                                                blank, garbled, template leak, loops, one answer for all
+  logscan run/ --why                            a verdict per hypothesis H01-H06 for a run that does not improve
   logscan --compare tb_logs/run_1 wandb/offline-run-20260101_000000-abc --plot cmp.png
                                                 where run B leaves run A, per metric, any two formats
 ";

@@ -135,9 +135,12 @@ pub fn sniff(path: &Path, head: &[u8]) -> Option<CompletionsFormat> {
 fn jsonl_head_is_completion(first: &str) -> bool {
     if let Ok(serde_json::Value::Object(m)) = serde_json::from_str::<serde_json::Value>(first) {
         let texty = |k: &&str| m.get(*k).is_some_and(|v| v.is_string() || v.is_array());
-        return TEXT_KEYS.iter().any(texty)
-            && PROMPT_KEYS.iter().any(texty)
-            && !m.contains_key("event");
+        // A step record that also logs a sample (loss, grad_norm, lr next to it) is a
+        // metrics line, not a rollout dump.
+        let metrics = ["event", "loss", "grad_norm", "learning_rate", "lr", "kl"]
+            .iter()
+            .any(|k| m.contains_key(*k));
+        return TEXT_KEYS.iter().any(texty) && PROMPT_KEYS.iter().any(texty) && !metrics;
     }
     // A line longer than the head: the keys verl writes first, with string values.
     let has =
@@ -591,6 +594,21 @@ mod tests {
         );
         assert_eq!(step_of_name(Path::new("7.jsonl")), Some(7));
         assert_eq!(step_of_name(Path::new("steps.jsonl")), None);
+    }
+
+    #[test]
+    fn step_records_with_a_sample_are_not_rollouts() {
+        let p = Path::new("steps.jsonl");
+        let line = br#"{"step": 3, "loss": 0.1, "prompt": "q", "completion": "a"}"#;
+        assert_eq!(sniff(p, line), None);
+        let line = br#"{"input": "q", "output": "a", "gts": "1", "score": 0.0, "step": 3}"#;
+        assert_eq!(sniff(p, line), Some(CompletionsFormat::RolloutJsonl));
+        // A first line longer than the head: verl's key order, string values.
+        assert_eq!(sniff(p, br#"{"input": "<|im_start|>system\nYou are"#), None);
+        assert_eq!(
+            sniff(p, br#"{"input": "q", "output": "a very long answer"#),
+            Some(CompletionsFormat::RolloutJsonl)
+        );
     }
 
     #[test]

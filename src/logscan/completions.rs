@@ -11,6 +11,9 @@ use crate::frames::log::frame::LogFrame;
 use crate::logs::completions::{self, CompletionFile, CompletionsFormat};
 use crate::model::log::FileStats;
 
+/// A completions file and its layout.
+pub type CompletionPath = (PathBuf, CompletionsFormat);
+
 /// The layout of a regular file that holds completions (a pipe is never sniffed: its
 /// first bytes could not be read twice).
 fn sniff_file(path: &Path) -> Result<Option<CompletionsFormat>> {
@@ -32,7 +35,7 @@ fn sniff_file(path: &Path) -> Result<Option<CompletionsFormat>> {
 /// Split the command-line paths into metric logs (expanded as
 /// [`super::scan::expand_paths`] does) and completions files. A folder holding only
 /// completions (TRL's `completions/`, W&B's `media/table/`) is not "a folder without logs".
-pub fn split_paths(paths: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<(PathBuf, CompletionsFormat)>)> {
+pub fn split_paths(paths: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<CompletionPath>)> {
     let mut logs = Vec::new();
     let mut found: Vec<PathBuf> = Vec::new();
     for p in paths {
@@ -76,7 +79,7 @@ pub fn split_paths(paths: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<(PathBuf, Com
 
 /// Read every completions file. A file that yields no completion is an error naming it:
 /// a scan must not answer "no findings" about text it never saw.
-pub fn read_all(files: &[(PathBuf, CompletionsFormat)]) -> Result<Vec<CompletionFile>> {
+pub fn read_all(files: &[CompletionPath]) -> Result<Vec<CompletionFile>> {
     let mut out = Vec::with_capacity(files.len());
     for (p, fmt) in files {
         let f = completions::read(p, *fmt)?;
