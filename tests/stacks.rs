@@ -374,3 +374,18 @@ fn sglang_dumper_files_one_cell_per_rank() {
         .to_string_lossy()
         .contains("rank=1___dump_index=5___name=old_log_probs"));
 }
+
+#[test]
+fn areal_rollout_jsonl_rows_with_versions_and_no_log_probs() {
+    let roles = check_tree("areal");
+    assert!(roles.is_empty());
+    let root = stacks().join("areal");
+    let d = step_reader_for(&root).unwrap().read_step(&root, 3).unwrap();
+    let rows = &d.cells[0].batch.rows;
+    assert_eq!(rows.len(), 4);
+    // Row 3 (task 1, sample 1) was generated partly by version 2: its staleness.
+    assert_eq!(rows[3].version, Some(2));
+    assert_eq!(rows[3].sample.as_deref(), Some("1/1"));
+    assert_eq!(rows[3].group.as_deref(), Some("1"));
+    assert!(d.unplaced.iter().any(|u| u.ends_with(": completion")));
+}

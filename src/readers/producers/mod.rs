@@ -14,6 +14,7 @@
 //! the model and the check that needs it says so; a key that is present but unreadable
 //! (wrong type) is an [`Error::Format`](crate::Error) naming the file and the key path.
 
+pub mod areal;
 pub mod columns;
 pub mod loose_tensors;
 pub mod nemo_rl;
@@ -246,6 +247,7 @@ pub fn step_readers() -> Vec<&'static dyn StepReader> {
         &nemo_rl::NemoRl,
         &slime::Slime,
         &sglang::SglangDumper,
+        &areal::Areal,
     ]
 }
 
