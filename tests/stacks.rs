@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use rlforensics::model::step::{LogProbSource, StepDump, TokenPositions, TokenTensor};
-use rlforensics::readers::producers::{step_reader_for, step_readers};
+use rlforensics::producers::{step_reader_for, step_readers};
 use serde_json::Value as J;
 
 fn stacks() -> PathBuf {
@@ -336,7 +336,7 @@ fn miles_rollout_dump_with_status_and_specinfo_objects() {
 
 #[test]
 fn getattr_is_refused_unless_it_names_a_data_class_nested_class() {
-    use rlforensics::readers::pt::pickle::unpickle;
+    use rlforensics::formats::pt::pickle::unpickle;
     // getattr(torch.Tensor, "add") — never accepted.
     let evil = b"\x80\x02c__builtin__\ngetattr\nctorch\nTensor\nX\x03\x00\x00\x00add\x86R.";
     let e = unpickle(evil, "data.pkl", &mut |_| Err("none".into()))

@@ -1,6 +1,8 @@
 //! The one integration-test binary (one link, like ripgrep's tests/tests.rs); one module per area.
 mod arrays;
 mod cli;
+mod cli_first_day;
+mod cli_lib;
 mod corpus;
 mod dumpdiff;
 mod dumps;

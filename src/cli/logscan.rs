@@ -1,11 +1,12 @@
-//! The `logscan` command line: arguments (clap derive) and `run`, which does everything
-//! but print, so the binary stays a few lines and tests call it directly.
+//! The `logscan` command line: arguments (clap derive), `run`, which does everything but
+//! print, so tests call it directly, and [`run_cli`], the whole command the binary shims.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::Parser;
 
-use crate::cli::{FailOn, Format};
+use crate::cli::{self as shared, CommonFlags, FailOn, Format};
 use crate::detect::THRESHOLDS;
 use crate::error::{Error, Result};
 use crate::exit_codes::{EXIT_CLEAN, EXIT_FOUND};
@@ -337,8 +338,8 @@ fn run_compare(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
     let ra = scan_one(pa, &run_a)?;
     let rb = scan_one(pb, &run_b)?;
     let configs = (
-        crate::readers::trackers::run_config_of(pa, run_a.as_deref())?,
-        crate::readers::trackers::run_config_of(pb, run_b.as_deref())?,
+        crate::logs::trackers::run_config_of(pa, run_a.as_deref())?,
+        crate::logs::trackers::run_config_of(pb, run_b.as_deref())?,
     );
     let report = compare::compare_reports((pa, &ra), (pb, &rb), args.tolerance, Some(configs));
     if report.aligned_steps == 0 {
@@ -370,4 +371,69 @@ fn run_compare(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
         EXIT_CLEAN
     };
     Ok(RunOutput { stdout, code })
+}
+
+/// Invocations on a user's own logs, one on the shipped fixtures (in a clone of the
+/// repository).
+const HELP_EXAMPLES: &[&str] = &[
+    "logscan debug_runs/20251008-110028 --format markdown --output findings.json",
+    "logscan train.log --zero-loss --nan-grad",
+    "logscan --compare wandb/run-20251008_110028-abc123 wandb/run-20251009_091500-def456 --plot compare.png",
+    "logscan fixtures/logs/debug_faults/steps.jsonl --zero-loss --nan-grad",
+];
+
+/// The end of `-h`: examples, then the exit codes.
+fn short_tail() -> String {
+    shared::help_tail(HELP_EXAMPLES)
+}
+
+/// The end of `--help`: the detectors and thresholds, then the examples and exit codes.
+fn long_tail() -> String {
+    let table = thresholds_help();
+    let table = match table.find("\nExit codes:") {
+        Some(i) => &table[..i],
+        None => table.as_str(),
+    };
+    format!("{}\n\n{}", table.trim_end(), short_tail())
+}
+
+/// `logscan`'s flags and the shared ones.
+#[derive(Debug, Parser)]
+#[command(
+    name = "logscan",
+    version,
+    about = "Scan GRPO/GSPO training logs (steps.jsonl, events.jsonl, verl, HF trainer_state.json, text, TensorBoard, W&B, MLflow, Trackio, CSV) for failure signatures, or compare two runs",
+    after_help = short_tail(),
+    after_long_help = long_tail()
+)]
+struct Cli {
+    #[command(flatten)]
+    scan: LogscanArgs,
+    #[command(flatten)]
+    common: CommonFlags,
+}
+
+/// Run `logscan` on `args` (the first item is the program name, as in
+/// `std::env::args_os`) and return its exit code; output, `--help`/`--version` and usage
+/// errors as the binary gives them.
+pub fn run_cli<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let mut cli: Cli = match shared::parse_from(args) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    cli.scan.paths = cli
+        .scan
+        .paths
+        .iter()
+        .map(|p| shared::stdin_path(p))
+        .collect();
+    let color = cli.common.color.enabled() && !cli.scan.no_color;
+    match run(&cli.scan, color) {
+        Ok(out) => shared::finish("logscan", &out.stdout, cli.common.quiet, out.code),
+        Err(err) => shared::fail("logscan", &err),
+    }
 }
