@@ -389,3 +389,102 @@ fn areal_rollout_jsonl_rows_with_versions_and_no_log_probs() {
     assert_eq!(rows[3].group.as_deref(), Some("1"));
     assert!(d.unplaced.iter().any(|u| u.ends_with(": completion")));
 }
+
+fn read(tree: &str) -> StepDump {
+    let root = stacks().join(tree);
+    step_reader_for(&root).unwrap().read_step(&root, 3).unwrap()
+}
+
+#[test]
+fn the_same_step_in_two_stacks_layouts_compares_clean() {
+    use rlforensics::dumpdiff::model_compare::{compare, Closeness};
+    for (a, b, roles) in [
+        ("verl", "nemo_rl", 2),
+        ("verl", "slime", 3),
+        ("nemo_rl", "slime", 2),
+        ("slime", "sglang_dumper", 3),
+        ("verl_numpy", "verl", 3),
+        ("miles", "verl_rollout_skip", 1),
+    ] {
+        let r = compare(&read(a), &read(b), Closeness::default());
+        assert!(r.clean(), "{a} vs {b}:\n{}", r.to_text());
+        assert_eq!(r.rows_matched, 4, "{a} vs {b}");
+        let lp = r
+            .quantities
+            .iter()
+            .filter(|q| q.quantity.starts_with("log_probs"))
+            .count();
+        assert_eq!(lp, roles, "{a} vs {b}:\n{}", r.to_text());
+        // Every response token of every row was compared for each shared role.
+        let old = r
+            .quantities
+            .iter()
+            .find(|q| q.quantity == "log_probs[rollout]")
+            .unwrap();
+        assert_eq!(old.compared, 4 + 6 + 2 + 5, "{a} vs {b}");
+    }
+}
+
+#[test]
+fn a_planted_difference_is_found_at_its_rank_row_and_position() {
+    use rlforensics::dumpdiff::model_compare::{compare, Closeness};
+    let m = manifest();
+    let p = &m["trees"]["nemo_rl_planted"]["planted"];
+    // verl (whole batch) against the planted NeMo-RL tree: row 2, response token 1.
+    let r = compare(
+        &read("verl"),
+        &read("nemo_rl_planted"),
+        Closeness::default(),
+    );
+    let d = r.first_difference.clone().expect("the planted difference");
+    assert_eq!(d.quantity, "log_probs[old]");
+    assert_eq!((d.a.rank, d.a.row), (0, 2));
+    assert_eq!((d.b.rank, d.b.row), (0, 2));
+    assert_eq!(d.position, Some(1));
+    assert_eq!(d.b_value, p["value"].as_f64().unwrap());
+    assert_eq!(d.a_value, p["was"].as_f64().unwrap());
+    let q = r
+        .quantities
+        .iter()
+        .find(|q| q.quantity == "log_probs[old]")
+        .unwrap();
+    assert_eq!(q.differing, 1);
+    assert!(!r.clean());
+    assert!(
+        r.to_text().contains(
+            "FIRST DIFFERENCE: log_probs[old] at A rank 0 row 2 / B rank 0 row 2, response token 1"
+        ),
+        "{}",
+        r.to_text()
+    );
+    // Against slime, whose DP rank 0 holds rows 0 and 2: found at rank 0 row 1 there.
+    let r = compare(
+        &read("nemo_rl_planted"),
+        &read("slime"),
+        Closeness::default(),
+    );
+    let d = r.first_difference.unwrap();
+    assert_eq!(
+        (d.a.rank, d.a.row, d.b.rank, d.b.row, d.position),
+        (0, 2, 0, 1, Some(1))
+    );
+    // A tolerance wider than the planted 0.01 makes it clean.
+    let r = compare(
+        &read("verl"),
+        &read("nemo_rl_planted"),
+        Closeness {
+            atol: 0.02,
+            rtol: 0.0,
+        },
+    );
+    assert!(r.clean(), "{}", r.to_text());
+}
+
+#[test]
+fn rows_without_token_ids_are_counted_not_matched() {
+    use rlforensics::dumpdiff::model_compare::{compare, Closeness};
+    let r = compare(&read("verl"), &read("areal"), Closeness::default());
+    assert_eq!(r.rows_matched, 0);
+    assert_eq!(r.rows_without_tokens, 4);
+    assert!(!r.clean());
+}
