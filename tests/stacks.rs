@@ -488,3 +488,82 @@ fn rows_without_token_ids_are_counted_not_matched() {
     assert_eq!(r.rows_without_tokens, 4);
     assert!(!r.clean());
 }
+
+fn dumpdiff(args: &[&str]) -> (String, String, i32) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dumpdiff"))
+        .args(args)
+        .current_dir(stacks())
+        .output()
+        .unwrap();
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.status.code().unwrap(),
+    )
+}
+
+#[test]
+fn dumpdiff_positional_a_b_detects_producers_and_sets_the_exit_code() {
+    let (out, _, code) = dumpdiff(&["verl", "slime", "--step", "3"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("A = verl") && out.contains("B = slime") && out.contains("SAME"),
+        "{out}"
+    );
+    // The step defaults to the one step both hold.
+    let (out, _, code) = dumpdiff(&["verl", "nemo_rl_planted"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "FIRST DIFFERENCE: log_probs[old] at A rank 0 row 2 / B rank 0 row 2, response token 1"
+        ),
+        "{out}"
+    );
+    let (out, _, code) = dumpdiff(&["verl", "nemo_rl_planted", "--format", "json"]);
+    assert_eq!(code, 1);
+    let j: J = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["first_difference"]["position"], 1);
+    assert_eq!(j["first_difference"]["b"]["row"], 2);
+    // A tree of several producers is refused with the list; exit 2.
+    let (_, err, code) = dumpdiff(&[".", "verl"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("several producers") && err.contains("verl") && err.contains("nemo-rl"),
+        "{err}"
+    );
+    // A folder no producer recognises: exit 2 naming it and the producers known.
+    let (_, err, code) = dumpdiff(&["../kernels", "verl"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("kernels") && err.contains("no known producer"),
+        "{err}"
+    );
+    // A missing step names the steps there are.
+    let (_, err, code) = dumpdiff(&["verl", "slime", "--step", "9"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("step 9") && err.contains("[3]"), "{err}");
+}
+
+#[test]
+fn dumpdiff_inspect_names_producer_steps_ranks_and_roles() {
+    let (out, err, code) = dumpdiff(&["--inspect", "slime"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("(producer: slime)"), "{out}");
+    assert!(
+        out.contains("step 3: ranks {0, 1}, 2 cells")
+            && out.contains("roles [rollout, old, reference]"),
+        "{out}"
+    );
+    let (out, _, code) = dumpdiff(&["--inspect", "verl_numpy/batch_step3.pkl"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("(producer: verl)") && out.contains("step 3: ranks {0}"),
+        "{out}"
+    );
+    let (out, _, code) = dumpdiff(&["--inspect", "nemo_rl"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("(producer: nemo-rl)") && out.contains("roles [rollout, old]"),
+        "{out}"
+    );
+}
