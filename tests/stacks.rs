@@ -538,6 +538,18 @@ fn dumpdiff_positional_a_b_detects_producers_and_sets_the_exit_code() {
         err.contains("kernels") && err.contains("no known producer"),
         "{err}"
     );
+    // An in-house layout through a mapping file (here the SGLang dumper's, as a mapping).
+    let (out, _, code) = dumpdiff(&[
+        "sglang_dumper",
+        "verl",
+        "--mapping",
+        "mappings/sglang_dumper.toml",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("A = sglang-dumper") && out.contains("SAME"),
+        "{out}"
+    );
     // A missing step names the steps there are.
     let (_, err, code) = dumpdiff(&["verl", "slime", "--step", "9"]);
     assert_eq!(code, 2, "{err}");
@@ -566,4 +578,95 @@ fn dumpdiff_inspect_names_producer_steps_ranks_and_roles() {
         out.contains("(producer: nemo-rl)") && out.contains("roles [rollout, old]"),
         "{out}"
     );
+}
+
+#[test]
+fn a_mapping_file_reproduces_the_sglang_dumper_producer_exactly() {
+    use rlforensics::producers::mapping::Mapping;
+    use rlforensics::producers::StepReader;
+    let m = Mapping::load(&stacks().join("mappings/sglang_dumper.toml")).unwrap();
+    let root = stacks().join("sglang_dumper");
+    assert!(m.detect(&root));
+    assert_eq!(m.steps(&root).unwrap(), vec![3]);
+    let via_map = m.read_step(&root, 3).unwrap();
+    let built_in = read("sglang_dumper");
+    assert_eq!(via_map.producer, built_in.producer);
+    assert_eq!(via_map.cells.len(), built_in.cells.len());
+    for (x, y) in via_map.cells.iter().zip(&built_in.cells) {
+        assert_eq!((x.rank, x.micro), (y.rank, y.micro));
+        let mut fx = x.files.clone();
+        let mut fy = y.files.clone();
+        fx.sort();
+        fy.sort();
+        assert_eq!(fx, fy);
+        let (bx, by) = (&x.batch, &y.batch);
+        assert_eq!(bx.positions, by.positions);
+        assert_eq!(
+            bx.log_probs.keys().collect::<Vec<_>>(),
+            by.log_probs.keys().collect::<Vec<_>>()
+        );
+        let pairs = bx.log_probs.values().zip(by.log_probs.values()).chain([
+            (
+                bx.input_ids.as_ref().unwrap(),
+                by.input_ids.as_ref().unwrap(),
+            ),
+            (
+                bx.response_ids.as_ref().unwrap(),
+                by.response_ids.as_ref().unwrap(),
+            ),
+            (
+                bx.response_mask.as_ref().unwrap(),
+                by.response_mask.as_ref().unwrap(),
+            ),
+            (
+                bx.advantages.as_ref().unwrap(),
+                by.advantages.as_ref().unwrap(),
+            ),
+        ]);
+        for (tx, ty) in pairs {
+            assert_eq!(tx.tensor.shape(), ty.tensor.shape());
+            assert_eq!(tx.dtype, ty.dtype);
+            assert_eq!(tx.tensor.element_bytes(), ty.tensor.element_bytes());
+            assert_eq!(tx.source, ty.source);
+        }
+        assert!(bx.entropy.is_none() && by.entropy.is_none());
+    }
+    let r = rlforensics::dumpdiff::model_compare::compare(&via_map, &built_in, Default::default());
+    assert!(r.clean(), "{}", r.to_text());
+}
+
+#[test]
+fn a_mapping_names_a_wrong_dtype_and_a_bad_field_with_the_file() {
+    use rlforensics::producers::mapping::Mapping;
+    use rlforensics::producers::StepReader;
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(stacks().join("mappings/sglang_dumper.toml")).unwrap();
+    let p = dir.path().join("m.toml");
+    std::fs::write(
+        &p,
+        text.replacen("dtype = \"float32\"", "dtype = \"bfloat16\"", 1),
+    )
+    .unwrap();
+    let e = Mapping::load(&p)
+        .unwrap()
+        .read_step(&stacks().join("sglang_dumper"), 3)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("rollout_log_probs")
+            && e.contains("stored as float32")
+            && e.contains("bfloat16"),
+        "{e}"
+    );
+    std::fs::write(
+        &p,
+        text.replacen("field = \"advantages\"", "field = \"advantage\"", 1),
+    )
+    .unwrap();
+    let e = Mapping::load(&p).err().unwrap().to_string();
+    assert!(e.contains("m.toml") && e.contains("advantage"), "{e}");
+    std::fs::write(&p, text.replacen("{rank}", "{rnak}", 1)).unwrap();
+    let e = Mapping::load(&p).err().unwrap().to_string();
+    assert!(e.contains("unknown placeholder {rnak}"), "{e}");
 }

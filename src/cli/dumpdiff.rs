@@ -55,6 +55,10 @@ struct Args {
         conflicts_with_all = ["inspect", "self_hosted_dir", "weaver_dir", "remote_api_dir"]
     )]
     dumps: Vec<PathBuf>,
+    /// With `dumpdiff A B`: a TOML mapping of an in-house layout (file pattern → step,
+    /// rank, micro; key → field and role; docs/stacks.md); a side it matches is read with it.
+    #[arg(long, value_name = "FILE", requires = "dumps")]
+    mapping: Option<PathBuf>,
     /// With --inspect on a folder: also write scalars/tokens/trajectories Parquet frames here.
     #[arg(long, value_name = "DIR", requires = "inspect")]
     export_frames: Option<PathBuf>,
@@ -213,6 +217,7 @@ fn run(args: Args) -> Result<(String, u8), Error> {
     if !args.dumps.is_empty() {
         return crate::cli::model_compare::run(
             &args.dumps,
+            args.mapping.as_deref(),
             args.step,
             args.atol,
             args.rtol,

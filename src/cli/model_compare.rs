@@ -2,21 +2,23 @@
 //! from its files ([`crate::producers::step_reader_for`]), compared through the model
 //! ([`crate::dumpdiff::model_compare`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::dumpdiff::model_compare::{compare, Closeness};
 use crate::exit_codes::{EXIT_CLEAN, EXIT_FOUND};
-use crate::producers::step_reader_for;
+use crate::producers::mapping::Mapping;
+use crate::producers::{step_reader_for, StepReader};
 use crate::render::Format;
 use crate::Error;
 
-/// Compare `dumps` (exactly two) at `step` (default: the one step both hold); stdout's text
+/// Compare `dumps` (exactly two; a side `mapping` matches is read with it) at `step` (default: the one step both hold); stdout's text
 /// and the exit code (0 same, 1 a difference or unmatched rows).
 ///
 /// Errors: not two paths, an unknown or mixed layout, a step missing or ambiguous, a file
 /// unreadable (each naming the file) — exit 2.
 pub fn run(
     dumps: &[PathBuf],
+    mapping: Option<&Path>,
     step: Option<i64>,
     atol: Option<f64>,
     rtol: Option<f64>,
@@ -28,7 +30,14 @@ pub fn run(
             "give two dumps to compare: dumpdiff A B --step N".into(),
         ));
     };
-    let (ra, rb) = (step_reader_for(a)?, step_reader_for(b)?);
+    let mapping = mapping.map(Mapping::load).transpose()?;
+    let reader = |p: &Path| -> Result<&dyn StepReader, Error> {
+        match &mapping {
+            Some(m) if m.detect(p) => Ok(m),
+            _ => step_reader_for(p),
+        }
+    };
+    let (ra, rb) = (reader(a)?, reader(b)?);
     let step = match step {
         Some(s) => s,
         None => {

@@ -18,6 +18,7 @@ pub mod areal;
 pub mod columns;
 pub mod layout;
 pub mod loose_tensors;
+pub mod mapping;
 pub mod nemo_rl;
 pub mod nexrl_self_hosted;
 pub mod remote_api;
