@@ -14,9 +14,11 @@
 //! the model and the check that needs it says so; a key that is present but unreadable
 //! (wrong type) is an [`Error::Format`](crate::Error) naming the file and the key path.
 
+pub mod areal;
 pub mod columns;
 pub mod layout;
 pub mod loose_tensors;
+pub mod mapping;
 pub mod nemo_rl;
 pub mod nexrl_self_hosted;
 mod nexrl_tree;
@@ -273,6 +275,7 @@ pub fn step_readers() -> Vec<&'static dyn StepReader> {
         &weaver::Weaver,
         &remote_api::RemoteApi,
         &loose_tensors::LooseTensors,
+        &areal::Areal,
     ]
 }
 
