@@ -580,7 +580,9 @@ fn synthetic_step(ranks: usize, micros: usize, rows: usize, t: usize) -> StepDum
         tensor: Tensor::from_le_bytes(
             DType::BF16,
             vec![rows, t],
-            v.iter().flat_map(|x| half::bf16::from_f32(*x).to_le_bytes()).collect(),
+            v.iter()
+                .flat_map(|x| half::bf16::from_f32(*x).to_le_bytes())
+                .collect(),
         )
         .unwrap(),
         dtype: Some(DType::BF16),
@@ -590,9 +592,16 @@ fn synthetic_step(ranks: usize, micros: usize, rows: usize, t: usize) -> StepDum
     for r in 0..ranks {
         for m in 0..micros {
             let n = rows * t;
-            let old: Vec<f32> = (0..n).map(|_| (next() * 0.999 + 1e-3).ln() as f32).collect();
-            let ro: Vec<f32> = old.iter().map(|x| x + ((next() - 0.5) * 0.02) as f32).collect();
-            let lens: Vec<usize> = (0..rows).map(|_| t / 2 + (next() * (t / 2) as f64) as usize).collect();
+            let old: Vec<f32> = (0..n)
+                .map(|_| (next() * 0.999 + 1e-3).ln() as f32)
+                .collect();
+            let ro: Vec<f32> = old
+                .iter()
+                .map(|x| x + ((next() - 0.5) * 0.02) as f32)
+                .collect();
+            let lens: Vec<usize> = (0..rows)
+                .map(|_| t / 2 + (next() * (t / 2) as f64) as usize)
+                .collect();
             let mask: Vec<bool> = (0..n).map(|i| i % t < lens[i / t]).collect();
             let ids: Vec<i64> = (0..n).map(|_| (next() * 150_000.0) as i64).collect();
             let adv: Vec<u8> = (0..rows)
@@ -602,7 +611,8 @@ fn synthetic_step(ranks: usize, micros: usize, rows: usize, t: usize) -> StepDum
                 })
                 .collect();
             let mut b = TokenBatch::default();
-            b.log_probs.insert(LogProbSource::Rollout, bf16(&ro, "rollout"));
+            b.log_probs
+                .insert(LogProbSource::Rollout, bf16(&ro, "rollout"));
             b.log_probs.insert(LogProbSource::Old, bf16(&old, "old"));
             b.response_mask = Some(TokenTensor {
                 tensor: Tensor::from_bool(vec![rows, t], &mask).unwrap(),
@@ -644,10 +654,19 @@ fn bench_analyse() {
     let spec = std::env::var("MISMATCH_BENCH").unwrap_or_else(|_| "32,2,64,8192".into());
     let d: Vec<usize> = spec.split(',').map(|x| x.parse().unwrap()).collect();
     let step = synthetic_step(d[0], d[1], d[2], d[3]);
-    let rounds: usize = std::env::var("MISMATCH_ROUNDS").ok().and_then(|x| x.parse().ok()).unwrap_or(3);
+    let rounds: usize = std::env::var("MISMATCH_ROUNDS")
+        .ok()
+        .and_then(|x| x.parse().ok())
+        .unwrap_or(3);
     let mut out = serde_json::Map::new();
     for (name, opts) in [
-        ("metrics_attribution", Options { corrections: vec![], ..Options::default() }),
+        (
+            "metrics_attribution",
+            Options {
+                corrections: vec![],
+                ..Options::default()
+            },
+        ),
         ("default_with_whatif", Options::default()),
     ] {
         let mut times = Vec::new();
@@ -658,8 +677,15 @@ fn bench_analyse() {
             assert!(rep.coverage.tokens > 0);
         }
         times.sort_by(f64::total_cmp);
-        println!("{name}: {spec}: median {:.3} s, min {:.3} s, runs {times:?}", times[rounds / 2], times[0]);
-        out.insert(name.into(), serde_json::json!({"shape": spec, "times_s": times, "median_s": times[rounds / 2]}));
+        println!(
+            "{name}: {spec}: median {:.3} s, min {:.3} s, runs {times:?}",
+            times[rounds / 2],
+            times[0]
+        );
+        out.insert(
+            name.into(),
+            serde_json::json!({"shape": spec, "times_s": times, "median_s": times[rounds / 2]}),
+        );
     }
     if let Ok(p) = std::env::var("MISMATCH_BENCH_JSON") {
         std::fs::write(p, serde_json::to_string_pretty(&out).unwrap()).unwrap();

@@ -232,7 +232,8 @@ impl TokenAccs {
         if (0..DENSE_IDS).contains(&id) {
             let i = id as usize;
             if i >= self.dense.len() {
-                self.dense.resize((i + 1).next_power_of_two(), Acc::default());
+                self.dense
+                    .resize((i + 1).next_power_of_two(), Acc::default());
             }
             self.dense[i].push(d);
         } else {

@@ -180,7 +180,10 @@ pub fn analyse(step: &StepDump, opts: &Options) -> Result<StepReport> {
             }
             cell_sums.push(out.sums);
             gathered.merge(out.gathered);
-            floor.store(gathered.top.floor().to_bits(), std::sync::atomic::Ordering::Relaxed);
+            floor.store(
+                gathered.top.floor().to_bits(),
+                std::sync::atomic::Ordering::Relaxed,
+            );
             for (s, o) in whatif_sums.iter_mut().zip(&out.whatif) {
                 s.merge(o);
             }
