@@ -86,10 +86,8 @@ fn cast(x: &LossInputs, p: Precision) -> candle_core::Result<LossInputs> {
 }
 
 fn main() {
-    // As the binaries do (dumpdiff, losscheck): keep freed blocks in the allocator, so that
-    // each call's fresh output tensors reuse the previous call's pages instead of faulting
-    // in zeroed ones (benches/kernels_bench.sh gives the torch process the same setting).
-    rlforensics::alloc::keep_freed_memory();
+    // benches/kernels_bench.sh sets glibc's MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_
+    // for this process and the torch one alike (freed blocks kept for the next call).
     let raw: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<usize> = raw.iter().filter_map(|a| a.parse().ok()).collect();
     let repeats = args.first().copied().unwrap_or(5).max(1);

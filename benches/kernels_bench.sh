@@ -3,10 +3,9 @@
 # gradient included) vs the same formulas in PyTorch CPU with 2 threads
 # (benches/kernels_torch.py), 256 x 8192 tokens. Prints both and the ratio ours/torch
 # (< 1: we are faster), plus both losses. Both processes run with the same glibc malloc
-# settings: kernels_bench calls rlforensics::alloc::keep_freed_memory() as our binaries do,
-# and the torch process gets the same two thresholds through glibc's environment variables
-# (torch reuses its freed intermediates either way; without it each of our calls would
-# fault in fresh zeroed pages for its output tensors).
+# settings: both get the same two thresholds through glibc's environment variables (torch
+# reuses its freed intermediates either way; without them each of our calls would fault in
+# fresh zeroed pages for its output tensors).
 # Needs python3 with torch and numpy.
 # Usage: benches/kernels_bench.sh [REPEATS] [ROWS] [COLS] [FILTER...]
 # (filter words such as trl-grpo, f32, fwd, grad keep the cases matching all of them)
@@ -15,9 +14,9 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target/bench-build}
 args=("${1:-5}" "${2:-256}" "${3:-8192}" "${@:4}")
 cargo bench -q --bench kernels_bench --no-run >/dev/null 2>&1 || cargo bench --bench kernels_bench --no-run
+export MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824
 ours=$(cargo bench -q --bench kernels_bench -- "${args[@]}")
-theirs=$(MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824 \
-  python3 benches/kernels_torch.py "${args[@]}")
+theirs=$(python3 benches/kernels_torch.py "${args[@]}")
 echo "$ours"
 echo "$theirs"
 printf '\n%-13s %-4s %-18s %10s %10s %7s  %s\n' preset prec mode ours_ms torch_ms ratio "loss ours / torch"

@@ -8,8 +8,8 @@ use std::path::Path;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 
 use crate::error::{Error, Position, Result};
-use crate::readers::layout::{DumpTree, Kind};
-use crate::readers::{read_any, FileFormat};
+use crate::formats::{read_any, FileFormat};
+use crate::producers::layout::{DumpTree, Kind};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
@@ -67,7 +67,7 @@ pub fn frames_for_path(path: &Path, step: Option<i64>) -> Result<crate::frames::
     let coords = path
         .file_stem()
         .and_then(|s| s.to_str())
-        .and_then(crate::readers::layout::parse_stem);
+        .and_then(crate::producers::layout::parse_stem);
     let (Some(kind), Some((file_step, rank, micro))) = (kind, coords) else {
         return Err(Error::format(
             path,
@@ -77,7 +77,7 @@ pub fn frames_for_path(path: &Path, step: Option<i64>) -> Result<crate::frames::
         ));
     };
     let value = read_any(path)?;
-    let file = crate::readers::layout::DumpFile {
+    let file = crate::producers::layout::DumpFile {
         path: path.to_path_buf(),
         kind,
         step: file_step,
@@ -88,7 +88,7 @@ pub fn frames_for_path(path: &Path, step: Option<i64>) -> Result<crate::frames::
             .map_err(|e| crate::error::Error::io(path, e))?
             .len(),
     };
-    let pairs: Vec<(&crate::readers::layout::DumpFile, &Value)> =
+    let pairs: Vec<(&crate::producers::layout::DumpFile, &Value)> =
         if step.is_none_or(|s| s == file_step) {
             vec![(&file, &value)]
         } else {

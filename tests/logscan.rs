@@ -4,11 +4,11 @@
 use std::path::{Path, PathBuf};
 
 use rlforensics::detect::Severity;
+use rlforensics::logs::fastline::fast_record;
+use rlforensics::logs::steps::LineQuality;
 use rlforensics::logscan::scan::general_record;
 use rlforensics::logscan::{scan, ScanOptions, ScanReport};
 use rlforensics::model::log::{LogRecord, SourceKind};
-use rlforensics::readers::fastline::fast_record;
-use rlforensics::readers::steps::LineQuality;
 
 fn fixture(p: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

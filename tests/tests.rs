@@ -1,6 +1,7 @@
 //! The one integration-test binary (one link, like ripgrep's tests/tests.rs); one module per area.
 mod arrays;
 mod cli;
+mod cli_first_day;
 mod cli_lib;
 mod corpus;
 mod dumpdiff;
@@ -19,4 +20,5 @@ mod render;
 mod scenarios;
 mod scenarios_adjudication;
 mod scenarios_losscheck;
+mod stacks;
 mod trackers;

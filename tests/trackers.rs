@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 use predicates::str::contains;
+use rlforensics::logs::trackers::{self, TrackerKind};
 use rlforensics::logscan::compare::{compare_reports, CompareReport};
 use rlforensics::logscan::{scan, ScanOptions, ScanReport};
 use rlforensics::model::log::SourceKind;
-use rlforensics::readers::trackers::{self, TrackerKind};
 
 fn fixture(p: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -1315,7 +1315,7 @@ fn nan_and_infinities_are_values_in_the_text_and_parquet_formats() {
 
 /// A TFRecord of `data` (length, masked CRC-32C of it, data, masked CRC-32C of the data).
 fn tfrecord(out: &mut Vec<u8>, data: &[u8]) {
-    use rlforensics::readers::trackers::tfevents::masked_crc;
+    use rlforensics::logs::trackers::tfevents::masked_crc;
     let len = (data.len() as u64).to_le_bytes();
     out.extend_from_slice(&len);
     out.extend_from_slice(&masked_crc(&len).to_le_bytes());
@@ -1326,8 +1326,8 @@ fn tfrecord(out: &mut Vec<u8>, data: &[u8]) {
 #[test]
 fn long_tracker_files_read_across_many_batches_with_late_keys() {
     use prost::Message;
-    use rlforensics::readers::trackers::tfevents::{Event, Summary, SummaryValue, TensorProto};
-    use rlforensics::readers::trackers::wandb::{HistoryItem, HistoryRecord, HistoryStep, Record};
+    use rlforensics::logs::trackers::tfevents::{Event, Summary, SummaryValue, TensorProto};
+    use rlforensics::logs::trackers::wandb::{HistoryItem, HistoryRecord, HistoryStep, Record};
     // 30,000 steps of 3 keys (far more values than one batch holds), a 4th key only from
     // step 25,000, and every 1,000th step's kl as a tensor (the prost path) amid the
     // allocation-free walk.

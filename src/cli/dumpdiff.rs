@@ -17,18 +17,19 @@ use crate::exit_codes::EXIT_CLEAN;
 use crate::frames::export_frames;
 use crate::inspect::inspect_path;
 use crate::kernels::presets::preset;
-use crate::readers::layout::Producer;
+use crate::producers::layout::Producer;
 use crate::render::{self, Renderer, Style};
 use crate::Error;
 use clap::Parser;
 
-/// The end of `--help`: real invocations on the shipped fixtures, then the exit codes.
+/// The end of `--help`: invocations on a user's own dumps, one on the shipped fixtures
+/// (in a clone of the repository), then the exit codes.
 fn help_tail() -> String {
     cli::help_tail(&[
-        "dumpdiff --self-hosted-dir fixtures/dumps/self_hosted_pt --weaver-dir fixtures/dumps/weaver_faulty_pt --step 0 --output report.json",
-        "dumpdiff --self-hosted-dir fixtures/dumps/self_hosted_pt --remote-api-dir fixtures/dumps/remote_api_pt --step 0 --format markdown",
-        "dumpdiff --inspect fixtures/dumps/self_hosted_pt/forward_data/step_000000_rank4_micro0.pt",
-        "ssh node7 cat step_000000_rank3_micro0.pt | dumpdiff --inspect -",
+        "dumpdiff --self-hosted-dir run_a/debug_dump --weaver-dir run_b/debug_dump --step 12 --output report.json",
+        "dumpdiff --inspect run_a/debug_dump/forward_data/step_000012_rank3_micro0.pt",
+        "ssh node7 cat debug_dump/loss/step_000012_rank3_micro0.pt | dumpdiff --inspect -",
+        "dumpdiff --self-hosted-dir fixtures/dumps/self_hosted_pt --weaver-dir fixtures/dumps/weaver_faulty_pt --step 0",
     ])
 }
 

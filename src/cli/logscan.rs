@@ -338,8 +338,8 @@ fn run_compare(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
     let ra = scan_one(pa, &run_a)?;
     let rb = scan_one(pb, &run_b)?;
     let configs = (
-        crate::readers::trackers::run_config_of(pa, run_a.as_deref())?,
-        crate::readers::trackers::run_config_of(pb, run_b.as_deref())?,
+        crate::logs::trackers::run_config_of(pa, run_a.as_deref())?,
+        crate::logs::trackers::run_config_of(pb, run_b.as_deref())?,
     );
     let report = compare::compare_reports((pa, &ra), (pb, &rb), args.tolerance, Some(configs));
     if report.aligned_steps == 0 {
@@ -373,12 +373,13 @@ fn run_compare(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
     Ok(RunOutput { stdout, code })
 }
 
-/// Real invocations on the shipped fixtures.
+/// Invocations on a user's own logs, one on the shipped fixtures (in a clone of the
+/// repository).
 const HELP_EXAMPLES: &[&str] = &[
+    "logscan debug_runs/20251008-110028 --format markdown --output findings.json",
+    "logscan train.log --zero-loss --nan-grad",
+    "logscan --compare wandb/run-20251008_110028-abc123 wandb/run-20251009_091500-def456 --plot compare.png",
     "logscan fixtures/logs/debug_faults/steps.jsonl --zero-loss --nan-grad",
-    "logscan fixtures/trackers/tb/run_a --format markdown --output findings.json",
-    "ssh node7 cat run/steps.jsonl | logscan -",
-    "logscan --compare fixtures/trackers/tb/run_a fixtures/trackers/wandb/run_b --plot compare.png",
 ];
 
 /// The end of `-h`: examples, then the exit codes.

@@ -3,6 +3,7 @@
 //! (0 consistent, 1 inconsistent, 2 usage error or unreadable input). The binary is a shim
 //! over [`run_cli`].
 
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -12,18 +13,19 @@ use crate::kernels::presets::{preset, PRESETS};
 use crate::losscheck::overrides::{apply, Overrides};
 use crate::losscheck::report::{InputsReport, Report, TreeReport};
 use crate::losscheck::{check_tree_inferred, inputs_from_value, Tolerance};
-use crate::readers::layout::DumpTree;
+use crate::producers::layout::{DumpTree, Kind};
 use crate::render::{self, Renderer, Style};
 use crate::Error;
 use clap::Parser;
 
-/// The end of `--help`: real invocations on the shipped fixtures, then the exit codes.
+/// The end of `--help`: invocations on a user's own dumps, one on the shipped fixtures
+/// (in a clone of the repository), then the exit codes.
 fn help_tail() -> String {
     cli::help_tail(&[
-        "losscheck --dump-dir fixtures/dumps/weaver_faulty_pt --step 0 --preset nexrl-is",
-        "losscheck --dump-dir fixtures/dumps/self_hosted_pt --step 0 --rank 3 --micro 1 --format markdown",
-        "losscheck --inputs fixtures/kernels/trl_grpo_normal.safetensors --preset trl-grpo",
-        "losscheck --inputs fixtures/kernels/trl_grpo_normal.safetensors --preset trl-grpo --eps-high 0.28 --format json --output loss.json",
+        "losscheck --dump-dir run_b/debug_dump --step 12",
+        "losscheck --dump-dir run_a/debug_dump --step 12 --rank 3 --micro 1 --preset verl-gspo --format markdown",
+        "losscheck --inputs my_batch.safetensors --preset trl-grpo --eps-high 0.28 --format json --output loss.json",
+        "losscheck --dump-dir fixtures/dumps/weaver_faulty_pt --step 0",
     ])
 }
 
@@ -43,7 +45,9 @@ struct Args {
     /// loss, its terms, the metrics and a gradient summary (every element with --format json).
     #[arg(long, value_name = "FILE")]
     inputs: Option<PathBuf>,
-    /// Training step to check (default: the tree's only step; required when it holds several).
+    /// Training step to check. Default: the only step with a dumped loss (loss/ or
+    /// is_loss_debug/; a step without one, e.g. a validation-only step -1, is not counted);
+    /// required when several steps have one.
     #[arg(long, allow_hyphen_values = true, value_name = "N")]
     step: Option<i64>,
     /// Preset: trl-grpo, trl-bnpo, trl-dr-grpo, trl-dapo, trl-gspo, verl-vanilla,
@@ -116,26 +120,49 @@ struct Args {
     common: CommonFlags,
 }
 
-/// The step to check: `--step`, else the tree's only step.
+/// The step to check: `--step`, else the tree's only step with a dumped loss (a `loss/` or
+/// `is_loss_debug/` file): a step without one, such as the validation-only step −1 a trainer
+/// dumps trajectories for before training, has nothing to check and is not a candidate.
+/// A tree with no dumped loss at all falls back to its only step (whose check then says
+/// what is missing).
 fn step_of(tree: &DumpTree, step: Option<i64>) -> Result<i64, Error> {
     if let Some(s) = step {
         return Ok(s);
     }
-    let steps = tree.steps();
-    match steps.len() {
-        1 => Ok(*steps.iter().next().unwrap_or(&0)),
+    let with_loss: BTreeSet<i64> = tree
+        .files()
+        .iter()
+        .filter(|f| matches!(f.kind, Kind::Loss | Kind::IsLossDebug))
+        .map(|f| f.step)
+        .collect();
+    let all = tree.steps();
+    let candidates = if with_loss.is_empty() {
+        &all
+    } else {
+        &with_loss
+    };
+    let list = |steps: &BTreeSet<i64>| {
+        steps
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match candidates.len() {
+        1 => Ok(*candidates.iter().next().unwrap_or(&0)),
         0 => Err(Error::input(
             &tree.root,
             "no dump file (step_NNNNNN…) in this tree",
         )),
-        _ => Err(Error::Usage(format!(
+        _ if with_loss.is_empty() => Err(Error::Usage(format!(
             "{}: holds steps {}; pick one with --step N",
             tree.root.display(),
-            steps
-                .iter()
-                .map(i64::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
+            list(&all)
+        ))),
+        _ => Err(Error::Usage(format!(
+            "{}: holds a dumped loss for steps {}; pick one with --step N",
+            tree.root.display(),
+            list(&with_loss)
         ))),
     }
 }
@@ -174,7 +201,7 @@ fn run(a: &Args) -> Result<(String, u8), Error> {
         }
         (None, Some(file)) => {
             let file = cli::stdin_path(file);
-            let value = crate::readers::read_any(&file)?;
+            let value = crate::formats::read_any(&file)?;
             let inputs = inputs_from_value(&value, &file, &cfg)?;
             Report::Inputs(InputsReport::compute(&inputs, &cfg, &file)?)
         }

@@ -156,7 +156,7 @@ fn write_parquet(path: &std::path::Path, mut df: polars::prelude::DataFrame) -> 
 /// Errors: unreadable input, a step without the pair's roles, an unwritable output.
 pub fn run(args: &Args) -> Result<(String, u8)> {
     let opts = options(args)?;
-    let reader = crate::readers::producers::step_reader_for(&args.path)?;
+    let reader = crate::producers::step_reader_for(&args.path)?;
     let steps = if args.steps.is_empty() {
         reader.steps(&args.path)?
     } else {

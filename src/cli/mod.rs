@@ -1,6 +1,7 @@
 //! What the four binaries share on the command line: one flag vocabulary (`--format`,
 //! `--color`, `--fail-on`, `-q`), the exit-code paragraph every `--help` ends with, `-` for
-//! stdin, and stdout writing that ends quietly (exit 0) when the reader went away (`| head`).
+//! stdin, and stdout writing that ends quietly when the reader went away (`| head`), keeping
+//! the command's verdict as its exit code.
 
 pub mod dumpdiff;
 pub mod logscan;
@@ -15,7 +16,6 @@ use std::path::{Path, PathBuf};
 
 use clap::ValueEnum;
 
-use crate::exit_codes::EXIT_CLEAN;
 use crate::model::finding::Severity;
 
 /// The last paragraph of every `--help`: the exit codes of SPEC §1.
@@ -135,7 +135,7 @@ pub fn stdin_path(p: &Path) -> PathBuf {
 pub enum Written {
     /// Everything was written.
     All,
-    /// The reader closed the pipe (`| head -c 1`): stop quietly, exit 0.
+    /// The reader closed the pipe (`| head -c 1`): stop quietly, keep the verdict's exit code.
     ReaderGone,
 }
 
@@ -150,15 +150,17 @@ pub fn write_stdout(text: &str) -> std::io::Result<Written> {
     }
 }
 
-/// Print `text` (unless `quiet`) and return `code`; a closed pipe ends with exit 0 and no
-/// message, a failed write with exit 2 and the reason on stderr.
+/// Print `text` (unless `quiet`) and return `code`. A closed pipe (`| head -1`) ends quietly
+/// with the same `code`: the verdict was reached, and `set -o pipefail` scripts must still
+/// see a FAIL as exit 1. A failed write (a full disk behind `>`) is exit 2 with the reason on
+/// stderr.
 pub fn finish(tool: &str, text: &str, quiet: bool, code: u8) -> u8 {
     if quiet || text.is_empty() {
         return code;
     }
     match write_stdout(text) {
         Ok(Written::All) => code,
-        Ok(Written::ReaderGone) => EXIT_CLEAN,
+        Ok(Written::ReaderGone) => code,
         Err(e) => {
             let _ = writeln!(std::io::stderr(), "{tool}: writing to stdout: {e}");
             crate::exit_codes::EXIT_BAD_INPUT

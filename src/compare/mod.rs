@@ -2,8 +2,6 @@
 //! tolerances it is judged against, and the row/position alignment that pairs elements.
 
 pub mod align;
-pub mod libm;
 pub mod metrics;
 pub mod propagate;
 pub mod tolerance;
-pub mod vmath;

@@ -295,13 +295,13 @@ impl Detector for RewardConstant {
         "a reward component identical at every logged step (a reward function that never changes)"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        &[crate::readers::aliases::REWARD_COMPONENTS]
+        &[crate::logs::aliases::REWARD_COMPONENTS]
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let min_points = ctx.th.get("reward_constant.min_points").max(2.0) as usize;
         let mut out = Vec::new();
         for m in ctx.frame.metrics() {
-            let Some(component) = m.strip_prefix(crate::readers::aliases::REWARD_COMPONENT_PREFIX)
+            let Some(component) = m.strip_prefix(crate::logs::aliases::REWARD_COMPONENT_PREFIX)
             else {
                 continue;
             };

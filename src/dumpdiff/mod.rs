@@ -41,8 +41,8 @@ use crate::compare::tolerance::{Severity, TolerancePolicy, Verdict};
 use crate::error::{Error, Result};
 use crate::model::tokens::tokens_hash;
 use crate::model::trajectory::TrajectorySummary;
-use crate::readers::layout::{DumpTree, Kind};
-use crate::readers::producers::nexrl_self_hosted;
+use crate::producers::layout::{DumpTree, Kind};
+use crate::producers::nexrl_self_hosted;
 use crate::value::Value;
 use pairs::{remote_sections, weaver_sections};
 use report::{Cell, Coverage, Finding, Report, Section, SideSummary, SCHEMA_VERSION};
@@ -112,7 +112,10 @@ pub fn exit_code(report: &Report, fail_on: Severity) -> u8 {
 }
 
 /// `tree`'s files of the compared step, after the rank and micro filters.
-fn step_files<'t>(tree: &'t DumpTree, opts: &Options) -> Vec<&'t crate::readers::layout::DumpFile> {
+fn step_files<'t>(
+    tree: &'t DumpTree,
+    opts: &Options,
+) -> Vec<&'t crate::producers::layout::DumpFile> {
     tree.files()
         .iter()
         .filter(|f| f.step == opts.step)
@@ -168,18 +171,18 @@ fn load_side(
     });
     type Read = (PathBuf, Value, Option<pages::Pages>);
     let read_one =
-        |f: &crate::readers::layout::DumpFile| -> Result<(Read, Option<TrajectorySummary>)> {
+        |f: &crate::producers::layout::DumpFile| -> Result<(Read, Option<TrajectorySummary>)> {
             let (v, pages, summary) = if digest && f.kind == Kind::Trajectory {
                 pages::read_trajectory_summary(&f.path)?
             } else {
                 let (v, pages) = pages::read_whole(&f.path)?;
                 (v, pages, None)
             };
-            crate::readers::producers::check_tensor_keys(f.kind, &f.path, &v)?;
+            crate::producers::check_tensor_keys(f.kind, &f.path, &v)?;
             progress.file_done(f.size);
             Ok(((f.path.clone(), v, pages), summary))
         };
-    let read_all = |files: &[&crate::readers::layout::DumpFile]| {
+    let read_all = |files: &[&crate::producers::layout::DumpFile]| {
         files
             .iter()
             .map(|f| read_one(f))
@@ -244,7 +247,7 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
     // that side would.
     let s_tree = DumpTree::discover(&opts.self_hosted);
     let w_tree = opts.weaver.as_deref().map(DumpTree::discover);
-    // Work ahead, on a thread of its own at low priority while the whole-batch files (the
+    // Work ahead, on an ordinary thread of its own while the whole-batch files (the
     // trajectory above all) leave a core idle: section 6 (param / gradient), which needs
     // no cell, is compared, then the files no cell reads are checked. Joining it stops the
     // checks at the next file: the files left are checked after the cells, in parallel.
@@ -263,7 +266,6 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
     std::thread::scope(|scope| {
         let ahead = (!early.is_empty() || ahead_sides.is_some()).then(|| {
             scope.spawn(|| {
-                crate::sched::lower_this_thread();
                 let params = ahead_sides
                     .as_ref()
                     .filter(|_| !stop.load(std::sync::atomic::Ordering::Relaxed))

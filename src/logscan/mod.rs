@@ -19,8 +19,8 @@ use std::path::PathBuf;
 use crate::detect::{self, Context, Finding, Severity, Thresholds};
 use crate::error::Result;
 use crate::frames::log::frame::{FrameBuilder, LogFrame, Projection};
+use crate::logs::aliases::AliasTable;
 use crate::model::log::{FileStats, LogEvent};
-use crate::readers::aliases::AliasTable;
 
 /// Version of the JSON report layout.
 pub const SCHEMA_VERSION: u32 = 1;

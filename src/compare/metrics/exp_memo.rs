@@ -5,8 +5,6 @@
 
 use std::cell::RefCell;
 
-use crate::compare::libm::Exp;
-
 /// Mantissa bits below a 10-bit mantissa (f16's; bf16 keeps 7): zero on those grids.
 const BELOW_GRID: u64 = (1 << 42) - 1;
 /// Slots of the table: one per 10-bit mantissa over 64 binades (the sign is not part of
@@ -24,8 +22,6 @@ fn slot(bits: u64) -> usize {
 /// A direct-mapped table of `(bits of x, exp(x))`; every slot starts as `exp(+0) = 1`.
 pub(super) struct ExpMemo {
     slots: Box<[(u64, f64)]>,
-    /// The exponential computed on a miss (`f64::exp`'s bits).
-    exp: Exp,
 }
 
 thread_local! {
@@ -37,7 +33,6 @@ impl ExpMemo {
     fn new() -> ExpMemo {
         ExpMemo {
             slots: vec![(0f64.to_bits(), 1.0); SLOTS].into_boxed_slice(),
-            exp: Exp::get(),
         }
     }
 
@@ -47,13 +42,13 @@ impl ExpMemo {
     pub(super) fn exp(&mut self, x: f64) -> f64 {
         let bits = x.to_bits();
         if bits & BELOW_GRID != 0 {
-            return self.exp.call(x);
+            return x.exp();
         }
         let slot = &mut self.slots[slot(bits)];
         if slot.0 == bits {
             return slot.1;
         }
-        let v = self.exp.call(x);
+        let v = x.exp();
         *slot = (bits, v);
         v
     }
@@ -61,7 +56,7 @@ impl ExpMemo {
     /// `x.exp()` of a value not worth looking up (a difference of log-probs).
     #[inline(always)]
     pub(super) fn exp_off_grid(&self, x: f64) -> f64 {
-        self.exp.call(x)
+        x.exp()
     }
 
     /// Run `f` with this thread's table.

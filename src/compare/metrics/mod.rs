@@ -11,7 +11,6 @@ mod ulp;
 use serde::Serialize;
 
 use crate::compare::tolerance::{RelativeTo, Tolerance};
-use crate::compare::vmath::{Func, VecMath};
 use crate::tensor::DType;
 use exp_memo::ExpMemo;
 use runs::{all_finite, count_ones, finite_and_identical, fold_finite, Folded};
@@ -495,12 +494,7 @@ impl Accumulator {
                 max_pd: self.max_pd,
                 sum_pd: self.sum_pd,
             };
-            let vm = VecMath::get();
-            if vm.simd(Func::Exp) {
-                s.add_by_blocks(vm, a, b);
-            } else {
-                s.add_memo(a, b);
-            }
+            s.add_memo(a, b);
             (self.k1, self.k3, self.max_pd, self.sum_pd) = (s.k1, s.k3, s.max_pd, s.sum_pd);
         }
     }
@@ -556,9 +550,6 @@ fn whole_sum(v: f64) -> bool {
     v.fract() == 0.0 && (0.0..4.0e15).contains(&v)
 }
 
-/// Log-prob pairs whose exponentials are taken at a time ([`LogProbSums::add_by_blocks`]).
-const EXP_BLOCK: usize = 256;
-
 /// The order-dependent sums and the maximum behind [`LogProbMetrics`], over finite pairs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct LogProbSums {
@@ -599,38 +590,6 @@ impl LogProbSums {
         let pd = (e_x - e_y).abs();
         self.max_pd = self.max_pd.max(pd);
         self.sum_pd += pd;
-    }
-
-    /// [`LogProbSums::add_memo`], a block's e^(b−a), e^a and e^b taken at once by `vm`
-    /// (the same bits as `f64::exp`), then its sums in element order.
-    fn add_by_blocks(&mut self, vm: VecMath, a: &[f64], b: &[f64]) {
-        let mut s = *self;
-        let mut ex = [[0f64; EXP_BLOCK]; 3];
-        for (xa, xb) in a.chunks(EXP_BLOCK).zip(b.chunks(EXP_BLOCK)) {
-            let k = xa.len().min(xb.len());
-            let [ed, ea, eb] = &mut ex;
-            let (ed, ea, eb) = (&mut ed[..k], &mut ea[..k], &mut eb[..k]);
-            for (((d, ea), eb), (&x, &y)) in ed
-                .iter_mut()
-                .zip(ea.iter_mut())
-                .zip(eb.iter_mut())
-                .zip(xa.iter().zip(xb))
-            {
-                (*d, *ea, *eb) = (y - x, x, y);
-            }
-            vm.exp_in_place(ed);
-            vm.exp_in_place(ea);
-            vm.exp_in_place(eb);
-            for (((&x, &y), &e_d), (&e_x, &e_y)) in xa
-                .iter()
-                .zip(xb)
-                .zip(ed.iter())
-                .zip(ea.iter().zip(eb.iter()))
-            {
-                s.add(x, y, || (e_d, e_x, e_y));
-            }
-        }
-        *self = s;
     }
 }
 

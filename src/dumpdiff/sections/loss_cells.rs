@@ -1,7 +1,6 @@
 //! The `is_loss_debug`, `loss` and whole-tensor cells.
 
 use super::*;
-use crate::compare::vmath::VecMath;
 
 /// Section 4: `is_loss_debug` intermediates, the self-hosted side sliced and derived;
 /// rows pair through the token ids of `b_ids` (the weaver's forward_data or batch_inputs).
@@ -412,12 +411,10 @@ pub(super) fn pg_terms(
 ) -> Option<usize> {
     let mut count = 0;
     let n = stats.count().min(per_row_total(x));
-    let vm = VecMath::get();
     // Each element's row advantage, rows taken in turn by their counts.
     let mut rows = x.row_counts.iter().zip(&x.pred_advantage);
     let (mut left, mut row_adv) = (0usize, f64::NAN);
-    // `e^−δ − 1` of a piece at once (the same bits as each element's `exp_m1`), then the
-    // piece's terms in element order.
+    // `e^−δ − 1` of a piece at once, then the piece's terms in element order.
     let (mut m, mut adv) = ([0f64; LIBM_BLOCK], [0f64; LIBM_BLOCK]);
     let mut start = 0;
     for p in stats.pieces(LIBM_BLOCK) {
@@ -433,7 +430,7 @@ pub(super) fn pg_terms(
         for (m, &d) in m.iter_mut().zip(delta) {
             *m = -d;
         }
-        vm.exp_m1_in_place(m);
+        m.iter_mut().for_each(|v| *v = v.exp_m1());
         let adv = &mut adv[..len];
         for a in adv.iter_mut() {
             while left == 0 {
@@ -471,15 +468,14 @@ fn per_row_total(x: &ElemExtra) -> usize {
     x.row_counts.iter().take(x.pred_advantage.len()).sum()
 }
 
-/// Elements a libm pass takes at a time ([`VecMath`] over a block, then the block's sums
-/// in element order): a few KB that stay in the core's cache.
+/// Elements a libm pass takes at a time (over a block, then the block's sums in element
+/// order): a few KB that stay in the core's cache.
 pub(super) const LIBM_BLOCK: usize = 512;
 
 /// `Σ |ln r|·E + E²/2` over `elems` in order (an `f64` sum from `−0.0`, as
 /// `Iterator::sum`), `E` each element's [`log_allowed`]; None when any `E` is unknown.
-/// Each block's `ln_1p` and `ln` are taken at once ([`VecMath`], the same bits).
+/// Each block's `ln_1p` and `ln` are taken at once.
 pub(super) fn approx_kl_sum(stats: &ChainStats) -> Option<f64> {
-    let vm = VecMath::get();
     let (mut e_log, mut ln_r) = ([0f64; LIBM_BLOCK], [0f64; LIBM_BLOCK]);
     let mut sum = std::iter::empty::<f64>().sum::<f64>();
     for p in stats.pieces(LIBM_BLOCK) {
@@ -493,8 +489,8 @@ pub(super) fn approx_kl_sum(stats: &ChainStats) -> Option<f64> {
             *el = a / r;
             *l = r;
         }
-        vm.ln_1p_in_place(e_log);
-        vm.ln_in_place(ln_r);
+        e_log.iter_mut().for_each(|v| *v = v.ln_1p());
+        ln_r.iter_mut().for_each(|v| *v = v.ln());
         for ((&r, &el), &l) in p.ratio.iter().zip(e_log.iter()).zip(ln_r.iter()) {
             let el = log_allowed_from(r, el)?;
             sum += l.abs() * el + 0.5 * el * el;

@@ -2,7 +2,6 @@
 //! propagated tolerances.
 
 use super::*;
-use crate::compare::vmath::VecMath;
 
 /// The reference side's importance-sampling chain for one micro, derived from its dumped
 /// inputs, with every element's propagated tolerance ([`crate::compare::propagate`]).
@@ -725,14 +724,13 @@ impl QuickRun<'_> {
     }
 
     /// `ratio = exp(log-ratio)` and `allowed = r·(e^E − 1)` in place: every `exp`, then
-    /// every `exp_m1` ([`VecMath`], the same bits as each element's), then the products
+    /// every `exp_m1`, then the products
     /// ([`propagate::ratio_allowed`]'s arithmetic).
     fn exp_pass(ratio: &mut [f64], allowed: &mut [f64]) {
         let n = ratio.len().min(allowed.len());
         let (ratio, allowed) = (&mut ratio[..n], &mut allowed[..n]);
-        let vm = VecMath::get();
-        vm.exp_in_place(ratio);
-        vm.exp_m1_in_place(allowed);
+        ratio.iter_mut().for_each(|v| *v = v.exp());
+        allowed.iter_mut().for_each(|v| *v = v.exp_m1());
         for (&r, e) in ratio.iter().zip(allowed.iter_mut()) {
             *e = propagate::ratio_allowed_from_exp_m1(r, *e);
         }

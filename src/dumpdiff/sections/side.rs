@@ -72,7 +72,7 @@ impl SideData {
         kind: Kind,
         rank: Option<u32>,
         micro: Option<u32>,
-    ) -> Option<&crate::readers::layout::DumpFile> {
+    ) -> Option<&crate::producers::layout::DumpFile> {
         let &i = self.index.get(&(kind, rank, micro))?;
         self.tree.files().get(i)
     }
@@ -117,8 +117,8 @@ impl SideData {
         let Some(&size) = self.streamed.get(&f.path) else {
             return Ok(None);
         };
-        let v = read_any_pooled(&f.path)?;
-        crate::readers::producers::check_tensor_keys(kind, &f.path, &v)?;
+        let v = read_any(&f.path)?;
+        crate::producers::check_tensor_keys(kind, &f.path, &v)?;
         progress.file_done(size);
         self.read
             .lock()
@@ -178,7 +178,7 @@ impl SideData {
             }
         }
         rest.par_iter().try_for_each(|(path, size)| {
-            read_any_pooled(path)?;
+            read_any(path)?;
             progress.file_done(*size);
             Ok(())
         })
@@ -214,7 +214,7 @@ pub fn precheck(
         if stop.load(std::sync::atomic::Ordering::Relaxed) {
             break;
         }
-        out.insert(path.clone(), read_any_pooled(path).map(drop));
+        out.insert(path.clone(), read_any(path).map(drop));
     }
     out
 }

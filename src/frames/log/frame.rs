@@ -8,12 +8,12 @@ use polars::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::frames::log::column::{Column, Steps, BLOCK_ROWS};
-use crate::model::log::{LogRecord, SourceKind};
-use crate::readers::aliases::{
+use crate::logs::aliases::{
     is_eval_key, reward_component, AliasTable, EVAL_ACTIVITY, REWARD_COMPONENTS,
     REWARD_COMPONENT_PREFIX,
 };
-use crate::readers::fastline::{FxMap, Interner};
+use crate::logs::fastline::{FxMap, Interner};
+use crate::model::log::{LogRecord, SourceKind};
 
 /// What the builder knows about one raw key.
 #[derive(Debug, Clone, Copy)]
