@@ -691,3 +691,100 @@ fn bench_analyse() {
         std::fs::write(p, serde_json::to_string_pretty(&out).unwrap()).unwrap();
     }
 }
+
+/// The planted steps written in every layout a producer reader takes
+/// (`fixtures/mismatch/layouts/<kind>/<layout>`, by make_stacks.py's writers).
+fn layouts(kind: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/mismatch/layouts")
+        .join(kind);
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    v.sort();
+    assert_eq!(
+        v.len(),
+        5,
+        "verl, verl_numpy, nemo_rl, slime, sglang_dumper"
+    );
+    v
+}
+
+fn analyse_layout(dir: &Path) -> mismatch::report::StepReport {
+    let reader = rlforensics::producers::step_reader_for(dir).unwrap();
+    let step = reader.read_step(dir, 3).unwrap();
+    let opts = Options {
+        bucket_width: Some(8),
+        corrections: vec![],
+        ..Options::default()
+    };
+    analyse(&step, &opts).unwrap()
+}
+
+#[test]
+fn planted_mismatch_is_found_in_every_producer_layout() {
+    for dir in layouts("tokens") {
+        let rep = analyse_layout(&dir);
+        let mut top: Vec<&str> = rep.attribution.top_tokens[..2]
+            .iter()
+            .map(|s| s.key.as_str())
+            .collect();
+        top.sort();
+        assert_eq!(top, ["42", "7"], "{}", dir.display());
+        let flagged: Vec<&str> = rep.findings.iter().map(|f| f.detector.as_str()).collect();
+        assert_eq!(
+            flagged,
+            ["mismatch-token", "mismatch-token"],
+            "{}",
+            dir.display()
+        );
+        assert_eq!(rep.coverage.tokens, 1024);
+    }
+    for dir in layouts("positions") {
+        let rep = analyse_layout(&dir);
+        assert_eq!(
+            rep.findings.len(),
+            1,
+            "{}: {:?}",
+            dir.display(),
+            rep.findings
+        );
+        let f = &rep.findings[0];
+        assert_eq!(f.detector, "mismatch-position");
+        assert_eq!(
+            (
+                f.evidence["first_position"].as_u64(),
+                f.evidence["last_position"].as_u64()
+            ),
+            (Some(40), Some(55)),
+            "{}",
+            dir.display()
+        );
+    }
+    for dir in layouts("rank") {
+        let rep = analyse_layout(&dir);
+        let ranks: Vec<&rlforensics::model::finding::Finding> = rep
+            .findings
+            .iter()
+            .filter(|f| f.detector == "mismatch-rank")
+            .collect();
+        if rep.attribution.by_rank.len() == 2 {
+            // slime and the SGLang dumper put the odd rows on rank 1
+            assert_eq!(ranks.len(), 1, "{}", dir.display());
+            assert_eq!(ranks[0].evidence["rank"], 1);
+        } else {
+            // one rank: the planted rows are the worst sequences
+            assert!(ranks.is_empty());
+            assert!(
+                rep.attribution
+                    .worst_sequences
+                    .iter()
+                    .take(8)
+                    .all(|s| s.row % 2 == 1),
+                "{}",
+                dir.display()
+            );
+        }
+    }
+}
