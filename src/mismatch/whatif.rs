@@ -487,8 +487,8 @@ impl CellStats {
                 let k = ks(dc, ew);
                 st.n[r] += 1.0;
                 st.sum_d[r] += d[i];
-                for j in 0..3 {
-                    st.sum_k[r][j] += k[j];
+                for (acc, kj) in st.sum_k[r].iter_mut().zip(k) {
+                    *acc += kj;
                 }
                 st.max_k[r][0] = st.max_k[r][0].max(k[1]);
                 st.max_k[r][1] = st.max_k[r][1].max(k[2]);
