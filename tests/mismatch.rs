@@ -788,3 +788,55 @@ fn planted_mismatch_is_found_in_every_producer_layout() {
         }
     }
 }
+
+#[test]
+fn logged_metrics_are_judged_for_jumps_and_growth() {
+    // A TRL-style log: sampling_logp_difference 0.015 then 0.201 after step 6 (trl#5312),
+    // and verl's old name of the KL growing.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("steps.jsonl");
+    let mut text = String::new();
+    for s in 0..12i64 {
+        let d = if s >= 7 {
+            0.201
+        } else {
+            0.015 + 0.0001 * s as f64
+        };
+        let kl = 0.001 * (1.0 + (s as f64 / 2.0).powi(2));
+        text.push_str(&format!(
+            "{{\"step\": {s}, \"sampling/sampling_logp_difference/mean\": {d}, \"mismatch/mismatch_kl\": {kl}}}\n"
+        ));
+    }
+    std::fs::write(&log, text).unwrap();
+    let scan = rlforensics::logscan::scan(
+        std::slice::from_ref(&log),
+        &rlforensics::logscan::ScanOptions {
+            detectors: vec!["logprob-mismatch".into()],
+            keep_raw: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let series = mismatch::trend::logged_series(&scan.frame, "steps.jsonl");
+    let names: Vec<&str> = series.iter().map(|s| s.1.as_str()).collect();
+    assert!(
+        names.contains(&"sampling/sampling_logp_difference/mean"),
+        "{names:?}"
+    );
+    assert!(names.contains(&"rollout_corr/kl"), "{names:?}");
+    let rep = mismatch::build_report(vec![], series, &Options::default());
+    let jump: Vec<&rlforensics::model::finding::Finding> = rep
+        .findings
+        .iter()
+        .filter(|f| f.detector == "mismatch-jump")
+        .collect();
+    assert_eq!(jump.len(), 1, "{:?}", rep.findings);
+    assert_eq!(jump[0].first_step, Some(7));
+    let growth: Vec<&rlforensics::model::finding::Finding> = rep
+        .findings
+        .iter()
+        .filter(|f| f.detector == "mismatch-growth")
+        .collect();
+    assert_eq!(growth.len(), 1);
+    assert!(growth[0].explanation.starts_with("rollout_corr/kl"));
+}
