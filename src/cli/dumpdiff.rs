@@ -321,6 +321,20 @@ fn run(args: Args) -> Result<(String, u8), Error> {
     Ok((text, dumpdiff::exit_code(&report, args.fail_on.severity())))
 }
 
+/// Parse `args` (the program name first) and run `dumpdiff`, returning stdout's text and the
+/// exit code instead of printing them: the door of the Python bindings, which run the
+/// command with `--format json` and raise the error this returns (the binary prints it and
+/// exits 2). A usage error (clap's, `--help` included) is [`Error::Usage`] with clap's text.
+pub fn run_args<I, T>(args: I) -> Result<(String, u8), Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args = <Args as clap::Parser>::try_parse_from(args)
+        .map_err(|e| Error::Usage(e.render().to_string().trim_end().to_string()))?;
+    run(args)
+}
+
 /// Run `dumpdiff` on `args` (the first item is the program name, as in `std::env::args_os`)
 /// and return its exit code: stdout and stderr are written as the binary writes them, and
 /// `--help`, `--version` and usage errors print clap's text and give clap's exit code.
