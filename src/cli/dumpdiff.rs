@@ -46,6 +46,19 @@ struct Args {
     /// dump folder, and exit (`-` reads the file from stdin).
     #[arg(long, value_name = "PATH")]
     inspect: Option<PathBuf>,
+    /// Two dumps of one step to compare, each a folder (or file) of any known producer
+    /// (verl, NeMo-RL, slime/Miles, SGLang's dumper, AReaL), detected from its files:
+    /// `dumpdiff A B --step N`. Rows match by token content, log-probs by role.
+    #[arg(
+        value_name = "DUMP",
+        num_args = 0..=2,
+        conflicts_with_all = ["inspect", "self_hosted_dir", "weaver_dir", "remote_api_dir"]
+    )]
+    dumps: Vec<PathBuf>,
+    /// With `dumpdiff A B`: a TOML mapping of an in-house layout (file pattern → step,
+    /// rank, micro; key → field and role; docs/stacks.md); a side it matches is read with it.
+    #[arg(long, value_name = "FILE", requires = "dumps")]
+    mapping: Option<PathBuf>,
     /// With --inspect on a folder: also write scalars/tokens/trajectories Parquet frames here.
     #[arg(long, value_name = "DIR", requires = "inspect")]
     export_frames: Option<PathBuf>,
@@ -200,6 +213,17 @@ fn run(args: Args) -> Result<(String, u8), Error> {
             }
         }
         return Ok((text, EXIT_CLEAN));
+    }
+    if !args.dumps.is_empty() {
+        return crate::cli::model_compare::run(
+            &args.dumps,
+            args.mapping.as_deref(),
+            args.step,
+            args.atol,
+            args.rtol,
+            args.format,
+            args.common.quiet,
+        );
     }
     // The preset recomputes advantages and adjudicates losses: an unknown name is a usage
     // error, not a silent skip of both.

@@ -30,15 +30,22 @@ pub fn thresholds_help() -> String {
 
 /// The inputs `--help` lists: one command per kind of input, and `--compare`.
 const EXAMPLES: &str = "
-Inputs (a folder means every log and tracker file in it; one run per input):
+Inputs (a folder means every log and tracker file in it; files of one folder are one run,
+several runs are each scanned on their own and reported one after the other; a folder of
+run folders means each of them):
   logscan runs/20251009-091500                  steps.jsonl + events.jsonl of a run folder
-  logscan train.log --nan-grad --dead-groups    a console log (verl, TRL, Megatron, nanoGPT, ...)
+  logscan train.log --nan-grad --dead-groups    a console log (verl, TRL, Megatron, nanoGPT, DeepSpeed-Chat, minimind, slime, ...)
+  logscan debug_runs/                           every run folder in it, side by side
   logscan tb_logs/run_1                         TensorBoard events.out.tfevents.* (sub-folders too)
   logscan wandb/offline-run-20260101_000000-abc W&B run-*.wandb, or files/wandb-summary.json + output.log
   logscan export.csv                            W&B CSV export or any CSV with a step column
   logscan mlruns/1/0a1b2c                       MLflow file store run (metrics/, params/)
   logscan mlflow.db                             MLflow SQLite backend (one run)
   logscan ~/.cache/huggingface/trackio/proj.db  Trackio project (one run), or its proj.parquet export
+  logscan out/completions                       TRL completions_*.parquet (W&B media/table/*.table.json,
+                                                verl rollout_data_dir/*.jsonl, AReaL dump_dir/<v>/*.txt):
+                                                blank, garbled, template leak, loops, one answer for all
+  logscan run/ --why                            a verdict per hypothesis H01-H06 for a run that does not improve
   logscan --compare tb_logs/run_1 wandb/offline-run-20260101_000000-abc --plot cmp.png
                                                 where run B leaves run A, per metric, any two formats
 ";
@@ -132,6 +139,12 @@ pub struct LogscanArgs {
     /// Stdout format.
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
+    /// Add a verdict per hypothesis for a run that does not improve (H01 advantage scaling,
+    /// H02 token masking, H03 KL term, H04 context truncation, H05 reward signal, H06 LoRA /
+    /// weight sync): supported / not supported / cannot tell, with the evidence and what
+    /// to log or run to decide.
+    #[arg(long)]
+    pub why: bool,
     /// Write the JSON report (with schema_version) to FILE.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -325,7 +338,9 @@ pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
         } else {
             Vec::new()
         },
+        why: args.why,
     };
+    let opts = crate::logscan::completions::keep_for_why(opts);
     let groups = crate::logscan::runs::group_runs(&args.paths)?;
     if groups.len() > 1 {
         return run_several(args, &opts, color, &groups);
@@ -468,6 +483,7 @@ fn run_compare(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
         keep_raw: false,
         also_keep: Vec::new(),
         run: None,
+        why: false,
     };
     let scan_one = |p: &PathBuf, run: &Option<String>| -> Result<ScanReport> {
         let opts = ScanOptions {

@@ -35,7 +35,9 @@
 mod bounds;
 pub mod classify;
 mod completions;
+pub mod completions_text;
 mod crash;
+pub mod hypotheses;
 mod kl;
 mod loss;
 mod numeric;

@@ -10,6 +10,7 @@
 //! ```
 
 pub mod compare;
+pub mod completions;
 pub mod notes;
 pub mod runs;
 pub mod scan;
@@ -43,6 +44,8 @@ pub struct ScanOptions {
     /// The run to read from inputs that hold several (a tracker database, a Parquet
     /// export), by name or id; `None` wants each such input to hold one run.
     pub run: Option<String>,
+    /// Add the per-hypothesis verdicts (`--why`; [`crate::detect::hypotheses`]).
+    pub why: bool,
 }
 
 impl ScanOptions {
@@ -103,6 +106,9 @@ pub struct ScanReport {
     /// The events (not serialised).
     #[serde(skip)]
     pub events: Vec<LogEvent>,
+    /// A verdict per hypothesis H01–H06 (with `--why`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hypotheses: Option<detect::hypotheses::HypothesisTable>,
 }
 
 impl ScanReport {
@@ -203,7 +209,8 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
         Some(p) => AliasTable::with_user_file(p)?,
         None => AliasTable::builtin()?,
     };
-    let files = scan::expand_paths(paths)?;
+    let (files, completion_paths) = completions::split_paths(paths)?;
+    let completion_files = completions::read_all(&completion_paths)?;
     let builder = FrameBuilder::new(aliases, opts.keep_raw).with_projection(opts.projection());
     let mut col = scan::Collected::new(builder);
     col.run = opts.run.clone();
@@ -220,6 +227,10 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
     let mut findings = detect_per_run(&frame, &events, &th, &opts.detectors, &col.run_starts);
     if let Some(level) = sequence_level(paths) {
         gspo_advice(&mut findings, &level);
+    }
+    if !completion_files.is_empty() {
+        completions::merge(&mut findings, &completion_files, &frame);
+        col.files.extend(completions::file_stats(&completion_files));
     }
     let mut event_counts = std::collections::BTreeMap::new();
     for e in &events {
@@ -238,6 +249,9 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
             .map(|d| d.name().to_string())
             .filter(|n| opts.detectors.is_empty() || opts.detectors.contains(n))
             .collect(),
+        hypotheses: opts
+            .why
+            .then(|| detect::hypotheses::verdicts(&frame, &findings)),
         findings,
         not_understood: frame.unmapped_keys().to_vec(),
         frame,
