@@ -141,3 +141,8 @@ pub fn keep_for_why(mut opts: super::ScanOptions) -> super::ScanOptions {
     }
     opts
 }
+
+/// For serde: a zero count is left out of the JSON report.
+pub fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
