@@ -293,3 +293,18 @@ fn command_line_judges_completions_only_inputs() {
     assert!(md.contains("## Why: a verdict per hypothesis"), "{md}");
     assert!(md.contains("| H06 | LoRA / weight sync"), "{md}");
 }
+
+/// The completions detectors run with every detector or with the families they extend
+/// (`--empty-completions`, `--truncation`), not with an unrelated flag.
+#[test]
+fn detector_flags_select_the_completions_detectors() {
+    let only = |d: &str| ScanOptions {
+        detectors: vec![d.to_string()],
+        ..ScanOptions::default()
+    };
+    let r = scan(&[fixture("verl_leak")], &only("nan-grad")).unwrap();
+    assert!(r.findings.is_empty(), "{:#?}", r.findings);
+    assert_eq!(r.completions_read, 16);
+    let r = scan(&[fixture("verl_leak")], &only("truncation")).unwrap();
+    assert_eq!(r.findings.len(), 2);
+}

@@ -233,7 +233,7 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
         gspo_advice(&mut findings, &level);
     }
     if !completion_files.is_empty() {
-        completions::merge(&mut findings, &completion_files, &frame);
+        completions::merge(&mut findings, &completion_files, &frame, &opts.detectors);
         col.files.extend(completions::file_stats(&completion_files));
     }
     let mut event_counts = std::collections::BTreeMap::new();
