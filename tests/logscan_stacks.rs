@@ -33,10 +33,6 @@ fn values(r: &ScanReport, metric: &str) -> Vec<(i64, f64)> {
     r.frame.series(metric)
 }
 
-fn detectors(r: &ScanReport) -> Vec<&str> {
-    r.findings.iter().map(|f| f.detector.as_str()).collect()
-}
-
 #[test]
 fn deepspeed_chat_steps_rewards_and_inf_losses() {
     let r = run(&[stack("deepspeed_chat_444.log")]);
@@ -251,7 +247,7 @@ fn dpo_failure_signatures() {
     let lines: Vec<String> = (0..6)
         .map(|i| {
             dpo_line(
-                0.6931,
+                std::f64::consts::LN_2,
                 if i == 3 { 0.0 } else { 0.8 },
                 0.5,
                 0.0,

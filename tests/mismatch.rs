@@ -691,3 +691,152 @@ fn bench_analyse() {
         std::fs::write(p, serde_json::to_string_pretty(&out).unwrap()).unwrap();
     }
 }
+
+/// The planted steps written in every layout a producer reader takes
+/// (`fixtures/mismatch/layouts/<kind>/<layout>`, by make_stacks.py's writers).
+fn layouts(kind: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/mismatch/layouts")
+        .join(kind);
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    v.sort();
+    assert_eq!(
+        v.len(),
+        5,
+        "verl, verl_numpy, nemo_rl, slime, sglang_dumper"
+    );
+    v
+}
+
+fn analyse_layout(dir: &Path) -> mismatch::report::StepReport {
+    let reader = rlforensics::producers::step_reader_for(dir).unwrap();
+    let step = reader.read_step(dir, 3).unwrap();
+    let opts = Options {
+        bucket_width: Some(8),
+        corrections: vec![],
+        ..Options::default()
+    };
+    analyse(&step, &opts).unwrap()
+}
+
+#[test]
+fn planted_mismatch_is_found_in_every_producer_layout() {
+    for dir in layouts("tokens") {
+        let rep = analyse_layout(&dir);
+        let mut top: Vec<&str> = rep.attribution.top_tokens[..2]
+            .iter()
+            .map(|s| s.key.as_str())
+            .collect();
+        top.sort();
+        assert_eq!(top, ["42", "7"], "{}", dir.display());
+        let flagged: Vec<&str> = rep.findings.iter().map(|f| f.detector.as_str()).collect();
+        assert_eq!(
+            flagged,
+            ["mismatch-token", "mismatch-token"],
+            "{}",
+            dir.display()
+        );
+        assert_eq!(rep.coverage.tokens, 1024);
+    }
+    for dir in layouts("positions") {
+        let rep = analyse_layout(&dir);
+        assert_eq!(
+            rep.findings.len(),
+            1,
+            "{}: {:?}",
+            dir.display(),
+            rep.findings
+        );
+        let f = &rep.findings[0];
+        assert_eq!(f.detector, "mismatch-position");
+        assert_eq!(
+            (
+                f.evidence["first_position"].as_u64(),
+                f.evidence["last_position"].as_u64()
+            ),
+            (Some(40), Some(55)),
+            "{}",
+            dir.display()
+        );
+    }
+    for dir in layouts("rank") {
+        let rep = analyse_layout(&dir);
+        let ranks: Vec<&rlforensics::model::finding::Finding> = rep
+            .findings
+            .iter()
+            .filter(|f| f.detector == "mismatch-rank")
+            .collect();
+        if rep.attribution.by_rank.len() == 2 {
+            // slime and the SGLang dumper put the odd rows on rank 1
+            assert_eq!(ranks.len(), 1, "{}", dir.display());
+            assert_eq!(ranks[0].evidence["rank"], 1);
+        } else {
+            // one rank: the planted rows are the worst sequences
+            assert!(ranks.is_empty());
+            assert!(
+                rep.attribution
+                    .worst_sequences
+                    .iter()
+                    .take(8)
+                    .all(|s| s.row % 2 == 1),
+                "{}",
+                dir.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn logged_metrics_are_judged_for_jumps_and_growth() {
+    // A TRL-style log: sampling_logp_difference 0.015 then 0.201 after step 6 (trl#5312),
+    // and verl's old name of the KL growing.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("steps.jsonl");
+    let mut text = String::new();
+    for s in 0..12i64 {
+        let d = if s >= 7 {
+            0.201
+        } else {
+            0.015 + 0.0001 * s as f64
+        };
+        let kl = 0.001 * (1.0 + (s as f64 / 2.0).powi(2));
+        text.push_str(&format!(
+            "{{\"step\": {s}, \"sampling/sampling_logp_difference/mean\": {d}, \"mismatch/mismatch_kl\": {kl}}}\n"
+        ));
+    }
+    std::fs::write(&log, text).unwrap();
+    let scan = rlforensics::logscan::scan(
+        std::slice::from_ref(&log),
+        &rlforensics::logscan::ScanOptions {
+            detectors: vec!["logprob-mismatch".into()],
+            keep_raw: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let series = mismatch::trend::logged_series(&scan.frame, "steps.jsonl");
+    let names: Vec<&str> = series.iter().map(|s| s.1.as_str()).collect();
+    assert!(
+        names.contains(&"sampling/sampling_logp_difference/mean"),
+        "{names:?}"
+    );
+    assert!(names.contains(&"rollout_corr/kl"), "{names:?}");
+    let rep = mismatch::build_report(vec![], series, &Options::default());
+    let jump: Vec<&rlforensics::model::finding::Finding> = rep
+        .findings
+        .iter()
+        .filter(|f| f.detector == "mismatch-jump")
+        .collect();
+    assert_eq!(jump.len(), 1, "{:?}", rep.findings);
+    assert_eq!(jump[0].first_step, Some(7));
+    let growth: Vec<&rlforensics::model::finding::Finding> = rep
+        .findings
+        .iter()
+        .filter(|f| f.detector == "mismatch-growth")
+        .collect();
+    assert_eq!(growth.len(), 1);
+    assert!(growth[0].explanation.starts_with("rollout_corr/kl"));
+}

@@ -5,6 +5,7 @@ mod cli_first_day;
 mod cli_lib;
 mod completions;
 mod corpus;
+mod docs;
 mod dumpdiff;
 mod dumps;
 mod hardening;

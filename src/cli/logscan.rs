@@ -30,9 +30,12 @@ pub fn thresholds_help() -> String {
 
 /// The inputs `--help` lists: one command per kind of input, and `--compare`.
 const EXAMPLES: &str = "
-Inputs (a folder means every log and tracker file in it; one run per input):
+Inputs (a folder means every log and tracker file in it; files of one folder are one run,
+several runs are each scanned on their own and reported one after the other; a folder of
+run folders means each of them):
   logscan runs/20251009-091500                  steps.jsonl + events.jsonl of a run folder
-  logscan train.log --nan-grad --dead-groups    a console log (verl, TRL, Megatron, nanoGPT, ...)
+  logscan train.log --nan-grad --dead-groups    a console log (verl, TRL, Megatron, nanoGPT, DeepSpeed-Chat, minimind, slime, ...)
+  logscan debug_runs/                           every run folder in it, side by side
   logscan tb_logs/run_1                         TensorBoard events.out.tfevents.* (sub-folders too)
   logscan wandb/offline-run-20260101_000000-abc W&B run-*.wandb, or files/wandb-summary.json + output.log
   logscan export.csv                            W&B CSV export or any CSV with a step column

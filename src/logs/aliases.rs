@@ -229,6 +229,33 @@ mod tests {
             Some("completion_len_min")
         );
         assert_eq!(name("no_such_key"), None);
+        // Metric families by meaning (issue 31): critic, rollout side, preference.
+        for (raw, canonical) in [
+            ("critic/vf_loss", "critic_loss"),
+            ("cri_loss", "critic_loss"),
+            ("critic/grad_norm", "critic_grad_norm"),
+            ("rollout/truncated_ratio", "truncation_ratio"),
+            ("rollout/response_len/mean", "completion_len_mean"),
+            ("train/train_rollout_logprob_abs_diff", "logp_abs_diff_mean"),
+            ("train/mean_gen_tokens_per_sample", "completion_len_mean"),
+            ("train/token_mult_prob_error", "ratio_mean"),
+            ("average_reward_score", "reward_mean"),
+            ("rewards/accuracies", "pref_accuracy"),
+            ("logps/rejected", "pref_logp_rejected"),
+        ] {
+            assert_eq!(name(raw).as_deref(), Some(canonical), "{raw}");
+        }
+        // DPO's implicit rewards are not reward functions; TRL GRPO's are.
+        assert_eq!(reward_component("rewards/margins"), None);
+        assert_eq!(reward_component("rewards/chosen"), None);
+        assert_eq!(
+            reward_component("rewards/format_reward/mean").as_deref(),
+            Some("format_reward")
+        );
+        assert_eq!(
+            stage_metric("stage_s/samples_generated").as_deref(),
+            Some("stage/samples_generated")
+        );
         // train_loss outranks step_loss.
         assert!(t.resolve("train_loss").unwrap().1 < t.resolve("step_loss").unwrap().1);
     }

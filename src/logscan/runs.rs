@@ -122,7 +122,7 @@ mod tests {
         );
         assert_eq!(g[1].paths, vec![b.join("train.log")]);
         // A parent folder: its run folders, sorted; the empty one left out.
-        let g = group_runs(&[parent.clone()]).unwrap();
+        let g = group_runs(std::slice::from_ref(&parent)).unwrap();
         let labels: Vec<PathBuf> = g.iter().map(|r| r.paths[0].clone()).collect();
         assert_eq!(labels, vec![parent.join("r1"), parent.join("r2")]);
         // Two run folders: two runs.

@@ -150,8 +150,10 @@ pub fn analyse(step: &StepDump, opts: &Options) -> Result<StepReport> {
     let mut all = Sums::default();
     let mut ranks: BTreeMap<usize, Sums> = BTreeMap::new();
     let mut cell_sums: Vec<Sums> = Vec::new();
-    let mut gathered = Gathered::default();
-    gathered.top = attribution::TopK::new(params.top_k);
+    let mut gathered = Gathered {
+        top: attribution::TopK::new(params.top_k),
+        ..Gathered::default()
+    };
     let mut whatif_sums = vec![WhatIfSums::default(); opts.corrections.len()];
     let mut hist = Histogram::new();
     let mut table = opts.keep_tokens.then(TokenTable::default);

@@ -263,20 +263,16 @@ pub fn scan_cell(cd: CellData, p: &ScanParams) -> CellOut {
         }
         _ => None,
     };
-    let whatif = p
-        .corrections
-        .iter()
-        .map(|c| {
-            whatif::apply(
-                c,
-                &d,
-                &scored,
-                rows,
-                t,
-                cell_loss.as_ref().map(|(l, m)| (l, *m)),
-            )
-        })
-        .collect();
+    let stats = (!p.corrections.is_empty()).then(|| whatif::CellStats::new(&d, &scored, rows, t));
+    let loss = cell_loss.as_ref().map(|(l, m)| (l, *m));
+    let whatif = match &stats {
+        Some(st) => p
+            .corrections
+            .iter()
+            .map(|c| whatif::apply(c, &d, &scored, st, rows, t, loss))
+            .collect(),
+        None => vec![],
+    };
     CellOut {
         key: (cd.rank, cd.micro),
         sums,

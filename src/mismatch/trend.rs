@@ -103,7 +103,12 @@ pub fn trend(metric: &str, source: &str, mut points: Vec<(i64, f64)>) -> (Trend,
     let mut findings = Vec::new();
     for i in 1..n {
         let prev = median(&y[i.saturating_sub(5)..i]);
-        if y[i] >= JUMP_FACTOR * prev && y[i] - prev >= JUMP_MIN_ABS {
+        // Against the points before and the one just before: a level shift is one jump,
+        // not one per point until the median catches up.
+        if y[i] >= JUMP_FACTOR * prev
+            && y[i] >= JUMP_FACTOR * y[i - 1]
+            && y[i] - prev >= JUMP_MIN_ABS
+        {
             t.jumps.push(points[i].0);
             let mut f = Finding::new(
                 "mismatch-jump",
@@ -127,13 +132,22 @@ pub fn trend(metric: &str, source: &str, mut points: Vec<(i64, f64)>) -> (Trend,
             findings.push(f);
         }
     }
+    // A growth is judged after the last jump (a step change is a jump, not a trend).
+    let from = t
+        .jumps
+        .last()
+        .and_then(|j| points.iter().position(|p| p.0 == *j))
+        .unwrap_or(0);
+    let (points, y, x) = (&points[from..], &y[from..], &x[from..]);
+    let n = y.len();
     if n >= GROWTH_MIN_POINTS {
+        let slope_after = slope(x, y);
         let k = n.div_ceil(3);
         let first = y[..k].iter().sum::<f64>() / k as f64;
         let last = y[n - k..].iter().sum::<f64>() / k as f64;
         t.growth = last / first;
         let ups = (1..n).filter(|&i| y[i] > y[i - 1]).count() as f64 / (n - 1) as f64;
-        if t.slope > 0.0 && last >= GROWTH_FACTOR * first && ups >= GROWTH_MONOTONE {
+        if slope_after > 0.0 && last >= GROWTH_FACTOR * first && ups >= GROWTH_MONOTONE {
             // Where it starts: the first point after which most points stay above 1.5 × the
             // first third's median.
             let base = median(&y[..k]);
@@ -153,7 +167,7 @@ pub fn trend(metric: &str, source: &str, mut points: Vec<(i64, f64)>) -> (Trend,
                     t.growth,
                     points[0].0,
                     points[n - 1].0,
-                    t.slope,
+                    slope_after,
                     start.map(|s| format!(", from step {s}")).unwrap_or_default()
                 ),
                 &[
@@ -161,7 +175,7 @@ pub fn trend(metric: &str, source: &str, mut points: Vec<(i64, f64)>) -> (Trend,
                     "bf16 / fp8 rounding that grows with the policy's sharpness; MoE routing differences",
                 ],
             );
-            f.evidence.insert("slope".into(), t.slope.into());
+            f.evidence.insert("slope".into(), slope_after.into());
             f.evidence.insert("growth".into(), t.growth.into());
             if let Some(s) = start {
                 f.evidence.insert("start_step".into(), s.into());

@@ -443,146 +443,179 @@ pub fn agg_coefficients(mode: AggMode, counts: &[f64], t: usize) -> Vec<f64> {
         .collect()
 }
 
-/// The statistic of a rejection option for each token of a row (`d`: the row's `Δ`,
-/// `m`: its mask), and whether each token is kept.
-fn rs_keep(spec: &RsSpec, d: &[f64], m: &[f64], keep: &mut [bool]) {
-    let c = |x: f64| x.clamp(-SAFETY_BOUND, SAFETY_BOUND);
-    let k = |x: f64| -> f64 {
-        let x = c(x);
-        match spec.option.k() {
-            1 => -x,
-            2 => 0.5 * x * x,
-            _ => x.exp() - 1.0 - x,
-        }
-    };
-    let inside = |s: f64| -> bool {
-        if spec.option.k() == 1 {
-            let lo = spec.lower.unwrap_or(1.0 / spec.upper).ln();
-            s >= lo && s <= spec.upper.ln()
-        } else {
-            s <= spec.upper
-        }
-    };
-    use RsOption::*;
-    match spec.option {
-        TokenK1 | TokenK2 | TokenK3 => {
-            for (i, x) in d.iter().enumerate() {
-                keep[i] &= inside(k(*x));
-            }
-        }
-        _ => {
-            let (mut s, mut n, mut mx) = (0.0, 0.0, f64::NEG_INFINITY);
-            for (x, w) in d.iter().zip(m) {
-                if *w != 0.0 {
-                    let v = k(*x);
-                    s += v;
-                    n += 1.0;
-                    mx = mx.max(v);
+/// What every correction of a cell reads, computed once per cell: the clamped token
+/// weights `exp(clamp(Δ, ±20))` and, per row, the token count and the sums and maxima of
+/// `Δ`, `k1`, `k2`, `k3` over the mask.
+pub struct CellStats {
+    /// `exp(clamp(Δ, ±20))` per token (0 off the mask).
+    pub ew: Vec<f64>,
+    /// Per row: tokens.
+    pub n: Vec<f64>,
+    /// Per row: `Σ Δ`.
+    pub sum_d: Vec<f64>,
+    /// Per row: `Σ k1`, `Σ k2`, `Σ k3`.
+    pub sum_k: Vec<[f64; 3]>,
+    /// Per row: `max k2`, `max k3` (−∞ for an empty row).
+    pub max_k: Vec<[f64; 2]>,
+}
+
+/// `k1`, `k2`, `k3` of a clamped log-ratio `dc` with `ew = exp(dc)`.
+#[inline]
+fn ks(dc: f64, ew: f64) -> [f64; 3] {
+    [-dc, 0.5 * dc * dc, ew - 1.0 - dc]
+}
+
+impl CellStats {
+    /// The statistics of a `[rows, t]` cell (`d`: Δ, `mask`: the scored mask).
+    pub fn new(d: &[f64], mask: &[f64], rows: usize, t: usize) -> Self {
+        let mut st = CellStats {
+            ew: vec![0.0; rows * t],
+            n: vec![0.0; rows],
+            sum_d: vec![0.0; rows],
+            sum_k: vec![[0.0; 3]; rows],
+            max_k: vec![[f64::NEG_INFINITY; 2]; rows],
+        };
+        for r in 0..rows {
+            for c in 0..t {
+                let i = r * t + c;
+                if mask[i] == 0.0 {
+                    continue;
                 }
-            }
-            let stat = match spec.option {
-                SeqSumK1 | SeqSumK2 | SeqSumK3 => s,
-                SeqMeanK1 | SeqMeanK2 | SeqMeanK3 => s / (n + super::metrics::VERL_EPS),
-                _ => {
-                    if mx == f64::NEG_INFINITY {
-                        0.0
-                    } else {
-                        mx
-                    }
+                let dc = d[i].clamp(-SAFETY_BOUND, SAFETY_BOUND);
+                let ew = dc.exp();
+                st.ew[i] = ew;
+                let k = ks(dc, ew);
+                st.n[r] += 1.0;
+                st.sum_d[r] += d[i];
+                for (acc, kj) in st.sum_k[r].iter_mut().zip(k) {
+                    *acc += kj;
                 }
-            };
-            let ok = inside(stat);
-            for kk in keep.iter_mut() {
-                *kk &= ok;
+                st.max_k[r][0] = st.max_k[r][0].max(k[1]);
+                st.max_k[r][1] = st.max_k[r][1].max(k[2]);
             }
         }
+        st
     }
 }
 
+/// Whether statistic `s` of option `spec` passes.
+#[inline]
+fn inside(spec: &RsSpec, s: f64) -> bool {
+    if spec.option.k() == 1 {
+        let lo = spec.lower.unwrap_or(1.0 / spec.upper).ln();
+        s >= lo && s <= spec.upper.ln()
+    } else {
+        s <= spec.upper
+    }
+}
+
+/// Whether row `r` passes every sequence-level criterion of `corr`.
+fn row_keep(corr: &Correction, st: &CellStats, r: usize) -> bool {
+    use RsOption::*;
+    corr.rs.iter().all(|spec| {
+        let k = spec.option.k() as usize - 1;
+        let stat = match spec.option {
+            TokenK1 | TokenK2 | TokenK3 => return true,
+            SeqSumK1 | SeqSumK2 | SeqSumK3 => st.sum_k[r][k],
+            SeqMeanK1 | SeqMeanK2 | SeqMeanK3 => {
+                st.sum_k[r][k] / (st.n[r] + super::metrics::VERL_EPS)
+            }
+            _ => {
+                let m = st.max_k[r][k - 1];
+                if m == f64::NEG_INFINITY {
+                    0.0
+                } else {
+                    m
+                }
+            }
+        };
+        inside(spec, stat)
+    })
+}
+
 /// One correction applied to one cell: its sums. `d`: `Δ = L − R` `[rows, t]`; `mask`:
-/// the scored mask; `loss`: the cell's per-token loss, when advantages were dumped.
+/// the scored mask; `st`: the cell's [`CellStats`]; `loss`: the cell's per-token loss,
+/// when advantages were dumped.
 pub fn apply(
     corr: &Correction,
     d: &[f64],
     mask: &[f64],
+    st: &CellStats,
     rows: usize,
     t: usize,
     loss: Option<(&CellLoss, AggMode)>,
 ) -> WhatIfSums {
+    use RsOption::*;
     let mut out = WhatIfSums::default();
-    let mut e = vec![0.0; rows * t];
-    let mut kept = vec![0.0; rows * t];
+    let token_rs: Vec<&RsSpec> = corr
+        .rs
+        .iter()
+        .filter(|s| matches!(s.option, TokenK1 | TokenK2 | TokenK3))
+        .collect();
     let mut counts = vec![0.0; rows];
-    let mut keep = vec![true; t];
+    // Σ over kept tokens of w·l and (w·∂l)², per row (the aggregation's coefficient is
+    // per row, applied once the kept counts are known).
+    let mut row_wl = vec![0.0; rows];
+    let mut row_g2 = vec![0.0; rows];
     for r in 0..rows {
-        let (dr, mr) = (&d[r * t..(r + 1) * t], &mask[r * t..(r + 1) * t]);
-        keep.iter_mut().for_each(|k| *k = true);
-        for spec in &corr.rs {
-            rs_keep(spec, dr, mr, &mut keep);
-        }
-        let seq_w = corr.is.filter(|s| s.level == IsLevel::Sequence).map(|_| {
-            let s: f64 = dr
-                .iter()
-                .zip(mr)
-                .filter(|(_, m)| **m != 0.0)
-                .map(|(x, _)| *x)
-                .sum();
-            s.clamp(-SAFETY_BOUND, SAFETY_BOUND).exp()
-        });
+        let row_ok = row_keep(corr, st, r);
+        let seq_w = corr
+            .is
+            .filter(|s| s.level == IsLevel::Sequence)
+            .map(|_| st.sum_d[r].clamp(-SAFETY_BOUND, SAFETY_BOUND).exp());
         let (mut any_masked, mut any_trunc) = (false, false);
         for c in 0..t {
-            if mr[c] == 0.0 {
+            let i = r * t + c;
+            if mask[i] == 0.0 {
                 continue;
             }
             out.tokens += 1.0;
+            let mut k = row_ok;
+            if k && !token_rs.is_empty() {
+                let dc = d[i].clamp(-SAFETY_BOUND, SAFETY_BOUND);
+                let kk = ks(dc, st.ew[i]);
+                k = token_rs
+                    .iter()
+                    .all(|spec| inside(spec, kk[spec.option.k() as usize - 1]));
+            }
             let (w, truncated) = match corr.is {
                 None => (1.0, false),
                 Some(spec) => {
-                    let raw =
-                        seq_w.unwrap_or_else(|| dr[c].clamp(-SAFETY_BOUND, SAFETY_BOUND).exp());
+                    let raw = seq_w.unwrap_or(st.ew[i]);
                     match spec.lower {
                         None => (raw.min(spec.upper), raw > spec.upper),
                         Some(lo) => {
-                            let inside = raw >= lo && raw <= spec.upper;
-                            (if inside { raw } else { 0.0 }, !inside)
+                            let ok = raw >= lo && raw <= spec.upper;
+                            (if ok { raw } else { 0.0 }, !ok)
                         }
                     }
                 }
             };
-            let k = keep[c];
             out.tokens_masked += f64::from(!k);
             out.tokens_truncated += f64::from(truncated);
             any_masked |= !k;
             any_trunc |= truncated;
-            let ev = if k { w } else { 0.0 };
-            out.s_e += ev;
-            out.s_e2 += ev * ev;
-            e[r * t + c] = w;
             if k {
-                kept[r * t + c] = 1.0;
+                out.s_e += w;
+                out.s_e2 += w * w;
                 counts[r] += 1.0;
+                if let Some((cl, _)) = loss {
+                    row_wl[r] += w * cl.l[i];
+                    let g = w * cl.dl[i];
+                    row_g2[r] += g * g;
+                }
             }
         }
         out.seqs += 1.0;
         out.seqs_masked += f64::from(any_masked);
         out.seqs_truncated += f64::from(any_trunc);
     }
-    if let Some((cl, mode)) = loss {
+    if let Some((_, mode)) = loss {
         let coef = agg_coefficients(mode, &counts, t);
-        let (mut l, mut g2) = (0.0, 0.0);
         for r in 0..rows {
-            for c in 0..t {
-                let i = r * t + c;
-                if kept[i] != 0.0 {
-                    let f = coef[r] * e[i];
-                    l += f * cl.l[i];
-                    let g = f * cl.dl[i];
-                    g2 += g * g;
-                }
-            }
+            out.loss += coef[r] * row_wl[r];
+            out.grad_sq += coef[r] * coef[r] * row_g2[r];
         }
-        out.loss = l;
-        out.grad_sq = g2;
         out.cells = 1.0;
     }
     out

@@ -14,6 +14,7 @@
 //! A step line needs a step and at least one other number; the step is never renumbered.
 
 use super::lines::{split_top, value_with_unit};
+use super::step_prefix::prefix_step;
 use super::TextItem;
 use crate::logs::steps::parse_number_text;
 use crate::model::log::SourceKind;
@@ -28,58 +29,6 @@ const STEP_KEYS: &[&str] = &[
     "train/step",
     "training/global_step",
 ];
-
-/// Words that, followed by a number, give the step of what follows them (`step 12:`,
-/// `iteration 5 |`; slime's `perf 3: {…}` and `rollout 3: {…}` name the rollout id).
-const PREFIX_WORDS: &[&str] = &[
-    "step",
-    "global_step",
-    "iteration",
-    "iter",
-    "perf",
-    "rollout",
-];
-
-/// The step named by the text before a record (`… step 12: `, `[iteration 5]`), if any:
-/// the last step word followed by an integer (optionally `/N`) and then only separators.
-pub(super) fn prefix_step(prefix: &str) -> Option<i64> {
-    let lower = prefix.to_ascii_lowercase();
-    let bytes = lower.as_bytes();
-    let mut best = None;
-    for w in PREFIX_WORDS {
-        let mut from = 0;
-        while let Some(off) = lower[from..].find(w) {
-            let at = from + off;
-            from = at + w.len();
-            if at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_') {
-                continue;
-            }
-            let rest = &lower[at + w.len()..];
-            let rest = rest.trim_start_matches([' ', ':', '=', '#']);
-            let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-            if digits.is_empty() {
-                continue;
-            }
-            let after = rest[digits.len()..].trim_start();
-            let after = match after.strip_prefix('/') {
-                Some(r) => r.trim_start_matches(|c: char| c.is_ascii_digit()),
-                None => after,
-            };
-            // Only separators may follow: the record starts right after the step.
-            if after
-                .chars()
-                .all(|c| matches!(c, ':' | ' ' | ']' | ')' | '|' | ',' | '-' | '='))
-            {
-                if let Ok(n) = digits.parse::<i64>() {
-                    if best.is_none_or(|(a, _)| at > a) {
-                        best = Some((at, n));
-                    }
-                }
-            }
-        }
-    }
-    best.map(|(_, n)| n)
-}
 
 /// A key as written (`Avg Response Len`, `act_loss`) as a field name: lowercased, words
 /// joined by `_`.

@@ -401,7 +401,7 @@ pub(super) fn parse_py_dict(t: &str) -> Option<TextItem> {
                 .find_map(|name| fields.iter().find(|(k, _)| k == name))
                 .map(|(_, v)| *v as i64)
         })
-        .or_else(|| super::kv::prefix_step(prefix));
+        .or_else(|| super::step_prefix::prefix_step(prefix));
     if fields.iter().any(|(k, _)| k.starts_with("eval_"))
         && !fields.iter().any(|(k, _)| k == "loss" || k == "grad_norm")
     {

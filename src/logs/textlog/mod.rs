@@ -17,6 +17,7 @@ mod assemble;
 mod exceptions;
 mod kv;
 mod lines;
+mod step_prefix;
 mod tables;
 #[cfg(test)]
 mod tests;

@@ -48,7 +48,7 @@ fn bars<DB: DrawingBackend>(
         .x_labels(bars.len().min(50))
         .x_label_formatter(&|x| {
             let i = x.floor() as usize;
-            if (x - x.floor() - 0.5).abs() < 0.26 && i < labels.len() && i % every == 0 {
+            if (x - x.floor() - 0.5).abs() < 0.26 && i < labels.len() && i.is_multiple_of(every) {
                 labels[i].clone()
             } else {
                 String::new()
