@@ -61,6 +61,7 @@ pub mod kernels;
 pub mod logs;
 pub mod logscan;
 pub mod losscheck;
+pub mod mismatch;
 pub mod model;
 pub mod postmortem;
 pub mod producers;

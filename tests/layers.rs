@@ -27,6 +27,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("inspect", 7),
     ("logscan", 7),
     ("losscheck", 7),
+    ("mismatch", 7),
     ("postmortem", 7),
     ("render", 8),
     ("cli", 9),

@@ -4,7 +4,7 @@ use super::*;
 
 fn fields(item: &TextItem) -> Vec<(String, f64)> {
     match item {
-        TextItem::Step { fields, .. } | TextItem::Micro { fields } => fields.clone(),
+        TextItem::Step { fields, .. } | TextItem::Micro { fields, .. } => fields.clone(),
         _ => vec![],
     }
 }
@@ -127,6 +127,9 @@ fn micro_lines_attach_to_next_iter() {
             ("micro_mem_gb".to_string(), 900.0 / 1024.0),
             ("micro_rewards_mean".to_string(), 0.5),
             ("micro_rewards_std".to_string(), 0.0),
+            // Each micro's clock reads 0.4 s at the end of its first logged stage: 0.8 s in
+            // the iteration.
+            ("stage_s/samples_scored".to_string(), 0.8),
         ]
     );
 }
