@@ -13,6 +13,44 @@ use crate::producers::layout::{DumpTree, Kind};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
+/// A tree (or file) of one of the whole-step producers ([`crate::producers::step_readers`]:
+/// verl, NeMo-RL, slime/Miles, SGLang's dumper, AReaL): its producer, steps, and per step
+/// its ranks, cells and log-prob roles. `None` when no such producer recognises it (or
+/// several do, or a step cannot be read: the caller's own error is the better message).
+fn stack_layout(path: &Path) -> Option<String> {
+    let reader = crate::producers::step_reader_for(path).ok()?;
+    let steps = reader.steps(path).ok()?;
+    let mut out = format!("{}  (producer: {})\n", path.display(), reader.name());
+    let _ = writeln!(out, "steps: {steps:?}");
+    for &step in steps.iter().take(SHOWN_ITEMS) {
+        let d = reader.read_step(path, step).ok()?;
+        let ranks: BTreeSet<usize> = d.cells.iter().map(|c| c.rank).collect();
+        let micros = d.cells.iter().filter(|c| c.micro.is_some()).count();
+        let rows: usize = d.cells.iter().map(|c| c.batch.row_count()).sum();
+        let roles: Vec<&str> = d
+            .roles()
+            .into_iter()
+            .map(crate::dumpdiff::model_compare::role_name)
+            .collect();
+        let _ = writeln!(
+            out,
+            "step {step}: ranks {ranks:?}, {} cells ({micros} micro-batch), {rows} rows, \
+             log-prob roles [{}]{}",
+            d.cells.len(),
+            roles.join(", "),
+            if d.unplaced.is_empty() {
+                String::new()
+            } else {
+                format!(", {} keys not in the model", d.unplaced.len())
+            }
+        );
+    }
+    if steps.len() > SHOWN_ITEMS {
+        let _ = writeln!(out, "… {} more steps", steps.len() - SHOWN_ITEMS);
+    }
+    Some(out)
+}
+
 /// Items of a list shown before the rest is summarised.
 const SHOWN_ITEMS: usize = 4;
 /// Tensors with at most this many elements are printed in full.
@@ -25,6 +63,7 @@ pub fn inspect_path(path: &Path) -> Result<String> {
     if path.is_dir() {
         return DumpTree::discover(path)
             .map(|t| render_layout(&t))
+            .or_else(|e| stack_layout(path).ok_or(e))
             .map_err(|e| {
                 // A folder named like a file (`x.pt/`, e.g. an unzipped archive) is most likely
                 // not meant as a dump tree: say what it is rather than only what is missing.
@@ -42,7 +81,10 @@ pub fn inspect_path(path: &Path) -> Result<String> {
                 }
             });
     }
-    let value = read_any(path)?;
+    let value = match read_any(path) {
+        Ok(v) => v,
+        Err(e) => return stack_layout(path).ok_or(e),
+    };
     let size = match std::fs::metadata(path) {
         Ok(m) if m.is_file() => human_bytes(m.len()),
         _ => "stream".to_string(),

@@ -374,3 +374,299 @@ fn sglang_dumper_files_one_cell_per_rank() {
         .to_string_lossy()
         .contains("rank=1___dump_index=5___name=old_log_probs"));
 }
+
+#[test]
+fn areal_rollout_jsonl_rows_with_versions_and_no_log_probs() {
+    let roles = check_tree("areal");
+    assert!(roles.is_empty());
+    let root = stacks().join("areal");
+    let d = step_reader_for(&root).unwrap().read_step(&root, 3).unwrap();
+    let rows = &d.cells[0].batch.rows;
+    assert_eq!(rows.len(), 4);
+    // Row 3 (task 1, sample 1) was generated partly by version 2: its staleness.
+    assert_eq!(rows[3].version, Some(2));
+    assert_eq!(rows[3].sample.as_deref(), Some("1/1"));
+    assert_eq!(rows[3].group.as_deref(), Some("1"));
+    assert!(d.unplaced.iter().any(|u| u.ends_with(": completion")));
+}
+
+fn read(tree: &str) -> StepDump {
+    let root = stacks().join(tree);
+    step_reader_for(&root).unwrap().read_step(&root, 3).unwrap()
+}
+
+#[test]
+fn the_same_step_in_two_stacks_layouts_compares_clean() {
+    use rlforensics::dumpdiff::model_compare::{compare, Closeness};
+    for (a, b, roles) in [
+        ("verl", "nemo_rl", 2),
+        ("verl", "slime", 3),
+        ("nemo_rl", "slime", 2),
+        ("slime", "sglang_dumper", 3),
+        ("verl_numpy", "verl", 3),
+        ("miles", "verl_rollout_skip", 1),
+    ] {
+        let r = compare(&read(a), &read(b), Closeness::default());
+        assert!(r.clean(), "{a} vs {b}:\n{}", r.to_text());
+        assert_eq!(r.rows_matched, 4, "{a} vs {b}");
+        let lp = r
+            .quantities
+            .iter()
+            .filter(|q| q.quantity.starts_with("log_probs"))
+            .count();
+        assert_eq!(lp, roles, "{a} vs {b}:\n{}", r.to_text());
+        // Every response token of every row was compared for each shared role.
+        let old = r
+            .quantities
+            .iter()
+            .find(|q| q.quantity == "log_probs[rollout]")
+            .unwrap();
+        assert_eq!(old.compared, 4 + 6 + 2 + 5, "{a} vs {b}");
+    }
+}
+
+#[test]
+fn a_planted_difference_is_found_at_its_rank_row_and_position() {
+    use rlforensics::dumpdiff::model_compare::{compare, Closeness};
+    let m = manifest();
+    let p = &m["trees"]["nemo_rl_planted"]["planted"];
+    // verl (whole batch) against the planted NeMo-RL tree: row 2, response token 1.
+    let r = compare(
+        &read("verl"),
+        &read("nemo_rl_planted"),
+        Closeness::default(),
+    );
+    let d = r.first_difference.clone().expect("the planted difference");
+    assert_eq!(d.quantity, "log_probs[old]");
+    assert_eq!((d.a.rank, d.a.row), (0, 2));
+    assert_eq!((d.b.rank, d.b.row), (0, 2));
+    assert_eq!(d.position, Some(1));
+    assert_eq!(d.b_value, p["value"].as_f64().unwrap());
+    assert_eq!(d.a_value, p["was"].as_f64().unwrap());
+    let q = r
+        .quantities
+        .iter()
+        .find(|q| q.quantity == "log_probs[old]")
+        .unwrap();
+    assert_eq!(q.differing, 1);
+    assert!(!r.clean());
+    assert!(
+        r.to_text().contains(
+            "FIRST DIFFERENCE: log_probs[old] at A rank 0 row 2 / B rank 0 row 2, response token 1"
+        ),
+        "{}",
+        r.to_text()
+    );
+    // Against slime, whose DP rank 0 holds rows 0 and 2: found at rank 0 row 1 there.
+    let r = compare(
+        &read("nemo_rl_planted"),
+        &read("slime"),
+        Closeness::default(),
+    );
+    let d = r.first_difference.unwrap();
+    assert_eq!(
+        (d.a.rank, d.a.row, d.b.rank, d.b.row, d.position),
+        (0, 2, 0, 1, Some(1))
+    );
+    // A tolerance wider than the planted 0.01 makes it clean.
+    let r = compare(
+        &read("verl"),
+        &read("nemo_rl_planted"),
+        Closeness {
+            atol: 0.02,
+            rtol: 0.0,
+        },
+    );
+    assert!(r.clean(), "{}", r.to_text());
+}
+
+#[test]
+fn rows_without_token_ids_are_counted_not_matched() {
+    use rlforensics::dumpdiff::model_compare::{compare, Closeness};
+    let r = compare(&read("verl"), &read("areal"), Closeness::default());
+    assert_eq!(r.rows_matched, 0);
+    assert_eq!(r.rows_without_tokens, 4);
+    assert!(!r.clean());
+}
+
+fn dumpdiff(args: &[&str]) -> (String, String, i32) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dumpdiff"))
+        .args(args)
+        .current_dir(stacks())
+        .output()
+        .unwrap();
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.status.code().unwrap(),
+    )
+}
+
+#[test]
+fn dumpdiff_positional_a_b_detects_producers_and_sets_the_exit_code() {
+    let (out, _, code) = dumpdiff(&["verl", "slime", "--step", "3"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("A = verl") && out.contains("B = slime") && out.contains("SAME"),
+        "{out}"
+    );
+    // The step defaults to the one step both hold.
+    let (out, _, code) = dumpdiff(&["verl", "nemo_rl_planted"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "FIRST DIFFERENCE: log_probs[old] at A rank 0 row 2 / B rank 0 row 2, response token 1"
+        ),
+        "{out}"
+    );
+    let (out, _, code) = dumpdiff(&["verl", "nemo_rl_planted", "--format", "json"]);
+    assert_eq!(code, 1);
+    let j: J = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["first_difference"]["position"], 1);
+    assert_eq!(j["first_difference"]["b"]["row"], 2);
+    // A tree of several producers is refused with the list; exit 2.
+    let (_, err, code) = dumpdiff(&[".", "verl"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("several producers") && err.contains("verl") && err.contains("nemo-rl"),
+        "{err}"
+    );
+    // A folder no producer recognises: exit 2 naming it and the producers known.
+    let (_, err, code) = dumpdiff(&["../kernels", "verl"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("kernels") && err.contains("no known producer"),
+        "{err}"
+    );
+    // An in-house layout through a mapping file (here the SGLang dumper's, as a mapping).
+    let (out, _, code) = dumpdiff(&[
+        "sglang_dumper",
+        "verl",
+        "--mapping",
+        "mappings/sglang_dumper.toml",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("A = sglang-dumper") && out.contains("SAME"),
+        "{out}"
+    );
+    // A missing step names the steps there are.
+    let (_, err, code) = dumpdiff(&["verl", "slime", "--step", "9"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("step 9") && err.contains("[3]"), "{err}");
+}
+
+#[test]
+fn dumpdiff_inspect_names_producer_steps_ranks_and_roles() {
+    let (out, err, code) = dumpdiff(&["--inspect", "slime"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("(producer: slime)"), "{out}");
+    assert!(
+        out.contains("step 3: ranks {0, 1}, 2 cells")
+            && out.contains("roles [rollout, old, reference]"),
+        "{out}"
+    );
+    let (out, _, code) = dumpdiff(&["--inspect", "verl_numpy/batch_step3.pkl"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("(producer: verl)") && out.contains("step 3: ranks {0}"),
+        "{out}"
+    );
+    let (out, _, code) = dumpdiff(&["--inspect", "nemo_rl"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("(producer: nemo-rl)") && out.contains("roles [rollout, old]"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_mapping_file_reproduces_the_sglang_dumper_producer_exactly() {
+    use rlforensics::producers::mapping::Mapping;
+    use rlforensics::producers::StepReader;
+    let m = Mapping::load(&stacks().join("mappings/sglang_dumper.toml")).unwrap();
+    let root = stacks().join("sglang_dumper");
+    assert!(m.detect(&root));
+    assert_eq!(m.steps(&root).unwrap(), vec![3]);
+    let via_map = m.read_step(&root, 3).unwrap();
+    let built_in = read("sglang_dumper");
+    assert_eq!(via_map.producer, built_in.producer);
+    assert_eq!(via_map.cells.len(), built_in.cells.len());
+    for (x, y) in via_map.cells.iter().zip(&built_in.cells) {
+        assert_eq!((x.rank, x.micro), (y.rank, y.micro));
+        let mut fx = x.files.clone();
+        let mut fy = y.files.clone();
+        fx.sort();
+        fy.sort();
+        assert_eq!(fx, fy);
+        let (bx, by) = (&x.batch, &y.batch);
+        assert_eq!(bx.positions, by.positions);
+        assert_eq!(
+            bx.log_probs.keys().collect::<Vec<_>>(),
+            by.log_probs.keys().collect::<Vec<_>>()
+        );
+        let pairs = bx.log_probs.values().zip(by.log_probs.values()).chain([
+            (
+                bx.input_ids.as_ref().unwrap(),
+                by.input_ids.as_ref().unwrap(),
+            ),
+            (
+                bx.response_ids.as_ref().unwrap(),
+                by.response_ids.as_ref().unwrap(),
+            ),
+            (
+                bx.response_mask.as_ref().unwrap(),
+                by.response_mask.as_ref().unwrap(),
+            ),
+            (
+                bx.advantages.as_ref().unwrap(),
+                by.advantages.as_ref().unwrap(),
+            ),
+        ]);
+        for (tx, ty) in pairs {
+            assert_eq!(tx.tensor.shape(), ty.tensor.shape());
+            assert_eq!(tx.dtype, ty.dtype);
+            assert_eq!(tx.tensor.element_bytes(), ty.tensor.element_bytes());
+            assert_eq!(tx.source, ty.source);
+        }
+        assert!(bx.entropy.is_none() && by.entropy.is_none());
+    }
+    let r = rlforensics::dumpdiff::model_compare::compare(&via_map, &built_in, Default::default());
+    assert!(r.clean(), "{}", r.to_text());
+}
+
+#[test]
+fn a_mapping_names_a_wrong_dtype_and_a_bad_field_with_the_file() {
+    use rlforensics::producers::mapping::Mapping;
+    use rlforensics::producers::StepReader;
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(stacks().join("mappings/sglang_dumper.toml")).unwrap();
+    let p = dir.path().join("m.toml");
+    std::fs::write(
+        &p,
+        text.replacen("dtype = \"float32\"", "dtype = \"bfloat16\"", 1),
+    )
+    .unwrap();
+    let e = Mapping::load(&p)
+        .unwrap()
+        .read_step(&stacks().join("sglang_dumper"), 3)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("rollout_log_probs")
+            && e.contains("stored as float32")
+            && e.contains("bfloat16"),
+        "{e}"
+    );
+    std::fs::write(
+        &p,
+        text.replacen("field = \"advantages\"", "field = \"advantage\"", 1),
+    )
+    .unwrap();
+    let e = Mapping::load(&p).err().unwrap().to_string();
+    assert!(e.contains("m.toml") && e.contains("advantage"), "{e}");
+    std::fs::write(&p, text.replacen("{rank}", "{rnak}", 1)).unwrap();
+    let e = Mapping::load(&p).err().unwrap().to_string();
+    assert!(e.contains("unknown placeholder {rnak}"), "{e}");
+}

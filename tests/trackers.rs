@@ -155,7 +155,8 @@ fn mlflow_file_store_values_equal_mlflow_client_and_params_are_config() {
         d.iter().map(|c| c.key.as_str()).collect::<Vec<_>>(),
         ["learning_rate"]
     );
-    // Two runs in one mlruns/ folder are two inputs, not one merged frame.
+    // Two runs in one folder are two runs, not one merged frame: each scanned on its own,
+    // side by side (issue 31).
     let two = tempfile::tempdir().unwrap();
     for run in ["a", "b"] {
         let src = fixture(&format!("mlflow/run_{run}/mlruns"));
@@ -165,8 +166,8 @@ fn mlflow_file_store_values_equal_mlflow_client_and_params_are_config() {
         .unwrap()
         .arg(two.path())
         .assert()
-        .code(2)
-        .stderr(contains("holds 2 MLflow runs"));
+        .code(1)
+        .stdout(contains("2 runs, each scanned on its own"));
     let two_wb = tempfile::tempdir().unwrap();
     for run in ["a", "b"] {
         copy_tree(
@@ -178,8 +179,8 @@ fn mlflow_file_store_values_equal_mlflow_client_and_params_are_config() {
         .unwrap()
         .arg(two_wb.path())
         .assert()
-        .code(2)
-        .stderr(contains("holds 2 W&B runs"));
+        .code(1)
+        .stdout(contains("2 runs, each scanned on its own"));
 }
 
 fn copy_tree(src: &Path, dst: &Path) {

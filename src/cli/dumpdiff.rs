@@ -46,6 +46,19 @@ struct Args {
     /// dump folder, and exit (`-` reads the file from stdin).
     #[arg(long, value_name = "PATH")]
     inspect: Option<PathBuf>,
+    /// Two dumps of one step to compare, each a folder (or file) of any known producer
+    /// (verl, NeMo-RL, slime/Miles, SGLang's dumper, AReaL), detected from its files:
+    /// `dumpdiff A B --step N`. Rows match by token content, log-probs by role.
+    #[arg(
+        value_name = "DUMP",
+        num_args = 0..=2,
+        conflicts_with_all = ["inspect", "self_hosted_dir", "weaver_dir", "remote_api_dir"]
+    )]
+    dumps: Vec<PathBuf>,
+    /// With `dumpdiff A B`: a TOML mapping of an in-house layout (file pattern → step,
+    /// rank, micro; key → field and role; docs/stacks.md); a side it matches is read with it.
+    #[arg(long, value_name = "FILE", requires = "dumps")]
+    mapping: Option<PathBuf>,
     /// With --inspect on a folder: also write scalars/tokens/trajectories Parquet frames here.
     #[arg(long, value_name = "DIR", requires = "inspect")]
     export_frames: Option<PathBuf>,
@@ -201,6 +214,17 @@ fn run(args: Args) -> Result<(String, u8), Error> {
         }
         return Ok((text, EXIT_CLEAN));
     }
+    if !args.dumps.is_empty() {
+        return crate::cli::model_compare::run(
+            &args.dumps,
+            args.mapping.as_deref(),
+            args.step,
+            args.atol,
+            args.rtol,
+            args.format,
+            args.common.quiet,
+        );
+    }
     // The preset recomputes advantages and adjudicates losses: an unknown name is a usage
     // error, not a silent skip of both.
     preset(&args.preset).map_err(|e| Error::Usage(format!("--preset: {e}")))?;
@@ -295,6 +319,20 @@ fn run(args: Args) -> Result<(String, u8), Error> {
         render::by_name::<Report>(args.format, style).render(&report)?
     };
     Ok((text, dumpdiff::exit_code(&report, args.fail_on.severity())))
+}
+
+/// Parse `args` (the program name first) and run `dumpdiff`, returning stdout's text and the
+/// exit code instead of printing them: the door of the Python bindings, which run the
+/// command with `--format json` and raise the error this returns (the binary prints it and
+/// exits 2). A usage error (clap's, `--help` included) is [`Error::Usage`] with clap's text.
+pub fn run_args<I, T>(args: I) -> Result<(String, u8), Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args = <Args as clap::Parser>::try_parse_from(args)
+        .map_err(|e| Error::Usage(e.render().to_string().trim_end().to_string()))?;
+    run(args)
 }
 
 /// Run `dumpdiff` on `args` (the first item is the program name, as in `std::env::args_os`)

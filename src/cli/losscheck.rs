@@ -229,6 +229,20 @@ fn run(a: &Args) -> Result<(String, u8), Error> {
     Ok((text, code))
 }
 
+/// Parse `args` (the program name first) and run `losscheck`, returning stdout's text and the
+/// exit code instead of printing them: the door of the Python bindings, which run the
+/// command with `--format json` and raise the error this returns (the binary prints it and
+/// exits 2). A usage error (clap's, `--help` included) is [`Error::Usage`] with clap's text.
+pub fn run_args<I, T>(args: I) -> Result<(String, u8), Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args = <Args as clap::Parser>::try_parse_from(args)
+        .map_err(|e| Error::Usage(e.render().to_string().trim_end().to_string()))?;
+    run(&args)
+}
+
 /// Run `losscheck` on `args` (the first item is the program name) and return its exit code;
 /// output, `--help`/`--version` and usage errors as the binary gives them.
 pub fn run_cli<I, T>(args: I) -> u8

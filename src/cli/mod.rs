@@ -7,6 +7,7 @@ pub mod dumpdiff;
 pub mod logscan;
 pub mod losscheck;
 pub mod mismatch;
+pub mod model_compare;
 pub mod postmortem;
 pub mod sides;
 

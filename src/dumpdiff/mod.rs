@@ -24,6 +24,7 @@ mod cell_conventions;
 pub mod conventions;
 pub mod diagnosis;
 pub mod mat;
+pub mod model_compare;
 pub mod pages;
 mod pairs;
 pub mod report;

@@ -22,13 +22,7 @@ pub(super) fn adjudicate(
 ) -> Result<Vec<report::Adjudication>> {
     use crate::judge::infer::self_hosted_adv_eps;
     use crate::judge::{Status, StepCheck, Tolerance};
-    use crate::producers::nexrl_self_hosted as keys;
-    let given = crate::judge::overrides::Overrides {
-        entropy_coeff: coefficients.get(keys::ENTROPY_COEFF).copied(),
-        kl_coef: coefficients.get(keys::KL_COEF).copied(),
-        adv_eps,
-        ..Default::default()
-    };
+    let given = crate::judge::overrides::of_coefficients(coefficients, adv_eps);
     let base = crate::kernels::presets::preset(preset)
         .map_err(|e| Error::Usage(format!("--preset {preset}: {e}")))?;
     let preset_eps = base.advantage.eps;

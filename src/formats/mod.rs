@@ -64,7 +64,7 @@ pub(crate) fn open_input(path: &Path) -> Result<Buf> {
     use std::os::unix::fs::FileTypeExt as _;
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     let ft = meta.file_type();
-    if let Some(what) = not_a_file(ft) {
+    if let Some(what) = crate::error::not_a_file(ft) {
         return Err(Error::format(
             path,
             Position::File,
@@ -88,21 +88,6 @@ pub(crate) fn open_input(path: &Path) -> Result<Buf> {
     // memory map, another process truncating the file while we read it is not defended.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
     Ok(Arc::new(map))
-}
-
-/// What a path of type `ft` is when it holds no bytes to read to an end ("a directory",
-/// "a socket", "a device": `/dev/zero` never ends), or `None` for a file or a FIFO.
-pub(crate) fn not_a_file(ft: std::fs::FileType) -> Option<&'static str> {
-    use std::os::unix::fs::FileTypeExt as _;
-    if ft.is_dir() {
-        Some("a directory")
-    } else if ft.is_socket() {
-        Some("a socket")
-    } else if ft.is_block_device() || ft.is_char_device() {
-        Some("a device")
-    } else {
-        None
-    }
 }
 
 /// The format of dump bytes judged by their first bytes, for a file whose name says

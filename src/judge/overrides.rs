@@ -39,6 +39,22 @@ pub struct Overrides {
     pub preset_fixes_composition: bool,
 }
 
+/// The overrides a caller's coefficient flags give (dumpdiff's `--entropy-coeff`,
+/// `--kl-coeff`, in `coefficients` under the names the producers echo them by in
+/// `extra_info`) with an advantage epsilon: the key names stay with the producer.
+pub fn of_coefficients(
+    coefficients: &std::collections::BTreeMap<String, f64>,
+    adv_eps: Option<f64>,
+) -> Overrides {
+    use crate::producers::nexrl_self_hosted::{kl_coef, ENTROPY_COEFF};
+    Overrides {
+        entropy_coeff: coefficients.get(ENTROPY_COEFF).copied(),
+        kl_coef: kl_coef(coefficients),
+        adv_eps,
+        ..Default::default()
+    }
+}
+
 /// Apply `o` to `cfg`; unknown names are usage errors listing the accepted ones.
 pub fn apply(mut cfg: LossConfig, o: &Overrides) -> Result<LossConfig> {
     if o.eps_low.is_some() || o.eps_high.is_some() || o.delta.is_some() || o.clip_ratio_c.is_some()

@@ -16,11 +16,62 @@ pub const REWARD_COMPONENTS: &str = "reward_components";
 /// Prefix of the canonical name of one reward component (`reward/format_reward`).
 pub const REWARD_COMPONENT_PREFIX: &str = "reward/";
 
+/// Raw-key prefix of a stage's seconds in one iteration (`stage_s/samples_generated`), as the
+/// text reader writes it from `[Micro k] 2. Samples generated: … time=…s` lines.
+pub const STAGE_FIELD: &str = "stage_s/";
+/// Canonical prefix of one stage's time (`stage/samples_generated`).
+pub const STAGE_PREFIX: &str = "stage/";
+/// Name a detector lists in its metrics to keep every stage column.
+pub const STAGES: &str = "stages";
+
+/// The canonical name of a stage-time raw key, when it is one.
+pub fn stage_metric(raw: &str) -> Option<String> {
+    let name = raw.strip_prefix(STAGE_FIELD)?;
+    (!name.is_empty()).then(|| format!("{STAGE_PREFIX}{name}"))
+}
+
+/// True for a raw key of a preference-optimisation trainer's family (TRL DPO/KTO/CPO/ORPO/
+/// SimPO: `rewards/chosen`, `rewards/rejected`, `rewards/margins`, `rewards/accuracies`,
+/// `logps/…`, `logits/…`): they are the implicit rewards of the preference loss, not reward
+/// functions.
+pub fn is_preference_key(raw: &str) -> bool {
+    let raw = raw.strip_prefix("train/").unwrap_or(raw);
+    ["rewards/", "logps/", "logits/"].iter().any(|p| {
+        raw.strip_prefix(p).is_some_and(|rest| {
+            ["chosen", "rejected", "margins", "accuracies"]
+                .iter()
+                .any(|k| rest.starts_with(k))
+        })
+    })
+}
+
+/// Keys that say where a record is, not how training goes (never a metric to map).
+pub fn is_bookkeeping_key(k: &str) -> bool {
+    matches!(
+        k,
+        "step"
+            | "global_step"
+            | "epoch"
+            | "episode"
+            | "iteration"
+            | "iter"
+            | "step_inferred"
+            | "timestamp"
+            | "time"
+            | "current_steps"
+            | "total_steps"
+            | "samples_processed"
+    ) || k.starts_with("summary/")
+}
+
 /// The reward function a raw key reports the per-step mean of, when it does: TRL
 /// `rewards/<fn>/mean` (≥ 0.17) and `rewards/<fn>` (older, notebook tables), ms-swift
 /// `rewards/<Fn>/mean`, DebugTrainer `train_<fn>_reward_mean`.
 pub fn reward_component(raw: &str) -> Option<String> {
     let raw = raw.strip_prefix("metrics.").unwrap_or(raw);
+    if is_preference_key(raw) {
+        return None;
+    }
     if let Some(rest) = raw.strip_prefix("rewards/") {
         let name = match rest.split_once('/') {
             Some((name, "mean")) => name,
@@ -178,6 +229,33 @@ mod tests {
             Some("completion_len_min")
         );
         assert_eq!(name("no_such_key"), None);
+        // Metric families by meaning (issue 31): critic, rollout side, preference.
+        for (raw, canonical) in [
+            ("critic/vf_loss", "critic_loss"),
+            ("cri_loss", "critic_loss"),
+            ("critic/grad_norm", "critic_grad_norm"),
+            ("rollout/truncated_ratio", "truncation_ratio"),
+            ("rollout/response_len/mean", "completion_len_mean"),
+            ("train/train_rollout_logprob_abs_diff", "logp_abs_diff_mean"),
+            ("train/mean_gen_tokens_per_sample", "completion_len_mean"),
+            ("train/token_mult_prob_error", "ratio_mean"),
+            ("average_reward_score", "reward_mean"),
+            ("rewards/accuracies", "pref_accuracy"),
+            ("logps/rejected", "pref_logp_rejected"),
+        ] {
+            assert_eq!(name(raw).as_deref(), Some(canonical), "{raw}");
+        }
+        // DPO's implicit rewards are not reward functions; TRL GRPO's are.
+        assert_eq!(reward_component("rewards/margins"), None);
+        assert_eq!(reward_component("rewards/chosen"), None);
+        assert_eq!(
+            reward_component("rewards/format_reward/mean").as_deref(),
+            Some("format_reward")
+        );
+        assert_eq!(
+            stage_metric("stage_s/samples_generated").as_deref(),
+            Some("stage/samples_generated")
+        );
         // train_loss outranks step_loss.
         assert!(t.resolve("train_loss").unwrap().1 < t.resolve("step_loss").unwrap().1);
     }

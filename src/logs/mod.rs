@@ -4,6 +4,7 @@
 //! [`crate::model::log`] records.
 
 pub mod aliases;
+pub mod completions;
 pub mod crash_bundle;
 pub mod events;
 pub mod fastline;

@@ -42,7 +42,7 @@ fn refuse_non_files(path: &Path) -> Result<()> {
     let ft = std::fs::metadata(path)
         .map_err(|e| Error::io(path, e))?
         .file_type();
-    match crate::formats::not_a_file(ft) {
+    match crate::error::not_a_file(ft) {
         Some(what) => Err(Error::format(
             path,
             crate::error::Position::File,

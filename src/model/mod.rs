@@ -7,6 +7,7 @@
 pub mod conventions;
 pub mod finding;
 pub mod log;
+pub mod rows;
 pub mod step;
 pub mod tokens;
 pub mod trajectory;

@@ -94,3 +94,68 @@ fn strip_prefix(v: &Value) -> Option<Value> {
             .collect(),
     ))
 }
+
+/// Free-standing loss inputs as a producer: one file (`losscheck --inputs FILE`) read as
+/// one step (0) of one cell (rank 0, the whole batch), its rewards and group ids as the
+/// rows' records.
+pub struct LooseTensors;
+
+impl super::StepReader for LooseTensors {
+    fn name(&self) -> &'static str {
+        "loose-tensors"
+    }
+
+    /// A file whose dict holds `log_probs` (or `in.log_probs`): read to tell, since its
+    /// name says nothing.
+    fn detect(&self, root: &Path) -> bool {
+        root.is_file()
+            && crate::formats::read_any(root).is_ok_and(|v| {
+                field(&v, LOG_PROBS).is_some()
+                    || field(&v, &format!("{INPUT_PREFIX}{LOG_PROBS}")).is_some()
+            })
+    }
+
+    fn steps(&self, _root: &Path) -> Result<Vec<i64>> {
+        Ok(vec![0])
+    }
+
+    fn read_step(&self, root: &Path, step: i64) -> Result<crate::model::step::StepDump> {
+        if step != 0 {
+            return Err(crate::error::Error::input(
+                root,
+                format!("a loose-tensors file holds one step, 0 (asked for {step})"),
+            ));
+        }
+        let v = crate::formats::read_any(root)?;
+        let li = inputs(root, &v)?;
+        let mut batch = li.batch;
+        let rewards = li.rewards.map(|t| t.tensor.to_f64_vec());
+        let groups = li.group_ids.map(|t| t.tensor.to_i64_vec());
+        let n = rewards
+            .as_ref()
+            .map(Vec::len)
+            .or(groups.as_ref().map(Vec::len))
+            .unwrap_or(0);
+        batch.rows = (0..n)
+            .map(|i| crate::model::step::RowMeta {
+                reward: rewards.as_ref().and_then(|r| r.get(i).copied()),
+                group: groups.as_ref().and_then(|g| g.get(i)).map(i64::to_string),
+                ..Default::default()
+            })
+            .collect();
+        Ok(crate::model::step::StepDump {
+            producer: self.name().to_string(),
+            root: root.to_path_buf(),
+            step,
+            cells: vec![crate::model::step::Cell {
+                rank: 0,
+                micro: None,
+                batch,
+                loss: None,
+                files: vec![root.to_path_buf()],
+            }],
+            conventions: Default::default(),
+            unplaced: Vec::new(),
+        })
+    }
+}

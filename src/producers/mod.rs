@@ -14,11 +14,14 @@
 //! the model and the check that needs it says so; a key that is present but unreadable
 //! (wrong type) is an [`Error::Format`](crate::Error) naming the file and the key path.
 
+pub mod areal;
 pub mod columns;
 pub mod layout;
 pub mod loose_tensors;
+pub mod mapping;
 pub mod nemo_rl;
 pub mod nexrl_self_hosted;
+mod nexrl_tree;
 pub mod remote_api;
 pub mod sglang;
 pub mod slime;
@@ -70,6 +73,24 @@ pub trait StepMapping: Sync {
     /// The parameter or gradient of a file of `kind`.
     fn param(&self, _kind: Kind, _file: &Path, _v: &Value) -> Result<Option<ParamRecord>> {
         Ok(None)
+    }
+    /// The per-token batch a file of `kind` adds to its cell of the step model
+    /// ([`crate::model::step::StepDump`]): [`StepMapping::token_batch`], and for a
+    /// producer whose per-token values are lists per row (remote-API datums) those lists
+    /// made a batch.
+    fn cell_batch(&self, kind: Kind, file: &Path, v: &Value) -> Result<Option<TokenBatch>> {
+        self.token_batch(kind, file, v)
+    }
+    /// The conventions a file of `kind` states (coefficients, aggregation echoed with the
+    /// loss), recorded with the file and key into `c`; nothing by default.
+    fn conventions(
+        &self,
+        _kind: Kind,
+        _file: &Path,
+        _v: &Value,
+        _c: &mut crate::model::conventions::Conventions,
+    ) -> Result<()> {
+        Ok(())
     }
 }
 
@@ -221,6 +242,9 @@ pub fn id_text(v: Option<&Value>) -> Option<String> {
 #[cfg(test)]
 mod tests;
 
+#[cfg(test)]
+mod step_tests;
+
 /// A producer that reads whole steps into the model ([`crate::model::step::StepDump`]):
 /// the door every tool goes through. One implementation per producer file.
 pub trait StepReader: Sync {
@@ -247,6 +271,11 @@ pub fn step_readers() -> Vec<&'static dyn StepReader> {
         &nemo_rl::NemoRl,
         &slime::Slime,
         &sglang::SglangDumper,
+        &nexrl_self_hosted::NexrlSelfHosted,
+        &weaver::Weaver,
+        &remote_api::RemoteApi,
+        &loose_tensors::LooseTensors,
+        &areal::Areal,
     ]
 }
 

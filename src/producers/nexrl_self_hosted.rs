@@ -3,9 +3,11 @@
 //! `old_log_probs/step_N` (the whole batch), `forward_data/step_N_rankR_microM`
 //! (the trainer's forward pass), `loss/step_N_rankR_microM`, `param/`, `gradient/`.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::error::Result;
+use crate::model::conventions::{ConventionKey, ConventionSource, ConventionValue, Conventions};
 use crate::model::step::{LogProbSource, LossRecord, ParamRecord, TokenBatch};
 use crate::model::trajectory::{Provenance, Trajectory, TrajectoryBatch, TrajectoryIds};
 use crate::producers::layout::Kind;
@@ -259,10 +261,90 @@ pub fn old_log_probs(file: &Path, v: &Value) -> Result<TokenBatch> {
     Ok(b)
 }
 
+/// The conventions a loss file states in its `extra_info`: the coefficients the mapping
+/// read (`coefficients`), `loss_agg_mode` with `loss_scale_factor`, `kl_loss_type`.
+/// The first file that states one wins (NexRL's self-hosted and weaver trainers echo
+/// their config there, `nexrl/trainer/*_trainer.py`); the others state the same in every NexRL dump
+/// (the trainer's config), and a later difference is the judge's to find per cell.
+pub fn stated_conventions(
+    file: &Path,
+    v: &Value,
+    coefficients: &BTreeMap<String, f64>,
+    conventions: &mut Conventions,
+) {
+    let mut set = |key: ConventionKey, value: ConventionValue, k: &str| {
+        if conventions.get(key).is_none() {
+            conventions.set(
+                key,
+                value,
+                ConventionSource::Dumped {
+                    at: Provenance {
+                        file: file.to_path_buf(),
+                        key: format!("{}.{k}", EXTRA_INFO),
+                    },
+                },
+            );
+        }
+    };
+    if let Some(c) = coefficients.get(ENTROPY_COEFF) {
+        set(
+            ConventionKey::EntropyCoeff,
+            ConventionValue::Number(*c),
+            ENTROPY_COEFF,
+        );
+    }
+    for k in [KL_COEF, KL_LOSS_COEF] {
+        if let Some(c) = coefficients.get(k) {
+            set(ConventionKey::KlCoeff, ConventionValue::Number(*c), k);
+        }
+    }
+    if let Some((mode, scale)) = loss_agg_mode(v) {
+        set(
+            ConventionKey::Aggregation,
+            ConventionValue::Name(mode),
+            LOSS_AGG_MODE,
+        );
+        if let Some(s) = scale {
+            set(
+                ConventionKey::LossScale,
+                ConventionValue::Number(s),
+                LOSS_SCALE_FACTOR,
+            );
+        }
+    }
+    if let Some(t) = v
+        .get(EXTRA_INFO)
+        .and_then(|e| e.get(KL_LOSS_TYPE))
+        .and_then(Value::as_str)
+    {
+        set(
+            ConventionKey::KlEstimator,
+            ConventionValue::Name(t.to_string()),
+            KL_LOSS_TYPE,
+        );
+    }
+}
+
+/// The conventions a `loss/` file states ([`stated_conventions`]); nothing for another
+/// kind.
+///
+/// Errors: the file's loss record unreadable ([`loss_record`]).
+pub fn loss_conventions(kind: Kind, file: &Path, v: &Value, c: &mut Conventions) -> Result<()> {
+    if kind == Kind::Loss {
+        let rec = loss_record(file, v)?;
+        stated_conventions(file, v, &rec.coefficients, c);
+    }
+    Ok(())
+}
+
 /// The self-hosted trainer's [`StepMapping`].
 pub struct NexrlSelfHosted;
 
 impl StepMapping for NexrlSelfHosted {
+    fn conventions(&self, kind: Kind, file: &Path, v: &Value, c: &mut Conventions) -> Result<()> {
+        loss_conventions(kind, file, v, c)
+    }
+
     fn token_batch(&self, kind: Kind, file: &Path, v: &Value) -> Result<Option<TokenBatch>> {
         match kind {
             Kind::ForwardData => forward_data(file, v).map(Some),
@@ -324,4 +406,22 @@ pub fn param(kind: Kind, file: &Path, v: &Value) -> Result<Option<ParamRecord>> 
         tensor,
         gradient,
     }))
+}
+
+impl super::StepReader for NexrlSelfHosted {
+    fn name(&self) -> &'static str {
+        "nexrl-self-hosted"
+    }
+
+    fn detect(&self, root: &Path) -> bool {
+        super::nexrl_tree::detect(root, super::layout::Producer::SelfHosted)
+    }
+
+    fn steps(&self, root: &Path) -> Result<Vec<i64>> {
+        super::nexrl_tree::steps(root)
+    }
+
+    fn read_step(&self, root: &Path, step: i64) -> Result<crate::model::step::StepDump> {
+        super::nexrl_tree::read_step(root, step, self.name())
+    }
 }

@@ -5,14 +5,17 @@
 
 use std::path::Path;
 
-use crate::error::Result;
-use crate::model::step::LossRecord;
+use crate::error::{Error, Position, Result};
+use crate::model::step::{
+    LogProbSource, LossRecord, RowMeta, TokenBatch, TokenPositions, TokenTensor,
+};
 use crate::model::trajectory::{Datum, DatumBatch, Provenance, TrajectoryBatch};
 use crate::producers::layout::Kind;
 use crate::producers::{
     field, nexrl_self_hosted, opt_f64, opt_floats, opt_ints, scalar_of, seq, unreadable,
     StepMapping,
 };
+use crate::tensor::Tensor;
 use crate::value::Value;
 
 /// `datums/`: the list of datums.
@@ -133,7 +136,76 @@ pub fn datums<'v>(file: &Path, v: &'v Value) -> Result<DatumBatch<'v>> {
 /// The remote-API mode's [`StepMapping`].
 pub struct RemoteApi;
 
+/// A remote-API `datums/` file's per-datum lists (engine log-probs, advantages, loss mask,
+/// `loss_fn_inputs` of NexRL's remote-API trainer) as `[rows, T]` tensors right-padded
+/// with 0 to the longest datum (the mask is 0 there): a cell of the step model.
+///
+/// Errors: a tensor that cannot be built (never for lists of numbers).
+pub fn datum_batch(file: &Path, d: &DatumBatch) -> Result<TokenBatch> {
+    let mut b = TokenBatch::default();
+    let width = d
+        .rows
+        .iter()
+        .map(|r| {
+            r.loss_mask
+                .as_ref()
+                .or(r.logprobs.as_ref())
+                .map_or(0, Vec::len)
+        })
+        .max()
+        .unwrap_or(0);
+    if let Some(t) = padded(file, d, width, |r| r.logprobs.as_ref(), LOGPROBS)? {
+        b.log_probs.insert(LogProbSource::Rollout, t);
+    }
+    b.advantages = padded(file, d, width, |r| r.advantages.as_ref(), ADVANTAGES)?;
+    b.loss_mask = padded(file, d, width, |r| r.loss_mask.as_ref(), LOSS_MASK)?;
+    // A datum's lists run over the whole sequence (prompt positions masked out).
+    b.positions = TokenPositions::Sequence;
+    b.rows.extend(d.rows.iter().map(|r| RowMeta {
+        sample: Some(r.index.to_string()),
+        ..RowMeta::default()
+    }));
+    Ok(b)
+}
+
+/// One per-datum list of `d` (`get`, key `key`) as a `[rows, width]` tensor, 0 past a
+/// datum's end; `None` when no datum has it.
+fn padded(
+    file: &Path,
+    d: &DatumBatch,
+    width: usize,
+    get: for<'a, 'v> fn(&'a Datum<'v>) -> Option<&'a Vec<f64>>,
+    key: &str,
+) -> Result<Option<TokenTensor>> {
+    if !d.rows.iter().any(|r| get(r).is_some()) {
+        return Ok(None);
+    }
+    let mut values = vec![0.0; d.rows.len() * width];
+    for (i, r) in d.rows.iter().enumerate() {
+        for (j, x) in get(r).into_iter().flatten().take(width).enumerate() {
+            values[i * width + j] = *x;
+        }
+    }
+    let tensor = Tensor::from_f64(vec![d.rows.len(), width], &values)
+        .map_err(|e| Error::format(file, Position::Key(key.into()), e.to_string()))?;
+    Ok(Some(TokenTensor {
+        tensor,
+        dtype: None,
+        source: Provenance {
+            file: file.to_path_buf(),
+            key: format!("{DATUMS}[*].{key}"),
+        },
+    }))
+}
+
 impl StepMapping for RemoteApi {
+    fn cell_batch(&self, kind: Kind, file: &Path, v: &Value) -> Result<Option<TokenBatch>> {
+        match kind {
+            Kind::Datums => datum_batch(file, &datums(file, v)?).map(Some),
+            _ => Ok(None),
+        }
+    }
+
     fn trajectories<'v>(
         &self,
         kind: Kind,
@@ -158,5 +230,23 @@ impl StepMapping for RemoteApi {
             Kind::TrainingMetrics => training_metrics(file, v).map(Some),
             _ => Ok(None),
         }
+    }
+}
+
+impl super::StepReader for RemoteApi {
+    fn name(&self) -> &'static str {
+        "nexrl-remote-api"
+    }
+
+    fn detect(&self, root: &Path) -> bool {
+        super::nexrl_tree::detect(root, super::layout::Producer::RemoteApi)
+    }
+
+    fn steps(&self, root: &Path) -> Result<Vec<i64>> {
+        super::nexrl_tree::steps(root)
+    }
+
+    fn read_step(&self, root: &Path, step: i64) -> Result<crate::model::step::StepDump> {
+        super::nexrl_tree::read_step(root, step, self.name())
     }
 }

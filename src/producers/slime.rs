@@ -339,12 +339,13 @@ fn cell(
                 .and_then(super::scalar_of),
             prompt_len: Some(toks.len() - rl),
             response_len: Some(rl),
+            // The oldest weight version that generated the row (Miles `oldest_weight_version`).
             version: super::field(src, "weight_versions")
                 .and_then(Value::as_seq)
                 .and_then(|v| {
                     v.iter()
                         .filter_map(|x| x.as_str()?.parse::<i64>().ok().or(x.as_i64()))
-                        .max()
+                        .min()
                 }),
             ..RowMeta::default()
         });

@@ -89,6 +89,16 @@ pub fn forward_data(file: &Path, v: &Value) -> Result<TokenBatch> {
 pub struct Weaver;
 
 impl StepMapping for Weaver {
+    fn conventions(
+        &self,
+        kind: Kind,
+        file: &Path,
+        v: &Value,
+        c: &mut crate::model::conventions::Conventions,
+    ) -> Result<()> {
+        crate::producers::nexrl_self_hosted::loss_conventions(kind, file, v, c)
+    }
+
     fn token_batch(&self, kind: Kind, file: &Path, v: &Value) -> Result<Option<TokenBatch>> {
         match kind {
             Kind::ForwardData => forward_data(file, v).map(Some),
@@ -107,5 +117,23 @@ impl StepMapping for Weaver {
 
     fn param(&self, kind: Kind, file: &Path, v: &Value) -> Result<Option<ParamRecord>> {
         crate::producers::nexrl_self_hosted::param(kind, file, v)
+    }
+}
+
+impl super::StepReader for Weaver {
+    fn name(&self) -> &'static str {
+        "nexrl-weaver"
+    }
+
+    fn detect(&self, root: &Path) -> bool {
+        super::nexrl_tree::detect(root, super::layout::Producer::Weaver)
+    }
+
+    fn steps(&self, root: &Path) -> Result<Vec<i64>> {
+        super::nexrl_tree::steps(root)
+    }
+
+    fn read_step(&self, root: &Path, step: i64) -> Result<crate::model::step::StepDump> {
+        super::nexrl_tree::read_step(root, step, self.name())
     }
 }

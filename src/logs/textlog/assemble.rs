@@ -1,7 +1,9 @@
 //! Text lines in file order into records and events (micro diagnostics and warnings
 //! attached to the step reported next, unnumbered lines numbered, wrapped lines joined).
 
-use super::{lines::verl_pairs, TextItem};
+use super::lines::{verl_pairs, RECORD_CUT};
+use super::TextItem;
+use crate::logs::aliases::STAGE_FIELD;
 use crate::model::log::{LogEvent, LogRecord, SourceKind};
 
 /// The text of an `exception` event whose traceback the file ends inside.
@@ -24,6 +26,15 @@ pub struct TextAssembler {
     verl_tail: Option<(usize, String)>,
     /// A traceback began (its line) and its exception line has not come yet.
     traceback: Option<u64>,
+    /// A record of this file named its step.
+    numbered: bool,
+    /// Metrics waiting for the next step line (DeepSpeed-Chat's timing line).
+    pending_fields: Vec<(String, f64)>,
+    /// Iterations of micro lines closed before any step line named them (a log of micro
+    /// lines only, or one that reports every few iterations).
+    closed_micro: Vec<(u64, Vec<(String, f64)>)>,
+    /// The last micro line's micro index and clock (stage durations are clock differences).
+    micro_clock: Option<(Option<u32>, f64)>,
     /// Records ready for the frame.
     pub records: Vec<LogRecord>,
     /// Events ready for the detectors.
@@ -110,20 +121,70 @@ impl TextAssembler {
                     ev.text = Some(text);
                     self.pending_events.push(ev);
                 }
+                // An out-of-memory error is a crash even when its traceback was not
+                // pasted (a console that prints only the last line).
+                None if text.contains("OutOfMemoryError") || text.contains("out of memory") => {
+                    let mut ev = LogEvent::new("exception", self.file, line);
+                    ev.text = Some(text);
+                    self.pending_events.push(ev);
+                }
                 None => self.unrecognised += 1,
             },
-            TextItem::Micro { fields } => {
+            TextItem::Pending(fields) => self.pending_fields.extend(fields),
+            TextItem::Attach(fields) => match self.records.last_mut() {
+                Some(rec) => rec.fields.extend(fields),
+                None => self.unrecognised += 1,
+            },
+            TextItem::Micro {
+                mut fields,
+                micro,
+                stage,
+                ends_iteration,
+            } => {
+                // A micro index lower than the last one starts the next iteration.
+                let restarted = matches!(
+                    (micro, self.micro_clock),
+                    (Some(m), Some((Some(last), _))) if m < last
+                );
+                if restarted && !self.pending_micro.is_empty() {
+                    self.close_micro();
+                }
+                if let Some((name, clock)) = stage {
+                    let dur = match self.micro_clock {
+                        Some((m, prev)) if m == micro && clock >= prev => clock - prev,
+                        _ => clock,
+                    };
+                    fields.push((format!("{STAGE_FIELD}{name}"), dur));
+                    self.micro_clock = Some((micro, clock));
+                } else if micro.is_some() {
+                    self.micro_clock = Some((micro, 0.0));
+                }
                 if self.pending_micro.is_empty() {
                     self.pending_first_line = line;
                 }
                 self.pending_micro.extend(fields);
+                if ends_iteration {
+                    self.close_micro();
+                    self.micro_clock = None;
+                }
             }
             TextItem::Step {
                 source,
                 step,
-                fields,
+                mut fields,
                 tail,
             } => {
+                let cut = fields.iter().any(|(k, _)| k == RECORD_CUT);
+                if cut {
+                    fields.retain(|(k, _)| k != RECORD_CUT);
+                    // A cut record whose step was cut off, among numbered ones: no step to
+                    // give it.
+                    if step.is_none() && self.numbered {
+                        self.unrecognised += 1;
+                        return;
+                    }
+                }
+                self.numbered |= step.is_some();
                 let (step, inferred) = match step {
                     Some(s) => (s, false),
                     None => {
@@ -132,6 +193,7 @@ impl TextAssembler {
                     }
                 };
                 self.flush(step);
+                fields.append(&mut self.pending_fields);
                 let mut rec = LogRecord {
                     step: Some(step),
                     timestamp: None,
@@ -152,24 +214,35 @@ impl TextAssembler {
         }
     }
 
-    /// Attach pending micro lines and warnings to `step`.
+    /// Close the pending micro lines as one iteration not yet named by a step line.
+    fn close_micro(&mut self) {
+        if self.pending_micro.is_empty() {
+            return;
+        }
+        let fields = std::mem::take(&mut self.pending_micro);
+        self.closed_micro.push((self.pending_first_line, fields));
+    }
+
+    /// Attach pending micro lines and warnings to `step`; iterations closed before it
+    /// (several per reported step) take the steps just before it.
     fn flush(&mut self, step: i64) {
         for mut ev in self.pending_events.drain(..) {
             ev.step = Some(step);
             self.events.push(ev);
         }
-        if self.pending_micro.is_empty() {
-            return;
+        self.close_micro();
+        let closed = std::mem::take(&mut self.closed_micro);
+        let n = closed.len() as i64;
+        for (i, (line, fields)) in closed.into_iter().enumerate() {
+            self.records.push(LogRecord {
+                step: Some(step - (n - 1 - i as i64)),
+                timestamp: None,
+                source: SourceKind::MicroDiag,
+                file: self.file,
+                line,
+                fields: aggregate_micro(fields),
+            });
         }
-        let fields = aggregate_micro(std::mem::take(&mut self.pending_micro));
-        self.records.push(LogRecord {
-            step: Some(step),
-            timestamp: None,
-            source: SourceKind::MicroDiag,
-            file: self.file,
-            line: self.pending_first_line,
-            fields,
-        });
     }
 
     /// Flush what is pending at end of file (to the step after the last one seen). A
@@ -182,7 +255,10 @@ impl TextAssembler {
             self.pending_events.push(ev);
         }
         let next = self.last_step.map_or(0, |s| s.saturating_add(1));
-        self.flush(next);
+        // Iterations no step line named (a log of micro lines only) are numbered on.
+        self.close_micro();
+        let extra = self.closed_micro.len().saturating_sub(1) as i64;
+        self.flush(next.saturating_add(extra));
     }
 }
 
@@ -206,6 +282,9 @@ fn aggregate_micro(fields: Vec<(String, f64)>) -> Vec<(String, f64)> {
             let take_max = k.ends_with("_std") || k.ends_with("_gb") || k == "step_time_s";
             let v = if take_max {
                 vs.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+            } else if k.starts_with(STAGE_FIELD) {
+                // A stage's time in the iteration: the sum over its micro-batches.
+                vs.iter().sum::<f64>()
             } else {
                 vs.iter().sum::<f64>() / vs.len() as f64
             };

@@ -185,15 +185,18 @@ pub(super) fn parse_iter(t: &str) -> Option<TextItem> {
 /// `[Micro k] 3. Samples scored: mem=812 MB, time=0.412s, rewards=0.5±0.1` and the
 /// unnumbered-micro `5. Optimizer step finished: mem=… MB, time=…s total`.
 pub(super) fn parse_micro(t: &str) -> Option<TextItem> {
-    let body = if let Some(rest) = t.strip_prefix("[Micro") {
-        rest.split_once(']')?.1
+    let (micro, body) = if let Some(rest) = t.strip_prefix("[Micro") {
+        let (n, body) = rest.split_once(']')?;
+        (n.trim().parse::<u32>().ok(), body)
     } else if t.contains("Optimizer step finished:") {
-        t
+        (None, t)
     } else {
         return None;
     };
     let (label, kv) = body.split_once(':')?;
     let label = label.trim();
+    let ends_iteration = label.contains("Optimizer step finished");
+    let mut stage = None;
     let mut fields = Vec::new();
     for part in split_top(kv, ',') {
         let Some((k, v)) = part.split_once('=') else {
@@ -212,8 +215,10 @@ pub(super) fn parse_micro(t: &str) -> Option<TextItem> {
         let num = words.next().unwrap_or("");
         let unit = words.next();
         if let Some((val, suffix, _)) = value_with_unit(num, unit) {
-            if k == "time" && !label.contains("Optimizer step finished") {
-                continue; // cumulative time inside the iteration, not a step time
+            if k == "time" && !ends_iteration {
+                // The micro's clock at the end of this stage, not a step time.
+                stage = Some((stage_name(label), val));
+                continue;
             }
             let key = if k == "time" {
                 "step_time_s".to_string()
@@ -223,7 +228,21 @@ pub(super) fn parse_micro(t: &str) -> Option<TextItem> {
             fields.push((key, val));
         }
     }
-    Some(TextItem::Micro { fields })
+    Some(TextItem::Micro {
+        fields,
+        micro,
+        stage,
+        ends_iteration,
+    })
+}
+
+/// `2. Samples generated` → `samples_generated` (the stage number dropped).
+fn stage_name(label: &str) -> String {
+    let words: Vec<&str> = label
+        .split_whitespace()
+        .filter(|w| !w.trim_end_matches('.').chars().all(|c| c.is_ascii_digit()))
+        .collect();
+    key_of(&words)
 }
 
 /// `step:34 - actor/pg_loss:0.0424 - actor/grad_norm:0.1296 - …` after any prefix.
@@ -293,16 +312,32 @@ pub(super) fn verl_pairs(t: &str, head: &str) -> Vec<(String, f64)> {
     out
 }
 
+/// Marks a record salvaged from a dict cut mid-line (the assembler removes it).
+pub(super) const RECORD_CUT: &str = "__record_cut";
+
 /// A Python dict repr line `{'loss': 0.0, 'grad_norm': nan, …}` (TRL/transformers stdout).
 pub(super) fn parse_py_dict(t: &str) -> Option<TextItem> {
+    let mut cut = false;
+    let mut prefix = "";
     let body = match t.find("{'") {
         Some(start) => {
-            let body = t[start..].strip_suffix('}').or_else(|| {
-                // The last `}` may come before the `{'` (`0}:.{'loss': …`): then there is
-                // no dict.
-                let end = t.rfind('}').filter(|&end| end > start)?;
-                Some(&t[start..end])
-            })?;
+            prefix = &t[..start];
+            let body = t[start..]
+                .strip_suffix('}')
+                .or_else(|| {
+                    // The last `}` may come before the `{'` (`0}:.{'loss': …`): then there
+                    // is no dict.
+                    let end = t.rfind('}').filter(|&end| end > start)?;
+                    Some(&t[start..end])
+                })
+                .or_else(|| {
+                    // A record cut mid-dict (a paste, a killed process): its whole pairs
+                    // are kept, the last (perhaps cut) one dropped.
+                    (!t[start..].contains('}')).then(|| {
+                        cut = true;
+                        &t[start..]
+                    })
+                })?;
             body.strip_prefix('{')?
         }
         // ms-swift lines pasted without their braces: `'loss': -0.0, 'grad_norm': 0.0, …`.
@@ -313,7 +348,11 @@ pub(super) fn parse_py_dict(t: &str) -> Option<TextItem> {
     };
     let mut fields = Vec::new();
     let mut step_text = None;
-    for part in split_top(body, ',') {
+    let mut parts = split_top(body, ',');
+    if cut && !body.trim_end().ends_with(',') {
+        parts.pop();
+    }
+    for part in parts {
         let Some((k, v)) = part.split_once(':') else {
             continue;
         };
@@ -332,6 +371,11 @@ pub(super) fn parse_py_dict(t: &str) -> Option<TextItem> {
             .strip_prefix("tensor(")
             .and_then(|x| x.split([',', ')']).next())
             .unwrap_or(v);
+        // Today's transformers prints values as strings (`'loss': '-4.967e-09'`, `'nan'`).
+        let v = v
+            .strip_prefix('\'')
+            .and_then(|x| x.strip_suffix('\''))
+            .unwrap_or(v);
         let f = match v {
             "True" => Some(1.0),
             "False" => Some(0.0),
@@ -344,14 +388,20 @@ pub(super) fn parse_py_dict(t: &str) -> Option<TextItem> {
     if fields.is_empty() {
         return None;
     }
+    if cut {
+        fields.push((RECORD_CUT.to_string(), 1.0));
+    }
     // TRL/HF write no step (numbered in order); TRL PPO counts `episode`s, LLaMA-Factory
     // `current_steps`, ms-swift `global_step/max_steps`.
-    let step = step_text.or_else(|| {
-        ["step", "global_step", "current_steps", "episode"]
-            .iter()
-            .find_map(|name| fields.iter().find(|(k, _)| k == name))
-            .map(|(_, v)| *v as i64)
-    });
+    // A `step 12: {…}` / `iteration 5 {…}` prefix (slime's `step N:` / `perf N:`) names it too.
+    let step = step_text
+        .or_else(|| {
+            ["step", "global_step", "current_steps", "episode"]
+                .iter()
+                .find_map(|name| fields.iter().find(|(k, _)| k == name))
+                .map(|(_, v)| *v as i64)
+        })
+        .or_else(|| super::step_prefix::prefix_step(prefix));
     if fields.iter().any(|(k, _)| k.starts_with("eval_"))
         && !fields.iter().any(|(k, _)| k == "loss" || k == "grad_norm")
     {

@@ -7,13 +7,17 @@
 //! notebook progress tables in markdown or text pipes (`Step | Training Loss | reward`);
 //! Megatron ` iteration N/ M | lm loss: … | grad norm: nan |` lines; verl console lines
 //! soft-wrapped onto a continuation line; nanoGPT `step N: train loss X, val loss Y`
-//! evaluation lines (kept apart from training steps, marked [`EVAL_MARK`]).
+//! evaluation lines (kept apart from training steps, marked [`EVAL_MARK`]); generic
+//! `key: value` / `key=value` step lines with a step key anywhere (DeepSpeed-Chat, minimind:
+//! [`kv`]); `step N:` / `iteration N` prefixes name the step of the record they precede.
 //!
 //! Units are normalised in keys: `…ms`/`…s` → `<name>_s` seconds, `MB`/`GB` → `<name>_gb`.
 
 mod assemble;
 mod exceptions;
+mod kv;
 mod lines;
+mod step_prefix;
 mod tables;
 #[cfg(test)]
 mod tests;
@@ -58,7 +62,18 @@ pub enum TextItem {
     Micro {
         /// `micro_` prefixed metrics.
         fields: Vec<(String, f64)>,
+        /// The micro-batch index (`[Micro k]`), when the line names one.
+        micro: Option<u32>,
+        /// The stage (`samples_generated`) and the micro's clock at its end (`time=…s`,
+        /// counted from the micro's first stage).
+        stage: Option<(String, f64)>,
+        /// The line ends an iteration (`Optimizer step finished`).
+        ends_iteration: bool,
     },
+    /// Metrics for the step reported next (DeepSpeed-Chat's timing line).
+    Pending(Vec<(String, f64)>),
+    /// Metrics of the step reported last (DeepSpeed-Chat's `average reward score:`).
+    Attach(Vec<(String, f64)>),
     /// A warning line that is an event (`advantages_near_zero`, `logprobs_near_zero`).
     Warning(&'static str),
     /// `Traceback (most recent call last):` ([`exceptions`]).
@@ -79,6 +94,10 @@ pub fn parse_text_line(line: &str) -> TextItem {
         .unwrap_or(line);
     let t = line.trim();
     if t.trim_start_matches('>').trim().is_empty() {
+        return TextItem::Blank;
+    }
+    // A rule between records (`-----`, `=====`).
+    if t.len() >= 3 && t.bytes().all(|b| matches!(b, b'-' | b'=' | b'*' | b'#')) {
         return TextItem::Blank;
     }
     if t.contains("Saved adapter weights") || t.contains("saving checkpoint") {
@@ -116,6 +135,9 @@ pub fn parse_text_line(line: &str) -> TextItem {
     }
     if is_verl_continuation(t) {
         return TextItem::Continuation(t.to_string());
+    }
+    if let Some(item) = kv::parse_kv_line(t) {
+        return item;
     }
     exceptions::parse_traceback(line).unwrap_or(TextItem::Other)
 }

@@ -4,7 +4,7 @@ use super::*;
 
 fn fields(item: &TextItem) -> Vec<(String, f64)> {
     match item {
-        TextItem::Step { fields, .. } | TextItem::Micro { fields } => fields.clone(),
+        TextItem::Step { fields, .. } | TextItem::Micro { fields, .. } => fields.clone(),
         _ => vec![],
     }
 }
@@ -127,6 +127,9 @@ fn micro_lines_attach_to_next_iter() {
             ("micro_mem_gb".to_string(), 900.0 / 1024.0),
             ("micro_rewards_mean".to_string(), 0.5),
             ("micro_rewards_std".to_string(), 0.0),
+            // Each micro's clock reads 0.4 s at the end of its first logged stage: 0.8 s in
+            // the iteration.
+            ("stage_s/samples_scored".to_string(), 0.8),
         ]
     );
 }
@@ -285,4 +288,58 @@ fn notebook_table_no_log_cells_are_missing_values() {
         ]
     );
     assert_eq!(a.records[1].fields.len(), 3);
+}
+
+#[test]
+fn cut_dicts_are_salvaged_unless_their_step_was_cut_off() {
+    // Unnumbered TRL dicts: the cut record keeps its whole pairs and is numbered on.
+    let mut a = TextAssembler::new(0);
+    for (i, l) in [
+        "{'loss': 0.5, 'grad_norm': 1.5, 'epoch': 0.1}",
+        "{'loss': 0.4, 'grad_norm': 1.25, 'lea",
+    ]
+    .iter()
+    .enumerate()
+    {
+        a.push(i as u64 + 1, parse_text_line(l));
+    }
+    a.finish();
+    assert_eq!(a.records.len(), 2);
+    assert_eq!(a.records[1].step, Some(1));
+    assert_eq!(
+        a.records[1].fields,
+        vec![
+            ("loss".to_string(), 0.4),
+            ("grad_norm".to_string(), 1.25),
+            ("step_inferred".to_string(), 1.0)
+        ]
+    );
+    // Numbered records (TRL PPO's `episode`): a cut record without its step is dropped, not
+    // given a made-up one.
+    let mut a = TextAssembler::new(0);
+    for (i, l) in [
+        "{'loss': 0.5, 'episode': 16}",
+        "------------------------------",
+        "{'loss': 0.4, 'episo",
+    ]
+    .iter()
+    .enumerate()
+    {
+        a.push(i as u64 + 1, parse_text_line(l));
+    }
+    a.finish();
+    assert_eq!(a.records.len(), 1);
+    assert_eq!(a.unrecognised, 1);
+}
+
+#[test]
+fn quoted_values_and_step_prefixes() {
+    let it = parse_text_line("step 7: {'loss': '-4.967e-09', 'grad_norm': 'nan', 'kl': 'inf'}");
+    let TextItem::Step { step, fields, .. } = it else {
+        panic!("a step");
+    };
+    assert_eq!(step, Some(7));
+    assert_eq!(fields[0], ("loss".to_string(), -4.967e-09));
+    assert!(fields[1].1.is_nan());
+    assert_eq!(fields[2].1, f64::INFINITY);
 }

@@ -255,6 +255,21 @@ impl Unpickler<'_, '_, '_> {
         }
     }
 
+    /// Why global `module.name` is refused; named with the `builtins.getattr` it would be
+    /// looked up by, when it is that call's first argument (`getattr(torch.load, …)`).
+    pub(super) fn refusal(&self, module: &str, name: &str) -> String {
+        let mut m = format!(
+            "refused global {module}.{name}: only torch tensor, storage and container \
+             globals are allowed (this reader never imports or runs code)"
+        );
+        if let Some(Node::Global(Global::Getattr, g)) = self.stack.last().map(|&i| &self.nodes[i]) {
+            m.push_str(&format!(
+                "; {g} looks up only a named data class's nested class"
+            ));
+        }
+        m
+    }
+
     /// A call of a [`Global::DataClass`]: the dict `{"__class__": name}`, with
     /// `"__args__": args` when called with arguments (an enum member, a rebuild function).
     fn data_object(&mut self, gname: &str, args: &[Id]) -> Result<Id, FormatError> {

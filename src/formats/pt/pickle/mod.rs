@@ -789,10 +789,7 @@ impl Unpickler<'_, '_, '_> {
                 self.push(Node::Global(g, format!("{module}.{name}").into()));
                 Ok(())
             }
-            None => Err(self.err(format!(
-                "refused global {module}.{name}: only torch tensor, storage and container \
-                 globals are allowed (this reader never imports or runs code)"
-            ))),
+            None => Err(self.err(self.refusal(module, name))),
         }
     }
 }
