@@ -242,3 +242,69 @@ fn seed_003_verdict_per_hypothesis() {
         .unwrap()
         .contains("hypotheses"));
 }
+
+/// The command line: a folder of completions only is judged (exit 1 on an error finding,
+/// 0 on healthy text), never refused as "no metric"; `--why` prints the table.
+#[test]
+fn command_line_judges_completions_only_inputs() {
+    use assert_cmd::Command;
+    let out = Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(fixture("verl_leak"))
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["completions_read"], 16);
+    let names: Vec<&str> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["detector"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["completions-template-leak", "completions-repetition"]
+    );
+    let out = Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(fixture("verl_healthy"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(fixture("no_improvement"))
+        .args(["--why", "--format", "markdown"])
+        .output()
+        .unwrap();
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("## Why: a verdict per hypothesis"), "{md}");
+    assert!(md.contains("| H06 | LoRA / weight sync"), "{md}");
+}
+
+/// The completions detectors run with every detector or with the families they extend
+/// (`--empty-completions`, `--truncation`), not with an unrelated flag.
+#[test]
+fn detector_flags_select_the_completions_detectors() {
+    let only = |d: &str| ScanOptions {
+        detectors: vec![d.to_string()],
+        ..ScanOptions::default()
+    };
+    let r = scan(&[fixture("verl_leak")], &only("nan-grad")).unwrap();
+    assert!(r.findings.is_empty(), "{:#?}", r.findings);
+    assert_eq!(r.completions_read, 16);
+    let r = scan(&[fixture("verl_leak")], &only("truncation")).unwrap();
+    assert_eq!(r.findings.len(), 2);
+}

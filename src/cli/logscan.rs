@@ -271,7 +271,9 @@ const NOT_EVIDENCE: &[&str] = &["lr", "eval_activity", "trained_tokens", "val_lo
 /// was read and which keys were not understood.
 pub fn nothing_usable(report: &ScanReport) -> Result<()> {
     let events = report.events.iter().any(|e| e.kind != "checkpoint");
+    // Completions were read and judged by the completions detectors.
     if events
+        || report.completions_read > 0
         || report
             .metrics
             .iter()

@@ -66,7 +66,7 @@ const END_TOKENS: [&str; 6] = [
 ];
 
 /// A completion quoted for a finding: control characters escaped, cut at
-/// [`QUOTE_CHARS`] characters.
+/// 60 characters (`QUOTE_CHARS`).
 pub fn quote(s: &str) -> String {
     let mut out = String::from("\"");
     for (n, c) in s.chars().enumerate() {

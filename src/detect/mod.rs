@@ -29,6 +29,10 @@
 //!
 //! | stages | `[Micro k] n. <stage>: … time=…s` lines: the stage with the largest share of iteration time (info); a stage whose last-quarter mean > 1.5 × its first quarter's | info / warning |
 //!
+//! The completions themselves (blank, garbled, template leak, loops, one answer for every
+//! prompt, never-terminating) are judged by [`completions_text`]; [`hypotheses`] gives a
+//! verdict per hypothesis for a run that does not improve (`logscan --why`).
+//!
 //! On a preference run (DPO family) GRPO's KL rules do not run (KTO's `kl` is a batch estimate)
 //! and zero-grad fires on a single step (a DPO loss always has a gradient).
 

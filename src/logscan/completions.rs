@@ -117,8 +117,22 @@ pub fn findings(files: &[CompletionFile], frame: &LogFrame) -> Vec<Finding> {
 }
 
 /// Add the completions findings of `files` to `findings` (worst first again) and make
-/// the metric findings' causes agree with them.
-pub fn merge(findings: &mut Vec<Finding>, files: &[CompletionFile], frame: &LogFrame) {
+/// the metric findings' causes agree with them. They have no flag of their own: they run
+/// with every detector, or with `--empty-completions` / `--truncation` (`selected`), the
+/// metric families they extend.
+pub fn merge(
+    findings: &mut Vec<Finding>,
+    files: &[CompletionFile],
+    frame: &LogFrame,
+    selected: &[String],
+) {
+    let wanted = selected.is_empty()
+        || selected
+            .iter()
+            .any(|d| d == "empty-completions" || d == "truncation");
+    if !wanted {
+        return;
+    }
     findings.extend(self::findings(files, frame));
     completions_text::reconcile(findings);
     findings.sort_by(|a, b| {
@@ -140,4 +154,9 @@ pub fn keep_for_why(mut opts: super::ScanOptions) -> super::ScanOptions {
         }
     }
     opts
+}
+
+/// For serde: a zero count is left out of the JSON report.
+pub fn is_zero(n: &usize) -> bool {
+    *n == 0
 }

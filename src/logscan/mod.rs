@@ -109,6 +109,10 @@ pub struct ScanReport {
     /// A verdict per hypothesis H01–H06 (with `--why`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hypotheses: Option<detect::hypotheses::HypothesisTable>,
+    /// Completions read (TRL parquet, W&B tables, rollout dumps) and judged by the
+    /// completions detectors: something was read even with no metric.
+    #[serde(skip_serializing_if = "completions::is_zero")]
+    pub completions_read: usize,
 }
 
 impl ScanReport {
@@ -229,7 +233,7 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
         gspo_advice(&mut findings, &level);
     }
     if !completion_files.is_empty() {
-        completions::merge(&mut findings, &completion_files, &frame);
+        completions::merge(&mut findings, &completion_files, &frame, &opts.detectors);
         col.files.extend(completions::file_stats(&completion_files));
     }
     let mut event_counts = std::collections::BTreeMap::new();
@@ -254,6 +258,7 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
             .then(|| detect::hypotheses::verdicts(&frame, &findings)),
         findings,
         not_understood: frame.unmapped_keys().to_vec(),
+        completions_read: completion_files.iter().map(|f| f.items.len()).sum(),
         frame,
         events,
     })
