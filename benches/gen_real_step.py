@@ -3,6 +3,14 @@ the side-by-side benchmark (benches/real_step.sh). Nothing here is committed out
 
     python3 benches/gen_real_step.py OUT_DIR [--ranks 12] [--micros 2] [--rows 64]
                                              [--length 4096] [--prompt 256]
+                                             [--no-echo] [--dynamic-micros]
+
+--no-echo: the loss files' extra_info holds only epoch and batch_idx (no entropy_coeff, no
+  loss_agg_mode), as a trainer that does not echo its settings writes it: the consumer has
+  to infer the coefficient and the aggregation from the dumped terms.
+--dynamic-micros: each rank's micros * rows rows split into micros of different sizes (as
+  dynamic batch sizing by token count does), each between rows / 2 and 3 * rows / 2; the
+  rows are drawn as in the default layout (the same generator, in the same order).
 
 OUT_DIR/self_hosted_pt (what `DataDumper` writes from the trainer and the FSDP actor):
   trajectory/step_000000.pt      {step, num_trajectories, trajectories: [{tokens: [int],
@@ -83,13 +91,31 @@ def is_loss(logp, old, adv_rows, mask, ent):
     }
 
 
-def loss_file(r, m, L):
+def loss_file(r, m, L, echo=True):
+    extra = {"epoch": 0, "batch_idx": m}
+    if echo:
+        extra.update({"entropy_coeff": ENTROPY_COEFF, "loss_agg_mode": "token-mean"})
     return {
         "step": 0, "rank": r, "micro_idx": m, "loss": float(L["loss"]), "pg_loss": float(L["pg"]),
-        "entropy_loss": float(L["ent"]), "metrics": dict(L["metrics"]),
-        "extra_info": {"epoch": 0, "batch_idx": m, "entropy_coeff": ENTROPY_COEFF,
-                       "loss_agg_mode": "token-mean"},
+        "entropy_loss": float(L["ent"]), "metrics": dict(L["metrics"]), "extra_info": extra,
     }
+
+
+def micro_sizes(ranks, micros, rows, dynamic):
+    """Rows of each (rank, micro): `rows` each, or each rank's micros * rows split unevenly
+    (a generator of its own, so the default layout's draws are untouched)."""
+    if not dynamic or micros == 1:
+        return [[rows] * micros for _ in range(ranks)]
+    rs = np.random.RandomState(7)
+    out = []
+    for _ in range(ranks):
+        while True:
+            s = rs.randint(max(rows // 2, 1), 3 * rows // 2 + 1, size=micros - 1).tolist()
+            last = micros * rows - sum(s)
+            if max(rows // 2, 1) <= last <= 3 * rows // 2:
+                out.append(s + [last])
+                break
+    return out
 
 
 def param_file(r, which, t, m=None):
@@ -110,9 +136,13 @@ def main():
     ap.add_argument("--rows", type=int, default=64, help="rows per micro-batch")
     ap.add_argument("--length", type=int, default=4096, help="longest response R")
     ap.add_argument("--prompt", type=int, default=256, help="longest prompt P")
+    ap.add_argument("--no-echo", action="store_true", help="no coefficients in extra_info")
+    ap.add_argument("--dynamic-micros", action="store_true", help="micros of different sizes")
     a = ap.parse_args()
-    R, P, mb = a.length, a.prompt, a.rows
-    B = a.ranks * a.micros * mb
+    sizes = micro_sizes(a.ranks, a.micros, a.rows, a.dynamic_micros)
+    echo = not a.no_echo
+    R, P = a.length, a.prompt
+    B = a.ranks * a.micros * a.rows
     rs = np.random.RandomState(20251123)
     rewards = rs.randint(0, 2, size=B).astype(np.float64)
     groups = np.arange(B) // GROUP
@@ -127,7 +157,8 @@ def main():
     trajectories = []
     for r in range(a.ranks):
         for m in range(a.micros):
-            base = (r * a.micros + m) * mb
+            base = r * a.micros * a.rows + sum(sizes[r][:m])
+            mb = sizes[r][m]
             resp = rs.randint(R // 4, R + 1, size=mb)
             prompt = rs.randint(max(P // 8, 1), P + 1, size=mb)
             mask = (np.arange(R)[None, :] < resp[:, None]).astype(np.int32)
@@ -159,7 +190,7 @@ def main():
                 "step": 0, "rank": r, "micro_idx": m, "log_probs": new_t, "entropy": ent,
                 "response_mask": mask_t, "log_probs_shape": [mb, R], "entropy_shape": [mb, R],
                 "input_ids": torch.from_numpy(ids)})
-            save(a.out, "self_hosted_pt", "loss", name(r, m), loss_file(r, m, L))
+            save(a.out, "self_hosted_pt", "loss", name(r, m), loss_file(r, m, L, echo))
             # Weaver: bf16-rounded log-probs, tensors trimmed to the micro's longest response,
             # input_ids in the datum layout (tokens[:-1], right-padded).
             Rm = int(resp.max())
@@ -180,7 +211,7 @@ def main():
                 "response_mask": wmask, "log_probs_shape": [mb, Rm], "entropy_shape": [mb, Rm],
                 "input_ids": torch.from_numpy(dids),
                 "extra_info": {"micro_batch_size": mb, "input_layout": "datum"}})
-            save(a.out, "weaver_pt", "loss", name(r, m), loss_file(r, m, WL))
+            save(a.out, "weaver_pt", "loss", name(r, m), loss_file(r, m, WL, echo))
             save(a.out, "weaver_pt", "is_loss_debug", name(r, m), {
                 "step": 0, "rank": r, "micro_idx": m, "log_probs": wnew, "old_log_probs": wold,
                 "advantages": WL["A"], "prob_ratio": WL["ratio"], "elementwise_loss": WL["elem"],
@@ -204,7 +235,9 @@ def main():
         "batch_info": {"batch_size": B, "input_ids_shape": [B, P + R]}})
     save(a.out, "self_hosted_pt", "trajectory", name(), {
         "step": 0, "num_trajectories": B, "trajectories": trajectories})
-    print("wrote %s: %d ranks x %d micros x %d rows x %d tokens" % (a.out, a.ranks, a.micros, mb, R))
+    print("wrote %s: %d ranks x %d micros x %d rows x %d tokens%s%s" % (
+        a.out, a.ranks, a.micros, a.rows, R, "" if echo else ", coefficients not echoed",
+        ", micro sizes %s" % sizes if a.dynamic_micros else ""))
 
 
 if __name__ == "__main__":

@@ -27,11 +27,7 @@ fn stack_layout(path: &Path) -> Option<String> {
         let ranks: BTreeSet<usize> = d.cells.iter().map(|c| c.rank).collect();
         let micros = d.cells.iter().filter(|c| c.micro.is_some()).count();
         let rows: usize = d.cells.iter().map(|c| c.batch.row_count()).sum();
-        let roles: Vec<&str> = d
-            .roles()
-            .into_iter()
-            .map(crate::dumpdiff::model_compare::role_name)
-            .collect();
+        let roles: Vec<&str> = d.roles().into_iter().map(|r| r.name()).collect();
         let _ = writeln!(
             out,
             "step {step}: ranks {ranks:?}, {} cells ({micros} micro-batch), {rows} rows, \

@@ -694,8 +694,8 @@ fn each_detector_alone_matches_all(inputs: &[PathBuf]) -> usize {
 /// findings must be exactly those it has in a run of every detector, on every input. In
 /// debug builds a read of an undeclared metric also fails the run outright.
 /// Findings the fixture inputs give across the 24 detectors run alone (the two crash logs:
-/// one `crash` finding each; nanogpt_seed one `stages`; the stacks logs 11: deepspeed-chat,
-/// slime, kto and verl one each, transformers 8 — its one-token completions are EOS first).
+/// one `crash` finding each; nanogpt_seed one `stages`; the stacks logs 12: deepspeed-chat,
+/// slime, kto and verl one each, transformers 8 with empty-completions' one-token rule).
 const FIXTURE_FINDINGS: usize = 42;
 
 #[test]

@@ -654,6 +654,15 @@ fn bench_analyse() {
     let spec = std::env::var("MISMATCH_BENCH").unwrap_or_else(|_| "32,2,64,8192".into());
     let d: Vec<usize> = spec.split(',').map(|x| x.parse().unwrap()).collect();
     let step = synthetic_step(d[0], d[1], d[2], d[3]);
+    let status = |key: &str| -> u64 {
+        std::fs::read_to_string("/proc/self/status")
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+            .unwrap_or(0)
+    };
+    let rss_input_kb = status("VmRSS:");
     let rounds: usize = std::env::var("MISMATCH_ROUNDS")
         .ok()
         .and_then(|x| x.parse().ok())
@@ -687,6 +696,17 @@ fn bench_analyse() {
             serde_json::json!({"shape": spec, "times_s": times, "median_s": times[rounds / 2]}),
         );
     }
+    let peak_kb = status("VmHWM:");
+    println!(
+        "input step in memory {} MB, process peak {} MB: analysis above the input <= {} MB",
+        rss_input_kb / 1024,
+        peak_kb / 1024,
+        peak_kb.saturating_sub(rss_input_kb) / 1024
+    );
+    out.insert(
+        "memory".into(),
+        serde_json::json!({"input_rss_mb": rss_input_kb / 1024, "peak_mb": peak_kb / 1024, "analysis_above_input_mb_at_most": peak_kb.saturating_sub(rss_input_kb) / 1024}),
+    );
     if let Ok(p) = std::env::var("MISMATCH_BENCH_JSON") {
         std::fs::write(p, serde_json::to_string_pretty(&out).unwrap()).unwrap();
     }

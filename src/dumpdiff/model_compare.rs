@@ -213,12 +213,7 @@ fn per_token(b: &TokenBatch) -> BTreeMap<String, &TokenTensor> {
 
 /// The model's name of a role (`rollout`, `old`, `current`, `reference`).
 pub fn role_name(r: LogProbSource) -> &'static str {
-    match r {
-        LogProbSource::Rollout => "rollout",
-        LogProbSource::Old => "old",
-        LogProbSource::Current => "current",
-        LogProbSource::Reference => "reference",
-    }
+    r.name()
 }
 
 /// Compare sides `a` and `b` (two [`StepDump`]s of one step).

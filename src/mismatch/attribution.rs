@@ -7,7 +7,7 @@
 //! *lift* is its share of `Σ |Δ|` over its share of the tokens: 1 when it carries its
 //! weight, more when the mismatch concentrates there.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use crate::model::finding::{Finding, Severity};
 
@@ -218,18 +218,28 @@ pub mod thresholds {
 /// Token ids below this are counted in a dense table (a vocabulary); others in a map.
 pub const DENSE_IDS: i64 = 1 << 22;
 
-/// `|Δ|` statistics per token id: dense for vocabulary-sized ids, a map for the rest.
+/// `|Δ|` statistics per token id: a dense table for ids below a limit set by the cell's
+/// size (a vocabulary, when the cell is large enough to fill it), a map for the rest.
 #[derive(Debug, Clone, Default)]
 pub struct TokenAccs {
     dense: Vec<Acc>,
-    sparse: HashMap<i64, Acc>,
+    limit: i64,
+    sparse: crate::logs::fastline::FxMap<i64, Acc>,
 }
 
 impl TokenAccs {
+    /// A table for a cell of `tokens` tokens: ids below `min(DENSE_IDS, max(4096, 2 ·
+    /// tokens))` are counted densely.
+    pub fn for_tokens(tokens: usize) -> Self {
+        TokenAccs {
+            limit: DENSE_IDS.min((2 * tokens as i64).max(4096)),
+            ..TokenAccs::default()
+        }
+    }
     /// Add a token `id` with `Δ = d`.
     #[inline]
     pub fn push(&mut self, id: i64, d: f64) {
-        if (0..DENSE_IDS).contains(&id) {
+        if (0..self.limit).contains(&id) {
             let i = id as usize;
             if i >= self.dense.len() {
                 self.dense
@@ -242,6 +252,7 @@ impl TokenAccs {
     }
     /// Merge another table.
     pub fn merge(&mut self, o: TokenAccs) {
+        self.limit = self.limit.max(o.limit);
         if self.dense.len() < o.dense.len() {
             self.dense.resize(o.dense.len(), Acc::default());
         }
@@ -255,7 +266,15 @@ impl TokenAccs {
         }
     }
     /// Every id seen with its statistics.
-    pub fn into_vec(self) -> Vec<(i64, Acc)> {
+    pub fn into_vec(mut self) -> Vec<(i64, Acc)> {
+        // An id counted sparsely in one cell and densely in another: one entry.
+        let mut rest = Vec::new();
+        for (id, acc) in std::mem::take(&mut self.sparse) {
+            match usize::try_from(id).ok().filter(|i| *i < self.dense.len()) {
+                Some(i) => self.dense[i].merge(&acc),
+                None => rest.push((id, acc)),
+            }
+        }
         let mut v: Vec<(i64, Acc)> = self
             .dense
             .into_iter()
@@ -263,7 +282,7 @@ impl TokenAccs {
             .filter(|(_, a)| a.count > 0)
             .map(|(i, a)| (i as i64, a))
             .collect();
-        v.extend(self.sparse);
+        v.extend(rest);
         v
     }
 }

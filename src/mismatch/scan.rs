@@ -158,7 +158,7 @@ pub fn scan_cell(cd: CellData, p: &ScanParams) -> CellOut {
     let mut g = Gathered::default();
     let mut hist = Histogram::new();
     let mut cell_acc = Acc::default();
-    let mut tokens = TokenAccs::default();
+    let mut tokens = TokenAccs::for_tokens(rows * t);
     let floor = f64::from_bits(p.floor.load(std::sync::atomic::Ordering::Relaxed));
     let mut abs_vals: Vec<f64> = Vec::new();
     let mut d = vec![0.0; rows * t];

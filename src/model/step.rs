@@ -103,6 +103,19 @@ pub struct RowMeta {
     pub version: Option<i64>,
 }
 
+impl LogProbSource {
+    /// The model's name of a role (`rollout`, `old`, `current`, `reference`), as every
+    /// report prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogProbSource::Rollout => "rollout",
+            LogProbSource::Old => "old",
+            LogProbSource::Current => "current",
+            LogProbSource::Reference => "reference",
+        }
+    }
+}
+
 impl TokenBatch {
     /// The log-probs of `source`, when dumped.
     pub fn log_probs(&self, source: LogProbSource) -> Option<&TokenTensor> {
