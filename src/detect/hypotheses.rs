@@ -60,7 +60,7 @@ pub struct HypothesisTable {
 }
 
 /// Canonical metrics the table reads.
-pub const METRICS: [&str; 11] = [
+pub const TABLE_METRICS: [&str; 11] = [
     "reward_mean",
     "reward_std",
     "frac_reward_zero_std",

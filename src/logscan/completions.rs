@@ -147,7 +147,7 @@ pub fn merge(
 /// narrow the frame.
 pub fn keep_for_why(mut opts: super::ScanOptions) -> super::ScanOptions {
     if opts.why {
-        for m in crate::detect::hypotheses::METRICS {
+        for m in crate::detect::hypotheses::TABLE_METRICS {
             if !opts.also_keep.iter().any(|k| k == m) {
                 opts.also_keep.push(m.to_string());
             }
