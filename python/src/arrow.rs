@@ -50,10 +50,7 @@ pub fn export_stream(df: &DataFrame) -> ffi::ArrowArrayStream {
         .map(|c| c.field().to_arrow(compat))
         .collect();
     let dtype = ArrowDataType::Struct(fields);
-    let n_chunks = df
-        .columns()
-        .first()
-        .map_or(1, |c| c.n_chunks().max(1));
+    let n_chunks = df.columns().first().map_or(1, |c| c.n_chunks().max(1));
     let height = df.height();
     let df = df.clone();
     let item_dtype = dtype.clone();

@@ -55,8 +55,14 @@ pub fn events_frame(events: &[LogEvent], files: &[FileStats]) -> Result<DataFram
     let path_of = |f: usize| files.get(f).map(|s| s.path.display().to_string());
     let format_of = |f: usize| files.get(f).map(|s| s.format.clone());
     let mut cols = vec![
-        Column::new("kind".into(), events.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>()),
-        Column::new("step".into(), events.iter().map(|e| e.step).collect::<Vec<_>>()),
+        Column::new(
+            "kind".into(),
+            events.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "step".into(),
+            events.iter().map(|e| e.step).collect::<Vec<_>>(),
+        ),
         Column::new(
             "reported_step".into(),
             events.iter().map(|e| e.reported_step).collect::<Vec<_>>(),
@@ -65,15 +71,30 @@ pub fn events_frame(events: &[LogEvent], files: &[FileStats]) -> Result<DataFram
             "step_inferred".into(),
             events.iter().map(|e| e.step_inferred).collect::<Vec<_>>(),
         ),
-        Column::new("timestamp".into(), events.iter().map(|e| e.timestamp).collect::<Vec<_>>()),
+        Column::new(
+            "timestamp".into(),
+            events.iter().map(|e| e.timestamp).collect::<Vec<_>>(),
+        ),
         Column::new(
             "level".into(),
             events.iter().map(|e| e.level.clone()).collect::<Vec<_>>(),
         ),
-        Column::new("file".into(), events.iter().map(|e| path_of(e.file)).collect::<Vec<_>>()),
-        Column::new("line".into(), events.iter().map(|e| e.line as i64).collect::<Vec<_>>()),
-        Column::new("run".into(), events.iter().map(|e| i64::from(e.run)).collect::<Vec<_>>()),
-        Column::new("text".into(), events.iter().map(|e| e.text.clone()).collect::<Vec<_>>()),
+        Column::new(
+            "file".into(),
+            events.iter().map(|e| path_of(e.file)).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "line".into(),
+            events.iter().map(|e| e.line as i64).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "run".into(),
+            events.iter().map(|e| i64::from(e.run)).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "text".into(),
+            events.iter().map(|e| e.text.clone()).collect::<Vec<_>>(),
+        ),
         Column::new(
             "source_format".into(),
             events.iter().map(|e| format_of(e.file)).collect::<Vec<_>>(),

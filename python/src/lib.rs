@@ -27,7 +27,11 @@ use rlforensics::logscan::{scan, ScanOptions};
 /// `dumpdiff --inspect PATH --export-frames DIR` writes as Parquet.
 #[pyfunction]
 #[pyo3(signature = (path, step=None))]
-fn read_dump(py: Python<'_>, path: PathBuf, step: Option<i64>) -> PyResult<BTreeMap<String, ArrowFrame>> {
+fn read_dump(
+    py: Python<'_>,
+    path: PathBuf,
+    step: Option<i64>,
+) -> PyResult<BTreeMap<String, ArrowFrame>> {
     let frames = py
         .detach(|| {
             // A path that is not there is an I/O error naming it, not a naming complaint.
@@ -46,7 +50,12 @@ fn read_dump(py: Python<'_>, path: PathBuf, step: Option<i64>) -> PyResult<BTree
 /// for the benchmark that compares the Python read with the Rust one in the same build.
 #[pyfunction]
 #[pyo3(signature = (path, step=None, repeats=5))]
-fn _rust_read_dump_seconds(py: Python<'_>, path: PathBuf, step: Option<i64>, repeats: usize) -> PyResult<f64> {
+fn _rust_read_dump_seconds(
+    py: Python<'_>,
+    path: PathBuf,
+    step: Option<i64>,
+    repeats: usize,
+) -> PyResult<f64> {
     py.detach(|| {
         let mut best = f64::INFINITY;
         for _ in 0..repeats.max(1) {

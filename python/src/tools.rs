@@ -14,7 +14,9 @@ pub const TOOLS: [&str; 5] = ["dumpdiff", "logscan", "losscheck", "mismatch", "p
 
 /// A usage error in the Python caller's arguments (clap's own message).
 fn usage(e: clap::Error) -> PyErr {
-    to_py(rlforensics::Error::Usage(e.render().to_string().trim_end().to_string()))
+    to_py(rlforensics::Error::Usage(
+        e.render().to_string().trim_end().to_string(),
+    ))
 }
 
 /// Run `logscan` with `argv` (the arguments after the program name, `--format json`
