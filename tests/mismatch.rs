@@ -860,3 +860,43 @@ fn logged_metrics_are_judged_for_jumps_and_growth() {
     assert_eq!(growth.len(), 1);
     assert!(growth[0].explanation.starts_with("rollout_corr/kl"));
 }
+
+#[test]
+fn the_command_reads_every_stack_fixture_or_names_what_it_lacks() {
+    // fixtures/stacks/: the same step in each producer's layout (tests/stacks.rs).
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/stacks");
+    let kl = |dir: &str| -> Option<f64> {
+        let dir = root.join(dir);
+        let reader = rlforensics::producers::step_reader_for(&dir).unwrap();
+        let step = reader.read_step(&dir, 3).unwrap();
+        analyse(&step, &Options::default())
+            .ok()
+            .map(|r| r.metric("rollout_corr/kl").unwrap())
+    };
+    let v = kl("verl").unwrap();
+    for d in ["verl_numpy", "nemo_rl", "slime", "sglang_dumper"] {
+        close(d, kl(d).unwrap(), v, 1e-12);
+    }
+    let dir = root.join("areal");
+    let step = rlforensics::producers::step_reader_for(&dir)
+        .unwrap()
+        .read_step(&dir, 3)
+        .unwrap();
+    let err = analyse(&step, &Options::default()).unwrap_err().to_string();
+    assert!(err.contains("holds no log-prob role"), "{err}");
+    let dir = root.join("verl_rollout_skip");
+    let step = rlforensics::producers::step_reader_for(&dir)
+        .unwrap()
+        .read_step(&dir, 3)
+        .unwrap();
+    let err = analyse(&step, &Options::default()).unwrap_err().to_string();
+    assert!(err.contains("[rollout]"), "{err}");
+    let code = rlforensics::cli::mismatch::run_cli(["mismatch", dir.to_str().unwrap(), "-q"]);
+    assert_eq!(code, 2);
+    let code = rlforensics::cli::mismatch::run_cli([
+        "mismatch",
+        root.join("verl").to_str().unwrap(),
+        "-q",
+    ]);
+    assert_eq!(code, 0);
+}

@@ -101,13 +101,34 @@ pub fn analyse(step: &StepDump, opts: &Options) -> Result<StepReport> {
     let roles = step.roles();
     if !roles.contains(&a) || !roles.contains(&b) || step.cells.is_empty() {
         let held: Vec<&str> = roles.iter().map(|r| role_name(*r)).collect();
+        // Roles some cells hold and others do not, with how many hold each.
+        let mut some: BTreeMap<LogProbSource, usize> = BTreeMap::new();
+        for c in &step.cells {
+            for r in c.batch.log_probs.keys() {
+                *some.entry(*r).or_default() += 1;
+            }
+        }
+        let partial: Vec<String> = some
+            .iter()
+            .filter(|(r, _)| !roles.contains(r))
+            .map(|(r, n)| format!("{} in {n} of {} cells", role_name(*r), step.cells.len()))
+            .collect();
         return Err(Error::format(
             &step.root,
             Position::File,
             format!(
-                "step {} holds the log-prob roles [{}] in every cell; comparing {} with {} needs both (choose with --pair)",
+                "step {} holds {} in every cell{}; comparing {} with {} needs both (choose with --pair)",
                 step.step,
-                held.join(", "),
+                if held.is_empty() {
+                    "no log-prob role".to_string()
+                } else {
+                    format!("the log-prob roles [{}]", held.join(", "))
+                },
+                if partial.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", partial.join(", "))
+                },
                 role_name(a),
                 role_name(b)
             ),
