@@ -56,3 +56,26 @@ for name, t, m in [("wc -l", wc, -1), ("logscan --zero-loss --nan-grad", ls, m_l
     print(f"{name:40s} {t:8.2f} s {mb / t:9.1f} MB/s{peak}")
 print(f"logscan / polars speed ratio: {pl / ls:.2f}x   logscan / wc -l: {wc / ls:.2f}x")
 PY
+
+# hyperfine (when installed): the same two logscan runs on steps.jsonl, and logscan on each
+# tracker input found under $TRACKERS (default /tmp/rlf_trackers_bench, written by
+# benches/gen_trackers.py: tfevents_<MB>/, wandb_<MB>/), exported as JSON under
+# benches/results/ (MB/s = size / mean).
+if command -v hyperfine > /dev/null; then
+  mkdir -p benches/results
+  RUNS=${RUNS:-5}
+  hyperfine --warmup 1 --runs "$RUNS" -N --ignore-failure \
+    --export-json "benches/results/logscan_steps_${SIZE_MB}mb.json" \
+    "$BIN $DATA --zero-loss --nan-grad --fail-on critical --no-color" \
+    "$BIN $DATA --fail-on critical --no-color"
+  TRACKERS=${TRACKERS:-/tmp/rlf_trackers_bench}
+  for dir in "$TRACKERS"/tfevents_"$SIZE_MB" "$TRACKERS"/wandb_"$SIZE_MB"; do
+    [ -d "$dir" ] || continue
+    kind=$(basename "$dir")
+    BYTES_T=$(du -sb "$dir" | cut -f1)
+    echo "$kind: $BYTES_T bytes"
+    hyperfine --warmup 1 --runs "$RUNS" -N --ignore-failure \
+      --export-json "benches/results/logscan_${kind}.json" \
+      "$BIN $dir --fail-on critical --no-color"
+  done
+fi

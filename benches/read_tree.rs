@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use rayon::prelude::*;
-use rlforensics::readers::{layout::DumpTree, read_any};
 use rlforensics::Value;
+use rlforensics::{formats::read_any, producers::layout::DumpTree};
 
 /// Decode every tensor (and numeric list) under `v` to f64; returns elements decoded.
 fn decode_all(v: &Value) -> usize {

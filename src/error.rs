@@ -137,3 +137,19 @@ impl Error {
 
 /// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What a path of type `ft` is when it holds no bytes to read to an end ("a directory",
+/// "a socket", "a device": `/dev/zero` never ends), or `None` for a file or a FIFO: the
+/// one refusal the dump readers and the log readers share, named in their errors.
+pub fn not_a_file(ft: std::fs::FileType) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt as _;
+    if ft.is_dir() {
+        Some("a directory")
+    } else if ft.is_socket() {
+        Some("a socket")
+    } else if ft.is_block_device() || ft.is_char_device() {
+        Some("a device")
+    } else {
+        None
+    }
+}

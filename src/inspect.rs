@@ -8,10 +8,44 @@ use std::path::Path;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 
 use crate::error::{Error, Position, Result};
-use crate::readers::layout::{DumpTree, Kind};
-use crate::readers::{read_any, FileFormat};
+use crate::formats::{read_any, FileFormat};
+use crate::producers::layout::{DumpTree, Kind};
 use crate::tensor::Tensor;
 use crate::value::Value;
+
+/// A tree (or file) of one of the whole-step producers ([`crate::producers::step_readers`]:
+/// verl, NeMo-RL, slime/Miles, SGLang's dumper, AReaL): its producer, steps, and per step
+/// its ranks, cells and log-prob roles. `None` when no such producer recognises it (or
+/// several do, or a step cannot be read: the caller's own error is the better message).
+fn stack_layout(path: &Path) -> Option<String> {
+    let reader = crate::producers::step_reader_for(path).ok()?;
+    let steps = reader.steps(path).ok()?;
+    let mut out = format!("{}  (producer: {})\n", path.display(), reader.name());
+    let _ = writeln!(out, "steps: {steps:?}");
+    for &step in steps.iter().take(SHOWN_ITEMS) {
+        let d = reader.read_step(path, step).ok()?;
+        let ranks: BTreeSet<usize> = d.cells.iter().map(|c| c.rank).collect();
+        let micros = d.cells.iter().filter(|c| c.micro.is_some()).count();
+        let rows: usize = d.cells.iter().map(|c| c.batch.row_count()).sum();
+        let roles: Vec<&str> = d.roles().into_iter().map(|r| r.name()).collect();
+        let _ = writeln!(
+            out,
+            "step {step}: ranks {ranks:?}, {} cells ({micros} micro-batch), {rows} rows, \
+             log-prob roles [{}]{}",
+            d.cells.len(),
+            roles.join(", "),
+            if d.unplaced.is_empty() {
+                String::new()
+            } else {
+                format!(", {} keys not in the model", d.unplaced.len())
+            }
+        );
+    }
+    if steps.len() > SHOWN_ITEMS {
+        let _ = writeln!(out, "… {} more steps", steps.len() - SHOWN_ITEMS);
+    }
+    Some(out)
+}
 
 /// Items of a list shown before the rest is summarised.
 const SHOWN_ITEMS: usize = 4;
@@ -25,6 +59,7 @@ pub fn inspect_path(path: &Path) -> Result<String> {
     if path.is_dir() {
         return DumpTree::discover(path)
             .map(|t| render_layout(&t))
+            .or_else(|e| stack_layout(path).ok_or(e))
             .map_err(|e| {
                 // A folder named like a file (`x.pt/`, e.g. an unzipped archive) is most likely
                 // not meant as a dump tree: say what it is rather than only what is missing.
@@ -42,7 +77,10 @@ pub fn inspect_path(path: &Path) -> Result<String> {
                 }
             });
     }
-    let value = read_any(path)?;
+    let value = match read_any(path) {
+        Ok(v) => v,
+        Err(e) => return stack_layout(path).ok_or(e),
+    };
     let size = match std::fs::metadata(path) {
         Ok(m) if m.is_file() => human_bytes(m.len()),
         _ => "stream".to_string(),
@@ -67,7 +105,7 @@ pub fn frames_for_path(path: &Path, step: Option<i64>) -> Result<crate::frames::
     let coords = path
         .file_stem()
         .and_then(|s| s.to_str())
-        .and_then(crate::readers::layout::parse_stem);
+        .and_then(crate::producers::layout::parse_stem);
     let (Some(kind), Some((file_step, rank, micro))) = (kind, coords) else {
         return Err(Error::format(
             path,
@@ -77,7 +115,7 @@ pub fn frames_for_path(path: &Path, step: Option<i64>) -> Result<crate::frames::
         ));
     };
     let value = read_any(path)?;
-    let file = crate::readers::layout::DumpFile {
+    let file = crate::producers::layout::DumpFile {
         path: path.to_path_buf(),
         kind,
         step: file_step,
@@ -88,7 +126,7 @@ pub fn frames_for_path(path: &Path, step: Option<i64>) -> Result<crate::frames::
             .map_err(|e| crate::error::Error::io(path, e))?
             .len(),
     };
-    let pairs: Vec<(&crate::readers::layout::DumpFile, &Value)> =
+    let pairs: Vec<(&crate::producers::layout::DumpFile, &Value)> =
         if step.is_none_or(|s| s == file_step) {
             vec![(&file, &value)]
         } else {

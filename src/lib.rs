@@ -3,11 +3,11 @@
 //! Offline forensics for GRPO/GSPO post-training runs. Reads, without torch, the tensor
 //! dumps (`.pt`, `.safetensors`, `.npy`/`.npz`, one-line `.jsonl`) and logs a run leaves
 //! on disk, maps each producer's files into one typed model of a step ([`model`], through
-//! [`readers::producers`]), and normalises them into polars frames ([`frames`]).
+//! [`producers`]), and normalises them into polars frames ([`frames`]).
 //!
-//! Layers point down only: [`model`] ← [`readers`] ← [`compare`], [`kernels`], [`detect`]
-//! ← the tools ([`logscan`], [`dumpdiff`], [`losscheck`], [`postmortem`]) ← [`render`] ←
-//! [`cli`] and the binaries.
+//! Layers point down only: [`model`] ← [`formats`], [`logs`] ← [`producers`] ←
+//! [`compare`], [`kernels`], [`detect`] ← [`judge`] ← the tools ([`logscan`], [`dumpdiff`],
+//! [`losscheck`], [`postmortem`]) ← [`render`] ← [`cli`] and the binaries.
 //!
 //! Every normalised table of a dump tree is a [`polars::frame::DataFrame`]: `scalars`
 //! (one row per number of a file), `tokens` (one row per file × row × position, one
@@ -15,7 +15,7 @@
 //!
 //! ```no_run
 //! use rlforensics::frames::build_frames;
-//! use rlforensics::readers::layout::DumpTree;
+//! use rlforensics::producers::layout::DumpTree;
 //!
 //! let tree = DumpTree::discover("fixtures/dumps/self_hosted_pt".as_ref())?;
 //! let frames = build_frames(&tree, Some(0))?;
@@ -31,11 +31,12 @@
 //! The typed records behind them, one producer mapping per layout:
 //!
 //! ```no_run
-//! use rlforensics::readers::{self, layout::{DumpTree, Kind}, producers::nexrl_self_hosted};
+//! use rlforensics::formats;
+//! use rlforensics::producers::{layout::{DumpTree, Kind}, nexrl_self_hosted};
 //!
 //! let tree = DumpTree::discover("fixtures/dumps/self_hosted_pt".as_ref())?;
 //! if let Some(f) = tree.get(Kind::Trajectory, 0, None, None) {
-//!     let value = readers::read_any(&f.path)?;
+//!     let value = formats::read_any(&f.path)?;
 //!     for t in nexrl_self_hosted::trajectories(&f.path, &value)?.rows {
 //!         println!("{} {:?} {:?}", t.index, t.reward, t.group);
 //!     }
@@ -51,15 +52,19 @@ pub mod dumpdiff;
 pub mod error;
 pub mod exit_codes;
 pub mod fmt;
+pub mod formats;
 pub mod frames;
 pub mod inspect;
 pub mod json;
+pub mod judge;
 pub mod kernels;
+pub mod logs;
 pub mod logscan;
 pub mod losscheck;
+pub mod mismatch;
 pub mod model;
 pub mod postmortem;
-pub mod readers;
+pub mod producers;
 pub mod render;
 pub mod tensor;
 pub mod value;

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rlforensics::readers::{dump_jsonl, npy, read_any, safetensors};
+use rlforensics::formats::{dump_jsonl, npy, read_any, safetensors};
 use rlforensics::{Error, Position, Tensor, Value};
 
 fn root() -> PathBuf {

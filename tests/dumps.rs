@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use polars::prelude::{AnyValue, ChunkCompareEq, DataFrame};
+use rlforensics::formats::{read_any, FileFormat};
 use rlforensics::frames::{build_frames, tokens_hash};
-use rlforensics::readers::layout::{DumpTree, Kind, Producer};
-use rlforensics::readers::{read_any, FileFormat};
+use rlforensics::producers::layout::{DumpTree, Kind, Producer};
 use rlforensics::{DType, Value};
 use serde_json::Value as J;
 
@@ -539,7 +539,7 @@ fn format_comes_from_the_extension() {
 #[test]
 fn every_fixture_file_maps_into_the_model_as_the_generator_wrote_it() {
     use rlforensics::model::step::LogProbSource;
-    use rlforensics::readers::producers::mapping;
+    use rlforensics::producers::mapping;
     let m = manifest();
     let (mut batches, mut records) = (0, 0);
     for (tree, producer) in TREES {

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use assert_cmd::Command;
-use rlforensics::readers::layout::DumpTree;
-use rlforensics::readers::{dump_jsonl, npy, pt, read_any, safetensors};
+use rlforensics::formats::{dump_jsonl, npy, pt, read_any, safetensors};
+use rlforensics::producers::layout::DumpTree;
 use rlforensics::{Error, Position, Value};
 
 fn fixtures() -> PathBuf {
@@ -998,11 +998,11 @@ fn replay(target: &str, bytes: &[u8]) {
         }
         "textlog" => {
             let text = String::from_utf8_lossy(bytes);
-            let mut asm = rlforensics::readers::textlog::TextAssembler::new(0);
+            let mut asm = rlforensics::logs::textlog::TextAssembler::new(0);
             for (i, line) in text.lines().enumerate() {
                 asm.push(
                     i as u64 + 1,
-                    rlforensics::readers::textlog::parse_text_line(line),
+                    rlforensics::logs::textlog::parse_text_line(line),
                 );
             }
             asm.finish();
@@ -1036,7 +1036,7 @@ fn fuzz_regressions_do_not_panic() {
 /// `parse_py_dict` slice backwards (`begin > end`) and panic.
 #[test]
 fn closing_brace_before_a_py_dict_line_is_not_a_panic() {
-    use rlforensics::readers::textlog::{parse_text_line, TextItem};
+    use rlforensics::logs::textlog::{parse_text_line, TextItem};
     let text = std::fs::read_to_string(
         fixtures().join("fuzz-regressions/textlog/brace_before_py_dict.log"),
     )
@@ -1055,7 +1055,7 @@ fn closing_brace_before_a_py_dict_line_is_not_a_panic() {
 /// release). The flush now saturates.
 #[test]
 fn huge_step_then_end_of_file_flush_does_not_overflow() {
-    use rlforensics::readers::textlog::{parse_text_line, TextAssembler};
+    use rlforensics::logs::textlog::{parse_text_line, TextAssembler};
     let data =
         std::fs::read(fixtures().join("fuzz-regressions/textlog/huge_step_then_micro_flush.log"))
             .unwrap();

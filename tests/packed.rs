@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use rlforensics::readers::pt::pickle::unpickle;
-use rlforensics::readers::read_any;
+use rlforensics::formats::pt::pickle::unpickle;
+use rlforensics::formats::read_any;
 use rlforensics::value::{Ints, Packed};
 use rlforensics::Value;
 use serde_json::Value as Json;
@@ -552,7 +552,7 @@ fn jsonl_lists_read_packed_and_heterogeneous_ones_item_by_item() {
 
 #[test]
 fn trajectories_handed_over_one_by_one_are_the_items_of_a_whole_read() {
-    use rlforensics::readers::pt::{pickle::Each, read_pt_map_each};
+    use rlforensics::formats::pt::{pickle::Each, read_pt_map_each};
     let path = Path::new("fixtures/dumps/self_hosted_pt/trajectory/step_000000.pt");
     let whole = read_any(path).unwrap();
     let want = whole.get("trajectories").and_then(Value::as_seq).unwrap();
@@ -606,7 +606,7 @@ fn trajectories_handed_over_one_by_one_are_the_items_of_a_whole_read() {
 /// Unpickle `p` handing the items under root key "t" to a hook that keeps their length:
 /// the read's outcome and the indices of the items handed over, whether it failed or not.
 fn each_run(p: &[u8]) -> (Result<Value, String>, Vec<usize>) {
-    use rlforensics::readers::pt::pickle::{unpickle_each, Each};
+    use rlforensics::formats::pt::pickle::{unpickle_each, Each};
     let mut seen = Vec::new();
     let mut each = |i: usize, t: Value| -> Result<Value, String> {
         seen.push(i);
@@ -708,7 +708,7 @@ fn a_dict_handed_early_that_was_part_of_an_item_fails_the_streamed_read() {
     let e = each_lengths(p).unwrap_err();
     assert!(e.contains("not the batch's first items"), "{e}");
     // Read without the hook, the same bytes are a list of two pairs of dicts.
-    let v = rlforensics::readers::pt::pickle::unpickle(p, "data.pkl", &mut |_| {
+    let v = rlforensics::formats::pt::pickle::unpickle(p, "data.pkl", &mut |_| {
         Err("no storages".into())
     })
     .unwrap();
@@ -737,7 +737,7 @@ fn trajectory_pickle() -> Vec<u8> {
 /// those a whole read finds there, in order. Early hand-over never hands a wrong item.
 #[test]
 fn streamed_items_are_the_whole_reads_items_under_mutation() {
-    use rlforensics::readers::pt::pickle::{unpickle_each, Each};
+    use rlforensics::formats::pt::pickle::{unpickle_each, Each};
     let base = trajectory_pickle();
     let ops = b"()eus012hq}]at\x85\x86\x87KMJN.";
     let mut seed = 0x2545_f491_4f6c_dd1du64;

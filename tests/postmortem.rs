@@ -207,7 +207,7 @@ fn html_parses_and_embeds_every_plot() {
     ]))
     .unwrap();
     assert_eq!(out.code, 1);
-    let rd = dir.path().join("20251009-130000");
+    let rd = dir.path(); // --output DIR is written into itself
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(rd.join("summary.json")).unwrap()).unwrap();
     let keys: Vec<&str> = summary["plots"]
@@ -270,7 +270,7 @@ fn corpus_run_without_failures_still_gets_a_report() {
     let ps = p.to_str().unwrap();
     let out = run(&args(&[ps, "--output", dir.path().to_str().unwrap()])).unwrap();
     assert_eq!(out.code, 0);
-    let rd = dir.path().join("20251008-110028");
+    let rd = dir.path(); // --output DIR is written into itself
     for f in [
         "report.md",
         "report.html",
@@ -353,8 +353,7 @@ fn run_dumps(run_dir: &Path, extra: &[&str]) -> (u8, serde_json::Value, String, 
     ];
     v.extend_from_slice(extra);
     let r = run(&args(&v)).unwrap();
-    let name = run_dir.canonicalize().unwrap();
-    let rd = out.path().join(name.file_name().unwrap());
+    let rd = out.path(); // --output DIR is written into itself
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(rd.join("summary.json")).unwrap()).unwrap();
     let md = std::fs::read_to_string(rd.join("report.md")).unwrap();

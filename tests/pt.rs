@@ -7,7 +7,7 @@ use predicates::prelude::*;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rlforensics::readers::pt::{read_pt, read_pt_bytes};
+use rlforensics::formats::pt::{read_pt, read_pt_bytes};
 use rlforensics::{DType, Position, Tensor, Value};
 use serde_json::Value as Json;
 
@@ -562,7 +562,7 @@ fn every_safe_loader_class_matches_torch() {
     for (name, want) in &exp {
         // read_any: the .bin name is recognised by its first bytes.
         let got =
-            rlforensics::readers::read_any(&safe(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+            rlforensics::formats::read_any(&safe(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
         let mut tensors = Vec::new();
         check_safe(&got, want, name, &mut tensors);
         for (a, ga) in &tensors {
@@ -628,7 +628,7 @@ fn memchr_last(h: &[u8], n: &[u8]) -> usize {
 
 #[test]
 fn legacy_format_reads_under_any_name_and_truncation_is_named() {
-    let v = rlforensics::readers::read_any(&safe("legacy_model.bin")).unwrap();
+    let v = rlforensics::formats::read_any(&safe("legacy_model.bin")).unwrap();
     assert_eq!(v.as_dict().unwrap().len(), 7);
     let bytes = std::fs::read(safe("legacy.pt")).unwrap();
     let v = read_pt_bytes(Arc::new(bytes.clone())).unwrap();

@@ -15,7 +15,7 @@ use rlforensics::dumpdiff::report::{Cell, Coverage, Report, Section, SideSummary
 use rlforensics::dumpdiff::{run, Options};
 use rlforensics::logscan::{scan, ScanOptions};
 use rlforensics::model::finding::Severity;
-use rlforensics::readers::layout::{DumpTree, Producer};
+use rlforensics::producers::layout::{DumpTree, Producer};
 use rlforensics::render::dumpdiff::{
     coverage_lines, json::JsonRenderer, markdown::MarkdownRenderer, summary_line,
     table::TableRenderer,
@@ -286,7 +286,7 @@ fn losscheck_tree_report() -> rlforensics::losscheck::report::Report {
 fn losscheck_inputs_report() -> rlforensics::losscheck::report::Report {
     let file = Path::new("fixtures/kernels/trl_grpo_normal.safetensors");
     let cfg = rlforensics::kernels::presets::preset("trl-grpo").unwrap();
-    let value = rlforensics::readers::read_any(file).unwrap();
+    let value = rlforensics::formats::read_any(file).unwrap();
     let inputs = rlforensics::losscheck::inputs_from_value(&value, file, &cfg).unwrap();
     rlforensics::losscheck::report::Report::Inputs(
         rlforensics::losscheck::report::InputsReport::compute(&inputs, &cfg, file).unwrap(),
@@ -311,19 +311,37 @@ fn snapshot_losscheck_every_format() {
     }
 }
 
-/// The table format of a tree is exactly one `Verdict::line` per cell.
+/// The table format of a tree: the count line, one table row per cell, and below it what
+/// each cell that is not consistent says in its `Verdict::line` (after its file name).
 #[test]
-fn losscheck_table_is_the_verdict_lines() {
+fn losscheck_table_is_a_count_line_a_row_per_cell_and_the_faults() {
     let report = losscheck_tree_report();
     let rlforensics::losscheck::report::Report::Tree(t) = &report else {
         panic!("a tree report");
     };
-    let want: String = t.verdicts.iter().map(|v| v.line() + "\n").collect();
-    let got = rlforensics::render::losscheck::table::TableRenderer
-        .render(&report)
-        .unwrap();
-    assert_eq!(got, want);
-    assert_eq!(got.lines().count(), t.verdicts.len());
+    let got = rlforensics::render::losscheck::table::TableRenderer {
+        color: false,
+        width: None,
+    }
+    .render(&report)
+    .unwrap();
+    assert_eq!(
+        got.lines().next().unwrap(),
+        rlforensics::render::losscheck::table::count_line(t)
+    );
+    let rows = got.lines().filter(|l| l.contains(" ┆ ")).count();
+    assert_eq!(rows, t.verdicts.len() + 1, "a header and a row per cell");
+    for v in &t.verdicts {
+        let line = v.line();
+        let head = format!("rank {} micro {} {}: ", v.rank, v.micro, v.file.display());
+        let what = line.strip_prefix(&head).unwrap();
+        let shown = got.lines().any(|l| l.ends_with(what));
+        assert_eq!(
+            shown,
+            v.status != rlforensics::losscheck::Status::Consistent,
+            "{line}"
+        );
+    }
 }
 
 #[test]

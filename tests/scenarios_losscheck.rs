@@ -332,18 +332,24 @@ fn the_table_names_the_conventions_that_differ_from_the_preset() {
     let out = Command::cargo_bin("losscheck")
         .unwrap()
         .current_dir(seed_dir(530))
+        .env_remove("COLUMNS")
         .args(["--dump-dir", "weaver_pt", "--step", "0"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8(out.stdout).unwrap();
-    let first = text.lines().next().unwrap();
+    // The count line, then the conventions.
+    assert_eq!(
+        text.lines().next().unwrap(),
+        "losscheck step 0: PASS — 2 cells consistent with their own inputs"
+    );
+    let first = text.lines().nth(1).unwrap();
     assert!(
         first.starts_with("conventions: agg seq-mean-token-sum-norm/14 (inferred, explains 2/2 cells), kl_estimator K1 (inferred, explains 2/2 cells), entropy_coeff 1e-4 (inferred, explains 2/2 cells, ±"),
         "{first}"
     );
     assert_eq!(
-        text.lines().filter(|l| l.contains(": consistent")).count(),
+        text.lines().filter(|l| l.contains("┆ consistent ")).count(),
         2
     );
 }
@@ -389,7 +395,7 @@ fn step_check_settles_conventions_for_callers_that_judge_one_cell_at_a_time() {
     use rlforensics::kernels::presets::preset;
     use rlforensics::losscheck::overrides::Overrides;
     use rlforensics::losscheck::{Status, StepCheck, Tolerance};
-    use rlforensics::readers::layout::DumpTree;
+    use rlforensics::producers::layout::DumpTree;
     let tree = DumpTree::discover(&seed_dir(530).join("weaver_pt")).unwrap();
     let cfg = preset("nexrl-is").unwrap();
     let tol = Tolerance::default();

@@ -1,14 +1,20 @@
 //! The one integration-test binary (one link, like ripgrep's tests/tests.rs); one module per area.
 mod arrays;
 mod cli;
+mod cli_first_day;
+mod cli_lib;
+mod completions;
 mod corpus;
+mod docs;
 mod dumpdiff;
 mod dumps;
 mod hardening;
 mod layers;
 mod logscan;
 mod logscan_crash;
+mod logscan_stacks;
 mod losscheck;
+mod mismatch;
 mod packed;
 mod postmortem;
 mod pt;
@@ -17,4 +23,5 @@ mod render;
 mod scenarios;
 mod scenarios_adjudication;
 mod scenarios_losscheck;
+mod stacks;
 mod trackers;

@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 use predicates::str::contains;
+use rlforensics::logs::trackers::{self, TrackerKind};
 use rlforensics::logscan::compare::{compare_reports, CompareReport};
 use rlforensics::logscan::{scan, ScanOptions, ScanReport};
 use rlforensics::model::log::SourceKind;
-use rlforensics::readers::trackers::{self, TrackerKind};
 
 fn fixture(p: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -155,7 +155,8 @@ fn mlflow_file_store_values_equal_mlflow_client_and_params_are_config() {
         d.iter().map(|c| c.key.as_str()).collect::<Vec<_>>(),
         ["learning_rate"]
     );
-    // Two runs in one mlruns/ folder are two inputs, not one merged frame.
+    // Two runs in one folder are two runs, not one merged frame: each scanned on its own,
+    // side by side (issue 31).
     let two = tempfile::tempdir().unwrap();
     for run in ["a", "b"] {
         let src = fixture(&format!("mlflow/run_{run}/mlruns"));
@@ -165,8 +166,8 @@ fn mlflow_file_store_values_equal_mlflow_client_and_params_are_config() {
         .unwrap()
         .arg(two.path())
         .assert()
-        .code(2)
-        .stderr(contains("holds 2 MLflow runs"));
+        .code(1)
+        .stdout(contains("2 runs, each scanned on its own"));
     let two_wb = tempfile::tempdir().unwrap();
     for run in ["a", "b"] {
         copy_tree(
@@ -178,8 +179,8 @@ fn mlflow_file_store_values_equal_mlflow_client_and_params_are_config() {
         .unwrap()
         .arg(two_wb.path())
         .assert()
-        .code(2)
-        .stderr(contains("holds 2 W&B runs"));
+        .code(1)
+        .stdout(contains("2 runs, each scanned on its own"));
 }
 
 fn copy_tree(src: &Path, dst: &Path) {
@@ -1315,7 +1316,7 @@ fn nan_and_infinities_are_values_in_the_text_and_parquet_formats() {
 
 /// A TFRecord of `data` (length, masked CRC-32C of it, data, masked CRC-32C of the data).
 fn tfrecord(out: &mut Vec<u8>, data: &[u8]) {
-    use rlforensics::readers::trackers::tfevents::masked_crc;
+    use rlforensics::logs::trackers::tfevents::masked_crc;
     let len = (data.len() as u64).to_le_bytes();
     out.extend_from_slice(&len);
     out.extend_from_slice(&masked_crc(&len).to_le_bytes());
@@ -1326,8 +1327,8 @@ fn tfrecord(out: &mut Vec<u8>, data: &[u8]) {
 #[test]
 fn long_tracker_files_read_across_many_batches_with_late_keys() {
     use prost::Message;
-    use rlforensics::readers::trackers::tfevents::{Event, Summary, SummaryValue, TensorProto};
-    use rlforensics::readers::trackers::wandb::{HistoryItem, HistoryRecord, HistoryStep, Record};
+    use rlforensics::logs::trackers::tfevents::{Event, Summary, SummaryValue, TensorProto};
+    use rlforensics::logs::trackers::wandb::{HistoryItem, HistoryRecord, HistoryStep, Record};
     // 30,000 steps of 3 keys (far more values than one batch holds), a 4th key only from
     // step 25,000, and every 1,000th step's kl as a tensor (the prost path) amid the
     // allocation-free walk.

@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use rlforensics::model::log::SourceKind;
-use rlforensics::readers::{events, steps};
+use rlforensics::logs::{events, steps};
 
 fuzz_target!(|data: &[u8]| {
     for (i, raw) in data.split(|&b| b == b'\n').enumerate() {

@@ -10,10 +10,10 @@ mod common;
 
 fuzz_target!(|data: &[u8]| {
     // The same bytes through both readers: an .npz is a zip of .npy members.
-    if let Ok(v) = rlforensics::readers::npy::read_npy_bytes(Arc::new(data.to_vec())) {
+    if let Ok(v) = rlforensics::formats::npy::read_npy_bytes(Arc::new(data.to_vec())) {
         common::touch(&v);
     }
-    if let Ok(v) = rlforensics::readers::npy::read_npz_bytes(data) {
+    if let Ok(v) = rlforensics::formats::npy::read_npz_bytes(data) {
         common::touch(&v);
     }
 });

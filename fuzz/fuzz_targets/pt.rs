@@ -9,7 +9,7 @@ use libfuzzer_sys::fuzz_target;
 mod common;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(v) = rlforensics::readers::pt::read_pt_bytes(Arc::new(data.to_vec())) {
+    if let Ok(v) = rlforensics::formats::pt::read_pt_bytes(Arc::new(data.to_vec())) {
         common::touch(&v);
     }
 });

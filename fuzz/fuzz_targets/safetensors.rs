@@ -10,7 +10,7 @@ mod common;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(v) =
-        rlforensics::readers::safetensors::read_safetensors_bytes(Arc::new(data.to_vec()))
+        rlforensics::formats::safetensors::read_safetensors_bytes(Arc::new(data.to_vec()))
     {
         common::touch(&v);
     }

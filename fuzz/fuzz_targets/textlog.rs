@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rlforensics::readers::textlog::{parse_text_line, TextAssembler};
+use rlforensics::logs::textlog::{parse_text_line, TextAssembler};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

@@ -1,17 +1,5 @@
-//! `postmortem`: a crashed or failed run turned into a report. Thin: parse, run, exit.
+//! `postmortem`: a shim over [`rlforensics::cli::postmortem::run_cli`], where the command lives.
 
-use std::process::ExitCode;
-
-use rlforensics::cli;
-use rlforensics::cli::postmortem::{run, PostmortemArgs};
-
-fn main() -> ExitCode {
-    let args: PostmortemArgs = match cli::parse() {
-        Ok(a) => a,
-        Err(code) => return code,
-    };
-    match run(&args) {
-        Ok(out) => cli::finish("postmortem", &out.stdout, args.common.quiet, out.code),
-        Err(err) => cli::fail("postmortem", &err),
-    }
+fn main() -> std::process::ExitCode {
+    std::process::ExitCode::from(rlforensics::cli::postmortem::run_cli(std::env::args_os()))
 }

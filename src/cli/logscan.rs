@@ -1,11 +1,12 @@
-//! The `logscan` command line: arguments (clap derive) and `run`, which does everything
-//! but print, so the binary stays a few lines and tests call it directly.
+//! The `logscan` command line: arguments (clap derive), `run`, which does everything but
+//! print, so tests call it directly, and [`run_cli`], the whole command the binary shims.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::Parser;
 
-use crate::cli::{FailOn, Format};
+use crate::cli::{self as shared, CommonFlags, FailOn, Format};
 use crate::detect::THRESHOLDS;
 use crate::error::{Error, Result};
 use crate::exit_codes::{EXIT_CLEAN, EXIT_FOUND};
@@ -17,7 +18,7 @@ use crate::render::{self, Renderer, Style};
 /// The defaults table shown by `--help`.
 pub fn thresholds_help() -> String {
     let mut s = String::from(
-        "Detectors (all run when none is given):\n  zero-loss dead-groups nan-grad grad-spike zero-grad kl-explosion kl-negative\n  entropy-collapse truncation empty-completions adv-explosion slowdown mem-growth\n  logprob-mismatch plateau grad-not-flowing clip-high reward-constant\n\nThresholds (override with --threshold NAME=VALUE):\n",
+        "Detectors (all run when none is given):\n  zero-loss dead-groups nan-grad grad-spike zero-grad kl-explosion kl-negative\n  entropy-collapse truncation empty-completions adv-explosion slowdown mem-growth\n  logprob-mismatch plateau grad-not-flowing clip-high reward-constant bounds\n  first-update kl-zero preference stages\n\nThresholds (override with --threshold NAME=VALUE):\n",
     );
     for (name, v, what) in THRESHOLDS {
         s.push_str(&format!("  {name:<28} {v:<8} {what}\n"));
@@ -29,15 +30,22 @@ pub fn thresholds_help() -> String {
 
 /// The inputs `--help` lists: one command per kind of input, and `--compare`.
 const EXAMPLES: &str = "
-Inputs (a folder means every log and tracker file in it; one run per input):
+Inputs (a folder means every log and tracker file in it; files of one folder are one run,
+several runs are each scanned on their own and reported one after the other; a folder of
+run folders means each of them):
   logscan runs/20251009-091500                  steps.jsonl + events.jsonl of a run folder
-  logscan train.log --nan-grad --dead-groups    a console log (verl, TRL, Megatron, nanoGPT, ...)
+  logscan train.log --nan-grad --dead-groups    a console log (verl, TRL, Megatron, nanoGPT, DeepSpeed-Chat, minimind, slime, ...)
+  logscan debug_runs/                           every run folder in it, side by side
   logscan tb_logs/run_1                         TensorBoard events.out.tfevents.* (sub-folders too)
   logscan wandb/offline-run-20260101_000000-abc W&B run-*.wandb, or files/wandb-summary.json + output.log
   logscan export.csv                            W&B CSV export or any CSV with a step column
   logscan mlruns/1/0a1b2c                       MLflow file store run (metrics/, params/)
   logscan mlflow.db                             MLflow SQLite backend (one run)
   logscan ~/.cache/huggingface/trackio/proj.db  Trackio project (one run), or its proj.parquet export
+  logscan out/completions                       TRL completions_*.parquet (W&B media/table/*.table.json,
+                                                verl rollout_data_dir/*.jsonl, AReaL dump_dir/<v>/*.txt):
+                                                blank, garbled, template leak, loops, one answer for all
+  logscan run/ --why                            a verdict per hypothesis H01-H06 for a run that does not improve
   logscan --compare tb_logs/run_1 wandb/offline-run-20260101_000000-abc --plot cmp.png
                                                 where run B leaves run A, per metric, any two formats
 ";
@@ -107,6 +115,21 @@ pub struct LogscanArgs {
     /// A reward component that never changes.
     #[arg(long)]
     pub reward_constant: bool,
+    /// Absolute bounds: grad norm, loss, entropy beyond any healthy run.
+    #[arg(long)]
+    pub bounds: bool,
+    /// ppo_kl / clip fraction / ratio / KL not ~0 at the run's first update.
+    #[arg(long)]
+    pub first_update: bool,
+    /// KL exactly 0 for many steps (beta = 0 or reference = policy).
+    #[arg(long)]
+    pub kl_zero: bool,
+    /// DPO/KTO/ORPO signatures (accuracies stuck, margins saturating, log-probs falling).
+    #[arg(long)]
+    pub preference: bool,
+    /// Iteration time per stage ([Micro k] stage lines): the slowest, the growing.
+    #[arg(long)]
+    pub stages: bool,
     /// Override a threshold: NAME=VALUE (repeatable; see the table below).
     #[arg(long = "threshold", value_name = "NAME=VALUE")]
     pub thresholds: Vec<String>,
@@ -116,6 +139,12 @@ pub struct LogscanArgs {
     /// Stdout format.
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
+    /// Add a verdict per hypothesis for a run that does not improve (H01 advantage scaling,
+    /// H02 token masking, H03 KL term, H04 context truncation, H05 reward signal, H06 LoRA /
+    /// weight sync): supported / not supported / cannot tell, with the evidence and what
+    /// to log or run to decide.
+    #[arg(long)]
+    pub why: bool,
     /// Write the JSON report (with schema_version) to FILE.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -168,6 +197,11 @@ impl LogscanArgs {
             (self.grad_not_flowing, "grad-not-flowing"),
             (self.clip_high, "clip-high"),
             (self.reward_constant, "reward-constant"),
+            (self.bounds, "bounds"),
+            (self.first_update, "first-update"),
+            (self.kl_zero, "kl-zero"),
+            (self.preference, "preference"),
+            (self.stages, "stages"),
         ];
         flags
             .iter()
@@ -230,6 +264,48 @@ pub fn nothing_read(paths: &[PathBuf], report: &crate::logscan::ScanReport) -> R
     Err(Error::Usage(lines.join("\n")))
 }
 
+/// Canonical metrics no detector judges a run by (bookkeeping and schedule).
+const NOT_EVIDENCE: &[&str] = &["lr", "eval_activity", "trained_tokens", "val_loss"];
+
+/// Never "no findings" on records that hold no metric a detector uses: exit 2 naming what
+/// was read and which keys were not understood.
+pub fn nothing_usable(report: &ScanReport) -> Result<()> {
+    let events = report.events.iter().any(|e| e.kind != "checkpoint");
+    // Completions were read and judged by the completions detectors.
+    if events
+        || report.completions_read > 0
+        || report
+            .metrics
+            .iter()
+            .any(|m| !NOT_EVIDENCE.contains(&m.as_str()))
+    {
+        return Ok(());
+    }
+    let records: u64 = report.files.iter().map(|f| f.records).sum();
+    let files: Vec<String> = report
+        .files
+        .iter()
+        .map(|f| format!("{} ({})", f.path.display(), f.format))
+        .collect();
+    let read = if report.metrics.is_empty() {
+        "no metric logscan knows".to_string()
+    } else {
+        format!("only {}", report.metrics.join(", "))
+    };
+    let keys = if report.not_understood.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; keys not understood: {} (map them with --aliases FILE)",
+            report.not_understood.join(", ")
+        )
+    };
+    Err(Error::Usage(format!(
+        "read {records} record(s) from {} but {read}: nothing a detector can judge{keys}",
+        files.join(", ")
+    )))
+}
+
 /// What the binary prints and returns.
 #[derive(Debug)]
 pub struct RunOutput {
@@ -264,9 +340,19 @@ pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
         } else {
             Vec::new()
         },
+        why: args.why,
     };
-    let report = scan(&args.paths, &opts)?;
-    nothing_read(&args.paths, &report)?;
+    let opts = crate::logscan::completions::keep_for_why(opts);
+    let groups = crate::logscan::runs::group_runs(&args.paths)?;
+    if groups.len() > 1 {
+        return run_several(args, &opts, color, &groups);
+    }
+    let paths = groups
+        .first()
+        .map_or_else(|| args.paths.clone(), |g| g.paths.clone());
+    let report = scan(&paths, &opts)?;
+    nothing_read(&paths, &report)?;
+    nothing_usable(&report)?;
     if let Some(out) = &args.output {
         let text = render::logscan::json::JsonRenderer.render(&report)?;
         std::fs::write(out, text).map_err(|e| Error::io(out, e))?;
@@ -290,12 +376,89 @@ pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
     Ok(RunOutput { stdout, code })
 }
 
+/// Several runs: each scanned on its own and reported one after the other (JSON: a
+/// `runs` array); a run that cannot be read is reported as such and makes the exit code 2.
+fn run_several(
+    args: &LogscanArgs,
+    opts: &ScanOptions,
+    color: bool,
+    groups: &[crate::logscan::runs::RunInputs],
+) -> Result<RunOutput> {
+    if args.plot.is_some() || args.export.is_some() {
+        return Err(Error::Usage(format!(
+            "--plot and --export take one run; these inputs are {} runs: {} (compare two with --compare)",
+            groups.len(),
+            groups.iter().map(|g| g.label.as_str()).collect::<Vec<_>>().join(", ")
+        )));
+    }
+    let style = Style {
+        color: color && !args.no_color,
+        width: crate::cli::terminal_width(),
+    };
+    let mut text = format!(
+        "{} runs, each scanned on its own: {}\n",
+        groups.len(),
+        groups
+            .iter()
+            .map(|g| g.label.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut json_runs = Vec::new();
+    let mut code = EXIT_CLEAN;
+    for g in groups {
+        let scanned = scan(&g.paths, opts).and_then(|r| {
+            nothing_read(&g.paths, &r)?;
+            nothing_usable(&r)?;
+            Ok(r)
+        });
+        match scanned {
+            Ok(r) => {
+                if let Some(w) = r.worst() {
+                    if w >= args.fail_on.severity() && code == EXIT_CLEAN {
+                        code = EXIT_FOUND;
+                    }
+                }
+                let j = render::logscan::json::JsonRenderer.render(&r)?;
+                let v: serde_json::Value = serde_json::from_str(&j).unwrap_or_default();
+                json_runs.push(serde_json::json!({"run": g.label, "report": v}));
+                let body = render::by_name::<ScanReport>(args.format, style).render(&r)?;
+                text.push_str(&format!("\n== {} ==\n{body}", g.label));
+            }
+            Err(e) => {
+                code = crate::exit_codes::EXIT_BAD_INPUT;
+                json_runs.push(serde_json::json!({"run": g.label, "error": e.to_string()}));
+                text.push_str(&format!("\n== {} ==\nnot scanned: {e}\n", g.label));
+            }
+        }
+    }
+    let json = serde_json::to_string_pretty(&serde_json::json!({
+        "schema_version": crate::logscan::SCHEMA_VERSION,
+        "runs": json_runs,
+    }))
+    .unwrap_or_default();
+    if let Some(out) = &args.output {
+        std::fs::write(out, &json).map_err(|e| Error::io(out, e))?;
+    }
+    let stdout = if matches!(args.format, Format::Json) {
+        json + "\n"
+    } else {
+        text
+    };
+    Ok(RunOutput { stdout, code })
+}
+
 /// `logscan --compare`: scan both paths, compare, write `--output`/`--plot`, render.
 fn run_compare(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
     let [pa, pb] = args.paths.as_slice() else {
         return Err(Error::Usage(format!(
-            "--compare takes exactly two runs (files or directories), got {}",
-            args.paths.len()
+            "--compare takes exactly two runs (files or directories), got {}: {}",
+            args.paths.len(),
+            args.paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         )));
     };
     if !(args.tolerance.is_finite() && args.tolerance > 0.0) {
@@ -322,6 +485,7 @@ fn run_compare(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
         keep_raw: false,
         also_keep: Vec::new(),
         run: None,
+        why: false,
     };
     let scan_one = |p: &PathBuf, run: &Option<String>| -> Result<ScanReport> {
         let opts = ScanOptions {
@@ -337,8 +501,8 @@ fn run_compare(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
     let ra = scan_one(pa, &run_a)?;
     let rb = scan_one(pb, &run_b)?;
     let configs = (
-        crate::readers::trackers::run_config_of(pa, run_a.as_deref())?,
-        crate::readers::trackers::run_config_of(pb, run_b.as_deref())?,
+        crate::logs::trackers::run_config_of(pa, run_a.as_deref())?,
+        crate::logs::trackers::run_config_of(pb, run_b.as_deref())?,
     );
     let report = compare::compare_reports((pa, &ra), (pb, &rb), args.tolerance, Some(configs));
     if report.aligned_steps == 0 {
@@ -370,4 +534,69 @@ fn run_compare(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
         EXIT_CLEAN
     };
     Ok(RunOutput { stdout, code })
+}
+
+/// Invocations on a user's own logs, one on the shipped fixtures (in a clone of the
+/// repository).
+const HELP_EXAMPLES: &[&str] = &[
+    "logscan debug_runs/20251008-110028 --format markdown --output findings.json",
+    "logscan train.log --zero-loss --nan-grad",
+    "logscan --compare wandb/run-20251008_110028-abc123 wandb/run-20251009_091500-def456 --plot compare.png",
+    "logscan fixtures/logs/debug_faults/steps.jsonl --zero-loss --nan-grad",
+];
+
+/// The end of `-h`: examples, then the exit codes.
+fn short_tail() -> String {
+    shared::help_tail(HELP_EXAMPLES)
+}
+
+/// The end of `--help`: the detectors and thresholds, then the examples and exit codes.
+fn long_tail() -> String {
+    let table = thresholds_help();
+    let table = match table.find("\nExit codes:") {
+        Some(i) => &table[..i],
+        None => table.as_str(),
+    };
+    format!("{}\n\n{}", table.trim_end(), short_tail())
+}
+
+/// `logscan`'s flags and the shared ones.
+#[derive(Debug, Parser)]
+#[command(
+    name = "logscan",
+    version,
+    about = "Scan GRPO/GSPO training logs (steps.jsonl, events.jsonl, verl, HF trainer_state.json, text, TensorBoard, W&B, MLflow, Trackio, CSV) for failure signatures, or compare two runs",
+    after_help = short_tail(),
+    after_long_help = long_tail()
+)]
+struct Cli {
+    #[command(flatten)]
+    scan: LogscanArgs,
+    #[command(flatten)]
+    common: CommonFlags,
+}
+
+/// Run `logscan` on `args` (the first item is the program name, as in
+/// `std::env::args_os`) and return its exit code; output, `--help`/`--version` and usage
+/// errors as the binary gives them.
+pub fn run_cli<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let mut cli: Cli = match shared::parse_from(args) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    cli.scan.paths = cli
+        .scan
+        .paths
+        .iter()
+        .map(|p| shared::stdin_path(p))
+        .collect();
+    let color = cli.common.color.enabled() && !cli.scan.no_color;
+    match run(&cli.scan, color) {
+        Ok(out) => shared::finish("logscan", &out.stdout, cli.common.quiet, out.code),
+        Err(err) => shared::fail("logscan", &err),
+    }
 }

@@ -1,18 +1,22 @@
 //! What the four binaries share on the command line: one flag vocabulary (`--format`,
 //! `--color`, `--fail-on`, `-q`), the exit-code paragraph every `--help` ends with, `-` for
-//! stdin, and stdout writing that ends quietly (exit 0) when the reader went away (`| head`).
+//! stdin, and stdout writing that ends quietly when the reader went away (`| head`), keeping
+//! the command's verdict as its exit code.
 
+pub mod dumpdiff;
 pub mod logscan;
+pub mod losscheck;
+pub mod mismatch;
+pub mod model_compare;
 pub mod postmortem;
 pub mod sides;
 
+use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use clap::ValueEnum;
 
-use crate::exit_codes::EXIT_CLEAN;
 use crate::model::finding::Severity;
 
 /// The last paragraph of every `--help`: the exit codes of SPEC §1.
@@ -132,7 +136,7 @@ pub fn stdin_path(p: &Path) -> PathBuf {
 pub enum Written {
     /// Everything was written.
     All,
-    /// The reader closed the pipe (`| head -c 1`): stop quietly, exit 0.
+    /// The reader closed the pipe (`| head -c 1`): stop quietly, keep the verdict's exit code.
     ReaderGone,
 }
 
@@ -147,37 +151,41 @@ pub fn write_stdout(text: &str) -> std::io::Result<Written> {
     }
 }
 
-/// Print `text` (unless `quiet`) and return `code`; a closed pipe ends with exit 0 and no
-/// message, a failed write with exit 2 and the reason on stderr.
-pub fn finish(tool: &str, text: &str, quiet: bool, code: u8) -> ExitCode {
+/// Print `text` (unless `quiet`) and return `code`. A closed pipe (`| head -1`) ends quietly
+/// with the same `code`: the verdict was reached, and `set -o pipefail` scripts must still
+/// see a FAIL as exit 1. A failed write (a full disk behind `>`) is exit 2 with the reason on
+/// stderr.
+pub fn finish(tool: &str, text: &str, quiet: bool, code: u8) -> u8 {
     if quiet || text.is_empty() {
-        return ExitCode::from(code);
+        return code;
     }
     match write_stdout(text) {
-        Ok(Written::All) => ExitCode::from(code),
-        Ok(Written::ReaderGone) => ExitCode::from(EXIT_CLEAN),
+        Ok(Written::All) => code,
+        Ok(Written::ReaderGone) => code,
         Err(e) => {
             let _ = writeln!(std::io::stderr(), "{tool}: writing to stdout: {e}");
-            ExitCode::from(crate::exit_codes::EXIT_BAD_INPUT)
+            crate::exit_codes::EXIT_BAD_INPUT
         }
     }
 }
 
 /// Report an error on stderr as `tool: message` and return exit 2.
-pub fn fail(tool: &str, err: &dyn std::fmt::Display) -> ExitCode {
+pub fn fail(tool: &str, err: &dyn std::fmt::Display) -> u8 {
     let _ = writeln!(std::io::stderr(), "{tool}: {err}");
-    ExitCode::from(crate::exit_codes::EXIT_BAD_INPUT)
+    crate::exit_codes::EXIT_BAD_INPUT
 }
 
-/// Parse the arguments; `--help`/`--version` print (a closed pipe is fine) and exit 0,
-/// a usage error prints clap's message and exits 2.
-pub fn parse<P: clap::Parser>() -> Result<P, ExitCode> {
-    P::try_parse().map_err(|e| {
+/// Parse `args` (the first item is the program name, as in `std::env::args_os`); on
+/// `--help`/`--version` print clap's text (a closed pipe is fine) and return its exit code 0,
+/// on a usage error print clap's message and return its exit code 2.
+pub fn parse_from<P, I, T>(args: I) -> Result<P, u8>
+where
+    P: clap::Parser,
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    P::try_parse_from(args).map_err(|e| {
         let _ = e.print();
-        ExitCode::from(if e.use_stderr() {
-            crate::exit_codes::EXIT_BAD_INPUT
-        } else {
-            EXIT_CLEAN
-        })
+        u8::try_from(e.exit_code()).unwrap_or(crate::exit_codes::EXIT_BAD_INPUT)
     })
 }

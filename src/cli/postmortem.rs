@@ -1,7 +1,7 @@
-//! The `postmortem` command line: arguments (clap derive) and `run`, which does everything
-//! but print, so the binary stays a few lines and tests call it directly.
+//! The `postmortem` command line: arguments (clap derive), `run`, which does everything but
+//! print, so tests call it directly, and [`run_cli`], the whole command the binary shims.
 //!
-//! Exit codes: 0 the report was written and the run did not crash and no finding reaches
+//! Exit codes: 0 the report was made and the run did not crash and no finding reaches
 //! `--fail-on` (by default no finding fails) and the `--dumps` verdict (if any) is not FAIL;
 //! 1 a crash was found (a `failures/` bundle or a `crash` event), or a finding reaches
 //! `--fail-on`, or the `--dumps` verdict is FAIL; 2 usage error or unreadable input (a bad
@@ -12,6 +12,7 @@
 //! one, given as several `--dumps` or as the subfolders of one) → dumpdiff compares them
 //! and losscheck adjudicates each loss disagreement. See [`crate::postmortem::dumps`].
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
@@ -20,22 +21,30 @@ use crate::cli::{CommonFlags, FailOn, Format};
 use crate::error::{Error, Result};
 use crate::exit_codes::{EXIT_CLEAN, EXIT_FOUND};
 use crate::postmortem::dumps::{DumpsOptions, DEFAULT_PRESET};
+use crate::postmortem::report::Postmortem;
 use crate::postmortem::{analyze, Options};
+use crate::render::postmortem::json::JsonRenderer;
+use crate::render::postmortem::markdown::MarkdownRenderer;
 use crate::render::postmortem::write_report;
+use crate::render::Renderer;
+
+/// Where the report goes with `--format table` and no `--output`: `reports/<run-name>/`.
+pub const DEFAULT_OUTPUT: &str = "reports";
 
 /// The `--dumps` paragraph of `--help`.
 const DUMPS_HELP: &str = "Training-step dumps (--dumps DIR --step N, DIR repeatable):\n  Each DIR is one dump tree (a producer's debug_dump/: forward_data/, loss/, is_loss_debug/ ...)\n  or a folder whose subfolders are dump trees; the trees of every --dumps are pooled.\n  One tree in all: losscheck recomputes every rank/micro's loss of step N from the tree's own\n  inputs (--preset) and lists the cells that are not self-consistent, with the first divergent\n  intermediate. Several trees: each tree's producer is identified from its files; exactly one\n  self-hosted tree (the reference) and at most one weaver and one remote-api tree are compared\n  by dumpdiff, and losscheck says which side of each loss disagreement follows from its own\n  inputs. Two trees of one producer, an unknown producer or no self-hosted tree: exit 2, nothing\n  is guessed (name the trees: --dumps A --dumps B). The verdict goes into report.md and\n  report.html (Training-step dumps) and summary.json (dumps).";
 
-/// Real invocations on the shipped fixtures.
+/// Invocations on a user's own runs, then one on the shipped fixtures (in a clone of the
+/// repository).
 const EXAMPLES: &[&str] = &[
-    "postmortem fixtures/runs/20251009-091500 --output reports/",
-    "postmortem fixtures/runs/partial_bundle/20251009-170000-step-0005 --format markdown",
-    "postmortem fixtures/runs/20251009-130000 --fail-on warning -q",
-    "postmortem fixtures/runs/20251009-091500 --dumps fixtures/dumps/weaver_faulty_pt --step 0",
+    "postmortem debug_runs/20251008-110028 --output report-1100/",
+    "postmortem debug_runs/20251008-110028/failures/20251008-113012-step-0041 --format markdown",
+    "postmortem debug_runs/20251008-110028 --dumps run_b/debug_dump --step 41 --fail-on warning",
+    "postmortem fixtures/runs/20251009-091500 --format markdown",
 ];
 
 /// What postmortem's exit codes mean (more precise than the shared paragraph).
-const EXIT_HELP: &str = "Exit codes:\n  0  report written, no crash, no finding at or above --fail-on (none by default), dumps not FAIL\n  1  the run crashed, or a finding is at or above --fail-on, or the --dumps verdict is FAIL\n  2  usage error or unreadable input (a bad --dumps folder is named), or no run in the folder";
+const EXIT_HELP: &str = "Exit codes:\n  0  no crash, no finding at or above --fail-on (none by default), dumps not FAIL\n  1  the run crashed, or a finding is at or above --fail-on, or the --dumps verdict is FAIL\n  2  usage error or unreadable input (a bad --dumps folder is named), or no run in the folder";
 
 /// `Examples:` then the exit codes: the end of `-h`.
 fn short_tail() -> String {
@@ -56,7 +65,7 @@ fn long_tail() -> String {
 #[command(
     name = "postmortem",
     version,
-    about = "Turn a crashed or failed DebugTrainer run folder (or one crash bundle) into a report: report.md, report.html, summary.json and plots in OUTPUT/<run-name>/",
+    about = "Turn a crashed or failed DebugTrainer run folder (or one crash bundle) into a report: report.md, report.html, summary.json and plots in --output DIR (default reports/<run-name>/)",
     after_help = short_tail(),
     after_long_help = long_tail()
 )]
@@ -64,12 +73,13 @@ pub struct PostmortemArgs {
     /// A run folder (run_metadata.json, steps.jsonl, events.jsonl, failures/) or one
     /// crash bundle folder (failures/<time>-step-NNNN/).
     pub path: PathBuf,
-    /// Folder to write the report into (as OUTPUT/<run-name>/: report.md, report.html,
-    /// summary.json, plots).
-    #[arg(long, short, default_value = "reports", value_name = "DIR")]
-    pub output: PathBuf,
+    /// Folder to write report.md, report.html, summary.json and the plots into (DIR itself,
+    /// created if absent). Default: reports/<run-name>/ with --format table; with --format
+    /// json or markdown and no --output, nothing is written (the report goes to stdout).
+    #[arg(long, short, value_name = "DIR")]
+    pub output: Option<PathBuf>,
     /// Format of stdout: table (the headline and where the report is), json (summary.json),
-    /// markdown (report.md).
+    /// markdown (report.md; without --output it names no plot files, as none are written).
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
     /// Exit 1 when a finding is at or above this severity (by default findings never fail).
@@ -105,7 +115,7 @@ pub struct RunOutput {
 /// steps.jsonl, events.jsonl, failures/, a non-empty log file, or a bundle's
 /// exception.txt/context.json.
 fn looks_like_run(dir: &Path) -> bool {
-    crate::readers::crash_bundle::is_bundle(dir)
+    crate::logs::crash_bundle::is_bundle(dir)
         || ["run_metadata.json", "steps.jsonl", "events.jsonl"]
             .iter()
             .any(|f| dir.join(f).is_file())
@@ -171,7 +181,12 @@ pub fn run(args: &PostmortemArgs) -> Result<RunOutput> {
         dumps,
     };
     let pm = analyze(&args.path, &opts)?;
-    let written = write_report(&pm, &args.output)?;
+    let dir = match (&args.output, args.format) {
+        (Some(dir), _) => Some(dir.clone()),
+        (None, Format::Table) => Some(Path::new(DEFAULT_OUTPUT).join(&pm.run.name)),
+        (None, Format::Json | Format::Markdown) => None,
+    };
+    let written = dir.map(|d| write_report(&pm, &d)).transpose()?;
     let failing = match (args.fail_on, pm.worst()) {
         (Some(f), Some(w)) => w >= f.severity(),
         _ => false,
@@ -186,19 +201,46 @@ pub fn run(args: &PostmortemArgs) -> Result<RunOutput> {
         .dumps
         .as_ref()
         .map_or(String::new(), |d| format!("dumps: {}\n", d.headline));
-    let read = |name: &str| {
-        let p = written.dir.join(name);
-        std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))
+    // The written file when there is one (byte for byte what stdout shows), else the same
+    // renderer on the report without plots.
+    let text = |name: &str, r: &dyn Renderer<Postmortem>| match &written {
+        Some(w) => {
+            let p = w.dir.join(name);
+            std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))
+        }
+        None => r.render(&pm),
     };
     let stdout = match args.format {
         _ if args.common.quiet => String::new(),
         Format::Table => format!(
             "{}\n{dumps_line}report: {}\n",
             pm.headline,
-            written.dir.join("report.html").display()
+            written.as_ref().map_or_else(String::new, |w| w
+                .dir
+                .join("report.html")
+                .display()
+                .to_string())
         ),
-        Format::Json => read("summary.json")?,
-        Format::Markdown => read("report.md")?,
+        Format::Json => text("summary.json", &JsonRenderer)?,
+        Format::Markdown => text("report.md", &MarkdownRenderer)?,
     };
     Ok(RunOutput { stdout, code })
+}
+
+/// Run `postmortem` on `args` (the first item is the program name, as in
+/// `std::env::args_os`) and return its exit code; output, `--help`/`--version` and usage
+/// errors as the binary gives them.
+pub fn run_cli<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args: PostmortemArgs = match crate::cli::parse_from(args) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    match run(&args) {
+        Ok(out) => crate::cli::finish("postmortem", &out.stdout, args.common.quiet, out.code),
+        Err(err) => crate::cli::fail("postmortem", &err),
+    }
 }

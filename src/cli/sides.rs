@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use crate::error::{Error, Result};
-use crate::readers::layout::{DumpTree, Producer};
+use crate::producers::layout::{DumpTree, Producer};
 
 /// One side as given on the command line.
 #[derive(Debug, Clone)]

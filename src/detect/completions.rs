@@ -273,14 +273,22 @@ impl Detector for Truncation {
                 .with("logged_steps", eos.len()),
             );
         }
-        // Every completion as long as the longest: mean = max (all at the cap).
+        // Every completion as long as the longest: mean = max (all at the cap). Not when
+        // that length is 1 (the EOS token alone: EOS first, `eos_first`), nor on a step
+        // whose logged truncation ratio is below the bar (one identical short answer).
+        let ratio_at = |s: i64| ratio.iter().find(|(st, _)| *st == s).map(|(_, v)| *v);
         let capped: Vec<(i64, f64)> =
             match (f.col("completion_len_max"), f.col("completion_len_mean")) {
                 (Some(mx), Some(mean)) => mx
                     .present()
                     .filter_map(|(i, m)| {
                         let me = mean.get(i)?;
-                        (m.is_finite() && m > 0.0 && me >= m).then_some((f.step(i), m))
+                        let st = f.step(i);
+                        (m.is_finite()
+                            && m > 1.0
+                            && me >= m
+                            && ratio_at(st).is_none_or(|r| r >= th))
+                        .then_some((st, m))
                     })
                     .collect(),
                 _ => Vec::new(),
@@ -306,6 +314,44 @@ impl Detector for Truncation {
         }
         out
     }
+}
+
+/// Every completion at most one token long (the longest completion of the step is ≤ 1:
+/// TRL counts the EOS token) on at least half of the logged steps: EOS is generated
+/// first, a chat template or EOS-token mismatch, not a length cap.
+fn eos_first(f: &crate::frames::log::frame::LogFrame) -> Option<Finding> {
+    let lens: Vec<(i64, f64)> = f
+        .points("completion_len_max")
+        .filter(|(_, v)| v.is_finite())
+        .collect();
+    let one: Vec<i64> = lens
+        .iter()
+        .filter(|(_, v)| *v <= 1.0)
+        .map(|(s, _)| *s)
+        .collect();
+    if one.is_empty() || one.len() * 2 < lens.len() {
+        return None;
+    }
+    Some(
+        Finding::new(
+            "empty-completions",
+            Severity::Error,
+            one.clone(),
+            format!(
+                "every completion is at most 1 token long on {} of {} logged steps: EOS is the first token generated (blank completions), not a length cap",
+                one.len(),
+                lens.len()
+            ),
+            &[
+                "chat template: generation prompt missing or the prompt templated twice, so end-of-turn is the likeliest first token",
+                "EOS token: the sampler's eos/stop id (or pad = eos) is a token the model emits at once",
+                "generation config: stop strings matching at position 0, max_new_tokens 1, every token but EOS suppressed",
+            ],
+        )
+        .with("steps_eos_first", one.len())
+        .with("logged_steps", lens.len())
+        .with("likely_cause", "EOS first: chat template / EOS token"),
+    )
 }
 
 /// `--clip-high`: a large share of the update clipped away by the PPO/GRPO trust region
@@ -373,10 +419,13 @@ impl Detector for EmptyCompletions {
         "completion length 0: min length 0, empty_count > 0, empty_completion_tokens events"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        &["empty_count", "completion_len_min"]
+        &["empty_count", "completion_len_min", "completion_len_max"]
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;
+        if let Some(e) = eos_first(f) {
+            return vec![e];
+        }
         let mut steps = Vec::new();
         let mut row_empty = 0.0;
         let (empty, min_len) = (f.col("empty_count"), f.col("completion_len_min"));

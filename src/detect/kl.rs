@@ -14,9 +14,24 @@ impl Detector for KlExplosion {
         "kl above 1.0, or above 10x its recent median"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        &["kl", "kl_seq"]
+        &[
+            "kl",
+            "kl_seq",
+            "pref_reward_chosen",
+            "pref_reward_rejected",
+            "pref_margin",
+            "pref_accuracy",
+            "pref_logp_chosen",
+            "pref_logp_rejected",
+            "pref_log_odds_ratio",
+        ]
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
+        // KTO's `kl` is a batch estimate of KL(π‖π_ref) over mismatched pairs (a reference
+        // point of its loss), not GRPO's per-token penalty: its own bound does not apply.
+        if super::preference::is_preference(ctx.frame) {
+            return vec![];
+        }
         // A per-sequence KL sum (TRL PPO `objective/kl`, 10 nats is ordinary) is judged
         // only against its own history, never against the per-token bound.
         let (s, abs) = match ctx.frame.series("kl") {

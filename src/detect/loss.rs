@@ -37,8 +37,22 @@ impl Detector for ZeroLoss {
         let grad = f.col("grad_norm");
         let mut zero_runs: Vec<Vec<usize>> = Vec::new();
         let mut run: Vec<usize> = Vec::new();
+        let std_eps0 = ctx.th.get("zero_loss.std_eps");
+        let grad_pos = |i: usize| {
+            grad.and_then(|g| g.get(i))
+                .is_some_and(|g| g.is_finite() && g.abs() > std_eps0)
+        };
         for (i, l) in loss.present() {
             let grad_nan = grad.and_then(|g| g.get(i)).is_some_and(|g| !g.is_finite());
+            // A span is steps of one kind: a step whose gradient flows does not join a
+            // span whose gradient is zero, nor the other way round.
+            if run.last().is_some_and(|&j| grad_pos(j) != grad_pos(i)) {
+                if run.len() >= min_steps {
+                    zero_runs.push(std::mem::take(&mut run));
+                } else {
+                    run.clear();
+                }
+            }
             if l.is_finite() && l.abs() <= eps && !grad_nan {
                 run.push(i);
             } else if run.len() >= min_steps {
@@ -295,13 +309,13 @@ impl Detector for RewardConstant {
         "a reward component identical at every logged step (a reward function that never changes)"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        &[crate::readers::aliases::REWARD_COMPONENTS]
+        &[crate::logs::aliases::REWARD_COMPONENTS]
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let min_points = ctx.th.get("reward_constant.min_points").max(2.0) as usize;
         let mut out = Vec::new();
         for m in ctx.frame.metrics() {
-            let Some(component) = m.strip_prefix(crate::readers::aliases::REWARD_COMPONENT_PREFIX)
+            let Some(component) = m.strip_prefix(crate::logs::aliases::REWARD_COMPONENT_PREFIX)
             else {
                 continue;
             };
@@ -314,21 +328,45 @@ impl Detector for RewardConstant {
                 continue;
             }
             let steps: Vec<i64> = s.iter().map(|(st, _)| *st).collect();
+            // The value says which way: 0 never matches; 1 (a pass/fail reward's maximum)
+            // always matches; either way every group ties on it and it carries no signal.
+            let (what, causes): (&str, &[&str]) = if v0 == 0.0 {
+                (
+                    "it never matches, so it carries no signal",
+                    &[
+                        "the reward function never matches (format regex too strict, wrong answer tag)",
+                        "the reward function crashed into a default value",
+                    ],
+                )
+            } else if v0 == 1.0 {
+                (
+                    "every completion earns it (it always matches), so it carries no signal: its advantage is 0 in every group",
+                    &[
+                        "the check is already met by the starting model (a format the SFT model always follows): drop it or make it harder",
+                        "the reward function returns its maximum by default (an exception or empty answer scored as a pass)",
+                    ],
+                )
+            } else {
+                (
+                    "that reward function never changes, so it carries no signal",
+                    &[
+                        "the reward function crashed into a default value",
+                        "the reward is saturated (every completion gets the same score)",
+                        "the reward function never matches (format regex too strict, wrong answer tag)",
+                    ],
+                )
+            };
             out.push(
                 Finding::new(
                     self.name(),
                     Severity::Warning,
                     steps,
                     format!(
-                        "reward component {component} is {} at every one of {} logged steps: that reward function never changes",
+                        "reward component {component} is {} at every one of {} logged steps: {what}",
                         G(v0),
                         s.len()
                     ),
-                    &[
-                        "the reward function never matches (format regex too strict, wrong answer tag)",
-                        "the reward function crashed into a default value",
-                        "the reward is saturated (every completion already earns it)",
-                    ],
+                    causes,
                 )
                 .num("value", v0)
                 .with("component", component)

@@ -21,15 +21,33 @@
 //! | plateau | reward mean of last 25 % ≤ first 25 % + 0.01 over ≥ 20 points; or ≥ 4 points over ≥ 500 steps within ±20 % of their mean | warning |
 //! | grad-not-flowing | grad_norm exactly 0 while reward_std > 0 (and not every group dead) | error |
 //! | clip-high | clip ratio ≥ 0.2 on at least half of the steps | warning, error ≥ 0.5 |
-//! | reward-constant | a reward component identical at every one of ≥ 5 logged steps | warning |
+//! | reward-constant | a reward component identical at every one of ≥ 5 logged steps (1.0 everywhere: always matches, no signal) | warning |
+//! | bounds | grad norm (also the critic's) > 1e4, \|loss\| > 1e4, entropy > ln(262144) nats: absolute, from the first step | error (loss: warning) |
+//! | first-update | at an explicit step 0/1: \|ppo_kl\| > 2e-3, clip fraction > 0.02, \|ratio − 1\| > 0.02 or KL to the reference > 0.05 | warning |
+//! | kl-zero | kl exactly 0 on ≥ 10 consecutive logged steps (β = 0 or reference = policy); only in a log with a reward (RL), not DPO/KTO | warning |
+//! | preference | DPO/KTO/ORPO (recognised from `rewards/*`, `logps/*`): accuracies 1.0 (warning) or 0.5 (error) on ≥ 80 % of ≥ 5 steps; margins saturating (last-quarter loss ≤ 0.05, margin ≥ 5 and rising); chosen and rejected log-probs both falling by > 5 % | warning / error |
+//!
+//! | stages | `[Micro k] n. <stage>: … time=…s` lines: the stage with the largest share of iteration time (info); a stage whose last-quarter mean > 1.5 × its first quarter's | info / warning |
+//!
+//! The completions themselves (blank, garbled, template leak, loops, one answer for every
+//! prompt, never-terminating) are judged by [`completions_text`]; [`hypotheses`] gives a
+//! verdict per hypothesis for a run that does not improve (`logscan --why`).
+//!
+//! On a preference run (DPO family) GRPO's KL rules do not run (KTO's `kl` is a batch estimate)
+//! and zero-grad fires on a single step (a DPO loss always has a gradient).
 
+mod bounds;
 pub mod classify;
 mod completions;
+pub mod completions_text;
 mod crash;
+pub mod hypotheses;
 mod kl;
 mod loss;
 mod numeric;
 mod perf;
+pub mod preference;
+mod stages;
 
 use std::collections::BTreeMap;
 
@@ -238,6 +256,74 @@ pub const THRESHOLDS: &[(&str, f64, &str)] = &[
         0.5,
         "clip ratio at or above this makes it an error",
     ),
+    // No healthy LLM run logs a pre-clip grad norm of 1e4 (healthy: 0.01-100).
+    (
+        "bounds.grad_norm",
+        1e4,
+        "grad norm (policy or critic) above this is broken whatever the history",
+    ),
+    ("bounds.loss", 1e4, "|loss| above this is broken"),
+    // On the first update ratio = 1 exactly for the first micro-batch; mini-batch averages
+    // of healthy verl runs stay near 1e-4 (ppo_kl) and 1e-3 (clip fraction).
+    (
+        "first_update.ppo_kl",
+        2e-3,
+        "|ppo_kl| at the run's first step above this",
+    ),
+    (
+        "first_update.clip",
+        0.02,
+        "clip fraction at the run's first step above this",
+    ),
+    (
+        "first_update.ratio",
+        0.02,
+        "|ratio_mean - 1| at the run's first step above this",
+    ),
+    // The reference is the initial policy: its KL is 0 on the first micro-batch; the
+    // mini-batch updates averaged into step 1 move it by ~1e-3, a noisy estimator by ~1e-2;
+    // a reference that is another checkpoint starts far above.
+    (
+        "first_update.kl",
+        0.05,
+        "KL to the reference at the run's first step above this",
+    ),
+    (
+        "kl_zero.min_steps",
+        10.0,
+        "consecutive logged steps with kl exactly 0",
+    ),
+    (
+        "stages.growth_factor",
+        1.5,
+        "a stage's last-quarter mean above factor x its first-quarter mean grows",
+    ),
+    (
+        "preference.min_points",
+        5.0,
+        "logged points a preference metric needs before it is judged",
+    ),
+    (
+        "preference.stuck_share",
+        0.8,
+        "share of steps with accuracies exactly 1.0 / 0.5 that makes them stuck",
+    ),
+    // -log sigmoid(3) = 0.049: the preference loss is flat from a margin of ~3 on.
+    (
+        "preference.saturated_loss",
+        0.05,
+        "mean loss over the last quarter at or below this (with rising margins) is saturated",
+    ),
+    (
+        "preference.saturated_margin",
+        5.0,
+        "mean reward margin over the last quarter at or above this is saturated",
+    ),
+    (
+        "preference.logp_drop",
+        0.05,
+        "chosen and rejected log-probs both falling by more than this share of |chosen|",
+    ),
 ];
 
 /// Threshold values: the defaults of [`THRESHOLDS`] with user overrides.
@@ -336,6 +422,11 @@ pub fn all_detectors() -> Vec<Box<dyn Detector>> {
         Box::new(numeric::GradNotFlowing),
         Box::new(completions::ClipHigh),
         Box::new(loss::RewardConstant),
+        Box::new(bounds::Bounds),
+        Box::new(bounds::FirstUpdate),
+        Box::new(bounds::KlZero),
+        Box::new(preference::Preference),
+        Box::new(stages::Stages),
         Box::new(crash::Crash),
     ]
 }
@@ -355,7 +446,39 @@ pub fn run_detectors(ctx: &Context, only: &[String]) -> Vec<Finding> {
             .cmp(&a.severity)
             .then(a.first_step.cmp(&b.first_step))
     });
+    // With every detector run, "did not fire" is known; with a selection it is not.
+    if only.is_empty() {
+        cite_only_fired(&mut out);
+    }
     out
+}
+
+/// A cause that points at other detectors (`… (see zero-loss, dead-groups)`) names only
+/// those that fired: a cause must not cite evidence the report does not hold.
+pub(crate) fn cite_only_fired(findings: &mut [Finding]) {
+    let fired: Vec<String> = findings.iter().map(|f| f.detector.clone()).collect();
+    for f in findings.iter_mut() {
+        for cause in &mut f.likely_causes {
+            let Some(open) = cause.find(" (see ") else {
+                continue;
+            };
+            let Some(close) = cause[open..].find(')').map(|c| open + c) else {
+                continue;
+            };
+            let names: Vec<&str> = cause[open + 6..close]
+                .split(',')
+                .map(str::trim)
+                .filter(|n| fired.iter().any(|d| d == n))
+                .collect();
+            let rest = cause[close + 1..].to_string();
+            let head = cause[..open].to_string();
+            *cause = if names.is_empty() {
+                format!("{head}{rest}")
+            } else {
+                format!("{head} (see {}){rest}", names.join(", "))
+            };
+        }
+    }
 }
 
 /// Runs of consecutive flagged positions: `[(start, end_inclusive)]` over indices 0..n.
@@ -551,6 +674,9 @@ mod tests {
             include_str!("kl.rs"),
             include_str!("completions.rs"),
             include_str!("perf.rs"),
+            include_str!("bounds.rs"),
+            include_str!("preference.rs"),
+            include_str!("stages.rs"),
         ]
         .concat();
         for part in src.split("th.get(\"").skip(1) {

@@ -15,6 +15,8 @@ const NAN_GRAD_METRICS: &[&str] = &[
     "ppo_kl",
     "adv_max",
     "adv_min",
+    "critic_loss",
+    "critic_grad_norm",
     "grad_nan_count",
 ];
 
@@ -139,6 +141,12 @@ impl Detector for GradSpike {
             ctx.th.get("grad_spike.min_history") as usize,
             0.0,
         );
+        // Against a median of 0 there is no ratio: a gradient coming back after zero steps
+        // is zero-grad's finding, not a spike of 1e300x.
+        let hits: Vec<(usize, f64, f64)> = hits
+            .into_iter()
+            .filter(|h| h.2 > ctx.th.get("zero_grad.eps"))
+            .collect();
         if hits.is_empty() {
             return vec![];
         }
@@ -185,15 +193,30 @@ impl Detector for ZeroGrad {
         "zero-grad"
     }
     fn summary(&self) -> &'static str {
-        "grad_norm ~ 0 on consecutive steps: nothing is updated"
+        "grad_norm ~ 0 on consecutive steps (a single step on DPO/KTO): nothing is updated"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        &["grad_norm"]
+        &[
+            "grad_norm",
+            "pref_reward_chosen",
+            "pref_reward_rejected",
+            "pref_margin",
+            "pref_accuracy",
+            "pref_logp_chosen",
+            "pref_logp_rejected",
+            "pref_log_odds_ratio",
+        ]
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let s = ctx.frame.series("grad_norm");
         let eps = ctx.th.get("zero_grad.eps");
-        let min = ctx.th.get("zero_grad.min_steps").max(1.0) as usize;
+        // A preference loss (DPO: -log σ(β·margin)) always has a gradient: one zero step is
+        // already a broken update (frozen weights, a detached loss, an empty batch).
+        let min = if super::preference::is_preference(ctx.frame) {
+            1
+        } else {
+            ctx.th.get("zero_grad.min_steps").max(1.0) as usize
+        };
         let flags: Vec<bool> = s
             .iter()
             .map(|(_, v)| v.is_finite() && v.abs() <= eps)

@@ -16,7 +16,7 @@ use crate::dumpdiff::report::{Cell, Comparison, Origin};
 use crate::dumpdiff::sections::{self, BatchInputs, Mat, PairCtx};
 use crate::error::Result;
 use crate::model::tokens::{tokens_hash, TokenSeq};
-use crate::readers::producers::{nexrl_self_hosted, remote_api};
+use crate::producers::{nexrl_self_hosted, remote_api};
 use crate::tensor::DType;
 use crate::value::Value;
 

@@ -11,8 +11,8 @@ use super::report::Section;
 use super::sections::{self, SideData, Tensors};
 use crate::conventions::{advantage, aggregation};
 use crate::kernels::aggregate::AggMode;
-use crate::readers::layout::Kind;
-use crate::readers::producers::{nexrl_self_hosted, weaver};
+use crate::producers::layout::Kind;
+use crate::producers::{nexrl_self_hosted, weaver};
 use crate::value::Value;
 
 /// One cell's loss file on each side (self-hosted, weaver), when present.

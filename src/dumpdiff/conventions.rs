@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::conventions::coefficients::{self, CoefficientFit, LossTerms, DIFFER_SIGMAS};
 use crate::dumpdiff::report::Coefficient;
 use crate::model::step::LossRecord;
-use crate::readers::producers::nexrl_self_hosted as keys;
+use crate::producers::nexrl_self_hosted as keys;
 use crate::tensor::DType;
 
 /// The loss terms and echoed coefficients of one side, gathered from its loss files cell

@@ -547,7 +547,7 @@ mod paged_tests {
 
     use super::Mat;
     use crate::dumpdiff::pages::read_whole;
-    use crate::readers::read_any;
+    use crate::formats::read_any;
 
     #[test]
     fn a_released_whole_batch_file_reads_the_same() {

@@ -24,6 +24,7 @@ mod cell_conventions;
 pub mod conventions;
 pub mod diagnosis;
 pub mod mat;
+pub mod model_compare;
 pub mod pages;
 mod pairs;
 pub mod report;
@@ -41,8 +42,8 @@ use crate::compare::tolerance::{Severity, TolerancePolicy, Verdict};
 use crate::error::{Error, Result};
 use crate::model::tokens::tokens_hash;
 use crate::model::trajectory::TrajectorySummary;
-use crate::readers::layout::{DumpTree, Kind};
-use crate::readers::producers::nexrl_self_hosted;
+use crate::producers::layout::{DumpTree, Kind};
+use crate::producers::nexrl_self_hosted;
 use crate::value::Value;
 use pairs::{remote_sections, weaver_sections};
 use report::{Cell, Coverage, Finding, Report, Section, SideSummary, SCHEMA_VERSION};
@@ -112,7 +113,10 @@ pub fn exit_code(report: &Report, fail_on: Severity) -> u8 {
 }
 
 /// `tree`'s files of the compared step, after the rank and micro filters.
-fn step_files<'t>(tree: &'t DumpTree, opts: &Options) -> Vec<&'t crate::readers::layout::DumpFile> {
+fn step_files<'t>(
+    tree: &'t DumpTree,
+    opts: &Options,
+) -> Vec<&'t crate::producers::layout::DumpFile> {
     tree.files()
         .iter()
         .filter(|f| f.step == opts.step)
@@ -168,18 +172,18 @@ fn load_side(
     });
     type Read = (PathBuf, Value, Option<pages::Pages>);
     let read_one =
-        |f: &crate::readers::layout::DumpFile| -> Result<(Read, Option<TrajectorySummary>)> {
+        |f: &crate::producers::layout::DumpFile| -> Result<(Read, Option<TrajectorySummary>)> {
             let (v, pages, summary) = if digest && f.kind == Kind::Trajectory {
                 pages::read_trajectory_summary(&f.path)?
             } else {
                 let (v, pages) = pages::read_whole(&f.path)?;
                 (v, pages, None)
             };
-            crate::readers::producers::check_tensor_keys(f.kind, &f.path, &v)?;
+            crate::producers::check_tensor_keys(f.kind, &f.path, &v)?;
             progress.file_done(f.size);
             Ok(((f.path.clone(), v, pages), summary))
         };
-    let read_all = |files: &[&crate::readers::layout::DumpFile]| {
+    let read_all = |files: &[&crate::producers::layout::DumpFile]| {
         files
             .iter()
             .map(|f| read_one(f))

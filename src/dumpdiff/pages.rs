@@ -8,10 +8,10 @@ use std::sync::Arc;
 use memmap2::{Mmap, UncheckedAdvice};
 
 use crate::error::{Error, Result};
+use crate::formats::pt::pickle::Each;
+use crate::formats::{read_any, FileFormat};
 use crate::model::trajectory::{TrajectoryRow, TrajectorySummary};
-use crate::readers::producers::nexrl_self_hosted;
-use crate::readers::pt::pickle::Each;
-use crate::readers::{read_any, FileFormat};
+use crate::producers::nexrl_self_hosted;
 use crate::value::Value;
 
 /// The memory map a whole-batch `.pt` file was read from.
@@ -56,7 +56,7 @@ fn map_pt(path: &Path) -> Result<Option<Arc<Mmap>>> {
         return Ok(None);
     }
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    // SAFETY: as in `readers::open_input`: the map is read-only and this crate never
+    // SAFETY: as in `formats::open_input`: the map is read-only and this crate never
     // writes input files; another process truncating the file while we read is not
     // defended, as with every memory map.
     let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
@@ -70,7 +70,7 @@ pub fn read_whole(path: &Path) -> Result<(Value, Option<Pages>)> {
     let Some(map) = map_pt(path)? else {
         return Ok((read_any(path)?, None));
     };
-    let value = crate::readers::pt::read_pt_map(map.clone()).map_err(|e| e.in_file(path))?;
+    let value = crate::formats::pt::read_pt_map(map.clone()).map_err(|e| e.in_file(path))?;
     let pages = Pages { map };
     // The CRC check touched every page; each cell faults back in the rows it reads.
     pages.release_all();
@@ -133,7 +133,7 @@ pub fn read_trajectory_summary(
             }
             Ok(Value::None)
         };
-        let read = crate::readers::pt::read_pt_map_each(
+        let read = crate::formats::pt::read_pt_map_each(
             map.clone(),
             Each {
                 key: nexrl_self_hosted::TRAJECTORIES,

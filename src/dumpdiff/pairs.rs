@@ -7,7 +7,7 @@ use crate::dumpdiff::cell_conventions::{
     agg_mode, diagnose_losses, eps_estimates, kl_coef_bound, LossFiles, WeaverConventions,
 };
 use crate::model::tokens::TokenSeq;
-use crate::readers::producers::{nexrl_self_hosted, remote_api, weaver};
+use crate::producers::{nexrl_self_hosted, remote_api, weaver};
 
 /// What one (rank, micro) cell contributes to sections 2, 3 and 4. A `*_only_a` is set
 /// when the cell's file of that section is on one side only (true: on self-hosted).

@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::compare::align::MatchMethod;
 use crate::compare::metrics::PairMetrics;
 use crate::compare::tolerance::{Tolerance, Verdict};
-use crate::readers::layout::Producer;
+use crate::producers::layout::Producer;
 use crate::tensor::DType;
 
 /// Version of the JSON report layout; bumped on incompatible changes.
@@ -90,7 +90,7 @@ pub struct SideSummary {
     /// Files in its kind folders that were not read: a name that is not
     /// `step_N[_rankR][_microM].ext`, an unknown extension, or not a regular file (a FIFO
     /// or socket named like a dump is never opened). Said, so nothing is skipped silently.
-    pub not_placed: Vec<crate::readers::layout::Unrecognised>,
+    pub not_placed: Vec<crate::producers::layout::Unrecognised>,
 }
 
 /// One section of the comparison (SPEC issue 3: 1 trajectories … 6 param/gradient).
@@ -271,7 +271,7 @@ pub struct SideVerdict {
     /// `self-hosted`, `weaver` or `remote-api`.
     pub role: String,
     /// Consistent or inconsistent; absent when the side could not be recomputed.
-    pub status: Option<crate::losscheck::Status>,
+    pub status: Option<crate::judge::Status>,
     /// The dumped loss.
     pub dumped_loss: Option<f64>,
     /// The loss recomputed from the side's own inputs.
@@ -299,8 +299,8 @@ pub struct OffendingFile {
 
 /// The kind folders a section reads (the importance-sampling section compares the
 /// self-hosted `forward_data`/`old_log_probs` with weaver's `is_loss_debug`).
-fn section_kinds(section: &str) -> Vec<crate::readers::layout::Kind> {
-    use crate::readers::layout::Kind;
+fn section_kinds(section: &str) -> Vec<crate::producers::layout::Kind> {
+    use crate::producers::layout::Kind;
     match section {
         "is_loss" => vec![Kind::ForwardData, Kind::OldLogProbs, Kind::IsLossDebug],
         "loss" => vec![Kind::Loss],
@@ -316,10 +316,10 @@ fn section_kinds(section: &str) -> Vec<crate::readers::layout::Kind> {
 pub fn offending_files(
     sections: &[Section],
     coverage: &[Coverage],
-    trees: &[(&str, &crate::readers::layout::DumpTree)],
+    trees: &[(&str, &crate::producers::layout::DumpTree)],
     step: i64,
 ) -> Vec<OffendingFile> {
-    use crate::readers::layout::Kind;
+    use crate::producers::layout::Kind;
     let mut out: Vec<OffendingFile> = Vec::new();
     let mut push = |section: &str, kind: Kind, rank, micro, role: &str, path: &PathBuf| {
         if !out.iter().any(|o| o.path == *path) {

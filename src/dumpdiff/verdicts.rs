@@ -8,7 +8,7 @@ use super::*;
 /// own conventions: `preset` with dumpdiff's flags (`coefficients`: `entropy_coeff`,
 /// `kl_coef`) and the advantage epsilon dumpdiff settled (`adv_eps`), the rest read from
 /// the side's `extra_info` or inferred from every cell of its step
-/// ([`crate::losscheck::StepCheck::conventions`]) — judged with the preset's, a side that
+/// ([`crate::judge::StepCheck::conventions`]) — judged with the preset's, a side that
 /// follows other conventions would be called wrong. Sides without per-micro loss inputs
 /// (remote-api) are left out.
 pub(super) fn adjudicate(
@@ -20,19 +20,13 @@ pub(super) fn adjudicate(
     coefficients: &std::collections::BTreeMap<String, f64>,
     adv_eps: Option<f64>,
 ) -> Result<Vec<report::Adjudication>> {
-    use crate::losscheck::infer::self_hosted_adv_eps;
-    use crate::losscheck::{Status, StepCheck, Tolerance};
-    use crate::readers::producers::nexrl_self_hosted as keys;
-    let given = crate::losscheck::overrides::Overrides {
-        entropy_coeff: coefficients.get(keys::ENTROPY_COEFF).copied(),
-        kl_coef: coefficients.get(keys::KL_COEF).copied(),
-        adv_eps,
-        ..Default::default()
-    };
+    use crate::judge::infer::self_hosted_adv_eps;
+    use crate::judge::{Status, StepCheck, Tolerance};
+    let given = crate::judge::overrides::of_coefficients(coefficients, adv_eps);
     let base = crate::kernels::presets::preset(preset)
         .map_err(|e| Error::Usage(format!("--preset {preset}: {e}")))?;
     let preset_eps = base.advantage.eps;
-    let cfg = crate::losscheck::overrides::apply(base, &given)?;
+    let cfg = crate::judge::overrides::apply(base, &given)?;
     let cells: BTreeSet<(u32, u32)> = sections
         .iter()
         .filter(|s| s.id == 3 || s.id == 4)
@@ -48,7 +42,7 @@ pub(super) fn adjudicate(
     // file is read twice, whatever the number of cells. Its conventions are settled
     // once, from every cell of the step.
     type Judged<'t> = (StepCheck<'t>, Resolved, Option<String>);
-    use crate::losscheck::infer::Resolved;
+    use crate::judge::infer::Resolved;
     let judged: Vec<(&str, std::result::Result<Judged<'_>, String>)> = sides
         .iter()
         .filter(|d| d.role != "remote-api")

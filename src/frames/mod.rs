@@ -20,11 +20,11 @@ use polars::prelude::{Column, DataFrame, ParquetWriter};
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
+use crate::formats::read_any;
 use crate::model::tokens::TokenSeq;
 use crate::model::trajectory::TrajectoryIds;
-use crate::readers::layout::{DumpFile, DumpTree, Kind};
-use crate::readers::producers::{nexrl_self_hosted, remote_api};
-use crate::readers::read_any;
+use crate::producers::layout::{DumpFile, DumpTree, Kind};
+use crate::producers::{nexrl_self_hosted, remote_api};
 use crate::value::Value;
 
 /// The three normalised frames of one dump tree.
@@ -326,7 +326,7 @@ struct TrajColumns {
 }
 
 /// One row per trajectory (`trajectory/`, `prepared_trajectories/`) or datum (`datums/`),
-/// read through the producers' one mapping ([`crate::readers::producers`]).
+/// read through the producers' one mapping ([`crate::producers`]).
 fn trajectory_frame(pairs: &[(&DumpFile, &Value)]) -> Result<DataFrame> {
     let mut c = TrajColumns::default();
     for (f, v) in pairs {

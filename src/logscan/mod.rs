@@ -10,7 +10,9 @@
 //! ```
 
 pub mod compare;
+pub mod completions;
 pub mod notes;
+pub mod runs;
 pub mod scan;
 mod tracker;
 
@@ -19,8 +21,8 @@ use std::path::PathBuf;
 use crate::detect::{self, Context, Finding, Severity, Thresholds};
 use crate::error::Result;
 use crate::frames::log::frame::{FrameBuilder, LogFrame, Projection};
+use crate::logs::aliases::AliasTable;
 use crate::model::log::{FileStats, LogEvent};
-use crate::readers::aliases::AliasTable;
 
 /// Version of the JSON report layout.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -42,6 +44,8 @@ pub struct ScanOptions {
     /// The run to read from inputs that hold several (a tracker database, a Parquet
     /// export), by name or id; `None` wants each such input to hold one run.
     pub run: Option<String>,
+    /// Add the per-hypothesis verdicts (`--why`; [`crate::detect::hypotheses`]).
+    pub why: bool,
 }
 
 impl ScanOptions {
@@ -91,6 +95,10 @@ pub struct ScanReport {
     pub detectors_run: Vec<String>,
     /// Findings, worst first.
     pub findings: Vec<Finding>,
+    /// Raw keys read that no detector uses (bookkeeping keys left out): what was read but
+    /// not understood.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_understood: Vec<String>,
     /// The normalised frame (not serialised; export it as Parquet): the columns of
     /// [`ScanOptions::projection`].
     #[serde(skip)]
@@ -98,6 +106,13 @@ pub struct ScanReport {
     /// The events (not serialised).
     #[serde(skip)]
     pub events: Vec<LogEvent>,
+    /// A verdict per hypothesis H01–H06 (with `--why`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hypotheses: Option<detect::hypotheses::HypothesisTable>,
+    /// Completions read (TRL parquet, W&B tables, rollout dumps) and judged by the
+    /// completions detectors: something was read even with no metric.
+    #[serde(skip_serializing_if = "completions::is_zero")]
+    pub completions_read: usize,
 }
 
 impl ScanReport {
@@ -198,7 +213,8 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
         Some(p) => AliasTable::with_user_file(p)?,
         None => AliasTable::builtin()?,
     };
-    let files = scan::expand_paths(paths)?;
+    let (files, completion_paths) = completions::split_paths(paths)?;
+    let completion_files = completions::read_all(&completion_paths)?;
     let builder = FrameBuilder::new(aliases, opts.keep_raw).with_projection(opts.projection());
     let mut col = scan::Collected::new(builder);
     col.run = opts.run.clone();
@@ -212,7 +228,14 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
     }
     let frame = col.builder.finish();
     let events = col.events;
-    let findings = detect_per_run(&frame, &events, &th, &opts.detectors, &col.run_starts);
+    let mut findings = detect_per_run(&frame, &events, &th, &opts.detectors, &col.run_starts);
+    if let Some(level) = sequence_level(paths) {
+        gspo_advice(&mut findings, &level);
+    }
+    if !completion_files.is_empty() {
+        completions::merge(&mut findings, &completion_files, &frame, &opts.detectors);
+        col.files.extend(completions::file_stats(&completion_files));
+    }
     let mut event_counts = std::collections::BTreeMap::new();
     for e in &events {
         *event_counts.entry(e.kind.clone()).or_insert(0) += 1;
@@ -230,8 +253,56 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
             .map(|d| d.name().to_string())
             .filter(|n| opts.detectors.is_empty() || opts.detectors.contains(n))
             .collect(),
+        hypotheses: opts
+            .why
+            .then(|| detect::hypotheses::verdicts(&frame, &findings)),
         findings,
+        not_understood: frame.unmapped_keys().to_vec(),
+        completions_read: completion_files.iter().map(|f| f.items.len()).sum(),
         frame,
         events,
     })
+}
+
+/// The clip epsilon of a run whose config says its importance ratio is per sequence
+/// (GSPO: `importance_sampling_level: sequence` in `run_metadata.json`, a W&B or MLflow
+/// config), as text ("" when not given); `None` for token-level or unknown runs.
+fn sequence_level(paths: &[PathBuf]) -> Option<String> {
+    for p in paths.iter().filter(|p| p.is_dir()) {
+        let Ok(cfg) = crate::logs::trackers::run_config_of(p, None) else {
+            continue;
+        };
+        let level = cfg
+            .iter()
+            .find(|(k, _)| k.ends_with("importance_sampling_level"))
+            .map(|(_, v)| v.trim_matches('"').to_string());
+        if level.as_deref() == Some("sequence") {
+            let eps = cfg
+                .iter()
+                .find(|(k, _)| k.rsplit(['.', '/']).next() == Some("epsilon"))
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            return Some(eps);
+        }
+    }
+    None
+}
+
+/// GSPO clips a sequence-level ratio: its epsilon is ~3e-4 (the GSPO paper: 3e-4 / 4e-4),
+/// so the token-level advice "epsilon too small (1e-4 instead of 0.2)" is wrong there.
+fn gspo_advice(findings: &mut [Finding], eps: &str) {
+    for f in findings.iter_mut().filter(|f| f.detector == "clip-high") {
+        for c in &mut f.likely_causes {
+            if c.starts_with("clip epsilon too small") {
+                let given = if eps.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (this run: {eps})")
+                };
+                *c = format!(
+                    "GSPO (sequence-level ratio): a clip epsilon of ~3e-4 is normal{given}, and clip fractions of ~0.15 are typical (far above token-level PPO's); a much higher fraction means the epsilon is below ~3e-4 or the policy moves too far per step"
+                );
+            }
+        }
+    }
 }

@@ -74,3 +74,20 @@ pub fn file_notes(report: &ScanReport) -> Vec<String> {
     }
     out
 }
+
+/// Keys read that no detector uses, said next to "no findings" (a clean report must not
+/// hide what it could not judge).
+pub fn not_understood_note(report: &ScanReport) -> Option<String> {
+    if report.not_understood.is_empty() {
+        return None;
+    }
+    const SHOWN: usize = 20;
+    let n = report.not_understood.len();
+    let mut keys = report.not_understood[..n.min(SHOWN)].join(", ");
+    if n > SHOWN {
+        keys.push_str(&format!(" and {} more", n - SHOWN));
+    }
+    Some(format!(
+        "warning: {n} key(s) read but not understood, so not judged: {keys} (map them with --aliases FILE)"
+    ))
+}

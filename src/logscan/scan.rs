@@ -14,13 +14,13 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::frames::log::frame::FrameBuilder;
+use crate::logs::events::{self, EventLine};
+use crate::logs::fastline::{self, Batch, FastRec, Scratch};
+use crate::logs::steps::{self, LineQuality};
+use crate::logs::textlog::{self, TextAssembler, TextItem};
 use crate::model::log::{
     preview, FileStats, LogEvent, LogRecord, RunTracker, SourceKind, TypeTracker,
 };
-use crate::readers::events::{self, EventLine};
-use crate::readers::fastline::{self, Batch, FastRec, Scratch};
-use crate::readers::steps::{self, LineQuality};
-use crate::readers::textlog::{self, TextAssembler, TextItem};
 
 /// Bytes read per chunk (two are held: one parsed while the next is read).
 pub const CHUNK_BYTES: usize = 4 << 20;
@@ -42,7 +42,7 @@ fn refuse_non_files(path: &Path) -> Result<()> {
     let ft = std::fs::metadata(path)
         .map_err(|e| Error::io(path, e))?
         .file_type();
-    match crate::readers::not_a_file(ft) {
+    match crate::error::not_a_file(ft) {
         Some(what) => Err(Error::format(
             path,
             crate::error::Position::File,
@@ -98,7 +98,7 @@ pub struct Collected {
     /// Where an appended run starts: `(file index, line, first step)` of every run after
     /// a file's first.
     pub run_starts: Vec<(usize, u64, i64)>,
-    /// The run to take from files that hold several ([`crate::readers::trackers::read_run`]).
+    /// The run to take from files that hold several ([`crate::logs::trackers::read_run`]).
     pub run: Option<String>,
     /// A file that can hold several runs was read with [`Collected::run`].
     pub run_used: bool,
@@ -279,10 +279,10 @@ impl Collected {
             .take(HEAD_BYTES)
             .read_to_end(&mut head)
             .map_err(|e| Error::io(path, e))?;
-        if let Some(kind) = crate::readers::trackers::sniff(path, &head) {
+        if let Some(kind) = crate::logs::trackers::sniff(path, &head) {
             let input = std::io::Cursor::new(head).chain(f);
             let run = self.run.as_deref();
-            self.run_used |= run.is_some() && crate::readers::trackers::holds_runs(kind);
+            self.run_used |= run.is_some() && crate::logs::trackers::holds_runs(kind);
             let stats = super::tracker::read_tracker(&mut self.builder, kind, path, input, run)?;
             self.files.push(stats);
             return Ok(());
@@ -666,10 +666,10 @@ pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|f| f.is_file() && is_log_name(f))
             .collect();
-        found.extend(crate::readers::trackers::find_in_dir(p)?);
+        found.extend(crate::logs::trackers::find_in_dir(p)?);
         found.sort();
         found.dedup();
-        crate::readers::trackers::sort_for_reading(&mut found);
+        crate::logs::trackers::sort_for_reading(&mut found);
         if found.is_empty() {
             return Err(Error::Usage(format!(
                 "{}: directory holds no logs (*.jsonl, *.log, *.txt, *.out, trainer_state.json) or tracker files (events.out.tfevents.*, run-*.wandb, *.csv)",
@@ -696,7 +696,7 @@ fn is_log_name(p: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::readers::aliases::AliasTable;
+    use crate::logs::aliases::AliasTable;
 
     /// Everything a read produced, as text: file statistics, steps, every canonical and
     /// raw column, events.

@@ -10,15 +10,15 @@ use crate::model::log::FileStats;
 
 /// Read tracker file `path` into `builder`: the file is read and decoded on a second
 /// thread while this one folds its batches of rows into the frame (keys renamed with
-/// [`crate::readers::trackers::canonical_key`] and interned once per file).
+/// [`crate::logs::trackers::canonical_key`] and interned once per file).
 pub fn read_tracker(
     builder: &mut FrameBuilder,
-    kind: crate::readers::trackers::TrackerKind,
+    kind: crate::logs::trackers::TrackerKind,
     path: &Path,
     input: impl Read + Send,
     run: Option<&str>,
 ) -> Result<FileStats> {
-    use crate::readers::trackers::{self, rows::RowBatch};
+    use crate::logs::trackers::{self, rows::RowBatch};
     // Batches in flight: the reader runs at most this far ahead of the fold.
     const QUEUE: usize = 4;
     let mut gmap: Vec<u32> = Vec::new();

@@ -1,9 +1,9 @@
 //! losscheck's report model: what `--format json` prints and `--output` writes, and what
 //! the table and markdown renderers read, so the three never disagree.
 
-use super::infer::Convention;
-use super::{Status, TreeCheck, Verdict};
 use crate::error::{Error, Result};
+use crate::judge::infer::Convention;
+use crate::judge::{Status, TreeCheck, Verdict};
 use crate::kernels::loss::{compute_with_grad, LossConfig, LossInputs, Metrics};
 use crate::kernels::{to_f64, to_f64_vec};
 

@@ -47,6 +47,8 @@ pub enum SourceKind {
     WandbSummary,
     /// A Parquet table with a step column (not Trackio's export).
     Parquet,
+    /// A generic `key: value` / `key=value` text step line (DeepSpeed-Chat, minimind, …).
+    KvText,
 }
 
 impl SourceKind {
@@ -73,6 +75,7 @@ impl SourceKind {
             SourceKind::Trackio => "trackio",
             SourceKind::WandbSummary => "wandb_summary",
             SourceKind::Parquet => "parquet",
+            SourceKind::KvText => "kv_text",
         }
     }
 }

@@ -56,6 +56,64 @@ pub struct TokenBatch {
     pub ratio: Option<TokenTensor>,
     /// The per-token loss before aggregation.
     pub per_token_loss: Option<TokenTensor>,
+    /// Per-token rewards (verl `token_level_rewards`; a scalar reward sits on the last
+    /// response token).
+    pub token_rewards: Option<TokenTensor>,
+    /// Per-token importance weights the trainer applied against the engine's log-probs
+    /// (verl `rollout_is_weights`, TIS / IcePop weights).
+    pub importance_weights: Option<TokenTensor>,
+    /// Token ids of the response only `[rows, T]`, aligned with the log-prob columns when
+    /// [`TokenBatch::positions`] is [`TokenPositions::Response`] (verl `responses`).
+    pub response_ids: Option<TokenTensor>,
+    /// What a column of the per-token tensors means.
+    pub positions: TokenPositions,
+    /// Per-row records (ids, scalar rewards, lengths), one per row, when dumped.
+    pub rows: Vec<RowMeta>,
+}
+
+/// What column `t` of a batch's per-token tensors refers to. Producers differ: verl and
+/// NexRL dump response-only tensors, NeMo-RL dumps whole sequences whose position `t`
+/// holds `log p(token t | tokens < t)` with prompt positions 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenPositions {
+    /// Column `t` is response token `t` (the producer's `responses` / loss-mask columns).
+    #[default]
+    Response,
+    /// Column `t` is token `t` of prompt + response; the mask selects the response.
+    Sequence,
+}
+
+/// One row's scalar record: ids, reward, lengths, as the producer dumped them.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct RowMeta {
+    /// The GRPO group / verl `uid` / slime `group_index`, as text.
+    pub group: Option<String>,
+    /// The producer's own sample id (`idx`, `index`), as text.
+    pub sample: Option<String>,
+    /// The scalar reward (sequence score).
+    pub reward: Option<f64>,
+    /// The scalar advantage, when the producer dumps one per row.
+    pub advantage: Option<f64>,
+    /// Prompt length in tokens.
+    pub prompt_len: Option<usize>,
+    /// Response length in tokens.
+    pub response_len: Option<usize>,
+    /// Policy (weight) version that generated the row (AReaL / slime staleness).
+    pub version: Option<i64>,
+}
+
+impl LogProbSource {
+    /// The model's name of a role (`rollout`, `old`, `current`, `reference`), as every
+    /// report prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogProbSource::Rollout => "rollout",
+            LogProbSource::Old => "old",
+            LogProbSource::Current => "current",
+            LogProbSource::Reference => "reference",
+        }
+    }
 }
 
 impl TokenBatch {
@@ -94,4 +152,53 @@ pub struct ParamRecord {
     pub tensor: TokenTensor,
     /// True for a gradient, false for the parameter itself.
     pub gradient: bool,
+}
+
+/// One side of one step, as a producer's files hold it: every rank × micro cell, the
+/// conventions the files state, and what the producer's mapping could not place.
+/// This is what every tool reads; no tool sees a file, a key or a `Value`.
+#[derive(Debug, Clone)]
+pub struct StepDump {
+    /// The producer whose mapping read it (`verl`, `nemo-rl`, `nexrl-self-hosted`, …).
+    pub producer: String,
+    /// The folder (or file) it was read from.
+    pub root: std::path::PathBuf,
+    /// The training step (`-1` for a validation-only step where a producer has one).
+    pub step: i64,
+    /// Every rank × micro cell, sorted by (rank, micro).
+    pub cells: Vec<Cell>,
+    /// The conventions stated by the files (others are inferred later by the judge).
+    pub conventions: crate::model::conventions::Conventions,
+    /// Keys or files the mapping saw and did not place, each with its file (never silent).
+    pub unplaced: Vec<String>,
+}
+
+/// One rank × micro of a step: its per-token batch and its loss record.
+#[derive(Debug, Clone, Default)]
+pub struct Cell {
+    /// Data-parallel rank.
+    pub rank: usize,
+    /// Micro-batch index; `None` for a whole-batch record (verl's `DataProto` of a step).
+    pub micro: Option<usize>,
+    /// The per-token tensors.
+    pub batch: TokenBatch,
+    /// The loss record, when dumped.
+    pub loss: Option<LossRecord>,
+    /// The files the cell was read from.
+    pub files: Vec<std::path::PathBuf>,
+}
+
+impl StepDump {
+    /// The log-prob roles every cell holds (the roles a comparison of this step can use).
+    pub fn roles(&self) -> Vec<LogProbSource> {
+        let mut roles: Option<Vec<LogProbSource>> = None;
+        for c in &self.cells {
+            let here: Vec<LogProbSource> = c.batch.log_probs.keys().copied().collect();
+            roles = Some(match roles {
+                None => here,
+                Some(r) => r.into_iter().filter(|x| here.contains(x)).collect(),
+            });
+        }
+        roles.unwrap_or_default()
+    }
 }

@@ -1,5 +1,5 @@
 //! Trajectories and datums: the rows of a step before the trainer batches them, as the
-//! producers' mappings ([`crate::readers::producers`]) read them from any dump layout.
+//! producers' mappings ([`crate::producers`]) read them from any dump layout.
 
 use std::path::PathBuf;
 

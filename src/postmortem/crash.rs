@@ -7,7 +7,7 @@ use super::traceback::{self, Traceback};
 use super::{to_json, CrashSummary, Preflight};
 use crate::detect::classify;
 use crate::error::{Error, Result};
-use crate::readers::crash_bundle::{self, CrashBundle};
+use crate::logs::crash_bundle::{self, CrashBundle};
 use crate::value::Value;
 
 /// Every parseable line of an events file (bad lines are logscan's to report: the scan

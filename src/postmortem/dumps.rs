@@ -31,10 +31,10 @@ use std::path::{Path, PathBuf};
 use crate::compare::tolerance::{TolerancePolicy, Verdict};
 use crate::dumpdiff::report::{Adjudication, Coverage, Finding, Report, SideSummary};
 use crate::error::{Error, Result};
+use crate::judge::{layout_of, Divergence, Layout, Status, StepCheck, Tolerance};
 use crate::kernels::loss::LossConfig;
-use crate::losscheck::{layout_of, Divergence, Layout, Status, StepCheck, Tolerance};
 use crate::model::finding::Severity;
-use crate::readers::layout::{DumpTree, Kind, Producer};
+use crate::producers::layout::{DumpTree, Kind, Producer};
 
 /// The default losscheck preset (NexRL importance sampling, no clip).
 pub const DEFAULT_PRESET: &str = "nexrl-is";
@@ -285,10 +285,9 @@ fn check_alone(tree: &DumpTree, opts: &DumpsOptions, cfg: &LossConfig) -> Result
     // as losscheck settles them: judged with the preset's alone, a tree written under
     // other conventions is called inconsistent. When they cannot be settled (a cell
     // unreadable), each cell is judged with the preset.
-    let given = crate::losscheck::overrides::Overrides::default();
+    let given = crate::judge::overrides::Overrides::default();
     let mut cfg = cfg.clone();
-    if let Some(eps) = crate::losscheck::infer::self_hosted_adv_eps(tree, step, &cfg, &given, &tol)
-    {
+    if let Some(eps) = crate::judge::infer::self_hosted_adv_eps(tree, step, &cfg, &given, &tol) {
         cfg.advantage.eps = eps;
     }
     let cfg = &cfg;

@@ -10,7 +10,7 @@
 //! use rlforensics::postmortem::{analyze, Options};
 //! use rlforensics::render::postmortem::write_report;
 //! let pm = analyze("debug_runs/20251008-110028".as_ref(), &Options::default()).unwrap();
-//! let written = write_report(&pm, "reports".as_ref()).unwrap();
+//! let written = write_report(&pm, "reports/20251008-110028".as_ref()).unwrap();
 //! println!("{} -> {}", pm.headline, written.dir.display());
 //! ```
 
@@ -28,8 +28,8 @@ use crate::detect::classify::Classification;
 use crate::detect::json_num;
 use crate::error::{Error, Result};
 use crate::frames::log::frame::LogFrame;
+use crate::logs::crash_bundle::{self, CrashBundle};
 use crate::logscan::{scan, ScanOptions};
-use crate::readers::crash_bundle::{self, CrashBundle};
 use crate::value::Value;
 
 use advice::{chat_template_diagnosis, headline, recommendations};

@@ -8,7 +8,7 @@ use super::traceback::{ExceptionBlock, Frame};
 use crate::detect::classify::Classification;
 use crate::detect::{Finding, Severity};
 use crate::frames::log::frame::LogFrame;
-use crate::readers::crash_bundle::CrashContext;
+use crate::logs::crash_bundle::CrashContext;
 
 /// Version of the `summary.json` layout.
 pub const SCHEMA_VERSION: u32 = 1;

@@ -9,6 +9,7 @@ pub mod axis;
 pub mod dumpdiff;
 pub mod logscan;
 pub mod losscheck;
+pub mod mismatch;
 pub mod plot;
 pub mod postmortem;
 

@@ -20,7 +20,8 @@ pub use crate::render::axis::{nice_step, tick_text, ticks_in, YScale};
 static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 static FONT_ONCE: Once = Once::new();
 
-fn register_font() {
+/// Register the bundled font as `sans-serif` (once), before any text is drawn.
+pub(crate) fn register_font() {
     FONT_ONCE.call_once(|| {
         // The font is a valid TTF compiled into the binary; a failure would only leave
         // text undrawn, which the drawing calls below report as an error, not a panic.

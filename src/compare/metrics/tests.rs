@@ -439,15 +439,7 @@ fn logprob_sums_by_the_memo_equal_direct_exponentials() {
     let mut g = Lcg(11);
     let bits = |s: &LogProbSums| [s.k1, s.k3, s.max_pd, s.sum_pd].map(f64::to_bits);
     for case in 0..60 {
-        let n = [
-            0,
-            1,
-            3,
-            255,
-            256,
-            261,
-            785,
-        ][case % 7];
+        let n = [0, 1, 3, 255, 256, 261, 785][case % 7];
         let (a, b): (Vec<f64>, Vec<f64>) = (0..n)
             .map(|_| {
                 let x = match g.below(6) {

@@ -27,11 +27,11 @@ use crate::dumpdiff::pages::Pages;
 use crate::dumpdiff::report::{Cell, Comparison, Origin, RowSummary};
 use crate::dumpdiff::Progress;
 use crate::error::Result;
+use crate::formats::read_any;
 use crate::kernels::aggregate::AggMode;
 use crate::model::tokens::tokens_hash;
-use crate::readers::layout::{DumpTree, Kind};
-use crate::readers::producers::{nexrl_self_hosted as keys, weaver};
-use crate::readers::read_any;
+use crate::producers::layout::{DumpTree, Kind};
+use crate::producers::{nexrl_self_hosted as keys, weaver};
 use crate::tensor::{DType, Tensor};
 use crate::value::Value;
 

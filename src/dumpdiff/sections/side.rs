@@ -72,7 +72,7 @@ impl SideData {
         kind: Kind,
         rank: Option<u32>,
         micro: Option<u32>,
-    ) -> Option<&crate::readers::layout::DumpFile> {
+    ) -> Option<&crate::producers::layout::DumpFile> {
         let &i = self.index.get(&(kind, rank, micro))?;
         self.tree.files().get(i)
     }
@@ -118,7 +118,7 @@ impl SideData {
             return Ok(None);
         };
         let v = read_any(&f.path)?;
-        crate::readers::producers::check_tensor_keys(kind, &f.path, &v)?;
+        crate::producers::check_tensor_keys(kind, &f.path, &v)?;
         progress.file_done(size);
         self.read
             .lock()

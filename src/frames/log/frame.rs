@@ -8,12 +8,13 @@ use polars::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::frames::log::column::{Column, Steps, BLOCK_ROWS};
-use crate::model::log::{LogRecord, SourceKind};
-use crate::readers::aliases::{
+use crate::logs::aliases::{is_bookkeeping_key, stage_metric, STAGES, STAGE_PREFIX};
+use crate::logs::aliases::{
     is_eval_key, reward_component, AliasTable, EVAL_ACTIVITY, REWARD_COMPONENTS,
     REWARD_COMPONENT_PREFIX,
 };
-use crate::readers::fastline::{FxMap, Interner};
+use crate::logs::fastline::{FxMap, Interner};
+use crate::model::log::{LogRecord, SourceKind};
 
 /// What the builder knows about one raw key.
 #[derive(Debug, Clone, Copy)]
@@ -48,6 +49,7 @@ impl Projection {
                 metrics.iter().any(|m| m == name)
                     || (name.starts_with(REWARD_COMPONENT_PREFIX)
                         && metrics.iter().any(|m| m == REWARD_COMPONENTS))
+                    || (name.starts_with(STAGE_PREFIX) && metrics.iter().any(|m| m == STAGES))
             }
         }
     }
@@ -62,7 +64,7 @@ impl Projection {
 }
 
 /// Every producer kind, by bit of a row's source mask.
-const SOURCE_KINDS: [SourceKind; 20] = [
+const SOURCE_KINDS: [SourceKind; 21] = [
     SourceKind::Steps,
     SourceKind::Events,
     SourceKind::VerlJsonl,
@@ -83,6 +85,7 @@ const SOURCE_KINDS: [SourceKind; 20] = [
     SourceKind::Trackio,
     SourceKind::WandbSummary,
     SourceKind::Parquet,
+    SourceKind::KvText,
 ];
 
 // Each kind owns one bit of a row's `u32` source mask.
@@ -178,6 +181,8 @@ impl FrameBuilder {
             if alias.is_none() {
                 if let Some(name) = reward_component(k) {
                     alias = Some((self.reward_column(&name), 0));
+                } else if let Some(name) = stage_metric(k) {
+                    alias = Some((self.family_column(&name), 0));
                 } else if is_eval_key(k) {
                     alias = self.aliases.resolve(EVAL_ACTIVITY);
                 }
@@ -192,7 +197,12 @@ impl FrameBuilder {
 
     /// The canonical index of reward component `name` (`reward/<name>`), made when new.
     fn reward_column(&mut self, name: &str) -> usize {
-        let canonical = format!("{REWARD_COMPONENT_PREFIX}{name}");
+        self.family_column(&format!("{REWARD_COMPONENT_PREFIX}{name}"))
+    }
+
+    /// The canonical index of a family's metric (`reward/…`, `stage/…`), made when new.
+    fn family_column(&mut self, canonical: &str) -> usize {
+        let canonical = canonical.to_string();
         let idx = self.aliases.add_canonical(&canonical);
         while self.keep.len() <= idx {
             self.keep.push(self.projection.keeps(&canonical));
@@ -393,6 +403,15 @@ impl FrameBuilder {
             .map(|(name, c)| (name, arrange(c)))
             .collect();
         let timestamps = arrange(self.timestamps);
+        let mut unmapped: Vec<String> = self
+            .keys
+            .names()
+            .iter()
+            .zip(&self.key_info)
+            .filter(|(k, info)| info.alias.is_none() && !is_bookkeeping_key(k))
+            .map(|(k, _)| k.clone())
+            .collect();
+        unmapped.sort();
         let (steps, sources, runs) = match &order {
             Some(o) => (
                 o.iter().filter_map(|&i| self.steps.get(i)).collect(),
@@ -418,6 +437,7 @@ impl FrameBuilder {
             columns,
             raw,
             projection: self.projection,
+            unmapped,
         }
     }
 }
@@ -434,9 +454,17 @@ pub struct LogFrame {
     columns: Vec<(String, Column)>,
     raw: Vec<(String, Column)>,
     projection: Projection,
+    /// Raw keys read that map to no canonical metric (bookkeeping keys left out), sorted.
+    unmapped: Vec<String>,
 }
 
 impl LogFrame {
+    /// Raw keys read that no canonical metric (so no detector) uses, sorted: what a scan
+    /// read but did not understand.
+    pub fn unmapped_keys(&self) -> &[String] {
+        &self.unmapped
+    }
+
     /// Number of rows.
     pub fn len(&self) -> usize {
         self.steps.len()
@@ -492,6 +520,7 @@ impl LogFrame {
                     columns,
                     raw: pick(&self.raw),
                     projection: self.projection.clone(),
+                    unmapped: self.unmapped.clone(),
                 }
             })
             .collect()

@@ -2,11 +2,11 @@
 //! divergence and adjudication when several trees were compared, losscheck's cells when
 //! one tree was checked alone.
 
-use super::build::{at_cell, cell, opt_num, status_word, GRID_LEGEND};
+use super::words::{at_cell, cell, opt_num, status_word, GRID_LEGEND};
 use super::{heading, list, para, text, Block, Cell, Inline, Item, Row, Table};
 use crate::compare::tolerance::Verdict;
 use crate::dumpdiff::words::{finding_line, verdict_word};
-use crate::losscheck::Status;
+use crate::judge::Status;
 use crate::postmortem::dumps::{DumpdiffSummary, Dumps};
 
 /// The HTML class of a verdict (the severity colours).

@@ -9,8 +9,9 @@
 
 mod build;
 mod dumps;
+mod words;
 
-pub use build::{at_cell, cell, opt_num, stats, status_word, step_cells, GRID_LEGEND};
+pub use words::{at_cell, cell, opt_num, stats, status_word, step_cells, GRID_LEGEND};
 
 use super::{PlotRef, Postmortem};
 

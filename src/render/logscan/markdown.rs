@@ -29,6 +29,9 @@ impl Renderer<ScanReport> for MarkdownRenderer {
         o.push_str("\n## Findings\n\n");
         if r.findings.is_empty() {
             o.push_str("No findings.\n");
+            if let Some(n) = crate::logscan::notes::not_understood_note(r) {
+                o.push_str(&format!("\n{}\n", esc(&n)));
+            }
             return Ok(o);
         }
         o.push_str("| severity | detector | steps | n | finding |\n|---|---|---|---|---|\n");

@@ -43,6 +43,9 @@ impl Renderer<ScanReport> for TableRenderer {
                 "no findings ({} detector(s) ran)\n",
                 r.detectors_run.len()
             ));
+            if let Some(n) = crate::logscan::notes::not_understood_note(r) {
+                out.push_str(&wrap(&n, self.width, "  "));
+            }
             return Ok(out);
         }
         out.push_str(&format!("{}\n", count_line(r)));

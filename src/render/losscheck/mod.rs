@@ -1,5 +1,5 @@
-//! losscheck's [`Report`] in each format: one line per cell (table), a Markdown table,
-//! the JSON report; and the words the table and markdown share.
+//! losscheck's [`Report`] in each format: a count line and one table row per cell (table),
+//! a Markdown table, the JSON report; and the words the table and markdown share.
 
 pub mod json;
 pub mod markdown;
@@ -11,9 +11,12 @@ use crate::losscheck::report::{InputsReport, Report};
 use crate::losscheck::Verdict;
 
 impl Rendered for Report {
-    fn renderer(format: Format, _style: Style) -> Box<dyn Renderer<Self>> {
+    fn renderer(format: Format, style: Style) -> Box<dyn Renderer<Self>> {
         match format {
-            Format::Table => Box::new(table::TableRenderer),
+            Format::Table => Box::new(table::TableRenderer {
+                color: style.color,
+                width: style.width,
+            }),
             Format::Json => Box::new(json::JsonRenderer),
             Format::Markdown => Box::new(markdown::MarkdownRenderer),
         }

@@ -1,5 +1,5 @@
 //! The postmortem written out: `report.md`, `report.html`, `summary.json` and the plots in
-//! `OUTPUT/<run-name>/`.
+//! one folder (`--output DIR` itself, or `reports/<run-name>/` by default).
 
 pub mod html;
 pub mod json;
@@ -14,16 +14,16 @@ use crate::render::Renderer;
 /// Files written by [`write_report`].
 #[derive(Debug, Clone)]
 pub struct Written {
-    /// `reports/<run-name>/`.
+    /// The folder written into.
     pub dir: PathBuf,
     /// Every file written, in order.
     pub files: Vec<PathBuf>,
 }
 
-/// Write `report.md`, `report.html`, `summary.json` and the plots into
-/// `out_root/<run-name>/`, and return the paths.
-pub fn write_report(pm: &Postmortem, out_root: &Path) -> Result<Written> {
-    let dir = out_root.join(&pm.run.name);
+/// Write `report.md`, `report.html`, `summary.json` and the plots into `dir` itself
+/// (created if absent; files of the same name are replaced), and return the paths.
+pub fn write_report(pm: &Postmortem, dir: &Path) -> Result<Written> {
+    let dir = dir.to_path_buf();
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
     let mut pm = pm.clone();
     let mut files = Vec::new();

@@ -1,0 +1,135 @@
+//! What inference needs of one cell ([`Prep`]): its recomputed pg, entropy and KL terms
+//! reduced under each base aggregation mode, with their rounding, and its dumped scalars.
+
+use super::{Prep, Reduced, Table, BASE_MODES, KL_CANDIDATES};
+use crate::error::{Error, Position, Result};
+use crate::judge::cell::Cell;
+use crate::judge::self_hosted::Advantages;
+use crate::judge::terms::{f32_compute, reduce, stored_rounding, weights};
+use crate::judge::Tolerance;
+use crate::kernels::loss::{compute, LossConfig, LossInputs};
+use crate::kernels::to_f64_vec;
+
+/// Do the dumped intermediates (`prob_ratio`, `elementwise_loss`) follow from the inputs?
+/// When they do not, the cell's pg term is no evidence about the aggregation.
+fn intermediates_follow(
+    dumped: Option<&Vec<f64>>,
+    ours: &[f64],
+    mask: &[f64],
+    tol: &Tolerance,
+) -> bool {
+    dumped.is_none_or(|d| {
+        d.iter()
+            .zip(ours)
+            .zip(mask)
+            .all(|((d, o), m)| *m == 0.0 || tol.allows(*d, *o))
+    })
+}
+
+/// What [`resolve`] needs of one cell (gathered once, then dropped).
+///
+/// Errors: the kernels refuse the cell's inputs (file named).
+pub fn prep(cell: &Cell, base: &LossConfig, tol: &Tolerance) -> Result<Prep> {
+    let mut preps = prep_each(cell, &[(base, None)], tol)?;
+    Ok(preps.remove(0))
+}
+
+/// [`prep`] of one cell under each `(cfg, inputs)` in turn, `inputs` (when given) in place
+/// of the cell's own (another advantage epsilon's: only the pg term changes), so that one
+/// gather serves every candidate. The parts no variant changes (mask weights, entropy and
+/// KL tables) are computed once.
+///
+/// Errors: as [`prep`], the first variant's first.
+pub fn prep_each(
+    cell: &Cell,
+    variants: &[(&LossConfig, Option<&LossInputs>)],
+    tol: &Tolerance,
+) -> Result<Vec<Prep>> {
+    let path = cell.file.as_path();
+    let outs = variants
+        .iter()
+        .map(|(base, inputs)| {
+            let mut cfg = (*base).clone();
+            cfg.kl = None;
+            compute(inputs.unwrap_or(&cell.inputs), &cfg).map_err(|e| crate::judge::kerr(path, e))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let (b, t) = cell.dims();
+    let v = |x: &candle_core::Tensor| to_f64_vec(x).map_err(|e| crate::judge::kerr(path, e));
+    let mask = v(&cell.inputs.mask)?;
+    let ws: Vec<Vec<f64>> = BASE_MODES
+        .iter()
+        .map(|m| weights(&mask, b, t, *m))
+        .collect();
+    let table = |x: &[f64], rounding: &dyn Fn(&[f64], &[f64]) -> f64| -> Table {
+        let mut out = [Reduced::default(); 3];
+        for (o, w) in out.iter_mut().zip(&ws) {
+            *o = Reduced {
+                val: reduce(x, w),
+                tol: rounding(x, w),
+            };
+        }
+        out
+    };
+    let ent_r = match &cell.inputs.entropy {
+        Some(e) => {
+            let x = v(e)?;
+            let dt = cell.entropy_dtype;
+            Some(table(&x, &|x, w| {
+                stored_rounding(x, w, dt) + f32_compute(x, w, 1.0)
+            }))
+        }
+        None => None,
+    };
+    let mut kl_r = Vec::new();
+    if let Some(r) = &cell.inputs.ref_log_probs {
+        for est in KL_CANDIDATES {
+            let k = crate::kernels::kl::kl(&cell.inputs.log_probs, r, est)
+                .map_err(|e| crate::judge::kerr(path, e))?;
+            kl_r.push((est, table(&v(&k)?, &|x, w| f32_compute(x, w, 4.0))));
+        }
+    }
+    let rec = cell.record.as_ref();
+    outs.iter()
+        .map(|out| {
+            let elem = v(&out.per_token_loss)?;
+            let pg_r = table(&elem, &|x, w| f32_compute(x, w, 4.0));
+            let follows = cell.ratio.is_none() && cell.per_token.is_none()
+                || intermediates_follow(cell.ratio.as_ref(), &v(&out.ratio)?, &mask, tol)
+                    && intermediates_follow(cell.per_token.as_ref(), &elem, &mask, tol);
+            Ok(Prep {
+                t,
+                pg_r,
+                ent_r,
+                kl_r: kl_r.clone(),
+                stated: cell.stated.clone(),
+                pg_evidence: follows,
+                pg: rec.and_then(|r| r.pg_loss),
+                ent: rec.and_then(|r| r.entropy_loss),
+                kl_loss: cell.kl_loss,
+                loss: rec.and_then(|r| r.loss),
+                total: cell.dumped_loss,
+            })
+        })
+        .collect()
+}
+
+/// The inputs of a self-hosted `cell` with each row's advantage taken from `adv` (another
+/// epsilon's, [`SelfHostedStep::advantages_under`]) instead: what gathering the cell from
+/// a step loaded with that convention gives. `None` for a weaver cell (its advantages are
+/// dumped).
+///
+/// [`SelfHostedStep::advantages_under`]: crate::judge::SelfHostedStep::advantages_under
+pub fn inputs_with_advantages(cell: &Cell, adv: &Advantages) -> Result<Option<LossInputs>> {
+    let Some((rows, f32_trainer)) = &cell.advantage_rows else {
+        return Ok(None);
+    };
+    let a = adv.of_rows(rows, *f32_trainer);
+    let n = a.len();
+    let advantages = candle_core::Tensor::from_vec(a, n, &candle_core::Device::Cpu)
+        .map_err(|e| Error::format(&cell.file, Position::File, e.to_string()))?;
+    Ok(Some(LossInputs {
+        advantages,
+        ..cell.inputs.clone()
+    }))
+}

@@ -1,0 +1,594 @@
+//! Self-hosted dump trees (NexRL self-hosted trainer, SPEC §2): the inputs of one micro's
+//! loss are spread over three kinds of file, so they are put back together here.
+//!
+//! - `forward_data/step_N_rankR_microM`: `log_probs` `[mb, T]`, `response_mask` `[mb, T]`,
+//!   `entropy` `[mb, T]`, `input_ids` `[mb, S]` (prompt left-padded to `S − T`, then the
+//!   response right-padded to `T`).
+//! - `old_log_probs/step_N`: the whole batch `[N, T']`, rows in `trajectory/step_N` order.
+//! - `trajectory/step_N`: `trajectories[i]` with `tokens`, `loss_mask`, `reward`,
+//!   `extra_fields.group_id` (or `uid`).
+//!
+//! Each micro row is matched to its trajectory by content ([`tokens_hash`] of the prompt
+//! without its left padding followed by the response; the response alone when that is
+//! ambiguous or absent), never by position. Advantages are recomputed from the step's
+//! rewards and group ids with the preset's [`AdvantageConfig`] and rounded to f32 unless
+//! the dumped log-probs are f64 (a torch trainer holds advantages in float32).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor};
+
+use crate::error::{Error, Position, Result};
+use crate::formats::read_any;
+use crate::kernels::advantage::{group_advantages, AdvantageConfig};
+use crate::kernels::loss::LossInputs;
+use crate::model::step::{LogProbSource, TokenTensor};
+use crate::model::tokens::tokens_hash;
+pub use crate::model::trajectory::{TrajectoryRow, TrajectorySummary};
+use crate::producers::layout::{DumpTree, Kind};
+use crate::producers::nexrl_self_hosted;
+pub use crate::producers::nexrl_self_hosted::group_of;
+use crate::tensor::DType;
+use crate::value::Value;
+
+/// The whole-batch half of a self-hosted step: every trajectory's advantage and old
+/// log-probs, and indexes from token content to trajectory. Load once per step, then
+/// [`SelfHostedStep::micro_inputs`] for each rank/micro.
+#[derive(Debug, Clone)]
+pub struct SelfHostedStep {
+    /// `trajectory/step_N` file.
+    pub trajectory_file: PathBuf,
+    /// `old_log_probs/step_N` file (the folder, when the tree dumps one file per micro).
+    pub old_file: PathBuf,
+    /// The whole-batch old log-probs `[n, cols]`, read a row at a time, or
+    /// [`OldRows::PerMicro`]: each micro's own `old_log_probs/step_N_rankR_microM` file, rows
+    /// in its forward_data order.
+    old: OldRows,
+    /// Columns of the whole-batch old log-probs.
+    cols: usize,
+    /// Per-trajectory reward, group and advantage (f64 of the f32 value, see module doc).
+    rewards: Vec<f64>,
+    groups: Vec<String>,
+    advantages_f64: Vec<f64>,
+    advantages_f32: Vec<f64>,
+    /// `tokens_hash(prompt ++ response)` → trajectory indices.
+    by_tokens: HashMap<u64, Vec<usize>>,
+    /// `tokens_hash(response)` (tokens under `loss_mask == 1`) → trajectory indices.
+    by_response: HashMap<u64, Vec<usize>>,
+}
+
+/// The whole-batch old log-probs: the dumped tensor itself (its storage shared with the
+/// file's map, each needed row widened to f64 when a micro reads it, so no f64 copy of
+/// the batch is held), or an f64 copy when it is not a contiguous real tensor (a list).
+#[derive(Debug, Clone)]
+enum OldRows {
+    Tensor(crate::tensor::Tensor),
+    Dense(Vec<f64>),
+    PerMicro,
+}
+
+impl OldRows {
+    fn of(t: Option<&TokenTensor>, path: &Path) -> Result<(Vec<usize>, OldRows)> {
+        match t.map(|t| &t.tensor) {
+            Some(x) if x.is_contiguous() && !x.dtype().is_complex() && x.ndim() == 2 => {
+                Ok((x.shape().to_vec(), OldRows::Tensor(x.clone())))
+            }
+            _ => {
+                let (shape, old, _) = dense(t, path, nexrl_self_hosted::OLD_LOG_PROBS)?;
+                Ok((shape, OldRows::Dense(old)))
+            }
+        }
+    }
+
+    /// Row `i` (of `cols` values; `i` is below the row count, checked at load) as f64.
+    fn row(&self, i: usize, cols: usize) -> std::borrow::Cow<'_, [f64]> {
+        match self {
+            OldRows::Dense(v) => std::borrow::Cow::Borrowed(&v[i * cols..(i + 1) * cols]),
+            OldRows::PerMicro => std::borrow::Cow::Owned(Vec::new()),
+            OldRows::Tensor(t) => {
+                let s = t.dtype().size();
+                let start = (t.offset() + i * cols) * s;
+                let bytes = t.storage_bytes()[start..start + cols * s].to_vec();
+                let row = crate::tensor::Tensor::from_le_bytes(t.dtype(), vec![cols], bytes)
+                    .map(|r| r.to_f64_vec())
+                    .unwrap_or_default();
+                std::borrow::Cow::Owned(row)
+            }
+        }
+    }
+}
+
+/// One micro's inputs in the self-hosted layout, with where each row came from.
+#[derive(Debug, Clone)]
+pub struct MicroInputs {
+    /// Inputs for [`crate::kernels::loss::compute`] (f64; log-probs under a zero mask
+    /// replaced by 0 so that padding NaN cannot leak into masked sums).
+    pub inputs: LossInputs,
+    /// The trajectory index (row of `old_log_probs`) of each micro row.
+    pub trajectory_rows: Vec<usize>,
+    /// The advantage used for each micro row.
+    pub advantages: Vec<f64>,
+    /// The forward_data file.
+    pub forward_file: PathBuf,
+    /// Findings worth a note (e.g. two trajectories with the same tokens).
+    pub notes: Vec<String>,
+    /// The dtype the entropy was stored in (its rounding bounds the entropy term).
+    pub entropy_dtype: Option<DType>,
+    /// The log-probs are not f64: the trainer held advantages in f32.
+    pub f32_trainer: bool,
+}
+
+/// The reference log-probs a forward_data file holds next to its log-probs when the
+/// trainer adds a KL term (`ref_log_probs`, not mapped by the producer module).
+pub const REF_LOG_PROBS: &str = "ref_log_probs";
+
+fn key_err(path: &Path, key: &str, msg: &str) -> Error {
+    Error::format(path, Position::Key(key.to_string()), msg.to_string())
+}
+
+/// `(shape, row-major f64 values, stored dtype)` of a tensor the producer mapping read
+/// (`None`: the file lacks `key`).
+fn dense(
+    t: Option<&TokenTensor>,
+    path: &Path,
+    key: &str,
+) -> Result<(Vec<usize>, Vec<f64>, Option<DType>)> {
+    let t = t.ok_or_else(|| key_err(path, key, "missing (self-hosted layout needs it)"))?;
+    Ok((t.tensor.shape().to_vec(), t.tensor.to_f64_vec(), t.dtype))
+}
+
+fn dims2(path: &Path, key: &str, shape: &[usize]) -> Result<(usize, usize)> {
+    match shape {
+        [b, t] => Ok((*b, *t)),
+        d => Err(key_err(
+            path,
+            key,
+            &format!("must be 2-d [B, T], got shape {d:?}"),
+        )),
+    }
+}
+
+fn round_f32(x: f64) -> f64 {
+    x as f32 as f64
+}
+
+/// Every trajectory's advantage under one convention, by trajectory index.
+#[derive(Debug, Clone)]
+pub struct Advantages {
+    f64s: Vec<f64>,
+    f32s: Vec<f64>,
+}
+
+impl Advantages {
+    /// The advantage of each micro row (`rows`: trajectory indexes), f32-rounded when the
+    /// trainer is f32 ([`MicroInputs::f32_trainer`]), as [`SelfHostedStep::micro_inputs`]
+    /// takes them.
+    pub fn of_rows(&self, rows: &[usize], f32_trainer: bool) -> Vec<f64> {
+        let v = if f32_trainer { &self.f32s } else { &self.f64s };
+        rows.iter()
+            .map(|i| v.get(*i).copied().unwrap_or(f64::NAN))
+            .collect()
+    }
+}
+
+/// Group advantages of `rewards` under `adv` (f64 and f32-rounded); errors name `tf`.
+fn advantages_of(
+    tf: &Path,
+    rewards: &[f64],
+    groups: &[String],
+    adv: &AdvantageConfig,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let f64s = group_advantages(rewards, groups, adv)
+        .map_err(|e| Error::format(tf, Position::Key("trajectories".into()), e.to_string()))?;
+    let f32s = f64s.iter().map(|a| round_f32(*a)).collect();
+    Ok((f64s, f32s))
+}
+
+impl SelfHostedStep {
+    /// Read `trajectory/step_N` and `old_log_probs/step_N` of `tree` and compute every
+    /// trajectory's advantage under `adv`.
+    ///
+    /// Errors: either file absent or unreadable; a trajectory without `tokens`, `reward`
+    /// or a group id (named by index); `old_log_probs` not `[n, T]` with `n` the number of
+    /// trajectories (both sizes named).
+    pub fn load(tree: &DumpTree, step: i64, adv: &AdvantageConfig) -> Result<SelfHostedStep> {
+        let need = |kind: Kind| {
+            tree.get(kind, step, None, None).ok_or_else(|| {
+                Error::input(
+                    &tree.root,
+                    format!(
+                        "no {kind}/ file for step {step} (the self-hosted layout needs \
+                     trajectory/, old_log_probs/, forward_data/ and loss/)"
+                    ),
+                )
+            })
+        };
+        let tf = need(Kind::Trajectory)?.path.clone();
+        let tv = read_any(&tf)?;
+        if tree.get(Kind::OldLogProbs, step, None, None).is_none() {
+            if let Some(f) = tree.files_of(Kind::OldLogProbs, step).next() {
+                // per-micro old_log_probs: each micro reads its own file
+                let dir = f.path.parent().unwrap_or(&tree.root).to_path_buf();
+                let summary = TrajectorySummary::of(&nexrl_self_hosted::trajectories(&tf, &tv)?);
+                return Self::from_summary_per_micro(&summary, dir, adv);
+            }
+        }
+        let of = need(Kind::OldLogProbs)?.path.clone();
+        let ov = read_any(&of)?;
+        Self::from_values(tf, &tv, of, &ov, adv)
+    }
+
+    /// [`SelfHostedStep::from_summary`] for a tree that dumps `old_log_probs` per micro
+    /// (`old_log_probs/step_N_rankR_microM`, rows in the micro's forward_data order) in the
+    /// folder `dir`: each micro reads its own file in [`SelfHostedStep::micro_inputs`].
+    pub fn from_summary_per_micro(
+        ts: &TrajectorySummary,
+        dir: PathBuf,
+        adv: &AdvantageConfig,
+    ) -> Result<SelfHostedStep> {
+        let mut s = Self::from_parts(ts, adv)?;
+        s.old_file = dir;
+        Ok(s)
+    }
+
+    /// [`SelfHostedStep::load`] from the two whole-batch files already read (`tv` from
+    /// trajectory file `tf`, `ov` from old_log_probs file `of`, named in errors), so that a
+    /// caller that holds them (dumpdiff) does not read them again.
+    pub fn from_values(
+        tf: PathBuf,
+        tv: &Value,
+        of: PathBuf,
+        ov: &Value,
+        adv: &AdvantageConfig,
+    ) -> Result<SelfHostedStep> {
+        let summary = TrajectorySummary::of(&nexrl_self_hosted::trajectories(&tf, tv)?);
+        Self::from_summary(&summary, of, ov, adv)
+    }
+
+    /// [`SelfHostedStep::from_values`] from the trajectories' summary (what a caller
+    /// keeps of the trajectory file once its token lists are no longer needed).
+    pub fn from_summary(
+        ts: &TrajectorySummary,
+        of: PathBuf,
+        ov: &Value,
+        adv: &AdvantageConfig,
+    ) -> Result<SelfHostedStep> {
+        let mut s = Self::from_parts(ts, adv)?;
+        let ob = nexrl_self_hosted::old_log_probs(&of, ov)?;
+        let (shape, old) = OldRows::of(ob.log_probs(LogProbSource::Old), &of)?;
+        let (n, cols) = dims2(&of, nexrl_self_hosted::OLD_LOG_PROBS, &shape)?;
+        if n != s.rewards.len() {
+            return Err(key_err(
+                &of,
+                nexrl_self_hosted::OLD_LOG_PROBS,
+                &format!(
+                    "has {n} rows but {} holds {} trajectories (rows must follow the \
+                     trajectory order)",
+                    s.trajectory_file.display(),
+                    s.rewards.len()
+                ),
+            ));
+        }
+        s.old_file = of;
+        s.old = old;
+        s.cols = cols;
+        Ok(s)
+    }
+
+    /// The trajectories' half: rewards, groups, advantages and the token indexes (old
+    /// log-probs still [`OldRows::PerMicro`]).
+    fn from_parts(ts: &TrajectorySummary, adv: &AdvantageConfig) -> Result<SelfHostedStep> {
+        let tf = ts.file.clone();
+        let mut rewards = Vec::with_capacity(ts.rows.len());
+        let mut groups = Vec::with_capacity(ts.rows.len());
+        let mut by_tokens: HashMap<u64, Vec<usize>> = HashMap::new();
+        let mut by_response: HashMap<u64, Vec<usize>> = HashMap::new();
+        for (i, t) in ts.rows.iter().enumerate() {
+            let at = |k: &str| format!("trajectories[{i}].{k}");
+            let tokens = t
+                .tokens
+                .ok_or_else(|| key_err(&tf, &at("tokens"), "missing or not a list of ints"))?;
+            let reward = t
+                .reward
+                .ok_or_else(|| key_err(&tf, &at("reward"), "missing or not a number"))?;
+            let group = t.group.clone().ok_or_else(|| {
+                key_err(
+                    &tf,
+                    &at("extra_fields.group_id"),
+                    "missing (needed to group rewards into advantages)",
+                )
+            })?;
+            by_tokens.entry(tokens).or_default().push(i);
+            if let Some(r) = t.response {
+                by_response.entry(r).or_default().push(i);
+            }
+            rewards.push(reward);
+            groups.push(group);
+        }
+        let (advantages_f64, advantages_f32) = advantages_of(&tf, &rewards, &groups, adv)?;
+        Ok(SelfHostedStep {
+            old_file: tf.clone(),
+            trajectory_file: tf,
+            old: OldRows::PerMicro,
+            cols: 0,
+            rewards,
+            groups,
+            advantages_f64,
+            advantages_f32,
+            by_tokens,
+            by_response,
+        })
+    }
+
+    /// Every trajectory's advantage under `adv` instead (f64 and f32-rounded, by
+    /// trajectory index): what [`SelfHostedStep::load`] with `adv` would compute, without
+    /// reading the files again.
+    ///
+    /// Errors: as [`SelfHostedStep::load`]'s advantage computation.
+    pub fn advantages_under(&self, adv: &AdvantageConfig) -> Result<Advantages> {
+        let (f64s, f32s) = advantages_of(&self.trajectory_file, &self.rewards, &self.groups, adv)?;
+        Ok(Advantages { f64s, f32s })
+    }
+
+    /// This step with `adv`'s advantages ([`SelfHostedStep::advantages_under`]).
+    pub fn with_advantages(mut self, adv: Advantages) -> SelfHostedStep {
+        self.advantages_f64 = adv.f64s;
+        self.advantages_f32 = adv.f32s;
+        self
+    }
+
+    /// Number of trajectories in the step.
+    pub fn len(&self) -> usize {
+        self.rewards.len()
+    }
+
+    /// True when the step holds no trajectory.
+    pub fn is_empty(&self) -> bool {
+        self.rewards.is_empty()
+    }
+
+    /// Group id of trajectory `i`.
+    pub fn group(&self, i: usize) -> Option<&str> {
+        self.groups.get(i).map(String::as_str)
+    }
+
+    /// Advantage of trajectory `i`: f64 as computed, or rounded to f32 (`f32 = true`).
+    pub fn advantage(&self, i: usize, f32: bool) -> Option<f64> {
+        let v = if f32 {
+            &self.advantages_f32
+        } else {
+            &self.advantages_f64
+        };
+        v.get(i).copied()
+    }
+
+    /// The loss inputs of `rank`/`micro`: its forward_data log-probs, mask and entropy,
+    /// the matching rows of the whole-batch old log-probs (trimmed or zero-padded to the
+    /// micro's width `T`), and each row's advantage broadcast over its valid tokens
+    /// (`[mb]`, f64).
+    ///
+    /// Errors: no forward_data file; a missing key; shapes that disagree (both named); a
+    /// row whose tokens match no trajectory (file and row named); a valid position beyond
+    /// the whole-batch width.
+    pub fn micro_inputs(
+        &self,
+        tree: &DumpTree,
+        step: i64,
+        rank: u32,
+        micro: u32,
+    ) -> Result<MicroInputs> {
+        let ff = tree
+            .get(Kind::ForwardData, step, Some(rank), Some(micro))
+            .ok_or_else(|| {
+                Error::input(
+                    &tree.root,
+                    format!("no forward_data file for step {step} rank {rank} micro {micro}"),
+                )
+            })?
+            .path
+            .clone();
+        let fv = read_any(&ff)?;
+        let fb = nexrl_self_hosted::forward_data(&ff, &fv)?;
+        let lp_t = fb.log_probs(LogProbSource::Current);
+        let (lshape, lp, ldtype) = dense(lp_t, &ff, nexrl_self_hosted::LOG_PROBS)?;
+        let (b, t) = dims2(&ff, nexrl_self_hosted::LOG_PROBS, &lshape)?;
+        let (mshape, mask, _) = dense(
+            fb.response_mask.as_ref(),
+            &ff,
+            nexrl_self_hosted::RESPONSE_MASK,
+        )?;
+        if mshape != lshape {
+            return Err(key_err(
+                &ff,
+                nexrl_self_hosted::RESPONSE_MASK,
+                &format!("is {mshape:?} but log_probs is {lshape:?}"),
+            ));
+        }
+        let (ishape, ids, _) = dense(fb.input_ids.as_ref(), &ff, nexrl_self_hosted::INPUT_IDS)?;
+        let (ib, s) = dims2(&ff, nexrl_self_hosted::INPUT_IDS, &ishape)?;
+        if ib != b || s < t {
+            return Err(key_err(
+                &ff,
+                nexrl_self_hosted::INPUT_IDS,
+                &format!(
+                    "is {ishape:?} but log_probs is {lshape:?} (expected [{b}, S ≥ {t}]: \
+                     prompt then response)"
+                ),
+            ));
+        }
+        let mut entropy_dtype = None;
+        let mut entropy = match &fb.entropy {
+            Some(et) => {
+                let (eshape, e, edt) = dense(Some(et), &ff, nexrl_self_hosted::ENTROPY)?;
+                entropy_dtype = edt;
+                if eshape != lshape {
+                    return Err(key_err(
+                        &ff,
+                        nexrl_self_hosted::ENTROPY,
+                        &format!("is {eshape:?} but log_probs is {lshape:?}"),
+                    ));
+                }
+                Some(e)
+            }
+            None => None,
+        };
+        let reference = match fv.get(REF_LOG_PROBS) {
+            Some(x) => {
+                let t = x
+                    .to_tensor()
+                    .ok_or_else(|| key_err(&ff, REF_LOG_PROBS, "present but not a tensor"))?;
+                if t.shape() != lshape.as_slice() {
+                    return Err(key_err(
+                        &ff,
+                        REF_LOG_PROBS,
+                        &format!("is {:?} but log_probs is {lshape:?}", t.shape()),
+                    ));
+                }
+                Some(t.to_f64_vec())
+            }
+            None => None,
+        };
+        // per-micro old_log_probs: the micro's own file, rows in forward_data order
+        let micro_old = match self.old {
+            OldRows::PerMicro => {
+                let of = tree
+                    .get(Kind::OldLogProbs, step, Some(rank), Some(micro))
+                    .ok_or_else(|| {
+                        Error::input(
+                            &tree.root,
+                            format!(
+                                "no old_log_probs file for step {step} rank {rank} micro \
+                                 {micro} (this tree dumps old_log_probs per micro)"
+                            ),
+                        )
+                    })?
+                    .path
+                    .clone();
+                let ob = nexrl_self_hosted::old_log_probs(&of, &read_any(&of)?)?;
+                let (oshape, o, _) = dense(
+                    ob.log_probs(LogProbSource::Old),
+                    &of,
+                    nexrl_self_hosted::OLD_LOG_PROBS,
+                )?;
+                let (ob_rows, ocols) = dims2(&of, nexrl_self_hosted::OLD_LOG_PROBS, &oshape)?;
+                if ob_rows != b {
+                    return Err(key_err(
+                        &of,
+                        nexrl_self_hosted::OLD_LOG_PROBS,
+                        &format!("is {oshape:?} but log_probs is {lshape:?} (rows must match)"),
+                    ));
+                }
+                Some((of, o, ocols))
+            }
+            _ => None,
+        };
+        let f32_trainer = ldtype != Some(DType::F64);
+        let mut notes = Vec::new();
+        let mut rows = Vec::with_capacity(b);
+        let mut adv = Vec::with_capacity(b);
+        let mut old = vec![0.0; b * t];
+        let mut logp = lp;
+        for r in 0..b {
+            let m = &mask[r * t..(r + 1) * t];
+            let row_ids = &ids[r * s..(r + 1) * s];
+            let prompt: Vec<i64> = row_ids[..s - t]
+                .iter()
+                .map(|x| *x as i64)
+                .skip_while(|x| *x == 0)
+                .collect();
+            let response: Vec<i64> = row_ids[s - t..]
+                .iter()
+                .zip(m)
+                .filter(|(_, m)| **m != 0.0)
+                .map(|(x, _)| *x as i64)
+                .collect();
+            let full: Vec<i64> = prompt.iter().chain(&response).copied().collect();
+            let candidates = self
+                .by_tokens
+                .get(&tokens_hash(&full))
+                .or_else(|| self.by_response.get(&tokens_hash(&response)))
+                .ok_or_else(|| {
+                    key_err(
+                        &ff,
+                        &format!("input_ids[{r}]"),
+                        &format!(
+                            "rank {rank} micro {micro} row {r}: its tokens match no trajectory \
+                             of {}",
+                            self.trajectory_file.display()
+                        ),
+                    )
+                })?;
+            let i = candidates[0];
+            if candidates.len() > 1 {
+                notes.push(format!(
+                    "row {r} matches trajectories {candidates:?} (same tokens); took {i}"
+                ));
+            }
+            let a = self.advantage(i, f32_trainer).unwrap_or(f64::NAN);
+            let (old_row, cols, old_file) = match &micro_old {
+                Some((of, o, oc)) => (
+                    std::borrow::Cow::Borrowed(&o[r * oc..(r + 1) * oc]),
+                    *oc,
+                    of,
+                ),
+                None => (self.old.row(i, self.cols), self.cols, &self.old_file),
+            };
+            for c in 0..t {
+                if m[c] == 0.0 {
+                    // padding: NaN/junk here must not reach a masked sum (0 · NaN = NaN)
+                    logp[r * t + c] = 0.0;
+                    if let Some(e) = entropy.as_mut() {
+                        e[r * t + c] = 0.0;
+                    }
+                    continue;
+                }
+                if c >= cols {
+                    return Err(key_err(
+                        old_file,
+                        nexrl_self_hosted::OLD_LOG_PROBS,
+                        &format!(
+                            "is {cols} columns wide but rank {rank} micro {micro} row {r} has a \
+                             valid token at position {c}"
+                        ),
+                    ));
+                }
+                old[r * t + c] = old_row[c];
+            }
+            rows.push(i);
+            adv.push(a);
+        }
+        let dev = &Device::Cpu;
+        let mk = |v: Vec<f64>| {
+            Tensor::from_vec(v, (b, t), dev)
+                .map_err(|e| Error::format(&ff, Position::File, e.to_string()))
+        };
+        let inputs = LossInputs {
+            log_probs: mk(logp)?,
+            old_log_probs: Some(mk(old)?),
+            ref_log_probs: reference
+                .map(|mut v| {
+                    for (x, m) in v.iter_mut().zip(&mask) {
+                        if *m == 0.0 {
+                            *x = 0.0;
+                        }
+                    }
+                    mk(v)
+                })
+                .transpose()?,
+            advantages: Tensor::from_vec(adv.clone(), b, dev)
+                .map_err(|e| Error::format(&ff, Position::File, e.to_string()))?,
+            mask: mk(mask)?,
+            entropy: entropy.map(mk).transpose()?,
+        };
+        Ok(MicroInputs {
+            inputs,
+            trajectory_rows: rows,
+            advantages: adv,
+            forward_file: ff,
+            notes,
+            entropy_dtype,
+            f32_trainer,
+        })
+    }
+}

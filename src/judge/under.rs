@@ -1,0 +1,274 @@
+//! A cell judged under its step's settled conventions ([`judge_under`]), and the cell that
+//! dumps only its total when nothing states the coefficients of terms that total may hold
+//! ([`Status::Undetermined`]): a total is one equation, and with an unknown coefficient it
+//! can be explained but not checked.
+
+use super::cell::{judge, Cell};
+use super::infer::{self, Source};
+use super::{kerr, Status, Tolerance, Verdict};
+use crate::error::Result;
+use crate::kernels::aggregate::AggMode;
+use crate::kernels::kl::KlEstimator;
+use crate::kernels::loss::{compute, KlPlacement, KlTerm};
+use crate::kernels::to_f64;
+
+/// The largest coefficient an unstated entropy or KL term may take to explain a total.
+/// Producers' defaults sit two orders of magnitude and more below it (NexRL
+/// `entropy_coeff` 1e-4, verl `entropy_coeff` 0 and `kl_loss_coef` 1e-3, TRL `beta`
+/// 0.04); a term weighed above the policy term would be no regulariser.
+const MAX_COEF: f64 = 1.0;
+
+/// The KL estimators an unstated KL term is tried with (verl's `kl_loss_type` choices).
+const KL_TRIED: [KlEstimator; 3] = [KlEstimator::K1, KlEstimator::K2, KlEstimator::K3Verl];
+
+/// [`judge`] under a step's settled conventions. A cell that dumps only its total (weaver
+/// without a `loss/` file) is judged with the fit's full standard errors (it is no
+/// equation of the fit), and when it does not follow:
+/// - on a step whose aggregation no evidence settled (no flag, no `extra_info`, no cell's
+///   terms) it is judged under each of verl's modes in turn: a total that one of them
+///   reproduces is consistent (the mode is named in a note), not a fault of a convention
+///   nobody stated;
+/// - when its intermediates follow, no other reduction explains it, and an entropy or KL
+///   term whose coefficient nothing states would explain it with a coefficient in
+///   `(0, MAX_COEF]`, it is undetermined (the coefficients that would explain it are named).
+pub(super) fn judge_under(
+    cell: &Cell,
+    resolved: &infer::Resolved,
+    tol: &Tolerance,
+) -> Result<Verdict> {
+    let total_only = cell.record.is_none();
+    let unc = if total_only {
+        resolved.total_uncertainty
+    } else {
+        resolved.uncertainty
+    };
+    let v = judge(cell, &resolved.cfg, tol, unc)?;
+    if v.status != Status::Inconsistent || !total_only {
+        return Ok(v);
+    }
+    let settled = resolved
+        .conventions
+        .iter()
+        .any(|c| c.name == "agg" && c.source != Source::Preset);
+    if !settled {
+        let modes = [
+            AggMode::TokenMean,
+            AggMode::SeqMeanTokenSum,
+            AggMode::SeqMeanTokenMean,
+            AggMode::SeqMeanTokenSumNorm { horizon: None },
+        ];
+        for mode in modes.into_iter().filter(|m| *m != resolved.cfg.agg) {
+            let mut cfg = resolved.cfg.clone();
+            cfg.agg = mode;
+            cfg.entropy_agg = mode;
+            let mut w = judge(cell, &cfg, tol, unc)?;
+            if w.status == Status::Consistent {
+                w.notes.push(format!(
+                    "only the total is dumped and no cell states or shows the aggregation: the total is {}'s",
+                    mode.name()
+                ));
+                return Ok(w);
+            }
+        }
+    }
+    undetermined(cell, resolved, v, tol)
+}
+
+/// `v` (an inconsistent total-only cell) as [`Status::Undetermined`] when an unstated
+/// term explains its total (see [`judge_under`]); else `v` unchanged.
+fn undetermined(
+    cell: &Cell,
+    resolved: &infer::Resolved,
+    v: Verdict,
+    tol: &Tolerance,
+) -> Result<Verdict> {
+    let unstated = resolved.unstated;
+    if !(unstated.entropy || unstated.kl) || v.first_divergence.is_some() || v.differs != ["loss"] {
+        return Ok(v);
+    }
+    let path = cell.file.as_path();
+    // the total without the unstated terms: the pg term and the stated ones
+    let mut base_cfg = resolved.cfg.clone();
+    if unstated.entropy {
+        base_cfg.entropy_coeff = 0.0;
+    }
+    if unstated.kl {
+        base_cfg.kl = None;
+    }
+    let out = compute(&cell.inputs, &base_cfg).map_err(|e| kerr(path, e))?;
+    let base = to_f64(&out.loss).map_err(|e| kerr(path, e))?;
+    let r = cell.dumped_loss - base;
+    let fits = |c: f64| c > 0.0 && c <= MAX_COEF;
+    let mut explained = Vec::new();
+    if unstated.entropy {
+        if let Some(e) = &out.entropy_loss {
+            let h = to_f64(e).map_err(|e| kerr(path, e))?;
+            // loss = pg − entropy_coeff · entropy_loss
+            if h > 0.0 && fits(-r / h) {
+                explained.push(format!("entropy_coeff {}", crate::fmt::num(-r / h)));
+            }
+        }
+    }
+    if unstated.kl && cell.inputs.ref_log_probs.is_some() {
+        for est in KL_TRIED {
+            let mut c = base_cfg.clone();
+            c.kl = Some(KlTerm {
+                estimator: est,
+                coef: 0.0,
+                placement: KlPlacement::Separate,
+            });
+            let o = compute(&cell.inputs, &c).map_err(|e| kerr(path, e))?;
+            if let Some(k) = &o.kl_loss {
+                // loss = pg + kl_coef · kl_loss
+                let k = to_f64(k).map_err(|e| kerr(path, e))?;
+                if k != 0.0 && fits(r / k) {
+                    explained.push(format!("kl_coef {} ({est:?})", crate::fmt::num(r / k)));
+                }
+            }
+        }
+    }
+    if explained.is_empty() || tol.allows(cell.dumped_loss, base) {
+        return Ok(v);
+    }
+    let (d, b) = crate::fmt::pair(cell.dumped_loss, base);
+    let mut notes = cell.notes.clone();
+    notes.push(format!(
+        "only the total is dumped and nothing states its {}: the dumped loss {d} − the recomputed {b} = {}, which {} would explain; give --entropy-coeff and --kl-coef to check it",
+        match (unstated.entropy, unstated.kl) {
+            (true, true) => "entropy and KL coefficients",
+            (true, false) => "entropy coefficient",
+            _ => "KL coefficient",
+        },
+        crate::fmt::num(r),
+        explained.join(" or ")
+    ));
+    Ok(Verdict {
+        status: Status::Undetermined,
+        recomputed_loss: base,
+        notes,
+        differs: Vec::new(),
+        ..v
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::judge::cell::Stated;
+    use crate::judge::infer::{Convention, Resolved, Unstated};
+    use crate::judge::Layout;
+    use crate::kernels::loss::LossInputs;
+    use crate::kernels::presets::preset;
+    use candle_core::{Device, Tensor};
+
+    const LP: [f64; 6] = [-0.5, -1.0, -0.25, -2.0, -0.75, 0.0];
+    const OLD: [f64; 6] = [-0.55, -0.9, -0.25, -2.1, -0.7, 0.0];
+    const REF: [f64; 6] = [-0.6, -1.2, -0.5, -2.3, -0.8, 0.0];
+    const ENT: [f64; 6] = [1.5, 2.0, 0.5, 1.0, 1.25, 0.0];
+    const MASK: [f64; 6] = [1.0, 1.0, 1.0, 1.0, 1.0, 0.0];
+    const ADV: [f64; 2] = [0.7, -0.7];
+
+    /// By hand, NexRL's token-mean over the 5 valid tokens: the pg term `−ratio·A`, the
+    /// entropy term and the k1 KL term `logp − ref`.
+    fn terms() -> (f64, f64, f64) {
+        let (mut pg, mut h, mut kl) = (0.0, 0.0, 0.0);
+        for i in 0..5 {
+            pg += -(LP[i] - OLD[i]).exp() * ADV[i / 3];
+            h += ENT[i];
+            kl += LP[i] - REF[i];
+        }
+        (pg / 5.0, h / 5.0, kl / 5.0)
+    }
+
+    fn cell(dumped: f64) -> Cell {
+        let t = |v: &[f64]| Tensor::from_vec(v.to_vec(), (2, 3), &Device::Cpu).unwrap();
+        Cell {
+            file: "w/is_loss_debug/step_000000_rank0_micro0.pt".into(),
+            layout: Layout::Weaver,
+            step: 0,
+            rank: 0,
+            micro: 0,
+            inputs: LossInputs {
+                log_probs: t(&LP),
+                old_log_probs: Some(t(&OLD)),
+                ref_log_probs: Some(t(&REF)),
+                advantages: Tensor::from_vec(ADV.to_vec(), 2, &Device::Cpu).unwrap(),
+                mask: t(&MASK),
+                entropy: Some(t(&ENT)),
+            },
+            entropy_dtype: None,
+            dumped_loss: dumped,
+            record: None,
+            kl_loss: None,
+            stated: Stated::default(),
+            ratio: None,
+            per_token: None,
+            notes: Vec::new(),
+            advantage_rows: None,
+        }
+    }
+
+    fn judged(dumped: f64, unstated: Unstated) -> Verdict {
+        let cfg = preset("nexrl-is").unwrap();
+        let resolved = Resolved {
+            conventions: vec![Convention::new("agg", cfg.agg.name(), None, Source::Flag)],
+            cfg,
+            uncertainty: Default::default(),
+            total_uncertainty: Default::default(),
+            unstated,
+        };
+        judge_under(&cell(dumped), &resolved, &Tolerance::default()).unwrap()
+    }
+
+    const BOTH: Unstated = Unstated {
+        entropy: true,
+        kl: true,
+    };
+
+    #[test]
+    fn a_total_an_unstated_coefficient_explains_is_undetermined() {
+        let (pg, h, kl) = terms();
+        assert!(h > 0.0 && kl > 0.0);
+        let v = judged(pg + 0.001 * kl, BOTH);
+        assert_eq!(v.status, Status::Undetermined, "{}", v.line());
+        // (loss − pg)/kl_loss: 0.001 up to the last bit, printed either way
+        let line = v.line();
+        assert!(
+            line.contains("kl_coef 1e-3 (K1)") || line.contains("kl_coef 0.001 (K1)"),
+            "{line}"
+        );
+        assert!((v.recomputed_loss - pg).abs() < 1e-12);
+        let v = judged(pg - 1e-4 * h, BOTH);
+        assert_eq!(v.status, Status::Undetermined, "{}", v.line());
+        assert!(v.line().contains("entropy_coeff 1e-4"), "{}", v.line());
+        // the entropy coefficient stated (0 here): only a KL term may explain the total
+        let kl_only = Unstated {
+            entropy: false,
+            kl: true,
+        };
+        assert_eq!(judged(pg - 1e-4 * h, kl_only).status, Status::Inconsistent);
+        assert_eq!(
+            judged(pg + 0.001 * kl, kl_only).status,
+            Status::Undetermined
+        );
+    }
+
+    #[test]
+    fn a_total_no_coefficient_in_range_explains_stays_inconsistent() {
+        let (pg, h, kl) = terms();
+        // entropy_coeff 3 (> MAX_COEF); every KL estimator is ≥ 0 here, so a lower total
+        // is no KL term
+        assert_eq!(judged(pg - 3.0 * h, BOTH).status, Status::Inconsistent);
+        // a higher total: a negative entropy coefficient, or a KL coefficient above 1 (k1
+        // is the largest estimator here: k2 and k3 are second order in logp − ref)
+        assert!(2.0 * h / kl > MAX_COEF);
+        assert_eq!(judged(pg + 2.0 * h, BOTH).status, Status::Inconsistent);
+        // nothing unstated: the total is judged and does not follow
+        assert_eq!(
+            judged(pg + 0.001 * kl, Unstated::default()).status,
+            Status::Inconsistent
+        );
+        // the total that follows is consistent whatever is unstated
+        assert_eq!(judged(pg, BOTH).status, Status::Consistent);
+    }
+}

@@ -1,0 +1,262 @@
+//! The metric-alias table: which raw log keys mean which canonical metric (SPEC §3).
+//!
+//! The table is data (`aliases.json`, shipped inside the binary) so a user can extend it
+//! with `logscan --aliases FILE` without rebuilding.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use crate::error::{Error, FormatError, Position, Result};
+
+/// The alias data file shipped with the crate.
+pub const BUILTIN_ALIASES: &str = include_str!("aliases.json");
+
+/// Name a detector lists in its metrics to keep every reward component column.
+pub const REWARD_COMPONENTS: &str = "reward_components";
+/// Prefix of the canonical name of one reward component (`reward/format_reward`).
+pub const REWARD_COMPONENT_PREFIX: &str = "reward/";
+
+/// Raw-key prefix of a stage's seconds in one iteration (`stage_s/samples_generated`), as the
+/// text reader writes it from `[Micro k] 2. Samples generated: … time=…s` lines.
+pub const STAGE_FIELD: &str = "stage_s/";
+/// Canonical prefix of one stage's time (`stage/samples_generated`).
+pub const STAGE_PREFIX: &str = "stage/";
+/// Name a detector lists in its metrics to keep every stage column.
+pub const STAGES: &str = "stages";
+
+/// The canonical name of a stage-time raw key, when it is one.
+pub fn stage_metric(raw: &str) -> Option<String> {
+    let name = raw.strip_prefix(STAGE_FIELD)?;
+    (!name.is_empty()).then(|| format!("{STAGE_PREFIX}{name}"))
+}
+
+/// True for a raw key of a preference-optimisation trainer's family (TRL DPO/KTO/CPO/ORPO/
+/// SimPO: `rewards/chosen`, `rewards/rejected`, `rewards/margins`, `rewards/accuracies`,
+/// `logps/…`, `logits/…`): they are the implicit rewards of the preference loss, not reward
+/// functions.
+pub fn is_preference_key(raw: &str) -> bool {
+    let raw = raw.strip_prefix("train/").unwrap_or(raw);
+    ["rewards/", "logps/", "logits/"].iter().any(|p| {
+        raw.strip_prefix(p).is_some_and(|rest| {
+            ["chosen", "rejected", "margins", "accuracies"]
+                .iter()
+                .any(|k| rest.starts_with(k))
+        })
+    })
+}
+
+/// Keys that say where a record is, not how training goes (never a metric to map).
+pub fn is_bookkeeping_key(k: &str) -> bool {
+    matches!(
+        k,
+        "step"
+            | "global_step"
+            | "epoch"
+            | "episode"
+            | "iteration"
+            | "iter"
+            | "step_inferred"
+            | "timestamp"
+            | "time"
+            | "current_steps"
+            | "total_steps"
+            | "samples_processed"
+    ) || k.starts_with("summary/")
+}
+
+/// The reward function a raw key reports the per-step mean of, when it does: TRL
+/// `rewards/<fn>/mean` (≥ 0.17) and `rewards/<fn>` (older, notebook tables), ms-swift
+/// `rewards/<Fn>/mean`, DebugTrainer `train_<fn>_reward_mean`.
+pub fn reward_component(raw: &str) -> Option<String> {
+    let raw = raw.strip_prefix("metrics.").unwrap_or(raw);
+    if is_preference_key(raw) {
+        return None;
+    }
+    if let Some(rest) = raw.strip_prefix("rewards/") {
+        let name = match rest.split_once('/') {
+            Some((name, "mean")) => name,
+            Some(_) => return None,
+            None => rest,
+        };
+        return (!name.is_empty() && name != "mean" && name != "std").then(|| name.to_string());
+    }
+    let mid = raw.strip_prefix("train_")?.strip_suffix("_reward_mean")?;
+    (!mid.is_empty() && mid != "total" && mid != "grouped").then(|| format!("{mid}_reward"))
+}
+
+/// Canonical metric marking evaluation activity at a step (its value is not read): the
+/// eval mark readers add, and every key an evaluation writes (`val-core/…`, `eval_…`).
+pub const EVAL_ACTIVITY: &str = "eval_activity";
+
+/// True for a raw key only an evaluation writes: verl `val-core/…`, `val-aux/…`, HF
+/// `eval_…`, `eval/…` (not TRL PPO's `val/…`, which are value-head statistics).
+pub fn is_eval_key(raw: &str) -> bool {
+    ["val-core/", "val-aux/", "eval_", "eval/"]
+        .iter()
+        .any(|p| raw.starts_with(p))
+}
+
+/// Raw key → (canonical metric index, priority; lower wins) lookups.
+#[derive(Debug, Clone)]
+pub struct AliasTable {
+    canonical: Vec<String>,
+    map: HashMap<String, (usize, u32)>,
+}
+
+impl AliasTable {
+    /// The built-in table.
+    pub fn builtin() -> Result<AliasTable> {
+        let mut t = AliasTable {
+            canonical: Vec::new(),
+            map: HashMap::new(),
+        };
+        t.extend_from_str(BUILTIN_ALIASES, Path::new("<builtin aliases.json>"), 1000)?;
+        Ok(t)
+    }
+
+    /// The built-in table extended by a user file whose keys take precedence.
+    pub fn with_user_file(path: &Path) -> Result<AliasTable> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let mut t = AliasTable {
+            canonical: Vec::new(),
+            map: HashMap::new(),
+        };
+        t.extend_from_str(&text, path, 0)?;
+        t.extend_from_str(BUILTIN_ALIASES, Path::new("<builtin aliases.json>"), 1000)?;
+        Ok(t)
+    }
+
+    /// Add `{canonical: [raw, …]}` entries; an existing raw key keeps its mapping.
+    fn extend_from_str(&mut self, text: &str, path: &Path, base_priority: u32) -> Result<()> {
+        let v = crate::json::parse_value(text).map_err(|e| e.in_file(path))?;
+        let entries = v.as_dict().ok_or_else(|| {
+            Error::format(
+                path,
+                Position::File,
+                "alias file must be a JSON object {\"canonical\": [\"raw key\", …]}",
+            )
+        })?;
+        for (k, raws) in entries {
+            let Some(canon) = k.as_str() else { continue };
+            if canon.starts_with('_') {
+                continue;
+            }
+            let list = raws.as_seq().ok_or_else(|| {
+                FormatError::new(
+                    Position::Key(canon.to_string()),
+                    "expected a list of raw key names",
+                )
+                .in_file(path)
+            })?;
+            let idx = self.canonical_index_or_insert(canon);
+            // The canonical name itself always maps to itself.
+            self.map
+                .entry(canon.to_string())
+                .or_insert((idx, base_priority));
+            for (i, raw) in list.iter().enumerate() {
+                let Some(raw) = raw.as_str() else {
+                    return Err(FormatError::new(
+                        Position::Key(format!("{canon}[{i}]")),
+                        format!("expected a string, found {}", raw.type_name()),
+                    )
+                    .in_file(path));
+                };
+                self.map
+                    .entry(raw.to_string())
+                    .or_insert((idx, base_priority + i as u32 + 1));
+            }
+        }
+        Ok(())
+    }
+
+    fn canonical_index_or_insert(&mut self, name: &str) -> usize {
+        match self.canonical.iter().position(|c| c == name) {
+            Some(i) => i,
+            None => {
+                self.canonical.push(name.to_string());
+                self.canonical.len() - 1
+            }
+        }
+    }
+
+    /// Add canonical metric `name` (a reward component found in a log) if new; its index.
+    pub fn add_canonical(&mut self, name: &str) -> usize {
+        let idx = self.canonical_index_or_insert(name);
+        self.map.entry(name.to_string()).or_insert((idx, 0));
+        idx
+    }
+
+    /// The canonical metric names, in table order.
+    pub fn canonical_names(&self) -> &[String] {
+        &self.canonical
+    }
+
+    /// The index of canonical metric `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.canonical.iter().position(|c| c == name)
+    }
+
+    /// The canonical metric (index, priority) a raw key means, trying the key as written,
+    /// then without a `metrics.` prefix.
+    pub fn resolve(&self, raw: &str) -> Option<(usize, u32)> {
+        if let Some(r) = self.map.get(raw) {
+            return Some(*r);
+        }
+        // `metrics.` (DebugTrainer nesting) and `train/` (W&B / tracker exports of TRL and
+        // HF runs: `train/loss`, `train/reward_std`) name the same metrics.
+        ["metrics.", "train/"].iter().find_map(|prefix| {
+            raw.strip_prefix(prefix)
+                .and_then(|rest| self.map.get(rest))
+                .map(|&(i, p)| (i, p + 100))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_table_maps_spec_examples() {
+        let t = AliasTable::builtin().unwrap();
+        let name = |raw: &str| t.resolve(raw).map(|(i, _)| t.canonical_names()[i].clone());
+        assert_eq!(name("actor/pg_loss").as_deref(), Some("loss"));
+        assert_eq!(name("train_kl").as_deref(), Some("kl"));
+        assert_eq!(name("metrics.kl").as_deref(), Some("kl"));
+        assert_eq!(name("critic/score/mean").as_deref(), Some("reward_mean"));
+        assert_eq!(
+            name("token_count_summary.min").as_deref(),
+            Some("completion_len_min")
+        );
+        assert_eq!(name("no_such_key"), None);
+        // Metric families by meaning (issue 31): critic, rollout side, preference.
+        for (raw, canonical) in [
+            ("critic/vf_loss", "critic_loss"),
+            ("cri_loss", "critic_loss"),
+            ("critic/grad_norm", "critic_grad_norm"),
+            ("rollout/truncated_ratio", "truncation_ratio"),
+            ("rollout/response_len/mean", "completion_len_mean"),
+            ("train/train_rollout_logprob_abs_diff", "logp_abs_diff_mean"),
+            ("train/mean_gen_tokens_per_sample", "completion_len_mean"),
+            ("train/token_mult_prob_error", "ratio_mean"),
+            ("average_reward_score", "reward_mean"),
+            ("rewards/accuracies", "pref_accuracy"),
+            ("logps/rejected", "pref_logp_rejected"),
+        ] {
+            assert_eq!(name(raw).as_deref(), Some(canonical), "{raw}");
+        }
+        // DPO's implicit rewards are not reward functions; TRL GRPO's are.
+        assert_eq!(reward_component("rewards/margins"), None);
+        assert_eq!(reward_component("rewards/chosen"), None);
+        assert_eq!(
+            reward_component("rewards/format_reward/mean").as_deref(),
+            Some("format_reward")
+        );
+        assert_eq!(
+            stage_metric("stage_s/samples_generated").as_deref(),
+            Some("stage/samples_generated")
+        );
+        // train_loss outranks step_loss.
+        assert!(t.resolve("train_loss").unwrap().1 < t.resolve("step_loss").unwrap().1);
+    }
+}

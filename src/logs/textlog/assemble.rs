@@ -1,0 +1,294 @@
+//! Text lines in file order into records and events (micro diagnostics and warnings
+//! attached to the step reported next, unnumbered lines numbered, wrapped lines joined).
+
+use super::lines::{verl_pairs, RECORD_CUT};
+use super::TextItem;
+use crate::logs::aliases::STAGE_FIELD;
+use crate::model::log::{LogEvent, LogRecord, SourceKind};
+
+/// The text of an `exception` event whose traceback the file ends inside.
+pub const CUT_TRACEBACK: &str = "(the log ends inside a traceback, before its exception line)";
+
+/// Assembles parsed text lines in file order into records and events: micro diagnostics
+/// and warnings attach to the next `iter N` line (they are printed before it), TRL dict
+/// lines without a step are numbered in order.
+#[derive(Debug, Default)]
+pub struct TextAssembler {
+    file: usize,
+    pending_micro: Vec<(String, f64)>,
+    pending_first_line: u64,
+    pending_events: Vec<LogEvent>,
+    last_step: Option<i64>,
+    unnumbered: i64,
+    /// The current table header's keys.
+    table: Option<Vec<String>>,
+    /// The last item was a verl console record (its index) with a key cut at the end.
+    verl_tail: Option<(usize, String)>,
+    /// A traceback began (its line) and its exception line has not come yet.
+    traceback: Option<u64>,
+    /// A record of this file named its step.
+    numbered: bool,
+    /// Metrics waiting for the next step line (DeepSpeed-Chat's timing line).
+    pending_fields: Vec<(String, f64)>,
+    /// Iterations of micro lines closed before any step line named them (a log of micro
+    /// lines only, or one that reports every few iterations).
+    closed_micro: Vec<(u64, Vec<(String, f64)>)>,
+    /// The last micro line's micro index and clock (stage durations are clock differences).
+    micro_clock: Option<(Option<u32>, f64)>,
+    /// Records ready for the frame.
+    pub records: Vec<LogRecord>,
+    /// Events ready for the detectors.
+    pub events: Vec<LogEvent>,
+    /// Lines that matched nothing.
+    pub unrecognised: u64,
+}
+
+impl TextAssembler {
+    /// An assembler for file index `file`.
+    pub fn new(file: usize) -> Self {
+        TextAssembler {
+            file,
+            ..TextAssembler::default()
+        }
+    }
+
+    /// Feed the next line's item.
+    pub fn push(&mut self, line: u64, item: TextItem) {
+        let verl_tail = self.verl_tail.take();
+        match item {
+            TextItem::Blank => {
+                self.verl_tail = verl_tail;
+            }
+            TextItem::Other => self.unrecognised += 1,
+            TextItem::TableRule => {}
+            TextItem::TableHeader(keys) => self.table = Some(keys),
+            TextItem::TableRow(cells) => {
+                let Some(keys) = &self.table else {
+                    self.unrecognised += 1;
+                    return;
+                };
+                // A row shorter than its header was cut: its last cell may be cut too.
+                let n = if cells.len() < keys.len() {
+                    cells.len().saturating_sub(1)
+                } else {
+                    keys.len()
+                };
+                let mut fields: Vec<(String, f64)> = keys
+                    .iter()
+                    .zip(&cells)
+                    .take(n)
+                    .filter_map(|(k, v)| v.map(|v| (k.clone(), v)))
+                    .collect();
+                let step = ["step", "epoch"].iter().find_map(|name| {
+                    let i = fields.iter().position(|(k, _)| k == name)?;
+                    let v = fields.get(i)?.1;
+                    (v.fract() == 0.0 && v.is_finite()).then_some(v as i64)
+                });
+                fields.retain(|(k, _)| k != "step");
+                if fields.is_empty() {
+                    self.unrecognised += 1;
+                    return;
+                }
+                self.push(
+                    line,
+                    TextItem::Step {
+                        source: SourceKind::NotebookTable,
+                        step,
+                        fields,
+                        tail: None,
+                    },
+                );
+            }
+            TextItem::Continuation(text) => match verl_tail {
+                Some((idx, head)) => {
+                    let pairs = verl_pairs(&text, &head);
+                    if let Some(rec) = self.records.get_mut(idx) {
+                        rec.fields.extend(pairs);
+                    }
+                }
+                None => self.unrecognised += 1,
+            },
+            TextItem::Warning(kind) => {
+                self.pending_events
+                    .push(LogEvent::new(kind, self.file, line));
+            }
+            TextItem::TracebackStart => {
+                self.traceback.get_or_insert(line);
+            }
+            TextItem::Exception(text) => match self.traceback.take() {
+                Some(_) => {
+                    let mut ev = LogEvent::new("exception", self.file, line);
+                    ev.text = Some(text);
+                    self.pending_events.push(ev);
+                }
+                // An out-of-memory error is a crash even when its traceback was not
+                // pasted (a console that prints only the last line).
+                None if text.contains("OutOfMemoryError") || text.contains("out of memory") => {
+                    let mut ev = LogEvent::new("exception", self.file, line);
+                    ev.text = Some(text);
+                    self.pending_events.push(ev);
+                }
+                None => self.unrecognised += 1,
+            },
+            TextItem::Pending(fields) => self.pending_fields.extend(fields),
+            TextItem::Attach(fields) => match self.records.last_mut() {
+                Some(rec) => rec.fields.extend(fields),
+                None => self.unrecognised += 1,
+            },
+            TextItem::Micro {
+                mut fields,
+                micro,
+                stage,
+                ends_iteration,
+            } => {
+                // A micro index lower than the last one starts the next iteration.
+                let restarted = matches!(
+                    (micro, self.micro_clock),
+                    (Some(m), Some((Some(last), _))) if m < last
+                );
+                if restarted && !self.pending_micro.is_empty() {
+                    self.close_micro();
+                }
+                if let Some((name, clock)) = stage {
+                    let dur = match self.micro_clock {
+                        Some((m, prev)) if m == micro && clock >= prev => clock - prev,
+                        _ => clock,
+                    };
+                    fields.push((format!("{STAGE_FIELD}{name}"), dur));
+                    self.micro_clock = Some((micro, clock));
+                } else if micro.is_some() {
+                    self.micro_clock = Some((micro, 0.0));
+                }
+                if self.pending_micro.is_empty() {
+                    self.pending_first_line = line;
+                }
+                self.pending_micro.extend(fields);
+                if ends_iteration {
+                    self.close_micro();
+                    self.micro_clock = None;
+                }
+            }
+            TextItem::Step {
+                source,
+                step,
+                mut fields,
+                tail,
+            } => {
+                let cut = fields.iter().any(|(k, _)| k == RECORD_CUT);
+                if cut {
+                    fields.retain(|(k, _)| k != RECORD_CUT);
+                    // A cut record whose step was cut off, among numbered ones: no step to
+                    // give it.
+                    if step.is_none() && self.numbered {
+                        self.unrecognised += 1;
+                        return;
+                    }
+                }
+                self.numbered |= step.is_some();
+                let (step, inferred) = match step {
+                    Some(s) => (s, false),
+                    None => {
+                        self.unnumbered += 1;
+                        (self.unnumbered - 1, true)
+                    }
+                };
+                self.flush(step);
+                fields.append(&mut self.pending_fields);
+                let mut rec = LogRecord {
+                    step: Some(step),
+                    timestamp: None,
+                    source,
+                    file: self.file,
+                    line,
+                    fields,
+                };
+                if inferred {
+                    rec.fields.push(("step_inferred".to_string(), 1.0));
+                }
+                self.last_step = Some(step);
+                if source == SourceKind::VerlConsole {
+                    self.verl_tail = Some((self.records.len(), tail.unwrap_or_default()));
+                }
+                self.records.push(rec);
+            }
+        }
+    }
+
+    /// Close the pending micro lines as one iteration not yet named by a step line.
+    fn close_micro(&mut self) {
+        if self.pending_micro.is_empty() {
+            return;
+        }
+        let fields = std::mem::take(&mut self.pending_micro);
+        self.closed_micro.push((self.pending_first_line, fields));
+    }
+
+    /// Attach pending micro lines and warnings to `step`; iterations closed before it
+    /// (several per reported step) take the steps just before it.
+    fn flush(&mut self, step: i64) {
+        for mut ev in self.pending_events.drain(..) {
+            ev.step = Some(step);
+            self.events.push(ev);
+        }
+        self.close_micro();
+        let closed = std::mem::take(&mut self.closed_micro);
+        let n = closed.len() as i64;
+        for (i, (line, fields)) in closed.into_iter().enumerate() {
+            self.records.push(LogRecord {
+                step: Some(step - (n - 1 - i as i64)),
+                timestamp: None,
+                source: SourceKind::MicroDiag,
+                file: self.file,
+                line,
+                fields: aggregate_micro(fields),
+            });
+        }
+    }
+
+    /// Flush what is pending at end of file (to the step after the last one seen). A
+    /// traceback the file ends inside (a log cut short, a paste) is an `exception` event
+    /// saying so, at the traceback's first line.
+    pub fn finish(&mut self) {
+        if let Some(line) = self.traceback.take() {
+            let mut ev = LogEvent::new("exception", self.file, line);
+            ev.text = Some(CUT_TRACEBACK.to_string());
+            self.pending_events.push(ev);
+        }
+        let next = self.last_step.map_or(0, |s| s.saturating_add(1));
+        // Iterations no step line named (a log of micro lines only) are numbered on.
+        self.close_micro();
+        let extra = self.closed_micro.len().saturating_sub(1) as i64;
+        self.flush(next.saturating_add(extra));
+    }
+}
+
+/// Combine one iteration's micro diagnostics: stds and memory take the max (all-zero
+/// std means every micro had identical rewards), everything else the mean.
+fn aggregate_micro(fields: Vec<(String, f64)>) -> Vec<(String, f64)> {
+    let mut keys: Vec<String> = Vec::new();
+    let mut vals: Vec<Vec<f64>> = Vec::new();
+    for (k, v) in fields {
+        match keys.iter().position(|x| *x == k) {
+            Some(i) => vals[i].push(v),
+            None => {
+                keys.push(k);
+                vals.push(vec![v]);
+            }
+        }
+    }
+    keys.into_iter()
+        .zip(vals)
+        .map(|(k, vs)| {
+            let take_max = k.ends_with("_std") || k.ends_with("_gb") || k == "step_time_s";
+            let v = if take_max {
+                vs.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+            } else if k.starts_with(STAGE_FIELD) {
+                // A stage's time in the iteration: the sum over its micro-batches.
+                vs.iter().sum::<f64>()
+            } else {
+                vs.iter().sum::<f64>() / vs.len() as f64
+            };
+            (k, v)
+        })
+        .collect()
+}

@@ -1,0 +1,253 @@
+//! Generic `key: value` / `key=value` step lines, pipe-, comma- or space-separated, with a
+//! step key anywhere on the line, and the consoles that write them:
+//! - DeepSpeed-Chat step 3 (`applications/DeepSpeed-Chat/training/step3_rlhf_finetuning/main.py`,
+//!   deepspeedai/DeepSpeedExamples): `epoch: 0|step: 3183|ppo_ep: 1|act_loss: 30.92|cri_loss:
+//!   30.51|unsuper_loss: 0.0`, then `average reward score: -7.80` (attached to that step), and
+//!   before it the timing line `|E2E latency=2.12s |Gather latency=0.00s (0.00%) |Generate
+//!   time=1.59s (75.13%) |…` (attached to the step printed next);
+//! - minimind (`trainer/train_grpo.py` @ 42a4e8c86a0e2157efb78f985fb5b5d716e40e11,
+//!   jingyaogong/minimind): `Epoch:[1/1](5/100), Actor Loss: 0.1234, Aux Loss: 0.0000, Reward:
+//!   0.5678, Avg Response Len: 123.45, Learning Rate: 0.00000008` — the step is `(k/N)` of
+//!   epoch `e`, numbered `(e - 1) * N + k` so a second epoch does not restart the step;
+//! - any line such as `step 12 | loss=0.3 | kl=0.01` or `iteration 5: loss: 0.3, reward: 1`.
+//!
+//! A step line needs a step and at least one other number; the step is never renumbered.
+
+use super::lines::{split_top, value_with_unit};
+use super::step_prefix::prefix_step;
+use super::TextItem;
+use crate::logs::steps::parse_number_text;
+use crate::model::log::SourceKind;
+
+/// Keys that carry the step (lowercased, spaces as `_`).
+const STEP_KEYS: &[&str] = &[
+    "step",
+    "global_step",
+    "steps",
+    "iter",
+    "iteration",
+    "train/step",
+    "training/global_step",
+];
+
+/// A key as written (`Avg Response Len`, `act_loss`) as a field name: lowercased, words
+/// joined by `_`.
+fn key_name(k: &str) -> String {
+    let words: Vec<&str> = k
+        .split(|c: char| c.is_whitespace())
+        .filter(|w| !w.is_empty())
+        .collect();
+    words.join("_").to_ascii_lowercase()
+}
+
+/// `key: value`, `key:value` or `key=value` → (key, value text); `None` when the part has no
+/// separator or the key is not a name.
+fn split_pair(part: &str) -> Option<(String, &str)> {
+    let part = part.trim();
+    let i = part.find(['=', ':'])?;
+    let (k, v) = (&part[..i], &part[i + 1..]);
+    let k = k.trim().trim_matches(|c| c == '\'' || c == '"');
+    if k.is_empty()
+        || k.len() > 60
+        || !k.chars().next().is_some_and(|c| c.is_alphabetic())
+        || !k
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '/' | ' ' | '.' | '-' | '(' | ')'))
+    {
+        return None;
+    }
+    Some((key_name(k), v.trim()))
+}
+
+/// A value text (`0.123`, `'nan'`, `2.12s (75.13%)`, `3/100`, `812 MB`) → number, key suffix
+/// of its unit.
+fn value_of(v: &str) -> Option<(f64, &'static str)> {
+    let v = v.trim().trim_matches(|c| c == '\'' || c == '"');
+    // `1.59s (75.13%)`: the share in parentheses is derived, the value comes first.
+    let v = match v.find(" (") {
+        Some(i) => &v[..i],
+        None => v,
+    };
+    if let Some(x) = parse_number_text(v) {
+        return Some((x, ""));
+    }
+    let mut words = v.split_whitespace();
+    let num = words.next()?;
+    let unit = words.next();
+    if words.next().is_some() {
+        return None;
+    }
+    value_with_unit(num, unit).map(|(x, suffix, used)| (x, if used { suffix } else { "" }))
+}
+
+/// The step of a `k/N` value or a plain integer.
+fn step_value(v: &str) -> Option<i64> {
+    let v = v.trim().trim_matches(|c| c == '\'' || c == '"');
+    let head = v.split('/').next()?.trim();
+    head.parse::<i64>().ok()
+}
+
+/// minimind's `Epoch:[e/E](k/N)` head → (step, rest of the line).
+fn minimind_head(t: &str) -> Option<(i64, &str)> {
+    let at = t.find("Epoch")?;
+    let rest = t[at + 5..].trim_start_matches([':', ' ']);
+    let rest = rest.strip_prefix('[')?;
+    let (epoch, rest) = rest.split_once(']')?;
+    let e: i64 = epoch.split('/').next()?.trim().parse().ok()?;
+    let rest = rest.trim_start().strip_prefix('(')?;
+    let (kn, rest) = rest.split_once(')')?;
+    let (k, n) = kn.split_once('/')?;
+    let (k, n): (i64, i64) = (k.trim().parse().ok()?, n.trim().parse().ok()?);
+    let step = (e.max(1) - 1).saturating_mul(n).saturating_add(k);
+    Some((step, rest.trim_start_matches([',', ' ', ':'])))
+}
+
+/// `step 12: loss: 0.3, …` → (12, `loss: 0.3, …`): a step prefix ending at the first colon.
+fn strip_step_prefix(t: &str) -> Option<(i64, &str)> {
+    let colon = t.find(':')?;
+    let s = prefix_step(&t[..=colon])?;
+    Some((s, &t[colon + 1..]))
+}
+
+/// The parts of a line: `|`-separated when it has pipes, else `,`-separated (outside
+/// brackets and quotes) when it has commas, else whitespace-separated `key=value` tokens.
+fn parts_of(body: &str) -> Vec<&str> {
+    if body.contains('|') {
+        body.split('|').collect()
+    } else if body.contains(", ") || body.contains(',') {
+        split_top(body, ',')
+    } else if body.contains('=') || (body.contains(':') && !body.contains(": ")) {
+        // `loss=0.5 grad_norm=1.5`, minimind's `loss:8.863 lr:0.0002`.
+        body.split_whitespace().collect()
+    } else {
+        vec![body]
+    }
+}
+
+/// A generic step line, a DeepSpeed-Chat timing line (pending for the next step) or its
+/// `average reward score:` line (attached to the last step).
+pub(super) fn parse_kv_line(t: &str) -> Option<TextItem> {
+    if let Some(rest) = t.strip_prefix("average reward score:") {
+        let v = parse_number_text(rest)?;
+        return Some(TextItem::Attach(vec![("average_reward_score".into(), v)]));
+    }
+    let (mut step, body, source) = match minimind_head(t) {
+        Some((s, rest)) => (Some(s), rest, SourceKind::KvText),
+        None => match strip_step_prefix(t) {
+            Some((s, rest)) => (Some(s), rest, SourceKind::KvText),
+            None => (None, t, SourceKind::KvText),
+        },
+    };
+    let mut fields = Vec::new();
+    let mut pairs = 0usize;
+    let parts = parts_of(body);
+    for (i, part) in parts.iter().enumerate() {
+        let Some((k, v)) = split_pair(part) else {
+            // `step 12: loss=…` / `[iteration 5] loss: …`: a step prefix on the first part.
+            if i == 0 && step.is_none() {
+                step = prefix_step(part);
+            }
+            continue;
+        };
+        if STEP_KEYS.contains(&k.as_str()) {
+            if step.is_none() {
+                step = step_value(v);
+            }
+            pairs += 1;
+            continue;
+        }
+        if let Some((x, suffix)) = value_of(v) {
+            pairs += 1;
+            fields.push((format!("{k}{suffix}"), x));
+        }
+    }
+    if fields.is_empty() {
+        return None;
+    }
+    match step {
+        Some(s) => Some(TextItem::Step {
+            source,
+            step: Some(s),
+            fields,
+            tail: None,
+        }),
+        // DeepSpeed-Chat's timing line: several `key=value` cells between pipes, no step.
+        None if t.contains('|') && pairs >= 3 && fields.iter().any(|(k, _)| k.ends_with("_s")) => {
+            Some(TextItem::Pending(fields))
+        }
+        None => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step_of(item: &TextItem) -> (Option<i64>, Vec<(String, f64)>) {
+        match item {
+            TextItem::Step { step, fields, .. } => (*step, fields.clone()),
+            other => panic!("not a step: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn prefixes_give_the_step() {
+        assert_eq!(prefix_step("step 12: "), Some(12));
+        assert_eq!(prefix_step("[INFO] iteration 7 |"), Some(7));
+        assert_eq!(prefix_step("rollout.py:1193 - perf 3: "), Some(3));
+        assert_eq!(prefix_step("mystep 12: "), None);
+        assert_eq!(prefix_step("step 12 of the loop: "), None);
+        assert_eq!(prefix_step("Step 40/100: "), Some(40));
+    }
+
+    #[test]
+    fn deepspeed_chat_lines() {
+        let (s, f) = step_of(
+            &parse_kv_line(
+                "epoch: 0|step: 3184|ppo_ep: 1|act_loss: inf|cri_loss: inf|unsuper_loss: 0.0",
+            )
+            .unwrap(),
+        );
+        assert_eq!(s, Some(3184));
+        let keys: Vec<&str> = f.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["epoch", "ppo_ep", "act_loss", "cri_loss", "unsuper_loss"]
+        );
+        assert_eq!(f[2].1, f64::INFINITY);
+        assert_eq!(
+            parse_kv_line("average reward score: -6.359375"),
+            Some(TextItem::Attach(vec![(
+                "average_reward_score".into(),
+                -6.359375
+            )]))
+        );
+        let TextItem::Pending(f) = parse_kv_line("|E2E latency=2.12s |Gather latency=0.00s (0.00%) |Generate time=1.59s (75.13%) |Training time=0.42s (19.78%) |Others=0.11 (5.09%)|CurSamplesPerSec=1.89 |AvgSamplesPerSec=1.95").unwrap() else {
+            panic!("timing line")
+        };
+        assert_eq!(f[0], ("e2e_latency_s".into(), 2.12));
+        assert_eq!(f[2], ("generate_time_s".into(), 1.59));
+        assert_eq!(f[4], ("others".into(), 0.11));
+    }
+
+    #[test]
+    fn minimind_and_generic_lines() {
+        let (s, f) = step_of(
+            &parse_kv_line("Epoch:[2/2](5/100), Actor Loss: 0.1234, Aux Loss: 0.0000, Reward: 'nan', Avg Response Len: 123.45, Learning Rate: 0.00000008").unwrap(),
+        );
+        assert_eq!(s, Some(105));
+        assert_eq!(f[0], ("actor_loss".into(), 0.1234));
+        assert!(f[2].1.is_nan());
+        assert_eq!(f[3], ("avg_response_len".into(), 123.45));
+        let (s, f) = step_of(&parse_kv_line("step 12 | loss=0.3 | kl=0.01").unwrap());
+        assert_eq!((s, f.len()), (Some(12), 2));
+        let (s, f) = step_of(&parse_kv_line("iteration 5: loss: 0.3, reward: 1").unwrap());
+        assert_eq!((s, f.len()), (Some(5), 2));
+        let (s, f) = step_of(&parse_kv_line("global_step=40 loss=0.5 grad_norm=1.5").unwrap());
+        assert_eq!((s, f[1].clone()), (Some(40), ("grad_norm".into(), 1.5)));
+        // No step: not a step line; prose with a colon: nothing.
+        assert_eq!(parse_kv_line("loss: 0.3, kl: 0.1"), None);
+        assert_eq!(parse_kv_line("Number of parameters: 1234"), None);
+        assert_eq!(parse_kv_line("Loading step 3 of the pipeline"), None);
+    }
+}

@@ -1,0 +1,143 @@
+//! Text training logs, one pattern per producer, recognised line by line (a console log
+//! mixes them): verl console `step:N - key:value - …`, TRL dict lines `{'loss': 0.0, …}`,
+//! mlx-lm-lora `Iter N: Train loss X, …`, nanoGPT-style `iter N: loss X (main X, critic X),
+//! time Xms`, per-micro diagnostics `[Micro k] 3. Samples scored: mem=… MB, time=…s,
+//! rewards=X±Y`, and the `WARNING: All advantages/sequence_log_probs are near zero!` lines; ms-swift dict
+//! lines with or without their braces (`'loss': -0.0, …, 'global_step/max_steps': '5/3766'`);
+//! notebook progress tables in markdown or text pipes (`Step | Training Loss | reward`);
+//! Megatron ` iteration N/ M | lm loss: … | grad norm: nan |` lines; verl console lines
+//! soft-wrapped onto a continuation line; nanoGPT `step N: train loss X, val loss Y`
+//! evaluation lines (kept apart from training steps, marked [`EVAL_MARK`]); generic
+//! `key: value` / `key=value` step lines with a step key anywhere (DeepSpeed-Chat, minimind:
+//! [`kv`]); `step N:` / `iteration N` prefixes name the step of the record they precede.
+//!
+//! Units are normalised in keys: `…ms`/`…s` → `<name>_s` seconds, `MB`/`GB` → `<name>_gb`.
+
+mod assemble;
+mod exceptions;
+mod kv;
+mod lines;
+mod step_prefix;
+mod tables;
+#[cfg(test)]
+mod tests;
+
+pub use assemble::TextAssembler;
+
+use crate::model::log::SourceKind;
+use lines::{
+    is_verl_continuation, parse_eval_step, parse_iter, parse_micro, parse_py_dict,
+    parse_verl_console,
+};
+use tables::{parse_megatron, parse_table, parse_tqdm_postfix};
+
+pub use crate::model::log::EVAL_MARK;
+
+/// What one text line is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TextItem {
+    /// A blank line (or one holding only a markdown quote `>`): not counted as unrecognised.
+    Blank,
+    /// A table header row (`Step | Training Loss | …`): column keys, normalised.
+    TableHeader(Vec<String>),
+    /// A table row of numbers, read against the last header.
+    TableRow(Vec<Option<f64>>),
+    /// A table rule (`-- | --`, `|---|:--:|`).
+    TableRule,
+    /// The rest of a soft-wrapped verl console line (` - key:value` pairs without `step:`).
+    Continuation(String),
+    /// A line carrying a step and its metrics.
+    Step {
+        /// Producer.
+        source: SourceKind,
+        /// Step, when the line names one.
+        step: Option<i64>,
+        /// Metrics.
+        fields: Vec<(String, f64)>,
+        /// A key cut by a soft wrap at the end of the line (verl: `… - critic`), to be
+        /// joined with the continuation line's first key.
+        tail: Option<String>,
+    },
+    /// A per-micro diagnostic, attached to the iteration reported next.
+    Micro {
+        /// `micro_` prefixed metrics.
+        fields: Vec<(String, f64)>,
+        /// The micro-batch index (`[Micro k]`), when the line names one.
+        micro: Option<u32>,
+        /// The stage (`samples_generated`) and the micro's clock at its end (`time=…s`,
+        /// counted from the micro's first stage).
+        stage: Option<(String, f64)>,
+        /// The line ends an iteration (`Optimizer step finished`).
+        ends_iteration: bool,
+    },
+    /// Metrics for the step reported next (DeepSpeed-Chat's timing line).
+    Pending(Vec<(String, f64)>),
+    /// Metrics of the step reported last (DeepSpeed-Chat's `average reward score:`).
+    Attach(Vec<(String, f64)>),
+    /// A warning line that is an event (`advantages_near_zero`, `logprobs_near_zero`).
+    Warning(&'static str),
+    /// `Traceback (most recent call last):` ([`exceptions`]).
+    TracebackStart,
+    /// A line shaped like a traceback's last (`RuntimeError: …`): an `exception` event
+    /// when it ends a traceback, else unrecognised.
+    Exception(String),
+    /// Nothing we recognise.
+    Other,
+}
+
+/// Recognise one line.
+pub fn parse_text_line(line: &str) -> TextItem {
+    // A progress bar redrawn with `\r` leaves every state on one pasted line: the last counts.
+    let line = line
+        .rsplit('\r')
+        .find(|seg| !seg.trim().is_empty())
+        .unwrap_or(line);
+    let t = line.trim();
+    if t.trim_start_matches('>').trim().is_empty() {
+        return TextItem::Blank;
+    }
+    // A rule between records (`-----`, `=====`).
+    if t.len() >= 3 && t.bytes().all(|b| matches!(b, b'-' | b'=' | b'*' | b'#')) {
+        return TextItem::Blank;
+    }
+    if t.contains("Saved adapter weights") || t.contains("saving checkpoint") {
+        return TextItem::Warning("checkpoint");
+    }
+    if t.contains("All advantages are near zero") {
+        return TextItem::Warning("advantages_near_zero");
+    }
+    if t.contains("All sequence_log_probs are near zero") {
+        return TextItem::Warning("logprobs_near_zero");
+    }
+    if let Some(item) = parse_micro(t) {
+        return item;
+    }
+    if let Some(item) = parse_megatron(t) {
+        return item;
+    }
+    if let Some(item) = parse_tqdm_postfix(t) {
+        return item;
+    }
+    if let Some(item) = parse_table(t) {
+        return item;
+    }
+    if let Some(item) = parse_iter(t) {
+        return item;
+    }
+    if let Some(item) = parse_eval_step(t) {
+        return item;
+    }
+    if let Some(item) = parse_verl_console(t) {
+        return item;
+    }
+    if let Some(item) = parse_py_dict(t) {
+        return item;
+    }
+    if is_verl_continuation(t) {
+        return TextItem::Continuation(t.to_string());
+    }
+    if let Some(item) = kv::parse_kv_line(t) {
+        return item;
+    }
+    exceptions::parse_traceback(line).unwrap_or(TextItem::Other)
+}

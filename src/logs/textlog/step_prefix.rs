@@ -1,0 +1,55 @@
+//! The step a record's prefix names (`step 12: {…}`, `[iteration 5] …`), below both the
+//! line parsers (`lines.rs`) and the `key: value` parser (`kv.rs`) that use it, so that
+//! neither imports the other.
+
+/// Words that, followed by a number, give the step of what follows them (`step 12:`,
+/// `iteration 5 |`; slime's `perf 3: {…}` and `rollout 3: {…}` name the rollout id).
+const PREFIX_WORDS: &[&str] = &[
+    "step",
+    "global_step",
+    "iteration",
+    "iter",
+    "perf",
+    "rollout",
+];
+
+/// The step named by the text before a record (`… step 12: `, `[iteration 5]`), if any:
+/// the last step word followed by an integer (optionally `/N`) and then only separators.
+pub(super) fn prefix_step(prefix: &str) -> Option<i64> {
+    let lower = prefix.to_ascii_lowercase();
+    let bytes = lower.as_bytes();
+    let mut best = None;
+    for w in PREFIX_WORDS {
+        let mut from = 0;
+        while let Some(off) = lower[from..].find(w) {
+            let at = from + off;
+            from = at + w.len();
+            if at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_') {
+                continue;
+            }
+            let rest = &lower[at + w.len()..];
+            let rest = rest.trim_start_matches([' ', ':', '=', '#']);
+            let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+            if digits.is_empty() {
+                continue;
+            }
+            let after = rest[digits.len()..].trim_start();
+            let after = match after.strip_prefix('/') {
+                Some(r) => r.trim_start_matches(|c: char| c.is_ascii_digit()),
+                None => after,
+            };
+            // Only separators may follow: the record starts right after the step.
+            if after
+                .chars()
+                .all(|c| matches!(c, ':' | ' ' | ']' | ')' | '|' | ',' | '-' | '='))
+            {
+                if let Ok(n) = digits.parse::<i64>() {
+                    if best.is_none_or(|(a, _)| at > a) {
+                        best = Some((at, n));
+                    }
+                }
+            }
+        }
+    }
+    best.map(|(_, n)| n)
+}

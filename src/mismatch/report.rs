@@ -1,0 +1,114 @@
+//! The mismatch report model: one section per step analysed, the trends across steps and
+//! every finding; what the renderers print and `--format json` writes.
+
+use std::path::PathBuf;
+
+use super::attribution::Attribution;
+use super::cell::MaskSource;
+use super::metrics::ProducerMetrics;
+use super::scan::{Histogram, TokenTable};
+use super::trend::Trend;
+use super::whatif::WhatIf;
+use crate::model::finding::{Finding, Severity};
+use crate::model::step::LogProbSource;
+
+/// Version of the JSON report's layout; bumped on any change a consumer could notice.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A metric under its producer's logged name.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct NamedMetric {
+    /// The logged name (`rollout_corr/kl`, `vllm_kl`, …).
+    pub name: String,
+    /// Its value recomputed from the dump.
+    pub value: f64,
+}
+
+/// What was compared and what could not be.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Coverage {
+    /// Cells (rank × micro) scanned.
+    pub cells: usize,
+    /// Rows scanned.
+    pub rows: u64,
+    /// Tokens compared.
+    pub tokens: u64,
+    /// Rows one role holds and the other does not (no content match), never compared.
+    pub unmatched_rows: usize,
+    /// Masked tokens past the shorter role's columns, never compared.
+    pub unmatched_tokens: usize,
+    /// Masked tokens with a non-finite log-prob on either side, left out.
+    pub unscored_tokens: u64,
+    /// The masks the cells were read with.
+    pub masks: Vec<MaskSource>,
+    /// Token ids were dumped (attribution by token id).
+    pub token_ids: bool,
+    /// The what-if loss was computed (advantages dumped) on this many cells.
+    pub loss_cells: usize,
+    /// Why the what-if loss is missing, when it is.
+    pub loss_note: Option<String>,
+}
+
+/// The analysis of one step.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StepReport {
+    /// The step.
+    pub step: i64,
+    /// The producer whose files were read.
+    pub producer: String,
+    /// Where.
+    pub root: PathBuf,
+    /// The log-prob roles compared: `[a, b]`, `Δ = b − a`.
+    pub pair: [LogProbSource; 2],
+    /// What was compared.
+    pub coverage: Coverage,
+    /// The producers' metrics.
+    pub metrics: ProducerMetrics,
+    /// The same under their logged names.
+    pub named: Vec<NamedMetric>,
+    /// The Δ histogram.
+    pub histogram: Histogram,
+    /// Where the mismatch sits.
+    pub attribution: Attribution,
+    /// The loss preset of the what-if loss.
+    pub loss_preset: String,
+    /// What each correction would have done.
+    pub whatif: Vec<WhatIf>,
+    /// This step's findings.
+    pub findings: Vec<Finding>,
+    /// The per-token table (`--export-frames`), not serialised.
+    #[serde(skip)]
+    pub token_table: Option<TokenTable>,
+    /// Every sequence record (`--export-frames`), not serialised.
+    #[serde(skip)]
+    pub seq_table: Option<Vec<super::attribution::SeqRecord>>,
+}
+
+impl StepReport {
+    /// A named metric's value.
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        self.named.iter().find(|m| m.name == name).map(|m| m.value)
+    }
+}
+
+/// The whole report.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Report {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// `mismatch`.
+    pub tool: &'static str,
+    /// One section per step, ascending.
+    pub steps: Vec<StepReport>,
+    /// Metrics across steps (dumped steps, then logs).
+    pub trends: Vec<Trend>,
+    /// Every finding (steps' then trends').
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    /// The most severe finding's severity.
+    pub fn worst(&self) -> Option<Severity> {
+        self.findings.iter().map(|f| f.severity).max()
+    }
+}

@@ -1,0 +1,395 @@
+//! Dump-tree discovery: find every kind folder under a dump root, parse each file's
+//! step/rank/micro from its name (numbers, never name order: `rank10` comes after `rank2`;
+//! `step_-00001` is step −1), and tell which producer wrote the tree (SPEC §2).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Position, Result};
+use crate::formats::FileFormat;
+
+/// The folders a dump tree may hold, one per kind of record (SPEC §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Trajectory,
+    OldLogProbs,
+    ForwardData,
+    Loss,
+    Param,
+    Gradient,
+    PreparedTrajectories,
+    Datums,
+    TrainingMetrics,
+    IsLossDebug,
+    BatchInputs,
+}
+
+impl Kind {
+    /// Every kind, in the order reports list them.
+    pub const ALL: [Kind; 11] = [
+        Kind::Trajectory,
+        Kind::PreparedTrajectories,
+        Kind::Datums,
+        Kind::OldLogProbs,
+        Kind::ForwardData,
+        Kind::Loss,
+        Kind::IsLossDebug,
+        Kind::BatchInputs,
+        Kind::TrainingMetrics,
+        Kind::Param,
+        Kind::Gradient,
+    ];
+
+    /// The folder name the producers use.
+    pub fn dir_name(self) -> &'static str {
+        match self {
+            Kind::Trajectory => "trajectory",
+            Kind::OldLogProbs => "old_log_probs",
+            Kind::ForwardData => "forward_data",
+            Kind::Loss => "loss",
+            Kind::Param => "param",
+            Kind::Gradient => "gradient",
+            Kind::PreparedTrajectories => "prepared_trajectories",
+            Kind::Datums => "datums",
+            Kind::TrainingMetrics => "training_metrics",
+            Kind::IsLossDebug => "is_loss_debug",
+            Kind::BatchInputs => "batch_inputs",
+        }
+    }
+
+    /// The kind stored in a folder of this name.
+    pub fn from_dir_name(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.dir_name() == name)
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.dir_name())
+    }
+}
+
+/// Which trainer wrote a dump tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Producer {
+    /// NexRL's self-hosted trainer: trajectory, old_log_probs, forward_data, loss, param, gradient.
+    SelfHosted,
+    /// NexRL in remote-API mode: prepared_trajectories, datums, training_metrics.
+    RemoteApi,
+    /// The weaver trainer: forward_data, loss, is_loss_debug, batch_inputs, per-micro param/gradient.
+    Weaver,
+    /// Not enough distinctive files to tell (e.g. forward_data and loss only).
+    Unknown,
+}
+
+impl fmt::Display for Producer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Producer::SelfHosted => "self-hosted",
+            Producer::RemoteApi => "remote-api",
+            Producer::Weaver => "weaver",
+            Producer::Unknown => "unknown",
+        })
+    }
+}
+
+/// One dump file and the coordinates parsed from its name.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DumpFile {
+    /// Full path.
+    pub path: PathBuf,
+    /// The kind folder it sits in.
+    pub kind: Kind,
+    /// Training step (may be negative: `step_-00001`).
+    pub step: i64,
+    /// Rank, for per-rank files.
+    pub rank: Option<u32>,
+    /// Micro-batch index, for per-micro files.
+    pub micro: Option<u32>,
+    /// File format, from the extension.
+    pub format: FileFormat,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// A file in a kind folder whose name is not `step_N[_rankR][_microM].ext`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Unrecognised {
+    /// Full path.
+    pub path: PathBuf,
+    /// Why it was not taken.
+    pub reason: String,
+}
+
+/// Everything found under one dump root.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DumpTree {
+    /// The folder holding the kind folders.
+    pub root: PathBuf,
+    /// Who wrote it.
+    pub producer: Producer,
+    /// Files sorted by (kind, step, rank, micro, format).
+    files: Vec<DumpFile>,
+    /// Files in kind folders that could not be placed.
+    pub unrecognised: Vec<Unrecognised>,
+}
+
+/// Parse `step_000000_rank10_micro1` (the stem, without extension) into (step, rank, micro).
+pub fn parse_stem(stem: &str) -> Option<(i64, Option<u32>, Option<u32>)> {
+    let rest = stem.strip_prefix("step_")?;
+    let (step_str, mut rest) = split_number(rest, true)?;
+    let step: i64 = step_str.parse().ok()?;
+    let mut rank = None;
+    let mut micro = None;
+    if let Some(r) = rest.strip_prefix("_rank") {
+        let (n, tail) = split_number(r, false)?;
+        rank = Some(n.parse().ok()?);
+        rest = tail;
+    }
+    if let Some(m) = rest.strip_prefix("_micro") {
+        let (n, tail) = split_number(m, false)?;
+        micro = Some(n.parse().ok()?);
+        rest = tail;
+    }
+    rest.is_empty().then_some((step, rank, micro))
+}
+
+/// Split a leading (optionally signed) run of ASCII digits off `s`.
+fn split_number(s: &str, signed: bool) -> Option<(&str, &str)> {
+    let sign = usize::from(signed && s.starts_with('-'));
+    let digits = s[sign..].bytes().take_while(u8::is_ascii_digit).count();
+    (digits > 0).then(|| s.split_at(sign + digits))
+}
+
+impl DumpTree {
+    /// Walk `root` and place every file. `root` may be the dump folder itself or a folder
+    /// holding exactly one such folder (e.g. an experiment folder with `debug_dump/` inside).
+    pub fn discover(root: &Path) -> Result<DumpTree> {
+        let meta = std::fs::metadata(root).map_err(|e| Error::io(root, e))?;
+        if !meta.is_dir() {
+            return Err(Error::format(
+                root,
+                Position::File,
+                "expected a dump folder (holding trajectory/, forward_data/, loss/ …), found a file",
+            ));
+        }
+        let dump_root = find_dump_root(root)?;
+        let mut files = Vec::new();
+        let mut unrecognised = Vec::new();
+        for kind in Kind::ALL {
+            let dir = dump_root.join(kind.dir_name());
+            if !dir.is_dir() {
+                continue;
+            }
+            let entries = std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| Error::io(&dir, e))?;
+                let path = entry.path();
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.starts_with('.') {
+                    continue;
+                }
+                let ft = entry.file_type().map_err(|e| Error::io(&path, e))?;
+                if !(ft.is_file() || (ft.is_symlink() && path.is_file())) {
+                    unrecognised.push(Unrecognised {
+                        path,
+                        reason: "not a regular file".into(),
+                    });
+                    continue;
+                }
+                let Some(format) = FileFormat::from_path(&path) else {
+                    unrecognised.push(Unrecognised {
+                        path,
+                        reason: "unknown extension".into(),
+                    });
+                    continue;
+                };
+                let stem = name.rsplit_once('.').map_or(name.as_str(), |(s, _)| s);
+                let Some((step, rank, micro)) = parse_stem(stem) else {
+                    unrecognised.push(Unrecognised {
+                        path,
+                        reason: "name is not step_N[_rankR][_microM]".into(),
+                    });
+                    continue;
+                };
+                let size = std::fs::metadata(&path)
+                    .map_err(|e| Error::io(&path, e))?
+                    .len();
+                files.push(DumpFile {
+                    path,
+                    kind,
+                    step,
+                    rank,
+                    micro,
+                    format,
+                    size,
+                });
+            }
+        }
+        files.sort_by(|a, b| {
+            (a.kind, a.step, a.rank, a.micro, a.format)
+                .cmp(&(b.kind, b.step, b.rank, b.micro, b.format))
+        });
+        unrecognised.sort_by(|a, b| a.path.cmp(&b.path));
+        let producer = identify_producer(&files);
+        Ok(DumpTree {
+            root: dump_root,
+            producer,
+            files,
+            unrecognised,
+        })
+    }
+
+    /// Every placed file, sorted by (kind, step, rank, micro, format).
+    pub fn files(&self) -> &[DumpFile] {
+        &self.files
+    }
+
+    /// The kinds that have at least one file.
+    pub fn kinds(&self) -> BTreeSet<Kind> {
+        self.files.iter().map(|f| f.kind).collect()
+    }
+
+    /// The steps present, over all kinds, ascending.
+    pub fn steps(&self) -> BTreeSet<i64> {
+        self.files.iter().map(|f| f.step).collect()
+    }
+
+    /// The files of one kind at one step.
+    pub fn files_of(&self, kind: Kind, step: i64) -> impl Iterator<Item = &DumpFile> {
+        self.files
+            .iter()
+            .filter(move |f| f.kind == kind && f.step == step)
+    }
+
+    /// The ranks present for a kind at a step, ascending by number.
+    pub fn ranks(&self, kind: Kind, step: i64) -> BTreeSet<u32> {
+        self.files_of(kind, step).filter_map(|f| f.rank).collect()
+    }
+
+    /// The micro indices present for a kind at a step.
+    pub fn micros(&self, kind: Kind, step: i64) -> BTreeSet<u32> {
+        self.files_of(kind, step).filter_map(|f| f.micro).collect()
+    }
+
+    /// The file for exact coordinates, if present (first format when several exist).
+    pub fn get(
+        &self,
+        kind: Kind,
+        step: i64,
+        rank: Option<u32>,
+        micro: Option<u32>,
+    ) -> Option<&DumpFile> {
+        self.files_of(kind, step)
+            .find(|f| f.rank == rank && f.micro == micro)
+    }
+
+    /// For per-rank-per-micro kinds: the (rank, micro) cells missing from the full grid of
+    /// ranks × micros seen for that kind and step — holes the user should know about.
+    pub fn missing_cells(&self, kind: Kind, step: i64) -> Vec<(u32, u32)> {
+        let ranks = self.ranks(kind, step);
+        let micros = self.micros(kind, step);
+        let have: BTreeSet<(u32, u32)> = self
+            .files_of(kind, step)
+            .filter_map(|f| Some((f.rank?, f.micro?)))
+            .collect();
+        ranks
+            .iter()
+            .flat_map(|&r| micros.iter().map(move |&m| (r, m)))
+            .filter(|c| !have.contains(c))
+            .collect()
+    }
+
+    /// Number of files per kind.
+    pub fn counts(&self) -> BTreeMap<Kind, usize> {
+        let mut m = BTreeMap::new();
+        for f in &self.files {
+            *m.entry(f.kind).or_default() += 1;
+        }
+        m
+    }
+
+    /// Total bytes of all placed files.
+    pub fn total_bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.size).sum()
+    }
+}
+
+/// `root` itself when it holds a kind folder, else its single child that does.
+fn find_dump_root(root: &Path) -> Result<PathBuf> {
+    let has_kind_dir = |p: &Path| Kind::ALL.iter().any(|k| p.join(k.dir_name()).is_dir());
+    if has_kind_dir(root) {
+        return Ok(root.to_path_buf());
+    }
+    let mut candidates = Vec::new();
+    for entry in std::fs::read_dir(root).map_err(|e| Error::io(root, e))? {
+        let p = entry.map_err(|e| Error::io(root, e))?.path();
+        if p.is_dir() && has_kind_dir(&p) {
+            candidates.push(p);
+        }
+    }
+    match candidates.len() {
+        1 => Ok(candidates.remove(0)),
+        0 => Err(Error::format(
+            root,
+            Position::File,
+            format!(
+                "no dump folders found: expected one of {} here or one level below",
+                Kind::ALL.map(Kind::dir_name).join(", ")
+            ),
+        )),
+        _ => Err(Error::format(
+            root,
+            Position::File,
+            format!(
+                "several dump trees below this folder ({}); pass one of them",
+                candidates
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
+    }
+}
+
+/// Tell the producer from the distinctive kinds present (files, not folders: NexRL's
+/// dumper creates every folder, empty or not).
+fn identify_producer(files: &[DumpFile]) -> Producer {
+    let has = |k: Kind| files.iter().any(|f| f.kind == k);
+    let per_micro_param = files
+        .iter()
+        .any(|f| matches!(f.kind, Kind::Param | Kind::Gradient) && f.micro.is_some());
+    let weaver = has(Kind::IsLossDebug) || has(Kind::BatchInputs) || per_micro_param;
+    let remote = has(Kind::PreparedTrajectories) || has(Kind::Datums) || has(Kind::TrainingMetrics);
+    let self_hosted = has(Kind::Trajectory) || has(Kind::OldLogProbs);
+    match (weaver, remote, self_hosted) {
+        (true, false, false) => Producer::Weaver,
+        (false, true, _) if !has(Kind::ForwardData) => Producer::RemoteApi,
+        (false, false, true) => Producer::SelfHosted,
+        _ => Producer::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stems_parse_numbers_not_names() {
+        assert_eq!(parse_stem("step_000000"), Some((0, None, None)));
+        assert_eq!(parse_stem("step_-00001"), Some((-1, None, None)));
+        assert_eq!(
+            parse_stem("step_000012_rank10_micro1"),
+            Some((12, Some(10), Some(1)))
+        );
+        assert_eq!(parse_stem("step_000003_rank2"), Some((3, Some(2), None)));
+        assert_eq!(parse_stem("step_x"), None);
+        assert_eq!(parse_stem("step_1_rank"), None);
+        assert_eq!(parse_stem("step_1_rank2_extra"), None);
+        assert_eq!(parse_stem("step_99999999999999999999"), None);
+    }
+}

@@ -1,0 +1,310 @@
+//! Completions forensics (issue 31): the completions files TRL's GRPOTrainer wrote on CPU
+//! with a tiny random Llama (fixtures/gen/make_completions.py: garbled, EOS forced first),
+//! the W&B tables wandb wrote for them offline, verl and AReaL rollout dumps written the
+//! way their trainers write them (fixtures/gen/make_completions_rollouts.py), and the
+//! per-hypothesis verdicts (`--why`) on seed 003's story. Expected counts come from the
+//! generators' settings (3 steps x 4 completions; 2 steps x 8 rows; 4 prompts x 2 samples).
+
+use std::path::{Path, PathBuf};
+
+use rlforensics::detect::hypotheses::Verdict;
+use rlforensics::detect::Severity;
+use rlforensics::logs::completions::{self, CompletionsFormat};
+use rlforensics::logscan::{scan, ScanOptions, ScanReport};
+
+fn fixture(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/completions")
+        .join(p)
+}
+
+fn run(p: &str) -> ScanReport {
+    scan(&[fixture(p)], &ScanOptions::default()).unwrap_or_else(|e| panic!("{p}: {e}"))
+}
+
+fn one<'a>(r: &'a ScanReport, detector: &str) -> &'a rlforensics::detect::Finding {
+    let f = r.by_detector(detector);
+    assert_eq!(f.len(), 1, "{detector}: {:#?}", r.findings);
+    f[0]
+}
+
+fn ev<'a>(f: &'a rlforensics::detect::Finding, k: &str) -> &'a serde_json::Value {
+    f.evidence
+        .get(k)
+        .unwrap_or_else(|| panic!("{}: no evidence {k}: {:?}", f.detector, f.evidence))
+}
+
+#[test]
+fn trl_parquet_rows_are_read_with_prompt_rewards_and_advantage() {
+    let p = fixture("trl_blank/completions/completions_00002.parquet");
+    let head = std::fs::read(&p).unwrap();
+    assert_eq!(
+        completions::sniff(&p, &head[..64]),
+        Some(CompletionsFormat::TrlParquet)
+    );
+    let f = completions::read(&p, CompletionsFormat::TrlParquet).unwrap();
+    assert_eq!(f.items.len(), 4);
+    assert_eq!(f.reward_columns, vec!["reward_len", "reward_format"]);
+    for c in &f.items {
+        assert_eq!(c.step, Some(2));
+        assert_eq!(c.text, "");
+        // Both reward functions score "" as 0; all equal, so every advantage is 0.
+        assert_eq!(c.reward, Some(0.0));
+        assert_eq!(c.advantage, Some(0.0));
+    }
+    // Conversational prompts: the user message's content. The dataset repeats its four
+    // questions in order; batch 2 (after shuffling) holds one of them, four times.
+    let questions = [
+        "What is 2+3?",
+        "Name a colour.",
+        "Spell cat.",
+        "What is 7*6?",
+    ];
+    let p0 = f.items[0].prompt.clone().unwrap();
+    assert!(questions.contains(&p0.as_str()), "{p0}");
+    assert!(f.items.iter().all(|c| c.prompt.as_deref() == Some(&p0)));
+}
+
+#[test]
+fn garbled_run_is_called_garbage_and_the_cap_is_not_the_cause() {
+    let r = run("trl_garbled");
+    let g = one(&r, "completions-garbled");
+    // 3 parquet files x 4 + the W&B table's 4 rows.
+    assert_eq!(ev(g, "completions"), 16);
+    assert_eq!(ev(g, "garbled"), 16);
+    assert_eq!(g.severity, Severity::Error);
+    assert_eq!(g.steps, vec![1, 2, 3]);
+    let ex = ev(g, "examples").as_array().unwrap();
+    assert_eq!(ex.len(), 2);
+    assert!(ex[0].as_str().unwrap().starts_with("step 1: \""), "{ex:?}");
+    // TRL's metrics: clipped_ratio 1 on every step (max_completion_length 24).
+    let u = one(&r, "completions-unterminated");
+    assert_eq!(ev(u, "mean_truncation_ratio"), 1.0);
+    assert_eq!(ev(u, "likely_cause"), "weights / tokenizer");
+    let t = one(&r, "truncation");
+    assert!(
+        t.likely_causes[0].contains("completions-unterminated"),
+        "{:?}",
+        t.likely_causes
+    );
+    assert!(r.by_detector("completions-blank").is_empty());
+}
+
+#[test]
+fn blank_run_is_eos_first_not_truncation() {
+    let r = run("trl_blank");
+    let b = one(&r, "completions-blank");
+    assert_eq!(ev(b, "blank"), 16);
+    assert_eq!(ev(b, "blank_share"), 1.0);
+    assert_eq!(
+        ev(b, "likely_cause"),
+        "EOS first: chat template / EOS token"
+    );
+    assert!(b.likely_causes[0].starts_with("chat template"));
+    // completions/max_length 1 on each of the 3 steps: EOS first.
+    let e = one(&r, "empty-completions");
+    assert_eq!(ev(e, "steps_eos_first"), 3);
+    assert_eq!(e.steps, vec![1, 2, 3]);
+    assert!(
+        r.by_detector("truncation").is_empty(),
+        "{:#?}",
+        r.by_detector("truncation")
+    );
+    // Dead groups' first cause is the blank completions.
+    assert!(one(&r, "dead-groups").likely_causes[0].contains("completions-blank"));
+}
+
+#[test]
+fn wandb_table_alone_is_read_and_diagnosed() {
+    let dir = fixture("trl_blank/wandb_table");
+    let r = scan(&[dir], &ScanOptions::default()).unwrap();
+    assert_eq!(r.files.len(), 1);
+    assert_eq!(r.files[0].records, 4);
+    assert_eq!(ev(one(&r, "completions-blank"), "blank"), 4);
+}
+
+#[test]
+fn verl_rollouts_leak_the_next_turn_and_loop() {
+    let r = run("verl_leak");
+    let l = one(&r, "completions-template-leak");
+    // Per step: 4 leaking answers + 2 short leaking answers of 8 rows, 2 steps.
+    assert_eq!(l.count, 2);
+    assert_eq!(ev(l, "leak_share"), 12.0 / 16.0);
+    assert_eq!(ev(l, "likely_cause"), "EOS token");
+    let rep = one(&r, "completions-repetition");
+    assert_eq!(ev(rep, "loop_share"), 4.0 / 16.0);
+    assert_eq!(rep.severity, Severity::Warning);
+}
+
+#[test]
+fn healthy_rollouts_have_no_findings() {
+    let r = run("verl_healthy");
+    assert_eq!(r.files.len(), 2);
+    assert!(r.findings.is_empty(), "{:#?}", r.findings);
+}
+
+#[test]
+fn areal_dump_one_answer_for_every_prompt() {
+    let r = run("areal_identical");
+    let i = one(&r, "completions-identical");
+    assert_eq!(ev(i, "distinct_prompts"), 4);
+    assert_eq!(ev(i, "share"), 1.0);
+    assert_eq!(i.steps, vec![3]);
+    // The trailing <|im_end|> is AReaL's decoded stop token, not a leak.
+    assert!(r.by_detector("completions-template-leak").is_empty());
+}
+
+#[test]
+fn unreadable_or_empty_completions_files_are_errors_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("completions_1_x.table.json");
+    std::fs::write(
+        &t,
+        r#"{"columns": ["step", "prompt", "completion"], "data": []}"#,
+    )
+    .unwrap();
+    let e = scan(std::slice::from_ref(&t), &ScanOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("completions_1_x.table.json") && e.contains("0 completions"),
+        "{e}"
+    );
+    let j = dir.path().join("5.jsonl");
+    std::fs::write(
+        &j,
+        "{\"input\": \"q\", \"output\": \"a\", \"score\": 1.0, \"step\": 5}\n{\"input\": \"q\", \"outp\n",
+    )
+    .unwrap();
+    let e = scan(std::slice::from_ref(&j), &ScanOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("5.jsonl") && e.contains("line 2"), "{e}");
+}
+
+#[test]
+fn a_few_blank_completions_are_not_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = dir.path().join("1.jsonl");
+    // 3 blanks of 16 (19 %, under the 25 % bar), answers all different.
+    let mut s = String::new();
+    for i in 0..16 {
+        let out = if i < 3 {
+            String::new()
+        } else {
+            format!("The answer is {i}.")
+        };
+        s.push_str(&format!(
+            "{{\"input\": \"q{i}\", \"output\": \"{out}\", \"score\": 0.5, \"step\": 1}}\n"
+        ));
+    }
+    std::fs::write(&j, s).unwrap();
+    let r = scan(&[j], &ScanOptions::default()).unwrap();
+    assert!(r.findings.is_empty(), "{:#?}", r.findings);
+}
+
+#[test]
+fn seed_003_verdict_per_hypothesis() {
+    let opts = ScanOptions {
+        why: true,
+        ..ScanOptions::default()
+    };
+    let r = scan(&[fixture("no_improvement")], &opts).unwrap();
+    let t = r.hypotheses.as_ref().unwrap();
+    assert!(t.plateau);
+    let v: Vec<(&str, Verdict)> = t.rows.iter().map(|h| (h.id, h.verdict)).collect();
+    assert_eq!(
+        v,
+        vec![
+            ("H01", Verdict::NotSupported),
+            ("H02", Verdict::CannotTell),
+            ("H03", Verdict::NotSupported),
+            ("H04", Verdict::CannotTell),
+            ("H05", Verdict::Supported),
+            ("H06", Verdict::Supported),
+        ]
+    );
+    // Evidence names what fired and the steps; cannot-tell rows say what to run.
+    assert!(t.rows[4].evidence.contains("reward-constant (steps 1–60)"));
+    assert!(t.rows[5]
+        .evidence
+        .contains("kl exactly 0 on all 59 logged steps after the first (steps 2–60)"));
+    assert!(t.rows[1].to_decide.is_some() && t.rows[3].to_decide.is_some());
+    assert!(t.rows[5]
+        .to_decide
+        .as_deref()
+        .unwrap()
+        .contains("logscan --compare lora full"));
+    // Without --why there is no table, in the report or its JSON.
+    let plain = scan(&[fixture("no_improvement")], &ScanOptions::default()).unwrap();
+    assert!(plain.hypotheses.is_none());
+    assert!(!serde_json::to_string(&plain)
+        .unwrap()
+        .contains("hypotheses"));
+}
+
+/// The command line: a folder of completions only is judged (exit 1 on an error finding,
+/// 0 on healthy text), never refused as "no metric"; `--why` prints the table.
+#[test]
+fn command_line_judges_completions_only_inputs() {
+    use assert_cmd::Command;
+    let out = Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(fixture("verl_leak"))
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["completions_read"], 16);
+    let names: Vec<&str> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["detector"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["completions-template-leak", "completions-repetition"]
+    );
+    let out = Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(fixture("verl_healthy"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::cargo_bin("logscan")
+        .unwrap()
+        .arg(fixture("no_improvement"))
+        .args(["--why", "--format", "markdown"])
+        .output()
+        .unwrap();
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("## Why: a verdict per hypothesis"), "{md}");
+    assert!(md.contains("| H06 | LoRA / weight sync"), "{md}");
+}
+
+/// The completions detectors run with every detector or with the families they extend
+/// (`--empty-completions`, `--truncation`), not with an unrelated flag.
+#[test]
+fn detector_flags_select_the_completions_detectors() {
+    let only = |d: &str| ScanOptions {
+        detectors: vec![d.to_string()],
+        ..ScanOptions::default()
+    };
+    let r = scan(&[fixture("verl_leak")], &only("nan-grad")).unwrap();
+    assert!(r.findings.is_empty(), "{:#?}", r.findings);
+    assert_eq!(r.completions_read, 16);
+    let r = scan(&[fixture("verl_leak")], &only("truncation")).unwrap();
+    assert_eq!(r.findings.len(), 2);
+}

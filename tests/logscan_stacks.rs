@@ -1,0 +1,493 @@
+//! logscan across stacks (issue 31): consoles of DeepSpeed-Chat, minimind, slime, verl's
+//! critic, today's transformers, TRL's DPO/KTO (fixtures/logs/stacks, from real pastes and
+//! transformers' own writer: fixtures/README.md), the metric families by meaning, absolute
+//! bounds and first-update checks, stage timings, several runs, and never a silent
+//! "no findings" on records logscan does not understand.
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use rlforensics::cli::logscan::{run as cli_run, LogscanArgs};
+use rlforensics::detect::preference::{algorithm, Algorithm};
+use rlforensics::detect::Severity;
+use rlforensics::logscan::{scan, ScanOptions, ScanReport};
+
+fn stack(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/logs/stacks")
+        .join(name)
+}
+
+fn run(paths: &[PathBuf]) -> ScanReport {
+    scan(paths, &ScanOptions::default()).unwrap()
+}
+
+/// A temporary log file holding `lines`.
+fn temp_log(dir: &Path, name: &str, lines: &[String]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+    p
+}
+
+fn values(r: &ScanReport, metric: &str) -> Vec<(i64, f64)> {
+    r.frame.series(metric)
+}
+
+#[test]
+fn deepspeed_chat_steps_rewards_and_inf_losses() {
+    let r = run(&[stack("deepspeed_chat_444.log")]);
+    assert_eq!(r.frame.steps().to_vec(), vec![3183, 3184, 3185]);
+    assert_eq!(
+        values(&r, "reward_mean"),
+        vec![(3183, -7.80859375), (3184, -6.359375), (3185, -4.54296875)]
+    );
+    // The timing line before each step line is that step's.
+    assert_eq!(
+        values(&r, "step_time"),
+        vec![(3183, 2.12), (3184, 2.14), (3185, 2.16)]
+    );
+    assert_eq!(values(&r, "loss")[0], (3183, 30.921875));
+    let nan = r.by_detector("nan-grad");
+    assert_eq!(nan.len(), 1);
+    assert_eq!(nan[0].steps, vec![3184, 3185]);
+    assert_eq!(
+        nan[0].evidence["non_finite_by_metric"],
+        serde_json::json!({"loss": 2, "critic_loss": 2})
+    );
+    assert_eq!(r.files[0].format, "text (kv_text)");
+    assert_eq!(r.files[0].unrecognised_lines, 0);
+}
+
+#[test]
+fn minimind_lines_keep_their_step_and_an_oom_at_the_end_is_seen() {
+    let r = run(&[stack("minimind_26_pretrain.log")]);
+    assert_eq!(
+        values(&r, "loss"),
+        vec![
+            (0, 8.863),
+            (100, 5.251),
+            (200, 4.716),
+            (300, 4.324),
+            (400, 4.061),
+            (500, 3.599)
+        ]
+    );
+    // minimind's GRPO writer (trainer/train_grpo.py @ 42a4e8c): epoch 2 of 2, step k of N
+    // is step N + k; the run ends on an out-of-memory error with no traceback header.
+    let dir = tempfile::tempdir().unwrap();
+    let mut lines: Vec<String> = (1..=3)
+        .map(|k| {
+            format!(
+                "Epoch:[2/2]({k}/50), Actor Loss: 0.{k}000, Aux Loss: 0.0000, Reward: {}, Avg Response Len: 12{k}.00, Learning Rate: 0.00000008",
+                if k == 2 { "'nan'".to_string() } else { format!("0.{k}") }
+            )
+        })
+        .collect();
+    lines.push("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB".into());
+    let p = temp_log(dir.path(), "grpo.log", &lines);
+    let r = run(&[p]);
+    assert_eq!(r.frame.steps().to_vec(), vec![51, 52, 53]);
+    assert_eq!(values(&r, "completion_len_mean")[2], (53, 123.0));
+    assert!(values(&r, "reward_mean")[1].1.is_nan());
+    let crash = r.by_detector("crash");
+    assert_eq!(crash.len(), 1, "{:?}", r.findings);
+    assert!(crash[0].explanation.contains("OutOfMemoryError"));
+    assert_eq!(r.by_detector("nan-grad")[0].steps, vec![52]);
+}
+
+#[test]
+fn verl_critic_nans_are_reported() {
+    let r = run(&[stack("verl_498_vf_loss_nan.log")]);
+    let nan = r.by_detector("nan-grad");
+    assert_eq!(nan.len(), 1);
+    assert_eq!(
+        nan[0].evidence["non_finite_by_metric"],
+        serde_json::json!({"critic_loss": 1, "critic_grad_norm": 1})
+    );
+    // Step 1 is the run's first update: ppo_kl and clip fraction 0.000 there, no finding.
+    assert!(r.by_detector("first-update").is_empty());
+}
+
+#[test]
+fn slime_rollout_metrics_and_perf_prefix_step() {
+    let r = run(&[stack("slime_1837_rollout.log")]);
+    assert_eq!(r.frame.steps().to_vec(), vec![0]);
+    assert_eq!(values(&r, "truncation_ratio"), vec![(0, 0.46484375)]);
+    assert_eq!(values(&r, "completion_len_mean"), vec![(0, 2773.71484375)]);
+    assert_eq!(values(&r, "completion_len_max"), vec![(0, 4096.0)]);
+    let t = r.by_detector("truncation");
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].severity, Severity::Warning);
+    // slime's train-side metric is read under train/ as the logprob gap.
+    let dir = tempfile::tempdir().unwrap();
+    let p = temp_log(
+        dir.path(),
+        "train.log",
+        &["step 3: {'train/loss': 0.1, 'train/train_rollout_logprob_abs_diff': 0.31}".into()],
+    );
+    let r = run(&[p]);
+    assert_eq!(values(&r, "logp_abs_diff_mean"), vec![(3, 0.31)]);
+    assert_eq!(r.by_detector("logprob-mismatch").len(), 1);
+}
+
+#[test]
+fn transformers_quoted_values_are_read_and_judged_right() {
+    let r = run(&[stack("transformers524_progress.log")]);
+    assert_eq!(r.steps, 8);
+    assert_eq!(values(&r, "loss")[0], (0, -4.967e-09));
+    assert!(values(&r, "grad_norm")[6].1.is_nan());
+    // Zero-loss spans never include step 2, whose gradient flows (1.2).
+    let spans: Vec<Vec<i64>> = r
+        .by_detector("zero-loss")
+        .iter()
+        .map(|f| f.steps.clone())
+        .collect();
+    assert_eq!(spans, vec![vec![0, 1], vec![3, 4, 5]]);
+    // A gradient after zeros is not a 1e300x spike.
+    assert!(r.by_detector("grad-spike").is_empty());
+    // Every completion one token long and clipped_ratio 0: not truncation.
+    assert!(r.by_detector("truncation").is_empty());
+    let rc = r.by_detector("reward-constant");
+    assert_eq!(rc.len(), 1);
+    assert!(
+        rc[0].explanation.contains("always matches"),
+        "{}",
+        rc[0].explanation
+    );
+    assert!(!rc[0]
+        .likely_causes
+        .iter()
+        .any(|c| c.contains("never matches")));
+    assert_eq!(r.by_detector("nan-grad")[0].steps, vec![6]);
+}
+
+#[test]
+fn dpo_family_recognised_and_grpo_rules_kept_off() {
+    let r = run(&[stack("trl_dpo_570.log")]);
+    assert_eq!(algorithm(&r.frame), Algorithm::Dpo);
+    assert!(
+        !r.metrics.iter().any(|m| m.starts_with("reward/")),
+        "{:?}",
+        r.metrics
+    );
+    // The cut last record is salvaged: its whole pairs kept, the cut one dropped.
+    assert_eq!(r.frame.steps().to_vec(), vec![0, 1, 2, 3]);
+    // Step 1 is the eval record (its keys are eval_…).
+    assert_eq!(
+        values(&r, "pref_reward_chosen").last(),
+        Some(&(3, -0.923618495464325))
+    );
+    assert_eq!(values(&r, "pref_accuracy").len(), 2);
+    assert!(r.findings.is_empty(), "{:#?}", r.findings);
+
+    let r = run(&[stack("trl_kto_1447.log")]);
+    assert_eq!(algorithm(&r.frame), Algorithm::Kto);
+    // KTO's batch kl reaches 1.23: GRPO's per-token bound (1.0) would call it an explosion.
+    assert!(values(&r, "kl").iter().any(|(_, v)| *v > 1.0));
+    assert!(r.by_detector("kl-explosion").is_empty());
+    assert!(r.by_detector("kl-zero").is_empty());
+    assert_eq!(r.by_detector("nan-grad")[0].steps.first(), Some(&1));
+}
+
+/// A TRL DPO stdout dict line.
+fn dpo_line(loss: f64, grad: f64, acc: f64, margin: f64, lc: f64, lr: f64) -> String {
+    format!(
+        "{{'loss': {loss}, 'grad_norm': {grad}, 'learning_rate': 5e-07, 'rewards/chosen': 0.5, 'rewards/rejected': {}, 'rewards/accuracies': {acc}, 'rewards/margins': {margin}, 'logps/chosen': {lc}, 'logps/rejected': {lr}, 'epoch': 0.1}}",
+        0.5 - margin
+    )
+}
+
+#[test]
+fn dpo_failure_signatures() {
+    let dir = tempfile::tempdir().unwrap();
+    // Accuracies 1.0 everywhere, margins 2 -> 9, loss to 0.01, both log-probs falling
+    // (chosen -100 -> -135, rejected -120 -> -190).
+    let lines: Vec<String> = (0..8)
+        .map(|i| {
+            let i = i as f64;
+            dpo_line(
+                0.3 - 0.04 * i,
+                1.0,
+                1.0,
+                2.0 + i,
+                -100.0 - 5.0 * i,
+                -120.0 - 10.0 * i,
+            )
+        })
+        .collect();
+    let r = run(&[temp_log(dir.path(), "dpo.log", &lines)]);
+    let pref = r.by_detector("preference");
+    assert_eq!(pref.len(), 3, "{pref:#?}");
+    let with = |key: &str| {
+        let f: Vec<_> = pref
+            .iter()
+            .filter(|f| f.evidence.contains_key(key))
+            .collect();
+        assert_eq!(f.len(), 1, "{key}: {pref:#?}");
+        f[0]
+    };
+    let acc = with("accuracy");
+    assert!(
+        acc.explanation
+            .starts_with("DPO: rewards/accuracies is 1 on 8 of 8"),
+        "{}",
+        acc.explanation
+    );
+    // Last quarter: steps 6, 7: margins 8, 9 (mean 8.5), loss 0.06, 0.02 (mean 0.04).
+    let sat = with("last_quarter_margin");
+    assert_eq!(sat.steps, vec![6, 7]);
+    assert_eq!(sat.evidence["last_quarter_margin"], serde_json::json!(8.5));
+    // First vs last quarter: chosen -102.5 -> -132.5 (30), rejected -125 -> -185 (60).
+    let fall = with("chosen_drop");
+    assert_eq!(fall.evidence["chosen_drop"], serde_json::json!(30.0));
+    assert_eq!(fall.evidence["rejected_drop"], serde_json::json!(60.0));
+    assert!(r.by_detector("kl-explosion").is_empty());
+
+    // Accuracies stuck at 0.5 with zero margins, and one step of zero gradient.
+    let lines: Vec<String> = (0..6)
+        .map(|i| {
+            dpo_line(
+                std::f64::consts::LN_2,
+                if i == 3 { 0.0 } else { 0.8 },
+                0.5,
+                0.0,
+                -90.0,
+                -90.0,
+            )
+        })
+        .collect();
+    let r = run(&[temp_log(dir.path(), "dpo_flat.log", &lines)]);
+    let pref = r.by_detector("preference");
+    assert_eq!(pref.len(), 1);
+    assert_eq!(pref[0].severity, Severity::Error);
+    assert_eq!(pref[0].steps, vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(r.by_detector("zero-grad")[0].steps, vec![3]);
+}
+
+/// A verl console line for `step` with `extra` pairs.
+fn verl_line(step: i64, extra: &str) -> String {
+    format!("step:{step} - actor/pg_loss:0.01 - critic/score/mean:0.5 - {extra}")
+}
+
+#[test]
+fn absolute_bounds_and_first_update() {
+    let dir = tempfile::tempdir().unwrap();
+    // A grad norm of 3e9 from the first step: no relative rule can see it.
+    let lines: Vec<String> = (1..=6)
+        .map(|s| {
+            verl_line(
+                s,
+                &format!("actor/grad_norm:{} - actor/entropy:0.5", 3e9 + s as f64),
+            )
+        })
+        .collect();
+    let r = run(&[temp_log(dir.path(), "big.log", &lines)]);
+    assert!(r.by_detector("grad-spike").is_empty());
+    let b = r.by_detector("bounds");
+    assert_eq!(b.len(), 1);
+    assert_eq!(b[0].severity, Severity::Error);
+    assert_eq!(b[0].steps, vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(b[0].evidence["from_first_step"], serde_json::json!(true));
+    // Entropy above ln(262144) nats per token.
+    let lines: Vec<String> = (1..=3)
+        .map(|s| verl_line(s, "actor/grad_norm:0.5 - actor/entropy:15.2"))
+        .collect();
+    let r = run(&[temp_log(dir.path(), "ent.log", &lines)]);
+    assert_eq!(r.by_detector("bounds")[0].evidence["metric"], "entropy");
+    // First update: ppo_kl 0.05 and clip fraction 0.3 at step 1 fire; 0 there does not;
+    // the same values at step 40 (not the run's start) do not.
+    let first = |s0: i64, kl: f64, clip: f64| {
+        let lines: Vec<String> = (s0..s0 + 3)
+            .map(|s| {
+                verl_line(
+                    s,
+                    &format!("actor/grad_norm:0.5 - actor/ppo_kl:{kl} - actor/pg_clipfrac:{clip}"),
+                )
+            })
+            .collect();
+        run(&[temp_log(dir.path(), &format!("f{s0}_{kl}.log"), &lines)])
+    };
+    let r = first(1, 0.05, 0.3);
+    let fu = r.by_detector("first-update");
+    assert_eq!(fu.len(), 1);
+    assert_eq!(fu[0].steps, vec![1]);
+    assert_eq!(fu[0].evidence["ppo_kl"], serde_json::json!(0.05));
+    assert_eq!(fu[0].evidence["clip_ratio"], serde_json::json!(0.3));
+    assert!(first(1, 0.0, 0.0).by_detector("first-update").is_empty());
+    assert!(first(40, 0.05, 0.3).by_detector("first-update").is_empty());
+}
+
+#[test]
+fn kl_exactly_zero_for_many_steps_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines: Vec<String> = (1..=12)
+        .map(|s| verl_line(s, "actor/grad_norm:0.5 - actor/kl_loss:0.0"))
+        .collect();
+    let r = run(&[temp_log(dir.path(), "kl0.log", &lines)]);
+    let k = r.by_detector("kl-zero");
+    assert_eq!(k.len(), 1);
+    assert_eq!(k[0].steps, (1..=12).collect::<Vec<_>>());
+    // Nine steps are not enough (threshold 10).
+    let r = run(&[temp_log(dir.path(), "kl9.log", &lines[..9])]);
+    assert!(r.by_detector("kl-zero").is_empty());
+}
+
+/// `[Micro k] n. <stage>: mem=… MB, time=…s` lines of one iteration (two micro-batches), the
+/// generation stage taking `gen` seconds, scoring 0.25 s, the loss 0.5 s (binary-exact).
+fn micro_iteration(gen: f64) -> Vec<String> {
+    let mut out = Vec::new();
+    for m in 0..2 {
+        out.push(format!(
+            "[Micro {m}] 1. Iteration start: mem=812 MB, time=0.000s"
+        ));
+        out.push(format!(
+            "[Micro {m}] 2. Samples generated: mem=900 MB, time={gen:.3}s"
+        ));
+        out.push(format!(
+            "[Micro {m}] 3. Samples scored: mem=910 MB, time={:.3}s, rewards=0.5000±0.1000",
+            gen + 0.25
+        ));
+        out.push(format!(
+            "[Micro {m}] 4. Loss computed: mem=1200 MB, time={:.3}s, pg_loss=0.100000, kl=0.001000, total=0.100000",
+            gen + 0.75
+        ));
+    }
+    out
+}
+
+#[test]
+fn stage_lines_alone_are_iterations_with_stage_timings() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines: Vec<String> = [1.0, 1.0, 1.0, 1.0, 3.0, 3.0, 3.0, 3.0]
+        .iter()
+        .flat_map(|g| micro_iteration(*g))
+        .collect();
+    let r = run(&[temp_log(dir.path(), "micro.log", &lines)]);
+    // Eight iterations (the micro index restarting at 0), not one step.
+    assert_eq!(r.frame.steps().to_vec(), (0..8).collect::<Vec<_>>());
+    // Per iteration, two micros: 2 x gen s of generation, 2 x 0.25 s scoring, 2 x 0.5 s loss.
+    assert_eq!(values(&r, "stage/samples_generated")[0], (0, 2.0));
+    assert_eq!(values(&r, "stage/samples_generated")[7], (7, 6.0));
+    assert_eq!(values(&r, "stage/samples_scored")[0], (0, 0.5));
+    assert_eq!(values(&r, "stage/loss_computed")[7], (7, 1.0));
+    let st = r.by_detector("stages");
+    assert_eq!(st.len(), 2, "{st:#?}");
+    let dominant = st.iter().find(|f| f.severity == Severity::Info).unwrap();
+    assert_eq!(dominant.evidence["dominant_stage"], "samples_generated");
+    // (4 x 2 + 4 x 6) / (32 + 8 x 0.5 + 8 x 1.0) = 32 / 44
+    assert_eq!(dominant.evidence["share"], serde_json::json!(32.0 / 44.0));
+    let grows = st.iter().find(|f| f.severity == Severity::Warning).unwrap();
+    assert_eq!(grows.evidence["stage"], "samples_generated");
+    assert_eq!(grows.steps, vec![6, 7]);
+    assert_eq!(grows.evidence["last_quarter_s"], serde_json::json!(6.0));
+}
+
+fn cli(argv: &[&str]) -> rlforensics::error::Result<rlforensics::cli::logscan::RunOutput> {
+    let mut a = vec!["logscan"];
+    a.extend_from_slice(argv);
+    cli_run(&LogscanArgs::try_parse_from(a).unwrap(), false)
+}
+
+#[test]
+fn several_inputs_are_several_runs_whatever_their_order() {
+    let ds = stack("deepspeed_chat_444.log");
+    let kto = stack("trl_kto_1447.log");
+    let (ds, kto) = (ds.to_str().unwrap(), kto.to_str().unwrap());
+    // Two files of one folder are one run; make two folders.
+    let dir = tempfile::tempdir().unwrap();
+    for (sub, src) in [("a", ds), ("b", kto)] {
+        std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        std::fs::copy(src, dir.path().join(sub).join("train.log")).unwrap();
+    }
+    let a = dir.path().join("a");
+    let b = dir.path().join("b");
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let ab = cli(&[a, b, "--format", "json"]).unwrap();
+    let ba = cli(&[b, a, "--format", "json"]).unwrap();
+    let runs = |o: &str| -> Vec<(String, serde_json::Value)> {
+        let v: serde_json::Value = serde_json::from_str(o).unwrap();
+        let mut r: Vec<(String, serde_json::Value)> = v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["run"].as_str().unwrap().to_string(),
+                    r["report"]["findings"].clone(),
+                )
+            })
+            .collect();
+        r.sort_by(|x, y| x.0.cmp(&y.0));
+        r
+    };
+    assert_eq!(runs(&ab.stdout), runs(&ba.stdout));
+    assert_eq!(runs(&ab.stdout).len(), 2);
+    assert_eq!(ab.code, 1);
+    // The parent folder lists its run folders.
+    let parent = cli(&[dir.path().to_str().unwrap(), "--format", "json"]).unwrap();
+    assert_eq!(runs(&parent.stdout), runs(&ab.stdout));
+    let table = cli(&[dir.path().to_str().unwrap()]).unwrap().stdout;
+    assert!(
+        table.starts_with("2 runs, each scanned on its own"),
+        "{table}"
+    );
+    // --compare is for two runs: three are refused with their list.
+    let e = cli(&["--compare", a, b, ds]).unwrap_err().to_string();
+    assert!(e.contains("got 3") && e.contains(ds), "{e}");
+}
+
+#[test]
+fn records_without_a_known_metric_are_not_no_findings() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = temp_log(
+        dir.path(),
+        "odd.log",
+        &[
+            "{'wibble': 0.1, 'wobble': 2.0, 'epoch': 0.1}".into(),
+            "{'wibble': 0.2, 'wobble': 2.5, 'epoch': 0.2}".into(),
+        ],
+    );
+    let e = cli(&[p.to_str().unwrap()]).unwrap_err().to_string();
+    assert!(
+        e.contains("read 2 record(s)") && e.contains("keys not understood: wibble, wobble"),
+        "{e}"
+    );
+    // With a metric read, the keys not understood are named next to "no findings".
+    let p = temp_log(
+        dir.path(),
+        "some.log",
+        &[
+            "{'loss': 0.5, 'wibble': 0.1}".into(),
+            "{'loss': 0.4, 'wibble': 0.2}".into(),
+        ],
+    );
+    let out = cli(&[p.to_str().unwrap()]).unwrap();
+    assert_eq!(out.code, 0);
+    assert!(out.stdout.contains("no findings"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("not understood, so not judged: wibble"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn corpus_gspo_clip_advice_speaks_gspo() {
+    let Some(dir) = crate::corpus::corpus("droid-finetuning/20251008-115149") else {
+        return;
+    };
+    let r = run(&[dir]);
+    let clip = r.by_detector("clip-high");
+    assert_eq!(clip.len(), 1);
+    let causes = &clip[0].likely_causes;
+    assert!(
+        !causes.iter().any(|c| c.contains("instead of 0.2")),
+        "{causes:?}"
+    );
+    assert!(
+        causes[0].starts_with(
+            "GSPO (sequence-level ratio): a clip epsilon of ~3e-4 is normal (this run: 0.0001)"
+        ),
+        "{causes:?}"
+    );
+}
