@@ -202,7 +202,7 @@ fn parse_list(s: &str) -> Result<BTreeSet<u32>, Error> {
 
 /// Check each side against its flag and the step, compare, write `--output`, and return
 /// stdout's text with the exit code.
-fn run(args: Args) -> Result<(String, u8), Error> {
+fn run(args: Args, progress: bool) -> Result<(String, u8), Error> {
     if let Some(path) = &args.inspect {
         let path = cli::stdin_path(path);
         let mut text = inspect_path(&path)?;
@@ -302,7 +302,7 @@ fn run(args: Args) -> Result<(String, u8), Error> {
         .filter_map(|(k, v)| Some((k.to_string(), v?)))
         .collect(),
     };
-    let bar = ProgressBar::for_stderr(args.common.quiet);
+    let bar = ProgressBar::for_stderr(args.common.quiet || !progress);
     let report = dumpdiff::run_with_progress(&opts, &bar)?;
     bar.finish();
     if let Some(out) = &args.output {
@@ -332,7 +332,8 @@ where
 {
     let args = <Args as clap::Parser>::try_parse_from(args)
         .map_err(|e| Error::Usage(e.render().to_string().trim_end().to_string()))?;
-    run(args)
+    // A library caller (the Python functions) gets no progress bar: stderr is not ours.
+    run(args, false)
 }
 
 /// Run `dumpdiff` on `args` (the first item is the program name, as in `std::env::args_os`)
@@ -348,7 +349,7 @@ where
         Err(code) => return code,
     };
     let quiet = args.common.quiet;
-    match run(args) {
+    match run(args, true) {
         Ok((text, code)) => cli::finish("dumpdiff", &text, quiet, code),
         Err(err) => cli::fail("dumpdiff", &err),
     }
