@@ -146,6 +146,7 @@ fn synthetic(ranks: u32, fail: &[(u32, u32)], missing: &[(&str, u32, Option<u32>
         worst: vec![],
         adjudication: vec![],
         offending_files: vec![],
+        unreadable: Vec::new(),
         files_read: ranks as usize * 10,
         bytes_read: 0,
     }

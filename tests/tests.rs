@@ -25,3 +25,4 @@ mod scenarios_adjudication;
 mod scenarios_losscheck;
 mod stacks;
 mod trackers;
+mod unreadable;
