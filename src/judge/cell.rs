@@ -394,7 +394,9 @@ pub fn judge(cell: &Cell, cfg: &LossConfig, tol: &Tolerance, unc: Uncertainty) -
         Some(rec) => loss_file_checks(rec, cell.kl_loss, &out, &terms, cfg, tokens, tol),
         None => Vec::new(),
     };
-    let loss_ok = tol.allows_with(cell.dumped_loss, terms.loss, terms.loss_extra);
+    // numbers alike at the dumped precision are never called different
+    let loss_ok = tol.allows_with(cell.dumped_loss, terms.loss, terms.loss_extra)
+        || crate::fmt::alike(cell.dumped_loss, terms.loss);
     let ok = loss_ok && first_divergence.is_none() && checks.iter().all(|c| c.ok);
     let mut notes = cell.notes.clone();
     if kl_from_dump.is_some() {
@@ -440,6 +442,7 @@ pub fn judge(cell: &Cell, cfg: &LossConfig, tol: &Tolerance, unc: Uncertainty) -
         tokens,
         notes,
         differs,
+        loss_ok,
     })
 }
 
@@ -590,7 +593,7 @@ fn loss_file_checks(
         let ok = if name.ends_with(".num_tokens") {
             dumped == ours
         } else {
-            tol.allows_with(dumped, ours, extra)
+            tol.allows_with(dumped, ours, extra) || crate::fmt::alike(dumped, ours)
         };
         checks.push(ScalarCheck {
             name,

@@ -148,6 +148,10 @@ pub struct Verdict {
     /// under the tree report's `diagnoses` (the verdict's own layout is kept as it was).
     #[serde(skip)]
     pub differs: Vec<String>,
+    /// The dumped loss is what its recomputed terms give (within tolerance, or alike at
+    /// the dumped precision): an inconsistent cell then does not call its loss different.
+    #[serde(skip)]
+    pub loss_ok: bool,
 }
 
 impl Verdict {
@@ -155,6 +159,11 @@ impl Verdict {
     /// recomputed Y — first divergent intermediate: NAME at row R pos P`, followed by the
     /// notes (the diagnosis) and the `loss/` scalars that disagree. Each pair is printed
     /// with the digits that show its difference.
+    /// The loss is what its terms give (see [`Verdict::loss_ok`]).
+    fn loss_alike(&self) -> bool {
+        self.loss_ok
+    }
+
     pub fn line(&self) -> String {
         let head = format!(
             "rank {} micro {} {}",
@@ -171,6 +180,11 @@ impl Verdict {
                 let (d, r) = crate::fmt::pair(self.dumped_loss, self.recomputed_loss);
                 format!("{head}: undetermined (dumped loss {d}, recomputed without the unstated terms {r})")
             }
+            // a loss recomputed alike is not called different: what differs follows
+            Status::Inconsistent if self.loss_alike() => format!(
+                "{head}: inconsistent, though its loss {} is recomputed alike",
+                crate::fmt::num(self.dumped_loss)
+            ),
             Status::Inconsistent => {
                 let (d, r) = crate::fmt::pair(self.dumped_loss, self.recomputed_loss);
                 let mut s = format!("{head}: dumped loss {d} ≠ recomputed {r}");
@@ -197,7 +211,7 @@ impl Verdict {
             s.push_str(n);
         }
         // The loss itself is in the head already; the other scalars that disagree follow.
-        let loss_in_head = self.status == Status::Inconsistent;
+        let loss_in_head = self.status == Status::Inconsistent && !self.loss_alike();
         for c in self
             .checks
             .iter()

@@ -147,6 +147,7 @@ fn undetermined(
         recomputed_loss: base,
         notes,
         differs: Vec::new(),
+        loss_ok: false,
         ..v
     })
 }
