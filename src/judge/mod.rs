@@ -349,6 +349,9 @@ pub struct StepCheck<'a> {
     step: i64,
     layout: Layout,
     batch: Option<SelfHostedStep>,
+    /// How the whole-batch `old_log_probs` rows were found ordered, when not in the
+    /// trajectory file's order ([`SelfHostedStep::settle_old_order`]).
+    pub old_order: Option<Convention>,
 }
 
 impl<'a> StepCheck<'a> {
@@ -362,11 +365,13 @@ impl<'a> StepCheck<'a> {
             Layout::SelfHosted => Some(SelfHostedStep::load(tree, step, &cfg.advantage)?),
             Layout::Weaver => None,
         };
+        let (batch, old_order) = self_hosted::settled(tree, step, batch);
         Ok(StepCheck {
             tree,
             step,
             layout,
             batch,
+            old_order,
         })
     }
 
@@ -400,11 +405,13 @@ impl<'a> StepCheck<'a> {
             ),
             Layout::Weaver => None,
         };
+        let (batch, old_order) = self_hosted::settled(tree, step, batch);
         Ok(StepCheck {
             tree,
             step,
             layout,
             batch,
+            old_order,
         })
     }
 
@@ -707,6 +714,9 @@ pub fn check_tree_inferred(
         .collect::<Result<_>>()?;
     let mut conventions = resolved.conventions;
     if let Some(c) = adv {
+        conventions.insert(0, c);
+    }
+    if let Some(c) = check.old_order.take() {
         conventions.insert(0, c);
     }
     Ok(TreeCheck {

@@ -164,6 +164,19 @@ pub struct BatchInputs {
     pub adv_parts: Option<Vec<(f64, f64)>>,
     /// The epsilon the recomputed `advantages` used.
     pub adv_eps: Option<f64>,
+    /// Trajectory index → row of `old_log_probs`, when its rows follow NexRL's batch
+    /// order rather than the trajectory file's ([`crate::judge::SelfHostedStep::settle_old_order`]).
+    pub old_of_traj: Option<Vec<usize>>,
+}
+
+impl BatchInputs {
+    /// The `old_log_probs` row of trajectory (batch index) `i`.
+    pub fn old_row(&self, i: usize) -> Option<usize> {
+        match &self.old_of_traj {
+            Some(o) => o.get(i).copied(),
+            None => Some(i),
+        }
+    }
 }
 
 /// The batch indices of a self-hosted micro's rows: by token content through the
