@@ -1,5 +1,6 @@
 //! The one integration-test binary (one link, like ripgrep's tests/tests.rs); one module per area.
 mod arrays;
+mod cannot_judge;
 mod cli;
 mod cli_first_day;
 mod cli_lib;

@@ -32,6 +32,7 @@
 pub mod cell;
 pub mod infer;
 pub mod overrides;
+pub mod picture;
 pub mod self_hosted;
 pub mod terms;
 mod under;
@@ -71,6 +72,10 @@ pub enum Status {
     /// Only the total is dumped, its intermediates follow, and it holds terms whose
     /// coefficients nothing states: whether it follows cannot be told (a warning).
     Undetermined,
+    /// The cell does not follow, but neither do most cells of its side under the
+    /// conventions found: the tool's picture of the step is in doubt, not this cell
+    /// (issue 28: check before judging; a warning, never a failure).
+    CannotJudge,
 }
 
 /// Which dump layout a verdict was computed from.
@@ -176,6 +181,10 @@ impl Verdict {
                 "{head}: consistent (loss {})",
                 crate::fmt::num(self.recomputed_loss)
             ),
+            Status::CannotJudge => {
+                let (d, r) = crate::fmt::pair(self.dumped_loss, self.recomputed_loss);
+                format!("{head}: cannot judge (dumped loss {d}, recomputed {r})")
+            }
             Status::Undetermined => {
                 let (d, r) = crate::fmt::pair(self.dumped_loss, self.recomputed_loss);
                 format!("{head}: undetermined (dumped loss {d}, recomputed without the unstated terms {r})")
@@ -365,7 +374,7 @@ impl<'a> StepCheck<'a> {
             Layout::SelfHosted => Some(SelfHostedStep::load(tree, step, &cfg.advantage)?),
             Layout::Weaver => None,
         };
-        let (batch, old_order) = self_hosted::settled(tree, step, batch);
+        let (batch, old_order) = picture::settled(tree, step, batch);
         Ok(StepCheck {
             tree,
             step,
@@ -405,7 +414,7 @@ impl<'a> StepCheck<'a> {
             ),
             Layout::Weaver => None,
         };
-        let (batch, old_order) = self_hosted::settled(tree, step, batch);
+        let (batch, old_order) = picture::settled(tree, step, batch);
         Ok(StepCheck {
             tree,
             step,
@@ -708,7 +717,7 @@ pub fn check_tree_inferred(
     if let Some(a) = best_adv {
         check.batch = check.batch.take().map(|b| b.with_advantages(a));
     }
-    let verdicts = chosen
+    let mut verdicts: Vec<Verdict> = chosen
         .iter()
         .map(|(r, m)| judge_under(&check.gather(*r, *m)?, &resolved, tol))
         .collect::<Result<_>>()?;
@@ -719,6 +728,9 @@ pub fn check_tree_inferred(
     if let Some(c) = check.old_order.take() {
         conventions.insert(0, c);
     }
+    // before any cell is called wrong, the conventions must reproduce most of them
+    let tried: Vec<String> = conventions.iter().map(Convention::line).collect();
+    picture::check_before_judging(&mut verdicts, &tried.join(", "));
     Ok(TreeCheck {
         cfg: resolved.cfg,
         conventions,

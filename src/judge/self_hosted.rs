@@ -193,31 +193,6 @@ fn advantages_of(
     Ok((f64s, f32s))
 }
 
-/// The self-hosted step with its `old_log_probs` row order settled from the data, and that
-/// order as a convention when it is NexRL's batch order rather than the file's.
-pub(crate) fn settled(
-    tree: &DumpTree,
-    step: i64,
-    batch: Option<SelfHostedStep>,
-) -> (
-    Option<SelfHostedStep>,
-    Option<crate::judge::infer::Convention>,
-) {
-    let Some(mut b) = batch else {
-        return (None, None);
-    };
-    let conv = match b.settle_old_order(tree, step) {
-        Some((true, evidence)) => Some(crate::judge::infer::Convention::new(
-            "old_log_probs_order",
-            format!("nexrl-batch-order ({evidence})"),
-            None,
-            crate::judge::infer::Source::Inferred,
-        )),
-        _ => None,
-    };
-    (Some(b), conv)
-}
-
 impl SelfHostedStep {
     /// Read `trajectory/step_N` and `old_log_probs/step_N` of `tree` and compute every
     /// trajectory's advantage under `adv`.
@@ -375,7 +350,8 @@ impl SelfHostedStep {
     /// `old_log_probs` on the sorted batch). Both are tried on up to three cells of the
     /// step: the order under which each row's old log-probs sit closer to its current
     /// ones (mean `|log_probs − old_log_probs|` over the response; a first PPO epoch
-    /// gives ~0, another row's tokens O(1)) is kept. Returns whether NexRL's order was
+    /// gives ~0, another row's tokens O(1)) is kept, NexRL's when its gap is at most half
+    /// the file order's. Returns whether NexRL's order was
     /// kept, with the evidence in a sentence, when the trajectories give a batch order
     /// other than the file's; `None` otherwise (per-micro `old_log_probs`, no ids, or ids
     /// already in order).
@@ -420,8 +396,10 @@ impl SelfHostedStep {
         };
         let file_gap = gap(None);
         let batch_gap = gap(Some(sorted.clone()));
+        // NexRL's order only when it clearly fits better: half the file order's gap or less
+        // (rows in an order neither explains leave both gaps alike and large)
         let batch_wins = match (file_gap, batch_gap) {
-            (Some(f), Some(b)) => b < f,
+            (Some(f), Some(b)) => b <= 0.5 * f,
             (None, Some(_)) => true,
             _ => false,
         };

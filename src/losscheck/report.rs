@@ -36,7 +36,10 @@ impl Report {
     /// warning-level finding, [`Status::Undetermined`]).
     pub fn undetermined(&self) -> bool {
         match self {
-            Report::Tree(t) => t.verdicts.iter().any(|v| v.status == Status::Undetermined),
+            Report::Tree(t) => t
+                .verdicts
+                .iter()
+                .any(|v| matches!(v.status, Status::Undetermined | Status::CannotJudge)),
             Report::Inputs(_) => false,
         }
     }

@@ -60,6 +60,7 @@ impl Renderer<Report> for MarkdownRenderer {
                         Status::Consistent => "consistent",
                         Status::Inconsistent => "**inconsistent**",
                         Status::Undetermined => "undetermined",
+                        Status::CannotJudge => "cannot judge",
                     };
                     s.push_str(&format!(
                         "| {} | {} | {verdict} | {} | {} | `{}` | {} |\n",

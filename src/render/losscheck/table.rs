@@ -31,6 +31,7 @@ fn status_word(s: Status) -> &'static str {
         Status::Consistent => "consistent",
         Status::Inconsistent => "inconsistent",
         Status::Undetermined => "undetermined",
+        Status::CannotJudge => "cannot judge",
     }
 }
 
@@ -75,12 +76,18 @@ pub fn count_line(t: &TreeReport) -> String {
         _ => "losscheck".to_string(),
     };
     let cells = plural(n, "cell");
+    let doubt = of(Status::CannotJudge);
     let mut s = if bad > 0 {
         let r = ranks(Status::Inconsistent);
         format!(
             "{head}: FAIL — {bad} of {cells} inconsistent with their own inputs, in {} {}",
             if r.len() == 1 { "rank" } else { "ranks" },
             rank_ranges(&r)
+        )
+    } else if doubt > 0 {
+        format!(
+            "{head}: WARN — cannot judge {doubt} of {cells}: the conventions found reproduce only {} of this tree's own losses",
+            n - doubt - open
         )
     } else if open > 0 {
         format!("{head}: WARN — {open} of {cells} undetermined (coefficients unstated)")
@@ -162,7 +169,7 @@ impl TableRenderer {
                 word = match v.status {
                     Status::Consistent => word.fg(Color::Green),
                     Status::Inconsistent => word.fg(Color::Red),
-                    Status::Undetermined => word.fg(Color::Yellow),
+                    Status::Undetermined | Status::CannotJudge => word.fg(Color::Yellow),
                 };
             }
             table.add_row(vec![
