@@ -717,6 +717,11 @@ pub fn check_tree_inferred(
     if let Some(a) = best_adv {
         check.batch = check.batch.take().map(|b| b.with_advantages(a));
     }
+    // the policy loss: when the settled one reproduces fewer than half of the pg terms,
+    // those of real producers are tried (clip bounds, dual clip, GSPO's ratio)
+    if let Some((r, _)) = picture::search_policy(&check, &all, &resolved, best, given, tol)? {
+        resolved = r;
+    }
     let mut verdicts: Vec<Verdict> = chosen
         .iter()
         .map(|(r, m)| judge_under(&check.gather(*r, *m)?, &resolved, tol))

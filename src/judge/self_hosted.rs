@@ -123,6 +123,8 @@ pub struct MicroInputs {
     pub notes: Vec<String>,
     /// The dtype the entropy was stored in (its rounding bounds the entropy term).
     pub entropy_dtype: Option<DType>,
+    /// The dtype the log-probs were stored in.
+    pub logprob_dtype: Option<DType>,
     /// The log-probs are not f64: the trainer held advantages in f32.
     pub f32_trainer: bool,
 }
@@ -602,9 +604,21 @@ impl SelfHostedStep {
                 .map(|(x, _)| *x as i64)
                 .collect();
             let full: Vec<i64> = prompt.iter().chain(&response).copied().collect();
+            // a prompt left-padded with another pad id (Qwen's 151643): its leading run
+            let first = row_ids.first().map(|x| *x as i64);
+            let repadded = || -> Option<&Vec<usize>> {
+                let p = first.filter(|p| *p != 0 && row_ids.get(1) == row_ids.first())?;
+                let prompt = row_ids[..s - t]
+                    .iter()
+                    .map(|x| *x as i64)
+                    .skip_while(|x| *x == p);
+                let full: Vec<i64> = prompt.chain(response.iter().copied()).collect();
+                self.by_tokens.get(&tokens_hash(&full))
+            };
             let candidates = self
                 .by_tokens
                 .get(&tokens_hash(&full))
+                .or_else(repadded)
                 .or_else(|| self.by_response.get(&tokens_hash(&response)))
                 .ok_or_else(|| {
                     key_err(
@@ -690,6 +704,7 @@ impl SelfHostedStep {
             forward_file: ff,
             notes,
             entropy_dtype,
+            logprob_dtype: ldtype,
             f32_trainer,
         })
     }

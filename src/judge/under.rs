@@ -198,6 +198,7 @@ mod tests {
                 entropy: Some(t(&ENT)),
             },
             entropy_dtype: None,
+            logprob_dtype: None,
             dumped_loss: dumped,
             record: None,
             kl_loss: None,

@@ -188,7 +188,12 @@ pub(super) fn batch_indices(
     micro: u32,
     nrows: usize,
 ) -> (Vec<Option<usize>>, String) {
-    if let Some(tok) = fwd.input_ids() {
+    // padding stripped as 0, else as the pad id the file shows (any pad id)
+    let pads = std::iter::once(Some(0)).chain(std::iter::once(fwd.pad_candidate()));
+    for pad in pads.flatten() {
+        let Some(tok) = fwd.input_ids_pad(pad) else {
+            continue;
+        };
         if !inputs.traj_index.is_empty() {
             let idx: Vec<Option<usize>> = (0..tok.len())
                 .map(|i| {
