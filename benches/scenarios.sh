@@ -28,7 +28,7 @@ fi
 REPO=$PWD
 # one python process writes every scenario, then reads each back and checks its truth
 if [ "${FAMILY:-}" = real ]; then
-  python3 fixtures/gen/make_real_scenarios.py --range "$FIRST" "$N" --out "$WORK"
+  python3 fixtures/gen/make_real_scenarios.py --range "$FIRST" "$N" --out "$WORK" --verify
 else
   python3 fixtures/gen/make_scenarios.py --range "$FIRST" "$N" --out "$WORK" --verify --shape "${SHAPE:-ci}"
 fi

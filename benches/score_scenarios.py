@@ -187,6 +187,8 @@ def score_dumpdiff_real(truth, rep, rc):
     dt = truth["dumpdiff"]
     unread = {(u["rank"], u["micro"]) for u in dt.get("unreadable", [])}
     cj = {(c["section"], c["rank"], c["micro"]) for c in dt.get("cannot_judge", [])}
+    # too close to call (truth's cannot_judge_optional): any verdict
+    opt = {(sec, o["rank"], o["micro"]) for o in dt.get("cannot_judge_optional", []) for sec in ("is_loss", "loss")}
     allowed = {(c["section"], c["rank"], c["micro"]) for c in dt["flag_cells"]}
     exp = {(c["section"], c["rank"], c["micro"]) for c in dt["flag_cells"] if c["required"]}
     cells, got = {}, set()
@@ -201,7 +203,7 @@ def score_dumpdiff_real(truth, rep, rc):
         adj.setdefault((a.get("rank"), a.get("micro")), []).append(a)
     res = {"fa": [], "miss": [], "cj_fail": [], "cj_silent": [], "cause_miss": [], "unread_miss": [],
            "not_judged": []}
-    for key in sorted(got - allowed - cj, key=str):
+    for key in sorted(got - allowed - cj - opt, key=str):
         if (key[1], key[2]) not in unread:
             res["fa"].append(list(key))
     for key in sorted(exp - got, key=str):
@@ -252,6 +254,8 @@ def score_dumpdiff_real(truth, rep, rc):
 def score_losscheck_real(truth, tree, rep, rc):
     t = truth["losscheck"][tree]
     exp, cj = set(t["inconsistent"]), set(t.get("cannot_judge", []))
+    opt = {"is_loss_debug/step_%06d_rank%d_micro%d.pt" % (truth["step"], o["rank"], o["micro"])
+           for o in truth["dumpdiff"].get("cannot_judge_optional", [])} if tree == "weaver_pt" else set()
     unread = set(t.get("unreadable", []))
     got, undet, status = set(), set(), {}
     for v in rep.get("verdicts", []):
@@ -261,7 +265,7 @@ def score_losscheck_real(truth, tree, rep, rc):
             got.add(p)
         elif v.get("status") == "undetermined":
             undet.add(p)
-    res = {"fa": sorted(got - exp - cj - unread), "miss": sorted(exp - got), "undet": sorted(undet - exp - cj),
+    res = {"fa": sorted(got - exp - cj - unread - opt), "miss": sorted(exp - got), "undet": sorted(undet - exp - cj - opt),
            "cj_fail": [], "cj_silent": [], "unread_miss": []}
     for p in sorted(cj):
         v = status.get(p)
