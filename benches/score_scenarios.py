@@ -36,20 +36,24 @@ The real-producer family (truth `family: real`, fixtures/gen/make_real_scenarios
   "cannot judge"), never `fail` / `inconsistent` (cj_fail) nor silently passed
   (cj_silent); such cells are not false alarms.
 - causes (cause_miss): every fault whose required cell is flagged must be named in the
-  words truth gives (`CAUSES` keywords of make_real_scenarios.py) somewhere in the text of
-  its flagged cells (reason, comparisons) or the adjudication of that cell; cells truth
+  words truth gives (`CAUSE_WORDS` below) in what its flagged cells say (reason, the
+  flagged comparisons' names, reasons and diagnoses) or the adjudication of that cell; cells truth
   says may differ by a convention (TIS on one side) must name "importance weight" when
   flagged.
 - unreadable (unread_miss): a truncated file: both tools must exit 2 WITH a report, the
   report must name the file, and every other cell must be judged; the truncated cell's
   verdicts are not scored. An exit code of 2 then is not an error.
 - rc: the exit code truth gives (`dumpdiff.exit_code`, `losscheck.<tree>.exit_code`).
+- disagree: a side dumpdiff's adjudication calls inconsistent (or not) where losscheck
+  says the opposite of that side's file (the issue: both tools agree on which side is
+  wrong).
 
 Exit status: 0 when every count is zero, 1 otherwise.
 """
 
 import json
 import os
+import re
 import sys
 
 FLAG_VERDICTS = {"fail", "warn"}
@@ -146,12 +150,12 @@ def score_losscheck(truth, tree, rep):
 # fixtures/gen/make_real_scenarios.py CAUSES, keyed by the cause)
 CAUSE_WORDS = {
     "temperature": ["temperature"],
-    "clip bound": ["clip"],
+    "clip bound": ["clip bound", "clip_ratio", "clip_high", "clip-high", "clip higher", "clip ratio"],
     "ratio level": ["sequence ratio", "ratio level", "gspo", "token ratio", "token-level"],
     "old_log_probs": ["old_log_probs", "shift"],
     "mask": ["mask"],
     "advantages": ["advantage"],
-    "aggregation": ["aggregation", "sum"],
+    "aggregation": ["aggregation", "loss_agg_mode", "summed"],
     "coefficient": ["entropy_coeff", "coefficient"],
     "importance weight": ["importance", "rollout", "tis"],
 }
@@ -175,8 +179,28 @@ def text_of(x):
     return " ".join(out)
 
 
+def cell_text(c):
+    """What a flagged cell says: its reason, the names, reasons and any diagnosis / cause of
+    its flagged comparisons, and any diagnosis / cause of the cell (not the names of the
+    comparisons that pass, nor tolerance sources)."""
+    if not c:
+        return ""
+    parts = [c.get("reason", "")]
+    for k, v in c.items():
+        if "diagnos" in k or "cause" in k:
+            parts.append(text_of(v))
+    for x in c.get("comparisons", []) or []:
+        if x.get("verdict") in FLAG_VERDICTS:
+            parts += [x.get("name", ""), x.get("reason", "")]
+            parts += [text_of(v) for k, v in x.items() if "diagnos" in k or "cause" in k]
+    return " ".join(parts).lower()
+
+
 def names_cause(text, cause):
-    return any(w in text for w in CAUSE_WORDS.get(cause, [cause]))
+    """A cause word at the start of a word (`mask`, not `response_mask`); the tolerance
+    text's "clip boundary" names no clip bound."""
+    text = text.replace("clip boundary", "")
+    return any(re.search(r"(?<![a-z_])" + re.escape(w), text) for w in CAUSE_WORDS.get(cause, [cause]))
 
 
 def says_cannot_judge(text):
@@ -202,7 +226,7 @@ def score_dumpdiff_real(truth, rep, rc):
     for a in rep.get("adjudication", []) or []:
         adj.setdefault((a.get("rank"), a.get("micro")), []).append(a)
     res = {"fa": [], "miss": [], "cj_fail": [], "cj_silent": [], "cause_miss": [], "unread_miss": [],
-           "not_judged": []}
+           "not_judged": [], "named": []}
     for key in sorted(got - allowed - cj - opt, key=str):
         if (key[1], key[2]) not in unread:
             res["fa"].append(list(key))
@@ -224,12 +248,14 @@ def score_dumpdiff_real(truth, rep, rc):
                    if (cc["section"], cc["rank"], cc["micro"]) in got]
         if not flagged:
             continue
-        t = " ".join(text_of(cells[k]) for k in flagged) + " " + text_of(adj.get((f["rank"], f["micro"]), []))
+        t = " ".join(cell_text(cells[k]) for k in flagged) + " " + text_of(adj.get((f["rank"], f["micro"]), []))
         if not names_cause(t, f["cause"]):
             res["cause_miss"].append("%s r%d m%d (%s)" % (f["kind"], f["rank"], f["micro"], f["cause"]))
+        else:
+            res["named"].append("%s r%d m%d" % (f["kind"], f["rank"], f["micro"]))
     for c in dt["flag_cells"]:
         key = (c["section"], c["rank"], c["micro"])
-        if "tis_weaver_only" in c["faults"] and key in got and not names_cause(text_of(cells[key]) + " " + text_of(
+        if "tis_weaver_only" in c["faults"] and key in got and not names_cause(cell_text(cells[key]) + " " + text_of(
                 adj.get((c["rank"], c["micro"]), [])), "importance weight"):
             res["cause_miss"].append("tis_weaver_only %s r%d m%d (importance weight)" % key)
     if dt.get("unreadable"):
@@ -298,6 +324,24 @@ def score_real(d, truth):
             res["errors"].append("losscheck %s rc=%s, no report" % (tree, rc))
             rep = {}
         res["losscheck"][tree] = score_losscheck_real(truth, tree, rep, rc)
+        res.setdefault("_lc", {})[tree] = rep
+    # dumpdiff's adjudication and losscheck must agree on which side is wrong: per
+    # adjudicated cell and side, the status dumpdiff gives vs losscheck's for that file
+    res["disagree"] = []
+    dd = load(os.path.join(out, "dumpdiff.json")) or {}
+    files = {"self-hosted": ("self_hosted_pt", "loss/"), "weaver": ("weaver_pt", "is_loss_debug/")}
+    for a in dd.get("adjudication", []) or []:
+        for side in a.get("sides", []):
+            if side.get("role") not in files:
+                continue
+            tree, kind = files[side["role"]]
+            name = "%sstep_%06d_rank%d_micro%d.pt" % (kind, truth["step"], a["rank"], a["micro"])
+            lc = {v.get("file", "").split(tree + "/", 1)[-1]: v.get("status")
+                  for v in res["_lc"][tree].get("verdicts", [])}
+            if name in lc and (lc[name] == "inconsistent") != (side.get("status") == "inconsistent"):
+                res["disagree"].append("%s %s: dumpdiff %s, losscheck %s" % (side["role"], name, side.get("status"),
+                                                                              lc[name]))
+    del res["_lc"]
     return res
 
 
@@ -349,6 +393,7 @@ def counts(r):
         "cause_miss": len(dd.get("cause_miss", [])),
         "unread_miss": len(dd.get("unread_miss", [])) + len(dd.get("not_judged", []))
         + sum(len(v.get("unread_miss", [])) for v in lc.values()),
+        "disagree": len(r.get("disagree", [])),
     }
 
 
@@ -396,7 +441,7 @@ def breakdown_real(truths, results):
     for r in results:
         t = truths[r["seed"]]
         missed = {tuple(m) for m in r["dumpdiff"]["miss"] if isinstance(m, list)}
-        named_miss = " ".join(r["dumpdiff"]["cause_miss"])
+        named = set(r["dumpdiff"]["named"])
         for f in t["faults"]:
             k = kinds.setdefault(f["kind"], [0, 0, 0])
             k[0] += 1
@@ -407,7 +452,7 @@ def breakdown_real(truths, results):
                 continue
             cells = [(c["section"], c["rank"], c["micro"]) for c in f["dumpdiff_cells"] if c["required"]]
             k[1] += all(c not in missed for c in cells)
-            k[2] += "%s r%d m%d" % (f["kind"], f["rank"], f["micro"]) not in named_miss
+            k[2] += "%s r%d m%d" % (f["kind"], f["rank"], f["micro"]) in named
     print("fault kind        injected  cells caught  cause named")
     for k in sorted(kinds):
         print("%-17s %8d %13d %12d" % (k, *kinds[k]))
@@ -444,7 +489,7 @@ def main(argv):
             "lc_undet"]
     if any(r.get("family") == "real" for r in results):
         cols = ["dd_fa", "dd_miss", "dd_rc", "lc_fa", "lc_miss", "rc_wrong", "errors", "lc_undet", "cj_fail",
-                "cj_silent", "cause_miss", "unread_miss"]
+                "cj_silent", "cause_miss", "unread_miss", "disagree"]
     total = {k: 0 for k in cols}
     clean = 0
     print("%-6s " % "seed" + " ".join("%8s" % k for k in cols))
