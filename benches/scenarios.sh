@@ -8,6 +8,8 @@
 #   KEEP=/tmp/scen benches/scenarios.sh 50   # keep the scenarios and reports in /tmp/scen
 #   BIN=target/release benches/scenarios.sh 50   # other binaries (default: $CARGO_TARGET_DIR/debug)
 #   SHAPE=large benches/scenarios.sh 200 6000    # steps of 64-512 tokens, 4-16 rows per micro
+#   FAMILY=real benches/scenarios.sh 40          # the real-producer family (make_real_scenarios.py)
+#   FAMILY=real GEN_ARGS='--easy --set pad_id=151643' benches/scenarios.sh 5   # one convention alone
 #
 # Exit status: the scorer's (0 when every count is zero). Needs python3 with torch and numpy.
 set -euo pipefail
@@ -26,10 +28,19 @@ else
 fi
 REPO=$PWD
 # one python process writes every scenario, then reads each back and checks its truth
-python3 fixtures/gen/make_scenarios.py --range "$FIRST" "$N" --out "$WORK" --verify --shape "${SHAPE:-ci}"
+if [ "${FAMILY:-}" = real ]; then
+  # shellcheck disable=SC2086  # GEN_ARGS is a list of words
+  python3 fixtures/gen/make_real_scenarios.py --range "$FIRST" "$N" --out "$WORK" --verify ${GEN_ARGS:-}
+else
+  python3 fixtures/gen/make_scenarios.py --range "$FIRST" "$N" --out "$WORK" --verify --shape "${SHAPE:-ci}"
+fi
 dirs=()
 for ((seed = FIRST; seed < FIRST + N; seed++)); do
-  d=$WORK/seed-$(printf %03d "$seed")
+  if [ "${FAMILY:-}" = real ]; then
+    d=$WORK/real-seed-$seed
+  else
+    d=$WORK/seed-$(printf %03d "$seed")
+  fi
   mkdir -p "$d/out"
   remote=()
   [ -d "$d/remote_api_pt" ] && remote=(--remote-api-dir remote_api_pt)
