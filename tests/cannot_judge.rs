@@ -4,6 +4,7 @@
 //! adjudication blames no side. One test per kind of convention withheld; the trees are
 //! the JSONL fixtures edited here (no generator needed).
 
+use crate::support::copy_tree;
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
@@ -13,18 +14,6 @@ fn dumps(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures/dumps")
         .join(name)
-}
-
-fn copy_tree(src: &Path, dst: &Path) {
-    for kind in std::fs::read_dir(src).unwrap() {
-        let kind = kind.unwrap().path();
-        let out = dst.join(kind.file_name().unwrap());
-        std::fs::create_dir_all(&out).unwrap();
-        for f in std::fs::read_dir(&kind).unwrap() {
-            let f = f.unwrap().path();
-            std::fs::copy(&f, out.join(f.file_name().unwrap())).unwrap();
-        }
-    }
 }
 
 /// Rewrite every `.jsonl` file of `dir` (one JSON record each) with `edit`.

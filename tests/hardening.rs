@@ -8,6 +8,7 @@
 //! beyond any tolerance, and same-signed infinities are equal. A run whose values are all
 //! NaN is still reported by `logscan` (nan-grad), whose job that is.
 
+use crate::support::copy_tree;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -592,19 +593,6 @@ fn empty_files_are_errors_in_every_reader_and_command() {
     let out = bin("logscan").arg(&log).output().unwrap();
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
     assert!(matches!(out.status.code(), Some(0 | 2)));
-}
-
-/// Copy a dump tree (two levels: kind folders, files).
-fn copy_tree(src: &Path, dst: &Path) {
-    for kind in std::fs::read_dir(src).unwrap() {
-        let kind = kind.unwrap().path();
-        let out = dst.join(kind.file_name().unwrap());
-        std::fs::create_dir_all(&out).unwrap();
-        for f in std::fs::read_dir(&kind).unwrap() {
-            let f = f.unwrap().path();
-            std::fs::copy(&f, out.join(f.file_name().unwrap())).unwrap();
-        }
-    }
 }
 
 #[test]

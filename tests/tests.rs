@@ -27,5 +27,6 @@ mod scenarios;
 mod scenarios_adjudication;
 mod scenarios_losscheck;
 mod stacks;
+mod support;
 mod trackers;
 mod unreadable;

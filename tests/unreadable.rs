@@ -2,6 +2,7 @@
 //! is set aside, named with its reason, every other cell is judged exactly as without it,
 //! the first line says how many cells could not be read, and the exit code is 2.
 
+use crate::support::copy_tree;
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
@@ -13,19 +14,6 @@ fn fixtures() -> PathBuf {
 
 fn bin(name: &str) -> Command {
     Command::cargo_bin(name).unwrap()
-}
-
-/// Copy a dump tree (kind folders, files).
-fn copy_tree(src: &Path, dst: &Path) {
-    for kind in std::fs::read_dir(src).unwrap() {
-        let kind = kind.unwrap().path();
-        let out = dst.join(kind.file_name().unwrap());
-        std::fs::create_dir_all(&out).unwrap();
-        for f in std::fs::read_dir(&kind).unwrap() {
-            let f = f.unwrap().path();
-            std::fs::copy(&f, out.join(f.file_name().unwrap())).unwrap();
-        }
-    }
 }
 
 /// Cut `file` to a third of its size (a copy interrupted mid-write).

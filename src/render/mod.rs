@@ -76,3 +76,31 @@ fn pretty_json<R: serde::Serialize + ?Sized>(report: &R) -> Result<String> {
     serde_json::to_string_pretty(report)
         .map_err(|e| crate::error::Error::Internal(format!("serialising report: {e}")))
 }
+
+/// `2 cells could not be read (2 files, exit 2)`, for the first line of dumpdiff's and
+/// losscheck's reports: a per-rank file stands for its cell, a whole-batch file (trajectory,
+/// old_log_probs, datums) is counted apart.
+pub fn unreadable_count(unreadable: &[crate::model::unreadable::Unreadable]) -> String {
+    use crate::fmt::plural;
+    let cells: std::collections::BTreeSet<(Option<u32>, Option<u32>)> = unreadable
+        .iter()
+        .filter(|u| u.rank.is_some())
+        .map(|u| (u.rank, u.micro))
+        .collect();
+    let whole = unreadable.iter().filter(|u| u.rank.is_none()).count();
+    let mut what = Vec::new();
+    if !cells.is_empty() {
+        what.push(format!("{} could not be read", plural(cells.len(), "cell")));
+    }
+    if whole > 0 {
+        what.push(format!(
+            "{} could not be read",
+            plural(whole, "whole-batch file")
+        ));
+    }
+    format!(
+        "{} ({}, exit 2)",
+        what.join(", "),
+        plural(unreadable.len(), "file")
+    )
+}

@@ -43,7 +43,10 @@ impl Renderer<Report> for MarkdownRenderer {
                     s.push_str(&format!("{l}\n\n"));
                 }
                 if !t.unreadable.is_empty() {
-                    s.push_str(&format!("{}.\n\n", super::table::unreadable_count(t)));
+                    s.push_str(&format!(
+                        "{}.\n\n",
+                        crate::render::unreadable_count(&t.unreadable)
+                    ));
                 }
                 for u in &t.unreadable {
                     s.push_str(&format!("unreadable: {}\n\n", u.reason));

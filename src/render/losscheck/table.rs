@@ -105,36 +105,12 @@ pub fn count_line(t: &TreeReport) -> String {
         ));
     }
     if !t.unreadable.is_empty() {
-        s.push_str(&format!("; {}", unreadable_count(t)));
-    }
-    s
-}
-
-/// `2 cells could not be read (2 files, exit 2)`: a per-rank file stands for its cell, a
-/// whole-batch file (trajectory, old_log_probs) for the step.
-pub fn unreadable_count(t: &TreeReport) -> String {
-    let cells: BTreeSet<(Option<u32>, Option<u32>)> = t
-        .unreadable
-        .iter()
-        .filter(|u| u.rank.is_some())
-        .map(|u| (u.rank, u.micro))
-        .collect();
-    let whole = t.unreadable.iter().filter(|u| u.rank.is_none()).count();
-    let mut what = Vec::new();
-    if !cells.is_empty() {
-        what.push(format!("{} could not be read", plural(cells.len(), "cell")));
-    }
-    if whole > 0 {
-        what.push(format!(
-            "{} could not be read",
-            plural(whole, "whole-batch file")
+        s.push_str(&format!(
+            "; {}",
+            super::super::unreadable_count(&t.unreadable)
         ));
     }
-    format!(
-        "{} ({}, exit 2)",
-        what.join(", "),
-        plural(t.unreadable.len(), "file")
-    )
+    s
 }
 
 /// What the cell's line says after `rank R micro M FILE: `.
