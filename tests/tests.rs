@@ -20,6 +20,7 @@ mod nexrl_order;
 mod packed;
 mod postmortem;
 mod pt;
+mod real_family;
 mod real_logs;
 mod render;
 mod scenarios;

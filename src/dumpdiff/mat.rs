@@ -58,6 +58,20 @@ struct Runs {
 
 impl Mat {
     /// A matrix of `rows × width` row-major values (`shape` is the original tensor's).
+    /// A copy with row `r` moved `shifts[r]` positions left (zeros fill its end; rows past
+    /// `shifts` unmoved): the reference's response-width tensors realigned to the other
+    /// side's layout ([`crate::dumpdiff::sections::Tensors::realign`]).
+    pub fn shifted_left(&self, shifts: &[usize]) -> Mat {
+        let mut data = vec![0.0; self.rows * self.width];
+        let mut buf = Vec::new();
+        for r in 0..self.rows {
+            let row = self.chunk(r, 0, self.width, &mut buf);
+            let s = shifts.get(r).copied().unwrap_or(0).min(row.len());
+            data[r * self.width..r * self.width + row.len() - s].copy_from_slice(&row[s..]);
+        }
+        Mat::new(self.shape.clone(), self.rows, self.width, data, self.dtype)
+    }
+
     pub fn new(shape: Vec<usize>, rows: usize, width: usize, data: Vec<f64>, dtype: DType) -> Mat {
         Mat {
             shape,

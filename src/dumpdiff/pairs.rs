@@ -22,6 +22,8 @@ pub(super) struct CellOut {
     /// The advantage epsilon each paired weaver row implies (see
     /// [`advantage::eps_estimate`]).
     eps: Vec<f64>,
+    /// The self-hosted rows were realigned to the weaver's layout ([`Tensors::realign`]).
+    realigned: bool,
 }
 
 /// The (rank, micro) cells of sections 2 (`fwd`), 3 (`loss`) and 4 (`is_loss`).
@@ -105,6 +107,21 @@ pub(super) fn weaver_cell(
         b_bi.as_ref().or(b_fwd.as_ref())
     };
     let mut out = CellOut::default();
+    // NexRL's 1-token-prompt layout against a response-aligned one: the self-hosted rows
+    // realigned (every per-token tensor of the forward_data, and the chain's old rows)
+    if let (Some(a), Some(b)) = (&a_fwd, &b_fwd) {
+        if let Some(sh) = a.layout_shifts(b_ids.unwrap_or(b), b, nexrl_self_hosted::RESPONSE_MASK) {
+            a.realign(
+                &[
+                    nexrl_self_hosted::LOG_PROBS,
+                    nexrl_self_hosted::ENTROPY,
+                    nexrl_self_hosted::RESPONSE_MASK,
+                ],
+                sh,
+            );
+            out.realigned = true;
+        }
+    }
 
     // Section 2: forward_data; also gives the cell's log-prob precision.
     let mut precision = None;
@@ -260,6 +277,14 @@ pub(super) fn weaver_sections(
             .collect()
     };
     let mut outs = run_cells(&inputs)?;
+    if outs.iter().any(|o| o.realigned) {
+        conv.notes.push(
+            "self-hosted rows realigned to the weaver's: their response-width tensors hold the \
+             prompt too (NexRL's 1-token-prompt layout), so each row is moved left to its first \
+             valid position; positions are the weaver's"
+                .into(),
+        );
+    }
     // The advantage epsilon: when the weaver's advantages agree on one other than the
     // preset's (and no flag gave it), recompute the self-hosted advantages with it and
     // compare again. The epsilon the evidence settles (the flag's, the weaver rows', else

@@ -142,6 +142,11 @@ pub fn chain(
             ))
         })
     });
+    // rows of the reference realigned to the other side's layout: its old rows too
+    let old = match (old, a_fwd.shifts()) {
+        (Some(o), Some(sh)) => Some(o.shifted_left(&sh)),
+        (o, _) => o,
+    };
     let adv = inputs.advantages.as_ref().and_then(|adv| {
         let w = lp_a.as_ref()?.width;
         let mut data = Vec::with_capacity(na * w);

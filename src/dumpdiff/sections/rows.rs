@@ -14,6 +14,8 @@ pub struct Tensors<'v> {
     pairings: RefCell<Vec<(*const Value, Rc<RowMatch>)>>,
     /// The last comparison of this file's `log_probs` (see [`PairCtx::logprobs_memo`]).
     pub(super) logprobs: RefCell<Option<LogprobMemo>>,
+    /// Per row, how far its per-token tensors were moved left by [`Tensors::realign`].
+    shifts: RefCell<Option<Rc<Vec<usize>>>>,
 }
 
 /// A comparison of a reference file's `log_probs` (under its `response_mask`): what it
@@ -36,7 +38,55 @@ impl<'v> Tensors<'v> {
             tokens: OnceCell::new(),
             pairings: RefCell::new(Vec::new()),
             logprobs: RefCell::new(None),
+            shifts: RefCell::new(None),
         }
+    }
+
+    /// Move row `r` of each per-token tensor `keys` `shifts[r]` positions left, so that its
+    /// first valid position lands where the other side's paired row has its own: NexRL's
+    /// self-hosted trainer keeps a 1-token prompt and puts the rest of the sequence (the
+    /// real prompt, masked) into the response-width tensors
+    /// (`nexrl/trainer/self_hosted_trainer.py` `_process_trajectories`, nex-agi/NexRL@6860191),
+    /// a weaver or verl layout starts them at the response.
+    pub fn realign(&self, keys: &[&'static str], shifts: Vec<usize>) {
+        for k in keys {
+            if let Some(m) = self.mat(k) {
+                let moved = Rc::new(m.shifted_left(&shifts));
+                self.mats.borrow_mut().insert(k, Some(moved));
+            }
+        }
+        *self.shifts.borrow_mut() = Some(Rc::new(shifts));
+    }
+
+    /// The per-row shifts [`Tensors::realign`] applied, if any.
+    pub fn shifts(&self) -> Option<Rc<Vec<usize>>> {
+        self.shifts.borrow().clone()
+    }
+
+    /// Per reference row, how far its first valid position (`mask_key`) lies past that of
+    /// the `other` row it pairs with by content (`ids`): `None` when no row is shifted, a
+    /// paired row's valid count differs, or a reference row starts before its pair.
+    pub fn layout_shifts(
+        &self,
+        ids: &Tensors<'_>,
+        other: &Tensors<'_>,
+        mask_key: &'static str,
+    ) -> Option<Vec<usize>> {
+        let rows = self.content_rows(ids)?;
+        let (ma, mb) = (self.mat(mask_key)?, other.mat(mask_key)?);
+        let mut shifts = vec![0; ma.rows];
+        for &(ra, rb) in &rows.pairs {
+            let (va, vb) = (ma.nonzero(ra), mb.nonzero(rb));
+            let count = |v: &[std::ops::Range<usize>]| v.iter().map(|r| r.len()).sum::<usize>();
+            let (Some(fa), Some(fb)) = (va.first(), vb.first()) else {
+                continue;
+            };
+            if count(va) != count(vb) || fa.start < fb.start {
+                return None;
+            }
+            *shifts.get_mut(ra)? = fa.start - fb.start;
+        }
+        shifts.iter().any(|s| *s > 0).then_some(shifts)
     }
 
     /// The parsed file.

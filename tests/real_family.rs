@@ -1,0 +1,169 @@
+//! Steps written with the conventions real producers use (issue 28): the "real" scenario
+//! family (`fixtures/gen/make_real_scenarios.py`, its committed seeds under
+//! `fixtures/scenarios/real-seed-N/` with their `truth.json`). Each test pins one
+//! convention the tools now read from the data instead of calling a side wrong: NexRL's
+//! batch order of `old_log_probs`, the policy loss (clip bounds, GSPO's sequence ratio),
+//! NexRL's token-mean entropy beside another pg aggregation, any pad id, and NexRL's
+//! 1-token-prompt layout against a response-aligned one.
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use serde_json::Value as Json;
+
+fn seed(n: u32) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/scenarios/real-seed-{n}"))
+}
+
+fn truth(n: u32) -> Json {
+    serde_json::from_str(&std::fs::read_to_string(seed(n).join("truth.json")).unwrap()).unwrap()
+}
+
+fn losscheck(tree: &Path) -> (i32, Json) {
+    let out = Command::cargo_bin("losscheck")
+        .unwrap()
+        .args(["--format", "json", "--dump-dir"])
+        .arg(tree)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap(),
+        serde_json::from_slice(&out.stdout).unwrap(),
+    )
+}
+
+/// Every cell consistent (exit 0), and the convention `name` inferred with a value that
+/// starts with `value`.
+fn consistent_with(n: u32, side: &str, name: &str, value: &str) {
+    let (code, r) = losscheck(&seed(n).join(side));
+    assert_eq!(code, 0, "{r}");
+    let statuses: Vec<&str> = r["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["status"].as_str().unwrap())
+        .collect();
+    assert!(!statuses.is_empty());
+    assert!(statuses.iter().all(|s| *s == "consistent"), "{statuses:?}");
+    let c = r["conventions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {}", r["conventions"]));
+    assert_eq!(c["source"], "inferred");
+    assert!(
+        c["value"].as_str().unwrap().starts_with(value),
+        "{name}: {}",
+        c["value"]
+    );
+}
+
+#[test]
+fn an_off_policy_ppo_clip_is_found_not_blamed() {
+    // seed 31: second PPO epoch, verl's clip 0.2/0.2, NexRL order, no coefficient echoed
+    let t = truth(31);
+    assert_eq!(t["conventions"]["off_policy"], true);
+    assert_eq!(t["conventions"]["clip_ratio_high"], 0.2);
+    consistent_with(
+        31,
+        "self_hosted_pt",
+        "policy",
+        "ppo-clip 0.2/0.2, token ratio",
+    );
+    consistent_with(
+        31,
+        "self_hosted_pt",
+        "old_log_probs_order",
+        "nexrl-batch-order",
+    );
+}
+
+#[test]
+fn dapo_clip_higher_is_found() {
+    // seed 130: clip 0.2/0.28 on an off-policy step
+    let t = truth(130);
+    assert_eq!(t["conventions"]["clip_ratio_high"], 0.28);
+    consistent_with(
+        130,
+        "self_hosted_pt",
+        "policy",
+        "ppo-clip 0.2/0.28, token ratio",
+    );
+}
+
+#[test]
+fn gspo_and_nexrls_token_mean_entropy_are_found() {
+    // seed 37: GSPO's sequence ratio, pg reduced seq-mean-token-mean, the entropy
+    // masked_mean (NexRL's fsdp_actor) whatever loss_agg_mode
+    let t = truth(37);
+    assert_eq!(t["conventions"]["policy_loss"], "gspo");
+    assert_eq!(t["conventions"]["loss_agg_mode"], "seq-mean-token-mean");
+    consistent_with(
+        37,
+        "self_hosted_pt",
+        "policy",
+        "ppo-clip 0.2/0.2, GSPO sequence ratio",
+    );
+    consistent_with(37, "self_hosted_pt", "entropy_agg", "token-mean");
+    consistent_with(37, "self_hosted_pt", "agg", "seq-mean-token-mean");
+}
+
+#[test]
+fn bf16_log_probs_of_an_f32_loss_are_judged_at_their_rounding() {
+    // seed 99: the self-hosted log-probs dumped in bf16, its loss computed from f32 values
+    let t = truth(99);
+    assert_eq!(t["conventions"]["self_hosted_log_probs_dtype"], "bfloat16");
+    consistent_with(
+        99,
+        "self_hosted_pt",
+        "old_log_probs_order",
+        "nexrl-batch-order",
+    );
+}
+
+#[test]
+fn a_pad_id_other_than_0_and_nexrls_layout_leave_a_clean_step_clean() {
+    // seed 62: pad id 2, NexRL's 1-token prompt (the response-width tensors hold the real
+    // prompt, masked) against the weaver's response-aligned tensors, off-policy, f32
+    let t = truth(62);
+    assert_eq!(t["conventions"]["pad_id"], 2);
+    assert_eq!(t["conventions"]["padding_side"], "nexrl-right");
+    assert_eq!(t["faults"].as_array().unwrap().len(), 0);
+    let d = seed(62);
+    let out = Command::cargo_bin("dumpdiff")
+        .unwrap()
+        .args(["--step", "0", "--format", "json", "--self-hosted-dir"])
+        .arg(d.join("self_hosted_pt"))
+        .arg("--weaver-dir")
+        .arg(d.join("weaver_pt"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let r: Json = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["verdict"], "pass");
+    let notes: Vec<&str> = r["conventions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Json::as_str)
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with("self-hosted rows realigned")),
+        "{notes:?}"
+    );
+    assert!(
+        notes.iter().any(|n| n.contains("NexRL's batch order")),
+        "{notes:?}"
+    );
+    // rows paired by content although the pad is 2
+    for s in r["sections"].as_array().unwrap() {
+        for c in s["cells"].as_array().unwrap() {
+            if let Some(rows) = c.get("rows").filter(|r| !r.is_null()) {
+                assert!(rows["only_reference"].as_array().unwrap().is_empty(), "{c}");
+            }
+        }
+    }
+}
