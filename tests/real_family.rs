@@ -167,3 +167,32 @@ fn a_pad_id_other_than_0_and_nexrls_layout_leave_a_clean_step_clean() {
         }
     }
 }
+
+#[test]
+fn importance_weights_not_dumped_are_cannot_judge_not_a_failure() {
+    // seed 130's weaver: truncated importance sampling (cap 2) against rollout log-probs
+    // it does not dump, and a loss scaled by rows/global batch: the weights cannot be
+    // recomputed, so no cell is called wrong (truth: every is_loss_debug file cannot-judge)
+    let t = truth(130);
+    assert_eq!(t["conventions"]["tis"], true);
+    assert_eq!(t["conventions"]["rollout_log_probs_dumped"], false);
+    let want: Vec<&str> = t["losscheck"]["weaver_pt"]["cannot_judge"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    let (code, r) = losscheck(&seed(130).join("weaver_pt"));
+    assert_eq!(code, 0);
+    let got: Vec<String> = r["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["status"] == "cannot-judge")
+        .map(|v| {
+            let f = v["file"].as_str().unwrap();
+            f[f.find("is_loss_debug/").unwrap()..].to_string()
+        })
+        .collect();
+    assert_eq!(got, want);
+}

@@ -539,6 +539,11 @@ pub fn resolve(
         // verl aggregates every term of the loss with the one loss_agg_mode
         cfg.entropy_agg = cfg.agg;
     }
+    // the entropy terms by themselves: a mode that reproduces most of them, other than
+    // the one the check would use, is NexRL's masked_mean beside another pg mode
+    if split_entropy.is_none() && given.agg.is_none() && !given.preset_fixes_composition {
+        split_entropy = prep::entropy_mode(preps, cfg.entropy_agg, tol);
+    }
     if let Some(e) = split_entropy {
         cfg.entropy_agg = e;
         let mut c = Convention::new("entropy_agg", e.name(), None, Source::Inferred);

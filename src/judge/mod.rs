@@ -450,13 +450,16 @@ impl<'a> StepCheck<'a> {
         given: &Overrides,
         tol: &Tolerance,
     ) -> Result<infer::Resolved> {
-        let preps: Vec<infer::Prep> = self
-            .cells()
-            .0
+        let all = self.cells().0;
+        let preps: Vec<infer::Prep> = all
             .iter()
             .map(|(r, m)| infer::prep(&self.gather(*r, *m)?, cfg, tol))
             .collect::<Result<_>>()?;
-        infer::resolve(&preps, cfg, given, tol)
+        let resolved = infer::resolve(&preps, cfg, given, tol)?;
+        // the policy loss searched as losscheck does, so both tools judge alike
+        let fit = infer::pg_fit(&preps, &resolved.cfg, tol);
+        let found = picture::search_policy(self, &all, &resolved, fit, given, tol)?;
+        Ok(found.map_or(resolved, |(r, _)| r))
     }
 
     /// [`StepCheck::check`] under settled conventions (`resolved.cfg`, with the

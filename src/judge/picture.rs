@@ -119,8 +119,8 @@ fn policy_words(cfg: &LossConfig) -> String {
     }
 }
 
-/// Check before judging, for the policy loss: when the settled conventions reproduce
-/// fewer than half of the cells' dumped pg terms (`fit` of `with_pg` cells), each of
+/// Check before judging, for the policy loss: when the settled conventions leave some of
+/// the cells' dumped pg terms unreproduced (`fit` of `with_pg` cells), each of
 /// [`policy_candidates`] is tried on every cell (gathered again, one at a time) and the
 /// one reproducing the most pg terms (then the closest) is kept when it reproduces more
 /// than `fit`, with a `policy` convention saying what it explains. `None` when the
@@ -157,7 +157,8 @@ pub(crate) fn search_policy(
             list.push(p);
         }
     }
-    if fit.0 * 2 >= with_pg {
+    // every pg term reproduced: nothing to search for
+    if fit.0 >= with_pg {
         return Ok(None);
     }
     let mut best: Option<(Resolved, (usize, f64))> = None;

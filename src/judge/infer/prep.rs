@@ -190,3 +190,31 @@ pub(super) fn explains_agg(p: &Prep, mode: AggMode, tol: &Tolerance) -> (usize, 
     }
     (hit, all)
 }
+
+/// The mode the cells' entropy terms follow by themselves, when it is not `in_use` and
+/// `in_use` reproduces fewer than half of them (the shared majority rule,
+/// [`crate::conventions::aggregation::settle`]): NexRL's masked_mean entropy beside
+/// another pg mode.
+pub(super) fn entropy_mode(preps: &[Prep], in_use: AggMode, tol: &Tolerance) -> Option<AggMode> {
+    let modes = [
+        AggMode::TokenMean,
+        AggMode::SeqMeanTokenSum,
+        AggMode::SeqMeanTokenMean,
+    ];
+    let hits =
+        |m: AggMode| -> usize { preps.iter().map(|p| explains_term(p, m, tol, true).0).sum() };
+    let total: usize = preps
+        .iter()
+        .map(|p| explains_term(p, AggMode::TokenMean, tol, true).1)
+        .sum();
+    // the mode in use first: it wins ties
+    let mut scored: Vec<(AggMode, usize)> = vec![(in_use, hits(in_use))];
+    scored.extend(
+        modes
+            .iter()
+            .filter(|m| **m != in_use)
+            .map(|m| (*m, hits(*m))),
+    );
+    let s = crate::conventions::aggregation::settle(&scored, total)?;
+    (s.mode != in_use && scored[0].1 * 2 < total).then_some(s.mode)
+}
