@@ -43,7 +43,9 @@ The real-producer family (truth `family: real`, fixtures/gen/make_real_scenarios
 - unreadable (unread_miss): a truncated file: both tools must exit 2 WITH a report, the
   report must name the file, and every other cell must be judged; the truncated cell's
   verdicts are not scored. An exit code of 2 then is not an error.
-- rc: the exit code truth gives (`dumpdiff.exit_code`, `losscheck.<tree>.exit_code`).
+- rc: the exit code truth gives (`dumpdiff.exit_code`, `losscheck.<tree>.exit_code`;
+  0 or 1 where cells may be flagged).
+- cov_fa: a file dumpdiff reports on one side only (the family writes every file on both).
 - disagree: a side dumpdiff's adjudication calls inconsistent (or not) where losscheck
   says the opposite of that side's file (the issue: both tools agree on which side is
   wrong).
@@ -204,7 +206,7 @@ def names_cause(text, cause):
 
 
 def says_cannot_judge(text):
-    return "cannot judge" in text or "undetermined" in text or "cannot be judged" in text
+    return any(w in text for w in ("cannot judge", "cannot-judge", "cannot_judge", "undetermined", "cannot be judged"))
 
 
 def score_dumpdiff_real(truth, rep, rc):
@@ -272,8 +274,15 @@ def score_dumpdiff_real(truth, rep, rc):
                            "faults": []}, rep)
     res["miss"] += [m for m in base["miss"] if isinstance(m, str)]
     res["fa"] += [m for m in base["fa"] if isinstance(m, str)]
-    res["rc_wrong"] = rc != dt["exit_code"]
-    res["pos"], res["cov_fa"], res["cov_miss"] = [], [], []
+    # cells that may be flagged (a changed coefficient's, TIS on one side) allow exit 1 too
+    may = dt["exit_code"] == 0 and bool(dt["flag_cells"] or dt.get("cannot_judge_optional"))
+    res["rc_wrong"] = rc not in ((0, 1) if may else (dt["exit_code"],))
+    # the family writes every file on both sides: any file reported on one side only is a
+    # false alarm (e.g. a rank's micro that only another rank has)
+    exp_cov = {(c["kind"], c["rank"], c["micro"], c["missing_on"]) for c in dt.get("coverage", [])}
+    res["cov_fa"] = sorted({(c.get("kind"), c.get("rank"), c.get("micro"), c.get("missing_on"))
+                            for c in rep.get("coverage", []) or []} - exp_cov, key=str)
+    res["pos"], res["cov_miss"] = [], []
     return res
 
 
@@ -297,7 +306,7 @@ def score_losscheck_real(truth, tree, rep, rc):
         v = status.get(p)
         if v and v.get("status") == "inconsistent" and not says_cannot_judge(text_of(v)):
             res["cj_fail"].append(p)
-        elif not v or (v.get("status") not in ("undetermined",) and not says_cannot_judge(text_of(v))):
+        elif not v or (v.get("status") not in ("undetermined", "cannot-judge") and not says_cannot_judge(text_of(v))):
             res["cj_silent"].append(p)
     txt = text_of(rep)
     for p in sorted(unread):
@@ -488,7 +497,7 @@ def main(argv):
     cols = ["dd_fa", "dd_miss", "dd_pos", "cov_fa", "cov_miss", "dd_rc", "lc_fa", "lc_miss", "rc_wrong", "errors",
             "lc_undet"]
     if any(r.get("family") == "real" for r in results):
-        cols = ["dd_fa", "dd_miss", "dd_rc", "lc_fa", "lc_miss", "rc_wrong", "errors", "lc_undet", "cj_fail",
+        cols = ["dd_fa", "dd_miss", "dd_rc", "cov_fa", "lc_fa", "lc_miss", "rc_wrong", "errors", "lc_undet", "cj_fail",
                 "cj_silent", "cause_miss", "unread_miss", "disagree"]
     total = {k: 0 for k in cols}
     clean = 0
