@@ -42,7 +42,7 @@ DD="$DUMPDIFF --self-hosted-dir $SH --weaver-dir $WV --step 0 --format json"
 cmds=(-n "dumpdiff ($LABEL)" "$DD")
 if [ -n "${NEXRL_COMPARE:-}" ]; then
   NX="python3 $NEXRL_COMPARE --self_hosted_dir $SH --weaver_dir $WV --step 0 --num_ranks $RANKS --num_micros $MICROS"
-  hyperfine -N --style basic --prepare "$WARM" --runs "$NEXRL_RUNS" -n "NexRL compare_debug_dumps.py ($LABEL)" \
+  hyperfine --style basic --prepare "$WARM" --runs "$NEXRL_RUNS" -n "NexRL compare_debug_dumps.py ($LABEL)" \
     --export-json "$RESULTS/$NAME-nexrl.json" "$NX"
 fi
 # dumpdiff exits 1 when it finds something (weaver's bf16 log-probs): -i.
