@@ -15,6 +15,7 @@ mod logscan_crash;
 mod logscan_stacks;
 mod losscheck;
 mod mismatch;
+mod object_store;
 mod packed;
 mod postmortem;
 mod pt;
