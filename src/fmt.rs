@@ -90,6 +90,18 @@ fn trim_sci(s: &str) -> String {
     }
 }
 
+/// True when `a` and `b` are one number at the precision a dump stores a scalar in: equal,
+/// or apart by at most one f32 rounding unit (`2⁻²³` of the larger): a loss is dumped as
+/// `.item()` of an f32 tensor, so `0.0430426` and a recomputed `0.043042596`, equal to 7
+/// digits, are the same value. Numbers alike in this sense are never called different
+/// (issue 28).
+pub fn alike(a: f64, b: f64) -> bool {
+    a == b
+        || (a.is_finite()
+            && b.is_finite()
+            && (a - b).abs() <= f64::from(f32::EPSILON) * a.abs().max(b.abs()))
+}
+
 /// Two numbers shown side by side (dumped vs recomputed, reference vs other): one notation,
 /// and the fewest digits (at least [`DIGITS`]) that make different numbers look different.
 pub fn pair(a: f64, b: f64) -> (String, String) {
@@ -191,6 +203,17 @@ pub fn evidence(evidence: &serde_json::Map<String, serde_json::Value>, max: usiz
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_equal_as_f32_are_alike() {
+        // the held-out step's loss: dumped 0.0430426 (an f32), recomputed in f64
+        assert!(alike(0.0430426_f32 as f64, 0.043042596));
+        assert!(alike(0.0430426, 0.043042596));
+        assert!(alike(1.0, 1.0));
+        assert!(!alike(0.0430426, 0.0430427));
+        assert!(!alike(f64::NAN, f64::NAN));
+        assert!(!alike(1.0, 1.0 + 1e-6));
+    }
 
     #[test]
     fn natural_notation() {

@@ -757,7 +757,7 @@ fn is_loss_log_probs_are_compared_on_their_own_when_they_differ() {
 }
 
 /// dumpdiff of step 0 of `self_hosted` against `other` (given with `side_flag`), which must
-/// exit 2 with nothing on stdout; its stderr.
+/// exit 2 (the bad file set aside, the rest reported on stdout); its stderr.
 fn stderr_of_bad_input(self_hosted: &Path, side_flag: &str, other: &Path) -> String {
     let out = Command::cargo_bin("dumpdiff")
         .unwrap()
@@ -768,9 +768,9 @@ fn stderr_of_bad_input(self_hosted: &Path, side_flag: &str, other: &Path) -> Str
         .args(["--step", "0"])
         .assert()
         .code(2)
-        .stdout("")
         .get_output()
         .clone();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("could not be read"));
     String::from_utf8(out.stderr).unwrap()
 }
 
@@ -779,7 +779,27 @@ fn stderr_of_bad_input(self_hosted: &Path, side_flag: &str, other: &Path) -> Str
 #[test]
 fn an_unreadable_datum_field_exits_2_naming_file_and_key() {
     let dir = edited_remote(|v| v["datums"][3]["loss_fn_inputs"]["logprobs"] = Json::from("n/a"));
-    let err = stderr_of_bad_input(&dumps("self_hosted_pt"), "--remote-api-dir", dir.path());
+    // the file is set aside (issue 28: one bad file never sinks the run): the report of
+    // the rest is printed, the file named with its key, and the exit code is 2
+    let out = Command::cargo_bin("dumpdiff")
+        .unwrap()
+        .arg("--self-hosted-dir")
+        .arg(dumps("self_hosted_pt"))
+        .arg("--remote-api-dir")
+        .arg(dir.path())
+        .args(["--step", "0"])
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    let err = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        err.lines()
+            .next()
+            .unwrap()
+            .contains("— 1 whole-batch file could not be read (1 file, exit 2)"),
+        "{err}"
+    );
     let file = dir.path().join("datums/step_000000.jsonl");
     assert!(
         err.contains(&format!(

@@ -1087,11 +1087,12 @@ fn flip_member_byte(file: &Path, suffix: &str) -> String {
 }
 
 #[test]
-fn a_corrupt_file_no_section_reads_fails_the_run_as_before() {
+fn a_corrupt_file_no_section_reads_is_named_and_set_aside() {
     // The weaver's batch_inputs are read by no cell when its forward_data holds the
     // token ids (this fixture): dumpdiff checks them on a second thread while the
-    // self-hosted whole-batch files are read. A flipped byte there still fails the run
-    // with exit 2 and the CRC message naming file and member, and no report.
+    // self-hosted whole-batch files are read. A flipped byte there is named on stderr
+    // with the CRC message (file and member), the file is set aside, the report of the
+    // rest is printed, and the exit code is 2 (issue 28: one bad file never sinks the run).
     let dir = tempfile::tempdir().unwrap();
     let (sh, wv) = (dir.path().join("sh"), dir.path().join("wv"));
     copy_tree(&fixtures().join("dumps/self_hosted_pt"), &sh);
@@ -1107,27 +1108,51 @@ fn a_corrupt_file_no_section_reads_fails_the_run_as_before() {
             .args(["--step", "0", "--format", "json"]);
         cmd
     };
+    let unreadable = || -> Vec<(String, String)> {
+        let out = run().output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["unreadable"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| {
+                (
+                    u["kind"].as_str().unwrap().to_string(),
+                    u["role"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
     let name = "step_000000_rank1_micro1.pt";
     let stderr = assert_exit_2(&mut run(), name, &["CRC-32", &member, "batch_inputs"]);
     assert!(!stderr.contains("trajectory"), "{stderr}");
-    assert!(run().output().unwrap().stdout.is_empty());
-    // When the self-hosted trajectory is corrupt too, that error comes first, as when
-    // every file was read in turn: the self-hosted side is read before anything else.
+    assert_eq!(unreadable(), [("batch_inputs".into(), "weaver".into())]);
+    // The self-hosted trajectory and old_log_probs corrupt too: each is named with its
+    // member, and set aside.
     let traj = sh.join("trajectory/step_000000.pt");
     let traj_member = flip_member_byte(&traj, "data.pkl");
+    let old = sh.join("old_log_probs/step_000000.pt");
+    let old_member = flip_member_byte(&old, "data/0");
     assert_exit_2(
         &mut run(),
         "step_000000.pt",
-        &["CRC-32", &traj_member, "trajectory"],
+        &[
+            "CRC-32",
+            &traj_member,
+            "trajectory",
+            &old_member,
+            "old_log_probs",
+            name,
+        ],
     );
-    // old_log_probs is read on a thread of its own beside the trajectory; when both are
-    // corrupt its error still comes first, as when it was read first.
-    let old = sh.join("old_log_probs/step_000000.pt");
-    let old_member = flip_member_byte(&old, "data/0");
-    let stderr = assert_exit_2(
-        &mut run(),
-        "step_000000.pt",
-        &["CRC-32", &old_member, "old_log_probs"],
+    let mut got = unreadable();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("batch_inputs".into(), "weaver".into()),
+            ("old_log_probs".into(), "self-hosted".into()),
+            ("trajectory".into(), "self-hosted".into())
+        ]
     );
-    assert!(!stderr.contains("trajectory"), "{stderr}");
 }

@@ -146,6 +146,7 @@ fn synthetic(ranks: u32, fail: &[(u32, u32)], missing: &[(&str, u32, Option<u32>
         worst: vec![],
         adjudication: vec![],
         offending_files: vec![],
+        unreadable: Vec::new(),
         files_read: ranks as usize * 10,
         bytes_read: 0,
     }
@@ -622,11 +623,46 @@ fn losscheck_prints_equal_looking_numbers_with_more_digits() {
         tokens: 23,
         notes: vec![],
         differs: vec![],
+        loss_ok: false,
     };
     assert_eq!(
         v.line(),
         "rank 1 micro 0 x.pt: dumped loss -0.20841 ≠ recomputed -0.20844"
     );
+}
+
+/// Two numbers that print alike are never called different (issue 28): the first held-out
+/// NexRL step's "dumped loss 0.0430426 ≠ recomputed 0.043042596" when what differed was
+/// another scalar.
+#[test]
+fn losscheck_never_calls_a_loss_recomputed_alike_different() {
+    use rlforensics::losscheck::{Layout, ScalarCheck, Status, Verdict as LcVerdict};
+    let v = LcVerdict {
+        file: "x.pt".into(),
+        layout: Layout::SelfHosted,
+        step: 0,
+        rank: 0,
+        micro: 1,
+        status: Status::Inconsistent,
+        dumped_loss: 0.0430426,
+        recomputed_loss: 0.043042596,
+        first_divergence: None,
+        checks: vec![ScalarCheck {
+            name: "entropy_loss".into(),
+            dumped: 1.25,
+            recomputed: 1.5,
+            ok: false,
+        }],
+        tokens: 23,
+        notes: vec![],
+        differs: vec![],
+        loss_ok: true,
+    };
+    assert_eq!(
+        v.line(),
+        "rank 0 micro 1 x.pt: inconsistent, though its loss 0.04304 is recomputed alike; entropy_loss 1.25 ≠ recomputed 1.5"
+    );
+    assert!(rlforensics::fmt::alike(0.0430426, 0.043042596));
 }
 
 // ---- postmortem replay ----

@@ -1,5 +1,6 @@
 //! The one integration-test binary (one link, like ripgrep's tests/tests.rs); one module per area.
 mod arrays;
+mod cannot_judge;
 mod cli;
 mod cli_first_day;
 mod cli_lib;
@@ -15,6 +16,7 @@ mod logscan_crash;
 mod logscan_stacks;
 mod losscheck;
 mod mismatch;
+mod nexrl_order;
 mod object_store;
 mod packed;
 mod postmortem;
@@ -26,3 +28,4 @@ mod scenarios_adjudication;
 mod scenarios_losscheck;
 mod stacks;
 mod trackers;
+mod unreadable;

@@ -322,7 +322,23 @@ fn run(args: Args, progress: bool) -> Result<(String, u8), Error> {
         };
         render::by_name::<Report>(args.format, style).render(&report)?
     };
-    Ok((text, dumpdiff::exit_code(&report, args.fail_on.severity())))
+    // Files set aside as unreadable make it an input error, after the report of every
+    // other cell was printed and written; the binary also names each on stderr, as it
+    // names any input error there.
+    if progress {
+        for u in &report.unreadable {
+            eprintln!(
+                "dumpdiff: {} (set aside; every other cell compared)",
+                u.reason
+            );
+        }
+    }
+    let code = if report.unreadable.is_empty() {
+        dumpdiff::exit_code(&report, args.fail_on.severity())
+    } else {
+        crate::exit_codes::EXIT_BAD_INPUT
+    };
+    Ok((text, code))
 }
 
 /// Parse `args` (the program name first) and run `dumpdiff`, returning stdout's text and the

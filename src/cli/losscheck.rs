@@ -13,7 +13,7 @@ use crate::kernels::presets::{preset, PRESETS};
 use crate::losscheck::overrides::{apply, Overrides};
 use crate::losscheck::report::{InputsReport, Report, TreeReport};
 use crate::losscheck::{check_tree_inferred, inputs_from_value, Tolerance};
-use crate::producers::layout::{DumpTree, Kind};
+use crate::producers::layout::{without_unreadable, DumpTree, Kind};
 use crate::render::{self, Renderer, Style};
 use crate::Error;
 use clap::Parser;
@@ -167,8 +167,9 @@ fn step_of(tree: &DumpTree, step: Option<i64>) -> Result<i64, Error> {
     }
 }
 
-/// Check, write `--output`, and return stdout's text and the exit code.
-fn run(a: &Args) -> Result<(String, u8), Error> {
+/// Check, write `--output`, and return stdout's text and the exit code; with
+/// `stderr_notes` (the binary's door) each file set aside as unreadable is named on stderr.
+fn run(a: &Args, stderr_notes: bool) -> Result<(String, u8), Error> {
     let base = preset(a.preset.as_deref().unwrap_or("nexrl-is"))
         .map_err(|e| Error::Usage(format!("--preset: {e}")))?;
     let given = Overrides {
@@ -193,11 +194,24 @@ fn run(a: &Args) -> Result<(String, u8), Error> {
     };
     let report = match (&a.dump_dir, &a.inputs) {
         (Some(dir), None) => {
-            let tree = DumpTree::discover(dir)?;
-            let step = step_of(&tree, a.step)?;
+            let role = DumpTree::discover(dir)?.producer.to_string();
             let tol = Tolerance::self_consistency(a.atol, a.rtol);
-            let checked = check_tree_inferred(&tree, step, a.rank, a.micro, &cfg, &given, &tol)?;
-            Report::Tree(TreeReport::of_check(checked))
+            // One bad file never sinks the run: it is set aside (named, with its reason)
+            // and every other cell judged; the exit code is then 2.
+            let (checked, unreadable) = without_unreadable(&[(&role, dir)], |aside| {
+                let tree = DumpTree::discover(dir)?.without(aside).0;
+                let step = step_of(&tree, a.step)?;
+                check_tree_inferred(&tree, step, a.rank, a.micro, &cfg, &given, &tol)
+            })?;
+            let mut report = TreeReport::of_check(checked);
+            // a cell whose loss file was set aside is unreadable, not "without a loss file"
+            report.skipped.retain(|k| {
+                !unreadable.iter().any(|u| {
+                    matches!((u.rank, u.micro), (Some(r), Some(m)) if *k == format!("rank {r} micro {m}"))
+                })
+            });
+            report.unreadable = unreadable;
+            Report::Tree(report)
         }
         (None, Some(file)) => {
             let file = cli::stdin_path(file);
@@ -225,7 +239,26 @@ fn run(a: &Args) -> Result<(String, u8), Error> {
     // want of its coefficients a warning.
     let found = (report.inconsistent() && a.fail_on <= FailOn::Error)
         || (report.undetermined() && a.fail_on <= FailOn::Warning);
-    let code = if found { EXIT_FOUND } else { EXIT_CLEAN };
+    let unreadable = match &report {
+        Report::Tree(t) => t.unreadable.as_slice(),
+        Report::Inputs(_) => &[],
+    };
+    if stderr_notes {
+        for u in unreadable {
+            eprintln!(
+                "losscheck: {} (set aside; every other cell judged)",
+                u.reason
+            );
+        }
+    }
+    let unreadable = !unreadable.is_empty();
+    let code = if unreadable {
+        crate::exit_codes::EXIT_BAD_INPUT
+    } else if found {
+        EXIT_FOUND
+    } else {
+        EXIT_CLEAN
+    };
     Ok((text, code))
 }
 
@@ -240,7 +273,7 @@ where
 {
     let args = <Args as clap::Parser>::try_parse_from(args)
         .map_err(|e| Error::Usage(e.render().to_string().trim_end().to_string()))?;
-    run(&args)
+    run(&args, false)
 }
 
 /// Run `losscheck` on `args` (the first item is the program name) and return its exit code;
@@ -254,7 +287,7 @@ where
         Ok(a) => a,
         Err(code) => return code,
     };
-    match run(&args) {
+    match run(&args, true) {
         Ok((text, code)) => cli::finish("losscheck", &text, args.common.quiet, code),
         Err(err) => cli::fail("losscheck", &err),
     }

@@ -577,6 +577,7 @@ mod tests {
             micros_per_rank: 1,
             adv_parts: None,
             adv_eps: None,
+            old_of_traj: None,
         }
     }
 

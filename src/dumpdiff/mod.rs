@@ -34,7 +34,7 @@ pub mod words;
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
@@ -46,7 +46,7 @@ use crate::producers::layout::{DumpTree, Kind};
 use crate::producers::nexrl_self_hosted;
 use crate::value::Value;
 use pairs::{remote_sections, weaver_sections};
-use report::{Cell, Coverage, Finding, Report, Section, SideSummary, SCHEMA_VERSION};
+use report::{Cell, Coverage, Finding, Report, Section, SideSummary, Unreadable, SCHEMA_VERSION};
 use sections::{BatchInputs, Mat, SideData, Tensors};
 use verdicts::{adjudicate, findings};
 
@@ -238,16 +238,104 @@ pub fn run(opts: &Options) -> Result<Report> {
 }
 
 /// [`run`], reporting file reads to `progress`.
+///
+/// One bad file never sinks the run: when a dump file of a side cannot be read (truncated,
+/// corrupt, a tensor key missing), it is set aside with its reason
+/// ([`Report::unreadable`]) and the step is compared again without it, so every other cell
+/// is still judged; the caller exits 2 with the report. An error that names no file of a
+/// side (a root that cannot be listed, a usage error) is returned as before.
 pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     if opts.weaver.is_none() && opts.remote_api.is_none() {
         return Err(Error::Usage(
             "nothing to compare: pass --weaver-dir and/or --remote-api-dir besides --self-hosted-dir".into(),
         ));
     }
+    let roots: Vec<(&'static str, &Path)> = [
+        ("self-hosted", Some(opts.self_hosted.as_path())),
+        ("weaver", opts.weaver.as_deref()),
+        ("remote-api", opts.remote_api.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(role, root)| Some((role, root?)))
+    .collect();
+    let (mut report, unreadable) =
+        crate::producers::layout::without_unreadable(&roots, |set_aside| {
+            let discover = |root: &Path| DumpTree::discover(root).map(|t| t.without(set_aside).0);
+            run_without(opts, progress, &discover)
+        })?;
+    report.coverage.retain(|c| {
+        !unreadable.iter().any(|u| {
+            u.role == c.missing_on && u.kind == c.kind && u.rank == c.rank && u.micro == c.micro
+        })
+    });
+    report.offending_files.retain(|o| {
+        o.section != "coverage"
+            || !unreadable
+                .iter()
+                .any(|u| u.kind == o.kind && u.rank == o.rank && u.micro == o.micro)
+    });
+    set_aside_cells(&mut report, &unreadable);
+    report.unreadable = unreadable;
+    Ok(report)
+}
+
+/// Cells left one-sided only because a file of theirs was set aside are "not compared"
+/// (with the reason), not "one side only"; the verdicts are then taken again.
+fn set_aside_cells(report: &mut Report, unreadable: &[Unreadable]) {
+    for sec in &mut report.sections {
+        for c in &mut sec.cells {
+            let gone: Vec<&Unreadable> = unreadable
+                .iter()
+                .filter(|u| {
+                    // a per-rank file its cell, a whole-batch file the batch cells
+                    u.rank == c.rank && (u.micro.is_none() || u.micro == c.micro)
+                })
+                .collect();
+            if c.verdict == Verdict::Missing && !gone.is_empty() {
+                c.verdict = Verdict::Skipped;
+                c.reason = format!(
+                    "not compared: {} could not be read",
+                    gone.iter()
+                        .map(|u| format!("{} ({})", u.path.display(), u.role))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+        }
+        sec.verdict = sec
+            .cells
+            .iter()
+            .map(|c| c.verdict)
+            .max()
+            .unwrap_or(Verdict::Skipped);
+    }
+    report.verdict = report
+        .sections
+        .iter()
+        .map(|s| s.verdict)
+        .chain((!report.coverage.is_empty()).then_some(Verdict::Missing))
+        .chain(
+            report
+                .coefficients
+                .iter()
+                .any(|c| c.differ)
+                .then_some(Verdict::Fail),
+        )
+        .max()
+        .unwrap_or(Verdict::Skipped);
+}
+
+/// [`run_with_progress`] once, with trees listed by `discover` (which leaves out the files
+/// set aside as unreadable).
+fn run_without(
+    opts: &Options,
+    progress: &dyn Progress,
+    discover: &(dyn Fn(&Path) -> Result<DumpTree> + Sync),
+) -> Result<Report> {
     // Each root is listed once; a root that cannot be listed fails the run where reading
     // that side would.
-    let s_tree = DumpTree::discover(&opts.self_hosted);
-    let w_tree = opts.weaver.as_deref().map(DumpTree::discover);
+    let s_tree = discover(&opts.self_hosted);
+    let w_tree = opts.weaver.as_deref().map(discover);
     // Work ahead, on an ordinary thread of its own while the whole-batch files (the
     // trajectory above all) leave a core idle: section 6 (param / gradient), which needs
     // no cell, is compared, then the files no cell reads are checked. Joining it stops the
@@ -280,7 +368,14 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
             done: None,
             stop: &stop,
         };
-        let out = compare(opts, progress, s_tree, w_tree, ahead, ahead_sides.as_ref());
+        let out = compare(
+            opts,
+            progress,
+            (s_tree, w_tree),
+            discover,
+            ahead,
+            ahead_sides.as_ref(),
+        );
         // On an error, work ahead still running stops at its next file.
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         out
@@ -334,8 +429,8 @@ fn per_rank_side(role: &'static str, tree: &DumpTree, opts: &Options) -> SideDat
 fn compare(
     opts: &Options,
     progress: &dyn Progress,
-    s_tree: Result<DumpTree>,
-    w_tree: Option<Result<DumpTree>>,
+    (s_tree, w_tree): (Result<DumpTree>, Option<Result<DumpTree>>),
+    discover: &(dyn Fn(&Path) -> Result<DumpTree> + Sync),
     mut ahead: AheadJoin<'_>,
     ahead_sides: Option<&(SideData, SideData)>,
 ) -> Result<Report> {
@@ -349,7 +444,7 @@ fn compare(
     let r = opts
         .remote_api
         .as_ref()
-        .map(|p| load_side("remote-api", DumpTree::discover(p), opts, progress, false).map(|x| x.0))
+        .map(|p| load_side("remote-api", discover(p), opts, progress, false).map(|x| x.0))
         .transpose()?;
     // What the cells and the adjudication need of the trajectories (hashes, rewards,
     // groups) is kept; their token lists only while section 1 (remote-api) compares them.
@@ -479,6 +574,7 @@ fn compare(
         worst,
         adjudication,
         offending_files,
+        unreadable: Vec::new(),
         files_read: sides.iter().map(|d| d.files_read()).sum(),
         bytes_read: sides.iter().map(|d| d.bytes_read()).sum(),
     })

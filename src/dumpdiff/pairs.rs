@@ -247,6 +247,9 @@ pub(super) fn weaver_sections(
         kl_coef: conventions::value("kl_coef", &conv.self_hosted, &opts.coefficients),
     };
     let mut inputs = batch_inputs(s, r, traj, adv_preset, opts.advantage_eps)?;
+    let (old_of_traj, order_note) = old_order(s, traj);
+    conv.notes.extend(order_note);
+    inputs.old_of_traj = old_of_traj.clone();
     // One cell a task (`with_max_len(1)`): rayon otherwise runs a split-off range of cells
     // in one sequential piece that no idle thread can steal from, and a run ended with one
     // thread comparing its last few cells alone.
@@ -274,6 +277,7 @@ pub(super) fn weaver_sections(
                 ));
                 conv.adv_eps = Some(eps);
                 inputs = batch_inputs(s, r, traj, adv_preset, Some(eps))?;
+                inputs.old_of_traj = old_of_traj.clone();
                 outs = run_cells(&inputs)?;
             }
         }
@@ -642,7 +646,41 @@ pub(super) fn batch_inputs(
         micros_per_rank,
         adv_parts,
         adv_eps,
+        old_of_traj: None,
     })
+}
+
+/// The row order of the self-hosted whole-batch `old_log_probs`, settled from the data
+/// once per step by the judge ([`crate::judge::SelfHostedStep::settle_old_order`]): the
+/// trajectory file's, or NexRL's batch order (trajectories dumped as they arrived, the
+/// batch sorted before old_log_probs is computed). The order when it is NexRL's, and the
+/// evidence for the report's conventions when the trajectories give one to try.
+fn old_order(
+    s: &SideData,
+    traj: Option<&TrajectorySummary>,
+) -> (Option<Vec<usize>>, Option<String>) {
+    let (Some(ts), Some((of, ov))) = (traj, s.get_file(Kind::OldLogProbs, None, None)) else {
+        return (None, None);
+    };
+    let Ok(cfg) = crate::kernels::presets::preset("nexrl-is") else {
+        return (None, None);
+    };
+    let Ok(mut step) =
+        crate::judge::SelfHostedStep::from_summary(ts, of.to_path_buf(), ov, &cfg.advantage)
+    else {
+        return (None, None);
+    };
+    match step.settle_old_order(&s.tree, s.step) {
+        Some((true, evidence)) => (
+            step.old_order().map(<[usize]>::to_vec),
+            Some(format!(
+                "self-hosted old_log_probs rows are in NexRL's batch order (sorted by task_id, \
+                 uid/group_id, run_id before old_log_probs is computed), not the trajectory \
+                 file's arrival order: {evidence}"
+            )),
+        ),
+        _ => (None, None),
+    }
 }
 
 /// GRPO advantages of every trajectory of a trajectory file, by batch index, with the

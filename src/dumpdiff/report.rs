@@ -53,6 +53,11 @@ pub struct Report {
     /// The files behind each failing, warning or one-sided rank/micro cell, so the user can
     /// open them (`losscheck --dump-dir …`, `dumpdiff --inspect FILE`).
     pub offending_files: Vec<OffendingFile>,
+    /// Dump files that could not be read (truncated, corrupt, a tensor missing), each with
+    /// its reason: their cells are left out, every other cell is compared, and the command
+    /// exits 2 with this report. Absent when every file was read.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<Unreadable>,
     /// Files read (each once).
     pub files_read: usize,
     /// Bytes read.
@@ -218,6 +223,8 @@ pub struct Coverage {
     /// The side that lacks it.
     pub missing_on: String,
 }
+
+pub use crate::model::unreadable::Unreadable;
 
 /// One place worth pointing a user at.
 #[derive(Debug, Clone, Serialize)]

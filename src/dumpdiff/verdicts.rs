@@ -41,7 +41,7 @@ pub(super) fn adjudicate(
     // Each side's whole-batch inputs are the values read at the start of the run: no
     // file is read twice, whatever the number of cells. Its conventions are settled
     // once, from every cell of the step.
-    type Judged<'t> = (StepCheck<'t>, Resolved, Option<String>);
+    type Judged<'t> = (StepCheck<'t>, Resolved, Option<String>, Option<String>);
     use crate::judge::infer::Resolved;
     let judged: Vec<(&str, std::result::Result<Judged<'_>, String>)> = sides
         .iter()
@@ -100,7 +100,30 @@ pub(super) fn adjudicate(
                             )),
                         ),
                     };
-                    (check, resolved, under)
+                    // check before judging: the side's conventions must reproduce most
+                    // of its own cells before one of them is called wrong
+                    let (all, _) = check.cells();
+                    let mut every: Vec<crate::judge::Verdict> = all
+                        .iter()
+                        .filter_map(|(r, m)| check.check_under(*r, *m, &resolved, &tol).ok())
+                        .collect();
+                    let tried: Vec<String> =
+                        resolved.conventions.iter().map(|c| c.line()).collect();
+                    let tried = if tried.is_empty() {
+                        format!("the {preset} preset's")
+                    } else {
+                        tried.join(", ")
+                    };
+                    let n = every.len();
+                    let bad = crate::judge::picture::check_before_judging(&mut every, &tried);
+                    let doubt = (bad > 0).then(|| {
+                        format!(
+                            "the conventions used ({tried}) reproduce this side's own loss on only \
+                             {} of {n} cells: its recomputation is in doubt, not its data",
+                            n - bad
+                        )
+                    });
+                    (check, resolved, under, doubt)
                 });
             (d.role, judged)
         })
@@ -112,23 +135,29 @@ pub(super) fn adjudicate(
                 .iter()
                 .map(|(role, check)| {
                     let verdict = check.as_ref().map_err(String::clone).and_then(
-                        |(c, resolved, under)| {
+                        |(c, resolved, under, doubt)| {
                             c.check_under(rank, micro, resolved, &tol)
-                                .map(|v| (v, under))
+                                .map(|v| (v, under, doubt))
                                 .map_err(|e| e.to_string())
                         },
                     );
                     match verdict {
-                        Ok((v, under)) => report::SideVerdict {
-                            role: (*role).into(),
-                            status: Some(v.status),
-                            dumped_loss: Some(v.dumped_loss),
-                            recomputed_loss: Some(v.recomputed_loss),
-                            detail: match under {
-                                Some(u) => format!("{} ({u})", v.line()),
-                                None => v.line(),
-                            },
-                        },
+                        Ok((mut v, under, doubt)) => {
+                            if let (Some(d), Status::Inconsistent) = (doubt, v.status) {
+                                v.status = Status::CannotJudge;
+                                v.notes.insert(0, format!("cannot judge: {d}"));
+                            }
+                            report::SideVerdict {
+                                role: (*role).into(),
+                                status: Some(v.status),
+                                dumped_loss: Some(v.dumped_loss),
+                                recomputed_loss: Some(v.recomputed_loss),
+                                detail: match under {
+                                    Some(u) => format!("{} ({u})", v.line()),
+                                    None => v.line(),
+                                },
+                            }
+                        }
                         Err(e) => report::SideVerdict {
                             role: (*role).into(),
                             status: None,
@@ -148,9 +177,14 @@ pub(super) fn adjudicate(
             };
             let (bad, good) = (with(Status::Inconsistent), with(Status::Consistent));
             let open = with(Status::Undetermined);
+            let doubt = with(Status::CannotJudge);
             let conclusion = match (bad.as_slice(), good.as_slice(), open.as_slice()) {
+                ([], [], []) if !doubt.is_empty() => format!(
+                    "cannot judge {}: the conventions found do not reproduce most of its own cells, so which side is wrong is not said",
+                    doubt.join(" or ")
+                ),
                 ([], [], []) => "neither side could be recomputed from its own inputs".to_string(),
-                ([], _, []) => "every side's loss follows from its own inputs: the inputs differ (see the first divergence)".to_string(),
+                ([], _, []) if doubt.is_empty() => "every side's loss follows from its own inputs: the inputs differ (see the first divergence)".to_string(),
                 _ => {
                     // what disagrees, what matches, and a side that dumps only its total
                     // with coefficients nothing states
@@ -160,6 +194,12 @@ pub(super) fn adjudicate(
                     }
                     if !good.is_empty() {
                         parts.push(format!("{} matches", good.join(" and ")));
+                    }
+                    if !doubt.is_empty() {
+                        parts.push(format!(
+                            "cannot judge {}: the conventions found do not reproduce most of its own cells",
+                            doubt.join(" and ")
+                        ));
                     }
                     if !open.is_empty() {
                         parts.push(format!(

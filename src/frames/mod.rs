@@ -347,6 +347,7 @@ fn trajectory_frame(pairs: &[(&DumpFile, &Value)]) -> Result<DataFrame> {
                         uid,
                         run_id,
                         task_id,
+                        ..
                     } = t.ids;
                     for (slot, id) in c.ids.iter_mut().zip([group_id, uid, run_id, task_id]) {
                         slot.push(id);

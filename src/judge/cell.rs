@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use candle_core::Device;
 
 use super::self_hosted::{SelfHostedStep, REF_LOG_PROBS};
-use super::terms::{f32_compute, masked_sum, reduce, stored_rounding, weights};
+use super::terms::{f32_compute, first_diff, masked_sum, reduce, stored_rounding, weights};
 use super::{
     candle_of, kerr, required, scalar, Divergence, Layout, ScalarCheck, Status, Tolerance, Verdict,
 };
@@ -61,6 +61,10 @@ pub struct Cell {
     pub inputs: LossInputs,
     /// Stored dtype of the entropy (its rounding bounds the entropy term).
     pub entropy_dtype: Option<DType>,
+    /// Stored dtype of the log-probs: a ratio and loss computed from finer values than
+    /// were dumped (bf16/f16 dumps of an f32 computation) are recomputed only to within
+    /// that rounding ([`crate::judge::terms::logprob_rounding`]).
+    pub logprob_dtype: Option<DType>,
     /// The dumped loss of `file`.
     pub dumped_loss: f64,
     /// The `loss/` file's record, when there is one.
@@ -192,6 +196,9 @@ pub fn gather_weaver(tree: &DumpTree, step: i64, rank: u32, micro: u32) -> Resul
         step,
         rank,
         micro,
+        logprob_dtype: tb
+            .log_probs(LogProbSource::Current)
+            .map(|t| t.tensor.dtype()),
         inputs,
         entropy_dtype,
         dumped_loss: scalar(&v, path, weaver::LOSS)?,
@@ -267,6 +274,7 @@ pub fn gather_self_hosted(
         micro,
         inputs: mi.inputs,
         entropy_dtype: mi.entropy_dtype,
+        logprob_dtype: mi.logprob_dtype,
         dumped_loss,
         record: Some(rec),
         kl_loss,
@@ -286,36 +294,6 @@ pub struct Uncertainty {
     pub entropy_coeff: f64,
     /// Standard error of `kl_coef`.
     pub kl_coef: f64,
-}
-
-/// First position where `dumped` and `recomputed` (`[B, T]` row-major, `T` columns)
-/// differ at a valid position.
-fn first_diff(
-    name: &str,
-    dumped: &[f64],
-    recomputed: &[f64],
-    mask: &[f64],
-    t: usize,
-    tol: &Tolerance,
-) -> Option<Divergence> {
-    let mut first = None;
-    let mut count = 0;
-    for (i, ((d, r), m)) in dumped.iter().zip(recomputed).zip(mask).enumerate() {
-        if *m != 0.0 && !tol.allows(*d, *r) {
-            count += 1;
-            if first.is_none() {
-                first = Some((i, *d, *r));
-            }
-        }
-    }
-    first.map(|(i, d, r)| Divergence {
-        name: name.to_string(),
-        row: i / t.max(1),
-        pos: i % t.max(1),
-        dumped: d,
-        recomputed: r,
-        count,
-    })
 }
 
 /// The recomputed terms of a cell and the tolerance each inherits.
@@ -378,15 +356,21 @@ pub fn judge(cell: &Cell, cfg: &LossConfig, tol: &Tolerance, unc: Uncertainty) -
         terms.loss += k;
         terms.loss_extra += 4.0 * 2f64.powi(-24) * k.abs();
     }
+    let lp = to_f64_vec(&cell.inputs.log_probs).map_err(|e| kerr(path, e))?;
+    let old = match &cell.inputs.old_log_probs {
+        Some(o) => to_f64_vec(o).map_err(|e| kerr(path, e))?,
+        None => vec![0.0; lp.len()],
+    };
+    let slack = crate::judge::terms::logprob_slack(&lp, &old, cell.logprob_dtype);
     let mut first_divergence = None;
     if let Some(d) = &cell.ratio {
         let ours = to_f64_vec(&out.ratio).map_err(|e| kerr(path, e))?;
-        first_divergence = first_diff(weaver::PROB_RATIO, d, &ours, &m, t, tol);
+        first_divergence = first_diff(weaver::PROB_RATIO, d, &ours, &m, t, tol, &slack);
     }
     if first_divergence.is_none() {
         if let Some(d) = &cell.per_token {
             let ours = to_f64_vec(&out.per_token_loss).map_err(|e| kerr(path, e))?;
-            first_divergence = first_diff(weaver::ELEMENTWISE_LOSS, d, &ours, &m, t, tol);
+            first_divergence = first_diff(weaver::ELEMENTWISE_LOSS, d, &ours, &m, t, tol, &slack);
         }
     }
     let tokens = m.iter().filter(|x| **x != 0.0).count();
@@ -394,7 +378,9 @@ pub fn judge(cell: &Cell, cfg: &LossConfig, tol: &Tolerance, unc: Uncertainty) -
         Some(rec) => loss_file_checks(rec, cell.kl_loss, &out, &terms, cfg, tokens, tol),
         None => Vec::new(),
     };
-    let loss_ok = tol.allows_with(cell.dumped_loss, terms.loss, terms.loss_extra);
+    // numbers alike at the dumped precision are never called different
+    let loss_ok = tol.allows_with(cell.dumped_loss, terms.loss, terms.loss_extra)
+        || crate::fmt::alike(cell.dumped_loss, terms.loss);
     let ok = loss_ok && first_divergence.is_none() && checks.iter().all(|c| c.ok);
     let mut notes = cell.notes.clone();
     if kl_from_dump.is_some() {
@@ -440,6 +426,7 @@ pub fn judge(cell: &Cell, cfg: &LossConfig, tol: &Tolerance, unc: Uncertainty) -
         tokens,
         notes,
         differs,
+        loss_ok,
     })
 }
 
@@ -461,7 +448,13 @@ fn recomputed_terms(
         std::borrow::Cow::Owned(weights(m, b, t, cfg.entropy_agg))
     };
     let elem = to_f64_vec(&out.per_token_loss).map_err(|e| kerr(path, e))?;
-    let pg_extra = f32_compute(&elem, &w, 4.0);
+    let lp = to_f64_vec(&cell.inputs.log_probs).map_err(|e| kerr(path, e))?;
+    let old = match &cell.inputs.old_log_probs {
+        Some(o) => to_f64_vec(o).map_err(|e| kerr(path, e))?,
+        None => vec![0.0; lp.len()],
+    };
+    let pg_extra = f32_compute(&elem, &w, 4.0)
+        + crate::judge::terms::logprob_rounding(&elem, &lp, &old, &w, cell.logprob_dtype);
     let (entropy, entropy_extra) = match (&out.entropy_loss, &cell.inputs.entropy) {
         (Some(el), Some(e)) => {
             let ev = to_f64_vec(e).map_err(|e| kerr(path, e))?;
@@ -590,7 +583,7 @@ fn loss_file_checks(
         let ok = if name.ends_with(".num_tokens") {
             dumped == ours
         } else {
-            tol.allows_with(dumped, ours, extra)
+            tol.allows_with(dumped, ours, extra) || crate::fmt::alike(dumped, ours)
         };
         checks.push(ScalarCheck {
             name,

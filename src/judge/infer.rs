@@ -40,6 +40,7 @@ use crate::kernels::aggregate::AggMode;
 use crate::kernels::kl::KlEstimator;
 use crate::kernels::loss::{KlPlacement, KlTerm, LossConfig};
 use fit::fit;
+use prep::{explains_agg, explains_term};
 
 /// Where a convention came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -209,22 +210,6 @@ pub struct Prep {
 const KL_CANDIDATES: [KlEstimator; 3] = [KlEstimator::K1, KlEstimator::K2, KlEstimator::K3Verl];
 
 pub use prep::{inputs_with_advantages, prep, prep_each};
-
-/// How many of the cell's dumped pg (when evidence) and entropy terms `mode`
-/// reproduces, of how many it dumps: `(matched, dumped)`.
-fn explains_agg(p: &Prep, mode: AggMode, tol: &Tolerance) -> (usize, usize) {
-    let (mut hit, mut all) = (0, 0);
-    let ok = |d: f64, r: Option<Reduced>| r.is_some_and(|r| tol.allows_with(d, r.val, r.tol));
-    if let Some(d) = p.pg.filter(|_| p.pg_evidence) {
-        all += 1;
-        hit += usize::from(ok(d, at(&p.pg_r, mode, p.t)));
-    }
-    if let (Some(d), Some(e)) = (p.ent, &p.ent_r) {
-        all += 1;
-        hit += usize::from(ok(d, at(e, mode, p.t)));
-    }
-    (hit, all)
-}
 
 /// Whether the cell's dumped `kl_loss` is its KL term under estimator `est` and `mode`.
 fn kl_reproduced(p: &Prep, est: KlEstimator, mode: AggMode, tol: &Tolerance) -> bool {
@@ -474,6 +459,7 @@ pub fn resolve(
             .sum::<usize>()
             + kl_terms(m)
     };
+    let mut split_entropy: Option<AggMode> = None;
     if given.agg.is_some() || given.preset_fixes_composition {
         cfg.agg = with_horizon(cfg.agg, stated_scale);
         conventions.push(Convention::new("agg", cfg.agg.name(), None, Source::Flag));
@@ -499,12 +485,41 @@ pub fn resolve(
         // the rule both tools share (`conventions::aggregation::settle`): most of the
         // dumped terms over every cell, or half of them and more than any other mode (a
         // fault in one cell's pg term leaves its entropy term); else the preset's
+        // the pg and entropy terms may follow two modes: NexRL's actor reduces the pg
+        // term with loss_agg_mode but the entropy with masked_mean (token-mean) whatever
+        // the mode (nexrl/train_service_backend/fsdp_worker/fsdp_actor.py, update_policy,
+        // nex-agi/NexRL@6860191); when no one mode settles the terms jointly, each term
+        // settles its own
+        let split = |entropy: bool| -> Option<AggMode> {
+            let scored: Vec<(AggMode, usize)> = candidates
+                .iter()
+                .map(|m| {
+                    let n = preps
+                        .iter()
+                        .map(|p| explains_term(p, *m, tol, entropy).0)
+                        .sum::<usize>();
+                    (*m, n)
+                })
+                .collect();
+            let total: usize = preps
+                .iter()
+                .map(|p| explains_term(p, AggMode::TokenMean, tol, entropy).1)
+                .sum();
+            settle(&scored, total).map(|s| s.mode)
+        };
         let mut c = match settle(&scored, terms_total + kl_total) {
             Some(s) => {
                 cfg.agg = s.mode;
                 Convention::new("agg", s.mode.name(), None, Source::Inferred)
             }
-            None => Convention::new("agg", cfg.agg.name(), None, Source::Preset),
+            None => match (split(false), split(true)) {
+                (Some(pg), ent) if ent.is_some_and(|e| e != pg) => {
+                    cfg.agg = pg;
+                    split_entropy = ent;
+                    Convention::new("agg", pg.name(), None, Source::Inferred)
+                }
+                _ => Convention::new("agg", cfg.agg.name(), None, Source::Preset),
+            },
         };
         c.explained = Some(count(cfg.agg));
         c.cells = Some(informative);
@@ -523,6 +538,13 @@ pub fn resolve(
     if (cfg.agg != base.agg || given.agg.is_some()) && cfg.agg.is_verl() {
         // verl aggregates every term of the loss with the one loss_agg_mode
         cfg.entropy_agg = cfg.agg;
+    }
+    if let Some(e) = split_entropy {
+        cfg.entropy_agg = e;
+        let mut c = Convention::new("entropy_agg", e.name(), None, Source::Inferred);
+        c.explained = Some(preps.iter().map(|p| explains_term(p, e, tol, true).0).sum());
+        c.cells = Some(informative);
+        conventions.push(c);
     }
 
     // KL estimator: only when the cells dump a KL term and the reference log-probs

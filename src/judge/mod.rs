@@ -32,6 +32,7 @@
 pub mod cell;
 pub mod infer;
 pub mod overrides;
+pub mod picture;
 pub mod self_hosted;
 pub mod terms;
 mod under;
@@ -71,6 +72,10 @@ pub enum Status {
     /// Only the total is dumped, its intermediates follow, and it holds terms whose
     /// coefficients nothing states: whether it follows cannot be told (a warning).
     Undetermined,
+    /// The cell does not follow, but neither do most cells of its side under the
+    /// conventions found: the tool's picture of the step is in doubt, not this cell
+    /// (issue 28: check before judging; a warning, never a failure).
+    CannotJudge,
 }
 
 /// Which dump layout a verdict was computed from.
@@ -148,6 +153,10 @@ pub struct Verdict {
     /// under the tree report's `diagnoses` (the verdict's own layout is kept as it was).
     #[serde(skip)]
     pub differs: Vec<String>,
+    /// The dumped loss is what its recomputed terms give (within tolerance, or alike at
+    /// the dumped precision): an inconsistent cell then does not call its loss different.
+    #[serde(skip)]
+    pub loss_ok: bool,
 }
 
 impl Verdict {
@@ -155,6 +164,11 @@ impl Verdict {
     /// recomputed Y — first divergent intermediate: NAME at row R pos P`, followed by the
     /// notes (the diagnosis) and the `loss/` scalars that disagree. Each pair is printed
     /// with the digits that show its difference.
+    /// The loss is what its terms give (see [`Verdict::loss_ok`]).
+    fn loss_alike(&self) -> bool {
+        self.loss_ok
+    }
+
     pub fn line(&self) -> String {
         let head = format!(
             "rank {} micro {} {}",
@@ -167,10 +181,19 @@ impl Verdict {
                 "{head}: consistent (loss {})",
                 crate::fmt::num(self.recomputed_loss)
             ),
+            Status::CannotJudge => {
+                let (d, r) = crate::fmt::pair(self.dumped_loss, self.recomputed_loss);
+                format!("{head}: cannot judge (dumped loss {d}, recomputed {r})")
+            }
             Status::Undetermined => {
                 let (d, r) = crate::fmt::pair(self.dumped_loss, self.recomputed_loss);
                 format!("{head}: undetermined (dumped loss {d}, recomputed without the unstated terms {r})")
             }
+            // a loss recomputed alike is not called different: what differs follows
+            Status::Inconsistent if self.loss_alike() => format!(
+                "{head}: inconsistent, though its loss {} is recomputed alike",
+                crate::fmt::num(self.dumped_loss)
+            ),
             Status::Inconsistent => {
                 let (d, r) = crate::fmt::pair(self.dumped_loss, self.recomputed_loss);
                 let mut s = format!("{head}: dumped loss {d} ≠ recomputed {r}");
@@ -197,7 +220,7 @@ impl Verdict {
             s.push_str(n);
         }
         // The loss itself is in the head already; the other scalars that disagree follow.
-        let loss_in_head = self.status == Status::Inconsistent;
+        let loss_in_head = self.status == Status::Inconsistent && !self.loss_alike();
         for c in self
             .checks
             .iter()
@@ -335,6 +358,9 @@ pub struct StepCheck<'a> {
     step: i64,
     layout: Layout,
     batch: Option<SelfHostedStep>,
+    /// How the whole-batch `old_log_probs` rows were found ordered, when not in the
+    /// trajectory file's order ([`SelfHostedStep::settle_old_order`]).
+    pub old_order: Option<Convention>,
 }
 
 impl<'a> StepCheck<'a> {
@@ -348,11 +374,13 @@ impl<'a> StepCheck<'a> {
             Layout::SelfHosted => Some(SelfHostedStep::load(tree, step, &cfg.advantage)?),
             Layout::Weaver => None,
         };
+        let (batch, old_order) = picture::settled(tree, step, batch);
         Ok(StepCheck {
             tree,
             step,
             layout,
             batch,
+            old_order,
         })
     }
 
@@ -386,11 +414,13 @@ impl<'a> StepCheck<'a> {
             ),
             Layout::Weaver => None,
         };
+        let (batch, old_order) = picture::settled(tree, step, batch);
         Ok(StepCheck {
             tree,
             step,
             layout,
             batch,
+            old_order,
         })
     }
 
@@ -687,7 +717,12 @@ pub fn check_tree_inferred(
     if let Some(a) = best_adv {
         check.batch = check.batch.take().map(|b| b.with_advantages(a));
     }
-    let verdicts = chosen
+    // the policy loss: when the settled one reproduces fewer than half of the pg terms,
+    // those of real producers are tried (clip bounds, dual clip, GSPO's ratio)
+    if let Some((r, _)) = picture::search_policy(&check, &all, &resolved, best, given, tol)? {
+        resolved = r;
+    }
+    let mut verdicts: Vec<Verdict> = chosen
         .iter()
         .map(|(r, m)| judge_under(&check.gather(*r, *m)?, &resolved, tol))
         .collect::<Result<_>>()?;
@@ -695,6 +730,12 @@ pub fn check_tree_inferred(
     if let Some(c) = adv {
         conventions.insert(0, c);
     }
+    if let Some(c) = check.old_order.take() {
+        conventions.insert(0, c);
+    }
+    // before any cell is called wrong, the conventions must reproduce most of them
+    let tried: Vec<String> = conventions.iter().map(Convention::line).collect();
+    picture::check_before_judging(&mut verdicts, &tried.join(", "));
     Ok(TreeCheck {
         cfg: resolved.cfg,
         conventions,

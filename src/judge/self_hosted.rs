@@ -25,6 +25,7 @@ use crate::kernels::advantage::{group_advantages, AdvantageConfig};
 use crate::kernels::loss::LossInputs;
 use crate::model::step::{LogProbSource, TokenTensor};
 use crate::model::tokens::tokens_hash;
+use crate::model::trajectory::nexrl_batch_order;
 pub use crate::model::trajectory::{TrajectoryRow, TrajectorySummary};
 use crate::producers::layout::{DumpTree, Kind};
 use crate::producers::nexrl_self_hosted;
@@ -56,6 +57,13 @@ pub struct SelfHostedStep {
     by_tokens: HashMap<u64, Vec<usize>>,
     /// `tokens_hash(response)` (tokens under `loss_mask == 1`) → trajectory indices.
     by_response: HashMap<u64, Vec<usize>>,
+    /// NexRL's batch order of the trajectories (batch position → trajectory index,
+    /// [`nexrl_batch_order`]) when their ids give one other than the file's.
+    batch_order: Option<Vec<usize>>,
+    /// Trajectory index → row of the whole-batch `old_log_probs`, once
+    /// [`SelfHostedStep::settle_old_order`] found the rows in NexRL's batch order;
+    /// `None`: in trajectory-file order.
+    old_of_traj: Option<Vec<usize>>,
 }
 
 /// The whole-batch old log-probs: the dumped tensor itself (its storage shared with the
@@ -115,6 +123,8 @@ pub struct MicroInputs {
     pub notes: Vec<String>,
     /// The dtype the entropy was stored in (its rounding bounds the entropy term).
     pub entropy_dtype: Option<DType>,
+    /// The dtype the log-probs were stored in.
+    pub logprob_dtype: Option<DType>,
     /// The log-probs are not f64: the trainer held advantages in f32.
     pub f32_trainer: bool,
 }
@@ -318,7 +328,97 @@ impl SelfHostedStep {
             advantages_f32,
             by_tokens,
             by_response,
+            batch_order: nexrl_batch_order(
+                &ts.rows.iter().map(|r| r.ids.clone()).collect::<Vec<_>>(),
+            ),
+            old_of_traj: None,
         })
+    }
+
+    /// Trajectory index → row of the whole-batch `old_log_probs`, when
+    /// [`SelfHostedStep::settle_old_order`] found them in NexRL's batch order.
+    pub fn old_order(&self) -> Option<&[usize]> {
+        self.old_of_traj.as_deref()
+    }
+
+    /// The row of the whole-batch `old_log_probs` that holds trajectory `i`.
+    fn old_row(&self, i: usize) -> usize {
+        self.old_of_traj.as_ref().map_or(i, |o| o[i])
+    }
+
+    /// Settle which order the whole-batch `old_log_probs` rows follow, from the data: the
+    /// trajectory file's own, or NexRL's batch order ([`nexrl_batch_order`]: NexRL dumps
+    /// `trajectory/` as the rollouts arrived, then sorts the batch and computes
+    /// `old_log_probs` on the sorted batch). Both are tried on up to three cells of the
+    /// step: the order under which each row's old log-probs sit closer to its current
+    /// ones (mean `|log_probs − old_log_probs|` over the response; a first PPO epoch
+    /// gives ~0, another row's tokens O(1)) is kept, NexRL's when its gap is at most half
+    /// the file order's. Returns whether NexRL's order was
+    /// kept, with the evidence in a sentence, when the trajectories give a batch order
+    /// other than the file's; `None` otherwise (per-micro `old_log_probs`, no ids, or ids
+    /// already in order).
+    pub fn settle_old_order(&mut self, tree: &DumpTree, step: i64) -> Option<(bool, String)> {
+        if matches!(self.old, OldRows::PerMicro) {
+            return None;
+        }
+        let perm = self.batch_order.clone()?;
+        let mut sorted = vec![0; perm.len()];
+        for (j, i) in perm.iter().enumerate() {
+            sorted[*i] = j;
+        }
+        let cells: Vec<(u32, u32)> = tree
+            .files_of(Kind::ForwardData, step)
+            .filter_map(|f| Some((f.rank?, f.micro?)))
+            .take(3)
+            .collect();
+        // mean |current − old| over every valid token of the cells, under one order
+        let mut gap = |order: Option<Vec<usize>>| -> Option<f64> {
+            self.old_of_traj = order;
+            let (mut sum, mut n) = (0.0, 0usize);
+            for (r, m) in &cells {
+                let mi = self.micro_inputs(tree, step, *r, *m).ok()?;
+                let lp = mi
+                    .inputs
+                    .log_probs
+                    .flatten_all()
+                    .ok()?
+                    .to_vec1::<f64>()
+                    .ok()?;
+                let old = mi.inputs.old_log_probs.as_ref()?;
+                let old = old.flatten_all().ok()?.to_vec1::<f64>().ok()?;
+                let mask = mi.inputs.mask.flatten_all().ok()?.to_vec1::<f64>().ok()?;
+                for ((a, b), w) in lp.iter().zip(&old).zip(&mask) {
+                    if *w != 0.0 && a.is_finite() && b.is_finite() {
+                        sum += (a - b).abs();
+                        n += 1;
+                    }
+                }
+            }
+            (n > 0).then(|| sum / n as f64)
+        };
+        let file_gap = gap(None);
+        let batch_gap = gap(Some(sorted.clone()));
+        // NexRL's order only when it clearly fits better: half the file order's gap or less
+        // (rows in an order neither explains leave both gaps alike and large)
+        let batch_wins = match (file_gap, batch_gap) {
+            (Some(f), Some(b)) => b <= 0.5 * f,
+            (None, Some(_)) => true,
+            _ => false,
+        };
+        self.old_of_traj = batch_wins.then_some(sorted);
+        let num = |x: Option<f64>| x.map_or("not computable".into(), crate::fmt::num);
+        let evidence = format!(
+            "mean |log_probs − old_log_probs| {} vs {} in {} order, {} cells",
+            num(if batch_wins { batch_gap } else { file_gap }),
+            num(if batch_wins { file_gap } else { batch_gap }),
+            if batch_wins {
+                "trajectory-file"
+            } else {
+                "NexRL's batch"
+            },
+            cells.len(),
+        );
+        Some((batch_wins, evidence))
     }
 
     /// Every trajectory's advantage under `adv` instead (f64 and f32-rounded, by
@@ -504,9 +604,21 @@ impl SelfHostedStep {
                 .map(|(x, _)| *x as i64)
                 .collect();
             let full: Vec<i64> = prompt.iter().chain(&response).copied().collect();
+            // a prompt left-padded with another pad id (Qwen's 151643): its leading run
+            let first = row_ids.first().map(|x| *x as i64);
+            let repadded = || -> Option<&Vec<usize>> {
+                let p = first.filter(|p| *p != 0 && row_ids.get(1) == row_ids.first())?;
+                let prompt = row_ids[..s - t]
+                    .iter()
+                    .map(|x| *x as i64)
+                    .skip_while(|x| *x == p);
+                let full: Vec<i64> = prompt.chain(response.iter().copied()).collect();
+                self.by_tokens.get(&tokens_hash(&full))
+            };
             let candidates = self
                 .by_tokens
                 .get(&tokens_hash(&full))
+                .or_else(repadded)
                 .or_else(|| self.by_response.get(&tokens_hash(&response)))
                 .ok_or_else(|| {
                     key_err(
@@ -532,7 +644,11 @@ impl SelfHostedStep {
                     *oc,
                     of,
                 ),
-                None => (self.old.row(i, self.cols), self.cols, &self.old_file),
+                None => (
+                    self.old.row(self.old_row(i), self.cols),
+                    self.cols,
+                    &self.old_file,
+                ),
             };
             for c in 0..t {
                 if m[c] == 0.0 {
@@ -588,6 +704,7 @@ impl SelfHostedStep {
             forward_file: ff,
             notes,
             entropy_dtype,
+            logprob_dtype: ldtype,
             f32_trainer,
         })
     }

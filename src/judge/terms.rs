@@ -6,6 +6,7 @@
 //! `wᵢⱼ = 0` where the mask is 0 (verl's `masked_verl` drops those elements, NaN included).
 
 use crate::conventions::rounding::{unit_roundoff, RoundingBound};
+use crate::judge::{Divergence, Tolerance};
 use crate::kernels::aggregate::AggMode;
 use crate::tensor::DType;
 
@@ -65,6 +66,48 @@ pub fn stored_rounding(x: &[f64], w: &[f64], dtype: Option<DType>) -> f64 {
     b.tolerance()
 }
 
+/// Per token, the relative room the log-probs' stored rounding leaves a ratio or a loss
+/// element computed from finer values (bf16/f16 dumps of an f32 computation):
+/// `2·u·(|logp| + |old|)`; empty (no room) for f32/f64 dumps.
+pub fn logprob_slack(logp: &[f64], old: &[f64], dtype: Option<DType>) -> Vec<f64> {
+    match dtype {
+        Some(d @ (DType::BF16 | DType::F16)) => {
+            let u = unit_roundoff(d).unwrap_or(0.0);
+            logp.iter()
+                .zip(old)
+                .map(|(a, o)| 2.0 * u * (a.abs() + o.abs()))
+                .collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The part of a recomputed pg reduction `Σ wᵢ·lᵢ` that the stored rounding of its
+/// log-prob inputs leaves open: a producer that dumps bf16 or f16 log-probs computed its
+/// ratio and loss from the finer values, and `lᵢ = −Aᵢ·rᵢ` moves by `|lᵢ|·δᵢ` when the
+/// log-ratio moves by `δᵢ ≤ u·(|logpᵢ| + |oldᵢ|)` (`u` the dtype's unit roundoff). The
+/// same probabilistic bound as [`stored_rounding`]; 0 for f32/f64 dumps (their rounding is
+/// below the f32 arithmetic already allowed).
+pub fn logprob_rounding(
+    elem: &[f64],
+    logp: &[f64],
+    old: &[f64],
+    w: &[f64],
+    dtype: Option<DType>,
+) -> f64 {
+    let u = match dtype {
+        Some(d @ (DType::BF16 | DType::F16)) => unit_roundoff(d).unwrap_or(0.0),
+        _ => return 0.0,
+    };
+    let mut b = RoundingBound::default();
+    for (((l, a), o), w) in elem.iter().zip(logp).zip(old).zip(w) {
+        if *w != 0.0 {
+            b.push(w * l * (a.abs() + o.abs()), u);
+        }
+    }
+    b.tolerance()
+}
+
 /// The rounding of the producer's own f32 arithmetic in a reduction `Σ wᵢ·xᵢ` whose terms
 /// each took `ops` f32 operations (exp, products, the weight) before an f32 sum: each term
 /// carries `ops·u₃₂` relative error (the same bound with `u = ops·2⁻²⁴`), and the f32
@@ -78,6 +121,45 @@ pub fn f32_compute(x: &[f64], w: &[f64], ops: f64) -> f64 {
     }
     let acc = crate::conventions::rounding::LAMBDA * (b.n as f64).sqrt() * u * b.magnitude;
     b.tolerance() + acc
+}
+
+/// The first valid position where `dumped` and `recomputed` (`[B, T]` row-major, `T`
+/// columns) differ beyond `tol` (plus
+/// `slack[i]·|recomputed|`, [`logprob_slack`]), and how many do.
+pub(crate) fn first_diff(
+    name: &str,
+    dumped: &[f64],
+    recomputed: &[f64],
+    mask: &[f64],
+    t: usize,
+    tol: &Tolerance,
+    slack: &[f64],
+) -> Option<Divergence> {
+    let mut first = None;
+    let mut count = 0;
+    let slack = slack.iter().chain(std::iter::repeat(&0.0));
+    for (i, (((d, r), m), s)) in dumped
+        .iter()
+        .zip(recomputed)
+        .zip(mask)
+        .zip(slack)
+        .enumerate()
+    {
+        if *m != 0.0 && !tol.allows_with(*d, *r, s * r.abs()) {
+            count += 1;
+            if first.is_none() {
+                first = Some((i, *d, *r));
+            }
+        }
+    }
+    first.map(|(i, d, r)| Divergence {
+        name: name.to_string(),
+        row: i / t.max(1),
+        pos: i % t.max(1),
+        dumped: d,
+        recomputed: r,
+        count,
+    })
 }
 
 #[cfg(test)]

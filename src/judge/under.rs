@@ -147,6 +147,7 @@ fn undetermined(
         recomputed_loss: base,
         notes,
         differs: Vec::new(),
+        loss_ok: false,
         ..v
     })
 }
@@ -197,6 +198,7 @@ mod tests {
                 entropy: Some(t(&ENT)),
             },
             entropy_dtype: None,
+            logprob_dtype: None,
             dumped_loss: dumped,
             record: None,
             kl_loss: None,

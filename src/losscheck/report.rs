@@ -6,6 +6,7 @@ use crate::judge::infer::Convention;
 use crate::judge::{Status, TreeCheck, Verdict};
 use crate::kernels::loss::{compute_with_grad, LossConfig, LossInputs, Metrics};
 use crate::kernels::{to_f64, to_f64_vec};
+pub use crate::model::unreadable::Unreadable;
 
 /// Layout version of the JSON report.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -35,7 +36,10 @@ impl Report {
     /// warning-level finding, [`Status::Undetermined`]).
     pub fn undetermined(&self) -> bool {
         match self {
-            Report::Tree(t) => t.verdicts.iter().any(|v| v.status == Status::Undetermined),
+            Report::Tree(t) => t
+                .verdicts
+                .iter()
+                .any(|v| matches!(v.status, Status::Undetermined | Status::CannotJudge)),
             Report::Inputs(_) => false,
         }
     }
@@ -60,6 +64,10 @@ pub struct TreeReport {
     /// The terms that differ in each inconsistent cell ([`Verdict::differs`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub diagnoses: Vec<Diagnosis>,
+    /// Dump files that could not be read, with the reason: their cells are left out, every
+    /// other cell is judged, and the command exits 2 with this report.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<Unreadable>,
 }
 
 /// The terms that differ in one inconsistent cell.
@@ -85,6 +93,7 @@ impl TreeReport {
             verdicts,
             skipped: Vec::new(),
             diagnoses: Vec::new(),
+            unreadable: Vec::new(),
         }
     }
 
@@ -107,6 +116,7 @@ impl TreeReport {
                 .collect(),
             verdicts: c.verdicts,
             skipped: c.skipped,
+            unreadable: Vec::new(),
         }
     }
 

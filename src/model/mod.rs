@@ -11,3 +11,4 @@ pub mod rows;
 pub mod step;
 pub mod tokens;
 pub mod trajectory;
+pub mod unreadable;

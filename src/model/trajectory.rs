@@ -25,6 +25,65 @@ pub struct TrajectoryIds {
     pub run_id: Option<String>,
     /// The task (prompt) id.
     pub task_id: Option<String>,
+    /// Which of `group_id`, `uid`, `run_id`, `task_id` (in that order) were dumped as
+    /// integers: NexRL orders its batch by them, integers numerically and the rest as
+    /// text ([`nexrl_batch_order`]).
+    pub int_ids: [bool; 4],
+}
+
+/// One id as NexRL's `_stable_sort_key` orders it: integers first, numerically, then
+/// everything else by its text.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum SortId {
+    Int(i64),
+    Text(String),
+}
+
+fn sort_id(text: &str, int: bool) -> SortId {
+    match (int, text.parse::<i64>()) {
+        (true, Ok(i)) => SortId::Int(i),
+        _ => SortId::Text(text.to_string()),
+    }
+}
+
+/// The order NexRL's self-hosted GRPO trainer puts the step's batch in before it computes
+/// `old_log_probs` and advantages (`nexrl/trainer/self_hosted_grpo_trainer.py`,
+/// `_reorder_batch_by_group_and_run_id`, nex-agi/NexRL@6860191): sorted by `(task_id`
+/// when present else the group`, group, int(run_id), arrival index)`, the group being
+/// `uid` when the batch has it, else `group_id`. Its `trajectory/` file is dumped in
+/// `train()` before that, in the order the rollouts arrived. Returns the permutation
+/// (batch position → trajectory index), or `None` when NexRL leaves the batch as it
+/// arrived (no group key or no `run_id`) or the order is the file's own.
+pub fn nexrl_batch_order(rows: &[TrajectoryIds]) -> Option<Vec<usize>> {
+    let first = rows.first()?;
+    let by_uid = first.uid.is_some();
+    let has_task = first.task_id.is_some();
+    if first.run_id.is_none() || !(by_uid || first.group_id.is_some()) {
+        return None;
+    }
+    let mut keys = Vec::with_capacity(rows.len());
+    for (i, ids) in rows.iter().enumerate() {
+        let group = if by_uid {
+            sort_id(ids.uid.as_deref()?, ids.int_ids[1])
+        } else {
+            sort_id(ids.group_id.as_deref()?, ids.int_ids[0])
+        };
+        let primary = if has_task {
+            sort_id(ids.task_id.as_deref()?, ids.int_ids[3])
+        } else {
+            group.clone()
+        };
+        // Python's int(): an integer or a numeric string; anything else counts as 0
+        let run = ids
+            .run_id
+            .as_deref()
+            .and_then(|r| r.trim().parse::<i64>().ok())
+            .unwrap_or(0);
+        keys.push((primary, group, run, i));
+    }
+    keys.sort();
+    let perm: Vec<usize> = keys.into_iter().map(|k| k.3).collect();
+    (!perm.iter().enumerate().all(|(j, i)| j == *i)).then_some(perm)
 }
 
 /// One trajectory: prompt + response tokens, which of them the loss sees, its reward,
@@ -157,6 +216,8 @@ pub struct TrajectoryRow {
     pub reward: Option<f64>,
     /// [`Trajectory::group`].
     pub group: Option<String>,
+    /// [`Trajectory::ids`].
+    pub ids: TrajectoryIds,
 }
 
 impl TrajectoryRow {
@@ -167,6 +228,7 @@ impl TrajectoryRow {
             response: t.response_hash(),
             reward: t.reward,
             group: t.group.clone(),
+            ids: t.ids.clone(),
         }
     }
 }
@@ -185,6 +247,49 @@ impl TrajectorySummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ids(uid: &str, run: i64, task: Option<i64>) -> TrajectoryIds {
+        TrajectoryIds {
+            group_id: Some(format!("g-{uid}")),
+            uid: Some(uid.to_string()),
+            run_id: Some(run.to_string()),
+            task_id: task.map(|t| t.to_string()),
+            int_ids: [false, false, true, true],
+        }
+    }
+
+    #[test]
+    fn nexrl_sorts_by_task_then_group_then_run() {
+        // arrival: (task 1, run 1), (task 0, run 1), (task 1, run 0), (task 0, run 0),
+        // task 10 (numeric: after 1, not between 1 and 2 as text would put it)
+        let rows = [
+            ids("b", 1, Some(1)),
+            ids("a", 1, Some(0)),
+            ids("b", 0, Some(1)),
+            ids("a", 0, Some(0)),
+            ids("z", 0, Some(10)),
+            ids("c", 0, Some(2)),
+        ];
+        assert_eq!(nexrl_batch_order(&rows), Some(vec![3, 1, 2, 0, 5, 4]));
+        // without task_id the uid orders (as text), then run_id
+        let rows: Vec<TrajectoryIds> = [("b", 1), ("a", 1), ("b", 0), ("a", 0)]
+            .iter()
+            .map(|(u, r)| ids(u, *r, None))
+            .collect();
+        assert_eq!(nexrl_batch_order(&rows), Some(vec![3, 1, 2, 0]));
+        // no run_id: NexRL leaves the batch as it arrived
+        let rows: Vec<TrajectoryIds> = rows
+            .into_iter()
+            .map(|mut i| {
+                i.run_id = None;
+                i
+            })
+            .collect();
+        assert_eq!(nexrl_batch_order(&rows), None);
+        // already in order
+        let rows = [ids("a", 0, Some(0)), ids("a", 1, Some(0))];
+        assert_eq!(nexrl_batch_order(&rows), None);
+    }
     use crate::model::tokens::tokens_hash;
     use crate::value::Ints;
 

@@ -310,6 +310,14 @@ impl DumpTree {
         }
     }
 
+    /// The tree without the files in `paths` (e.g. files found unreadable, so that
+    /// every other cell can still be compared); the removed files are returned.
+    pub fn without(mut self, paths: &(dyn Fn(&Path) -> bool + Sync)) -> (DumpTree, Vec<DumpFile>) {
+        let (gone, kept) = self.files.into_iter().partition(|f| paths(&f.path));
+        self.files = kept;
+        (self, gone)
+    }
+
     /// Every placed file, sorted by (kind, step, rank, micro, format).
     pub fn files(&self) -> &[DumpFile] {
         &self.files
@@ -486,6 +494,67 @@ fn identify_producer(files: &[DumpFile]) -> Producer {
         (false, true, _) if !has(Kind::ForwardData) => Producer::RemoteApi,
         (false, false, true) => Producer::SelfHosted,
         _ => Producer::Unknown,
+    }
+}
+
+/// Run `f` on trees from which the files found unreadable so far are left out: when `f`
+/// fails on a placed file of one of `roots` (`(role, root)`), that file is set aside with
+/// the error as its reason and `f` runs again, so one bad file never hides the results of
+/// the good ones. An error that names no such file (a root that cannot be listed, a usage
+/// error, a file set aside already) is returned as it is. `f` is given the set-aside test.
+pub fn without_unreadable<T>(
+    roots: &[(&str, &Path)],
+    mut f: impl FnMut(&(dyn Fn(&Path) -> bool + Sync)) -> Result<T>,
+) -> Result<(T, Vec<crate::model::unreadable::Unreadable>)> {
+    let mut unreadable: Vec<crate::model::unreadable::Unreadable> = Vec::new();
+    loop {
+        let aside: BTreeSet<PathBuf> = unreadable.iter().map(|u| u.path.clone()).collect();
+        let set_aside = |p: &Path| aside.contains(p);
+        let e = match f(&set_aside) {
+            Ok(t) => return Ok((t, unreadable)),
+            Err(e) => e,
+        };
+        // What could not be read so far explains an error that follows from it (no
+        // trajectory file left, nothing of the step left): say so with the error.
+        let explained = |e: Error| match e {
+            Error::Input { path, msg } if !unreadable.is_empty() => Error::Input {
+                path,
+                msg: format!(
+                    "{msg} (set aside as unreadable: {})",
+                    unreadable
+                        .iter()
+                        .map(|u| u.reason.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+            },
+            e => e,
+        };
+        let path = match &e {
+            Error::Io { path, .. } | Error::Format { path, .. } | Error::Input { path, .. } => {
+                path.clone()
+            }
+            _ => return Err(explained(e)),
+        };
+        if aside.contains(&path) || !path.is_file() {
+            return Err(explained(e));
+        }
+        let found = roots.iter().find_map(|(role, root)| {
+            let tree = DumpTree::discover(root).ok()?;
+            let f = tree.files.into_iter().find(|f| f.path == path)?;
+            Some(crate::model::unreadable::Unreadable {
+                role: (*role).to_string(),
+                path: path.clone(),
+                kind: f.kind.dir_name().to_string(),
+                rank: f.rank,
+                micro: f.micro,
+                reason: e.to_string(),
+            })
+        });
+        match found {
+            Some(u) => unreadable.push(u),
+            None => return Err(explained(e)),
+        }
     }
 }
 

@@ -174,6 +174,12 @@ pub fn trajectory<'v>(
             uid: id(ID_FIELDS[1]),
             run_id: id(ID_FIELDS[2]),
             task_id: id(ID_FIELDS[3]),
+            int_ids: ID_FIELDS.map(|k| {
+                matches!(
+                    extra.and_then(|e| e.get(k)),
+                    Some(Value::Int(_) | Value::BigInt(_))
+                )
+            }),
         },
         is_val: t.get(IS_VAL).and_then(Value::as_i64).map(|b| b != 0),
     })

@@ -164,6 +164,19 @@ pub struct BatchInputs {
     pub adv_parts: Option<Vec<(f64, f64)>>,
     /// The epsilon the recomputed `advantages` used.
     pub adv_eps: Option<f64>,
+    /// Trajectory index → row of `old_log_probs`, when its rows follow NexRL's batch
+    /// order rather than the trajectory file's ([`crate::judge::SelfHostedStep::settle_old_order`]).
+    pub old_of_traj: Option<Vec<usize>>,
+}
+
+impl BatchInputs {
+    /// The `old_log_probs` row of trajectory (batch index) `i`.
+    pub fn old_row(&self, i: usize) -> Option<usize> {
+        match &self.old_of_traj {
+            Some(o) => o.get(i).copied(),
+            None => Some(i),
+        }
+    }
 }
 
 /// The batch indices of a self-hosted micro's rows: by token content through the
@@ -175,7 +188,12 @@ pub(super) fn batch_indices(
     micro: u32,
     nrows: usize,
 ) -> (Vec<Option<usize>>, String) {
-    if let Some(tok) = fwd.input_ids() {
+    // padding stripped as 0, else as the pad id the file shows (any pad id)
+    let pads = std::iter::once(Some(0)).chain(std::iter::once(fwd.pad_candidate()));
+    for pad in pads.flatten() {
+        let Some(tok) = fwd.input_ids_pad(pad) else {
+            continue;
+        };
         if !inputs.traj_index.is_empty() {
             let idx: Vec<Option<usize>> = (0..tok.len())
                 .map(|i| {

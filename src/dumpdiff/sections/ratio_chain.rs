@@ -105,17 +105,26 @@ pub fn chain(
     }
     // Consecutive rows of the whole-batch file (the usual layout) are read where they
     // lie; others are copied.
+    // the old_log_probs row of each micro row (its trajectory's, through NexRL's batch
+    // order when the step's rows follow it)
+    let old_idx: Vec<Option<usize>> = idx
+        .iter()
+        .map(|i| i.and_then(|i| inputs.old_row(i)))
+        .collect();
     let window = || {
         let old = inputs.old_log_probs.as_ref()?;
-        let first = (*idx.first()?)?;
-        let consecutive = idx.iter().enumerate().all(|(k, i)| *i == Some(first + k));
+        let first = (*old_idx.first()?)?;
+        let consecutive = old_idx
+            .iter()
+            .enumerate()
+            .all(|(k, i)| *i == Some(first + k));
         consecutive.then(|| old.row_window(first, na)).flatten()
     };
     let old = own_old.map(|m| (*m).clone()).or_else(window).or_else(|| {
         inputs.old_log_probs.as_ref().and_then(|old| {
             let mut data = Vec::with_capacity(na * old.width);
             let mut buf = Vec::new();
-            for i in &idx {
+            for i in &old_idx {
                 let r = old.chunk((*i)?, 0, old.width, &mut buf);
                 if r.len() != old.width {
                     return None;
@@ -123,7 +132,7 @@ pub fn chain(
                 data.extend_from_slice(r);
             }
             // This micro's rows are copied: let their pages go.
-            old.release_rows(idx.iter().flatten().copied());
+            old.release_rows(old_idx.iter().flatten().copied());
             Some(Mat::new(
                 vec![na, old.width],
                 na,

@@ -69,20 +69,92 @@ impl<'v> Tensors<'v> {
             .clone()
     }
 
+    /// `input_ids` with runs of `pad` stripped from both ends of each row instead of 0
+    /// (computed on each call; pad 0 is [`Tensors::input_ids`]).
+    pub fn input_ids_pad(&self, pad: i64) -> Option<Rc<TokenRows>> {
+        if pad == 0 {
+            return self.input_ids();
+        }
+        let t = self.value.get(keys::INPUT_IDS)?.to_tensor()?;
+        if t.ndim() != 2 {
+            return None;
+        }
+        let w = t.shape()[1].max(1);
+        let ids = t.to_i64_vec();
+        let spans = ids
+            .chunks(w)
+            .enumerate()
+            .map(|(i, r)| {
+                let kept = strip_pad_range(r, pad);
+                i * w + kept.start..i * w + kept.end
+            })
+            .collect();
+        Some(Rc::new(TokenRows {
+            ids: TokenIds::Owned(ids),
+            spans,
+            full: OnceCell::new(),
+        }))
+    }
+
+    /// The pad id this file's `input_ids` show, when not 0: the value repeated at the ends
+    /// of the most rows (a run of at least two at the start or the end of a row; Qwen
+    /// pads with 151643, Llama 3 with 128001), `None` when no row ends in such a run.
+    pub fn pad_candidate(&self) -> Option<i64> {
+        let t = self.value.get(keys::INPUT_IDS)?.to_tensor()?;
+        if t.ndim() != 2 || t.shape()[1] < 2 {
+            return None;
+        }
+        let w = t.shape()[1];
+        let ids = t.to_i64_vec();
+        let mut counts: HashMap<i64, usize> = HashMap::new();
+        for r in ids.chunks(w) {
+            for (x, y) in [(r[0], r[1]), (r[w - 1], r[w - 2])] {
+                if x == y && x != 0 {
+                    *counts.entry(x).or_default() += 1;
+                }
+            }
+        }
+        counts
+            .into_iter()
+            .max_by_key(|(v, n)| (*n, std::cmp::Reverse(*v)))
+            .map(|(v, _)| v)
+    }
+
     /// [`match_rows`] of this file's `input_ids` against `other`'s, computed once per pair
-    /// of files; None when either lacks them.
+    /// of files; None when either lacks them. Padding is stripped as 0 first; when that
+    /// leaves rows unpaired, each side's [`Tensors::pad_candidate`] is tried too and the
+    /// pads pairing the most rows are kept (any pad id, read from the data).
     pub(super) fn content_rows(&self, other: &Tensors<'_>) -> Option<Rc<RowMatch>> {
         let key: *const Value = other.value;
         if let Some((_, m)) = self.pairings.borrow().iter().find(|(k, _)| *k == key) {
             return Some(m.clone());
         }
         let (a, b) = (self.input_ids()?, other.input_ids()?);
-        let m = Rc::new(match_rows_by(
-            a.len(),
-            b.len(),
-            |i, m| a.hash(i, m),
-            |j, m| b.hash(j, m),
-        ));
+        let mut best = match_rows_by(a.len(), b.len(), |i, m| a.hash(i, m), |j, m| b.hash(j, m));
+        if !best.only_a.is_empty() || !best.only_b.is_empty() {
+            let pads = |t: &Tensors<'_>| {
+                let mut p = vec![0];
+                p.extend(t.pad_candidate());
+                p
+            };
+            for pa in pads(self) {
+                for pb in pads(other) {
+                    if (pa, pb) == (0, 0) {
+                        continue;
+                    }
+                    let (Some(a), Some(b)) = (self.input_ids_pad(pa), other.input_ids_pad(pb))
+                    else {
+                        continue;
+                    };
+                    let m =
+                        match_rows_by(a.len(), b.len(), |i, m| a.hash(i, m), |j, m| b.hash(j, m));
+                    if m.pairs.len() > best.pairs.len() {
+                        best = m;
+                    }
+                }
+            }
+        }
+        let m = Rc::new(best);
         self.pairings.borrow_mut().push((key, m.clone()));
         Some(m)
     }

@@ -42,6 +42,7 @@ fn chain_with_old(
         micros_per_rank: 1,
         adv_parts: None,
         adv_eps: None,
+        old_of_traj: None,
     };
     let peer = ChainPeer {
         fwd: None,
@@ -645,6 +646,7 @@ fn mode_inputs_follow_the_chains_runs_element_for_element() {
         micros_per_rank: 1,
         adv_parts: None,
         adv_eps: None,
+        old_of_traj: None,
     };
     let policy = TolerancePolicy::default();
     let ch = chain(&policy, &inputs, &a_fwd, ChainPeer::default(), None, (0, 0));

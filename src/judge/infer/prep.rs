@@ -1,12 +1,13 @@
 //! What inference needs of one cell ([`Prep`]): its recomputed pg, entropy and KL terms
 //! reduced under each base aggregation mode, with their rounding, and its dumped scalars.
 
-use super::{Prep, Reduced, Table, BASE_MODES, KL_CANDIDATES};
+use super::{at, Prep, Reduced, Table, BASE_MODES, KL_CANDIDATES};
 use crate::error::{Error, Position, Result};
 use crate::judge::cell::Cell;
 use crate::judge::self_hosted::Advantages;
 use crate::judge::terms::{f32_compute, reduce, stored_rounding, weights};
 use crate::judge::Tolerance;
+use crate::kernels::aggregate::AggMode;
 use crate::kernels::loss::{compute, LossConfig, LossInputs};
 use crate::kernels::to_f64_vec;
 
@@ -17,12 +18,14 @@ fn intermediates_follow(
     ours: &[f64],
     mask: &[f64],
     tol: &Tolerance,
+    slack: &[f64],
 ) -> bool {
     dumped.is_none_or(|d| {
         d.iter()
             .zip(ours)
             .zip(mask)
-            .all(|((d, o), m)| *m == 0.0 || tol.allows(*d, *o))
+            .zip(slack.iter().chain(std::iter::repeat(&0.0)))
+            .all(|(((d, o), m), s)| *m == 0.0 || tol.allows_with(*d, *o, *s * o.abs()))
     })
 }
 
@@ -90,13 +93,24 @@ pub fn prep_each(
         }
     }
     let rec = cell.record.as_ref();
+    // the log-probs' stored rounding (bf16/f16 dumps of an f32 computation): per token,
+    // the relative room it leaves a ratio or a loss element, `2·u·(|logp| + |old|)`
+    let lp = v(&cell.inputs.log_probs)?;
+    let old = match &cell.inputs.old_log_probs {
+        Some(o) => v(o)?,
+        None => vec![0.0; lp.len()],
+    };
+    let slack = crate::judge::terms::logprob_slack(&lp, &old, cell.logprob_dtype);
     outs.iter()
         .map(|out| {
             let elem = v(&out.per_token_loss)?;
-            let pg_r = table(&elem, &|x, w| f32_compute(x, w, 4.0));
+            let lp_w = |x: &[f64], w: &[f64]| {
+                crate::judge::terms::logprob_rounding(x, &lp, &old, w, cell.logprob_dtype)
+            };
+            let pg_r = table(&elem, &|x, w| f32_compute(x, w, 4.0) + lp_w(x, w));
             let follows = cell.ratio.is_none() && cell.per_token.is_none()
-                || intermediates_follow(cell.ratio.as_ref(), &v(&out.ratio)?, &mask, tol)
-                    && intermediates_follow(cell.per_token.as_ref(), &elem, &mask, tol);
+                || intermediates_follow(cell.ratio.as_ref(), &v(&out.ratio)?, &mask, tol, &slack)
+                    && intermediates_follow(cell.per_token.as_ref(), &elem, &mask, tol, &slack);
             Ok(Prep {
                 t,
                 pg_r,
@@ -132,4 +146,47 @@ pub fn inputs_with_advantages(cell: &Cell, adv: &Advantages) -> Result<Option<Lo
         advantages,
         ..cell.inputs.clone()
     }))
+}
+
+impl Prep {
+    /// The cell dumps a pg term (`pg_loss`) to reproduce.
+    pub fn has_pg(&self) -> bool {
+        self.pg.is_some()
+    }
+}
+
+/// [`explains_agg`] of one term only: the pg term (`entropy` false) or the entropy term.
+pub(super) fn explains_term(
+    p: &Prep,
+    mode: AggMode,
+    tol: &Tolerance,
+    entropy: bool,
+) -> (usize, usize) {
+    let ok = |d: f64, r: Option<Reduced>| r.is_some_and(|r| tol.allows_with(d, r.val, r.tol));
+    match entropy {
+        false => match p.pg.filter(|_| p.pg_evidence) {
+            Some(d) => (usize::from(ok(d, at(&p.pg_r, mode, p.t))), 1),
+            None => (0, 0),
+        },
+        true => match (p.ent, &p.ent_r) {
+            (Some(d), Some(e)) => (usize::from(ok(d, at(e, mode, p.t))), 1),
+            _ => (0, 0),
+        },
+    }
+}
+
+/// How many of the cell's dumped pg (when evidence) and entropy terms `mode`
+/// reproduces, of how many it dumps: `(matched, dumped)`.
+pub(super) fn explains_agg(p: &Prep, mode: AggMode, tol: &Tolerance) -> (usize, usize) {
+    let (mut hit, mut all) = (0, 0);
+    let ok = |d: f64, r: Option<Reduced>| r.is_some_and(|r| tol.allows_with(d, r.val, r.tol));
+    if let Some(d) = p.pg.filter(|_| p.pg_evidence) {
+        all += 1;
+        hit += usize::from(ok(d, at(&p.pg_r, mode, p.t)));
+    }
+    if let (Some(d), Some(e)) = (p.ent, &p.ent_r) {
+        all += 1;
+        hit += usize::from(ok(d, at(e, mode, p.t)));
+    }
+    (hit, all)
 }

@@ -207,7 +207,7 @@ fn alone(d: &Dumps, b: &mut Vec<Block>) {
             let class = match c.status {
                 Some(Status::Consistent) => "sev-info",
                 Some(Status::Inconsistent) => "sev-error",
-                Some(Status::Undetermined) | None => "sev-warning",
+                Some(Status::Undetermined | Status::CannotJudge) | None => "sev-warning",
             };
             Row::of(vec![
                 Cell::num(c.rank.to_string()),

@@ -58,6 +58,7 @@ pub fn status_word(s: Option<Status>) -> &'static str {
         Some(Status::Consistent) => "consistent",
         Some(Status::Inconsistent) => "inconsistent",
         Some(Status::Undetermined) => "undetermined",
+        Some(Status::CannotJudge) => "cannot judge",
         None => "not recomputed",
     }
 }

@@ -39,6 +39,9 @@ impl Renderer<Report> for MarkdownRenderer {
                 ));
             }
         }
+        for l in super::unreadable_lines(report) {
+            o.push_str(&format!("- {l}\n"));
+        }
         let conv = super::convention_lines(report);
         if !conv.is_empty() {
             o.push('\n');

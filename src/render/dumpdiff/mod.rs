@@ -77,6 +77,9 @@ pub fn summary_line(report: &Report) -> String {
         }
         s
     };
+    if !report.unreadable.is_empty() {
+        parts.push(unreadable_count(report));
+    }
     for c in report.coefficients.iter().filter(|c| c.differ) {
         parts.push(format!("{} differs between the sides", c.name));
     }
@@ -112,6 +115,46 @@ pub fn summary_line(report: &Report) -> String {
         };
     }
     parts.join("; ")
+}
+
+/// How many cells could not be read (`2 cells could not be read (2 files)`); a
+/// whole-batch file counts as the step's.
+fn unreadable_count(report: &Report) -> String {
+    let cells: BTreeSet<(Option<u32>, Option<u32>)> = report
+        .unreadable
+        .iter()
+        .filter(|u| u.rank.is_some())
+        .map(|u| (u.rank, u.micro))
+        .collect();
+    let whole = report
+        .unreadable
+        .iter()
+        .filter(|u| u.rank.is_none())
+        .count();
+    let mut what = Vec::new();
+    if !cells.is_empty() {
+        what.push(format!("{} could not be read", plural(cells.len(), "cell")));
+    }
+    if whole > 0 {
+        what.push(format!(
+            "{} could not be read",
+            plural(whole, "whole-batch file")
+        ));
+    }
+    format!(
+        "{} ({}, exit 2)",
+        what.join(", "),
+        plural(report.unreadable.len(), "file")
+    )
+}
+
+/// One line per file set aside as unreadable: side, path and the reader's reason.
+pub fn unreadable_lines(report: &Report) -> Vec<String> {
+    report
+        .unreadable
+        .iter()
+        .map(|u| format!("unreadable ({}): {}", u.role, u.reason))
+        .collect()
 }
 
 /// The loss coefficients and inferred conventions, differing coefficients first

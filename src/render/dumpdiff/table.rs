@@ -293,6 +293,9 @@ impl Renderer<Report> for TableRenderer {
                 ));
             }
         }
+        for l in super::unreadable_lines(report) {
+            out.push_str(&wrap(&l, self.width, "  "));
+        }
         for l in super::convention_lines(report) {
             out.push_str(&wrap(&l, self.width, ""));
         }

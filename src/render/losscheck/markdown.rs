@@ -42,6 +42,12 @@ impl Renderer<Report> for MarkdownRenderer {
                 if let Some(l) = t.conventions_line() {
                     s.push_str(&format!("{l}\n\n"));
                 }
+                if !t.unreadable.is_empty() {
+                    s.push_str(&format!("{}.\n\n", super::table::unreadable_count(t)));
+                }
+                for u in &t.unreadable {
+                    s.push_str(&format!("unreadable: {}\n\n", u.reason));
+                }
                 for k in &t.skipped {
                     s.push_str(&format!("{k}: skipped (forward_data but no loss file)\n\n"));
                 }
@@ -54,6 +60,7 @@ impl Renderer<Report> for MarkdownRenderer {
                         Status::Consistent => "consistent",
                         Status::Inconsistent => "**inconsistent**",
                         Status::Undetermined => "undetermined",
+                        Status::CannotJudge => "cannot judge",
                     };
                     s.push_str(&format!(
                         "| {} | {} | {verdict} | {} | {} | `{}` | {} |\n",

@@ -31,6 +31,7 @@ fn status_word(s: Status) -> &'static str {
         Status::Consistent => "consistent",
         Status::Inconsistent => "inconsistent",
         Status::Undetermined => "undetermined",
+        Status::CannotJudge => "cannot judge",
     }
 }
 
@@ -75,12 +76,18 @@ pub fn count_line(t: &TreeReport) -> String {
         _ => "losscheck".to_string(),
     };
     let cells = plural(n, "cell");
+    let doubt = of(Status::CannotJudge);
     let mut s = if bad > 0 {
         let r = ranks(Status::Inconsistent);
         format!(
             "{head}: FAIL — {bad} of {cells} inconsistent with their own inputs, in {} {}",
             if r.len() == 1 { "rank" } else { "ranks" },
             rank_ranges(&r)
+        )
+    } else if doubt > 0 {
+        format!(
+            "{head}: WARN — cannot judge {doubt} of {cells}: the conventions found reproduce only {} of this tree's own losses",
+            n - doubt - open
         )
     } else if open > 0 {
         format!("{head}: WARN — {open} of {cells} undetermined (coefficients unstated)")
@@ -97,7 +104,37 @@ pub fn count_line(t: &TreeReport) -> String {
             plural(t.skipped.len(), "cell")
         ));
     }
+    if !t.unreadable.is_empty() {
+        s.push_str(&format!("; {}", unreadable_count(t)));
+    }
     s
+}
+
+/// `2 cells could not be read (2 files, exit 2)`: a per-rank file stands for its cell, a
+/// whole-batch file (trajectory, old_log_probs) for the step.
+pub fn unreadable_count(t: &TreeReport) -> String {
+    let cells: BTreeSet<(Option<u32>, Option<u32>)> = t
+        .unreadable
+        .iter()
+        .filter(|u| u.rank.is_some())
+        .map(|u| (u.rank, u.micro))
+        .collect();
+    let whole = t.unreadable.iter().filter(|u| u.rank.is_none()).count();
+    let mut what = Vec::new();
+    if !cells.is_empty() {
+        what.push(format!("{} could not be read", plural(cells.len(), "cell")));
+    }
+    if whole > 0 {
+        what.push(format!(
+            "{} could not be read",
+            plural(whole, "whole-batch file")
+        ));
+    }
+    format!(
+        "{} ({}, exit 2)",
+        what.join(", "),
+        plural(t.unreadable.len(), "file")
+    )
 }
 
 /// What the cell's line says after `rank R micro M FILE: `.
@@ -132,7 +169,7 @@ impl TableRenderer {
                 word = match v.status {
                     Status::Consistent => word.fg(Color::Green),
                     Status::Inconsistent => word.fg(Color::Red),
-                    Status::Undetermined => word.fg(Color::Yellow),
+                    Status::Undetermined | Status::CannotJudge => word.fg(Color::Yellow),
                 };
             }
             table.add_row(vec![
@@ -170,6 +207,9 @@ impl TableRenderer {
                 self.width,
                 "",
             ));
+        }
+        for u in &t.unreadable {
+            s.push_str(&wrap(&format!("unreadable: {}", u.reason), self.width, ""));
         }
         for k in &t.skipped {
             s.push_str(&wrap(

@@ -1,0 +1,182 @@
+//! Is our picture of a step right? Before a side's value is called wrong, the conventions
+//! used to judge it must reproduce that side's own dumped values (issue 28): the row order
+//! of NexRL's whole-batch `old_log_probs` is settled from the data, and a side whose cells
+//! mostly do not follow under the conventions found is "cannot judge", not wrong.
+
+use crate::error::Result;
+use crate::judge::infer::{pg_fit, prep_each, resolve, Convention, Prep, Resolved, Source};
+use crate::judge::overrides::Overrides;
+use crate::judge::self_hosted::SelfHostedStep;
+use crate::judge::{CellId, Status, StepCheck, Tolerance, Verdict};
+use crate::kernels::config::{LossConfig, PolicyKind, RatioLevel};
+use crate::kernels::policy_loss::ClipParams;
+use crate::producers::layout::DumpTree;
+
+/// The self-hosted step with its `old_log_probs` row order settled from the data, and that
+/// order as a convention when it is NexRL's batch order rather than the file's.
+pub(crate) fn settled(
+    tree: &DumpTree,
+    step: i64,
+    batch: Option<SelfHostedStep>,
+) -> (Option<SelfHostedStep>, Option<Convention>) {
+    let Some(mut b) = batch else {
+        return (None, None);
+    };
+    let conv = match b.settle_old_order(tree, step) {
+        Some((true, evidence)) => Some(Convention::new(
+            "old_log_probs_order",
+            format!("nexrl-batch-order ({evidence})"),
+            None,
+            Source::Inferred,
+        )),
+        _ => None,
+    };
+    (Some(b), conv)
+}
+
+/// Check before judging (issue 28): when the conventions used reproduce fewer than half
+/// of a side's own cells (of at least 3), the picture is wrong, not the data: each
+/// inconsistent cell becomes [`Status::CannotJudge`], with what was tried (`tried`, the
+/// conventions in words). With fewer cells nothing is changed (one or two faulty cells
+/// cannot be told from a wrong picture). Returns the number of cells so changed.
+pub fn check_before_judging(verdicts: &mut [Verdict], tried: &str) -> usize {
+    let n = verdicts.len();
+    let bad = verdicts
+        .iter()
+        .filter(|v| v.status == Status::Inconsistent)
+        .count();
+    if n < 3 || bad * 2 <= n {
+        return 0;
+    }
+    for v in verdicts
+        .iter_mut()
+        .filter(|v| v.status == Status::Inconsistent)
+    {
+        v.status = Status::CannotJudge;
+        v.notes.insert(
+            0,
+            format!(
+                "cannot judge: the conventions used ({tried}) reproduce this side's own loss on \
+                 only {} of {n} cells, so the recomputation is in doubt, not this cell",
+                n - bad
+            ),
+        );
+    }
+    bad
+}
+
+/// The policy losses real producers use, tried when the preset's reproduces fewer than
+/// half of the step's dumped pg terms: PPO's clip with verl's default bounds (0.2/0.2) and
+/// DAPO's clip-higher (0.2/0.28), each with and without verl's dual clip (`clip_ratio_c`
+/// 3.0, NexRL's default: `fsdp_actor.py` reads `clip_ratio_c` with 3.0), at token level and
+/// at GSPO's sequence level (verl `compute_policy_loss_gspo`, whose own bounds are 3e-4/4e-4).
+fn policy_candidates(base: &LossConfig) -> Vec<LossConfig> {
+    let mut out = Vec::new();
+    let bounds = [(0.2, 0.2), (0.2, 0.28), (3e-4, 4e-4)];
+    for level in [RatioLevel::Token, RatioLevel::GspoToken] {
+        for (lo, hi) in bounds {
+            if level == RatioLevel::Token && lo < 0.01 {
+                continue;
+            }
+            for c in [None, Some(3.0)] {
+                let mut cfg = base.clone();
+                cfg.ratio_level = level;
+                cfg.policy = PolicyKind::Clip(ClipParams {
+                    eps_low: lo,
+                    eps_high: hi,
+                    delta: None,
+                    clip_ratio_c: c,
+                });
+                if cfg != *base {
+                    out.push(cfg);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The policy loss in words (`ppo-clip 0.2/0.28, dual clip 3, gspo-token ratio`).
+fn policy_words(cfg: &LossConfig) -> String {
+    let level = match cfg.ratio_level {
+        RatioLevel::Token => "token ratio",
+        RatioLevel::Sequence => "sequence ratio",
+        RatioLevel::GspoToken => "GSPO sequence ratio",
+    };
+    match cfg.policy {
+        PolicyKind::ImportanceSampling => format!("importance sampling, {level}"),
+        PolicyKind::Clip(p) => {
+            let mut s = format!(
+                "ppo-clip {}/{}",
+                crate::fmt::num(p.eps_low),
+                crate::fmt::num(p.eps_high)
+            );
+            if let Some(c) = p.clip_ratio_c {
+                s.push_str(&format!(", dual clip {}", crate::fmt::num(c)));
+            }
+            format!("{s}, {level}")
+        }
+    }
+}
+
+/// Check before judging, for the policy loss: when the settled conventions reproduce
+/// fewer than half of the cells' dumped pg terms (`fit` of `with_pg` cells), each of
+/// [`policy_candidates`] is tried on every cell (gathered again, one at a time) and the
+/// one reproducing the most pg terms (then the closest) is kept when it reproduces more
+/// than `fit`, with a `policy` convention saying what it explains. `None` when the
+/// policy is given by a flag or an explicit preset, or no candidate does better.
+pub(crate) fn search_policy(
+    check: &StepCheck<'_>,
+    cells: &[CellId],
+    resolved: &Resolved,
+    fit: (usize, f64),
+    given: &Overrides,
+    tol: &Tolerance,
+) -> Result<Option<(Resolved, (usize, f64))>> {
+    let flagged = given.eps_low.is_some()
+        || given.eps_high.is_some()
+        || given.clip_ratio_c.is_some()
+        || given.delta.is_some()
+        || given.ratio_level.is_some()
+        || given.preset_fixes_composition;
+    if flagged || cells.is_empty() {
+        return Ok(None);
+    }
+    let candidates = policy_candidates(&resolved.cfg);
+    let mut per_candidate: Vec<Vec<Prep>> = (0..candidates.len())
+        .map(|_| Vec::with_capacity(cells.len()))
+        .collect();
+    let mut with_pg = 0;
+    for (r, m) in cells {
+        let cell = check.gather(*r, *m)?;
+        let variants: Vec<(&LossConfig, Option<&crate::kernels::loss::LossInputs>)> =
+            candidates.iter().map(|c| (c, None)).collect();
+        let preps = prep_each(&cell, &variants, tol)?;
+        with_pg += usize::from(preps.first().is_some_and(Prep::has_pg));
+        for (list, p) in per_candidate.iter_mut().zip(preps) {
+            list.push(p);
+        }
+    }
+    if fit.0 * 2 >= with_pg {
+        return Ok(None);
+    }
+    let mut best: Option<(Resolved, (usize, f64))> = None;
+    for (c, preps) in candidates.iter().zip(&per_candidate) {
+        let r = resolve(preps, c, given, tol)?;
+        let f = pg_fit(preps, &r.cfg, tol);
+        let better = match &best {
+            Some((_, b)) => f.0 > b.0 || (f.0 == b.0 && f.1 < b.1),
+            None => f.0 > fit.0,
+        };
+        if better {
+            best = Some((r, f));
+        }
+    }
+    Ok(best.map(|(mut r, f)| {
+        let mut conv = Convention::new("policy", policy_words(&r.cfg), None, Source::Inferred);
+        conv.explained = Some(f.0);
+        conv.cells = Some(with_pg);
+        r.conventions.insert(0, conv);
+        (r, f)
+    }))
+}
