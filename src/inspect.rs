@@ -56,7 +56,7 @@ const STATS_LIMIT: usize = 50_000_000;
 
 /// Describe a dump file (value tree) or a dump folder (layout), as text for a terminal.
 pub fn inspect_path(path: &Path) -> Result<String> {
-    if path.is_dir() {
+    if crate::formats::source::is_dir(path) {
         return DumpTree::discover(path)
             .map(|t| render_layout(&t))
             .or_else(|e| stack_layout(path).ok_or(e))
@@ -93,7 +93,7 @@ pub fn inspect_path(path: &Path) -> Result<String> {
 /// The Parquet frames of a dump folder, or of one dump file inside a kind folder
 /// (`forward_data/step_000003_rank1_micro0.pt`), for `--inspect PATH --export-frames DIR`.
 pub fn frames_for_path(path: &Path, step: Option<i64>) -> Result<crate::frames::Frames> {
-    if path.is_dir() {
+    if crate::formats::source::is_dir(path) {
         let tree = DumpTree::discover(path)?;
         return crate::frames::build_frames(&tree, step);
     }
@@ -122,9 +122,7 @@ pub fn frames_for_path(path: &Path, step: Option<i64>) -> Result<crate::frames::
         rank,
         micro,
         format: FileFormat::from_path(path).unwrap_or(FileFormat::Pt),
-        size: std::fs::metadata(path)
-            .map_err(|e| crate::error::Error::io(path, e))?
-            .len(),
+        size: crate::formats::source::size(path)?,
     };
     let pairs: Vec<(&crate::producers::layout::DumpFile, &Value)> =
         if step.is_none_or(|s| s == file_step) {

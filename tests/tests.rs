@@ -17,6 +17,7 @@ mod logscan_stacks;
 mod losscheck;
 mod mismatch;
 mod nexrl_order;
+mod object_store;
 mod packed;
 mod postmortem;
 mod pt;

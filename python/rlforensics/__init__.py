@@ -41,12 +41,39 @@ __all__ = [
     "losscheck",
     "logscan",
     "mismatch",
+    "fetch_stats",
+    "dump_coords",
     "__version__",
 ]
 
 __version__: str = _native.__version__
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+
+def fetch_stats() -> dict[str, int]:
+    """Bytes of object data and requests this process has fetched from object storage
+    (``s3://``, ``gs://``, ``az://``, ``http(s)://`` paths, which every reader and command
+    here accepts; credentials and endpoint from ``AWS_*`` / ``AWS_ENDPOINT_URL``). The
+    counters only grow: take the difference around a call.
+
+    >>> sorted(fetch_stats())
+    ['bytes', 'requests']
+    """
+    return dict(_native.fetch_stats())
+
+
+def dump_coords(path: PathLike) -> tuple[str, int, int | None, int | None] | None:
+    """(kind, step, rank, micro) of a dump file from its path alone, as ``dumpdiff`` places
+    it in a tree; ``None`` for a file it sets aside. For pipelines that see one file at a
+    time (``python/examples/ray_dumpdiff.py``).
+
+    >>> dump_coords("s3://b/run/forward_data/step_000003_rank1_micro0.pt")
+    ('forward_data', 3, 1, 0)
+    >>> dump_coords("run/notes.txt") is None
+    True
+    """
+    return _native.dump_coords(os.fspath(path))
 
 
 def _frame(stream: Any) -> pl.DataFrame:

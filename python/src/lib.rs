@@ -35,7 +35,10 @@ fn read_dump(
     let frames = py
         .detach(|| {
             // A path that is not there is an I/O error naming it, not a naming complaint.
-            std::fs::metadata(&path).map_err(|e| rlforensics::Error::io(&path, e))?;
+            // (A URL, s3://…, is looked up by the reader, which names it the same way.)
+            if !rlforensics::formats::source::is_remote(&path) {
+                std::fs::metadata(&path).map_err(|e| rlforensics::Error::io(&path, e))?;
+            }
             rlforensics::inspect::frames_for_path(&path, step)
         })
         .map_err(to_py)?;
@@ -48,6 +51,28 @@ fn read_dump(
 
 /// Seconds the library alone takes to build [`read_dump`]'s frames (best of `repeats`),
 /// for the benchmark that compares the Python read with the Rust one in the same build.
+/// Bytes of object data and requests fetched from object storage (s3://, gs://, az://,
+/// http(s)://) by this process so far: `{"bytes": n, "requests": m}`. Take the difference
+/// around a call to see what it fetched.
+#[pyfunction]
+fn fetch_stats() -> BTreeMap<&'static str, u64> {
+    let s = rlforensics::formats::source::stats();
+    BTreeMap::from([("bytes", s.bytes), ("requests", s.requests)])
+}
+
+/// Where a dump file sits in its tree, from its path alone (`…/forward_data/
+/// step_000003_rank1_micro0.pt` → `("forward_data", 3, 1, 0)`): the kind folder, step,
+/// rank and micro, as `DumpTree` places it; `None` for a file it would set aside. For
+/// pipelines that receive files one by one (the Ray recipe, python/examples/).
+#[pyfunction]
+fn dump_coords(path: PathBuf) -> Option<(String, i64, Option<u32>, Option<u32>)> {
+    use rlforensics::producers::layout::{parse_stem, Kind};
+    let kind = Kind::from_dir_name(path.parent()?.file_name()?.to_str()?)?;
+    rlforensics::formats::FileFormat::from_path(&path)?;
+    let (step, rank, micro) = parse_stem(path.file_stem()?.to_str()?)?;
+    Some((kind.dir_name().to_string(), step, rank, micro))
+}
+
 #[pyfunction]
 #[pyo3(signature = (path, step=None, repeats=5))]
 fn _rust_read_dump_seconds(
@@ -128,6 +153,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RlforensicsError", m.py().get_type::<RlforensicsError>())?;
     m.add_class::<ArrowFrame>()?;
     m.add_function(wrap_pyfunction!(read_dump, m)?)?;
+    m.add_function(wrap_pyfunction!(fetch_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(dump_coords, m)?)?;
     m.add_function(wrap_pyfunction!(_rust_read_dump_seconds, m)?)?;
     m.add_function(wrap_pyfunction!(read_logs, m)?)?;
     m.add_function(wrap_pyfunction!(read_events, m)?)?;

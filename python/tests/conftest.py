@@ -26,3 +26,9 @@ def _repo_cwd(monkeypatch: pytest.MonkeyPatch) -> None:
     """Run each test from the repository root so fixture paths read as in the README."""
     monkeypatch.chdir(REPO)
     os.environ.setdefault("NO_COLOR", "1")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "slow: starts a local Ray and an S3 server (test_ray.py); deselect with -m 'not slow'"
+    )

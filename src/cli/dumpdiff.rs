@@ -130,6 +130,10 @@ struct Args {
     /// with severity = "warn") or error (a FAIL verdict or a file on one side only).
     #[arg(long, alias = "fail_on", value_enum, default_value = "error")]
     fail_on: FailOn,
+    /// Print on stderr the bytes and requests fetched from object storage (s3://, gs://,
+    /// az://, http(s):// paths; docs/storage.md), to check that only what is read is fetched.
+    #[arg(long)]
+    stats: bool,
     #[command(flatten)]
     common: CommonFlags,
 }
@@ -365,7 +369,17 @@ where
         Err(code) => return code,
     };
     let quiet = args.common.quiet;
-    match run(args, true) {
+    let stats = args.stats.then(crate::formats::source::stats);
+    let result = run(args, true);
+    if let Some(before) = stats {
+        let now = crate::formats::source::stats();
+        eprintln!(
+            "dumpdiff: fetched {} bytes of object data in {} requests",
+            now.bytes - before.bytes,
+            now.requests - before.requests
+        );
+    }
+    match result {
         Ok((text, code)) => cli::finish("dumpdiff", &text, quiet, code),
         Err(err) => cli::fail("dumpdiff", &err),
     }

@@ -117,10 +117,15 @@ pub fn check_sides(sides: &[Side], step: i64, filter: Filter) -> Result<()> {
     for (s, t) in sides.iter().zip(&trees) {
         if t.files().is_empty() {
             let mut kinds: Vec<String> = Vec::new();
-            for e in std::fs::read_dir(&t.root).map_err(|e| Error::io(&t.root, e))? {
-                let e = e.map_err(|e| Error::io(&t.root, e))?;
-                if e.path().is_dir() {
-                    kinds.push(format!("{}/", e.file_name().to_string_lossy()));
+            if crate::formats::source::is_remote(&t.root) {
+                let l = crate::formats::source::list_dir(&t.root)?;
+                kinds.extend(l.dirs.iter().map(|d| format!("{d}/")));
+            } else {
+                for e in std::fs::read_dir(&t.root).map_err(|e| Error::io(&t.root, e))? {
+                    let e = e.map_err(|e| Error::io(&t.root, e))?;
+                    if e.path().is_dir() {
+                        kinds.push(format!("{}/", e.file_name().to_string_lossy()));
+                    }
                 }
             }
             kinds.sort();

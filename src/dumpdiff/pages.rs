@@ -51,6 +51,9 @@ impl Pages {
 /// The memory map of a non-empty regular `.pt` file; `None` for any other file, which is
 /// read without a map.
 fn map_pt(path: &Path) -> Result<Option<Arc<Mmap>>> {
+    if crate::formats::source::is_remote(path) {
+        return Ok(None); // an object in a store: fetched by `read_any`, no map
+    }
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if FileFormat::from_path(path) != Some(FileFormat::Pt) || !meta.is_file() || meta.len() == 0 {
         return Ok(None);

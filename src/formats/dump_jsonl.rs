@@ -17,7 +17,11 @@ use crate::value::Value;
 /// object over several lines; anything after the object is an error at its line and
 /// column, since a dump holds exactly one object.
 pub fn read_dump_jsonl(path: &Path) -> Result<Value> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let bytes = if crate::formats::source::is_remote(path) {
+        crate::formats::source::read_cached(path)?.to_vec()
+    } else {
+        std::fs::read(path).map_err(|e| Error::io(path, e))?
+    };
     parse_dump_jsonl(path, &bytes)
 }
 

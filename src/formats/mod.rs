@@ -7,6 +7,7 @@ pub mod dump_jsonl;
 pub mod npy;
 pub mod pt;
 pub mod safetensors;
+pub mod source;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -58,10 +59,18 @@ pub(crate) type Buf = Arc<dyn AsRef<[u8]> + Send + Sync>;
 /// The bytes of `path` for a reader. Regular files are memory-mapped (an empty one is
 /// refused: a map of nothing is never a dump); a FIFO or pipe (`--inspect <(ssh host cat
 /// x.pt)`) is read to its end, since it cannot be mapped or read twice; directories,
-/// sockets and devices are refused by name before anything blocks on them.
+/// sockets and devices are refused by name before anything blocks on them. A URL
+/// ([`source::is_remote`]) is fetched whole into memory (one GET).
 pub(crate) fn open_input(path: &Path) -> Result<Buf> {
     use std::io::Read as _;
     use std::os::unix::fs::FileTypeExt as _;
+    if source::is_remote(path) {
+        let bytes = source::read_cached(path)?;
+        if bytes.is_empty() {
+            return Err(Error::format(path, Position::File, "empty object"));
+        }
+        return Ok(bytes);
+    }
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     let ft = meta.file_type();
     if let Some(what) = crate::error::not_a_file(ft) {

@@ -167,7 +167,13 @@ fn split_number(s: &str, signed: bool) -> Option<(&str, &str)> {
 impl DumpTree {
     /// Walk `root` and place every file. `root` may be the dump folder itself or a folder
     /// holding exactly one such folder (e.g. an experiment folder with `debug_dump/` inside).
+    ///
+    /// A URL (`s3://bucket/run/self_hosted`, [`crate::formats::source`]) is listed as a
+    /// folder: one LIST per level, nothing fetched.
     pub fn discover(root: &Path) -> Result<DumpTree> {
+        if crate::formats::source::is_remote(root) {
+            return Self::discover_remote(root);
+        }
         let meta = std::fs::metadata(root).map_err(|e| Error::io(root, e))?;
         if !meta.is_dir() {
             return Err(Error::format(
@@ -200,47 +206,108 @@ impl DumpTree {
                     });
                     continue;
                 }
-                let Some(format) = FileFormat::from_path(&path) else {
-                    unrecognised.push(Unrecognised {
-                        path,
-                        reason: "unknown extension".into(),
-                    });
-                    continue;
+                let size = || {
+                    std::fs::metadata(&path)
+                        .map(|m| m.len())
+                        .map_err(|e| Error::io(&path, e))
                 };
-                let stem = name.rsplit_once('.').map_or(name.as_str(), |(s, _)| s);
-                let Some((step, rank, micro)) = parse_stem(stem) else {
-                    unrecognised.push(Unrecognised {
-                        path,
-                        reason: "name is not step_N[_rankR][_microM]".into(),
-                    });
-                    continue;
-                };
-                let size = std::fs::metadata(&path)
-                    .map_err(|e| Error::io(&path, e))?
-                    .len();
-                files.push(DumpFile {
-                    path,
+                place(
                     kind,
-                    step,
-                    rank,
-                    micro,
-                    format,
+                    &name,
+                    path.clone(),
                     size,
-                });
+                    &mut files,
+                    &mut unrecognised,
+                )?;
             }
         }
+        Ok(Self::assemble(dump_root, files, unrecognised))
+    }
+
+    /// [`DumpTree::discover`] of a prefix in an object store: the same placing rules, the
+    /// listings of [`crate::formats::source::list_dir`] for `read_dir`.
+    fn discover_remote(root: &Path) -> Result<DumpTree> {
+        use crate::formats::source;
+        let top = source::list_dir(root)?;
+        if top.is_empty() {
+            return Err(match source::head_size(root)? {
+                Some(_) => Error::format(
+                    root,
+                    Position::File,
+                    "expected a dump folder (holding trajectory/, forward_data/, loss/ …), \
+                     found an object",
+                ),
+                None => Error::input(root, "no such object or prefix in the store"),
+            });
+        }
+        let is_kind = |d: &String| Kind::from_dir_name(d).is_some();
+        let (dump_root, listing) = if top.dirs.iter().any(is_kind) {
+            (root.to_path_buf(), top)
+        } else {
+            let mut candidates = Vec::new();
+            for d in &top.dirs {
+                let p = root.join(d);
+                let l = source::list_dir(&p)?;
+                if l.dirs.iter().any(is_kind) {
+                    candidates.push((p, l));
+                }
+            }
+            match candidates.len() {
+                1 => candidates.remove(0),
+                0 => return Err(no_dump_folders(root)),
+                _ => {
+                    let paths: Vec<PathBuf> = candidates.into_iter().map(|c| c.0).collect();
+                    return Err(several_trees(root, &paths));
+                }
+            }
+        };
+        let mut files = Vec::new();
+        let mut unrecognised = Vec::new();
+        for kind in Kind::ALL {
+            if !listing.dirs.iter().any(|d| d == kind.dir_name()) {
+                continue;
+            }
+            let dir = dump_root.join(kind.dir_name());
+            let l = source::list_dir(&dir)?;
+            for d in l.dirs.iter().filter(|d| !d.starts_with('.')) {
+                unrecognised.push(Unrecognised {
+                    path: dir.join(d),
+                    reason: "not a regular file".into(),
+                });
+            }
+            for (name, size) in l.files.into_iter().filter(|f| !f.0.starts_with('.')) {
+                let path = dir.join(&name);
+                place(
+                    kind,
+                    &name,
+                    path,
+                    || Ok(size),
+                    &mut files,
+                    &mut unrecognised,
+                )?;
+            }
+        }
+        Ok(Self::assemble(dump_root, files, unrecognised))
+    }
+
+    /// The tree of the files placed under `root`, sorted, its producer told.
+    fn assemble(
+        root: PathBuf,
+        mut files: Vec<DumpFile>,
+        mut unrecognised: Vec<Unrecognised>,
+    ) -> DumpTree {
         files.sort_by(|a, b| {
             (a.kind, a.step, a.rank, a.micro, a.format)
                 .cmp(&(b.kind, b.step, b.rank, b.micro, b.format))
         });
         unrecognised.sort_by(|a, b| a.path.cmp(&b.path));
         let producer = identify_producer(&files);
-        Ok(DumpTree {
-            root: dump_root,
+        DumpTree {
+            root,
             producer,
             files,
             unrecognised,
-        })
+        }
     }
 
     /// The tree without the files in `paths` (e.g. files found unreadable, so that
@@ -341,27 +408,75 @@ fn find_dump_root(root: &Path) -> Result<PathBuf> {
     }
     match candidates.len() {
         1 => Ok(candidates.remove(0)),
-        0 => Err(Error::format(
-            root,
-            Position::File,
-            format!(
-                "no dump folders found: expected one of {} here or one level below",
-                Kind::ALL.map(Kind::dir_name).join(", ")
-            ),
-        )),
-        _ => Err(Error::format(
-            root,
-            Position::File,
-            format!(
-                "several dump trees below this folder ({}); pass one of them",
-                candidates
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        )),
+        0 => Err(no_dump_folders(root)),
+        _ => Err(several_trees(root, &candidates)),
     }
+}
+
+/// `root` holds no kind folder, nor does any folder one level below.
+fn no_dump_folders(root: &Path) -> Error {
+    Error::format(
+        root,
+        Position::File,
+        format!(
+            "no dump folders found: expected one of {} here or one level below",
+            Kind::ALL.map(Kind::dir_name).join(", ")
+        ),
+    )
+}
+
+/// Several folders below `root` hold kind folders.
+fn several_trees(root: &Path, candidates: &[PathBuf]) -> Error {
+    Error::format(
+        root,
+        Position::File,
+        format!(
+            "several dump trees below this folder ({}); pass one of them",
+            candidates
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    )
+}
+
+/// Place the file `name` (at `path`, in `kind`'s folder) by its extension and stem, or set
+/// it aside with the reason; `size` is asked only of a placed file.
+fn place(
+    kind: Kind,
+    name: &str,
+    path: PathBuf,
+    size: impl FnOnce() -> Result<u64>,
+    files: &mut Vec<DumpFile>,
+    unrecognised: &mut Vec<Unrecognised>,
+) -> Result<()> {
+    let Some(format) = FileFormat::from_path(&path) else {
+        unrecognised.push(Unrecognised {
+            path,
+            reason: "unknown extension".into(),
+        });
+        return Ok(());
+    };
+    let stem = name.rsplit_once('.').map_or(name, |(s, _)| s);
+    let Some((step, rank, micro)) = parse_stem(stem) else {
+        unrecognised.push(Unrecognised {
+            path,
+            reason: "name is not step_N[_rankR][_microM]".into(),
+        });
+        return Ok(());
+    };
+    let size = size()?;
+    files.push(DumpFile {
+        path,
+        kind,
+        step,
+        rank,
+        micro,
+        format,
+        size,
+    });
+    Ok(())
 }
 
 /// Tell the producer from the distinctive kinds present (files, not folders: NexRL's

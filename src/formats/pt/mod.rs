@@ -29,6 +29,10 @@ use crate::formats::Buf;
 /// A regular file is memory-mapped and its pickle's pages are handed back to the kernel
 /// as the unpickler moves past them (see [`read_pt_map`]); a pipe is read whole.
 pub fn read_pt(path: &Path) -> Result<Value> {
+    if crate::formats::source::is_remote(path) {
+        let buf = crate::formats::open_input(path)?;
+        return read_pt_bytes(buf).map_err(|e| e.in_file(path));
+    }
     let meta = std::fs::metadata(path).map_err(|e| crate::error::Error::io(path, e))?;
     if meta.is_file() && meta.len() > 0 {
         let file = std::fs::File::open(path).map_err(|e| crate::error::Error::io(path, e))?;
