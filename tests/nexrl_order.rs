@@ -4,6 +4,7 @@
 //! `fixtures/gen/make_nexrl_order.py` (same numbers, other row order): both tools must
 //! judge them exactly as the originals, and say which order they found.
 
+use crate::support::losscheck_json as losscheck;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -51,19 +52,6 @@ fn flagged(report: &Json) -> BTreeSet<(String, u64, u64)> {
                 })
         })
         .collect()
-}
-
-fn losscheck(tree: &Path) -> (i32, Json) {
-    let out = Command::cargo_bin("losscheck")
-        .unwrap()
-        .args(["--format", "json", "--dump-dir"])
-        .arg(tree)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap(),
-        serde_json::from_slice(&out.stdout).unwrap(),
-    )
 }
 
 #[test]

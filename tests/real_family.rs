@@ -6,6 +6,7 @@
 //! NexRL's token-mean entropy beside another pg aggregation, any pad id, and NexRL's
 //! 1-token-prompt layout against a response-aligned one.
 
+use crate::support::losscheck_json as losscheck;
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
@@ -17,19 +18,6 @@ fn seed(n: u32) -> PathBuf {
 
 fn truth(n: u32) -> Json {
     serde_json::from_str(&std::fs::read_to_string(seed(n).join("truth.json")).unwrap()).unwrap()
-}
-
-fn losscheck(tree: &Path) -> (i32, Json) {
-    let out = Command::cargo_bin("losscheck")
-        .unwrap()
-        .args(["--format", "json", "--dump-dir"])
-        .arg(tree)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap(),
-        serde_json::from_slice(&out.stdout).unwrap(),
-    )
 }
 
 /// Every cell consistent (exit 0), and the convention `name` inferred with a value that

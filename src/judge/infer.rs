@@ -491,20 +491,7 @@ pub fn resolve(
         // nex-agi/NexRL@6860191); when no one mode settles the terms jointly, each term
         // settles its own
         let split = |entropy: bool| -> Option<AggMode> {
-            let scored: Vec<(AggMode, usize)> = candidates
-                .iter()
-                .map(|m| {
-                    let n = preps
-                        .iter()
-                        .map(|p| explains_term(p, *m, tol, entropy).0)
-                        .sum::<usize>();
-                    (*m, n)
-                })
-                .collect();
-            let total: usize = preps
-                .iter()
-                .map(|p| explains_term(p, AggMode::TokenMean, tol, entropy).1)
-                .sum();
+            let (scored, total) = prep::term_scores(preps, &candidates, tol, entropy);
             settle(&scored, total).map(|s| s.mode)
         };
         let mut c = match settle(&scored, terms_total + kl_total) {

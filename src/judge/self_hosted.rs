@@ -371,33 +371,40 @@ impl SelfHostedStep {
             .filter_map(|f| Some((f.rank?, f.micro?)))
             .take(3)
             .collect();
-        // mean |current − old| over every valid token of the cells, under one order
-        let mut gap = |order: Option<Vec<usize>>| -> Option<f64> {
-            self.old_of_traj = order;
-            let (mut sum, mut n) = (0.0, 0usize);
-            for (r, m) in &cells {
-                let mi = self.micro_inputs(tree, step, *r, *m).ok()?;
-                let lp = mi
-                    .inputs
-                    .log_probs
-                    .flatten_all()
-                    .ok()?
-                    .to_vec1::<f64>()
-                    .ok()?;
-                let old = mi.inputs.old_log_probs.as_ref()?;
-                let old = old.flatten_all().ok()?.to_vec1::<f64>().ok()?;
-                let mask = mi.inputs.mask.flatten_all().ok()?.to_vec1::<f64>().ok()?;
-                for ((a, b), w) in lp.iter().zip(&old).zip(&mask) {
-                    if *w != 0.0 && a.is_finite() && b.is_finite() {
-                        sum += (a - b).abs();
-                        n += 1;
+        // mean |current − old| over every valid token of the cells, under each order: each
+        // cell read once (its rows' trajectories do not depend on the order), the old row
+        // of each trajectory then looked up under the file's order and under NexRL's
+        self.old_of_traj = None;
+        let mut sums = [(0.0, 0usize); 2];
+        let mut read_all = true;
+        for (r, m) in &cells {
+            let Ok(mi) = self.micro_inputs(tree, step, *r, *m) else {
+                read_all = false;
+                break;
+            };
+            let (Ok(lp), Ok(mask)) = (
+                crate::kernels::to_f64_vec(&mi.inputs.log_probs),
+                crate::kernels::to_f64_vec(&mi.inputs.mask),
+            ) else {
+                read_all = false;
+                break;
+            };
+            let t = lp.len() / mi.trajectory_rows.len().max(1);
+            for (row, i) in mi.trajectory_rows.iter().enumerate() {
+                for (k, old_row) in [*i, sorted[*i]].into_iter().enumerate() {
+                    let old = self.old.row(old_row, self.cols);
+                    for c in 0..t.min(old.len()) {
+                        let (a, w) = (lp[row * t + c], mask[row * t + c]);
+                        if w != 0.0 && a.is_finite() && old[c].is_finite() {
+                            sums[k].0 += (a - old[c]).abs();
+                            sums[k].1 += 1;
+                        }
                     }
                 }
             }
-            (n > 0).then(|| sum / n as f64)
-        };
-        let file_gap = gap(None);
-        let batch_gap = gap(Some(sorted.clone()));
+        }
+        let gap = |(sum, n): (f64, usize)| (read_all && n > 0).then(|| sum / n as f64);
+        let (file_gap, batch_gap) = (gap(sums[0]), gap(sums[1]));
         // NexRL's order only when it clearly fits better: half the file order's gap or less
         // (rows in an order neither explains leave both gaps alike and large)
         let batch_wins = match (file_gap, batch_gap) {

@@ -196,25 +196,43 @@ pub(super) fn explains_agg(p: &Prep, mode: AggMode, tol: &Tolerance) -> (usize, 
 /// [`crate::conventions::aggregation::settle`]): NexRL's masked_mean entropy beside
 /// another pg mode.
 pub(super) fn entropy_mode(preps: &[Prep], in_use: AggMode, tol: &Tolerance) -> Option<AggMode> {
-    let modes = [
-        AggMode::TokenMean,
-        AggMode::SeqMeanTokenSum,
-        AggMode::SeqMeanTokenMean,
-    ];
-    let hits =
-        |m: AggMode| -> usize { preps.iter().map(|p| explains_term(p, m, tol, true).0).sum() };
-    let total: usize = preps
-        .iter()
-        .map(|p| explains_term(p, AggMode::TokenMean, tol, true).1)
-        .sum();
     // the mode in use first: it wins ties
-    let mut scored: Vec<(AggMode, usize)> = vec![(in_use, hits(in_use))];
-    scored.extend(
-        modes
-            .iter()
-            .filter(|m| **m != in_use)
-            .map(|m| (*m, hits(*m))),
+    let mut modes = vec![in_use];
+    modes.extend(
+        [
+            AggMode::TokenMean,
+            AggMode::SeqMeanTokenSum,
+            AggMode::SeqMeanTokenMean,
+        ]
+        .into_iter()
+        .filter(|m| *m != in_use),
     );
+    let (scored, total) = term_scores(preps, &modes, tol, true);
     let s = crate::conventions::aggregation::settle(&scored, total)?;
     (s.mode != in_use && scored[0].1 * 2 < total).then_some(s.mode)
+}
+
+/// How many of the cells' pg terms (`entropy` false) or entropy terms each of `modes`
+/// reproduces, and how many such terms the cells dump.
+pub(super) fn term_scores(
+    preps: &[Prep],
+    modes: &[AggMode],
+    tol: &Tolerance,
+    entropy: bool,
+) -> (Vec<(AggMode, usize)>, usize) {
+    let scored = modes
+        .iter()
+        .map(|m| {
+            let n = preps
+                .iter()
+                .map(|p| explains_term(p, *m, tol, entropy).0)
+                .sum();
+            (*m, n)
+        })
+        .collect();
+    let total = preps
+        .iter()
+        .map(|p| explains_term(p, AggMode::TokenMean, tol, entropy).1)
+        .sum();
+    (scored, total)
 }
