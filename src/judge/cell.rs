@@ -479,11 +479,14 @@ fn recomputed_terms(
         0.0
     };
     let loss = f(&out.loss)?;
-    let loss_extra = pg_extra
-        + ec.abs() * entropy_extra
-        + LAMBDA * unc.entropy_coeff * entropy.unwrap_or(0.0).abs()
-        + kc.abs() * kl_extra
-        + LAMBDA * unc.kl_coef * kl.unwrap_or(0.0).abs()
+    // a scaled total (verl's loss_scale_factor) carries its terms' rounding scaled
+    let scale = cfg.loss_scale.factor(b).unwrap_or(1.0).abs();
+    let loss_extra = scale
+        * (pg_extra
+            + ec.abs() * entropy_extra
+            + LAMBDA * unc.entropy_coeff * entropy.unwrap_or(0.0).abs()
+            + kc.abs() * kl_extra
+            + LAMBDA * unc.kl_coef * kl.unwrap_or(0.0).abs())
         + 4.0 * 2f64.powi(-24) * loss.abs();
     Ok(Terms {
         loss,

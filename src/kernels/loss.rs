@@ -19,7 +19,8 @@ use super::{clamp_torch, dims2, same_shape, to_f64, KResult, KernelError};
 
 /// The shared types, where callers have always found them (defined in [`super::config`]).
 pub use super::config::{
-    KlPlacement, KlTerm, LossConfig, LossInputs, LossOutput, Metrics, PolicyKind, RatioLevel,
+    KlPlacement, KlTerm, LossConfig, LossInputs, LossOutput, LossScale, Metrics, PolicyKind,
+    RatioLevel,
 };
 
 struct Prepared {
@@ -158,6 +159,10 @@ fn run(p: &Prepared, cfg: &LossConfig) -> KResult<LossOutput> {
             loss = (loss - el.affine(cfg.entropy_coeff, 0.0)?)?;
         }
         entropy_loss = Some(el);
+    }
+    // the producer's factor on the total (verl's loss_scale_factor), rows = B
+    if let Some(f) = cfg.loss_scale.factor(p.mask.dims()[0]) {
+        loss = loss.affine(f, 0.0)?;
     }
     Ok(LossOutput {
         loss,

@@ -113,6 +113,7 @@ pub fn prep_each(
                     && intermediates_follow(cell.per_token.as_ref(), &elem, &mask, tol, &slack);
             Ok(Prep {
                 t,
+                rows: b,
                 pg_r,
                 ent_r,
                 kl_r: kl_r.clone(),
