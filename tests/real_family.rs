@@ -266,3 +266,23 @@ fn a_temperature_on_one_side_only_is_named_in_the_diagnosis() {
     );
     assert!(!line("rank 1 micro 0:").contains("temperature"));
 }
+
+#[test]
+fn truncated_importance_weights_against_dumped_rollout_log_probs_are_found() {
+    // seed 39: the weaver multiplies its pg loss elements by verl's token-level TIS weights
+    // min(exp(old − rollout_log_probs), 2) and dumps rollout_log_probs; the self-hosted side
+    // has no rollout log-probs (NexRL's serializer drops them) and no weights
+    let t = truth(39);
+    assert_eq!(t["conventions"]["tis"], true);
+    assert_eq!(t["conventions"]["rollout_log_probs_dumped"], true);
+    assert_eq!(t["conventions"]["tis_cap"], 2.0);
+    consistent_with(
+        39,
+        "weaver_pt",
+        "policy",
+        "ppo-clip 0.2/0.2, token ratio, importance weights against rollout_log_probs (TIS, cap 2)",
+    );
+    let (code, r) = losscheck(&seed(39).join("self_hosted_pt"));
+    assert_eq!(code, 0, "{r}");
+    assert!(!r["conventions"].to_string().contains("TIS"), "{}", r["conventions"]);
+}

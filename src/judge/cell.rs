@@ -176,6 +176,10 @@ pub fn gather_weaver(tree: &DumpTree, step: i64, rank: u32, micro: u32) -> Resul
         advantages: required(tb.advantages.as_ref(), path, weaver::ADVANTAGES)?,
         mask,
         entropy,
+        rollout_log_probs: tb
+            .log_probs(LogProbSource::Rollout)
+            .map(candle_of)
+            .transpose()?,
     };
     let vec_of = |t: Option<&crate::model::step::TokenTensor>| -> Result<Option<Vec<f64>>> {
         match t {

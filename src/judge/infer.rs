@@ -499,7 +499,12 @@ pub fn resolve(
             let (scored, total) = prep::term_scores(preps, &candidates, tol, entropy);
             settle(&scored, total).map(|s| s.mode)
         };
-        let mut c = match settle(&scored, terms_total + kl_total) {
+        // a joint mode gives way to a split one that reproduces more terms (a mere tie)
+        let joint = settle(&scored, terms_total + kl_total).filter(|s| {
+            !matches!((split(false), split(true)), (Some(pg), Some(e))
+                if e != pg && prep::hits(preps, (pg, e), tol) > prep::hits(preps, (s.mode, s.mode), tol))
+        });
+        let mut c = match joint {
             Some(s) => {
                 cfg.agg = s.mode;
                 Convention::new("agg", s.mode.name(), None, Source::Inferred)

@@ -196,6 +196,7 @@ mod tests {
                 advantages: Tensor::from_vec(ADV.to_vec(), 2, &Device::Cpu).unwrap(),
                 mask: t(&MASK),
                 entropy: Some(t(&ENT)),
+                rollout_log_probs: None,
             },
             entropy_dtype: None,
             logprob_dtype: None,

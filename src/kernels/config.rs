@@ -116,6 +116,15 @@ pub struct LossConfig {
     /// written when one).
     #[serde(skip_serializing_if = "LossScale::is_one")]
     pub loss_scale: LossScale,
+    /// Truncated importance sampling against the rollout engine's log-probs, token level,
+    /// with this cap: per token `w = min(exp(clamp(old − rollout, ±20)) · mask, cap)`
+    /// multiplies the pg loss element before aggregation (verl 0.9.1
+    /// `rollout_corr_helper.py` `compute_rollout_correction_weights(rollout_is="token",
+    /// rollout_is_threshold=cap)`, applied as `pg_losses * rollout_is_weights` in
+    /// `core_algos.py` `compute_policy_loss_vanilla`/`_gspo`). Needs
+    /// [`LossInputs::rollout_log_probs`]. `None` in every preset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout_is: Option<f64>,
 }
 
 /// Dumped inputs of one micro-batch. `log_probs`, `old_log_probs`, `ref_log_probs`,
@@ -135,6 +144,9 @@ pub struct LossInputs {
     pub mask: Tensor,
     /// Per-token entropy `[B, T]` for the entropy bonus and metric.
     pub entropy: Option<Tensor>,
+    /// The rollout engine's log-probs `[B, T]` (verl `rollout_log_probs`), for
+    /// [`LossConfig::rollout_is`]'s importance weights.
+    pub rollout_log_probs: Option<Tensor>,
 }
 
 /// Scalar metrics of a loss computation, each under its framework's name and convention.

@@ -95,6 +95,7 @@ pub fn preset(name: &str) -> KResult<LossConfig> {
         advantage: TRL_ADV,
         precision: Precision::F64,
         loss_scale: LossScale::One,
+        rollout_is: None,
     };
     let cfg = match name {
         "trl-grpo" => base,

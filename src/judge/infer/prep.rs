@@ -213,6 +213,13 @@ pub(super) fn entropy_mode(preps: &[Prep], in_use: AggMode, tol: &Tolerance) -> 
     (s.mode != in_use && scored[0].1 * 2 < total).then_some(s.mode)
 }
 
+/// The terms reproduced with every cell's pg term under `pg` and its entropy term under
+/// `ent`.
+pub(super) fn hits(preps: &[Prep], (pg, ent): (AggMode, AggMode), tol: &Tolerance) -> usize {
+    let of = |m: AggMode, e: bool| term_scores(preps, &[m], tol, e).0[0].1;
+    of(pg, false) + of(ent, true)
+}
+
 /// How many of the cells' pg terms (`entropy` false) or entropy terms each of `modes`
 /// reproduces, and how many such terms the cells dump.
 pub(super) fn term_scores(

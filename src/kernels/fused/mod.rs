@@ -45,8 +45,8 @@ pub(super) use row::BASELINE_ONLY;
 /// the candle path must refuse with its own message: wrong shapes, a missing reference,
 /// a bad `clip_ratio_c`); the caller then runs the candle path.
 pub fn compute_fused(inp: &LossInputs, cfg: &LossConfig) -> KResult<Option<LossOutput>> {
-    // a scaled total (verl's loss_scale_factor) is the candle path's
-    if cfg.loss_scale != LossScale::One {
+    // a scaled total (verl's loss_scale_factor) and importance weights are the candle path's
+    if cfg.loss_scale != LossScale::One || cfg.rollout_is.is_some() {
         return Ok(None);
     }
     let out = match cfg.precision.dtype() {
@@ -63,7 +63,7 @@ pub fn compute_fused_with_grad(
     inp: &LossInputs,
     cfg: &LossConfig,
 ) -> KResult<Option<(LossOutput, Tensor)>> {
-    if cfg.loss_scale != LossScale::One {
+    if cfg.loss_scale != LossScale::One || cfg.rollout_is.is_some() {
         return Ok(None);
     }
     let out = match cfg.precision.dtype() {
