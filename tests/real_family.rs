@@ -284,5 +284,36 @@ fn truncated_importance_weights_against_dumped_rollout_log_probs_are_found() {
     );
     let (code, r) = losscheck(&seed(39).join("self_hosted_pt"));
     assert_eq!(code, 0, "{r}");
-    assert!(!r["conventions"].to_string().contains("TIS"), "{}", r["conventions"]);
+    assert!(
+        !r["conventions"].to_string().contains("TIS"),
+        "{}",
+        r["conventions"]
+    );
+}
+
+#[test]
+fn a_cell_computing_its_own_ratio_level_is_consistent_and_named() {
+    // seed 9, weaver: the step uses GSPO's sequence ratio; rank 1 micro 0 computes a token
+    // ratio (consistently with its own inputs: losscheck says so and names the ratio level);
+    // rank 0 micro 0's bf16 log-probs round every token of its rows, and GSPO's one ratio per
+    // row carries the row's rounding (it was called inconsistent at one token before)
+    let (code, r) = losscheck(&seed(9).join("weaver_pt"));
+    assert_eq!(code, 0, "{r}");
+    let verdicts = r["verdicts"].as_array().unwrap();
+    assert!(verdicts.iter().all(|v| v["status"] == "consistent"), "{r}");
+    let notes = |rank: u64, micro: u64| {
+        verdicts
+            .iter()
+            .find(|v| v["rank"] == rank && v["micro"] == micro)
+            .unwrap()["notes"]
+            .to_string()
+    };
+    let own = notes(1, 0);
+    assert!(
+        own.contains(
+            "ratio level: token ratio where the step's other cells use GSPO sequence ratio"
+        ),
+        "{own}"
+    );
+    assert!(!notes(0, 0).contains("ratio level"), "{}", notes(0, 0));
 }

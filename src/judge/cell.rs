@@ -366,6 +366,10 @@ pub fn judge(cell: &Cell, cfg: &LossConfig, tol: &Tolerance, unc: Uncertainty) -
         None => vec![0.0; lp.len()],
     };
     let slack = crate::judge::terms::logprob_slack(&lp, &old, cell.logprob_dtype);
+    let slack = match cfg.ratio_level {
+        crate::kernels::loss::RatioLevel::Token => slack,
+        _ => crate::judge::terms::sequence_slack(&slack, &m, t),
+    };
     let mut first_divergence = None;
     if let Some(d) = &cell.ratio {
         let ours = to_f64_vec(&out.ratio).map_err(|e| kerr(path, e))?;

@@ -70,7 +70,7 @@ pub fn check_before_judging(verdicts: &mut [Verdict], tried: &str) -> usize {
 /// DAPO's clip-higher (0.2/0.28), each with and without verl's dual clip (`clip_ratio_c`
 /// 3.0, NexRL's default: `fsdp_actor.py` reads `clip_ratio_c` with 3.0), at token level and
 /// at GSPO's sequence level (verl `compute_policy_loss_gspo`, whose own bounds are 3e-4/4e-4).
-fn policy_candidates(base: &LossConfig, rollout: bool) -> Vec<LossConfig> {
+pub(super) fn policy_candidates(base: &LossConfig, rollout: bool) -> Vec<LossConfig> {
     let mut out = Vec::new();
     // with the rollout engine's log-probs dumped, verl's truncated importance sampling
     // (token level, its default cap 2) is tried on each policy too
@@ -107,13 +107,36 @@ fn policy_candidates(base: &LossConfig, rollout: bool) -> Vec<LossConfig> {
     out
 }
 
-/// The policy loss in words (`ppo-clip 0.2/0.28, dual clip 3, gspo-token ratio`).
-fn policy_words(cfg: &LossConfig) -> String {
-    let level = match cfg.ratio_level {
+/// A ratio level in words.
+pub(super) fn level_words(level: RatioLevel) -> &'static str {
+    match level {
         RatioLevel::Token => "token ratio",
         RatioLevel::Sequence => "sequence ratio",
         RatioLevel::GspoToken => "GSPO sequence ratio",
-    };
+    }
+}
+
+/// The clip of a policy loss in words (`ppo-clip 0.2/0.28, dual clip 3`).
+pub(super) fn clip_words(cfg: &LossConfig) -> String {
+    match cfg.policy {
+        PolicyKind::ImportanceSampling => "no clip (importance sampling)".into(),
+        PolicyKind::Clip(p) => {
+            let mut s = format!(
+                "ppo-clip {}/{}",
+                crate::fmt::num(p.eps_low),
+                crate::fmt::num(p.eps_high)
+            );
+            if let Some(c) = p.clip_ratio_c {
+                s.push_str(&format!(", dual clip {}", crate::fmt::num(c)));
+            }
+            s
+        }
+    }
+}
+
+/// The policy loss in words (`ppo-clip 0.2/0.28, dual clip 3, gspo-token ratio`).
+pub(super) fn policy_words(cfg: &LossConfig) -> String {
+    let level = level_words(cfg.ratio_level);
     let tis = match cfg.rollout_is {
         Some(cap) => format!(
             ", importance weights against rollout_log_probs (TIS, cap {})",

@@ -101,16 +101,22 @@ pub fn prep_each(
         None => vec![0.0; lp.len()],
     };
     let slack = crate::judge::terms::logprob_slack(&lp, &old, cell.logprob_dtype);
+    let seq_slack = crate::judge::terms::sequence_slack(&slack, &mask, t);
     outs.iter()
-        .map(|out| {
+        .zip(variants)
+        .map(|(out, (cfg, _))| {
+            let slack = match cfg.ratio_level {
+                crate::kernels::loss::RatioLevel::Token => &slack,
+                _ => &seq_slack,
+            };
             let elem = v(&out.per_token_loss)?;
             let lp_w = |x: &[f64], w: &[f64]| {
                 crate::judge::terms::logprob_rounding(x, &lp, &old, w, cell.logprob_dtype)
             };
             let pg_r = table(&elem, &|x, w| f32_compute(x, w, 4.0) + lp_w(x, w));
             let follows = cell.ratio.is_none() && cell.per_token.is_none()
-                || intermediates_follow(cell.ratio.as_ref(), &v(&out.ratio)?, &mask, tol, &slack)
-                    && intermediates_follow(cell.per_token.as_ref(), &elem, &mask, tol, &slack);
+                || intermediates_follow(cell.ratio.as_ref(), &v(&out.ratio)?, &mask, tol, slack)
+                    && intermediates_follow(cell.per_token.as_ref(), &elem, &mask, tol, slack);
             Ok(Prep {
                 t,
                 rows: b,
