@@ -16,6 +16,24 @@ fn seed(n: u32) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/scenarios/real-seed-{n}"))
 }
 
+/// dumpdiff's JSON report of seed `n`'s two trees, with its exit code.
+fn dumpdiff(n: u32) -> (Option<i32>, Json) {
+    let out = Command::cargo_bin("dumpdiff")
+        .unwrap()
+        .current_dir(seed(n))
+        .args([
+            "--self-hosted-dir",
+            "self_hosted_pt",
+            "--weaver-dir",
+            "weaver_pt",
+        ])
+        .args(["--step", "0", "--format", "json"])
+        .output()
+        .unwrap();
+    let r = serde_json::from_slice(&out.stdout).unwrap();
+    (out.status.code(), r)
+}
+
 fn truth(n: u32) -> Json {
     serde_json::from_str(&std::fs::read_to_string(seed(n).join("truth.json")).unwrap()).unwrap()
 }
@@ -118,17 +136,8 @@ fn a_pad_id_other_than_0_and_nexrls_layout_leave_a_clean_step_clean() {
     assert_eq!(t["conventions"]["pad_id"], 2);
     assert_eq!(t["conventions"]["padding_side"], "nexrl-right");
     assert_eq!(t["faults"].as_array().unwrap().len(), 0);
-    let d = seed(62);
-    let out = Command::cargo_bin("dumpdiff")
-        .unwrap()
-        .args(["--step", "0", "--format", "json", "--self-hosted-dir"])
-        .arg(d.join("self_hosted_pt"))
-        .arg("--weaver-dir")
-        .arg(d.join("weaver_pt"))
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0));
-    let r: Json = serde_json::from_slice(&out.stdout).unwrap();
+    let (code, r) = dumpdiff(62);
+    assert_eq!(code, Some(0));
     assert_eq!(r["verdict"], "pass");
     let notes: Vec<&str> = r["conventions"]
         .as_array()
@@ -234,20 +243,8 @@ fn a_temperature_on_one_side_only_is_named_in_the_diagnosis() {
         .collect();
     assert!(kinds.contains(&("temperature".into(), 0, 0)), "{kinds:?}");
     assert!(kinds.contains(&("token_ratio".into(), 1, 0)), "{kinds:?}");
-    let out = Command::cargo_bin("dumpdiff")
-        .unwrap()
-        .current_dir(seed(9))
-        .args([
-            "--self-hosted-dir",
-            "self_hosted_pt",
-            "--weaver-dir",
-            "weaver_pt",
-        ])
-        .args(["--step", "0", "--format", "json"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let r: Json = serde_json::from_slice(&out.stdout).unwrap();
+    let (code, r) = dumpdiff(9);
+    assert_eq!(code, Some(1));
     let line = |prefix: &str| {
         r["diagnosis"]
             .as_array()
@@ -324,20 +321,8 @@ fn dumpdiff_compares_a_scaled_total_unscaled_and_keeps_a_fault() {
     // side dumps it unscaled. Every cell's loss.loss agrees once unscaled, except rank 0
     // micro 0, whose weaver old_log_probs are stale (the truth's fault): that one still
     // differs, and says so with both unscaled values.
-    let out = Command::cargo_bin("dumpdiff")
-        .unwrap()
-        .current_dir(seed(3))
-        .args([
-            "--self-hosted-dir",
-            "self_hosted_pt",
-            "--weaver-dir",
-            "weaver_pt",
-        ])
-        .args(["--step", "0", "--format", "json"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let r: Json = serde_json::from_slice(&out.stdout).unwrap();
+    let (code, r) = dumpdiff(3);
+    assert_eq!(code, Some(1));
     let loss = r["sections"]
         .as_array()
         .unwrap()
@@ -372,14 +357,7 @@ fn a_pad_id_shown_by_one_side_pairs_the_others_rows_too() {
     // datum rows (tokens[:-1]) keep one trailing pad at most, so only the self-hosted file
     // shows it as a pad. Every row of every cell is paired by content (before: rows of
     // three cells stayed unpaired and were flagged).
-    let out = Command::cargo_bin("dumpdiff")
-        .unwrap()
-        .current_dir(seed(2))
-        .args(["--self-hosted-dir", "self_hosted_pt", "--weaver-dir", "weaver_pt"])
-        .args(["--step", "0", "--format", "json"])
-        .output()
-        .unwrap();
-    let r: Json = serde_json::from_slice(&out.stdout).unwrap();
+    let (_, r) = dumpdiff(2);
     assert_eq!(truth(2)["conventions"]["pad_id"], 128001);
     let unpaired: Vec<String> = r["sections"]
         .as_array()
@@ -391,4 +369,22 @@ fn a_pad_id_shown_by_one_side_pairs_the_others_rows_too() {
         .map(|x| x["reason"].to_string())
         .collect();
     assert!(unpaired.is_empty(), "{unpaired:?}");
+}
+
+#[test]
+fn ranks_with_different_micro_counts_miss_no_param_file() {
+    // seed 43: dynamic batch size gives rank 0 one micro and the other ranks two; the
+    // weaver writes param/gradient per micro of each rank. Before: rank 0's missing
+    // "micro 1" param and gradient were reported (the micros of every rank were expected
+    // of each).
+    let (_, r) = dumpdiff(43);
+    assert_eq!(r["coverage"], serde_json::json!([]), "{}", r["coverage"]);
+    let sizes = &truth(43)["conventions"]["micro_sizes"];
+    let counts: Vec<usize> = sizes
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_array().unwrap().len())
+        .collect();
+    assert!(counts.iter().min() < counts.iter().max(), "{sizes}");
 }

@@ -415,13 +415,16 @@ pub(super) fn param_sections(
     let mut sections_out = Vec::new();
     for (kind, key) in [(Kind::Param, "param"), (Kind::Gradient, "gradient")] {
         // A weaver writing these per micro writes one for each micro of its rank: the
-        // micros its forward_data and this kind show anywhere (after the filters).
-        let w_micros: BTreeSet<u32> = [Kind::ForwardData, kind]
-            .into_iter()
-            .flat_map(|k| w.tree.files_of(k, w.step))
-            .filter(|f| w.has(&f.path))
-            .filter_map(|f| f.micro)
-            .collect();
+        // micros its forward_data and this kind show on that rank (after the filters;
+        // ranks of a dynamic batch size hold different numbers of micros).
+        let w_micros = |rank: u32| -> BTreeSet<u32> {
+            [Kind::ForwardData, kind]
+                .into_iter()
+                .flat_map(|k| w.tree.files_of(k, w.step))
+                .filter(|f| f.rank == Some(rank) && w.has(&f.path))
+                .filter_map(|f| f.micro)
+                .collect()
+        };
         let ranks: Vec<u32> = s
             .tree
             .ranks(kind, s.step)
@@ -439,7 +442,7 @@ pub(super) fn param_sections(
                 .collect();
             // Per-micro weaver files of this rank that are absent.
             let absent: Vec<u32> = if a.is_some() && b_files.iter().any(Option::is_some) {
-                w_micros
+                w_micros(rank)
                     .iter()
                     .filter(|m| !b_files.contains(&Some(**m)))
                     .copied()
