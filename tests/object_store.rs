@@ -108,6 +108,33 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
+/// Three 1 MiB float32 tensors `a` (0, 1, 2 …), `b` (0, 0.5, 1 …) and `c` (3.0) as the
+/// safetensors format lays them out (8-byte length, JSON header padded with spaces to a
+/// multiple of 8, data in header order).
+fn write_safetensors(path: &Path) {
+    let n = 262144usize;
+    let mut header = String::from("{");
+    for (i, k) in ["a", "b", "c"].iter().enumerate() {
+        let (b, e) = (i * 4 * n, (i + 1) * 4 * n);
+        header += &format!(
+            "{}\"{k}\":{{\"dtype\":\"F32\",\"shape\":[{n}],\"data_offsets\":[{b},{e}]}}",
+            if i > 0 { "," } else { "" }
+        );
+    }
+    header.push('}');
+    while header.len() % 8 != 0 {
+        header.push(' ');
+    }
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    for f in [|i: usize| i as f32, |i: usize| i as f32 * 0.5, |_| 3.0f32] {
+        for i in 0..n {
+            out.extend_from_slice(&f(i).to_le_bytes());
+        }
+    }
+    std::fs::write(path, out).unwrap();
+}
+
 /// The test-made files (see [`Moto::tmp`]).
 fn make_tmp(python: &str) -> PathBuf {
     let tmp = std::env::temp_dir().join(format!("rlf-s3-{}", std::process::id()));
@@ -120,6 +147,7 @@ fn make_tmp(python: &str) -> PathBuf {
     let bytes = std::fs::read(&t).unwrap();
     std::fs::write(&t, &bytes[..bytes.len() / 2]).unwrap();
     std::fs::create_dir_all(tmp.join("ckpt")).unwrap();
+    write_safetensors(&tmp.join("ckpt/big.safetensors"));
     let _ = StdCommand::new(python)
         .args(["-c", CKPT])
         .arg(&tmp)
@@ -421,7 +449,7 @@ fn zip_bytes(path: &Path, names: &[String]) -> u64 {
 #[test]
 #[ignore = "run by a_key_of_a_pt_fetches_only_its_members, with the store in its environment"]
 fn ranged_child() {
-    use rlforensics::formats::{pt, source};
+    use rlforensics::formats::{pt, safetensors, source};
     use rlforensics::value::Value;
     let big = PathBuf::from(std::env::var("RLF_S3_CHILD").expect("the local checkpoint"));
     let url = Path::new("s3://bucket/ckpt/big.pt");
@@ -477,8 +505,28 @@ fn ranged_child() {
         all >= 3 << 20 && all as f64 <= 1.1 * want_all as f64,
         "whole: fetched {all} bytes for {want_all} of members and directory ({size} in all)"
     );
+    // The same for a .safetensors: the length and header, then one tensor's bytes.
+    let st = big.with_extension("safetensors");
+    let url = Path::new("s3://bucket/ckpt/big.safetensors");
+    let local = safetensors::read_safetensors_keys(&st, &["b"]).unwrap();
+    let before = source::stats().bytes;
+    let remote = safetensors::read_safetensors_keys(url, &["b"]).unwrap();
+    let st_one = source::stats().bytes - before;
+    assert_eq!(tensors(&remote), tensors(&local));
+    let b = &tensors(&local)[0];
+    assert_eq!(
+        (b.0.as_str(), &b.2[4..8]),
+        ("Str(\"b\")", &0.5f32.to_le_bytes()[..])
+    );
+    let raw = std::fs::read(&st).unwrap();
+    let st_want = 8 + u64::from_le_bytes(raw[..8].try_into().unwrap()) + (1 << 20);
+    assert!(
+        st_one >= 1 << 20 && st_one as f64 <= 1.1 * st_want as f64,
+        "safetensors: fetched {st_one} bytes for {st_want} of header and tensor ({} in all)",
+        raw.len()
+    );
     println!(
-        "ranged_child checked: one key {one} of {want}, whole {all} of {want_all}, file {size}"
+        "ranged_child checked: one key {one} of {want}, whole {all} of {want_all}, file {size}; safetensors one key {st_one} of {st_want}"
     );
 }
 

@@ -84,7 +84,9 @@ impl Listing {
 }
 
 #[cfg(feature = "remote")]
-pub use imp::{head_size, list_dir, read_all, read_cached, read_range, read_ranges, read_tail};
+pub use imp::{
+    head_size, list_dir, read_all, read_cached, read_head, read_range, read_ranges, read_tail,
+};
 
 /// `path.is_dir()` that also answers for a URL: a prefix with something under it (object
 /// stores have no empty folders). An unreachable store answers `false`; the read that
@@ -152,13 +154,20 @@ mod imp_off {
     }
 
     /// See the `remote` build: here every URL is refused.
+    pub fn read_head(path: &Path, _len: u64) -> Result<(Vec<u8>, u64)> {
+        Err(off(path))
+    }
+
+    /// See the `remote` build: here every URL is refused.
     pub fn read_tail(path: &Path, _len: u64) -> Result<(Vec<u8>, u64)> {
         Err(off(path))
     }
 }
 
 #[cfg(not(feature = "remote"))]
-pub use imp_off::{head_size, list_dir, read_all, read_cached, read_range, read_ranges, read_tail};
+pub use imp_off::{
+    head_size, list_dir, read_all, read_cached, read_head, read_range, read_ranges, read_tail,
+};
 
 #[cfg(feature = "remote")]
 mod imp {
@@ -449,10 +458,20 @@ mod imp {
     /// The last `len` bytes of the object `path` (all of it when it is shorter) and the
     /// object's size, in one GET with a suffix range (no HEAD first).
     pub fn read_tail(path: &Path, len: u64) -> Result<(Vec<u8>, u64)> {
+        read_with(path, object_store::GetRange::Suffix(len))
+    }
+
+    /// The first `len` bytes of the object `path` (all of it when it is shorter) and the
+    /// object's size, in one ranged GET (no HEAD first).
+    pub fn read_head(path: &Path, len: u64) -> Result<(Vec<u8>, u64)> {
+        read_with(path, object_store::GetRange::Bounded(0..len))
+    }
+
+    fn read_with(path: &Path, range: object_store::GetRange) -> Result<(Vec<u8>, u64)> {
         let (store, key) = resolve(path)?;
         let rt = runtime()?;
         let opts = object_store::GetOptions {
-            range: Some(object_store::GetRange::Suffix(len)),
+            range: Some(range),
             ..Default::default()
         };
         let (bytes, size) = rt
