@@ -204,7 +204,7 @@ fn directory(
         if z.checked_add(56).is_none_or(|end| end > size) {
             return Ok(None);
         }
-        fetch(path, pieces, &[z..z + 56])?;
+        fetch(path, pieces, std::slice::from_ref(&(z..z + 56)))?;
         let Some((rec, o)) = pieces.get(&(z..z + 56)) else {
             return Ok(None);
         };
@@ -278,9 +278,12 @@ fn entries(cd: &[u8], cd_at: u64) -> Option<Vec<Entry>> {
     Some(out)
 }
 
+/// A fetched buffer and where a member's data starts in it.
+type Located = (Arc<Vec<u8>>, usize);
+
 /// A member's data `(buffer, start)` in its fetched span, CRC-checked; `None` when the span
 /// does not look as torch writes it (the whole-object read then says why).
-fn member(pieces: &mut Pieces, e: &Entry) -> Option<Result<(Arc<Vec<u8>>, usize), FormatError>> {
+fn member(pieces: &mut Pieces, e: &Entry) -> Option<Result<Located, FormatError>> {
     if e.method != 0 || e.flags & 1 != 0 || e.size != e.csize {
         return None;
     }
@@ -362,7 +365,11 @@ fn ranged(path: &Path, pieces: &mut Pieces, keys: Option<&[&str]>) -> Result<Opt
     let Some((cd_at, cd_size)) = directory(path, pieces, tail_at, size)? else {
         return Ok(None);
     };
-    fetch(path, pieces, &[cd_at..cd_at + cd_size])?;
+    fetch(
+        path,
+        pieces,
+        std::slice::from_ref(&(cd_at..cd_at + cd_size)),
+    )?;
     let Some((cd, o)) = pieces.get(&(cd_at..cd_at + cd_size)) else {
         return Ok(None);
     };
