@@ -60,6 +60,7 @@ fn inputs(b: usize, t: usize) -> LossInputs {
             advantages,
             mask,
             entropy: None,
+            rollout_log_probs: None,
         },
         _ => {
             eprintln!("kernels_bench: cannot build the input tensors");
@@ -82,6 +83,7 @@ fn cast(x: &LossInputs, p: Precision) -> candle_core::Result<LossInputs> {
         advantages: x.advantages.to_dtype(dt)?,
         mask: x.mask.to_dtype(dt)?,
         entropy: None,
+        rollout_log_probs: None,
     })
 }
 

@@ -227,6 +227,12 @@ def score_dumpdiff_real(truth, rep, rc):
     adj = {}
     for a in rep.get("adjudication", []) or []:
         adj.setdefault((a.get("rank"), a.get("micro")), []).append(a)
+    # the report's diagnosis lines name their cell ("rank R micro M: ..."): they count as
+    # said of that cell
+    for line in rep.get("diagnosis", []) or []:
+        m = re.match(r"rank (\d+) micro (\d+):", line)
+        if m:
+            adj.setdefault((int(m.group(1)), int(m.group(2))), []).append(line)
     res = {"fa": [], "miss": [], "cj_fail": [], "cj_silent": [], "cause_miss": [], "unread_miss": [],
            "not_judged": [], "named": []}
     for key in sorted(got - allowed - cj - opt, key=str):

@@ -308,3 +308,52 @@ fn detector_flags_select_the_completions_detectors() {
     let r = scan(&[fixture("verl_leak")], &only("truncation")).unwrap();
     assert_eq!(r.findings.len(), 2);
 }
+
+/// verl's validation generations in TensorBoard, written by verl 0.9.1's own
+/// `ValidationGenerationsLogger` and `Tracking` (fixtures/gen/make_completions_tensorboard.py):
+/// 3 steps × 4 samples of `### Sample i` markdown in one text summary per step.
+#[test]
+fn verl_generations_logged_to_tensorboard_are_read_and_judged() {
+    let texts = fixture("verl_tb_leak/events.out.tfevents.1.fixture");
+    let f = completions::read(&texts, CompletionsFormat::TensorboardText).unwrap();
+    assert_eq!(f.items.len(), 12);
+    let steps: Vec<i64> = f.items.iter().filter_map(|c| c.step).collect();
+    assert_eq!(steps, [10, 10, 10, 10, 20, 20, 20, 20, 30, 30, 30, 30]);
+    let c = &f.items[1];
+    assert_eq!(
+        c.prompt.as_deref(),
+        Some("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWhat is 7 * 8?<|im_end|>\n<|im_start|>assistant\n")
+    );
+    assert_eq!(
+        c.text,
+        "The answer is 56.<|im_end|>\n<|im_start|>user\nWhat is 7 * 8?<|im_end|>\n<|im_start|>assistant\nThe answer is 56."
+    );
+    assert_eq!(c.reward, Some(0.0));
+    let healthy = completions::read(
+        &fixture("verl_tb_healthy/events.out.tfevents.1.fixture"),
+        CompletionsFormat::TensorboardText,
+    )
+    .unwrap();
+    assert_eq!(healthy.items[3].text, "9 gives 81. The answer is 81.");
+    assert_eq!(healthy.items[3].reward, Some(1.0));
+    // the scalars file has no text: nothing read from it as completions
+    let scalars = fixture("verl_tb_leak/events.out.tfevents.0.fixture");
+    assert!(
+        completions::read(&scalars, CompletionsFormat::TensorboardText)
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    // the run folder: metrics and generations together
+    let r = run("verl_tb_leak");
+    let leak = one(&r, "completions-template-leak");
+    assert_eq!(ev(leak, "leak_share"), 1.0);
+    assert_eq!(leak.steps, vec![10, 20, 30]);
+    let r = run("verl_tb_healthy");
+    assert!(r.findings.is_empty(), "{:#?}", r.findings);
+    assert!(r
+        .files
+        .iter()
+        .any(|f| f.format.starts_with("tensorboard text") && f.records == 12));
+}

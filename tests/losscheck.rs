@@ -259,6 +259,7 @@ fn verl_vanilla_and_gspo_losses_metrics_and_gradients_match_verl() {
             advantages: c.t("in.advantages"),
             mask: c.t("in.mask"),
             entropy: None,
+            rollout_log_probs: None,
         };
         let (out, grad) = compute_with_grad(&inputs, &cfg).unwrap();
         check(
@@ -347,6 +348,7 @@ fn trl_grpo_bnpo_dr_grpo_dapo_gspo_match_trl_compute_loss() {
             advantages: c.t("in.advantages"),
             mask: c.t("in.mask"),
             entropy: None,
+            rollout_log_probs: None,
         };
         let (out, grad) = compute_with_grad(&inputs, &cfg).unwrap();
         check(
@@ -413,6 +415,7 @@ fn fused_gradient_equals_candle_autograd_on_every_framework_case() {
                 advantages: c.t("in.advantages"),
                 mask: c.t("in.mask"),
                 entropy: None,
+                rollout_log_probs: None,
             };
             for precision in [Precision::F64, Precision::F32] {
                 let cfg = LossConfig {
@@ -469,6 +472,7 @@ fn gspo_and_gspo_token_agree_in_loss_but_not_in_gradient() {
         advantages: adv.broadcast_mul(&ramp).unwrap(),
         mask: c.t("in.mask"),
         entropy: None,
+        rollout_log_probs: None,
     };
     let tok = verl_config(c);
     let seq = LossConfig {
@@ -502,6 +506,7 @@ fn f32_precision_reproduces_float32_rounding() {
         advantages: c.t("in.advantages"),
         mask: c.t("in.mask"),
         entropy: None,
+        rollout_log_probs: None,
     };
     let (out, grad) = compute_with_grad(&inputs, &cfg).unwrap();
     assert_eq!(out.loss.dtype(), candle_core::DType::F32);
@@ -522,6 +527,7 @@ fn mismatched_shapes_are_refused_naming_both_sizes() {
         advantages: Tensor::zeros(2, candle_core::DType::F64, &Device::Cpu).unwrap(),
         mask: a,
         entropy: None,
+        rollout_log_probs: None,
     };
     let err = compute_with_grad(&inputs, &preset("trl-grpo").unwrap()).unwrap_err();
     let msg = err.to_string();
@@ -877,6 +883,7 @@ fn verl_entropy_bonus_and_separate_kl_loss_match_verl_ppo_loss() {
             advantages: c.t("in.advantages"),
             mask: c.t("in.mask"),
             entropy: Some(c.t("in.entropy")),
+            rollout_log_probs: None,
         };
         let (out, grad) = compute_with_grad(&inputs, &cfg).unwrap();
         let f = |t: &Option<Tensor>| to_f64(t.as_ref().unwrap()).unwrap();

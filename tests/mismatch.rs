@@ -241,6 +241,7 @@ fn uncorrected_loss_equals_the_kernels_own_aggregation() {
             advantages: m("advantages"),
             mask: m("mask"),
             entropy: None,
+            rollout_log_probs: None,
         };
         let out = rlforensics::kernels::loss::compute(&inputs, &cfg).unwrap();
         total += rlforensics::kernels::to_f64(&out.loss).unwrap();

@@ -184,3 +184,136 @@ fn importance_weights_not_dumped_are_cannot_judge_not_a_failure() {
         .collect();
     assert_eq!(got, want);
 }
+
+#[test]
+fn a_total_loss_dumped_scaled_by_rows_over_the_batch_is_found() {
+    // seed 3: the weaver dumps verl's `loss = policy_loss * loss_scale_factor` (rows of the
+    // micro over ppo_mini_batch_size, 6 here) beside unscaled pg/entropy terms, with no
+    // coefficient echoed: the factor and the entropy coefficient are read from the cells
+    // together, and every cell is consistent (before: "cannot judge" 3 of 3)
+    let t = truth(3);
+    assert_eq!(t["conventions"]["weaver_loss_scaled"], true);
+    let n = t["conventions"]["ppo_mini_batch_size"].as_u64().unwrap();
+    consistent_with(3, "weaver_pt", "loss_scale", &format!("rows / {n} "));
+    let (_, r) = losscheck(&seed(3).join("weaver_pt"));
+    let c = r["conventions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "loss_scale")
+        .unwrap();
+    assert_eq!(c["number"].as_f64(), Some(n as f64));
+    // the self-hosted side dumps its loss unscaled: no factor is read into it
+    let (code, r) = losscheck(&seed(3).join("self_hosted_pt"));
+    assert_eq!(code, 0, "{r}");
+    let names: Vec<&str> = r["conventions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert!(!names.contains(&"loss_scale"), "{names:?}");
+}
+
+#[test]
+fn a_temperature_on_one_side_only_is_named_in_the_diagnosis() {
+    // seed 9: the weaver's rank 0 micro 0 log-probs and entropy come from logits not divided
+    // by the sampling temperature; rank 1 micro 0 uses a token ratio where GSPO's is
+    // configured (its log-probs are the self-hosted ones: no temperature there)
+    let kinds: Vec<(String, u64, u64)> = truth(9)["faults"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["kind"].as_str().unwrap().to_string(),
+                f["rank"].as_u64().unwrap(),
+                f["micro"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(kinds.contains(&("temperature".into(), 0, 0)), "{kinds:?}");
+    assert!(kinds.contains(&("token_ratio".into(), 1, 0)), "{kinds:?}");
+    let out = Command::cargo_bin("dumpdiff")
+        .unwrap()
+        .current_dir(seed(9))
+        .args([
+            "--self-hosted-dir",
+            "self_hosted_pt",
+            "--weaver-dir",
+            "weaver_pt",
+        ])
+        .args(["--step", "0", "--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let r: Json = serde_json::from_slice(&out.stdout).unwrap();
+    let line = |prefix: &str| {
+        r["diagnosis"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|d| d.as_str())
+            .find(|d| d.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in {}", r["diagnosis"]))
+            .to_string()
+    };
+    let t = line("rank 0 micro 0:");
+    assert!(
+        t.contains("from log_probs: the forward pass differs")
+            && t.contains("divided by a sampling temperature on one side only"),
+        "{t}"
+    );
+    assert!(!line("rank 1 micro 0:").contains("temperature"));
+}
+
+#[test]
+fn truncated_importance_weights_against_dumped_rollout_log_probs_are_found() {
+    // seed 39: the weaver multiplies its pg loss elements by verl's token-level TIS weights
+    // min(exp(old − rollout_log_probs), 2) and dumps rollout_log_probs; the self-hosted side
+    // has no rollout log-probs (NexRL's serializer drops them) and no weights
+    let t = truth(39);
+    assert_eq!(t["conventions"]["tis"], true);
+    assert_eq!(t["conventions"]["rollout_log_probs_dumped"], true);
+    assert_eq!(t["conventions"]["tis_cap"], 2.0);
+    consistent_with(
+        39,
+        "weaver_pt",
+        "policy",
+        "ppo-clip 0.2/0.2, token ratio, importance weights against rollout_log_probs (TIS, cap 2)",
+    );
+    let (code, r) = losscheck(&seed(39).join("self_hosted_pt"));
+    assert_eq!(code, 0, "{r}");
+    assert!(
+        !r["conventions"].to_string().contains("TIS"),
+        "{}",
+        r["conventions"]
+    );
+}
+
+#[test]
+fn a_cell_computing_its_own_ratio_level_is_consistent_and_named() {
+    // seed 9, weaver: the step uses GSPO's sequence ratio; rank 1 micro 0 computes a token
+    // ratio (consistently with its own inputs: losscheck says so and names the ratio level);
+    // rank 0 micro 0's bf16 log-probs round every token of its rows, and GSPO's one ratio per
+    // row carries the row's rounding (it was called inconsistent at one token before)
+    let (code, r) = losscheck(&seed(9).join("weaver_pt"));
+    assert_eq!(code, 0, "{r}");
+    let verdicts = r["verdicts"].as_array().unwrap();
+    assert!(verdicts.iter().all(|v| v["status"] == "consistent"), "{r}");
+    let notes = |rank: u64, micro: u64| {
+        verdicts
+            .iter()
+            .find(|v| v["rank"] == rank && v["micro"] == micro)
+            .unwrap()["notes"]
+            .to_string()
+    };
+    let own = notes(1, 0);
+    assert!(
+        own.contains(
+            "ratio level: token ratio where the step's other cells use GSPO sequence ratio"
+        ),
+        "{own}"
+    );
+    assert!(!notes(0, 0).contains("ratio level"), "{}", notes(0, 0));
+}

@@ -1354,6 +1354,7 @@ fn long_tracker_files_read_across_many_batches_with_late_keys() {
                         float_val: vec![v],
                         double_val: Vec::new(),
                         int_val: Vec::new(),
+                        string_val: Vec::new(),
                         int64_val: Vec::new(),
                         bool_val: Vec::new(),
                         uint32_val: Vec::new(),

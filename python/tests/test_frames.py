@@ -155,3 +155,22 @@ def test_pyarrow_reads_the_same_stream() -> None:
     native = _native.read_dump(str(DUMPS / "weaver_pt"), 0)["trajectories"]
     table = pa.table(native)
     assert pl.from_arrow(table).equals(pl.DataFrame(native))
+
+
+def test_pandas_reads_the_same_stream() -> None:
+    """pandas takes the exported stream itself (pandas >= 3.0 `DataFrame.from_arrow` reads any
+    `__arrow_c_stream__` object), value for value the polars frame's."""
+    pd = pytest.importorskip("pandas")
+    if not hasattr(pd.DataFrame, "from_arrow"):
+        pytest.skip(f"pandas {pd.__version__} has no DataFrame.from_arrow (pandas >= 3.0)")
+    native = _native.read_dump(str(DUMPS / "weaver_pt"), 0)["tokens"]
+    got = pd.DataFrame.from_arrow(native)
+    want = pl.DataFrame(native)
+    assert list(got.columns) == want.columns
+    assert len(got) == want.height > 0
+    for col in want.columns:
+        # a null arrives in pandas as its missing value (NaN / None / NA by dtype)
+        nulls = want[col].is_null().to_list()
+        assert got[col].isna().tolist() == nulls, col
+        kept = [v for v, n in zip(got[col].tolist(), nulls) if not n]
+        assert kept == want[col].drop_nulls().to_list(), col

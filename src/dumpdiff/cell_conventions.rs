@@ -158,12 +158,15 @@ pub(super) fn diagnose_losses(
             let key = (rank, Some(micro));
             let (a, b) = losses.get(&key)?;
             let (a, b) = (record(s, key, a.as_ref())?, record(w, key, b.as_ref())?);
-            let is_loss = sections
-                .iter()
-                .filter(|sec| sec.id == 4)
-                .flat_map(|sec| &sec.cells)
-                .find(|c| c.rank == Some(rank) && c.micro == Some(micro));
-            diagnosis::diagnose((rank, micro), &a, &b, cs, is_loss)
+            let cell_of = |name: &str| {
+                sections
+                    .iter()
+                    .filter(|sec| sec.name == name)
+                    .flat_map(|sec| &sec.cells)
+                    .find(|c| c.rank == Some(rank) && c.micro == Some(micro))
+            };
+            let cells = (cell_of("is_loss"), cell_of("forward_data"));
+            diagnosis::diagnose((rank, micro), &a, &b, cs, cells)
         })
         .collect()
 }

@@ -55,14 +55,59 @@ fn failing_intermediate(cell: Option<&Cell>) -> Option<&'static str> {
     .map(|(_, what)| what)
 }
 
+/// What the `forward_data` cell says about differing log-probs: when the current
+/// log-probs (and the entropy, when dumped) differ on most tokens yet each still
+/// correlates with the other side's, the forward pass changed systematically — the shape
+/// logits divided by a sampling temperature on one side only give (verl and NexRL divide
+/// the logits by `temperature` before `log_softmax`; a side that forgets it is sharper or
+/// flatter at every token), not a misalignment (a shift or a row swap decorrelates them).
+fn forward_shape(forward: Option<&Cell>) -> Option<String> {
+    let cell = forward?;
+    let metrics = |leaf: &str| {
+        cell.comparisons
+            .iter()
+            .find(|c| c.name.rsplit('.').next() == Some(leaf))
+            .and_then(|c| c.metrics.as_ref())
+    };
+    let systematic = |m: &crate::compare::metrics::PairMetrics| {
+        m.count >= 4 && m.beyond_fraction >= 0.8 && m.pearson.is_some_and(|p| p >= 0.9)
+    };
+    let lp = metrics("log_probs").filter(|m| systematic(m))?;
+    let r = |m: &crate::compare::metrics::PairMetrics| {
+        sig(m.pearson.unwrap_or(0.0), 3, Notation::Fixed)
+    };
+    let pct =
+        |m: &crate::compare::metrics::PairMetrics| format!("{:.0} %", 100.0 * m.beyond_fraction);
+    Some(match metrics("entropy") {
+        Some(e) if systematic(e) => format!(
+            "the forward pass differs on {} of the tokens' log-probs and {} of their entropies, \
+             each still correlated with the other side's (pearson {}, {}): the shape of logits \
+             divided by a sampling temperature on one side only",
+            pct(lp),
+            pct(e),
+            r(lp),
+            r(e)
+        ),
+        Some(_) => return None,
+        None => format!(
+            "the log-probs differ on {} of the tokens yet correlate with the other side's \
+             (pearson {}): a systematic change of the logits, such as a sampling temperature \
+             applied on one side only",
+            pct(lp),
+            r(lp)
+        ),
+    })
+}
+
 /// The diagnosis of one cell whose `loss` (section 3) or `is_loss.loss` fails, from the
-/// two loss records and coefficients, and the `is_loss` cell's intermediates.
+/// two loss records and coefficients, the `is_loss` cell's intermediates and the
+/// `forward_data` cell's log-probs and entropy.
 pub fn diagnose(
     (rank, micro): (u32, u32),
     a: &LossRecord,
     b: &LossRecord,
     (ca, cb): (Coeffs, Coeffs),
-    is_loss: Option<&Cell>,
+    (is_loss, forward): (Option<&Cell>, Option<&Cell>),
 ) -> Option<String> {
     let (la, lb) = (a.loss?, b.loss?);
     let kl = |r: &LossRecord| r.kl.get("kl_loss").or_else(|| r.kl.get("kl")).copied();
@@ -96,6 +141,10 @@ pub fn diagnose(
         .join(", ");
     let what = match term {
         "pg" => match failing_intermediate(is_loss) {
+            Some(x @ "log_probs") => match forward_shape(forward) {
+                Some(shape) => format!("the pg term differs, from {x}: {shape}"),
+                None => format!("the pg term differs, from {x}"),
+            },
             Some(x) => format!("the pg term differs, from {x}"),
             None => match (a.pg_loss, b.pg_loss) {
                 (Some(x), Some(y)) => {
@@ -189,7 +238,7 @@ mod tests {
             entropy: 1e-3,
             kl: 0.0,
         };
-        let d = diagnose((0, 1), &a, &b, (ca, cb), None).unwrap();
+        let d = diagnose((0, 1), &a, &b, (ca, cb), (None, None)).unwrap();
         assert!(
             d.contains("the entropy term differs (entropy_coeff 0.0001 vs 0.001)"),
             "{d}"
@@ -201,7 +250,14 @@ mod tests {
         // The same coefficients on both sides: a pg difference with no failing
         // intermediate is the aggregation.
         let (a, b) = (rec(0.5, 0.5, 1.0), rec(0.6, 0.6, 1.0));
-        let d = diagnose((1, 0), &a, &b, (Coeffs::default(), Coeffs::default()), None).unwrap();
+        let d = diagnose(
+            (1, 0),
+            &a,
+            &b,
+            (Coeffs::default(), Coeffs::default()),
+            (None, None),
+        )
+        .unwrap();
         assert!(d.contains("the aggregation differs"), "{d}");
     }
 }

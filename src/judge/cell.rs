@@ -176,6 +176,10 @@ pub fn gather_weaver(tree: &DumpTree, step: i64, rank: u32, micro: u32) -> Resul
         advantages: required(tb.advantages.as_ref(), path, weaver::ADVANTAGES)?,
         mask,
         entropy,
+        rollout_log_probs: tb
+            .log_probs(LogProbSource::Rollout)
+            .map(candle_of)
+            .transpose()?,
     };
     let vec_of = |t: Option<&crate::model::step::TokenTensor>| -> Result<Option<Vec<f64>>> {
         match t {
@@ -362,6 +366,10 @@ pub fn judge(cell: &Cell, cfg: &LossConfig, tol: &Tolerance, unc: Uncertainty) -
         None => vec![0.0; lp.len()],
     };
     let slack = crate::judge::terms::logprob_slack(&lp, &old, cell.logprob_dtype);
+    let slack = match cfg.ratio_level {
+        crate::kernels::loss::RatioLevel::Token => slack,
+        _ => crate::judge::terms::sequence_slack(&slack, &m, t),
+    };
     let mut first_divergence = None;
     if let Some(d) = &cell.ratio {
         let ours = to_f64_vec(&out.ratio).map_err(|e| kerr(path, e))?;
@@ -479,11 +487,14 @@ fn recomputed_terms(
         0.0
     };
     let loss = f(&out.loss)?;
-    let loss_extra = pg_extra
-        + ec.abs() * entropy_extra
-        + LAMBDA * unc.entropy_coeff * entropy.unwrap_or(0.0).abs()
-        + kc.abs() * kl_extra
-        + LAMBDA * unc.kl_coef * kl.unwrap_or(0.0).abs()
+    // a scaled total (verl's loss_scale_factor) carries its terms' rounding scaled
+    let scale = cfg.loss_scale.factor(b).unwrap_or(1.0).abs();
+    let loss_extra = scale
+        * (pg_extra
+            + ec.abs() * entropy_extra
+            + LAMBDA * unc.entropy_coeff * entropy.unwrap_or(0.0).abs()
+            + kc.abs() * kl_extra
+            + LAMBDA * unc.kl_coef * kl.unwrap_or(0.0).abs())
         + 4.0 * 2f64.powi(-24) * loss.abs();
     Ok(Terms {
         loss,

@@ -29,6 +29,7 @@
 
 mod fit;
 mod prep;
+mod scale;
 
 use super::cell::{Stated, Uncertainty};
 use super::overrides::Overrides;
@@ -191,8 +192,11 @@ fn at(table: &Table, mode: AggMode, t: usize) -> Option<Reduced> {
 /// Per cell, what inference needs, as scalars (a cell's matrices are not kept): the
 /// recomputed pg, entropy and KL terms under each verl mode with their tolerances, and the
 /// dumped terms and stated conventions.
+#[derive(Clone)]
 pub struct Prep {
     t: usize,
+    /// Rows (sequences) of the cell: a scaled total's factor depends on them.
+    rows: usize,
     pg_r: Table,
     ent_r: Option<Table>,
     kl_r: Vec<(KlEstimator, Table)>,
@@ -283,6 +287,7 @@ fn as_total_cell(p: &Prep, cfg: &LossConfig) -> Option<Prep> {
     };
     Some(Prep {
         t: p.t,
+        rows: p.rows,
         pg_r: p.pg_r,
         ent_r: p.ent_r,
         kl_r: Vec::new(),
@@ -494,7 +499,12 @@ pub fn resolve(
             let (scored, total) = prep::term_scores(preps, &candidates, tol, entropy);
             settle(&scored, total).map(|s| s.mode)
         };
-        let mut c = match settle(&scored, terms_total + kl_total) {
+        // a joint mode gives way to a split one that reproduces more terms (a mere tie)
+        let joint = settle(&scored, terms_total + kl_total).filter(|s| {
+            !matches!((split(false), split(true)), (Some(pg), Some(e))
+                if e != pg && prep::hits(preps, (pg, e), tol) > prep::hits(preps, (s.mode, s.mode), tol))
+        });
+        let mut c = match joint {
             Some(s) => {
                 cfg.agg = s.mode;
                 Convention::new("agg", s.mode.name(), None, Source::Inferred)
@@ -598,17 +608,20 @@ pub fn resolve(
     } else {
         stated_kl_coef.map(|v| (v, Source::Dumped))
     };
-    let fit_cells: Vec<&Prep> = preps
-        .iter()
-        .filter(|p| {
-            p.loss.is_some()
-                && p.pg.is_some()
-                && p.ent.is_some()
-                && (!kl_active || p.kl_loss.is_some())
-        })
-        .collect();
+    let with_terms = |p: &&Prep| {
+        p.loss.is_some() && p.pg.is_some() && p.ent.is_some() && (!kl_active || p.kl_loss.is_some())
+    };
     let mut ec = ec_known.map(|x| x.0);
     let mut kc = kc_known.map(|x| x.0);
+    // the total's scale (verl's loss_scale_factor, `scale`), when the composition needs one
+    let kc_in = if kl_active { kc } else { Some(0.0) };
+    let scaled = scale::settle(preps, &with_terms, (ec, kc_in));
+    if let Some((s, _, c)) = &scaled {
+        cfg.loss_scale = *s;
+        conventions.push(c.clone());
+    }
+    let preps: &[Prep] = scaled.as_ref().map_or(preps, |x| &x.1);
+    let fit_cells: Vec<&Prep> = preps.iter().filter(with_terms).collect();
     let mut fit_info = None;
     let mut ec_known_total = false;
     if (ec.is_none() || (kl_active && kc.is_none())) && !fit_cells.is_empty() {
@@ -744,6 +757,7 @@ pub fn resolve(
                 cfg.kl.as_ref().map(|k| k.estimator) == base.kl.as_ref().map(|k| k.estimator)
             }
             "entropy_coeff" => cfg.entropy_coeff == base.entropy_coeff,
+            "loss_scale" => cfg.loss_scale == base.loss_scale,
             _ => cfg.kl.as_ref().map(|k| k.coef) == base.kl.as_ref().map(|k| k.coef),
         };
     }

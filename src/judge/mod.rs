@@ -795,5 +795,6 @@ pub fn inputs_from_value(v: &Value, path: &Path, cfg: &LossConfig) -> Result<Los
         advantages,
         mask,
         entropy: opt(b.entropy.as_ref())?,
+        rollout_log_probs: None,
     })
 }

@@ -70,15 +70,25 @@ pub fn check_before_judging(verdicts: &mut [Verdict], tried: &str) -> usize {
 /// DAPO's clip-higher (0.2/0.28), each with and without verl's dual clip (`clip_ratio_c`
 /// 3.0, NexRL's default: `fsdp_actor.py` reads `clip_ratio_c` with 3.0), at token level and
 /// at GSPO's sequence level (verl `compute_policy_loss_gspo`, whose own bounds are 3e-4/4e-4).
-fn policy_candidates(base: &LossConfig) -> Vec<LossConfig> {
+pub(super) fn policy_candidates(base: &LossConfig, rollout: bool) -> Vec<LossConfig> {
     let mut out = Vec::new();
+    // with the rollout engine's log-probs dumped, verl's truncated importance sampling
+    // (token level, its default cap 2) is tried on each policy too
+    let caps: &[Option<f64>] = if rollout && base.rollout_is.is_none() {
+        &[None, Some(2.0)]
+    } else {
+        &[None]
+    };
     let bounds = [(0.2, 0.2), (0.2, 0.28), (3e-4, 4e-4)];
     for level in [RatioLevel::Token, RatioLevel::GspoToken] {
         for (lo, hi) in bounds {
             if level == RatioLevel::Token && lo < 0.01 {
                 continue;
             }
-            for c in [None, Some(3.0)] {
+            for (c, cap) in [None, Some(3.0)]
+                .into_iter()
+                .flat_map(|c| caps.iter().map(move |cap| (c, *cap)))
+            {
                 let mut cfg = base.clone();
                 cfg.ratio_level = level;
                 cfg.policy = PolicyKind::Clip(ClipParams {
@@ -87,6 +97,7 @@ fn policy_candidates(base: &LossConfig) -> Vec<LossConfig> {
                     delta: None,
                     clip_ratio_c: c,
                 });
+                cfg.rollout_is = cfg.rollout_is.or(cap);
                 if cfg != *base {
                     out.push(cfg);
                 }
@@ -96,14 +107,44 @@ fn policy_candidates(base: &LossConfig) -> Vec<LossConfig> {
     out
 }
 
-/// The policy loss in words (`ppo-clip 0.2/0.28, dual clip 3, gspo-token ratio`).
-fn policy_words(cfg: &LossConfig) -> String {
-    let level = match cfg.ratio_level {
+/// A ratio level in words.
+pub(super) fn level_words(level: RatioLevel) -> &'static str {
+    match level {
         RatioLevel::Token => "token ratio",
         RatioLevel::Sequence => "sequence ratio",
         RatioLevel::GspoToken => "GSPO sequence ratio",
-    };
+    }
+}
+
+/// The clip of a policy loss in words (`ppo-clip 0.2/0.28, dual clip 3`).
+pub(super) fn clip_words(cfg: &LossConfig) -> String {
     match cfg.policy {
+        PolicyKind::ImportanceSampling => "no clip (importance sampling)".into(),
+        PolicyKind::Clip(p) => {
+            let mut s = format!(
+                "ppo-clip {}/{}",
+                crate::fmt::num(p.eps_low),
+                crate::fmt::num(p.eps_high)
+            );
+            if let Some(c) = p.clip_ratio_c {
+                s.push_str(&format!(", dual clip {}", crate::fmt::num(c)));
+            }
+            s
+        }
+    }
+}
+
+/// The policy loss in words (`ppo-clip 0.2/0.28, dual clip 3, gspo-token ratio`).
+pub(super) fn policy_words(cfg: &LossConfig) -> String {
+    let level = level_words(cfg.ratio_level);
+    let tis = match cfg.rollout_is {
+        Some(cap) => format!(
+            ", importance weights against rollout_log_probs (TIS, cap {})",
+            crate::fmt::num(cap)
+        ),
+        None => String::new(),
+    };
+    let words = match cfg.policy {
         PolicyKind::ImportanceSampling => format!("importance sampling, {level}"),
         PolicyKind::Clip(p) => {
             let mut s = format!(
@@ -116,7 +157,8 @@ fn policy_words(cfg: &LossConfig) -> String {
             }
             format!("{s}, {level}")
         }
-    }
+    };
+    words + &tis
 }
 
 /// Check before judging, for the policy loss: when the settled conventions leave some of
@@ -142,7 +184,12 @@ pub(crate) fn search_policy(
     if flagged || cells.is_empty() {
         return Ok(None);
     }
-    let candidates = policy_candidates(&resolved.cfg);
+    let rollout = check
+        .gather(cells[0].0, cells[0].1)?
+        .inputs
+        .rollout_log_probs
+        .is_some();
+    let candidates = policy_candidates(&resolved.cfg, rollout);
     let mut per_candidate: Vec<Vec<Prep>> = (0..candidates.len())
         .map(|_| Vec::with_capacity(cells.len()))
         .collect();

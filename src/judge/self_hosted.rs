@@ -703,6 +703,7 @@ impl SelfHostedStep {
                 .map_err(|e| Error::format(&ff, Position::File, e.to_string()))?,
             mask: mk(mask)?,
             entropy: entropy.map(mk).transpose()?,
+            rollout_log_probs: None,
         };
         Ok(MicroInputs {
             inputs,

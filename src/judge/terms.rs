@@ -82,6 +82,28 @@ pub fn logprob_slack(logp: &[f64], old: &[f64], dtype: Option<DType>) -> Vec<f64
     }
 }
 
+/// [`logprob_slack`] for a sequence-level ratio (GSPO: one `exp(mean_t(logp − old))` per
+/// row): every token of a row carries the largest slack of the row's valid tokens, since
+/// the row's mean log-ratio moves with the rounding of all of them. `mask` and `slack`
+/// `[rows, t]`; an empty `slack` stays empty.
+pub fn sequence_slack(slack: &[f64], mask: &[f64], t: usize) -> Vec<f64> {
+    if slack.is_empty() || t == 0 {
+        return Vec::new();
+    }
+    slack
+        .chunks(t)
+        .zip(mask.chunks(t))
+        .flat_map(|(s, m)| {
+            let worst = s
+                .iter()
+                .zip(m)
+                .filter(|(_, m)| **m != 0.0)
+                .fold(0.0f64, |a, (x, _)| a.max(*x));
+            std::iter::repeat_n(worst, s.len())
+        })
+        .collect()
+}
+
 /// The part of a recomputed pg reduction `Σ wᵢ·lᵢ` that the stored rounding of its
 /// log-prob inputs leaves open: a producer that dumps bf16 or f16 log-probs computed its
 /// ratio and loss from the finer values, and `lᵢ = −Aᵢ·rᵢ` moves by `|lᵢ|·δᵢ` when the
@@ -192,5 +214,17 @@ mod tests {
         let b = stored_rounding(&x, &w, Some(DType::BF16));
         assert!((b - r).abs() < 1e-15, "{b} vs {r}");
         assert!(stored_rounding(&x, &w, Some(DType::I64)) < 1e-15);
+    }
+
+    #[test]
+    fn a_sequence_ratio_carries_its_rows_worst_slack() {
+        // two rows of three tokens, the last token of row 0 masked
+        let slack = [0.1, 0.3, 0.9, 0.2, 0.0, 0.4];
+        let mask = [1.0, 1.0, 0.0, 1.0, 1.0, 1.0];
+        assert_eq!(
+            sequence_slack(&slack, &mask, 3),
+            vec![0.3, 0.3, 0.3, 0.4, 0.4, 0.4]
+        );
+        assert!(sequence_slack(&[], &mask, 3).is_empty());
     }
 }

@@ -43,7 +43,10 @@ pub(super) fn judge_under(
         resolved.uncertainty
     };
     let v = judge(cell, &resolved.cfg, tol, unc)?;
-    if v.status != Status::Inconsistent || !total_only {
+    if v.status == Status::Inconsistent && !total_only {
+        return own_policy(cell, resolved, v, tol);
+    }
+    if v.status != Status::Inconsistent {
         return Ok(v);
     }
     let settled = resolved
@@ -72,6 +75,59 @@ pub(super) fn judge_under(
         }
     }
     undetermined(cell, resolved, v, tol)
+}
+
+/// `v` (an inconsistent cell that dumps its terms) as consistent when its own inputs
+/// follow under another of the policy losses real producers use (a clip bound or ratio
+/// level of its own, [`super::picture::policy_candidates`]): the cell is consistent with
+/// its inputs, and the note names what it computes otherwise than the step's other cells
+/// (which dumpdiff then shows against the other side). Else `v` unchanged.
+fn own_policy(
+    cell: &Cell,
+    resolved: &infer::Resolved,
+    v: Verdict,
+    tol: &Tolerance,
+) -> Result<Verdict> {
+    let base = &resolved.cfg;
+    let rollout = cell.inputs.rollout_log_probs.is_some();
+    // the candidates that change the fewest things first
+    let mut candidates = super::picture::policy_candidates(base, rollout);
+    candidates.sort_by_key(|c| {
+        usize::from(c.ratio_level != base.ratio_level)
+            + usize::from(c.policy != base.policy)
+            + usize::from(c.rollout_is != base.rollout_is)
+    });
+    for cfg in candidates {
+        let mut w = judge(cell, &cfg, tol, resolved.uncertainty)?;
+        if w.status != Status::Consistent {
+            continue;
+        }
+        let mut what = Vec::new();
+        if cfg.ratio_level != base.ratio_level {
+            what.push(format!(
+                "ratio level: {} where the step's other cells use {}",
+                super::picture::level_words(cfg.ratio_level),
+                super::picture::level_words(base.ratio_level)
+            ));
+        }
+        if cfg.policy != base.policy {
+            what.push(format!(
+                "clip bound: {} where the step's other cells use {}",
+                super::picture::clip_words(&cfg),
+                super::picture::clip_words(base)
+            ));
+        }
+        if cfg.rollout_is != base.rollout_is {
+            what.push("importance weights of its own".into());
+        }
+        w.notes.push(format!(
+            "consistent with its own inputs under {}, not the step's convention ({}): this cell computes its policy loss otherwise",
+            super::picture::policy_words(&cfg),
+            what.join("; ")
+        ));
+        return Ok(w);
+    }
+    Ok(v)
 }
 
 /// `v` (an inconsistent total-only cell) as [`Status::Undetermined`] when an unstated
@@ -196,6 +252,7 @@ mod tests {
                 advantages: Tensor::from_vec(ADV.to_vec(), 2, &Device::Cpu).unwrap(),
                 mask: t(&MASK),
                 entropy: Some(t(&ENT)),
+                rollout_log_probs: None,
             },
             entropy_dtype: None,
             logprob_dtype: None,

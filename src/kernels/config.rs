@@ -56,6 +56,39 @@ pub struct KlTerm {
     pub placement: KlPlacement,
 }
 
+/// A factor the producer multiplies its total loss by before dumping it (the pg, entropy
+/// and KL terms stay unscaled). verl's actor (`verl/workers/actor/dp_actor.py`,
+/// `update_policy`, volcengine/verl@cc62eca): `loss = policy_loss * loss_scale_factor`,
+/// with `loss_scale_factor = response_mask.shape[0] / ppo_mini_batch_size` under dynamic
+/// batch size and `1 / gradient_accumulation` otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[serde(rename_all = "kebab-case", tag = "kind", content = "value")]
+pub enum LossScale {
+    /// The total as composed (TRL, NexRL's `loss/` files).
+    One,
+    /// `rows / n` for a micro-batch of `rows` sequences (`n`: the mini-batch's rows).
+    RowsOver(f64),
+    /// One factor for every micro-batch (`1 / gradient_accumulation`).
+    Constant(f64),
+}
+
+impl LossScale {
+    /// The total as composed (nothing to write).
+    pub fn is_one(&self) -> bool {
+        *self == LossScale::One
+    }
+
+    /// The factor on the total loss of a micro-batch of `rows` sequences (`None` for
+    /// [`LossScale::One`]).
+    pub fn factor(&self, rows: usize) -> Option<f64> {
+        match self {
+            LossScale::One => None,
+            LossScale::RowsOver(n) => Some(rows as f64 / n),
+            LossScale::Constant(s) => Some(*s),
+        }
+    }
+}
+
 /// Every knob of a loss computation; presets fill it, flags override single fields.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct LossConfig {
@@ -79,6 +112,19 @@ pub struct LossConfig {
     pub advantage: AdvantageConfig,
     /// Compute in f64 (default) or f32.
     pub precision: Precision,
+    /// The factor on the dumped total loss ([`LossScale::One`] in every preset; not
+    /// written when one).
+    #[serde(skip_serializing_if = "LossScale::is_one")]
+    pub loss_scale: LossScale,
+    /// Truncated importance sampling against the rollout engine's log-probs, token level,
+    /// with this cap: per token `w = min(exp(clamp(old − rollout, ±20)) · mask, cap)`
+    /// multiplies the pg loss element before aggregation (verl 0.9.1
+    /// `rollout_corr_helper.py` `compute_rollout_correction_weights(rollout_is="token",
+    /// rollout_is_threshold=cap)`, applied as `pg_losses * rollout_is_weights` in
+    /// `core_algos.py` `compute_policy_loss_vanilla`/`_gspo`). Needs
+    /// [`LossInputs::rollout_log_probs`]. `None` in every preset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout_is: Option<f64>,
 }
 
 /// Dumped inputs of one micro-batch. `log_probs`, `old_log_probs`, `ref_log_probs`,
@@ -98,6 +144,9 @@ pub struct LossInputs {
     pub mask: Tensor,
     /// Per-token entropy `[B, T]` for the entropy bonus and metric.
     pub entropy: Option<Tensor>,
+    /// The rollout engine's log-probs `[B, T]` (verl `rollout_log_probs`), for
+    /// [`LossConfig::rollout_is`]'s importance weights.
+    pub rollout_log_probs: Option<Tensor>,
 }
 
 /// Scalar metrics of a loss computation, each under its framework's name and convention.

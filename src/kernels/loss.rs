@@ -19,7 +19,8 @@ use super::{clamp_torch, dims2, same_shape, to_f64, KResult, KernelError};
 
 /// The shared types, where callers have always found them (defined in [`super::config`]).
 pub use super::config::{
-    KlPlacement, KlTerm, LossConfig, LossInputs, LossOutput, Metrics, PolicyKind, RatioLevel,
+    KlPlacement, KlTerm, LossConfig, LossInputs, LossOutput, LossScale, Metrics, PolicyKind,
+    RatioLevel,
 };
 
 struct Prepared {
@@ -29,6 +30,7 @@ struct Prepared {
     adv: Tensor,
     mask: Tensor,
     entropy: Option<Tensor>,
+    rollout: Option<Tensor>,
 }
 
 fn prepare(inp: &LossInputs, logp: Tensor, cfg: &LossConfig) -> KResult<Prepared> {
@@ -57,6 +59,14 @@ fn prepare(inp: &LossInputs, logp: Tensor, cfg: &LossConfig) -> KResult<Prepared
         }
         None => None,
     };
+    let rollout = match &inp.rollout_log_probs {
+        Some(r) => {
+            let r = r.to_dtype(dt)?;
+            same_shape("log_probs", &logp, "rollout_log_probs", &r)?;
+            Some(r)
+        }
+        None => None,
+    };
     let adv = inp.advantages.to_dtype(dt)?;
     let adv = match adv.dims() {
         [n] if *n == b => adv.unsqueeze(1)?.broadcast_as((b, t))?.contiguous()?,
@@ -75,6 +85,7 @@ fn prepare(inp: &LossInputs, logp: Tensor, cfg: &LossConfig) -> KResult<Prepared
         adv,
         mask,
         entropy,
+        rollout,
     })
 }
 
@@ -122,6 +133,17 @@ fn run(p: &Prepared, cfg: &LossConfig) -> KResult<LossOutput> {
         }
         PolicyKind::ImportanceSampling => importance_sampling(&ratio, &p.adv)?,
     };
+    if let Some(cap) = cfg.rollout_is {
+        // verl's token-level TIS weights (see `LossConfig::rollout_is`), no gradient
+        let rollout = p.rollout.as_ref().ok_or_else(|| {
+            KernelError::Invalid(
+                "importance weights need rollout_log_probs, which the inputs lack".into(),
+            )
+        })?;
+        let d = clamp_torch(&(&p.old - rollout)?, Some(-20.0), Some(20.0))?;
+        let w = clamp_torch(&(d.exp()? * &p.mask)?, None, Some(cap))?.detach();
+        per_token = (per_token * w)?;
+    }
     let raw_log_ratio = if token_clamp.is_some() {
         token_log_ratio(&p.logp, &p.old, None)?
     } else {
@@ -158,6 +180,10 @@ fn run(p: &Prepared, cfg: &LossConfig) -> KResult<LossOutput> {
             loss = (loss - el.affine(cfg.entropy_coeff, 0.0)?)?;
         }
         entropy_loss = Some(el);
+    }
+    // the producer's factor on the total (verl's loss_scale_factor), rows = B
+    if let Some(f) = cfg.loss_scale.factor(p.mask.dims()[0]) {
+        loss = loss.affine(f, 0.0)?;
     }
     Ok(LossOutput {
         loss,
@@ -222,4 +248,56 @@ pub fn compute_with_grad_candle(
         None => var.as_tensor().zeros_like()?.detach(),
     };
     Ok((out, grad))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::presets::preset;
+    use candle_core::Device;
+
+    /// verl's token-level TIS and its `loss_scale_factor`, against the formulas written
+    /// out: `w = min(exp(old − rollout)·mask, 2)`, `pg = mean(max(−A·r, −A·clip(r)) · w)`
+    /// over valid tokens, `loss = pg · rows / 8`.
+    #[test]
+    fn importance_weights_and_the_loss_scale_follow_verl() {
+        let dev = &Device::Cpu;
+        let t = |v: &[f64]| Tensor::from_vec(v.to_vec(), (1, v.len()), dev).unwrap();
+        let (logp, old, rollout) = (
+            [-1.0, -0.5, -2.0, -0.1],
+            [-1.1, -0.5, -1.0, -0.3],
+            [-1.2, -1.5, -1.0, 0.0],
+        );
+        let (adv, mask) = (0.7, [1.0, 1.0, 1.0, 0.0]);
+        let inputs = LossInputs {
+            log_probs: t(&logp),
+            old_log_probs: Some(t(&old)),
+            ref_log_probs: None,
+            advantages: Tensor::from_vec(vec![adv], 1, dev).unwrap(),
+            mask: t(&mask),
+            entropy: None,
+            rollout_log_probs: Some(t(&rollout)),
+        };
+        let mut cfg = preset("verl-vanilla").unwrap();
+        cfg.agg = crate::kernels::aggregate::AggMode::TokenMean;
+        cfg.rollout_is = Some(2.0);
+        cfg.loss_scale = LossScale::RowsOver(8.0);
+        let out = compute(&inputs, &cfg).unwrap();
+        let mut want = 0.0;
+        for i in 0..3 {
+            let r = (logp[i] - old[i]).exp();
+            let w = ((old[i] - rollout[i]).exp() * mask[i]).min(2.0);
+            want += (-adv * r).max(-adv * r.clamp(0.8, 1.2)) * w / 3.0;
+        }
+        let pg = to_f64(&out.pg_loss).unwrap();
+        assert!((pg - want).abs() < 1e-15, "{pg} vs {want}");
+        assert!((to_f64(&out.loss).unwrap() - want / 8.0).abs() < 1e-15);
+        // without rollout log-probs the weights cannot be made: refused, named
+        let bare = LossInputs {
+            rollout_log_probs: None,
+            ..inputs
+        };
+        let e = compute(&bare, &cfg).unwrap_err().to_string();
+        assert!(e.contains("rollout_log_probs"), "{e}");
+    }
 }

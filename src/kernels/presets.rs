@@ -42,7 +42,7 @@
 
 use super::advantage::{AdvantageConfig, SingletonRule, StdMode};
 use super::aggregate::AggMode;
-use super::config::{LossConfig, PolicyKind, RatioLevel};
+use super::config::{LossConfig, LossScale, PolicyKind, RatioLevel};
 use super::policy_loss::ClipParams;
 use super::{KResult, KernelError, Precision};
 
@@ -94,6 +94,8 @@ pub fn preset(name: &str) -> KResult<LossConfig> {
         entropy_agg: AggMode::TrlBnpo,
         advantage: TRL_ADV,
         precision: Precision::F64,
+        loss_scale: LossScale::One,
+        rollout_is: None,
     };
     let cfg = match name {
         "trl-grpo" => base,

@@ -21,6 +21,13 @@
 //!   escapes around the text (areal/workflow/rlvr.py,
 //!   inclusionAI/AReaL@072480e26a1dc2ac1692164e504315d7e508478b).
 //!
+//! - verl's validation generations in TensorBoard (`trainer.logger` with `tensorboard`):
+//!   `add_text("val/generations", …)`, per sample a markdown block `### Sample i` /
+//!   `**Input:** …` / `**Output:** …` / `**Score:** …` (`ValidationGenerationsLogger.
+//!   log_generations_to_tensorboard`, verl/utils/tracking.py, verl 0.9.1 from PyPI that
+//!   wrote `fixtures/completions/verl_tb_*`). Another text summary whose tag names
+//!   completions, generations, samples or responses is one completion.
+//!
 //! A reader returns the records; it never judges (`detect::completions_text` does).
 
 use std::path::{Path, PathBuf};
@@ -56,6 +63,8 @@ pub enum CompletionsFormat {
     RolloutJsonl,
     /// AReaL RLVR text dump.
     ArealText,
+    /// TensorBoard text summaries (`add_text`) in an event file.
+    TensorboardText,
 }
 
 impl CompletionsFormat {
@@ -66,6 +75,7 @@ impl CompletionsFormat {
             CompletionsFormat::WandbTable => "wandb table",
             CompletionsFormat::RolloutJsonl => "rollout jsonl",
             CompletionsFormat::ArealText => "areal rollout dump",
+            CompletionsFormat::TensorboardText => "tensorboard text",
         }
     }
 }
@@ -213,6 +223,7 @@ pub fn read(path: &Path, format: CompletionsFormat) -> Result<CompletionFile> {
         CompletionsFormat::WandbTable => read_wandb_table(path)?,
         CompletionsFormat::RolloutJsonl => read_jsonl(path)?,
         CompletionsFormat::ArealText => (read_areal(path)?, vec!["reward".to_string()]),
+        CompletionsFormat::TensorboardText => (read_tensorboard(path)?, vec!["score".to_string()]),
     };
     Ok(CompletionFile {
         path: path.to_path_buf(),
@@ -220,6 +231,60 @@ pub fn read(path: &Path, format: CompletionsFormat) -> Result<CompletionFile> {
         reward_columns,
         items,
     })
+}
+
+/// The completions in an event file's text summaries (see the module docs).
+fn read_tensorboard(path: &Path) -> Result<Vec<Completion>> {
+    let mut out = Vec::new();
+    for t in crate::logs::trackers::tfevents::texts(path)? {
+        let blocks = verl_generation_blocks(&t.text);
+        if blocks.is_empty() {
+            let tag = t.tag.to_ascii_lowercase();
+            if ["completion", "generation", "sample", "response"]
+                .iter()
+                .any(|w| tag.contains(w))
+            {
+                out.push(Completion {
+                    step: Some(t.step),
+                    text: t.text,
+                    ..Completion::default()
+                });
+            }
+            continue;
+        }
+        out.extend(blocks.into_iter().map(|(prompt, text, reward)| Completion {
+            step: Some(t.step),
+            prompt: Some(prompt),
+            text,
+            reward,
+            advantage: None,
+        }));
+    }
+    Ok(out)
+}
+
+/// verl's markdown of one step's generations: per `### Sample i` block its input, output
+/// and score (`**Input:** x\n\n**Output:** y\n\n**Score:** z\n\n---`).
+fn verl_generation_blocks(text: &str) -> Vec<(String, String, Option<f64>)> {
+    const INPUT: &str = "**Input:** ";
+    const OUTPUT: &str = "\n\n**Output:** ";
+    const SCORE: &str = "\n\n**Score:** ";
+    text.split("### Sample ")
+        .skip(1)
+        .filter_map(|b| {
+            let b = b.trim_end();
+            let b = b.strip_suffix("---").unwrap_or(b).trim_end();
+            let i = b.find(INPUT)? + INPUT.len();
+            let o = i + b[i..].find(OUTPUT)?;
+            let sc = b.rfind(SCORE).filter(|sc| *sc >= o + OUTPUT.len())?;
+            let score = b[sc + SCORE.len()..].trim().parse::<f64>().ok();
+            Some((
+                b[i..o].to_string(),
+                b[o + OUTPUT.len()..sc].to_string(),
+                score,
+            ))
+        })
+        .collect()
 }
 
 /// The step in a file name: TRL's `completions_00012.parquet`, verl's `12.jsonl`.

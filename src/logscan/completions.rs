@@ -95,6 +95,19 @@ pub fn read_all(files: &[CompletionPath]) -> Result<Vec<CompletionFile>> {
     Ok(out)
 }
 
+/// The completions in the text summaries of the event files read (verl logs its
+/// validation generations with `add_text`): a file whose texts hold none adds nothing.
+pub fn from_text_summaries(files: &[FileStats]) -> Result<Vec<CompletionFile>> {
+    let mut out = Vec::new();
+    for st in files.iter().filter(|f| f.text_summaries > 0) {
+        let f = completions::read(&st.path, CompletionsFormat::TensorboardText)?;
+        if !f.items.is_empty() {
+            out.push(f);
+        }
+    }
+    Ok(out)
+}
+
 /// Each completions file as a line of the report's file list.
 pub fn file_stats(files: &[CompletionFile]) -> Vec<FileStats> {
     files

@@ -214,7 +214,7 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
         None => AliasTable::builtin()?,
     };
     let (files, completion_paths) = completions::split_paths(paths)?;
-    let completion_files = completions::read_all(&completion_paths)?;
+    let mut completion_files = completions::read_all(&completion_paths)?;
     let builder = FrameBuilder::new(aliases, opts.keep_raw).with_projection(opts.projection());
     let mut col = scan::Collected::new(builder);
     col.run = opts.run.clone();
@@ -226,6 +226,7 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
             "--run {run}: no input holds several runs (--run picks one from a tracker database or a Parquet export)"
         )));
     }
+    completion_files.extend(completions::from_text_summaries(&col.files)?);
     let frame = col.builder.finish();
     let events = col.events;
     let mut findings = detect_per_run(&frame, &events, &th, &opts.detectors, &col.run_starts);

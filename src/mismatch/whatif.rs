@@ -386,6 +386,7 @@ pub fn cell_loss(
         advantages: mk(adv)?,
         mask: mk(mask)?,
         entropy: None,
+        rollout_log_probs: None,
     };
     let mut sum_cfg = cfg.clone();
     // A plain sum: its gradient is each masked token's own derivative.

@@ -271,6 +271,14 @@ pub struct FileStats {
     pub runs: u32,
     /// Records that are evaluation/validation only (kept apart from training steps).
     pub eval_records: u64,
+    /// TensorBoard text summaries seen (`add_text`: verl's validation generations), read
+    /// as completions by logscan.
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub text_summaries: u64,
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Characters of a file's first line kept in [`FileStats::first_line`].

@@ -24,6 +24,9 @@ pub const PROB_RATIO: &str = "prob_ratio";
 pub const ELEMENTWISE_LOSS: &str = "elementwise_loss";
 /// `is_loss_debug/`: the mask the loss averaged over.
 pub const EFFECTIVE_VALID: &str = "effective_valid";
+/// The rollout engine's log-probs, when the trainer dumps them beside its own (verl's
+/// `rollout_log_probs`, what truncated importance sampling weighs against).
+pub const ROLLOUT_LOG_PROBS: &str = "rollout_log_probs";
 /// `batch_inputs/`: the micro's attention mask.
 pub const ATTENTION_MASK: &str = "attention_mask";
 /// Every per-token key of an `is_loss_debug/` file.
@@ -60,6 +63,7 @@ pub fn is_loss_debug(file: &Path, v: &Value) -> Result<TokenBatch> {
     for (key, source) in [
         (LOG_PROBS, LogProbSource::Current),
         (OLD_LOG_PROBS, LogProbSource::Old),
+        (ROLLOUT_LOG_PROBS, LogProbSource::Rollout),
     ] {
         if let Some(t) = opt_tensor(v, key, file)? {
             b.log_probs.insert(source, t);

@@ -101,18 +101,25 @@ pub fn prep_each(
         None => vec![0.0; lp.len()],
     };
     let slack = crate::judge::terms::logprob_slack(&lp, &old, cell.logprob_dtype);
+    let seq_slack = crate::judge::terms::sequence_slack(&slack, &mask, t);
     outs.iter()
-        .map(|out| {
+        .zip(variants)
+        .map(|(out, (cfg, _))| {
+            let slack = match cfg.ratio_level {
+                crate::kernels::loss::RatioLevel::Token => &slack,
+                _ => &seq_slack,
+            };
             let elem = v(&out.per_token_loss)?;
             let lp_w = |x: &[f64], w: &[f64]| {
                 crate::judge::terms::logprob_rounding(x, &lp, &old, w, cell.logprob_dtype)
             };
             let pg_r = table(&elem, &|x, w| f32_compute(x, w, 4.0) + lp_w(x, w));
             let follows = cell.ratio.is_none() && cell.per_token.is_none()
-                || intermediates_follow(cell.ratio.as_ref(), &v(&out.ratio)?, &mask, tol, &slack)
-                    && intermediates_follow(cell.per_token.as_ref(), &elem, &mask, tol, &slack);
+                || intermediates_follow(cell.ratio.as_ref(), &v(&out.ratio)?, &mask, tol, slack)
+                    && intermediates_follow(cell.per_token.as_ref(), &elem, &mask, tol, slack);
             Ok(Prep {
                 t,
+                rows: b,
                 pg_r,
                 ent_r,
                 kl_r: kl_r.clone(),
@@ -210,6 +217,13 @@ pub(super) fn entropy_mode(preps: &[Prep], in_use: AggMode, tol: &Tolerance) -> 
     let (scored, total) = term_scores(preps, &modes, tol, true);
     let s = crate::conventions::aggregation::settle(&scored, total)?;
     (s.mode != in_use && scored[0].1 * 2 < total).then_some(s.mode)
+}
+
+/// The terms reproduced with every cell's pg term under `pg` and its entropy term under
+/// `ent`.
+pub(super) fn hits(preps: &[Prep], (pg, ent): (AggMode, AggMode), tol: &Tolerance) -> usize {
+    let of = |m: AggMode, e: bool| term_scores(preps, &[m], tol, e).0[0].1;
+    of(pg, false) + of(ent, true)
 }
 
 /// How many of the cells' pg terms (`entropy` false) or entropy terms each of `modes`

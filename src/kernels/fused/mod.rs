@@ -32,7 +32,7 @@ mod scalar;
 
 use candle_core::{DType, Tensor};
 
-use super::config::{LossConfig, LossInputs, LossOutput};
+use super::config::{LossConfig, LossInputs, LossOutput, LossScale};
 use super::KResult;
 use driver::run;
 
@@ -45,6 +45,10 @@ pub(super) use row::BASELINE_ONLY;
 /// the candle path must refuse with its own message: wrong shapes, a missing reference,
 /// a bad `clip_ratio_c`); the caller then runs the candle path.
 pub fn compute_fused(inp: &LossInputs, cfg: &LossConfig) -> KResult<Option<LossOutput>> {
+    // a scaled total (verl's loss_scale_factor) and importance weights are the candle path's
+    if cfg.loss_scale != LossScale::One || cfg.rollout_is.is_some() {
+        return Ok(None);
+    }
     let out = match cfg.precision.dtype() {
         DType::F64 => run::<f64, false>(inp, cfg)?,
         _ => run::<f32, false>(inp, cfg)?,
@@ -59,6 +63,9 @@ pub fn compute_fused_with_grad(
     inp: &LossInputs,
     cfg: &LossConfig,
 ) -> KResult<Option<(LossOutput, Tensor)>> {
+    if cfg.loss_scale != LossScale::One || cfg.rollout_is.is_some() {
+        return Ok(None);
+    }
     let out = match cfg.precision.dtype() {
         DType::F64 => run::<f64, true>(inp, cfg)?,
         _ => run::<f32, true>(inp, cfg)?,

@@ -71,6 +71,7 @@ fn ratios_exactly_on_a_clip_bound_get_half_the_gradient() -> TestResult {
             advantages: mk(1)?,
             mask: mk(2)?,
             entropy: None,
+            rollout_log_probs: None,
         };
         let mut cfg = preset("verl-vanilla")?;
         cfg.precision = p;
@@ -116,6 +117,7 @@ fn log_ratio_exactly_on_its_clamp_gets_no_gradient() -> TestResult {
         advantages: Tensor::new(&[1.0f64], dev)?,
         mask: lp.ones_like()?,
         entropy: None,
+        rollout_log_probs: None,
     };
     let mut cfg = preset("nexrl-is")?;
     cfg.log_ratio_clamp = Some((-20.0, 20.0));
@@ -194,6 +196,7 @@ fn avx2_and_baseline_builds_give_identical_bits() -> TestResult {
                 advantages: adv,
                 mask: mk(&case.mask)?,
                 entropy: Some(mk(&case.mask)?),
+                rollout_log_probs: None,
             };
             for cfg in configs(p, true)? {
                 BASELINE_ONLY.store(false, Ordering::Relaxed);
@@ -226,6 +229,7 @@ fn fused_declines_what_candle_refuses() -> TestResult {
         advantages: Tensor::zeros(2, DType::F64, dev)?,
         mask: x,
         entropy: None,
+        rollout_log_probs: None,
     };
     let cfg = preset("trl-grpo")?;
     assert!(compute_fused(&inp, &cfg)?.is_none());
@@ -252,6 +256,7 @@ fn strided_and_other_dtype_inputs_give_the_same_results() -> TestResult {
         advantages: Tensor::from_vec(adv, b, dev)?,
         mask: mask.to_dtype(DType::F64)?,
         entropy: None,
+        rollout_log_probs: None,
     };
     let strided = LossInputs {
         log_probs: mk(&lp)?.t()?.contiguous()?.t()?,

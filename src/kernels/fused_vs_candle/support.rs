@@ -584,6 +584,7 @@ pub(super) fn grid(
                     advantages: adv_t.clone(),
                     mask: mk(&case.mask)?,
                     entropy: extras.then(|| mk(&ent)).transpose()?,
+                    rollout_log_probs: None,
                 };
                 for cfg in configs(p, extras)? {
                     let ctx = format!(

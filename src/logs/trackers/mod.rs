@@ -187,7 +187,8 @@ pub fn read_rows(
         }
     }
     w.flush();
-    if stats.records == 0 {
+    // an event file of text summaries only (verl's generations writer) is read for them
+    if stats.records == 0 && stats.text_summaries == 0 {
         return Err(Error::format(
             path,
             crate::error::Position::File,

@@ -2,7 +2,8 @@
 //! CRC-32C of the length, data, masked CRC-32C of the data) around `Event` protobufs
 //! whose `Summary` values are scalars either as `simple_value` (TF1, torch's
 //! `SummaryWriter`) or as one-element tensors (TF2 `tf.summary.scalar`, torch
-//! `new_style=True`). Images, histograms, text and graphs are skipped.
+//! `new_style=True`). Images, histograms and graphs are skipped; text summaries are
+//! counted here and read by [`texts`] (completions logged with `add_text`).
 
 use std::io::Read;
 use std::path::Path;
@@ -96,6 +97,9 @@ pub struct TensorProto {
     /// DT_DOUBLE elements.
     #[prost(double, repeated, tag = "6")]
     pub double_val: Vec<f64>,
+    /// DT_STRING elements (TensorBoard's text plugin: one string, or a table of them).
+    #[prost(bytes = "vec", repeated, tag = "8")]
+    pub string_val: Vec<Vec<u8>>,
     /// DT_INT32 / INT16 / INT8 / UINT8 elements.
     #[prost(int32, repeated, tag = "7")]
     pub int_val: Vec<i32>,
@@ -332,6 +336,9 @@ pub fn read(path: &Path, input: impl Read, stats: &mut FileStats, w: &mut RowWri
                 })?;
                 if let Some(summary) = ev.summary {
                     for v in summary.value {
+                        if v.is_text() {
+                            stats.text_summaries += 1;
+                        }
                         let Some(x) = v.scalar() else { continue };
                         let id = w.keys.id_str(&v.tag);
                         add(w, ev.step, ev.wall_time, n_records, stats, id, x);
@@ -353,6 +360,72 @@ pub fn read(path: &Path, input: impl Read, stats: &mut FileStats, w: &mut RowWri
         ));
     }
     Ok(())
+}
+
+impl SummaryValue {
+    /// Written by TensorBoard's text plugin (`SummaryWriter.add_text`).
+    pub fn is_text(&self) -> bool {
+        self.metadata
+            .as_ref()
+            .and_then(|m| m.plugin_data.as_ref())
+            .is_some_and(|p| p.plugin_name == "text")
+    }
+}
+
+/// One text summary (`add_text(tag, text, step)`): its strings joined by newlines.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TextSummary {
+    /// The event's step.
+    pub step: i64,
+    /// The tag (`val/generations`).
+    pub tag: String,
+    /// The text (UTF-8, invalid bytes replaced).
+    pub text: String,
+}
+
+/// Every text summary of an event file, in file order: what `add_text` wrote (verl logs
+/// its validation generations so). Records are framed as [`read`] frames them; a record
+/// cut by the file's end ends the list; a record that is not an `Event` is an error
+/// naming its byte offset.
+pub fn texts(path: &Path) -> Result<Vec<TextSummary>> {
+    let data = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    while pos + 12 <= data.len() {
+        let len = u64::from_le_bytes(data[pos..pos + 8].try_into().unwrap_or_default());
+        let Some(end) = usize::try_from(len)
+            .ok()
+            .and_then(|l| (pos + 12).checked_add(l))
+            .filter(|e| e + 4 <= data.len())
+        else {
+            break;
+        };
+        let ev = Event::decode(&data[pos + 12..end]).map_err(|e| {
+            Error::format(
+                path,
+                Position::Byte(pos as u64 + 12),
+                format!("not an Event protobuf: {e}"),
+            )
+        })?;
+        for v in ev.summary.map(|s| s.value).unwrap_or_default() {
+            if !v.is_text() {
+                continue;
+            }
+            let Some(t) = &v.tensor else { continue };
+            let parts: Vec<String> = t
+                .string_val
+                .iter()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .collect();
+            out.push(TextSummary {
+                step: ev.step,
+                tag: v.tag.clone(),
+                text: parts.join("\n"),
+            });
+        }
+        pos = end + 4;
+    }
+    Ok(out)
 }
 
 /// Add scalar `x` of key `id` at `step` to the open row, or to a new row when the step
@@ -464,6 +537,7 @@ mod tests {
             float_val: Vec::new(),
             double_val: Vec::new(),
             int_val: Vec::new(),
+            string_val: Vec::new(),
             int64_val: Vec::new(),
             bool_val: Vec::new(),
             uint32_val: Vec::new(),
