@@ -192,6 +192,7 @@ fn start() -> Option<Moto> {
         tmp.join("trunc").display()
     ));
     cmd.arg(format!("{}=ckpt", tmp.join("ckpt").display()));
+    cmd.arg("fixtures/logs/debug_faults=logs/debug_faults");
     let mut child = cmd
         .current_dir(root())
         .stdin(Stdio::piped())
@@ -604,4 +605,49 @@ fn losscheck_on_s3_gives_the_local_report() {
         .output()
         .unwrap();
     assert_eq!(faulty.status.code(), Some(1));
+}
+
+/// `logscan` on a prefix of logs and on one log object in the store: the local report
+/// (paths aside) and exit code (1: the fixture's faults); a missing object: exit 2 naming it.
+#[test]
+fn logscan_on_s3_gives_the_local_report() {
+    let Some(m) = moto() else { return };
+    let run = |arg: &str| {
+        in_store(Command::cargo_bin("logscan").unwrap(), m, &m.key)
+            .args(["--format", "json", arg])
+            .output()
+            .unwrap()
+    };
+    for (local, url) in [
+        (
+            "fixtures/logs/debug_faults",
+            "s3://bucket/logs/debug_faults",
+        ),
+        (
+            "fixtures/logs/debug_faults/steps.jsonl",
+            "s3://bucket/logs/debug_faults/steps.jsonl",
+        ),
+    ] {
+        let (l, r) = (run(local), run(url));
+        assert_eq!(l.status.code(), Some(1), "{local}");
+        assert_eq!(
+            r.status.code(),
+            Some(1),
+            "{url}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        let text = String::from_utf8(r.stdout).unwrap().replace(
+            "s3://bucket/logs/debug_faults",
+            "fixtures/logs/debug_faults",
+        );
+        assert_eq!(text, String::from_utf8(l.stdout).unwrap(), "{url}");
+    }
+    let missing = run("s3://bucket/logs/debug_faults/nothing.jsonl");
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(missing.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("s3://bucket/logs/debug_faults/nothing.jsonl")
+            && err.contains("no such object"),
+        "{err}"
+    );
 }
