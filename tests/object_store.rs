@@ -153,7 +153,26 @@ fn make_tmp(python: &str) -> PathBuf {
         .arg(&tmp)
         .stderr(Stdio::null())
         .status();
+    let big = tmp.join("ckpt/big.pt");
+    if big.is_file() {
+        // `bad.pt`: big.pt with one byte of storage `2` (tensor `c`) flipped.
+        let mut bytes = std::fs::read(&big).unwrap();
+        let at = zip_data_start(&big, "big/data/2") as usize + 100;
+        bytes[at] ^= 0xff;
+        std::fs::write(tmp.join("ckpt/bad.pt"), bytes).unwrap();
+    }
     tmp
+}
+
+/// Where member `name`'s data starts in the zip `path`, as the zip crate reads it.
+fn zip_data_start(path: &Path, name: &str) -> u64 {
+    let config = zip::read::Config {
+        archive_offset: zip::read::ArchiveOffset::Known(0),
+    };
+    let mut z = zip::ZipArchive::with_config(config, std::fs::File::open(path).unwrap()).unwrap();
+    let i = z.index_for_name(name).unwrap();
+    let f = z.by_index_raw(i).unwrap();
+    f.data_start().unwrap()
 }
 
 fn root() -> PathBuf {
@@ -471,6 +490,7 @@ fn ranged_child() {
             .collect()
     };
     let local = pt::read_pt_keys(&big, &["b"]).unwrap();
+    let local_b = local.clone();
     let before = source::stats().bytes;
     let remote = pt::read_pt_keys(url, &["b"]).unwrap();
     let one = source::stats().bytes - before;
@@ -525,6 +545,18 @@ fn ranged_child() {
         st_one >= 1 << 20 && st_one as f64 <= 1.1 * st_want as f64,
         "safetensors: fetched {st_one} bytes for {st_want} of header and tensor ({} in all)",
         raw.len()
+    );
+    // CRC-32 still checked on the members fetched: `bad.pt` has a byte of `c`'s storage
+    // flipped; `b` alone reads (its members are sound), the whole file fails naming it.
+    let bad = Path::new("s3://bucket/ckpt/bad.pt");
+    let only_b = pt::read_pt_keys(bad, &["b"]).unwrap();
+    assert_eq!(tensors(&only_b), tensors(&local_b));
+    let err = pt::read_pt(bad).unwrap_err().to_string();
+    assert!(
+        err.contains("s3://bucket/ckpt/bad.pt")
+            && err.contains("big/data/2")
+            && err.contains("CRC-32"),
+        "{err}"
     );
     println!(
         "ranged_child checked: one key {one} of {want}, whole {all} of {want_all}, file {size}; safetensors one key {st_one} of {st_want}"
