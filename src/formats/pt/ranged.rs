@@ -131,6 +131,8 @@ fn piece_cache() -> &'static PieceCache {
     C.get_or_init(Default::default)
 }
 
+/// The pieces of `path` (new and empty the first time). An entry being read by another
+/// thread counts as empty in the total (`try_lock`): the cache never waits for a fetch.
 fn pieces_of(path: &Path) -> Arc<Mutex<Pieces>> {
     let mut c = piece_cache().lock().unwrap_or_else(|p| p.into_inner());
     if let Some((_, p)) = c.iter().find(|(p, _)| p == path) {
@@ -140,11 +142,11 @@ fn pieces_of(path: &Path) -> Arc<Mutex<Pieces>> {
     c.push((path.to_path_buf(), p.clone()));
     let mut total: usize = c
         .iter()
-        .map(|(_, p)| p.lock().map(|p| p.bytes()).unwrap_or(0))
+        .map(|(_, p)| p.try_lock().map(|p| p.bytes()).unwrap_or(0))
         .sum();
     while total > source::CACHE_BYTES && c.len() > 1 {
         let (_, old) = c.remove(0);
-        total -= old.lock().map(|p| p.bytes()).unwrap_or(0);
+        total = total.saturating_sub(old.try_lock().map(|p| p.bytes()).unwrap_or(0));
     }
     p
 }
