@@ -137,7 +137,8 @@ fn write_safetensors(path: &Path) {
 
 /// The test-made files (see [`Moto::tmp`]).
 fn make_tmp(python: &str) -> PathBuf {
-    let tmp = std::env::temp_dir().join(format!("rlf-s3-{}", std::process::id()));
+    // Under the target's own scratch folder, replaced on each run (not left in /tmp).
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rlf-s3");
     let _ = std::fs::remove_dir_all(&tmp);
     copy_tree(
         &root().join("fixtures/dumps/self_hosted_pt"),
