@@ -317,3 +317,51 @@ fn a_cell_computing_its_own_ratio_level_is_consistent_and_named() {
     );
     assert!(!notes(0, 0).contains("ratio level"), "{}", notes(0, 0));
 }
+
+#[test]
+fn dumpdiff_compares_a_scaled_total_unscaled_and_keeps_a_fault() {
+    // seed 3: the weaver dumps loss × rows / 6 (verl's loss_scale_factor); the self-hosted
+    // side dumps it unscaled. Every cell's loss.loss agrees once unscaled, except rank 0
+    // micro 0, whose weaver old_log_probs are stale (the truth's fault): that one still
+    // differs, and says so with both unscaled values.
+    let out = Command::cargo_bin("dumpdiff")
+        .unwrap()
+        .current_dir(seed(3))
+        .args([
+            "--self-hosted-dir",
+            "self_hosted_pt",
+            "--weaver-dir",
+            "weaver_pt",
+        ])
+        .args(["--step", "0", "--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let r: Json = serde_json::from_slice(&out.stdout).unwrap();
+    let loss = r["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "loss")
+        .unwrap();
+    for c in loss["cells"].as_array().unwrap() {
+        let x = c["comparisons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == "loss.loss")
+            .unwrap();
+        let reason = x["reason"].as_str().unwrap();
+        assert!(reason.contains("weaver's loss scale rows / 6"), "{reason}");
+        if (c["rank"].as_u64(), c["micro"].as_u64()) == (Some(0), Some(0)) {
+            assert_eq!(x["verdict"], "fail", "{reason}");
+            assert!(
+                reason.contains("they still differ: 0.5528 vs 0.558"),
+                "{reason}"
+            );
+        } else {
+            assert_eq!(x["verdict"], "pass", "{reason}");
+            assert_eq!(c["verdict"], "pass", "{c}");
+        }
+    }
+}

@@ -28,6 +28,7 @@ pub mod model_compare;
 pub mod pages;
 mod pairs;
 pub mod report;
+mod scaled_loss;
 pub mod sections;
 mod verdicts;
 pub mod words;
@@ -525,8 +526,7 @@ fn compare(
     for side in &sides {
         side.check_unread(progress, prechecked)?;
     }
-    let (first_divergence, worst) = findings(&sections);
-    let adjudication = match &opts.adjudicate_with {
+    let (mut adjudication, scales) = match &opts.adjudicate_with {
         Some(preset) => adjudicate(
             &sections,
             &sides,
@@ -536,8 +536,17 @@ fn compare(
             &opts.coefficients,
             adv_eps.or(opts.advantage_eps),
         )?,
-        None => Vec::new(),
+        None => (Vec::new(), Vec::new()),
     };
+    // a total loss one side dumps scaled (verl's loss_scale_factor) is compared unscaled
+    let (agree, passed) = scaled_loss::rejudge(&mut sections, &scales);
+    adjudication.retain(|a| !passed.contains(&(a.rank, a.micro)));
+    diagnosis.retain(|d| {
+        !agree
+            .iter()
+            .any(|(r, m)| d.starts_with(&format!("rank {r} micro {m}:")))
+    });
+    let (first_divergence, worst) = findings(&sections);
     let verdict = sections
         .iter()
         .map(|s| s.verdict)

@@ -19,7 +19,7 @@ pub(super) fn adjudicate(
     traj: Option<&TrajectorySummary>,
     coefficients: &std::collections::BTreeMap<String, f64>,
     adv_eps: Option<f64>,
-) -> Result<Vec<report::Adjudication>> {
+) -> Result<(Vec<report::Adjudication>, Vec<scaled_loss::SideScale>)> {
     use crate::judge::infer::self_hosted_adv_eps;
     use crate::judge::{Status, StepCheck, Tolerance};
     let given = crate::judge::overrides::of_coefficients(coefficients, adv_eps);
@@ -35,7 +35,7 @@ pub(super) fn adjudicate(
         .filter_map(|c| Some((c.rank?, c.micro?)))
         .collect();
     if cells.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
     let tol = Tolerance::default();
     // Each side's whole-batch inputs are the values read at the start of the run: no
@@ -129,6 +129,7 @@ pub(super) fn adjudicate(
         })
         .collect();
     let out = cells
+        .clone()
         .into_par_iter()
         .map(|(rank, micro)| {
             let verdicts: Vec<report::SideVerdict> = judged
@@ -219,7 +220,37 @@ pub(super) fn adjudicate(
             }
         })
         .collect();
-    Ok(out)
+    // a side whose total is dumped scaled (verl's loss_scale_factor, settled with its
+    // conventions): the factor of each disagreeing cell, for `scaled_loss::rejudge`
+    let mut scales = Vec::new();
+    for (role, judged) in &judged {
+        let Ok((check, resolved, _, _)) = judged else {
+            continue;
+        };
+        if resolved.cfg.loss_scale == crate::kernels::loss::LossScale::One {
+            continue;
+        }
+        for &(rank, micro) in &cells {
+            let Ok(cell) = check.gather(rank, micro) else {
+                continue;
+            };
+            if let Some(factor) = resolved.cfg.loss_scale.factor(cell.dims().0) {
+                scales.push(scaled_loss::SideScale {
+                    role: (*role).to_string(),
+                    rank,
+                    micro,
+                    factor,
+                    entropy_coeff: resolved.cfg.entropy_coeff,
+                    words: resolved
+                        .conventions
+                        .iter()
+                        .find(|c| c.name == "loss_scale")
+                        .map_or_else(String::new, |c| c.value.clone()),
+                });
+            }
+        }
+    }
+    Ok((out, scales))
 }
 
 /// Order of sections along the data flow, for "first divergence".

@@ -172,8 +172,8 @@ impl<'v> Tensors<'v> {
 
     /// [`match_rows`] of this file's `input_ids` against `other`'s, computed once per pair
     /// of files; None when either lacks them. Padding is stripped as 0 first; when that
-    /// leaves rows unpaired, each side's [`Tensors::pad_candidate`] is tried too and the
-    /// pads pairing the most rows are kept (any pad id, read from the data).
+    /// leaves rows unpaired, either side's [`Tensors::pad_candidate`] is tried on both and
+    /// the pads pairing the most rows are kept (any pad id, read from the data).
     pub(super) fn content_rows(&self, other: &Tensors<'_>) -> Option<Rc<RowMatch>> {
         let key: *const Value = other.value;
         if let Some((_, m)) = self.pairings.borrow().iter().find(|(k, _)| *k == key) {
@@ -182,13 +182,13 @@ impl<'v> Tensors<'v> {
         let (a, b) = (self.input_ids()?, other.input_ids()?);
         let mut best = match_rows_by(a.len(), b.len(), |i, m| a.hash(i, m), |j, m| b.hash(j, m));
         if !best.only_a.is_empty() || !best.only_b.is_empty() {
-            let pads = |t: &Tensors<'_>| {
-                let mut p = vec![0];
-                p.extend(t.pad_candidate());
-                p
-            };
-            for pa in pads(self) {
-                for pb in pads(other) {
+            // both sides share a tokenizer: a pad one side shows in runs (a weaver row in
+            // the datum layout keeps a single trailing pad) is the other's pad too
+            let mut pads = vec![0];
+            pads.extend(self.pad_candidate());
+            pads.extend(other.pad_candidate().filter(|p| !pads.contains(p)));
+            for &pa in &pads {
+                for &pb in &pads {
                     if (pa, pb) == (0, 0) {
                         continue;
                     }

@@ -1,0 +1,156 @@
+//! A total loss one side dumps scaled (verl's `loss = policy_loss * loss_scale_factor`,
+//! `verl/workers/actor/dp_actor.py` `update_policy`, volcengine/verl@cc62eca): the judge
+//! settles the factor with the side's conventions (`judge::infer::scale`), and the `loss`
+//! scalars of the two sides are compared again unscaled. The terms (`pg_loss`,
+//! `entropy_loss`) are dumped unscaled and compared as they are.
+
+use super::report::Section;
+use crate::compare::tolerance::Verdict;
+
+/// `(rank, micro)` cells.
+pub type Cells = Vec<(u32, u32)>;
+
+/// One side's factor on one disagreeing cell's dumped total.
+#[derive(Debug, Clone)]
+pub struct SideScale {
+    /// `self-hosted` or `weaver`.
+    pub role: String,
+    /// Rank.
+    pub rank: u32,
+    /// Micro-batch.
+    pub micro: u32,
+    /// The factor (`rows / n` or one constant).
+    pub factor: f64,
+    /// The side's entropy coefficient (the unscaled totals may differ by its entropy term).
+    pub entropy_coeff: f64,
+    /// The scale as the conventions record says it.
+    pub words: String,
+}
+
+/// Compare the failing `loss.loss` / `is_loss.loss` scalars of the cells `scales` names
+/// again with each side's total divided by its factor: within the room the comparison
+/// itself allowed (its tolerance and propagated error), the entropy term's agreed
+/// difference and f32 rounding, they pass, saying so; else the reason gains the unscaled
+/// values.
+/// Returns the cells whose totals now agree, and of those the cells that no longer fail
+/// at all.
+pub fn rejudge(sections: &mut [Section], scales: &[SideScale]) -> (Cells, Cells) {
+    if scales.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    let factor = |role: &str, r: u32, m: u32| {
+        scales
+            .iter()
+            .find(|s| s.role == role && s.rank == r && s.micro == m)
+    };
+    // |a − b| of a passing scalar comparison of the `loss` cell (rank, micro): room the
+    // unscaled totals may differ by; 0 when absent or failing (a difference, not room)
+    let term_diff = |sections: &[Section], r: u32, m: u32, name: &str| -> f64 {
+        sections
+            .iter()
+            .filter(|s| s.name == "loss")
+            .flat_map(|s| &s.cells)
+            .filter(|c| c.rank == Some(r) && c.micro == Some(m))
+            .flat_map(|c| &c.comparisons)
+            .find(|x| x.name == name && x.verdict == Verdict::Pass)
+            .and_then(|x| x.metrics.as_ref()?.max_abs.as_ref().map(|d| d.abs_diff))
+            .filter(|d| d.is_finite())
+            .unwrap_or(0.0)
+    };
+    let mut touched = Vec::new();
+    let snapshot: Vec<Section> = sections.to_vec();
+    for sec in sections.iter_mut() {
+        if sec.name != "loss" && sec.name != "is_loss" {
+            continue;
+        }
+        for cell in sec.cells.iter_mut() {
+            let (Some(r), Some(m)) = (cell.rank, cell.micro) else {
+                continue;
+            };
+            let (sa, sb) = (factor("self-hosted", r, m), factor("weaver", r, m));
+            if sa.is_none() && sb.is_none() {
+                continue;
+            }
+            let mut changed = false;
+            for x in cell.comparisons.iter_mut() {
+                if !x.name.ends_with("loss.loss") || x.name.matches('.').count() != 1 {
+                    continue;
+                }
+                if x.verdict <= Verdict::Pass {
+                    continue;
+                }
+                let Some(d) = x.metrics.as_ref().and_then(|m| m.max_abs) else {
+                    continue;
+                };
+                let a = d.a / sa.map_or(1.0, |s| s.factor);
+                let b = d.b / sb.map_or(1.0, |s| s.factor);
+                let ec = sa.or(sb).map_or(0.0, |s| s.entropy_coeff).abs();
+                // the room the comparison itself allowed (its tolerance and the error its
+                // terms propagate: |Δ| over its excess), the entropy term's agreed
+                // difference, and the rounding of dividing an f32 total
+                let excess = x.metrics.as_ref().map_or(0.0, |m| m.max_excess);
+                let own = if excess.is_finite() && excess > 0.0 {
+                    d.abs_diff / excess
+                } else {
+                    x.tolerance.atol + x.tolerance.rtol * a.abs().max(b.abs())
+                };
+                let allowed = own
+                    + ec * term_diff(&snapshot, r, m, "loss.entropy_loss")
+                    + 8.0 * 2f64.powi(-24) * (a.abs() + b.abs());
+                let who: Vec<String> = [("self-hosted", sa), ("weaver", sb)]
+                    .iter()
+                    .filter_map(|(role, s)| s.map(|s| format!("{role}'s loss scale {}", s.words)))
+                    .collect();
+                let (ua, ub) = super::diagnosis::distinct(a, b);
+                if (a - b).abs() <= allowed {
+                    x.verdict = Verdict::Pass;
+                    x.reason = format!(
+                        "equal unscaled ({} vs {}): the dumped totals differ by {}",
+                        crate::fmt::num(a),
+                        crate::fmt::num(b),
+                        who.join(" and ")
+                    );
+                    changed = true;
+                } else {
+                    x.reason = format!(
+                        "{}; unscaled by {} they still differ: {ua} vs {ub}",
+                        x.reason,
+                        who.join(" and ")
+                    );
+                }
+            }
+            if changed {
+                let rebuilt = super::sections::cell(
+                    cell.rank,
+                    cell.micro,
+                    cell.rows.take(),
+                    std::mem::take(&mut cell.comparisons),
+                );
+                *cell = rebuilt;
+                touched.push((r, m));
+            }
+        }
+        sec.verdict = sec
+            .cells
+            .iter()
+            .map(|c| c.verdict)
+            .max()
+            .unwrap_or(Verdict::Skipped);
+    }
+    touched.sort_unstable();
+    touched.dedup();
+    // the cells that no longer fail in any section
+    let clean = touched
+        .iter()
+        .copied()
+        .filter(|(r, m)| {
+            sections
+                .iter()
+                .filter(|s| s.name == "loss" || s.name == "is_loss")
+                .flat_map(|s| &s.cells)
+                .filter(|c| c.rank == Some(*r) && c.micro == Some(*m))
+                .all(|c| c.verdict <= Verdict::Pass)
+        })
+        .collect();
+    (touched, clean)
+}
