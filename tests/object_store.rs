@@ -213,6 +213,7 @@ fn start() -> Option<Moto> {
     ));
     cmd.arg(format!("{}=ckpt", tmp.join("ckpt").display()));
     cmd.arg("fixtures/logs/debug_faults=logs/debug_faults");
+    cmd.arg("fixtures/stacks=stacks");
     let mut child = cmd
         .current_dir(root())
         .stdin(Stdio::piped())
@@ -417,16 +418,13 @@ fn in_store(mut cmd: Command, m: &Moto, key: &str) -> Command {
 /// One key of a 3 MiB `.pt` in the store (`read_pt_keys`): only `data.pkl`, `byteorder`, the
 /// key's storage and the zip directory are fetched (≤ 1.1× their bytes, counted here from
 /// the local file with the zip crate), the other two storages not; then the whole file
-/// (`read_pt`) fetches the rest and nothing twice. Values equal the local file's. Runs
+/// (`read_pt`) fetches the rest and nothing twice. Values equal the local file's. Also the
+/// other stacks' trees read from the store ([`stacks_from_the_store`]). Runs
 /// [`ranged_child`] in a process of its own, whose environment names the store.
 #[test]
 fn a_key_of_a_pt_fetches_only_its_members() {
     let Some(m) = moto() else { return };
     let big = m.tmp.join("ckpt/big.pt");
-    if !big.is_file() {
-        println!("skipped: torch is needed to write the checkpoint");
-        return;
-    }
     let mut child = StdCommand::new(std::env::current_exe().unwrap());
     child
         .args(["--exact", "object_store::ranged_child", "--ignored"])
@@ -467,12 +465,47 @@ fn zip_bytes(path: &Path, names: &[String]) -> u64 {
     total
 }
 
+/// The other stacks' trees (`fixtures/stacks`: verl, NeMo-RL, slime, SGLang, AReaL …)
+/// read from the store by their step readers (`producers/walk.rs` lists and reads through
+/// the source layer): the same reader, steps and step dump as the local tree.
+fn stacks_from_the_store() {
+    use rlforensics::producers::step_reader_for;
+    let local_root = root().join("fixtures/stacks");
+    let manifest: Json =
+        serde_json::from_str(&std::fs::read_to_string(local_root.join("manifest.json")).unwrap())
+            .unwrap();
+    let trees = manifest["trees"].as_object().unwrap();
+    assert!(trees.len() >= 9);
+    for tree in trees.keys() {
+        let local = local_root.join(tree);
+        let url = PathBuf::from(format!("s3://bucket/stacks/{tree}"));
+        let (lr, rr) = (
+            step_reader_for(&local).unwrap(),
+            step_reader_for(&url).unwrap_or_else(|e| panic!("{tree}: {e}")),
+        );
+        assert_eq!(rr.name(), lr.name(), "{tree}");
+        let steps = lr.steps(&local).unwrap();
+        assert_eq!(rr.steps(&url).unwrap(), steps, "{tree}");
+        let (l, r) = (
+            lr.read_step(&local, steps[0]).unwrap(),
+            rr.read_step(&url, steps[0]).unwrap(),
+        );
+        let r = format!("{r:?}").replace(&url.display().to_string(), &local.display().to_string());
+        assert_eq!(r, format!("{l:?}"), "{tree}");
+    }
+}
+
 #[test]
 #[ignore = "run by a_key_of_a_pt_fetches_only_its_members, with the store in its environment"]
 fn ranged_child() {
     use rlforensics::formats::{pt, safetensors, source};
     use rlforensics::value::Value;
+    stacks_from_the_store();
     let big = PathBuf::from(std::env::var("RLF_S3_CHILD").expect("the local checkpoint"));
+    if !big.is_file() {
+        println!("ranged_child checked: stacks; skipped: torch is needed to write the checkpoint");
+        return;
+    }
     let url = Path::new("s3://bucket/ckpt/big.pt");
     let tensors = |v: &Value| -> Vec<(String, String, Vec<u8>)> {
         let Value::Dict(items) = v else {
