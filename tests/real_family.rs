@@ -365,3 +365,30 @@ fn dumpdiff_compares_a_scaled_total_unscaled_and_keeps_a_fault() {
         }
     }
 }
+
+#[test]
+fn a_pad_id_shown_by_one_side_pairs_the_others_rows_too() {
+    // seed 2: Llama 3's pad 128001; the self-hosted input_ids end in runs of it, the weaver's
+    // datum rows (tokens[:-1]) keep one trailing pad at most, so only the self-hosted file
+    // shows it as a pad. Every row of every cell is paired by content (before: rows of
+    // three cells stayed unpaired and were flagged).
+    let out = Command::cargo_bin("dumpdiff")
+        .unwrap()
+        .current_dir(seed(2))
+        .args(["--self-hosted-dir", "self_hosted_pt", "--weaver-dir", "weaver_pt"])
+        .args(["--step", "0", "--format", "json"])
+        .output()
+        .unwrap();
+    let r: Json = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(truth(2)["conventions"]["pad_id"], 128001);
+    let unpaired: Vec<String> = r["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["cells"].as_array().unwrap())
+        .flat_map(|c| c["comparisons"].as_array().unwrap())
+        .filter(|x| x["name"].as_str().unwrap().ends_with(".rows") && x["verdict"] != "pass")
+        .map(|x| x["reason"].to_string())
+        .collect();
+    assert!(unpaired.is_empty(), "{unpaired:?}");
+}
