@@ -76,7 +76,104 @@ struct Moto {
     endpoint: String,
     key: String,
     secret: String,
+    /// Made for these tests and uploaded too: `trunc/` (the `self_hosted_pt` tree with one
+    /// file truncated, as `run/self_hosted_trunc`) and, when torch imports, `ckpt/big.pt`
+    /// (three 1 MiB tensors, as `ckpt/big.pt`).
+    tmp: PathBuf,
     _child: Mutex<(Child, ChildStdin)>,
+}
+
+/// The file of `trunc/` cut to half its size.
+const TRUNCATED: &str = "forward_data/step_000000_rank3_micro1.pt";
+
+/// Writes `ckpt/big.pt` under the folder given: a dict of three 1 MiB float32 tensors and
+/// an int, as `torch.save` writes it.
+const CKPT: &str = r#"
+import sys, torch
+torch.save({"a": torch.arange(262144, dtype=torch.float32),
+            "b": torch.arange(262144, dtype=torch.float32) * 0.5,
+            "c": torch.full((512, 512), 3.0), "step": 7}, sys.argv[1] + "/ckpt/big.pt")
+"#;
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        let q = to.join(p.file_name().unwrap());
+        if p.is_dir() {
+            copy_tree(&p, &q);
+        } else {
+            std::fs::copy(&p, &q).unwrap();
+        }
+    }
+}
+
+/// Three 1 MiB float32 tensors `a` (0, 1, 2 …), `b` (0, 0.5, 1 …) and `c` (3.0) as the
+/// safetensors format lays them out (8-byte length, JSON header padded with spaces to a
+/// multiple of 8, data in header order).
+fn write_safetensors(path: &Path) {
+    let n = 262144usize;
+    let mut header = String::from("{");
+    for (i, k) in ["a", "b", "c"].iter().enumerate() {
+        let (b, e) = (i * 4 * n, (i + 1) * 4 * n);
+        header += &format!(
+            "{}\"{k}\":{{\"dtype\":\"F32\",\"shape\":[{n}],\"data_offsets\":[{b},{e}]}}",
+            if i > 0 { "," } else { "" }
+        );
+    }
+    header.push('}');
+    while header.len() % 8 != 0 {
+        header.push(' ');
+    }
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    for f in [|i: usize| i as f32, |i: usize| i as f32 * 0.5, |_| 3.0f32] {
+        for i in 0..n {
+            out.extend_from_slice(&f(i).to_le_bytes());
+        }
+    }
+    std::fs::write(path, out).unwrap();
+}
+
+/// The test-made files (see [`Moto::tmp`]).
+fn make_tmp(python: &str) -> PathBuf {
+    // Under the target's own scratch folder, replaced on each run (not left in /tmp).
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rlf-s3");
+    let _ = std::fs::remove_dir_all(&tmp);
+    copy_tree(
+        &root().join("fixtures/dumps/self_hosted_pt"),
+        &tmp.join("trunc"),
+    );
+    let t = tmp.join("trunc").join(TRUNCATED);
+    let bytes = std::fs::read(&t).unwrap();
+    std::fs::write(&t, &bytes[..bytes.len() / 2]).unwrap();
+    std::fs::create_dir_all(tmp.join("ckpt")).unwrap();
+    write_safetensors(&tmp.join("ckpt/big.safetensors"));
+    let _ = StdCommand::new(python)
+        .args(["-c", CKPT])
+        .arg(&tmp)
+        .stderr(Stdio::null())
+        .status();
+    let big = tmp.join("ckpt/big.pt");
+    if big.is_file() {
+        // `bad.pt`: big.pt with one byte of storage `2` (tensor `c`) flipped.
+        let mut bytes = std::fs::read(&big).unwrap();
+        let at = zip_data_start(&big, "big/data/2") as usize + 100;
+        bytes[at] ^= 0xff;
+        std::fs::write(tmp.join("ckpt/bad.pt"), bytes).unwrap();
+    }
+    tmp
+}
+
+/// Where member `name`'s data starts in the zip `path`, as the zip crate reads it.
+fn zip_data_start(path: &Path, name: &str) -> u64 {
+    let config = zip::read::Config {
+        archive_offset: zip::read::ArchiveOffset::Known(0),
+    };
+    let mut z = zip::ZipArchive::with_config(config, std::fs::File::open(path).unwrap()).unwrap();
+    let i = z.index_for_name(name).unwrap();
+    let f = z.by_index_raw(i).unwrap();
+    f.data_start().unwrap()
 }
 
 fn root() -> PathBuf {
@@ -104,11 +201,19 @@ fn start() -> Option<Moto> {
         println!("skipped: {python} with moto[server] and boto3 is needed for the S3 tests");
         return None;
     }
+    let tmp = make_tmp(&python);
     let mut cmd = StdCommand::new(&python);
     cmd.arg("-c").arg(MOTO);
     for (local, prefix) in TREES {
         cmd.arg(format!("fixtures/dumps/{local}={prefix}"));
     }
+    cmd.arg(format!(
+        "{}=run/self_hosted_trunc",
+        tmp.join("trunc").display()
+    ));
+    cmd.arg(format!("{}=ckpt", tmp.join("ckpt").display()));
+    cmd.arg("fixtures/logs/debug_faults=logs/debug_faults");
+    cmd.arg("fixtures/stacks=stacks");
     let mut child = cmd
         .current_dir(root())
         .stdin(Stdio::piped())
@@ -126,6 +231,7 @@ fn start() -> Option<Moto> {
         endpoint: j["endpoint"].as_str().unwrap().into(),
         key: j["key"].as_str().unwrap().into(),
         secret: j["secret"].as_str().unwrap().into(),
+        tmp,
         _child: Mutex::new((child, stdin)),
     })
 }
@@ -295,4 +401,319 @@ fn inspect_reads_one_object() {
     let body = |t: &str| t.split_once('\n').map(|x| x.1.to_string());
     assert!(body(&local).is_some_and(|b| b.contains("log_probs") || b.len() > 40));
     assert_eq!(body(&remote), body(&local));
+}
+
+/// `cmd` with the server's endpoint and the access key id `key`.
+fn in_store(mut cmd: Command, m: &Moto, key: &str) -> Command {
+    cmd.current_dir(root())
+        .env("AWS_ENDPOINT_URL", &m.endpoint)
+        .env("AWS_ACCESS_KEY_ID", key)
+        .env("AWS_SECRET_ACCESS_KEY", &m.secret)
+        .env("AWS_REGION", "us-east-1")
+        .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("AWS_PROFILE");
+    cmd
+}
+
+/// One key of a 3 MiB `.pt` in the store (`read_pt_keys`): only `data.pkl`, `byteorder`, the
+/// key's storage and the zip directory are fetched (≤ 1.1× their bytes, counted here from
+/// the local file with the zip crate), the other two storages not; then the whole file
+/// (`read_pt`) fetches the rest and nothing twice. Values equal the local file's. Also the
+/// other stacks' trees read from the store ([`stacks_from_the_store`]). Runs
+/// [`ranged_child`] in a process of its own, whose environment names the store.
+#[test]
+fn a_key_of_a_pt_fetches_only_its_members() {
+    let Some(m) = moto() else { return };
+    let big = m.tmp.join("ckpt/big.pt");
+    let mut child = StdCommand::new(std::env::current_exe().unwrap());
+    child
+        .args(["--exact", "object_store::ranged_child", "--ignored"])
+        .args(["--nocapture", "--test-threads", "1"])
+        .env("RLF_S3_CHILD", &big)
+        .env("AWS_ENDPOINT_URL", &m.endpoint)
+        .env("AWS_ACCESS_KEY_ID", &m.key)
+        .env("AWS_SECRET_ACCESS_KEY", &m.secret)
+        .env("AWS_REGION", "us-east-1");
+    let out = child.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("ranged_child checked"), "{text}");
+    if let Some(line) = text.lines().find(|l| l.contains("ranged_child checked")) {
+        println!("{line}");
+    }
+}
+
+/// Bytes of the members `names` of the zip `path` from their local headers to their data's
+/// end, and of the central directory and end records, as the zip crate reads them.
+fn zip_bytes(path: &Path, names: &[String]) -> u64 {
+    let file = std::fs::File::open(path).unwrap();
+    let size = file.metadata().unwrap().len();
+    let config = zip::read::Config {
+        archive_offset: zip::read::ArchiveOffset::Known(0),
+    };
+    let mut z = zip::ZipArchive::with_config(config, file).unwrap();
+    let mut total = size - z.central_directory_start();
+    for n in names {
+        let i = z.index_for_name(n).unwrap();
+        let f = z.by_index_raw(i).unwrap();
+        total += f.data_start().unwrap() + f.compressed_size() - f.header_start();
+    }
+    total
+}
+
+/// The other stacks' trees (`fixtures/stacks`: verl, NeMo-RL, slime, SGLang, AReaL …)
+/// read from the store by their step readers (`producers/walk.rs` lists and reads through
+/// the source layer): the same reader, steps and step dump as the local tree.
+fn stacks_from_the_store() {
+    use rlforensics::producers::step_reader_for;
+    let local_root = root().join("fixtures/stacks");
+    let manifest: Json =
+        serde_json::from_str(&std::fs::read_to_string(local_root.join("manifest.json")).unwrap())
+            .unwrap();
+    let trees = manifest["trees"].as_object().unwrap();
+    assert!(trees.len() >= 9);
+    for tree in trees.keys() {
+        let local = local_root.join(tree);
+        let url = PathBuf::from(format!("s3://bucket/stacks/{tree}"));
+        let (lr, rr) = (
+            step_reader_for(&local).unwrap(),
+            step_reader_for(&url).unwrap_or_else(|e| panic!("{tree}: {e}")),
+        );
+        assert_eq!(rr.name(), lr.name(), "{tree}");
+        let steps = lr.steps(&local).unwrap();
+        assert_eq!(rr.steps(&url).unwrap(), steps, "{tree}");
+        let (l, r) = (
+            lr.read_step(&local, steps[0]).unwrap(),
+            rr.read_step(&url, steps[0]).unwrap(),
+        );
+        let r = format!("{r:?}").replace(&url.display().to_string(), &local.display().to_string());
+        assert_eq!(r, format!("{l:?}"), "{tree}");
+    }
+}
+
+#[test]
+#[ignore = "run by a_key_of_a_pt_fetches_only_its_members, with the store in its environment"]
+fn ranged_child() {
+    use rlforensics::formats::{pt, safetensors, source};
+    use rlforensics::value::Value;
+    stacks_from_the_store();
+    let big = PathBuf::from(std::env::var("RLF_S3_CHILD").expect("the local checkpoint"));
+    if !big.is_file() {
+        println!("ranged_child checked: stacks; skipped: torch is needed to write the checkpoint");
+        return;
+    }
+    let url = Path::new("s3://bucket/ckpt/big.pt");
+    let tensors = |v: &Value| -> Vec<(String, String, Vec<u8>)> {
+        let Value::Dict(items) = v else {
+            panic!("not a dict: {v:?}")
+        };
+        items
+            .iter()
+            .map(|(k, x)| match x {
+                Value::Tensor(t) => (
+                    format!("{k:?}"),
+                    t.storage_key().unwrap().to_string(),
+                    t.storage_bytes().to_vec(),
+                ),
+                other => (format!("{k:?}"), format!("{other:?}"), vec![]),
+            })
+            .collect()
+    };
+    let local = pt::read_pt_keys(&big, &["b"]).unwrap();
+    let local_b = local.clone();
+    let before = source::stats().bytes;
+    let remote = pt::read_pt_keys(url, &["b"]).unwrap();
+    let one = source::stats().bytes - before;
+    assert_eq!(tensors(&remote), tensors(&local));
+    let b = &tensors(&local)[0];
+    assert_eq!((b.0.as_str(), b.2.len()), ("Str(\"b\")", 1 << 20));
+    let names = |keys: &[&str]| {
+        let mut n = vec!["big/data.pkl".to_string(), "big/byteorder".to_string()];
+        n.extend(keys.iter().map(|k| format!("big/data/{k}")));
+        n
+    };
+    let want = zip_bytes(&big, &names(&[&b.1]));
+    let size = big.metadata().unwrap().len();
+    assert!(
+        one >= 1 << 20 && one as f64 <= 1.1 * want as f64,
+        "one key: fetched {one} bytes for {want} bytes of members and directory ({size} in all)"
+    );
+    let whole_local = pt::read_pt(&big).unwrap();
+    let whole = pt::read_pt(url).unwrap();
+    let all = source::stats().bytes - before;
+    assert_eq!(tensors(&whole), tensors(&whole_local));
+    let keys: Vec<String> = tensors(&whole_local)
+        .into_iter()
+        .filter(|t| !t.2.is_empty())
+        .map(|t| t.1)
+        .collect();
+    assert_eq!(keys.len(), 3);
+    let want_all = zip_bytes(
+        &big,
+        &names(&keys.iter().map(|k| k.as_str()).collect::<Vec<_>>()),
+    );
+    assert!(
+        all >= 3 << 20 && all as f64 <= 1.1 * want_all as f64,
+        "whole: fetched {all} bytes for {want_all} of members and directory ({size} in all)"
+    );
+    // The same for a .safetensors: the length and header, then one tensor's bytes.
+    let st = big.with_extension("safetensors");
+    let url = Path::new("s3://bucket/ckpt/big.safetensors");
+    let local = safetensors::read_safetensors_keys(&st, &["b"]).unwrap();
+    let before = source::stats().bytes;
+    let remote = safetensors::read_safetensors_keys(url, &["b"]).unwrap();
+    let st_one = source::stats().bytes - before;
+    assert_eq!(tensors(&remote), tensors(&local));
+    let b = &tensors(&local)[0];
+    assert_eq!(
+        (b.0.as_str(), &b.2[4..8]),
+        ("Str(\"b\")", &0.5f32.to_le_bytes()[..])
+    );
+    let raw = std::fs::read(&st).unwrap();
+    let st_want = 8 + u64::from_le_bytes(raw[..8].try_into().unwrap()) + (1 << 20);
+    assert!(
+        st_one >= 1 << 20 && st_one as f64 <= 1.1 * st_want as f64,
+        "safetensors: fetched {st_one} bytes for {st_want} of header and tensor ({} in all)",
+        raw.len()
+    );
+    // CRC-32 still checked on the members fetched: `bad.pt` has a byte of `c`'s storage
+    // flipped; `b` alone reads (its members are sound), the whole file fails naming it.
+    let bad = Path::new("s3://bucket/ckpt/bad.pt");
+    let only_b = pt::read_pt_keys(bad, &["b"]).unwrap();
+    assert_eq!(tensors(&only_b), tensors(&local_b));
+    let err = pt::read_pt(bad).unwrap_err().to_string();
+    assert!(
+        err.contains("s3://bucket/ckpt/bad.pt")
+            && err.contains("big/data/2")
+            && err.contains("CRC-32"),
+        "{err}"
+    );
+    println!(
+        "ranged_child checked: one key {one} of {want}, whole {all} of {want_all}, file {size}; safetensors one key {st_one} of {st_want}"
+    );
+}
+
+/// A truncated object among good ones is set aside as a truncated local file is: the same
+/// report for the rest, the same exit code (2), and the object's URL named.
+#[test]
+fn a_truncated_object_is_set_aside_like_a_local_file() {
+    let Some(m) = moto() else { return };
+    let trunc = m.tmp.join("trunc");
+    let local = Command::cargo_bin("dumpdiff")
+        .unwrap()
+        .current_dir(root())
+        .arg("--self-hosted-dir")
+        .arg(&trunc)
+        .args(["--weaver-dir", "fixtures/dumps/weaver_pt"])
+        .args(["--step", "0", "--format", "json"])
+        .output()
+        .unwrap();
+    let remote = dumpdiff(m, &m.key)
+        .args(["--self-hosted-dir", "s3://bucket/run/self_hosted_trunc"])
+        .args(["--weaver-dir", "s3://bucket/run/weaver"])
+        .args(["--step", "0", "--format", "json"])
+        .output()
+        .unwrap();
+    let (lerr, rerr) = (
+        String::from_utf8_lossy(&local.stderr),
+        String::from_utf8_lossy(&remote.stderr),
+    );
+    assert_eq!(local.status.code(), Some(2), "{lerr}");
+    assert_eq!(remote.status.code(), Some(2), "{rerr}");
+    let url = format!("s3://bucket/run/self_hosted_trunc/{TRUNCATED}");
+    let text = String::from_utf8(remote.stdout).unwrap();
+    assert!(text.contains(&url) || rerr.contains(&url), "{rerr}\n{text}");
+    let text = text
+        .replace(
+            "s3://bucket/run/self_hosted_trunc",
+            &trunc.display().to_string(),
+        )
+        .replace("s3://bucket/run/weaver", "fixtures/dumps/weaver_pt");
+    assert!(!text.is_empty());
+    assert_eq!(text, String::from_utf8(local.stdout).unwrap());
+}
+
+/// `losscheck --dump-dir` on the trees in the store: the local report and exit code (a
+/// clean tree and the faulty weaver tree, exit 1).
+#[test]
+fn losscheck_on_s3_gives_the_local_report() {
+    let Some(m) = moto() else { return };
+    for (tree, prefix) in [
+        ("weaver_faulty_pt", "run/weaver_faulty"),
+        ("weaver_pt", "run/weaver"),
+    ] {
+        let run = |dir: &str| {
+            in_store(Command::cargo_bin("losscheck").unwrap(), m, &m.key)
+                .args(["--format", "json", "--step", "0", "--dump-dir", dir])
+                .output()
+                .unwrap()
+        };
+        let local = run(&format!("fixtures/dumps/{tree}"));
+        let remote = run(&format!("s3://bucket/{prefix}"));
+        assert_eq!(
+            remote.status.code(),
+            local.status.code(),
+            "{}",
+            String::from_utf8_lossy(&remote.stderr)
+        );
+        let text = String::from_utf8(remote.stdout).unwrap().replace(
+            &format!("s3://bucket/{prefix}"),
+            &format!("fixtures/dumps/{tree}"),
+        );
+        assert_eq!(text, String::from_utf8(local.stdout).unwrap(), "{tree}");
+    }
+    let faulty = in_store(Command::cargo_bin("losscheck").unwrap(), m, &m.key)
+        .args(["--step", "0", "--dump-dir", "s3://bucket/run/weaver_faulty"])
+        .output()
+        .unwrap();
+    assert_eq!(faulty.status.code(), Some(1));
+}
+
+/// `logscan` on a prefix of logs and on one log object in the store: the local report
+/// (paths aside) and exit code (1: the fixture's faults); a missing object: exit 2 naming it.
+#[test]
+fn logscan_on_s3_gives_the_local_report() {
+    let Some(m) = moto() else { return };
+    let run = |arg: &str| {
+        in_store(Command::cargo_bin("logscan").unwrap(), m, &m.key)
+            .args(["--format", "json", arg])
+            .output()
+            .unwrap()
+    };
+    for (local, url) in [
+        (
+            "fixtures/logs/debug_faults",
+            "s3://bucket/logs/debug_faults",
+        ),
+        (
+            "fixtures/logs/debug_faults/steps.jsonl",
+            "s3://bucket/logs/debug_faults/steps.jsonl",
+        ),
+    ] {
+        let (l, r) = (run(local), run(url));
+        assert_eq!(l.status.code(), Some(1), "{local}");
+        assert_eq!(
+            r.status.code(),
+            Some(1),
+            "{url}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        let text = String::from_utf8(r.stdout).unwrap().replace(
+            "s3://bucket/logs/debug_faults",
+            "fixtures/logs/debug_faults",
+        );
+        assert_eq!(text, String::from_utf8(l.stdout).unwrap(), "{url}");
+    }
+    let missing = run("s3://bucket/logs/debug_faults/nothing.jsonl");
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(missing.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("s3://bucket/logs/debug_faults/nothing.jsonl")
+            && err.contains("no such object"),
+        "{err}"
+    );
 }

@@ -24,6 +24,104 @@ pub fn read_safetensors(path: &Path) -> Result<Value> {
     read_safetensors_bytes(map).map_err(|e| e.in_file(path))
 }
 
+/// [`read_safetensors`] keeping only the tensors named in `keys` (and `__metadata__`).
+/// Locally the same as reading it all (the map faults in only what is read); from object
+/// storage the 8-byte length and the header are fetched first (one GET of [`HEAD`] bytes
+/// holds both for most files), then only those tensors' byte ranges, adjacent ones in one
+/// GET. The unfetched payload is zeros in the buffer the reader validates and is dropped.
+pub fn read_safetensors_keys(path: &Path, keys: &[&str]) -> Result<Value> {
+    let keep = |v: Value| {
+        match v {
+        Value::Dict(items) => Value::Dict(
+            items
+                .into_iter()
+                .filter(|(k, _)| {
+                    matches!(k, Value::Str(s) if s == "__metadata__" || keys.contains(&s.as_str()))
+                })
+                .collect(),
+        ),
+        other => other,
+    }
+    };
+    if crate::formats::source::is_remote(path) {
+        if let Ok(Some(buf)) = ranged(path, keys) {
+            return read_safetensors_bytes(Arc::new(buf))
+                .map(keep)
+                .map_err(|e| e.in_file(path));
+        }
+    }
+    read_safetensors(path).map(keep)
+}
+
+/// Bytes first fetched from a `.safetensors` object: the length and, usually, the header.
+pub const HEAD: u64 = 64 << 10;
+
+/// The object `path` as a buffer of its size holding the length, the header and the data of
+/// the tensors `keys`, the rest zeros; `None` (read it whole) when the header does not parse.
+fn ranged(path: &Path, keys: &[&str]) -> Result<Option<Vec<u8>>> {
+    use crate::formats::source;
+    let (head, size) = source::read_head(path, HEAD)?;
+    let Some(n) = head
+        .get(..N_LEN)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+    else {
+        return Ok(None);
+    };
+    let Some(data_start) = n.checked_add(N_LEN as u64).filter(|&d| d <= size) else {
+        return Ok(None);
+    };
+    let mut buf = vec![0u8; size as usize]; // allocated zeroed: unfetched pages never touched
+    buf[..head.len()].copy_from_slice(&head);
+    let mut want = Vec::new();
+    if data_start > head.len() as u64 {
+        want.push(head.len() as u64..data_start);
+    }
+    let fetch = |want: &mut Vec<std::ops::Range<u64>>, buf: &mut Vec<u8>| -> Result<()> {
+        want.sort_by_key(|r| r.start);
+        let mut merged: Vec<std::ops::Range<u64>> = Vec::new();
+        for r in want.drain(..) {
+            match merged.last_mut() {
+                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                _ => merged.push(r),
+            }
+        }
+        for (r, b) in merged.iter().zip(source::read_ranges(path, &merged)?) {
+            let at = r.start as usize;
+            buf[at..at + b.len()].copy_from_slice(&b);
+        }
+        Ok(())
+    };
+    fetch(&mut want, &mut buf)?;
+    let Ok(text) = std::str::from_utf8(&buf[N_LEN..data_start as usize]) else {
+        return Ok(None);
+    };
+    let Ok(header) = crate::json::parse_value(text) else {
+        return Ok(None);
+    };
+    let Some(entries) = header.as_dict() else {
+        return Ok(None);
+    };
+    for (key, meta) in entries {
+        let wanted = key.as_str().is_some_and(|k| keys.contains(&k));
+        let offsets = meta.get("data_offsets").and_then(Value::as_seq);
+        if let (true, Some([b, e])) = (wanted, offsets) {
+            let (Some(b), Some(e)) = (b.as_i64(), e.as_i64()) else {
+                return Ok(None);
+            };
+            let r = (data_start + b as u64)..(data_start + e as u64);
+            if b < 0 || e < b || r.end > size {
+                return Ok(None);
+            }
+            // Within the bytes fetched first already: nothing more to fetch.
+            if r.end > head.len() as u64 {
+                want.push(r.start.max(head.len() as u64)..r.end);
+            }
+        }
+    }
+    fetch(&mut want, &mut buf)?;
+    Ok(Some(buf))
+}
+
 /// Same, from bytes in memory (for fuzzing and tests); errors carry no file name.
 pub fn read_safetensors_bytes(
     map: Arc<dyn AsRef<[u8]> + Send + Sync>,

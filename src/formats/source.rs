@@ -84,7 +84,9 @@ impl Listing {
 }
 
 #[cfg(feature = "remote")]
-pub use imp::{head_size, list_dir, read_all, read_cached, read_range};
+pub use imp::{
+    head_size, list_dir, read_all, read_cached, read_head, read_range, read_ranges, read_tail,
+};
 
 /// `path.is_dir()` that also answers for a URL: a prefix with something under it (object
 /// stores have no empty folders). An unreachable store answers `false`; the read that
@@ -145,10 +147,27 @@ mod imp_off {
     pub fn read_range(path: &Path, _range: std::ops::Range<u64>) -> Result<Vec<u8>> {
         Err(off(path))
     }
+
+    /// See the `remote` build: here every URL is refused.
+    pub fn read_ranges(path: &Path, _ranges: &[std::ops::Range<u64>]) -> Result<Vec<Vec<u8>>> {
+        Err(off(path))
+    }
+
+    /// See the `remote` build: here every URL is refused.
+    pub fn read_head(path: &Path, _len: u64) -> Result<(Vec<u8>, u64)> {
+        Err(off(path))
+    }
+
+    /// See the `remote` build: here every URL is refused.
+    pub fn read_tail(path: &Path, _len: u64) -> Result<(Vec<u8>, u64)> {
+        Err(off(path))
+    }
 }
 
 #[cfg(not(feature = "remote"))]
-pub use imp_off::{head_size, list_dir, read_all, read_cached, read_range};
+pub use imp_off::{
+    head_size, list_dir, read_all, read_cached, read_head, read_range, read_ranges, read_tail,
+};
 
 #[cfg(feature = "remote")]
 mod imp {
@@ -417,6 +436,53 @@ mod imp {
             .map_err(|e| failed(path, e))?;
         count(bytes.len());
         Ok(bytes.to_vec())
+    }
+
+    /// Bytes `ranges` of the object `path`, one ranged GET each, in the order given. The
+    /// caller coalesces adjacent ranges (object_store's `get_ranges` would also merge ranges
+    /// up to 1 MiB apart, fetching the gap: more than the ranged reads promise).
+    pub fn read_ranges(path: &Path, ranges: &[std::ops::Range<u64>]) -> Result<Vec<Vec<u8>>> {
+        let (store, key) = resolve(path)?;
+        let rt = runtime()?;
+        let mut out = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            let bytes = rt
+                .block_on(store.get_range(&key, r.clone()))
+                .map_err(|e| failed(path, e))?;
+            count(bytes.len());
+            out.push(bytes.to_vec());
+        }
+        Ok(out)
+    }
+
+    /// The last `len` bytes of the object `path` (all of it when it is shorter) and the
+    /// object's size, in one GET with a suffix range (no HEAD first).
+    pub fn read_tail(path: &Path, len: u64) -> Result<(Vec<u8>, u64)> {
+        read_with(path, object_store::GetRange::Suffix(len))
+    }
+
+    /// The first `len` bytes of the object `path` (all of it when it is shorter) and the
+    /// object's size, in one ranged GET (no HEAD first).
+    pub fn read_head(path: &Path, len: u64) -> Result<(Vec<u8>, u64)> {
+        read_with(path, object_store::GetRange::Bounded(0..len))
+    }
+
+    fn read_with(path: &Path, range: object_store::GetRange) -> Result<(Vec<u8>, u64)> {
+        let (store, key) = resolve(path)?;
+        let rt = runtime()?;
+        let opts = object_store::GetOptions {
+            range: Some(range),
+            ..Default::default()
+        };
+        let (bytes, size) = rt
+            .block_on(async {
+                let r = store.get_opts(&key, opts).await?;
+                let size = r.meta.size;
+                Ok::<_, object_store::Error>((r.bytes().await?, size))
+            })
+            .map_err(|e| failed(path, e))?;
+        count(bytes.len());
+        Ok((bytes.to_vec(), size))
     }
 }
 

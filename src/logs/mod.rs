@@ -8,6 +8,7 @@ pub mod completions;
 pub mod crash_bundle;
 pub mod events;
 pub mod fastline;
+pub mod input;
 pub mod steps;
 pub mod textlog;
 pub mod trackers;

@@ -39,7 +39,7 @@ pub fn split_paths(paths: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<CompletionPat
     let mut logs = Vec::new();
     let mut found: Vec<PathBuf> = Vec::new();
     for p in paths {
-        if p.is_dir() {
+        if crate::logs::input::is_dir(p) {
             let inside = completions::find_in_dir(p);
             match super::scan::expand_paths(std::slice::from_ref(p)) {
                 Ok(v) => logs.extend(v),

@@ -27,8 +27,10 @@ fn holds_logs(dir: &Path) -> bool {
 pub fn group_runs(paths: &[PathBuf]) -> Result<Vec<RunInputs>> {
     let mut out: Vec<RunInputs> = Vec::new();
     for p in paths {
-        if p.is_dir() {
-            if holds_logs(p) {
+        // A prefix in a store is one run (its sub-prefixes are not searched for runs).
+        let remote_dir = crate::logs::input::is_remote(p) && crate::logs::input::is_dir(p);
+        if p.is_dir() || remote_dir {
+            if remote_dir || holds_logs(p) {
                 out.push(RunInputs {
                     label: p.display().to_string(),
                     paths: vec![p.clone()],

@@ -7,6 +7,8 @@
 //! `parse_value` path, so each line is read by exactly one of them.
 
 use std::fs::File;
+
+use crate::logs::input::Input;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -124,7 +126,7 @@ const BATCH_LINES: usize = 512;
 /// Refill `buf` with `carry` (the previous chunk's unfinished line) and about `chunk`
 /// more bytes of `f`, reading on until a newline arrives (a line longer than a chunk is
 /// read whole) or the file ends. Returns whether it ended.
-fn fill(f: &mut File, buf: &mut Vec<u8>, carry: &[u8], chunk: usize) -> std::io::Result<bool> {
+fn fill(f: &mut Input, buf: &mut Vec<u8>, carry: &[u8], chunk: usize) -> std::io::Result<bool> {
     buf.clear();
     buf.extend_from_slice(carry);
     let mut want = chunk.saturating_sub(carry.len()).max(chunk / 2).max(1);
@@ -272,8 +274,12 @@ impl Collected {
     /// of what is parsed: a pipe (`logscan <(zcat steps.jsonl.gz)`) cannot be read twice.
     pub fn read_file(&mut self, path: &Path) -> Result<()> {
         let idx = self.files.len();
-        refuse_non_files(path)?;
-        let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
+        let mut f: Input = if crate::logs::input::is_remote(path) {
+            crate::logs::input::open_remote(path)?
+        } else {
+            refuse_non_files(path)?;
+            Box::new(File::open(path).map_err(|e| Error::io(path, e))?)
+        };
         let mut head = Vec::new();
         (&mut f)
             .take(HEAD_BYTES)
@@ -319,7 +325,7 @@ impl Collected {
     fn read_lines(
         &mut self,
         path: &Path,
-        mut f: File,
+        mut f: Input,
         head: &[u8],
         idx: usize,
         json: bool,
@@ -359,7 +365,7 @@ impl Collected {
             let unterminated_last = eof && !chunk.is_empty() && !chunk.ends_with(b"\n");
             let first = line_no;
             let nlines = lines.len() as u64;
-            let refill = |f: &mut File, next: &mut Vec<u8>| {
+            let refill = |f: &mut Input, next: &mut Vec<u8>| {
                 if eof {
                     next.clear();
                     Ok(true)
@@ -656,6 +662,13 @@ impl Collected {
 pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
+        if crate::logs::input::is_remote(p) {
+            match crate::logs::input::expand_remote(p, is_log_name)? {
+                Some(found) => out.extend(found),
+                None => out.push(p.clone()),
+            }
+            continue;
+        }
         let meta = std::fs::metadata(p).map_err(|e| Error::io(p, e))?;
         if !meta.is_dir() {
             out.push(p.clone());

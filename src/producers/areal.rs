@@ -87,7 +87,7 @@ impl StepReader for Areal {
         let mut rows = Vec::new();
         let mut unplaced = BTreeSet::new();
         for f in &mine {
-            let text = std::fs::read_to_string(f).map_err(|e| Error::io(f, e))?;
+            let text = super::walk::read_to_string(f)?;
             for (i, line) in text
                 .lines()
                 .enumerate()

@@ -536,7 +536,15 @@ pub fn without_unreadable<T>(
             }
             _ => return Err(explained(e)),
         };
-        if aside.contains(&path) || !path.is_file() {
+        // An object in a store is set aside for what its bytes say (a format error); a
+        // failure of the store itself (credentials, the network after the retries) says
+        // nothing about the file and stops the run, as a root that cannot be listed does.
+        let settable = if crate::formats::source::is_remote(&path) {
+            matches!(e, Error::Format { .. })
+        } else {
+            path.is_file()
+        };
+        if aside.contains(&path) || !settable {
             return Err(explained(e));
         }
         let found = roots.iter().find_map(|(role, root)| {

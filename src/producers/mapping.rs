@@ -179,7 +179,7 @@ impl Mapping {
     /// Errors: unreadable, not TOML of this shape, an unknown placeholder, field or role
     /// (naming the file).
     pub fn load(path: &Path) -> Result<Mapping> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = super::walk::read_to_string(path)?;
         let mut m: Mapping = toml::from_str(&text)
             .map_err(|e| Error::format(path, Position::File, format!("not a mapping: {e}")))?;
         m.source = path.to_path_buf();

@@ -123,7 +123,7 @@ impl StepReader for NemoRl {
 }
 
 fn read_file(root: &Path, step: i64, file: &Path) -> Result<StepDump> {
-    let text = std::fs::read_to_string(file).map_err(|e| Error::io(file, e))?;
+    let text = super::walk::read_to_string(file)?;
     let keys = [
         GENERATION_LOGPROBS,
         PREV_LOGPROBS,

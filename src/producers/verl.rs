@@ -94,7 +94,7 @@ fn bad(path: &Path, key: &str, msg: impl Into<String>) -> Error {
 
 /// Read one `DataProto` pickle.
 fn read_file(path: &Path) -> Result<DataProtoFile> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let bytes = super::walk::read(path)?;
     let v = crate::formats::pt::pickle::unpickle(&bytes, "pickle", &mut |_| {
         Err("a DataProto pickle holds no storage members".into())
     })
@@ -291,7 +291,7 @@ fn step_of(f: &DataProtoFile) -> Option<i64> {
         return Some(s);
     }
     let meta_json = f.path.with_file_name("meta.json");
-    if let Ok(text) = std::fs::read_to_string(&meta_json) {
+    if let Ok(text) = super::walk::read_to_string(&meta_json) {
         if let Ok(j) = serde_json::from_str::<serde_json::Value>(&text) {
             if let Some(s) = j.get(GLOBAL_STEPS).and_then(serde_json::Value::as_i64) {
                 return Some(s);

@@ -6,6 +6,66 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::formats::source;
+
+/// [`files_under`] for a URL: the objects under the prefix, one LIST per level (an object
+/// itself when the prefix is one), hidden names skipped, the same limits.
+fn objects_under(root: &Path) -> Result<Vec<PathBuf>> {
+    let top = source::list_dir(root)?;
+    if top.is_empty() {
+        return match source::head_size(root)? {
+            Some(_) => Ok(vec![root.to_path_buf()]),
+            None => Err(Error::input(root, "no such object or prefix in the store")),
+        };
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![(root.to_path_buf(), 0usize, top)];
+    while let Some((dir, depth, listing)) = stack.pop() {
+        for (name, _) in &listing.files {
+            if !name.starts_with('.') {
+                out.push(dir.join(name));
+            }
+        }
+        if out.len() > MAX_FILES {
+            return Err(Error::input(
+                root,
+                format!("more than {MAX_FILES} files: point at one run's dump folder"),
+            ));
+        }
+        for name in listing.dirs.iter().filter(|n| !n.starts_with('.')) {
+            if depth < MAX_DEPTH {
+                let p = dir.join(name);
+                let l = source::list_dir(&p)?;
+                stack.push((p, depth + 1, l));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The whole file or object `path` (an object fetched once and kept, see
+/// [`source::read_cached`]).
+pub fn read(path: &Path) -> Result<Vec<u8>> {
+    if source::is_remote(path) {
+        return source::read_cached(path).map(|b| b.to_vec());
+    }
+    std::fs::read(path).map_err(|e| Error::io(path, e))
+}
+
+/// The whole file or object `path` as UTF-8 text.
+pub fn read_to_string(path: &Path) -> Result<String> {
+    if !source::is_remote(path) {
+        return std::fs::read_to_string(path).map_err(|e| Error::io(path, e));
+    }
+    String::from_utf8(read(path)?).map_err(|e| {
+        Error::format(
+            path,
+            crate::error::Position::Byte(e.utf8_error().valid_up_to() as u64),
+            "not UTF-8",
+        )
+    })
+}
 
 /// Deepest folder level listed under a root (verl's RolloutSkip nests four).
 const MAX_DEPTH: usize = 8;
@@ -18,6 +78,9 @@ const MAX_FILES: usize = 200_000;
 ///
 /// Errors: `root` unreadable, or more than [`MAX_FILES`] files under it.
 pub fn files_under(root: &Path) -> Result<Vec<PathBuf>> {
+    if source::is_remote(root) {
+        return objects_under(root);
+    }
     let meta = std::fs::metadata(root).map_err(|e| Error::io(root, e))?;
     if meta.is_file() {
         return Ok(vec![root.to_path_buf()]);
@@ -57,6 +120,12 @@ pub fn files_under(root: &Path) -> Result<Vec<PathBuf>> {
 
 /// The first `n` bytes of `path` (fewer when it is shorter); empty when unreadable.
 pub fn head(path: &Path, n: usize) -> Vec<u8> {
+    if source::is_remote(path) {
+        // One ranged GET of the first bytes (the reader that claims it reads it next).
+        return source::read_head(path, n as u64)
+            .map(|(b, _)| b)
+            .unwrap_or_default();
+    }
     let mut buf = Vec::with_capacity(n);
     if let Ok(f) = std::fs::File::open(path) {
         let _ = f.take(n as u64).read_to_end(&mut buf);

@@ -5,6 +5,7 @@
 
 pub mod legacy;
 pub mod pickle;
+pub mod ranged;
 
 use std::collections::HashMap;
 use std::io::Cursor;
@@ -30,8 +31,7 @@ use crate::formats::Buf;
 /// as the unpickler moves past them (see [`read_pt_map`]); a pipe is read whole.
 pub fn read_pt(path: &Path) -> Result<Value> {
     if crate::formats::source::is_remote(path) {
-        let buf = crate::formats::open_input(path)?;
-        return read_pt_bytes(buf).map_err(|e| e.in_file(path));
+        return ranged::read_pt_remote(path, None);
     }
     let meta = std::fs::metadata(path).map_err(|e| crate::error::Error::io(path, e))?;
     if meta.is_file() && meta.len() > 0 {
@@ -45,6 +45,17 @@ pub fn read_pt(path: &Path) -> Result<Value> {
     }
     let buf = crate::formats::open_input(path)?;
     read_pt_bytes(buf).map_err(|e| e.in_file(path))
+}
+
+/// [`read_pt`] keeping only the root dict's entries named in `keys` (a root that is not a
+/// dict is returned whole). Locally the same as reading it all (the map faults in only what
+/// is read); from object storage only the storages those entries use are fetched (see
+/// [`ranged`]), e.g. one tensor of a large checkpoint.
+pub fn read_pt_keys(path: &Path, keys: &[&str]) -> Result<Value> {
+    if crate::formats::source::is_remote(path) {
+        return ranged::read_pt_remote(path, Some(keys));
+    }
+    read_pt(path).map(|v| ranged::only(v, keys))
 }
 
 /// Same, from bytes in memory (for fuzzing and tests); errors carry no file name.
