@@ -146,17 +146,7 @@ pub(super) fn policy_words(cfg: &LossConfig) -> String {
     };
     let words = match cfg.policy {
         PolicyKind::ImportanceSampling => format!("importance sampling, {level}"),
-        PolicyKind::Clip(p) => {
-            let mut s = format!(
-                "ppo-clip {}/{}",
-                crate::fmt::num(p.eps_low),
-                crate::fmt::num(p.eps_high)
-            );
-            if let Some(c) = p.clip_ratio_c {
-                s.push_str(&format!(", dual clip {}", crate::fmt::num(c)));
-            }
-            format!("{s}, {level}")
-        }
+        PolicyKind::Clip(_) => format!("{}, {level}", clip_words(cfg)),
     };
     words + &tis
 }
