@@ -43,30 +43,19 @@ fn prepare(inp: &LossInputs, logp: Tensor, cfg: &LossConfig) -> KResult<Prepared
         None => logp.detach(),
     };
     same_shape("log_probs", &logp, "old_log_probs", &old)?;
-    let reference = match &inp.ref_log_probs {
-        Some(r) => {
-            let r = r.to_dtype(dt)?;
-            same_shape("log_probs", &logp, "ref_log_probs", &r)?;
-            Some(r)
-        }
-        None => None,
+    // an optional [B, T] input, in the computation's dtype and checked against log_probs
+    let aligned = |name: &str, x: &Option<Tensor>| -> KResult<Option<Tensor>> {
+        x.as_ref()
+            .map(|x| {
+                let x = x.to_dtype(dt)?;
+                same_shape("log_probs", &logp, name, &x)?;
+                Ok(x)
+            })
+            .transpose()
     };
-    let entropy = match &inp.entropy {
-        Some(e) => {
-            let e = e.to_dtype(dt)?;
-            same_shape("log_probs", &logp, "entropy", &e)?;
-            Some(e)
-        }
-        None => None,
-    };
-    let rollout = match &inp.rollout_log_probs {
-        Some(r) => {
-            let r = r.to_dtype(dt)?;
-            same_shape("log_probs", &logp, "rollout_log_probs", &r)?;
-            Some(r)
-        }
-        None => None,
-    };
+    let reference = aligned("ref_log_probs", &inp.ref_log_probs)?;
+    let entropy = aligned("entropy", &inp.entropy)?;
+    let rollout = aligned("rollout_log_probs", &inp.rollout_log_probs)?;
     let adv = inp.advantages.to_dtype(dt)?;
     let adv = match adv.dims() {
         [n] if *n == b => adv.unsqueeze(1)?.broadcast_as((b, t))?.contiguous()?,
