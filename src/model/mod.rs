@@ -7,8 +7,10 @@
 pub mod conventions;
 pub mod finding;
 pub mod log;
+pub mod record;
 pub mod rows;
 pub mod step;
+pub mod tree;
 pub mod tokens;
 pub mod trajectory;
 pub mod unreadable;
