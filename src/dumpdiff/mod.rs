@@ -41,9 +41,10 @@ use rayon::prelude::*;
 
 use crate::compare::tolerance::{Severity, TolerancePolicy, Verdict};
 use crate::error::{Error, Result};
+use crate::model::record::Record;
 use crate::model::tokens::tokens_hash;
 use crate::model::trajectory::TrajectorySummary;
-use crate::producers::layout::{DumpTree, Kind};
+use crate::producers::layout::{DumpFile, DumpTree, Kind};
 use crate::producers::nexrl_self_hosted;
 use crate::value::Value;
 use pairs::{remote_sections, weaver_sections};
@@ -114,10 +115,7 @@ pub fn exit_code(report: &Report, fail_on: Severity) -> u8 {
 }
 
 /// `tree`'s files of the compared step, after the rank and micro filters.
-fn step_files<'t>(
-    tree: &'t DumpTree,
-    opts: &Options,
-) -> Vec<&'t crate::producers::layout::DumpFile> {
+fn step_files<'t>(tree: &'t DumpTree, opts: &Options) -> Vec<&'t DumpFile> {
     tree.files()
         .iter()
         .filter(|f| f.step == opts.step)
@@ -135,13 +133,13 @@ fn step_files<'t>(
 /// The weaver's per-rank files that no cell is expected to read, checked early by
 /// [`sections::precheck`]: its `batch_inputs`, which a cell reads only when its
 /// forward_data lacks the rows' token ids (then such a file is read twice, no harm).
-fn unread_candidates(tree: &DumpTree, opts: &Options) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = step_files(tree, opts)
+fn unread_candidates(tree: &DumpTree, opts: &Options) -> Vec<DumpFile> {
+    let mut files: Vec<DumpFile> = step_files(tree, opts)
         .into_iter()
         .filter(|f| f.rank.is_some() && f.kind == Kind::BatchInputs)
-        .map(|f| f.path.clone())
+        .cloned()
         .collect();
-    files.sort();
+    files.sort_by(|a, b| a.path.cmp(&b.path));
     files
 }
 
@@ -172,19 +170,18 @@ fn load_side(
         )
     });
     type Read = (PathBuf, Value, Option<pages::Pages>);
-    let read_one =
-        |f: &crate::producers::layout::DumpFile| -> Result<(Read, Option<TrajectorySummary>)> {
-            let (v, pages, summary) = if digest && f.kind == Kind::Trajectory {
-                pages::read_trajectory_summary(&f.path)?
-            } else {
-                let (v, pages) = pages::read_whole(&f.path)?;
-                (v, pages, None)
-            };
-            crate::producers::check_tensor_keys(f.kind, &f.path, &v)?;
-            progress.file_done(f.size);
-            Ok(((f.path.clone(), v, pages), summary))
+    let read_one = |f: &DumpFile| -> Result<(Read, Option<TrajectorySummary>)> {
+        let (v, pages, summary) = if digest && f.kind == Kind::Trajectory {
+            pages::read_trajectory_summary(&f.path)?
+        } else {
+            let (v, pages) = pages::read_whole(&f.path)?;
+            (v, pages, None)
         };
-    let read_all = |files: &[&crate::producers::layout::DumpFile]| {
+        crate::producers::check_tensor_keys(f.kind, &f.path, &v)?;
+        progress.file_done(f.size);
+        Ok(((f.path.clone(), v, pages), summary))
+    };
+    let read_all = |files: &[&DumpFile]| {
         files
             .iter()
             .map(|f| read_one(f))
@@ -213,7 +210,7 @@ fn load_side(
         if let Some(p) = p {
             maps.insert(path.clone(), p);
         }
-        values.insert(path, v);
+        values.insert(path, Record::new(v, nexrl_self_hosted::field_name));
     }
     let streamed = per_rank.iter().map(|f| (f.path.clone(), f.size)).collect();
     let side = SideData::new(role, tree, values, streamed, opts.step).with_pages(maps);
@@ -343,9 +340,10 @@ fn run_without(
     // trajectory above all) leave a core idle: section 6 (param / gradient), which needs
     // no cell, is compared, then the files no cell reads are checked. Joining it stops the
     // checks at the next file: the files left are checked after the cells, in parallel.
-    let early = match &w_tree {
-        Some(Ok(t)) => unread_candidates(t, opts),
-        _ => Vec::new(),
+    let early_tree = w_tree.as_ref().and_then(|t| t.as_ref().ok()).cloned();
+    let early = match &early_tree {
+        Some(t) => unread_candidates(t, opts),
+        None => Vec::new(),
     };
     let ahead_sides = match (&s_tree, &w_tree) {
         (Ok(st), Some(Ok(wt))) => Some((
@@ -362,7 +360,10 @@ fn run_without(
                     .as_ref()
                     .filter(|_| !stop.load(std::sync::atomic::Ordering::Relaxed))
                     .map(|(s, w)| pairs::param_sections(s, w, &opts.policy, &NoProgress, false));
-                let prechecked = sections::precheck(&early, &stop);
+                let prechecked = match &early_tree {
+                    Some(t) => sections::precheck(t, &early, &stop),
+                    None => HashMap::new(),
+                };
                 Ahead { prechecked, params }
             })
         });
@@ -455,13 +456,15 @@ fn compare(
         Some(t) => Some(t),
         None => s
             .get_file(Kind::Trajectory, None, None)
-            .map(|(p, v)| nexrl_self_hosted::trajectories(p, v).map(|b| TrajectorySummary::of(&b)))
+            .map(|(p, v)| {
+                nexrl_self_hosted::trajectories(p, v.raw()).map(|b| TrajectorySummary::of(&b))
+            })
             .transpose()?,
     };
     if r.is_none() {
         if let Some(f) = s.tree.get(Kind::Trajectory, s.step, None, None) {
             if let Some(v) = s.values.get_mut(&f.path) {
-                *v = Value::None;
+                v.clear();
             }
         }
     }
@@ -662,9 +665,9 @@ mod tests {
         };
         let tree = DumpTree::discover(&root).unwrap();
         let early = unread_candidates(&tree, &opts);
-        assert!(early.contains(&bad));
+        assert!(early.iter().any(|f| f.path == bad));
         let stopped = std::sync::atomic::AtomicBool::new(true);
-        assert!(sections::precheck(&early, &stopped).is_empty());
+        assert!(sections::precheck(&tree, &early, &stopped).is_empty());
         let side = per_rank_side("weaver", &tree, &opts);
         let err = side
             .check_unread(&NoProgress, &mut HashMap::new())
@@ -673,7 +676,7 @@ mod tests {
         assert!(err.contains("step_000000_rank1_micro1.pt"), "{err}");
         // Checked ahead in full, the outcome recorded is the one reported.
         let running = std::sync::atomic::AtomicBool::new(false);
-        let mut done = sections::precheck(&early, &running);
+        let mut done = sections::precheck(&tree, &early, &running);
         assert_eq!(done.len(), early.len());
         let ahead = side.check_unread(&NoProgress, &mut done).unwrap_err();
         assert_eq!(ahead.to_string(), err);

@@ -44,6 +44,7 @@ use candle_core::Device;
 use crate::error::{Error, Position, Result};
 use crate::kernels::loss::{LossConfig, LossInputs};
 use crate::kernels::{to_f64_vec, KernelError};
+use crate::model::record::Record;
 use crate::model::step::{LogProbSource, TokenTensor};
 use crate::producers::layout::{DumpTree, Kind};
 use crate::producers::loose_tensors;
@@ -392,9 +393,10 @@ impl<'a> StepCheck<'a> {
         tree: &'a DumpTree,
         step: i64,
         cfg: &LossConfig,
-        whole: &dyn Fn(Kind) -> Option<&'a Value>,
+        whole: &dyn Fn(Kind) -> Option<&'a Record>,
         traj: Option<&self_hosted::TrajectorySummary>,
     ) -> Result<Self> {
+        let whole = |k: Kind| whole(k).map(Record::raw);
         let layout = layout_of(tree, step).ok_or_else(|| no_layout(tree, step))?;
         let file = |k: Kind| tree.get(k, step, None, None).map(|f| f.path.clone());
         let adv = &cfg.advantage;

@@ -10,7 +10,7 @@ pub mod log;
 pub mod record;
 pub mod rows;
 pub mod step;
-pub mod tree;
 pub mod tokens;
 pub mod trajectory;
+pub mod tree;
 pub mod unreadable;

@@ -44,6 +44,8 @@ pub enum Field {
     PgLoss,
     /// The entropy term (scalar).
     EntropyLoss,
+    /// The KL term before its coefficient (scalar).
+    KlLoss,
 }
 
 /// How a producer names each field in its files (`None`: it never dumps that field).
@@ -152,6 +154,13 @@ impl Record {
         (self.names)(f)
     }
 
+    /// The decoded contents as the file holds them, for a producer's own mapping (a
+    /// trajectory list, a datum list). Tools read fields; `tests/layers.rs` flags a tool
+    /// file that calls this.
+    pub fn raw(&self) -> &Value {
+        &self.value
+    }
+
     /// Drop the decoded contents (the record stays, empty), freeing its memory early.
     pub fn clear(&mut self) {
         self.value = Value::None;
@@ -183,18 +192,33 @@ mod tests {
     fn fields_are_read_by_the_producers_names() {
         let r = Record::new(
             dict(vec![
-                ("lp", Value::List(vec![Value::Float(-1.5), Value::Float(-0.25)])),
+                (
+                    "lp",
+                    Value::List(vec![Value::Float(-1.5), Value::Float(-0.25)]),
+                ),
                 ("loss", Value::Int(3)),
                 ("entropy", Value::Float(1.0)),
                 (
                     "extra_info",
-                    dict(vec![("kl_coef", Value::Float(0.1)), ("mode", Value::Str("x".into()))]),
+                    dict(vec![
+                        ("kl_coef", Value::Float(0.1)),
+                        ("mode", Value::Str("x".into())),
+                    ]),
                 ),
-                ("metrics", dict(vec![("a", Value::Float(2.0)), ("b", Value::Str("s".into()))])),
+                (
+                    "metrics",
+                    dict(vec![
+                        ("a", Value::Float(2.0)),
+                        ("b", Value::Str("s".into())),
+                    ]),
+                ),
             ]),
             names,
         );
-        assert_eq!(r.tensor(Field::LogProbs).unwrap().to_f64_vec(), vec![-1.5, -0.25]);
+        assert_eq!(
+            r.tensor(Field::LogProbs).unwrap().to_f64_vec(),
+            vec![-1.5, -0.25]
+        );
         assert_eq!(
             r.number(Field::Loss),
             Some(Number {

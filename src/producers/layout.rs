@@ -280,7 +280,6 @@ fn place(
     Ok(())
 }
 
-
 /// Run `f` on trees from which the files found unreadable so far are left out: when `f`
 /// fails on a placed file of one of `roots` (`(role, root)`), that file is set aside with
 /// the error as its reason and `f` runs again, so one bad file never hides the results of

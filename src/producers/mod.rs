@@ -32,11 +32,11 @@ pub mod weaver;
 use std::path::Path;
 
 use crate::error::{Error, Position, Result};
+use crate::model::record::Record;
 use crate::model::step::{LossRecord, ParamRecord, TokenBatch, TokenTensor};
 use crate::model::tokens::TokenSeq;
 use crate::model::trajectory::Provenance;
 use crate::model::trajectory::{DatumBatch, TrajectoryBatch};
-use crate::model::record::Record;
 use crate::producers::layout::{DumpFile, Kind, Producer};
 use crate::value::Value;
 

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::error::Result;
-use crate::model::record::Field;
 use crate::model::conventions::{ConventionKey, ConventionSource, ConventionValue, Conventions};
+use crate::model::record::Field;
 use crate::model::step::{LogProbSource, LossRecord, ParamRecord, TokenBatch};
 use crate::model::trajectory::{Provenance, Trajectory, TrajectoryBatch, TrajectoryIds};
 use crate::producers::layout::Kind;
@@ -104,6 +104,7 @@ pub fn field_name(f: Field) -> Option<&'static str> {
         Field::Loss => LOSS,
         Field::PgLoss => PG_LOSS,
         Field::EntropyLoss => ENTROPY_LOSS,
+        Field::KlLoss => KL_METRICS[1],
     })
 }
 

@@ -12,17 +12,17 @@ pub fn is_loss_cell(
     rank: u32,
     micro: u32,
     a_fwd: &Tensors<'_>,
-    a_loss: Option<&Value>,
+    a_loss: Option<&Record>,
     b_is: &Tensors<'_>,
     b_ids: Option<&Tensors<'_>>,
     ch: &Chain,
     memo: &StatsMemo<'_>,
 ) -> Cell {
     pub(super) const S: &str = "is_loss";
-    let lp_a = a_fwd.mat(keys::LOG_PROBS);
-    let mask_a = a_fwd.mat(keys::RESPONSE_MASK);
-    let lp_b = b_is.mat(weaver::LOG_PROBS);
-    let mask_b = b_is.mat(weaver::EFFECTIVE_VALID);
+    let lp_a = a_fwd.mat(Field::LogProbs);
+    let mask_a = a_fwd.mat(Field::ResponseMask);
+    let lp_b = b_is.mat(Field::LogProbs);
+    let mask_b = b_is.mat(Field::EffectiveMask);
     let na = lp_a.as_ref().map_or(0, |m| m.rows);
     let nb = lp_b.as_ref().map_or(0, |m| m.rows);
     let rows = pair_rows(a_fwd, b_ids, na, nb);
@@ -76,7 +76,7 @@ pub fn is_loss_cell(
             ch.how
         ))
     };
-    match (&ch.old, b_is.mat(weaver::OLD_LOG_PROBS)) {
+    match (&ch.old, b_is.mat(Field::OldLogProbs)) {
         (Some(x), Some(y)) => out.push(ctx.masked(
             "old_log_probs",
             x,
@@ -93,7 +93,7 @@ pub fn is_loss_cell(
         )),
         (_, None) => out.push(skipped(S, "old_log_probs", "not dumped by weaver")),
     }
-    match (&ch.adv, b_is.mat(weaver::ADVANTAGES)) {
+    match (&ch.adv, b_is.mat(Field::Advantages)) {
         (Some(x), Some(y)) => out.push(ctx.masked(
             "advantages",
             x,
@@ -112,7 +112,7 @@ pub fn is_loss_cell(
         )),
         (_, None) => out.push(skipped(S, "advantages", "not dumped by weaver")),
     }
-    match (&ch.ratio, &ch.ratio_allowed, b_is.mat(weaver::PROB_RATIO)) {
+    match (&ch.ratio, &ch.ratio_allowed, b_is.mat(Field::ProbRatio)) {
         (Some(x), Some(e), Some(y)) => out.push(ctx.propagated(
             "prob_ratio",
             x,
@@ -153,7 +153,7 @@ pub fn is_loss_cell(
         }
         _ => None,
     };
-    match (&el, b_is.mat(weaver::ELEMENTWISE_LOSS)) {
+    match (&el, b_is.mat(Field::ElementwiseLoss)) {
         (Some((x, e)), Some(y)) => out.push(ctx.propagated(
             "elementwise_loss",
             x,
@@ -168,11 +168,11 @@ pub fn is_loss_cell(
             "advantages needed to derive it (see advantages)",
         )),
     }
-    match (a_loss.and_then(|l| l.get("loss")), b_is.value().get("loss")) {
-        (Some(x), Some(y)) => out.extend(ctx.scalar_centered(
+    match (a_loss.filter(|l| l.has(Field::Loss)), b_is.record()) {
+        (Some(x), y) if y.has(Field::Loss) => out.extend(ctx.scalar_centered(
             "loss",
-            x,
-            y,
+            x.number(Field::Loss),
+            y.number(Field::Loss),
             (Origin::dumped("loss", "loss"), dumped_b("loss")),
             true,
             loss_propagation("loss", memo),
@@ -188,9 +188,8 @@ pub fn is_loss_cell(
 
 /// The clip range of a loss file's `extra_info` (`clip_ratio`, `clip_ratio_low/high`,
 /// `clip_eps`, `cliprange`), else PPO's customary 0.2 on both sides.
-pub(super) fn clip_range(loss: Option<&Value>) -> (f64, f64) {
-    let info = loss.and_then(|l| l.get("extra_info"));
-    let num = |k: &str| info.and_then(|i| i.get(k)).and_then(Value::as_f64);
+pub(super) fn clip_range(loss: Option<&Record>) -> (f64, f64) {
+    let num = |k: &str| loss.and_then(|l| l.setting(k));
     let sym = ["clip_ratio", "clip_eps", "cliprange", "clip_range"]
         .iter()
         .find_map(|k| num(k))
@@ -206,7 +205,7 @@ pub(super) fn clip_range(loss: Option<&Value>) -> (f64, f64) {
 pub struct StatsMemo<'a> {
     stats: Option<&'a ChainStats>,
     chain: Option<&'a Chain>,
-    loss: Option<&'a Value>,
+    loss: Option<&'a Record>,
     mean_loss: OnceCell<Option<f64>>,
     mean_ratio: OnceCell<Option<f64>>,
     flips: OnceCell<(f64, f64, usize)>,
@@ -215,7 +214,7 @@ pub struct StatsMemo<'a> {
 
 impl<'a> StatsMemo<'a> {
     /// The memo of `chain`'s aggregates for the side's loss file `loss`.
-    pub fn new(chain: Option<&'a Chain>, loss: Option<&'a Value>) -> Self {
+    pub fn new(chain: Option<&'a Chain>, loss: Option<&'a Record>) -> Self {
         StatsMemo {
             stats: chain.and_then(|c| c.stats.as_ref()),
             chain,
@@ -611,8 +610,8 @@ pub fn loss_cell(
     policy: &TolerancePolicy,
     rank: u32,
     micro: u32,
-    a: &Value,
-    b: &Value,
+    a: &Record,
+    b: &Record,
     precision: Option<DType>,
     memo: &StatsMemo<'_>,
 ) -> (Cell, Vec<String>) {
@@ -627,12 +626,16 @@ pub fn loss_cell(
     };
     let mut out = Vec::new();
     let mut notes = Vec::new();
-    for key in ["loss", "pg_loss", "entropy_loss"] {
-        match (a.get(key), b.get(key)) {
-            (Some(x), Some(y)) => out.extend(ctx.scalar_centered(
+    for (key, field) in [
+        ("loss", Field::Loss),
+        ("pg_loss", Field::PgLoss),
+        ("entropy_loss", Field::EntropyLoss),
+    ] {
+        match (a.has(field), b.has(field)) {
+            (true, true) => out.extend(ctx.scalar_centered(
                 key,
-                x,
-                y,
+                a.number(field),
+                b.number(field),
                 (Origin::dumped("loss", key), Origin::dumped("loss", key)),
                 true,
                 loss_propagation(key, memo),
@@ -641,10 +644,9 @@ pub fn loss_cell(
             _ => out.push(skipped("loss", key, "not dumped on both sides")),
         }
     }
-    if let (Some(ma), Some(mb)) = (a.get("metrics").and_then(Value::as_dict), b.get("metrics")) {
+    if let (Some(ma), true) = (a.metrics(), b.metrics().is_some()) {
         for (k, va) in ma {
-            let Some(k) = k.as_str() else { continue };
-            match mb.get(k) {
+            match b.metric(k) {
                 Some(vb) => {
                     let key = format!("metrics.{k}");
                     out.extend(ctx.scalar_centered(
@@ -666,16 +668,18 @@ pub fn loss_cell(
     (cell(Some(rank), Some(micro), None, out), notes)
 }
 
-/// Section 6: one param or gradient tensor, flat, at its dtype's tolerance.
+/// Section 6: one param or gradient tensor (`field`, compared under the section's name),
+/// flat, at its dtype's tolerance.
 pub fn tensor_cell(
     policy: &TolerancePolicy,
     section: &str,
-    key: &str,
+    field: Field,
     rank: u32,
     micro: Option<u32>,
-    a: &Value,
-    b: &Value,
+    a: &Record,
+    b: &Record,
 ) -> Cell {
+    let key = section;
     let rows = RowMatch::by_index(1, 1);
     let ctx = PairCtx {
         policy,
@@ -685,8 +689,8 @@ pub fn tensor_cell(
         mask_b: None,
         cell_precision: None,
     };
-    let flat = |v: &Value| {
-        let t = v.get(key)?.to_tensor()?;
+    let flat = |r: &Record| {
+        let t = r.tensor(field)?;
         let data = t.to_f64_vec();
         Some(Mat::new(t.shape().to_vec(), 1, data.len(), data, t.dtype()))
     };

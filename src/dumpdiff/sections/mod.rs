@@ -27,13 +27,11 @@ use crate::dumpdiff::pages::Pages;
 use crate::dumpdiff::report::{Cell, Comparison, Origin, RowSummary};
 use crate::dumpdiff::Progress;
 use crate::error::Result;
-use crate::formats::read_any;
 use crate::kernels::aggregate::AggMode;
+use crate::model::record::{Field, Number, Record};
 use crate::model::tokens::tokens_hash;
-use crate::producers::layout::{DumpTree, Kind};
-use crate::producers::{nexrl_self_hosted as keys, weaver};
+use crate::model::tree::{DumpFile, DumpTree, Kind};
 use crate::tensor::{DType, Tensor};
-use crate::value::Value;
 
 mod cells;
 mod engine;

@@ -11,8 +11,8 @@ pub struct SideData {
     pub role: &'static str,
     /// Its discovered layout.
     pub tree: DumpTree,
-    /// Parsed whole-batch files (no rank in the name) by path.
-    pub values: HashMap<PathBuf, Value>,
+    /// Whole-batch files (no rank in the name), read up front, by path.
+    pub values: HashMap<PathBuf, Record>,
     /// Per-rank files of the step (after the rank/micro filters), read on demand: path → size.
     pub streamed: HashMap<PathBuf, u64>,
     /// The compared step.
@@ -30,7 +30,7 @@ impl SideData {
     pub fn new(
         role: &'static str,
         tree: DumpTree,
-        values: HashMap<PathBuf, Value>,
+        values: HashMap<PathBuf, Record>,
         streamed: HashMap<PathBuf, u64>,
         step: i64,
     ) -> Self {
@@ -72,13 +72,13 @@ impl SideData {
         kind: Kind,
         rank: Option<u32>,
         micro: Option<u32>,
-    ) -> Option<&crate::producers::layout::DumpFile> {
+    ) -> Option<&DumpFile> {
         let &i = self.index.get(&(kind, rank, micro))?;
         self.tree.files().get(i)
     }
 
-    /// The parsed whole-batch file of `kind` at (rank, micro), if that file exists.
-    pub fn get(&self, kind: Kind, rank: Option<u32>, micro: Option<u32>) -> Option<&Value> {
+    /// The whole-batch record of `kind` at (rank, micro), if that file exists.
+    pub fn get(&self, kind: Kind, rank: Option<u32>, micro: Option<u32>) -> Option<&Record> {
         let f = self.file(kind, rank, micro)?;
         self.values.get(&f.path)
     }
@@ -89,7 +89,7 @@ impl SideData {
         kind: Kind,
         rank: Option<u32>,
         micro: Option<u32>,
-    ) -> Option<(&Path, &Value)> {
+    ) -> Option<(&Path, &Record)> {
         let f = self.file(kind, rank, micro)?;
         Some((f.path.as_path(), self.values.get(&f.path)?))
     }
@@ -107,7 +107,7 @@ impl SideData {
         rank: Option<u32>,
         micro: Option<u32>,
         progress: &dyn Progress,
-    ) -> Result<Option<Cow<'_, Value>>> {
+    ) -> Result<Option<Cow<'_, Record>>> {
         let Some(f) = self.file(kind, rank, micro) else {
             return Ok(None);
         };
@@ -117,8 +117,7 @@ impl SideData {
         let Some(&size) = self.streamed.get(&f.path) else {
             return Ok(None);
         };
-        let v = read_any(&f.path)?;
-        crate::producers::check_tensor_keys(kind, &f.path, &v)?;
+        let v = self.tree.read(f)?;
         progress.file_done(size);
         self.read
             .lock()
@@ -158,28 +157,27 @@ impl SideData {
         progress: &dyn Progress,
         prechecked: &mut HashMap<PathBuf, Result<()>>,
     ) -> Result<()> {
-        let mut unread: Vec<(&PathBuf, u64)> = {
+        let unread: Vec<&DumpFile> = {
             let read = self.read.lock().unwrap_or_else(|e| e.into_inner());
-            self.streamed
+            self.tree
+                .files()
                 .iter()
-                .filter(|(p, _)| !read.contains(*p))
-                .map(|(p, &s)| (p, s))
+                .filter(|f| self.streamed.contains_key(&f.path) && !read.contains(&f.path))
                 .collect()
         };
-        unread.sort();
         let mut rest = Vec::with_capacity(unread.len());
-        for (path, size) in unread {
-            match prechecked.remove(path) {
+        for f in unread {
+            match prechecked.remove(&f.path) {
                 Some(outcome) => {
                     outcome?;
-                    progress.file_done(size);
+                    progress.file_done(f.size);
                 }
-                None => rest.push((path, size)),
+                None => rest.push(f),
             }
         }
-        rest.par_iter().try_for_each(|(path, size)| {
-            read_any(path)?;
-            progress.file_done(*size);
+        rest.par_iter().try_for_each(|f| {
+            self.tree.read(f)?;
+            progress.file_done(f.size);
             Ok(())
         })
     }
@@ -200,21 +198,22 @@ impl SideData {
     }
 }
 
-/// Read (and drop) each of `files` in turn, as [`SideData::check_unread`] would, and
-/// return each outcome; stops early when `stop` is set. Run on a thread of its own while
+/// Read (and drop) each of `files` of `tree` in turn, as [`SideData::check_unread`]
+/// would, and return each outcome by path; stops early when `stop` is set. Run on a thread of its own while
 /// the whole-batch files are read (a phase that leaves a core idle) for the files no cell
 /// is expected to read; those it has not reached when it is joined are checked then, in
 /// parallel ([`SideData::check_unread`]).
 pub fn precheck(
-    files: &[PathBuf],
+    tree: &DumpTree,
+    files: &[DumpFile],
     stop: &std::sync::atomic::AtomicBool,
 ) -> HashMap<PathBuf, Result<()>> {
     let mut out = HashMap::new();
-    for path in files {
+    for f in files {
         if stop.load(std::sync::atomic::Ordering::Relaxed) {
             break;
         }
-        out.insert(path.clone(), read_any(path).map(drop));
+        out.insert(f.path.clone(), tree.read(f).map(drop));
     }
     out
 }
