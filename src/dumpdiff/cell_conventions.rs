@@ -11,9 +11,9 @@ use super::report::Section;
 use super::sections::{self, SideData, Tensors};
 use crate::conventions::{advantage, aggregation};
 use crate::kernels::aggregate::AggMode;
+use crate::model::conventions::{ConventionKey, ConventionValue, Conventions};
 use crate::model::record::{Field, Record};
-use crate::producers::layout::Kind;
-use crate::producers::nexrl_self_hosted;
+use crate::model::step::ENTROPY_COEFF;
 
 /// One cell's loss file on each side (self-hosted, weaver), when present.
 pub(super) type LossPair<'a> = (Option<Cow<'a, Record>>, Option<Cow<'a, Record>>);
@@ -62,15 +62,20 @@ pub(super) fn kl_coef_bound(loss: &Record) -> Option<f64> {
     (kl != 0.0).then(|| (rest / kl).abs())
 }
 
-/// The self-hosted cell's aggregation mode: echoed in its loss file's `extra_info`, else
+/// The self-hosted cell's aggregation mode: echoed with its loss record (`stated`), else
 /// the one that reproduces its dumped `pg_loss` / `entropy_loss` from its valid elements.
 pub(super) fn agg_mode(
     ch: &sections::Chain,
     a_fwd: &Tensors<'_>,
     loss: Option<&Record>,
+    stated: Option<&Conventions>,
 ) -> Option<AggMode> {
     let loss = loss?;
-    if let Some((name, scale)) = nexrl_self_hosted::loss_agg_mode(loss.raw()) {
+    let echoed = stated.and_then(|c| match &c.get(ConventionKey::Aggregation)?.value {
+        ConventionValue::Name(name) => Some((name.clone(), c.number(ConventionKey::LossScale))),
+        _ => None,
+    });
+    if let Some((name, scale)) = echoed {
         // `-norm` needs its divisor (`loss_scale_factor`): without it, inferred below
         match (AggMode::parse(&name), scale) {
             (Some(AggMode::SeqMeanTokenSumNorm { horizon: None }), Some(h)) => {
@@ -143,14 +148,12 @@ pub(super) fn diagnose_losses(
     overrides: &std::collections::BTreeMap<String, f64>,
 ) -> Vec<String> {
     let coeffs = |side: &conventions::SideLosses| diagnosis::Coeffs {
-        entropy: conventions::value(nexrl_self_hosted::ENTROPY_COEFF, side, overrides)
-            .unwrap_or(0.0),
+        entropy: conventions::value(ENTROPY_COEFF, side, overrides).unwrap_or(0.0),
         kl: conventions::value("kl_coef", side, overrides).unwrap_or(0.0),
     };
     let cs = (coeffs(&conv.self_hosted), coeffs(&conv.weaver));
     let record = |side: &SideData, key: (u32, Option<u32>), v: Option<&Cow<'_, Record>>| {
-        let f = side.file(Kind::Loss, Some(key.0), key.1)?;
-        nexrl_self_hosted::loss_record(&f.path, v?.raw()).ok()
+        side.loss_record(key.0, key.1, v?)?.ok()
     };
     diagnosis::failing_loss_cells(sections)
         .into_iter()

@@ -6,8 +6,7 @@ use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use crate::compare::metrics::{effective_dtype, GridScan};
-use crate::dumpdiff::pages::Pages;
-use crate::model::record::{Field, Record};
+use crate::model::record::{Field, Pages, Record};
 use crate::tensor::{decode_run_f64_into, DType, Tensor};
 
 /// Positions decoded at a time: a few rows' worth of f64 stays in the core's cache.
@@ -560,9 +559,9 @@ mod paged_tests {
     use std::path::Path;
 
     use super::Mat;
-    use crate::dumpdiff::pages::read_whole;
     use crate::formats::read_any;
     use crate::model::record::{Field, Record};
+    use crate::producers::nexrl_files::read_whole;
     use crate::producers::nexrl_self_hosted::field_name;
 
     #[test]

@@ -25,7 +25,6 @@ pub mod conventions;
 pub mod diagnosis;
 pub mod mat;
 pub mod model_compare;
-pub mod pages;
 mod pairs;
 pub mod report;
 mod scaled_loss;
@@ -45,8 +44,6 @@ use crate::model::record::Record;
 use crate::model::tokens::tokens_hash;
 use crate::model::trajectory::TrajectorySummary;
 use crate::producers::layout::{DumpFile, DumpTree, Kind};
-use crate::producers::nexrl_self_hosted;
-use crate::value::Value;
 use pairs::{remote_sections, weaver_sections};
 use report::{Cell, Coverage, Finding, Report, Section, SideSummary, Unreadable, SCHEMA_VERSION};
 use sections::{BatchInputs, Mat, SideData, Tensors};
@@ -169,17 +166,15 @@ fn load_side(
             Kind::Trajectory | Kind::PreparedTrajectories | Kind::Datums
         )
     });
-    type Read = (PathBuf, Value, Option<pages::Pages>);
+    type Read = (PathBuf, Record);
     let read_one = |f: &DumpFile| -> Result<(Read, Option<TrajectorySummary>)> {
-        let (v, pages, summary) = if digest && f.kind == Kind::Trajectory {
-            pages::read_trajectory_summary(&f.path)?
+        let (r, summary) = if digest && f.kind == Kind::Trajectory {
+            tree.reader().summarised(f)?
         } else {
-            let (v, pages) = pages::read_whole(&f.path)?;
-            (v, pages, None)
+            (tree.reader().whole(f)?, None)
         };
-        crate::producers::check_tensor_keys(f.kind, &f.path, &v)?;
         progress.file_done(f.size);
-        Ok(((f.path.clone(), v, pages), summary))
+        Ok(((f.path.clone(), r), summary))
     };
     let read_all = |files: &[&DumpFile]| {
         files
@@ -204,16 +199,9 @@ fn load_side(
         summary = summary.or(s);
         read.push(r);
     }
-    let mut values = HashMap::new();
-    let mut maps = HashMap::new();
-    for (path, v, p) in read {
-        if let Some(p) = p {
-            maps.insert(path.clone(), p);
-        }
-        values.insert(path, Record::new(v, nexrl_self_hosted::field_name));
-    }
+    let values: HashMap<PathBuf, Record> = read.into_iter().collect();
     let streamed = per_rank.iter().map(|f| (f.path.clone(), f.size)).collect();
-    let side = SideData::new(role, tree, values, streamed, opts.step).with_pages(maps);
+    let side = SideData::new(role, tree, values, streamed, opts.step);
     Ok((side, summary))
 }
 
@@ -455,11 +443,8 @@ fn compare(
     let traj = match streamed {
         Some(t) => Some(t),
         None => s
-            .get_file(Kind::Trajectory, None, None)
-            .map(|(p, v)| {
-                nexrl_self_hosted::trajectories(p, v.raw()).map(|b| TrajectorySummary::of(&b))
-            })
-            .transpose()?,
+            .trajectories(Kind::Trajectory)?
+            .map(|b| TrajectorySummary::of(&b)),
     };
     if r.is_none() {
         if let Some(f) = s.tree.get(Kind::Trajectory, s.step, None, None) {

@@ -8,7 +8,6 @@ use crate::dumpdiff::cell_conventions::{
 };
 use crate::model::record::{Field, Record};
 use crate::model::tokens::TokenSeq;
-use crate::producers::{nexrl_self_hosted, remote_api};
 
 /// What one (rank, micro) cell contributes to sections 2, 3 and 4. A `*_only_a` is set
 /// when the cell's file of that section is on one side only (true: on self-hosted).
@@ -150,7 +149,8 @@ pub(super) fn weaver_cell(
     // loss scalars' tolerances need.
     if let (Some(ch), Some(a)) = (&mut chain, &a_fwd) {
         ch.kl_coef = losses.kl_coef.or_else(|| kl_coef_bound(s_loss?));
-        if let Some(mode) = agg_mode(ch, a, s_loss) {
+        let stated = s_loss.and_then(|l| s.loss_conventions(rank, Some(m), l));
+        if let Some(mode) = agg_mode(ch, a, s_loss, stated.as_ref()) {
             ch.agg = mode;
         }
     }
@@ -243,10 +243,8 @@ pub(super) fn weaver_sections(
     // In rank/micro order, so that the fits add their terms in one order every run.
     for (&(rank, micro), (a, b)) in loss_keys.iter().filter_map(|k| Some((k, files.get(k)?))) {
         for (side, v, acc) in [(s, a, &mut conv.self_hosted), (w, b, &mut conv.weaver)] {
-            let (Some(f), Some(v)) = (side.file(Kind::Loss, Some(rank), micro), v) else {
-                continue;
-            };
-            if let Ok(rec) = nexrl_self_hosted::loss_record(&f.path, v.raw()) {
+            let Some(v) = v else { continue };
+            if let Some(Ok(rec)) = side.loss_record(rank, micro, v) {
                 acc.push_at((rank, micro), &rec);
             }
         }
@@ -503,13 +501,11 @@ pub(super) fn remote_sections(
         missing_on: missing_on.into(),
     };
     let prepared = r
-        .get_file(Kind::PreparedTrajectories, None, None)
-        .map(|(p, v)| batch::trajectories(p, v.raw()))
-        .transpose()?;
+        .trajectories(Kind::PreparedTrajectories)?
+        .map(|b| batch::trajectories(&b));
     let own = s
-        .get_file(Kind::Trajectory, None, None)
-        .map(|(p, v)| batch::trajectories(p, v.raw()))
-        .transpose()?;
+        .trajectories(Kind::Trajectory)?
+        .map(|b| batch::trajectories(&b));
     match (&own, &prepared) {
         (Some(a), Some(b)) => {
             let (cell, notes) = batch::trajectories_cell(policy, a, b);
@@ -539,10 +535,7 @@ pub(super) fn remote_sections(
             ));
         }
     }
-    let datums = r
-        .get_file(Kind::Datums, None, None)
-        .map(|(p, v)| batch::datums(p, v.raw()))
-        .transpose()?;
+    let datums = r.datums()?.map(batch::datums);
     match (&prepared, &datums) {
         (Some(t), Some(d)) => {
             let inputs = batch_inputs(s, None, traj, None, None)?;
@@ -593,10 +586,12 @@ pub(super) fn batch_inputs(
     let old_log_probs = s
         .get(Kind::OldLogProbs, None, None)
         .and_then(|v| Mat::of(v, Field::OldLogProbs))
-        .map(|m| match s.pages(Kind::OldLogProbs, None, None) {
-            Some(p) => m.with_pages(p.clone()),
-            None => m,
-        });
+        .map(
+            |m| match s.get(Kind::OldLogProbs, None, None).and_then(Record::pages) {
+                Some(p) => m.with_pages(p.clone()),
+                None => m,
+            },
+        );
     let mut traj_index = HashMap::new();
     if let Some(tr) = traj {
         let empty = tokens_hash(&[]);
@@ -606,10 +601,10 @@ pub(super) fn batch_inputs(
     }
     // Advantages by self-hosted batch index, matched by token content: the batch-level
     // `advantages` of the remote-api prepared_trajectories.
-    let prepared = r
-        .and_then(|r| r.get_file(Kind::PreparedTrajectories, None, None))
-        .map(|(p, v)| remote_api::prepared_trajectories(p, v.raw()))
-        .transpose()?;
+    let prepared = match r {
+        Some(r) => r.trajectories(Kind::PreparedTrajectories)?,
+        None => None,
+    };
     let advantages = prepared.and_then(|p| {
         let adv = p.batch_advantages?;
         let empty = tokens_hash(&[]);
@@ -689,7 +684,7 @@ fn old_order(
         return (None, None);
     };
     let Ok(mut step) =
-        crate::judge::SelfHostedStep::from_summary(ts, of.to_path_buf(), ov.raw(), &cfg.advantage)
+        crate::judge::SelfHostedStep::from_summary_record(ts, of.path.clone(), ov, &cfg.advantage)
     else {
         return (None, None);
     };

@@ -4,8 +4,53 @@
 //! step model that dumpdiff's hot path reads: tensors stay in the file's mapped storage
 //! until a comparison decodes the rows it needs.
 
+use std::sync::Arc;
+
+use memmap2::{Mmap, UncheckedAdvice};
+
 use crate::tensor::{DType, Tensor};
 use crate::value::Value;
+
+/// The memory map a whole-batch record's tensors are stored in: they stay mapped for the
+/// whole run, but a comparison releases the rows it has read, so that peak memory follows
+/// the cells in flight, not the batch.
+#[derive(Debug, Clone)]
+pub struct Pages {
+    map: Arc<Mmap>,
+}
+
+impl Pages {
+    /// The pages of `map`.
+    pub fn new(map: Arc<Mmap>) -> Pages {
+        Pages { map }
+    }
+
+    /// Let the kernel drop `bytes` (a window of this map) from this process's memory; a
+    /// later read faults the same file bytes back in from the page cache.
+    pub fn release(&self, bytes: &[u8]) {
+        let base = self.map.as_ptr() as usize;
+        let start = bytes.as_ptr() as usize;
+        let Some(offset) = start.checked_sub(base) else {
+            return;
+        };
+        if bytes.is_empty() || offset + bytes.len() > self.map.len() {
+            return;
+        }
+        // SAFETY: the map is a read-only shared mapping of a file (`Mmap::map`) that this
+        // crate never writes: MADV_DONTNEED only drops page-table entries, and the next
+        // read of any slice of it sees the same file bytes again. A failure (it is only
+        // advice) changes nothing.
+        let _ = unsafe {
+            self.map
+                .unchecked_advise_range(UncheckedAdvice::DontNeed, offset, bytes.len())
+        };
+    }
+
+    /// [`Pages::release`] of the whole map.
+    pub fn release_all(&self) {
+        self.release(&self.map[..]);
+    }
+}
 
 /// What a dumped field means, whatever its producer calls it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -81,6 +126,7 @@ impl Number {
 pub struct Record {
     value: Value,
     names: FieldNames,
+    pages: Option<Pages>,
 }
 
 /// The name of the nested dict of run settings a loss record echoes (its `extra_info`).
@@ -91,7 +137,22 @@ const METRICS: &str = "metrics";
 impl Record {
     /// A decoded file as its producer names its fields.
     pub fn new(value: Value, names: FieldNames) -> Record {
-        Record { value, names }
+        Record {
+            value,
+            names,
+            pages: None,
+        }
+    }
+
+    /// This record with the memory map its tensors are stored in.
+    pub fn with_pages(mut self, pages: Pages) -> Record {
+        self.pages = Some(pages);
+        self
+    }
+
+    /// The memory map its tensors are stored in, when it was read from one and kept.
+    pub fn pages(&self) -> Option<&Pages> {
+        self.pages.as_ref()
     }
 
     /// The raw entry under `f`, `None` when absent or Python `None`.

@@ -8,7 +8,10 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::error::Result;
+use crate::model::conventions::Conventions;
 use crate::model::record::Record;
+use crate::model::step::LossRecord;
+use crate::model::trajectory::{DatumBatch, TrajectoryBatch, TrajectorySummary};
 
 /// The on-disk formats a dump file may have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -173,24 +176,54 @@ pub struct DumpTree {
     files: Vec<DumpFile>,
     /// Files in kind folders that could not be placed.
     pub unrecognised: Vec<Unrecognised>,
-    /// How its producer reads one of its files into a [`Record`].
+    /// How its producer reads its files into the model.
     #[serde(skip)]
-    read: ReadRecord,
+    reader: &'static dyn FileReader,
 }
 
-/// How a producer reads one file of its tree into a [`Record`] (the door every tool
-/// reads a dump file through: the tool names fields by meaning, the producer by key).
-pub type ReadRecord = fn(&DumpFile) -> Result<Record>;
+/// How a producer reads the files of its tree into the model: the door every tool reads a
+/// dump file through. A tool names fields by meaning ([`crate::model::record::Field`]),
+/// the producer by key; the tool gets typed records, never a file's bytes or keys.
+pub trait FileReader: Sync + Send {
+    /// One file read into a record (every tensor key it reads lazily checked for type).
+    fn record(&self, file: &DumpFile) -> Result<Record>;
+    /// A whole-batch file read into a record whose tensors stay in the file's memory map,
+    /// released from memory once read ([`crate::model::record::Pages`]); [`Self::record`]
+    /// when the file cannot be mapped.
+    fn whole(&self, file: &DumpFile) -> Result<Record> {
+        self.record(file)
+    }
+    /// A trajectory file read as [`Self::whole`], with its trajectories summarised as they
+    /// are read when the producer can (then the record's trajectory list is emptied).
+    fn summarised(&self, file: &DumpFile) -> Result<(Record, Option<TrajectorySummary>)> {
+        Ok((self.whole(file)?, None))
+    }
+    /// The trajectories a record of `file` holds.
+    fn trajectories<'r>(&self, file: &DumpFile, r: &'r Record) -> Result<TrajectoryBatch<'r>>;
+    /// The datums a record of `file` holds.
+    fn datums<'r>(&self, file: &DumpFile, r: &'r Record) -> Result<DatumBatch<'r>>;
+    /// The loss record (terms, echoed coefficients, metrics) a record of `file` holds.
+    fn loss(&self, file: &DumpFile, r: &Record) -> Result<LossRecord>;
+    /// The conventions a record of `file` states (aggregation, loss scale, coefficients),
+    /// each with where it was read.
+    fn conventions(&self, file: &DumpFile, r: &Record) -> Result<Conventions>;
+}
+
+impl fmt::Debug for dyn FileReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FileReader")
+    }
+}
 
 impl DumpTree {
     /// The tree of `files` under `root` (sorted here by kind, step, rank, micro, format),
-    /// written by `producer`, whose files `read` reads.
+    /// written by `producer`, whose files `reader` reads.
     pub fn new(
         root: PathBuf,
         producer: Producer,
         mut files: Vec<DumpFile>,
         mut unrecognised: Vec<Unrecognised>,
-        read: ReadRecord,
+        reader: &'static dyn FileReader,
     ) -> DumpTree {
         files.sort_by(|a, b| {
             (a.kind, a.step, a.rank, a.micro, a.format)
@@ -202,15 +235,20 @@ impl DumpTree {
             producer,
             files,
             unrecognised,
-            read,
+            reader,
         }
     }
 
-    /// One of this tree's files read into a record by its producer.
+    /// One of this tree's files read into a record by its producer ([`FileReader::record`]).
     ///
     /// Errors: the file cannot be read or holds a field of the wrong type (named with the file).
     pub fn read(&self, file: &DumpFile) -> Result<Record> {
-        (self.read)(file)
+        self.reader.record(file)
+    }
+
+    /// How its producer reads its files into the model.
+    pub fn reader(&self) -> &'static dyn FileReader {
+        self.reader
     }
 
     /// The tree without the files in `paths` (e.g. files found unreadable, so that

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Position, Result};
 use crate::formats::FileFormat;
-pub use crate::model::tree::{DumpFile, DumpTree, Kind, Producer, ReadRecord, Unrecognised};
+pub use crate::model::tree::{DumpFile, DumpTree, FileReader, Kind, Producer, Unrecognised};
 
 /// Parse `step_000000_rank10_micro1` (the stem, without extension) into (step, rank, micro).
 pub fn parse_stem(stem: &str) -> Option<(i64, Option<u32>, Option<u32>)> {
@@ -164,7 +164,7 @@ impl DumpTree {
 }
 
 /// The tree of the files placed under `root`, its producer told from them; its files
-/// are read by [`crate::producers::read_record`].
+/// are read by [`crate::producers::nexrl_files::NexrlFiles`].
 fn assemble(root: PathBuf, files: Vec<DumpFile>, unrecognised: Vec<Unrecognised>) -> DumpTree {
     let producer = identify_producer(&files);
     DumpTree::new(
@@ -172,7 +172,7 @@ fn assemble(root: PathBuf, files: Vec<DumpFile>, unrecognised: Vec<Unrecognised>
         producer,
         files,
         unrecognised,
-        crate::producers::read_record,
+        &crate::producers::nexrl_files::NexrlFiles,
     )
 }
 

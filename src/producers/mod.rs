@@ -20,6 +20,7 @@ pub mod layout;
 pub mod loose_tensors;
 pub mod mapping;
 pub mod nemo_rl;
+pub mod nexrl_files;
 pub mod nexrl_self_hosted;
 mod nexrl_tree;
 pub mod remote_api;
@@ -32,12 +33,11 @@ pub mod weaver;
 use std::path::Path;
 
 use crate::error::{Error, Position, Result};
-use crate::model::record::Record;
 use crate::model::step::{LossRecord, ParamRecord, TokenBatch, TokenTensor};
 use crate::model::tokens::TokenSeq;
 use crate::model::trajectory::Provenance;
 use crate::model::trajectory::{DatumBatch, TrajectoryBatch};
-use crate::producers::layout::{DumpFile, Kind, Producer};
+use crate::producers::layout::{Kind, Producer};
 use crate::value::Value;
 
 /// One producer's mapping of its files into the model: what each kind of file holds.
@@ -140,16 +140,6 @@ pub fn check_tensor_keys(kind: Kind, file: &Path, v: &Value) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// One file of a NexRL tree read into a record: decoded, its tensor keys checked
-/// ([`check_tensor_keys`]), its fields named by [`nexrl_self_hosted::field_name`].
-///
-/// Errors: the file cannot be decoded, or a tensor key holds something else.
-pub fn read_record(file: &DumpFile) -> Result<Record> {
-    let v = crate::formats::read_any(&file.path)?;
-    check_tensor_keys(file.kind, &file.path, &v)?;
-    Ok(Record::new(v, nexrl_self_hosted::field_name))
 }
 
 /// `v[key]`, `None` when absent or Python `None`.

@@ -228,6 +228,7 @@ pub fn loss_record(file: &Path, v: &Value) -> Result<LossRecord> {
             file: file.to_path_buf(),
             key: String::new(),
         }),
+        coefficients_at: Some(EXTRA_INFO.to_string()),
         ..LossRecord::default()
     };
     if let Some(m) = field(v, METRICS) {

@@ -23,13 +23,15 @@ use crate::compare::propagate::{self, ChainStats, ElemRun};
 use crate::compare::tolerance::{coarser, Tolerance, TolerancePolicy, Verdict};
 pub use crate::dumpdiff::mat::Mat;
 use crate::dumpdiff::mat::CHUNK;
-use crate::dumpdiff::pages::Pages;
 use crate::dumpdiff::report::{Cell, Comparison, Origin, RowSummary};
 use crate::dumpdiff::Progress;
 use crate::error::Result;
 use crate::kernels::aggregate::AggMode;
+use crate::model::conventions::Conventions;
 use crate::model::record::{Field, Number, Record};
+use crate::model::step::LossRecord;
 use crate::model::tokens::tokens_hash;
+use crate::model::trajectory::{DatumBatch, TrajectoryBatch};
 use crate::model::tree::{DumpFile, DumpTree, Kind};
 use crate::tensor::{DType, Tensor};
 

@@ -21,8 +21,6 @@ pub struct SideData {
     read: Mutex<HashSet<PathBuf>>,
     /// The file at each (kind, rank, micro) of the step, as [`DumpTree::get`] picks it.
     index: HashMap<(Kind, Option<u32>, Option<u32>), usize>,
-    /// The maps whole-batch `.pt` files were read from, by path.
-    pages: HashMap<PathBuf, Pages>,
 }
 
 impl SideData {
@@ -49,21 +47,7 @@ impl SideData {
             step,
             read: Mutex::new(HashSet::new()),
             index,
-            pages: HashMap::new(),
         }
-    }
-
-    /// This side with the maps its whole-batch files were read from (see
-    /// [`crate::dumpdiff::pages::read_whole`]).
-    pub fn with_pages(mut self, pages: HashMap<PathBuf, Pages>) -> Self {
-        self.pages = pages;
-        self
-    }
-
-    /// The map of the whole-batch file of `kind` at (rank, micro), if it was read from one.
-    pub fn pages(&self, kind: Kind, rank: Option<u32>, micro: Option<u32>) -> Option<&Pages> {
-        let f = self.file(kind, rank, micro)?;
-        self.pages.get(&f.path)
     }
 
     /// The file of `kind` at (rank, micro) of the compared step (what `tree.get` finds).
@@ -83,15 +67,59 @@ impl SideData {
         self.values.get(&f.path)
     }
 
-    /// [`SideData::get`] with the file's path, for messages that name it.
+    /// [`SideData::get`] with its file, for reading through the tree's reader and for
+    /// messages that name it.
     pub fn get_file(
         &self,
         kind: Kind,
         rank: Option<u32>,
         micro: Option<u32>,
-    ) -> Option<(&Path, &Record)> {
+    ) -> Option<(&DumpFile, &Record)> {
         let f = self.file(kind, rank, micro)?;
-        Some((f.path.as_path(), self.values.get(&f.path)?))
+        Some((f, self.values.get(&f.path)?))
+    }
+
+    /// The trajectories of the whole-batch file of `kind` (trajectory, prepared
+    /// trajectories), through the tree's reader; `None` without such a file.
+    ///
+    /// Errors: the file's trajectories unreadable (named with the file).
+    pub fn trajectories(&self, kind: Kind) -> Result<Option<TrajectoryBatch<'_>>> {
+        self.get_file(kind, None, None)
+            .map(|(f, r)| self.tree.reader().trajectories(f, r))
+            .transpose()
+    }
+
+    /// The datums of the whole-batch `datums/` file, through the tree's reader.
+    ///
+    /// Errors: the file's datums unreadable (named with the file).
+    pub fn datums(&self) -> Result<Option<DatumBatch<'_>>> {
+        self.get_file(Kind::Datums, None, None)
+            .map(|(f, r)| self.tree.reader().datums(f, r))
+            .transpose()
+    }
+
+    /// The loss record (terms, echoed coefficients) of this side's `loss/` record `r` at
+    /// (rank, micro), through the tree's reader; `None` without that file.
+    pub fn loss_record(
+        &self,
+        rank: u32,
+        micro: Option<u32>,
+        r: &Record,
+    ) -> Option<Result<LossRecord>> {
+        let f = self.file(Kind::Loss, Some(rank), micro)?;
+        Some(self.tree.reader().loss(f, r))
+    }
+
+    /// The conventions this side's `loss/` record `r` at (rank, micro) states (echoed
+    /// aggregation, loss scale, coefficients); `None` without that file or when unreadable.
+    pub fn loss_conventions(
+        &self,
+        rank: u32,
+        micro: Option<u32>,
+        r: &Record,
+    ) -> Option<Conventions> {
+        let f = self.file(Kind::Loss, Some(rank), micro)?;
+        self.tree.reader().conventions(f, r).ok()
     }
 
     /// Whether `path` is one of this side's files at the compared step.
