@@ -561,8 +561,8 @@ mod paged_tests {
     use super::Mat;
     use crate::formats::read_any;
     use crate::model::record::{Field, Record};
+    use crate::producers::nexrl_files::field_name;
     use crate::producers::nexrl_files::read_whole;
-    use crate::producers::nexrl_self_hosted::field_name;
 
     #[test]
     fn a_released_whole_batch_file_reads_the_same() {

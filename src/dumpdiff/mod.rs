@@ -43,7 +43,7 @@ use crate::error::{Error, Result};
 use crate::model::record::Record;
 use crate::model::tokens::tokens_hash;
 use crate::model::trajectory::TrajectorySummary;
-use crate::producers::layout::{DumpFile, DumpTree, Kind};
+use crate::model::tree::{DumpFile, DumpTree, Kind};
 use pairs::{remote_sections, weaver_sections};
 use report::{Cell, Coverage, Finding, Report, Section, SideSummary, Unreadable, SCHEMA_VERSION};
 use sections::{BatchInputs, Mat, SideData, Tensors};
@@ -244,11 +244,10 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
     .into_iter()
     .filter_map(|(role, root)| Some((role, root?)))
     .collect();
-    let (mut report, unreadable) =
-        crate::producers::layout::without_unreadable(&roots, |set_aside| {
-            let discover = |root: &Path| DumpTree::discover(root).map(|t| t.without(set_aside).0);
-            run_without(opts, progress, &discover)
-        })?;
+    let (mut report, unreadable) = DumpTree::without_unreadable(&roots, |set_aside| {
+        let discover = |root: &Path| DumpTree::discover(root).map(|t| t.without(set_aside).0);
+        run_without(opts, progress, &discover)
+    })?;
     // what a set-aside file leaves one-sided is not "missing" (a self-hosted forward_data
     // set aside leaves the weaver's is_loss_debug of that cell without its peer)
     report.coverage.retain(|c| {

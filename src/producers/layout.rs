@@ -280,6 +280,17 @@ fn place(
     Ok(())
 }
 
+impl DumpTree {
+    /// [`without_unreadable`] as the model's door offers it to tools: run `f` on trees
+    /// without the files found unreadable so far, setting aside each file `f` fails on.
+    pub fn without_unreadable<T>(
+        roots: &[(&str, &Path)],
+        f: impl FnMut(&(dyn Fn(&Path) -> bool + Sync)) -> Result<T>,
+    ) -> Result<(T, Vec<crate::model::unreadable::Unreadable>)> {
+        without_unreadable(roots, f)
+    }
+}
+
 /// Run `f` on trees from which the files found unreadable so far are left out: when `f`
 /// fails on a placed file of one of `roots` (`(role, root)`), that file is set aside with
 /// the error as its reason and `f` runs again, so one bad file never hides the results of

@@ -37,7 +37,7 @@ use crate::model::step::{LossRecord, ParamRecord, TokenBatch, TokenTensor};
 use crate::model::tokens::TokenSeq;
 use crate::model::trajectory::Provenance;
 use crate::model::trajectory::{DatumBatch, TrajectoryBatch};
-use crate::producers::layout::{Kind, Producer};
+use crate::model::tree::{Kind, Producer};
 use crate::value::Value;
 
 /// One producer's mapping of its files into the model: what each kind of file holds.

@@ -1,6 +1,6 @@
 //! How NexRL's trees (self-hosted, remote-API, weaver) are read into the model's records
 //! ([`FileReader`]): each file decoded and its fields named by
-//! [`nexrl_self_hosted::field_name`]; whole-batch `.pt` files (`old_log_probs/step_N.pt`,
+//! [`field_name`]; whole-batch `.pt` files (`old_log_probs/step_N.pt`,
 //! trajectories) kept in their memory map and released from memory once parsed, so that
 //! only the rows a cell is reading stay resident; a trajectory file digested trajectory by
 //! trajectory as the unpickler builds them.
@@ -14,12 +14,38 @@ use crate::error::{Error, Result};
 use crate::formats::pt::pickle::Each;
 use crate::formats::{read_any, FileFormat};
 use crate::model::conventions::Conventions;
-use crate::model::record::{Pages, Record};
+use crate::model::record::{Field, Pages, Record};
 use crate::model::step::LossRecord;
 use crate::model::trajectory::{DatumBatch, TrajectoryBatch, TrajectoryRow, TrajectorySummary};
 use crate::model::tree::{DumpFile, FileReader};
-use crate::producers::{check_tensor_keys, nexrl_self_hosted, remote_api};
+use crate::producers::{check_tensor_keys, nexrl_self_hosted, remote_api, weaver};
 use crate::value::Value;
+
+/// How NexRL's trainers (self-hosted, weaver, remote-API) name each field of a dumped
+/// record: one key space across their `forward_data/`, `old_log_probs/`, `is_loss_debug/`,
+/// `batch_inputs/`, `loss/`, `param/` and `gradient/` files.
+pub fn field_name(f: Field) -> Option<&'static str> {
+    Some(match f {
+        Field::InputIds => nexrl_self_hosted::INPUT_IDS,
+        Field::AttentionMask => weaver::ATTENTION_MASK,
+        Field::ResponseMask => nexrl_self_hosted::RESPONSE_MASK,
+        Field::EffectiveMask => weaver::EFFECTIVE_VALID,
+        Field::LogProbs => nexrl_self_hosted::LOG_PROBS,
+        Field::OldLogProbs => nexrl_self_hosted::OLD_LOG_PROBS,
+        Field::RefLogProbs => nexrl_self_hosted::REF_LOG_PROBS,
+        Field::RolloutLogProbs => weaver::ROLLOUT_LOG_PROBS,
+        Field::Entropy => nexrl_self_hosted::ENTROPY,
+        Field::Advantages => nexrl_self_hosted::ADVANTAGES,
+        Field::ProbRatio => weaver::PROB_RATIO,
+        Field::ElementwiseLoss => weaver::ELEMENTWISE_LOSS,
+        Field::Param => nexrl_self_hosted::PARAM,
+        Field::Gradient => nexrl_self_hosted::GRADIENT,
+        Field::Loss => nexrl_self_hosted::LOSS,
+        Field::PgLoss => nexrl_self_hosted::PG_LOSS,
+        Field::EntropyLoss => nexrl_self_hosted::ENTROPY_LOSS,
+        Field::KlLoss => nexrl_self_hosted::KL_METRICS[1],
+    })
+}
 
 /// The reader of every NexRL tree: the three trainers share one key space.
 pub struct NexrlFiles;
@@ -28,7 +54,7 @@ impl FileReader for NexrlFiles {
     fn record(&self, file: &DumpFile) -> Result<Record> {
         let v = read_any(&file.path)?;
         check_tensor_keys(file.kind, &file.path, &v)?;
-        Ok(Record::new(v, nexrl_self_hosted::field_name))
+        Ok(Record::new(v, field_name))
     }
 
     fn whole(&self, file: &DumpFile) -> Result<Record> {
@@ -64,7 +90,7 @@ impl FileReader for NexrlFiles {
 
 /// A decoded file as a record, with the map it was read from.
 fn with_pages(v: Value, pages: Option<Pages>) -> Record {
-    let r = Record::new(v, nexrl_self_hosted::field_name);
+    let r = Record::new(v, field_name);
     match pages {
         Some(p) => r.with_pages(p),
         None => r,

@@ -8,10 +8,9 @@ use std::path::Path;
 
 use crate::error::Result;
 use crate::model::conventions::{ConventionKey, ConventionSource, ConventionValue, Conventions};
-use crate::model::record::Field;
 use crate::model::step::{LogProbSource, LossRecord, ParamRecord, TokenBatch};
 use crate::model::trajectory::{Provenance, Trajectory, TrajectoryBatch, TrajectoryIds};
-use crate::producers::layout::Kind;
+use crate::model::tree::Kind;
 use crate::producers::StepMapping;
 use crate::producers::{
     field, id_text, opt_f64, opt_floats, opt_ints, opt_tensor, scalar_of, seq, unreadable,
@@ -82,32 +81,6 @@ pub const KL_LOSS_COEF: &str = "kl_loss_coef";
 /// `extra_info`: verl's KL estimator (`kl_loss_type`: `kl`, `mse`, `low_var_kl`, …), when echoed.
 pub const KL_LOSS_TYPE: &str = "kl_loss_type";
 /// `extra_info` keys read as loss coefficients.
-/// How NexRL's trainers (self-hosted, weaver, remote-API) name each field of a dumped
-/// record: one key space across their `forward_data/`, `old_log_probs/`, `is_loss_debug/`,
-/// `batch_inputs/`, `loss/`, `param/` and `gradient/` files.
-pub fn field_name(f: Field) -> Option<&'static str> {
-    Some(match f {
-        Field::InputIds => INPUT_IDS,
-        Field::AttentionMask => crate::producers::weaver::ATTENTION_MASK,
-        Field::ResponseMask => RESPONSE_MASK,
-        Field::EffectiveMask => crate::producers::weaver::EFFECTIVE_VALID,
-        Field::LogProbs => LOG_PROBS,
-        Field::OldLogProbs => OLD_LOG_PROBS,
-        Field::RefLogProbs => REF_LOG_PROBS,
-        Field::RolloutLogProbs => crate::producers::weaver::ROLLOUT_LOG_PROBS,
-        Field::Entropy => ENTROPY,
-        Field::Advantages => ADVANTAGES,
-        Field::ProbRatio => crate::producers::weaver::PROB_RATIO,
-        Field::ElementwiseLoss => crate::producers::weaver::ELEMENTWISE_LOSS,
-        Field::Param => PARAM,
-        Field::Gradient => GRADIENT,
-        Field::Loss => LOSS,
-        Field::PgLoss => PG_LOSS,
-        Field::EntropyLoss => ENTROPY_LOSS,
-        Field::KlLoss => KL_METRICS[1],
-    })
-}
-
 pub const COEFFICIENTS: [&str; 3] = [ENTROPY_COEFF, KL_COEF, KL_LOSS_COEF];
 
 /// The KL coefficient among a loss record's echoed coefficients: [`KL_COEF`], else
@@ -448,7 +421,7 @@ impl super::StepReader for NexrlSelfHosted {
     }
 
     fn detect(&self, root: &Path) -> bool {
-        super::nexrl_tree::detect(root, super::layout::Producer::SelfHosted)
+        super::nexrl_tree::detect(root, crate::model::tree::Producer::SelfHosted)
     }
 
     fn steps(&self, root: &Path) -> Result<Vec<i64>> {

@@ -21,7 +21,7 @@ fn dict(items: Vec<(&str, Value)>) -> Value {
 
 /// A test dict read as NexRL names its fields.
 fn rec_of(v: Value) -> Record {
-    Record::new(v, crate::producers::nexrl_self_hosted::field_name)
+    Record::new(v, crate::producers::nexrl_files::field_name)
 }
 
 fn f32r(x: f64) -> f64 {
