@@ -55,14 +55,6 @@ const ORCHESTRATOR: &str = "postmortem";
 /// `model::step` records handed to it by a producer, never a file's bytes or keys.
 const BELOW_THE_MODEL: &[&str] = &["producers", "formats", "value"];
 
-/// Tool files that still read a dump by producer key or `Value`, to migrate to the model
-/// (issue 27). The check exempts them and fails when one of them no longer needs it, so
-/// this list can only shrink; its length is the measure of what is left.
-const NOT_YET_THROUGH_THE_MODEL: &[&str] = &[
-    // inspect: shows a file's own tree (keys, dtypes, shapes) before any producer maps it.
-    "inspect.rs",
-];
-
 /// Longest source file allowed, in lines.
 const MAX_LINES: usize = 800;
 
@@ -561,32 +553,19 @@ fn tools_read_dumps_only_through_the_model() {
         })
     };
     let mut found = Vec::new();
-    let mut stale = Vec::new();
     for (rel, m, text) in &files {
         if test_only(rel, &files) {
             continue;
         }
-        let rel = rel.display().to_string();
         let what = below_the_model(m, text, &crate_paths(text, m), &keys, &defines);
-        let allowed = NOT_YET_THROUGH_THE_MODEL.contains(&rel.as_str());
-        match (what.is_empty(), allowed) {
-            (false, false) => found.push(format!("{rel}: {}", what.join(", "))),
-            (true, true) => stale.push(rel),
-            _ => {}
+        if !what.is_empty() {
+            found.push(format!("{}: {}", rel.display(), what.join(", ")));
         }
     }
     assert!(
         found.is_empty(),
         "tool files reading below the model:\n{}",
         found.join("\n")
-    );
-    assert!(
-        stale.is_empty(),
-        "now through the model, take off NOT_YET_THROUGH_THE_MODEL: {stale:?}"
-    );
-    println!(
-        "{} tool files still to move onto the model",
-        NOT_YET_THROUGH_THE_MODEL.len()
     );
 }
 

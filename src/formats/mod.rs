@@ -5,6 +5,7 @@
 
 pub mod dump_jsonl;
 pub mod npy;
+pub mod outline;
 pub mod pt;
 pub mod safetensors;
 pub mod source;

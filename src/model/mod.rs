@@ -7,6 +7,7 @@
 pub mod conventions;
 pub mod finding;
 pub mod log;
+pub mod outline;
 pub mod record;
 pub mod rows;
 pub mod step;

@@ -23,6 +23,7 @@ pub mod nemo_rl;
 pub mod nexrl_files;
 pub mod nexrl_self_hosted;
 mod nexrl_tree;
+pub mod open;
 pub mod remote_api;
 pub mod sglang;
 pub mod slime;
