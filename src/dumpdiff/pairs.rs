@@ -17,7 +17,7 @@ pub(super) struct CellOut {
     fwd_only_a: Option<bool>,
     loss: Option<(Cell, Vec<String>)>,
     loss_only_a: Option<bool>,
-    is_loss: Option<Cell>,
+    is_loss: Option<(Cell, Option<sections::SequenceAlt>)>,
     is_only_a: Option<bool>,
     /// The advantage epsilon each paired weaver row implies (see
     /// [`advantage::eps_estimate`]).
@@ -329,14 +329,17 @@ pub(super) fn weaver_sections(
 
     // Section 4: is_loss_debug.
     if has_is {
-        let mut cells: Vec<Cell> = outs.iter_mut().filter_map(|o| o.is_loss.take()).collect();
+        let mut judged: Vec<(Cell, Option<sections::SequenceAlt>)> =
+            outs.iter_mut().filter_map(|o| o.is_loss.take()).collect();
+        let level = sections::settle_ratio_level(&mut judged);
+        let mut cells: Vec<Cell> = judged.into_iter().map(|(c, _)| c).collect();
         for (&(rank, micro), o) in keys.iter().zip(&outs) {
             if let Some(a_has) = o.is_only_a {
                 cells.push(note_missing(Kind::IsLossDebug, rank, micro, a_has));
             }
         }
         sort_cells(&mut cells);
-        let mut notes = vec![];
+        let mut notes: Vec<String> = level.into_iter().collect();
         if inputs.advantages.is_none() {
             notes.push("advantages and elementwise_loss need the remote-api prepared_trajectories (--remote-api-dir)".into());
         }

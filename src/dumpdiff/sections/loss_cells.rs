@@ -17,7 +17,7 @@ pub fn is_loss_cell(
     b_ids: Option<&Tensors<'_>>,
     ch: &Chain,
     memo: &StatsMemo<'_>,
-) -> Cell {
+) -> (Cell, Option<SequenceAlt>) {
     pub(super) const S: &str = "is_loss";
     let lp_a = a_fwd.mat(Field::LogProbs);
     let mask_a = a_fwd.mat(Field::ResponseMask);
@@ -123,10 +123,17 @@ pub fn is_loss_cell(
         )),
         _ => out.push(skipped(S, "prob_ratio", "inputs to derive it are missing")),
     }
+    // The per-token loss as the other side's own dumped values compose it.
+    let conv = elem_convention(b_is, a_loss);
     let el = match (&ch.ratio, &ch.ratio_allowed, &ch.adv) {
         (Some(r), Some(e), Some(a)) => {
             let av = a.values();
-            let times_adv = |r: &[f64]| r.iter().zip(av.iter()).map(|(r, a)| -r * a).collect();
+            let times_adv = |r: &[f64]| {
+                r.iter()
+                    .zip(av.iter())
+                    .map(|(r, a)| conv.of(*r, *a))
+                    .collect()
+            };
             let mut el = r.with_data(times_adv(&r.values()), r.dtype);
             if let (Some(derive), Some(old)) = (&ch.partial, &ch.old) {
                 // The ratio is known at valid positions only: enough for the loss's
@@ -158,7 +165,7 @@ pub fn is_loss_cell(
             "elementwise_loss",
             x,
             &y,
-            Origin::derived("−prob_ratio · advantages"),
+            Origin::derived(conv.words()),
             dumped_b("elementwise_loss"),
             e,
         )),
@@ -183,7 +190,62 @@ pub fn is_loss_cell(
     if !rows.only_a.is_empty() || !rows.only_b.is_empty() {
         out.push(row_coverage_fail(S, &rows));
     }
-    cell(Some(rank), Some(micro), Some(row_summary(&rows)), out)
+    // GSPO: the other side's ratio constant along its rows; the step decides
+    // ([`settle_ratio_level`]), this cell offers its sequence-level comparisons.
+    let alt = b_is.mat(Field::ProbRatio).map(|y| {
+        let shaped = sequence_shaped(&y, mask_b.as_deref());
+        let mut comparisons = Vec::new();
+        let mut own = None;
+        if let (Some(true), Some(x), Some(e)) = (shaped, &ch.ratio, &ch.ratio_allowed) {
+            let (sr, se) = sequence_ratio(x, e, mask_a.as_deref());
+            let pg = a_loss.and_then(|l| l.number(Field::PgLoss));
+            if let (Some(a), Some(pg)) = (&ch.adv, pg) {
+                own = own_level(x, &sr, a, mask_a.as_deref(), ch.agg, conv, pg.value);
+            }
+            comparisons.push(ctx.propagated(
+                "prob_ratio",
+                &sr,
+                &y,
+                Origin::derived(
+                    "exp(row mean of (forward_data.log_probs − old_log_probs)) (GSPO sequence ratio)",
+                ),
+                dumped_b("prob_ratio"),
+                &se,
+            ));
+            if let (Some(a), Some(yb)) = (&ch.adv, b_is.mat(Field::ElementwiseLoss)) {
+                let av = a.values();
+                let el: Vec<f64> = sr
+                    .values()
+                    .iter()
+                    .zip(av.iter())
+                    .map(|(r, a)| conv.of(*r, *a))
+                    .collect();
+                let ea: Vec<f64> = se
+                    .values()
+                    .iter()
+                    .zip(av.iter())
+                    .map(|(e, a)| propagate::product_allowed(*e, *a))
+                    .collect();
+                comparisons.push(ctx.propagated(
+                    "elementwise_loss",
+                    &sr.with_data(el, sr.dtype),
+                    &yb,
+                    Origin::derived(format!("{} with GSPO's sequence ratio", conv.words())),
+                    dumped_b("elementwise_loss"),
+                    &se.with_data(ea, se.dtype),
+                ));
+            }
+        }
+        SequenceAlt {
+            shaped,
+            own,
+            comparisons,
+        }
+    });
+    (
+        cell(Some(rank), Some(micro), Some(row_summary(&rows)), out),
+        alt,
+    )
 }
 
 /// The clip range of a loss file's `extra_info` (`clip_ratio`, `clip_ratio_low/high`,

@@ -43,6 +43,7 @@ mod loss_tests;
 mod ratio_chain;
 mod rows;
 mod side;
+mod surrogate;
 #[cfg(test)]
 mod tests;
 
@@ -52,3 +53,5 @@ pub use loss_cells::*;
 pub use ratio_chain::*;
 pub use rows::*;
 pub use side::*;
+use surrogate::{elem_convention, own_level, sequence_ratio, sequence_shaped};
+pub use surrogate::{settle_ratio_level, SequenceAlt};

@@ -559,7 +559,11 @@ impl Derive {
                     }
                     _ => None,
                 };
-                if let (Some((pl, po)), true) = (quick, peer_fine || !own_fine) {
+                // (With a dumped ratio of coarse inputs to check, each element is checked
+                // below: the quick loop caps every allowance by the other side's inputs.)
+                if let (Some((pl, po)), true) =
+                    (quick, peer_fine || (!own_fine && peer_ratio.is_none()))
+                {
                     let old_r = &old_row[v.start..v.start + x.len()];
                     let at = base + v.start..base + v.start + x.len();
                     let (ratio_v, allowed_v) = (&mut ratio[at.clone()], &mut allowed[at.clone()]);
@@ -580,8 +584,27 @@ impl Derive {
                     let ol = old_row.get(p).copied().unwrap_or(f64::NAN);
                     let rt = (l - ol).exp();
                     ratio[base + p] = rt;
+                    // Whether the other side's dumped ratio is what its stored inputs give
+                    // (to f32), when it dumped one to check against.
+                    let reproduced = match (peer_lp, peer_old, peer_ratio) {
+                        (Some(pl), Some(po), Some(pr)) => match (pl.get(p), po.get(p), pr.get(p)) {
+                            (Some(pl), Some(po), Some(pr)) => Some(
+                                (pr - (pl - po).exp()).abs() <= 8.0 * 2f64.powi(-24) * pr.abs(),
+                            ),
+                            _ => None,
+                        },
+                        _ => None,
+                    };
+                    let computed_from_dump = peer_fine || reproduced == Some(true);
+                    // An input's allowance is what it differs from the other side's only
+                    // when that side computed from what it stored: one that computed its
+                    // ratio from finer values than it dumped (f32 log-probs stored as
+                    // bf16) differs from this side's by this side's whole rounding,
+                    // whatever the stored inputs say.
+                    let capped = peer_fine || reproduced != Some(false);
                     let own = |tol: f64, x: f64, peer: Option<&[f64]>| {
                         peer.and_then(|row| row.get(p))
+                            .filter(|_| capped)
                             .map_or(tol, |y| own_difference(tol, x - y))
                     };
                     let (tl, to) = (self.tol_lp.allowed(l), self.tol_old.allowed(ol));
@@ -589,19 +612,6 @@ impl Derive {
                         rt,
                         propagate::log_ratio_allowed(own(tl, l, peer_lp), own(to, ol, peer_old)),
                     );
-                    let computed_from_dump = peer_fine
-                        || match (peer_lp, peer_old, peer_ratio) {
-                            (Some(pl), Some(po), Some(pr)) => {
-                                match (pl.get(p), po.get(p), pr.get(p)) {
-                                    (Some(pl), Some(po), Some(pr)) => {
-                                        (pr - (pl - po).exp()).abs()
-                                            <= 8.0 * 2f64.powi(-24) * pr.abs()
-                                    }
-                                    _ => false,
-                                }
-                            }
-                            _ => false,
-                        };
                     delta[base + p] = if own_fine && computed_from_dump {
                         signed_log_ratio_delta((l, tl, peer_lp), (ol, to, peer_old), p)
                     } else {
