@@ -502,3 +502,34 @@ fn a_gspo_step_is_compared_at_its_sequence_ratio_and_a_token_ratio_cell_fails() 
         is_loss["notes"]
     );
 }
+
+#[test]
+fn a_clip_bound_differing_between_the_sides_is_found_not_adopted() {
+    // seed 1030 (a fresh seed that was missed): DAPO's clip_ratio_high 0.28 configured; the
+    // weaver's rank 1 micro 0 clips at 1 + 0.2 (the truth's fault). The weaver's own
+    // values follow 0.2, the self-hosted pg_loss does not: the self-hosted per-token loss
+    // is derived as its own loss composes it and the cell fails.
+    let r = fails_exactly_its_truth(1030);
+    let is_loss = r["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "is_loss")
+        .unwrap();
+    let cell = is_loss["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["rank"] == 1 && c["micro"] == 0)
+        .unwrap();
+    let el = cell["comparisons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "is_loss.elementwise_loss")
+        .unwrap();
+    assert_eq!(el["verdict"], "fail", "{el}");
+    // (derived under what reproduces the self-hosted loss, never the weaver's 1 + 0.2)
+    let from = el["origin_a"]["from"].as_str().unwrap();
+    assert!(!from.contains("1+0.2)"), "{from}");
+}

@@ -123,8 +123,16 @@ pub fn is_loss_cell(
         )),
         _ => out.push(skipped(S, "prob_ratio", "inputs to derive it are missing")),
     }
-    // The per-token loss as the other side's own dumped values compose it.
+    // The per-token loss as the other side's own dumped values compose it, unless this
+    // side's own pg_loss follows another (then the comparison finds the difference).
     let conv = elem_convention(b_is, a_loss);
+    let pg_a = a_loss.and_then(|l| l.number(Field::PgLoss));
+    let conv = match (&ch.ratio, &ch.adv, pg_a) {
+        (Some(r), Some(a), Some(pg)) => {
+            own_convention(conv, r, a, mask_a.as_deref(), ch.agg, pg.value, a_loss)
+        }
+        _ => conv,
+    };
     let el = match (&ch.ratio, &ch.ratio_allowed, &ch.adv) {
         (Some(r), Some(e), Some(a)) => {
             let av = a.values();

@@ -78,20 +78,132 @@ pub(super) fn elem_convention(b_is: &Tensors<'_>, a_loss: Option<&Record>) -> El
         }
         n
     };
-    let plain = reproduced(ElemLoss::Plain);
-    let mut ranges = vec![clip_range(a_loss), (0.2, 0.2), (0.2, 0.28)];
-    ranges.dedup();
-    let mut best = (ElemLoss::Plain, plain);
-    for (lo, hi) in ranges {
-        for dual in [None, Some(3.0)] {
-            let conv = ElemLoss::Clipped { lo, hi, dual };
-            let n = reproduced(conv);
-            if n > best.1 {
-                best = (conv, n);
-            }
+    let mut best = (ElemLoss::Plain, reproduced(ElemLoss::Plain));
+    for conv in candidates(a_loss).into_iter().skip(1) {
+        let n = reproduced(conv);
+        if n > best.1 {
+            best = (conv, n);
         }
     }
     best.0
+}
+
+/// The per-token loss conventions tried, the plain loss first: PPO's clipped surrogate
+/// under the clip range the reference loss file echoes and the customary ones (0.2/0.2,
+/// DAPO's 0.2/0.28), each without and with dual clip 3.
+fn candidates(a_loss: Option<&Record>) -> Vec<ElemLoss> {
+    let mut ranges = vec![clip_range(a_loss), (0.2, 0.2), (0.2, 0.28)];
+    ranges.dedup();
+    let mut out = vec![ElemLoss::Plain];
+    for (lo, hi) in ranges {
+        for dual in [None, Some(3.0)] {
+            out.push(ElemLoss::Clipped { lo, hi, dual });
+        }
+    }
+    out
+}
+
+/// The per-token loss convention the reference side itself follows, when its own dumped
+/// `pg_loss` tells: `other` (the other side's, [`elem_convention`]) when it reproduces
+/// the reference's pg_loss as well as any candidate (within 10×), else the candidate
+/// that reproduces it (within a tenth of a typical token's term) — a clip range differing
+/// between the sides is then found by the comparison, not adopted. `other` when the
+/// reference's loss cannot tell.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn own_convention(
+    other: ElemLoss,
+    ratio: &Mat,
+    adv: &Mat,
+    mask: Option<&Mat>,
+    agg: AggMode,
+    pg: f64,
+    a_loss: Option<&Record>,
+) -> ElemLoss {
+    let errors: Vec<(ElemLoss, f64)> = candidates(a_loss)
+        .into_iter()
+        .chain(std::iter::once(other))
+        .filter_map(|c| Some((c, pg_error(c, ratio, adv, mask, agg, pg)?)))
+        .collect();
+    let Some(&(best, e)) = errors.iter().min_by(|a, b| a.1.total_cmp(&b.1)) else {
+        return other;
+    };
+    let tied = |c: ElemLoss| {
+        errors
+            .iter()
+            .any(|(x, ex)| *x == c && *ex <= 10.0 * e.max(1e-12))
+    };
+    if tied(other) || !pg_close(e, ratio, adv, mask) {
+        other
+    } else {
+        best
+    }
+}
+
+/// `|pg − recompute|` of the per-token loss `conv` over `ratio` and `adv` at the valid
+/// positions of `mask`, reduced under `agg` or whichever of verl's modes comes closest
+/// ([`AggMode::reduce_rows`]); `None` when an element is not finite.
+fn pg_error(
+    conv: ElemLoss,
+    ratio: &Mat,
+    adv: &Mat,
+    mask: Option<&Mat>,
+    agg: AggMode,
+    pg: f64,
+) -> Option<f64> {
+    let (vals, counts) = valid_terms(conv, ratio, adv, mask)?;
+    let modes = [
+        agg,
+        AggMode::TokenMean,
+        AggMode::SeqMeanTokenMean,
+        AggMode::SeqMeanTokenSum,
+    ];
+    Some(
+        modes
+            .iter()
+            .map(|m| (m.reduce_rows(&counts, &vals, ratio.width) - pg).abs())
+            .fold(f64::INFINITY, f64::min),
+    )
+}
+
+/// Whether a recompute error `e` is within a tenth of a typical token's term `|A·r|`
+/// (stored 16-bit log-probs move a row's terms by a few 1e-3).
+fn pg_close(e: f64, ratio: &Mat, adv: &Mat, mask: Option<&Mat>) -> bool {
+    let Some((vals, _)) = valid_terms(ElemLoss::Plain, ratio, adv, mask) else {
+        return false;
+    };
+    let scale = vals.iter().map(|v| v.abs()).sum::<f64>() / vals.len().max(1) as f64;
+    e <= 0.1 * scale
+}
+
+/// The per-token terms `conv(r, A)` at the valid positions of `mask` (all without one),
+/// row after row, with each row's count; `None` when one is not finite.
+fn valid_terms(
+    conv: ElemLoss,
+    ratio: &Mat,
+    adv: &Mat,
+    mask: Option<&Mat>,
+) -> Option<(Vec<f64>, Vec<usize>)> {
+    let (rt, av) = (ratio.values(), adv.values());
+    let w = ratio.width;
+    if av.len() < rt.len() {
+        return None;
+    }
+    let (mut vals, mut counts) = (Vec::new(), Vec::new());
+    for row in 0..ratio.rows {
+        let valid: Vec<usize> = match mask {
+            Some(m) if m.rows == ratio.rows => m
+                .nonzero(row)
+                .iter()
+                .flat_map(|v| v.start.min(w)..v.end.min(w))
+                .collect(),
+            _ => (0..w).collect(),
+        };
+        counts.push(valid.len());
+        for p in valid {
+            vals.push(conv.of(rt[row * w + p], av[row * w + p]));
+        }
+    }
+    vals.iter().all(|v| v.is_finite()).then_some((vals, counts))
 }
 
 /// Whether a dumped ratio is GSPO-shaped: the same value (to one f32 ulp) at every valid
@@ -248,10 +360,9 @@ fn sections_cell(old: &Cell, comparisons: Vec<Comparison>) -> Cell {
 
 /// The ratio level the reference side's own dumped `pg_loss` follows: its per-token loss
 /// (`conv`) with the token ratio `ratio` and with GSPO's sequence ratio `seq` at the
-/// valid positions of `mask`, reduced as its loss is (`agg`, or whichever of verl's
-/// modes comes closest, [`AggMode::reduce_rows`]);
-/// `Some(true)` when the sequence one is within a tenth of a typical token's term of `pg`
-/// and the token one ten times farther, `Some(false)` the other way round, else `None`.
+/// valid positions of `mask`, reduced as its loss is ([`pg_error`]); `Some(true)` when
+/// the sequence one is close ([`pg_close`]) and the token one ten times farther,
+/// `Some(false)` the other way round, else `None`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn own_level(
     ratio: &Mat,
@@ -262,53 +373,11 @@ pub(super) fn own_level(
     conv: ElemLoss,
     pg: f64,
 ) -> Option<bool> {
-    let (rt, rs, av) = (ratio.values(), seq.values(), adv.values());
-    let w = ratio.width;
-    if rs.len() != rt.len() || av.len() < rt.len() {
-        return None;
-    }
-    let (mut tok, mut sq, mut counts) = (Vec::new(), Vec::new(), Vec::new());
-    for row in 0..ratio.rows {
-        let valid: Vec<usize> = match mask {
-            Some(m) if m.rows == ratio.rows => m
-                .nonzero(row)
-                .iter()
-                .flat_map(|v| v.start.min(w)..v.end.min(w))
-                .collect(),
-            _ => (0..w).collect(),
-        };
-        counts.push(valid.len());
-        for p in valid {
-            let k = row * w + p;
-            tok.push(conv.of(rt[k], av[k]));
-            sq.push(conv.of(rs[k], av[k]));
-        }
-    }
-    if tok.iter().chain(&sq).any(|v| !v.is_finite()) {
-        return None;
-    }
-    // the loss's aggregation as read or inferred, or another of verl's (an inference made
-    // with the token ratio may have missed a sequence-level loss's)
-    let modes = [
-        agg,
-        AggMode::TokenMean,
-        AggMode::SeqMeanTokenMean,
-        AggMode::SeqMeanTokenSum,
-    ];
-    let err = |vals: &[f64]| {
-        modes
-            .iter()
-            .map(|m| (m.reduce_rows(&counts, vals, w) - pg).abs())
-            .fold(f64::INFINITY, f64::min)
-    };
-    let (et, es) = (err(&tok), err(&sq));
-    // within a tenth of a typical token's term (stored 16-bit log-probs move a row's mean
-    // log-ratio by a few 1e-3), and ten times closer than the other level
-    let scale = tok.iter().map(|v| v.abs()).sum::<f64>() / tok.len().max(1) as f64;
-    let close = |e: f64| e <= 0.1 * scale;
-    if close(es) && et > 10.0 * es {
+    let et = pg_error(conv, ratio, adv, mask, agg, pg)?;
+    let es = pg_error(conv, seq, adv, mask, agg, pg)?;
+    if pg_close(es, ratio, adv, mask) && et > 10.0 * es {
         Some(true)
-    } else if close(et) && es > 10.0 * et {
+    } else if pg_close(et, ratio, adv, mask) && es > 10.0 * et {
         Some(false)
     } else {
         None
