@@ -128,7 +128,7 @@ pub fn is_loss_cell(
     let conv = elem_convention(b_is, a_loss);
     let pg_a = a_loss.and_then(|l| l.number(Field::PgLoss));
     let conv = match (&ch.ratio, &ch.adv, pg_a) {
-        (Some(r), Some(a), Some(pg)) => {
+        (Some(r), Some(a), Some(pg)) if conv != ElemLoss::Plain => {
             own_convention(conv, r, a, mask_a.as_deref(), ch.agg, pg.value, a_loss)
         }
         _ => conv,

@@ -53,5 +53,7 @@ pub use loss_cells::*;
 pub use ratio_chain::*;
 pub use rows::*;
 pub use side::*;
-use surrogate::{elem_convention, own_convention, own_level, sequence_ratio, sequence_shaped};
+use surrogate::{
+    elem_convention, own_convention, own_level, sequence_ratio, sequence_shaped, ElemLoss,
+};
 pub use surrogate::{settle_ratio_level, SequenceAlt};

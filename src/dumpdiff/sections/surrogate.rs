@@ -78,7 +78,20 @@ pub(super) fn elem_convention(b_is: &Tensors<'_>, a_loss: Option<&Record>) -> El
         }
         n
     };
+    let valid: usize = (0..el.rows)
+        .map(|row| match &mask {
+            Some(m) if m.rows == el.rows => m
+                .nonzero(row)
+                .iter()
+                .map(|v| v.end.min(el.width).saturating_sub(v.start))
+                .sum(),
+            _ => el.width,
+        })
+        .sum();
     let mut best = (ElemLoss::Plain, reproduced(ElemLoss::Plain));
+    if best.1 == valid {
+        return ElemLoss::Plain; // every element: nothing can do better
+    }
     for conv in candidates(a_loss).into_iter().skip(1) {
         let n = reproduced(conv);
         if n > best.1 {
