@@ -73,11 +73,7 @@ pub(super) fn elem_convention(b_is: &Tensors<'_>, a_loss: Option<&Record>) -> El
         let (mut n, mut weight_like) = (0, true);
         for row in 0..el.rows {
             let (rr, ar, er) = (r.row(row), a.row(row), el.row(row));
-            let valid: Vec<Range<usize>> = match &mask {
-                Some(m) if m.rows == el.rows => m.nonzero(row).to_vec(),
-                _ => std::iter::once(0..el.width).collect(),
-            };
-            for p in valid.into_iter().flatten().filter(|&p| p < el.width) {
+            for p in valid_positions(mask.as_deref(), el.rows, el.width, row) {
                 let want = conv.of(rr[p], ar[p]);
                 if (er[p] - want).abs() <= 8.0 * 2f64.powi(-24) * want.abs().max(er[p].abs()) {
                     n += 1;
@@ -91,14 +87,7 @@ pub(super) fn elem_convention(b_is: &Tensors<'_>, a_loss: Option<&Record>) -> El
     };
     let reproduced = |conv: ElemLoss| fit(conv).0;
     let valid: usize = (0..el.rows)
-        .map(|row| match &mask {
-            Some(m) if m.rows == el.rows => m
-                .nonzero(row)
-                .iter()
-                .map(|v| v.end.min(el.width).saturating_sub(v.start))
-                .sum(),
-            _ => el.width,
-        })
+        .map(|row| valid_positions(mask.as_deref(), el.rows, el.width, row).len())
         .sum();
     let mut best = (ElemLoss::Plain, reproduced(ElemLoss::Plain));
     if best.1 < valid {
@@ -253,14 +242,7 @@ fn valid_terms(
     }
     let (mut vals, mut counts) = (Vec::new(), Vec::new());
     for row in 0..ratio.rows {
-        let valid: Vec<usize> = match mask {
-            Some(m) if m.rows == ratio.rows => m
-                .nonzero(row)
-                .iter()
-                .flat_map(|v| v.start.min(w)..v.end.min(w))
-                .collect(),
-            _ => (0..w).collect(),
-        };
+        let valid = valid_positions(mask, ratio.rows, w, row);
         counts.push(valid.len());
         for p in valid {
             vals.push(conv.of(rt[row * w + p], av[row * w + p]));
@@ -277,13 +259,8 @@ pub(super) fn sequence_shaped(r: &Mat, mask: Option<&Mat>) -> Option<bool> {
     let mut seen = false;
     for row in 0..r.rows {
         let values = r.row(row);
-        let valid: Vec<Range<usize>> = match mask {
-            Some(m) if m.rows == r.rows => m.nonzero(row).to_vec(),
-            _ => std::iter::once(0..r.width).collect(),
-        };
-        let mut xs = valid
+        let mut xs = valid_positions(mask, r.rows, r.width, row)
             .into_iter()
-            .flatten()
             .filter_map(|p| values.get(p).copied());
         let Some(first) = xs.next() else { continue };
         let (mut lo, mut hi, mut n) = (first, first, 1);
@@ -311,14 +288,7 @@ pub(super) fn sequence_ratio(ratio: &Mat, allowed: &Mat, mask: Option<&Mat>) -> 
     let (mut r, mut e) = (ratio.values().into_owned(), allowed.values().into_owned());
     let w = ratio.width;
     for row in 0..ratio.rows {
-        let valid: Vec<usize> = match mask {
-            Some(m) if m.rows == ratio.rows => m
-                .nonzero(row)
-                .iter()
-                .flat_map(|v| v.start.min(w)..v.end.min(w))
-                .collect(),
-            _ => (0..w).collect(),
-        };
+        let valid = valid_positions(mask, ratio.rows, w, row);
         if valid.is_empty() {
             continue;
         }
@@ -444,5 +414,18 @@ pub(super) fn own_level(
         Some(false)
     } else {
         None
+    }
+}
+
+/// The valid positions of row `row` of a `[rows, width]` matrix: the non-zero ones of
+/// `mask` (clipped to the width) when it has those rows, every position otherwise.
+fn valid_positions(mask: Option<&Mat>, rows: usize, width: usize, row: usize) -> Vec<usize> {
+    match mask {
+        Some(m) if m.rows == rows => m
+            .nonzero(row)
+            .iter()
+            .flat_map(|v| v.start.min(width)..v.end.min(width))
+            .collect(),
+        _ => (0..width).collect(),
     }
 }
