@@ -36,8 +36,8 @@ impl ElemLoss {
         match self {
             ElemLoss::Plain => "−prob_ratio · advantages".to_string(),
             ElemLoss::Clipped { lo, hi, dual } => format!(
-                "max(−A·r, −A·clip(r, 1−{lo}, 1+{hi})){} (PPO clip: what weaver's own \
-                 prob_ratio, advantages and elementwise_loss follow)",
+                "max(−A·r, −A·clip(r, 1−{lo}, 1+{hi})){} (PPO clip, as the sides' own \
+                 dumped values compose their per-token loss)",
                 dual.map_or(String::new(), |c| format!(", A<0 capped at −A·{c}"))
             ),
         }
