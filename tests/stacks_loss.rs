@@ -98,7 +98,10 @@ fn slime_recomputed_per_rank_and_over_the_step() {
         .unwrap()
         .starts_with("slime dumps no loss for this step"));
     let got = r["pg_loss"].as_f64().unwrap();
-    assert!((got - want["pg_loss"].as_f64().unwrap()).abs() < 1e-9, "{got}");
+    assert!(
+        (got - want["pg_loss"].as_f64().unwrap()).abs() < 1e-9,
+        "{got}"
+    );
     let cells = r["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 2);
     for c in cells {
@@ -147,5 +150,8 @@ fn a_bad_log_line_names_file_and_line() {
     std::fs::write(&f, "{\"step\": 1}\nnot json\n").unwrap();
     let (code, _, err) = run("verl", &["--logs", f.to_str().unwrap()]);
     assert_eq!(code, 2);
-    assert!(err.contains("steps.jsonl") && err.contains("line 2"), "{err}");
+    assert!(
+        err.contains("steps.jsonl") && err.contains("line 2"),
+        "{err}"
+    );
 }

@@ -192,12 +192,11 @@ impl StackLossReport {
     /// True when a dumped or logged loss disagrees with the recomputed one (exit 1).
     pub fn inconsistent(&self) -> bool {
         self.logged.as_ref().is_some_and(|l| !l.agrees)
-            || self
-                .cells
-                .iter()
-                .any(|c| c.dumped.is_some_and(|d| !close(d, c.pg_loss, (self.atol, self.rtol))))
+            || self.cells.iter().any(|c| {
+                c.dumped
+                    .is_some_and(|d| !close(d, c.pg_loss, (self.atol, self.rtol)))
+            })
     }
-
 
     /// The report as plain text (the table format).
     pub fn render_text(&self) -> String {
@@ -274,10 +273,11 @@ pub fn check_stack(
     rtol: f64,
 ) -> Result<StackLossReport> {
     let cfg = defaults.cfg.clone();
-    let loss_dumped = dump
-        .cells
-        .iter()
-        .any(|c| c.loss.as_ref().is_some_and(|l| l.pg_loss.or(l.loss).is_some()));
+    let loss_dumped = dump.cells.iter().any(|c| {
+        c.loss
+            .as_ref()
+            .is_some_and(|l| l.pg_loss.or(l.loss).is_some())
+    });
     let mut assumptions = Vec::new();
     let mut notes = Vec::new();
     let mut cells = Vec::new();
