@@ -23,10 +23,9 @@ use clap::Parser;
 fn help_tail() -> String {
     cli::help_tail(&[
         "losscheck --dump-dir run_b/debug_dump --step 12",
-        "losscheck --dump-dir run_a/debug_dump --step 12 --rank 3 --micro 1 --preset verl-gspo --format markdown",
+        "losscheck verl_batches/ --step 12 --logs metrics.jsonl",
         "losscheck --inputs my_batch.safetensors --preset trl-grpo --eps-high 0.28 --format json --output loss.json",
         "losscheck --dump-dir fixtures/dumps/weaver_faulty_pt --step 0",
-        "losscheck fixtures/stacks/verl --step 3 --logs fixtures/stacks/logs/verl_steps.jsonl",
     ])
 }
 
