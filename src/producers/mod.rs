@@ -26,6 +26,7 @@ pub mod remote_api;
 pub mod sglang;
 pub mod slime;
 pub mod verl;
+pub mod verl_generations;
 pub mod walk;
 pub mod weaver;
 
@@ -276,6 +277,7 @@ pub fn step_readers() -> Vec<&'static dyn StepReader> {
         &remote_api::RemoteApi,
         &loose_tensors::LooseTensors,
         &areal::Areal,
+        &verl_generations::VerlGenerations,
     ]
 }
 
