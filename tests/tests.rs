@@ -30,6 +30,7 @@ mod scenarios_losscheck;
 mod stacks;
 mod stacks_generations;
 mod stacks_loss;
+mod stacks_miles_dashboard;
 mod support;
 mod trackers;
 mod unreadable;

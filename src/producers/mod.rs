@@ -19,6 +19,7 @@ pub mod columns;
 pub mod layout;
 pub mod loose_tensors;
 pub mod mapping;
+pub mod miles_dashboard;
 pub mod nemo_rl;
 pub mod nexrl_self_hosted;
 mod nexrl_tree;
@@ -278,6 +279,7 @@ pub fn step_readers() -> Vec<&'static dyn StepReader> {
         &loose_tensors::LooseTensors,
         &areal::Areal,
         &verl_generations::VerlGenerations,
+        &miles_dashboard::MilesDashboard,
     ]
 }
 
