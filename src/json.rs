@@ -263,6 +263,33 @@ impl<'de> Visitor<'de> for Seed<'_> {
     }
 }
 
+/// A JSON value from a [`Value`] (NaN/inf as strings, as in every report).
+pub fn to_serde(v: &Value) -> serde_json::Value {
+    match v {
+        Value::None => serde_json::Value::Null,
+        Value::Bool(b) => (*b).into(),
+        Value::Int(i) => (*i).into(),
+        Value::BigInt(s) => s.clone().into(),
+        Value::Float(f) => json_num(*f),
+        Value::Str(s) => s.clone().into(),
+        Value::Bytes(b) => format!("<{} bytes>", b.len()).into(),
+        Value::List(xs) | Value::Tuple(xs) => xs.iter().map(to_serde).collect(),
+        Value::Packed(p) => p.to_values().iter().map(to_serde).collect(),
+        Value::Dict(items) => items
+            .iter()
+            .map(|(k, v)| {
+                let key = match k {
+                    Value::Str(s) => s.clone(),
+                    other => format!("{other:?}"),
+                };
+                (key, to_serde(v))
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into(),
+        Value::Tensor(t) => format!("<tensor {:?} {:?}>", t.dtype(), t.shape()).into(),
+    }
+}
+
 /// A number for JSON evidence: finite as a number, NaN/inf as `"NaN"`, `"inf"`, `"-inf"`.
 pub fn json_num(v: f64) -> serde_json::Value {
     if v.is_finite() {

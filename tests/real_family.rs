@@ -228,7 +228,8 @@ fn a_total_loss_dumped_scaled_by_rows_over_the_batch_is_found() {
 fn a_temperature_on_one_side_only_is_named_in_the_diagnosis() {
     // seed 9: the weaver's rank 0 micro 0 log-probs and entropy come from logits not divided
     // by the sampling temperature; rank 1 micro 0 uses a token ratio where GSPO's is
-    // configured (its log-probs are the self-hosted ones: no temperature there)
+    // configured (its log-probs are the self-hosted ones: no temperature there), which the
+    // step's other cells show to be a sequence ratio
     let kinds: Vec<(String, u64, u64)> = truth(9)["faults"]
         .as_array()
         .unwrap()
@@ -261,7 +262,38 @@ fn a_temperature_on_one_side_only_is_named_in_the_diagnosis() {
             && t.contains("divided by a sampling temperature on one side only"),
         "{t}"
     );
-    assert!(!line("rank 1 micro 0:").contains("temperature"));
+    // the token-ratio cell: failed for its ratio level, never blamed on a temperature
+    let named_temperature = r["diagnosis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d.as_str())
+        .any(|d| d.starts_with("rank 1 micro 0:") && d.contains("temperature"));
+    assert!(!named_temperature, "{}", r["diagnosis"]);
+    let is_loss = r["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "is_loss")
+        .unwrap();
+    let cell = is_loss["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["rank"] == 1 && c["micro"] == 0)
+        .unwrap();
+    assert_eq!(cell["verdict"], "fail", "{cell}");
+    assert!(
+        cell["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("is_loss.ratio_level: weaver's prob_ratio varies along its rows"),
+        "{cell}"
+    );
+    assert!(is_loss["notes"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("ratio level: sequence (GSPO)"));
 }
 
 #[test]
@@ -387,4 +419,117 @@ fn ranks_with_different_micro_counts_miss_no_param_file() {
         .map(|r| r.as_array().unwrap().len())
         .collect();
     assert!(counts.iter().min() < counts.iter().max(), "{sizes}");
+}
+
+/// dumpdiff on seed `n` exits as its truth says, fails every cell its truth requires and
+/// no cell it does not list; returns the report.
+fn fails_exactly_its_truth(n: u32) -> Json {
+    let (code, r) = dumpdiff(n);
+    let t = truth(n);
+    assert_eq!(
+        code.map(i64::from),
+        t["dumpdiff"]["exit_code"].as_i64(),
+        "{r}"
+    );
+    let cells = |required_only: bool| -> std::collections::BTreeSet<(String, u64, u64)> {
+        t["dumpdiff"]["flag_cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| !required_only || c["required"] == true)
+            .map(|c| {
+                let s = c["section"].as_str().unwrap().to_string();
+                (s, c["rank"].as_u64().unwrap(), c["micro"].as_u64().unwrap())
+            })
+            .collect()
+    };
+    let mut got = std::collections::BTreeSet::new();
+    for s in r["sections"].as_array().unwrap() {
+        for c in s["cells"].as_array().unwrap() {
+            if c["verdict"] == "fail" {
+                let (rank, micro) = (c["rank"].as_u64().unwrap(), c["micro"].as_u64().unwrap());
+                got.insert((s["name"].as_str().unwrap().to_string(), rank, micro));
+            }
+        }
+    }
+    assert!(got.is_superset(&cells(true)), "seed {n}: {got:?}");
+    assert!(got.is_subset(&cells(false)), "seed {n}: {got:?}");
+    r
+}
+
+#[test]
+fn an_off_policy_step_of_16_bit_log_probs_fails_only_its_faulty_cells() {
+    // seed 31: both sides store float16 log-probs; the weaver computed its prob_ratio from
+    // finer values than it stored (its dumped ratio is not what its stored inputs give),
+    // two epochs moved ratios past the clip range (its elementwise_loss is PPO's clipped
+    // surrogate, dual clip 3 for negative advantages), and two cells compute their ratio
+    // with old_log_probs shifted by a token (the truth's faults). Exactly the truth's cells
+    // fail; before, the rounding of the stored inputs and the clipping failed 7 more.
+    let r = fails_exactly_its_truth(31);
+    let clipped = r["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["cells"].as_array().unwrap())
+        .flat_map(|c| c["comparisons"].as_array().unwrap())
+        .filter(|x| {
+            x["name"] == "is_loss.elementwise_loss"
+                && x["origin_a"]["from"].as_str().unwrap().contains("PPO clip")
+        })
+        .count();
+    assert!(clipped > 0, "no cell derived the clipped surrogate");
+}
+
+#[test]
+fn a_gspo_step_is_compared_at_its_sequence_ratio_and_a_token_ratio_cell_fails() {
+    // seed 37: GSPO configured; the weaver's prob_ratio is constant along each row (its
+    // sequence ratio) but at rank 2 micro 0, which uses a token ratio (the truth's fault).
+    // The self-hosted ratio is derived per sequence: the other cells agree (they failed
+    // against the token ratio before), and that one fails for its ratio level.
+    let r = fails_exactly_its_truth(37);
+    let is_loss = r["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "is_loss")
+        .unwrap();
+    assert!(
+        is_loss["notes"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("ratio level: sequence (GSPO)"),
+        "{}",
+        is_loss["notes"]
+    );
+}
+
+#[test]
+fn a_clip_bound_differing_between_the_sides_is_found_not_adopted() {
+    // seed 1030 (a fresh seed that was missed): DAPO's clip_ratio_high 0.28 configured; the
+    // weaver's rank 1 micro 0 clips at 1 + 0.2 (the truth's fault). The weaver's own
+    // values follow 0.2, the self-hosted pg_loss does not: the self-hosted per-token loss
+    // is derived as its own loss composes it and the cell fails.
+    let r = fails_exactly_its_truth(1030);
+    let is_loss = r["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "is_loss")
+        .unwrap();
+    let cell = is_loss["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["rank"] == 1 && c["micro"] == 0)
+        .unwrap();
+    let el = cell["comparisons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "is_loss.elementwise_loss")
+        .unwrap();
+    assert_eq!(el["verdict"], "fail", "{el}");
+    // (derived under what reproduces the self-hosted loss, never the weaver's 1 + 0.2)
+    let from = el["origin_a"]["from"].as_str().unwrap();
+    assert!(!from.contains("1+0.2)"), "{from}");
 }

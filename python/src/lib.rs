@@ -39,7 +39,7 @@ fn read_dump(
             if !rlforensics::formats::source::is_remote(&path) {
                 std::fs::metadata(&path).map_err(|e| rlforensics::Error::io(&path, e))?;
             }
-            rlforensics::inspect::frames_for_path(&path, step)
+            rlforensics::frames::frames_for_path(&path, step)
         })
         .map_err(to_py)?;
     Ok(frames
@@ -85,7 +85,7 @@ fn _rust_read_dump_seconds(
         let mut best = f64::INFINITY;
         for _ in 0..repeats.max(1) {
             let t = Instant::now();
-            let frames = rlforensics::inspect::frames_for_path(&path, step)?;
+            let frames = rlforensics::frames::frames_for_path(&path, step)?;
             std::hint::black_box(&frames);
             drop(frames);
             best = best.min(t.elapsed().as_secs_f64());

@@ -15,7 +15,6 @@ use crate::dumpdiff::report::Report;
 use crate::dumpdiff::{self, Options};
 use crate::exit_codes::EXIT_CLEAN;
 use crate::frames::export_frames;
-use crate::inspect::inspect_path;
 use crate::kernels::presets::preset;
 use crate::producers::layout::Producer;
 use crate::render::{self, Renderer, Style};
@@ -209,9 +208,9 @@ fn parse_list(s: &str) -> Result<BTreeSet<u32>, Error> {
 fn run(args: Args, progress: bool) -> Result<(String, u8), Error> {
     if let Some(path) = &args.inspect {
         let path = cli::stdin_path(path);
-        let mut text = inspect_path(&path)?;
+        let mut text = crate::inspect::render(&crate::producers::open::inspect(&path)?);
         if let Some(dir) = &args.export_frames {
-            let mut frames = crate::inspect::frames_for_path(&path, args.step)?;
+            let mut frames = crate::frames::frames_for_path(&path, args.step)?;
             for written in export_frames(&mut frames, dir)? {
                 text.push_str(&format!("wrote {}\n", written.display()));
             }

@@ -7,18 +7,14 @@
 //! trajectories whose advantages are all zero get no datum: such a count difference is
 //! explained, not failed.
 
-use std::path::Path;
-
 use crate::compare::align::{match_rows, MatchMethod, RowMatch};
 use crate::compare::metrics::{Accumulator, ElemLoc};
 use crate::compare::tolerance::{TolerancePolicy, Verdict};
 use crate::dumpdiff::report::{Cell, Comparison, Origin};
 use crate::dumpdiff::sections::{self, BatchInputs, Mat, PairCtx};
-use crate::error::Result;
 use crate::model::tokens::{tokens_hash, TokenSeq};
-use crate::producers::{nexrl_self_hosted, remote_api};
+use crate::model::trajectory::{DatumBatch, TrajectoryBatch};
 use crate::tensor::DType;
-use crate::value::Value;
 
 /// One trajectory as either producer writes it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -48,11 +44,11 @@ pub struct Datum {
     pub loss_mask: Vec<f64>,
 }
 
-/// The trajectories of a `trajectory/` or `prepared_trajectories/` file, through the one
-/// NexRL mapping ([`nexrl_self_hosted::trajectories`]); missing token lists are empty.
-pub fn trajectories(file: &Path, v: &Value) -> Result<Vec<Traj>> {
+/// The trajectories of a `trajectory/` or `prepared_trajectories/` file as the model
+/// holds them; missing token lists are empty.
+pub fn trajectories(batch: &TrajectoryBatch<'_>) -> Vec<Traj> {
     let seq = |s: &Option<TokenSeq<'_>>| s.as_ref().map(TokenSeq::to_vec).unwrap_or_default();
-    Ok(nexrl_self_hosted::trajectories(file, v)?
+    batch
         .rows
         .iter()
         .map(|t| Traj {
@@ -61,13 +57,13 @@ pub fn trajectories(file: &Path, v: &Value) -> Result<Vec<Traj>> {
             reward: t.reward,
             advantage: t.advantage,
         })
-        .collect())
+        .collect()
 }
 
-/// The datums of a `datums/` file ([`remote_api::datums`]); missing lists are empty.
-pub fn datums(file: &Path, v: &Value) -> Result<Vec<Datum>> {
+/// The datums of a `datums/` file as the model holds them; missing lists are empty.
+pub fn datums(batch: DatumBatch<'_>) -> Vec<Datum> {
     let seq = |s: &Option<TokenSeq<'_>>| s.as_ref().map(TokenSeq::to_vec).unwrap_or_default();
-    Ok(remote_api::datums(file, v)?
+    batch
         .rows
         .into_iter()
         .map(|d| Datum {
@@ -77,7 +73,7 @@ pub fn datums(file: &Path, v: &Value) -> Result<Vec<Datum>> {
             advantages: d.advantages.unwrap_or_default(),
             loss_mask: d.loss_mask.unwrap_or_default(),
         })
-        .collect())
+        .collect()
 }
 
 /// Ragged rows as a zero-padded matrix.

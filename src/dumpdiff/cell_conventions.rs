@@ -11,12 +11,12 @@ use super::report::Section;
 use super::sections::{self, SideData, Tensors};
 use crate::conventions::{advantage, aggregation};
 use crate::kernels::aggregate::AggMode;
-use crate::producers::layout::Kind;
-use crate::producers::{nexrl_self_hosted, weaver};
-use crate::value::Value;
+use crate::model::conventions::{ConventionKey, ConventionValue, Conventions};
+use crate::model::record::{Field, Record};
+use crate::model::step::ENTROPY_COEFF;
 
 /// One cell's loss file on each side (self-hosted, weaver), when present.
-pub(super) type LossPair<'a> = (Option<Cow<'a, Value>>, Option<Cow<'a, Value>>);
+pub(super) type LossPair<'a> = (Option<Cow<'a, Record>>, Option<Cow<'a, Record>>);
 
 /// Every cell's loss file on each side (self-hosted, weaver), read before the cells: the
 /// coefficients of each side come from all of them, and the cells' tolerances need them.
@@ -51,26 +51,31 @@ pub(super) struct WeaverConventions {
 /// When a side's KL coefficient is neither echoed nor inferable (one cell fits two
 /// unknowns), a bound from the cell itself: its whole `loss − pg_loss` taken as the KL
 /// term, `|loss − pg_loss| / |kl_loss|`. `None` without a dumped `kl_loss`.
-pub(super) fn kl_coef_bound(loss: &Value) -> Option<f64> {
-    let num = |k: &str| loss.get(k).and_then(Value::as_f64);
+pub(super) fn kl_coef_bound(loss: &Record) -> Option<f64> {
+    let num = |f: Field| loss.number(f).map(|n| n.value);
     let kl = loss
-        .get(nexrl_self_hosted::METRICS)
-        .and_then(|m| m.get("kl_loss"))
-        .and_then(Value::as_f64)
-        .or_else(|| num("kl_loss"))?;
-    let rest = num(nexrl_self_hosted::LOSS)? - num(nexrl_self_hosted::PG_LOSS)?;
+        .metric("kl_loss")
+        .flatten()
+        .map(|n| n.value)
+        .or_else(|| num(Field::KlLoss))?;
+    let rest = num(Field::Loss)? - num(Field::PgLoss)?;
     (kl != 0.0).then(|| (rest / kl).abs())
 }
 
-/// The self-hosted cell's aggregation mode: echoed in its loss file's `extra_info`, else
+/// The self-hosted cell's aggregation mode: echoed with its loss record (`stated`), else
 /// the one that reproduces its dumped `pg_loss` / `entropy_loss` from its valid elements.
 pub(super) fn agg_mode(
     ch: &sections::Chain,
     a_fwd: &Tensors<'_>,
-    loss: Option<&Value>,
+    loss: Option<&Record>,
+    stated: Option<&Conventions>,
 ) -> Option<AggMode> {
     let loss = loss?;
-    if let Some((name, scale)) = nexrl_self_hosted::loss_agg_mode(loss) {
+    let echoed = stated.and_then(|c| match &c.get(ConventionKey::Aggregation)?.value {
+        ConventionValue::Name(name) => Some((name.clone(), c.number(ConventionKey::LossScale))),
+        _ => None,
+    });
+    if let Some((name, scale)) = echoed {
         // `-norm` needs its divisor (`loss_scale_factor`): without it, inferred below
         match (AggMode::parse(&name), scale) {
             (Some(AggMode::SeqMeanTokenSumNorm { horizon: None }), Some(h)) => {
@@ -87,17 +92,17 @@ pub(super) fn agg_mode(
         .zip(&x.advantage)
         .map(|(e, a)| -e.ratio * a)
         .collect();
-    let num = |k: &str| loss.get(k).and_then(Value::as_f64);
+    let num = |f: Field| loss.number(f).map(|n| n.value);
     let mut dumped = Vec::new();
     // pg elements: f64 exp of f32 log-probs against the trainer's f32 (a few ulps each)
-    if let Some(value) = num(nexrl_self_hosted::PG_LOSS) {
+    if let Some(value) = num(Field::PgLoss) {
         dumped.push(aggregation::Dumped {
             elems: &pg,
             u: 2f64.powi(-22),
             value,
         });
     }
-    if let (Some(value), Some(u)) = (num(nexrl_self_hosted::ENTROPY_LOSS), x.entropy_u) {
+    if let (Some(value), Some(u)) = (num(Field::EntropyLoss), x.entropy_u) {
         dumped.push(aggregation::Dumped {
             elems: &x.entropy,
             u,
@@ -117,10 +122,10 @@ pub(super) fn eps_estimates(
     b_ids: Option<&Tensors<'_>>,
     b_is: &Tensors<'_>,
 ) -> Vec<f64> {
-    let Some(adv) = b_is.mat(weaver::ADVANTAGES) else {
+    let Some(adv) = b_is.mat(Field::Advantages) else {
         return Vec::new();
     };
-    let na = a.mat(nexrl_self_hosted::LOG_PROBS).map_or(0, |m| m.rows);
+    let na = a.mat(Field::LogProbs).map_or(0, |m| m.rows);
     let rows = sections::pair_rows(a, b_ids, na, adv.rows);
     rows.pairs
         .iter()
@@ -143,14 +148,12 @@ pub(super) fn diagnose_losses(
     overrides: &std::collections::BTreeMap<String, f64>,
 ) -> Vec<String> {
     let coeffs = |side: &conventions::SideLosses| diagnosis::Coeffs {
-        entropy: conventions::value(nexrl_self_hosted::ENTROPY_COEFF, side, overrides)
-            .unwrap_or(0.0),
+        entropy: conventions::value(ENTROPY_COEFF, side, overrides).unwrap_or(0.0),
         kl: conventions::value("kl_coef", side, overrides).unwrap_or(0.0),
     };
     let cs = (coeffs(&conv.self_hosted), coeffs(&conv.weaver));
-    let record = |side: &SideData, key: (u32, Option<u32>), v: Option<&Cow<'_, Value>>| {
-        let f = side.file(Kind::Loss, Some(key.0), key.1)?;
-        nexrl_self_hosted::loss_record(&f.path, v?).ok()
+    let record = |side: &SideData, key: (u32, Option<u32>), v: Option<&Cow<'_, Record>>| {
+        side.loss_record(key.0, key.1, v?)?.ok()
     };
     diagnosis::failing_loss_cells(sections)
         .into_iter()

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::conventions::coefficients::{self, CoefficientFit, LossTerms, DIFFER_SIGMAS};
 use crate::dumpdiff::report::Coefficient;
 use crate::model::step::LossRecord;
-use crate::producers::nexrl_self_hosted as keys;
+use crate::model::step::{ENTROPY_COEFF, KL_COEF, KL_LOSS_COEF};
 use crate::tensor::DType;
 
 /// The loss terms and echoed coefficients of one side, gathered from its loss files cell
@@ -25,6 +25,9 @@ pub struct SideLosses {
     pub cells: usize,
     /// The (rank, micro) of each of `terms`.
     pub keys: Vec<(u32, Option<u32>)>,
+    /// Where the records' coefficients were read (the first record's
+    /// [`LossRecord::coefficients_at`]).
+    pub coefficients_at: Option<String>,
 }
 
 impl SideLosses {
@@ -40,12 +43,11 @@ impl SideLosses {
     /// Add one cell's loss record.
     pub fn push(&mut self, rec: &LossRecord) {
         self.cells += 1;
+        if self.coefficients_at.is_none() {
+            self.coefficients_at = rec.coefficients_at.clone();
+        }
         for (k, v) in &rec.coefficients {
-            let name = if k == keys::KL_LOSS_COEF {
-                keys::KL_COEF
-            } else {
-                k
-            };
+            let name = if k == KL_LOSS_COEF { KL_COEF } else { k };
             self.echoed
                 .entry(name.to_string())
                 .or_default()
@@ -98,13 +100,16 @@ fn known(
             return Some(Known {
                 value: v,
                 std_err: 0.0,
-                how: format!("read: loss {}.{name}", keys::EXTRA_INFO),
+                how: match &side.coefficients_at {
+                    Some(at) => format!("read: loss {at}.{name}"),
+                    None => format!("read: loss {name}"),
+                },
             });
         }
     }
     let fit = fit.as_ref().ok()?;
     let (value, std_err) = match name {
-        keys::ENTROPY_COEFF => (fit.entropy_coeff, fit.entropy_coeff_std_err),
+        ENTROPY_COEFF => (fit.entropy_coeff, fit.entropy_coeff_std_err),
         _ => (fit.kl_coef?, fit.kl_coef_std_err?),
     };
     Some(Known {
@@ -138,12 +143,12 @@ pub fn compare(
         coefficients::infer(&b.terms, DType::F32),
     );
     let mut out = Vec::new();
-    for name in [keys::ENTROPY_COEFF, keys::KL_COEF] {
+    for name in [ENTROPY_COEFF, KL_COEF] {
         let flag = overrides.get(name).map(|&v| Known {
             value: v,
             std_err: 0.0,
             how: match name {
-                keys::KL_COEF => "flag --kl-coef".to_string(),
+                KL_COEF => "flag --kl-coef".to_string(),
                 _ => format!("flag --{}", name.replace('_', "-")),
             },
         });
@@ -182,7 +187,7 @@ pub fn compare(
     // a coefficient's standard error beyond 10 % of the largest coefficient assumed), and
     // no flag gives them, compare the compositions cell by cell instead.
     let unfitted = |side: &SideLosses, fit: &Result<CoefficientFit, coefficients::FitError>| {
-        !side.echoed.contains_key(keys::ENTROPY_COEFF)
+        !side.echoed.contains_key(ENTROPY_COEFF)
             && fit.as_ref().map_or(true, |f| {
                 f.kl_coef.is_some()
                     && f.entropy_coeff_std_err
@@ -260,6 +265,7 @@ mod tests {
         };
         if let Some(e) = echo {
             r.coefficients.insert("entropy_coeff".into(), e);
+            r.coefficients_at = Some("extra_info".into());
         }
         r
     }

@@ -6,9 +6,8 @@ use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use crate::compare::metrics::{effective_dtype, GridScan};
-use crate::dumpdiff::pages::Pages;
+use crate::model::record::{Field, Pages, Record};
 use crate::tensor::{decode_run_f64_into, DType, Tensor};
-use crate::value::Value;
 
 /// Positions decoded at a time: a few rows' worth of f64 stays in the core's cache.
 pub const CHUNK: usize = 4096;
@@ -177,9 +176,9 @@ impl Mat {
         }
     }
 
-    /// The tensor under `key` of a dict, as a matrix (None when absent or above 2-d).
-    pub fn of(v: &Value, key: &str) -> Option<Mat> {
-        let t = v.get(key)?.to_tensor()?;
+    /// The tensor of `field` in a record, as a matrix (None when absent or above 2-d).
+    pub fn of(r: &Record, field: Field) -> Option<Mat> {
+        let t = r.tensor(field)?;
         let (rows, width) = match t.shape() {
             [] => (1, 1),
             [n] => (1, *n),
@@ -560,18 +559,22 @@ mod paged_tests {
     use std::path::Path;
 
     use super::Mat;
-    use crate::dumpdiff::pages::read_whole;
     use crate::formats::read_any;
+    use crate::model::record::{Field, Record};
+    use crate::producers::nexrl_files::field_name;
+    use crate::producers::nexrl_files::read_whole;
 
     #[test]
     fn a_released_whole_batch_file_reads_the_same() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("fixtures/dumps/self_hosted_pt/old_log_probs/step_000000.pt");
         let want = read_any(&path).unwrap();
-        let want = Mat::of(&want, "old_log_probs").unwrap();
+        let want = Mat::of(&Record::new(want, field_name), Field::OldLogProbs).unwrap();
         let (value, pages) = read_whole(&path).unwrap();
         let pages = pages.unwrap();
-        let m = Mat::of(&value, "old_log_probs").unwrap().with_pages(pages);
+        let m = Mat::of(&Record::new(value, field_name), Field::OldLogProbs)
+            .unwrap()
+            .with_pages(pages);
         assert!(want.rows > 1);
         let bits = |m: &Mat| m.values().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&m), bits(&want));
@@ -605,7 +608,7 @@ mod paged_tests {
             .join("fixtures/dumps/self_hosted_jsonl/old_log_probs/step_000000.jsonl");
         let (v, pages) = read_whole(&path).unwrap();
         assert!(pages.is_none());
-        assert!(Mat::of(&v, "old_log_probs").is_some());
+        assert!(Mat::of(&Record::new(v, field_name), Field::OldLogProbs).is_some());
         let missing = path.with_file_name("nope.pt");
         let err = read_whole(&missing).unwrap_err().to_string();
         assert!(err.contains("nope.pt"), "{err}");

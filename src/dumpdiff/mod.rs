@@ -25,7 +25,6 @@ pub mod conventions;
 pub mod diagnosis;
 pub mod mat;
 pub mod model_compare;
-pub mod pages;
 mod pairs;
 pub mod report;
 mod scaled_loss;
@@ -41,11 +40,10 @@ use rayon::prelude::*;
 
 use crate::compare::tolerance::{Severity, TolerancePolicy, Verdict};
 use crate::error::{Error, Result};
+use crate::model::record::Record;
 use crate::model::tokens::tokens_hash;
 use crate::model::trajectory::TrajectorySummary;
-use crate::producers::layout::{DumpTree, Kind};
-use crate::producers::nexrl_self_hosted;
-use crate::value::Value;
+use crate::model::tree::{DumpFile, DumpTree, Kind};
 use pairs::{remote_sections, weaver_sections};
 use report::{Cell, Coverage, Finding, Report, Section, SideSummary, Unreadable, SCHEMA_VERSION};
 use sections::{BatchInputs, Mat, SideData, Tensors};
@@ -114,10 +112,7 @@ pub fn exit_code(report: &Report, fail_on: Severity) -> u8 {
 }
 
 /// `tree`'s files of the compared step, after the rank and micro filters.
-fn step_files<'t>(
-    tree: &'t DumpTree,
-    opts: &Options,
-) -> Vec<&'t crate::producers::layout::DumpFile> {
+fn step_files<'t>(tree: &'t DumpTree, opts: &Options) -> Vec<&'t DumpFile> {
     tree.files()
         .iter()
         .filter(|f| f.step == opts.step)
@@ -135,13 +130,13 @@ fn step_files<'t>(
 /// The weaver's per-rank files that no cell is expected to read, checked early by
 /// [`sections::precheck`]: its `batch_inputs`, which a cell reads only when its
 /// forward_data lacks the rows' token ids (then such a file is read twice, no harm).
-fn unread_candidates(tree: &DumpTree, opts: &Options) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = step_files(tree, opts)
+fn unread_candidates(tree: &DumpTree, opts: &Options) -> Vec<DumpFile> {
+    let mut files: Vec<DumpFile> = step_files(tree, opts)
         .into_iter()
         .filter(|f| f.rank.is_some() && f.kind == Kind::BatchInputs)
-        .map(|f| f.path.clone())
+        .cloned()
         .collect();
-    files.sort();
+    files.sort_by(|a, b| a.path.cmp(&b.path));
     files
 }
 
@@ -171,20 +166,17 @@ fn load_side(
             Kind::Trajectory | Kind::PreparedTrajectories | Kind::Datums
         )
     });
-    type Read = (PathBuf, Value, Option<pages::Pages>);
-    let read_one =
-        |f: &crate::producers::layout::DumpFile| -> Result<(Read, Option<TrajectorySummary>)> {
-            let (v, pages, summary) = if digest && f.kind == Kind::Trajectory {
-                pages::read_trajectory_summary(&f.path)?
-            } else {
-                let (v, pages) = pages::read_whole(&f.path)?;
-                (v, pages, None)
-            };
-            crate::producers::check_tensor_keys(f.kind, &f.path, &v)?;
-            progress.file_done(f.size);
-            Ok(((f.path.clone(), v, pages), summary))
+    type Read = (PathBuf, Record);
+    let read_one = |f: &DumpFile| -> Result<(Read, Option<TrajectorySummary>)> {
+        let (r, summary) = if digest && f.kind == Kind::Trajectory {
+            tree.reader().summarised(f)?
+        } else {
+            (tree.reader().whole(f)?, None)
         };
-    let read_all = |files: &[&crate::producers::layout::DumpFile]| {
+        progress.file_done(f.size);
+        Ok(((f.path.clone(), r), summary))
+    };
+    let read_all = |files: &[&DumpFile]| {
         files
             .iter()
             .map(|f| read_one(f))
@@ -207,16 +199,9 @@ fn load_side(
         summary = summary.or(s);
         read.push(r);
     }
-    let mut values = HashMap::new();
-    let mut maps = HashMap::new();
-    for (path, v, p) in read {
-        if let Some(p) = p {
-            maps.insert(path.clone(), p);
-        }
-        values.insert(path, v);
-    }
+    let values: HashMap<PathBuf, Record> = read.into_iter().collect();
     let streamed = per_rank.iter().map(|f| (f.path.clone(), f.size)).collect();
-    let side = SideData::new(role, tree, values, streamed, opts.step).with_pages(maps);
+    let side = SideData::new(role, tree, values, streamed, opts.step);
     Ok((side, summary))
 }
 
@@ -259,11 +244,10 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
     .into_iter()
     .filter_map(|(role, root)| Some((role, root?)))
     .collect();
-    let (mut report, unreadable) =
-        crate::producers::layout::without_unreadable(&roots, |set_aside| {
-            let discover = |root: &Path| DumpTree::discover(root).map(|t| t.without(set_aside).0);
-            run_without(opts, progress, &discover)
-        })?;
+    let (mut report, unreadable) = DumpTree::without_unreadable(&roots, |set_aside| {
+        let discover = |root: &Path| DumpTree::discover(root).map(|t| t.without(set_aside).0);
+        run_without(opts, progress, &discover)
+    })?;
     // what a set-aside file leaves one-sided is not "missing" (a self-hosted forward_data
     // set aside leaves the weaver's is_loss_debug of that cell without its peer)
     report.coverage.retain(|c| {
@@ -343,9 +327,10 @@ fn run_without(
     // trajectory above all) leave a core idle: section 6 (param / gradient), which needs
     // no cell, is compared, then the files no cell reads are checked. Joining it stops the
     // checks at the next file: the files left are checked after the cells, in parallel.
-    let early = match &w_tree {
-        Some(Ok(t)) => unread_candidates(t, opts),
-        _ => Vec::new(),
+    let early_tree = w_tree.as_ref().and_then(|t| t.as_ref().ok()).cloned();
+    let early = match &early_tree {
+        Some(t) => unread_candidates(t, opts),
+        None => Vec::new(),
     };
     let ahead_sides = match (&s_tree, &w_tree) {
         (Ok(st), Some(Ok(wt))) => Some((
@@ -362,7 +347,10 @@ fn run_without(
                     .as_ref()
                     .filter(|_| !stop.load(std::sync::atomic::Ordering::Relaxed))
                     .map(|(s, w)| pairs::param_sections(s, w, &opts.policy, &NoProgress, false));
-                let prechecked = sections::precheck(&early, &stop);
+                let prechecked = match &early_tree {
+                    Some(t) => sections::precheck(t, &early, &stop),
+                    None => HashMap::new(),
+                };
                 Ahead { prechecked, params }
             })
         });
@@ -454,14 +442,13 @@ fn compare(
     let traj = match streamed {
         Some(t) => Some(t),
         None => s
-            .get_file(Kind::Trajectory, None, None)
-            .map(|(p, v)| nexrl_self_hosted::trajectories(p, v).map(|b| TrajectorySummary::of(&b)))
-            .transpose()?,
+            .trajectories(Kind::Trajectory)?
+            .map(|b| TrajectorySummary::of(&b)),
     };
     if r.is_none() {
         if let Some(f) = s.tree.get(Kind::Trajectory, s.step, None, None) {
             if let Some(v) = s.values.get_mut(&f.path) {
-                *v = Value::None;
+                v.clear();
             }
         }
     }
@@ -662,9 +649,9 @@ mod tests {
         };
         let tree = DumpTree::discover(&root).unwrap();
         let early = unread_candidates(&tree, &opts);
-        assert!(early.contains(&bad));
+        assert!(early.iter().any(|f| f.path == bad));
         let stopped = std::sync::atomic::AtomicBool::new(true);
-        assert!(sections::precheck(&early, &stopped).is_empty());
+        assert!(sections::precheck(&tree, &early, &stopped).is_empty());
         let side = per_rank_side("weaver", &tree, &opts);
         let err = side
             .check_unread(&NoProgress, &mut HashMap::new())
@@ -673,7 +660,7 @@ mod tests {
         assert!(err.contains("step_000000_rank1_micro1.pt"), "{err}");
         // Checked ahead in full, the outcome recorded is the one reported.
         let running = std::sync::atomic::AtomicBool::new(false);
-        let mut done = sections::precheck(&early, &running);
+        let mut done = sections::precheck(&tree, &early, &running);
         assert_eq!(done.len(), early.len());
         let ahead = side.check_unread(&NoProgress, &mut done).unwrap_err();
         assert_eq!(ahead.to_string(), err);

@@ -6,8 +6,8 @@ use crate::conventions::advantage;
 use crate::dumpdiff::cell_conventions::{
     agg_mode, diagnose_losses, eps_estimates, kl_coef_bound, LossFiles, WeaverConventions,
 };
+use crate::model::record::{Field, Record};
 use crate::model::tokens::TokenSeq;
-use crate::producers::{nexrl_self_hosted, remote_api, weaver};
 
 /// What one (rank, micro) cell contributes to sections 2, 3 and 4. A `*_only_a` is set
 /// when the cell's file of that section is on one side only (true: on self-hosted).
@@ -17,7 +17,7 @@ pub(super) struct CellOut {
     fwd_only_a: Option<bool>,
     loss: Option<(Cell, Vec<String>)>,
     loss_only_a: Option<bool>,
-    is_loss: Option<Cell>,
+    is_loss: Option<(Cell, Option<sections::SequenceAlt>)>,
     is_only_a: Option<bool>,
     /// The advantage epsilon each paired weaver row implies (see
     /// [`advantage::eps_estimate`]).
@@ -45,7 +45,7 @@ pub(super) fn fetch_if<'a>(
     (rank, micro): (u32, Option<u32>),
     wanted: bool,
     progress: &dyn Progress,
-) -> Result<Option<Cow<'a, Value>>> {
+) -> Result<Option<Cow<'a, Record>>> {
     if wanted {
         side.fetch(kind, Some(rank), micro, progress)
     } else {
@@ -92,11 +92,9 @@ pub(super) fn weaver_cell(
         w_is.as_deref().map(Tensors::new),
     );
     // The weaver rows' identity: its forward_data's input_ids, else those of its
-    // batch_inputs (`weaver::ROW_IDS`), read only when forward_data lacks them.
-    let fwd_has_ids = w_fwd
-        .as_deref()
-        .is_some_and(|v| v.get(weaver::ROW_IDS[0].1).is_some());
-    let w_bi = fetch(w, weaver::ROW_IDS[1].0, fwd && !fwd_has_ids)?;
+    // batch_inputs, read only when forward_data lacks them.
+    let fwd_has_ids = w_fwd.as_deref().is_some_and(|v| v.has(Field::InputIds));
+    let w_bi = fetch(w, Kind::BatchInputs, fwd && !fwd_has_ids)?;
     let b_bi = w_bi.as_deref().map(Tensors::new);
     // The self-hosted micro's own old_log_probs, when it writes them per micro.
     let s_old = fetch(s, Kind::OldLogProbs, fwd)?;
@@ -110,15 +108,8 @@ pub(super) fn weaver_cell(
     // NexRL's 1-token-prompt layout against a response-aligned one: the self-hosted rows
     // realigned (every per-token tensor of the forward_data, and the chain's old rows)
     if let (Some(a), Some(b)) = (&a_fwd, &b_fwd) {
-        if let Some(sh) = a.layout_shifts(b_ids.unwrap_or(b), b, nexrl_self_hosted::RESPONSE_MASK) {
-            a.realign(
-                &[
-                    nexrl_self_hosted::LOG_PROBS,
-                    nexrl_self_hosted::ENTROPY,
-                    nexrl_self_hosted::RESPONSE_MASK,
-                ],
-                sh,
-            );
+        if let Some(sh) = a.layout_shifts(b_ids.unwrap_or(b), b, Field::ResponseMask) {
+            a.realign(&[Field::LogProbs, Field::Entropy, Field::ResponseMask], sh);
             out.realigned = true;
         }
     }
@@ -128,8 +119,8 @@ pub(super) fn weaver_cell(
     if in_fwd {
         if let (Some(a), Some(b)) = (&a_fwd, &b_fwd) {
             precision = sections::logprob_precision(
-                a.mat(nexrl_self_hosted::LOG_PROBS).as_deref(),
-                b.mat(nexrl_self_hosted::LOG_PROBS).as_deref(),
+                a.mat(Field::LogProbs).as_deref(),
+                b.mat(Field::LogProbs).as_deref(),
             );
             out.fwd = Some(sections::forward_data_cell(
                 policy,
@@ -158,7 +149,8 @@ pub(super) fn weaver_cell(
     // loss scalars' tolerances need.
     if let (Some(ch), Some(a)) = (&mut chain, &a_fwd) {
         ch.kl_coef = losses.kl_coef.or_else(|| kl_coef_bound(s_loss?));
-        if let Some(mode) = agg_mode(ch, a, s_loss) {
+        let stated = s_loss.and_then(|l| s.loss_conventions(rank, Some(m), l));
+        if let Some(mode) = agg_mode(ch, a, s_loss, stated.as_ref()) {
             ch.agg = mode;
         }
     }
@@ -251,10 +243,8 @@ pub(super) fn weaver_sections(
     // In rank/micro order, so that the fits add their terms in one order every run.
     for (&(rank, micro), (a, b)) in loss_keys.iter().filter_map(|k| Some((k, files.get(k)?))) {
         for (side, v, acc) in [(s, a, &mut conv.self_hosted), (w, b, &mut conv.weaver)] {
-            let (Some(f), Some(v)) = (side.file(Kind::Loss, Some(rank), micro), v) else {
-                continue;
-            };
-            if let Ok(rec) = nexrl_self_hosted::loss_record(&f.path, v) {
+            let Some(v) = v else { continue };
+            if let Some(Ok(rec)) = side.loss_record(rank, micro, v) {
                 acc.push_at((rank, micro), &rec);
             }
         }
@@ -339,14 +329,17 @@ pub(super) fn weaver_sections(
 
     // Section 4: is_loss_debug.
     if has_is {
-        let mut cells: Vec<Cell> = outs.iter_mut().filter_map(|o| o.is_loss.take()).collect();
+        let mut judged: Vec<(Cell, Option<sections::SequenceAlt>)> =
+            outs.iter_mut().filter_map(|o| o.is_loss.take()).collect();
+        let level = sections::settle_ratio_level(&mut judged);
+        let mut cells: Vec<Cell> = judged.into_iter().map(|(c, _)| c).collect();
         for (&(rank, micro), o) in keys.iter().zip(&outs) {
             if let Some(a_has) = o.is_only_a {
                 cells.push(note_missing(Kind::IsLossDebug, rank, micro, a_has));
             }
         }
         sort_cells(&mut cells);
-        let mut notes = vec![];
+        let mut notes: Vec<String> = level.into_iter().collect();
         if inputs.advantages.is_none() {
             notes.push("advantages and elementwise_loss need the remote-api prepared_trajectories (--remote-api-dir)".into());
         }
@@ -413,7 +406,10 @@ pub(super) fn param_sections(
         note_missing_in(&mut coverage, kind, rank, micro, a_has)
     };
     let mut sections_out = Vec::new();
-    for (kind, key) in [(Kind::Param, "param"), (Kind::Gradient, "gradient")] {
+    for (kind, key, field) in [
+        (Kind::Param, "param", Field::Param),
+        (Kind::Gradient, "gradient", Field::Gradient),
+    ] {
         // A weaver writing these per micro writes one for each micro of its rank: the
         // micros its forward_data and this kind show on that rank (after the filters;
         // ranks of a dynamic batch size hold different numbers of micros).
@@ -455,7 +451,7 @@ pub(super) fn param_sections(
                     let mut cells = Vec::new();
                     for m in b_files {
                         if let Some(b) = w.fetch(kind, Some(rank), m, progress)? {
-                            cells.push(sections::tensor_cell(policy, key, key, rank, m, &a, &b));
+                            cells.push(sections::tensor_cell(policy, key, field, rank, m, &a, &b));
                         }
                     }
                     (cells, None, absent)
@@ -508,13 +504,11 @@ pub(super) fn remote_sections(
         missing_on: missing_on.into(),
     };
     let prepared = r
-        .get_file(Kind::PreparedTrajectories, None, None)
-        .map(|(p, v)| batch::trajectories(p, v))
-        .transpose()?;
+        .trajectories(Kind::PreparedTrajectories)?
+        .map(|b| batch::trajectories(&b));
     let own = s
-        .get_file(Kind::Trajectory, None, None)
-        .map(|(p, v)| batch::trajectories(p, v))
-        .transpose()?;
+        .trajectories(Kind::Trajectory)?
+        .map(|b| batch::trajectories(&b));
     match (&own, &prepared) {
         (Some(a), Some(b)) => {
             let (cell, notes) = batch::trajectories_cell(policy, a, b);
@@ -544,10 +538,7 @@ pub(super) fn remote_sections(
             ));
         }
     }
-    let datums = r
-        .get_file(Kind::Datums, None, None)
-        .map(|(p, v)| batch::datums(p, v))
-        .transpose()?;
+    let datums = r.datums()?.map(batch::datums);
     match (&prepared, &datums) {
         (Some(t), Some(d)) => {
             let inputs = batch_inputs(s, None, traj, None, None)?;
@@ -597,11 +588,13 @@ pub(super) fn batch_inputs(
     // Read in place from the file's map, each cell's rows released once sliced.
     let old_log_probs = s
         .get(Kind::OldLogProbs, None, None)
-        .and_then(|v| Mat::of(v, nexrl_self_hosted::OLD_LOG_PROBS))
-        .map(|m| match s.pages(Kind::OldLogProbs, None, None) {
-            Some(p) => m.with_pages(p.clone()),
-            None => m,
-        });
+        .and_then(|v| Mat::of(v, Field::OldLogProbs))
+        .map(
+            |m| match s.get(Kind::OldLogProbs, None, None).and_then(Record::pages) {
+                Some(p) => m.with_pages(p.clone()),
+                None => m,
+            },
+        );
     let mut traj_index = HashMap::new();
     if let Some(tr) = traj {
         let empty = tokens_hash(&[]);
@@ -611,10 +604,10 @@ pub(super) fn batch_inputs(
     }
     // Advantages by self-hosted batch index, matched by token content: the batch-level
     // `advantages` of the remote-api prepared_trajectories.
-    let prepared = r
-        .and_then(|r| r.get_file(Kind::PreparedTrajectories, None, None))
-        .map(|(p, v)| remote_api::prepared_trajectories(p, v))
-        .transpose()?;
+    let prepared = match r {
+        Some(r) => r.trajectories(Kind::PreparedTrajectories)?,
+        None => None,
+    };
     let advantages = prepared.and_then(|p| {
         let adv = p.batch_advantages?;
         let empty = tokens_hash(&[]);
@@ -694,7 +687,7 @@ fn old_order(
         return (None, None);
     };
     let Ok(mut step) =
-        crate::judge::SelfHostedStep::from_summary(ts, of.to_path_buf(), ov, &cfg.advantage)
+        crate::judge::SelfHostedStep::from_summary_record(ts, of.path.clone(), ov, &cfg.advantage)
     else {
         return (None, None);
     };

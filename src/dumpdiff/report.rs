@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::compare::align::MatchMethod;
 use crate::compare::metrics::PairMetrics;
 use crate::compare::tolerance::{Tolerance, Verdict};
-use crate::producers::layout::Producer;
+use crate::model::tree::{DumpTree, Kind, Producer, Unrecognised};
 use crate::tensor::DType;
 
 /// Version of the JSON report layout; bumped on incompatible changes.
@@ -95,7 +95,7 @@ pub struct SideSummary {
     /// Files in its kind folders that were not read: a name that is not
     /// `step_N[_rankR][_microM].ext`, an unknown extension, or not a regular file (a FIFO
     /// or socket named like a dump is never opened). Said, so nothing is skipped silently.
-    pub not_placed: Vec<crate::producers::layout::Unrecognised>,
+    pub not_placed: Vec<Unrecognised>,
 }
 
 /// One section of the comparison (SPEC issue 3: 1 trajectories … 6 param/gradient).
@@ -306,8 +306,7 @@ pub struct OffendingFile {
 
 /// The kind folders a section reads (the importance-sampling section compares the
 /// self-hosted `forward_data`/`old_log_probs` with weaver's `is_loss_debug`).
-fn section_kinds(section: &str) -> Vec<crate::producers::layout::Kind> {
-    use crate::producers::layout::Kind;
+fn section_kinds(section: &str) -> Vec<Kind> {
     match section {
         "is_loss" => vec![Kind::ForwardData, Kind::OldLogProbs, Kind::IsLossDebug],
         "loss" => vec![Kind::Loss],
@@ -323,10 +322,9 @@ fn section_kinds(section: &str) -> Vec<crate::producers::layout::Kind> {
 pub fn offending_files(
     sections: &[Section],
     coverage: &[Coverage],
-    trees: &[(&str, &crate::producers::layout::DumpTree)],
+    trees: &[(&str, &DumpTree)],
     step: i64,
 ) -> Vec<OffendingFile> {
-    use crate::producers::layout::Kind;
     let mut out: Vec<OffendingFile> = Vec::new();
     let mut push = |section: &str, kind: Kind, rank, micro, role: &str, path: &PathBuf| {
         if !out.iter().any(|o| o.path == *path) {

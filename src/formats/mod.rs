@@ -5,6 +5,7 @@
 
 pub mod dump_jsonl;
 pub mod npy;
+pub mod outline;
 pub mod pt;
 pub mod safetensors;
 pub mod source;
@@ -15,42 +16,7 @@ use std::sync::Arc;
 use crate::error::{Error, Position, Result};
 use crate::value::Value;
 
-/// The on-disk formats a dump file may have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FileFormat {
-    Pt,
-    Jsonl,
-    Safetensors,
-    Npy,
-    Npz,
-}
-
-impl FileFormat {
-    /// The format implied by a file name's extension.
-    pub fn from_path(path: &Path) -> Option<FileFormat> {
-        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
-        Some(match ext.as_str() {
-            "pt" | "pth" => FileFormat::Pt,
-            "jsonl" | "json" => FileFormat::Jsonl,
-            "safetensors" => FileFormat::Safetensors,
-            "npy" => FileFormat::Npy,
-            "npz" => FileFormat::Npz,
-            _ => return None,
-        })
-    }
-
-    /// The usual extension, without the dot.
-    pub fn extension(self) -> &'static str {
-        match self {
-            FileFormat::Pt => "pt",
-            FileFormat::Jsonl => "jsonl",
-            FileFormat::Safetensors => "safetensors",
-            FileFormat::Npy => "npy",
-            FileFormat::Npz => "npz",
-        }
-    }
-}
+pub use crate::model::tree::FileFormat;
 
 /// Shared input bytes: a read-only memory map of a regular file, or the whole content of
 /// a pipe.

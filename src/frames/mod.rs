@@ -19,8 +19,8 @@ use std::path::Path;
 use polars::prelude::{Column, DataFrame, ParquetWriter};
 use rayon::prelude::*;
 
-use crate::error::{Error, Result};
-use crate::formats::read_any;
+use crate::error::{Error, Position, Result};
+use crate::formats::{read_any, FileFormat};
 use crate::model::tokens::TokenSeq;
 use crate::model::trajectory::TrajectoryIds;
 use crate::producers::layout::{DumpFile, DumpTree, Kind};
@@ -426,4 +426,46 @@ pub fn export_frames(frames: &mut Frames, dir: &Path) -> Result<Vec<std::path::P
         written.push(path);
     }
     Ok(written)
+}
+/// The Parquet frames of a dump folder, or of one dump file inside a kind folder
+/// (`forward_data/step_000003_rank1_micro0.pt`), for `--inspect PATH --export-frames DIR`.
+pub fn frames_for_path(path: &Path, step: Option<i64>) -> Result<Frames> {
+    if crate::formats::source::is_dir(path) {
+        let tree = DumpTree::discover(path)?;
+        return build_frames(&tree, step);
+    }
+    let kind = path
+        .parent()
+        .and_then(|p| p.file_name())
+        .and_then(|n| n.to_str())
+        .and_then(Kind::from_dir_name);
+    let coords = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(crate::producers::layout::parse_stem);
+    let (Some(kind), Some((file_step, rank, micro))) = (kind, coords) else {
+        return Err(Error::format(
+            path,
+            Position::File,
+            "frames need the file's kind, step, rank and micro: it must sit in a kind folder \
+             (trajectory/, forward_data/, loss/ …) and be named step_<N>[_rank<R>][_micro<M>]",
+        ));
+    };
+    let value = read_any(path)?;
+    let file = crate::producers::layout::DumpFile {
+        path: path.to_path_buf(),
+        kind,
+        step: file_step,
+        rank,
+        micro,
+        format: FileFormat::from_path(path).unwrap_or(FileFormat::Pt),
+        size: crate::formats::source::size(path)?,
+    };
+    let pairs: Vec<(&crate::producers::layout::DumpFile, &Value)> =
+        if step.is_none_or(|s| s == file_step) {
+            vec![(&file, &value)]
+        } else {
+            Vec::new()
+        };
+    frames_of(&pairs)
 }

@@ -384,17 +384,17 @@ impl<'a> StepCheck<'a> {
         })
     }
 
-    /// [`StepCheck::new`] with the self-hosted whole-batch files taken from `whole`
-    /// (the value of the trajectory/ or old_log_probs/ file of `step`, when the caller has
-    /// read it already) and the trajectories from `traj` when given, instead of read
-    /// again; a file `whole` lacks is read from disk.
+    /// [`StepCheck::new`] with the self-hosted whole-batch records taken from `whole` (the
+    /// trajectory/ or old_log_probs/ file of `step`, when the caller has read it) and the
+    /// trajectories from `traj` when given; a file `whole` lacks is read from disk.
     pub fn with_values(
         tree: &'a DumpTree,
         step: i64,
         cfg: &LossConfig,
-        whole: &dyn Fn(Kind) -> Option<&'a Value>,
+        whole: &dyn Fn(Kind) -> Option<&'a crate::model::record::Record>,
         traj: Option<&self_hosted::TrajectorySummary>,
     ) -> Result<Self> {
+        let whole = |k: Kind| whole(k).map(crate::model::record::Record::raw);
         let layout = layout_of(tree, step).ok_or_else(|| no_layout(tree, step))?;
         let file = |k: Kind| tree.get(k, step, None, None).map(|f| f.path.clone());
         let adv = &cfg.advantage;

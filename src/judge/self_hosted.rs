@@ -256,6 +256,16 @@ impl SelfHostedStep {
         Self::from_summary(&summary, of, ov, adv)
     }
 
+    /// [`SelfHostedStep::from_summary`] of the old log-probs' record as a tool holds it.
+    pub fn from_summary_record(
+        ts: &TrajectorySummary,
+        of: PathBuf,
+        ov: &crate::model::record::Record,
+        adv: &AdvantageConfig,
+    ) -> Result<SelfHostedStep> {
+        Self::from_summary(ts, of, ov.raw(), adv)
+    }
+
     /// [`SelfHostedStep::from_values`] from the trajectories' summary (what a caller
     /// keeps of the trajectory file once its token lists are no longer needed).
     pub fn from_summary(

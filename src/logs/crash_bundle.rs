@@ -90,8 +90,8 @@ pub struct CrashBundle {
     pub recent_steps_path: Option<PathBuf>,
     /// The records of `recent_steps.jsonl` that parsed, in file order.
     pub recent_steps: Vec<Value>,
-    /// `extra.json`, when present.
-    pub extra: Option<Value>,
+    /// `extra.json`, when present, as JSON (NaN/inf as strings, as in every report).
+    pub extra: Option<serde_json::Value>,
     /// Bundle files that are absent.
     pub missing: Vec<String>,
     /// What was odd (truncated last line, unreadable lines), one line each.
@@ -181,7 +181,7 @@ pub fn read_bundle(dir: &Path) -> Result<CrashBundle> {
     }
     let extra = dir.join("extra.json");
     if extra.is_file() {
-        b.extra = Some(read_json(&extra)?);
+        b.extra = Some(crate::json::to_serde(&read_json(&extra)?));
     }
     let recent = dir.join("recent_steps.jsonl");
     if recent.is_file() {
@@ -204,6 +204,12 @@ pub fn read_json(path: &Path) -> Result<Value> {
         )
     })?;
     crate::json::parse_value(text).map_err(|e| e.in_file(path))
+}
+
+/// [`read_json`] as JSON (NaN/inf as strings, as in every report): a document a report
+/// quotes rather than reads numbers from.
+pub fn read_json_doc(path: &Path) -> Result<serde_json::Value> {
+    Ok(crate::json::to_serde(&read_json(path)?))
 }
 
 /// Read `recent_steps.jsonl`: the records that parse, and notes for those that do not.

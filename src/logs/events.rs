@@ -21,6 +21,19 @@ pub struct EventLine {
 }
 
 /// True when a JSON line is an event (has a string `event` field).
+/// Every parseable dict line of an events file, as JSON (NaN/inf as strings): for a
+/// report that quotes an event's payload (bad lines are logscan's to report: its scan of
+/// the same file counts them); an unreadable file is an error.
+pub fn read_raw(path: &std::path::Path) -> crate::error::Result<Vec<serde_json::Value>> {
+    let bytes = std::fs::read(path).map_err(|e| crate::error::Error::io(path, e))?;
+    Ok(String::from_utf8_lossy(&bytes)
+        .lines()
+        .filter_map(|l| crate::json::parse_value(l.trim()).ok())
+        .filter(|v| v.as_dict().is_some())
+        .map(|v| crate::json::to_serde(&v))
+        .collect())
+}
+
 pub fn is_event(v: &Value) -> bool {
     matches!(v.get("event"), Some(Value::Str(_)))
 }

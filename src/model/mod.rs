@@ -7,8 +7,11 @@
 pub mod conventions;
 pub mod finding;
 pub mod log;
+pub mod outline;
+pub mod record;
 pub mod rows;
 pub mod step;
 pub mod tokens;
 pub mod trajectory;
+pub mod tree;
 pub mod unreadable;

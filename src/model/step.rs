@@ -141,7 +141,18 @@ pub struct LossRecord {
     pub metrics: BTreeMap<String, f64>,
     /// File it was read from.
     pub source: Option<Provenance>,
+    /// Where in the file the coefficients were read (NexRL: `extra_info`), for reports
+    /// that say where a coefficient came from.
+    pub coefficients_at: Option<String>,
 }
+
+/// [`LossRecord::coefficients`] name of the entropy bonus's coefficient.
+pub const ENTROPY_COEFF: &str = "entropy_coeff";
+/// [`LossRecord::coefficients`] name of the KL penalty's coefficient.
+pub const KL_COEF: &str = "kl_coef";
+/// [`LossRecord::coefficients`] name some trainers give the KL coefficient (verl's
+/// `kl_loss_coef`), read as [`KL_COEF`].
+pub const KL_LOSS_COEF: &str = "kl_loss_coef";
 
 /// A parameter or gradient tensor of one rank (and micro, for producers that dump per micro).
 #[derive(Debug, Clone)]

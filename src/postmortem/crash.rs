@@ -1,28 +1,15 @@
 //! The crash and the pre-flight summary, from a crash bundle or from the raw events:
 //! exception chain, signature, offending batch, token-length statistics.
 
-use std::path::Path;
+use serde_json::Value;
 
 use super::traceback::{self, Traceback};
-use super::{to_json, CrashSummary, Preflight};
+use super::{CrashSummary, Preflight};
 use crate::detect::classify;
-use crate::error::{Error, Result};
 use crate::logs::crash_bundle::{self, CrashBundle};
-use crate::value::Value;
-
-/// Every parseable line of an events file (bad lines are logscan's to report: the scan
-/// of the same file counts them in the data notes); an unreadable file is an error.
-pub(super) fn read_raw_events(path: &Path) -> Result<Vec<Value>> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    Ok(String::from_utf8_lossy(&bytes)
-        .lines()
-        .filter_map(|l| crate::json::parse_value(l.trim()).ok())
-        .filter(|v| v.as_dict().is_some())
-        .collect())
-}
 
 fn ints(v: Option<&Value>) -> Vec<i64> {
-    v.and_then(Value::as_seq)
+    v.and_then(Value::as_array)
         .map(|xs| xs.iter().filter_map(Value::as_i64).collect())
         .unwrap_or_default()
 }
@@ -32,13 +19,13 @@ pub(super) fn preflight_of(e: &Value) -> Preflight {
     Preflight {
         split: text(e, "split"),
         inspected: e.get("inspected").and_then(Value::as_i64),
-        prompt_token_stats: e.get("prompt_token_stats").map(to_json).unwrap_or_default(),
-        answer_token_stats: e.get("answer_token_stats").map(to_json).unwrap_or_default(),
+        prompt_token_stats: e.get("prompt_token_stats").cloned().unwrap_or_default(),
+        answer_token_stats: e.get("answer_token_stats").cloned().unwrap_or_default(),
         empty_prompt_indices: ints(e.get("empty_prompt_indices")),
         empty_answer_indices: ints(e.get("empty_answer_indices")),
         examples: e
             .get("example_previews")
-            .and_then(Value::as_seq)
+            .and_then(Value::as_array)
             .map(|xs| {
                 xs.iter()
                     .map(|x| {
@@ -98,7 +85,7 @@ pub(super) fn crash_from_bundle(b: &CrashBundle) -> CrashSummary {
         chain,
         trainer_frame,
         context: b.context.clone(),
-        extra: b.extra.as_ref().map(to_json),
+        extra: b.extra.clone(),
         missing_files: b.missing.clone(),
         exception_text: b.exception.clone(),
     }

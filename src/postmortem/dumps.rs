@@ -34,7 +34,7 @@ use crate::error::{Error, Result};
 use crate::judge::{layout_of, Divergence, Layout, Status, StepCheck, Tolerance};
 use crate::kernels::loss::LossConfig;
 use crate::model::finding::Severity;
-use crate::producers::layout::{DumpTree, Kind, Producer};
+use crate::model::tree::{DumpTree, Kind, Producer};
 
 /// The default losscheck preset (NexRL importance sampling, no clip).
 pub const DEFAULT_PRESET: &str = "nexrl-is";

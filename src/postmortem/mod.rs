@@ -24,16 +24,16 @@ pub mod traceback;
 
 use std::path::{Path, PathBuf};
 
+use serde_json::Value;
+
 use crate::detect::classify::Classification;
-use crate::detect::json_num;
 use crate::error::{Error, Result};
 use crate::frames::log::frame::LogFrame;
 use crate::logs::crash_bundle::{self, CrashBundle};
 use crate::logscan::{scan, ScanOptions};
-use crate::value::Value;
 
 use advice::{chat_template_diagnosis, headline, recommendations};
-use crash::{crash_from_bundle, crash_from_event, preflight_of, read_raw_events};
+use crash::{crash_from_bundle, crash_from_event, preflight_of};
 pub use report::{
     CrashSummary, Options, PlotRef, Postmortem, Preflight, Replay, RunInfo, StepTable, LAST_STEPS,
     SCHEMA_VERSION,
@@ -76,33 +76,6 @@ const TABLE_METRICS: &[&str] = &[
     "it_per_sec",
 ];
 
-/// A JSON value from a [`Value`] (NaN/inf as strings, as in every report).
-pub fn to_json(v: &Value) -> serde_json::Value {
-    match v {
-        Value::None => serde_json::Value::Null,
-        Value::Bool(b) => (*b).into(),
-        Value::Int(i) => (*i).into(),
-        Value::BigInt(s) => s.clone().into(),
-        Value::Float(f) => json_num(*f),
-        Value::Str(s) => s.clone().into(),
-        Value::Bytes(b) => format!("<{} bytes>", b.len()).into(),
-        Value::List(xs) | Value::Tuple(xs) => xs.iter().map(to_json).collect(),
-        Value::Packed(p) => p.to_values().iter().map(to_json).collect(),
-        Value::Dict(items) => items
-            .iter()
-            .map(|(k, v)| {
-                let key = match k {
-                    Value::Str(s) => s.clone(),
-                    other => format!("{other:?}"),
-                };
-                (key, to_json(v))
-            })
-            .collect::<serde_json::Map<_, _>>()
-            .into(),
-        Value::Tensor(t) => format!("<tensor {:?} {:?}>", t.dtype(), t.shape()).into(),
-    }
-}
-
 /// Analyse `path`: a run folder (`run_metadata.json`, logs, `failures/`) or one bundle.
 pub fn analyze(path: &Path, opts: &Options) -> Result<Postmortem> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
@@ -136,7 +109,7 @@ pub fn analyze(path: &Path, opts: &Options) -> Result<Postmortem> {
     // Run metadata.
     let meta_path = path.join("run_metadata.json");
     let metadata = if meta_path.is_file() {
-        Some(crash_bundle::read_json(&meta_path)?)
+        Some(crash_bundle::read_json_doc(&meta_path)?)
     } else {
         None
     };
@@ -186,7 +159,7 @@ pub fn analyze(path: &Path, opts: &Options) -> Result<Postmortem> {
     let raw_events = if is_bundle || !events_path.exists() {
         Vec::new()
     } else {
-        read_raw_events(&events_path)?
+        crate::logs::events::read_raw(&events_path)?
     };
     let preflight = raw_events
         .iter()
@@ -286,7 +259,7 @@ pub(crate) fn log_files(dir: &Path) -> Result<Vec<PathBuf>> {
 fn run_info(name: &str, path: &Path, is_bundle: bool, meta: Option<&Value>) -> RunInfo {
     let argv = meta
         .and_then(|m| m.get("argv"))
-        .and_then(Value::as_seq)
+        .and_then(Value::as_array)
         .map(|xs| {
             xs.iter()
                 .filter_map(|x| x.as_str().map(str::to_string))
@@ -297,8 +270,8 @@ fn run_info(name: &str, path: &Path, is_bundle: bool, meta: Option<&Value>) -> R
     let mut config = serde_json::Map::new();
     for k in CONFIG_KEYS {
         if let Some(v) = cfg.and_then(|c| c.get(k)) {
-            if !matches!(v, Value::None) {
-                config.insert((*k).to_string(), to_json(v));
+            if !v.is_null() {
+                config.insert((*k).to_string(), v.clone());
             }
         }
     }
@@ -309,7 +282,7 @@ fn run_info(name: &str, path: &Path, is_bundle: bool, meta: Option<&Value>) -> R
             "keep_recent_steps",
         ] {
             if let Some(v) = d.get(k) {
-                config.insert(format!("debug.{k}"), to_json(v));
+                config.insert(format!("debug.{k}"), v.clone());
             }
         }
     }

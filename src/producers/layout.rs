@@ -2,140 +2,12 @@
 //! step/rank/micro from its name (numbers, never name order: `rank10` comes after `rank2`;
 //! `step_-00001` is step −1), and tell which producer wrote the tree (SPEC §2).
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Position, Result};
 use crate::formats::FileFormat;
-
-/// The folders a dump tree may hold, one per kind of record (SPEC §2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    Trajectory,
-    OldLogProbs,
-    ForwardData,
-    Loss,
-    Param,
-    Gradient,
-    PreparedTrajectories,
-    Datums,
-    TrainingMetrics,
-    IsLossDebug,
-    BatchInputs,
-}
-
-impl Kind {
-    /// Every kind, in the order reports list them.
-    pub const ALL: [Kind; 11] = [
-        Kind::Trajectory,
-        Kind::PreparedTrajectories,
-        Kind::Datums,
-        Kind::OldLogProbs,
-        Kind::ForwardData,
-        Kind::Loss,
-        Kind::IsLossDebug,
-        Kind::BatchInputs,
-        Kind::TrainingMetrics,
-        Kind::Param,
-        Kind::Gradient,
-    ];
-
-    /// The folder name the producers use.
-    pub fn dir_name(self) -> &'static str {
-        match self {
-            Kind::Trajectory => "trajectory",
-            Kind::OldLogProbs => "old_log_probs",
-            Kind::ForwardData => "forward_data",
-            Kind::Loss => "loss",
-            Kind::Param => "param",
-            Kind::Gradient => "gradient",
-            Kind::PreparedTrajectories => "prepared_trajectories",
-            Kind::Datums => "datums",
-            Kind::TrainingMetrics => "training_metrics",
-            Kind::IsLossDebug => "is_loss_debug",
-            Kind::BatchInputs => "batch_inputs",
-        }
-    }
-
-    /// The kind stored in a folder of this name.
-    pub fn from_dir_name(name: &str) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|k| k.dir_name() == name)
-    }
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.dir_name())
-    }
-}
-
-/// Which trainer wrote a dump tree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Producer {
-    /// NexRL's self-hosted trainer: trajectory, old_log_probs, forward_data, loss, param, gradient.
-    SelfHosted,
-    /// NexRL in remote-API mode: prepared_trajectories, datums, training_metrics.
-    RemoteApi,
-    /// The weaver trainer: forward_data, loss, is_loss_debug, batch_inputs, per-micro param/gradient.
-    Weaver,
-    /// Not enough distinctive files to tell (e.g. forward_data and loss only).
-    Unknown,
-}
-
-impl fmt::Display for Producer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Producer::SelfHosted => "self-hosted",
-            Producer::RemoteApi => "remote-api",
-            Producer::Weaver => "weaver",
-            Producer::Unknown => "unknown",
-        })
-    }
-}
-
-/// One dump file and the coordinates parsed from its name.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct DumpFile {
-    /// Full path.
-    pub path: PathBuf,
-    /// The kind folder it sits in.
-    pub kind: Kind,
-    /// Training step (may be negative: `step_-00001`).
-    pub step: i64,
-    /// Rank, for per-rank files.
-    pub rank: Option<u32>,
-    /// Micro-batch index, for per-micro files.
-    pub micro: Option<u32>,
-    /// File format, from the extension.
-    pub format: FileFormat,
-    /// Size in bytes.
-    pub size: u64,
-}
-
-/// A file in a kind folder whose name is not `step_N[_rankR][_microM].ext`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Unrecognised {
-    /// Full path.
-    pub path: PathBuf,
-    /// Why it was not taken.
-    pub reason: String,
-}
-
-/// Everything found under one dump root.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct DumpTree {
-    /// The folder holding the kind folders.
-    pub root: PathBuf,
-    /// Who wrote it.
-    pub producer: Producer,
-    /// Files sorted by (kind, step, rank, micro, format).
-    files: Vec<DumpFile>,
-    /// Files in kind folders that could not be placed.
-    pub unrecognised: Vec<Unrecognised>,
-}
+pub use crate::model::tree::{DumpFile, DumpTree, FileReader, Kind, Producer, Unrecognised};
 
 /// Parse `step_000000_rank10_micro1` (the stem, without extension) into (step, rank, micro).
 pub fn parse_stem(stem: &str) -> Option<(i64, Option<u32>, Option<u32>)> {
@@ -221,7 +93,7 @@ impl DumpTree {
                 )?;
             }
         }
-        Ok(Self::assemble(dump_root, files, unrecognised))
+        Ok(assemble(dump_root, files, unrecognised))
     }
 
     /// [`DumpTree::discover`] of a prefix in an object store: the same placing rules, the
@@ -287,109 +159,38 @@ impl DumpTree {
                 )?;
             }
         }
-        Ok(Self::assemble(dump_root, files, unrecognised))
+        Ok(assemble(dump_root, files, unrecognised))
     }
+}
 
-    /// The tree of the files placed under `root`, sorted, its producer told.
-    fn assemble(
-        root: PathBuf,
-        mut files: Vec<DumpFile>,
-        mut unrecognised: Vec<Unrecognised>,
-    ) -> DumpTree {
-        files.sort_by(|a, b| {
-            (a.kind, a.step, a.rank, a.micro, a.format)
-                .cmp(&(b.kind, b.step, b.rank, b.micro, b.format))
-        });
-        unrecognised.sort_by(|a, b| a.path.cmp(&b.path));
-        let producer = identify_producer(&files);
-        DumpTree {
-            root,
-            producer,
-            files,
-            unrecognised,
-        }
-    }
+/// The tree of the files placed under `root`, its producer told from them; its files
+/// are read by [`crate::producers::nexrl_files::NexrlFiles`].
+fn assemble(root: PathBuf, files: Vec<DumpFile>, unrecognised: Vec<Unrecognised>) -> DumpTree {
+    let producer = identify_producer(&files);
+    DumpTree::new(
+        root,
+        producer,
+        files,
+        unrecognised,
+        &crate::producers::nexrl_files::NexrlFiles,
+    )
+}
 
-    /// The tree without the files in `paths` (e.g. files found unreadable, so that
-    /// every other cell can still be compared); the removed files are returned.
-    pub fn without(mut self, paths: &(dyn Fn(&Path) -> bool + Sync)) -> (DumpTree, Vec<DumpFile>) {
-        let (gone, kept) = self.files.into_iter().partition(|f| paths(&f.path));
-        self.files = kept;
-        (self, gone)
-    }
-
-    /// Every placed file, sorted by (kind, step, rank, micro, format).
-    pub fn files(&self) -> &[DumpFile] {
-        &self.files
-    }
-
-    /// The kinds that have at least one file.
-    pub fn kinds(&self) -> BTreeSet<Kind> {
-        self.files.iter().map(|f| f.kind).collect()
-    }
-
-    /// The steps present, over all kinds, ascending.
-    pub fn steps(&self) -> BTreeSet<i64> {
-        self.files.iter().map(|f| f.step).collect()
-    }
-
-    /// The files of one kind at one step.
-    pub fn files_of(&self, kind: Kind, step: i64) -> impl Iterator<Item = &DumpFile> {
-        self.files
-            .iter()
-            .filter(move |f| f.kind == kind && f.step == step)
-    }
-
-    /// The ranks present for a kind at a step, ascending by number.
-    pub fn ranks(&self, kind: Kind, step: i64) -> BTreeSet<u32> {
-        self.files_of(kind, step).filter_map(|f| f.rank).collect()
-    }
-
-    /// The micro indices present for a kind at a step.
-    pub fn micros(&self, kind: Kind, step: i64) -> BTreeSet<u32> {
-        self.files_of(kind, step).filter_map(|f| f.micro).collect()
-    }
-
-    /// The file for exact coordinates, if present (first format when several exist).
-    pub fn get(
-        &self,
-        kind: Kind,
-        step: i64,
-        rank: Option<u32>,
-        micro: Option<u32>,
-    ) -> Option<&DumpFile> {
-        self.files_of(kind, step)
-            .find(|f| f.rank == rank && f.micro == micro)
-    }
-
-    /// For per-rank-per-micro kinds: the (rank, micro) cells missing from the full grid of
-    /// ranks × micros seen for that kind and step — holes the user should know about.
-    pub fn missing_cells(&self, kind: Kind, step: i64) -> Vec<(u32, u32)> {
-        let ranks = self.ranks(kind, step);
-        let micros = self.micros(kind, step);
-        let have: BTreeSet<(u32, u32)> = self
-            .files_of(kind, step)
-            .filter_map(|f| Some((f.rank?, f.micro?)))
-            .collect();
-        ranks
-            .iter()
-            .flat_map(|&r| micros.iter().map(move |&m| (r, m)))
-            .filter(|c| !have.contains(c))
-            .collect()
-    }
-
-    /// Number of files per kind.
-    pub fn counts(&self) -> BTreeMap<Kind, usize> {
-        let mut m = BTreeMap::new();
-        for f in &self.files {
-            *m.entry(f.kind).or_default() += 1;
-        }
-        m
-    }
-
-    /// Total bytes of all placed files.
-    pub fn total_bytes(&self) -> u64 {
-        self.files.iter().map(|f| f.size).sum()
+/// Tell the producer from the distinctive kinds present (files, not folders: NexRL's
+/// dumper creates every folder, empty or not).
+fn identify_producer(files: &[DumpFile]) -> Producer {
+    let has = |k: Kind| files.iter().any(|f| f.kind == k);
+    let per_micro_param = files
+        .iter()
+        .any(|f| matches!(f.kind, Kind::Param | Kind::Gradient) && f.micro.is_some());
+    let weaver = has(Kind::IsLossDebug) || has(Kind::BatchInputs) || per_micro_param;
+    let remote = has(Kind::PreparedTrajectories) || has(Kind::Datums) || has(Kind::TrainingMetrics);
+    let self_hosted = has(Kind::Trajectory) || has(Kind::OldLogProbs);
+    match (weaver, remote, self_hosted) {
+        (true, false, false) => Producer::Weaver,
+        (false, true, _) if !has(Kind::ForwardData) => Producer::RemoteApi,
+        (false, false, true) => Producer::SelfHosted,
+        _ => Producer::Unknown,
     }
 }
 
@@ -479,21 +280,14 @@ fn place(
     Ok(())
 }
 
-/// Tell the producer from the distinctive kinds present (files, not folders: NexRL's
-/// dumper creates every folder, empty or not).
-fn identify_producer(files: &[DumpFile]) -> Producer {
-    let has = |k: Kind| files.iter().any(|f| f.kind == k);
-    let per_micro_param = files
-        .iter()
-        .any(|f| matches!(f.kind, Kind::Param | Kind::Gradient) && f.micro.is_some());
-    let weaver = has(Kind::IsLossDebug) || has(Kind::BatchInputs) || per_micro_param;
-    let remote = has(Kind::PreparedTrajectories) || has(Kind::Datums) || has(Kind::TrainingMetrics);
-    let self_hosted = has(Kind::Trajectory) || has(Kind::OldLogProbs);
-    match (weaver, remote, self_hosted) {
-        (true, false, false) => Producer::Weaver,
-        (false, true, _) if !has(Kind::ForwardData) => Producer::RemoteApi,
-        (false, false, true) => Producer::SelfHosted,
-        _ => Producer::Unknown,
+impl DumpTree {
+    /// [`without_unreadable`] as the model's door offers it to tools: run `f` on trees
+    /// without the files found unreadable so far, setting aside each file `f` fails on.
+    pub fn without_unreadable<T>(
+        roots: &[(&str, &Path)],
+        f: impl FnMut(&(dyn Fn(&Path) -> bool + Sync)) -> Result<T>,
+    ) -> Result<(T, Vec<crate::model::unreadable::Unreadable>)> {
+        without_unreadable(roots, f)
     }
 }
 
@@ -549,7 +343,7 @@ pub fn without_unreadable<T>(
         }
         let found = roots.iter().find_map(|(role, root)| {
             let tree = DumpTree::discover(root).ok()?;
-            let f = tree.files.into_iter().find(|f| f.path == path)?;
+            let f = tree.files().iter().find(|f| f.path == path)?.clone();
             Some(crate::model::unreadable::Unreadable {
                 role: (*role).to_string(),
                 path: path.clone(),

@@ -21,8 +21,10 @@ pub mod loose_tensors;
 pub mod mapping;
 pub mod miles_dashboard;
 pub mod nemo_rl;
+pub mod nexrl_files;
 pub mod nexrl_self_hosted;
 mod nexrl_tree;
+pub mod open;
 pub mod remote_api;
 pub mod sglang;
 pub mod slime;
@@ -38,7 +40,7 @@ use crate::model::step::{LossRecord, ParamRecord, TokenBatch, TokenTensor};
 use crate::model::tokens::TokenSeq;
 use crate::model::trajectory::Provenance;
 use crate::model::trajectory::{DatumBatch, TrajectoryBatch};
-use crate::producers::layout::{Kind, Producer};
+use crate::model::tree::{Kind, Producer};
 use crate::value::Value;
 
 /// One producer's mapping of its files into the model: what each kind of file holds.

@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::model::conventions::{ConventionKey, ConventionSource, ConventionValue, Conventions};
 use crate::model::step::{LogProbSource, LossRecord, ParamRecord, TokenBatch};
 use crate::model::trajectory::{Provenance, Trajectory, TrajectoryBatch, TrajectoryIds};
-use crate::producers::layout::Kind;
+use crate::model::tree::Kind;
 use crate::producers::StepMapping;
 use crate::producers::{
     field, id_text, opt_f64, opt_floats, opt_ints, opt_tensor, scalar_of, seq, unreadable,
@@ -201,6 +201,7 @@ pub fn loss_record(file: &Path, v: &Value) -> Result<LossRecord> {
             file: file.to_path_buf(),
             key: String::new(),
         }),
+        coefficients_at: Some(EXTRA_INFO.to_string()),
         ..LossRecord::default()
     };
     if let Some(m) = field(v, METRICS) {
@@ -420,7 +421,7 @@ impl super::StepReader for NexrlSelfHosted {
     }
 
     fn detect(&self, root: &Path) -> bool {
-        super::nexrl_tree::detect(root, super::layout::Producer::SelfHosted)
+        super::nexrl_tree::detect(root, crate::model::tree::Producer::SelfHosted)
     }
 
     fn steps(&self, root: &Path) -> Result<Vec<i64>> {

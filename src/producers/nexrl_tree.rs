@@ -13,12 +13,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::layout::{DumpFile, DumpTree, Kind, Producer};
 use super::{mapping, StepMapping};
 use crate::error::{Error, Result};
 use crate::formats::read_any;
 use crate::model::conventions::Conventions;
 use crate::model::step::{Cell, RowMeta, StepDump, TokenBatch, TokenPositions, TokenTensor};
+use crate::model::tree::{DumpFile, DumpTree, Kind, Producer};
 use crate::value::Value;
 
 /// Whether `root` is a NexRL dump folder whose layout is `producer`.

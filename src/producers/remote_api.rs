@@ -10,7 +10,7 @@ use crate::model::step::{
     LogProbSource, LossRecord, RowMeta, TokenBatch, TokenPositions, TokenTensor,
 };
 use crate::model::trajectory::{Datum, DatumBatch, Provenance, TrajectoryBatch};
-use crate::producers::layout::Kind;
+use crate::model::tree::Kind;
 use crate::producers::{
     field, nexrl_self_hosted, opt_f64, opt_floats, opt_ints, scalar_of, seq, unreadable,
     StepMapping,
@@ -239,7 +239,7 @@ impl super::StepReader for RemoteApi {
     }
 
     fn detect(&self, root: &Path) -> bool {
-        super::nexrl_tree::detect(root, super::layout::Producer::RemoteApi)
+        super::nexrl_tree::detect(root, crate::model::tree::Producer::RemoteApi)
     }
 
     fn steps(&self, root: &Path) -> Result<Vec<i64>> {

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use crate::error::Result;
 use crate::model::step::{LogProbSource, LossRecord, ParamRecord, TokenBatch};
-use crate::producers::layout::Kind;
+use crate::model::tree::Kind;
 use crate::producers::{opt_tensor, StepMapping};
 use crate::value::Value;
 
@@ -130,7 +130,7 @@ impl super::StepReader for Weaver {
     }
 
     fn detect(&self, root: &Path) -> bool {
-        super::nexrl_tree::detect(root, super::layout::Producer::Weaver)
+        super::nexrl_tree::detect(root, crate::model::tree::Producer::Weaver)
     }
 
     fn steps(&self, root: &Path) -> Result<Vec<i64>> {

@@ -1,4 +1,6 @@
 use super::*;
+use crate::model::record::{Field, Record};
+use crate::value::Value;
 
 /// The runs of non-zero values of `row`, by a plain scan (what `Mat::nonzero` must
 /// give).
@@ -72,7 +74,8 @@ fn rows_chunks_and_gets_of_a_stored_matrix() {
     )
     .unwrap();
     let v = Value::Dict(vec![(Value::Str("x".into()), Value::Tensor(t))]);
-    let m = Mat::of(&v, "x").unwrap();
+    let names = |f: Field| (f == Field::LogProbs).then_some("x");
+    let m = Mat::of(&Record::new(v, names), Field::LogProbs).unwrap();
     assert_eq!((m.rows, m.width, m.dtype), (3, 4, DType::F32));
     assert_eq!(&*m.row(1), &[2.0, 2.5, 3.0, 3.5]);
     assert!(m.row(3).is_empty());

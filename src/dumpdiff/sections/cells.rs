@@ -69,8 +69,8 @@ pub fn forward_data_cell(
     b: &Tensors<'_>,
     b_ids: &Tensors<'_>,
 ) -> Cell {
-    let (lp_a, lp_b) = (a.mat(keys::LOG_PROBS), b.mat(keys::LOG_PROBS));
-    let (ma, mb) = (a.mat(keys::RESPONSE_MASK), b.mat(keys::RESPONSE_MASK));
+    let (lp_a, lp_b) = (a.mat(Field::LogProbs), b.mat(Field::LogProbs));
+    let (ma, mb) = (a.mat(Field::ResponseMask), b.mat(Field::ResponseMask));
     let na = lp_a.as_ref().map_or(0, |m| m.rows);
     let nb = lp_b.as_ref().map_or(0, |m| m.rows);
     let rows = pair_rows(a, Some(b_ids), na, nb);
@@ -113,7 +113,7 @@ pub fn forward_data_cell(
             "not dumped on both sides",
         )),
     }
-    match (a.mat(keys::ENTROPY), b.mat(keys::ENTROPY)) {
+    match (a.mat(Field::Entropy), b.mat(Field::Entropy)) {
         (Some(x), Some(y)) => out.push(ctx.masked(
             "entropy",
             &x,

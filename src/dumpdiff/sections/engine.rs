@@ -375,44 +375,18 @@ impl PairCtx<'_> {
         finish(name, acc, tol, DType::I64, a, b, origin_a, origin_b)
     }
 
-    /// Compare two scalars.
-    pub fn scalar(
-        &self,
-        key: &str,
-        a: &Value,
-        b: &Value,
-        origin_a: Origin,
-        origin_b: Origin,
-        derived: bool,
-    ) -> Option<Comparison> {
-        self.scalar_with(key, a, b, origin_a, origin_b, derived, None)
-    }
-
-    /// Compare two scalars; `propagated` (the error a masked aggregate inherits from its
-    /// elements, with how it was obtained) replaces the derived-precision rule when known.
-    #[allow(clippy::too_many_arguments)]
-    pub fn scalar_with(
-        &self,
-        key: &str,
-        a: &Value,
-        b: &Value,
-        origin_a: Origin,
-        origin_b: Origin,
-        derived: bool,
-        propagated: Option<(f64, String)>,
-    ) -> Option<Comparison> {
-        self.scalar_centered(key, a, b, (origin_a, origin_b), derived, propagated, 0.0)
-    }
-
-    /// [`Self::scalar_with`] judging `a − b − center` instead of `a − b`: `center` is the
-    /// difference the inputs' known differences predict (the reported `a` stays the
-    /// dumped value; `abs_diff` is what the prediction leaves unexplained).
+    /// Compare two dumped scalars (`None` when not numbers: no comparison), judging
+    /// `a − b − center` instead of `a − b`: `center` is the difference the inputs' known
+    /// differences predict (the reported `a` stays the dumped value; `abs_diff` is what
+    /// the prediction leaves unexplained). `propagated` (the error a masked aggregate
+    /// inherits from its elements, with how it was obtained) replaces the
+    /// derived-precision rule when known.
     #[allow(clippy::too_many_arguments)]
     pub fn scalar_centered(
         &self,
         key: &str,
-        a: &Value,
-        b: &Value,
+        a: Option<Number>,
+        b: Option<Number>,
         (origin_a, origin_b): (Origin, Origin),
         derived: bool,
         propagated: Option<(f64, String)>,
@@ -421,13 +395,9 @@ impl PairCtx<'_> {
         let propagated = propagated.filter(|_| !self.policy.overridden());
         let center = if propagated.is_some() { center } else { 0.0 };
         let derived = derived && propagated.is_none();
-        let (x, y) = (a.as_f64()?, b.as_f64()?);
-        let dt = |v: &Value| match v {
-            Value::Int(_) | Value::Bool(_) => DType::I64,
-            Value::Tensor(t) => t.dtype(),
-            _ => DType::F64,
-        };
-        let (da, db) = (dt(a), dt(b));
+        let (a, b) = (a?, b?);
+        let (x, y) = (a.value, b.value);
+        let (da, db) = (a.dtype, b.dtype);
         let prec = coarser(effective_dtype(da, &[x]), effective_dtype(db, &[y]));
         let prec = if da.is_float() || db.is_float() {
             prec

@@ -12,17 +12,17 @@ pub fn is_loss_cell(
     rank: u32,
     micro: u32,
     a_fwd: &Tensors<'_>,
-    a_loss: Option<&Value>,
+    a_loss: Option<&Record>,
     b_is: &Tensors<'_>,
     b_ids: Option<&Tensors<'_>>,
     ch: &Chain,
     memo: &StatsMemo<'_>,
-) -> Cell {
+) -> (Cell, Option<SequenceAlt>) {
     pub(super) const S: &str = "is_loss";
-    let lp_a = a_fwd.mat(keys::LOG_PROBS);
-    let mask_a = a_fwd.mat(keys::RESPONSE_MASK);
-    let lp_b = b_is.mat(weaver::LOG_PROBS);
-    let mask_b = b_is.mat(weaver::EFFECTIVE_VALID);
+    let lp_a = a_fwd.mat(Field::LogProbs);
+    let mask_a = a_fwd.mat(Field::ResponseMask);
+    let lp_b = b_is.mat(Field::LogProbs);
+    let mask_b = b_is.mat(Field::EffectiveMask);
     let na = lp_a.as_ref().map_or(0, |m| m.rows);
     let nb = lp_b.as_ref().map_or(0, |m| m.rows);
     let rows = pair_rows(a_fwd, b_ids, na, nb);
@@ -76,7 +76,7 @@ pub fn is_loss_cell(
             ch.how
         ))
     };
-    match (&ch.old, b_is.mat(weaver::OLD_LOG_PROBS)) {
+    match (&ch.old, b_is.mat(Field::OldLogProbs)) {
         (Some(x), Some(y)) => out.push(ctx.masked(
             "old_log_probs",
             x,
@@ -93,7 +93,7 @@ pub fn is_loss_cell(
         )),
         (_, None) => out.push(skipped(S, "old_log_probs", "not dumped by weaver")),
     }
-    match (&ch.adv, b_is.mat(weaver::ADVANTAGES)) {
+    match (&ch.adv, b_is.mat(Field::Advantages)) {
         (Some(x), Some(y)) => out.push(ctx.masked(
             "advantages",
             x,
@@ -112,7 +112,7 @@ pub fn is_loss_cell(
         )),
         (_, None) => out.push(skipped(S, "advantages", "not dumped by weaver")),
     }
-    match (&ch.ratio, &ch.ratio_allowed, b_is.mat(weaver::PROB_RATIO)) {
+    match (&ch.ratio, &ch.ratio_allowed, b_is.mat(Field::ProbRatio)) {
         (Some(x), Some(e), Some(y)) => out.push(ctx.propagated(
             "prob_ratio",
             x,
@@ -123,10 +123,25 @@ pub fn is_loss_cell(
         )),
         _ => out.push(skipped(S, "prob_ratio", "inputs to derive it are missing")),
     }
+    // The per-token loss as the other side's own dumped values compose it, unless this
+    // side's own pg_loss follows another (then the comparison finds the difference).
+    let conv = elem_convention(b_is, a_loss);
+    let pg_a = a_loss.and_then(|l| l.number(Field::PgLoss));
+    let conv = match (&ch.ratio, &ch.adv, pg_a) {
+        (Some(r), Some(a), Some(pg)) if conv != ElemLoss::Plain => {
+            own_convention(conv, r, a, mask_a.as_deref(), ch.agg, pg.value, a_loss)
+        }
+        _ => conv,
+    };
     let el = match (&ch.ratio, &ch.ratio_allowed, &ch.adv) {
         (Some(r), Some(e), Some(a)) => {
             let av = a.values();
-            let times_adv = |r: &[f64]| r.iter().zip(av.iter()).map(|(r, a)| -r * a).collect();
+            let times_adv = |r: &[f64]| {
+                r.iter()
+                    .zip(av.iter())
+                    .map(|(r, a)| conv.of(*r, *a))
+                    .collect()
+            };
             let mut el = r.with_data(times_adv(&r.values()), r.dtype);
             if let (Some(derive), Some(old)) = (&ch.partial, &ch.old) {
                 // The ratio is known at valid positions only: enough for the loss's
@@ -153,12 +168,12 @@ pub fn is_loss_cell(
         }
         _ => None,
     };
-    match (&el, b_is.mat(weaver::ELEMENTWISE_LOSS)) {
+    match (&el, b_is.mat(Field::ElementwiseLoss)) {
         (Some((x, e)), Some(y)) => out.push(ctx.propagated(
             "elementwise_loss",
             x,
             &y,
-            Origin::derived("−prob_ratio · advantages"),
+            Origin::derived(conv.words()),
             dumped_b("elementwise_loss"),
             e,
         )),
@@ -168,11 +183,11 @@ pub fn is_loss_cell(
             "advantages needed to derive it (see advantages)",
         )),
     }
-    match (a_loss.and_then(|l| l.get("loss")), b_is.value().get("loss")) {
-        (Some(x), Some(y)) => out.extend(ctx.scalar_centered(
+    match (a_loss.filter(|l| l.has(Field::Loss)), b_is.record()) {
+        (Some(x), y) if y.has(Field::Loss) => out.extend(ctx.scalar_centered(
             "loss",
-            x,
-            y,
+            x.number(Field::Loss),
+            y.number(Field::Loss),
             (Origin::dumped("loss", "loss"), dumped_b("loss")),
             true,
             loss_propagation("loss", memo),
@@ -183,14 +198,68 @@ pub fn is_loss_cell(
     if !rows.only_a.is_empty() || !rows.only_b.is_empty() {
         out.push(row_coverage_fail(S, &rows));
     }
-    cell(Some(rank), Some(micro), Some(row_summary(&rows)), out)
+    // GSPO: the other side's ratio constant along its rows; the step decides
+    // ([`settle_ratio_level`]), this cell offers its sequence-level comparisons.
+    let alt = b_is.mat(Field::ProbRatio).map(|y| {
+        let shaped = sequence_shaped(&y, mask_b.as_deref());
+        let mut comparisons = Vec::new();
+        let mut own = None;
+        if let (Some(true), Some(x), Some(e)) = (shaped, &ch.ratio, &ch.ratio_allowed) {
+            let (sr, se) = sequence_ratio(x, e, mask_a.as_deref());
+            let pg = a_loss.and_then(|l| l.number(Field::PgLoss));
+            if let (Some(a), Some(pg)) = (&ch.adv, pg) {
+                own = own_level(x, &sr, a, mask_a.as_deref(), ch.agg, conv, pg.value);
+            }
+            comparisons.push(ctx.propagated(
+                "prob_ratio",
+                &sr,
+                &y,
+                Origin::derived(
+                    "exp(row mean of (forward_data.log_probs − old_log_probs)) (GSPO sequence ratio)",
+                ),
+                dumped_b("prob_ratio"),
+                &se,
+            ));
+            if let (Some(a), Some(yb)) = (&ch.adv, b_is.mat(Field::ElementwiseLoss)) {
+                let av = a.values();
+                let el: Vec<f64> = sr
+                    .values()
+                    .iter()
+                    .zip(av.iter())
+                    .map(|(r, a)| conv.of(*r, *a))
+                    .collect();
+                let ea: Vec<f64> = se
+                    .values()
+                    .iter()
+                    .zip(av.iter())
+                    .map(|(e, a)| propagate::product_allowed(*e, *a))
+                    .collect();
+                comparisons.push(ctx.propagated(
+                    "elementwise_loss",
+                    &sr.with_data(el, sr.dtype),
+                    &yb,
+                    Origin::derived(format!("{} with GSPO's sequence ratio", conv.words())),
+                    dumped_b("elementwise_loss"),
+                    &se.with_data(ea, se.dtype),
+                ));
+            }
+        }
+        SequenceAlt {
+            shaped,
+            own,
+            comparisons,
+        }
+    });
+    (
+        cell(Some(rank), Some(micro), Some(row_summary(&rows)), out),
+        alt,
+    )
 }
 
 /// The clip range of a loss file's `extra_info` (`clip_ratio`, `clip_ratio_low/high`,
 /// `clip_eps`, `cliprange`), else PPO's customary 0.2 on both sides.
-pub(super) fn clip_range(loss: Option<&Value>) -> (f64, f64) {
-    let info = loss.and_then(|l| l.get("extra_info"));
-    let num = |k: &str| info.and_then(|i| i.get(k)).and_then(Value::as_f64);
+pub(super) fn clip_range(loss: Option<&Record>) -> (f64, f64) {
+    let num = |k: &str| loss.and_then(|l| l.setting(k));
     let sym = ["clip_ratio", "clip_eps", "cliprange", "clip_range"]
         .iter()
         .find_map(|k| num(k))
@@ -206,7 +275,7 @@ pub(super) fn clip_range(loss: Option<&Value>) -> (f64, f64) {
 pub struct StatsMemo<'a> {
     stats: Option<&'a ChainStats>,
     chain: Option<&'a Chain>,
-    loss: Option<&'a Value>,
+    loss: Option<&'a Record>,
     mean_loss: OnceCell<Option<f64>>,
     mean_ratio: OnceCell<Option<f64>>,
     flips: OnceCell<(f64, f64, usize)>,
@@ -215,7 +284,7 @@ pub struct StatsMemo<'a> {
 
 impl<'a> StatsMemo<'a> {
     /// The memo of `chain`'s aggregates for the side's loss file `loss`.
-    pub fn new(chain: Option<&'a Chain>, loss: Option<&'a Value>) -> Self {
+    pub fn new(chain: Option<&'a Chain>, loss: Option<&'a Record>) -> Self {
         StatsMemo {
             stats: chain.and_then(|c| c.stats.as_ref()),
             chain,
@@ -611,8 +680,8 @@ pub fn loss_cell(
     policy: &TolerancePolicy,
     rank: u32,
     micro: u32,
-    a: &Value,
-    b: &Value,
+    a: &Record,
+    b: &Record,
     precision: Option<DType>,
     memo: &StatsMemo<'_>,
 ) -> (Cell, Vec<String>) {
@@ -627,12 +696,16 @@ pub fn loss_cell(
     };
     let mut out = Vec::new();
     let mut notes = Vec::new();
-    for key in ["loss", "pg_loss", "entropy_loss"] {
-        match (a.get(key), b.get(key)) {
-            (Some(x), Some(y)) => out.extend(ctx.scalar_centered(
+    for (key, field) in [
+        ("loss", Field::Loss),
+        ("pg_loss", Field::PgLoss),
+        ("entropy_loss", Field::EntropyLoss),
+    ] {
+        match (a.has(field), b.has(field)) {
+            (true, true) => out.extend(ctx.scalar_centered(
                 key,
-                x,
-                y,
+                a.number(field),
+                b.number(field),
                 (Origin::dumped("loss", key), Origin::dumped("loss", key)),
                 true,
                 loss_propagation(key, memo),
@@ -641,10 +714,9 @@ pub fn loss_cell(
             _ => out.push(skipped("loss", key, "not dumped on both sides")),
         }
     }
-    if let (Some(ma), Some(mb)) = (a.get("metrics").and_then(Value::as_dict), b.get("metrics")) {
+    if let (Some(ma), true) = (a.metrics(), b.metrics().is_some()) {
         for (k, va) in ma {
-            let Some(k) = k.as_str() else { continue };
-            match mb.get(k) {
+            match b.metric(k) {
                 Some(vb) => {
                     let key = format!("metrics.{k}");
                     out.extend(ctx.scalar_centered(
@@ -666,16 +738,18 @@ pub fn loss_cell(
     (cell(Some(rank), Some(micro), None, out), notes)
 }
 
-/// Section 6: one param or gradient tensor, flat, at its dtype's tolerance.
+/// Section 6: one param or gradient tensor (`field`, compared under the section's name),
+/// flat, at its dtype's tolerance.
 pub fn tensor_cell(
     policy: &TolerancePolicy,
     section: &str,
-    key: &str,
+    field: Field,
     rank: u32,
     micro: Option<u32>,
-    a: &Value,
-    b: &Value,
+    a: &Record,
+    b: &Record,
 ) -> Cell {
+    let key = section;
     let rows = RowMatch::by_index(1, 1);
     let ctx = PairCtx {
         policy,
@@ -685,8 +759,8 @@ pub fn tensor_cell(
         mask_b: None,
         cell_precision: None,
     };
-    let flat = |v: &Value| {
-        let t = v.get(key)?.to_tensor()?;
+    let flat = |r: &Record| {
+        let t = r.tensor(field)?;
         let data = t.to_f64_vec();
         Some(Mat::new(t.shape().to_vec(), 1, data.len(), data, t.dtype()))
     };

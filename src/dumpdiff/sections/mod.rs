@@ -23,17 +23,17 @@ use crate::compare::propagate::{self, ChainStats, ElemRun};
 use crate::compare::tolerance::{coarser, Tolerance, TolerancePolicy, Verdict};
 pub use crate::dumpdiff::mat::Mat;
 use crate::dumpdiff::mat::CHUNK;
-use crate::dumpdiff::pages::Pages;
 use crate::dumpdiff::report::{Cell, Comparison, Origin, RowSummary};
 use crate::dumpdiff::Progress;
 use crate::error::Result;
-use crate::formats::read_any;
 use crate::kernels::aggregate::AggMode;
+use crate::model::conventions::Conventions;
+use crate::model::record::{Field, Number, Record};
+use crate::model::step::LossRecord;
 use crate::model::tokens::tokens_hash;
-use crate::producers::layout::{DumpTree, Kind};
-use crate::producers::{nexrl_self_hosted as keys, weaver};
+use crate::model::trajectory::{DatumBatch, TrajectoryBatch};
+use crate::model::tree::{DumpFile, DumpTree, Kind};
 use crate::tensor::{DType, Tensor};
-use crate::value::Value;
 
 mod cells;
 mod engine;
@@ -43,6 +43,7 @@ mod loss_tests;
 mod ratio_chain;
 mod rows;
 mod side;
+mod surrogate;
 #[cfg(test)]
 mod tests;
 
@@ -52,3 +53,7 @@ pub use loss_cells::*;
 pub use ratio_chain::*;
 pub use rows::*;
 pub use side::*;
+use surrogate::{
+    elem_convention, own_convention, own_level, sequence_ratio, sequence_shaped, ElemLoss,
+};
+pub use surrogate::{settle_ratio_level, SequenceAlt};

@@ -90,14 +90,14 @@ pub fn chain(
     micro_old: Option<&Tensors<'_>>,
     (rank, micro): (u32, u32),
 ) -> Chain {
-    let lp_a = a_fwd.mat(keys::LOG_PROBS);
-    let mask_a = a_fwd.mat(keys::RESPONSE_MASK);
+    let lp_a = a_fwd.mat(Field::LogProbs);
+    let mask_a = a_fwd.mat(Field::ResponseMask);
     let na = lp_a.as_ref().map_or(0, |m| m.rows);
     let (idx, mut how) = batch_indices(inputs, a_fwd, rank, micro, na);
     // A per-micro `old_log_probs` file holds this micro's rows in its forward_data's
     // order; else the micro's rows are sliced from the whole-batch file.
     let own_old = micro_old
-        .and_then(|t| t.mat(keys::OLD_LOG_PROBS))
+        .and_then(|t| t.mat(Field::OldLogProbs))
         .filter(|m| m.rows == na);
     let per_micro_old = own_old.is_some();
     if per_micro_old {
@@ -173,31 +173,27 @@ pub fn chain(
             partial: None,
         };
     };
-    let peer_prec = |v: Option<&Tensors<'_>>, key: &'static str| {
-        v.and_then(|v| v.mat(key)).map(|m| m.precision())
-    };
+    let peer_prec =
+        |v: Option<&Tensors<'_>>, field: Field| v.and_then(|v| v.mat(field)).map(|m| m.precision());
     let with_peer = |own: DType, other: Option<DType>| other.map_or(own, |p| coarser(own, p));
     let tol_lp = policy.resolve(
         "is_loss.log_probs",
         with_peer(
             lp.precision(),
-            peer_prec(peer.fwd, keys::LOG_PROBS)
-                .or_else(|| peer_prec(peer.is_loss, weaver::LOG_PROBS)),
+            peer_prec(peer.fwd, Field::LogProbs)
+                .or_else(|| peer_prec(peer.is_loss, Field::LogProbs)),
         ),
         false,
     );
     let tol_old = policy.resolve(
         "is_loss.old_log_probs",
-        with_peer(
-            o.precision(),
-            peer_prec(peer.is_loss, weaver::OLD_LOG_PROBS),
-        ),
+        with_peer(o.precision(), peer_prec(peer.is_loss, Field::OldLogProbs)),
         false,
     );
     // The other side's inputs, rows paired by content.
     let peer_inputs = peer.is_loss.map(|b| {
-        let b_lp = b.mat(weaver::LOG_PROBS);
-        let b_old = b.mat(weaver::OLD_LOG_PROBS);
+        let b_lp = b.mat(Field::LogProbs);
+        let b_old = b.mat(Field::OldLogProbs);
         let nb = b_lp.as_ref().or(b_old.as_ref()).map_or(0, |m| m.rows);
         let rows = pair_rows(a_fwd, peer.ids, na, nb);
         let mut row = vec![None; na];
@@ -209,7 +205,7 @@ pub fn chain(
         PeerInputs {
             lp: b_lp,
             old: b_old,
-            ratio: b.mat(weaver::PROB_RATIO),
+            ratio: b.mat(Field::ProbRatio),
             row,
         }
     });
@@ -237,7 +233,7 @@ pub fn chain(
     let abs_adv: Vec<Option<f64>> = match &adv {
         Some(a) => (0..na).map(|r| a.row(r).first().map(|v| v.abs())).collect(),
         None => {
-            let b_adv = peer.is_loss.and_then(|v| v.mat(weaver::ADVANTAGES));
+            let b_adv = peer.is_loss.and_then(|v| v.mat(Field::Advantages));
             let nb = b_adv.as_ref().map_or(0, |m| m.rows);
             let rows = pair_rows(a_fwd, peer.ids, na, nb);
             let mut out = vec![None; na];
@@ -269,7 +265,7 @@ pub fn chain(
     // Per valid element, beside its run: its `logp − ref` (NaN when unknown) and signed
     // log-ratio difference; per row its count and the advantage its loss difference is
     // predicted from: what the aggregation modes and the KL and pg terms' tolerances need.
-    let ref_lp = a_fwd.mat(keys::REF_LOG_PROBS).filter(|m| m.rows == na);
+    let ref_lp = a_fwd.mat(Field::RefLogProbs).filter(|m| m.rows == na);
     let mut extra = ElemExtra {
         kl_delta: Vec::with_capacity(if ref_lp.is_some() { n_valid } else { 0 }),
         row_counts: Vec::with_capacity(abs_adv.len()),
@@ -380,7 +376,7 @@ impl ModeInputs {
             return ModeInputs::default();
         };
         let na = ch.extra.row_counts.len();
-        let ent = a_fwd.mat(keys::ENTROPY).filter(|m| m.rows == na);
+        let ent = a_fwd.mat(Field::Entropy).filter(|m| m.rows == na);
         let n = stats.count();
         let mut out = ModeInputs {
             advantage: Vec::with_capacity(n),
@@ -563,7 +559,11 @@ impl Derive {
                     }
                     _ => None,
                 };
-                if let (Some((pl, po)), true) = (quick, peer_fine || !own_fine) {
+                // (With a dumped ratio of coarse inputs to check, each element is checked
+                // below: the quick loop caps every allowance by the other side's inputs.)
+                if let (Some((pl, po)), true) =
+                    (quick, peer_fine || (!own_fine && peer_ratio.is_none()))
+                {
                     let old_r = &old_row[v.start..v.start + x.len()];
                     let at = base + v.start..base + v.start + x.len();
                     let (ratio_v, allowed_v) = (&mut ratio[at.clone()], &mut allowed[at.clone()]);
@@ -584,8 +584,27 @@ impl Derive {
                     let ol = old_row.get(p).copied().unwrap_or(f64::NAN);
                     let rt = (l - ol).exp();
                     ratio[base + p] = rt;
+                    // Whether the other side's dumped ratio is what its stored inputs give
+                    // (to f32), when it dumped one to check against.
+                    let reproduced = match (peer_lp, peer_old, peer_ratio) {
+                        (Some(pl), Some(po), Some(pr)) => match (pl.get(p), po.get(p), pr.get(p)) {
+                            (Some(pl), Some(po), Some(pr)) => Some(
+                                (pr - (pl - po).exp()).abs() <= 8.0 * 2f64.powi(-24) * pr.abs(),
+                            ),
+                            _ => None,
+                        },
+                        _ => None,
+                    };
+                    let computed_from_dump = peer_fine || reproduced == Some(true);
+                    // An input's allowance is what it differs from the other side's only
+                    // when that side computed from what it stored: one that computed its
+                    // ratio from finer values than it dumped (f32 log-probs stored as
+                    // bf16) differs from this side's by this side's whole rounding,
+                    // whatever the stored inputs say.
+                    let capped = peer_fine || reproduced != Some(false);
                     let own = |tol: f64, x: f64, peer: Option<&[f64]>| {
                         peer.and_then(|row| row.get(p))
+                            .filter(|_| capped)
                             .map_or(tol, |y| own_difference(tol, x - y))
                     };
                     let (tl, to) = (self.tol_lp.allowed(l), self.tol_old.allowed(ol));
@@ -593,19 +612,6 @@ impl Derive {
                         rt,
                         propagate::log_ratio_allowed(own(tl, l, peer_lp), own(to, ol, peer_old)),
                     );
-                    let computed_from_dump = peer_fine
-                        || match (peer_lp, peer_old, peer_ratio) {
-                            (Some(pl), Some(po), Some(pr)) => {
-                                match (pl.get(p), po.get(p), pr.get(p)) {
-                                    (Some(pl), Some(po), Some(pr)) => {
-                                        (pr - (pl - po).exp()).abs()
-                                            <= 8.0 * 2f64.powi(-24) * pr.abs()
-                                    }
-                                    _ => false,
-                                }
-                            }
-                            _ => false,
-                        };
                     delta[base + p] = if own_fine && computed_from_dump {
                         signed_log_ratio_delta((l, tl, peer_lp), (ol, to, peer_old), p)
                     } else {

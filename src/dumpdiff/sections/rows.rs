@@ -7,11 +7,11 @@ use super::*;
 /// comparisons and its derived chain share the decoded matrices, token rows and row
 /// pairings. Lives inside one cell's task (not `Send`).
 pub struct Tensors<'v> {
-    value: &'v Value,
-    mats: RefCell<HashMap<&'static str, Option<Rc<Mat>>>>,
+    record: &'v Record,
+    mats: RefCell<HashMap<Field, Option<Rc<Mat>>>>,
     tokens: OnceCell<Option<Rc<TokenRows>>>,
     /// Content pairings with other files of the cell, by the other file's address.
-    pairings: RefCell<Vec<(*const Value, Rc<RowMatch>)>>,
+    pairings: RefCell<Vec<(*const Record, Rc<RowMatch>)>>,
     /// The last comparison of this file's `log_probs` (see [`PairCtx::logprobs_memo`]).
     pub(super) logprobs: RefCell<Option<LogprobMemo>>,
     /// Per row, how far its per-token tensors were moved left by [`Tensors::realign`].
@@ -30,10 +30,10 @@ pub(super) struct LogprobMemo {
 }
 
 impl<'v> Tensors<'v> {
-    /// Wrap a parsed file; nothing is decoded yet.
-    pub fn new(value: &'v Value) -> Self {
+    /// Wrap a record; nothing is decoded yet.
+    pub fn new(record: &'v Record) -> Self {
         Tensors {
-            value,
+            record,
             mats: RefCell::new(HashMap::new()),
             tokens: OnceCell::new(),
             pairings: RefCell::new(Vec::new()),
@@ -48,11 +48,11 @@ impl<'v> Tensors<'v> {
     /// real prompt, masked) into the response-width tensors
     /// (`nexrl/trainer/self_hosted_trainer.py` `_process_trajectories`, nex-agi/NexRL@6860191),
     /// a weaver or verl layout starts them at the response.
-    pub fn realign(&self, keys: &[&'static str], shifts: Vec<usize>) {
-        for k in keys {
-            if let Some(m) = self.mat(k) {
+    pub fn realign(&self, fields: &[Field], shifts: Vec<usize>) {
+        for &f in fields {
+            if let Some(m) = self.mat(f) {
                 let moved = Rc::new(m.shifted_left(&shifts));
-                self.mats.borrow_mut().insert(k, Some(moved));
+                self.mats.borrow_mut().insert(f, Some(moved));
             }
         }
         *self.shifts.borrow_mut() = Some(Rc::new(shifts));
@@ -70,7 +70,7 @@ impl<'v> Tensors<'v> {
         &self,
         ids: &Tensors<'_>,
         other: &Tensors<'_>,
-        mask_key: &'static str,
+        mask_key: Field,
     ) -> Option<Vec<usize>> {
         let rows = self.content_rows(ids)?;
         let (ma, mb) = (self.mat(mask_key)?, other.mat(mask_key)?);
@@ -89,18 +89,18 @@ impl<'v> Tensors<'v> {
         shifts.iter().any(|s| *s > 0).then_some(shifts)
     }
 
-    /// The parsed file.
-    pub fn value(&self) -> &'v Value {
-        self.value
+    /// The record.
+    pub fn record(&self) -> &'v Record {
+        self.record
     }
 
-    /// [`Mat::of`] the tensor under `key`, decoded on the first call.
-    pub fn mat(&self, key: &'static str) -> Option<Rc<Mat>> {
-        if let Some(m) = self.mats.borrow().get(key) {
+    /// [`Mat::of`] the tensor of `field`, decoded on the first call.
+    pub fn mat(&self, field: Field) -> Option<Rc<Mat>> {
+        if let Some(m) = self.mats.borrow().get(&field) {
             return m.clone();
         }
-        let m = Mat::of(self.value, key).map(Rc::new);
-        self.mats.borrow_mut().insert(key, m.clone());
+        let m = Mat::of(self.record, field).map(Rc::new);
+        self.mats.borrow_mut().insert(field, m.clone());
         m
     }
 
@@ -110,8 +110,8 @@ impl<'v> Tensors<'v> {
     pub fn input_ids(&self) -> Option<Rc<TokenRows>> {
         self.tokens
             .get_or_init(|| {
-                let rows = token_rows(self.value, keys::INPUT_IDS)?;
-                Some(Rc::new(match masked_spans(self.value, &rows) {
+                let rows = token_rows(self.record, Field::InputIds)?;
+                Some(Rc::new(match masked_spans(self.record, &rows) {
                     Some(spans) => rows.with_spans(spans),
                     None => rows,
                 }))
@@ -125,7 +125,7 @@ impl<'v> Tensors<'v> {
         if pad == 0 {
             return self.input_ids();
         }
-        let t = self.value.get(keys::INPUT_IDS)?.to_tensor()?;
+        let t = self.record.tensor(Field::InputIds)?;
         if t.ndim() != 2 {
             return None;
         }
@@ -150,7 +150,7 @@ impl<'v> Tensors<'v> {
     /// of the most rows (a run of at least two at the start or the end of a row; Qwen
     /// pads with 151643, Llama 3 with 128001), `None` when no row ends in such a run.
     pub fn pad_candidate(&self) -> Option<i64> {
-        let t = self.value.get(keys::INPUT_IDS)?.to_tensor()?;
+        let t = self.record.tensor(Field::InputIds)?;
         if t.ndim() != 2 || t.shape()[1] < 2 {
             return None;
         }
@@ -175,7 +175,7 @@ impl<'v> Tensors<'v> {
     /// leaves rows unpaired, either side's [`Tensors::pad_candidate`] is tried on both and
     /// the pads pairing the most rows are kept (any pad id, read from the data).
     pub(super) fn content_rows(&self, other: &Tensors<'_>) -> Option<Rc<RowMatch>> {
-        let key: *const Value = other.value;
+        let key: *const Record = other.record;
         if let Some((_, m)) = self.pairings.borrow().iter().find(|(k, _)| *k == key) {
             return Some(m.clone());
         }
@@ -284,9 +284,9 @@ impl TokenRows {
 /// Each row's span from its first to its last position where `attention_mask` is
 /// non-zero (the real tokens, whatever the pad id), when the file holds a mask of the
 /// ids' shape; `None` otherwise.
-fn masked_spans(v: &Value, ids: &TokenRows) -> Option<Vec<std::ops::Range<usize>>> {
-    let ids_t = v.get(keys::INPUT_IDS)?.to_tensor()?;
-    let mask = v.get(weaver::ATTENTION_MASK)?.to_tensor()?;
+fn masked_spans(r: &Record, ids: &TokenRows) -> Option<Vec<std::ops::Range<usize>>> {
+    let ids_t = r.tensor(Field::InputIds)?;
+    let mask = r.tensor(Field::AttentionMask)?;
     if mask.shape() != ids_t.shape() || ids_t.ndim() != 2 || ids.spans.len() != ids_t.shape()[0] {
         return None;
     }
@@ -304,9 +304,9 @@ fn masked_spans(v: &Value, ids: &TokenRows) -> Option<Vec<std::ops::Range<usize>
     )
 }
 
-/// The token rows of `key` (e.g. `input_ids`) with padding (0) stripped.
-pub fn token_rows(v: &Value, key: &str) -> Option<TokenRows> {
-    let t = v.get(key)?.to_tensor()?;
+/// The token rows of `field` (e.g. `input_ids`) with padding (0) stripped.
+pub fn token_rows(r: &Record, field: Field) -> Option<TokenRows> {
+    let t = r.tensor(field)?;
     if t.ndim() != 2 {
         return None;
     }
@@ -376,6 +376,7 @@ pub fn row_summary(rm: &RowMatch) -> RowSummary {
 mod tests {
     use super::*;
     use crate::compare::align::strip_pad_range;
+    use crate::value::Value;
 
     /// Stored i64 ids: each row's span is `strip_pad_range` of the row (zeros inside a
     /// row kept, leading and trailing ones dropped, an all-zero row empty), ids of every
@@ -392,7 +393,8 @@ mod tests {
         let flat: Vec<i64> = rows.iter().flatten().copied().collect();
         let t = Tensor::from_i64(vec![5, 7], &flat).unwrap();
         let v = Value::Dict(vec![(Value::Str("ids".into()), Value::Tensor(t))]);
-        let got = token_rows(&v, "ids").unwrap();
+        let names = |f: Field| (f == Field::InputIds).then_some("ids");
+        let got = token_rows(&Record::new(v, names), Field::InputIds).unwrap();
         assert!(matches!(got.ids, TokenIds::Stored(_)));
         for (i, row) in rows.iter().enumerate() {
             let r = strip_pad_range(row, 0);

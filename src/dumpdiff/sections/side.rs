@@ -11,8 +11,8 @@ pub struct SideData {
     pub role: &'static str,
     /// Its discovered layout.
     pub tree: DumpTree,
-    /// Parsed whole-batch files (no rank in the name) by path.
-    pub values: HashMap<PathBuf, Value>,
+    /// Whole-batch files (no rank in the name), read up front, by path.
+    pub values: HashMap<PathBuf, Record>,
     /// Per-rank files of the step (after the rank/micro filters), read on demand: path → size.
     pub streamed: HashMap<PathBuf, u64>,
     /// The compared step.
@@ -21,8 +21,6 @@ pub struct SideData {
     read: Mutex<HashSet<PathBuf>>,
     /// The file at each (kind, rank, micro) of the step, as [`DumpTree::get`] picks it.
     index: HashMap<(Kind, Option<u32>, Option<u32>), usize>,
-    /// The maps whole-batch `.pt` files were read from, by path.
-    pages: HashMap<PathBuf, Pages>,
 }
 
 impl SideData {
@@ -30,7 +28,7 @@ impl SideData {
     pub fn new(
         role: &'static str,
         tree: DumpTree,
-        values: HashMap<PathBuf, Value>,
+        values: HashMap<PathBuf, Record>,
         streamed: HashMap<PathBuf, u64>,
         step: i64,
     ) -> Self {
@@ -49,21 +47,7 @@ impl SideData {
             step,
             read: Mutex::new(HashSet::new()),
             index,
-            pages: HashMap::new(),
         }
-    }
-
-    /// This side with the maps its whole-batch files were read from (see
-    /// [`crate::dumpdiff::pages::read_whole`]).
-    pub fn with_pages(mut self, pages: HashMap<PathBuf, Pages>) -> Self {
-        self.pages = pages;
-        self
-    }
-
-    /// The map of the whole-batch file of `kind` at (rank, micro), if it was read from one.
-    pub fn pages(&self, kind: Kind, rank: Option<u32>, micro: Option<u32>) -> Option<&Pages> {
-        let f = self.file(kind, rank, micro)?;
-        self.pages.get(&f.path)
     }
 
     /// The file of `kind` at (rank, micro) of the compared step (what `tree.get` finds).
@@ -72,26 +56,70 @@ impl SideData {
         kind: Kind,
         rank: Option<u32>,
         micro: Option<u32>,
-    ) -> Option<&crate::producers::layout::DumpFile> {
+    ) -> Option<&DumpFile> {
         let &i = self.index.get(&(kind, rank, micro))?;
         self.tree.files().get(i)
     }
 
-    /// The parsed whole-batch file of `kind` at (rank, micro), if that file exists.
-    pub fn get(&self, kind: Kind, rank: Option<u32>, micro: Option<u32>) -> Option<&Value> {
+    /// The whole-batch record of `kind` at (rank, micro), if that file exists.
+    pub fn get(&self, kind: Kind, rank: Option<u32>, micro: Option<u32>) -> Option<&Record> {
         let f = self.file(kind, rank, micro)?;
         self.values.get(&f.path)
     }
 
-    /// [`SideData::get`] with the file's path, for messages that name it.
+    /// [`SideData::get`] with its file, for reading through the tree's reader and for
+    /// messages that name it.
     pub fn get_file(
         &self,
         kind: Kind,
         rank: Option<u32>,
         micro: Option<u32>,
-    ) -> Option<(&Path, &Value)> {
+    ) -> Option<(&DumpFile, &Record)> {
         let f = self.file(kind, rank, micro)?;
-        Some((f.path.as_path(), self.values.get(&f.path)?))
+        Some((f, self.values.get(&f.path)?))
+    }
+
+    /// The trajectories of the whole-batch file of `kind` (trajectory, prepared
+    /// trajectories), through the tree's reader; `None` without such a file.
+    ///
+    /// Errors: the file's trajectories unreadable (named with the file).
+    pub fn trajectories(&self, kind: Kind) -> Result<Option<TrajectoryBatch<'_>>> {
+        self.get_file(kind, None, None)
+            .map(|(f, r)| self.tree.reader().trajectories(f, r))
+            .transpose()
+    }
+
+    /// The datums of the whole-batch `datums/` file, through the tree's reader.
+    ///
+    /// Errors: the file's datums unreadable (named with the file).
+    pub fn datums(&self) -> Result<Option<DatumBatch<'_>>> {
+        self.get_file(Kind::Datums, None, None)
+            .map(|(f, r)| self.tree.reader().datums(f, r))
+            .transpose()
+    }
+
+    /// The loss record (terms, echoed coefficients) of this side's `loss/` record `r` at
+    /// (rank, micro), through the tree's reader; `None` without that file.
+    pub fn loss_record(
+        &self,
+        rank: u32,
+        micro: Option<u32>,
+        r: &Record,
+    ) -> Option<Result<LossRecord>> {
+        let f = self.file(Kind::Loss, Some(rank), micro)?;
+        Some(self.tree.reader().loss(f, r))
+    }
+
+    /// The conventions this side's `loss/` record `r` at (rank, micro) states (echoed
+    /// aggregation, loss scale, coefficients); `None` without that file or when unreadable.
+    pub fn loss_conventions(
+        &self,
+        rank: u32,
+        micro: Option<u32>,
+        r: &Record,
+    ) -> Option<Conventions> {
+        let f = self.file(Kind::Loss, Some(rank), micro)?;
+        self.tree.reader().conventions(f, r).ok()
     }
 
     /// Whether `path` is one of this side's files at the compared step.
@@ -107,7 +135,7 @@ impl SideData {
         rank: Option<u32>,
         micro: Option<u32>,
         progress: &dyn Progress,
-    ) -> Result<Option<Cow<'_, Value>>> {
+    ) -> Result<Option<Cow<'_, Record>>> {
         let Some(f) = self.file(kind, rank, micro) else {
             return Ok(None);
         };
@@ -117,8 +145,7 @@ impl SideData {
         let Some(&size) = self.streamed.get(&f.path) else {
             return Ok(None);
         };
-        let v = read_any(&f.path)?;
-        crate::producers::check_tensor_keys(kind, &f.path, &v)?;
+        let v = self.tree.read(f)?;
         progress.file_done(size);
         self.read
             .lock()
@@ -158,28 +185,27 @@ impl SideData {
         progress: &dyn Progress,
         prechecked: &mut HashMap<PathBuf, Result<()>>,
     ) -> Result<()> {
-        let mut unread: Vec<(&PathBuf, u64)> = {
+        let unread: Vec<&DumpFile> = {
             let read = self.read.lock().unwrap_or_else(|e| e.into_inner());
-            self.streamed
+            self.tree
+                .files()
                 .iter()
-                .filter(|(p, _)| !read.contains(*p))
-                .map(|(p, &s)| (p, s))
+                .filter(|f| self.streamed.contains_key(&f.path) && !read.contains(&f.path))
                 .collect()
         };
-        unread.sort();
         let mut rest = Vec::with_capacity(unread.len());
-        for (path, size) in unread {
-            match prechecked.remove(path) {
+        for f in unread {
+            match prechecked.remove(&f.path) {
                 Some(outcome) => {
                     outcome?;
-                    progress.file_done(size);
+                    progress.file_done(f.size);
                 }
-                None => rest.push((path, size)),
+                None => rest.push(f),
             }
         }
-        rest.par_iter().try_for_each(|(path, size)| {
-            read_any(path)?;
-            progress.file_done(*size);
+        rest.par_iter().try_for_each(|f| {
+            self.tree.read(f)?;
+            progress.file_done(f.size);
             Ok(())
         })
     }
@@ -200,21 +226,22 @@ impl SideData {
     }
 }
 
-/// Read (and drop) each of `files` in turn, as [`SideData::check_unread`] would, and
-/// return each outcome; stops early when `stop` is set. Run on a thread of its own while
+/// Read (and drop) each of `files` of `tree` in turn, as [`SideData::check_unread`]
+/// would, and return each outcome by path; stops early when `stop` is set. Run on a thread of its own while
 /// the whole-batch files are read (a phase that leaves a core idle) for the files no cell
 /// is expected to read; those it has not reached when it is joined are checked then, in
 /// parallel ([`SideData::check_unread`]).
 pub fn precheck(
-    files: &[PathBuf],
+    tree: &DumpTree,
+    files: &[DumpFile],
     stop: &std::sync::atomic::AtomicBool,
 ) -> HashMap<PathBuf, Result<()>> {
     let mut out = HashMap::new();
-    for path in files {
+    for f in files {
         if stop.load(std::sync::atomic::Ordering::Relaxed) {
             break;
         }
-        out.insert(path.clone(), read_any(path).map(drop));
+        out.insert(f.path.clone(), tree.read(f).map(drop));
     }
     out
 }

@@ -1,5 +1,6 @@
 use super::*;
 use crate::compare::propagate::ChainElem;
+use crate::value::Value;
 
 fn rows(v: &[&[f64]]) -> Value {
     Value::List(
@@ -16,6 +17,11 @@ fn dict(items: Vec<(&str, Value)>) -> Value {
             .map(|(k, v)| (Value::Str(k.into()), v))
             .collect(),
     )
+}
+
+/// A test dict read as NexRL names its fields.
+fn rec_of(v: Value) -> Record {
+    Record::new(v, crate::producers::nexrl_files::field_name)
 }
 
 fn f32r(x: f64) -> f64 {
@@ -35,7 +41,10 @@ fn chain_with_old(
     b_is: &Tensors<'_>,
 ) -> Chain {
     let inputs = BatchInputs {
-        old_log_probs: Mat::of(&dict(vec![("o", old)]), "o"),
+        old_log_probs: Mat::of(
+            &rec_of(dict(vec![("old_log_probs", old)])),
+            Field::OldLogProbs,
+        ),
         traj_index: HashMap::new(),
         advantages: None,
         advantages_from: String::new(),
@@ -74,10 +83,12 @@ fn is_loss_case(ratio_b1: Option<f64>) -> (Cell, Chain) {
         ("prob_ratio", rows(&[&ratio_b])),
     ]);
     let policy = TolerancePolicy::default();
+    let a_fwd = rec_of(a_fwd);
+    let b_is = rec_of(b_is);
     let (a_fwd, b_is) = (Tensors::new(&a_fwd), Tensors::new(&b_is));
     let ch = chain_with_old(&policy, rows(&[&old]), &a_fwd, &b_is);
     let memo = StatsMemo::new(Some(&ch), None);
-    let cell = is_loss_cell(&policy, 0, 0, &a_fwd, None, &b_is, None, &ch, &memo);
+    let (cell, _) = is_loss_cell(&policy, 0, 0, &a_fwd, None, &b_is, None, &ch, &memo);
     (cell, ch)
 }
 
@@ -145,14 +156,14 @@ fn clip_fraction_may_move_by_the_tokens_near_the_boundary() {
     ]));
     let policy = TolerancePolicy::default();
     let verdict = |b: f64| {
-        let a = loss_with_clip_frac(0.25);
+        let a = rec_of(loss_with_clip_frac(0.25));
         let memo = StatsMemo::new(Some(&chain), Some(&a));
         let (cell, _) = loss_cell(
             &policy,
             0,
             0,
             &a,
-            &loss_with_clip_frac(b),
+            &rec_of(loss_with_clip_frac(b)),
             Some(DType::BF16),
             &memo,
         );
@@ -175,7 +186,11 @@ fn stored(dtype: DType, rows: usize, width: usize, vals: &[f64]) -> Mat {
         })
         .collect();
     let t = Tensor::from_le_bytes(dtype, vec![rows, width], bytes).unwrap();
-    Mat::of(&dict(vec![("x", Value::Tensor(t))]), "x").unwrap()
+    Mat::of(
+        &rec_of(dict(vec![("log_probs", Value::Tensor(t))])),
+        Field::LogProbs,
+    )
+    .unwrap()
 }
 
 /// Deterministic pseudo-random numbers in [0, 1).
@@ -360,10 +375,14 @@ fn stored_token_rows_hash_as_decoded_ones() {
     let ids: [[i64; 6]; 3] = [[0, 0, 5, 6, 7, 0], [0, 0, 0, 0, 0, 0], [9, 1, 2, 3, 4, 8]];
     let flat: Vec<i64> = ids.iter().flatten().copied().collect();
     let t = Tensor::from_i64(vec![3, 6], &flat).unwrap();
-    let stored = token_rows(&dict(vec![("ids", Value::Tensor(t))]), "ids").unwrap();
+    let stored = token_rows(
+        &rec_of(dict(vec![("input_ids", Value::Tensor(t))])),
+        Field::InputIds,
+    )
+    .unwrap();
     assert!(matches!(stored.ids, TokenIds::Stored(_)));
     let listed = dict(vec![(
-        "ids",
+        "input_ids",
         Value::List(
             ids.iter()
                 .map(|r| Value::List(r.iter().map(|&v| Value::Int(v)).collect()))
@@ -377,7 +396,7 @@ fn stored_token_rows_hash_as_decoded_ones() {
         assert_eq!(stored.hash(i, true), head);
     }
     // A list of ints is a tensor built in memory: the same hashes.
-    let listed = token_rows(&listed, "ids").unwrap();
+    let listed = token_rows(&rec_of(listed), Field::InputIds).unwrap();
     assert_eq!(listed.len(), 3);
     for i in 0..3 {
         for m in [false, true] {
@@ -404,6 +423,8 @@ fn batch_inputs_rows_pair_through_their_attention_mask() {
         ("input_ids", ids(&[21, 22, 23, 24, 11, 12, 13, 7], [2, 4])),
         ("attention_mask", ids(&[1, 1, 1, 1, 1, 1, 1, 0], [2, 4])),
     ]);
+    let a = rec_of(a);
+    let b = rec_of(b);
     let (ta, tb) = (Tensors::new(&a), Tensors::new(&b));
     let m = pair_rows(&ta, Some(&tb), 2, 2);
     assert_eq!(m.pairs, vec![(0, 1), (1, 0)]);
@@ -413,6 +434,7 @@ fn batch_inputs_rows_pair_through_their_attention_mask() {
         "input_ids",
         ids(&[21, 22, 23, 24, 11, 12, 13, 7], [2, 4]),
     )]);
+    let b_nomask = rec_of(b_nomask);
     let tb = Tensors::new(&b_nomask);
     let m = pair_rows(&ta, Some(&tb), 2, 2);
     assert_eq!(m.only_a, vec![0]);
@@ -497,6 +519,8 @@ fn ratio_fast_loop_is_the_general_loop_bit_for_bit() {
         ("old_log_probs", as_rows(&old_b)),
     ]);
     let policy = TolerancePolicy::default();
+    let a_fwd = rec_of(a_fwd);
+    let b_is = rec_of(b_is);
     let (a_fwd, b_is) = (Tensors::new(&a_fwd), Tensors::new(&b_is));
     let ch = chain_with_old(&policy, as_rows(&old), &a_fwd, &b_is);
     let (derive, old) = (ch.partial.as_ref().unwrap(), ch.old.as_ref().unwrap());
@@ -637,9 +661,13 @@ fn mode_inputs_follow_the_chains_runs_element_for_element() {
         ("response_mask", rows(&[&mask[0], &mask[1], &mask[2]])),
         ("entropy", as_rows(&ent)),
     ]);
+    let a_fwd = rec_of(a_fwd);
     let a_fwd = Tensors::new(&a_fwd);
     let inputs = BatchInputs {
-        old_log_probs: Mat::of(&dict(vec![("o", as_rows(&old))]), "o"),
+        old_log_probs: Mat::of(
+            &rec_of(dict(vec![("old_log_probs", as_rows(&old))])),
+            Field::OldLogProbs,
+        ),
         traj_index: HashMap::new(),
         advantages: Some(vec![0.5, -1.0, 2.0]),
         advantages_from: String::new(),

@@ -1,50 +1,99 @@
-//! Residency of the whole-batch files (`old_log_probs/step_N.pt`, trajectories): they
-//! stay mapped for the whole run, but only the rows a cell is reading stay in memory, so
-//! peak memory follows the cells in flight, not the batch.
+//! How NexRL's trees (self-hosted, remote-API, weaver) are read into the model's records
+//! ([`FileReader`]): each file decoded and its fields named by
+//! [`field_name`]; whole-batch `.pt` files (`old_log_probs/step_N.pt`,
+//! trajectories) kept in their memory map and released from memory once parsed, so that
+//! only the rows a cell is reading stay resident; a trajectory file digested trajectory by
+//! trajectory as the unpickler builds them.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use memmap2::{Mmap, UncheckedAdvice};
+use memmap2::Mmap;
 
 use crate::error::{Error, Result};
 use crate::formats::pt::pickle::Each;
 use crate::formats::{read_any, FileFormat};
-use crate::model::trajectory::{TrajectoryRow, TrajectorySummary};
-use crate::producers::nexrl_self_hosted;
+use crate::model::conventions::Conventions;
+use crate::model::record::{Field, Pages, Record};
+use crate::model::step::LossRecord;
+use crate::model::trajectory::{DatumBatch, TrajectoryBatch, TrajectoryRow, TrajectorySummary};
+use crate::model::tree::{DumpFile, FileReader};
+use crate::producers::{check_tensor_keys, nexrl_self_hosted, remote_api, weaver};
 use crate::value::Value;
 
-/// The memory map a whole-batch `.pt` file was read from.
-#[derive(Debug, Clone)]
-pub struct Pages {
-    map: Arc<Mmap>,
+/// How NexRL's trainers (self-hosted, weaver, remote-API) name each field of a dumped
+/// record: one key space across their `forward_data/`, `old_log_probs/`, `is_loss_debug/`,
+/// `batch_inputs/`, `loss/`, `param/` and `gradient/` files.
+pub fn field_name(f: Field) -> Option<&'static str> {
+    Some(match f {
+        Field::InputIds => nexrl_self_hosted::INPUT_IDS,
+        Field::AttentionMask => weaver::ATTENTION_MASK,
+        Field::ResponseMask => nexrl_self_hosted::RESPONSE_MASK,
+        Field::EffectiveMask => weaver::EFFECTIVE_VALID,
+        Field::LogProbs => nexrl_self_hosted::LOG_PROBS,
+        Field::OldLogProbs => nexrl_self_hosted::OLD_LOG_PROBS,
+        Field::RefLogProbs => nexrl_self_hosted::REF_LOG_PROBS,
+        Field::RolloutLogProbs => weaver::ROLLOUT_LOG_PROBS,
+        Field::Entropy => nexrl_self_hosted::ENTROPY,
+        Field::Advantages => nexrl_self_hosted::ADVANTAGES,
+        Field::ProbRatio => weaver::PROB_RATIO,
+        Field::ElementwiseLoss => weaver::ELEMENTWISE_LOSS,
+        Field::Param => nexrl_self_hosted::PARAM,
+        Field::Gradient => nexrl_self_hosted::GRADIENT,
+        Field::Loss => nexrl_self_hosted::LOSS,
+        Field::PgLoss => nexrl_self_hosted::PG_LOSS,
+        Field::EntropyLoss => nexrl_self_hosted::ENTROPY_LOSS,
+        Field::KlLoss => nexrl_self_hosted::KL_METRICS[1],
+    })
 }
 
-impl Pages {
-    /// Let the kernel drop `bytes` (a window of this map) from this process's memory; a
-    /// later read faults the same file bytes back in from the page cache.
-    pub fn release(&self, bytes: &[u8]) {
-        let base = self.map.as_ptr() as usize;
-        let start = bytes.as_ptr() as usize;
-        let Some(offset) = start.checked_sub(base) else {
-            return;
-        };
-        if bytes.is_empty() || offset + bytes.len() > self.map.len() {
-            return;
-        }
-        // SAFETY: the map is a read-only shared mapping of a file (`Mmap::map`) that this
-        // crate never writes: MADV_DONTNEED only drops page-table entries, and the next
-        // read of any slice of it sees the same file bytes again. A failure (it is only
-        // advice) changes nothing.
-        let _ = unsafe {
-            self.map
-                .unchecked_advise_range(UncheckedAdvice::DontNeed, offset, bytes.len())
-        };
+/// The reader of every NexRL tree: the three trainers share one key space.
+pub struct NexrlFiles;
+
+impl FileReader for NexrlFiles {
+    fn record(&self, file: &DumpFile) -> Result<Record> {
+        let v = read_any(&file.path)?;
+        check_tensor_keys(file.kind, &file.path, &v)?;
+        Ok(Record::new(v, field_name))
     }
 
-    /// [`Pages::release`] of the whole map.
-    fn release_all(&self) {
-        self.release(&self.map[..]);
+    fn whole(&self, file: &DumpFile) -> Result<Record> {
+        let (v, pages) = read_whole(&file.path)?;
+        check_tensor_keys(file.kind, &file.path, &v)?;
+        Ok(with_pages(v, pages))
+    }
+
+    fn summarised(&self, file: &DumpFile) -> Result<(Record, Option<TrajectorySummary>)> {
+        let (v, pages, summary) = read_trajectory_summary(&file.path)?;
+        check_tensor_keys(file.kind, &file.path, &v)?;
+        Ok((with_pages(v, pages), summary))
+    }
+
+    fn trajectories<'r>(&self, file: &DumpFile, r: &'r Record) -> Result<TrajectoryBatch<'r>> {
+        nexrl_self_hosted::trajectories(&file.path, r.raw())
+    }
+
+    fn datums<'r>(&self, file: &DumpFile, r: &'r Record) -> Result<DatumBatch<'r>> {
+        remote_api::datums(&file.path, r.raw())
+    }
+
+    fn loss(&self, file: &DumpFile, r: &Record) -> Result<LossRecord> {
+        nexrl_self_hosted::loss_record(&file.path, r.raw())
+    }
+
+    fn conventions(&self, file: &DumpFile, r: &Record) -> Result<Conventions> {
+        let mut c = Conventions::default();
+        nexrl_self_hosted::loss_conventions(file.kind, &file.path, r.raw(), &mut c)?;
+        Ok(c)
+    }
+}
+
+/// A decoded file as a record, with the map it was read from.
+fn with_pages(v: Value, pages: Option<Pages>) -> Record {
+    let r = Record::new(v, field_name);
+    match pages {
+        Some(p) => r.with_pages(p),
+        None => r,
     }
 }
 
@@ -74,7 +123,7 @@ pub fn read_whole(path: &Path) -> Result<(Value, Option<Pages>)> {
         return Ok((read_any(path)?, None));
     };
     let value = crate::formats::pt::read_pt_map(map.clone()).map_err(|e| e.in_file(path))?;
-    let pages = Pages { map };
+    let pages = Pages::new(map);
     // The CRC check touched every page; each cell faults back in the rows it reads.
     pages.release_all();
     Ok((value, Some(pages)))
@@ -157,7 +206,7 @@ pub fn read_trajectory_summary(
     let (Ok(rows), Ok(value)) = (rows, read) else {
         return whole(path);
     };
-    let pages = Pages { map };
+    let pages = Pages::new(map);
     pages.release_all();
     match value
         .get(nexrl_self_hosted::TRAJECTORIES)

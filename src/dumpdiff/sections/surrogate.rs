@@ -1,0 +1,398 @@
+//! What the other side's own dumped values say of how it composed its ratio and per-token
+//! loss, so that the reference side's are derived the same way before they are compared:
+//! PPO's clipped surrogate or the plain importance-sampling loss, GSPO's sequence ratio
+//! or the token ratio.
+
+use super::*;
+
+/// How a side turns its ratio `r` and advantage `A` into its per-token loss.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum ElemLoss {
+    /// The plain importance-sampling loss `−A·r` (NexRL's weaver `is_loss_debug`).
+    Plain,
+    /// PPO's clipped surrogate `max(−A·r, −A·clip(r, 1−lo, 1+hi))`, capped at `−A·c` for
+    /// `A < 0` with dual clip (verl `compute_policy_loss_vanilla`, `core_algos.py`,
+    /// volcengine/verl@cc62eca).
+    Clipped { lo: f64, hi: f64, dual: Option<f64> },
+}
+
+impl ElemLoss {
+    /// The per-token loss of ratio `r` and advantage `a` (f64; NaN stays NaN).
+    pub(super) fn of(self, r: f64, a: f64) -> f64 {
+        match self {
+            ElemLoss::Plain => -r * a,
+            ElemLoss::Clipped { lo, hi, dual } => {
+                let l = (-a * r).max(-a * r.clamp(1.0 - lo, 1.0 + hi));
+                match dual {
+                    Some(c) if a < 0.0 => l.min(-a * c),
+                    _ => l,
+                }
+            }
+        }
+    }
+
+    /// How the derived per-token loss was computed, for its origin.
+    pub(super) fn words(self) -> String {
+        match self {
+            ElemLoss::Plain => "−prob_ratio · advantages".to_string(),
+            ElemLoss::Clipped { lo, hi, dual } => format!(
+                "max(−A·r, −A·clip(r, 1−{lo}, 1+{hi})){} (PPO clip: what weaver's own \
+                 prob_ratio, advantages and elementwise_loss follow)",
+                dual.map_or(String::new(), |c| format!(", A<0 capped at −A·{c}"))
+            ),
+        }
+    }
+}
+
+/// The per-token loss convention the other side's own dumped `prob_ratio`, `advantages`
+/// and `elementwise_loss` follow: the plain `−A·r`, else PPO's clipped surrogate under the
+/// clip range the reference loss file echoes or a customary one (0.2/0.2, DAPO's
+/// 0.2/0.28; dual clip 3 or none), whichever reproduces the most of its valid elements to
+/// f32 — the plain loss unless a clipped one reproduces more.
+pub(super) fn elem_convention(b_is: &Tensors<'_>, a_loss: Option<&Record>) -> ElemLoss {
+    let (Some(r), Some(a), Some(el)) = (
+        b_is.mat(Field::ProbRatio),
+        b_is.mat(Field::Advantages),
+        b_is.mat(Field::ElementwiseLoss),
+    ) else {
+        return ElemLoss::Plain;
+    };
+    let mask = b_is.mat(Field::EffectiveMask);
+    if (r.rows, r.width) != (el.rows, el.width) || (a.rows, a.width) != (el.rows, el.width) {
+        return ElemLoss::Plain;
+    }
+    let reproduced = |conv: ElemLoss| -> usize {
+        let mut n = 0;
+        for row in 0..el.rows {
+            let (rr, ar, er) = (r.row(row), a.row(row), el.row(row));
+            let valid: Vec<Range<usize>> = match &mask {
+                Some(m) if m.rows == el.rows => m.nonzero(row).to_vec(),
+                _ => std::iter::once(0..el.width).collect(),
+            };
+            for p in valid.into_iter().flatten().filter(|&p| p < el.width) {
+                let want = conv.of(rr[p], ar[p]);
+                if (er[p] - want).abs() <= 8.0 * 2f64.powi(-24) * want.abs().max(er[p].abs()) {
+                    n += 1;
+                }
+            }
+        }
+        n
+    };
+    let valid: usize = (0..el.rows)
+        .map(|row| match &mask {
+            Some(m) if m.rows == el.rows => m
+                .nonzero(row)
+                .iter()
+                .map(|v| v.end.min(el.width).saturating_sub(v.start))
+                .sum(),
+            _ => el.width,
+        })
+        .sum();
+    let mut best = (ElemLoss::Plain, reproduced(ElemLoss::Plain));
+    if best.1 == valid {
+        return ElemLoss::Plain; // every element: nothing can do better
+    }
+    for conv in candidates(a_loss).into_iter().skip(1) {
+        let n = reproduced(conv);
+        if n > best.1 {
+            best = (conv, n);
+        }
+    }
+    best.0
+}
+
+/// The per-token loss conventions tried, the plain loss first: PPO's clipped surrogate
+/// under the clip range the reference loss file echoes and the customary ones (0.2/0.2,
+/// DAPO's 0.2/0.28), each without and with dual clip 3.
+fn candidates(a_loss: Option<&Record>) -> Vec<ElemLoss> {
+    let mut ranges = vec![clip_range(a_loss), (0.2, 0.2), (0.2, 0.28)];
+    ranges.dedup();
+    let mut out = vec![ElemLoss::Plain];
+    for (lo, hi) in ranges {
+        for dual in [None, Some(3.0)] {
+            out.push(ElemLoss::Clipped { lo, hi, dual });
+        }
+    }
+    out
+}
+
+/// The per-token loss convention the reference side itself follows, when its own dumped
+/// `pg_loss` tells: `other` (the other side's, [`elem_convention`]) when it reproduces
+/// the reference's pg_loss as well as any candidate (within 10×), else the candidate
+/// that reproduces it (within a tenth of a typical token's term) — a clip range differing
+/// between the sides is then found by the comparison, not adopted. `other` when the
+/// reference's loss cannot tell.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn own_convention(
+    other: ElemLoss,
+    ratio: &Mat,
+    adv: &Mat,
+    mask: Option<&Mat>,
+    agg: AggMode,
+    pg: f64,
+    a_loss: Option<&Record>,
+) -> ElemLoss {
+    let errors: Vec<(ElemLoss, f64)> = candidates(a_loss)
+        .into_iter()
+        .chain(std::iter::once(other))
+        .filter_map(|c| Some((c, pg_error(c, ratio, adv, mask, agg, pg)?)))
+        .collect();
+    let Some(&(best, e)) = errors.iter().min_by(|a, b| a.1.total_cmp(&b.1)) else {
+        return other;
+    };
+    let tied = |c: ElemLoss| {
+        errors
+            .iter()
+            .any(|(x, ex)| *x == c && *ex <= 10.0 * e.max(1e-12))
+    };
+    if tied(other) || !pg_close(e, ratio, adv, mask) {
+        other
+    } else {
+        best
+    }
+}
+
+/// `|pg − recompute|` of the per-token loss `conv` over `ratio` and `adv` at the valid
+/// positions of `mask`, reduced under `agg` or whichever of verl's modes comes closest
+/// ([`AggMode::reduce_rows`]); `None` when an element is not finite.
+fn pg_error(
+    conv: ElemLoss,
+    ratio: &Mat,
+    adv: &Mat,
+    mask: Option<&Mat>,
+    agg: AggMode,
+    pg: f64,
+) -> Option<f64> {
+    let (vals, counts) = valid_terms(conv, ratio, adv, mask)?;
+    let modes = [
+        agg,
+        AggMode::TokenMean,
+        AggMode::SeqMeanTokenMean,
+        AggMode::SeqMeanTokenSum,
+    ];
+    Some(
+        modes
+            .iter()
+            .map(|m| (m.reduce_rows(&counts, &vals, ratio.width) - pg).abs())
+            .fold(f64::INFINITY, f64::min),
+    )
+}
+
+/// Whether a recompute error `e` is within a tenth of a typical token's term `|A·r|`
+/// (stored 16-bit log-probs move a row's terms by a few 1e-3).
+fn pg_close(e: f64, ratio: &Mat, adv: &Mat, mask: Option<&Mat>) -> bool {
+    let Some((vals, _)) = valid_terms(ElemLoss::Plain, ratio, adv, mask) else {
+        return false;
+    };
+    let scale = vals.iter().map(|v| v.abs()).sum::<f64>() / vals.len().max(1) as f64;
+    e <= 0.1 * scale
+}
+
+/// The per-token terms `conv(r, A)` at the valid positions of `mask` (all without one),
+/// row after row, with each row's count; `None` when one is not finite.
+fn valid_terms(
+    conv: ElemLoss,
+    ratio: &Mat,
+    adv: &Mat,
+    mask: Option<&Mat>,
+) -> Option<(Vec<f64>, Vec<usize>)> {
+    let (rt, av) = (ratio.values(), adv.values());
+    let w = ratio.width;
+    if av.len() < rt.len() {
+        return None;
+    }
+    let (mut vals, mut counts) = (Vec::new(), Vec::new());
+    for row in 0..ratio.rows {
+        let valid: Vec<usize> = match mask {
+            Some(m) if m.rows == ratio.rows => m
+                .nonzero(row)
+                .iter()
+                .flat_map(|v| v.start.min(w)..v.end.min(w))
+                .collect(),
+            _ => (0..w).collect(),
+        };
+        counts.push(valid.len());
+        for p in valid {
+            vals.push(conv.of(rt[row * w + p], av[row * w + p]));
+        }
+    }
+    vals.iter().all(|v| v.is_finite()).then_some((vals, counts))
+}
+
+/// Whether a dumped ratio is GSPO-shaped: the same value (to one f32 ulp) at every valid
+/// position of each row of two or more valid tokens (`Some(true)`), varying along one such
+/// row (`Some(false)`), or without such a row (`None`). verl's sequence ratio is
+/// `exp(log_prob − sg(log_prob) + sg(mean log-ratio))`: its first terms cancel exactly.
+pub(super) fn sequence_shaped(r: &Mat, mask: Option<&Mat>) -> Option<bool> {
+    let mut seen = false;
+    for row in 0..r.rows {
+        let values = r.row(row);
+        let valid: Vec<Range<usize>> = match mask {
+            Some(m) if m.rows == r.rows => m.nonzero(row).to_vec(),
+            _ => std::iter::once(0..r.width).collect(),
+        };
+        let mut xs = valid
+            .into_iter()
+            .flatten()
+            .filter_map(|p| values.get(p).copied());
+        let Some(first) = xs.next() else { continue };
+        let (mut lo, mut hi, mut n) = (first, first, 1);
+        for x in xs {
+            (lo, hi, n) = (lo.min(x), hi.max(x), n + 1);
+        }
+        if n < 2 {
+            continue;
+        }
+        if hi - lo > 2f64.powi(-23) * hi.abs().max(lo.abs()) {
+            return Some(false);
+        }
+        seen = true;
+    }
+    seen.then_some(true)
+}
+
+/// GSPO's sequence ratio of a chain's token ratios `ratio` (verl
+/// `compute_policy_loss_gspo`, `core_algos.py`, volcengine/verl@cc62eca: `s =
+/// exp(mean over the row's response tokens of (log_prob − old_log_prob))`, the same at
+/// every token), with its allowance `s·(e^Ē − 1)`, `Ē` the mean of the tokens' log-ratio
+/// allowances (`allowed = r·(e^E − 1)`). Valid positions are the reference mask's
+/// non-zero ones; the others keep the token values. Shapes `[rows, width]` as `ratio`.
+pub(super) fn sequence_ratio(ratio: &Mat, allowed: &Mat, mask: Option<&Mat>) -> (Mat, Mat) {
+    let (mut r, mut e) = (ratio.values().into_owned(), allowed.values().into_owned());
+    let w = ratio.width;
+    for row in 0..ratio.rows {
+        let valid: Vec<usize> = match mask {
+            Some(m) if m.rows == ratio.rows => m
+                .nonzero(row)
+                .iter()
+                .flat_map(|v| v.start.min(w)..v.end.min(w))
+                .collect(),
+            _ => (0..w).collect(),
+        };
+        if valid.is_empty() {
+            continue;
+        }
+        let n = valid.len() as f64;
+        let at = |p: usize| row * w + p;
+        let mean_log = valid.iter().map(|&p| r[at(p)].ln()).sum::<f64>() / n;
+        let mean_e = valid
+            .iter()
+            .map(|&p| (e[at(p)] / r[at(p)].abs()).ln_1p())
+            .sum::<f64>()
+            / n;
+        let s = mean_log.exp();
+        let es = propagate::ratio_allowed(s, mean_e);
+        for &p in &valid {
+            r[at(p)] = s;
+            e[at(p)] = es;
+        }
+    }
+    (
+        ratio.with_data(r, DType::F64),
+        allowed.with_data(e, allowed.dtype),
+    )
+}
+
+/// A cell's `prob_ratio` and `elementwise_loss` derived at GSPO's sequence level, with
+/// the shape of the other side's dumped ratio, for the step's choice of ratio level
+/// ([`settle_ratio_level`]).
+pub struct SequenceAlt {
+    /// [`sequence_shaped`] of the other side's dumped ratio.
+    pub shaped: Option<bool>,
+    /// [`own_level`] of the reference side's dumped `pg_loss` (sequence-shaped cells only).
+    pub own: Option<bool>,
+    /// The sequence-level comparisons (computed only for a sequence-shaped cell), to
+    /// replace the token-level ones of the same name.
+    pub comparisons: Vec<Comparison>,
+}
+
+/// The step's ratio level, from the shapes of the other side's dumped ratios: sequence
+/// (GSPO) when more cells show it than show a token ratio, and then each cell is judged
+/// under it — a sequence-shaped cell by its sequence-level comparisons, a token-shaped one
+/// failed as a ratio level differing from the step's. Cells are `(cell, alt)` pairs; the
+/// note to add to the section when the step is sequence-level.
+pub fn settle_ratio_level(cells: &mut [(Cell, Option<SequenceAlt>)]) -> Option<String> {
+    let count = |want: bool, of: fn(&SequenceAlt) -> Option<bool>| {
+        cells
+            .iter()
+            .filter(|(_, a)| a.as_ref().and_then(of) == Some(want))
+            .count()
+    };
+    let (seq, tok) = (count(true, |a| a.shaped), count(false, |a| a.shaped));
+    let (own_seq, own_tok) = (count(true, |a| a.own), count(false, |a| a.own));
+    if seq + own_seq <= tok + own_tok {
+        return None;
+    }
+    for (cell, alt) in cells.iter_mut() {
+        let Some(alt) = alt.take() else { continue };
+        let mut comparisons = std::mem::take(&mut cell.comparisons);
+        match alt.shaped {
+            Some(true) => {
+                for c in alt.comparisons {
+                    match comparisons.iter_mut().find(|x| x.name == c.name) {
+                        Some(x) => *x = c,
+                        None => comparisons.push(c),
+                    }
+                }
+            }
+            Some(false) => {
+                let mut c = skipped(
+                    "is_loss",
+                    "ratio_level",
+                    format!(
+                        "weaver's prob_ratio varies along its rows (a token ratio) where \
+                         {seq} of the step's cells use GSPO's sequence ratio"
+                    ),
+                );
+                c.verdict = Verdict::Fail;
+                comparisons.push(c);
+            }
+            None => {}
+        }
+        *cell = sections_cell(cell, comparisons);
+    }
+    let own = if own_seq + own_tok > 0 {
+        format!(
+            "; the sequence ratio reproduces the self-hosted pg_loss in {own_seq} cells, the \
+             token ratio in {own_tok}"
+        )
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "ratio level: sequence (GSPO) — weaver's prob_ratio is constant along each row in \
+         {seq} cells, varies in {tok}{own}; the self-hosted ratio and per-token loss are \
+         derived per sequence"
+    ))
+}
+
+/// `cell` rebuilt around `comparisons` (its verdict and reason follow them).
+fn sections_cell(old: &Cell, comparisons: Vec<Comparison>) -> Cell {
+    cell(old.rank, old.micro, old.rows.clone(), comparisons)
+}
+
+/// The ratio level the reference side's own dumped `pg_loss` follows: its per-token loss
+/// (`conv`) with the token ratio `ratio` and with GSPO's sequence ratio `seq` at the
+/// valid positions of `mask`, reduced as its loss is ([`pg_error`]); `Some(true)` when
+/// the sequence one is close ([`pg_close`]) and the token one ten times farther,
+/// `Some(false)` the other way round, else `None`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn own_level(
+    ratio: &Mat,
+    seq: &Mat,
+    adv: &Mat,
+    mask: Option<&Mat>,
+    agg: AggMode,
+    conv: ElemLoss,
+    pg: f64,
+) -> Option<bool> {
+    let et = pg_error(conv, ratio, adv, mask, agg, pg)?;
+    let es = pg_error(conv, seq, adv, mask, agg, pg)?;
+    if pg_close(es, ratio, adv, mask) && et > 10.0 * es {
+        Some(true)
+    } else if pg_close(et, ratio, adv, mask) && es > 10.0 * et {
+        Some(false)
+    } else {
+        None
+    }
+}
