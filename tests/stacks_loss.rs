@@ -155,3 +155,22 @@ fn a_bad_log_line_names_file_and_line() {
         "{err}"
     );
 }
+
+#[test]
+fn a_nexrl_tree_given_as_dump_is_checked_as_with_dump_dir() {
+    let tree = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/dumps/weaver_faulty_pt");
+    let by = |args: &[&std::ffi::OsStr]| {
+        let out = Command::cargo_bin("losscheck")
+            .unwrap()
+            .args(["--format", "json", "--step", "0"])
+            .args(args)
+            .output()
+            .unwrap();
+        (out.status.code(), out.stdout)
+    };
+    let positional = by(&[tree.as_os_str()]);
+    let flag = by(&["--dump-dir".as_ref(), tree.as_os_str()]);
+    assert_eq!(positional, flag);
+    // the faulty tree is inconsistent: the positional door reaches the tree check
+    assert_eq!(positional.0, Some(1));
+}

@@ -23,7 +23,7 @@ fn manifest() -> J {
 #[test]
 fn dashboard_parquet_read_into_the_model() {
     let m = manifest();
-    let dir = stacks().join("miles/details/dashboard_columns");
+    let dir = stacks().join("miles_dashboard");
     let r = step_reader_for(&dir).unwrap();
     assert_eq!(r.name(), "miles-dashboard");
     assert_eq!(r.steps(&dir).unwrap(), vec![3]);

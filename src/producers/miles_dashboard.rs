@@ -57,20 +57,16 @@ fn id_of(p: &Path) -> Option<(i64, bool)> {
 }
 
 fn files(root: &Path) -> Result<Vec<(i64, bool, PathBuf)>> {
-    let all = if root.is_file() {
-        vec![root.to_path_buf()]
-    } else {
-        walk::files_under(root)?
-    };
-    Ok(all
+    Ok(walk::files_under(root)?
         .into_iter()
         .filter_map(|p| id_of(&p).map(|(i, e)| (i, e, p)))
         .collect())
 }
 
 fn frame(path: &Path) -> Result<DataFrame> {
-    let f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let df = ParquetReader::new(f)
+    // through the source layer, so a store URL reads as a local path does
+    let bytes = walk::read(path)?;
+    let df = ParquetReader::new(std::io::Cursor::new(bytes))
         .finish()
         .map_err(|e| Error::format(path, Position::File, format!("Parquet: {e}")))?;
     let names: Vec<String> = df
@@ -127,10 +123,9 @@ impl StepReader for MilesDashboard {
     /// both is slime's).
     fn detect(&self, root: &Path) -> bool {
         let ours = files(root).map(|f| !f.is_empty()).unwrap_or(false);
-        ours && !(root.is_dir()
-            && walk::files_under(root)
-                .map(|fs| fs.iter().any(|p| super::slime::is_slime_dump(p)))
-                .unwrap_or(false))
+        ours && !walk::files_under(root)
+            .map(|fs| fs.iter().any(|p| super::slime::is_slime_dump(p)))
+            .unwrap_or(false)
     }
 
     fn steps(&self, root: &Path) -> Result<Vec<i64>> {

@@ -85,12 +85,7 @@ fn generation_file(p: &Path) -> Option<(i64, bool)> {
 }
 
 fn files(root: &Path) -> Result<Vec<(i64, bool, PathBuf)>> {
-    let all = if root.is_file() {
-        vec![root.to_path_buf()]
-    } else {
-        walk::files_under(root)?
-    };
-    Ok(all
+    Ok(walk::files_under(root)?
         .into_iter()
         .filter_map(|p| generation_file(&p).map(|(s, v)| (s, v, p)))
         .collect())
