@@ -533,3 +533,44 @@ fn a_clip_bound_differing_between_the_sides_is_found_not_adopted() {
     let from = el["origin_a"]["from"].as_str().unwrap();
     assert!(!from.contains("1+0.2)"), "{from}");
 }
+
+#[test]
+fn importance_weights_dumpdiff_cannot_see_are_said_not_blamed() {
+    // seed 17: the weaver applies truncated importance sampling (cap 2) against rollout
+    // log-probs it does not dump; the self-hosted side cannot. Its elementwise_loss is then
+    // −A·r times a weight in (0, 2]: the self-hosted one cannot be derived to compare
+    // (skipped, "cannot judge"), and each loss total that differs says which side is wrong
+    // cannot be judged; no is_loss cell fails for its derived values.
+    let t = truth(17);
+    assert_eq!(t["conventions"]["rollout_log_probs_dumped"], false);
+    assert!(t["faults"].as_array().unwrap().is_empty());
+    let (code, r) = dumpdiff(17);
+    assert_eq!(code, Some(1));
+    let mut skipped = 0;
+    for s in r["sections"].as_array().unwrap() {
+        for c in s["cells"].as_array().unwrap() {
+            for x in c["comparisons"].as_array().unwrap() {
+                let reason = x["reason"].as_str().unwrap();
+                if x["name"] == "is_loss.elementwise_loss" && x["verdict"] == "skipped" {
+                    assert!(
+                        reason.starts_with("cannot judge which side is wrong"),
+                        "{reason}"
+                    );
+                    skipped += 1;
+                }
+                if x["verdict"] == "fail" {
+                    assert!(
+                        ["is_loss.loss", "loss.loss", "loss.pg_loss"]
+                            .contains(&x["name"].as_str().unwrap()),
+                        "{x}"
+                    );
+                    assert!(
+                        reason.contains("cannot judge which side is wrong"),
+                        "{reason}"
+                    );
+                }
+            }
+        }
+    }
+    assert!(skipped > 0);
+}

@@ -178,9 +178,15 @@ pub(super) fn weaver_cell(
     // Section 4: is_loss_debug against the self-hosted forward_data + old_log_probs.
     if in_is {
         if let (Some(a), Some(b), Some(ch)) = (&a_fwd, &b_is, &chain) {
-            out.is_loss = Some(sections::is_loss_cell(
-                policy, rank, m, a, s_loss, b, b_ids, ch, &memo,
-            ));
+            let (cell, alt, unseen) =
+                sections::is_loss_cell(policy, rank, m, a, s_loss, b, b_ids, ch, &memo);
+            out.is_loss = Some((cell, alt));
+            // the weaver's loss scalars carry the same unseen per-token weight
+            if let (Some(why), Some((loss, _))) = (unseen, out.loss.as_mut()) {
+                let mut comparisons = std::mem::take(&mut loss.comparisons);
+                sections::unattributed(&mut comparisons, &["loss.loss", "loss.pg_loss"], &why);
+                *loss = sections::cell(loss.rank, loss.micro, loss.rows.clone(), comparisons);
+            }
         }
         out.is_only_a = only_a(&a_fwd, &b_is);
     }

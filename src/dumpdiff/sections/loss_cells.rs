@@ -17,7 +17,7 @@ pub fn is_loss_cell(
     b_ids: Option<&Tensors<'_>>,
     ch: &Chain,
     memo: &StatsMemo<'_>,
-) -> (Cell, Option<SequenceAlt>) {
+) -> (Cell, Option<SequenceAlt>, Option<String>) {
     pub(super) const S: &str = "is_loss";
     let lp_a = a_fwd.mat(Field::LogProbs);
     let mask_a = a_fwd.mat(Field::ResponseMask);
@@ -125,7 +125,12 @@ pub fn is_loss_cell(
     }
     // The per-token loss as the other side's own dumped values compose it, unless this
     // side's own pg_loss follows another (then the comparison finds the difference).
-    let conv = elem_convention(b_is, a_loss);
+    let fit = elem_convention(b_is, a_loss);
+    // (a weaver that dumps its rollout log-probs shows its weights: not "unseen")
+    let unseen = fit
+        .unseen()
+        .filter(|_| !b_is.record().has(Field::RolloutLogProbs));
+    let conv = fit.conv;
     let pg_a = a_loss.and_then(|l| l.number(Field::PgLoss));
     let conv = match (&ch.ratio, &ch.adv, pg_a) {
         (Some(r), Some(a), Some(pg)) if conv != ElemLoss::Plain => {
@@ -198,6 +203,10 @@ pub fn is_loss_cell(
     if !rows.only_a.is_empty() || !rows.only_b.is_empty() {
         out.push(row_coverage_fail(S, &rows));
     }
+    if let Some(why) = &unseen {
+        cannot_judge(&mut out, &["is_loss.elementwise_loss"], why);
+        unattributed(&mut out, &["is_loss.loss"], why);
+    }
     // GSPO: the other side's ratio constant along its rows; the step decides
     // ([`settle_ratio_level`]), this cell offers its sequence-level comparisons.
     let alt = b_is.mat(Field::ProbRatio).map(|y| {
@@ -250,10 +259,40 @@ pub fn is_loss_cell(
             comparisons,
         }
     });
+    let alt = alt.map(|mut a| {
+        if let Some(why) = &unseen {
+            cannot_judge(&mut a.comparisons, &["is_loss.elementwise_loss"], why);
+        }
+        a
+    });
     (
         cell(Some(rank), Some(micro), Some(row_summary(&rows)), out),
         alt,
+        unseen,
     )
+}
+
+/// Each failing comparison of `out` named in `names` (dumped values on both sides) told
+/// that the difference cannot be attributed: its reason ends with `why`. The difference
+/// stays (the values do differ); which side is wrong is not said.
+pub fn unattributed(out: &mut [Comparison], names: &[&str], why: &str) {
+    for c in out.iter_mut() {
+        if names.contains(&c.name.as_str()) && c.verdict == Verdict::Fail {
+            c.reason = format!("{} — {why}", c.reason);
+        }
+    }
+}
+
+/// Each failing comparison of `out` named in `names` made a "cannot judge" (skipped, with
+/// `why`): what the other side computed it from is not dumped, so this side's value
+/// cannot be derived to compare.
+pub fn cannot_judge(out: &mut [Comparison], names: &[&str], why: &str) {
+    for c in out.iter_mut() {
+        if names.contains(&c.name.as_str()) && c.verdict == Verdict::Fail {
+            let (section, key) = c.name.split_once('.').unwrap_or(("", c.name.as_str()));
+            *c = skipped(section, key, why);
+        }
+    }
 }
 
 /// The clip range of a loss file's `extra_info` (`clip_ratio`, `clip_ratio_low/high`,

@@ -49,20 +49,28 @@ impl ElemLoss {
 /// clip range the reference loss file echoes or a customary one (0.2/0.2, DAPO's
 /// 0.2/0.28; dual clip 3 or none), whichever reproduces the most of its valid elements to
 /// f32 — the plain loss unless a clipped one reproduces more.
-pub(super) fn elem_convention(b_is: &Tensors<'_>, a_loss: Option<&Record>) -> ElemLoss {
+pub(super) fn elem_convention(b_is: &Tensors<'_>, a_loss: Option<&Record>) -> ElemFit {
+    let none = ElemFit {
+        conv: ElemLoss::Plain,
+        reproduced: 0,
+        valid: 0,
+        weight_like: false,
+    };
     let (Some(r), Some(a), Some(el)) = (
         b_is.mat(Field::ProbRatio),
         b_is.mat(Field::Advantages),
         b_is.mat(Field::ElementwiseLoss),
     ) else {
-        return ElemLoss::Plain;
+        return none;
     };
     let mask = b_is.mat(Field::EffectiveMask);
     if (r.rows, r.width) != (el.rows, el.width) || (a.rows, a.width) != (el.rows, el.width) {
-        return ElemLoss::Plain;
+        return none;
     }
-    let reproduced = |conv: ElemLoss| -> usize {
-        let mut n = 0;
+    // the elements `conv` reproduces, and whether every other one is `conv` times a
+    // weight-like factor in (0, 10] (a truncated importance weight)
+    let fit = |conv: ElemLoss| -> (usize, bool) {
+        let (mut n, mut weight_like) = (0, true);
         for row in 0..el.rows {
             let (rr, ar, er) = (r.row(row), a.row(row), el.row(row));
             let valid: Vec<Range<usize>> = match &mask {
@@ -73,11 +81,15 @@ pub(super) fn elem_convention(b_is: &Tensors<'_>, a_loss: Option<&Record>) -> El
                 let want = conv.of(rr[p], ar[p]);
                 if (er[p] - want).abs() <= 8.0 * 2f64.powi(-24) * want.abs().max(er[p].abs()) {
                     n += 1;
+                } else {
+                    let w = er[p] / want;
+                    weight_like &= want.abs() > 1e-12 && w > 0.0 && w <= 10.0;
                 }
             }
         }
-        n
+        (n, weight_like)
     };
+    let reproduced = |conv: ElemLoss| fit(conv).0;
     let valid: usize = (0..el.rows)
         .map(|row| match &mask {
             Some(m) if m.rows == el.rows => m
@@ -89,16 +101,54 @@ pub(super) fn elem_convention(b_is: &Tensors<'_>, a_loss: Option<&Record>) -> El
         })
         .sum();
     let mut best = (ElemLoss::Plain, reproduced(ElemLoss::Plain));
-    if best.1 == valid {
-        return ElemLoss::Plain; // every element: nothing can do better
-    }
-    for conv in candidates(a_loss).into_iter().skip(1) {
-        let n = reproduced(conv);
-        if n > best.1 {
-            best = (conv, n);
+    if best.1 < valid {
+        for conv in candidates(a_loss).into_iter().skip(1) {
+            let n = reproduced(conv);
+            if n > best.1 {
+                best = (conv, n);
+            }
         }
     }
-    best.0
+    ElemFit {
+        conv: best.0,
+        reproduced: best.1,
+        valid,
+        weight_like: best.1 < valid && fit(best.0).1,
+    }
+}
+
+/// The per-token loss convention [`elem_convention`] found, with how many of the other
+/// side's valid elements it reproduces.
+pub(super) struct ElemFit {
+    /// The convention (the plain loss when nothing does better).
+    pub conv: ElemLoss,
+    /// Valid elements it reproduces to f32.
+    pub reproduced: usize,
+    /// Valid elements (0: nothing to fit).
+    pub valid: usize,
+    /// Every element it does not reproduce is it times a factor in (0, 10]: a per-token
+    /// weight (verl's truncated importance weight is in (0, cap]).
+    pub weight_like: bool,
+}
+
+impl ElemFit {
+    /// "cannot judge …" when the other side's own per-token loss is its convention times
+    /// a weight-like factor wherever the convention alone does not reproduce it: it then
+    /// carries a per-token weight it does not dump (verl's truncated importance sampling
+    /// against rollout log-probs not dumped), and this side's per-token loss cannot be
+    /// derived, nor the loss scalars' difference attributed.
+    pub fn unseen(&self) -> Option<String> {
+        (self.valid > 0 && self.reproduced < self.valid && self.weight_like).then(|| {
+            format!(
+                "cannot judge which side is wrong: weaver's elementwise_loss is neither −A·r \
+                 nor PPO's clipped surrogate of its own prob_ratio and advantages on {} of {} \
+                 tokens — a per-token weight it does not dump (importance sampling against \
+                 rollout log-probs not dumped?)",
+                self.valid - self.reproduced,
+                self.valid
+            )
+        })
+    }
 }
 
 /// The per-token loss conventions tried, the plain loss first: PPO's clipped surrogate
