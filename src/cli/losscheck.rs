@@ -23,7 +23,7 @@ use clap::Parser;
 fn help_tail() -> String {
     cli::help_tail(&[
         "losscheck --dump-dir run_b/debug_dump --step 12",
-        "losscheck --dump-dir run_a/debug_dump --step 12 --rank 3 --micro 1 --preset verl-gspo --format markdown",
+        "losscheck verl_batches/ --step 12 --logs metrics.jsonl",
         "losscheck --inputs my_batch.safetensors --preset trl-grpo --eps-high 0.28 --format json --output loss.json",
         "losscheck --dump-dir fixtures/dumps/weaver_faulty_pt --step 0",
     ])
@@ -37,6 +37,17 @@ fn help_tail() -> String {
     after_help = help_tail()
 )]
 struct Args {
+    /// A dump to check, whatever its producer: a NexRL tree is checked as with --dump-dir;
+    /// a verl / slime / Miles / NeMo-RL dump (which holds the loss inputs but no loss) has
+    /// its loss recomputed under that stack's documented defaults (--preset overrides) and
+    /// compared with --logs.
+    #[arg(value_name = "DUMP")]
+    dump: Option<PathBuf>,
+    /// With DUMP of another stack: its metrics log (JSONL, one record per step with `step`),
+    /// whose logged loss (verl `actor/pg_loss`, slime `train/pg_loss`) is compared with the
+    /// recomputed one.
+    #[arg(long, value_name = "FILE")]
+    logs: Option<PathBuf>,
     /// Dump tree to check: weaver (is_loss_debug/, loss/) or self-hosted (forward_data/,
     /// old_log_probs/, trajectory/, loss/).
     #[arg(long = "dump-dir", alias = "dump_dir", value_name = "DIR")]
@@ -170,6 +181,9 @@ fn step_of(tree: &DumpTree, step: Option<i64>) -> Result<i64, Error> {
 /// Check, write `--output`, and return stdout's text and the exit code; with
 /// `stderr_notes` (the binary's door) each file set aside as unreadable is named on stderr.
 fn run(a: &Args, stderr_notes: bool) -> Result<(String, u8), Error> {
+    if let Some(out) = stack_run(a)? {
+        return Ok(out);
+    }
     let base = preset(a.preset.as_deref().unwrap_or("nexrl-is"))
         .map_err(|e| Error::Usage(format!("--preset: {e}")))?;
     let given = Overrides {
@@ -192,7 +206,8 @@ fn run(a: &Args, stderr_notes: bool) -> Result<(String, u8), Error> {
         preset_fixes_composition: a.preset.is_some(),
         ..given
     };
-    let report = match (&a.dump_dir, &a.inputs) {
+    let dump_dir = a.dump_dir.as_ref().or(a.dump.as_ref());
+    let report = match (dump_dir, &a.inputs) {
         (Some(dir), None) => {
             let role = DumpTree::discover(dir)?.producer.to_string();
             let tol = Tolerance::self_consistency(a.atol, a.rtol);
@@ -260,6 +275,78 @@ fn run(a: &Args, stderr_notes: bool) -> Result<(String, u8), Error> {
         EXIT_CLEAN
     };
     Ok((text, code))
+}
+
+/// `losscheck DUMP` on another stack's dump (verl, slime / Miles, NeMo-RL, or any
+/// producer with --preset): read the step through its producer
+/// ([`crate::producers::step_reader_for`]) and recompute its loss
+/// ([`crate::losscheck::stacks`]). `None` for a NexRL tree (checked by the tree path).
+fn stack_run(a: &Args) -> Result<Option<(String, u8)>, Error> {
+    use crate::losscheck::stacks::{check_stack, defaults_for};
+    let Some(path) = &a.dump else {
+        if a.logs.is_some() {
+            return Err(Error::Usage(
+                "--logs goes with a DUMP of another stack (losscheck DUMP --step N --logs FILE)"
+                    .into(),
+            ));
+        }
+        return Ok(None);
+    };
+    if a.dump_dir.is_some() || a.inputs.is_some() {
+        return Err(Error::Usage(
+            "give one of DUMP, --dump-dir DIR or --inputs FILE".into(),
+        ));
+    }
+    let reader = crate::producers::step_reader_for(path)?;
+    if reader.name().starts_with("nexrl") {
+        return Ok(None);
+    }
+    let mut defaults = match defaults_for(reader.name()) {
+        Some(d) => d,
+        None if a.preset.is_some() => defaults_for("verl").ok_or_else(|| {
+            Error::internal("verl defaults")
+        })?,
+        None => {
+            return Err(Error::Usage(format!(
+                "{}: {} writes no trainer loss of its own; give --preset to recompute one (presets: {})",
+                path.display(),
+                reader.name(),
+                PRESETS.join(", ")
+            )))
+        }
+    };
+    if let Some(p) = &a.preset {
+        defaults.cfg = preset(p).map_err(|e| Error::Usage(format!("--preset: {e}")))?;
+        defaults.source = "--preset";
+    }
+    let steps = reader.steps(path)?;
+    let step = match (a.step, steps.as_slice()) {
+        (Some(s), _) => s,
+        (None, [one]) => *one,
+        (None, _) => {
+            return Err(Error::Usage(format!(
+                "{}: holds steps {:?}; pick one with --step N",
+                path.display(),
+                steps
+            )))
+        }
+    };
+    let dump = reader.read_step(path, step)?;
+    let report = check_stack(&dump, &defaults, a.logs.as_deref(), a.atol, a.rtol)?;
+    let json = serde_json::to_string_pretty(&report).map_err(Error::internal)?;
+    if let Some(out) = &a.output {
+        std::fs::write(out, &json).map_err(|e| Error::io(out, e))?;
+    }
+    let text = match a.format {
+        Format::Json => json + "\n",
+        _ => report.render_text(),
+    };
+    let code = if report.inconsistent() && a.fail_on <= FailOn::Error {
+        EXIT_FOUND
+    } else {
+        EXIT_CLEAN
+    };
+    Ok(Some((text, code)))
 }
 
 /// Parse `args` (the program name first) and run `losscheck`, returning stdout's text and the

@@ -4,6 +4,7 @@
 //! points are re-exported here under the names the command line and the tests use.
 
 pub mod report;
+pub mod stacks;
 
 pub use crate::judge::{
     cell, check_tree, check_tree_inferred, infer, inputs_from_value, layout_of, overrides,

@@ -19,6 +19,7 @@ pub mod columns;
 pub mod layout;
 pub mod loose_tensors;
 pub mod mapping;
+pub mod miles_dashboard;
 pub mod nemo_rl;
 pub mod nexrl_files;
 pub mod nexrl_self_hosted;
@@ -28,6 +29,7 @@ pub mod remote_api;
 pub mod sglang;
 pub mod slime;
 pub mod verl;
+pub mod verl_generations;
 pub mod walk;
 pub mod weaver;
 
@@ -278,6 +280,8 @@ pub fn step_readers() -> Vec<&'static dyn StepReader> {
         &remote_api::RemoteApi,
         &loose_tensors::LooseTensors,
         &areal::Areal,
+        &verl_generations::VerlGenerations,
+        &miles_dashboard::MilesDashboard,
     ]
 }
 
