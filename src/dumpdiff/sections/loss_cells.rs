@@ -209,57 +209,15 @@ pub fn is_loss_cell(
     }
     // GSPO: the other side's ratio constant along its rows; the step decides
     // ([`settle_ratio_level`]), this cell offers its sequence-level comparisons.
-    let alt = b_is.mat(Field::ProbRatio).map(|y| {
-        let shaped = sequence_shaped(&y, mask_b.as_deref());
-        let mut comparisons = Vec::new();
-        let mut own = None;
-        if let (Some(true), Some(x), Some(e)) = (shaped, &ch.ratio, &ch.ratio_allowed) {
-            let (sr, se) = sequence_ratio(x, e, mask_a.as_deref());
-            let pg = a_loss.and_then(|l| l.number(Field::PgLoss));
-            if let (Some(a), Some(pg)) = (&ch.adv, pg) {
-                own = own_level(x, &sr, a, mask_a.as_deref(), ch.agg, conv, pg.value);
-            }
-            comparisons.push(ctx.propagated(
-                "prob_ratio",
-                &sr,
-                &y,
-                Origin::derived(
-                    "exp(row mean of (forward_data.log_probs − old_log_probs)) (GSPO sequence ratio)",
-                ),
-                dumped_b("prob_ratio"),
-                &se,
-            ));
-            if let (Some(a), Some(yb)) = (&ch.adv, b_is.mat(Field::ElementwiseLoss)) {
-                let av = a.values();
-                let el: Vec<f64> = sr
-                    .values()
-                    .iter()
-                    .zip(av.iter())
-                    .map(|(r, a)| conv.of(*r, *a))
-                    .collect();
-                let ea: Vec<f64> = se
-                    .values()
-                    .iter()
-                    .zip(av.iter())
-                    .map(|(e, a)| propagate::product_allowed(*e, *a))
-                    .collect();
-                comparisons.push(ctx.propagated(
-                    "elementwise_loss",
-                    &sr.with_data(el, sr.dtype),
-                    &yb,
-                    Origin::derived(format!("{} with GSPO's sequence ratio", conv.words())),
-                    dumped_b("elementwise_loss"),
-                    &se.with_data(ea, se.dtype),
-                ));
-            }
-        }
-        SequenceAlt {
-            shaped,
-            own,
-            comparisons,
-        }
-    });
-    let alt = alt.map(|mut a| {
+    let alt = sequence_alt(
+        &ctx,
+        b_is,
+        ch,
+        (mask_a.as_deref(), mask_b.as_deref()),
+        a_loss,
+        conv,
+    )
+    .map(|mut a| {
         if let Some(why) = &unseen {
             cannot_judge(&mut a.comparisons, &["is_loss.elementwise_loss"], why);
         }
@@ -270,29 +228,6 @@ pub fn is_loss_cell(
         alt,
         unseen,
     )
-}
-
-/// Each failing comparison of `out` named in `names` (dumped values on both sides) told
-/// that the difference cannot be attributed: its reason ends with `why`. The difference
-/// stays (the values do differ); which side is wrong is not said.
-pub fn unattributed(out: &mut [Comparison], names: &[&str], why: &str) {
-    for c in out.iter_mut() {
-        if names.contains(&c.name.as_str()) && c.verdict == Verdict::Fail {
-            c.reason = format!("{} — {why}", c.reason);
-        }
-    }
-}
-
-/// Each failing comparison of `out` named in `names` made a "cannot judge" (skipped, with
-/// `why`): what the other side computed it from is not dumped, so this side's value
-/// cannot be derived to compare.
-pub fn cannot_judge(out: &mut [Comparison], names: &[&str], why: &str) {
-    for c in out.iter_mut() {
-        if names.contains(&c.name.as_str()) && c.verdict == Verdict::Fail {
-            let (section, key) = c.name.split_once('.').unwrap_or(("", c.name.as_str()));
-            *c = skipped(section, key, why);
-        }
-    }
 }
 
 /// The clip range of a loss file's `extra_info` (`clip_ratio`, `clip_ratio_low/high`,

@@ -53,7 +53,5 @@ pub use loss_cells::*;
 pub use ratio_chain::*;
 pub use rows::*;
 pub use side::*;
-use surrogate::{
-    elem_convention, own_convention, own_level, sequence_ratio, sequence_shaped, ElemLoss,
-};
-pub use surrogate::{settle_ratio_level, SequenceAlt};
+pub use surrogate::{cannot_judge, settle_ratio_level, unattributed, SequenceAlt};
+use surrogate::{elem_convention, own_convention, sequence_alt, ElemLoss};

@@ -429,3 +429,90 @@ fn valid_positions(mask: Option<&Mat>, rows: usize, width: usize, row: usize) ->
         _ => (0..width).collect(),
     }
 }
+
+/// A cell's [`SequenceAlt`]: the shape of the weaver's dumped ratio and, for a
+/// sequence-shaped one, the reference's ratio and per-token loss (`conv`) derived per
+/// sequence and compared, with what the reference `pg_loss` says of the level. `masks`:
+/// (reference, other side). `None` without a dumped weaver ratio.
+pub(super) fn sequence_alt(
+    ctx: &PairCtx<'_>,
+    b_is: &Tensors<'_>,
+    ch: &Chain,
+    (mask_a, mask_b): (Option<&Mat>, Option<&Mat>),
+    a_loss: Option<&Record>,
+    conv: ElemLoss,
+) -> Option<SequenceAlt> {
+    let y = b_is.mat(Field::ProbRatio)?;
+    let dumped_b = |k: &str| Origin::dumped("is_loss_debug", k);
+    let shaped = sequence_shaped(&y, mask_b);
+    let mut comparisons = Vec::new();
+    let mut own = None;
+    if let (Some(true), Some(x), Some(e)) = (shaped, &ch.ratio, &ch.ratio_allowed) {
+        let (sr, se) = sequence_ratio(x, e, mask_a);
+        let pg = a_loss.and_then(|l| l.number(Field::PgLoss));
+        if let (Some(a), Some(pg)) = (&ch.adv, pg) {
+            own = own_level(x, &sr, a, mask_a, ch.agg, conv, pg.value);
+        }
+        comparisons.push(ctx.propagated(
+            "prob_ratio",
+            &sr,
+            &y,
+            Origin::derived(
+                "exp(row mean of (forward_data.log_probs − old_log_probs)) (GSPO sequence ratio)",
+            ),
+            dumped_b("prob_ratio"),
+            &se,
+        ));
+        if let (Some(a), Some(yb)) = (&ch.adv, b_is.mat(Field::ElementwiseLoss)) {
+            let av = a.values();
+            let el: Vec<f64> = sr
+                .values()
+                .iter()
+                .zip(av.iter())
+                .map(|(r, a)| conv.of(*r, *a))
+                .collect();
+            let ea: Vec<f64> = se
+                .values()
+                .iter()
+                .zip(av.iter())
+                .map(|(e, a)| propagate::product_allowed(*e, *a))
+                .collect();
+            comparisons.push(ctx.propagated(
+                "elementwise_loss",
+                &sr.with_data(el, sr.dtype),
+                &yb,
+                Origin::derived(format!("{} with GSPO's sequence ratio", conv.words())),
+                dumped_b("elementwise_loss"),
+                &se.with_data(ea, se.dtype),
+            ));
+        }
+    }
+    Some(SequenceAlt {
+        shaped,
+        own,
+        comparisons,
+    })
+}
+
+/// Each failing comparison of `out` named in `names` (dumped values on both sides) told
+/// that the difference cannot be attributed: its reason ends with `why`. The difference
+/// stays (the values do differ); which side is wrong is not said.
+pub fn unattributed(out: &mut [Comparison], names: &[&str], why: &str) {
+    for c in out.iter_mut() {
+        if names.contains(&c.name.as_str()) && c.verdict == Verdict::Fail {
+            c.reason = format!("{} — {why}", c.reason);
+        }
+    }
+}
+
+/// Each failing comparison of `out` named in `names` made a "cannot judge" (skipped, with
+/// `why`): what the other side computed it from is not dumped, so this side's value
+/// cannot be derived to compare.
+pub fn cannot_judge(out: &mut [Comparison], names: &[&str], why: &str) {
+    for c in out.iter_mut() {
+        if names.contains(&c.name.as_str()) && c.verdict == Verdict::Fail {
+            let (section, key) = c.name.split_once('.').unwrap_or(("", c.name.as_str()));
+            *c = skipped(section, key, why);
+        }
+    }
+}
