@@ -120,6 +120,42 @@ pub fn step_of(v: &Value) -> Option<i64> {
         })
 }
 
+/// The value of metric `key` in the last JSON-line record of `step` in a log file, with its
+/// 1-based line: flat records and verl's file-logger lines (`{"step", "data"}`), the step
+/// read as [`step_of`] does (slime's `train/step` too), NaN/±inf as Python's `json` writes
+/// them. Blank lines are skipped.
+///
+/// Errors: the file unreadable; a line that is not JSON (named with its line).
+pub fn metric_at_step(path: &Path, step: i64, key: &str) -> Result<Option<(usize, f64)>> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let mut found = None;
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v = crate::json::parse_value(line.trim()).map_err(|e| {
+            Error::format(
+                path,
+                Position::Line(i as u64 + 1),
+                format!("not a JSON record: {e}"),
+            )
+        })?;
+        let s = step_of(&v).or_else(|| v.get("train/step").and_then(Value::as_i64));
+        if s != Some(step) {
+            continue;
+        }
+        let record = if is_verl_line(&v) {
+            v.get("data")
+        } else {
+            Some(&v)
+        };
+        if let Some(x) = record.and_then(|r| r.get(key)).and_then(Value::as_f64) {
+            found = Some((i + 1, x));
+        }
+    }
+    Ok(found)
+}
+
 /// ms-swift's `logging.jsonl` step key, a string `"5/3766"` (step of max steps).
 pub const PROGRESS_STEP_KEY: &str = "global_step/max_steps";
 
@@ -252,6 +288,40 @@ pub fn parse_trainer_state(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_metric_is_found_at_its_step_in_flat_verl_and_slime_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("steps.jsonl");
+        std::fs::write(
+            &path,
+            concat!(
+                "{\"step\": 2, \"actor/pg_loss\": 0.5}\n",
+                "\n",
+                "{\"step\": 3, \"data\": {\"actor/pg_loss\": 0.25}}\n",
+                "{\"train/step\": 4, \"train/pg_loss\": NaN}\n",
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            metric_at_step(&path, 2, "actor/pg_loss").unwrap(),
+            Some((1, 0.5))
+        );
+        assert_eq!(
+            metric_at_step(&path, 3, "actor/pg_loss").unwrap(),
+            Some((3, 0.25))
+        );
+        let (line, x) = metric_at_step(&path, 4, "train/pg_loss").unwrap().unwrap();
+        assert_eq!(line, 4);
+        assert!(x.is_nan());
+        assert_eq!(metric_at_step(&path, 5, "actor/pg_loss").unwrap(), None);
+        std::fs::write(&path, "{\"step\": 1}\n{\"step\": \n").unwrap();
+        let err = metric_at_step(&path, 1, "x").unwrap_err().to_string();
+        assert!(
+            err.contains("steps.jsonl") && err.contains("line 2"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn nested_metrics_are_flattened_and_nan_counted() {

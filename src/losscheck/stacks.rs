@@ -368,7 +368,7 @@ pub fn check_stack(
     };
     let logged = match (logs, defaults.logged_metric, pg_loss) {
         (Some(file), Some(key), Some(v)) => {
-            let found = logged_value(file, dump.step, key)?;
+            let found = crate::logs::steps::metric_at_step(file, dump.step, key)?;
             if found.is_none() {
                 notes.push(format!(
                     "{}: no record of step {} with {key}",
@@ -516,32 +516,4 @@ fn step_loss(cells: &[CellInputs], agg: AggMode) -> Result<f64> {
             other.name()
         ))),
     }
-}
-
-/// The value of `key` in the JSONL record of `step` (its `step`, `global_step`,
-/// `_step` or `train/step` field), with its 1-based line.
-fn logged_value(file: &Path, step: i64, key: &str) -> Result<Option<(usize, f64)>> {
-    let text = std::fs::read_to_string(file).map_err(|e| Error::io(file, e))?;
-    let mut found = None;
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| {
-            Error::format(
-                file,
-                crate::error::Position::Line(i as u64 + 1),
-                format!("not a JSON record: {e}"),
-            )
-        })?;
-        let s = ["step", "global_step", "_step", "train/step"]
-            .iter()
-            .find_map(|k| v.get(*k).and_then(serde_json::Value::as_i64));
-        if s == Some(step) {
-            if let Some(x) = v.get(key).and_then(serde_json::Value::as_f64) {
-                found = Some((i + 1, x));
-            }
-        }
-    }
-    Ok(found)
 }
