@@ -183,9 +183,9 @@ pub(super) fn weaver_cell(
             out.is_loss = Some((cell, alt));
             // the weaver's loss scalars carry the same unseen per-token weight
             if let (Some(why), Some((loss, _))) = (unseen, out.loss.as_mut()) {
-                let mut comparisons = std::mem::take(&mut loss.comparisons);
-                sections::unattributed(&mut comparisons, &["loss.loss", "loss.pg_loss"], &why);
-                *loss = sections::cell(loss.rank, loss.micro, loss.rows.clone(), comparisons);
+                sections::rework(loss, |c| {
+                    sections::unattributed(c, &["loss.loss", "loss.pg_loss"], &why)
+                });
             }
         }
         out.is_only_a = only_a(&a_fwd, &b_is);

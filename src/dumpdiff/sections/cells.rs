@@ -179,6 +179,14 @@ impl BatchInputs {
     }
 }
 
+/// Change `c`'s comparisons with `edit`; its verdict and reason then follow them again
+/// (as [`cell`] sets them), its coordinates and rows kept.
+pub fn rework(c: &mut Cell, edit: impl FnOnce(&mut Vec<Comparison>)) {
+    let mut comparisons = std::mem::take(&mut c.comparisons);
+    edit(&mut comparisons);
+    *c = cell(c.rank, c.micro, c.rows.take(), comparisons);
+}
+
 /// The batch indices of a self-hosted micro's rows: by token content through the
 /// trajectory file, else contiguous (`(rank·micros + micro)·rows + row`).
 pub(super) fn batch_indices(

@@ -345,8 +345,7 @@ pub fn settle_ratio_level(cells: &mut [(Cell, Option<SequenceAlt>)]) -> Option<S
     }
     for (cell, alt) in cells.iter_mut() {
         let Some(alt) = alt.take() else { continue };
-        let mut comparisons = std::mem::take(&mut cell.comparisons);
-        match alt.shaped {
+        rework(cell, |comparisons| match alt.shaped {
             Some(true) => {
                 for c in alt.comparisons {
                     match comparisons.iter_mut().find(|x| x.name == c.name) {
@@ -368,8 +367,7 @@ pub fn settle_ratio_level(cells: &mut [(Cell, Option<SequenceAlt>)]) -> Option<S
                 comparisons.push(c);
             }
             None => {}
-        }
-        *cell = sections_cell(cell, comparisons);
+        });
     }
     let own = if own_seq + own_tok > 0 {
         format!(
@@ -384,11 +382,6 @@ pub fn settle_ratio_level(cells: &mut [(Cell, Option<SequenceAlt>)]) -> Option<S
          {seq} cells, varies in {tok}{own}; the self-hosted ratio and per-token loss are \
          derived per sequence"
     ))
-}
-
-/// `cell` rebuilt around `comparisons` (its verdict and reason follow them).
-fn sections_cell(old: &Cell, comparisons: Vec<Comparison>) -> Cell {
-    cell(old.rank, old.micro, old.rows.clone(), comparisons)
 }
 
 /// The ratio level the reference side's own dumped `pg_loss` follows: its per-token loss
