@@ -188,11 +188,6 @@ impl Record {
         self.value.get(SETTINGS)?.get(name)?.as_str()
     }
 
-    /// Whether the record echoes any run settings.
-    pub fn has_settings(&self) -> bool {
-        self.value.get(SETTINGS).and_then(Value::as_dict).is_some()
-    }
-
     /// The logged metrics, in their dumped order: each name with its number (`None` when
     /// the entry is not a scalar). `None` when the record holds no metrics dict.
     pub fn metrics(&self) -> Option<Vec<(&str, Option<Number>)>> {
@@ -208,11 +203,6 @@ impl Record {
     pub fn metric(&self, name: &str) -> Option<Option<Number>> {
         let v = self.value.get(METRICS)?.get(name)?;
         Some(Number::of(v))
-    }
-
-    /// The name the producer gives `f` (for messages that quote the dumped key).
-    pub fn name_of(&self, f: Field) -> Option<&'static str> {
-        (self.names)(f)
     }
 
     /// The decoded contents as the file holds them, for a producer's own mapping (a

@@ -401,9 +401,10 @@ pub(super) fn own_level(
 ) -> Option<bool> {
     let et = pg_error(conv, ratio, adv, mask, agg, pg)?;
     let es = pg_error(conv, seq, adv, mask, agg, pg)?;
-    if pg_close(es, ratio, adv, mask) && et > 10.0 * es {
+    let close = |e: f64| pg_close(e, ratio, adv, mask);
+    if et > 10.0 * es && close(es) {
         Some(true)
-    } else if pg_close(et, ratio, adv, mask) && es > 10.0 * et {
+    } else if es > 10.0 * et && close(et) {
         Some(false)
     } else {
         None
