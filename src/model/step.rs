@@ -200,6 +200,33 @@ pub struct Cell {
 }
 
 impl StepDump {
+    /// A step held in one whole-batch cell (rank 0, no micro, no loss record), as a
+    /// producer that writes a step's batch at once maps it (verl's `DataProto`, NeMo-RL's
+    /// train data, AReaL, Miles' dashboard, verl's generations); no conventions stated,
+    /// nothing unplaced until the caller says otherwise.
+    pub fn whole_batch(
+        producer: impl Into<String>,
+        root: &std::path::Path,
+        step: i64,
+        batch: TokenBatch,
+        files: Vec<std::path::PathBuf>,
+    ) -> StepDump {
+        StepDump {
+            producer: producer.into(),
+            root: root.to_path_buf(),
+            step,
+            cells: vec![Cell {
+                rank: 0,
+                micro: None,
+                batch,
+                loss: None,
+                files,
+            }],
+            conventions: Default::default(),
+            unplaced: Vec::new(),
+        }
+    }
+
     /// The log-prob roles every cell holds (the roles a comparison of this step can use).
     pub fn roles(&self) -> Vec<LogProbSource> {
         let mut roles: Option<Vec<LogProbSource>> = None;

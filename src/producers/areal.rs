@@ -20,7 +20,7 @@ use serde_json::Value as J;
 
 use super::{walk, StepReader};
 use crate::error::{Error, Position, Result};
-use crate::model::step::{Cell, RowMeta, StepDump, TokenBatch};
+use crate::model::step::{RowMeta, StepDump, TokenBatch};
 
 /// The folder of training rollouts.
 pub const ROLLOUT_DIR: &str = "rollout";
@@ -141,21 +141,17 @@ impl StepReader for Areal {
             }
         }
         Ok(StepDump {
-            producer: "areal".into(),
-            root: root.to_path_buf(),
-            step,
-            cells: vec![Cell {
-                rank: 0,
-                micro: None,
-                batch: TokenBatch {
+            unplaced: unplaced.into_iter().collect(),
+            ..StepDump::whole_batch(
+                "areal",
+                root,
+                step,
+                TokenBatch {
                     rows,
                     ..TokenBatch::default()
                 },
-                loss: None,
-                files: mine.into_iter().cloned().collect(),
-            }],
-            conventions: Default::default(),
-            unplaced: unplaced.into_iter().collect(),
+                mine.into_iter().cloned().collect(),
+            )
         })
     }
 }

@@ -28,7 +28,7 @@ use polars::prelude::{AnyValue, DataFrame, ParquetReader, SerReader};
 use super::columns::{listed, padded_f64, padded_i64};
 use super::{walk, StepReader};
 use crate::error::{Error, Position, Result};
-use crate::model::step::{Cell, LogProbSource, RowMeta, StepDump, TokenBatch};
+use crate::model::step::{LogProbSource, RowMeta, StepDump, TokenBatch};
 
 /// The columns `save_dashboard_columns` writes, in its order.
 pub const COLUMNS: [&str; 6] = [
@@ -209,18 +209,8 @@ impl StepReader for MilesDashboard {
             .map(|n| format!("{}: {n}", path.display()))
             .collect();
         Ok(StepDump {
-            producer: self.name().into(),
-            root: root.to_path_buf(),
-            step,
-            cells: vec![Cell {
-                rank: 0,
-                micro: None,
-                batch: b,
-                loss: None,
-                files: vec![path.clone()],
-            }],
-            conventions: Default::default(),
             unplaced,
+            ..StepDump::whole_batch(self.name(), root, step, b, vec![path.clone()])
         })
     }
 }

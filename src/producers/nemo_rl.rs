@@ -22,7 +22,7 @@ use super::columns::{listed, padded_f64, padded_i64};
 use super::walk;
 use super::StepReader;
 use crate::error::{Error, Position, Result};
-use crate::model::step::{Cell, LogProbSource, RowMeta, StepDump, TokenBatch, TokenPositions};
+use crate::model::step::{LogProbSource, RowMeta, StepDump, TokenBatch, TokenPositions};
 
 /// The file name's prefix and suffix.
 pub const PREFIX: &str = "train_data_step";
@@ -230,17 +230,7 @@ fn read_file(root: &Path, step: i64, file: &Path) -> Result<StepDump> {
     b.response_mask = ints(4);
     b.advantages = f(5);
     Ok(StepDump {
-        producer: "nemo-rl".into(),
-        root: root.to_path_buf(),
-        step,
-        cells: vec![Cell {
-            rank: 0,
-            micro: None,
-            batch: b,
-            loss: None,
-            files: vec![file.to_path_buf()],
-        }],
-        conventions: Default::default(),
         unplaced: unplaced.into_iter().collect(),
+        ..StepDump::whole_batch("nemo-rl", root, step, b, vec![file.to_path_buf()])
     })
 }

@@ -32,7 +32,7 @@ use super::walk;
 use super::StepReader;
 use crate::error::{Error, Position, Result};
 use crate::model::conventions::{ConventionKey, ConventionSource, ConventionValue};
-use crate::model::step::{Cell, LogProbSource, RowMeta, StepDump, TokenBatch, TokenTensor};
+use crate::model::step::{LogProbSource, RowMeta, StepDump, TokenBatch, TokenTensor};
 use crate::model::trajectory::Provenance;
 use crate::tensor::{contiguous_strides, Bytes, DType, Tensor};
 use crate::value::Value;
@@ -436,18 +436,9 @@ fn to_step(root: &Path, step: i64, files: Vec<DataProtoFile>) -> StepDump {
     }
     let paths: Vec<PathBuf> = files.iter().map(|f| f.path.clone()).collect();
     StepDump {
-        producer: "verl".into(),
-        root: root.to_path_buf(),
-        step,
-        cells: vec![Cell {
-            rank: 0,
-            micro: None,
-            batch: b,
-            loss: None,
-            files: paths,
-        }],
         conventions,
         unplaced,
+        ..StepDump::whole_batch("verl", root, step, b, paths)
     }
 }
 

@@ -27,7 +27,7 @@ use serde_json::Value as J;
 
 use super::{walk, StepReader};
 use crate::error::{Error, Position, Result};
-use crate::model::step::{Cell, RowMeta, StepDump, TokenBatch};
+use crate::model::step::{RowMeta, StepDump, TokenBatch};
 
 /// The keys every record of `_write_generations` holds.
 pub const KEYS: [&str; 5] = ["input", "output", "gts", "score", "step"];
@@ -213,22 +213,15 @@ impl StepReader for VerlGenerations {
                 });
             }
         }
-        Ok(StepDump {
-            producer: self.name().into(),
-            root: root.to_path_buf(),
+        Ok(StepDump::whole_batch(
+            self.name(),
+            root,
             step,
-            cells: vec![Cell {
-                rank: 0,
-                micro: None,
-                batch: TokenBatch {
-                    rows,
-                    ..TokenBatch::default()
-                },
-                loss: None,
-                files: mine.into_iter().cloned().collect(),
-            }],
-            conventions: Default::default(),
-            unplaced: Vec::new(),
-        })
+            TokenBatch {
+                rows,
+                ..TokenBatch::default()
+            },
+            mine.into_iter().cloned().collect(),
+        ))
     }
 }
