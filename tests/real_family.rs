@@ -574,3 +574,46 @@ fn importance_weights_dumpdiff_cannot_see_are_said_not_blamed() {
     }
     assert!(skipped > 0);
 }
+
+#[test]
+fn losscheck_without_input_ids_places_rows_and_finds_the_clip() {
+    // seed 30: a self-hosted tree without input_ids (before: every forward_data set aside,
+    // exit 2), trajectories in arrival order, a second PPO epoch whose ratios reach the clip
+    // and verl's dual clip 3, advantages with epsilon 1e-6, seq-mean-token-mean. The rows
+    // are placed by their log-probs, and the policy is searched together with the epsilon
+    // (the epsilon alone did not fit under the preset's unclipped policy, nor the policy
+    // under the preset's epsilon): every cell is consistent. Expected values are the
+    // generator's (verl 0.9.1's own compute_policy_loss_vanilla).
+    consistent_with(
+        30,
+        "self_hosted_pt",
+        "policy",
+        "ppo-clip 0.2/0.2, dual clip 3, token ratio",
+    );
+    consistent_with(30, "self_hosted_pt", "adv_eps", "1e-6");
+    consistent_with(
+        30,
+        "self_hosted_pt",
+        "old_log_probs_order",
+        "nexrl-batch-order (no input_ids",
+    );
+}
+
+#[test]
+fn nexrls_token_mean_entropy_is_found_where_only_one_cell_tells() {
+    // seed 1000: the loss_agg_mode seq-mean-token-mean is dumped, NexRL's entropy is
+    // token-mean whatever the mode, and only one of three cells has rows of unequal length
+    // (the two modes give one value on the others). The mode in use reproduced 2 of 3
+    // entropy terms, so the entropy's own mode was not looked for and that cell was called
+    // inconsistent on both trees although its loss was reproduced; the other mode
+    // reproduces every term the mode in use does, and that one more.
+    consistent_with(1000, "self_hosted_pt", "entropy_agg", "token-mean");
+    // the weaver's GSPO policy is searched with the dumped mode as its base, whose entropy
+    // mode is the preset's token-mean already: no convention to name, every cell consistent
+    consistent_with(
+        1000,
+        "weaver_pt",
+        "policy",
+        "ppo-clip 0.2/0.2, GSPO sequence ratio",
+    );
+}
