@@ -576,6 +576,35 @@ fn importance_weights_dumpdiff_cannot_see_are_said_not_blamed() {
 }
 
 #[test]
+fn rows_without_input_ids_are_placed_by_their_log_probs() {
+    // seed 24: the self-hosted forward_data holds no input_ids, micros of 3 and 1 rows
+    // (dynamic), trajectories in arrival order, NexRL's 1-token-prompt layout against the
+    // weaver's response-aligned one, and one weaver cell computed at another temperature.
+    // Rows were paired by index and sliced contiguously from old_log_probs: 6 cells failed
+    // that the truth does not list. Now each row is paired with the weaver's row by its
+    // log-probs, and placed in the whole batch against old_log_probs, so exactly the
+    // truth's cells fail.
+    let t = truth(24);
+    assert_eq!(t["conventions"]["self_hosted_input_ids"], false);
+    assert_eq!(t["conventions"]["dynamic_bsz"], true);
+    let r = fails_exactly_its_truth(24);
+    let methods: std::collections::BTreeSet<&str> = r["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["name"] == "forward_data")
+        .flat_map(|s| s["cells"].as_array().unwrap())
+        .map(|c| c["rows"]["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(methods, ["log_probs"].into());
+    let conv = r["conventions"].to_string();
+    assert!(
+        conv.contains("no input_ids: 7 rows placed by their log-probs"),
+        "{conv}"
+    );
+}
+
+#[test]
 fn losscheck_without_input_ids_places_rows_and_finds_the_clip() {
     // seed 30: a self-hosted tree without input_ids (before: every forward_data set aside,
     // exit 2), trajectories in arrival order, a second PPO epoch whose ratios reach the clip
