@@ -646,3 +646,23 @@ fn nexrls_token_mean_entropy_is_found_where_only_one_cell_tells() {
         "ppo-clip 0.2/0.2, GSPO sequence ratio",
     );
 }
+
+#[test]
+fn a_single_trailing_pad_is_read_from_the_response_mask() {
+    // seed 1013: Llama 3's pad 128001, NexRL's 1-token-prompt layout, no fault. A row one
+    // token short of the micro's longest keeps a single trailing pad (no run of two tells
+    // the pad id), the weaver's rows are tokens[:-1]: rows were unpaired and two cells
+    // failed. The ids after each row's last valid response position are pads: the step
+    // is clean.
+    let t = truth(1013);
+    assert!(t["faults"].as_array().unwrap().is_empty());
+    assert_eq!(t["conventions"]["pad_id"], 128001);
+    let r = fails_exactly_its_truth(1013);
+    for s in r["sections"].as_array().unwrap() {
+        for c in s["cells"].as_array().unwrap() {
+            if let Some(rows) = c.get("rows").filter(|r| !r.is_null()) {
+                assert!(rows["only_reference"].as_array().unwrap().is_empty(), "{c}");
+            }
+        }
+    }
+}

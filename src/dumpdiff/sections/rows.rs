@@ -148,7 +148,10 @@ impl<'v> Tensors<'v> {
 
     /// The pad id this file's `input_ids` show, when not 0: the value repeated at the ends
     /// of the most rows (a run of at least two at the start or the end of a row; Qwen
-    /// pads with 151643, Llama 3 with 128001), `None` when no row ends in such a run.
+    /// pads with 151643, Llama 3 with 128001), or the ids after a row's last valid
+    /// response position (`response_mask` `[B, T]` over the last `T` columns, as verl's
+    /// and NexRL's forward_data hold them: a single trailing pad tells too); `None` when
+    /// no row shows one.
     pub fn pad_candidate(&self) -> Option<i64> {
         let t = self.record.tensor(Field::InputIds)?;
         if t.ndim() != 2 || t.shape()[1] < 2 {
@@ -161,6 +164,19 @@ impl<'v> Tensors<'v> {
             for (x, y) in [(r[0], r[1]), (r[w - 1], r[w - 2])] {
                 if x == y && x != 0 {
                     *counts.entry(x).or_default() += 1;
+                }
+            }
+        }
+        let mask = self.mat(Field::ResponseMask);
+        if let Some(m) =
+            mask.filter(|m| counts.is_empty() && m.rows * w == ids.len() && m.width <= w)
+        {
+            for (r, row) in ids.chunks(w).enumerate() {
+                let end = m.nonzero(r).last().map_or(0, |s| s.end);
+                for x in &row[w - m.width + end..] {
+                    if *x != 0 {
+                        *counts.entry(*x).or_default() += 1;
+                    }
                 }
             }
         }
