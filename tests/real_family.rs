@@ -666,3 +666,64 @@ fn a_single_trailing_pad_is_read_from_the_response_mask() {
         }
     }
 }
+
+#[test]
+fn dumped_rollout_log_probs_give_the_weavers_importance_weights() {
+    // seed 39: the weaver multiplies its per-token loss by verl's TIS weights
+    // min(exp(old − rollout_log_probs), 2) and dumps rollout_log_probs; the self-hosted side
+    // applies none. The self-hosted per-token loss is derived with the weaver's weights
+    // (read from its own dumped values) so the per-token comparison holds, and the loss
+    // totals that differ are named an importance weight. Before, every is_loss cell failed
+    // its elementwise_loss and the diagnosis said "the aggregation differs".
+    let r = fails_exactly_its_truth(39);
+    let cell = |section: &str| -> Json {
+        r["sections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == section)
+            .unwrap()["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["rank"] == 0 && c["micro"] == 0)
+            .unwrap()
+            .clone()
+    };
+    let is_loss = cell("is_loss");
+    let el = is_loss["comparisons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "is_loss.elementwise_loss")
+        .unwrap();
+    assert_eq!(el["verdict"], "pass", "{el}");
+    assert!(
+        el["origin_a"]["from"]
+            .as_str()
+            .unwrap()
+            .contains("min(exp(old_log_probs − rollout_log_probs), 2)"),
+        "{el}"
+    );
+    for c in [&is_loss, &cell("loss")] {
+        for x in c["comparisons"].as_array().unwrap() {
+            if x["verdict"] == "fail" {
+                assert!(
+                    x["reason"]
+                        .as_str()
+                        .unwrap()
+                        .contains("an importance weight"),
+                    "{x}"
+                );
+            }
+        }
+    }
+    assert!(
+        r["diagnosis"][0]
+            .as_str()
+            .unwrap()
+            .contains("an importance weight (TIS"),
+        "{}",
+        r["diagnosis"]
+    );
+}
