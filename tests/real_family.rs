@@ -727,3 +727,31 @@ fn dumped_rollout_log_probs_give_the_weavers_importance_weights() {
         r["diagnosis"]
     );
 }
+
+#[test]
+fn a_scaled_total_is_diagnosed_unscaled() {
+    // seed 30: the weaver dumps its total loss times rows / global batch (verl's
+    // loss_scale_factor); its faults are a mask dropping a token (rank 1 micro 0) and
+    // advantages normalised with the population std (rank 1 micro 1). The diagnosis split
+    // the scaled total into terms, so the scale read as "the terms match but their sum does
+    // not" and the entropy coefficient fitted to the scaled totals as an entropy term; the
+    // totals are now diagnosed divided by the factor the judge found.
+    assert_eq!(truth(30)["conventions"]["weaver_loss_scaled"], true);
+    let (_, r) = dumpdiff(30);
+    let d: Vec<&str> = r["diagnosis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect();
+    let line = |cell: &str| *d.iter().find(|l| l.starts_with(cell)).expect(cell);
+    let m0 = line("rank 1 micro 0:");
+    assert!(m0.contains("the pg term differs, from the mask"), "{m0}");
+    assert!(m0.ends_with("(totals compared unscaled)"), "{m0}");
+    let m1 = line("rank 1 micro 1:");
+    assert!(
+        m1.contains("the pg term differs, from the advantages"),
+        "{m1}"
+    );
+    assert!(!d.iter().any(|l| l.contains("their sum does not")), "{d:?}");
+}
