@@ -97,6 +97,11 @@ pub fn forward_data_cell(
             "not dumped on both sides",
         )),
     }
+    super::unattributed(
+        &mut out,
+        &["forward_data.response_mask"],
+        "the response mask differs: tokens one side counts as response and the other does not",
+    );
     match (&lp_a, &lp_b) {
         (Some(x), Some(y)) => out.push(ctx.logprobs_memo(
             x,
