@@ -755,3 +755,30 @@ fn a_scaled_total_is_diagnosed_unscaled() {
     );
     assert!(!d.iter().any(|l| l.contains("their sum does not")), "{d:?}");
 }
+
+#[test]
+fn a_coefficient_differing_under_a_scaled_total_is_found() {
+    // seed 5: the weaver's entropy_coeff is 0.01 against the self-hosted 1e-4 and its totals
+    // are scaled by rows / 16. dumpdiff's least squares of loss − pg_loss fitted the scaled
+    // totals (−0.055 ± 0.24: "agrees"); the coefficient the judge settled with the scale is
+    // now the weaver's, and the two differ (the truth's finding; exit 1).
+    let t = truth(5);
+    assert_eq!(t["dumpdiff"]["coefficients"][0]["weaver"], 0.01);
+    let (code, r) = dumpdiff(5);
+    assert_eq!(code, Some(1));
+    let c = r["coefficients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "entropy_coeff")
+        .unwrap();
+    assert_eq!(c["differ"], true, "{c}");
+    assert!((c["weaver"].as_f64().unwrap() - 0.01).abs() < 1e-6, "{c}");
+    assert!(
+        c["weaver_from"]
+            .as_str()
+            .unwrap()
+            .starts_with("with the loss scale rows / 16"),
+        "{c}"
+    );
+}

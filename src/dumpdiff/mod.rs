@@ -530,6 +530,7 @@ fn compare(
     // a total loss one side dumps scaled (verl's loss_scale_factor) is compared unscaled
     let (agree, passed) = scaled_loss::rejudge(&mut sections, &scales);
     cell_conventions::rediagnose_scaled(&sections, &mut diagnosis, &diagnosed, &scales);
+    scaled_loss::rescaled_coefficients(&mut coefficients, &scales);
     adjudication.retain(|a| !passed.contains(&(a.rank, a.micro)));
     diagnosis.retain(|d| {
         !agree
