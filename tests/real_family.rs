@@ -782,3 +782,22 @@ fn a_coefficient_differing_under_a_scaled_total_is_found() {
         "{c}"
     );
 }
+
+#[test]
+fn a_row_its_log_probs_cannot_place_follows_its_micros_order() {
+    // seed 2033: no input_ids, trajectories in arrival order, micros of fixed size, a second
+    // PPO epoch; one row of four tokens sits nearer another trajectory's old log-probs
+    // (0.163) than its own (0.198). That row was unplaced: losscheck set the file aside
+    // (exit 2) and dumpdiff sliced the micro contiguously by batch position but read those
+    // positions as trajectory indexes (4 is_loss cells failed). The micro's other rows sit
+    // at consecutive old rows, so the row is placed by that order; the contiguous fallback
+    // maps positions through the settled batch order.
+    fails_exactly_its_truth(2033);
+    let (code, r) = losscheck(&seed(2033).join("self_hosted_pt"));
+    assert_eq!(code, 0, "{r}");
+    assert!(
+        r.to_string()
+            .contains("placed by the micro's order in the batch"),
+        "{r}"
+    );
+}
