@@ -369,26 +369,12 @@ mod tests {
             assert!((g.gap - 0.03).abs() < 1e-12);
         }
         // realigned rows (moved left by 2) are compared at their columns before the move
-        let shifted: Vec<f64> = (0..3)
-            .flat_map(|r| {
-                let row = &lp[r * t..(r + 1) * t];
-                row[2..]
-                    .iter()
-                    .copied()
-                    .chain([0.0, 0.0])
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        let smask: Vec<f64> = (0..3)
-            .flat_map(|r| {
-                let row = &mask[r * t..(r + 1) * t];
-                row[2..]
-                    .iter()
-                    .copied()
-                    .chain([0.0, 0.0])
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let moved = |v: &[f64]| -> Vec<f64> {
+            v.chunks(t)
+                .flat_map(|row| row[2..].iter().copied().chain([0.0, 0.0]))
+                .collect()
+        };
+        let (shifted, smask) = (moved(&lp), moved(&mask));
         let rows = probes(&shifted, &smask, t, Some(&[2, 2, 2]));
         let got = locate(&rows, 6, |j| Cow::Borrowed(&o[j][..]), |_, _| true);
         assert_eq!(
