@@ -170,9 +170,10 @@ pub fn run(args: &Args) -> Result<(String, u8)> {
     }
     let mut reports = Vec::new();
     for s in steps {
-        // One step in memory at a time: read, analyse, keep the report only.
-        let step = reader.read_step(&args.path, s)?;
-        let mut rep = mismatch::analyse(&step, &opts)?;
+        // One step at a time, read cell by cell where the producer's files allow it:
+        // a cell is read, scanned and dropped; only the report is kept.
+        let step = reader.open_step(&args.path, s)?;
+        let mut rep = mismatch::analyse_cells(step.as_ref(), &opts)?;
         drop(step);
         if let Some(dir) = &args.export_frames {
             std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
