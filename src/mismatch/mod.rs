@@ -12,6 +12,7 @@ pub mod attribution;
 pub mod cell;
 pub mod frames;
 pub mod metrics;
+pub mod pairs;
 pub mod report;
 pub mod scan;
 pub mod trend;
@@ -92,6 +93,8 @@ pub fn parse_role(s: &str) -> Option<LogProbSource> {
 /// Cells scanned at once: enough for both cores, few enough that memory stays bounded.
 const CHUNK: usize = 4;
 
+pub use pairs::analyse_pair;
+
 /// Analyse one step held in memory ([`analyse_cells`] over its cells).
 ///
 /// Errors: as [`analyse_cells`].
@@ -101,7 +104,7 @@ pub fn analyse(step: &StepDump, opts: &Options) -> Result<StepReport> {
 
 /// The error of a step whose cells do not all hold both roles of the pair, naming the
 /// roles every cell holds and those only some hold (with how many).
-fn missing_roles(step: &dyn StepCells, held_by: &[Vec<LogProbSource>], pair: Pair) -> Error {
+fn missing_roles(step: &dyn StepCells, held_by: &[Vec<LogProbSource>], need: &str) -> Error {
     let mut roles: Option<Vec<LogProbSource>> = None;
     let mut some: BTreeMap<LogProbSource, usize> = BTreeMap::new();
     for here in held_by {
@@ -124,7 +127,7 @@ fn missing_roles(step: &dyn StepCells, held_by: &[Vec<LogProbSource>], pair: Pai
         step.root(),
         Position::File,
         format!(
-            "step {} holds {} in every cell{}; comparing {} with {} needs both (choose with --pair)",
+            "step {} holds {} in every cell{}; {need} (choose with --pair)",
             step.step(),
             if held.is_empty() {
                 "no log-prob role".to_string()
@@ -136,14 +139,12 @@ fn missing_roles(step: &dyn StepCells, held_by: &[Vec<LogProbSource>], pair: Pai
             } else {
                 format!(" ({})", partial.join(", "))
             },
-            role_name(pair.0),
-            role_name(pair.1)
         ),
     )
 }
 
-/// The two roles compared.
-type Pair = (LogProbSource, LogProbSource);
+/// A cell's roles, and the width and size of its `a` log-probs.
+type CellHead = (Vec<LogProbSource>, Option<(usize, usize)>);
 
 /// Analyse one step cell by cell: a first pass reads each cell's roles and shapes only
 /// (the bucket width and the top-1 % bound need the widest row and the step's size), the
@@ -157,7 +158,7 @@ pub fn analyse_cells(step: &dyn StepCells, opts: &Options) -> Result<StepReport>
     let (a, b) = opts.pair;
     let n = step.keys().len();
     // Pass 1: each cell's roles, and the width and size of its `a` log-probs.
-    let heads: Vec<(Vec<LogProbSource>, Option<(usize, usize)>)> = (0..n)
+    let heads: Vec<CellHead> = (0..n)
         .into_par_iter()
         .map(|i| {
             let c = step.cell(i)?;
@@ -173,23 +174,66 @@ pub fn analyse_cells(step: &dyn StepCells, opts: &Options) -> Result<StepReport>
         .collect::<Result<_>>()?;
     let held_by: Vec<Vec<LogProbSource>> = heads.iter().map(|h| h.0.clone()).collect();
     if n == 0 || held_by.iter().any(|h| !h.contains(&a) || !h.contains(&b)) {
-        return Err(missing_roles(step, &held_by, opts.pair));
+        let need = format!(
+            "comparing {} with {} needs both",
+            role_name(a),
+            role_name(b)
+        );
+        return Err(missing_roles(step, &held_by, &need));
     }
-    let loss_cfg: Option<LossConfig> = Some(
-        crate::kernels::presets::preset(&opts.loss_preset)
-            .map_err(|e| Error::Usage(format!("--loss-preset: {e}")))?,
-    );
     let max_t = heads
         .iter()
         .filter_map(|h| h.1.map(|s| s.0))
         .max()
-        .unwrap_or(1)
-        .max(1);
+        .unwrap_or(1);
+    let bound: usize = heads.iter().filter_map(|h| h.1.map(|s| s.1)).sum();
+    let head = Head {
+        step: step.step(),
+        producer: step.producer().to_string(),
+        root: step.root().to_path_buf(),
+        pair: [a, b],
+        against: None,
+    };
+    fold(head, n, max_t, bound, opts, &|i| {
+        let c = step.cell(i)?;
+        Ok(cell::decode(&c, a, b))
+    })
+}
+
+/// What a step report says about where its data came from.
+pub(crate) struct Head {
+    step: i64,
+    producer: String,
+    root: std::path::PathBuf,
+    pair: [LogProbSource; 2],
+    against: Option<report::Pairing>,
+}
+
+/// Decode cell `i` (read it, pair its rows, drop it); `None` when it holds no pair.
+pub(crate) type DecodeCell<'a> = dyn Fn(usize) -> Result<Option<cell::CellData>> + Sync + 'a;
+
+/// Scan `n` cells, [`CHUNK`] at a time in parallel (each decoded, scanned and dropped
+/// inside its task), folding them into the step's sums in cell order; then the report.
+/// `max_t`: the widest row (the default bucket width); `bound`: at least the number of
+/// tokens (the top-1 % selection's size).
+///
+/// Errors: a cell unreadable; an unknown loss preset.
+pub(crate) fn fold(
+    head: Head,
+    n: usize,
+    max_t: usize,
+    bound: usize,
+    opts: &Options,
+    decode: &DecodeCell<'_>,
+) -> Result<StepReport> {
+    let loss_cfg: Option<LossConfig> = Some(
+        crate::kernels::presets::preset(&opts.loss_preset)
+            .map_err(|e| Error::Usage(format!("--loss-preset: {e}")))?,
+    );
     let width = opts
         .bucket_width
-        .unwrap_or_else(|| max_t.div_ceil(16).next_power_of_two())
+        .unwrap_or_else(|| max_t.max(1).div_ceil(16).next_power_of_two())
         .max(1);
-    let bound: usize = heads.iter().filter_map(|h| h.1.map(|s| s.1)).sum();
     let floor = std::sync::atomic::AtomicU64::new(0f64.to_bits());
     let params = ScanParams {
         floor: &floor,
@@ -216,10 +260,7 @@ pub fn analyse_cells(step: &dyn StepCells, opts: &Options) -> Result<StepReport>
         // Each cell read, scanned and dropped inside its task: CHUNK cells in flight.
         let outs: Vec<Option<CellOut>> = chunk
             .par_iter()
-            .map(|&i| {
-                let c = step.cell(i)?;
-                Ok(cell::decode(&c, a, b).map(|cd| scan::scan_cell(cd, &params)))
-            })
+            .map(|&i| Ok(decode(i)?.map(|cd| scan::scan_cell(cd, &params))))
             .collect::<Result<_>>()?;
         for out in outs.into_iter().flatten() {
             all.merge(&out.sums);
@@ -263,7 +304,7 @@ pub fn analyse_cells(step: &dyn StepCells, opts: &Options) -> Result<StepReport>
         })
         .collect();
     let seq_table = opts.keep_tokens.then(|| gathered.seqs.clone());
-    let (attribution, findings) = gathered.finish(width, opts.top_n, step.step());
+    let (attribution, findings) = gathered.finish(width, opts.top_n, head.step);
     let with_loss = cov.loss_cells == cov.cells && cov.cells > 0;
     if !with_loss && cov.loss_note.is_none() && cov.loss_cells > 0 {
         cov.loss_note = Some(format!(
@@ -278,10 +319,11 @@ pub fn analyse_cells(step: &dyn StepCells, opts: &Options) -> Result<StepReport>
         .map(|(c, s)| s.finish(c.clone(), with_loss))
         .collect();
     Ok(StepReport {
-        step: step.step(),
-        producer: step.producer().to_string(),
-        root: step.root().to_path_buf(),
-        pair: [a, b],
+        step: head.step,
+        producer: head.producer,
+        root: head.root,
+        pair: head.pair,
+        against: head.against,
         coverage: cov,
         metrics,
         named,

@@ -129,7 +129,7 @@ fn read_into(
 /// Errors: as [`read_step`] for the listing; reading a cell, as [`read_step`] for its files.
 pub(crate) fn open_step(root: &Path, step: i64, name: &'static str) -> Result<TreeCells> {
     let tree = DumpTree::discover(root)?;
-    let mut cells: BTreeMap<(usize, Option<usize>), Vec<DumpFile>> = BTreeMap::new();
+    let mut cells: BTreeMap<CellKey, Vec<DumpFile>> = BTreeMap::new();
     for f in step_files(&tree, step)? {
         if !matches!(f.kind, Kind::Param | Kind::Gradient) {
             cells.entry(cell_key(f)).or_default().push(f.clone());
@@ -144,13 +144,16 @@ pub(crate) fn open_step(root: &Path, step: i64, name: &'static str) -> Result<Tr
     })
 }
 
+/// A cell's `(rank, micro)`.
+type CellKey = (usize, Option<usize>);
+
 /// A NexRL step whose cells are read on demand ([`open_step`]).
 pub(crate) struct TreeCells {
     producer: &'static str,
     kind: crate::model::tree::Producer,
     root: std::path::PathBuf,
     step: i64,
-    cells: Vec<((usize, Option<usize>), Vec<DumpFile>)>,
+    cells: Vec<(CellKey, Vec<DumpFile>)>,
 }
 
 impl StepCells for TreeCells {
