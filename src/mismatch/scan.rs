@@ -267,11 +267,7 @@ pub fn scan_cell(cd: CellData, p: &ScanParams) -> CellOut {
     let stats = (!p.corrections.is_empty()).then(|| whatif::CellStats::new(&d, &scored, rows, t));
     let loss = cell_loss.as_ref().map(|(l, m)| (l, *m));
     let whatif = match &stats {
-        Some(st) => p
-            .corrections
-            .iter()
-            .map(|c| whatif::apply(c, &d, &scored, st, rows, t, loss))
-            .collect(),
+        Some(st) => whatif::apply_all(p.corrections, &d, &scored, st, rows, t, loss),
         None => vec![],
     };
     CellOut {
