@@ -674,6 +674,9 @@ pub(super) fn batch_inputs(
         adv_parts,
         adv_eps,
         old_of_traj: None,
+        response_lens: traj.map_or_else(Vec::new, |t| {
+            t.rows.iter().map(|r| r.response_len).collect()
+        }),
     })
 }
 

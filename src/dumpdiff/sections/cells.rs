@@ -167,6 +167,8 @@ pub struct BatchInputs {
     /// Trajectory index → row of `old_log_probs`, when its rows follow NexRL's batch
     /// order rather than the trajectory file's ([`crate::judge::SelfHostedStep::settle_old_order`]).
     pub old_of_traj: Option<Vec<usize>>,
+    /// Each trajectory's response length (by batch index), to place rows without ids.
+    pub response_lens: Vec<Option<usize>>,
 }
 
 impl BatchInputs {
@@ -214,9 +216,64 @@ pub(super) fn batch_indices(
             }
         }
     }
+    if let Some(idx) = placed_by_values(inputs, fwd) {
+        return (
+            idx,
+            "rows located in the batch by their log-probs against old_log_probs (no input_ids)"
+                .into(),
+        );
+    }
     let base = (rank as usize * inputs.micros_per_rank + micro as usize) * nrows;
     (
         (0..nrows).map(|r| Some(base + r)).collect(),
         "rows located in the batch contiguously".into(),
     )
+}
+
+/// The batch index of each row of a forward_data without token ids, from its log-probs
+/// against the whole-batch `old_log_probs` ([`crate::judge::locate`], at the columns the
+/// rows held before any realignment); `None` unless every row is placed.
+fn placed_by_values(inputs: &BatchInputs, fwd: &Tensors<'_>) -> Option<Vec<Option<usize>>> {
+    use crate::judge::locate::{locate, probes};
+    let old = inputs.old_log_probs.as_ref()?;
+    let (lp, mask) = (fwd.mat(Field::LogProbs)?, fwd.mat(Field::ResponseMask)?);
+    if lp.rows != mask.rows || lp.width != mask.width {
+        return None;
+    }
+    let n = old.rows;
+    // old row → trajectory (the inverse of `old_of_traj`)
+    let mut traj_of_old: Vec<usize> = (0..n).collect();
+    if let Some(o) = &inputs.old_of_traj {
+        for (i, j) in o.iter().enumerate() {
+            *traj_of_old.get_mut(*j)? = i;
+        }
+    }
+    let (lpv, mv) = (lp.values(), mask.values());
+    let valid: Vec<usize> = (0..lp.rows)
+        .map(|r| {
+            mv[r * lp.width..(r + 1) * lp.width]
+                .iter()
+                .filter(|m| **m != 0.0)
+                .count()
+        })
+        .collect();
+    let rows = probes(
+        &lpv,
+        &mv,
+        lp.width,
+        fwd.shifts().as_deref().map(Vec::as_slice),
+    );
+    let placed = locate(
+        &rows,
+        n,
+        |j| old.row(j),
+        |r, j| {
+            let len = inputs.response_lens.get(traj_of_old[j]).copied().flatten();
+            len.is_none_or(|l| l == valid[r])
+        },
+    );
+    placed
+        .into_iter()
+        .map(|p| p.map(|p| Some(traj_of_old[p.old_row])))
+        .collect()
 }
