@@ -90,8 +90,12 @@ pub fn parse_role(s: &str) -> Option<LogProbSource> {
     })
 }
 
-/// Cells scanned at once: enough for both cores, few enough that memory stays bounded.
-const CHUNK: usize = 4;
+/// Cells scanned at once: one per thread of rayon's pool (one per core), so a step costs
+/// that many cells of memory (two on the 2-core benchmark machine; dumpdiff reads a cell
+/// at a time).
+fn chunk() -> usize {
+    rayon::current_num_threads().max(1)
+}
 
 pub use pairs::analyse_pair;
 
@@ -148,7 +152,7 @@ type CellHead = (Vec<LogProbSource>, Option<(usize, usize)>);
 
 /// Analyse one step cell by cell: a first pass reads each cell's roles and shapes only
 /// (the bucket width and the top-1 % bound need the widest row and the step's size), the
-/// second reads [`CHUNK`] cells at a time, scans them in parallel, folds them into the
+/// second reads one cell per thread ([`chunk`]) at a time, scans them in parallel, folds them into the
 /// step's sums in (rank, micro) order and drops them. Memory: the cells in flight plus
 /// the sums (see docs/mismatch.md, "Speed and memory").
 ///
@@ -212,7 +216,7 @@ pub(crate) struct Head {
 /// Decode cell `i` (read it, pair its rows, drop it); `None` when it holds no pair.
 pub(crate) type DecodeCell<'a> = dyn Fn(usize) -> Result<Option<cell::CellData>> + Sync + 'a;
 
-/// Scan `n` cells, [`CHUNK`] at a time in parallel (each decoded, scanned and dropped
+/// Scan `n` cells, one per thread ([`chunk`]) at a time in parallel (each decoded, scanned and dropped
 /// inside its task), folding them into the step's sums in cell order; then the report.
 /// `max_t`: the widest row (the default bucket width); `bound`: at least the number of
 /// tokens (the top-1 % selection's size).
@@ -256,8 +260,8 @@ pub(crate) fn fold(
     let mut table = opts.keep_tokens.then(TokenTable::default);
     let mut cov = Coverage::default();
     let idx: Vec<usize> = (0..n).collect();
-    for chunk in idx.chunks(CHUNK) {
-        // Each cell read, scanned and dropped inside its task: CHUNK cells in flight.
+    for chunk in idx.chunks(chunk()) {
+        // Each cell read, scanned and dropped inside its task: chunk() cells in flight.
         let outs: Vec<Option<CellOut>> = chunk
             .par_iter()
             .map(|&i| Ok(decode(i)?.map(|cd| scan::scan_cell(cd, &params))))
