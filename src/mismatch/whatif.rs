@@ -670,9 +670,9 @@ pub fn apply_all(
         .map(|mut a| {
             if let Some((_, mode)) = loss {
                 let coef = agg_coefficients(mode, &a.counts, t);
-                for r in 0..rows {
-                    a.out.loss += coef[r] * a.row_wl[r];
-                    a.out.grad_sq += coef[r] * coef[r] * a.row_g2[r];
+                for ((c, wl), g2) in coef.iter().zip(&a.row_wl).zip(&a.row_g2) {
+                    a.out.loss += c * wl;
+                    a.out.grad_sq += c * c * g2;
                 }
                 a.out.cells = 1.0;
             }
