@@ -250,7 +250,7 @@ pub fn scan_cell(cd: CellData, p: &ScanParams) -> CellOut {
                     .map(|(x, m)| if *m != 0.0 { *x } else { 0.0 })
                     .collect()
             };
-            match whatif::cell_loss(&z(cur), &z(&cd.b), &z(adv), &scored, rows, t, cfg) {
+            match whatif::cell_loss(z(cur), z(&cd.b), z(adv), &scored, rows, t, cfg) {
                 Ok(l) => Some((l, cfg.agg)),
                 Err(e) => {
                     loss_note = Some(format!("loss kernel: {e}"));

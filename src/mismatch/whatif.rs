@@ -365,26 +365,28 @@ pub struct CellLoss {
     pub dl: Vec<f64>,
 }
 
-/// One fused kernel pass: the preset's per-token loss and derivative of a cell.
+/// One fused kernel pass: the preset's per-token loss and derivative of a cell (the
+/// log-prob and advantage arrays are taken over by the kernel's tensors).
 /// `current`: the log-probs the loss differentiates (the trainer's old ones when no
 /// current pass was dumped: the first micro of an on-policy step).
 pub fn cell_loss(
-    current: &[f64],
-    old: &[f64],
-    adv: &[f64],
+    current: Vec<f64>,
+    old: Vec<f64>,
+    adv: Vec<f64>,
     mask: &[f64],
     rows: usize,
     t: usize,
     cfg: &LossConfig,
 ) -> Result<CellLoss, String> {
     let dev = Device::Cpu;
-    let mk = |v: &[f64]| CTensor::from_slice(v, (rows, t), &dev).map_err(|e| e.to_string());
+    // The owned arrays become the kernel's tensors without a copy.
+    let mk = |v: Vec<f64>| CTensor::from_vec(v, (rows, t), &dev).map_err(|e| e.to_string());
     let inputs = LossInputs {
         log_probs: mk(current)?,
         old_log_probs: Some(mk(old)?),
         ref_log_probs: None,
         advantages: mk(adv)?,
-        mask: mk(mask)?,
+        mask: CTensor::from_slice(mask, (rows, t), &dev).map_err(|e| e.to_string())?,
         entropy: None,
         rollout_log_probs: None,
     };
