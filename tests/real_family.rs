@@ -727,3 +727,77 @@ fn dumped_rollout_log_probs_give_the_weavers_importance_weights() {
         r["diagnosis"]
     );
 }
+
+#[test]
+fn a_scaled_total_is_diagnosed_unscaled() {
+    // seed 30: the weaver dumps its total loss times rows / global batch (verl's
+    // loss_scale_factor); its faults are a mask dropping a token (rank 1 micro 0) and
+    // advantages normalised with the population std (rank 1 micro 1). The diagnosis split
+    // the scaled total into terms, so the scale read as "the terms match but their sum does
+    // not" and the entropy coefficient fitted to the scaled totals as an entropy term; the
+    // totals are now diagnosed divided by the factor the judge found.
+    assert_eq!(truth(30)["conventions"]["weaver_loss_scaled"], true);
+    let (_, r) = dumpdiff(30);
+    let d: Vec<&str> = r["diagnosis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect();
+    let line = |cell: &str| *d.iter().find(|l| l.starts_with(cell)).expect(cell);
+    let m0 = line("rank 1 micro 0:");
+    assert!(m0.contains("the pg term differs, from the mask"), "{m0}");
+    assert!(m0.ends_with("(totals compared unscaled)"), "{m0}");
+    let m1 = line("rank 1 micro 1:");
+    assert!(
+        m1.contains("the pg term differs, from the advantages"),
+        "{m1}"
+    );
+    assert!(!d.iter().any(|l| l.contains("their sum does not")), "{d:?}");
+}
+
+#[test]
+fn a_coefficient_differing_under_a_scaled_total_is_found() {
+    // seed 5: the weaver's entropy_coeff is 0.01 against the self-hosted 1e-4 and its totals
+    // are scaled by rows / 16. dumpdiff's least squares of loss − pg_loss fitted the scaled
+    // totals (−0.055 ± 0.24: "agrees"); the coefficient the judge settled with the scale is
+    // now the weaver's, and the two differ (the truth's finding; exit 1).
+    let t = truth(5);
+    assert_eq!(t["dumpdiff"]["coefficients"][0]["weaver"], 0.01);
+    let (code, r) = dumpdiff(5);
+    assert_eq!(code, Some(1));
+    let c = r["coefficients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "entropy_coeff")
+        .unwrap();
+    assert_eq!(c["differ"], true, "{c}");
+    assert!((c["weaver"].as_f64().unwrap() - 0.01).abs() < 1e-6, "{c}");
+    assert!(
+        c["weaver_from"]
+            .as_str()
+            .unwrap()
+            .starts_with("with the loss scale rows / 16"),
+        "{c}"
+    );
+}
+
+#[test]
+fn a_row_its_log_probs_cannot_place_follows_its_micros_order() {
+    // seed 2033: no input_ids, trajectories in arrival order, micros of fixed size, a second
+    // PPO epoch; one row of four tokens sits nearer another trajectory's old log-probs
+    // (0.163) than its own (0.198). That row was unplaced: losscheck set the file aside
+    // (exit 2) and dumpdiff sliced the micro contiguously by batch position but read those
+    // positions as trajectory indexes (4 is_loss cells failed). The micro's other rows sit
+    // at consecutive old rows, so the row is placed by that order; the contiguous fallback
+    // maps positions through the settled batch order.
+    fails_exactly_its_truth(2033);
+    let (code, r) = losscheck(&seed(2033).join("self_hosted_pt"));
+    assert_eq!(code, 0, "{r}");
+    assert!(
+        r.to_string()
+            .contains("placed by the micro's order in the batch"),
+        "{r}"
+    );
+}

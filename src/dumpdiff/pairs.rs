@@ -359,7 +359,8 @@ pub(super) fn weaver_sections(
     }?;
     out.extend(params.sections);
     coverage.extend(params.coverage);
-    conv.diagnosis = diagnose_losses(&out, s, w, &losses, conv, &opts.coefficients);
+    (conv.diagnosis, conv.diagnosed) =
+        diagnose_losses(&out, s, w, &losses, conv, &opts.coefficients);
     Ok(out)
 }
 

@@ -119,6 +119,47 @@ pub fn locate<'a>(
     out
 }
 
+/// Rows [`locate`] left unplaced, placed where the micro's placed rows say it lies: when
+/// every placed row `r` sits at old row `j0 + r` for one `j0` (a micro sliced from the
+/// batch in order, as fixed micro sizes give), an unplaced row `r` is taken to be old row
+/// `j0 + r` if that row fits it and is free (two near rows a short response cannot tell
+/// apart). Returns how many rows were so placed.
+pub fn fill_in_order(
+    placed: &mut [Option<Placed>],
+    n_old: usize,
+    fits: impl Fn(usize, usize) -> bool,
+) -> usize {
+    let mut j0 = None;
+    for (r, p) in placed.iter().enumerate() {
+        if let Some(p) = p {
+            let Some(base) = p.old_row.checked_sub(r) else {
+                return 0;
+            };
+            if j0.is_some_and(|j| j != base) {
+                return 0;
+            }
+            j0 = Some(base);
+        }
+    }
+    let Some(j0) = j0 else {
+        return 0;
+    };
+    let taken: Vec<usize> = placed.iter().flatten().map(|p| p.old_row).collect();
+    let mut n = 0;
+    for (r, p) in placed.iter_mut().enumerate() {
+        let j = j0 + r;
+        if p.is_none() && j < n_old && fits(r, j) && !taken.contains(&j) {
+            *p = Some(Placed {
+                old_row: j,
+                gap: f64::NAN,
+                runner_up: None,
+            });
+            n += 1;
+        }
+    }
+    n
+}
+
 /// Place a micro's rows (`lp`, `mask`: `[b, t]`) read from forward_data file `ff` among
 /// `n_old` whole-batch old rows and say how: the old row of each, or an error naming
 /// the rows no old row clearly holds. `row_len(j)`: the response length of the
@@ -139,9 +180,9 @@ pub fn place<'a>(
         })
         .collect();
     let rows = probes(lp, mask, t, None);
-    let placed = locate(&rows, n_old, old_row, |r, j| {
-        row_len(j).is_none_or(|n| n == valid[r])
-    });
+    let fits = |r: usize, j: usize| row_len(j).is_none_or(|n| n == valid[r]);
+    let mut placed = locate(&rows, n_old, old_row, fits);
+    let in_order = fill_in_order(&mut placed, n_old, fits);
     let lost: Vec<usize> = (0..placed.len()).filter(|r| placed[*r].is_none()).collect();
     if !lost.is_empty() {
         return Err(crate::error::Error::format(
@@ -154,7 +195,11 @@ pub fn place<'a>(
         ));
     }
     let placed: Vec<Placed> = placed.into_iter().flatten().collect();
-    let worst = placed.iter().map(|p| p.gap).fold(0.0, f64::max);
+    let worst = placed
+        .iter()
+        .map(|p| p.gap)
+        .filter(|g| g.is_finite())
+        .fold(0.0, f64::max);
     let next = placed
         .iter()
         .filter_map(|p| p.runner_up)
@@ -168,7 +213,11 @@ pub fn place<'a>(
         } else {
             "none: no other row of their lengths".into()
         }
-    );
+    ) + &if in_order > 0 {
+        format!("; {in_order} row(s) too near another placed by the micro's order in the batch")
+    } else {
+        String::new()
+    };
     Ok((placed.iter().map(|p| p.old_row).collect(), note))
 }
 
@@ -320,26 +369,12 @@ mod tests {
             assert!((g.gap - 0.03).abs() < 1e-12);
         }
         // realigned rows (moved left by 2) are compared at their columns before the move
-        let shifted: Vec<f64> = (0..3)
-            .flat_map(|r| {
-                let row = &lp[r * t..(r + 1) * t];
-                row[2..]
-                    .iter()
-                    .copied()
-                    .chain([0.0, 0.0])
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        let smask: Vec<f64> = (0..3)
-            .flat_map(|r| {
-                let row = &mask[r * t..(r + 1) * t];
-                row[2..]
-                    .iter()
-                    .copied()
-                    .chain([0.0, 0.0])
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let moved = |v: &[f64]| -> Vec<f64> {
+            v.chunks(t)
+                .flat_map(|row| row[2..].iter().copied().chain([0.0, 0.0]))
+                .collect()
+        };
+        let (shifted, smask) = (moved(&lp), moved(&mask));
         let rows = probes(&shifted, &smask, t, Some(&[2, 2, 2]));
         let got = locate(&rows, 6, |j| Cow::Borrowed(&o[j][..]), |_, _| true);
         assert_eq!(
@@ -367,6 +402,27 @@ mod tests {
         let mut placed: Vec<usize> = got.iter().map(|g| g.unwrap().old_row).collect();
         placed.sort();
         assert_eq!(placed, vec![0, 1]);
+    }
+
+    #[test]
+    fn an_unplaced_row_follows_the_order_of_the_placed_ones() {
+        let p = |j| {
+            Some(Placed {
+                old_row: j,
+                gap: 0.0,
+                runner_up: None,
+            })
+        };
+        // rows 0, 1, 3 at old rows 5, 6, 8: row 2 is old row 7
+        let mut placed = vec![p(5), p(6), None, p(8)];
+        assert_eq!(fill_in_order(&mut placed, 10, |_, _| true), 1);
+        assert_eq!(placed[2].map(|x| x.old_row), Some(7));
+        // not in order, or the row does not fit: left unplaced
+        let mut placed = vec![p(5), p(9), None];
+        assert_eq!(fill_in_order(&mut placed, 10, |_, _| true), 0);
+        let mut placed = vec![p(5), None];
+        assert_eq!(fill_in_order(&mut placed, 10, |_, j| j != 6), 0);
+        assert_eq!(placed[1], None);
     }
 
     #[test]

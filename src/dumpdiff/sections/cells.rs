@@ -97,6 +97,11 @@ pub fn forward_data_cell(
             "not dumped on both sides",
         )),
     }
+    super::unattributed(
+        &mut out,
+        &["forward_data.response_mask"],
+        "the response mask differs: tokens one side counts as response and the other does not",
+    );
     match (&lp_a, &lp_b) {
         (Some(x), Some(y)) => out.push(ctx.logprobs_memo(
             x,
@@ -223,11 +228,29 @@ pub(super) fn batch_indices(
                 .into(),
         );
     }
+    // contiguous batch positions: rows of old_log_probs, whose trajectories follow from
+    // the settled batch order
     let base = (rank as usize * inputs.micros_per_rank + micro as usize) * nrows;
+    let traj_of = traj_of_old(inputs, inputs.old_log_probs.as_ref().map_or(0, |m| m.rows));
     (
-        (0..nrows).map(|r| Some(base + r)).collect(),
+        (0..nrows)
+            .map(|r| Some(traj_of.get(base + r).copied().unwrap_or(base + r)))
+            .collect(),
         "rows located in the batch contiguously".into(),
     )
+}
+
+/// Old row → trajectory (batch index): the inverse of `old_of_traj` (identity without).
+fn traj_of_old(inputs: &BatchInputs, n: usize) -> Vec<usize> {
+    let mut traj_of_old: Vec<usize> = (0..n).collect();
+    if let Some(o) = &inputs.old_of_traj {
+        for (i, j) in o.iter().enumerate() {
+            if let Some(slot) = traj_of_old.get_mut(*j) {
+                *slot = i;
+            }
+        }
+    }
+    traj_of_old
 }
 
 /// The batch index of each row of a forward_data without token ids, from its log-probs
@@ -241,13 +264,7 @@ fn placed_by_values(inputs: &BatchInputs, fwd: &Tensors<'_>) -> Option<Vec<Optio
         return None;
     }
     let n = old.rows;
-    // old row → trajectory (the inverse of `old_of_traj`)
-    let mut traj_of_old: Vec<usize> = (0..n).collect();
-    if let Some(o) = &inputs.old_of_traj {
-        for (i, j) in o.iter().enumerate() {
-            *traj_of_old.get_mut(*j)? = i;
-        }
-    }
+    let traj_of_old = traj_of_old(inputs, n);
     let (lpv, mv) = (lp.values(), mask.values());
     let valid: Vec<usize> = (0..lp.rows)
         .map(|r| {
@@ -263,15 +280,12 @@ fn placed_by_values(inputs: &BatchInputs, fwd: &Tensors<'_>) -> Option<Vec<Optio
         lp.width,
         fwd.shifts().as_deref().map(Vec::as_slice),
     );
-    let placed = locate(
-        &rows,
-        n,
-        |j| old.row(j),
-        |r, j| {
-            let len = inputs.response_lens.get(traj_of_old[j]).copied().flatten();
-            len.is_none_or(|l| l == valid[r])
-        },
-    );
+    let fits = |r: usize, j: usize| {
+        let len = inputs.response_lens.get(traj_of_old[j]).copied().flatten();
+        len.is_none_or(|l| l == valid[r])
+    };
+    let mut placed = locate(&rows, n, |j| old.row(j), fits);
+    crate::judge::locate::fill_in_order(&mut placed, n, fits);
     placed
         .into_iter()
         .map(|p| p.map(|p| Some(traj_of_old[p.old_row])))

@@ -209,6 +209,11 @@ pub fn is_loss_cell(
     if !rows.only_a.is_empty() || !rows.only_b.is_empty() {
         out.push(row_coverage_fail(S, &rows));
     }
+    unattributed(
+        &mut out,
+        &["is_loss.effective_valid"],
+        "the loss mask differs: tokens one side counts in its loss and the other does not",
+    );
     if let Some(why) = &unseen {
         if tis.is_none() {
             cannot_judge(&mut out, &["is_loss.elementwise_loss"], why);
