@@ -225,14 +225,26 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
     };
     let (files, completion_paths) = completions::split_paths(paths)?;
     let mut completion_files = completions::read_all(&completion_paths)?;
-    let groups = opts.groups.or_else(|| group_count(paths));
-    let builder = FrameBuilder::new(aliases, opts.keep_raw)
-        .with_projection(opts.projection())
-        .with_group_count(groups);
-    let mut col = scan::Collected::new(builder);
-    col.run = opts.run.clone();
-    for f in &files {
-        col.read_file(f)?;
+    let read = |groups: Option<u32>| -> Result<scan::Collected> {
+        let builder = FrameBuilder::new(aliases.clone(), opts.keep_raw)
+            .with_projection(opts.projection())
+            .with_group_count(groups);
+        let mut col = scan::Collected::new(builder);
+        col.run = opts.run.clone();
+        for f in &files {
+            col.read_file(f)?;
+        }
+        Ok(col)
+    };
+    let mut groups = opts.groups;
+    let mut col = read(groups)?;
+    // slime's dead-group counts need the groups per step: a run config's
+    // rollout_batch_size, looked up (and the inputs read again) only when such counts came.
+    if groups.is_none() && col.builder.has_dead_group_counts() {
+        if let Some(g) = group_count(paths) {
+            groups = Some(g);
+            col = read(groups)?;
+        }
     }
     if let (Some(run), false) = (&opts.run, col.run_used) {
         return Err(crate::error::Error::Usage(format!(

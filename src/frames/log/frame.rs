@@ -398,6 +398,11 @@ impl FrameBuilder {
         }
     }
 
+    /// True once a slime dead-group count key (`rollout/zero_std/count_*`) was read.
+    pub fn has_dead_group_counts(&self) -> bool {
+        self.dead_cols.is_some()
+    }
+
     /// The record's dead-group share from its summed dead-group count and `groups` per
     /// step, unless the record logged the share itself.
     fn share_of_dead_groups(&mut self, groups: f64) {
