@@ -149,6 +149,12 @@ fn make_tmp(python: &str) -> PathBuf {
     std::fs::write(&t, &bytes[..bytes.len() / 2]).unwrap();
     std::fs::create_dir_all(tmp.join("ckpt")).unwrap();
     write_safetensors(&tmp.join("ckpt/big.safetensors"));
+    std::fs::create_dir_all(tmp.join("conf")).unwrap();
+    std::fs::copy(
+        root().join("fixtures/tolerances.toml"),
+        tmp.join("conf/tolerances.toml"),
+    )
+    .unwrap();
     let _ = StdCommand::new(python)
         .args(["-c", CKPT])
         .arg(&tmp)
@@ -212,6 +218,7 @@ fn start() -> Option<Moto> {
         tmp.join("trunc").display()
     ));
     cmd.arg(format!("{}=ckpt", tmp.join("ckpt").display()));
+    cmd.arg(format!("{}=conf", tmp.join("conf").display()));
     cmd.arg("fixtures/logs/debug_faults=logs/debug_faults");
     cmd.arg("fixtures/stacks=stacks");
     let mut child = cmd
@@ -716,4 +723,46 @@ fn logscan_on_s3_gives_the_local_report() {
             && err.contains("no such object"),
         "{err}"
     );
+}
+
+/// `--tol-file` takes a URL as every dump path does: the tolerance file read from the
+/// store gives the report the local file gives (and a missing one exits 2 naming it).
+#[test]
+fn a_tolerance_file_in_the_store_is_read() {
+    let Some(m) = moto() else { return };
+    let args = |tol: &str| {
+        vec![
+            "--self-hosted-dir".to_string(),
+            "fixtures/dumps/self_hosted_pt".into(),
+            "--weaver-dir".into(),
+            "fixtures/dumps/weaver_faulty_pt".into(),
+            "--step".into(),
+            "0".into(),
+            "--format".into(),
+            "json".into(),
+            "--tol-file".into(),
+            tol.into(),
+        ]
+    };
+    let local = dumpdiff(m, &m.key)
+        .args(args("fixtures/tolerances.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(local.status.code(), Some(1), "{local:?}");
+    let remote = dumpdiff(m, &m.key)
+        .args(args("s3://bucket/conf/tolerances.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(remote.status.code(), Some(1), "{remote:?}");
+    let text = String::from_utf8(remote.stdout).unwrap().replace(
+        "s3://bucket/conf/tolerances.toml",
+        "fixtures/tolerances.toml",
+    );
+    assert_eq!(text, String::from_utf8(local.stdout).unwrap());
+    let missing = dumpdiff(m, &m.key)
+        .args(args("s3://bucket/conf/none.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("s3://bucket/conf/none.toml"));
 }

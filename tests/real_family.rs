@@ -574,3 +574,230 @@ fn importance_weights_dumpdiff_cannot_see_are_said_not_blamed() {
     }
     assert!(skipped > 0);
 }
+
+#[test]
+fn rows_without_input_ids_are_placed_by_their_log_probs() {
+    // seed 24: the self-hosted forward_data holds no input_ids, micros of 3 and 1 rows
+    // (dynamic), trajectories in arrival order, NexRL's 1-token-prompt layout against the
+    // weaver's response-aligned one, and one weaver cell computed at another temperature.
+    // Rows were paired by index and sliced contiguously from old_log_probs: 6 cells failed
+    // that the truth does not list. Now each row is paired with the weaver's row by its
+    // log-probs, and placed in the whole batch against old_log_probs, so exactly the
+    // truth's cells fail.
+    let t = truth(24);
+    assert_eq!(t["conventions"]["self_hosted_input_ids"], false);
+    assert_eq!(t["conventions"]["dynamic_bsz"], true);
+    let r = fails_exactly_its_truth(24);
+    let methods: std::collections::BTreeSet<&str> = r["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["name"] == "forward_data")
+        .flat_map(|s| s["cells"].as_array().unwrap())
+        .map(|c| c["rows"]["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(methods, ["log_probs"].into());
+    let conv = r["conventions"].to_string();
+    assert!(
+        conv.contains("no input_ids: 7 rows placed by their log-probs"),
+        "{conv}"
+    );
+}
+
+#[test]
+fn losscheck_without_input_ids_places_rows_and_finds_the_clip() {
+    // seed 30: a self-hosted tree without input_ids (before: every forward_data set aside,
+    // exit 2), trajectories in arrival order, a second PPO epoch whose ratios reach the clip
+    // and verl's dual clip 3, advantages with epsilon 1e-6, seq-mean-token-mean. The rows
+    // are placed by their log-probs, and the policy is searched together with the epsilon
+    // (the epsilon alone did not fit under the preset's unclipped policy, nor the policy
+    // under the preset's epsilon): every cell is consistent. Expected values are the
+    // generator's (verl 0.9.1's own compute_policy_loss_vanilla).
+    consistent_with(
+        30,
+        "self_hosted_pt",
+        "policy",
+        "ppo-clip 0.2/0.2, dual clip 3, token ratio",
+    );
+    consistent_with(30, "self_hosted_pt", "adv_eps", "1e-6");
+    consistent_with(
+        30,
+        "self_hosted_pt",
+        "old_log_probs_order",
+        "nexrl-batch-order (no input_ids",
+    );
+}
+
+#[test]
+fn nexrls_token_mean_entropy_is_found_where_only_one_cell_tells() {
+    // seed 1000: the loss_agg_mode seq-mean-token-mean is dumped, NexRL's entropy is
+    // token-mean whatever the mode, and only one of three cells has rows of unequal length
+    // (the two modes give one value on the others). The mode in use reproduced 2 of 3
+    // entropy terms, so the entropy's own mode was not looked for and that cell was called
+    // inconsistent on both trees although its loss was reproduced; the other mode
+    // reproduces every term the mode in use does, and that one more.
+    consistent_with(1000, "self_hosted_pt", "entropy_agg", "token-mean");
+    // the weaver's GSPO policy is searched with the dumped mode as its base, whose entropy
+    // mode is the preset's token-mean already: no convention to name, every cell consistent
+    consistent_with(
+        1000,
+        "weaver_pt",
+        "policy",
+        "ppo-clip 0.2/0.2, GSPO sequence ratio",
+    );
+}
+
+#[test]
+fn a_single_trailing_pad_is_read_from_the_response_mask() {
+    // seed 1013: Llama 3's pad 128001, NexRL's 1-token-prompt layout, no fault. A row one
+    // token short of the micro's longest keeps a single trailing pad (no run of two tells
+    // the pad id), the weaver's rows are tokens[:-1]: rows were unpaired and two cells
+    // failed. The ids after each row's last valid response position are pads: the step
+    // is clean.
+    let t = truth(1013);
+    assert!(t["faults"].as_array().unwrap().is_empty());
+    assert_eq!(t["conventions"]["pad_id"], 128001);
+    let r = fails_exactly_its_truth(1013);
+    for s in r["sections"].as_array().unwrap() {
+        for c in s["cells"].as_array().unwrap() {
+            if let Some(rows) = c.get("rows").filter(|r| !r.is_null()) {
+                assert!(rows["only_reference"].as_array().unwrap().is_empty(), "{c}");
+            }
+        }
+    }
+}
+
+#[test]
+fn dumped_rollout_log_probs_give_the_weavers_importance_weights() {
+    // seed 39: the weaver multiplies its per-token loss by verl's TIS weights
+    // min(exp(old − rollout_log_probs), 2) and dumps rollout_log_probs; the self-hosted side
+    // applies none. The self-hosted per-token loss is derived with the weaver's weights
+    // (read from its own dumped values) so the per-token comparison holds, and the loss
+    // totals that differ are named an importance weight. Before, every is_loss cell failed
+    // its elementwise_loss and the diagnosis said "the aggregation differs".
+    let r = fails_exactly_its_truth(39);
+    let cell = |section: &str| -> Json {
+        r["sections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == section)
+            .unwrap()["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["rank"] == 0 && c["micro"] == 0)
+            .unwrap()
+            .clone()
+    };
+    let is_loss = cell("is_loss");
+    let el = is_loss["comparisons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "is_loss.elementwise_loss")
+        .unwrap();
+    assert_eq!(el["verdict"], "pass", "{el}");
+    assert!(
+        el["origin_a"]["from"]
+            .as_str()
+            .unwrap()
+            .contains("min(exp(old_log_probs − rollout_log_probs), 2)"),
+        "{el}"
+    );
+    for c in [&is_loss, &cell("loss")] {
+        for x in c["comparisons"].as_array().unwrap() {
+            if x["verdict"] == "fail" {
+                assert!(
+                    x["reason"]
+                        .as_str()
+                        .unwrap()
+                        .contains("an importance weight"),
+                    "{x}"
+                );
+            }
+        }
+    }
+    assert!(
+        r["diagnosis"][0]
+            .as_str()
+            .unwrap()
+            .contains("an importance weight (TIS"),
+        "{}",
+        r["diagnosis"]
+    );
+}
+
+#[test]
+fn a_scaled_total_is_diagnosed_unscaled() {
+    // seed 30: the weaver dumps its total loss times rows / global batch (verl's
+    // loss_scale_factor); its faults are a mask dropping a token (rank 1 micro 0) and
+    // advantages normalised with the population std (rank 1 micro 1). The diagnosis split
+    // the scaled total into terms, so the scale read as "the terms match but their sum does
+    // not" and the entropy coefficient fitted to the scaled totals as an entropy term; the
+    // totals are now diagnosed divided by the factor the judge found.
+    assert_eq!(truth(30)["conventions"]["weaver_loss_scaled"], true);
+    let (_, r) = dumpdiff(30);
+    let d: Vec<&str> = r["diagnosis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect();
+    let line = |cell: &str| *d.iter().find(|l| l.starts_with(cell)).expect(cell);
+    let m0 = line("rank 1 micro 0:");
+    assert!(m0.contains("the pg term differs, from the mask"), "{m0}");
+    assert!(m0.ends_with("(totals compared unscaled)"), "{m0}");
+    let m1 = line("rank 1 micro 1:");
+    assert!(
+        m1.contains("the pg term differs, from the advantages"),
+        "{m1}"
+    );
+    assert!(!d.iter().any(|l| l.contains("their sum does not")), "{d:?}");
+}
+
+#[test]
+fn a_coefficient_differing_under_a_scaled_total_is_found() {
+    // seed 5: the weaver's entropy_coeff is 0.01 against the self-hosted 1e-4 and its totals
+    // are scaled by rows / 16. dumpdiff's least squares of loss − pg_loss fitted the scaled
+    // totals (−0.055 ± 0.24: "agrees"); the coefficient the judge settled with the scale is
+    // now the weaver's, and the two differ (the truth's finding; exit 1).
+    let t = truth(5);
+    assert_eq!(t["dumpdiff"]["coefficients"][0]["weaver"], 0.01);
+    let (code, r) = dumpdiff(5);
+    assert_eq!(code, Some(1));
+    let c = r["coefficients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "entropy_coeff")
+        .unwrap();
+    assert_eq!(c["differ"], true, "{c}");
+    assert!((c["weaver"].as_f64().unwrap() - 0.01).abs() < 1e-6, "{c}");
+    assert!(
+        c["weaver_from"]
+            .as_str()
+            .unwrap()
+            .starts_with("with the loss scale rows / 16"),
+        "{c}"
+    );
+}
+
+#[test]
+fn a_row_its_log_probs_cannot_place_follows_its_micros_order() {
+    // seed 2033: no input_ids, trajectories in arrival order, micros of fixed size, a second
+    // PPO epoch; one row of four tokens sits nearer another trajectory's old log-probs
+    // (0.163) than its own (0.198). That row was unplaced: losscheck set the file aside
+    // (exit 2) and dumpdiff sliced the micro contiguously by batch position but read those
+    // positions as trajectory indexes (4 is_loss cells failed). The micro's other rows sit
+    // at consecutive old rows, so the row is placed by that order; the contiguous fallback
+    // maps positions through the settled batch order.
+    fails_exactly_its_truth(2033);
+    let (code, r) = losscheck(&seed(2033).join("self_hosted_pt"));
+    assert_eq!(code, 0, "{r}");
+    assert!(
+        r.to_string()
+            .contains("placed by the micro's order in the batch"),
+        "{r}"
+    );
+}

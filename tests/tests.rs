@@ -28,6 +28,7 @@ mod scenarios;
 mod scenarios_adjudication;
 mod scenarios_losscheck;
 mod stacks;
+mod stacks_frames;
 mod stacks_generations;
 mod stacks_loss;
 mod stacks_miles_dashboard;

@@ -174,3 +174,24 @@ def test_pandas_reads_the_same_stream() -> None:
         assert got[col].isna().tolist() == nulls, col
         kept = [v for v, n in zip(got[col].tolist(), nulls) if not n]
         assert kept == want[col].drop_nulls().to_list(), col
+
+
+def test_a_stacks_dump_reads_by_role() -> None:
+    """A verl DataProto tree (written by verl 0.9.1's own save_to_disk) reads into the same
+    three frames, its log-probs in the model's role names, equal to the generator's
+    manifest at each row's response positions."""
+    import json
+
+    stacks = DUMPS.parent / "stacks"
+    manifest = json.loads((stacks / "manifest.json").read_text())
+    frames = rf.read_dump(stacks / "verl", step=3)
+    tokens = frames["tokens"]
+    for column in ["log_probs_rollout", "log_probs_old", "log_probs_reference"]:
+        assert column in tokens.columns
+    row0 = tokens.filter((pl.col("row") == 0) & (pl.col("response_mask") == 1)).sort("pos")
+    want = manifest["rows"][0]["old"]
+    got = row0["log_probs_old"].to_list()
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert abs(g - w) <= 1e-7 * max(1.0, abs(w))
+    assert frames["trajectories"].height == len(manifest["rows"])

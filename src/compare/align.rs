@@ -17,6 +17,8 @@ pub enum MatchMethod {
     ContentShifted,
     /// No tokens on one side: row i pairs with row i.
     Index,
+    /// No tokens on one side: rows paired by their log-probs at their valid positions.
+    LogProbs,
 }
 
 /// The pairing of reference rows (`a`) with the other side's rows (`b`).

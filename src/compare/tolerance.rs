@@ -366,9 +366,14 @@ impl ToleranceRules {
         Ok(rules)
     }
 
-    /// Read and parse a tolerance file.
+    /// Read and parse a tolerance file (a local path or an object-storage URL).
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = if crate::formats::source::is_remote(path) {
+            String::from_utf8(crate::formats::source::read_all(path)?)
+                .map_err(|e| Error::format(path, Position::File, format!("not UTF-8: {e}")))?
+        } else {
+            std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?
+        };
         Self::parse(&text, path)
     }
 

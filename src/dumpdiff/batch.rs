@@ -574,6 +574,7 @@ mod tests {
             adv_parts: None,
             adv_eps: None,
             old_of_traj: None,
+            response_lens: Vec::new(),
         }
     }
 

@@ -13,7 +13,7 @@ use crate::conventions::{advantage, aggregation};
 use crate::kernels::aggregate::AggMode;
 use crate::model::conventions::{ConventionKey, ConventionValue, Conventions};
 use crate::model::record::{Field, Record};
-use crate::model::step::ENTROPY_COEFF;
+use crate::model::step::{LossRecord, ENTROPY_COEFF};
 
 /// One cell's loss file on each side (self-hosted, weaver), when present.
 pub(super) type LossPair<'a> = (Option<Cow<'a, Record>>, Option<Cow<'a, Record>>);
@@ -43,6 +43,9 @@ pub(super) struct WeaverConventions {
     pub(super) notes: Vec<String>,
     /// One line per cell whose loss disagrees, naming the term that differs.
     pub(super) diagnosis: Vec<String>,
+    /// What each line was diagnosed from, to diagnose it again once a side's total is
+    /// found scaled ([`rediagnose_scaled`]).
+    pub(super) diagnosed: Vec<Diagnosed>,
     /// The epsilon the self-hosted advantages were recomputed with (flag, inferred from
     /// the weaver's advantages, or the preset's); the adjudication judges with it.
     pub(super) adv_eps: Option<f64>,
@@ -137,8 +140,16 @@ pub(super) fn eps_estimates(
         .collect()
 }
 
+/// One diagnosed cell: its coordinates, both sides' loss records and coefficients.
+pub(super) type Diagnosed = (
+    (u32, u32),
+    LossRecord,
+    LossRecord,
+    (diagnosis::Coeffs, diagnosis::Coeffs),
+);
+
 /// The diagnosis of every cell whose loss disagrees ([`diagnosis::diagnose`]), from both
-/// sides' loss records and coefficients.
+/// sides' loss records and coefficients, with what each was diagnosed from.
 pub(super) fn diagnose_losses(
     sections: &[Section],
     s: &SideData,
@@ -146,7 +157,7 @@ pub(super) fn diagnose_losses(
     losses: &LossFiles<'_>,
     conv: &WeaverConventions,
     overrides: &std::collections::BTreeMap<String, f64>,
-) -> Vec<String> {
+) -> (Vec<String>, Vec<Diagnosed>) {
     let coeffs = |side: &conventions::SideLosses| diagnosis::Coeffs {
         entropy: conventions::value(ENTROPY_COEFF, side, overrides).unwrap_or(0.0),
         kl: conventions::value("kl_coef", side, overrides).unwrap_or(0.0),
@@ -161,15 +172,67 @@ pub(super) fn diagnose_losses(
             let key = (rank, Some(micro));
             let (a, b) = losses.get(&key)?;
             let (a, b) = (record(s, key, a.as_ref())?, record(w, key, b.as_ref())?);
-            let cell_of = |name: &str| {
-                sections
-                    .iter()
-                    .filter(|sec| sec.name == name)
-                    .flat_map(|sec| &sec.cells)
-                    .find(|c| c.rank == Some(rank) && c.micro == Some(micro))
-            };
-            let cells = (cell_of("is_loss"), cell_of("forward_data"));
-            diagnosis::diagnose((rank, micro), &a, &b, cs, cells)
+            let line = diagnose_cell(sections, (rank, micro), &a, &b, cs)?;
+            Some((line, ((rank, micro), a, b, cs)))
         })
-        .collect()
+        .unzip()
+}
+
+fn diagnose_cell(
+    sections: &[Section],
+    (rank, micro): (u32, u32),
+    a: &LossRecord,
+    b: &LossRecord,
+    cs: (diagnosis::Coeffs, diagnosis::Coeffs),
+) -> Option<String> {
+    let cell_of = |name: &str| {
+        sections
+            .iter()
+            .filter(|sec| sec.name == name)
+            .flat_map(|sec| &sec.cells)
+            .find(|c| c.rank == Some(rank) && c.micro == Some(micro))
+    };
+    let cells = (cell_of("is_loss"), cell_of("forward_data"));
+    diagnosis::diagnose((rank, micro), a, b, cs, cells)
+}
+
+/// The diagnosis lines of cells whose dumped total a side scaled (`scales`, the judge's
+/// factors), diagnosed again from each side's total divided by its factor: the scaled
+/// total would otherwise put the whole scale into "the sum of the terms". Other lines
+/// are kept.
+pub(super) fn rediagnose_scaled(
+    sections: &[Section],
+    lines: &mut [String],
+    diagnosed: &[Diagnosed],
+    scales: &[super::scaled_loss::SideScale],
+) {
+    for (line, ((rank, micro), a, b, cs)) in lines.iter_mut().zip(diagnosed) {
+        let scale = |role: &str| {
+            scales
+                .iter()
+                .find(|s| s.role == role && (s.rank, s.micro) == (*rank, *micro))
+        };
+        let (fa, fb) = (scale("self-hosted"), scale("weaver"));
+        if fa.is_none() && fb.is_none() {
+            continue;
+        }
+        // the total divided by its factor, the entropy coefficient the judge settled with
+        // it (one fitted to the scaled totals absorbs the scale)
+        let unscale =
+            |r: &LossRecord, c: diagnosis::Coeffs, f: Option<&super::scaled_loss::SideScale>| {
+                let r = LossRecord {
+                    loss: r.loss.map(|l| l / f.map_or(1.0, |f| f.factor)),
+                    ..r.clone()
+                };
+                let c = diagnosis::Coeffs {
+                    entropy: f.map_or(c.entropy, |f| f.entropy_coeff),
+                    ..c
+                };
+                (r, c)
+            };
+        let ((ua, ca), (ub, cb)) = (unscale(a, cs.0, fa), unscale(b, cs.1, fb));
+        if let Some(l) = diagnose_cell(sections, (*rank, *micro), &ua, &ub, (ca, cb)) {
+            *line = format!("{l} (totals compared unscaled)");
+        }
+    }
 }

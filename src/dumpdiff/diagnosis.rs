@@ -55,6 +55,16 @@ fn failing_intermediate(cell: Option<&Cell>) -> Option<&'static str> {
     .map(|(_, what)| what)
 }
 
+/// Whether the `is_loss` cell derived the reference's per-token loss with the other
+/// side's truncated importance weights (read from its own rollout log-probs).
+fn weighted(cell: Option<&Cell>) -> bool {
+    cell.is_some_and(|c| {
+        c.comparisons.iter().any(|x| {
+            x.name == "is_loss.elementwise_loss" && x.origin_a.from.contains("rollout_log_probs")
+        })
+    })
+}
+
 /// What the `forward_data` cell says about differing log-probs: when the current
 /// log-probs (and the entropy, when dumped) differ on most tokens yet each still
 /// correlates with the other side's, the forward pass changed systematically — the shape
@@ -147,6 +157,15 @@ pub fn diagnose(
             },
             Some(x) => format!("the pg term differs, from {x}"),
             None => match (a.pg_loss, b.pg_loss) {
+                (Some(x), Some(y)) if weighted(is_loss) => {
+                    let (px, py) = distinct(x, y);
+                    format!(
+                        "the pg term differs (pg_loss {px} vs {py}) while every per-token \
+                         intermediate matches once the weaver's truncated importance weights \
+                         are applied: an importance weight (TIS against rollout_log_probs on \
+                         the weaver's side only)"
+                    )
+                }
                 (Some(x), Some(y)) => {
                     let (px, py) = distinct(x, y);
                     format!(

@@ -468,6 +468,7 @@ fn compare(
     let mut coefficients = Vec::new();
     let mut conventions = Vec::new();
     let mut diagnosis = Vec::new();
+    let mut diagnosed = Vec::new();
     let mut adv_eps = None;
     if let Some(w) = &w {
         // Section 6 as computed ahead (joined after the cells); the files it read count as
@@ -499,6 +500,7 @@ fn compare(
         coefficients = conventions::compare(&conv.self_hosted, &conv.weaver, &opts.coefficients);
         conventions = conv.notes;
         diagnosis = conv.diagnosis;
+        diagnosed = conv.diagnosed;
         adv_eps = conv.adv_eps;
     }
     if let Some(r) = &r {
@@ -527,6 +529,8 @@ fn compare(
     };
     // a total loss one side dumps scaled (verl's loss_scale_factor) is compared unscaled
     let (agree, passed) = scaled_loss::rejudge(&mut sections, &scales);
+    cell_conventions::rediagnose_scaled(&sections, &mut diagnosis, &diagnosed, &scales);
+    scaled_loss::rescaled_coefficients(&mut coefficients, &scales);
     adjudication.retain(|a| !passed.contains(&(a.rank, a.micro)));
     diagnosis.retain(|d| {
         !agree

@@ -359,7 +359,8 @@ pub(super) fn weaver_sections(
     }?;
     out.extend(params.sections);
     coverage.extend(params.coverage);
-    conv.diagnosis = diagnose_losses(&out, s, w, &losses, conv, &opts.coefficients);
+    (conv.diagnosis, conv.diagnosed) =
+        diagnose_losses(&out, s, w, &losses, conv, &opts.coefficients);
     Ok(out)
 }
 
@@ -674,6 +675,9 @@ pub(super) fn batch_inputs(
         adv_parts,
         adv_eps,
         old_of_traj: None,
+        response_lens: traj.map_or_else(Vec::new, |t| {
+            t.rows.iter().map(|r| r.response_len).collect()
+        }),
     })
 }
 

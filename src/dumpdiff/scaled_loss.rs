@@ -4,8 +4,9 @@
 //! scalars of the two sides are compared again unscaled. The terms (`pg_loss`,
 //! `entropy_loss`) are dumped unscaled and compared as they are.
 
-use super::report::Section;
+use super::report::{Coefficient, Section};
 use crate::compare::tolerance::Verdict;
+use crate::model::step::ENTROPY_COEFF;
 
 /// `(rank, micro)` cells.
 pub type Cells = Vec<(u32, u32)>;
@@ -23,8 +24,68 @@ pub struct SideScale {
     pub factor: f64,
     /// The side's entropy coefficient (the unscaled totals may differ by its entropy term).
     pub entropy_coeff: f64,
+    /// How the judge settled `entropy_coeff` with the scale (its conventions line), when
+    /// from the data rather than the preset.
+    pub entropy_from: Option<String>,
     /// The scale as the conventions record says it.
     pub words: String,
+}
+
+/// The `entropy_coeff` line of the report for a side whose totals are scaled: dumpdiff's
+/// own least squares of `loss − pg_loss` fits the scaled totals (the scale goes into the
+/// coefficient, with a large error), so such a side's value becomes the one the judge
+/// settled together with the scale, when every scaled cell of the side agrees on it,
+/// and the two sides are compared again (relative 10⁻³: the judge's is a fit too).
+pub fn rescaled_coefficients(coefficients: &mut Vec<Coefficient>, scales: &[SideScale]) {
+    let settled = |role: &str| -> Option<(f64, String)> {
+        let mine: Vec<&SideScale> = scales.iter().filter(|s| s.role == role).collect();
+        let first = mine.first()?;
+        let from = first.entropy_from.clone()?;
+        mine.iter()
+            .all(|s| {
+                (s.entropy_coeff - first.entropy_coeff).abs() <= 1e-9 * first.entropy_coeff.abs()
+            })
+            .then(|| {
+                (
+                    first.entropy_coeff,
+                    format!("with the loss scale {}: {from}", first.words),
+                )
+            })
+    };
+    let (sa, sb) = (settled("self-hosted"), settled("weaver"));
+    if sa.is_none() && sb.is_none() {
+        return;
+    }
+    let at = match coefficients.iter().position(|c| c.name == ENTROPY_COEFF) {
+        Some(i) => i,
+        None => {
+            coefficients.push(Coefficient {
+                name: ENTROPY_COEFF.to_string(),
+                self_hosted: None,
+                weaver: None,
+                self_hosted_from: None,
+                weaver_from: None,
+                differ: false,
+            });
+            coefficients.len() - 1
+        }
+    };
+    let c = &mut coefficients[at];
+    // a value read from the dump or a flag stays; an inferred (or missing) one gives way
+    let inferred =
+        |from: &Option<String>| from.as_deref().is_none_or(|f| f.starts_with("inferred"));
+    if let Some((v, from)) = sa.filter(|_| inferred(&c.self_hosted_from)) {
+        (c.self_hosted, c.self_hosted_from) = (Some(v), Some(from));
+    }
+    if let Some((v, from)) = sb.filter(|_| inferred(&c.weaver_from)) {
+        (c.weaver, c.weaver_from) = (Some(v), Some(from));
+    }
+    if let (Some(x), Some(y)) = (c.self_hosted, c.weaver) {
+        c.differ = (x - y).abs() > 1e-3 * x.abs().max(y.abs()) && (x - y).abs() > 1e-12;
+    }
+    if !c.differ && c.self_hosted.is_none_or(|v| v == 0.0) && c.weaver.is_none_or(|v| v == 0.0) {
+        coefficients.remove(at);
+    }
 }
 
 /// Compare the failing `loss.loss` / `is_loss.loss` scalars of the cells `scales` names

@@ -241,6 +241,14 @@ pub(super) fn adjudicate(
                     micro,
                     factor,
                     entropy_coeff: resolved.cfg.entropy_coeff,
+                    entropy_from: resolved
+                        .conventions
+                        .iter()
+                        .find(|c| {
+                            c.name == "entropy_coeff"
+                                && c.source != crate::judge::infer::Source::Preset
+                        })
+                        .map(|c| c.line()),
                     words: resolved
                         .conventions
                         .iter()

@@ -12,6 +12,7 @@
 //! give identical frames.
 
 pub mod log;
+pub mod stack;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -26,6 +27,23 @@ use crate::model::trajectory::TrajectoryIds;
 use crate::producers::layout::{DumpFile, DumpTree, Kind};
 use crate::producers::{nexrl_self_hosted, remote_api};
 use crate::value::Value;
+
+/// The frames of a whole-step producer's tree or file ([`stack::frames_of_steps`]): `step`,
+/// else every step it holds. `None` when no such producer recognises `path`.
+fn stack_frames(path: &Path, step: Option<i64>) -> Option<Result<Frames>> {
+    let reader = crate::producers::step_reader_for(path).ok()?;
+    Some((|| {
+        let steps = match step {
+            Some(s) => vec![s],
+            None => reader.steps(path)?,
+        };
+        let dumps = steps
+            .iter()
+            .map(|s| reader.read_step(path, *s))
+            .collect::<Result<Vec<_>>>()?;
+        stack::frames_of_steps(&dumps)
+    })())
+}
 
 /// The three normalised frames of one dump tree.
 pub struct Frames {
@@ -78,7 +96,7 @@ pub fn frames_of(pairs: &[(&DumpFile, &Value)]) -> Result<Frames> {
     })
 }
 
-fn polars_err(e: polars::prelude::PolarsError) -> Error {
+pub(crate) fn polars_err(e: polars::prelude::PolarsError) -> Error {
     Error::internal(format!("building a frame failed: {e}"))
 }
 
@@ -431,8 +449,11 @@ pub fn export_frames(frames: &mut Frames, dir: &Path) -> Result<Vec<std::path::P
 /// (`forward_data/step_000003_rank1_micro0.pt`), for `--inspect PATH --export-frames DIR`.
 pub fn frames_for_path(path: &Path, step: Option<i64>) -> Result<Frames> {
     if crate::formats::source::is_dir(path) {
-        let tree = DumpTree::discover(path)?;
-        return build_frames(&tree, step);
+        // a NexRL tree, else a whole-step producer's (verl, slime, NeMo-RL, …)
+        return match DumpTree::discover(path) {
+            Ok(tree) => build_frames(&tree, step),
+            Err(e) => stack_frames(path, step).unwrap_or(Err(e)),
+        };
     }
     let kind = path
         .parent()
@@ -444,6 +465,9 @@ pub fn frames_for_path(path: &Path, step: Option<i64>) -> Result<Frames> {
         .and_then(|s| s.to_str())
         .and_then(crate::producers::layout::parse_stem);
     let (Some(kind), Some((file_step, rank, micro))) = (kind, coords) else {
+        if let Some(frames) = stack_frames(path, step) {
+            return frames;
+        }
         return Err(Error::format(
             path,
             Position::File,

@@ -25,12 +25,13 @@
 //!   elementwise_loss, effective_valid, loss), cross-checked with its `loss/` file (loss,
 //!   pg_loss, entropy_loss, metrics) when present, entropy from `forward_data/`;
 //! - self-hosted: `forward_data/` + whole-batch (or per-micro) `old_log_probs/` +
-//!   `trajectory/` (rows matched by token content, advantages recomputed from rewards and
-//!   group ids; see [`self_hosted`]), checked against `loss/` (loss, pg_loss,
-//!   entropy_loss, metrics).
+//!   `trajectory/` (rows matched by token content, or by their log-probs without
+//!   `input_ids` ([`locate`]); advantages recomputed from rewards and group ids; see
+//!   [`self_hosted`]), checked against `loss/` (loss, pg_loss, entropy_loss, metrics).
 
 pub mod cell;
 pub mod infer;
+pub mod locate;
 pub mod overrides;
 pub mod picture;
 pub mod self_hosted;
@@ -458,7 +459,7 @@ impl<'a> StepCheck<'a> {
         let resolved = infer::resolve(&preps, cfg, given, tol)?;
         // the policy loss searched as losscheck does, so both tools judge alike
         let fit = infer::pg_fit(&preps, &resolved.cfg, tol);
-        let found = picture::search_policy(self, &all, &resolved, fit, given, tol)?;
+        let found = picture::search_policy(self, &all, &resolved, fit, given, tol, &[])?;
         Ok(found.map_or(resolved, |(r, _)| r))
     }
 
@@ -633,9 +634,7 @@ pub fn check_tree_inferred(
     // candidate's advantages are computed once from the step's rewards and put into the
     // cells gathered for the preset's (nothing is read again)
     let search = self_hosted && given.adv_eps.is_none() && !given.preset_fixes_composition;
-    // (neither the advantages — their errors do not depend on ε, and the step loaded — nor
-    // the kernels — they refuse shapes, not values — can fail for a candidate where the
-    // preset's succeeded: the outcome, errors included, is that of re-reading the step)
+    // (no candidate fails where the preset's succeeded: errors come from shapes, not ε)
     let candidates: Vec<(LossConfig, self_hosted::Advantages)> = match &check.batch {
         Some(batch) if search => crate::conventions::advantage::CANDIDATES
             .into_iter()
@@ -649,10 +648,8 @@ pub fn check_tree_inferred(
             .collect::<Result<_>>()?,
         _ => Vec::new(),
     };
-    // pass 1: what inference needs of every cell of the step (scalars, one cell's tensors
-    // in memory at a time) under the preset's epsilon and each candidate's, from one
-    // gather of the cell (cells over rayon added a cell's tensors per worker to the peak
-    // for no gain on a loaded 2-core machine)
+    // pass 1: what inference needs of every cell (one cell's tensors in memory at a time)
+    // under the preset's epsilon and each candidate's, from one gather of the cell
     let per_cell: Vec<Vec<infer::Prep>> = all
         .iter()
         .map(|(r, m)| {
@@ -721,8 +718,10 @@ pub fn check_tree_inferred(
         check.batch = check.batch.take().map(|b| b.with_advantages(a));
     }
     // the policy loss: when the settled one reproduces fewer than half of the pg terms,
-    // those of real producers are tried (clip bounds, dual clip, GSPO's ratio)
-    if let Some((r, _)) = picture::search_policy(&check, &all, &resolved, best, given, tol)? {
+    // real producers' are tried (clip bounds, dual clip, GSPO's ratio), under every ε
+    let eps = picture::eps_candidates(check.batch.as_ref().filter(|_| search), &resolved.cfg)?;
+    if let Some((r, _)) = picture::search_policy(&check, &all, &resolved, best, given, tol, &eps)? {
+        adv = picture::adopt_eps(&mut check, &eps, &r.cfg, &resolved.cfg, cfg).or(adv);
         resolved = r;
     }
     let mut verdicts: Vec<Verdict> = chosen

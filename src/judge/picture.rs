@@ -4,11 +4,15 @@
 //! mostly do not follow under the conventions found is "cannot judge", not wrong.
 
 use crate::error::Result;
-use crate::judge::infer::{pg_fit, prep_each, resolve, Convention, Prep, Resolved, Source};
+use crate::judge::infer::{
+    inputs_with_advantages, pg_fit, prep_each, resolve, Convention, Prep, Resolved, Source,
+};
 use crate::judge::overrides::Overrides;
+use crate::judge::self_hosted::Advantages;
 use crate::judge::self_hosted::SelfHostedStep;
 use crate::judge::{CellId, Status, StepCheck, Tolerance, Verdict};
 use crate::kernels::config::{LossConfig, PolicyKind, RatioLevel};
+use crate::kernels::loss::LossInputs;
 use crate::kernels::policy_loss::ClipParams;
 use crate::producers::layout::DumpTree;
 
@@ -157,6 +161,12 @@ pub(super) fn policy_words(cfg: &LossConfig) -> String {
 /// one reproducing the most pg terms (then the closest) is kept when it reproduces more
 /// than `fit`, with a `policy` convention saying what it explains. `None` when the
 /// policy is given by a flag or an explicit preset, or no candidate does better.
+///
+/// `eps`: the advantage epsilons to try with each policy (self-hosted trees, whose
+/// advantages are recomputed from rewards), each with the step's advantages under it
+/// (`None`: the step's own): the epsilon search before this one judged under the
+/// preset's policy, so a wrong policy could hide the right epsilon and the right
+/// epsilon the right policy. The returned config carries the epsilon chosen.
 pub(crate) fn search_policy(
     check: &StepCheck<'_>,
     cells: &[CellId],
@@ -164,6 +174,7 @@ pub(crate) fn search_policy(
     fit: (usize, f64),
     given: &Overrides,
     tol: &Tolerance,
+    eps: &[(f64, Option<Advantages>)],
 ) -> Result<Option<(Resolved, (usize, f64))>> {
     let flagged = given.eps_low.is_some()
         || given.eps_high.is_some()
@@ -179,15 +190,37 @@ pub(crate) fn search_policy(
         .inputs
         .rollout_log_probs
         .is_some();
-    let candidates = policy_candidates(&resolved.cfg, rollout);
+    let own = [(resolved.cfg.advantage.eps, None)];
+    let eps = if eps.is_empty() { &own[..] } else { eps };
+    // each policy under each epsilon (index `k` of `eps` for candidate `i·eps.len() + k`)
+    let candidates: Vec<LossConfig> = policy_candidates(&resolved.cfg, rollout)
+        .into_iter()
+        .flat_map(|c| {
+            eps.iter().map(move |(e, _)| {
+                let mut c = c.clone();
+                c.advantage.eps = *e;
+                c
+            })
+        })
+        .collect();
     let mut per_candidate: Vec<Vec<Prep>> = (0..candidates.len())
         .map(|_| Vec::with_capacity(cells.len()))
         .collect();
     let mut with_pg = 0;
     for (r, m) in cells {
         let cell = check.gather(*r, *m)?;
-        let variants: Vec<(&LossConfig, Option<&crate::kernels::loss::LossInputs>)> =
-            candidates.iter().map(|c| (c, None)).collect();
+        let swapped: Vec<Option<LossInputs>> = eps
+            .iter()
+            .map(|(_, a)| match a {
+                Some(a) => inputs_with_advantages(&cell, a),
+                None => Ok(None),
+            })
+            .collect::<Result<_>>()?;
+        let variants: Vec<(&LossConfig, Option<&LossInputs>)> = candidates
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c, swapped[i % eps.len()].as_ref()))
+            .collect();
         let preps = prep_each(&cell, &variants, tol)?;
         with_pg += usize::from(preps.first().is_some_and(Prep::has_pg));
         for (list, p) in per_candidate.iter_mut().zip(preps) {
@@ -217,4 +250,46 @@ pub(crate) fn search_policy(
         r.conventions.insert(0, conv);
         (r, f)
     }))
+}
+
+/// The advantage epsilons [`search_policy`] tries with each policy on a self-hosted step
+/// (`batch`; none otherwise), each with the step's advantages under it (`None` for the
+/// one `cfg` holds: the step's own).
+pub(crate) fn eps_candidates(
+    batch: Option<&SelfHostedStep>,
+    cfg: &LossConfig,
+) -> Result<Vec<(f64, Option<Advantages>)>> {
+    let Some(b) = batch else {
+        return Ok(Vec::new());
+    };
+    crate::conventions::advantage::CANDIDATES
+        .into_iter()
+        .map(|e| {
+            let mut a = cfg.advantage;
+            let own = e == a.eps;
+            a.eps = e;
+            Ok((e, (!own).then(|| b.advantages_under(&a)).transpose()?))
+        })
+        .collect()
+}
+
+/// When the policy search chose another epsilon (`found` vs `was`), the step's advantages
+/// become that epsilon's and the `adv_eps` convention says so (`preset`: the preset's).
+pub(crate) fn adopt_eps(
+    check: &mut StepCheck<'_>,
+    eps: &[(f64, Option<Advantages>)],
+    found: &LossConfig,
+    was: &LossConfig,
+    preset: &LossConfig,
+) -> Option<Convention> {
+    let e = found.advantage.eps;
+    if e == was.advantage.eps {
+        return None;
+    }
+    if let Some((_, Some(a))) = eps.iter().find(|(x, _)| *x == e) {
+        check.batch = check.batch.take().map(|b| b.with_advantages(a.clone()));
+    }
+    let mut conv = Convention::new("adv_eps", crate::fmt::num(e), Some(e), Source::Inferred);
+    conv.matches_preset = e == preset.advantage.eps;
+    Some(conv)
 }

@@ -45,11 +45,11 @@ pub struct SelfHostedStep {
     /// The whole-batch old log-probs `[n, cols]`, read a row at a time, or
     /// [`OldRows::PerMicro`]: each micro's own `old_log_probs/step_N_rankR_microM` file, rows
     /// in its forward_data order.
-    old: OldRows,
+    pub(super) old: OldRows,
     /// Columns of the whole-batch old log-probs.
-    cols: usize,
+    pub(super) cols: usize,
     /// Per-trajectory reward, group and advantage (f64 of the f32 value, see module doc).
-    rewards: Vec<f64>,
+    pub(super) rewards: Vec<f64>,
     groups: Vec<String>,
     advantages_f64: Vec<f64>,
     advantages_f32: Vec<f64>,
@@ -57,20 +57,22 @@ pub struct SelfHostedStep {
     by_tokens: HashMap<u64, Vec<usize>>,
     /// `tokens_hash(response)` (tokens under `loss_mask == 1`) → trajectory indices.
     by_response: HashMap<u64, Vec<usize>>,
+    /// Each trajectory's response length (valid tokens), to place rows without ids.
+    pub(super) response_lens: Vec<Option<usize>>,
     /// NexRL's batch order of the trajectories (batch position → trajectory index,
     /// [`nexrl_batch_order`]) when their ids give one other than the file's.
-    batch_order: Option<Vec<usize>>,
+    pub(super) batch_order: Option<Vec<usize>>,
     /// Trajectory index → row of the whole-batch `old_log_probs`, once
     /// [`SelfHostedStep::settle_old_order`] found the rows in NexRL's batch order;
     /// `None`: in trajectory-file order.
-    old_of_traj: Option<Vec<usize>>,
+    pub(super) old_of_traj: Option<Vec<usize>>,
 }
 
 /// The whole-batch old log-probs: the dumped tensor itself (its storage shared with the
 /// file's map, each needed row widened to f64 when a micro reads it, so no f64 copy of
 /// the batch is held), or an f64 copy when it is not a contiguous real tensor (a list).
 #[derive(Debug, Clone)]
-enum OldRows {
+pub(super) enum OldRows {
     Tensor(crate::tensor::Tensor),
     Dense(Vec<f64>),
     PerMicro,
@@ -90,7 +92,7 @@ impl OldRows {
     }
 
     /// Row `i` (of `cols` values; `i` is below the row count, checked at load) as f64.
-    fn row(&self, i: usize, cols: usize) -> std::borrow::Cow<'_, [f64]> {
+    pub(super) fn row(&self, i: usize, cols: usize) -> std::borrow::Cow<'_, [f64]> {
         match self {
             OldRows::Dense(v) => std::borrow::Cow::Borrowed(&v[i * cols..(i + 1) * cols]),
             OldRows::PerMicro => std::borrow::Cow::Owned(Vec::new()),
@@ -133,13 +135,13 @@ pub struct MicroInputs {
 /// trainer adds a KL term (`ref_log_probs`, not mapped by the producer module).
 pub const REF_LOG_PROBS: &str = "ref_log_probs";
 
-fn key_err(path: &Path, key: &str, msg: &str) -> Error {
+pub(super) fn key_err(path: &Path, key: &str, msg: &str) -> Error {
     Error::format(path, Position::Key(key.to_string()), msg.to_string())
 }
 
 /// `(shape, row-major f64 values, stored dtype)` of a tensor the producer mapping read
 /// (`None`: the file lacks `key`).
-fn dense(
+pub(super) fn dense(
     t: Option<&TokenTensor>,
     path: &Path,
     key: &str,
@@ -304,6 +306,7 @@ impl SelfHostedStep {
         let mut groups = Vec::with_capacity(ts.rows.len());
         let mut by_tokens: HashMap<u64, Vec<usize>> = HashMap::new();
         let mut by_response: HashMap<u64, Vec<usize>> = HashMap::new();
+        let mut response_lens = Vec::with_capacity(ts.rows.len());
         for (i, t) in ts.rows.iter().enumerate() {
             let at = |k: &str| format!("trajectories[{i}].{k}");
             let tokens = t
@@ -325,6 +328,7 @@ impl SelfHostedStep {
             }
             rewards.push(reward);
             groups.push(group);
+            response_lens.push(t.response_len);
         }
         let (advantages_f64, advantages_f32) = advantages_of(&tf, &rewards, &groups, adv)?;
         Ok(SelfHostedStep {
@@ -338,6 +342,7 @@ impl SelfHostedStep {
             advantages_f32,
             by_tokens,
             by_response,
+            response_lens,
             batch_order: nexrl_batch_order(
                 &ts.rows.iter().map(|r| r.ids.clone()).collect::<Vec<_>>(),
             ),
@@ -381,6 +386,9 @@ impl SelfHostedStep {
             .filter_map(|f| Some((f.rank?, f.micro?)))
             .take(3)
             .collect();
+        if let Some(settled) = self.settle_by_lengths(tree, step, &cells, &perm, &sorted) {
+            return Some(settled);
+        }
         // mean |current − old| over every valid token of the cells, under each order: each
         // cell read once (its rows' trajectories do not depend on the order), the old row
         // of each trajectory then looked up under the file's order and under NexRL's
@@ -480,6 +488,66 @@ impl SelfHostedStep {
         v.get(i).copied()
     }
 
+    /// The trajectory of one micro row by its token ids (`row_ids`: prompt left-padded,
+    /// then the response under `m`, `t` wide), as the module doc says.
+    fn row_by_tokens(
+        &self,
+        ff: &Path,
+        row_ids: &[f64],
+        m: &[f64],
+        t: usize,
+        (rank, micro, r): (u32, u32, usize),
+        notes: &mut Vec<String>,
+    ) -> Result<usize> {
+        let s = row_ids.len();
+        let prompt: Vec<i64> = row_ids[..s - t]
+            .iter()
+            .map(|x| *x as i64)
+            .skip_while(|x| *x == 0)
+            .collect();
+        let response: Vec<i64> = row_ids[s - t..]
+            .iter()
+            .zip(m)
+            .filter(|(_, m)| **m != 0.0)
+            .map(|(x, _)| *x as i64)
+            .collect();
+        let full: Vec<i64> = prompt.iter().chain(&response).copied().collect();
+        // a prompt left-padded with another pad id (Qwen's 151643): its leading run
+        let first = row_ids.first().map(|x| *x as i64);
+        let repadded = || -> Option<&Vec<usize>> {
+            let p = first.filter(|p| *p != 0 && row_ids.get(1) == row_ids.first())?;
+            let prompt = row_ids[..s - t]
+                .iter()
+                .map(|x| *x as i64)
+                .skip_while(|x| *x == p);
+            let full: Vec<i64> = prompt.chain(response.iter().copied()).collect();
+            self.by_tokens.get(&tokens_hash(&full))
+        };
+        let candidates = self
+            .by_tokens
+            .get(&tokens_hash(&full))
+            .or_else(repadded)
+            .or_else(|| self.by_response.get(&tokens_hash(&response)))
+            .ok_or_else(|| {
+                key_err(
+                    ff,
+                    &format!("input_ids[{r}]"),
+                    &format!(
+                        "rank {rank} micro {micro} row {r}: its tokens match no trajectory \
+                         of {}",
+                        self.trajectory_file.display()
+                    ),
+                )
+            })?;
+        let i = candidates[0];
+        if candidates.len() > 1 {
+            notes.push(format!(
+                "row {r} matches trajectories {candidates:?} (same tokens); took {i}"
+            ));
+        }
+        Ok(i)
+    }
+
     /// The loss inputs of `rank`/`micro`: its forward_data log-probs, mask and entropy,
     /// the matching rows of the whole-batch old log-probs (trimmed or zero-padded to the
     /// micro's width `T`), and each row's advantage broadcast over its valid tokens
@@ -522,18 +590,26 @@ impl SelfHostedStep {
                 &format!("is {mshape:?} but log_probs is {lshape:?}"),
             ));
         }
-        let (ishape, ids, _) = dense(fb.input_ids.as_ref(), &ff, nexrl_self_hosted::INPUT_IDS)?;
-        let (ib, s) = dims2(&ff, nexrl_self_hosted::INPUT_IDS, &ishape)?;
-        if ib != b || s < t {
-            return Err(key_err(
-                &ff,
-                nexrl_self_hosted::INPUT_IDS,
-                &format!(
-                    "is {ishape:?} but log_probs is {lshape:?} (expected [{b}, S ≥ {t}]: \
-                     prompt then response)"
-                ),
-            ));
-        }
+        // without token ids, the rows are placed among the old rows by their values
+        let (ids, s, placed) = match fb.input_ids.as_ref() {
+            Some(_) => {
+                let (ishape, ids, _) =
+                    dense(fb.input_ids.as_ref(), &ff, nexrl_self_hosted::INPUT_IDS)?;
+                let (ib, s) = dims2(&ff, nexrl_self_hosted::INPUT_IDS, &ishape)?;
+                if ib != b || s < t {
+                    return Err(key_err(
+                        &ff,
+                        nexrl_self_hosted::INPUT_IDS,
+                        &format!(
+                            "is {ishape:?} but log_probs is {lshape:?} (expected [{b}, S ≥ \
+                             {t}]: prompt then response)"
+                        ),
+                    ));
+                }
+                (ids, s, None)
+            }
+            None => (Vec::new(), 0, Some(self.place_rows(&ff, &lp, &mask, t)?)),
+        };
         let mut entropy_dtype = None;
         let mut entropy = match &fb.entropy {
             Some(et) => {
@@ -606,54 +682,22 @@ impl SelfHostedStep {
         let mut adv = Vec::with_capacity(b);
         let mut old = vec![0.0; b * t];
         let mut logp = lp;
+        if let Some((_, note)) = &placed {
+            notes.push(note.clone());
+        }
         for r in 0..b {
             let m = &mask[r * t..(r + 1) * t];
-            let row_ids = &ids[r * s..(r + 1) * s];
-            let prompt: Vec<i64> = row_ids[..s - t]
-                .iter()
-                .map(|x| *x as i64)
-                .skip_while(|x| *x == 0)
-                .collect();
-            let response: Vec<i64> = row_ids[s - t..]
-                .iter()
-                .zip(m)
-                .filter(|(_, m)| **m != 0.0)
-                .map(|(x, _)| *x as i64)
-                .collect();
-            let full: Vec<i64> = prompt.iter().chain(&response).copied().collect();
-            // a prompt left-padded with another pad id (Qwen's 151643): its leading run
-            let first = row_ids.first().map(|x| *x as i64);
-            let repadded = || -> Option<&Vec<usize>> {
-                let p = first.filter(|p| *p != 0 && row_ids.get(1) == row_ids.first())?;
-                let prompt = row_ids[..s - t]
-                    .iter()
-                    .map(|x| *x as i64)
-                    .skip_while(|x| *x == p);
-                let full: Vec<i64> = prompt.chain(response.iter().copied()).collect();
-                self.by_tokens.get(&tokens_hash(&full))
+            let i = match &placed {
+                Some((rows, _)) => rows[r],
+                None => self.row_by_tokens(
+                    &ff,
+                    &ids[r * s..(r + 1) * s],
+                    m,
+                    t,
+                    (rank, micro, r),
+                    &mut notes,
+                )?,
             };
-            let candidates = self
-                .by_tokens
-                .get(&tokens_hash(&full))
-                .or_else(repadded)
-                .or_else(|| self.by_response.get(&tokens_hash(&response)))
-                .ok_or_else(|| {
-                    key_err(
-                        &ff,
-                        &format!("input_ids[{r}]"),
-                        &format!(
-                            "rank {rank} micro {micro} row {r}: its tokens match no trajectory \
-                             of {}",
-                            self.trajectory_file.display()
-                        ),
-                    )
-                })?;
-            let i = candidates[0];
-            if candidates.len() > 1 {
-                notes.push(format!(
-                    "row {r} matches trajectories {candidates:?} (same tokens); took {i}"
-                ));
-            }
             let a = self.advantage(i, f32_trainer).unwrap_or(f64::NAN);
             let (old_row, cols, old_file) = match &micro_old {
                 Some((of, o, oc)) => (

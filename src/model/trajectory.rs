@@ -135,6 +135,25 @@ impl Trajectory<'_> {
         }
         any.then(|| h.finish())
     }
+
+    /// How many tokens are under a nonzero `loss_mask` (paired with `tokens` as in
+    /// [`Trajectory::response_hash`]): the response length a trainer row of this
+    /// trajectory shows in its `response_mask`. `None` without tokens or mask.
+    pub fn response_len(&self) -> Option<usize> {
+        let (tokens, mask) = (self.tokens.as_ref()?, self.loss_mask.as_ref()?);
+        let n = tokens.len().min(mask.len());
+        let mut mb = [0i64; 512];
+        let (mut at, mut count) = (0, 0);
+        while at < n {
+            let k = mask.widen_block(at, &mut mb[..(n - at).min(512)]);
+            if k == 0 {
+                break;
+            }
+            count += mb[..k].iter().filter(|m| **m != 0).count();
+            at += k;
+        }
+        Some(count)
+    }
 }
 
 /// The trajectories of one file.
@@ -212,6 +231,8 @@ pub struct TrajectoryRow {
     pub tokens: Option<u64>,
     /// [`Trajectory::response_hash`].
     pub response: Option<u64>,
+    /// [`Trajectory::response_len`].
+    pub response_len: Option<usize>,
     /// [`Trajectory::reward`].
     pub reward: Option<f64>,
     /// [`Trajectory::group`].
@@ -226,6 +247,7 @@ impl TrajectoryRow {
         TrajectoryRow {
             tokens: t.tokens.as_ref().map(TokenSeq::hash),
             response: t.response_hash(),
+            response_len: t.response_len(),
             reward: t.reward,
             group: t.group.clone(),
             ids: t.ids.clone(),

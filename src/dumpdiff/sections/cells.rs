@@ -97,6 +97,11 @@ pub fn forward_data_cell(
             "not dumped on both sides",
         )),
     }
+    super::unattributed(
+        &mut out,
+        &["forward_data.response_mask"],
+        "the response mask differs: tokens one side counts as response and the other does not",
+    );
     match (&lp_a, &lp_b) {
         (Some(x), Some(y)) => out.push(ctx.logprobs_memo(
             x,
@@ -167,6 +172,8 @@ pub struct BatchInputs {
     /// Trajectory index → row of `old_log_probs`, when its rows follow NexRL's batch
     /// order rather than the trajectory file's ([`crate::judge::SelfHostedStep::settle_old_order`]).
     pub old_of_traj: Option<Vec<usize>>,
+    /// Each trajectory's response length (by batch index), to place rows without ids.
+    pub response_lens: Vec<Option<usize>>,
 }
 
 impl BatchInputs {
@@ -214,9 +221,73 @@ pub(super) fn batch_indices(
             }
         }
     }
+    if let Some(idx) = placed_by_values(inputs, fwd) {
+        return (
+            idx,
+            "rows located in the batch by their log-probs against old_log_probs (no input_ids)"
+                .into(),
+        );
+    }
+    // contiguous batch positions: rows of old_log_probs, whose trajectories follow from
+    // the settled batch order
     let base = (rank as usize * inputs.micros_per_rank + micro as usize) * nrows;
+    let traj_of = traj_of_old(inputs, inputs.old_log_probs.as_ref().map_or(0, |m| m.rows));
     (
-        (0..nrows).map(|r| Some(base + r)).collect(),
+        (0..nrows)
+            .map(|r| Some(traj_of.get(base + r).copied().unwrap_or(base + r)))
+            .collect(),
         "rows located in the batch contiguously".into(),
     )
+}
+
+/// Old row → trajectory (batch index): the inverse of `old_of_traj` (identity without).
+fn traj_of_old(inputs: &BatchInputs, n: usize) -> Vec<usize> {
+    let mut traj_of_old: Vec<usize> = (0..n).collect();
+    if let Some(o) = &inputs.old_of_traj {
+        for (i, j) in o.iter().enumerate() {
+            if let Some(slot) = traj_of_old.get_mut(*j) {
+                *slot = i;
+            }
+        }
+    }
+    traj_of_old
+}
+
+/// The batch index of each row of a forward_data without token ids, from its log-probs
+/// against the whole-batch `old_log_probs` ([`crate::judge::locate`], at the columns the
+/// rows held before any realignment); `None` unless every row is placed.
+fn placed_by_values(inputs: &BatchInputs, fwd: &Tensors<'_>) -> Option<Vec<Option<usize>>> {
+    use crate::judge::locate::{locate, probes};
+    let old = inputs.old_log_probs.as_ref()?;
+    let (lp, mask) = (fwd.mat(Field::LogProbs)?, fwd.mat(Field::ResponseMask)?);
+    if lp.rows != mask.rows || lp.width != mask.width {
+        return None;
+    }
+    let n = old.rows;
+    let traj_of_old = traj_of_old(inputs, n);
+    let (lpv, mv) = (lp.values(), mask.values());
+    let valid: Vec<usize> = (0..lp.rows)
+        .map(|r| {
+            mv[r * lp.width..(r + 1) * lp.width]
+                .iter()
+                .filter(|m| **m != 0.0)
+                .count()
+        })
+        .collect();
+    let rows = probes(
+        &lpv,
+        &mv,
+        lp.width,
+        fwd.shifts().as_deref().map(Vec::as_slice),
+    );
+    let fits = |r: usize, j: usize| {
+        let len = inputs.response_lens.get(traj_of_old[j]).copied().flatten();
+        len.is_none_or(|l| l == valid[r])
+    };
+    let mut placed = locate(&rows, n, |j| old.row(j), fits);
+    crate::judge::locate::fill_in_order(&mut placed, n, fits);
+    placed
+        .into_iter()
+        .map(|p| p.map(|p| Some(traj_of_old[p.old_row])))
+        .collect()
 }

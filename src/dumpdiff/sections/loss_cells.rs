@@ -126,11 +126,16 @@ pub fn is_loss_cell(
     // The per-token loss as the other side's own dumped values compose it, unless this
     // side's own pg_loss follows another (then the comparison finds the difference).
     let fit = elem_convention(b_is, a_loss);
-    // (a weaver that dumps its rollout log-probs shows its weights: not "unseen")
-    let unseen = fit
-        .unseen()
-        .filter(|_| !b_is.record().has(Field::RolloutLogProbs));
-    let conv = fit.conv;
+    // a weaver that dumps its rollout log-probs shows its weights: applied to this side's
+    // derived per-token loss, and named for the loss totals; else "unseen"
+    let tis = tis_fit(b_is, a_loss, fit.reproduced);
+    let unseen = match &tis {
+        Some(t) => Some(t.why()),
+        None => fit
+            .unseen()
+            .filter(|_| !b_is.record().has(Field::RolloutLogProbs)),
+    };
+    let conv = tis.as_ref().map_or(fit.conv, |t| t.conv);
     let pg_a = a_loss.and_then(|l| l.number(Field::PgLoss));
     let conv = match (&ch.ratio, &ch.adv, pg_a) {
         (Some(r), Some(a), Some(pg)) if conv != ElemLoss::Plain => {
@@ -160,16 +165,17 @@ pub fn is_loss_cell(
                 };
             }
             let ev = e.values();
-            Some((
-                el,
-                e.with_data(
-                    ev.iter()
-                        .zip(av.iter())
-                        .map(|(e, a)| propagate::product_allowed(*e, *a))
-                        .collect(),
-                    e.dtype,
-                ),
-            ))
+            let allowed = e.with_data(
+                ev.iter()
+                    .zip(av.iter())
+                    .map(|(e, a)| propagate::product_allowed(*e, *a))
+                    .collect(),
+                e.dtype,
+            );
+            Some(match &tis {
+                Some(t) => t.apply(&rows, &el, &allowed),
+                None => (el, allowed),
+            })
         }
         _ => None,
     };
@@ -178,7 +184,7 @@ pub fn is_loss_cell(
             "elementwise_loss",
             x,
             &y,
-            Origin::derived(conv.words()),
+            Origin::derived(conv.words() + &tis.as_ref().map_or(String::new(), Tis::words)),
             dumped_b("elementwise_loss"),
             e,
         )),
@@ -203,8 +209,15 @@ pub fn is_loss_cell(
     if !rows.only_a.is_empty() || !rows.only_b.is_empty() {
         out.push(row_coverage_fail(S, &rows));
     }
+    unattributed(
+        &mut out,
+        &["is_loss.effective_valid"],
+        "the loss mask differs: tokens one side counts in its loss and the other does not",
+    );
     if let Some(why) = &unseen {
-        cannot_judge(&mut out, &["is_loss.elementwise_loss"], why);
+        if tis.is_none() {
+            cannot_judge(&mut out, &["is_loss.elementwise_loss"], why);
+        }
         unattributed(&mut out, &["is_loss.loss"], why);
     }
     // GSPO: the other side's ratio constant along its rows; the step decides
@@ -216,9 +229,10 @@ pub fn is_loss_cell(
         (mask_a.as_deref(), mask_b.as_deref()),
         a_loss,
         conv,
+        tis.as_ref(),
     )
     .map(|mut a| {
-        if let Some(why) = &unseen {
+        if let Some(why) = unseen.as_ref().filter(|_| tis.is_none()) {
             cannot_judge(&mut a.comparisons, &["is_loss.elementwise_loss"], why);
         }
         a

@@ -54,4 +54,4 @@ pub use ratio_chain::*;
 pub use rows::*;
 pub use side::*;
 pub use surrogate::{cannot_judge, settle_ratio_level, unattributed, SequenceAlt};
-use surrogate::{elem_convention, own_convention, sequence_alt, ElemLoss};
+use surrogate::{elem_convention, own_convention, sequence_alt, tis_fit, ElemLoss, Tis};

@@ -148,7 +148,10 @@ impl<'v> Tensors<'v> {
 
     /// The pad id this file's `input_ids` show, when not 0: the value repeated at the ends
     /// of the most rows (a run of at least two at the start or the end of a row; Qwen
-    /// pads with 151643, Llama 3 with 128001), `None` when no row ends in such a run.
+    /// pads with 151643, Llama 3 with 128001), or the ids after a row's last valid
+    /// response position (`response_mask` `[B, T]` over the last `T` columns, as verl's
+    /// and NexRL's forward_data hold them: a single trailing pad tells too); `None` when
+    /// no row shows one.
     pub fn pad_candidate(&self) -> Option<i64> {
         let t = self.record.tensor(Field::InputIds)?;
         if t.ndim() != 2 || t.shape()[1] < 2 {
@@ -161,6 +164,19 @@ impl<'v> Tensors<'v> {
             for (x, y) in [(r[0], r[1]), (r[w - 1], r[w - 2])] {
                 if x == y && x != 0 {
                     *counts.entry(x).or_default() += 1;
+                }
+            }
+        }
+        let mask = self.mat(Field::ResponseMask);
+        if let Some(m) =
+            mask.filter(|m| counts.is_empty() && m.rows * w == ids.len() && m.width <= w)
+        {
+            for (r, row) in ids.chunks(w).enumerate() {
+                let end = m.nonzero(r).last().map_or(0, |s| s.end);
+                for x in &row[w - m.width + end..] {
+                    if *x != 0 {
+                        *counts.entry(*x).or_default() += 1;
+                    }
                 }
             }
         }
@@ -179,7 +195,12 @@ impl<'v> Tensors<'v> {
         if let Some((_, m)) = self.pairings.borrow().iter().find(|(k, _)| *k == key) {
             return Some(m.clone());
         }
-        let (a, b) = (self.input_ids()?, other.input_ids()?);
+        let (Some(a), Some(b)) = (self.input_ids(), other.input_ids()) else {
+            // no token ids on one side: the rows' own log-probs say which is which
+            let m = Rc::new(self.value_rows(other)?);
+            self.pairings.borrow_mut().push((key, m.clone()));
+            return Some(m);
+        };
         let mut best = match_rows_by(a.len(), b.len(), |i, m| a.hash(i, m), |j, m| b.hash(j, m));
         if !best.only_a.is_empty() || !best.only_b.is_empty() {
             // both sides share a tokenizer: a pad one side shows in runs (a weaver row in
@@ -207,6 +228,63 @@ impl<'v> Tensors<'v> {
         let m = Rc::new(best);
         self.pairings.borrow_mut().push((key, m.clone()));
         Some(m)
+    }
+}
+
+impl Tensors<'_> {
+    /// Rows paired by their values when one side holds no token ids (NexRL's self-hosted
+    /// `forward_data` need not): each row's log-probs at its valid positions, in order
+    /// (so a response-aligned side and a prompt-offset one compare alike), placed at the
+    /// other side's row of the same valid count closest to them
+    /// ([`crate::judge::locate`]: at most half as far as the next, or equal values).
+    /// `None` unless both sides hold log-probs and a mask and every row is placed.
+    fn value_rows(&self, other: &Tensors<'_>) -> Option<RowMatch> {
+        use crate::judge::locate::{locate, PROBE};
+        let mask_of = |t: &Tensors<'_>| {
+            t.mat(Field::ResponseMask)
+                .or_else(|| t.mat(Field::EffectiveMask))
+        };
+        let (la, lb) = (self.mat(Field::LogProbs)?, other.mat(Field::LogProbs)?);
+        let (ma, mb) = (mask_of(self)?, mask_of(other)?);
+        // each row's first PROBE valid values, packed from column 0 (so a
+        // response-aligned side and a prompt-offset one compare alike)
+        let packed = |l: &Mat, m: &Mat, r: usize| -> Vec<f64> {
+            let row = l.row(r);
+            m.nonzero(r)
+                .iter()
+                .flat_map(|span| span.clone())
+                .take(PROBE)
+                .filter_map(|c| row.get(c).copied())
+                .collect()
+        };
+        let count = |m: &Mat, r: usize| m.nonzero(r).iter().map(|s| s.len()).sum::<usize>();
+        let (na, nb) = (la.rows.min(ma.rows), lb.rows.min(mb.rows));
+        let rows: Vec<Vec<(usize, f64)>> = (0..na)
+            .map(|r| packed(&la, &ma, r).into_iter().enumerate().collect())
+            .collect();
+        let (ca, cb): (Vec<usize>, Vec<usize>) = (
+            (0..na).map(|r| count(&ma, r)).collect(),
+            (0..nb).map(|j| count(&mb, j)).collect(),
+        );
+        let placed = locate(
+            &rows,
+            nb,
+            |j| std::borrow::Cow::Owned(packed(&lb, &mb, j)),
+            |r, j| ca[r] == cb[j],
+        );
+        let mut pairs = Vec::with_capacity(na);
+        for (r, p) in placed.iter().enumerate() {
+            pairs.push((r, p.as_ref()?.old_row));
+        }
+        let only_b = (0..nb)
+            .filter(|j| !pairs.iter().any(|(_, b)| b == j))
+            .collect();
+        Some(RowMatch {
+            pairs,
+            only_a: Vec::new(),
+            only_b,
+            method: crate::compare::align::MatchMethod::LogProbs,
+        })
     }
 }
 

@@ -52,6 +52,7 @@ fn chain_with_old(
         adv_parts: None,
         adv_eps: None,
         old_of_traj: None,
+        response_lens: Vec::new(),
     };
     let peer = ChainPeer {
         fwd: None,
@@ -675,6 +676,7 @@ fn mode_inputs_follow_the_chains_runs_element_for_element() {
         adv_parts: None,
         adv_eps: None,
         old_of_traj: None,
+        response_lens: Vec::new(),
     };
     let policy = TolerancePolicy::default();
     let ch = chain(&policy, &inputs, &a_fwd, ChainPeer::default(), None, (0, 0));

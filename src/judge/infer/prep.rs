@@ -216,7 +216,22 @@ pub(super) fn entropy_mode(preps: &[Prep], in_use: AggMode, tol: &Tolerance) -> 
     );
     let (scored, total) = term_scores(preps, &modes, tol, true);
     let s = crate::conventions::aggregation::settle(&scored, total)?;
-    (s.mode != in_use && scored[0].1 * 2 < total).then_some(s.mode)
+    if s.mode == in_use {
+        return None;
+    }
+    // the mode in use reproduces fewer than half; or the other reproduces every term it
+    // does and more (cells whose rows make the two modes equal tell nothing; one
+    // faulty entropy term is not reproduced by either)
+    let by = |m: AggMode| -> Vec<bool> {
+        preps
+            .iter()
+            .map(|p| explains_term(p, m, tol, true).0 > 0)
+            .collect()
+    };
+    let (other, used) = (by(s.mode), by(in_use));
+    let only_other = other.iter().zip(&used).filter(|(o, u)| **o && !**u).count();
+    let only_used = other.iter().zip(&used).filter(|(o, u)| !**o && **u).count();
+    (scored[0].1 * 2 < total || (only_other > 0 && only_used == 0)).then_some(s.mode)
 }
 
 /// The terms reproduced with every cell's pg term under `pg` and its entropy term under

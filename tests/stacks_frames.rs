@@ -1,0 +1,109 @@
+//! `dumpdiff --inspect STACK --export-frames DIR` on every whole-step producer's fixture
+//! (fixtures/stacks, written by the producers' own code where they install): the tokens
+//! frame holds each row's log-probs by role, in the model's names, equal to the
+//! generator's manifest value for value; the trajectories frame its rewards.
+
+use std::path::Path;
+
+use assert_cmd::Command;
+use polars::prelude::{DataFrame, ParquetReader, SerReader};
+use serde_json::Value as Json;
+
+fn stacks() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/stacks")
+}
+
+fn frame(dir: &Path, name: &str) -> DataFrame {
+    let file = std::fs::File::open(dir.join(format!("{name}.parquet"))).unwrap();
+    ParquetReader::new(file).finish().unwrap()
+}
+
+fn col(df: &DataFrame, name: &str) -> Vec<Option<f64>> {
+    let c = df
+        .column(name)
+        .unwrap_or_else(|_| panic!("no column {name}"));
+    let c = c.cast(&polars::prelude::DataType::Float64).unwrap();
+    c.f64().unwrap().iter().collect()
+}
+
+#[test]
+fn every_stack_exports_its_rows_log_probs_by_role() {
+    let manifest: Json =
+        serde_json::from_str(&std::fs::read_to_string(stacks().join("manifest.json")).unwrap())
+            .unwrap();
+    let rows = manifest["rows"].as_array().unwrap();
+    let roles = [
+        ("rollout", "log_probs_rollout"),
+        ("old", "log_probs_old"),
+        ("ref", "log_probs_reference"),
+    ];
+    for tree in ["verl", "verl_numpy", "nemo_rl", "slime", "sglang_dumper"] {
+        let m = &manifest["trees"][tree];
+        let out = tempfile::tempdir().unwrap();
+        Command::cargo_bin("dumpdiff")
+            .unwrap()
+            .arg("--inspect")
+            .arg(stacks().join(tree))
+            .arg("--export-frames")
+            .arg(out.path())
+            .assert()
+            .code(0);
+        let t = frame(out.path(), "tokens");
+        let (rank, row, mask) = (col(&t, "rank"), col(&t, "row"), col(&t, "response_mask"));
+        let want_roles: Vec<&str> = m["roles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_str().unwrap())
+            .collect();
+        let mut checked = 0;
+        for (role, column) in roles {
+            let model_role = if role == "ref" { "reference" } else { role };
+            if !want_roles.contains(&model_role) {
+                assert!(t.column(column).is_err(), "{tree}: {column} not dumped");
+                continue;
+            }
+            let values = col(&t, column);
+            // (rank, row) → the manifest row: per-rank lists where the tree splits them
+            let manifest_row = |r: usize, i: usize| -> usize {
+                match m.get("rank_rows") {
+                    Some(rr) => rr[r.to_string()][i].as_u64().unwrap() as usize,
+                    None => i,
+                }
+            };
+            for (r, i) in [(0usize, 0usize), (0, 1)]
+                .into_iter()
+                .chain(m.get("rank_rows").map(|_| (1usize, 0usize)))
+            {
+                let got: Vec<f64> = (0..t.height())
+                    .filter(|&k| {
+                        rank[k] == Some(r as f64)
+                            && row[k] == Some(i as f64)
+                            && mask[k] == Some(1.0)
+                    })
+                    .map(|k| values[k].unwrap())
+                    .collect();
+                let want: Vec<f64> = rows[manifest_row(r, i)][role]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap())
+                    .collect();
+                assert_eq!(got.len(), want.len(), "{tree} {column} rank {r} row {i}");
+                for (g, w) in got.iter().zip(&want) {
+                    assert_eq!(*g as f32, *w as f32, "{tree} {column} rank {r} row {i}");
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 2, "{tree}");
+        let traj = frame(out.path(), "trajectories");
+        assert_eq!(traj.height(), rows.len(), "{tree}");
+        if tree == "verl" {
+            let rewards = col(&traj, "reward");
+            for (i, r) in rows.iter().enumerate() {
+                assert_eq!(rewards[i], r["reward"].as_f64(), "verl reward of row {i}");
+            }
+        }
+    }
+}
