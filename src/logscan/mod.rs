@@ -71,10 +71,7 @@ impl ScanOptions {
             }
         }
         // slime's dead-group counts, for the note when the group count is unknown.
-        if metrics
-            .iter()
-            .any(|m| m == crate::logs::aliases::FRAC_ZERO_STD)
-        {
+        if self.detectors.iter().any(|d| d == "dead-groups") {
             metrics.push(crate::logs::aliases::ZERO_STD_GROUPS.to_string());
         }
         Projection::Only {
