@@ -539,14 +539,16 @@ fn importance_weights_dumpdiff_cannot_see_are_said_not_blamed() {
     // seed 17: the weaver applies truncated importance sampling (cap 2) against rollout
     // log-probs it does not dump; the self-hosted side cannot. Its elementwise_loss is then
     // −A·r times a weight in (0, 2]: the self-hosted one cannot be derived to compare
-    // (skipped, "cannot judge"), and each loss total that differs says which side is wrong
-    // cannot be judged; no is_loss cell fails for its derived values.
+    // (skipped, "cannot judge"), and each loss total that differs is a warning saying which
+    // side is wrong cannot be judged (exit 0, as the truth says: a difference the check
+    // cannot explain is never a failure); nothing fails.
     let t = truth(17);
     assert_eq!(t["conventions"]["rollout_log_probs_dumped"], false);
     assert!(t["faults"].as_array().unwrap().is_empty());
+    assert_eq!(t["dumpdiff"]["exit_code"], 0);
     let (code, r) = dumpdiff(17);
-    assert_eq!(code, Some(1));
-    let mut skipped = 0;
+    assert_eq!(code, Some(0));
+    let (mut skipped, mut warned) = (0, 0);
     for s in r["sections"].as_array().unwrap() {
         for c in s["cells"].as_array().unwrap() {
             for x in c["comparisons"].as_array().unwrap() {
@@ -558,7 +560,8 @@ fn importance_weights_dumpdiff_cannot_see_are_said_not_blamed() {
                     );
                     skipped += 1;
                 }
-                if x["verdict"] == "fail" {
+                assert_ne!(x["verdict"], "fail", "{x}");
+                if x["verdict"] == "warn" {
                     assert!(
                         ["is_loss.loss", "loss.loss", "loss.pg_loss"]
                             .contains(&x["name"].as_str().unwrap()),
@@ -568,11 +571,12 @@ fn importance_weights_dumpdiff_cannot_see_are_said_not_blamed() {
                         reason.contains("cannot judge which side is wrong"),
                         "{reason}"
                     );
+                    warned += 1;
                 }
             }
         }
     }
-    assert!(skipped > 0);
+    assert!(skipped > 0 && warned > 0, "{skipped} {warned}");
 }
 
 #[test]

@@ -16,6 +16,8 @@ mod logscan_crash;
 mod logscan_stacks;
 mod losscheck;
 mod mismatch;
+mod mismatch_pairs;
+mod mismatch_stream;
 mod nexrl_order;
 mod object_store;
 mod packed;

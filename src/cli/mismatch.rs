@@ -27,6 +27,7 @@ const EXAMPLES: &[&str] = &[
     "mismatch runs/verl_dump --pair old:current --format markdown",
     "mismatch runs/verl_dump --correction token-tis --correction is=token:0.5_5 --correction rs=seq_mean_k3:0.01",
     "mismatch runs/verl_dump --logs runs/tb --plot plots/ --export-frames frames/",
+    "mismatch runs/fsdp_dump runs/megatron_dump --step 12 --pair old:old",
 ];
 
 /// `mismatch` arguments.
@@ -40,13 +41,19 @@ const EXAMPLES: &[&str] = &[
 pub struct Args {
     /// A producer's dump folder (any producer whose steps the model reads).
     pub path: PathBuf,
+    /// A second dump of the same steps (trainer A vs trainer B: FSDP vs Megatron,
+    /// micro-batch 4 vs 8): role A of `--pair` is read from PATH, role B from this tree,
+    /// rows paired by content (response token ids); default pair `old:old`.
+    #[arg(value_name = "B")]
+    pub against: Option<PathBuf>,
     /// Step to analyse (repeatable); default every step the folder holds.
     #[arg(long = "step", value_name = "N")]
     pub steps: Vec<i64>,
     /// The two log-prob roles compared, `A:B` (Δ = B − A): rollout (engine), old,
-    /// current, reference.
-    #[arg(long, default_value = "rollout:old", value_name = "A:B")]
-    pub pair: String,
+    /// current, reference. Default `rollout:old`; with a second tree, `old:old` (A from
+    /// PATH, B from the second tree).
+    #[arg(long, value_name = "A:B")]
+    pub pair: Option<String>,
     /// A correction for the what-if table (repeatable): a verl preset (none, token-tis,
     /// seq-is, token-icepop, seq-is-rs, geo-rs, geo-rs-token-tis, geo-rs-seq-tis, k3-rs,
     /// k3-rs-token-tis) or a spec `is=token:C`, `is=sequence:C`, `is=token:LO_HI`
@@ -105,12 +112,14 @@ pub struct Args {
 ///
 /// Errors: an unknown role or correction.
 pub fn options(args: &Args) -> Result<Options> {
-    let (a, b) = args.pair.split_once(':').ok_or_else(|| {
-        Error::Usage(format!(
-            "--pair {}: expected A:B (e.g. rollout:old)",
-            args.pair
-        ))
-    })?;
+    let pair = args.pair.as_deref().unwrap_or(if args.against.is_some() {
+        "old:old"
+    } else {
+        "rollout:old"
+    });
+    let (a, b) = pair
+        .split_once(':')
+        .ok_or_else(|| Error::Usage(format!("--pair {pair}: expected A:B (e.g. rollout:old)")))?;
     let role = |s: &str| {
         mismatch::parse_role(s).ok_or_else(|| {
             Error::Usage(format!(
@@ -157,6 +166,10 @@ fn write_parquet(path: &std::path::Path, mut df: polars::prelude::DataFrame) -> 
 pub fn run(args: &Args) -> Result<(String, u8)> {
     let opts = options(args)?;
     let reader = crate::producers::step_reader_for(&args.path)?;
+    let against = match &args.against {
+        Some(b) => Some((crate::producers::step_reader_for(b)?, b)),
+        None => None,
+    };
     let steps = if args.steps.is_empty() {
         reader.steps(&args.path)?
     } else {
@@ -170,9 +183,16 @@ pub fn run(args: &Args) -> Result<(String, u8)> {
     }
     let mut reports = Vec::new();
     for s in steps {
-        // One step in memory at a time: read, analyse, keep the report only.
-        let step = reader.read_step(&args.path, s)?;
-        let mut rep = mismatch::analyse(&step, &opts)?;
+        // One step at a time, read cell by cell where the producer's files allow it:
+        // a cell is read, scanned and dropped; only the report is kept.
+        let step = reader.open_step(&args.path, s)?;
+        let mut rep = match &against {
+            Some((reader_b, root_b)) => {
+                let other = reader_b.open_step(root_b, s)?;
+                mismatch::analyse_pair(step.as_ref(), other.as_ref(), &opts)?
+            }
+            None => mismatch::analyse_cells(step.as_ref(), &opts)?,
+        };
         drop(step);
         if let Some(dir) = &args.export_frames {
             std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;

@@ -178,13 +178,13 @@ pub(super) fn weaver_cell(
     // Section 4: is_loss_debug against the self-hosted forward_data + old_log_probs.
     if in_is {
         if let (Some(a), Some(b), Some(ch)) = (&a_fwd, &b_is, &chain) {
-            let (cell, alt, unseen) =
+            let (cell, alt, weights) =
                 sections::is_loss_cell(policy, rank, m, a, s_loss, b, b_ids, ch, &memo);
             out.is_loss = Some((cell, alt));
-            // the weaver's loss scalars carry the same unseen per-token weight
-            if let (Some(why), Some((loss, _))) = (unseen, out.loss.as_mut()) {
+            // the weaver's loss scalars carry the same per-token weight
+            if let (Some(w), Some((loss, _))) = (weights, out.loss.as_mut()) {
                 sections::rework(loss, |c| {
-                    sections::unattributed(c, &["loss.loss", "loss.pg_loss"], &why)
+                    w.apply_to_totals(c, &["loss.loss", "loss.pg_loss"])
                 });
             }
         }

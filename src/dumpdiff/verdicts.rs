@@ -31,7 +31,14 @@ pub(super) fn adjudicate(
         .iter()
         .filter(|s| s.id == 3 || s.id == 4)
         .flat_map(|s| &s.cells)
-        .filter(|c| c.verdict == Verdict::Fail)
+        .filter(|c| {
+            // a failing cell, or loss totals that differ as a warning (a weight the weaver
+            // does not dump): the judge's scale may still explain them
+            c.verdict == Verdict::Fail
+                || c.comparisons
+                    .iter()
+                    .any(|x| x.name.ends_with("loss.loss") && x.verdict >= Verdict::Warn)
+        })
         .filter_map(|c| Some((c.rank?, c.micro?)))
         .collect();
     if cells.is_empty() {

@@ -50,6 +50,9 @@ pub struct CellData {
     pub first_col: Vec<usize>,
     /// Per-row records, one per paired row (default where not dumped).
     pub meta: Vec<RowMeta>,
+    /// Each row's index in its cell when rows were selected (two trees paired by
+    /// content: the paired rows of side A's cell); `None`: row `r` is row `r`.
+    pub row_index: Option<Vec<usize>>,
     /// Rows one role holds and the other does not.
     pub unmatched_rows: usize,
     /// Masked tokens past the shorter role's columns (not compared).
@@ -209,6 +212,7 @@ pub fn decode(cell: &Cell, a: LogProbSource, b: LogProbSource) -> Option<CellDat
         advantages,
         first_col,
         meta,
+        row_index: None,
         unmatched_rows,
         unmatched_tokens,
     })

@@ -12,6 +12,7 @@ pub mod attribution;
 pub mod cell;
 pub mod frames;
 pub mod metrics;
+pub mod pairs;
 pub mod report;
 pub mod scan;
 pub mod trend;
@@ -24,7 +25,7 @@ use rayon::prelude::*;
 use crate::error::{Error, Position, Result};
 use crate::kernels::config::LossConfig;
 use crate::model::finding::Finding;
-use crate::model::step::{LogProbSource, StepDump};
+use crate::model::step::{LogProbSource, StepCells, StepDump};
 use attribution::Gathered;
 use metrics::{ProducerMetrics, Sums};
 use report::{Coverage, NamedMetric, Report, StepReport, SCHEMA_VERSION};
@@ -89,75 +90,154 @@ pub fn parse_role(s: &str) -> Option<LogProbSource> {
     })
 }
 
-/// Cells scanned at once: enough for both cores, few enough that memory stays bounded.
-const CHUNK: usize = 4;
+/// Cells scanned at once: one per thread of rayon's pool (one per core), so a step costs
+/// that many cells of memory (two on the 2-core benchmark machine; dumpdiff reads a cell
+/// at a time).
+fn chunk() -> usize {
+    rayon::current_num_threads().max(1)
+}
 
-/// Analyse one step.
+pub use pairs::analyse_pair;
+
+/// Analyse one step held in memory ([`analyse_cells`] over its cells).
 ///
-/// Errors: the step does not hold both roles of the pair in every cell (naming the roles
-/// it holds), an unknown loss preset.
+/// Errors: as [`analyse_cells`].
 pub fn analyse(step: &StepDump, opts: &Options) -> Result<StepReport> {
-    let (a, b) = opts.pair;
-    let roles = step.roles();
-    if !roles.contains(&a) || !roles.contains(&b) || step.cells.is_empty() {
-        let held: Vec<&str> = roles.iter().map(|r| role_name(*r)).collect();
-        // Roles some cells hold and others do not, with how many hold each.
-        let mut some: BTreeMap<LogProbSource, usize> = BTreeMap::new();
-        for c in &step.cells {
-            for r in c.batch.log_probs.keys() {
-                *some.entry(*r).or_default() += 1;
-            }
+    analyse_cells(step, opts)
+}
+
+/// The error of a step whose cells do not all hold both roles of the pair, naming the
+/// roles every cell holds and those only some hold (with how many).
+fn missing_roles(step: &dyn StepCells, held_by: &[Vec<LogProbSource>], need: &str) -> Error {
+    let mut roles: Option<Vec<LogProbSource>> = None;
+    let mut some: BTreeMap<LogProbSource, usize> = BTreeMap::new();
+    for here in held_by {
+        for r in here {
+            *some.entry(*r).or_default() += 1;
         }
-        let partial: Vec<String> = some
-            .iter()
-            .filter(|(r, _)| !roles.contains(r))
-            .map(|(r, n)| format!("{} in {n} of {} cells", role_name(*r), step.cells.len()))
-            .collect();
-        return Err(Error::format(
-            &step.root,
-            Position::File,
-            format!(
-                "step {} holds {} in every cell{}; comparing {} with {} needs both (choose with --pair)",
-                step.step,
-                if held.is_empty() {
-                    "no log-prob role".to_string()
-                } else {
-                    format!("the log-prob roles [{}]", held.join(", "))
-                },
-                if partial.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", partial.join(", "))
-                },
-                role_name(a),
-                role_name(b)
-            ),
-        ));
+        roles = Some(match roles {
+            None => here.clone(),
+            Some(r) => r.into_iter().filter(|x| here.contains(x)).collect(),
+        });
     }
+    let roles = roles.unwrap_or_default();
+    let held: Vec<&str> = roles.iter().map(|r| role_name(*r)).collect();
+    let partial: Vec<String> = some
+        .iter()
+        .filter(|(r, _)| !roles.contains(r))
+        .map(|(r, n)| format!("{} in {n} of {} cells", role_name(*r), held_by.len()))
+        .collect();
+    Error::format(
+        step.root(),
+        Position::File,
+        format!(
+            "step {} holds {} in every cell{}; {need} (choose with --pair)",
+            step.step(),
+            if held.is_empty() {
+                "no log-prob role".to_string()
+            } else {
+                format!("the log-prob roles [{}]", held.join(", "))
+            },
+            if partial.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", partial.join(", "))
+            },
+        ),
+    )
+}
+
+/// A cell's roles, and the width and size of its `a` log-probs.
+type CellHead = (Vec<LogProbSource>, Option<(usize, usize)>);
+
+/// Analyse one step cell by cell: a first pass reads each cell's roles and shapes only
+/// (the bucket width and the top-1 % bound need the widest row and the step's size), the
+/// second reads one cell per thread ([`chunk`]) at a time, scans them in parallel, folds them into the
+/// step's sums in (rank, micro) order and drops them. Memory: the cells in flight plus
+/// the sums (see docs/mismatch.md, "Speed and memory").
+///
+/// Errors: a cell unreadable; the step does not hold both roles of the pair in every
+/// cell (naming the roles it holds); an unknown loss preset.
+pub fn analyse_cells(step: &dyn StepCells, opts: &Options) -> Result<StepReport> {
+    let (a, b) = opts.pair;
+    let n = step.keys().len();
+    // Pass 1: each cell's roles, and the width and size of its `a` log-probs.
+    let heads: Vec<CellHead> = (0..n)
+        .into_par_iter()
+        .map(|i| {
+            let c = step.cell(i)?;
+            let roles = c.batch.log_probs.keys().copied().collect();
+            let shape = c.batch.log_probs(a).map(|x| {
+                (
+                    x.tensor.shape().last().copied().unwrap_or(0),
+                    x.tensor.numel(),
+                )
+            });
+            Ok((roles, shape))
+        })
+        .collect::<Result<_>>()?;
+    let held_by: Vec<Vec<LogProbSource>> = heads.iter().map(|h| h.0.clone()).collect();
+    if n == 0 || held_by.iter().any(|h| !h.contains(&a) || !h.contains(&b)) {
+        let need = format!(
+            "comparing {} with {} needs both",
+            role_name(a),
+            role_name(b)
+        );
+        return Err(missing_roles(step, &held_by, &need));
+    }
+    let max_t = heads
+        .iter()
+        .filter_map(|h| h.1.map(|s| s.0))
+        .max()
+        .unwrap_or(1);
+    let bound: usize = heads.iter().filter_map(|h| h.1.map(|s| s.1)).sum();
+    let head = Head {
+        step: step.step(),
+        producer: step.producer().to_string(),
+        root: step.root().to_path_buf(),
+        pair: [a, b],
+        against: None,
+    };
+    fold(head, n, max_t, bound, opts, &|i| {
+        let c = step.cell(i)?;
+        Ok(cell::decode(&c, a, b))
+    })
+}
+
+/// What a step report says about where its data came from.
+pub(crate) struct Head {
+    step: i64,
+    producer: String,
+    root: std::path::PathBuf,
+    pair: [LogProbSource; 2],
+    against: Option<report::Pairing>,
+}
+
+/// Decode cell `i` (read it, pair its rows, drop it); `None` when it holds no pair.
+pub(crate) type DecodeCell<'a> = dyn Fn(usize) -> Result<Option<cell::CellData>> + Sync + 'a;
+
+/// Scan `n` cells, one per thread ([`chunk`]) at a time in parallel (each decoded, scanned and dropped
+/// inside its task), folding them into the step's sums in cell order; then the report.
+/// `max_t`: the widest row (the default bucket width); `bound`: at least the number of
+/// tokens (the top-1 % selection's size).
+///
+/// Errors: a cell unreadable; an unknown loss preset.
+pub(crate) fn fold(
+    head: Head,
+    n: usize,
+    max_t: usize,
+    bound: usize,
+    opts: &Options,
+    decode: &DecodeCell<'_>,
+) -> Result<StepReport> {
     let loss_cfg: Option<LossConfig> = Some(
         crate::kernels::presets::preset(&opts.loss_preset)
             .map_err(|e| Error::Usage(format!("--loss-preset: {e}")))?,
     );
-    let max_t = step
-        .cells
-        .iter()
-        .filter_map(|c| {
-            c.batch
-                .log_probs(a)
-                .map(|x| x.tensor.shape().last().copied().unwrap_or(0))
-        })
-        .max()
-        .unwrap_or(1)
-        .max(1);
     let width = opts
         .bucket_width
-        .unwrap_or_else(|| max_t.div_ceil(16).next_power_of_two())
+        .unwrap_or_else(|| max_t.max(1).div_ceil(16).next_power_of_two())
         .max(1);
-    let bound: usize = step
-        .cells
-        .iter()
-        .filter_map(|c| c.batch.log_probs(a).map(|x| x.tensor.numel()))
-        .sum();
     let floor = std::sync::atomic::AtomicU64::new(0f64.to_bits());
     let params = ScanParams {
         floor: &floor,
@@ -179,11 +259,13 @@ pub fn analyse(step: &StepDump, opts: &Options) -> Result<StepReport> {
     let mut hist = Histogram::new();
     let mut table = opts.keep_tokens.then(TokenTable::default);
     let mut cov = Coverage::default();
-    for chunk in step.cells.chunks(CHUNK) {
+    let idx: Vec<usize> = (0..n).collect();
+    for chunk in idx.chunks(chunk()) {
+        // Each cell read, scanned and dropped inside its task: chunk() cells in flight.
         let outs: Vec<Option<CellOut>> = chunk
             .par_iter()
-            .map(|c| cell::decode(c, a, b).map(|cd| scan::scan_cell(cd, &params)))
-            .collect();
+            .map(|&i| Ok(decode(i)?.map(|cd| scan::scan_cell(cd, &params))))
+            .collect::<Result<_>>()?;
         for out in outs.into_iter().flatten() {
             all.merge(&out.sums);
             ranks.entry(out.key.0).or_default().merge(&out.sums);
@@ -226,7 +308,7 @@ pub fn analyse(step: &StepDump, opts: &Options) -> Result<StepReport> {
         })
         .collect();
     let seq_table = opts.keep_tokens.then(|| gathered.seqs.clone());
-    let (attribution, findings) = gathered.finish(width, opts.top_n, step.step);
+    let (attribution, findings) = gathered.finish(width, opts.top_n, head.step);
     let with_loss = cov.loss_cells == cov.cells && cov.cells > 0;
     if !with_loss && cov.loss_note.is_none() && cov.loss_cells > 0 {
         cov.loss_note = Some(format!(
@@ -241,10 +323,11 @@ pub fn analyse(step: &StepDump, opts: &Options) -> Result<StepReport> {
         .map(|(c, s)| s.finish(c.clone(), with_loss))
         .collect();
     Ok(StepReport {
-        step: step.step,
-        producer: step.producer.clone(),
-        root: step.root.clone(),
-        pair: [a, b],
+        step: head.step,
+        producer: head.producer,
+        root: head.root,
+        pair: head.pair,
+        against: head.against,
         coverage: cov,
         metrics,
         named,

@@ -49,6 +49,47 @@ pub struct Coverage {
     pub loss_note: Option<String>,
 }
 
+/// Where a row sits in its tree.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RowAt {
+    /// Data-parallel rank.
+    pub rank: usize,
+    /// Micro-batch, `None` for a whole-batch cell.
+    pub micro: Option<usize>,
+    /// Row within the cell.
+    pub row: usize,
+}
+
+/// How the rows of two trees of one step were paired (trainer A vs trainer B): by
+/// content — each row's response token ids — never by index. Rows without a partner are
+/// counted here and in [`Coverage::unmatched_rows`], with the first few named.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Pairing {
+    /// The second tree (side B, role `b`).
+    pub root_b: PathBuf,
+    /// Its producer.
+    pub producer_b: String,
+    /// Rows paired.
+    pub rows_paired: usize,
+    /// Rows of A whose response no row of B holds.
+    pub only_a: usize,
+    /// Rows of B whose response no row of A holds.
+    pub only_b: usize,
+    /// Rows of A without response token ids (cannot be paired by content).
+    pub without_ids_a: usize,
+    /// Rows of B without response token ids.
+    pub without_ids_b: usize,
+    /// The first unpaired rows of A (at most [`Pairing::EXAMPLES`]).
+    pub first_only_a: Vec<RowAt>,
+    /// The first unpaired rows of B.
+    pub first_only_b: Vec<RowAt>,
+}
+
+impl Pairing {
+    /// Unpaired rows named per side.
+    pub const EXAMPLES: usize = 10;
+}
+
 /// The analysis of one step.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct StepReport {
@@ -60,6 +101,10 @@ pub struct StepReport {
     pub root: PathBuf,
     /// The log-prob roles compared: `[a, b]`, `Δ = b − a`.
     pub pair: [LogProbSource; 2],
+    /// Trainer A vs trainer B: role `a` read from this tree, role `b` from a second tree
+    /// of the same step, rows paired by content (absent for one tree).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub against: Option<Pairing>,
     /// What was compared.
     pub coverage: Coverage,
     /// The producers' metrics.

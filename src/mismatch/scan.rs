@@ -166,6 +166,7 @@ pub fn scan_cell(cd: CellData, p: &ScanParams) -> CellOut {
     let mut table = p.keep_tokens.then(TokenTable::default);
     let micro_i = cd.micro.map(|m| m as i32).unwrap_or(-1);
     for r in 0..rows {
+        let row_at = cd.row_index.as_ref().map_or(r, |v| v[r]);
         let mut rs = RowSums::default();
         let mut seq = Acc::default();
         let mut max_at = None;
@@ -204,7 +205,7 @@ pub fn scan_cell(cd: CellData, p: &ScanParams) -> CellOut {
             if let Some(tb) = table.as_mut() {
                 tb.rank.push(cd.rank as u32);
                 tb.micro.push(micro_i);
-                tb.row.push(r as u32);
+                tb.row.push(row_at as u32);
                 tb.position.push(pos as u32);
                 tb.token_id.push(cd.ids.as_ref().map(|ids| ids[i]));
                 tb.logp_a.push(ra);
@@ -216,7 +217,7 @@ pub fn scan_cell(cd: CellData, p: &ScanParams) -> CellOut {
         g.seqs.push(SeqRecord {
             rank: cd.rank,
             micro: cd.micro,
-            row: r,
+            row: row_at,
             tokens: seq.count,
             reward: meta.reward,
             group: meta.group.clone(),
@@ -249,7 +250,7 @@ pub fn scan_cell(cd: CellData, p: &ScanParams) -> CellOut {
                     .map(|(x, m)| if *m != 0.0 { *x } else { 0.0 })
                     .collect()
             };
-            match whatif::cell_loss(&z(cur), &z(&cd.b), &z(adv), &scored, rows, t, cfg) {
+            match whatif::cell_loss(z(cur), z(&cd.b), z(adv), &scored, rows, t, cfg) {
                 Ok(l) => Some((l, cfg.agg)),
                 Err(e) => {
                     loss_note = Some(format!("loss kernel: {e}"));
@@ -266,11 +267,7 @@ pub fn scan_cell(cd: CellData, p: &ScanParams) -> CellOut {
     let stats = (!p.corrections.is_empty()).then(|| whatif::CellStats::new(&d, &scored, rows, t));
     let loss = cell_loss.as_ref().map(|(l, m)| (l, *m));
     let whatif = match &stats {
-        Some(st) => p
-            .corrections
-            .iter()
-            .map(|c| whatif::apply(c, &d, &scored, st, rows, t, loss))
-            .collect(),
+        Some(st) => whatif::apply_all(p.corrections, &d, &scored, st, rows, t, loss),
         None => vec![],
     };
     CellOut {

@@ -365,26 +365,28 @@ pub struct CellLoss {
     pub dl: Vec<f64>,
 }
 
-/// One fused kernel pass: the preset's per-token loss and derivative of a cell.
+/// One fused kernel pass: the preset's per-token loss and derivative of a cell (the
+/// log-prob and advantage arrays are taken over by the kernel's tensors).
 /// `current`: the log-probs the loss differentiates (the trainer's old ones when no
 /// current pass was dumped: the first micro of an on-policy step).
 pub fn cell_loss(
-    current: &[f64],
-    old: &[f64],
-    adv: &[f64],
+    current: Vec<f64>,
+    old: Vec<f64>,
+    adv: Vec<f64>,
     mask: &[f64],
     rows: usize,
     t: usize,
     cfg: &LossConfig,
 ) -> Result<CellLoss, String> {
     let dev = Device::Cpu;
-    let mk = |v: &[f64]| CTensor::from_slice(v, (rows, t), &dev).map_err(|e| e.to_string());
+    // The owned arrays become the kernel's tensors without a copy.
+    let mk = |v: Vec<f64>| CTensor::from_vec(v, (rows, t), &dev).map_err(|e| e.to_string());
     let inputs = LossInputs {
         log_probs: mk(current)?,
         old_log_probs: Some(mk(old)?),
         ref_log_probs: None,
         advantages: mk(adv)?,
-        mask: mk(mask)?,
+        mask: CTensor::from_slice(mask, (rows, t), &dev).map_err(|e| e.to_string())?,
         entropy: None,
         rollout_log_probs: None,
     };
@@ -534,9 +536,7 @@ fn row_keep(corr: &Correction, st: &CellStats, r: usize) -> bool {
     })
 }
 
-/// One correction applied to one cell: its sums. `d`: `Δ = L − R` `[rows, t]`; `mask`:
-/// the scored mask; `st`: the cell's [`CellStats`]; `loss`: the cell's per-token loss,
-/// when advantages were dumped.
+/// One correction applied to one cell: its sums ([`apply_all`] of that one).
 pub fn apply(
     corr: &Correction,
     d: &[f64],
@@ -546,78 +546,139 @@ pub fn apply(
     t: usize,
     loss: Option<(&CellLoss, AggMode)>,
 ) -> WhatIfSums {
+    apply_all(std::slice::from_ref(corr), d, mask, st, rows, t, loss)
+        .pop()
+        .unwrap_or_default()
+}
+
+/// A correction's state along one cell: its token criteria, the current row's verdicts
+/// and, per row, the kept tokens' count and sums of `w·l` and `(w·∂l)²` (the
+/// aggregation's coefficient is per row, applied once the kept counts are known).
+struct Along<'c> {
+    corr: &'c Correction,
+    token_rs: Vec<&'c RsSpec>,
+    row_ok: bool,
+    seq_w: Option<f64>,
+    any_masked: bool,
+    any_trunc: bool,
+    counts: Vec<f64>,
+    row_wl: Vec<f64>,
+    row_g2: Vec<f64>,
+    out: WhatIfSums,
+}
+
+/// Every correction applied to one cell in **one pass** over its tokens (each token's
+/// Δ, weight and loss read once for all corrections): their sums, in order. `d`:
+/// `Δ = L − R` `[rows, t]`; `mask`: the scored mask; `st`: the cell's [`CellStats`];
+/// `loss`: the cell's per-token loss, when advantages were dumped. Each correction's sums
+/// accumulate in token order, as one pass per correction would.
+pub fn apply_all(
+    corrs: &[Correction],
+    d: &[f64],
+    mask: &[f64],
+    st: &CellStats,
+    rows: usize,
+    t: usize,
+    loss: Option<(&CellLoss, AggMode)>,
+) -> Vec<WhatIfSums> {
     use RsOption::*;
-    let mut out = WhatIfSums::default();
-    let token_rs: Vec<&RsSpec> = corr
-        .rs
+    let mut al: Vec<Along<'_>> = corrs
         .iter()
-        .filter(|s| matches!(s.option, TokenK1 | TokenK2 | TokenK3))
+        .map(|corr| Along {
+            corr,
+            token_rs: corr
+                .rs
+                .iter()
+                .filter(|s| matches!(s.option, TokenK1 | TokenK2 | TokenK3))
+                .collect(),
+            row_ok: true,
+            seq_w: None,
+            any_masked: false,
+            any_trunc: false,
+            counts: vec![0.0; rows],
+            row_wl: vec![0.0; rows],
+            row_g2: vec![0.0; rows],
+            out: WhatIfSums::default(),
+        })
         .collect();
-    let mut counts = vec![0.0; rows];
-    // Σ over kept tokens of w·l and (w·∂l)², per row (the aggregation's coefficient is
-    // per row, applied once the kept counts are known).
-    let mut row_wl = vec![0.0; rows];
-    let mut row_g2 = vec![0.0; rows];
+    let any_token_rs = al.iter().any(|a| !a.token_rs.is_empty());
     for r in 0..rows {
-        let row_ok = row_keep(corr, st, r);
-        let seq_w = corr
-            .is
-            .filter(|s| s.level == IsLevel::Sequence)
-            .map(|_| st.sum_d[r].clamp(-SAFETY_BOUND, SAFETY_BOUND).exp());
-        let (mut any_masked, mut any_trunc) = (false, false);
+        for a in al.iter_mut() {
+            a.row_ok = row_keep(a.corr, st, r);
+            a.seq_w = a
+                .corr
+                .is
+                .filter(|s| s.level == IsLevel::Sequence)
+                .map(|_| st.sum_d[r].clamp(-SAFETY_BOUND, SAFETY_BOUND).exp());
+            (a.any_masked, a.any_trunc) = (false, false);
+        }
         for c in 0..t {
             let i = r * t + c;
             if mask[i] == 0.0 {
                 continue;
             }
-            out.tokens += 1.0;
-            let mut k = row_ok;
-            if k && !token_rs.is_empty() {
-                let dc = d[i].clamp(-SAFETY_BOUND, SAFETY_BOUND);
-                let kk = ks(dc, st.ew[i]);
-                k = token_rs
-                    .iter()
-                    .all(|spec| inside(spec, kk[spec.option.k() as usize - 1]));
-            }
-            let (w, truncated) = match corr.is {
-                None => (1.0, false),
-                Some(spec) => {
-                    let raw = seq_w.unwrap_or(st.ew[i]);
-                    match spec.lower {
-                        None => (raw.min(spec.upper), raw > spec.upper),
-                        Some(lo) => {
-                            let ok = raw >= lo && raw <= spec.upper;
-                            (if ok { raw } else { 0.0 }, !ok)
+            let ew = st.ew[i];
+            let kk = if any_token_rs {
+                ks(d[i].clamp(-SAFETY_BOUND, SAFETY_BOUND), ew)
+            } else {
+                [0.0; 3]
+            };
+            let ld = loss.map(|(cl, _)| (cl.l[i], cl.dl[i]));
+            for a in al.iter_mut() {
+                a.out.tokens += 1.0;
+                let mut k = a.row_ok;
+                if k && !a.token_rs.is_empty() {
+                    k = a
+                        .token_rs
+                        .iter()
+                        .all(|spec| inside(spec, kk[spec.option.k() as usize - 1]));
+                }
+                let (w, truncated) = match a.corr.is {
+                    None => (1.0, false),
+                    Some(spec) => {
+                        let raw = a.seq_w.unwrap_or(ew);
+                        match spec.lower {
+                            None => (raw.min(spec.upper), raw > spec.upper),
+                            Some(lo) => {
+                                let ok = raw >= lo && raw <= spec.upper;
+                                (if ok { raw } else { 0.0 }, !ok)
+                            }
                         }
                     }
-                }
-            };
-            out.tokens_masked += f64::from(!k);
-            out.tokens_truncated += f64::from(truncated);
-            any_masked |= !k;
-            any_trunc |= truncated;
-            if k {
-                out.s_e += w;
-                out.s_e2 += w * w;
-                counts[r] += 1.0;
-                if let Some((cl, _)) = loss {
-                    row_wl[r] += w * cl.l[i];
-                    let g = w * cl.dl[i];
-                    row_g2[r] += g * g;
+                };
+                a.out.tokens_masked += f64::from(!k);
+                a.out.tokens_truncated += f64::from(truncated);
+                a.any_masked |= !k;
+                a.any_trunc |= truncated;
+                if k {
+                    a.out.s_e += w;
+                    a.out.s_e2 += w * w;
+                    a.counts[r] += 1.0;
+                    if let Some((l, dl)) = ld {
+                        a.row_wl[r] += w * l;
+                        let g = w * dl;
+                        a.row_g2[r] += g * g;
+                    }
                 }
             }
         }
-        out.seqs += 1.0;
-        out.seqs_masked += f64::from(any_masked);
-        out.seqs_truncated += f64::from(any_trunc);
-    }
-    if let Some((_, mode)) = loss {
-        let coef = agg_coefficients(mode, &counts, t);
-        for r in 0..rows {
-            out.loss += coef[r] * row_wl[r];
-            out.grad_sq += coef[r] * coef[r] * row_g2[r];
+        for a in al.iter_mut() {
+            a.out.seqs += 1.0;
+            a.out.seqs_masked += f64::from(a.any_masked);
+            a.out.seqs_truncated += f64::from(a.any_trunc);
         }
-        out.cells = 1.0;
     }
-    out
+    al.into_iter()
+        .map(|mut a| {
+            if let Some((_, mode)) = loss {
+                let coef = agg_coefficients(mode, &a.counts, t);
+                for ((c, wl), g2) in coef.iter().zip(&a.row_wl).zip(&a.row_g2) {
+                    a.out.loss += c * wl;
+                    a.out.grad_sq += c * c * g2;
+                }
+                a.out.cells = 1.0;
+            }
+            a.out
+        })
+        .collect()
 }

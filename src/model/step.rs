@@ -240,3 +240,42 @@ impl StepDump {
         roles.unwrap_or_default()
     }
 }
+
+/// One side of one step handed out cell by cell, so a tool can read a cell, fold it into
+/// its sums and drop it before the next: the memory a step costs is then that of the
+/// cells in flight, not of the whole step. A [`StepDump`] is one (its cells already in
+/// memory); a producer whose files are per cell (NexRL's trees) reads each cell's files
+/// only when asked and releases them with the cell.
+pub trait StepCells: Sync {
+    /// The producer whose mapping reads it.
+    fn producer(&self) -> &str;
+    /// The folder (or file) it is read from.
+    fn root(&self) -> &std::path::Path;
+    /// The training step.
+    fn step(&self) -> i64;
+    /// The `(rank, micro)` of every cell, sorted.
+    fn keys(&self) -> Vec<(usize, Option<usize>)>;
+    /// Cell `i` (of [`StepCells::keys`]), borrowed when already in memory, else read now.
+    ///
+    /// Errors: a file of the cell unreadable or not of the expected shape (named with its
+    /// position).
+    fn cell(&self, i: usize) -> crate::error::Result<std::borrow::Cow<'_, Cell>>;
+}
+
+impl StepCells for StepDump {
+    fn producer(&self) -> &str {
+        &self.producer
+    }
+    fn root(&self) -> &std::path::Path {
+        &self.root
+    }
+    fn step(&self) -> i64 {
+        self.step
+    }
+    fn keys(&self) -> Vec<(usize, Option<usize>)> {
+        self.cells.iter().map(|c| (c.rank, c.micro)).collect()
+    }
+    fn cell(&self, i: usize) -> crate::error::Result<std::borrow::Cow<'_, Cell>> {
+        Ok(std::borrow::Cow::Borrowed(&self.cells[i]))
+    }
+}

@@ -266,6 +266,15 @@ pub trait StepReader: Sync {
     /// Errors: a file unreadable or not of the expected shape (named with its position);
     /// the step absent (naming the steps there are).
     fn read_step(&self, root: &Path, step: i64) -> Result<crate::model::step::StepDump>;
+    /// Step `step` of `root` handed out cell by cell, for a tool that folds each cell
+    /// into sums and drops it (`mismatch`): by default the step read whole
+    /// ([`StepReader::read_step`]); a producer whose files are per cell reads each cell
+    /// only when asked, so the step's memory is that of the cells in flight.
+    ///
+    /// Errors: as [`StepReader::read_step`].
+    fn open_step(&self, root: &Path, step: i64) -> Result<Box<dyn crate::model::step::StepCells>> {
+        Ok(Box::new(self.read_step(root, step)?))
+    }
 }
 
 /// Every producer that reads whole steps, in detection order.

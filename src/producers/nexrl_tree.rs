@@ -10,6 +10,7 @@
 //! trainers' dump hooks write `DIR/<kind>/step_N[_rankR][_microM].<ext>` (see
 //! [`super::layout`] and [`super::nexrl_self_hosted`] for the keys and the commit read).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -17,7 +18,9 @@ use super::{mapping, StepMapping};
 use crate::error::{Error, Result};
 use crate::formats::read_any;
 use crate::model::conventions::Conventions;
-use crate::model::step::{Cell, RowMeta, StepDump, TokenBatch, TokenPositions, TokenTensor};
+use crate::model::step::{
+    Cell, RowMeta, StepCells, StepDump, TokenBatch, TokenPositions, TokenTensor,
+};
 use crate::model::tree::{DumpFile, DumpTree, Kind, Producer};
 use crate::value::Value;
 
@@ -39,16 +42,7 @@ pub(crate) fn steps(root: &Path) -> Result<Vec<i64>> {
 /// file unreadable or a key of the wrong type (named with file and key).
 pub(crate) fn read_step(root: &Path, step: i64, name: &str) -> Result<StepDump> {
     let tree = DumpTree::discover(root)?;
-    let files: Vec<&DumpFile> = tree.files().iter().filter(|f| f.step == step).collect();
-    if files.is_empty() {
-        return Err(Error::input(
-            &tree.root,
-            format!(
-                "no files of step {step} (steps there: {:?})",
-                tree.steps().into_iter().collect::<Vec<_>>()
-            ),
-        ));
-    }
+    let files = step_files(&tree, step)?;
     let map = mapping(tree.producer);
     let mut cells: BTreeMap<(usize, Option<usize>), Cell> = BTreeMap::new();
     let mut conventions = Conventions::default();
@@ -67,20 +61,14 @@ pub(crate) fn read_step(root: &Path, step: i64, name: &str) -> Result<StepDump> 
             ));
             continue;
         }
-        let v = read_any(&f.path)?;
-        let at = (f.rank.unwrap_or(0) as usize, f.micro.map(|m| m as usize));
+        let at = cell_key(f);
         let cell = cells.entry(at).or_insert_with(|| Cell {
             rank: at.0,
             micro: at.1,
             ..Cell::default()
         });
-        cell.files.push(f.path.clone());
-        if !place(map, f, &v, cell, &mut conventions)? {
-            unplaced.push(format!(
-                "{}: a {} file its producer's mapping holds nothing of",
-                f.path.display(),
-                f.kind
-            ));
+        if let Some(msg) = read_into(map, f, cell, &mut conventions)? {
+            unplaced.push(msg);
         }
     }
     Ok(StepDump {
@@ -91,6 +79,109 @@ pub(crate) fn read_step(root: &Path, step: i64, name: &str) -> Result<StepDump> 
         conventions,
         unplaced,
     })
+}
+
+/// The files of `step` in `tree`.
+///
+/// Errors: none (naming the steps there are).
+fn step_files(tree: &DumpTree, step: i64) -> Result<Vec<&DumpFile>> {
+    let files: Vec<&DumpFile> = tree.files().iter().filter(|f| f.step == step).collect();
+    if files.is_empty() {
+        return Err(Error::input(
+            &tree.root,
+            format!(
+                "no files of step {step} (steps there: {:?})",
+                tree.steps().into_iter().collect::<Vec<_>>()
+            ),
+        ));
+    }
+    Ok(files)
+}
+
+/// The `(rank, micro)` cell a file's records land in (a file without a rank: rank 0).
+fn cell_key(f: &DumpFile) -> (usize, Option<usize>) {
+    (f.rank.unwrap_or(0) as usize, f.micro.map(|m| m as usize))
+}
+
+/// Read file `f` into `cell`; `Some(note)` when its producer's mapping holds nothing of it.
+fn read_into(
+    map: &dyn StepMapping,
+    f: &DumpFile,
+    cell: &mut Cell,
+    conventions: &mut Conventions,
+) -> Result<Option<String>> {
+    let v = read_any(&f.path)?;
+    cell.files.push(f.path.clone());
+    Ok((!place(map, f, &v, cell, conventions)?).then(|| {
+        format!(
+            "{}: a {} file its producer's mapping holds nothing of",
+            f.path.display(),
+            f.kind
+        )
+    }))
+}
+
+/// Step `step` of the NexRL dump folder `root`, read cell by cell: the files are listed
+/// now, each cell's files are read when the cell is asked for and released with it (the
+/// memory of a step is that of the cells in flight). Cells and their contents are those
+/// of [`read_step`]; the stated conventions and unplaced files are not gathered.
+///
+/// Errors: as [`read_step`] for the listing; reading a cell, as [`read_step`] for its files.
+pub(crate) fn open_step(root: &Path, step: i64, name: &'static str) -> Result<TreeCells> {
+    let tree = DumpTree::discover(root)?;
+    let mut cells: BTreeMap<CellKey, Vec<DumpFile>> = BTreeMap::new();
+    for f in step_files(&tree, step)? {
+        if !matches!(f.kind, Kind::Param | Kind::Gradient) {
+            cells.entry(cell_key(f)).or_default().push(f.clone());
+        }
+    }
+    Ok(TreeCells {
+        producer: name,
+        kind: tree.producer,
+        root: tree.root.clone(),
+        step,
+        cells: cells.into_iter().collect(),
+    })
+}
+
+/// A cell's `(rank, micro)`.
+type CellKey = (usize, Option<usize>);
+
+/// A NexRL step whose cells are read on demand ([`open_step`]).
+pub(crate) struct TreeCells {
+    producer: &'static str,
+    kind: crate::model::tree::Producer,
+    root: std::path::PathBuf,
+    step: i64,
+    cells: Vec<(CellKey, Vec<DumpFile>)>,
+}
+
+impl StepCells for TreeCells {
+    fn producer(&self) -> &str {
+        self.producer
+    }
+    fn root(&self) -> &Path {
+        &self.root
+    }
+    fn step(&self) -> i64 {
+        self.step
+    }
+    fn keys(&self) -> Vec<(usize, Option<usize>)> {
+        self.cells.iter().map(|(k, _)| *k).collect()
+    }
+    fn cell(&self, i: usize) -> Result<Cow<'_, Cell>> {
+        let ((rank, micro), files) = &self.cells[i];
+        let mut cell = Cell {
+            rank: *rank,
+            micro: *micro,
+            ..Cell::default()
+        };
+        let mut conventions = Conventions::default();
+        for f in files {
+            read_into(mapping(self.kind), f, &mut cell, &mut conventions)?;
+        }
+        Ok(Cow::Owned(cell))
+    }
 }
 
 /// Put what file `f` (read as `v`) holds into `cell` (and the conventions it states into

@@ -249,4 +249,12 @@ impl super::StepReader for RemoteApi {
     fn read_step(&self, root: &Path, step: i64) -> Result<crate::model::step::StepDump> {
         super::nexrl_tree::read_step(root, step, self.name())
     }
+
+    fn open_step(&self, root: &Path, step: i64) -> Result<Box<dyn crate::model::step::StepCells>> {
+        Ok(Box::new(super::nexrl_tree::open_step(
+            root,
+            step,
+            self.name(),
+        )?))
+    }
 }

@@ -17,7 +17,7 @@ pub fn is_loss_cell(
     b_ids: Option<&Tensors<'_>>,
     ch: &Chain,
     memo: &StatsMemo<'_>,
-) -> (Cell, Option<SequenceAlt>, Option<String>) {
+) -> (Cell, Option<SequenceAlt>, Option<Weights>) {
     pub(super) const S: &str = "is_loss";
     let lp_a = a_fwd.mat(Field::LogProbs);
     let mask_a = a_fwd.mat(Field::ResponseMask);
@@ -129,11 +129,12 @@ pub fn is_loss_cell(
     // a weaver that dumps its rollout log-probs shows its weights: applied to this side's
     // derived per-token loss, and named for the loss totals; else "unseen"
     let tis = tis_fit(b_is, a_loss, fit.reproduced);
-    let unseen = match &tis {
-        Some(t) => Some(t.why()),
+    let weights = match &tis {
+        Some(t) => Some(Weights::Seen(t.why())),
         None => fit
             .unseen()
-            .filter(|_| !b_is.record().has(Field::RolloutLogProbs)),
+            .filter(|_| !b_is.record().has(Field::RolloutLogProbs))
+            .map(Weights::Unseen),
     };
     let conv = tis.as_ref().map_or(fit.conv, |t| t.conv);
     let pg_a = a_loss.and_then(|l| l.number(Field::PgLoss));
@@ -214,11 +215,11 @@ pub fn is_loss_cell(
         &["is_loss.effective_valid"],
         "the loss mask differs: tokens one side counts in its loss and the other does not",
     );
-    if let Some(why) = &unseen {
-        if tis.is_none() {
+    if let Some(w) = &weights {
+        if let Weights::Unseen(why) = w {
             cannot_judge(&mut out, &["is_loss.elementwise_loss"], why);
         }
-        unattributed(&mut out, &["is_loss.loss"], why);
+        w.apply_to_totals(&mut out, &["is_loss.loss"]);
     }
     // GSPO: the other side's ratio constant along its rows; the step decides
     // ([`settle_ratio_level`]), this cell offers its sequence-level comparisons.
@@ -232,7 +233,7 @@ pub fn is_loss_cell(
         tis.as_ref(),
     )
     .map(|mut a| {
-        if let Some(why) = unseen.as_ref().filter(|_| tis.is_none()) {
+        if let Some(Weights::Unseen(why)) = &weights {
             cannot_judge(&mut a.comparisons, &["is_loss.elementwise_loss"], why);
         }
         a
@@ -240,7 +241,7 @@ pub fn is_loss_cell(
     (
         cell(Some(rank), Some(micro), Some(row_summary(&rows)), out),
         alt,
-        unseen,
+        weights,
     )
 }
 

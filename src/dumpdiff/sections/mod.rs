@@ -53,5 +53,5 @@ pub use loss_cells::*;
 pub use ratio_chain::*;
 pub use rows::*;
 pub use side::*;
-pub use surrogate::{cannot_judge, settle_ratio_level, unattributed, SequenceAlt};
+pub use surrogate::{cannot_judge, settle_ratio_level, unattributed, SequenceAlt, Weights};
 use surrogate::{elem_convention, own_convention, sequence_alt, tis_fit, ElemLoss, Tis};

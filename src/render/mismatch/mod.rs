@@ -91,6 +91,31 @@ pub fn step_sections(s: &StepReport) -> Vec<Section> {
         "{} cells, {} rows, {} tokens compared (Δ = {} − {}); not compared: {} unmatched rows, {} unmatched tokens, {} unscored tokens",
         c.cells, c.rows, c.tokens, role_name(s.pair[1]), role_name(s.pair[0]), c.unmatched_rows, c.unmatched_tokens, c.unscored_tokens
     ));
+    if let Some(p) = &s.against {
+        let rows = |v: &[crate::mismatch::report::RowAt]| -> String {
+            v.iter()
+                .map(|r| match r.micro {
+                    Some(m) => format!("rank {} micro {} row {}", r.rank, m, r.row),
+                    None => format!("rank {} row {}", r.rank, r.row),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        head.notes.push(format!(
+            "against {} ({}): {} from A, {} from B; {} rows paired by content (response token ids); only in A: {}{}; only in B: {}{}; without token ids: {} in A, {} in B",
+            p.root_b.display(),
+            p.producer_b,
+            role_name(s.pair[0]),
+            role_name(s.pair[1]),
+            p.rows_paired,
+            p.only_a,
+            if p.first_only_a.is_empty() { String::new() } else { format!(" ({})", rows(&p.first_only_a)) },
+            p.only_b,
+            if p.first_only_b.is_empty() { String::new() } else { format!(" ({})", rows(&p.first_only_b)) },
+            p.without_ids_a,
+            p.without_ids_b
+        ));
+    }
     for m in &s.named {
         head.rows.push(vec![m.name.clone(), num(m.value)]);
     }
