@@ -491,3 +491,80 @@ fn corpus_gspo_clip_advice_speaks_gspo() {
         "{causes:?}"
     );
 }
+
+/// slime's `rollout/zero_std/count_<reward>` (slime/ray/rollout.py
+/// `_compute_zero_std_metrics`, THUDM/slime a51f0714179da87b1abdff81f99ae1e22034be92) count
+/// the groups whose rewards all equal, one key per reward value: summed per step and divided
+/// by the groups per step they are the dead-group share the dead-groups detector judges.
+/// The slime console log of rollout metrics (beside, not in, the stacks folder, whose
+/// merged scan it would change).
+fn slime_log() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/logs/slime_zero_std.log")
+}
+
+#[test]
+fn slime_zero_std_counts_are_a_dead_group_share() {
+    let opts = ScanOptions {
+        groups: Some(32),
+        ..ScanOptions::default()
+    };
+    let r = scan(&[slime_log()], &opts).unwrap();
+    // (count_0.0 + count_1.0) / 32, computed by hand from the fixture; step 7 has no count_1.0.
+    let want = [12.0, 16.0, 18.0, 20.0, 22.0, 24.0, 28.0, 11.0];
+    let want: Vec<(i64, f64)> = want
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (i as i64, d / 32.0))
+        .collect();
+    assert_eq!(values(&r, "frac_reward_zero_std"), want);
+    assert_eq!(
+        values(&r, "zero_std_groups")
+            .iter()
+            .map(|p| p.1)
+            .collect::<Vec<_>>(),
+        vec![12.0, 16.0, 18.0, 20.0, 22.0, 24.0, 28.0, 11.0]
+    );
+    assert!(!r.not_understood.iter().any(|k| k.contains("zero_std")));
+    let d = r.by_detector("dead-groups");
+    assert_eq!(d.len(), 1);
+    // Steps 1–6 are at or above the 0.5 share: 6 of 8 steps, a warning (error from 90 %).
+    assert_eq!(d[0].severity, Severity::Warning);
+    assert_eq!(d[0].steps, vec![1, 2, 3, 4, 5, 6]);
+
+    // Without the group count: no share is made up, the counts are named instead.
+    let r = run(&[slime_log()]);
+    assert!(values(&r, "frac_reward_zero_std").is_empty());
+    let d = r.by_detector("dead-groups");
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0].severity, Severity::Info);
+    assert_eq!(d[0].steps, vec![6]);
+    assert!(
+        d[0].explanation.contains("up to 28 groups") && d[0].explanation.contains("--groups"),
+        "{}",
+        d[0].explanation
+    );
+
+    // A run folder whose config gives slime's rollout_batch_size: the same share.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(slime_log(), dir.path().join("rollout.log")).unwrap();
+    std::fs::write(
+        dir.path().join("run_metadata.json"),
+        r#"{"config": {"rollout_batch_size": 32, "n_samples_per_prompt": 8}}"#,
+    )
+    .unwrap();
+    let r = run(&[dir.path().to_path_buf()]);
+    assert_eq!(values(&r, "frac_reward_zero_std"), want);
+    assert_eq!(r.by_detector("dead-groups")[0].severity, Severity::Warning);
+
+    // The same through the command line's --groups.
+    let args = LogscanArgs::try_parse_from([
+        "logscan",
+        slime_log().to_str().unwrap(),
+        "--groups",
+        "32",
+        "--format",
+        "json",
+    ])
+    .unwrap();
+    assert_eq!(args.groups, Some(32));
+}

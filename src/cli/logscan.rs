@@ -173,6 +173,11 @@ pub struct LogscanArgs {
     /// id); with --compare, give it twice for runs A and B of one database.
     #[arg(long, value_name = "NAME")]
     pub run: Vec<String>,
+    /// Prompt groups per step (slime's --rollout-batch-size): turns slime's dead-group
+    /// counts `rollout/zero_std/count_*` into the share the dead-groups detector judges.
+    /// Read from the run's config (`rollout_batch_size`) when not given.
+    #[arg(long, value_name = "N")]
+    pub groups: Option<u32>,
 }
 
 impl LogscanArgs {
@@ -341,6 +346,7 @@ pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
             Vec::new()
         },
         why: args.why,
+        groups: args.groups,
     };
     let opts = crate::logscan::completions::keep_for_why(opts);
     let groups = crate::logscan::runs::group_runs(&args.paths)?;
@@ -486,6 +492,7 @@ fn run_compare(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
         also_keep: Vec::new(),
         run: None,
         why: false,
+        groups: args.groups,
     };
     let scan_one = |p: &PathBuf, run: &Option<String>| -> Result<ScanReport> {
         let opts = ScanOptions {

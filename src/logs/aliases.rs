@@ -30,6 +30,27 @@ pub fn stage_metric(raw: &str) -> Option<String> {
     (!name.is_empty()).then(|| format!("{STAGE_PREFIX}{name}"))
 }
 
+/// Canonical metric: the prompt groups of a step whose samples all got the same reward
+/// (no advantage signal), summed over slime's per-reward counts ([`is_zero_std_count`]).
+pub const ZERO_STD_GROUPS: &str = "zero_std_groups";
+
+/// Canonical metric the dead-group detector reads: the share of a step's groups whose
+/// rewards all equal.
+pub const FRAC_ZERO_STD: &str = "frac_reward_zero_std";
+
+/// True for slime's dead-group counts `rollout/zero_std/count_<reward>`: the number of
+/// prompt groups of a rollout whose samples all got reward `<reward>` (rounded to one
+/// decimal, `count_0.0`; older slime wrote `count_0`), one key per reward value, none
+/// when no group is dead (THUDM/slime `slime/ray/rollout.py` `_compute_zero_std_metrics`,
+/// commit a51f0714179da87b1abdff81f99ae1e22034be92). Evaluation's
+/// `eval/<dataset>/zero_std/count_…` are not training groups and are left out.
+pub fn is_zero_std_count(raw: &str) -> bool {
+    let raw = raw.strip_prefix("metrics.").unwrap_or(raw);
+    raw.strip_prefix("rollout/zero_std/count_")
+        .or_else(|| raw.strip_prefix("zero_std/count_"))
+        .is_some_and(|r| r.parse::<f64>().is_ok())
+}
+
 /// True for a raw key of a preference-optimisation trainer's family (TRL DPO/KTO/CPO/ORPO/
 /// SimPO: `rewards/chosen`, `rewards/rejected`, `rewards/margins`, `rewards/accuracies`,
 /// `logps/…`, `logits/…`): they are the implicit rewards of the preference loss, not reward

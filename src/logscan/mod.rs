@@ -46,6 +46,9 @@ pub struct ScanOptions {
     pub run: Option<String>,
     /// Add the per-hypothesis verdicts (`--why`; [`crate::detect::hypotheses`]).
     pub why: bool,
+    /// Prompt groups per step (`--groups`; else a run config's `rollout_batch_size`): slime's
+    /// dead-group counts over it are the dead-group share.
+    pub groups: Option<u32>,
 }
 
 impl ScanOptions {
@@ -66,6 +69,10 @@ impl ScanOptions {
                     metrics.push(m.to_string());
                 }
             }
+        }
+        // slime's dead-group counts, for the note when the group count is unknown.
+        if self.detectors.iter().any(|d| d == "dead-groups") {
+            metrics.push(crate::logs::aliases::ZERO_STD_GROUPS.to_string());
         }
         Projection::Only {
             metrics,
@@ -215,11 +222,26 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
     };
     let (files, completion_paths) = completions::split_paths(paths)?;
     let mut completion_files = completions::read_all(&completion_paths)?;
-    let builder = FrameBuilder::new(aliases, opts.keep_raw).with_projection(opts.projection());
-    let mut col = scan::Collected::new(builder);
-    col.run = opts.run.clone();
-    for f in &files {
-        col.read_file(f)?;
+    let read = |groups: Option<u32>| -> Result<scan::Collected> {
+        let builder = FrameBuilder::new(aliases.clone(), opts.keep_raw)
+            .with_projection(opts.projection())
+            .with_group_count(groups);
+        let mut col = scan::Collected::new(builder);
+        col.run = opts.run.clone();
+        for f in &files {
+            col.read_file(f)?;
+        }
+        Ok(col)
+    };
+    let mut groups = opts.groups;
+    let mut col = read(groups)?;
+    // slime's dead-group counts need the groups per step: a run config's
+    // rollout_batch_size, looked up (and the inputs read again) only when such counts came.
+    if groups.is_none() && col.builder.has_dead_group_counts() {
+        if let Some(g) = group_count(paths) {
+            groups = Some(g);
+            col = read(groups)?;
+        }
     }
     if let (Some(run), false) = (&opts.run, col.run_used) {
         return Err(crate::error::Error::Usage(format!(
@@ -230,6 +252,11 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
     let frame = col.builder.finish();
     let events = col.events;
     let mut findings = detect_per_run(&frame, &events, &th, &opts.detectors, &col.run_starts);
+    let dead_groups_run =
+        opts.detectors.is_empty() || opts.detectors.iter().any(|d| d == "dead-groups");
+    if groups.is_none() && dead_groups_run {
+        findings.extend(dead_counts_without_groups(&frame));
+    }
     if let Some(level) = sequence_level(paths) {
         gspo_advice(&mut findings, &level);
     }
@@ -263,6 +290,42 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
         frame,
         events,
     })
+}
+
+/// Prompt groups per step from a run directory's config: slime's `rollout_batch_size`
+/// (prompts per rollout, each one group of `n_samples_per_prompt` samples).
+fn group_count(paths: &[PathBuf]) -> Option<u32> {
+    paths.iter().filter(|p| p.is_dir()).find_map(|p| {
+        let cfg = crate::logs::trackers::run_config_of(p, None).ok()?;
+        let (_, v) = cfg
+            .iter()
+            .find(|(k, _)| k.rsplit(['.', '/']).next() == Some("rollout_batch_size"))?;
+        v.trim_matches('"').parse::<u32>().ok().filter(|g| *g > 0)
+    })
+}
+
+/// slime logs how many groups were dead (`rollout/zero_std/count_*`) but not how many
+/// groups a step has: without `--groups` or a config giving it, say so rather than judge.
+fn dead_counts_without_groups(frame: &LogFrame) -> Option<Finding> {
+    use crate::logs::aliases::{FRAC_ZERO_STD, ZERO_STD_GROUPS};
+    if frame.metrics().iter().any(|m| m == FRAC_ZERO_STD) {
+        return None;
+    }
+    let pts: Vec<(i64, f64)> = frame.points(ZERO_STD_GROUPS).collect();
+    let max = pts.iter().map(|p| p.1).fold(0.0, f64::max);
+    let (step, _) = *pts.iter().find(|p| p.1 == max)?;
+    Some(
+        Finding::new(
+            "dead-groups",
+            Severity::Info,
+            vec![step],
+            format!(
+                "slime's rollout/zero_std/count_* say up to {max} groups per step had identical rewards (step {step}), but not how many groups a step has: pass --groups N (slime's --rollout-batch-size) to judge the dead-group share"
+            ),
+            &["the number of groups per step is not in the log"],
+        )
+        .with("dead_groups_max", max),
+    )
 }
 
 /// The clip epsilon of a run whose config says its importance ratio is per sequence

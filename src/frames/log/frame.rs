@@ -8,7 +8,10 @@ use polars::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::frames::log::column::{Column, Steps, BLOCK_ROWS};
-use crate::logs::aliases::{is_bookkeeping_key, stage_metric, STAGES, STAGE_PREFIX};
+use crate::logs::aliases::{
+    is_bookkeeping_key, is_zero_std_count, stage_metric, FRAC_ZERO_STD, STAGES, STAGE_PREFIX,
+    ZERO_STD_GROUPS,
+};
 use crate::logs::aliases::{
     is_eval_key, reward_component, AliasTable, EVAL_ACTIVITY, REWARD_COMPONENTS,
     REWARD_COMPONENT_PREFIX,
@@ -130,7 +133,16 @@ pub struct FrameBuilder {
     scratch: Vec<(u32, f64)>,
     touched: Vec<usize>,
     ids: Vec<(u32, f64)>,
+    /// Prompt groups per step (slime's `--rollout-batch-size`), when known: a record's
+    /// dead-group count ([`ZERO_STD_GROUPS`]) divided by it is its [`FRAC_ZERO_STD`].
+    groups: Option<f64>,
+    /// Canonical indices of ([`ZERO_STD_GROUPS`], [`FRAC_ZERO_STD`]) once a count key came.
+    dead_cols: Option<(usize, usize)>,
 }
+
+/// Priority marking a canonical metric whose raw keys are summed within a record, not
+/// picked by priority (slime's per-reward dead-group counts).
+const SUM_PRIO: u32 = u32::MAX - 1;
 
 impl FrameBuilder {
     /// A builder resolving keys through `aliases`, keeping every metric; raw columns are
@@ -156,7 +168,16 @@ impl FrameBuilder {
             scratch: vec![(u32::MAX, 0.0); n],
             touched: Vec::new(),
             ids: Vec::new(),
+            groups: None,
+            dead_cols: None,
         }
+    }
+
+    /// The number of prompt groups per step (slime's rollout batch size), so that slime's
+    /// dead-group counts become the share the dead-group detector reads.
+    pub fn with_group_count(mut self, groups: Option<u32>) -> Self {
+        self.groups = groups.filter(|g| *g > 0).map(f64::from);
+        self
     }
 
     /// Keep only the columns `projection` names (call before the first record).
@@ -178,6 +199,12 @@ impl FrameBuilder {
         let id = self.keys.intern(k);
         if id as usize == self.key_info.len() {
             let mut alias = self.aliases.resolve(k);
+            if alias.is_none() && is_zero_std_count(k) {
+                let zi = self.family_column(ZERO_STD_GROUPS);
+                let fi = self.family_column(FRAC_ZERO_STD);
+                self.dead_cols = Some((zi, fi));
+                alias = Some((zi, SUM_PRIO));
+            }
             if alias.is_none() {
                 if let Some(name) = reward_component(k) {
                     alias = Some((self.reward_column(&name), 0));
@@ -338,7 +365,10 @@ impl FrameBuilder {
                 if slot.0 == u32::MAX {
                     self.touched.push(idx);
                 }
-                if prio < slot.0 {
+                if prio == SUM_PRIO {
+                    let sum = if slot.0 == u32::MAX { 0.0 } else { slot.1 };
+                    *slot = (SUM_PRIO, sum + v);
+                } else if prio < slot.0 {
                     *slot = (prio, v);
                 }
             }
@@ -355,6 +385,9 @@ impl FrameBuilder {
                 self.raw[ri as usize].1.set(row, v);
             }
         }
+        if let Some(g) = self.groups {
+            self.share_of_dead_groups(g);
+        }
         for idx in self.touched.drain(..) {
             let (_, v) = self.scratch[idx];
             self.scratch[idx] = (u32::MAX, 0.0);
@@ -362,6 +395,28 @@ impl FrameBuilder {
             if self.keep[idx] {
                 self.canon[idx].set(row, v);
             }
+        }
+    }
+
+    /// True once a slime dead-group count key (`rollout/zero_std/count_*`) was read.
+    pub fn has_dead_group_counts(&self) -> bool {
+        self.dead_cols.is_some()
+    }
+
+    /// The record's dead-group share from its summed dead-group count and `groups` per
+    /// step, unless the record logged the share itself.
+    fn share_of_dead_groups(&mut self, groups: f64) {
+        let Some((zi, fi)) = self.dead_cols else {
+            return;
+        };
+        if self.scratch[zi].0 == u32::MAX {
+            return;
+        }
+        let dead = self.scratch[zi].1;
+        let slot = &mut self.scratch[fi];
+        if slot.0 == u32::MAX {
+            self.touched.push(fi);
+            *slot = (SUM_PRIO, dead / groups);
         }
     }
 
@@ -656,117 +711,5 @@ impl LogFrame {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rec(step: i64, fields: &[(&str, f64)]) -> LogRecord {
-        LogRecord {
-            step: Some(step),
-            timestamp: Some(1000.0 + step as f64),
-            source: SourceKind::Steps,
-            file: 0,
-            line: 1,
-            fields: fields.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-        }
-    }
-
-    fn builder() -> FrameBuilder {
-        FrameBuilder::new(AliasTable::builtin().unwrap(), false)
-    }
-
-    #[test]
-    fn nan_is_a_value_and_missing_is_not_in_step_order_after_a_merge() {
-        let mut b = builder();
-        // Steps arrive descending, then an earlier step is merged into: rows get sorted.
-        for s in (0..3 * BLOCK_ROWS as i64).rev() {
-            let loss = if s % 3 == 0 { f64::NAN } else { s as f64 };
-            if s % 5 == 0 {
-                b.push(&rec(s, &[("train_loss", loss)]));
-            } else {
-                b.push(&rec(s, &[("train_loss", loss), ("grad_norm", 0.5)]));
-            }
-        }
-        b.push(&rec(7, &[("grad_norm", 9.0), ("kl", f64::NAN)]));
-        let f = b.finish();
-        assert_eq!(f.len(), 3 * BLOCK_ROWS);
-        assert_eq!(f.steps().first(), Some(0));
-        assert_eq!(f.steps().last(), Some(3 * BLOCK_ROWS as i64 - 1));
-        for i in 0..f.len() {
-            let s = i as i64;
-            assert_eq!(f.step(i), s);
-            let loss = f.at("loss", i).unwrap();
-            assert_eq!(loss.is_nan(), s % 3 == 0, "row {i}");
-            let g = f.at("grad_norm", i);
-            assert_eq!(g, if s % 5 == 0 { None } else { Some(0.5) }, "row {i}");
-        }
-        // First value wins; a NaN is present, other rows have no kl at all.
-        assert_eq!(f.at("grad_norm", 7), Some(0.5));
-        assert!(f.at("kl", 7).is_some_and(f64::is_nan));
-        assert_eq!(f.at("kl", 8), None);
-        assert_eq!(f.col("kl").map(|c| c.present().count()), Some(1));
-        assert_eq!(f.timestamps().get(10), Some(1010.0));
-    }
-
-    #[test]
-    fn projection_keeps_named_metrics_and_lists_all() {
-        let projection = Projection::Only {
-            metrics: vec!["loss".to_string(), "val_loss".to_string()],
-            timestamps: false,
-        };
-        let mut b = builder().with_projection(projection.clone());
-        for s in 0..10 {
-            b.push(&rec(
-                s,
-                &[("train_loss", 0.1), ("lr", 1e-5), ("grad_norm", 1.0)],
-            ));
-        }
-        let f = b.finish();
-        assert_eq!(f.metrics(), ["loss", "grad_norm", "lr"]);
-        assert_eq!(f.projection(), &projection);
-        assert_eq!(f.series("loss").len(), 10);
-        assert_eq!(f.col("val_loss").map(Column::len), None);
-        assert!(f.columns.iter().all(|(n, _)| n == "loss"));
-        assert!(f.timestamps.present().next().is_none());
-    }
-
-    #[cfg(debug_assertions)]
-    #[test]
-    #[should_panic(expected = "read but not kept")]
-    fn reading_a_dropped_metric_is_caught_in_debug_builds() {
-        let projection = Projection::Only {
-            metrics: vec!["loss".to_string()],
-            timestamps: false,
-        };
-        let mut b = builder().with_projection(projection);
-        b.push(&rec(0, &[("train_loss", 0.1), ("grad_norm", 1.0)]));
-        let _ = b.finish().col("grad_norm");
-    }
-
-    #[test]
-    fn constant_and_counting_columns_cost_no_values() {
-        let mut b = builder();
-        let rows = 4 * BLOCK_ROWS;
-        for s in 0..rows as i64 {
-            let noisy = ((s * 7919) % 1000) as f64 / 997.0;
-            b.push(&rec(
-                s,
-                &[
-                    ("train_loss", noisy),
-                    ("lr", 1e-5),
-                    ("trained_tokens", 1000.0 * s as f64),
-                ],
-            ));
-        }
-        let f = b.finish();
-        // One dense column (8 bytes a row), everything else (steps, timestamps, lr,
-        // trained_tokens) a line per block; sources 4 bytes a row.
-        let dense = rows * 8 + rows * 4;
-        assert!(f.heap_bytes() >= dense);
-        assert!(f.heap_bytes() < dense + 4096, "{}", f.heap_bytes());
-        assert_eq!(
-            f.at("trained_tokens", rows - 1),
-            Some(1000.0 * (rows - 1) as f64)
-        );
-        assert_eq!(f.at("lr", 5), Some(1e-5));
-    }
-}
+#[path = "frame_tests.rs"]
+mod tests;
