@@ -805,3 +805,32 @@ fn a_row_its_log_probs_cannot_place_follows_its_micros_order() {
         "{r}"
     );
 }
+
+#[test]
+fn a_coefficient_the_unscaled_sides_fit_cannot_give_is_the_judges() {
+    // seed 26: the weaver's entropy_coeff is 0.01 against the self-hosted 0, the weaver's
+    // totals are scaled by rows / 12, and the self-hosted least squares of loss − pg_loss
+    // gives no value (one micro per rank). The weaver's coefficient comes from the judge
+    // with the scale (seed 5's rule) and the self-hosted one, unknown before, from the judge
+    // too: the two differ, as the truth says.
+    let t = truth(26);
+    assert_eq!(t["dumpdiff"]["coefficients"][0]["self-hosted"], 0.0);
+    let (code, r) = dumpdiff(26);
+    assert_eq!(code, Some(1));
+    let c = r["coefficients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "entropy_coeff")
+        .unwrap();
+    assert_eq!(c["differ"], true, "{c}");
+    assert_eq!(c["self_hosted"].as_f64(), Some(0.0), "{c}");
+    assert!(
+        c["self_hosted_from"]
+            .as_str()
+            .unwrap()
+            .starts_with("settled by the judge"),
+        "{c}"
+    );
+    assert!((c["weaver"].as_f64().unwrap() - 0.01).abs() < 1e-6, "{c}");
+}

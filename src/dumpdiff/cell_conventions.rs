@@ -210,7 +210,7 @@ pub(super) fn rediagnose_scaled(
         let scale = |role: &str| {
             scales
                 .iter()
-                .find(|s| s.role == role && (s.rank, s.micro) == (*rank, *micro))
+                .find(|s| s.scaled && s.role == role && (s.rank, s.micro) == (*rank, *micro))
         };
         let (fa, fb) = (scale("self-hosted"), scale("weaver"));
         if fa.is_none() && fb.is_none() {

@@ -22,6 +22,9 @@ pub struct SideScale {
     pub micro: u32,
     /// The factor (`rows / n` or one constant).
     pub factor: f64,
+    /// Whether the side's totals are scaled at all: an unscaled side is listed only for
+    /// the entropy coefficient the judge settled for it ([`rescaled_coefficients`]).
+    pub scaled: bool,
     /// The side's entropy coefficient (the unscaled totals may differ by its entropy term).
     pub entropy_coeff: f64,
     /// How the judge settled `entropy_coeff` with the scale (its conventions line), when
@@ -37,23 +40,24 @@ pub struct SideScale {
 /// settled together with the scale, when every scaled cell of the side agrees on it,
 /// and the two sides are compared again (relative 10⁻³: the judge's is a fit too).
 pub fn rescaled_coefficients(coefficients: &mut Vec<Coefficient>, scales: &[SideScale]) {
-    let settled = |role: &str| -> Option<(f64, String)> {
+    // (value, how, whether the side is scaled)
+    let settled = |role: &str| -> Option<(f64, String, bool)> {
         let mine: Vec<&SideScale> = scales.iter().filter(|s| s.role == role).collect();
         let first = mine.first()?;
         let from = first.entropy_from.clone()?;
+        let how = match first.scaled {
+            true => format!("with the loss scale {}: {from}", first.words),
+            false => format!("settled by the judge: {from}"),
+        };
         mine.iter()
             .all(|s| {
                 (s.entropy_coeff - first.entropy_coeff).abs() <= 1e-9 * first.entropy_coeff.abs()
             })
-            .then(|| {
-                (
-                    first.entropy_coeff,
-                    format!("with the loss scale {}: {from}", first.words),
-                )
-            })
+            .then_some((first.entropy_coeff, how, first.scaled))
     };
     let (sa, sb) = (settled("self-hosted"), settled("weaver"));
-    if sa.is_none() && sb.is_none() {
+    // only where a side's totals are scaled: its own fit is then in doubt
+    if !sa.iter().chain(&sb).any(|s| s.2) {
         return;
     }
     let at = match coefficients.iter().position(|c| c.name == ENTROPY_COEFF) {
@@ -71,13 +75,16 @@ pub fn rescaled_coefficients(coefficients: &mut Vec<Coefficient>, scales: &[Side
         }
     };
     let c = &mut coefficients[at];
-    // a value read from the dump or a flag stays; an inferred (or missing) one gives way
-    let inferred =
-        |from: &Option<String>| from.as_deref().is_none_or(|f| f.starts_with("inferred"));
-    if let Some((v, from)) = sa.filter(|_| inferred(&c.self_hosted_from)) {
+    // a value read from the dump or a flag stays; a scaled side's inferred one gives way,
+    // and an unscaled side's only when its own fit gave none
+    let gives_way = |v: Option<f64>, from: &Option<String>, scaled: bool| match v {
+        None => true,
+        Some(_) => scaled && from.as_deref().is_none_or(|f| f.starts_with("inferred")),
+    };
+    if let Some((v, from, _)) = sa.filter(|s| gives_way(c.self_hosted, &c.self_hosted_from, s.2)) {
         (c.self_hosted, c.self_hosted_from) = (Some(v), Some(from));
     }
-    if let Some((v, from)) = sb.filter(|_| inferred(&c.weaver_from)) {
+    if let Some((v, from, _)) = sb.filter(|s| gives_way(c.weaver, &c.weaver_from, s.2)) {
         (c.weaver, c.weaver_from) = (Some(v), Some(from));
     }
     if let (Some(x), Some(y)) = (c.self_hosted, c.weaver) {
@@ -96,13 +103,13 @@ pub fn rescaled_coefficients(coefficients: &mut Vec<Coefficient>, scales: &[Side
 /// Returns the cells whose totals now agree, and of those the cells that no longer fail
 /// at all.
 pub fn rejudge(sections: &mut [Section], scales: &[SideScale]) -> (Cells, Cells) {
-    if scales.is_empty() {
+    if !scales.iter().any(|s| s.scaled) {
         return (Vec::new(), Vec::new());
     }
     let factor = |role: &str, r: u32, m: u32| {
         scales
             .iter()
-            .find(|s| s.role == role && s.rank == r && s.micro == m)
+            .find(|s| s.scaled && s.role == role && s.rank == r && s.micro == m)
     };
     // |a − b| of a passing scalar comparison of the `loss` cell (rank, micro): room the
     // unscaled totals may differ by; 0 when absent or failing (a difference, not room)

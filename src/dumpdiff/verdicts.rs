@@ -234,19 +234,22 @@ pub(super) fn adjudicate(
         let Ok((check, resolved, _, _)) = judged else {
             continue;
         };
-        if resolved.cfg.loss_scale == crate::kernels::loss::LossScale::One {
-            continue;
-        }
+        let scaled = resolved.cfg.loss_scale != crate::kernels::loss::LossScale::One;
         for &(rank, micro) in &cells {
             let Ok(cell) = check.gather(rank, micro) else {
                 continue;
             };
-            if let Some(factor) = resolved.cfg.loss_scale.factor(cell.dims().0) {
+            let factor = match scaled {
+                true => resolved.cfg.loss_scale.factor(cell.dims().0),
+                false => Some(1.0),
+            };
+            if let Some(factor) = factor {
                 scales.push(scaled_loss::SideScale {
                     role: (*role).to_string(),
                     rank,
                     micro,
                     factor,
+                    scaled,
                     entropy_coeff: resolved.cfg.entropy_coeff,
                     entropy_from: resolved
                         .conventions
