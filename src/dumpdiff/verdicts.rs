@@ -235,12 +235,23 @@ pub(super) fn adjudicate(
             continue;
         };
         let scaled = resolved.cfg.loss_scale != crate::kernels::loss::LossScale::One;
+        let entropy_from = resolved
+            .conventions
+            .iter()
+            .find(|c| c.name == "entropy_coeff" && c.source != crate::judge::infer::Source::Preset)
+            .map(|c| c.line());
+        let words = resolved
+            .conventions
+            .iter()
+            .find(|c| c.name == "loss_scale")
+            .map_or_else(String::new, |c| c.value.clone());
         for &(rank, micro) in &cells {
-            let Ok(cell) = check.gather(rank, micro) else {
-                continue;
-            };
+            // the factor needs the cell's rows; an unscaled side's is 1 (no read)
             let factor = match scaled {
-                true => resolved.cfg.loss_scale.factor(cell.dims().0),
+                true => check
+                    .gather(rank, micro)
+                    .ok()
+                    .and_then(|cell| resolved.cfg.loss_scale.factor(cell.dims().0)),
                 false => Some(1.0),
             };
             if let Some(factor) = factor {
@@ -251,19 +262,8 @@ pub(super) fn adjudicate(
                     factor,
                     scaled,
                     entropy_coeff: resolved.cfg.entropy_coeff,
-                    entropy_from: resolved
-                        .conventions
-                        .iter()
-                        .find(|c| {
-                            c.name == "entropy_coeff"
-                                && c.source != crate::judge::infer::Source::Preset
-                        })
-                        .map(|c| c.line()),
-                    words: resolved
-                        .conventions
-                        .iter()
-                        .find(|c| c.name == "loss_scale")
-                        .map_or_else(String::new, |c| c.value.clone()),
+                    entropy_from: entropy_from.clone(),
+                    words: words.clone(),
                 });
             }
         }
