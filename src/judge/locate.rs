@@ -160,6 +160,28 @@ pub fn fill_in_order(
     n
 }
 
+/// The rows of `lp`/`mask` (`[b, t]`, realigned left by `shift` when given) placed among
+/// `n_old` old rows: [`locate`] among the old rows whose trajectory's response length
+/// (`row_len(j)`; `None`: not known) equals the row's valid count, then
+/// [`fill_in_order`]. Returns the placements and how many the order placed.
+pub fn locate_rows<'a>(
+    (lp, mask, t): (&[f64], &[f64], usize),
+    shift: Option<&[usize]>,
+    n_old: usize,
+    old_row: impl Fn(usize) -> std::borrow::Cow<'a, [f64]>,
+    row_len: impl Fn(usize) -> Option<usize>,
+) -> (Vec<Option<Placed>>, usize) {
+    let valid: Vec<usize> = mask
+        .chunks(t.max(1))
+        .map(|row| row.iter().filter(|m| **m != 0.0).count())
+        .collect();
+    let rows = probes(lp, mask, t, shift);
+    let fits = |r: usize, j: usize| row_len(j).is_none_or(|n| n == valid[r]);
+    let mut placed = locate(&rows, n_old, old_row, fits);
+    let in_order = fill_in_order(&mut placed, n_old, fits);
+    (placed, in_order)
+}
+
 /// Place a micro's rows (`lp`, `mask`: `[b, t]`) read from forward_data file `ff` among
 /// `n_old` whole-batch old rows and say how: the old row of each, or an error naming
 /// the rows no old row clearly holds. `row_len(j)`: the response length of the
@@ -171,18 +193,7 @@ pub fn place<'a>(
     old_row: impl Fn(usize) -> std::borrow::Cow<'a, [f64]>,
     row_len: impl Fn(usize) -> Option<usize>,
 ) -> crate::error::Result<(Vec<usize>, String)> {
-    let valid: Vec<usize> = (0..lp.len() / t.max(1))
-        .map(|r| {
-            mask[r * t..(r + 1) * t]
-                .iter()
-                .filter(|m| **m != 0.0)
-                .count()
-        })
-        .collect();
-    let rows = probes(lp, mask, t, None);
-    let fits = |r: usize, j: usize| row_len(j).is_none_or(|n| n == valid[r]);
-    let mut placed = locate(&rows, n_old, old_row, fits);
-    let in_order = fill_in_order(&mut placed, n_old, fits);
+    let (placed, in_order) = locate_rows((lp, mask, t), None, n_old, old_row, row_len);
     let lost: Vec<usize> = (0..placed.len()).filter(|r| placed[*r].is_none()).collect();
     if !lost.is_empty() {
         return Err(crate::error::Error::format(

@@ -257,7 +257,6 @@ fn traj_of_old(inputs: &BatchInputs, n: usize) -> Vec<usize> {
 /// against the whole-batch `old_log_probs` ([`crate::judge::locate`], at the columns the
 /// rows held before any realignment); `None` unless every row is placed.
 fn placed_by_values(inputs: &BatchInputs, fwd: &Tensors<'_>) -> Option<Vec<Option<usize>>> {
-    use crate::judge::locate::{locate, probes};
     let old = inputs.old_log_probs.as_ref()?;
     let (lp, mask) = (fwd.mat(Field::LogProbs)?, fwd.mat(Field::ResponseMask)?);
     if lp.rows != mask.rows || lp.width != mask.width {
@@ -266,26 +265,13 @@ fn placed_by_values(inputs: &BatchInputs, fwd: &Tensors<'_>) -> Option<Vec<Optio
     let n = old.rows;
     let traj_of_old = traj_of_old(inputs, n);
     let (lpv, mv) = (lp.values(), mask.values());
-    let valid: Vec<usize> = (0..lp.rows)
-        .map(|r| {
-            mv[r * lp.width..(r + 1) * lp.width]
-                .iter()
-                .filter(|m| **m != 0.0)
-                .count()
-        })
-        .collect();
-    let rows = probes(
-        &lpv,
-        &mv,
-        lp.width,
+    let (placed, _) = crate::judge::locate::locate_rows(
+        (&lpv, &mv, lp.width),
         fwd.shifts().as_deref().map(Vec::as_slice),
+        n,
+        |j| old.row(j),
+        |j| inputs.response_lens.get(traj_of_old[j]).copied().flatten(),
     );
-    let fits = |r: usize, j: usize| {
-        let len = inputs.response_lens.get(traj_of_old[j]).copied().flatten();
-        len.is_none_or(|l| l == valid[r])
-    };
-    let mut placed = locate(&rows, n, |j| old.row(j), fits);
-    crate::judge::locate::fill_in_order(&mut placed, n, fits);
     placed
         .into_iter()
         .map(|p| p.map(|p| Some(traj_of_old[p.old_row])))
