@@ -60,12 +60,7 @@ impl StepReader for Areal {
     }
 
     fn steps(&self, root: &Path) -> Result<Vec<i64>> {
-        let s: BTreeSet<i64> = files(root)?
-            .into_iter()
-            .filter(|f| !f.1)
-            .map(|f| f.0)
-            .collect();
-        Ok(s.into_iter().collect())
+        Ok(walk::steps_of(&files(root)?))
     }
 
     fn read_step(&self, root: &Path, step: i64) -> Result<StepDump> {

@@ -20,7 +20,6 @@
 //! reads a folder holding only the parquet mirror (the `dashboard_columns/` folder, or
 //! the file).
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use polars::prelude::{AnyValue, DataFrame, ParquetReader, SerReader};
@@ -129,12 +128,7 @@ impl StepReader for MilesDashboard {
     }
 
     fn steps(&self, root: &Path) -> Result<Vec<i64>> {
-        let s: BTreeSet<i64> = files(root)?
-            .into_iter()
-            .filter(|f| !f.1)
-            .map(|f| f.0)
-            .collect();
-        Ok(s.into_iter().collect())
+        Ok(walk::steps_of(&files(root)?))
     }
 
     fn read_step(&self, root: &Path, step: i64) -> Result<StepDump> {

@@ -167,13 +167,13 @@ impl StepReader for VerlGenerations {
     }
 
     fn steps(&self, root: &Path) -> Result<Vec<i64>> {
+        // the training steps; the validation ones when there are none
         let f = files(root)?;
-        let train: BTreeSet<i64> = f.iter().filter(|x| !x.1).map(|x| x.0).collect();
-        let s: BTreeSet<i64> = if train.is_empty() {
-            f.iter().map(|x| x.0).collect()
-        } else {
-            train
-        };
+        let train = walk::steps_of(&f);
+        if !train.is_empty() {
+            return Ok(train);
+        }
+        let s: BTreeSet<i64> = f.iter().map(|x| x.0).collect();
         Ok(s.into_iter().collect())
     }
 

@@ -159,6 +159,13 @@ pub fn step_from_path(path: &Path) -> Option<i64> {
     })
 }
 
+/// The steps, ascending and distinct, of a producer's `(step, set_aside, path)` files whose
+/// flag is false (AReaL's and Miles' per-step files, verl's training generations).
+pub fn steps_of(files: &[(i64, bool, PathBuf)]) -> Vec<i64> {
+    let s: std::collections::BTreeSet<i64> = files.iter().filter(|f| !f.1).map(|f| f.0).collect();
+    s.into_iter().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
