@@ -176,6 +176,10 @@ pub fn run(args: &PostmortemArgs) -> Result<RunOutput> {
         .output
         .as_ref()
         .filter(|o| crate::formats::source::is_remote(o));
+    if let Some(url) = remote_out {
+        // The output's bucket and credentials checked (one LIST) before any work.
+        crate::formats::source::list_dir(url)?;
+    }
     let scratch = remote_out
         .map(|_| crate::logs::fetch_dir::Scratch::new())
         .transpose()?;

@@ -481,7 +481,13 @@ mod imp {
         let (store, key) = resolve(path)?;
         let rt = runtime()?;
         rt.block_on(store.put(&key, object_store::PutPayload::from(bytes)))
-            .map_err(|e| failed(path, e))?;
+            .map_err(|e| match e {
+                // A PUT finds no object to miss: its 404 is the bucket's.
+                object_store::Error::NotFound { .. } => {
+                    Error::input(path, "no such bucket in the store")
+                }
+                e => failed(path, e),
+            })?;
         count(0);
         Ok(())
     }
