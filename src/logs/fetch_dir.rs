@@ -288,7 +288,7 @@ pub fn localise(paths: &[PathBuf]) -> Result<Localised> {
             .push((local.to_string_lossy().into_owned(), url.clone()));
         out.paths.push(local);
     }
-    out.roots.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+    out.roots.sort_by_key(|r| std::cmp::Reverse(r.0.len()));
     Ok(out)
 }
 
