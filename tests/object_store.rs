@@ -872,6 +872,40 @@ fn logscan_reads_every_log_kind_from_the_store() {
         assert!(rout.contains("s3://bucket/"), "{key}: {rout}");
         assert_eq!(as_local(&rout), lout, "{key}");
     }
+    // --compare of a run in the store and a local one, and --output: the local report.
+    let compare = |a: &str| {
+        store_cmd("logscan", m)
+            .args([
+                "--compare",
+                "--format",
+                "json",
+                a,
+                "fixtures/trackers/tb/run_b",
+            ])
+            .output()
+            .unwrap()
+    };
+    let (l, r) = (
+        compare("fixtures/trackers/tb/run_a"),
+        compare("s3://bucket/trackers/tb/run_a"),
+    );
+    assert_eq!(l.status.code(), r.status.code());
+    let rout = String::from_utf8(r.stdout).unwrap();
+    assert!(rout.contains("s3://bucket/trackers/tb/run_a"), "{rout}");
+    assert_eq!(as_local(&rout), String::from_utf8(l.stdout).unwrap());
+    let out = m.tmp.join("logscan-output.json");
+    let r = store_cmd("logscan", m)
+        .args(["s3://bucket/logs/healthy", "--format", "json", "--output"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(0));
+    let written = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        written.contains("\"s3://bucket/logs/healthy/steps.jsonl\""),
+        "{written}"
+    );
+    assert!(!written.contains("rlf-fetch"));
     // Several runs under a prefix are listed as a local parent folder lists them.
     let several = store_cmd("logscan", m)
         .args(["s3://bucket/runs"])

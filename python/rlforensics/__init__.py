@@ -120,6 +120,10 @@ def read_logs(
     in the logs (files or run folders; every format logscan reads: steps.jsonl, verl,
     HF trainer_state.json, text logs, TensorBoard, W&B, MLflow, Trackio, CSV).
 
+    A path may be a URL (``s3://``, ``gs://``, ``az://``, ``http(s)://``): the objects a log
+    reader reads under it are fetched into a private temporary folder and read from there
+    (docs/storage.md); errors name the URL.
+
     ``raw=True`` adds every raw key as ``raw:<key>``; ``aliases`` is a JSON alias file
     (``{"canonical": ["raw key", …]}``) tried before the built-in table; ``run`` picks one
     run of an input holding several. Raises :class:`RlforensicsError` when nothing could
@@ -146,7 +150,8 @@ def read_events(
     checkpoints, …), one row each: ``kind``, ``step``, ``reported_step``,
     ``step_inferred``, ``timestamp``, ``level``, ``file``, ``line``, ``run``, ``text``,
     ``source_format``, then one column per payload number (Float64) or list
-    (List(Float64)), null where an event does not carry it.
+    (List(Float64)), null where an event does not carry it. Paths may be URLs, as for
+    :func:`read_logs`; ``file`` then names the object's URL.
 
     >>> ev = read_events("fixtures/logs/debug_faults")
     >>> "kind" in ev.columns
