@@ -4,11 +4,12 @@ completions and runs, on an S3 server started on 127.0.0.1 (moto's ThreadedMotoS
 give what they give on the local copy, with the URLs where the local paths were; a
 missing object, a bad URL and a missing bucket raise ``RlforensicsError`` naming the URL.
 Never the internet. Skipped when moto[server] or boto3 is not importable, unless
-RLF_REQUIRE_S3 is set.
+RLF_REQUIRE_S3 or RLF_REQUIRE_RAY (.ci/run's pytest) is set.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 
@@ -19,7 +20,7 @@ import rlforensics as rf
 
 from conftest import FIXTURES
 
-if not os.environ.get("RLF_REQUIRE_S3"):
+if not (os.environ.get("RLF_REQUIRE_S3") or os.environ.get("RLF_REQUIRE_RAY")):
     pytest.importorskip("moto.server")
     pytest.importorskip("boto3")
 
@@ -27,7 +28,14 @@ import boto3  # noqa: E402
 from moto.server import ThreadedMotoServer  # noqa: E402
 
 #: fixture folders uploaded to ``bucket`` under the same relative key
-UPLOADS = ["logs/debug_faults", "trackers/tb", "trackers/wandb", "trackers/mlflow_db", "completions/trl_garbled", "runs"]
+UPLOADS = [
+    "logs/debug_faults",
+    "trackers/tb",
+    "trackers/wandb",
+    "trackers/mlflow_db",
+    "completions/trl_garbled",
+    "runs",
+]
 
 
 @pytest.fixture(scope="module")
@@ -103,8 +111,6 @@ def test_logscan_from_the_store_is_the_local_report(s3, rel) -> None:
     local = rf.logscan(f"fixtures/{rel}", frame=False)
     remote = rf.logscan(f"s3://bucket/{rel}", frame=False)
     assert remote.exit_code == local.exit_code == 1
-    import json
-
     text = json.dumps(remote.report).replace("s3://bucket/", "fixtures/")
     assert json.loads(text) == local.report
     assert "rlf-fetch" not in json.dumps(remote.report)
