@@ -107,3 +107,61 @@ fn every_stack_exports_its_rows_log_probs_by_role() {
         }
     }
 }
+
+/// The text column `name` of `df`, nulls as `None`.
+fn text(df: &DataFrame, name: &str) -> Vec<Option<String>> {
+    df.column(name)
+        .unwrap()
+        .str()
+        .unwrap()
+        .iter()
+        .map(|s| s.map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn the_decoded_text_a_stack_dumps_is_in_the_trajectories_frame() {
+    // make_stacks.py writes row k's text as `prompt k` / `response k` (verl's generations
+    // add ` é`, a non-ASCII character kept as written); NeMo-RL's jsonl holds no text
+    for tree in ["areal", "slime", "miles", "verl_generations", "nemo_rl"] {
+        let out = tempfile::tempdir().unwrap();
+        Command::cargo_bin("dumpdiff")
+            .unwrap()
+            .arg("--inspect")
+            .arg(stacks().join(tree))
+            .arg("--export-frames")
+            .arg(out.path())
+            .assert()
+            .code(0);
+        let traj = frame(out.path(), "trajectories");
+        let (prompts, responses) = (text(&traj, "prompt"), text(&traj, "response"));
+        assert_eq!(prompts.len(), 4, "{tree}");
+        if tree == "nemo_rl" {
+            assert!(prompts.iter().chain(&responses).all(Option::is_none));
+            continue;
+        }
+        let suffix = if tree == "verl_generations" {
+            " é"
+        } else {
+            ""
+        };
+        let mut seen: Vec<String> = prompts
+            .iter()
+            .zip(&responses)
+            .map(|(p, r)| {
+                let p = p
+                    .clone()
+                    .unwrap_or_else(|| panic!("{tree}: a row without its prompt"));
+                let k = p.strip_prefix("prompt ").unwrap().to_string();
+                assert_eq!(
+                    r.as_deref(),
+                    Some(format!("response {k}{suffix}").as_str()),
+                    "{tree}"
+                );
+                k
+            })
+            .collect();
+        seen.sort();
+        assert_eq!(seen, ["0", "1", "2", "3"], "{tree}");
+    }
+}

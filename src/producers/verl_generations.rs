@@ -209,6 +209,8 @@ impl StepReader for VerlGenerations {
                 rows.push(RowMeta {
                     sample: Some(g.index.to_string()),
                     reward: g.score,
+                    prompt_text: Some(g.input),
+                    response_text: Some(g.output),
                     ..RowMeta::default()
                 });
             }
