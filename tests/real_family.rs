@@ -834,3 +834,42 @@ fn a_coefficient_the_unscaled_sides_fit_cannot_give_is_the_judges() {
     );
     assert!((c["weaver"].as_f64().unwrap() - 0.01).abs() < 1e-6, "{c}");
 }
+
+#[test]
+fn half_of_a_gspo_steps_cells_at_a_token_ratio_do_not_make_it_token_level() {
+    // seed 12: GSPO with TIS against dumped rollout log-probs; two of the four cells use a
+    // token ratio on the weaver's side (the truth's faults), so the weaver's ratio shapes
+    // tie 2–2. The self-hosted side's own pg_loss follows the sequence ratio in the
+    // token-shaped cells too, and that settles the step at GSPO's level: before, a
+    // single-row cell was compared against a token ratio and failed (a false alarm) and
+    // the two faulty cells were not failed for their ratio level.
+    let r = fails_exactly_its_truth(12);
+    let is_loss = r["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "is_loss")
+        .unwrap();
+    assert!(
+        is_loss["notes"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("ratio level: sequence (GSPO)"),
+        "{}",
+        is_loss["notes"]
+    );
+    let level_failed: Vec<(u64, u64)> = is_loss["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            c["comparisons"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x["name"] == "is_loss.ratio_level" && x["verdict"] == "fail")
+        })
+        .map(|c| (c["rank"].as_u64().unwrap(), c["micro"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(level_failed, [(0, 1), (1, 1)]);
+}

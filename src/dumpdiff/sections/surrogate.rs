@@ -434,7 +434,7 @@ pub(super) fn sequence_ratio(ratio: &Mat, allowed: &Mat, mask: Option<&Mat>) -> 
 pub struct SequenceAlt {
     /// [`sequence_shaped`] of the other side's dumped ratio.
     pub shaped: Option<bool>,
-    /// [`own_level`] of the reference side's dumped `pg_loss` (sequence-shaped cells only).
+    /// [`own_level`] of the reference side's dumped `pg_loss` (every shaped cell).
     pub own: Option<bool>,
     /// The sequence-level comparisons (computed only for a sequence-shaped cell), to
     /// replace the token-level ones of the same name.
@@ -557,12 +557,17 @@ pub(super) fn sequence_alt(
     let shaped = sequence_shaped(&y, mask_b);
     let mut comparisons = Vec::new();
     let mut own = None;
-    if let (Some(true), Some(x), Some(e)) = (shaped, &ch.ratio, &ch.ratio_allowed) {
-        let (sr, se) = sequence_ratio(x, e, mask_a);
-        let pg = a_loss.and_then(|l| l.number(Field::PgLoss));
-        if let (Some(a), Some(pg)) = (&ch.adv, pg) {
+    // What the reference side's own pg_loss says of the level counts in every cell whose
+    // dumped ratio has a shape: a token-shaped cell of a GSPO step is where the other side
+    // departs, and the reference's own loss there still shows the step's level.
+    if let (Some(_), Some(x), Some(e), Some(a)) = (shaped, &ch.ratio, &ch.ratio_allowed, &ch.adv) {
+        if let Some(pg) = a_loss.and_then(|l| l.number(Field::PgLoss)) {
+            let (sr, _) = sequence_ratio(x, e, mask_a);
             own = own_level(x, &sr, a, mask_a, ch.agg, conv, pg.value);
         }
+    }
+    if let (Some(true), Some(x), Some(e)) = (shaped, &ch.ratio, &ch.ratio_allowed) {
+        let (sr, se) = sequence_ratio(x, e, mask_a);
         comparisons.push(ctx.propagated(
             "prob_ratio",
             &sr,
