@@ -873,3 +873,75 @@ fn half_of_a_gspo_steps_cells_at_a_token_ratio_do_not_make_it_token_level() {
         .collect();
     assert_eq!(level_failed, [(0, 1), (1, 1)]);
 }
+
+#[test]
+fn a_gspo_step_whose_ratio_levels_tie_is_said_not_blamed() {
+    // seed 2038 (a fresh seed, run once): GSPO on-policy with 16-bit log-probs; the weaver
+    // computes a token ratio in rank 0 micro 1 and rank 1 micro 0 (the truth's faults) and
+    // GSPO's sequence ratio in the two others. Ratios are within 2 % of 1: at the inputs'
+    // precision neither side's loss tells the levels apart, and the shapes tie 2–2. Which
+    // cells depart cannot be judged: the note says so and names both sets; no cell is
+    // blamed for it (rank 1 micro 1 still fails for its summed loss, the truth's third fault).
+    let (code, r) = dumpdiff(2038);
+    assert_eq!(code, Some(1));
+    let is_loss = r["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "is_loss")
+        .unwrap();
+    let note = is_loss["notes"][0].as_str().unwrap();
+    assert!(
+        note.starts_with("ratio level: cannot judge")
+            && note.contains("(GSPO's sequence ratio) in rank 0 micro 0, rank 1 micro 1 and")
+            && note.contains("(a token ratio) in rank 0 micro 1, rank 1 micro 0"),
+        "{note}"
+    );
+    let failed: Vec<(u64, u64)> = is_loss["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["verdict"] == "fail")
+        .map(|c| (c["rank"].as_u64().unwrap(), c["micro"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(failed, [(1, 1)]);
+}
+
+#[test]
+fn a_total_within_the_log_probs_rounding_fails_when_its_advantages_differ() {
+    // seed 2001 (a fresh seed, run once): 16-bit log-probs allow the loss totals of rank 0
+    // micro 0 to differ by the error they propagate (0.0209), and the weaver's totals
+    // differ by 0.0169: within it. But the weaver normalised that cell's advantages with
+    // the population std (the truth's fault; is_loss.advantages fails 28/28): the
+    // allowance is for inputs that agree up to rounding, so the totals fail and the
+    // diagnosis names the advantages.
+    let r = fails_exactly_its_truth(2001);
+    let loss = r["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "loss")
+        .unwrap();
+    let cell = loss["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["rank"] == 0 && c["micro"] == 0)
+        .unwrap();
+    let total = cell["comparisons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "loss.loss")
+        .unwrap();
+    assert_eq!(total["verdict"], "fail");
+    assert!(total["reason"]
+        .as_str()
+        .unwrap()
+        .contains("the cell's advantages differ (is_loss.advantages)"));
+    let diagnosis = r["diagnosis"].to_string();
+    assert!(
+        diagnosis.contains("rank 0 micro 0") && diagnosis.contains("from the advantages"),
+        "{diagnosis}"
+    );
+}

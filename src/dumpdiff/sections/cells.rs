@@ -277,3 +277,70 @@ fn placed_by_values(inputs: &BatchInputs, fwd: &Tensors<'_>) -> Option<Vec<Optio
         .map(|p| p.map(|p| Some(traj_of_old[p.old_row])))
         .collect()
 }
+
+/// A loss total that passes only within the error propagated from 16-bit log-probs
+/// (its tolerance's `+ …` allowance) is failed when the same cell's advantages differ
+/// (`is_loss.advantages` fails): the allowance bounds what rounding of inputs that agree
+/// can do, and these inputs do not agree. Returns the cells changed.
+pub fn totals_over_differing_inputs(sections: &mut [crate::dumpdiff::Section]) -> Vec<(u32, u32)> {
+    let differing: Vec<(u32, u32)> = sections
+        .iter()
+        .filter(|s| s.name == "is_loss")
+        .flat_map(|s| &s.cells)
+        .filter(|c| {
+            c.comparisons
+                .iter()
+                .any(|x| x.name == "is_loss.advantages" && x.verdict == Verdict::Fail)
+        })
+        .filter_map(|c| Some((c.rank?, c.micro?)))
+        .collect();
+    let mut changed = Vec::new();
+    for sec in sections
+        .iter_mut()
+        .filter(|s| s.name == "loss" || s.name == "is_loss")
+    {
+        for c in sec.cells.iter_mut() {
+            let Some(key) = c.rank.zip(c.micro).filter(|k| differing.contains(k)) else {
+                continue;
+            };
+            let mut any = false;
+            rework(c, |comparisons| {
+                for x in comparisons.iter_mut().filter(|x| {
+                    matches!(
+                        x.name.as_str(),
+                        "loss.loss" | "loss.pg_loss" | "is_loss.loss"
+                    ) && x.verdict == Verdict::Pass
+                }) {
+                    let Some(d) = x.metrics.as_ref().and_then(|m| m.max_abs) else {
+                        continue;
+                    };
+                    let base = x.tolerance.atol + x.tolerance.rtol * d.a.abs().max(d.b.abs());
+                    if d.abs_diff > base {
+                        x.verdict = Verdict::Fail;
+                        x.reason = format!(
+                            "|Δ| {} beyond atol {} rtol {}; within the error propagated from \
+                             the log-probs, but the cell's advantages differ \
+                             (is_loss.advantages), so the difference is not their rounding",
+                            crate::fmt::num(d.abs_diff),
+                            crate::fmt::num(x.tolerance.atol),
+                            crate::fmt::num(x.tolerance.rtol)
+                        );
+                        any = true;
+                    }
+                }
+            });
+            if any {
+                changed.push(key);
+            }
+        }
+        sec.verdict = sec
+            .cells
+            .iter()
+            .map(|c| c.verdict)
+            .max()
+            .unwrap_or(Verdict::Skipped);
+    }
+    changed.sort_unstable();
+    changed.dedup();
+    changed
+}

@@ -456,19 +456,47 @@ pub fn settle_ratio_level(cells: &mut [(Cell, Option<SequenceAlt>)]) -> Option<S
     let (seq, tok) = (count(true, |a| a.shaped), count(false, |a| a.shaped));
     let (own_seq, own_tok) = (count(true, |a| a.own), count(false, |a| a.own));
     if seq + own_seq <= tok + own_tok {
+        if seq > 0 && tok > 0 && seq + own_seq == tok + own_tok {
+            // One step computing two levels is a departure somewhere, but a tie leaves
+            // which cells depart unknown: said, no cell blamed.
+            let ids = |want: bool| {
+                cells
+                    .iter()
+                    .filter(|(_, a)| a.as_ref().and_then(|a| a.shaped) == Some(want))
+                    .map(|(c, _)| {
+                        format!(
+                            "rank {} micro {}",
+                            c.rank.unwrap_or(0),
+                            c.micro.unwrap_or(0)
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let note = format!(
+                "ratio level: cannot judge — weaver's prob_ratio is constant along each row \
+                 (GSPO's sequence ratio) in {} and varies (a token ratio) in {}, and the \
+                 self-hosted pg_loss does not tell the two apart at its precision: one of \
+                 the two sets departs from the configured level; each cell is compared at \
+                 the level it shows",
+                ids(true),
+                ids(false)
+            );
+            for (cell, alt) in cells.iter_mut() {
+                if let Some(alt) = alt.take().filter(|a| a.shaped == Some(true)) {
+                    rework(cell, |comparisons| {
+                        replace_by_name(comparisons, alt.comparisons)
+                    });
+                }
+            }
+            return Some(note);
+        }
         return None;
     }
     for (cell, alt) in cells.iter_mut() {
         let Some(alt) = alt.take() else { continue };
         rework(cell, |comparisons| match alt.shaped {
-            Some(true) => {
-                for c in alt.comparisons {
-                    match comparisons.iter_mut().find(|x| x.name == c.name) {
-                        Some(x) => *x = c,
-                        None => comparisons.push(c),
-                    }
-                }
-            }
+            Some(true) => replace_by_name(comparisons, alt.comparisons),
             Some(false) => {
                 let mut c = skipped(
                     "is_loss",
@@ -497,6 +525,17 @@ pub fn settle_ratio_level(cells: &mut [(Cell, Option<SequenceAlt>)]) -> Option<S
          {seq} cells, varies in {tok}{own}; the self-hosted ratio and per-token loss are \
          derived per sequence"
     ))
+}
+
+/// Put each of `new` in place of the comparison of the same name in `comparisons`
+/// (appended when there is none).
+fn replace_by_name(comparisons: &mut Vec<Comparison>, new: Vec<Comparison>) {
+    for c in new {
+        match comparisons.iter_mut().find(|x| x.name == c.name) {
+            Some(x) => *x = c,
+            None => comparisons.push(c),
+        }
+    }
 }
 
 /// The ratio level the reference side's own dumped `pg_loss` follows: its per-token loss
