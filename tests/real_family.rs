@@ -945,3 +945,64 @@ fn a_total_within_the_log_probs_rounding_fails_when_its_advantages_differ() {
         "{diagnosis}"
     );
 }
+
+#[test]
+fn a_temperature_seen_only_in_the_entropy_is_named_there() {
+    // seed 26: the weaver's log-probs and entropy come from logits not divided by the
+    // temperature 0.7 at rank 0 micro 0 and rank 2 micro 0 (the truth's faults). Its
+    // bf16 log-probs stay within their tolerance; the entropies differ at every token of
+    // those cells, each correlated with the other side's: the reason names the shape.
+    let (_, r) = dumpdiff(26);
+    let fwd = r["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "forward_data")
+        .unwrap();
+    let named: Vec<(u64, u64)> = fwd["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            c["comparisons"].as_array().unwrap().iter().any(|x| {
+                x["name"] == "forward_data.entropy"
+                    && x["verdict"] == "fail"
+                    && x["reason"]
+                        .as_str()
+                        .unwrap()
+                        .contains("logits divided by a sampling temperature on one side only")
+            })
+        })
+        .map(|c| (c["rank"].as_u64().unwrap(), c["micro"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(named, [(0, 0), (2, 0)]);
+}
+
+#[test]
+fn a_clip_bound_the_weavers_own_values_follow_is_named() {
+    // seed 2032 (a fresh seed, run once): DAPO's clip_ratio_high 0.28; the weaver's rank 0
+    // micro 1 clips at 1 + 0.2 (the truth's fault). The self-hosted pg_loss follows 0.28,
+    // the weaver's own per-token loss 0.2: the failing elementwise_loss names the bound.
+    let r = fails_exactly_its_truth(2032);
+    let reasons: Vec<String> = r["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["name"] == "is_loss")
+        .flat_map(|s| s["cells"].as_array().unwrap())
+        .filter(|c| c["rank"] == 0 && c["micro"] == 1)
+        .flat_map(|c| c["comparisons"].as_array().unwrap())
+        .filter(|x| x["name"] == "is_loss.elementwise_loss")
+        .map(|x| x["reason"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(reasons.len(), 1);
+    assert!(
+        reasons[0].contains(
+            "a clip bound differs: the self-hosted pg_loss follows its clip range and the \
+             weaver's own per-token loss another, the upper clip bound (clip_ratio_high): \
+             1+0.28 vs 1+0.2"
+        ),
+        "{}",
+        reasons[0]
+    );
+}

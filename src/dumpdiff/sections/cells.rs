@@ -137,7 +137,40 @@ pub fn forward_data_cell(
     if !rows.only_a.is_empty() || !rows.only_b.is_empty() {
         out.push(row_coverage_fail("forward_data", &rows));
     }
+    name_systematic_entropy(&mut out);
     cell(Some(rank), Some(micro), Some(row_summary(&rows)), out)
+}
+
+/// A failing `forward_data.entropy` that differs at most tokens yet correlates with the
+/// other side's (pearson ≥ 0.9) is a systematic change of the distribution, not a
+/// misalignment (a shift or a row swap decorrelates it): its reason says what gives that
+/// shape — logits divided by a sampling temperature on one side only (verl and NexRL
+/// divide before `log_softmax`), or a distribution truncated on one side (top-k/top-p).
+/// The entropy sums over the whole vocabulary, so it shows the change where the sampled
+/// tokens' log-probs can stay within their 16-bit tolerance.
+fn name_systematic_entropy(out: &mut [Comparison]) {
+    for x in out
+        .iter_mut()
+        .filter(|x| x.name == "forward_data.entropy" && x.verdict == Verdict::Fail)
+    {
+        let Some(m) = x.metrics.as_ref() else {
+            continue;
+        };
+        let Some(p) = m.pearson.filter(|p| *p >= 0.9) else {
+            continue;
+        };
+        if m.count >= 4 && m.beyond_fraction >= 0.8 {
+            x.reason = format!(
+                "{} — {:.0} % of the tokens differ, each still correlated with the other \
+                 side's (pearson {:.3}): a systematic change of the distribution, such as \
+                 logits divided by a sampling temperature on one side only, or a top-k/top-p \
+                 truncation on one side",
+                x.reason,
+                100.0 * m.beyond_fraction,
+                p
+            );
+        }
+    }
 }
 
 /// A failing pseudo-comparison for rows that found no partner by content.

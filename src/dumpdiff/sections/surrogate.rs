@@ -306,6 +306,61 @@ pub(super) fn own_convention(
     }
 }
 
+/// A failing `is_loss.elementwise_loss` derived under the reference's own clip range
+/// (`own`, what its `pg_loss` follows) where the other side's own dumped values follow
+/// another (`other`, [`elem_convention`]): the reason names the bound that differs.
+pub(super) fn name_clip_bound(out: &mut [Comparison], other: ElemLoss, own: ElemLoss) {
+    let (
+        ElemLoss::Clipped { lo, hi, dual },
+        ElemLoss::Clipped {
+            lo: olo,
+            hi: ohi,
+            dual: odual,
+        },
+    ) = (own, other)
+    else {
+        return;
+    };
+    let n = crate::fmt::num;
+    let mut differs = Vec::new();
+    if hi != ohi {
+        differs.push(format!(
+            "the upper clip bound (clip_ratio_high): 1+{} vs 1+{}",
+            n(hi),
+            n(ohi)
+        ));
+    }
+    if lo != olo {
+        differs.push(format!(
+            "the lower clip bound (clip_ratio_low): 1−{} vs 1−{}",
+            n(lo),
+            n(olo)
+        ));
+    }
+    if dual != odual {
+        let d = |c: Option<f64>| c.map_or("none".to_string(), n);
+        differs.push(format!(
+            "the dual clip (clip_ratio_c): {} vs {}",
+            d(dual),
+            d(odual)
+        ));
+    }
+    if differs.is_empty() {
+        return;
+    }
+    for x in out
+        .iter_mut()
+        .filter(|x| x.name == "is_loss.elementwise_loss" && x.verdict == Verdict::Fail)
+    {
+        x.reason = format!(
+            "{} — a clip bound differs: the self-hosted pg_loss follows its clip range and \
+             the weaver's own per-token loss another, {} (self-hosted vs weaver)",
+            x.reason,
+            differs.join("; ")
+        );
+    }
+}
+
 /// `|pg − recompute|` of the per-token loss `conv` over `ratio` and `adv` at the valid
 /// positions of `mask`, reduced under `agg` or whichever of verl's modes comes closest
 /// ([`AggMode::reduce_rows`]); `None` when an element is not finite.
