@@ -1006,3 +1006,38 @@ fn a_clip_bound_the_weavers_own_values_follow_is_named() {
         reasons[0]
     );
 }
+
+#[test]
+fn an_on_policy_policy_search_keeps_the_level_the_dumped_ratios_show() {
+    // seed 1004 (a fresh seed): an on-policy vanilla PPO step with TIS; the weaver's loss
+    // file of rank 1 micro 0 is truncated. Near ratio 1 the token and GSPO levels explain
+    // the pg terms alike, and GSPO's error was the smaller: it was chosen, and the cell whose
+    // loss file is unreadable then failed its token-level prob_ratio (a false alarm). The
+    // weaver's dumped ratios vary along their rows: the token level wins the tie.
+    let (code, r) = losscheck(&seed(1004).join("weaver_pt"));
+    assert_eq!(code, 2, "the truncated file: {r}"); // set aside, named, the rest judged
+    let statuses: Vec<(u64, u64, &str)> = r["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["rank"].as_u64().unwrap(),
+                v["micro"].as_u64().unwrap(),
+                v["status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert!(statuses.iter().all(|s| s.2 == "consistent"), "{statuses:?}");
+    assert!(statuses.contains(&(1, 0, "consistent")), "{statuses:?}");
+    let policy = r["conventions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "policy")
+        .unwrap();
+    assert!(
+        policy["value"].as_str().unwrap().contains("token ratio"),
+        "{policy}"
+    );
+}

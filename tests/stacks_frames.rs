@@ -165,3 +165,68 @@ fn the_decoded_text_a_stack_dumps_is_in_the_trajectories_frame() {
         assert_eq!(seen, ["0", "1", "2", "3"], "{tree}");
     }
 }
+
+#[test]
+fn trls_completion_logs_are_read_into_the_model_as_text_rows() {
+    // fixtures/completions/trl_garbled: written by TRL 1.16's own GRPOTrainer on CPU
+    // (make_completions.py). Each completions_{step:05d}.parquet row becomes a model row:
+    // the reward functions' columns summed, the advantage, the messages' text.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/completions/trl_garbled");
+    let out = tempfile::tempdir().unwrap();
+    let inspect = Command::cargo_bin("dumpdiff")
+        .unwrap()
+        .arg("--inspect")
+        .arg(&root)
+        .arg("--export-frames")
+        .arg(out.path())
+        .output()
+        .unwrap();
+    assert_eq!(inspect.status.code(), Some(0));
+    let text_out = String::from_utf8_lossy(&inspect.stdout);
+    assert!(
+        text_out.contains("(producer: trl)") && text_out.contains("steps: [1, 2, 3]"),
+        "{text_out}"
+    );
+    let traj = frame(out.path(), "trajectories");
+    let (step, reward, adv) = (
+        col(&traj, "step"),
+        col(&traj, "reward"),
+        col(&traj, "advantage"),
+    );
+    let (prompts, responses) = (text(&traj, "prompt"), text(&traj, "response"));
+    let mut k = 0;
+    for s in 1..=3 {
+        let f = std::fs::File::open(root.join(format!("completions/completions_{s:05}.parquet")))
+            .unwrap();
+        let df = ParquetReader::new(f).finish().unwrap();
+        let len = col(&df, "reward_len");
+        let fmt = col(&df, "reward_format");
+        let a = col(&df, "advantage");
+        let content = |name: &str, i: usize| -> String {
+            // a list of {role, content} messages: the content
+            let v = df.column(name).unwrap().get(i).unwrap().to_string();
+            v.split("\"content\": ")
+                .nth(1)
+                .map(str::to_string)
+                .unwrap_or(v)
+        };
+        for i in 0..df.height() {
+            assert_eq!(step[k], Some(s as f64));
+            assert_eq!(
+                reward[k],
+                Some(len[i].unwrap() + fmt[i].unwrap()),
+                "row {k}"
+            );
+            assert_eq!(adv[k], a[i], "row {k}");
+            let p = prompts[k].clone().unwrap();
+            assert!(
+                content("prompt", i).contains(&p),
+                "{p:?} vs {}",
+                content("prompt", i)
+            );
+            assert!(responses[k].is_some());
+            k += 1;
+        }
+    }
+    assert_eq!(k, traj.height());
+}
