@@ -34,6 +34,16 @@ fn dumpdiff(n: u32) -> (Option<i32>, Json) {
     (out.status.code(), r)
 }
 
+/// The report's section `name`.
+fn section<'a>(r: &'a Json, name: &str) -> &'a Json {
+    r["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no section {name}"))
+}
+
 fn truth(n: u32) -> Json {
     serde_json::from_str(&std::fs::read_to_string(seed(n).join("truth.json")).unwrap()).unwrap()
 }
@@ -270,12 +280,7 @@ fn a_temperature_on_one_side_only_is_named_in_the_diagnosis() {
         .filter_map(|d| d.as_str())
         .any(|d| d.starts_with("rank 1 micro 0:") && d.contains("temperature"));
     assert!(!named_temperature, "{}", r["diagnosis"]);
-    let is_loss = r["sections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "is_loss")
-        .unwrap();
+    let is_loss = section(&r, "is_loss");
     let cell = is_loss["cells"]
         .as_array()
         .unwrap()
@@ -355,12 +360,7 @@ fn dumpdiff_compares_a_scaled_total_unscaled_and_keeps_a_fault() {
     // differs, and says so with both unscaled values.
     let (code, r) = dumpdiff(3);
     assert_eq!(code, Some(1));
-    let loss = r["sections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "loss")
-        .unwrap();
+    let loss = section(&r, "loss");
     for c in loss["cells"].as_array().unwrap() {
         let x = c["comparisons"]
             .as_array()
@@ -487,12 +487,7 @@ fn a_gspo_step_is_compared_at_its_sequence_ratio_and_a_token_ratio_cell_fails() 
     // The self-hosted ratio is derived per sequence: the other cells agree (they failed
     // against the token ratio before), and that one fails for its ratio level.
     let r = fails_exactly_its_truth(37);
-    let is_loss = r["sections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "is_loss")
-        .unwrap();
+    let is_loss = section(&r, "is_loss");
     assert!(
         is_loss["notes"][0]
             .as_str()
@@ -510,12 +505,7 @@ fn a_clip_bound_differing_between_the_sides_is_found_not_adopted() {
     // values follow 0.2, the self-hosted pg_loss does not: the self-hosted per-token loss
     // is derived as its own loss composes it and the cell fails.
     let r = fails_exactly_its_truth(1030);
-    let is_loss = r["sections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "is_loss")
-        .unwrap();
+    let is_loss = section(&r, "is_loss");
     let cell = is_loss["cells"]
         .as_array()
         .unwrap()
@@ -844,12 +834,7 @@ fn half_of_a_gspo_steps_cells_at_a_token_ratio_do_not_make_it_token_level() {
     // single-row cell was compared against a token ratio and failed (a false alarm) and
     // the two faulty cells were not failed for their ratio level.
     let r = fails_exactly_its_truth(12);
-    let is_loss = r["sections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "is_loss")
-        .unwrap();
+    let is_loss = section(&r, "is_loss");
     assert!(
         is_loss["notes"][0]
             .as_str()
@@ -884,12 +869,7 @@ fn a_gspo_step_whose_ratio_levels_tie_is_said_not_blamed() {
     // blamed for it (rank 1 micro 1 still fails for its summed loss, the truth's third fault).
     let (code, r) = dumpdiff(2038);
     assert_eq!(code, Some(1));
-    let is_loss = r["sections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "is_loss")
-        .unwrap();
+    let is_loss = section(&r, "is_loss");
     let note = is_loss["notes"][0].as_str().unwrap();
     assert!(
         note.starts_with("ratio level: cannot judge")
@@ -916,12 +896,7 @@ fn a_total_within_the_log_probs_rounding_fails_when_its_advantages_differ() {
     // allowance is for inputs that agree up to rounding, so the totals fail and the
     // diagnosis names the advantages.
     let r = fails_exactly_its_truth(2001);
-    let loss = r["sections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "loss")
-        .unwrap();
+    let loss = section(&r, "loss");
     let cell = loss["cells"]
         .as_array()
         .unwrap()
@@ -953,12 +928,7 @@ fn a_temperature_seen_only_in_the_entropy_is_named_there() {
     // bf16 log-probs stay within their tolerance; the entropies differ at every token of
     // those cells, each correlated with the other side's: the reason names the shape.
     let (_, r) = dumpdiff(26);
-    let fwd = r["sections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "forward_data")
-        .unwrap();
+    let fwd = section(&r, "forward_data");
     let named: Vec<(u64, u64)> = fwd["cells"]
         .as_array()
         .unwrap()

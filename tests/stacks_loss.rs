@@ -20,17 +20,7 @@ fn manifest() -> J {
 
 /// `losscheck --format json TREE --step 3 [extra]`: exit code and report.
 fn run(tree: &str, extra: &[&str]) -> (i32, J, String) {
-    let out = Command::cargo_bin("losscheck")
-        .unwrap()
-        .args(["--format", "json"])
-        .arg(stacks().join(tree))
-        .args(["--step", "3"])
-        .args(extra)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    let json = serde_json::from_slice(&out.stdout).unwrap_or(J::Null);
-    (out.status.code().unwrap(), json, stderr)
+    run_at(&stacks().join(tree), extra)
 }
 
 fn close(a: f64, b: f64) -> bool {

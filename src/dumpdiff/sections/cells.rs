@@ -366,12 +366,7 @@ pub fn totals_over_differing_inputs(sections: &mut [crate::dumpdiff::Section]) -
                 changed.push(key);
             }
         }
-        sec.verdict = sec
-            .cells
-            .iter()
-            .map(|c| c.verdict)
-            .max()
-            .unwrap_or(Verdict::Skipped);
+        sec.verdict = sec.worst();
     }
     changed.sort_unstable();
     changed.dedup();
