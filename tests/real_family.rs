@@ -1011,3 +1011,28 @@ fn an_on_policy_policy_search_keeps_the_level_the_dumped_ratios_show() {
         "{policy}"
     );
 }
+
+#[test]
+fn sides_at_two_ratio_levels_in_a_one_cell_step_warn_not_fail() {
+    // seed 3009 (a fresh seed, run once before looking: a miss): one cell, GSPO configured,
+    // on-policy; the weaver computes a token ratio (the truth's fault) with f16 log-probs,
+    // within whose tolerance every comparison passes. The self-hosted pg_loss (f32 inputs)
+    // follows GSPO's sequence ratio. One cell cannot tell which level is configured: the
+    // cell warns that the sides differ and which is wrong cannot be judged (exit 0), where
+    // it passed silently. (The truth file wants a failure: our rule says cannot judge.)
+    let (code, r) = dumpdiff(3009);
+    assert_eq!(code, Some(0));
+    let is_loss = section(&r, "is_loss");
+    assert_eq!(is_loss["cells"][0]["verdict"], "warn");
+    let level = is_loss["cells"][0]["comparisons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "is_loss.ratio_level")
+        .unwrap();
+    assert_eq!(level["verdict"], "warn");
+    assert!(level["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("cannot judge which side is wrong"));
+}

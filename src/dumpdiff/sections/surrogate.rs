@@ -546,7 +546,37 @@ pub fn settle_ratio_level(cells: &mut [(Cell, Option<SequenceAlt>)]) -> Option<S
             }
             return Some(note);
         }
-        return None;
+        // A cell where the weaver's ratio varies along its rows while the self-hosted
+        // pg_loss follows GSPO's sequence ratio: the sides compute at two levels, and the
+        // step does not say which is configured — a warning, not a failure.
+        let mut split = 0;
+        for (cell, alt) in cells.iter_mut() {
+            if alt
+                .as_ref()
+                .is_some_and(|a| a.shaped == Some(false) && a.own == Some(true))
+            {
+                split += 1;
+                rework(cell, |comparisons| {
+                    let mut c = skipped(
+                        "is_loss",
+                        "ratio_level",
+                        "cannot judge which side is wrong: weaver's prob_ratio varies along \
+                         its rows (a token ratio) while the self-hosted pg_loss follows GSPO's \
+                         sequence ratio, and the step's other cells do not tell which level is \
+                         configured",
+                    );
+                    c.verdict = Verdict::Warn;
+                    comparisons.push(c);
+                });
+            }
+        }
+        return (split > 0).then(|| {
+            format!(
+                "ratio level: the sides differ in {split} cell(s) — the weaver's ratio is a \
+                 token ratio, the self-hosted loss follows GSPO's sequence ratio; which is \
+                 configured cannot be told (compared at the token level)"
+            )
+        });
     }
     for (cell, alt) in cells.iter_mut() {
         let Some(alt) = alt.take() else { continue };
