@@ -94,7 +94,9 @@ def read_dump(path: PathLike, step: int | None = None) -> dict[str, pl.DataFrame
     - ``tokens``: one row per (file, row, pos), one Float64 column per per-token tensor
       (``log_probs``, ``entropy``, ``response_mask``, ``old_log_probs``, …);
     - ``trajectories``: one row per trajectory or datum (index, tokens_hash, length, reward,
-      loss_mask_sum, advantage, is_val, group_id, uid, run_id, task_id).
+      loss_mask_sum, advantage, is_val, group_id, uid, run_id, task_id; for another
+      stack's dump: index, length, reward, advantage, group_id, uid, and the decoded
+      ``prompt`` / ``response`` where the stack dumps text).
 
     The same frames ``dumpdiff --inspect PATH --export-frames DIR`` writes as Parquet.
     ``step`` keeps one step (every step when ``None``). Raises :class:`RlforensicsError`
