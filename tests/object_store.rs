@@ -1204,3 +1204,32 @@ fn log_readers_fail_on_the_store_with_exit_2_naming_the_url() {
         );
     }
 }
+
+/// `mismatch` on a stack's step in the store (verl's `step_3`, slime's `debug`): the local
+/// report and exit code. Already read through `producers/walk.rs`; pinned here so that
+/// docs/storage.md's "every reader" holds for it too.
+#[test]
+fn mismatch_reads_a_step_from_the_store() {
+    let Some(m) = moto() else { return };
+    for key in ["verl/step_3", "slime/debug"] {
+        let run = |arg: &str| {
+            store_cmd("mismatch", m)
+                .args(["--format", "json", arg])
+                .output()
+                .unwrap()
+        };
+        let (l, r) = (
+            run(&format!("fixtures/stacks/{key}")),
+            run(&format!("s3://bucket/stacks/{key}")),
+        );
+        assert_eq!(l.status.code(), Some(0), "{key}: {l:?}");
+        assert_eq!(r.status.code(), Some(0), "{key}: {r:?}");
+        let rout = String::from_utf8(r.stdout).unwrap();
+        assert!(rout.contains("s3://bucket/stacks/"), "{rout}");
+        assert_eq!(
+            as_local(&rout),
+            String::from_utf8(l.stdout).unwrap(),
+            "{key}"
+        );
+    }
+}

@@ -1,5 +1,5 @@
 """The wheel's log readers on object storage (issue 33, docs/storage.md): ``read_logs``,
-``read_events`` and ``logscan`` given ``s3://`` URLs of log folders, tracker files,
+``read_events``, ``logscan`` and ``mismatch`` given ``s3://`` URLs of log folders, tracker files,
 completions and runs, on an S3 server started on 127.0.0.1 (moto's ThreadedMotoServer),
 give what they give on the local copy, with the URLs where the local paths were; a
 missing object, a bad URL and a missing bucket raise ``RlforensicsError`` naming the URL.
@@ -35,6 +35,7 @@ UPLOADS = [
     "trackers/mlflow_db",
     "completions/trl_garbled",
     "runs",
+    "stacks/verl",
 ]
 
 
@@ -114,6 +115,15 @@ def test_logscan_from_the_store_is_the_local_report(s3, rel) -> None:
     text = json.dumps(remote.report).replace("s3://bucket/", "fixtures/")
     assert json.loads(text) == local.report
     assert "rlf-fetch" not in json.dumps(remote.report)
+
+
+def test_mismatch_from_the_store_is_the_local_report(s3) -> None:
+    local = rf.mismatch("fixtures/stacks/verl/step_3")
+    remote = rf.mismatch("s3://bucket/stacks/verl/step_3")
+    assert remote.exit_code == local.exit_code == 0
+    text = json.dumps(remote.report)
+    assert "s3://bucket/stacks/verl/step_3" in text
+    assert json.loads(text.replace("s3://bucket/", "fixtures/")) == local.report
 
 
 @pytest.mark.parametrize(
