@@ -1233,3 +1233,74 @@ fn mismatch_reads_a_step_from_the_store() {
         );
     }
 }
+
+/// A plain HTTP server (Python's `http.server` over `fixtures/`, no listing): a log and
+/// an MLflow SQLite database named by `http://` URL give the local report; a missing one
+/// exits 2 naming the URL. Skipped without python3.
+#[test]
+fn logscan_reads_one_object_over_plain_http() {
+    let python = std::env::var("RLF_PYTHON").unwrap_or_else(|_| "python3".into());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    /// Stops the server however the test ends.
+    struct Stop(Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let Ok(child) = StdCommand::new(&python)
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .current_dir(root().join("fixtures"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    else {
+        println!("skipped: no {python} for the HTTP server");
+        return;
+    };
+    let _stop = Stop(child);
+    let base = format!("http://127.0.0.1:{port}/");
+    let up = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    assert!(up, "the HTTP server did not start");
+    let run = |arg: &str| {
+        Command::cargo_bin("logscan")
+            .unwrap()
+            .current_dir(root())
+            .args(["--format", "json", arg])
+            .output()
+            .unwrap()
+    };
+    for rel in [
+        "logs/debug_faults/steps.jsonl",
+        "trackers/mlflow_db/run_a/mlflow.db",
+    ] {
+        let (l, r) = (
+            run(&format!("fixtures/{rel}")),
+            run(&format!("{base}{rel}")),
+        );
+        assert_eq!(l.status.code(), Some(1), "{rel}");
+        assert_eq!(r.status.code(), Some(1), "{rel}: {r:?}");
+        let rout = String::from_utf8(r.stdout)
+            .unwrap()
+            .replace(&base, "fixtures/");
+        assert_eq!(rout, String::from_utf8(l.stdout).unwrap(), "{rel}");
+    }
+    let missing = run(&format!("{base}logs/nothing.jsonl"));
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(err.contains(&format!("{base}logs/nothing.jsonl")) && err.contains("no such object"));
+}

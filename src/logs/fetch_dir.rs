@@ -268,7 +268,13 @@ pub fn localise(paths: &[PathBuf]) -> Result<Localised> {
             }
         };
         let local = tmp.join(i.to_string()).join(last_segment(&url));
-        let objects = walk(&url)?;
+        let objects = match walk(&url) {
+            Ok(o) => o,
+            // A plain HTTP server lists nothing (object_store's HTTP store lists with
+            // WebDAV's PROPFIND): the URL is then one object, its GET says if it is not.
+            Err(_) if url.starts_with("http://") || url.starts_with("https://") => Vec::new(),
+            Err(e) => return Err(e),
+        };
         if objects.is_empty() {
             // One object (or nothing: the GET says so, naming the URL).
             let bytes = source::read_all(Path::new(&url))?;
