@@ -14,7 +14,8 @@
 //!
 //! **What is fetched** ([`wanted`]): objects named as a log, tracker, completions, crash
 //! bundle or run config file is named — `*.jsonl`, `*.ndjson`, `*.log`, `*.txt`, `*.out`,
-//! `*.csv`, `*.parquet`, `*.db`, `*.sqlite(3)`, `*.wandb`, `*tfevents*`, the JSON and YAML
+//! `*.db`, `*.sqlite(3)`, `*.wandb`, `*tfevents*`, `*.csv` and `*.parquet` at a run's top
+//! (the prefix's or a sub-prefix's) and `completions_*.parquet` anywhere, the JSON and YAML
 //! files the readers name (`trainer_state.json`, `run_metadata.json`, `context.json`,
 //! `extra.json`, `wandb-summary.json`, `wandb-metadata.json`, `*.table.json`,
 //! `config.yaml`, `meta.yaml`) and MLflow's `metrics/`, `params/`, `tags/` files. The
@@ -159,9 +160,14 @@ pub fn wanted(rel: &str) -> bool {
         return false;
     };
     let dirs = &parts[..parts.len() - 1];
-    const EXTS: [&str; 11] = [
-        ".jsonl", ".ndjson", ".log", ".txt", ".out", ".csv", ".parquet", ".db", ".sqlite",
-        ".sqlite3", ".wandb",
+    // A CSV or Parquet file is read at a run's top only (the prefix's, or a sub-prefix's
+    // when the prefix holds runs), TRL's completions_*.parquet at any depth: a dataset's
+    // shards deeper down are not fetched.
+    if name.ends_with(".csv") || name.ends_with(".parquet") {
+        return dirs.len() <= 1 || name.starts_with("completions_");
+    }
+    const EXTS: [&str; 9] = [
+        ".jsonl", ".ndjson", ".log", ".txt", ".out", ".db", ".sqlite", ".sqlite3", ".wandb",
     ];
     const NAMES: [&str; 8] = [
         "trainer_state.json",
@@ -380,7 +386,10 @@ mod tests {
             "mlruns/1/0a1b/meta.yaml",
             "mlflow.db",
             "export.csv",
+            "run_a/export.csv",
+            "run_a/rlf_fixture.parquet",
             "completions/completions_00010.parquet",
+            "a/b/completions/completions_00010.parquet",
             "failures/20251008-113012-step-0041/exception.txt",
             "failures/20251008-113012-step-0041/context.json",
             "run_metadata.json",
@@ -394,6 +403,8 @@ mod tests {
             "optimizer.bin",
             "tokenizer.json",
             "plots/loss.png",
+            "data/train/part-0.parquet",
+            "data/eval/scores.csv",
             "",
         ] {
             assert!(!wanted(rel), "{rel}");
