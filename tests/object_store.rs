@@ -155,6 +155,17 @@ fn make_tmp(python: &str) -> PathBuf {
         tmp.join("conf/tolerances.toml"),
     )
     .unwrap();
+    // a log whose keys only an aliases file maps, and that file (logscan --aliases URL)
+    std::fs::write(
+        tmp.join("conf/aliases.json"),
+        r#"{"reward_mean": ["my_score"], "loss": ["my_loss"]}"#,
+    )
+    .unwrap();
+    std::fs::create_dir_all(tmp.join("alias_run")).unwrap();
+    let lines: String = (0..30)
+        .map(|s| format!("{{\"step\": {s}, \"my_score\": 0.5, \"my_loss\": 0.0}}\n"))
+        .collect();
+    std::fs::write(tmp.join("alias_run/steps.jsonl"), lines).unwrap();
     let _ = StdCommand::new(python)
         .args(["-c", CKPT])
         .arg(&tmp)
@@ -219,6 +230,7 @@ fn start() -> Option<Moto> {
     ));
     cmd.arg(format!("{}=ckpt", tmp.join("ckpt").display()));
     cmd.arg(format!("{}=conf", tmp.join("conf").display()));
+    cmd.arg(format!("{}=alias_run", tmp.join("alias_run").display()));
     cmd.arg("fixtures/logs/debug_faults=logs/debug_faults");
     cmd.arg("fixtures/stacks=stacks");
     // Logs of every kind logscan and postmortem read (issue 33's second half), and a
@@ -989,10 +1001,15 @@ fn list_keys(m: &Moto, prefix: &str) -> Vec<String> {
 /// The text of one object of `bucket`, fetched with boto3 (independently of the
 /// library's reader).
 fn get_text(m: &Moto, key: &str) -> String {
+    String::from_utf8(get_bytes(m, key)).unwrap()
+}
+
+/// The bytes of object `key` of `bucket`, read with boto3.
+fn get_bytes(m: &Moto, key: &str) -> Vec<u8> {
     let python = std::env::var("RLF_PYTHON").unwrap_or_else(|_| "python3".into());
     let script = "import boto3, os, sys\n\
         s = boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL'], region_name='us-east-1')\n\
-        sys.stdout.write(s.get_object(Bucket='bucket', Key=sys.argv[1])['Body'].read().decode())";
+        sys.stdout.buffer.write(s.get_object(Bucket='bucket', Key=sys.argv[1])['Body'].read())";
     let out = StdCommand::new(python)
         .args(["-c", script, key])
         .env("AWS_ENDPOINT_URL", &m.endpoint)
@@ -1001,7 +1018,7 @@ fn get_text(m: &Moto, key: &str) -> String {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
-    String::from_utf8(out.stdout).unwrap()
+    out.stdout
 }
 
 /// postmortem on a run folder and on a crash bundle in the store: the local report
@@ -1303,4 +1320,151 @@ fn logscan_reads_one_object_over_plain_http() {
     let err = String::from_utf8_lossy(&missing.stderr);
     assert_eq!(missing.status.code(), Some(2));
     assert!(err.contains(&format!("{base}logs/nothing.jsonl")) && err.contains("no such object"));
+}
+
+/// logscan's other files take URLs: `--aliases` is read from the store (the keys it maps
+/// are then judged, as with the local file), and `--output`, `--plot` and `--export` are
+/// written locally and put whole at their URLs, with the local files' content; an output
+/// whose bucket does not exist exits 2 naming its URL before anything is scanned. A
+/// dumpdiff `--mapping` file in the store reads its side as the local file does.
+#[test]
+fn logscan_and_dumpdiff_read_aliases_and_mappings_from_the_store_and_write_to_it() {
+    let Some(m) = moto() else { return };
+    let local_aliases = m.tmp.join("conf/aliases.json");
+    let scan = |log: &str, aliases: &str, extra: &[&str]| {
+        store_cmd("logscan", m)
+            .args(["--format", "json", log, "--aliases", aliases])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let local_log = m.tmp.join("alias_run/steps.jsonl");
+    let l = scan(
+        local_log.to_str().unwrap(),
+        local_aliases.to_str().unwrap(),
+        &[],
+    );
+    let r = scan(
+        local_log.to_str().unwrap(),
+        "s3://bucket/conf/aliases.json",
+        &[],
+    );
+    assert_eq!(
+        l.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&l.stderr)
+    );
+    assert_eq!(
+        r.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    let lout = String::from_utf8(l.stdout).unwrap();
+    assert!(
+        lout.contains("\"plateau\""),
+        "the aliases map my_score: {lout}"
+    );
+    assert_eq!(String::from_utf8(r.stdout).unwrap(), lout);
+    // --output / --plot / --export to URLs: the objects hold what the local files hold
+    let dir = tempfile::tempdir().unwrap();
+    let (lj, lp, le) = (
+        dir.path().join("report.json"),
+        dir.path().join("plot.svg"),
+        dir.path().join("frame.csv"),
+    );
+    let local = scan(
+        "s3://bucket/alias_run",
+        "s3://bucket/conf/aliases.json",
+        &[
+            "--output",
+            lj.to_str().unwrap(),
+            "--plot",
+            lp.to_str().unwrap(),
+            "--export",
+            le.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(local.status.code(), Some(0));
+    let remote = scan(
+        "s3://bucket/alias_run",
+        "s3://bucket/conf/aliases.json",
+        &[
+            "--output",
+            "s3://bucket/out/report.json",
+            "--plot",
+            "s3://bucket/out/plot.svg",
+            "--export",
+            "s3://bucket/out/frame.csv",
+        ],
+    );
+    assert_eq!(
+        remote.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&remote.stderr)
+    );
+    assert_eq!(remote.stdout, local.stdout);
+    assert_eq!(
+        get_text(m, "out/report.json"),
+        std::fs::read_to_string(&lj).unwrap()
+    );
+    assert_eq!(get_bytes(m, "out/plot.svg"), std::fs::read(&lp).unwrap());
+    assert_eq!(get_bytes(m, "out/frame.csv"), std::fs::read(&le).unwrap());
+    // a --mapping file in the store reads a side as the local file does (dumpdiff A B)
+    let mapped = |a: &str, b: &str, mapping: &str| {
+        store_cmd("dumpdiff", m)
+            .args([
+                a,
+                b,
+                "--step",
+                "3",
+                "--format",
+                "json",
+                "--mapping",
+                mapping,
+            ])
+            .output()
+            .unwrap()
+    };
+    let l = mapped(
+        "fixtures/stacks/sglang_dumper",
+        "fixtures/stacks/verl",
+        "fixtures/stacks/mappings/sglang_dumper.toml",
+    );
+    let r = mapped(
+        "s3://bucket/stacks/sglang_dumper",
+        "s3://bucket/stacks/verl",
+        "s3://bucket/stacks/mappings/sglang_dumper.toml",
+    );
+    assert_eq!(
+        l.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&l.stderr)
+    );
+    assert_eq!(
+        r.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    let rout = String::from_utf8(r.stdout).unwrap();
+    assert!(rout.contains("\"rows_matched\": 4"), "{rout}");
+    assert_eq!(
+        as_local(&rout).replace("fixtures/stacks/", "stacks/"),
+        String::from_utf8(l.stdout)
+            .unwrap()
+            .replace("fixtures/stacks/", "stacks/")
+    );
+    // no such bucket: exit 2 naming the URL, and nothing scanned or written
+    let bad = scan(
+        "s3://bucket/alias_run",
+        "s3://bucket/conf/aliases.json",
+        &["--output", "s3://no-such-bucket/report.json"],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("s3://no-such-bucket"), "{err}");
 }

@@ -331,19 +331,76 @@ pub struct RunOutput {
 /// objects a log reader reads, into a private temporary folder) and scanned as a local
 /// folder; stdout, `--output` and errors then name the URLs, never the copy.
 pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
+    let (args, uploads, _scratch) = remote_files(args)?;
     let local = crate::logs::fetch_dir::localise(&args.paths)?;
-    if !local.is_remote() {
-        return run_local(args, color);
+    let mut out = if local.is_remote() {
+        let mut copy = args.clone();
+        copy.paths = local.paths.clone();
+        let mut out = run_local(&copy, color).map_err(|e| local.error_to_urls(e))?;
+        if let Some(o) = &args.output {
+            local.rewrite_file(o)?;
+        }
+        out.stdout = local.to_urls(&out.stdout);
+        out.notes.extend(local.skipped_note());
+        out
+    } else {
+        run_local(&args, color)?
+    };
+    // written locally, then each put whole: nothing is put when the scan fails
+    for (url, file) in &uploads {
+        let bytes = std::fs::read(file).map_err(|e| Error::io(file, e))?;
+        crate::formats::source::write_object(url, bytes)?;
+        out.stdout = out.stdout.replace(
+            file.to_string_lossy().as_ref(),
+            url.to_string_lossy().as_ref(),
+        );
     }
-    let mut copy = args.clone();
-    copy.paths = local.paths.clone();
-    let mut out = run_local(&copy, color).map_err(|e| local.error_to_urls(e))?;
-    if let Some(o) = &args.output {
-        local.rewrite_file(o)?;
-    }
-    out.stdout = local.to_urls(&out.stdout);
-    out.notes.extend(local.skipped_note());
     Ok(out)
+}
+
+/// `args` with its URL files made local: `--aliases` fetched into a scratch folder, and
+/// `--output`, `--export` and `--plot` written there, to be put at their URLs after the
+/// scan (`(url, local file)` pairs; each URL's bucket checked with one LIST first).
+fn remote_files(
+    args: &LogscanArgs,
+) -> Result<(
+    LogscanArgs,
+    Vec<(PathBuf, PathBuf)>,
+    Option<crate::logs::fetch_dir::Scratch>,
+)> {
+    use crate::formats::source::{is_remote, list_dir, read_all};
+    let remote = |p: &Option<PathBuf>| p.as_ref().filter(|p| is_remote(p)).cloned();
+    let outputs = [
+        remote(&args.output),
+        remote(&args.export),
+        remote(&args.plot),
+    ];
+    let aliases = remote(&args.aliases);
+    if aliases.is_none() && outputs.iter().all(Option::is_none) {
+        return Ok((args.clone(), Vec::new(), None));
+    }
+    let scratch = crate::logs::fetch_dir::Scratch::new()?;
+    let mut copy = args.clone();
+    if let Some(url) = aliases {
+        let file = scratch.path().join("aliases.json");
+        std::fs::write(&file, read_all(&url)?).map_err(|e| Error::io(&file, e))?;
+        copy.aliases = Some(file);
+    }
+    let mut uploads = Vec::new();
+    let slots = [&mut copy.output, &mut copy.export, &mut copy.plot];
+    for (k, (url, slot)) in outputs.into_iter().zip(slots).enumerate() {
+        let Some(url) = url else { continue };
+        // the bucket and credentials, before any work
+        list_dir(url.parent().unwrap_or(&url))?;
+        let name = url.file_name().map_or_else(
+            || format!("output{k}"),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        let file = scratch.path().join(format!("{k}-{name}"));
+        *slot = Some(file.clone());
+        uploads.push((url, file));
+    }
+    Ok((copy, uploads, Some(scratch)))
 }
 
 /// [`run`] on local inputs.
