@@ -358,16 +358,18 @@ pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
     Ok(out)
 }
 
-/// `args` with its URL files made local: `--aliases` fetched into a scratch folder, and
-/// `--output`, `--export` and `--plot` written there, to be put at their URLs after the
-/// scan (`(url, local file)` pairs; each URL's bucket checked with one LIST first).
-fn remote_files(
-    args: &LogscanArgs,
-) -> Result<(
+/// [`remote_files`]' answer: the arguments to scan with, the `(url, local file)` pairs to
+/// put after the scan, and the scratch folder holding them (removed when dropped).
+type RemoteFiles = (
     LogscanArgs,
     Vec<(PathBuf, PathBuf)>,
     Option<crate::logs::fetch_dir::Scratch>,
-)> {
+);
+
+/// `args` with its URL files made local: `--aliases` fetched into a scratch folder, and
+/// `--output`, `--export` and `--plot` written there, to be put at their URLs after the
+/// scan (`(url, local file)` pairs; each URL's bucket checked with one LIST first).
+fn remote_files(args: &LogscanArgs) -> Result<RemoteFiles> {
     use crate::formats::source::{is_remote, list_dir, read_all};
     let remote = |p: &Option<PathBuf>| p.as_ref().filter(|p| is_remote(p)).cloned();
     let outputs = [
