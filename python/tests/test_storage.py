@@ -140,3 +140,18 @@ def test_store_errors_name_the_url(s3, url, says) -> None:
             read(url)
         assert url in str(e.value) and says in str(e.value)
         assert "rlf-fetch" not in str(e.value)
+
+
+def test_an_aliases_file_in_the_store_maps_as_the_local_one(s3, tmp_path) -> None:
+    """``aliases=`` takes a URL: the user's keys it maps become canonical columns, as with
+    the local file (and not without it)."""
+    log = tmp_path / "steps.jsonl"
+    log.write_text("".join(json.dumps({"step": s, "my_score": 0.5 + s / 100}) + "\n" for s in range(10)))
+    aliases = tmp_path / "aliases.json"
+    aliases.write_text(json.dumps({"reward_mean": ["my_score"]}))
+    s3.upload_file(str(aliases), "bucket", "conf/aliases.json")
+    local = rf.read_logs(str(log), aliases=str(aliases))
+    remote = rf.read_logs(str(log), aliases="s3://bucket/conf/aliases.json")
+    assert "reward_mean" in local.columns
+    assert "reward_mean" not in rf.read_logs(str(log)).columns
+    assert remote.equals(local, null_equal=True)

@@ -137,7 +137,13 @@ impl AliasTable {
 
     /// The built-in table extended by a user file whose keys take precedence.
     pub fn with_user_file(path: &Path) -> Result<AliasTable> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = if crate::formats::source::is_remote(path) {
+            // an object-storage URL (Python's `aliases=`): one GET
+            String::from_utf8(crate::formats::source::read_all(path)?)
+                .map_err(|_| Error::format(path, crate::error::Position::File, "not UTF-8"))?
+        } else {
+            std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?
+        };
         let mut t = AliasTable {
             canonical: Vec::new(),
             map: HashMap::new(),
