@@ -13,6 +13,9 @@
 //! | completions-repetition | ≥ 20 % end in a unit repeated ≥ 3 times covering half the text | warning, error ≥ 50 % |
 //! | completions-identical | one non-empty text is ≥ 50 % of ≥ 4 completions, for ≥ 3 prompts | warning, error ≥ 90 % |
 //! | completions-unterminated | the metrics say ≥ 50 % hit the length cap; the cause is read from the text | error |
+//!
+//! `completions-eos-mismatch` and `completions-prompt-templated-twice` are in
+//! [`super::completions_eos`].
 
 use super::{Finding, Severity};
 use crate::frames::log::frame::LogFrame;
@@ -56,7 +59,7 @@ const TEMPLATE_TOKENS: [&str; 14] = [
 ];
 
 /// End-of-turn tokens a decoder without `skip_special_tokens` leaves at a completion's end.
-const END_TOKENS: [&str; 6] = [
+pub(crate) const END_TOKENS: [&str; 6] = [
     "<|im_end|>",
     "<|eot_id|>",
     "<|endoftext|>",
@@ -448,6 +451,18 @@ pub fn detect(files: &[CompletionFile], frame: Option<&LogFrame>) -> Vec<Finding
     if let Some(f) = identical(&all) {
         out.push(f);
     }
+    // Text running on past the template's end token to the cap names the EOS token; the
+    // template leak it makes (a next turn) is that finding, not a second one.
+    let eos_mismatch = super::completions_eos::eos_mismatch(&all, capped);
+    let eos_fired = eos_mismatch.is_some();
+    if let Some(f) = eos_mismatch {
+        out.retain(|x| {
+            !(x.detector == "completions-template-leak"
+                && x.evidence.get("likely_cause").and_then(|v| v.as_str()) == Some("EOS token"))
+        });
+        out.push(f);
+    }
+    out.extend(super::completions_eos::prompt_templated_twice(&all));
 
     if let Some(c) = capped.filter(|c| *c >= CAPPED_SHARE) {
         let (cause, why) = if garbled.len() as f64 / n >= GARBLED_SHARE.0 {
@@ -459,6 +474,11 @@ pub fn detect(files: &[CompletionFile], frame: Option<&LogFrame>) -> Vec<Finding
             (
                 "generation config",
                 "the text loops: the model repeats itself until the cap",
+            )
+        } else if eos_fired {
+            (
+                "EOS token mismatch",
+                "the text runs on past the chat template's end token (completions-eos-mismatch)",
             )
         } else if leaks.len() >= 2 {
             (
@@ -484,6 +504,7 @@ pub fn detect(files: &[CompletionFile], frame: Option<&LogFrame>) -> Vec<Finding
                     "weights / tokenizer" => "the sampler's weights or tokenizer are wrong (see completions-garbled), not max_completion_length",
                     "generation config" => "generation config: no repetition penalty / low temperature",
                     "EOS token" => "EOS token: the sampler does not stop at the end-of-turn token",
+                    "EOS token mismatch" => "EOS token mismatch: generation_config.eos_token_id is not the chat template's end token (see completions-eos-mismatch)",
                     _ => "max completion length too small for the task",
                 }],
             )
@@ -510,6 +531,9 @@ pub fn reconcile(findings: &mut [Finding]) {
     };
     let unterminated =
         cause_of("completions-unterminated").filter(|c| c != "max completion length");
+    let twice = findings
+        .iter()
+        .any(|f| f.detector == "completions-prompt-templated-twice");
     let same = if findings.iter().any(|f| f.detector == "completions-blank") {
         Some("blank completions (completions-blank) all score the same: no reward variance in any group")
     } else if findings
@@ -526,6 +550,9 @@ pub fn reconcile(findings: &mut [Finding]) {
                 .as_ref()
                 .map(|c| format!("the completions show why they hit the cap: {c} (completions-unterminated), not the length limit")),
             "dead-groups" | "zero-loss" | "zero-grad" => same.map(str::to_string),
+            "completions-blank" | "completions-identical" | "completions-garbled" if twice => {
+                Some("the prompt is templated twice (completions-prompt-templated-twice): the model answers a malformed conversation".to_string())
+            }
             _ => None,
         };
         if let Some(c) = first {
