@@ -211,6 +211,7 @@ impl<'a> Scan<'a> {
     }
 
     /// A JSON number (or a bare NaN/±Infinity) → (value, is an integer literal).
+    #[inline(always)]
     fn number(&mut self) -> Option<Top> {
         let b = self.b;
         let start = self.i;

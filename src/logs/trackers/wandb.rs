@@ -560,7 +560,8 @@ const PART_RECORDS: usize = 2048;
 /// Parse `recs` (`(offset, number, bytes)`, in file order) into `w`: in parallel parts
 /// with their own key ids, renumbered into the file's keys in order (so keys keep their
 /// first-seen order); the first record that is not a `Record` protobuf is the error. With
-/// `config`, one by one, applying config records too.
+/// `config` (a run's configuration is wanted, not its rows), one by one: history records
+/// are only walked, and the others decoded to apply their config.
 fn parse_records(
     path: &Path,
     recs: &[(u64, u64, &[u8])],
@@ -578,7 +579,14 @@ fn parse_records(
     };
     if let Some(cfg) = config {
         let mut row = Row::default();
+        let mut keys = Keys::default();
         for &(at, n, bytes) in recs {
+            // A record the history walk takes whole is history (or nothing) that prost
+            // would decode: it holds no config, and its row is not wanted here. Only the
+            // others (config, run, anything unusual) are decoded.
+            if fast_history(bytes, &mut keys, &mut row).is_some() {
+                continue;
+            }
             let mut rec = Record::decode(bytes).map_err(|e| bad(at, n, e))?;
             if let Some(h) = rec.history.take() {
                 history_row(&h, &mut w.keys, &mut row);
