@@ -64,10 +64,7 @@ fn starts_with(rest: &[u8], lit: &[u8]) -> bool {
             return false;
         }
     }
-    a.remainder()
-        .iter()
-        .zip(b.remainder())
-        .all(|(x, y)| x == y)
+    a.remainder().iter().zip(b.remainder()).all(|(x, y)| x == y)
 }
 
 /// Keep the line the full scan just read (`sc`'s leaves, meta, paths) as the shape.
