@@ -346,6 +346,23 @@ fn fast_history(rec: &[u8], keys: &mut Keys, row: &mut Row) -> Option<bool> {
     Some(true)
 }
 
+/// True when a `Record`'s top level is well formed and holds no config (5) or run (17)
+/// and at most one history (2), as bytes: what [`fast_history`] walks, seen without
+/// walking the history itself.
+fn without_config(rec: &[u8]) -> bool {
+    use wire::Payload;
+    let mut pos = 0;
+    let mut history = false;
+    while pos < rec.len() {
+        match wire::field(rec, &mut pos) {
+            Some((2, Payload::Bytes(_))) if !history => history = true,
+            Some((2 | 5 | 17, _)) | None => return false,
+            Some(_) => {}
+        }
+    }
+    true
+}
+
 /// Apply a config record's updates and removals to `out` (flattened `key → text`).
 fn apply_config(c: &ConfigRecord, out: &mut BTreeMap<String, String>) {
     for it in &c.update {
@@ -579,12 +596,12 @@ fn parse_records(
     };
     if let Some(cfg) = config {
         let mut row = Row::default();
-        let mut keys = Keys::default();
         for &(at, n, bytes) in recs {
-            // A record the history walk takes whole is history (or nothing) that prost
-            // would decode: it holds no config, and its row is not wanted here. Only the
-            // others (config, run, anything unusual) are decoded.
-            if fast_history(bytes, &mut keys, &mut row).is_some() {
+            // A record whose top level holds no config or run (history, or nothing) has
+            // no config, and its row is not wanted here: only the others are decoded.
+            // (The scan that read the same file before has already refused a record
+            // prost cannot decode.)
+            if without_config(bytes) {
                 continue;
             }
             let mut rec = Record::decode(bytes).map_err(|e| bad(at, n, e))?;
