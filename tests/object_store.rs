@@ -221,6 +221,16 @@ fn start() -> Option<Moto> {
     cmd.arg(format!("{}=conf", tmp.join("conf").display()));
     cmd.arg("fixtures/logs/debug_faults=logs/debug_faults");
     cmd.arg("fixtures/stacks=stacks");
+    // Logs of every kind logscan and postmortem read (issue 33's second half), and a
+    // run prefix that also holds checkpoints (`ckpt/`), which must not be fetched.
+    for dir in ["trackers", "completions", "runs"] {
+        cmd.arg(format!("fixtures/{dir}={dir}"));
+    }
+    cmd.arg("fixtures/logs/healthy=logs/healthy");
+    cmd.arg(format!(
+        "{}=logs/healthy/checkpoint-10",
+        tmp.join("ckpt").display()
+    ));
     let mut child = cmd
         .current_dir(root())
         .stdin(Stdio::piped())
@@ -765,4 +775,532 @@ fn a_tolerance_file_in_the_store_is_read() {
         .unwrap();
     assert_eq!(missing.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("s3://bucket/conf/none.toml"));
+}
+
+/// `cmd` run from the repository root with the server's endpoint and the IAM user's key.
+fn store_cmd(bin: &str, m: &Moto) -> Command {
+    in_store(Command::cargo_bin(bin).unwrap(), m, &m.key)
+}
+
+/// The local fixture path of a URL of `bucket`: the keys mirror `fixtures/`.
+fn as_local(text: &str) -> String {
+    text.replace("s3://bucket/", "fixtures/")
+}
+
+/// logscan on every kind of log input in the store — tracker files named directly
+/// (TensorBoard, W&B `.wandb`, MLflow's SQLite, CSV, Trackio's SQLite and Parquet) and
+/// found under a prefix (TensorBoard sub-folders, W&B and MLflow folders), completions
+/// named directly (TRL parquet, W&B table JSON, verl rollout JSONL) and sniffed under a
+/// prefix (TRL + W&B table, verl, AReaL), a prefix of runs (several runs), a crash
+/// bundle, text logs — gives the report and exit code of the local copy, with the URLs
+/// where the local report has the fixture paths, and never the temporary copy's path.
+#[test]
+fn logscan_reads_every_log_kind_from_the_store() {
+    let Some(m) = moto() else { return };
+    let cases: [(&str, i32); 27] = [
+        ("trackers/tb/run_a", 1),
+        (
+            "trackers/tb/run_a/events.out.tfevents.1795476587.vm.25321.0.run_a",
+            1,
+        ),
+        ("trackers/tb_appended/run", 1),
+        ("trackers/wandb/run_a", 1),
+        (
+            "trackers/wandb/run_a/wandb/offline-run-20261123_232949-fk02vmn2/run-fk02vmn2.wandb",
+            1,
+        ),
+        ("trackers/wandb_full/run_a", 1),
+        ("trackers/wandb_files/run_a", 1),
+        ("trackers/wandb_resumed/run", 1),
+        ("trackers/mlflow/run_a", 1),
+        ("trackers/mlflow_db/run_a", 1),
+        ("trackers/mlflow_db/run_a/mlflow.db", 1),
+        ("trackers/csv/plain_a.csv", 1),
+        ("trackers/csv/wandb_export_a.csv", 1),
+        ("trackers/trackio/run_a/rlf_fixture.db", 1),
+        ("trackers/trackio/run_a/rlf_fixture.parquet", 1),
+        ("completions/trl_garbled", 1),
+        (
+            "completions/trl_blank/completions/completions_00001.parquet",
+            1,
+        ),
+        (
+            "completions/trl_blank/wandb_table/completions_17_feeab71b9b636e20f80d.table.json",
+            1,
+        ),
+        ("completions/verl_leak", 1),
+        ("completions/verl_leak/1.jsonl", 1),
+        ("completions/areal_identical", 1),
+        ("completions/verl_tb_leak", 1),
+        ("runs", 1),
+        ("runs/20251009-091500", 1),
+        ("runs/20251009-130000/failures/20251009-130245-step-0041", 0),
+        ("trackers/mlflow", 1),
+        ("trackers/manifest.json", 2),
+    ];
+    for (key, code) in cases {
+        let run = |arg: &str| {
+            store_cmd("logscan", m)
+                .args(["--format", "json", arg])
+                .output()
+                .unwrap()
+        };
+        let (l, r) = (
+            run(&format!("fixtures/{key}")),
+            run(&format!("s3://bucket/{key}")),
+        );
+        let (lerr, rerr) = (
+            String::from_utf8_lossy(&l.stderr),
+            String::from_utf8_lossy(&r.stderr),
+        );
+        assert_eq!(l.status.code(), Some(code), "{key}: {lerr}");
+        assert_eq!(r.status.code(), Some(code), "{key}: {rerr}");
+        let (lout, rout) = (
+            String::from_utf8(l.stdout).unwrap(),
+            String::from_utf8(r.stdout).unwrap(),
+        );
+        assert!(
+            !rout.contains("rlf-fetch") && !rerr.contains("rlf-fetch"),
+            "{key}"
+        );
+        if code == 2 {
+            // A JSON that is no log: refused as locally, naming the URL.
+            assert!(rerr.contains(&format!("s3://bucket/{key}")), "{rerr}");
+            assert_eq!(as_local(&rerr), lerr.to_string(), "{key}");
+            continue;
+        }
+        assert!(rout.contains("s3://bucket/"), "{key}: {rout}");
+        assert_eq!(as_local(&rout), lout, "{key}");
+    }
+    // --compare of a run in the store and a local one, and --output: the local report.
+    let compare = |a: &str| {
+        store_cmd("logscan", m)
+            .args([
+                "--compare",
+                "--format",
+                "json",
+                a,
+                "fixtures/trackers/tb/run_b",
+            ])
+            .output()
+            .unwrap()
+    };
+    let (l, r) = (
+        compare("fixtures/trackers/tb/run_a"),
+        compare("s3://bucket/trackers/tb/run_a"),
+    );
+    assert_eq!(l.status.code(), r.status.code());
+    let rout = String::from_utf8(r.stdout).unwrap();
+    assert!(rout.contains("s3://bucket/trackers/tb/run_a"), "{rout}");
+    assert_eq!(as_local(&rout), String::from_utf8(l.stdout).unwrap());
+    let out = m.tmp.join("logscan-output.json");
+    let r = store_cmd("logscan", m)
+        .args(["s3://bucket/logs/healthy", "--format", "json", "--output"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(0));
+    let written = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        written.contains("\"s3://bucket/logs/healthy/steps.jsonl\""),
+        "{written}"
+    );
+    assert!(!written.contains("rlf-fetch"));
+    // Several runs under a prefix are listed as a local parent folder lists them.
+    let several = store_cmd("logscan", m)
+        .args(["s3://bucket/runs"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&several.stdout);
+    assert!(
+        text.starts_with(
+            "3 runs, each scanned on its own: s3://bucket/runs/20251009-091500, \
+             s3://bucket/runs/20251009-130000, s3://bucket/runs/20251009-160000"
+        ),
+        "{text}"
+    );
+}
+
+/// A prefix fetches its logs and nothing else: `--stats` counts exactly the bytes of the
+/// two logs (their local sizes), not the checkpoints beside them, which are named on
+/// stderr as not fetched.
+#[test]
+fn a_log_prefix_fetches_only_its_logs() {
+    let Some(m) = moto() else { return };
+    let out = store_cmd("logscan", m)
+        .args(["--stats", "--format", "json", "s3://bucket/logs/healthy"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let want: u64 = ["events.jsonl", "steps.jsonl"]
+        .iter()
+        .map(|f| {
+            root()
+                .join("fixtures/logs/healthy")
+                .join(f)
+                .metadata()
+                .unwrap()
+                .len()
+        })
+        .sum();
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("logscan: fetched "))
+        .unwrap_or_else(|| panic!("no --stats line in {err}"));
+    let bytes: u64 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert_eq!(bytes, want, "{err}");
+    let ckpt_bytes: u64 = std::fs::read_dir(m.tmp.join("ckpt"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    let n = std::fs::read_dir(m.tmp.join("ckpt")).unwrap().count();
+    assert!(
+        err.contains(&format!(
+            "logscan: not fetched: {n} object(s) of {ckpt_bytes} bytes"
+        )) && err.contains("s3://bucket/logs/healthy/checkpoint-10/big.safetensors"),
+        "{err}"
+    );
+}
+
+/// The objects under `prefix` in `bucket` (sorted keys), listed with boto3.
+fn list_keys(m: &Moto, prefix: &str) -> Vec<String> {
+    let python = std::env::var("RLF_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = "import boto3, os, sys\n\
+        s = boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL'], region_name='us-east-1')\n\
+        r = s.list_objects_v2(Bucket='bucket', Prefix=sys.argv[1])\n\
+        print('\\n'.join(sorted(o['Key'] for o in r.get('Contents', []))))";
+    let out = StdCommand::new(python)
+        .args(["-c", script, prefix])
+        .env("AWS_ENDPOINT_URL", &m.endpoint)
+        .env("AWS_ACCESS_KEY_ID", &m.key)
+        .env("AWS_SECRET_ACCESS_KEY", &m.secret)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The text of one object of `bucket`, fetched with boto3 (independently of the
+/// library's reader).
+fn get_text(m: &Moto, key: &str) -> String {
+    let python = std::env::var("RLF_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = "import boto3, os, sys\n\
+        s = boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL'], region_name='us-east-1')\n\
+        sys.stdout.write(s.get_object(Bucket='bucket', Key=sys.argv[1])['Body'].read().decode())";
+    let out = StdCommand::new(python)
+        .args(["-c", script, key])
+        .env("AWS_ENDPOINT_URL", &m.endpoint)
+        .env("AWS_ACCESS_KEY_ID", &m.key)
+        .env("AWS_SECRET_ACCESS_KEY", &m.secret)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// postmortem on a run folder and on a crash bundle in the store: the local report
+/// (JSON, markdown) and exit code; `--output` to a URL puts every file the local
+/// `--output` writes, with the same text (URLs for paths); `--dumps` prefixes give the
+/// local verdict.
+#[test]
+fn postmortem_reads_runs_and_bundles_from_the_store() {
+    let Some(m) = moto() else { return };
+    for (key, format) in [
+        ("runs/20251009-091500", "json"),
+        ("runs/20251009-130000", "markdown"),
+        (
+            "runs/20251009-160000/failures/20251009-161214-step-0057",
+            "json",
+        ),
+        ("runs/partial_bundle/20251009-170000-step-0005", "markdown"),
+    ] {
+        let run = |arg: &str| {
+            store_cmd("postmortem", m)
+                .args(["--format", format, arg])
+                .output()
+                .unwrap()
+        };
+        let (l, r) = (
+            run(&format!("fixtures/{key}")),
+            run(&format!("s3://bucket/{key}")),
+        );
+        assert_eq!(l.status.code(), Some(1), "{key}: {l:?}");
+        assert_eq!(r.status.code(), Some(1), "{key}: {r:?}");
+        let rout = String::from_utf8(r.stdout).unwrap();
+        assert!(!rout.contains("rlf-fetch"), "{key}");
+        assert_eq!(
+            as_local(&rout),
+            String::from_utf8(l.stdout).unwrap(),
+            "{key}"
+        );
+    }
+    // --output to a URL: the files the local --output writes, the text ones equal.
+    let dir = m.tmp.join("pm-local");
+    let _ = std::fs::remove_dir_all(&dir);
+    let local = store_cmd("postmortem", m)
+        .args(["fixtures/runs/20251009-130000", "--output"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(local.status.code(), Some(1));
+    let remote = store_cmd("postmortem", m)
+        .args([
+            "s3://bucket/runs/20251009-130000",
+            "--output",
+            "s3://bucket/out/pm/",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(remote.status.code(), Some(1), "{remote:?}");
+    let stdout = String::from_utf8(remote.stdout).unwrap();
+    assert!(
+        stdout.ends_with("report: s3://bucket/out/pm/report.html\n"),
+        "{stdout}"
+    );
+    let mut want: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| format!("out/pm/{}", file_name(&e.unwrap().path())))
+        .collect();
+    want.sort();
+    assert_eq!(list_keys(m, "out/pm/"), want);
+    for name in ["summary.json", "report.md", "report.html"] {
+        let got = get_text(m, &format!("out/pm/{name}"));
+        assert!(got.contains("s3://bucket/runs/20251009-130000"), "{name}");
+        assert_eq!(
+            as_local(&got),
+            std::fs::read_to_string(dir.join(name)).unwrap(),
+            "{name}"
+        );
+    }
+    // A failed analysis puts nothing.
+    let failed = store_cmd("postmortem", m)
+        .args(["s3://bucket/runs", "--output", "s3://bucket/out/none"])
+        .output()
+        .unwrap();
+    assert_eq!(failed.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&failed.stderr);
+    assert!(err.contains("no run found in s3://bucket/runs;"), "{err}");
+    assert!(list_keys(m, "out/none").is_empty());
+    // --dumps prefixes: the local trees' verdict.
+    let dumps = |sh: &str, wv: &str| {
+        store_cmd("postmortem", m)
+            .args([
+                "fixtures/runs/20251009-091500",
+                "--format",
+                "json",
+                "--step",
+                "0",
+            ])
+            .args(["--dumps", sh, "--dumps", wv])
+            .output()
+            .unwrap()
+    };
+    let l = dumps(
+        "fixtures/dumps/self_hosted_pt",
+        "fixtures/dumps/weaver_faulty_pt",
+    );
+    let r = dumps(
+        "s3://bucket/run/self_hosted",
+        "s3://bucket/run/weaver_faulty",
+    );
+    assert_eq!(l.status.code(), Some(1));
+    assert_eq!(r.status.code(), Some(1), "{r:?}");
+    let text = String::from_utf8(r.stdout)
+        .unwrap()
+        .replace(
+            "s3://bucket/run/self_hosted",
+            "fixtures/dumps/self_hosted_pt",
+        )
+        .replace(
+            "s3://bucket/run/weaver_faulty",
+            "fixtures/dumps/weaver_faulty_pt",
+        );
+    assert!(text.contains("FAIL"));
+    assert_eq!(text, String::from_utf8(l.stdout).unwrap());
+}
+
+/// The new entry points' failures: a missing prefix, wrong credentials and a bad URL,
+/// for logscan (a prefix) and postmortem (a run, an `--output`): exit 2, the URL named,
+/// no panic, no temporary path.
+#[test]
+fn log_readers_fail_on_the_store_with_exit_2_naming_the_url() {
+    let Some(m) = moto() else { return };
+    let cases: [(&str, &[&str], &str, &str, &str); 7] = [
+        (
+            "logscan",
+            &["s3://bucket/nothing/run"],
+            "",
+            "s3://bucket/nothing/run",
+            "no such object",
+        ),
+        (
+            "logscan",
+            &["s3://bucket/runs"],
+            "AKIAWRONGWRONGWRONG1",
+            "s3://bucket/runs",
+            "access denied",
+        ),
+        (
+            "logscan",
+            &["s3:///runs"],
+            "",
+            "s3:///runs",
+            "not a usable object-store URL",
+        ),
+        (
+            "postmortem",
+            &["s3://bucket/runs/none"],
+            "",
+            "s3://bucket/runs/none",
+            "no such object",
+        ),
+        (
+            "postmortem",
+            &["s3://bucket/runs/20251009-091500"],
+            "AKIAWRONGWRONGWRONG1",
+            "s3://bucket/runs/20251009-091500",
+            "access denied",
+        ),
+        (
+            "postmortem",
+            &["s3:///r"],
+            "",
+            "s3:///r",
+            "not a usable object-store URL",
+        ),
+        (
+            "postmortem",
+            &[
+                "fixtures/runs/20251009-091500",
+                "--output",
+                "s3://no-bucket/pm",
+            ],
+            "",
+            "s3://no-bucket/pm",
+            "no such bucket",
+        ),
+    ];
+    for (bin, args, key, url, says) in cases {
+        let key = if key.is_empty() { m.key.as_str() } else { key };
+        let out = in_store(Command::cargo_bin(bin).unwrap(), m, key)
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bin} {args:?}: {err}");
+        assert!(
+            err.contains(url) && err.contains(says),
+            "{bin} {args:?}: {err}"
+        );
+        assert!(
+            !err.contains("panicked") && !err.contains("rlf-fetch"),
+            "{err}"
+        );
+    }
+}
+
+/// `mismatch` on a stack's step in the store (verl's `step_3`, slime's `debug`): the local
+/// report and exit code. Already read through `producers/walk.rs`; pinned here so that
+/// docs/storage.md's "every reader" holds for it too.
+#[test]
+fn mismatch_reads_a_step_from_the_store() {
+    let Some(m) = moto() else { return };
+    for key in ["verl/step_3", "slime/debug"] {
+        let run = |arg: &str| {
+            store_cmd("mismatch", m)
+                .args(["--format", "json", arg])
+                .output()
+                .unwrap()
+        };
+        let (l, r) = (
+            run(&format!("fixtures/stacks/{key}")),
+            run(&format!("s3://bucket/stacks/{key}")),
+        );
+        assert_eq!(l.status.code(), Some(0), "{key}: {l:?}");
+        assert_eq!(r.status.code(), Some(0), "{key}: {r:?}");
+        let rout = String::from_utf8(r.stdout).unwrap();
+        assert!(rout.contains("s3://bucket/stacks/"), "{rout}");
+        assert_eq!(
+            as_local(&rout),
+            String::from_utf8(l.stdout).unwrap(),
+            "{key}"
+        );
+    }
+}
+
+/// A plain HTTP server (Python's `http.server` over `fixtures/`, no listing): a log and
+/// an MLflow SQLite database named by `http://` URL give the local report; a missing one
+/// exits 2 naming the URL. Skipped without python3.
+#[test]
+fn logscan_reads_one_object_over_plain_http() {
+    let python = std::env::var("RLF_PYTHON").unwrap_or_else(|_| "python3".into());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    /// Stops the server however the test ends.
+    struct Stop(Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let Ok(child) = StdCommand::new(&python)
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .current_dir(root().join("fixtures"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    else {
+        println!("skipped: no {python} for the HTTP server");
+        return;
+    };
+    let _stop = Stop(child);
+    let base = format!("http://127.0.0.1:{port}/");
+    let up = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    assert!(up, "the HTTP server did not start");
+    let run = |arg: &str| {
+        Command::cargo_bin("logscan")
+            .unwrap()
+            .current_dir(root())
+            .args(["--format", "json", arg])
+            .output()
+            .unwrap()
+    };
+    for rel in [
+        "logs/debug_faults/steps.jsonl",
+        "trackers/mlflow_db/run_a/mlflow.db",
+    ] {
+        let (l, r) = (
+            run(&format!("fixtures/{rel}")),
+            run(&format!("{base}{rel}")),
+        );
+        assert_eq!(l.status.code(), Some(1), "{rel}");
+        assert_eq!(r.status.code(), Some(1), "{rel}: {r:?}");
+        let rout = String::from_utf8(r.stdout)
+            .unwrap()
+            .replace(&base, "fixtures/");
+        assert_eq!(rout, String::from_utf8(l.stdout).unwrap(), "{rel}");
+    }
+    let missing = run(&format!("{base}logs/nothing.jsonl"));
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(err.contains(&format!("{base}logs/nothing.jsonl")) && err.contains("no such object"));
 }

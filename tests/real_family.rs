@@ -34,6 +34,16 @@ fn dumpdiff(n: u32) -> (Option<i32>, Json) {
     (out.status.code(), r)
 }
 
+/// The report's section `name`.
+fn section<'a>(r: &'a Json, name: &str) -> &'a Json {
+    r["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no section {name}"))
+}
+
 fn truth(n: u32) -> Json {
     serde_json::from_str(&std::fs::read_to_string(seed(n).join("truth.json")).unwrap()).unwrap()
 }
@@ -270,12 +280,7 @@ fn a_temperature_on_one_side_only_is_named_in_the_diagnosis() {
         .filter_map(|d| d.as_str())
         .any(|d| d.starts_with("rank 1 micro 0:") && d.contains("temperature"));
     assert!(!named_temperature, "{}", r["diagnosis"]);
-    let is_loss = r["sections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "is_loss")
-        .unwrap();
+    let is_loss = section(&r, "is_loss");
     let cell = is_loss["cells"]
         .as_array()
         .unwrap()
@@ -355,12 +360,7 @@ fn dumpdiff_compares_a_scaled_total_unscaled_and_keeps_a_fault() {
     // differs, and says so with both unscaled values.
     let (code, r) = dumpdiff(3);
     assert_eq!(code, Some(1));
-    let loss = r["sections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "loss")
-        .unwrap();
+    let loss = section(&r, "loss");
     for c in loss["cells"].as_array().unwrap() {
         let x = c["comparisons"]
             .as_array()
@@ -487,12 +487,7 @@ fn a_gspo_step_is_compared_at_its_sequence_ratio_and_a_token_ratio_cell_fails() 
     // The self-hosted ratio is derived per sequence: the other cells agree (they failed
     // against the token ratio before), and that one fails for its ratio level.
     let r = fails_exactly_its_truth(37);
-    let is_loss = r["sections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "is_loss")
-        .unwrap();
+    let is_loss = section(&r, "is_loss");
     assert!(
         is_loss["notes"][0]
             .as_str()
@@ -510,12 +505,7 @@ fn a_clip_bound_differing_between_the_sides_is_found_not_adopted() {
     // values follow 0.2, the self-hosted pg_loss does not: the self-hosted per-token loss
     // is derived as its own loss composes it and the cell fails.
     let r = fails_exactly_its_truth(1030);
-    let is_loss = r["sections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "is_loss")
-        .unwrap();
+    let is_loss = section(&r, "is_loss");
     let cell = is_loss["cells"]
         .as_array()
         .unwrap()
@@ -833,4 +823,216 @@ fn a_coefficient_the_unscaled_sides_fit_cannot_give_is_the_judges() {
         "{c}"
     );
     assert!((c["weaver"].as_f64().unwrap() - 0.01).abs() < 1e-6, "{c}");
+}
+
+#[test]
+fn half_of_a_gspo_steps_cells_at_a_token_ratio_do_not_make_it_token_level() {
+    // seed 12: GSPO with TIS against dumped rollout log-probs; two of the four cells use a
+    // token ratio on the weaver's side (the truth's faults), so the weaver's ratio shapes
+    // tie 2–2. The self-hosted side's own pg_loss follows the sequence ratio in the
+    // token-shaped cells too, and that settles the step at GSPO's level: before, a
+    // single-row cell was compared against a token ratio and failed (a false alarm) and
+    // the two faulty cells were not failed for their ratio level.
+    let r = fails_exactly_its_truth(12);
+    let is_loss = section(&r, "is_loss");
+    assert!(
+        is_loss["notes"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("ratio level: sequence (GSPO)"),
+        "{}",
+        is_loss["notes"]
+    );
+    let level_failed: Vec<(u64, u64)> = is_loss["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            c["comparisons"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x["name"] == "is_loss.ratio_level" && x["verdict"] == "fail")
+        })
+        .map(|c| (c["rank"].as_u64().unwrap(), c["micro"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(level_failed, [(0, 1), (1, 1)]);
+}
+
+#[test]
+fn a_gspo_step_whose_ratio_levels_tie_is_said_not_blamed() {
+    // seed 2038 (a fresh seed, run once): GSPO on-policy with 16-bit log-probs; the weaver
+    // computes a token ratio in rank 0 micro 1 and rank 1 micro 0 (the truth's faults) and
+    // GSPO's sequence ratio in the two others. Ratios are within 2 % of 1: at the inputs'
+    // precision neither side's loss tells the levels apart, and the shapes tie 2–2. Which
+    // cells depart cannot be judged: the note says so and names both sets; no cell is
+    // blamed for it (rank 1 micro 1 still fails for its summed loss, the truth's third fault).
+    let (code, r) = dumpdiff(2038);
+    assert_eq!(code, Some(1));
+    let is_loss = section(&r, "is_loss");
+    let note = is_loss["notes"][0].as_str().unwrap();
+    assert!(
+        note.starts_with("ratio level: cannot judge")
+            && note.contains("(GSPO's sequence ratio) in rank 0 micro 0, rank 1 micro 1 and")
+            && note.contains("(a token ratio) in rank 0 micro 1, rank 1 micro 0"),
+        "{note}"
+    );
+    let failed: Vec<(u64, u64)> = is_loss["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["verdict"] == "fail")
+        .map(|c| (c["rank"].as_u64().unwrap(), c["micro"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(failed, [(1, 1)]);
+}
+
+#[test]
+fn a_total_within_the_log_probs_rounding_fails_when_its_advantages_differ() {
+    // seed 2001 (a fresh seed, run once): 16-bit log-probs allow the loss totals of rank 0
+    // micro 0 to differ by the error they propagate (0.0209), and the weaver's totals
+    // differ by 0.0169: within it. But the weaver normalised that cell's advantages with
+    // the population std (the truth's fault; is_loss.advantages fails 28/28): the
+    // allowance is for inputs that agree up to rounding, so the totals fail and the
+    // diagnosis names the advantages.
+    let r = fails_exactly_its_truth(2001);
+    let loss = section(&r, "loss");
+    let cell = loss["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["rank"] == 0 && c["micro"] == 0)
+        .unwrap();
+    let total = cell["comparisons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "loss.loss")
+        .unwrap();
+    assert_eq!(total["verdict"], "fail");
+    assert!(total["reason"]
+        .as_str()
+        .unwrap()
+        .contains("the cell's advantages differ (is_loss.advantages)"));
+    let diagnosis = r["diagnosis"].to_string();
+    assert!(
+        diagnosis.contains("rank 0 micro 0") && diagnosis.contains("from the advantages"),
+        "{diagnosis}"
+    );
+}
+
+#[test]
+fn a_temperature_seen_only_in_the_entropy_is_named_there() {
+    // seed 26: the weaver's log-probs and entropy come from logits not divided by the
+    // temperature 0.7 at rank 0 micro 0 and rank 2 micro 0 (the truth's faults). Its
+    // bf16 log-probs stay within their tolerance; the entropies differ at every token of
+    // those cells, each correlated with the other side's: the reason names the shape.
+    let (_, r) = dumpdiff(26);
+    let fwd = section(&r, "forward_data");
+    let named: Vec<(u64, u64)> = fwd["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            c["comparisons"].as_array().unwrap().iter().any(|x| {
+                x["name"] == "forward_data.entropy"
+                    && x["verdict"] == "fail"
+                    && x["reason"]
+                        .as_str()
+                        .unwrap()
+                        .contains("logits divided by a sampling temperature on one side only")
+            })
+        })
+        .map(|c| (c["rank"].as_u64().unwrap(), c["micro"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(named, [(0, 0), (2, 0)]);
+}
+
+#[test]
+fn a_clip_bound_the_weavers_own_values_follow_is_named() {
+    // seed 2032 (a fresh seed, run once): DAPO's clip_ratio_high 0.28; the weaver's rank 0
+    // micro 1 clips at 1 + 0.2 (the truth's fault). The self-hosted pg_loss follows 0.28,
+    // the weaver's own per-token loss 0.2: the failing elementwise_loss names the bound.
+    let r = fails_exactly_its_truth(2032);
+    let reasons: Vec<String> = r["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["name"] == "is_loss")
+        .flat_map(|s| s["cells"].as_array().unwrap())
+        .filter(|c| c["rank"] == 0 && c["micro"] == 1)
+        .flat_map(|c| c["comparisons"].as_array().unwrap())
+        .filter(|x| x["name"] == "is_loss.elementwise_loss")
+        .map(|x| x["reason"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(reasons.len(), 1);
+    assert!(
+        reasons[0].contains(
+            "a clip bound differs: the self-hosted pg_loss follows its clip range and the \
+             weaver's own per-token loss another, the upper clip bound (clip_ratio_high): \
+             1+0.28 vs 1+0.2"
+        ),
+        "{}",
+        reasons[0]
+    );
+}
+
+#[test]
+fn an_on_policy_policy_search_keeps_the_level_the_dumped_ratios_show() {
+    // seed 1004 (a fresh seed): an on-policy vanilla PPO step with TIS; the weaver's loss
+    // file of rank 1 micro 0 is truncated. Near ratio 1 the token and GSPO levels explain
+    // the pg terms alike, and GSPO's error was the smaller: it was chosen, and the cell whose
+    // loss file is unreadable then failed its token-level prob_ratio (a false alarm). The
+    // weaver's dumped ratios vary along their rows: the token level wins the tie.
+    let (code, r) = losscheck(&seed(1004).join("weaver_pt"));
+    assert_eq!(code, 2, "the truncated file: {r}"); // set aside, named, the rest judged
+    let statuses: Vec<(u64, u64, &str)> = r["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["rank"].as_u64().unwrap(),
+                v["micro"].as_u64().unwrap(),
+                v["status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert!(statuses.iter().all(|s| s.2 == "consistent"), "{statuses:?}");
+    assert!(statuses.contains(&(1, 0, "consistent")), "{statuses:?}");
+    let policy = r["conventions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "policy")
+        .unwrap();
+    assert!(
+        policy["value"].as_str().unwrap().contains("token ratio"),
+        "{policy}"
+    );
+}
+
+#[test]
+fn sides_at_two_ratio_levels_in_a_one_cell_step_warn_not_fail() {
+    // seed 3009 (a fresh seed, run once before looking: a miss): one cell, GSPO configured,
+    // on-policy; the weaver computes a token ratio (the truth's fault) with f16 log-probs,
+    // within whose tolerance every comparison passes. The self-hosted pg_loss (f32 inputs)
+    // follows GSPO's sequence ratio. One cell cannot tell which level is configured: the
+    // cell warns that the sides differ and which is wrong cannot be judged (exit 0), where
+    // it passed silently. (The truth file wants a failure: our rule says cannot judge.)
+    let (code, r) = dumpdiff(3009);
+    assert_eq!(code, Some(0));
+    let is_loss = section(&r, "is_loss");
+    assert_eq!(is_loss["cells"][0]["verdict"], "warn");
+    let level = is_loss["cells"][0]["comparisons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "is_loss.ratio_level")
+        .unwrap();
+    assert_eq!(level["verdict"], "warn");
+    assert!(level["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("cannot judge which side is wrong"));
 }

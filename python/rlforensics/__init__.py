@@ -94,7 +94,9 @@ def read_dump(path: PathLike, step: int | None = None) -> dict[str, pl.DataFrame
     - ``tokens``: one row per (file, row, pos), one Float64 column per per-token tensor
       (``log_probs``, ``entropy``, ``response_mask``, ``old_log_probs``, …);
     - ``trajectories``: one row per trajectory or datum (index, tokens_hash, length, reward,
-      loss_mask_sum, advantage, is_val, group_id, uid, run_id, task_id).
+      loss_mask_sum, advantage, is_val, group_id, uid, run_id, task_id; for another
+      stack's dump: index, length, reward, advantage, group_id, uid, and the decoded
+      ``prompt`` / ``response`` where the stack dumps text).
 
     The same frames ``dumpdiff --inspect PATH --export-frames DIR`` writes as Parquet.
     ``step`` keeps one step (every step when ``None``). Raises :class:`RlforensicsError`
@@ -119,6 +121,10 @@ def read_logs(
     Float64 column per canonical metric (``loss``, ``grad_norm``, ``reward_mean``, …) found
     in the logs (files or run folders; every format logscan reads: steps.jsonl, verl,
     HF trainer_state.json, text logs, TensorBoard, W&B, MLflow, Trackio, CSV).
+
+    A path may be a URL (``s3://``, ``gs://``, ``az://``, ``http(s)://``): the objects a log
+    reader reads under it are fetched into a private temporary folder and read from there
+    (docs/storage.md); errors name the URL.
 
     ``raw=True`` adds every raw key as ``raw:<key>``; ``aliases`` is a JSON alias file
     (``{"canonical": ["raw key", …]}``) tried before the built-in table; ``run`` picks one
@@ -146,7 +152,8 @@ def read_events(
     checkpoints, …), one row each: ``kind``, ``step``, ``reported_step``,
     ``step_inferred``, ``timestamp``, ``level``, ``file``, ``line``, ``run``, ``text``,
     ``source_format``, then one column per payload number (Float64) or list
-    (List(Float64)), null where an event does not carry it.
+    (List(Float64)), null where an event does not carry it. Paths may be URLs, as for
+    :func:`read_logs`; ``file`` then names the object's URL.
 
     >>> ev = read_events("fixtures/logs/debug_faults")
     >>> "kind" in ev.columns

@@ -119,9 +119,15 @@ fn read_logs(
     let opts = read_options(raw, aliases, run);
     let df = py
         .detach(|| {
-            let report = scan(&paths, &opts)?;
-            rlforensics::cli::logscan::nothing_read(&paths, &report)?;
-            report.frame.to_polars()
+            // URLs (s3://, gs://, az://, http(s)://) read from a private copy of their log
+            // objects, errors naming the URLs (docs/storage.md).
+            let local = rlforensics::logs::fetch_dir::localise(&paths)?;
+            let read = || {
+                let report = scan(&local.paths, &opts)?;
+                rlforensics::cli::logscan::nothing_read(&local.paths, &report)?;
+                report.frame.to_polars()
+            };
+            read().map_err(|e| local.error_to_urls(e))
         })
         .map_err(to_py)?;
     Ok(ArrowFrame::new(df))
@@ -140,8 +146,16 @@ fn read_events(
     let opts = read_options(false, aliases, run);
     let df = py
         .detach(|| {
-            let report = scan(&paths, &opts)?;
-            events::events_frame(&report.events, &report.files)
+            let local = rlforensics::logs::fetch_dir::localise(&paths)?;
+            let read = || {
+                let mut report = scan(&local.paths, &opts)?;
+                // The `file` column names the URL, not the copy.
+                for f in &mut report.files {
+                    f.path = local.path_to_url(&f.path);
+                }
+                events::events_frame(&report.events, &report.files)
+            };
+            read().map_err(|e| local.error_to_urls(e))
         })
         .map_err(to_py)?;
     Ok(ArrowFrame::new(df))

@@ -195,3 +195,12 @@ def test_a_stacks_dump_reads_by_role() -> None:
     for g, w in zip(got, want):
         assert abs(g - w) <= 1e-7 * max(1.0, abs(w))
     assert frames["trajectories"].height == len(manifest["rows"])
+
+
+def test_a_stacks_text_is_in_the_trajectories() -> None:
+    """verl's generation dumps (written by verl 0.9.1's own _write_generations) carry the
+    decoded prompt and response into the model's rows, and so into the frame."""
+    stacks = DUMPS.parent / "stacks"
+    traj = rf.read_dump(stacks / "verl_generations", step=3)["trajectories"]
+    assert traj["prompt"].to_list() == [f"prompt {i}" for i in range(4)]
+    assert traj["response"].to_list() == [f"response {i} \u00e9" for i in range(4)]

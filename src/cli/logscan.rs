@@ -178,6 +178,10 @@ pub struct LogscanArgs {
     /// Read from the run's config (`rollout_batch_size`) when not given.
     #[arg(long, value_name = "N")]
     pub groups: Option<u32>,
+    /// Print on stderr the bytes and requests fetched from object storage (s3://, gs://,
+    /// az://, http(s):// inputs; docs/storage.md).
+    #[arg(long)]
+    pub stats: bool,
 }
 
 impl LogscanArgs {
@@ -318,10 +322,32 @@ pub struct RunOutput {
     pub stdout: String,
     /// Process exit code.
     pub code: u8,
+    /// Lines for stderr (objects of a URL prefix not fetched), printed unless `-q`.
+    pub notes: Vec<String>,
 }
 
-/// Scan, write the requested files, render stdout, decide the exit code.
+/// Scan, write the requested files, render stdout, decide the exit code. A URL input
+/// (s3://, gs://, az://, http(s)://) is copied first ([`crate::logs::fetch_dir`]: the
+/// objects a log reader reads, into a private temporary folder) and scanned as a local
+/// folder; stdout, `--output` and errors then name the URLs, never the copy.
 pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
+    let local = crate::logs::fetch_dir::localise(&args.paths)?;
+    if !local.is_remote() {
+        return run_local(args, color);
+    }
+    let mut copy = args.clone();
+    copy.paths = local.paths.clone();
+    let mut out = run_local(&copy, color).map_err(|e| local.error_to_urls(e))?;
+    if let Some(o) = &args.output {
+        local.rewrite_file(o)?;
+    }
+    out.stdout = local.to_urls(&out.stdout);
+    out.notes.extend(local.skipped_note());
+    Ok(out)
+}
+
+/// [`run`] on local inputs.
+fn run_local(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
     if args.compare {
         return run_compare(args, color);
     }
@@ -379,7 +405,11 @@ pub fn run(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
         Some(w) if w >= args.fail_on.severity() => EXIT_FOUND,
         _ => EXIT_CLEAN,
     };
-    Ok(RunOutput { stdout, code })
+    Ok(RunOutput {
+        stdout,
+        code,
+        notes: Vec::new(),
+    })
 }
 
 /// Several runs: each scanned on its own and reported one after the other (JSON: a
@@ -451,7 +481,11 @@ fn run_several(
     } else {
         text
     };
-    Ok(RunOutput { stdout, code })
+    Ok(RunOutput {
+        stdout,
+        code,
+        notes: Vec::new(),
+    })
 }
 
 /// `logscan --compare`: scan both paths, compare, write `--output`/`--plot`, render.
@@ -540,7 +574,11 @@ fn run_compare(args: &LogscanArgs, color: bool) -> Result<RunOutput> {
     } else {
         EXIT_CLEAN
     };
-    Ok(RunOutput { stdout, code })
+    Ok(RunOutput {
+        stdout,
+        code,
+        notes: Vec::new(),
+    })
 }
 
 /// Invocations on a user's own logs, one on the shipped fixtures (in a clone of the
@@ -602,8 +640,25 @@ where
         .map(|p| shared::stdin_path(p))
         .collect();
     let color = cli.common.color.enabled() && !cli.scan.no_color;
-    match run(&cli.scan, color) {
-        Ok(out) => shared::finish("logscan", &out.stdout, cli.common.quiet, out.code),
+    let stats = cli.scan.stats.then(crate::formats::source::stats);
+    let result = run(&cli.scan, color);
+    if let Some(before) = stats {
+        let now = crate::formats::source::stats();
+        eprintln!(
+            "logscan: fetched {} bytes of object data in {} requests",
+            now.bytes - before.bytes,
+            now.requests - before.requests
+        );
+    }
+    match result {
+        Ok(out) => {
+            if !cli.common.quiet {
+                for n in &out.notes {
+                    eprintln!("logscan: {n}");
+                }
+            }
+            shared::finish("logscan", &out.stdout, cli.common.quiet, out.code)
+        }
         Err(err) => shared::fail("logscan", &err),
     }
 }

@@ -48,6 +48,10 @@ struct Args {
     /// recomputed one.
     #[arg(long, value_name = "FILE")]
     logs: Option<PathBuf>,
+    /// With DUMP: a TOML mapping of an in-house layout (docs/stacks.md), the DUMP read with
+    /// it; a `loss`/`pg_loss` it maps is checked against the recomputed one (give --preset).
+    #[arg(long, value_name = "FILE")]
+    mapping: Option<PathBuf>,
     /// Dump tree to check: weaver (is_loss_debug/, loss/) or self-hosted (forward_data/,
     /// old_log_probs/, trajectory/, loss/).
     #[arg(long = "dump-dir", alias = "dump_dir", value_name = "DIR")]
@@ -178,15 +182,9 @@ fn step_of(tree: &DumpTree, step: Option<i64>) -> Result<i64, Error> {
     }
 }
 
-/// Check, write `--output`, and return stdout's text and the exit code; with
-/// `stderr_notes` (the binary's door) each file set aside as unreadable is named on stderr.
-fn run(a: &Args, stderr_notes: bool) -> Result<(String, u8), Error> {
-    if let Some(out) = stack_run(a)? {
-        return Ok(out);
-    }
-    let base = preset(a.preset.as_deref().unwrap_or("nexrl-is"))
-        .map_err(|e| Error::Usage(format!("--preset: {e}")))?;
-    let given = Overrides {
+/// The loss flags given on the command line (eps, aggregation, KL…), over a preset.
+fn overrides(a: &Args) -> Overrides {
+    Overrides {
         eps_low: a.eps_low,
         eps_high: a.eps_high,
         delta: a.delta,
@@ -200,7 +198,18 @@ fn run(a: &Args, stderr_notes: bool) -> Result<(String, u8), Error> {
         adv_eps: a.adv_eps,
         precision: a.precision.clone(),
         preset_fixes_composition: false,
-    };
+    }
+}
+
+/// Check, write `--output`, and return stdout's text and the exit code; with
+/// `stderr_notes` (the binary's door) each file set aside as unreadable is named on stderr.
+fn run(a: &Args, stderr_notes: bool) -> Result<(String, u8), Error> {
+    if let Some(out) = stack_run(a)? {
+        return Ok(out);
+    }
+    let base = preset(a.preset.as_deref().unwrap_or("nexrl-is"))
+        .map_err(|e| Error::Usage(format!("--preset: {e}")))?;
+    let given = overrides(a);
     let cfg = apply(base, &given)?;
     let given = Overrides {
         preset_fixes_composition: a.preset.is_some(),
@@ -284,9 +293,9 @@ fn run(a: &Args, stderr_notes: bool) -> Result<(String, u8), Error> {
 fn stack_run(a: &Args) -> Result<Option<(String, u8)>, Error> {
     use crate::losscheck::stacks::{check_stack, defaults_for};
     let Some(path) = &a.dump else {
-        if a.logs.is_some() {
+        if a.logs.is_some() || a.mapping.is_some() {
             return Err(Error::Usage(
-                "--logs goes with a DUMP of another stack (losscheck DUMP --step N --logs FILE)"
+                "--logs and --mapping go with a DUMP of another stack (losscheck DUMP --step N --logs FILE)"
                     .into(),
             ));
         }
@@ -297,27 +306,51 @@ fn stack_run(a: &Args) -> Result<Option<(String, u8)>, Error> {
             "give one of DUMP, --dump-dir DIR or --inputs FILE".into(),
         ));
     }
-    let reader = crate::producers::step_reader_for(path)?;
+    let mapping = a
+        .mapping
+        .as_deref()
+        .map(crate::producers::mapping::Mapping::load)
+        .transpose()?;
+    let reader: &dyn crate::producers::StepReader = match &mapping {
+        Some(m) => m,
+        None => crate::producers::step_reader_for(path)?,
+    };
     if reader.name().starts_with("nexrl") {
         return Ok(None);
     }
+    let name = mapping
+        .as_ref()
+        .map_or(reader.name(), |m| m.producer.as_str());
     let mut defaults = match defaults_for(reader.name()) {
         Some(d) => d,
-        None if a.preset.is_some() => defaults_for("verl").ok_or_else(|| {
-            Error::internal("verl defaults")
-        })?,
+        None if a.preset.is_some() => {
+            defaults_for("verl").ok_or_else(|| Error::internal("verl defaults"))?
+        }
         None => {
+            let why = if mapping.is_some() {
+                "is a mapped layout, with no documented loss defaults"
+            } else {
+                "writes no trainer loss of its own"
+            };
             return Err(Error::Usage(format!(
-                "{}: {} writes no trainer loss of its own; give --preset to recompute one (presets: {})",
+                "{}: {name} {why}; give --preset to recompute one (presets: {})",
                 path.display(),
-                reader.name(),
                 PRESETS.join(", ")
-            )))
+            )));
         }
     };
     if let Some(p) = &a.preset {
         defaults.cfg = preset(p).map_err(|e| Error::Usage(format!("--preset: {e}")))?;
         defaults.source = "--preset";
+    }
+    let given = overrides(a);
+    if given.any() {
+        defaults.cfg = apply(defaults.cfg, &given)?;
+        defaults.source = if a.preset.is_some() {
+            "--preset and flags"
+        } else {
+            "the stack's defaults and flags"
+        };
     }
     let steps = reader.steps(path)?;
     let step = match (a.step, steps.as_slice()) {

@@ -164,8 +164,48 @@ fn check_is_run(dir: &Path) -> Result<()> {
     }))
 }
 
-/// Analyse, write the report, decide the exit code.
+/// Analyse, write the report, decide the exit code. A run folder or bundle given as a
+/// URL (s3://, gs://, az://, http(s)://) is copied first ([`crate::logs::fetch_dir`]: the
+/// log, config and bundle objects, into a private temporary folder) and analysed as a
+/// local folder; stdout, the written files and errors name the URL, never the copy. An
+/// `--output` URL: the report is written to a temporary folder, then each file is PUT
+/// under the prefix (nothing is put when the analysis fails).
 pub fn run(args: &PostmortemArgs) -> Result<RunOutput> {
+    let local = crate::logs::fetch_dir::localise(std::slice::from_ref(&args.path))?;
+    let remote_out = args
+        .output
+        .as_ref()
+        .filter(|o| crate::formats::source::is_remote(o));
+    if let Some(url) = remote_out {
+        // The output's bucket and credentials checked (one LIST) before any work.
+        crate::formats::source::list_dir(url)?;
+    }
+    let scratch = remote_out
+        .map(|_| crate::logs::fetch_dir::Scratch::new())
+        .transpose()?;
+    let mut copy = args.clone();
+    copy.path = local.paths[0].clone();
+    if let Some(s) = &scratch {
+        copy.output = Some(s.path().join("report"));
+    }
+    let mut out = run_local(&copy, &local).map_err(|e| local.error_to_urls(e))?;
+    if let (Some(note), false) = (local.skipped_note(), args.common.quiet) {
+        eprintln!("postmortem: {note}");
+    }
+    if let (Some(url), Some(s)) = (remote_out, &scratch) {
+        let url = url.to_string_lossy();
+        crate::logs::fetch_dir::upload_dir(&s.path().join("report"), &url)?;
+        let at = s.path().join("report").to_string_lossy().into_owned();
+        out.stdout = out.stdout.replace(&at, url.trim_end_matches('/'));
+    }
+    Ok(out)
+}
+
+/// [`run`] on a local run folder (`local` says how to name its copies' paths as URLs).
+fn run_local(
+    args: &PostmortemArgs,
+    local: &crate::logs::fetch_dir::Localised,
+) -> Result<RunOutput> {
     check_is_run(&args.path)?;
     let dumps = match (args.dumps.is_empty(), args.step) {
         (true, _) => None,
@@ -187,6 +227,14 @@ pub fn run(args: &PostmortemArgs) -> Result<RunOutput> {
         (None, Format::Json | Format::Markdown) => None,
     };
     let written = dir.map(|d| write_report(&pm, &d)).transpose()?;
+    if let Some(w) = &written {
+        for f in w.files.iter().filter(|f| {
+            f.extension()
+                .is_some_and(|e| e == "json" || e == "md" || e == "html" || e == "svg")
+        }) {
+            local.rewrite_file(f)?;
+        }
+    }
     let failing = match (args.fail_on, pm.worst()) {
         (Some(f), Some(w)) => w >= f.severity(),
         _ => false,
@@ -224,6 +272,7 @@ pub fn run(args: &PostmortemArgs) -> Result<RunOutput> {
         Format::Json => text("summary.json", &JsonRenderer)?,
         Format::Markdown => text("report.md", &MarkdownRenderer)?,
     };
+    let stdout = local.to_urls(&stdout);
     Ok(RunOutput { stdout, code })
 }
 

@@ -289,12 +289,7 @@ fn set_aside_cells(report: &mut Report, unreadable: &[Unreadable]) {
                 );
             }
         }
-        sec.verdict = sec
-            .cells
-            .iter()
-            .map(|c| c.verdict)
-            .max()
-            .unwrap_or(Verdict::Skipped);
+        sec.verdict = sec.worst();
     }
     report.verdict = report
         .sections
@@ -584,18 +579,16 @@ fn compare(
 
 /// Make a section from its cells.
 fn section(id: u8, name: &str, pair: &str, cells: Vec<Cell>, notes: Vec<String>) -> Section {
-    Section {
+    let mut s = Section {
         id,
         name: name.into(),
         pair: pair.into(),
-        verdict: cells
-            .iter()
-            .map(|c| c.verdict)
-            .max()
-            .unwrap_or(Verdict::Skipped),
+        verdict: Verdict::Skipped,
         cells,
         notes,
-    }
+    };
+    s.verdict = s.worst();
+    s
 }
 
 #[cfg(test)]

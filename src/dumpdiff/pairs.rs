@@ -359,6 +359,7 @@ pub(super) fn weaver_sections(
     }?;
     out.extend(params.sections);
     coverage.extend(params.coverage);
+    sections::totals_over_differing_inputs(&mut out);
     (conv.diagnosis, conv.diagnosed) =
         diagnose_losses(&out, s, w, &losses, conv, &opts.coefficients);
     Ok(out)

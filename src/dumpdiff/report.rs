@@ -115,6 +115,18 @@ pub struct Section {
     pub notes: Vec<String>,
 }
 
+impl Section {
+    /// The worst of its cells' verdicts (skipped when it has none): set again after a
+    /// cell's comparisons are re-judged.
+    pub fn worst(&self) -> Verdict {
+        self.cells
+            .iter()
+            .map(|c| c.verdict)
+            .max()
+            .unwrap_or(Verdict::Skipped)
+    }
+}
+
 /// One rank × micro cell of a section (`rank`/`micro` absent for whole-batch files).
 #[derive(Debug, Clone, Serialize)]
 pub struct Cell {

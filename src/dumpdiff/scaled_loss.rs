@@ -198,12 +198,7 @@ pub fn rejudge(sections: &mut [Section], scales: &[SideScale]) -> (Cells, Cells)
                 touched.push((r, m));
             }
         }
-        sec.verdict = sec
-            .cells
-            .iter()
-            .map(|c| c.verdict)
-            .max()
-            .unwrap_or(Verdict::Skipped);
+        sec.verdict = sec.worst();
     }
     touched.sort_unstable();
     touched.dedup();

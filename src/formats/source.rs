@@ -86,6 +86,7 @@ impl Listing {
 #[cfg(feature = "remote")]
 pub use imp::{
     head_size, list_dir, read_all, read_cached, read_head, read_range, read_ranges, read_tail,
+    write_object,
 };
 
 /// `path.is_dir()` that also answers for a URL: a prefix with something under it (object
@@ -162,11 +163,17 @@ mod imp_off {
     pub fn read_tail(path: &Path, _len: u64) -> Result<(Vec<u8>, u64)> {
         Err(off(path))
     }
+
+    /// See the `remote` build: here every URL is refused.
+    pub fn write_object(path: &Path, _bytes: Vec<u8>) -> Result<()> {
+        Err(off(path))
+    }
 }
 
 #[cfg(not(feature = "remote"))]
 pub use imp_off::{
     head_size, list_dir, read_all, read_cached, read_head, read_range, read_ranges, read_tail,
+    write_object,
 };
 
 #[cfg(feature = "remote")]
@@ -465,6 +472,24 @@ mod imp {
     /// object's size, in one ranged GET (no HEAD first).
     pub fn read_head(path: &Path, len: u64) -> Result<(Vec<u8>, u64)> {
         read_with(path, object_store::GetRange::Bounded(0..len))
+    }
+
+    /// Write `bytes` as the object `path` (one PUT, replacing an object of that name
+    /// whole: a store never holds half an object). Counted as a request, not as bytes
+    /// fetched.
+    pub fn write_object(path: &Path, bytes: Vec<u8>) -> Result<()> {
+        let (store, key) = resolve(path)?;
+        let rt = runtime()?;
+        rt.block_on(store.put(&key, object_store::PutPayload::from(bytes)))
+            .map_err(|e| match e {
+                // A PUT finds no object to miss: its 404 is the bucket's.
+                object_store::Error::NotFound { .. } => {
+                    Error::input(path, "no such bucket in the store")
+                }
+                e => failed(path, e),
+            })?;
+        count(0);
+        Ok(())
     }
 
     fn read_with(path: &Path, range: object_store::GetRange) -> Result<(Vec<u8>, u64)> {

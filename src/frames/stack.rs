@@ -14,7 +14,8 @@
 //!   coefficients, metrics), `kind` `loss`.
 //! - `trajectories`: one row per batch row of each cell (`kind` `batch`, `index` the row, `reward`,
 //!   `advantage`, `length` the response length, `group_id`, `uid` the producer's sample
-//!   id); columns a stack does not dump are null.
+//!   id, `prompt` and `response` the decoded text where the stack dumps it: verl
+//!   generations, slime, AReaL); columns a stack does not dump are null.
 
 use polars::prelude::*;
 
@@ -190,6 +191,7 @@ fn rows(steps: &[StepDump]) -> Result<DataFrame> {
         Vec::new(),
         Vec::new(),
     );
+    let (mut prompt, mut response) = (Vec::new(), Vec::new());
     for s in steps {
         for c in &s.cells {
             // every row of the batch, its metadata where the producer dumps some
@@ -210,6 +212,8 @@ fn rows(steps: &[StepDump]) -> Result<DataFrame> {
                 advantage.push(m.advantage);
                 group.push(m.group);
                 uid.push(m.sample);
+                prompt.push(m.prompt_text);
+                response.push(m.response_text);
             }
         }
     }
@@ -225,6 +229,8 @@ fn rows(steps: &[StepDump]) -> Result<DataFrame> {
             Column::new("advantage".into(), advantage),
             Column::new("group_id".into(), group),
             Column::new("uid".into(), uid),
+            Column::new("prompt".into(), prompt),
+            Column::new("response".into(), response),
         ],
     )
     .map_err(polars_err)

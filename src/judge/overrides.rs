@@ -39,6 +39,24 @@ pub struct Overrides {
     pub preset_fixes_composition: bool,
 }
 
+impl Overrides {
+    /// True when any knob is given (the composition flag aside).
+    pub fn any(&self) -> bool {
+        self.eps_low.is_some()
+            || self.eps_high.is_some()
+            || self.delta.is_some()
+            || self.clip_ratio_c.is_some()
+            || self.agg.is_some()
+            || self.ratio_level.is_some()
+            || self.log_ratio_clamp.is_some()
+            || self.kl.is_some()
+            || self.kl_coef.is_some()
+            || self.entropy_coeff.is_some()
+            || self.adv_eps.is_some()
+            || self.precision.is_some()
+    }
+}
+
 /// The overrides a caller's coefficient flags give (dumpdiff's `--entropy-coeff`,
 /// `--kl-coeff`, in `coefficients` under the names the producers echo them by in
 /// `extra_info`) with an advantage epsilon: the key names stay with the producer.

@@ -207,8 +207,15 @@ pub(crate) fn search_policy(
         .map(|_| Vec::with_capacity(cells.len()))
         .collect();
     let mut with_pg = 0;
+    // the levels the side's own dumped ratios show (sequence-shaped rows, varying rows)
+    let mut shapes = (0usize, 0usize);
     for (r, m) in cells {
         let cell = check.gather(*r, *m)?;
+        match ratio_shape(&cell) {
+            Some(true) => shapes.0 += 1,
+            Some(false) => shapes.1 += 1,
+            None => {}
+        }
         let swapped: Vec<Option<LossInputs>> = eps
             .iter()
             .map(|(_, a)| match a {
@@ -231,12 +238,22 @@ pub(crate) fn search_policy(
     if fit.0 >= with_pg {
         return Ok(None);
     }
+    // On a tie in cells explained, the level the dumped ratios show wins before the
+    // smaller error: a loss near ratio 1 (on-policy) fits both levels alike.
+    let shown = match shapes {
+        (s, t) if s > t => Some(RatioLevel::GspoToken),
+        (s, t) if t > s => Some(RatioLevel::Token),
+        _ => None,
+    };
+    let agrees = |c: &LossConfig| shown.is_some_and(|l| l == c.ratio_level);
     let mut best: Option<(Resolved, (usize, f64))> = None;
     for (c, preps) in candidates.iter().zip(&per_candidate) {
         let r = resolve(preps, c, given, tol)?;
         let f = pg_fit(preps, &r.cfg, tol);
         let better = match &best {
-            Some((_, b)) => f.0 > b.0 || (f.0 == b.0 && f.1 < b.1),
+            Some((br, b)) => {
+                f.0 > b.0 || (f.0 == b.0 && (agrees(c), -f.1) > (agrees(&br.cfg), -b.1))
+            }
             None => f.0 > fit.0,
         };
         if better {
@@ -292,4 +309,37 @@ pub(crate) fn adopt_eps(
     let mut conv = Convention::new("adv_eps", crate::fmt::num(e), Some(e), Source::Inferred);
     conv.matches_preset = e == preset.advantage.eps;
     Some(conv)
+}
+
+/// Whether a weaver cell's dumped `prob_ratio` is constant along each valid row of two or
+/// more tokens (GSPO's sequence ratio: `Some(true)`) or varies along one (`Some(false)`),
+/// to one f32 ulp; `None` without a dumped ratio or such a row. Rows whose valid ratios
+/// are all exactly 1 (current = old) say nothing and are skipped.
+fn ratio_shape(cell: &super::cell::Cell) -> Option<bool> {
+    let ratio = cell.ratio.as_ref()?;
+    let (rows, width) = cell.dims();
+    let mask = crate::kernels::to_f64_vec(&cell.inputs.mask).ok()?;
+    if ratio.len() != rows * width || mask.len() != ratio.len() || width == 0 {
+        return None;
+    }
+    let mut seen = false;
+    for row in 0..rows {
+        let vals: Vec<f64> = (0..width)
+            .filter(|&p| mask[row * width + p] != 0.0)
+            .map(|p| ratio[row * width + p])
+            .collect();
+        if vals.len() < 2 || vals.iter().all(|v| *v == 1.0) {
+            continue;
+        }
+        let (lo, hi) = vals
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| {
+                (l.min(*v), h.max(*v))
+            });
+        if hi - lo > 2f64.powi(-23) * hi.abs().max(lo.abs()) {
+            return Some(false);
+        }
+        seen = true;
+    }
+    seen.then_some(true)
 }

@@ -50,3 +50,13 @@ pub fn expand_remote(path: &Path, is_log: impl Fn(&Path) -> bool) -> Result<Opti
     }
     Ok(Some(found))
 }
+
+/// The sub-prefixes (folders) directly under the prefix `path`, sorted; a prefix with
+/// nothing under it is an error naming it ("no such object or prefix").
+pub fn sub_prefixes(path: &Path) -> Result<Vec<PathBuf>> {
+    let listing = crate::formats::source::list_dir(path)?;
+    if listing.is_empty() {
+        return Err(Error::input(path, "no such object or prefix in the store"));
+    }
+    Ok(listing.dirs.iter().map(|d| path.join(d)).collect())
+}

@@ -8,6 +8,7 @@ pub mod completions;
 pub mod crash_bundle;
 pub mod events;
 pub mod fastline;
+pub mod fetch_dir;
 pub mod input;
 pub mod steps;
 pub mod textlog;

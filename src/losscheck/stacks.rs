@@ -130,6 +130,9 @@ pub struct CellLoss {
     /// The loss the stack dumped for this cell, when it dumped one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dumped: Option<f64>,
+    /// Whether the dumped loss equals the recomputed one within the tolerances.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agrees: Option<bool>,
 }
 
 /// The logged metric compared with the recomputed loss.
@@ -178,6 +181,10 @@ pub struct StackLossReport {
     /// Why the loss could not be recomputed, when it could not (missing inputs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cannot_recompute: Option<String>,
+    /// Why the dumped losses are not judged, when no convention tried reproduces any of
+    /// them (a warning, never a failure).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cannot_judge: Option<String>,
     /// Per-cell values.
     pub cells: Vec<CellLoss>,
     /// The logged metric, when `--logs` was given and holds it.
@@ -192,10 +199,7 @@ impl StackLossReport {
     /// True when a dumped or logged loss disagrees with the recomputed one (exit 1).
     pub fn inconsistent(&self) -> bool {
         self.logged.as_ref().is_some_and(|l| !l.agrees)
-            || self.cells.iter().any(|c| {
-                c.dumped
-                    .is_some_and(|d| !close(d, c.pg_loss, (self.atol, self.rtol)))
-            })
+            || self.cells.iter().any(|c| c.agrees == Some(false))
     }
 
     /// The report as plain text (the table format).
@@ -216,6 +220,9 @@ impl StackLossReport {
             (None, Some(why)) => s += &format!("cannot recompute: {why}\n"),
             (None, None) => {}
         }
+        if let Some(why) = &self.cannot_judge {
+            s += &format!("warning: {why}\n");
+        }
         for c in &self.cells {
             let micro = c.micro.map(|m| format!(" micro {m}")).unwrap_or_default();
             s += &format!(
@@ -224,6 +231,9 @@ impl StackLossReport {
             );
             if let Some(d) = c.dumped {
                 s += &format!(", dumped {d:.9}");
+                if c.agrees == Some(false) {
+                    s += ": DIFFERS from the recomputed loss";
+                }
             }
             s += "\n";
         }
@@ -273,15 +283,26 @@ pub fn check_stack(
     rtol: f64,
 ) -> Result<StackLossReport> {
     let cfg = defaults.cfg.clone();
-    let loss_dumped = dump.cells.iter().any(|c| {
-        c.loss
-            .as_ref()
-            .is_some_and(|l| l.pg_loss.or(l.loss).is_some())
-    });
+    // What is recomputed is the policy-gradient term: a dumped `pg_loss` is compared, a
+    // dumped total only when the configuration adds no KL or entropy term to it.
+    let total_is_pg = cfg.kl.is_none() && cfg.entropy_coeff == 0.0;
+    let dumped_of =
+        |l: &crate::model::step::LossRecord| l.pg_loss.or(l.loss.filter(|_| total_is_pg));
+    let loss_dumped = dump
+        .cells
+        .iter()
+        .any(|c| c.loss.as_ref().and_then(dumped_of).is_some());
     let mut assumptions = Vec::new();
     let mut notes = Vec::new();
-    let mut cells = Vec::new();
-    let mut inputs = Vec::new();
+    if !loss_dumped
+        && dump
+            .cells
+            .iter()
+            .any(|c| c.loss.as_ref().is_some_and(|l| l.loss.is_some()))
+    {
+        notes.push("a total loss is dumped but no pg_loss, and the configuration adds a KL or entropy term the dump's inputs do not give: the total is not compared".into());
+    }
+    let mut parts = Vec::new();
     let mut cannot = None;
     for c in &dump.cells {
         let b = &c.batch;
@@ -307,25 +328,100 @@ pub fn check_stack(
             break;
         };
         let current = b.log_probs(LogProbSource::Current).unwrap_or(old);
-        let weights = if defaults.applies_importance_weights {
-            b.importance_weights.as_ref()
-        } else {
-            None
-        };
-        let one = cell_loss(current, old, adv, mask, weights, &cfg)?;
-        let tokens = one.mask.iter().filter(|m| **m != 0.0).count();
-        let rows = one.mask.len().checked_div(one.width).unwrap_or(0);
-        let pg = step_loss(std::slice::from_ref(&one), cfg.agg)?;
-        cells.push(CellLoss {
+        parts.push((c, current, old, adv, mask, b.importance_weights.as_ref()));
+    }
+    if cannot.is_some() {
+        parts.clear();
+    }
+    let inputs_with = |weighted: bool| -> Result<Vec<CellInputs>> {
+        parts
+            .iter()
+            .map(|(_, cur, old, adv, mask, w)| {
+                cell_loss(cur, old, adv, mask, w.filter(|_| weighted), &cfg)
+            })
+            .collect()
+    };
+    let per_cell = |inp: &[CellInputs], agg: AggMode| -> Result<Vec<f64>> {
+        inp.iter()
+            .map(|i| step_loss(std::slice::from_ref(i), agg))
+            .collect()
+    };
+    let dumped: Vec<Option<f64>> = parts
+        .iter()
+        .map(|p| p.0.loss.as_ref().and_then(dumped_of))
+        .collect();
+    let agreeing = |pgs: &[f64]| {
+        dumped
+            .iter()
+            .zip(pgs)
+            .filter(|(d, p)| d.is_some_and(|d| close(d, **p, (atol, rtol))))
+            .count()
+    };
+    let mut weighted = defaults.applies_importance_weights;
+    let mut agg = cfg.agg;
+    let mut inputs = inputs_with(weighted)?;
+    let mut pgs = per_cell(&inputs, agg)?;
+    let mut cannot_judge = None;
+    let n_dumped = dumped.iter().flatten().count();
+    if n_dumped > 0 && agreeing(&pgs) < n_dumped {
+        // Before calling a dumped loss wrong, the convention must reproduce the stack's
+        // own values: the one reproducing the most cells is kept (the configuration's on
+        // a tie), among the aggregations and with or without the dumped weights.
+        let with_weights = parts.iter().any(|p| p.5.is_some());
+        let mut best = (agreeing(&pgs), weighted, agg);
+        for w in [weighted, !weighted] {
+            if w != weighted && !with_weights {
+                continue;
+            }
+            let inp = inputs_with(w)?;
+            for a in [
+                AggMode::TokenMean,
+                AggMode::SeqMeanTokenMean,
+                AggMode::SeqMeanTokenSum,
+            ] {
+                let n = agreeing(&per_cell(&inp, a)?);
+                if n > best.0 {
+                    best = (n, w, a);
+                }
+            }
+        }
+        if best.0 == 0 {
+            cannot_judge = Some(format!(
+                "cannot judge the dumped losses: neither the configuration ({} aggregation{}) nor token-mean, seq-mean-token-mean or seq-mean-token-sum, with or without the dumped importance weights, reproduces any of the {n_dumped} dumped values",
+                cfg.agg.name(),
+                if weighted { ", importance weights applied" } else { "" }
+            ));
+        } else if (best.1, best.2) != (weighted, agg) {
+            assumptions.push(format!(
+                "the dumped losses are reproduced with {} aggregation{} ({} of {n_dumped} cells), not with the configuration's {}{}: checked under it",
+                best.2.name(),
+                if best.1 { " and the dumped importance weights" } else { " and no importance weights" },
+                best.0,
+                agg.name(),
+                if weighted { " with the weights" } else { "" },
+            ));
+            (weighted, agg) = (best.1, best.2);
+            inputs = inputs_with(weighted)?;
+            pgs = per_cell(&inputs, agg)?;
+        }
+    }
+    let cfg = LossConfig { agg, ..cfg };
+    let cells: Vec<CellLoss> = parts
+        .iter()
+        .zip(&inputs)
+        .zip(pgs.iter().zip(&dumped))
+        .map(|(((c, ..), one), (&pg, &dumped))| CellLoss {
             rank: c.rank,
             micro: c.micro,
-            rows,
-            tokens,
+            rows: one.mask.len().checked_div(one.width).unwrap_or(0),
+            tokens: one.mask.iter().filter(|m| **m != 0.0).count(),
             pg_loss: pg,
-            dumped: c.loss.as_ref().and_then(|l| l.pg_loss.or(l.loss)),
-        });
-        inputs.push(one);
-    }
+            dumped,
+            agrees: dumped
+                .filter(|_| cannot_judge.is_none())
+                .map(|d| close(d, pg, (atol, rtol))),
+        })
+        .collect();
     let any = |f: &dyn Fn(&crate::model::step::TokenBatch) -> bool| {
         dump.cells.iter().any(|c| f(&c.batch))
     };
@@ -338,7 +434,7 @@ pub fn check_stack(
         if any(&|b| b.log_probs(LogProbSource::Old).is_none()) {
             assumptions.push("no trainer (old) log-probs dumped: the engine's (rollout) log-probs stand for them".into());
         }
-        if defaults.applies_importance_weights && any(&|b| b.importance_weights.is_some()) {
+        if weighted && any(&|b| b.importance_weights.is_some()) {
             assumptions.push("the dumped importance weights (rollout_is_weights) multiply the per-token loss, as the stack does".into());
         }
     }
@@ -368,7 +464,7 @@ pub fn check_stack(
     };
     let logged = match (logs, defaults.logged_metric, pg_loss) {
         (Some(file), Some(key), Some(v)) => {
-            let found = crate::logs::steps::metric_at_step(file, dump.step, key)?;
+            let found = super::logged::metric_at_step(file, dump.step, key)?;
             if found.is_none() {
                 notes.push(format!(
                     "{}: no record of step {} with {key}",
@@ -407,6 +503,7 @@ pub fn check_stack(
         assumptions,
         pg_loss,
         cannot_recompute: cannot,
+        cannot_judge,
         cells,
         logged,
         notes,

@@ -101,6 +101,12 @@ pub struct RowMeta {
     pub response_len: Option<usize>,
     /// Policy (weight) version that generated the row (AReaL / slime staleness).
     pub version: Option<i64>,
+    /// The decoded prompt, when the producer dumps text (verl generations `input`, slime
+    /// `prompt`, AReaL `prompt`): what a user reads next to the numbers.
+    pub prompt_text: Option<String>,
+    /// The decoded response (verl generations `output`, slime `response`, AReaL
+    /// `completion`).
+    pub response_text: Option<String>,
 }
 
 impl LogProbSource {

@@ -170,12 +170,33 @@ pub fn verdict_word(v: Verdict) -> &'static str {
 
 /// True when `p` holds a kind folder (`trajectory/`, `forward_data/`, …).
 fn holds_kind_dir(p: &Path) -> bool {
-    Kind::ALL.iter().any(|k| p.join(k.dir_name()).is_dir())
+    Kind::ALL
+        .iter()
+        .any(|k| crate::logs::input::is_dir(&p.join(k.dir_name())))
 }
 
 /// The dump roots one `--dumps` folder stands for: itself, or its subfolders that are
 /// dump trees (sorted by name).
 fn roots_of(dir: &Path) -> Result<Vec<PathBuf>> {
+    if crate::logs::input::is_remote(dir) {
+        // A prefix in a store (issue 33): listed, never copied (the dump readers fetch
+        // only the step's files, with ranged reads).
+        if holds_kind_dir(dir) {
+            return Ok(vec![dir.to_path_buf()]);
+        }
+        let subs = crate::logs::input::sub_prefixes(dir)?;
+        let out: Vec<PathBuf> = subs.into_iter().filter(|p| holds_kind_dir(p)).collect();
+        if out.is_empty() {
+            return Err(Error::input(
+                dir,
+                format!(
+                    "--dumps: no dump tree here: expected kind folders ({}) in it or in its subfolders",
+                    Kind::ALL.map(Kind::dir_name).join(", ")
+                ),
+            ));
+        }
+        return Ok(out);
+    }
     let meta = std::fs::metadata(dir).map_err(|e| Error::input(dir, format!("--dumps: {e}")))?;
     if !meta.is_dir() {
         return Err(Error::input(

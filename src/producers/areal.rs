@@ -116,6 +116,8 @@ impl StepReader for Areal {
                     prompt_len: prompt_len.map(|x| x.max(0) as usize),
                     response_len: seqlen.zip(prompt_len).map(|(s, p)| (s - p).max(0) as usize),
                     version: int("head_version")?,
+                    prompt_text: r.get("prompt").and_then(J::as_str).map(str::to_string),
+                    response_text: r.get("completion").and_then(J::as_str).map(str::to_string),
                     ..RowMeta::default()
                 });
                 for k in r.as_object().map(|o| o.keys()).into_iter().flatten() {

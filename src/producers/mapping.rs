@@ -28,11 +28,13 @@ use super::sglang::{place, Field};
 use super::{walk, StepReader};
 use crate::error::{Error, Position, Result};
 use crate::model::conventions::{ConventionKey, ConventionSource, ConventionValue};
-use crate::model::step::{Cell, LogProbSource, StepDump, TokenPositions};
+use crate::model::step::{Cell, LogProbSource, LossRecord, StepDump, TokenPositions};
+use crate::model::trajectory::Provenance;
 use crate::value::Value;
 
-/// The field names a mapping may use.
-pub const FIELDS: [&str; 8] = [
+/// The field names a mapping may use: per-token tensors, then the scalars of the cell's
+/// loss record (`loss`, `pg_loss`, `entropy_loss`: a number or a one-element tensor).
+pub const FIELDS: [&str; 13] = [
     "log_probs",
     "input_ids",
     "response_ids",
@@ -41,7 +43,15 @@ pub const FIELDS: [&str; 8] = [
     "advantages",
     "entropy",
     "loss_mask",
+    "importance_weights",
+    "per_token_loss",
+    "loss",
+    "pg_loss",
+    "entropy_loss",
 ];
+
+/// The scalar fields of a cell's [`LossRecord`] a mapping may fill.
+const LOSS_FIELDS: [&str; 3] = ["loss", "pg_loss", "entropy_loss"];
 
 /// A mapping file.
 #[derive(Debug, Clone, Deserialize)]
@@ -163,6 +173,8 @@ fn field_of(k: &KeySpec) -> std::result::Result<Field, String> {
         "advantages" => Field::Advantages,
         "entropy" => Field::Entropy,
         "loss_mask" => Field::LossMask,
+        "importance_weights" => Field::ImportanceWeights,
+        "per_token_loss" => Field::PerTokenLoss,
         other => {
             return Err(format!(
                 "key {}: field {other:?} (one of {})",
@@ -184,7 +196,11 @@ impl Mapping {
             .map_err(|e| Error::format(path, Position::File, format!("not a mapping: {e}")))?;
         m.source = path.to_path_buf();
         pieces(&m.pattern).map_err(|e| Error::format(path, Position::Key("pattern".into()), e))?;
-        for k in &m.keys {
+        for k in m
+            .keys
+            .iter()
+            .filter(|k| !LOSS_FIELDS.contains(&k.field.as_str()))
+        {
             field_of(k).map_err(|e| Error::format(path, Position::Key("key".into()), e))?;
         }
         match m.positions.as_deref() {
@@ -300,6 +316,23 @@ impl StepReader for Mapping {
             cell.files.push(path.clone());
             for k in keys {
                 let Some(x) = at(&v, &k.key) else { continue };
+                if LOSS_FIELDS.contains(&k.field.as_str()) {
+                    let n = super::scalar_of(x)
+                        .ok_or_else(|| super::unreadable(path, &k.key, "a number", x))?;
+                    let rec = cell.loss.get_or_insert_with(|| LossRecord {
+                        source: Some(Provenance {
+                            file: path.clone(),
+                            key: k.key.clone(),
+                        }),
+                        ..LossRecord::default()
+                    });
+                    match k.field.as_str() {
+                        "loss" => rec.loss = Some(n),
+                        "pg_loss" => rec.pg_loss = Some(n),
+                        _ => rec.entropy_loss = Some(n),
+                    }
+                    continue;
+                }
                 let field = field_of(k)
                     .map_err(|e| Error::format(&self.source, Position::Key("key".into()), e))?;
                 let mut t = super::opt_tensor(

@@ -28,6 +28,7 @@ pub mod open;
 pub mod remote_api;
 pub mod sglang;
 pub mod slime;
+pub mod trl;
 pub mod verl;
 pub mod verl_generations;
 pub mod walk;
@@ -291,6 +292,7 @@ pub fn step_readers() -> Vec<&'static dyn StepReader> {
         &areal::Areal,
         &verl_generations::VerlGenerations,
         &miles_dashboard::MilesDashboard,
+        &trl::Trl,
     ]
 }
 

@@ -44,6 +44,10 @@ pub enum Field {
     Entropy,
     /// `loss_mask`.
     LossMask,
+    /// Per-token importance weights (TIS / `rollout_is_weights`).
+    ImportanceWeights,
+    /// The per-token loss the trainer computed.
+    PerTokenLoss,
 }
 
 /// The tensor names read, and where each goes.
@@ -79,6 +83,8 @@ pub fn place(b: &mut TokenBatch, f: Field, t: TokenTensor) {
         Field::Advantages => b.advantages = Some(t),
         Field::Entropy => b.entropy = Some(t),
         Field::LossMask => b.loss_mask = Some(t),
+        Field::ImportanceWeights => b.importance_weights = Some(t),
+        Field::PerTokenLoss => b.per_token_loss = Some(t),
     }
 }
 

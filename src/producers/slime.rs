@@ -44,7 +44,7 @@ const FORMAT_VERSION: &str = "format_version";
 const ROLLOUT_ID: &str = "rollout_id";
 const SAMPLES: &str = "samples";
 /// Keys of a sample this mapping reads (others are listed as not placed).
-const KNOWN: [&str; 21] = [
+const KNOWN: [&str; 22] = [
     "tokens",
     "response_length",
     "response_lengths",
@@ -66,6 +66,7 @@ const KNOWN: [&str; 21] = [
     "weight_versions",
     "status",
     "prompt",
+    "response",
 ];
 
 /// The slime (and Miles) producer.
@@ -347,6 +348,13 @@ fn cell(
                         .filter_map(|x| x.as_str()?.parse::<i64>().ok().or(x.as_i64()))
                         .min()
                 }),
+            // text where the sample holds it (a chat prompt, a list of messages, is not text)
+            prompt_text: super::field(src, "prompt")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            response_text: super::field(src, "response")
+                .and_then(Value::as_str)
+                .map(str::to_string),
             ..RowMeta::default()
         });
         resp.push(toks[toks.len() - rl..].to_vec());

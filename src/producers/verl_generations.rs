@@ -16,9 +16,9 @@
 //! `train_data_step{N}.jsonl` have neither. A file under a folder whose name holds `val`
 //! is a validation dump: its step is listed only when no training dump has it.
 //!
-//! The model's [`StepDump`] has no text field: the rows carry score and sample index
-//! ([`RowMeta`]); the text is read by [`read_generations`] ([`GenerationRow`]) and by
-//! logscan's completions forensics (`src/logs/completions.rs`), which reads the same files.
+//! The rows carry score, sample index and the decoded prompt and response ([`RowMeta`]);
+//! `gts` and the extras are read by [`read_generations`] ([`GenerationRow`]), and
+//! logscan's completions forensics (`src/logs/completions.rs`) reads the same files.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -209,6 +209,8 @@ impl StepReader for VerlGenerations {
                 rows.push(RowMeta {
                     sample: Some(g.index.to_string()),
                     reward: g.score,
+                    prompt_text: Some(g.input),
+                    response_text: Some(g.output),
                     ..RowMeta::default()
                 });
             }

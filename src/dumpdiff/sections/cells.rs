@@ -137,7 +137,40 @@ pub fn forward_data_cell(
     if !rows.only_a.is_empty() || !rows.only_b.is_empty() {
         out.push(row_coverage_fail("forward_data", &rows));
     }
+    name_systematic_entropy(&mut out);
     cell(Some(rank), Some(micro), Some(row_summary(&rows)), out)
+}
+
+/// A failing `forward_data.entropy` that differs at most tokens yet correlates with the
+/// other side's (pearson ≥ 0.9) is a systematic change of the distribution, not a
+/// misalignment (a shift or a row swap decorrelates it): its reason says what gives that
+/// shape — logits divided by a sampling temperature on one side only (verl and NexRL
+/// divide before `log_softmax`), or a distribution truncated on one side (top-k/top-p).
+/// The entropy sums over the whole vocabulary, so it shows the change where the sampled
+/// tokens' log-probs can stay within their 16-bit tolerance.
+fn name_systematic_entropy(out: &mut [Comparison]) {
+    for x in out
+        .iter_mut()
+        .filter(|x| x.name == "forward_data.entropy" && x.verdict == Verdict::Fail)
+    {
+        let Some(m) = x.metrics.as_ref() else {
+            continue;
+        };
+        let Some(p) = m.pearson.filter(|p| *p >= 0.9) else {
+            continue;
+        };
+        if m.count >= 4 && m.beyond_fraction >= 0.8 {
+            x.reason = format!(
+                "{} — {:.0} % of the tokens differ, each still correlated with the other \
+                 side's (pearson {:.3}): a systematic change of the distribution, such as \
+                 logits divided by a sampling temperature on one side only, or a top-k/top-p \
+                 truncation on one side",
+                x.reason,
+                100.0 * m.beyond_fraction,
+                p
+            );
+        }
+    }
 }
 
 /// A failing pseudo-comparison for rows that found no partner by content.
@@ -276,4 +309,66 @@ fn placed_by_values(inputs: &BatchInputs, fwd: &Tensors<'_>) -> Option<Vec<Optio
         .into_iter()
         .map(|p| p.map(|p| Some(traj_of_old[p.old_row])))
         .collect()
+}
+
+/// A loss total that passes only within the error propagated from 16-bit log-probs
+/// (its tolerance's `+ …` allowance) is failed when the same cell's advantages differ
+/// (`is_loss.advantages` fails): the allowance bounds what rounding of inputs that agree
+/// can do, and these inputs do not agree. Returns the cells changed.
+pub fn totals_over_differing_inputs(sections: &mut [crate::dumpdiff::Section]) -> Vec<(u32, u32)> {
+    let differing: Vec<(u32, u32)> = sections
+        .iter()
+        .filter(|s| s.name == "is_loss")
+        .flat_map(|s| &s.cells)
+        .filter(|c| {
+            c.comparisons
+                .iter()
+                .any(|x| x.name == "is_loss.advantages" && x.verdict == Verdict::Fail)
+        })
+        .filter_map(|c| Some((c.rank?, c.micro?)))
+        .collect();
+    let mut changed = Vec::new();
+    for sec in sections
+        .iter_mut()
+        .filter(|s| s.name == "loss" || s.name == "is_loss")
+    {
+        for c in sec.cells.iter_mut() {
+            let Some(key) = c.rank.zip(c.micro).filter(|k| differing.contains(k)) else {
+                continue;
+            };
+            let mut any = false;
+            rework(c, |comparisons| {
+                for x in comparisons.iter_mut().filter(|x| {
+                    matches!(
+                        x.name.as_str(),
+                        "loss.loss" | "loss.pg_loss" | "is_loss.loss"
+                    ) && x.verdict == Verdict::Pass
+                }) {
+                    let Some(d) = x.metrics.as_ref().and_then(|m| m.max_abs) else {
+                        continue;
+                    };
+                    let base = x.tolerance.atol + x.tolerance.rtol * d.a.abs().max(d.b.abs());
+                    if d.abs_diff > base {
+                        x.verdict = Verdict::Fail;
+                        x.reason = format!(
+                            "|Δ| {} beyond atol {} rtol {}; within the error propagated from \
+                             the log-probs, but the cell's advantages differ \
+                             (is_loss.advantages), so the difference is not their rounding",
+                            crate::fmt::num(d.abs_diff),
+                            crate::fmt::num(x.tolerance.atol),
+                            crate::fmt::num(x.tolerance.rtol)
+                        );
+                        any = true;
+                    }
+                }
+            });
+            if any {
+                changed.push(key);
+            }
+        }
+        sec.verdict = sec.worst();
+    }
+    changed.sort_unstable();
+    changed.dedup();
+    changed
 }

@@ -138,6 +138,7 @@ pub fn is_loss_cell(
     };
     let conv = tis.as_ref().map_or(fit.conv, |t| t.conv);
     let pg_a = a_loss.and_then(|l| l.number(Field::PgLoss));
+    let other_conv = conv;
     let conv = match (&ch.ratio, &ch.adv, pg_a) {
         (Some(r), Some(a), Some(pg)) if conv != ElemLoss::Plain => {
             own_convention(conv, r, a, mask_a.as_deref(), ch.agg, pg.value, a_loss)
@@ -195,6 +196,7 @@ pub fn is_loss_cell(
             "advantages needed to derive it (see advantages)",
         )),
     }
+    name_clip_bound(&mut out, other_conv, conv);
     match (a_loss.filter(|l| l.has(Field::Loss)), b_is.record()) {
         (Some(x), y) if y.has(Field::Loss) => out.extend(ctx.scalar_centered(
             "loss",

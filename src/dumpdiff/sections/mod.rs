@@ -54,4 +54,6 @@ pub use ratio_chain::*;
 pub use rows::*;
 pub use side::*;
 pub use surrogate::{cannot_judge, settle_ratio_level, unattributed, SequenceAlt, Weights};
-use surrogate::{elem_convention, own_convention, sequence_alt, tis_fit, ElemLoss, Tis};
+use surrogate::{
+    elem_convention, name_clip_bound, own_convention, sequence_alt, tis_fit, ElemLoss, Tis,
+};

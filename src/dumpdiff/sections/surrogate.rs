@@ -306,6 +306,61 @@ pub(super) fn own_convention(
     }
 }
 
+/// A failing `is_loss.elementwise_loss` derived under the reference's own clip range
+/// (`own`, what its `pg_loss` follows) where the other side's own dumped values follow
+/// another (`other`, [`elem_convention`]): the reason names the bound that differs.
+pub(super) fn name_clip_bound(out: &mut [Comparison], other: ElemLoss, own: ElemLoss) {
+    let (
+        ElemLoss::Clipped { lo, hi, dual },
+        ElemLoss::Clipped {
+            lo: olo,
+            hi: ohi,
+            dual: odual,
+        },
+    ) = (own, other)
+    else {
+        return;
+    };
+    let n = crate::fmt::num;
+    let mut differs = Vec::new();
+    if hi != ohi {
+        differs.push(format!(
+            "the upper clip bound (clip_ratio_high): 1+{} vs 1+{}",
+            n(hi),
+            n(ohi)
+        ));
+    }
+    if lo != olo {
+        differs.push(format!(
+            "the lower clip bound (clip_ratio_low): 1−{} vs 1−{}",
+            n(lo),
+            n(olo)
+        ));
+    }
+    if dual != odual {
+        let d = |c: Option<f64>| c.map_or("none".to_string(), n);
+        differs.push(format!(
+            "the dual clip (clip_ratio_c): {} vs {}",
+            d(dual),
+            d(odual)
+        ));
+    }
+    if differs.is_empty() {
+        return;
+    }
+    for x in out
+        .iter_mut()
+        .filter(|x| x.name == "is_loss.elementwise_loss" && x.verdict == Verdict::Fail)
+    {
+        x.reason = format!(
+            "{} — a clip bound differs: the self-hosted pg_loss follows its clip range and \
+             the weaver's own per-token loss another, {} (self-hosted vs weaver)",
+            x.reason,
+            differs.join("; ")
+        );
+    }
+}
+
 /// `|pg − recompute|` of the per-token loss `conv` over `ratio` and `adv` at the valid
 /// positions of `mask`, reduced under `agg` or whichever of verl's modes comes closest
 /// ([`AggMode::reduce_rows`]); `None` when an element is not finite.
@@ -434,7 +489,7 @@ pub(super) fn sequence_ratio(ratio: &Mat, allowed: &Mat, mask: Option<&Mat>) -> 
 pub struct SequenceAlt {
     /// [`sequence_shaped`] of the other side's dumped ratio.
     pub shaped: Option<bool>,
-    /// [`own_level`] of the reference side's dumped `pg_loss` (sequence-shaped cells only).
+    /// [`own_level`] of the reference side's dumped `pg_loss` (every shaped cell).
     pub own: Option<bool>,
     /// The sequence-level comparisons (computed only for a sequence-shaped cell), to
     /// replace the token-level ones of the same name.
@@ -456,19 +511,77 @@ pub fn settle_ratio_level(cells: &mut [(Cell, Option<SequenceAlt>)]) -> Option<S
     let (seq, tok) = (count(true, |a| a.shaped), count(false, |a| a.shaped));
     let (own_seq, own_tok) = (count(true, |a| a.own), count(false, |a| a.own));
     if seq + own_seq <= tok + own_tok {
-        return None;
+        if seq > 0 && tok > 0 && seq + own_seq == tok + own_tok {
+            // One step computing two levels is a departure somewhere, but a tie leaves
+            // which cells depart unknown: said, no cell blamed.
+            let ids = |want: bool| {
+                cells
+                    .iter()
+                    .filter(|(_, a)| a.as_ref().and_then(|a| a.shaped) == Some(want))
+                    .map(|(c, _)| {
+                        format!(
+                            "rank {} micro {}",
+                            c.rank.unwrap_or(0),
+                            c.micro.unwrap_or(0)
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let note = format!(
+                "ratio level: cannot judge — weaver's prob_ratio is constant along each row \
+                 (GSPO's sequence ratio) in {} and varies (a token ratio) in {}, and the \
+                 self-hosted pg_loss does not tell the two apart at its precision: one of \
+                 the two sets departs from the configured level; each cell is compared at \
+                 the level it shows",
+                ids(true),
+                ids(false)
+            );
+            for (cell, alt) in cells.iter_mut() {
+                if let Some(alt) = alt.take().filter(|a| a.shaped == Some(true)) {
+                    rework(cell, |comparisons| {
+                        replace_by_name(comparisons, alt.comparisons)
+                    });
+                }
+            }
+            return Some(note);
+        }
+        // A cell where the weaver's ratio varies along its rows while the self-hosted
+        // pg_loss follows GSPO's sequence ratio: the sides compute at two levels, and the
+        // step does not say which is configured — a warning, not a failure.
+        let mut split = 0;
+        for (cell, alt) in cells.iter_mut() {
+            if alt
+                .as_ref()
+                .is_some_and(|a| a.shaped == Some(false) && a.own == Some(true))
+            {
+                split += 1;
+                rework(cell, |comparisons| {
+                    let mut c = skipped(
+                        "is_loss",
+                        "ratio_level",
+                        "cannot judge which side is wrong: weaver's prob_ratio varies along \
+                         its rows (a token ratio) while the self-hosted pg_loss follows GSPO's \
+                         sequence ratio, and the step's other cells do not tell which level is \
+                         configured",
+                    );
+                    c.verdict = Verdict::Warn;
+                    comparisons.push(c);
+                });
+            }
+        }
+        return (split > 0).then(|| {
+            format!(
+                "ratio level: the sides differ in {split} cell(s) — the weaver's ratio is a \
+                 token ratio, the self-hosted loss follows GSPO's sequence ratio; which is \
+                 configured cannot be told (compared at the token level)"
+            )
+        });
     }
     for (cell, alt) in cells.iter_mut() {
         let Some(alt) = alt.take() else { continue };
         rework(cell, |comparisons| match alt.shaped {
-            Some(true) => {
-                for c in alt.comparisons {
-                    match comparisons.iter_mut().find(|x| x.name == c.name) {
-                        Some(x) => *x = c,
-                        None => comparisons.push(c),
-                    }
-                }
-            }
+            Some(true) => replace_by_name(comparisons, alt.comparisons),
             Some(false) => {
                 let mut c = skipped(
                     "is_loss",
@@ -497,6 +610,17 @@ pub fn settle_ratio_level(cells: &mut [(Cell, Option<SequenceAlt>)]) -> Option<S
          {seq} cells, varies in {tok}{own}; the self-hosted ratio and per-token loss are \
          derived per sequence"
     ))
+}
+
+/// Put each of `new` in place of the comparison of the same name in `comparisons`
+/// (appended when there is none).
+fn replace_by_name(comparisons: &mut Vec<Comparison>, new: Vec<Comparison>) {
+    for c in new {
+        match comparisons.iter_mut().find(|x| x.name == c.name) {
+            Some(x) => *x = c,
+            None => comparisons.push(c),
+        }
+    }
 }
 
 /// The ratio level the reference side's own dumped `pg_loss` follows: its per-token loss
@@ -557,12 +681,17 @@ pub(super) fn sequence_alt(
     let shaped = sequence_shaped(&y, mask_b);
     let mut comparisons = Vec::new();
     let mut own = None;
-    if let (Some(true), Some(x), Some(e)) = (shaped, &ch.ratio, &ch.ratio_allowed) {
-        let (sr, se) = sequence_ratio(x, e, mask_a);
-        let pg = a_loss.and_then(|l| l.number(Field::PgLoss));
-        if let (Some(a), Some(pg)) = (&ch.adv, pg) {
+    // What the reference side's own pg_loss says of the level counts in every cell whose
+    // dumped ratio has a shape: a token-shaped cell of a GSPO step is where the other side
+    // departs, and the reference's own loss there still shows the step's level.
+    if let (Some(_), Some(x), Some(e), Some(a)) = (shaped, &ch.ratio, &ch.ratio_allowed, &ch.adv) {
+        if let Some(pg) = a_loss.and_then(|l| l.number(Field::PgLoss)) {
+            let (sr, _) = sequence_ratio(x, e, mask_a);
             own = own_level(x, &sr, a, mask_a, ch.agg, conv, pg.value);
         }
+    }
+    if let (Some(true), Some(x), Some(e)) = (shaped, &ch.ratio, &ch.ratio_allowed) {
+        let (sr, se) = sequence_ratio(x, e, mask_a);
         comparisons.push(ctx.propagated(
             "prob_ratio",
             &sr,
