@@ -17,9 +17,40 @@
 //! `apply_chat_template` (`_tokenize_prompts`), so template tokens inside a message's
 //! content were put there by a first templating (fixtures/completions/trl_templated_twice).
 
-use super::completions_text::{quote, END_TOKENS};
 use super::{Finding, Severity};
 use crate::logs::completions::Completion;
+
+/// Characters of a completion quoted in a finding.
+const QUOTE_CHARS: usize = 60;
+/// End-of-turn tokens a decoder without `skip_special_tokens` leaves at a completion's end.
+pub(crate) const END_TOKENS: [&str; 6] = [
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<end_of_turn>",
+    "</s>",
+];
+
+/// A completion quoted for a finding: control characters escaped, cut at
+/// 60 characters (`QUOTE_CHARS`).
+pub fn quote(s: &str) -> String {
+    let mut out = String::from("\"");
+    for (n, c) in s.chars().enumerate() {
+        if n == QUOTE_CHARS {
+            out.push('…');
+            break;
+        }
+        match c {
+            '\n' => out.push_str("\\n"),
+            '"' => out.push_str("\\\""),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
 
 /// Share of completions that must run past an end token (at least 2).
 const RUN_PAST_SHARE: f64 = 0.5;

@@ -14,12 +14,15 @@
 //! | completions-identical | one non-empty text is ≥ 50 % of ≥ 4 completions, for ≥ 3 prompts | warning, error ≥ 90 % |
 //! | completions-unterminated | the metrics say ≥ 50 % hit the length cap; the cause is read from the text | error |
 //!
-//! `completions-eos-mismatch` and `completions-prompt-templated-twice` are in
+//! `completions-eos-mismatch` and `completions-prompt-templated-twice` (and the quoting) are in
 //! [`super::completions_eos`].
 
 use super::{Finding, Severity};
 use crate::frames::log::frame::LogFrame;
 use crate::logs::completions::{Completion, CompletionFile};
+
+pub use super::completions_eos::quote;
+use super::completions_eos::END_TOKENS;
 
 /// Share of blank completions that is reported (and that makes it an error).
 const BLANK_SHARE: (f64, f64) = (0.25, 0.5);
@@ -37,8 +40,6 @@ const LOOP_SHARE: (f64, f64) = (0.2, 0.5);
 const SAME_SHARE: (f64, f64) = (0.5, 0.9);
 /// Mean truncation ratio at or above which completions "never end".
 const CAPPED_SHARE: f64 = 0.5;
-/// Characters of a completion quoted in a finding.
-const QUOTE_CHARS: usize = 60;
 
 /// Chat-template markers that must never appear in decoded completion text.
 const TEMPLATE_TOKENS: [&str; 14] = [
@@ -57,36 +58,6 @@ const TEMPLATE_TOKENS: [&str; 14] = [
     "<|assistant|>",
     "<|user|>",
 ];
-
-/// End-of-turn tokens a decoder without `skip_special_tokens` leaves at a completion's end.
-pub(crate) const END_TOKENS: [&str; 6] = [
-    "<|im_end|>",
-    "<|eot_id|>",
-    "<|endoftext|>",
-    "<|end_of_text|>",
-    "<end_of_turn>",
-    "</s>",
-];
-
-/// A completion quoted for a finding: control characters escaped, cut at
-/// 60 characters (`QUOTE_CHARS`).
-pub fn quote(s: &str) -> String {
-    let mut out = String::from("\"");
-    for (n, c) in s.chars().enumerate() {
-        if n == QUOTE_CHARS {
-            out.push('…');
-            break;
-        }
-        match c {
-            '\n' => out.push_str("\\n"),
-            '"' => out.push_str("\\\""),
-            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
 
 /// Script of a letter (coarse Unicode blocks; Kana and Han count as one, Japanese).
 fn script(c: char) -> Option<u8> {
