@@ -357,3 +357,156 @@ fn verl_generations_logged_to_tensorboard_are_read_and_judged() {
         .iter()
         .any(|f| f.format.starts_with("tensorboard text") && f.records == 12));
 }
+
+/// Findings at warning or above.
+fn alarms(r: &ScanReport) -> Vec<&str> {
+    r.findings
+        .iter()
+        .filter(|f| f.severity >= Severity::Warning)
+        .map(|f| f.detector.as_str())
+        .collect()
+}
+
+/// TRL 1.16's GRPOTrainer with `<|endoftext|>` as its only stop id while the ChatML
+/// template ends turns with `<|im_end|>` (a plain added token, so TRL's
+/// `skip_special_tokens=True` keeps it): fixtures/gen/make_completions_chatml.py. Of the
+/// 12 completions 11 hold `<|im_end|>` with the next user turn after it (the twelfth is
+/// cut before any end token); TRL's `completions/clipped_ratio` is 1, 0.75, 1.
+#[test]
+fn trl_wrong_eos_is_named_an_eos_token_mismatch() {
+    let r = run("trl_wrong_eos");
+    let e = one(&r, "completions-eos-mismatch");
+    assert_eq!(e.severity, Severity::Error);
+    assert!(
+        e.explanation.starts_with(
+            "generation does not stop on the chat template's end token: EOS token mismatch (generation_config.eos_token_id): <|im_end|> appears inside 11 of 12 completions (92%)"
+        ),
+        "{}",
+        e.explanation
+    );
+    assert_eq!(ev(e, "end_token"), "<|im_end|>");
+    assert_eq!(ev(e, "runs_past_end"), 11);
+    assert_eq!(ev(e, "mean_truncation_ratio"), 2.75 / 3.0);
+    assert_eq!(ev(e, "likely_cause"), "EOS token mismatch");
+    assert_eq!(e.steps, vec![1, 2, 3]);
+    let ex: Vec<&str> = ev(e, "examples")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ex,
+        vec![
+            "step 1: \"It is 5.<|im_end|>\\n<|im_start|>user\\nName a It is 2+3\"",
+            "step 1: \"5<|im_end|>\\n<|im_start|>user\\nName a colour.<|im_end|>\\n<|im_s…\"",
+        ]
+    );
+    assert!(e.likely_causes[0].starts_with("EOS token mismatch"));
+    // The cap is explained by the end token, not by max_completion_length; the next turn
+    // in the text is this finding, not a second "template leak".
+    let u = one(&r, "completions-unterminated");
+    assert_eq!(ev(u, "likely_cause"), "EOS token mismatch");
+    assert!(one(&r, "truncation").likely_causes[0].contains("EOS token mismatch"));
+    assert!(r.by_detector("completions-template-leak").is_empty());
+    assert!(r.by_detector("completions-garbled").is_empty());
+}
+
+/// The same model and trainer, each prompt a message whose content is already
+/// `apply_chat_template(..., add_generation_prompt=True)` text, which TRL templates again.
+#[test]
+fn trl_prompts_templated_twice_are_named() {
+    let r = run("trl_templated_twice");
+    let t = one(&r, "completions-prompt-templated-twice");
+    assert_eq!(t.severity, Severity::Error);
+    assert!(
+        t.explanation.starts_with(
+            "prompt templated twice (apply_chat_template on an already templated prompt): 12 of 12 prompts (100%)"
+        ),
+        "{}",
+        t.explanation
+    );
+    assert_eq!(
+        ev(t, "what"),
+        "a chat message's content already holds <|im_start|>, and the trainer applies the template to the messages again"
+    );
+    assert_eq!(
+        ev(t, "example_prompt"),
+        "\"<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n<|…\""
+    );
+    assert_eq!(
+        ev(t, "examples").as_array().unwrap()[0],
+        "step 1: \"It is 55.\""
+    );
+    assert_eq!(ev(t, "likely_cause"), "prompt templated twice");
+    // The model answers "It is 5." to three different questions: that symptom's first
+    // cause is the prompt.
+    let i = one(&r, "completions-identical");
+    assert!(i.likely_causes[0].starts_with("the prompt is templated twice"));
+    assert!(r.by_detector("completions-eos-mismatch").is_empty());
+}
+
+/// No false alarm: the healthy ChatML run (end of turn = EOS), and the garbled and blank
+/// runs keep their own causes.
+#[test]
+fn healthy_trl_run_and_earlier_runs_raise_no_template_finding() {
+    let r = run("trl_chatml_healthy");
+    assert!(alarms(&r).is_empty(), "{:#?}", r.findings);
+    for p in [
+        "trl_garbled",
+        "trl_blank",
+        "verl_leak",
+        "verl_tb_leak",
+        "areal_identical",
+    ] {
+        let r = run(p);
+        assert!(
+            r.by_detector("completions-eos-mismatch").is_empty()
+                && r.by_detector("completions-prompt-templated-twice")
+                    .is_empty(),
+            "{p}: {:#?}",
+            r.findings
+        );
+    }
+    assert_eq!(
+        ev(
+            one(&run("trl_garbled"), "completions-unterminated"),
+            "likely_cause"
+        ),
+        "weights / tokenizer"
+    );
+}
+
+/// Exit codes: 1 on the two error findings, 0 on the healthy run.
+#[test]
+fn command_line_exit_codes_for_the_chatml_runs() {
+    use assert_cmd::Command;
+    for (p, code, detector) in [
+        ("trl_wrong_eos", 1, Some("completions-eos-mismatch")),
+        (
+            "trl_templated_twice",
+            1,
+            Some("completions-prompt-templated-twice"),
+        ),
+        ("trl_chatml_healthy", 0, None),
+    ] {
+        let out = Command::cargo_bin("logscan")
+            .unwrap()
+            .arg(fixture(p))
+            .args(["--format", "json"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(code), "{p}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["completions_read"], 12, "{p}");
+        let names: Vec<&str> = v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["detector"].as_str().unwrap())
+            .collect();
+        if let Some(d) = detector {
+            assert!(names.contains(&d), "{p}: {names:?}");
+        }
+    }
+}

@@ -13,10 +13,16 @@
 //! | completions-repetition | ≥ 20 % end in a unit repeated ≥ 3 times covering half the text | warning, error ≥ 50 % |
 //! | completions-identical | one non-empty text is ≥ 50 % of ≥ 4 completions, for ≥ 3 prompts | warning, error ≥ 90 % |
 //! | completions-unterminated | the metrics say ≥ 50 % hit the length cap; the cause is read from the text | error |
+//!
+//! `completions-eos-mismatch` and `completions-prompt-templated-twice` (and the quoting) are in
+//! [`super::completions_eos`].
 
 use super::{Finding, Severity};
 use crate::frames::log::frame::LogFrame;
 use crate::logs::completions::{Completion, CompletionFile};
+
+pub use super::completions_eos::quote;
+use super::completions_eos::END_TOKENS;
 
 /// Share of blank completions that is reported (and that makes it an error).
 const BLANK_SHARE: (f64, f64) = (0.25, 0.5);
@@ -34,8 +40,6 @@ const LOOP_SHARE: (f64, f64) = (0.2, 0.5);
 const SAME_SHARE: (f64, f64) = (0.5, 0.9);
 /// Mean truncation ratio at or above which completions "never end".
 const CAPPED_SHARE: f64 = 0.5;
-/// Characters of a completion quoted in a finding.
-const QUOTE_CHARS: usize = 60;
 
 /// Chat-template markers that must never appear in decoded completion text.
 const TEMPLATE_TOKENS: [&str; 14] = [
@@ -54,36 +58,6 @@ const TEMPLATE_TOKENS: [&str; 14] = [
     "<|assistant|>",
     "<|user|>",
 ];
-
-/// End-of-turn tokens a decoder without `skip_special_tokens` leaves at a completion's end.
-const END_TOKENS: [&str; 6] = [
-    "<|im_end|>",
-    "<|eot_id|>",
-    "<|endoftext|>",
-    "<|end_of_text|>",
-    "<end_of_turn>",
-    "</s>",
-];
-
-/// A completion quoted for a finding: control characters escaped, cut at
-/// 60 characters (`QUOTE_CHARS`).
-pub fn quote(s: &str) -> String {
-    let mut out = String::from("\"");
-    for (n, c) in s.chars().enumerate() {
-        if n == QUOTE_CHARS {
-            out.push('…');
-            break;
-        }
-        match c {
-            '\n' => out.push_str("\\n"),
-            '"' => out.push_str("\\\""),
-            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
 
 /// Script of a letter (coarse Unicode blocks; Kana and Han count as one, Japanese).
 fn script(c: char) -> Option<u8> {
@@ -448,6 +422,18 @@ pub fn detect(files: &[CompletionFile], frame: Option<&LogFrame>) -> Vec<Finding
     if let Some(f) = identical(&all) {
         out.push(f);
     }
+    // Text running on past the template's end token to the cap names the EOS token; the
+    // template leak it makes (a next turn) is that finding, not a second one.
+    let eos_mismatch = super::completions_eos::eos_mismatch(&all, capped);
+    let eos_fired = eos_mismatch.is_some();
+    if let Some(f) = eos_mismatch {
+        out.retain(|x| {
+            !(x.detector == "completions-template-leak"
+                && x.evidence.get("likely_cause").and_then(|v| v.as_str()) == Some("EOS token"))
+        });
+        out.push(f);
+    }
+    out.extend(super::completions_eos::prompt_templated_twice(&all));
 
     if let Some(c) = capped.filter(|c| *c >= CAPPED_SHARE) {
         let (cause, why) = if garbled.len() as f64 / n >= GARBLED_SHARE.0 {
@@ -459,6 +445,11 @@ pub fn detect(files: &[CompletionFile], frame: Option<&LogFrame>) -> Vec<Finding
             (
                 "generation config",
                 "the text loops: the model repeats itself until the cap",
+            )
+        } else if eos_fired {
+            (
+                "EOS token mismatch",
+                "the text runs on past the chat template's end token (completions-eos-mismatch)",
             )
         } else if leaks.len() >= 2 {
             (
@@ -484,6 +475,7 @@ pub fn detect(files: &[CompletionFile], frame: Option<&LogFrame>) -> Vec<Finding
                     "weights / tokenizer" => "the sampler's weights or tokenizer are wrong (see completions-garbled), not max_completion_length",
                     "generation config" => "generation config: no repetition penalty / low temperature",
                     "EOS token" => "EOS token: the sampler does not stop at the end-of-turn token",
+                    "EOS token mismatch" => "EOS token mismatch: generation_config.eos_token_id is not the chat template's end token (see completions-eos-mismatch)",
                     _ => "max completion length too small for the task",
                 }],
             )
@@ -510,6 +502,9 @@ pub fn reconcile(findings: &mut [Finding]) {
     };
     let unterminated =
         cause_of("completions-unterminated").filter(|c| c != "max completion length");
+    let twice = findings
+        .iter()
+        .any(|f| f.detector == "completions-prompt-templated-twice");
     let same = if findings.iter().any(|f| f.detector == "completions-blank") {
         Some("blank completions (completions-blank) all score the same: no reward variance in any group")
     } else if findings
@@ -526,6 +521,9 @@ pub fn reconcile(findings: &mut [Finding]) {
                 .as_ref()
                 .map(|c| format!("the completions show why they hit the cap: {c} (completions-unterminated), not the length limit")),
             "dead-groups" | "zero-loss" | "zero-grad" => same.map(str::to_string),
+            "completions-blank" | "completions-identical" | "completions-garbled" if twice => {
+                Some("the prompt is templated twice (completions-prompt-templated-twice): the model answers a malformed conversation".to_string())
+            }
             _ => None,
         };
         if let Some(c) = first {

@@ -39,6 +39,7 @@
 mod bounds;
 pub mod classify;
 mod completions;
+pub mod completions_eos;
 pub mod completions_text;
 mod crash;
 pub mod hypotheses;

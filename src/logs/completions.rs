@@ -49,6 +49,10 @@ pub struct Completion {
     pub reward: Option<f64>,
     /// The advantage, when logged (TRL).
     pub advantage: Option<f64>,
+    /// True when the prompt was given as chat messages (`{role, content}` list, TRL's
+    /// conversational data): the trainer applies the chat template to it, so template
+    /// tokens inside a message's content mean the prompt is templated twice.
+    pub prompt_is_chat: bool,
 }
 
 /// Which producer's layout a completions file has.
@@ -257,7 +261,7 @@ fn read_tensorboard(path: &Path) -> Result<Vec<Completion>> {
             prompt: Some(prompt),
             text,
             reward,
-            advantage: None,
+            ..Completion::default()
         }));
     }
     Ok(out)
@@ -336,7 +340,9 @@ fn row_to_completion(
             .find_map(|k| cells.iter().find(|(c, _)| c == k).map(|(_, v)| *v))
     };
     let text = json_text(get(&TEXT_KEYS)?)?;
-    let prompt = get(&PROMPT_KEYS).and_then(json_text);
+    let prompt_cell = get(&PROMPT_KEYS);
+    let prompt = prompt_cell.and_then(json_text);
+    let prompt_is_chat = prompt_cell.is_some_and(is_messages);
     let step = get(&["step", "global_step"])
         .and_then(json_f64)
         .map(|s| s as i64)
@@ -376,7 +382,21 @@ fn row_to_completion(
         text,
         reward,
         advantage,
+        prompt_is_chat,
     })
+}
+
+/// True for a list of chat messages (objects with a `role`), as TRL logs conversational
+/// prompts.
+fn is_messages(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::Array(a) => {
+            !a.is_empty()
+                && a.iter()
+                    .all(|m| m.as_object().is_some_and(|o| o.contains_key("role")))
+        }
+        _ => false,
+    }
 }
 
 /// A polars cell as JSON (strings, numbers, lists, structs of messages).
@@ -633,7 +653,7 @@ fn read_areal(path: &Path) -> Result<Vec<Completion>> {
             prompt: Some(prompt.join("\n")),
             text: seq.join("\n"),
             reward,
-            advantage: None,
+            ..Completion::default()
         });
         i = j;
     }

@@ -9,105 +9,11 @@
 //! the readers in [`crate::logs::steps`]; on what it accepts it yields exactly the record
 //! and [`LineQuality`] that path yields (tests check both on tricky lines).
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
 use crate::logs::steps::{
     parse_number_text, progress_step, LineQuality, EXTRA_STEP_KEY, PROGRESS_STEP_KEY, STEP_KEYS,
     TIME_KEYS,
 };
 use crate::model::log::{LogRecord, SourceKind};
-
-/// A small, fast, non-cryptographic hasher (FxHash) for short keys.
-#[derive(Default, Clone, Copy)]
-pub struct FxHasher {
-    hash: u64,
-}
-
-const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-impl FxHasher {
-    #[inline]
-    fn add(&mut self, w: u64) {
-        self.hash = (self.hash.rotate_left(5) ^ w).wrapping_mul(FX_SEED);
-    }
-}
-
-impl Hasher for FxHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            self.add(u64::from_le_bytes(w));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(w));
-        }
-    }
-
-    #[inline]
-    fn write_u8(&mut self, i: u8) {
-        self.add(i as u64);
-    }
-
-    #[inline]
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-
-    #[inline]
-    fn write_i64(&mut self, i: i64) {
-        self.add(i as u64);
-    }
-
-    #[inline]
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.hash
-    }
-}
-
-/// `HashMap` with [`FxHasher`].
-pub type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
-
-/// Key names interned to dense ids.
-#[derive(Debug, Default)]
-pub struct Interner {
-    map: FxMap<String, u32>,
-    names: Vec<String>,
-}
-
-impl Interner {
-    /// The id of `k`, adding it when new.
-    pub fn intern(&mut self, k: &str) -> u32 {
-        if let Some(&i) = self.map.get(k) {
-            return i;
-        }
-        let i = self.names.len() as u32;
-        self.names.push(k.to_string());
-        self.map.insert(k.to_string(), i);
-        i
-    }
-
-    /// The name of id `i`.
-    pub fn name(&self, i: u32) -> &str {
-        self.names.get(i as usize).map_or("", String::as_str)
-    }
-
-    /// All names, by id.
-    pub fn names(&self) -> &[String] {
-        &self.names
-    }
-}
 
 /// One fast-parsed step line; its fields and types live in the [`Batch`].
 #[derive(Debug, Clone)]
@@ -140,6 +46,10 @@ pub struct Batch {
     /// The key ids of the previous line's leaves, in order: lines of one file mostly
     /// repeat their keys, so a name compare usually replaces a hash lookup.
     hint: Vec<u32>,
+    /// The id of each leaf of the scratch's current shape (`u32::MAX`: not looked up yet in
+    /// this batch), for the shape generation `shape_gen`.
+    shape_ids: Vec<u32>,
+    shape_gen: u64,
 }
 
 impl Batch {
@@ -241,6 +151,14 @@ pub struct Scratch {
     leaves: Vec<(u32, u32, u32, u8, Leaf)>,
     top: [Option<Top>; 13],
     data_time: [Option<Top>; 3],
+    /// Per leaf, as the full scan saw it: what [`shape::Shape`] needs to replay it.
+    meta: Vec<shape::LeafMeta>,
+    /// Top-level special slots whose value was an object.
+    top_dicts: Vec<u8>,
+    /// The line cannot be a shape (an object under a `data` time key).
+    no_shape: bool,
+    /// The last line's shape, replayed on the next lines while they match it.
+    shape: shape::Shape,
 }
 
 struct Scan<'a> {
@@ -293,6 +211,7 @@ impl<'a> Scan<'a> {
     }
 
     /// A JSON number (or a bare NaN/±Infinity) → (value, is an integer literal).
+    #[inline(always)]
     fn number(&mut self) -> Option<Top> {
         let b = self.b;
         let start = self.i;
@@ -505,7 +424,14 @@ fn object(
             (special, rel)
         };
         let c = s.peek()?;
+        let vstart = s.i as u32;
         let (val, top) = if c == b'{' {
+            if level == Level::Top && slot != u8::MAX {
+                sc.top_dicts.push(slot);
+            }
+            if level == Level::Data && TIME_KEYS.contains(&key) {
+                sc.no_shape = true;
+            }
             let path_end = sc.paths.len();
             let lvl = if level == Level::Top && slot == DATA as u8 {
                 Level::Data
@@ -516,37 +442,17 @@ fn object(
             sc.paths.truncate(path_end);
             (None, Top::Dict)
         } else {
-            match c {
-                b'"' => {
-                    let (a, z) = s.string()?;
-                    (
-                        Some(Leaf::Str(a as u32, z as u32)),
-                        Top::Str(a as u32, z as u32),
-                    )
-                }
-                b'[' => {
-                    s.skip_value(depth + 1)?;
-                    (Some(Leaf::List), Top::Other)
-                }
-                b't' => s
-                    .lit(b"true")
-                    .then_some((Some(Leaf::Bool(true)), Top::Bool(true)))?,
-                b'f' => s
-                    .lit(b"false")
-                    .then_some((Some(Leaf::Bool(false)), Top::Bool(false)))?,
-                b'n' => s.lit(b"null").then_some((Some(Leaf::Null), Top::Other))?,
-                _ => match s.number()? {
-                    Top::Int(i) => (Some(Leaf::Num(i as f64)), Top::Int(i)),
-                    Top::Float(f) => (Some(Leaf::Num(f)), Top::Float(f)),
-                    _ => return None,
-                },
-            }
+            let (leaf, top) = leaf_value(s, c, depth)?;
+            (Some(leaf), top)
         };
-        if level == Level::Top && slot != u8::MAX {
+        let is_top = level == Level::Top && slot != u8::MAX;
+        if is_top {
             sc.top[slot as usize] = Some(top);
         }
+        let mut dtime = u8::MAX;
         if level == Level::Data {
             if let Some(p) = TIME_KEYS.iter().position(|k| *k == key) {
+                dtime = p as u8;
                 if sc.data_time[p].is_none() {
                     sc.data_time[p] = Some(top);
                 }
@@ -557,6 +463,12 @@ fn object(
             sc.all.push_str(&sc.paths);
             let z = sc.all.len() as u32;
             sc.leaves.push((a, z, a + rel_here, slot, leaf));
+            sc.meta.push(shape::LeafMeta {
+                span: (vstart, s.i as u32),
+                depth,
+                is_top,
+                dtime,
+            });
         }
         s.ws();
         match s.peek()? {
@@ -572,6 +484,36 @@ fn object(
             _ => return None,
         }
     }
+}
+
+/// A value that is not an object (`c`: its first byte, at `s.i`): the leaf and the
+/// top-level view of it. The full scan and [`shape::Shape::replay`] both read values here,
+/// so they cannot disagree on one.
+#[inline(always)]
+fn leaf_value(s: &mut Scan<'_>, c: u8, depth: u32) -> Option<(Leaf, Top)> {
+    Some(match c {
+        b'"' => {
+            let (a, z) = s.string()?;
+            (Leaf::Str(a as u32, z as u32), Top::Str(a as u32, z as u32))
+        }
+        b'[' => {
+            s.skip_value(depth + 1)?;
+            (Leaf::List, Top::Other)
+        }
+        b't' => s
+            .lit(b"true")
+            .then_some((Leaf::Bool(true), Top::Bool(true)))?,
+        b'f' => s
+            .lit(b"false")
+            .then_some((Leaf::Bool(false), Top::Bool(false)))?,
+        b'n' => s.lit(b"null").then_some((Leaf::Null, Top::Other))?,
+        b'{' => return None,
+        _ => match s.number()? {
+            Top::Int(i) => (Leaf::Num(i as f64), Top::Int(i)),
+            Top::Float(f) => (Leaf::Num(f), Top::Float(f)),
+            _ => return None,
+        },
+    })
 }
 
 /// The text of a string the scanner validated.
@@ -606,20 +548,40 @@ pub fn parse_line(line: &[u8], sc: &mut Scratch, out: &mut Batch) -> Option<Fast
         return None;
     }
     let b = std::str::from_utf8(b).ok()?;
-    sc.paths.clear();
-    sc.all.clear();
-    sc.leaves.clear();
-    sc.top = [None; 13];
-    sc.data_time = [None; 3];
-    let mut s = Scan {
-        text: b,
-        b: b.as_bytes(),
-        i: 0,
+    // A line with the previous line's shape (its bytes between the values) has its keys:
+    // only the values are read. Otherwise the full scan, whose line becomes the shape.
+    let replayed = shape::replay(b, sc);
+    if !replayed {
+        sc.paths.clear();
+        sc.all.clear();
+        sc.leaves.clear();
+        sc.meta.clear();
+        sc.top_dicts.clear();
+        sc.no_shape = false;
+        sc.top = [None; 13];
+        sc.data_time = [None; 3];
+        let mut s = Scan {
+            text: b,
+            b: b.as_bytes(),
+            i: 0,
+        };
+        object(&mut s, sc, Level::Top, 0, u8::MAX, 0)?;
+        s.ws();
+        if s.i != b.len() {
+            return None;
+        }
+        shape::record(b, sc);
+    }
+    let all = if replayed {
+        sc.shape.all.as_str()
+    } else {
+        sc.all.as_str()
     };
-    object(&mut s, sc, Level::Top, 0, u8::MAX, 0)?;
-    s.ws();
-    if s.i != b.len() {
-        return None;
+    // Batch ids of the shape's leaves, valid for this batch and shape.
+    if out.shape_gen != sc.shape.gen {
+        out.shape_gen = sc.shape.gen;
+        out.shape_ids.clear();
+        out.shape_ids.resize(sc.leaves.len(), u32::MAX);
     }
     let verl = sc.top[DATA] == Some(Top::Dict) && sc.top[0].is_some();
     let step = (0..STEP_KEYS.len())
@@ -642,17 +604,17 @@ pub fn parse_line(line: &[u8], sc: &mut Scratch, out: &mut Batch) -> Option<Fast
     let mut nulls = 0u32;
     let mut non_finite = 0u32;
     let mut n = 0usize;
-    for &(a, z, rel, slot, leaf) in &sc.leaves {
+    for (li, &(a, z, rel, slot, leaf)) in sc.leaves.iter().enumerate() {
         let key = if verl {
             if slot != DATA as u8 {
                 continue;
             }
-            sc.all.get(rel as usize..z as usize)
+            all.get(rel as usize..z as usize)
         } else {
             if (slot as usize) < 8 {
                 continue; // top-level step and time keys are not metrics
             }
-            sc.all.get(a as usize..z as usize)
+            all.get(a as usize..z as usize)
         };
         let Some(key) = key else {
             // Not reachable (ranges come from the scan), but leave `out` as it was.
@@ -662,7 +624,16 @@ pub fn parse_line(line: &[u8], sc: &mut Scratch, out: &mut Batch) -> Option<Fast
         };
         let mut id = |out: &mut Batch| {
             n += 1;
-            out.key_id(n - 1, key)
+            match out.shape_ids.get(li) {
+                Some(&k) if k != u32::MAX => k,
+                _ => {
+                    let k = out.key_id(n - 1, key);
+                    if let Some(c) = out.shape_ids.get_mut(li) {
+                        *c = k;
+                    }
+                    k
+                }
+            }
         };
         match leaf {
             Leaf::Null => {
@@ -742,6 +713,13 @@ pub fn fast_record(text: &str, file: usize, line: u64) -> Option<(LogRecord, Lin
         },
     ))
 }
+
+#[path = "fastline_intern.rs"]
+mod intern;
+pub use intern::{FxHasher, FxMap, Interner};
+
+#[path = "fastline_shape.rs"]
+mod shape;
 
 #[cfg(test)]
 #[path = "fastline_tests.rs"]

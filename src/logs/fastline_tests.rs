@@ -92,3 +92,72 @@ fn declined_line_adds_nothing() {
     assert!(parse_line(b"{\"step\": 1, \"a\": \"\xff\"}", &mut sc, &mut b).is_none());
     assert!(b.fields.is_empty() && b.types.is_empty());
 }
+
+/// A line read through the previous line's shape yields exactly what a fresh full scan
+/// yields (or both decline it), whatever changed between the lines.
+#[test]
+fn replayed_shapes_read_like_the_full_scan() {
+    let lines = [
+        r#"{"step": 1, "train_loss": 0.5, "metrics": {"kl": 0.1, "r": [1, 2]}, "timestamp": 10.0}"#,
+        r#"{"step": 2, "train_loss": 0.25, "metrics": {"kl": 0.2, "r": []}, "timestamp": 11}"#,
+        r#"{"step": 3, "train_loss": "nan", "metrics": {"kl": null, "r": true}, "timestamp": 12.5}"#,
+        r#"{"step": "4/10", "train_loss": NaN, "metrics": {"kl": -0, "r": "x"}, "timestamp": false}"#,
+        r#"{"step": 5, "train_loss": 1e400, "metrics": {"kl": 0.1, "r": 1}, "timestamp": 1}"#,
+        r#"{"step": 6, "train_loss": 12345678901234567890, "metrics": {"kl": 0.1, "r": 1}, "timestamp": 1}"#,
+        r#"{"step": 7, "train_loss": "a\"b", "metrics": {"kl": 0.1, "r": 1}, "timestamp": 1}"#,
+        r#"{"step": 8, "train_loss": {"x": 1}, "metrics": {"kl": 0.1, "r": 1}, "timestamp": 1}"#,
+        r#"{"step": 9, "train_loss": 0.5, "metrics": {"kl": 0.1, "r": 1}, "timestamp": 1} x"#,
+        r#"{"step": 10, "train_loss": 0.5, "metrics": {"kl": 0.1, "r": 1}, "timestamp": 1"#,
+        r#"{"step": 11,  "train_loss": 0.5, "metrics": {"kl": 0.1, "r": 1}, "timestamp": 1}"#,
+        r#"{"step": 12, "train_loss": 0.5, "metrics": {"kl": 0.1, "r": 1}, "timestamp": 1, "step": 3}"#,
+        r#"{"step": 13, "train_loss": 0.5, "metrics": {"kl": 0.1, "r": 1}, "timestamp": 1}"#,
+        r#"{"step": 14, "train_loss": 0.5, "metrics": {"kl": 0.1, "r": 1}, "timestamp": 1.}"#,
+        r#"{"step": 15, "train_loss": 0.5, "metrics": {"kl": 0.1, "r": 1}, "timestamp": 1e}"#,
+        r#"{"step": 1, "data": {"actor/kl": 0.1, "timestamp": 5.0, "x": null}}"#,
+        r#"{"step": 2, "data": {"actor/kl": 0.2, "timestamp": "t", "x": 3}}"#,
+        r#"{"step": 3, "data": {"actor/kl": 0.3, "timestamp": {"a": 1}, "x": 3}}"#,
+        r#"{"step": 4, "data": {"actor/kl": 0.3, "timestamp": 7, "x": 3}}"#,
+        r#"{"iteration": 1, "lr": 0.1}"#,
+        r#"{"iteration": 2.0, "lr": 0.2}"#,
+        r#"{"iteration": 2.5, "lr": 0.2}"#,
+        r#"{"event": 1, "lr": 0.2}"#,
+        r#"{}"#,
+        r#"{}"#,
+        r#"{"a": {}, "b": 1}"#,
+        r#"{"a": {}, "b": 2}"#,
+    ];
+    let view = |b: &Batch, r: &FastRec| {
+        let types: Vec<(String, &str)> = b.types[r.types.0 as usize..r.types.1 as usize]
+            .iter()
+            .map(|&(k, t)| (b.keys.name(k).to_string(), t))
+            .collect();
+        let fields: Vec<(String, u64)> = b.fields[r.fields.0 as usize..r.fields.1 as usize]
+            .iter()
+            .map(|&(k, v)| (b.keys.name(k).to_string(), v.to_bits()))
+            .collect();
+        (
+            r.step,
+            r.timestamp.map(f64::to_bits),
+            r.source,
+            r.nulls,
+            r.non_finite,
+            fields,
+            types,
+        )
+    };
+    let mut shared = Scratch::default();
+    let mut batch = Batch::default();
+    let mut replayed = 0;
+    for (i, l) in lines.iter().enumerate() {
+        let had_shape = shape::replay(l, &mut shared);
+        let got = parse_line(l.as_bytes(), &mut shared, &mut batch).map(|r| view(&batch, &r));
+        let mut b = Batch::default();
+        let want = parse_line(l.as_bytes(), &mut Scratch::default(), &mut b).map(|r| view(&b, &r));
+        assert_eq!(got, want, "line {i}: {l}");
+        replayed += (had_shape && got.is_some()) as usize;
+    }
+    // The shape did the reading on the lines that repeat the previous line's layout.
+    // Lines 1, 2, 3, 16, 20, 21, 24, 26 (counted by hand: each repeats the layout of the
+    // last line the full scan accepted and is itself accepted).
+    assert_eq!(replayed, 8);
+}

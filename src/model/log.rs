@@ -334,7 +334,9 @@ impl TypeTracker {
         match &mut self.seen[i] {
             slot @ None => *slot = Some((ty, line, false)),
             Some((first, first_line, reported)) => {
-                if *first != ty && !*reported {
+                // Types are `&'static str` constants: the same pointer is the same type
+                // (no byte compare on the hot path), else the text decides.
+                if !std::ptr::eq(*first, ty) && *first != ty && !*reported {
                     *reported = true;
                     stats.type_changes.push(TypeChange {
                         key: key.to_string(),

@@ -346,6 +346,23 @@ fn fast_history(rec: &[u8], keys: &mut Keys, row: &mut Row) -> Option<bool> {
     Some(true)
 }
 
+/// True when a `Record`'s top level is well formed and holds no config (5) or run (17)
+/// and at most one history (2), as bytes: what [`fast_history`] walks, seen without
+/// walking the history itself.
+fn without_config(rec: &[u8]) -> bool {
+    use wire::Payload;
+    let mut pos = 0;
+    let mut history = false;
+    while pos < rec.len() {
+        match wire::field(rec, &mut pos) {
+            Some((2, Payload::Bytes(_))) if !history => history = true,
+            Some((2 | 5 | 17, _)) | None => return false,
+            Some(_) => {}
+        }
+    }
+    true
+}
+
 /// Apply a config record's updates and removals to `out` (flattened `key → text`).
 fn apply_config(c: &ConfigRecord, out: &mut BTreeMap<String, String>) {
     for it in &c.update {
@@ -560,7 +577,8 @@ const PART_RECORDS: usize = 2048;
 /// Parse `recs` (`(offset, number, bytes)`, in file order) into `w`: in parallel parts
 /// with their own key ids, renumbered into the file's keys in order (so keys keep their
 /// first-seen order); the first record that is not a `Record` protobuf is the error. With
-/// `config`, one by one, applying config records too.
+/// `config` (a run's configuration is wanted, not its rows), one by one: history records
+/// are only walked, and the others decoded to apply their config.
 fn parse_records(
     path: &Path,
     recs: &[(u64, u64, &[u8])],
@@ -579,6 +597,13 @@ fn parse_records(
     if let Some(cfg) = config {
         let mut row = Row::default();
         for &(at, n, bytes) in recs {
+            // A record whose top level holds no config or run (history, or nothing) has
+            // no config, and its row is not wanted here: only the others are decoded.
+            // (The scan that read the same file before has already refused a record
+            // prost cannot decode.)
+            if without_config(bytes) {
+                continue;
+            }
             let mut rec = Record::decode(bytes).map_err(|e| bad(at, n, e))?;
             if let Some(h) = rec.history.take() {
                 history_row(&h, &mut w.keys, &mut row);
