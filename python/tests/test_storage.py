@@ -56,6 +56,11 @@ def s3():
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    # moto keeps one in-memory state per process: another test's server (test_ray.py)
+    # may have left objects in a bucket of the same name; start from an empty store
+    import urllib.request
+
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")).read()
     client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
     client.create_bucket(Bucket="bucket")
     for rel in UPLOADS:

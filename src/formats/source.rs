@@ -242,8 +242,19 @@ mod imp {
             None => format!("{scheme}://{host}"),
         };
         let key = ObjPath::from_url_path(url.path()).map_err(|e| bad_url(path, e))?;
+        // A store is built from the environment (endpoint, credentials, region): one built
+        // under other settings (another endpoint in the same process) is not reused.
+        let mut env: Vec<(String, String)> = std::env::vars()
+            .filter(|(k, _)| {
+                ["AWS_", "GOOGLE_", "AZURE_"]
+                    .iter()
+                    .any(|p| k.starts_with(p))
+            })
+            .collect();
+        env.sort();
+        let cache_key = format!("{base}\n{env:?}");
         let mut map = stores().lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = map.get(&base) {
+        if let Some(s) = map.get(&cache_key) {
             return Ok((s.clone(), key));
         }
         let store: Arc<dyn ObjectStore> = match scheme.as_str() {
@@ -288,7 +299,7 @@ mod imp {
             ),
             other => return Err(bad_url(path, format!("unknown scheme `{other}`"))),
         };
-        map.insert(base, store.clone());
+        map.insert(cache_key, store.clone());
         Ok((store, key))
     }
 
