@@ -65,6 +65,17 @@ fn weighted(cell: Option<&Cell>) -> bool {
     })
 }
 
+/// Whether the `is_loss` cell compared any per-token intermediate (a comparison judged,
+/// not skipped): without one — the weaver's `is_loss_debug` not read — "every per-token
+/// intermediate matches" cannot be said.
+fn compared_per_token(cell: Option<&Cell>) -> bool {
+    cell.is_some_and(|c| {
+        c.comparisons
+            .iter()
+            .any(|x| matches!(x.verdict, Verdict::Pass | Verdict::Warn | Verdict::Fail))
+    })
+}
+
 /// What the `forward_data` cell says about differing log-probs: when the current
 /// log-probs (and the entropy, when dumped) differ on most tokens yet each still
 /// correlates with the other side's, the forward pass changed systematically — the shape
@@ -166,11 +177,20 @@ pub fn diagnose(
                          the weaver's side only)"
                     )
                 }
-                (Some(x), Some(y)) => {
+                (Some(x), Some(y)) if compared_per_token(is_loss) => {
                     let (px, py) = distinct(x, y);
                     format!(
                         "the pg term differs (pg_loss {px} vs {py}) while every per-token \
                          intermediate matches: the aggregation differs"
+                    )
+                }
+                (Some(x), Some(y)) => {
+                    let (px, py) = distinct(x, y);
+                    format!(
+                        "the pg term differs (pg_loss {px} vs {py}); the per-token \
+                         intermediates are not compared in this cell (its is_loss_debug was \
+                         not read), so the aggregation, a weight or the inputs cannot be told \
+                         apart"
                     )
                 }
                 _ => "the pg term differs".into(),
@@ -267,16 +287,32 @@ mod tests {
             "{d}"
         );
         // The same coefficients on both sides: a pg difference with no failing
-        // intermediate is the aggregation.
+        // intermediate is the aggregation — when the per-token loss was compared.
         let (a, b) = (rec(0.5, 0.5, 1.0), rec(0.6, 0.6, 1.0));
-        let d = diagnose(
-            (1, 0),
-            &a,
-            &b,
-            (Coeffs::default(), Coeffs::default()),
-            (None, None),
-        )
-        .unwrap();
-        assert!(d.contains("the aggregation differs"), "{d}");
+        let mut el = crate::dumpdiff::sections::skipped("is_loss", "prob_ratio", "");
+        el.verdict = Verdict::Pass;
+        let is_loss = crate::dumpdiff::sections::cell(Some(1), Some(0), None, vec![el]);
+        let run = |is_loss: Option<&Cell>| {
+            diagnose(
+                (1, 0),
+                &a,
+                &b,
+                (Coeffs::default(), Coeffs::default()),
+                (is_loss, None),
+            )
+            .unwrap()
+        };
+        let d = run(Some(&is_loss));
+        assert!(
+            d.contains("every per-token intermediate matches: the aggregation differs"),
+            "{d}"
+        );
+        // no is_loss_debug read (a file set aside): nothing said to match
+        let d = run(None);
+        assert!(
+            d.contains("the per-token intermediates are not compared in this cell")
+                && !d.contains("aggregation differs"),
+            "{d}"
+        );
     }
 }
