@@ -90,17 +90,14 @@ fn forward_shape(forward: Option<&Cell>) -> Option<String> {
             .find(|c| c.name.rsplit('.').next() == Some(leaf))
             .and_then(|c| c.metrics.as_ref())
     };
-    let systematic = |m: &crate::compare::metrics::PairMetrics| {
-        m.count >= 4 && m.beyond_fraction >= 0.8 && m.pearson.is_some_and(|p| p >= 0.9)
-    };
-    let lp = metrics("log_probs").filter(|m| systematic(m))?;
+    let lp = metrics("log_probs").filter(|m| m.systematic())?;
     let r = |m: &crate::compare::metrics::PairMetrics| {
         sig(m.pearson.unwrap_or(0.0), 3, Notation::Fixed)
     };
     let pct =
         |m: &crate::compare::metrics::PairMetrics| format!("{:.0} %", 100.0 * m.beyond_fraction);
     Some(match metrics("entropy") {
-        Some(e) if systematic(e) => format!(
+        Some(e) if e.systematic() => format!(
             "the forward pass differs on {} of the tokens' log-probs and {} of their entropies, \
              each still correlated with the other side's (pearson {}, {}): the shape of logits \
              divided by a sampling temperature on one side only",

@@ -98,6 +98,16 @@ pub struct PairMetrics {
     pub logprob: Option<LogProbMetrics>,
 }
 
+impl PairMetrics {
+    /// A systematic difference: four or more elements, at least 80 % beyond tolerance,
+    /// each still correlated with the other side's (pearson ≥ 0.9) — the shape a change
+    /// of the whole distribution gives (a temperature on one side), not a misalignment,
+    /// which decorrelates.
+    pub fn systematic(&self) -> bool {
+        self.count >= 4 && self.beyond_fraction >= 0.8 && self.pearson.is_some_and(|p| p >= 0.9)
+    }
+}
+
 /// One-pass accumulator behind [`PairMetrics`].
 #[derive(Debug, Clone)]
 pub struct Accumulator {

@@ -153,23 +153,18 @@ fn name_systematic_entropy(out: &mut [Comparison]) {
         .iter_mut()
         .filter(|x| x.name == "forward_data.entropy" && x.verdict == Verdict::Fail)
     {
-        let Some(m) = x.metrics.as_ref() else {
+        let Some(m) = x.metrics.as_ref().filter(|m| m.systematic()) else {
             continue;
         };
-        let Some(p) = m.pearson.filter(|p| *p >= 0.9) else {
-            continue;
-        };
-        if m.count >= 4 && m.beyond_fraction >= 0.8 {
-            x.reason = format!(
-                "{} — {:.0} % of the tokens differ, each still correlated with the other \
-                 side's (pearson {:.3}): a systematic change of the distribution, such as \
-                 logits divided by a sampling temperature on one side only, or a top-k/top-p \
-                 truncation on one side",
-                x.reason,
-                100.0 * m.beyond_fraction,
-                p
-            );
-        }
+        x.reason = format!(
+            "{} — {:.0} % of the tokens differ, each still correlated with the other \
+             side's (pearson {:.3}): a systematic change of the distribution, such as \
+             logits divided by a sampling temperature on one side only, or a top-k/top-p \
+             truncation on one side",
+            x.reason,
+            100.0 * m.beyond_fraction,
+            m.pearson.unwrap_or(0.0)
+        );
     }
 }
 
