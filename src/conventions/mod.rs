@@ -25,6 +25,7 @@
 pub mod advantage;
 pub mod aggregation;
 pub mod coefficients;
+pub mod ratio_level;
 pub mod rounding;
 
 #[cfg(test)]

@@ -328,18 +328,14 @@ fn ratio_shape(cell: &super::cell::Cell) -> Option<bool> {
             .filter(|&p| mask[row * width + p] != 0.0)
             .map(|p| ratio[row * width + p])
             .collect();
-        if vals.len() < 2 || vals.iter().all(|v| *v == 1.0) {
+        if vals.iter().all(|v| *v == 1.0) {
             continue;
         }
-        let (lo, hi) = vals
-            .iter()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| {
-                (l.min(*v), h.max(*v))
-            });
-        if hi - lo > 2f64.powi(-23) * hi.abs().max(lo.abs()) {
-            return Some(false);
+        match crate::conventions::ratio_level::row_shape(vals) {
+            Some(false) => return Some(false),
+            Some(true) => seen = true,
+            None => {}
         }
-        seen = true;
     }
     seen.then_some(true)
 }

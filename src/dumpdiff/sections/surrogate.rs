@@ -429,21 +429,14 @@ pub(super) fn sequence_shaped(r: &Mat, mask: Option<&Mat>) -> Option<bool> {
     let mut seen = false;
     for row in 0..r.rows {
         let values = r.row(row);
-        let mut xs = valid_positions(mask, r.rows, r.width, row)
+        let valid = valid_positions(mask, r.rows, r.width, row)
             .into_iter()
             .filter_map(|p| values.get(p).copied());
-        let Some(first) = xs.next() else { continue };
-        let (mut lo, mut hi, mut n) = (first, first, 1);
-        for x in xs {
-            (lo, hi, n) = (lo.min(x), hi.max(x), n + 1);
+        match crate::conventions::ratio_level::row_shape(valid) {
+            Some(false) => return Some(false),
+            Some(true) => seen = true,
+            None => {}
         }
-        if n < 2 {
-            continue;
-        }
-        if hi - lo > 2f64.powi(-23) * hi.abs().max(lo.abs()) {
-            return Some(false);
-        }
-        seen = true;
     }
     seen.then_some(true)
 }
