@@ -1,4 +1,5 @@
-//! The loss a run logged at a step, for `losscheck DUMP --logs FILE`: a JSONL metrics
+//! A metric a run logged at a step (losscheck's `--logs FILE`), here with the log
+//! readers so that the tool sees only numbers: a JSONL metrics
 //! file (flat records, verl's file-logger lines) or a console log in any of the text
 //! formats logscan reads (slime's `step N: {'train/pg_loss': …}`, verl's
 //! `step:N - actor/pg_loss:…`, TRL dicts), so the stack's own console can be checked.

@@ -10,6 +10,7 @@ pub mod events;
 pub mod fastline;
 pub mod fetch_dir;
 pub mod input;
+pub mod logged;
 pub mod steps;
 pub mod textlog;
 pub mod trackers;

@@ -3,7 +3,6 @@
 //! dumpdiff and postmortem use too). The report model is [`report`]; the judge's entry
 //! points are re-exported here under the names the command line and the tests use.
 
-pub mod logged;
 pub mod report;
 pub mod stacks;
 

@@ -464,7 +464,7 @@ pub fn check_stack(
     };
     let logged = match (logs, defaults.logged_metric, pg_loss) {
         (Some(file), Some(key), Some(v)) => {
-            let found = super::logged::metric_at_step(file, dump.step, key)?;
+            let found = crate::logs::logged::metric_at_step(file, dump.step, key)?;
             if found.is_none() {
                 notes.push(format!(
                     "{}: no record of step {} with {key}",
