@@ -369,17 +369,21 @@ pub fn check_stack(
         // a tie), among the aggregations and with or without the dumped weights.
         let with_weights = parts.iter().any(|p| p.5.is_some());
         let mut best = (agreeing(&pgs), weighted, agg);
-        for w in [weighted, !weighted] {
-            if w != weighted && !with_weights {
-                continue;
-            }
-            let inp = inputs_with(w)?;
+        // the other weighting's inputs, computed once (kept if adopted)
+        let mut other = if with_weights {
+            Some(inputs_with(!weighted)?)
+        } else {
+            None
+        };
+        let tried =
+            std::iter::once((weighted, &inputs)).chain(other.as_ref().map(|o| (!weighted, o)));
+        for (w, inp) in tried {
             for a in [
                 AggMode::TokenMean,
                 AggMode::SeqMeanTokenMean,
                 AggMode::SeqMeanTokenSum,
             ] {
-                let n = agreeing(&per_cell(&inp, a)?);
+                let n = agreeing(&per_cell(inp, a)?);
                 if n > best.0 {
                     best = (n, w, a);
                 }
@@ -400,8 +404,10 @@ pub fn check_stack(
                 agg.name(),
                 if weighted { " with the weights" } else { "" },
             ));
+            if best.1 != weighted {
+                inputs = other.take().unwrap_or_default();
+            }
             (weighted, agg) = (best.1, best.2);
-            inputs = inputs_with(weighted)?;
             pgs = per_cell(&inputs, agg)?;
         }
     }
