@@ -341,7 +341,6 @@ pub(super) fn weaver_sections(
     }
 
     weights_elsewhere(&keys, &mut outs);
-
     // Section 2: the compared cells, then those on one side only, ordered by rank/micro.
     let mut cells: Vec<Cell> = outs.iter_mut().filter_map(|o| o.fwd.take()).collect();
     for (&(rank, micro), o) in keys.iter().zip(&outs) {

@@ -68,6 +68,28 @@ pub(super) fn judge_under(
                 return Ok(w);
             }
         }
+        // weights other than the token-level TIS its dumped rollout log-probs give (another
+        // cap, an IcePop band, sequence-level weights): judged against the unweighted loss
+        if let Some(cap) = base
+            .rollout_is
+            .filter(|_| cell.inputs.rollout_log_probs.is_some())
+        {
+            let mut plain = base.clone();
+            plain.rollout_is = None;
+            let w = judge(cell, &plain, tol, unc)?;
+            if let Some(mut w) = unseen_weights(cell, &plain, &w, tol)? {
+                w.notes.insert(
+                    1,
+                    format!(
+                        "the truncated importance weights of its dumped rollout_log_probs \
+                         (min(exp(old − rollout), {})) do not give them: another cap, an \
+                         IcePop band or sequence-level weights?",
+                        crate::fmt::num(cap)
+                    ),
+                );
+                return Ok(w);
+            }
+        }
         return Ok(v);
     }
     if v.status != Status::Inconsistent {

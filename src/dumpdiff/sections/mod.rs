@@ -58,4 +58,4 @@ pub use surrogate::{cannot_judge, settle_ratio_level, unattributed, SequenceAlt}
 use surrogate::{
     elem_convention, name_clip_bound, own_convention, sequence_alt, tis_fit, ElemLoss, Tis,
 };
-pub use weights::Weights;
+pub use weights::{totals_cannot_judge, Weights};
