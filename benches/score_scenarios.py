@@ -312,9 +312,10 @@ def score_dumpdiff_real(truth, rep, rc):
 def score_losscheck_real(truth, tree, rep, rc):
     t = truth["losscheck"][tree]
     exp, cj = set(t["inconsistent"]), set(t.get("cannot_judge", []))
-    opt = {"is_loss_debug/step_%06d_rank%d_micro%d.pt" % (truth["step"], o["rank"], o["micro"])
-           for o in truth["dumpdiff"].get("cannot_judge_optional", [])} if tree == "weaver_pt" else set()
-    opt |= set(t.get("cannot_judge_optional", []))  # (--novel) too close to call: any verdict
+    # files the withheld weights move within a few roundings (older truth: dumpdiff's cells)
+    opt = set(t["cannot_judge_optional"]) if "cannot_judge_optional" in t else {
+        "is_loss_debug/step_%06d_rank%d_micro%d.pt" % (truth["step"], o["rank"], o["micro"])
+        for o in truth["dumpdiff"].get("cannot_judge_optional", [])} if tree == "weaver_pt" else set()
     unread = set(t.get("unreadable", []))
     got, undet, status = set(), set(), {}
     for v in rep.get("verdicts", []):
