@@ -103,7 +103,7 @@ fn every_committed_real_seed_gives_what_its_truth_says() {
                 .unwrap()
                 .to_str()
                 .unwrap()
-                .starts_with("real-seed-")
+                .starts_with("real-")
         })
         .collect();
     dirs.sort();
@@ -159,7 +159,12 @@ fn every_committed_real_seed_gives_what_its_truth_says() {
             .flat_map(|(_, r, m)| [("is_loss".to_string(), r, m), ("loss".to_string(), r, m)])
             .collect();
         let (code, r) = dumpdiff(dir);
-        let need = !required.is_empty() || !dt["coefficients"].as_array().unwrap().is_empty();
+        let need = !required.is_empty()
+            || dt["coefficients"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["required"] == true);
         let may = !allowed.is_empty() || !optional.is_empty();
         let code_ok = match (dt["exit_code"].as_i64(), code) {
             (Some(2), c) => c == Some(2),
@@ -357,4 +362,72 @@ fn a_summed_pg_loss_of_16_bit_log_probs_is_named_an_aggregation() {
             "{notes}"
         );
     }
+}
+
+fn novel(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/scenarios/real-novel-{name}"))
+}
+
+#[test]
+fn a_kl_loss_no_file_states_is_cannot_judge_not_an_entropy_coefficient() {
+    // NexRL's use_kl_loss adds kl_coef · KL into the self-hosted `loss` and dumps no kl term
+    // (`--easy --novel --novel-only use_kl_loss`, seed 2 with coefficients not echoed; seed
+    // 0 echoed). Before, the KL term was fitted into the self-hosted entropy_coeff and
+    // reported as differing, and the loss cells failed; now the coefficient has no value,
+    // the totals warn, and losscheck calls every self-hosted file "cannot judge".
+    let (code, r) = dumpdiff(&novel("kl-2"));
+    assert_eq!(code, Some(0), "{r}");
+    let c = r["coefficients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "entropy_coeff")
+        .unwrap();
+    assert_eq!(c["differ"], false);
+    assert!(c["self_hosted"].is_null(), "{c}");
+    let why = c["self_hosted_from"].as_str().unwrap();
+    assert!(
+        why.starts_with("cannot judge: the loss holds a term no file states (a KL loss?)"),
+        "{why}"
+    );
+    let x = comparison(&r, "loss", 0, 0, "loss.loss");
+    assert_eq!(x["verdict"], "warn", "{x}");
+    let (code, r) = losscheck(&novel("kl-2").join("self_hosted_pt"));
+    assert_eq!(code, 0);
+    assert_eq!(files_with(&r, "cannot-judge").len(), 6, "{r}");
+    // echoed entropy_coeff: the composition leaves the KL term in every cell
+    let (code, r) = dumpdiff(&novel("kl-echoed-0"));
+    assert_eq!(code, Some(0), "{r}");
+    let x = comparison(&r, "loss", 1, 2, "loss.loss");
+    assert_eq!(x["verdict"], "warn", "{x}");
+    let reason = x["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("the self-hosted loss holds a term no file states (a KL loss?): loss − (pg_loss − entropy_coeff·entropy_loss) with its echoed entropy_coeff 0.001 leaves"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn nexrls_run_ids_give_the_self_hosted_advantages_their_two_stage_mean() {
+    // several trajectories of a group share a run id (`--novel-only run_ids`, seed 1): NexRL
+    // normalises by the mean and std of the run means. The self-hosted advantages derived
+    // that way equal the weaver's dumped ones (they failed before), and nothing fails.
+    let (code, r) = dumpdiff(&novel("run-ids-1"));
+    assert_eq!(code, Some(0), "{r}");
+    let is_loss = r["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "is_loss")
+        .unwrap();
+    let mut compared = 0;
+    for c in is_loss["cells"].as_array().unwrap() {
+        for x in c["comparisons"].as_array().unwrap() {
+            if x["name"] == "is_loss.advantages" {
+                assert_eq!(x["verdict"], "pass", "{x}");
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(compared, 6);
 }

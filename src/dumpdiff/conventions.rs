@@ -183,9 +183,14 @@ pub fn unstated_term(
     [("self-hosted", a), ("weaver", b)]
         .into_iter()
         .find_map(|(name, side)| {
-            let fit = coefficients::infer(&side.terms, DType::F32).ok()?;
-            let (v, se) = (fit.entropy_coeff, fit.entropy_coeff_std_err);
-            let why = unexplained(ENTROPY_COEFF, side, &fit, v, se)?;
+            let why = match echoed_once(side, ENTROPY_COEFF) {
+                Some(ec) => echo_unexplained(side, ec)?,
+                None => {
+                    let fit = coefficients::infer(&side.terms, DType::F32).ok()?;
+                    let (v, se) = (fit.entropy_coeff, fit.entropy_coeff_std_err);
+                    unexplained(ENTROPY_COEFF, side, &fit, v, se)?
+                }
+            };
             Some((
                 name,
                 format!(
@@ -194,6 +199,52 @@ pub fn unstated_term(
                 ),
             ))
         })
+}
+
+/// The one value every cell of `side` echoes for `name`, if so.
+fn echoed_once(side: &SideLosses, name: &str) -> Option<f64> {
+    let vals = side.echoed.get(name)?;
+    (vals.len() == 1).then(|| f64::from_bits(*vals.iter().next().unwrap_or(&0)))
+}
+
+/// With the entropy coefficient echoed (`ec`) and no KL term dumped: why the composition
+/// `loss = pg_loss − ec·entropy_loss` does not hold on most cells (residuals beyond 64 ×
+/// the totals' f32 rounding, at least 1e-9, on more than half of at least 2 cells), else
+/// `None`. One cell off is that cell's own finding; most cells off is a term the dump
+/// does not state (NexRL echoes `entropy_coeff` but adds its KL loss unechoed).
+fn echo_unexplained(side: &SideLosses, ec: f64) -> Option<String> {
+    let u = 2f64.powi(-24);
+    let cells: Vec<f64> = side
+        .terms
+        .iter()
+        .filter(|c| c.kl_loss.is_none())
+        .map(|c| {
+            let r = c.loss - (c.pg_loss - ec * c.entropy_loss);
+            let floor = u * (c.loss.abs() + c.pg_loss.abs() + (ec * c.entropy_loss).abs());
+            if r.abs() > (64.0 * floor).max(1e-9) {
+                r
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let off = cells.iter().filter(|r| **r != 0.0).count();
+    (cells.len() >= 2 && off * 2 > cells.len()).then(|| {
+        let (lo, hi) = cells
+            .iter()
+            .filter(|r| **r != 0.0)
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), r| {
+                (a.min(*r), b.max(*r))
+            });
+        format!(
+            "loss − (pg_loss − entropy_coeff·entropy_loss) with its echoed entropy_coeff {} \
+             leaves {} to {} in {off} of {} cells",
+            crate::fmt::num(ec),
+            crate::fmt::num(lo),
+            crate::fmt::num(hi),
+            cells.len()
+        )
+    })
 }
 
 /// The value of coefficient `name` on one side: the flag's, else echoed, else inferred.

@@ -771,14 +771,16 @@ pub(super) fn recomputed_advantages(
     if rewards.is_empty() {
         return Ok(None);
     }
-    let adv = crate::kernels::advantage::group_advantages(&rewards, &groups, &cfg.advantage)
-        .map_err(|e| {
-            Error::format(
-                &traj.file,
-                crate::error::Position::Key("trajectories".into()),
-                format!("group advantages: {e}"),
-            )
-        })?;
+    let runs: Vec<Option<String>> = traj.rows.iter().map(|t| t.ids.run_id.clone()).collect();
+    let adv =
+        crate::kernels::advantage::group_advantages_runs(&rewards, &groups, &runs, &cfg.advantage)
+            .map_err(|e| {
+                Error::format(
+                    &traj.file,
+                    crate::error::Position::Key("trajectories".into()),
+                    format!("group advantages: {e}"),
+                )
+            })?;
     Ok(Some((
         adv.iter().map(|a| *a as f32 as f64).collect(),
         cfg.advantage,

@@ -76,6 +76,54 @@ pub fn check_before_judging(verdicts: &mut [Verdict], tried: &str) -> usize {
     bad
 }
 
+/// A coefficient the step's own totals inferred but that explains fewer than half of its
+/// cells (of at least 2) is no convention of the side: its loss holds a term no file
+/// states (NexRL's KL loss, added into `loss` with no `kl_loss` dumped). A cell whose pg
+/// term and intermediates follow then cannot have its total judged either way — neither
+/// failed nor silently passed under the misfit coefficient: [`Status::CannotJudge`], saying
+/// so. Not when a flag gives a coefficient (the user's picture is judged as given).
+/// Returns the number of cells so changed.
+pub fn doubtful_coefficients(verdicts: &mut [Verdict], conventions: &[Convention]) -> usize {
+    let misfit = conventions.iter().find(|c| {
+        matches!(c.name, "entropy_coeff" | "kl_coef")
+            && c.source == Source::Inferred
+            && matches!((c.explained, c.cells), (Some(e), Some(n)) if n >= 2 && e * 2 < n)
+    });
+    // a coefficient given by a flag is the user's picture: judged as given
+    let flagged = conventions
+        .iter()
+        .any(|c| matches!(c.name, "entropy_coeff" | "kl_coef") && c.source == Source::Flag);
+    let Some(c) = misfit.filter(|_| !flagged) else {
+        return 0;
+    };
+    let mut changed = 0;
+    for v in verdicts
+        .iter_mut()
+        .filter(|v| v.status != Status::CannotJudge)
+    {
+        let pg_bad = v.first_divergence.is_some()
+            || v.checks
+                .iter()
+                .any(|k| (k.name == "pg_loss" || k.name.ends_with(".pg_loss")) && !k.ok);
+        if pg_bad {
+            continue;
+        }
+        v.status = Status::CannotJudge;
+        v.notes.insert(
+            0,
+            format!(
+                "cannot judge the total: {} explains only {} of {} cells' totals — the loss \
+                 holds a term no file states (a KL loss?); the pg term follows",
+                c.line(),
+                c.explained.unwrap_or(0),
+                c.cells.unwrap_or(0)
+            ),
+        );
+        changed += 1;
+    }
+    changed
+}
+
 /// The policy losses real producers use, tried when the preset's reproduces fewer than
 /// half of the step's dumped pg terms: PPO's clip with verl's default bounds (0.2/0.2) and
 /// DAPO's clip-higher (0.2/0.28), each with and without verl's dual clip (`clip_ratio_c`
