@@ -19,18 +19,19 @@ fn truth_of(dir: &Path) -> Json {
 }
 
 fn dumpdiff(dir: &Path) -> (Option<i32>, Json) {
-    let out = Command::cargo_bin("dumpdiff")
-        .unwrap()
-        .current_dir(dir)
+    let mut cmd = Command::cargo_bin("dumpdiff").unwrap();
+    cmd.current_dir(dir)
         .args([
             "--self-hosted-dir",
             "self_hosted_pt",
             "--weaver-dir",
             "weaver_pt",
         ])
-        .args(["--step", "0", "--format", "json"])
-        .output()
-        .unwrap();
+        .args(["--step", "0", "--format", "json"]);
+    if dir.join("remote_api_pt").is_dir() {
+        cmd.args(["--remote-api-dir", "remote_api_pt"]);
+    }
+    let out = cmd.output().unwrap();
     (
         out.status.code(),
         serde_json::from_slice(&out.stdout).unwrap(),
@@ -430,4 +431,49 @@ fn nexrls_run_ids_give_the_self_hosted_advantages_their_two_stage_mean() {
         }
     }
     assert_eq!(compared, 6);
+}
+
+#[test]
+fn nexrls_remote_api_dump_compares_without_advantages_and_with_response_only_log_probs() {
+    // NexRL's remote-API tree (`--novel-only remote_api`): prepared_trajectories hold
+    // `advantages` as a list of empty lists, and the datums the rollout engine's log-probs,
+    // full-length (seed 0) or response-only (seed 4). Before: every datum advantage was NaN
+    // against the weaver's, trajectories were "lost", and response-only log-probs were
+    // compared at the wrong positions. Now the datums' advantages are compared with the
+    // self-hosted ones derived when there are any, nothing fails, and the log-probs are
+    // placed on the loss mask and shown, not judged: a difference is the rollout↔trainer
+    // mismatch.
+    for seed in [0, 4] {
+        let (code, r) = dumpdiff(&novel(&format!("remote-api-{seed}")));
+        assert_eq!(code, Some(0), "{r}");
+        let s = r["sections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == "datums")
+            .unwrap();
+        let c = &s["cells"][0];
+        let get = |name: &str| {
+            c["comparisons"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["name"] == name)
+                .unwrap()
+                .clone()
+        };
+        assert_ne!(get("datums.advantages")["verdict"], "fail", "{c}");
+        let lp = get("datums.logprobs");
+        assert_eq!(lp["verdict"], "skipped", "{lp}");
+        let reason = lp["reason"].as_str().unwrap();
+        assert!(reason.starts_with("not judged: ") && reason.contains("rollout↔trainer mismatch"));
+        // response-aligned: the log-probs agree up to the engine's noise
+        let m = &lp["metrics"];
+        assert!(m["pearson"].as_f64().unwrap() > 0.95, "{m}");
+        assert!(!c["comparisons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["name"] == "datums.rows"));
+    }
 }
