@@ -477,3 +477,27 @@ fn nexrls_remote_api_dump_compares_without_advantages_and_with_response_only_log
             .any(|x| x["name"] == "datums.rows"));
     }
 }
+
+#[test]
+fn a_summed_pg_loss_beside_seen_weights_is_named_an_aggregation() {
+    // seed 4019 (a fresh seed, run once: its one miss): one cell whose weaver applies TIS
+    // against its dumped rollout log-probs and sums its elementwise loss. The per-token
+    // loss differs from the recomputation on 11 positions, and its pg_loss is the plain sum
+    // of its own elementwise_loss: losscheck names the aggregation, and dumpdiff's
+    // adjudication of the cell carries it (before: "an importance weight" only).
+    let (code, r) = losscheck(&seed(4019).join("weaver_pt"));
+    assert_eq!(code, 1);
+    let v = verdict(&r, "rank0_micro0.pt");
+    assert_eq!(v["status"], "inconsistent");
+    let notes = v["notes"].to_string();
+    assert!(
+        notes.contains("aggregation: the dumped pg_loss is the sum of its own elementwise_loss over 24 valid tokens, not a mean"),
+        "{notes}"
+    );
+    let (_, r) = dumpdiff(&seed(4019));
+    assert!(
+        r["adjudication"].to_string().contains("a sum, not a mean"),
+        "{}",
+        r["adjudication"]
+    );
+}

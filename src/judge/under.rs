@@ -90,7 +90,7 @@ pub(super) fn judge_under(
                 return Ok(w);
             }
         }
-        return Ok(v);
+        return Ok(own_sum(cell, v));
     }
     if v.status != Status::Inconsistent {
         return Ok(v);
@@ -177,6 +177,39 @@ fn own_policy(
         return Ok(w);
     }
     Ok(v)
+}
+
+/// `v` (inconsistent, its per-token loss differing from the recomputed) with the
+/// aggregation named when its dumped `pg_loss` is the plain sum of its own dumped
+/// `elementwise_loss` over the valid tokens (a sum, not a mean): whatever weights the
+/// per-token loss carries, that reduction is the cell's own.
+fn own_sum(cell: &Cell, mut v: Verdict) -> Verdict {
+    let (Some(el), Some(pg)) = (
+        cell.per_token.as_ref(),
+        cell.record.as_ref().and_then(|r| r.pg_loss),
+    ) else {
+        return v;
+    };
+    let Ok(m) = to_f64_vec(&cell.inputs.mask) else {
+        return v;
+    };
+    let n = m.iter().filter(|x| **x != 0.0).count();
+    let sum: f64 = el.iter().zip(&m).map(|(e, w)| e * w).sum();
+    let open = f32_compute(el, &m, 4.0) + 4.0 * 2f64.powi(-24) * sum.abs();
+    let elementwise = v
+        .first_divergence
+        .as_ref()
+        .is_some_and(|d| d.name == crate::producers::weaver::ELEMENTWISE_LOSS);
+    if elementwise && n > 1 && (pg - sum).abs() <= open + 1e-9 && (pg - sum / n as f64).abs() > open
+    {
+        v.notes.push(format!(
+            "aggregation: the dumped pg_loss is the sum of its own elementwise_loss over {n} valid tokens, not a mean: a sum, not a mean"
+        ));
+        if !v.differs.iter().any(|d| d == "aggregation") {
+            v.differs.push("aggregation".into());
+        }
+    }
+    v
 }
 
 /// The largest factor a per-token weight the dump does not hold may take (verl's
