@@ -501,3 +501,26 @@ fn a_summed_pg_loss_beside_seen_weights_is_named_an_aggregation() {
         r["adjudication"]
     );
 }
+
+#[test]
+fn a_self_hosted_tree_without_old_log_probs_is_judged_with_ratio_one() {
+    // NexRL with do_old_log_prob_compute false dumps no old_log_probs and computes with
+    // old_log_prob = log_prob.detach() (`--novel-only no_old_log_prob`, seed 0). losscheck
+    // exited 2 with no report ("neither … layout"); now every cell is judged with old =
+    // log_prob, says so, and follows.
+    let dir = novel("no-old-0").join("self_hosted_pt");
+    assert!(!dir.join("old_log_probs").exists());
+    let (code, r) = losscheck(&dir);
+    assert_eq!(code, 0, "{r}");
+    let v = r["verdicts"].as_array().unwrap();
+    assert_eq!(v.len(), 6);
+    for x in v {
+        assert_eq!(x["status"], "consistent", "{x}");
+        assert!(
+            x["notes"]
+                .to_string()
+                .contains("no old_log_probs dumped: judged with old = log_prob"),
+            "{x}"
+        );
+    }
+}

@@ -304,11 +304,11 @@ impl SelfHostedStep {
         mask: &[f64],
         t: usize,
     ) -> Result<(Vec<usize>, String)> {
-        if matches!(self.old, OldRows::PerMicro) {
+        if matches!(self.old, OldRows::PerMicro | OldRows::Current) {
             return Err(key_err(
                 ff,
                 nexrl_self_hosted::INPUT_IDS,
-                "missing (old_log_probs per micro: only token ids place the rows)",
+                "missing (old_log_probs per micro or not dumped: only token ids place the rows)",
             ));
         }
         let (old_rows, note) = place(

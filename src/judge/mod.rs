@@ -331,7 +331,8 @@ pub fn layout_of(tree: &DumpTree, step: i64) -> Option<Layout> {
     let has = |k: Kind| tree.files_of(k, step).next().is_some();
     if has(Kind::IsLossDebug) {
         Some(Layout::Weaver)
-    } else if has(Kind::ForwardData) && has(Kind::OldLogProbs) && has(Kind::Trajectory) {
+    } else if has(Kind::ForwardData) && has(Kind::Trajectory) {
+        // (without old_log_probs: NexRL's old = log_prob, see SelfHostedStep::load)
         Some(Layout::SelfHosted)
     } else {
         None

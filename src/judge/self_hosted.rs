@@ -78,6 +78,10 @@ pub(super) enum OldRows {
     Tensor(crate::tensor::Tensor),
     Dense(Vec<f64>),
     PerMicro,
+    /// No `old_log_probs` dumped: NexRL with `do_old_log_prob_compute: false` takes
+    /// `old_log_prob = log_prob.clone().detach()` (`train_service_backend/utils/
+    /// core_algos.py` line 307, nex-agi/NexRL@6860191): each micro's own log-probs, ratio 1.
+    Current,
 }
 
 impl OldRows {
@@ -97,7 +101,7 @@ impl OldRows {
     pub(super) fn row(&self, i: usize, cols: usize) -> std::borrow::Cow<'_, [f64]> {
         match self {
             OldRows::Dense(v) => std::borrow::Cow::Borrowed(&v[i * cols..(i + 1) * cols]),
-            OldRows::PerMicro => std::borrow::Cow::Owned(Vec::new()),
+            OldRows::PerMicro | OldRows::Current => std::borrow::Cow::Owned(Vec::new()),
             OldRows::Tensor(t) => {
                 let s = t.dtype().size();
                 let start = (t.offset() + i * cols) * s;
@@ -221,12 +225,20 @@ impl SelfHostedStep {
         let tf = need(Kind::Trajectory)?.path.clone();
         let tv = read_any(&tf)?;
         if tree.get(Kind::OldLogProbs, step, None, None).is_none() {
+            let summary = || -> Result<TrajectorySummary> {
+                Ok(TrajectorySummary::of(&nexrl_self_hosted::trajectories(
+                    &tf, &tv,
+                )?))
+            };
             if let Some(f) = tree.files_of(Kind::OldLogProbs, step).next() {
                 // per-micro old_log_probs: each micro reads its own file
                 let dir = f.path.parent().unwrap_or(&tree.root).to_path_buf();
-                let summary = TrajectorySummary::of(&nexrl_self_hosted::trajectories(&tf, &tv)?);
-                return Self::from_summary_per_micro(&summary, dir, adv);
+                return Self::from_summary_per_micro(&summary()?, dir, adv);
             }
+            // none at all: NexRL's old_log_prob = log_prob.detach() (ratio 1)
+            let mut s = Self::from_parts(&summary()?, adv)?;
+            s.old = OldRows::Current;
+            return Ok(s);
         }
         let of = need(Kind::OldLogProbs)?.path.clone();
         let ov = read_any(&of)?;
@@ -377,7 +389,7 @@ impl SelfHostedStep {
     /// other than the file's; `None` otherwise (per-micro `old_log_probs`, no ids, or ids
     /// already in order).
     pub fn settle_old_order(&mut self, tree: &DumpTree, step: i64) -> Option<(bool, String)> {
-        if matches!(self.old, OldRows::PerMicro) {
+        if matches!(self.old, OldRows::PerMicro | OldRows::Current) {
             return None;
         }
         let perm = self.batch_order.clone()?;
@@ -729,6 +741,10 @@ impl SelfHostedStep {
                     }
                     continue;
                 }
+                if matches!(self.old, OldRows::Current) && micro_old.is_none() {
+                    old[r * t + c] = logp[r * t + c];
+                    continue;
+                }
                 if c >= cols {
                     return Err(key_err(
                         old_file,
@@ -743,6 +759,13 @@ impl SelfHostedStep {
             }
             rows.push(i);
             adv.push(a);
+        }
+        if matches!(self.old, OldRows::Current) {
+            notes.push(
+                "no old_log_probs dumped: judged with old = log_prob (NexRL's \
+                 do_old_log_prob_compute false: old_log_prob = log_prob.detach(), ratio 1)"
+                    .into(),
+            );
         }
         let dev = &Device::Cpu;
         let mk = |v: Vec<f64>| {
