@@ -104,6 +104,9 @@ pub struct Collected {
     pub run: Option<String>,
     /// A file that can hold several runs was read with [`Collected::run`].
     pub run_used: bool,
+    /// The config records of each `.wandb` file read, in file order: the run's config
+    /// without a second pass ([`crate::logs::trackers::run_config_known`]).
+    pub wandb_configs: Vec<(PathBuf, Vec<crate::logs::trackers::wandb::ConfigRecord>)>,
 }
 
 /// One parsed JSON line.
@@ -266,6 +269,7 @@ impl Collected {
             run_starts: Vec::new(),
             run: None,
             run_used: false,
+            wandb_configs: Vec::new(),
         }
     }
 
@@ -289,7 +293,13 @@ impl Collected {
             let input = std::io::Cursor::new(head).chain(f);
             let run = self.run.as_deref();
             self.run_used |= run.is_some() && crate::logs::trackers::holds_runs(kind);
-            let stats = super::tracker::read_tracker(&mut self.builder, kind, path, input, run)?;
+            let mut configs = Vec::new();
+            let keep = (kind == crate::logs::trackers::TrackerKind::Wandb).then_some(&mut configs);
+            let stats =
+                super::tracker::read_tracker(&mut self.builder, kind, path, input, run, keep)?;
+            if kind == crate::logs::trackers::TrackerKind::Wandb {
+                self.wandb_configs.push((path.to_path_buf(), configs));
+            }
             self.files.push(stats);
             return Ok(());
         }
