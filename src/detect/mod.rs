@@ -668,11 +668,11 @@ mod tests {
                 Some(want.to_bits()),
                 "n {n}"
             );
-            for k in 0..n {
+            for (k, want) in sorted.iter().enumerate() {
                 let mut v = xs[..n].to_vec();
                 assert_eq!(
                     nth_sorted(&mut v, k).map(f64::to_bits),
-                    Some(sorted[k].to_bits())
+                    Some(want.to_bits())
                 );
             }
             assert_eq!(nth_sorted(&mut xs[..n].to_vec(), n), None);

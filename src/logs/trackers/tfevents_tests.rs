@@ -10,6 +10,9 @@ fn masked_crc_matches_the_python_crc32c_package() {
     assert_eq!(masked_crc(b"hello tensorboard"), 3_631_509_412);
 }
 
+/// A row as a step-by-step reader makes it: `(step, record number, fields)`.
+type Row = (i64, u64, Vec<(String, f64)>);
+
 /// One TFRecord around `body`, as TensorFlow's writer frames it.
 fn record(body: &[u8]) -> Vec<u8> {
     let len = (body.len() as u64).to_le_bytes();
@@ -23,7 +26,7 @@ fn record(body: &[u8]) -> Vec<u8> {
 /// An event file of `steps` steps: per step a `loss` and a `kl` event (simple values,
 /// the fast path) and, every 7th step, a tensor scalar `lr` and a text summary (prost);
 /// with the rows a step-by-step reader makes of it: `(step, record, fields)`.
-fn event_file(steps: i64) -> (Vec<u8>, Vec<(i64, u64, Vec<(String, f64)>)>) {
+fn event_file(steps: i64) -> (Vec<u8>, Vec<Row>) {
     let value = |tag: &str, x: f32| SummaryValue {
         tag: tag.to_string(),
         simple_value: Some(x),
@@ -84,11 +87,7 @@ fn event_file(steps: i64) -> (Vec<u8>, Vec<(i64, u64, Vec<(String, f64)>)>) {
     (file, rows)
 }
 
-type Got = (
-    std::result::Result<(), String>,
-    Vec<(i64, u64, Vec<(String, f64)>)>,
-    FileStats,
-);
+type Got = (std::result::Result<(), String>, Vec<Row>, FileStats);
 
 /// Where each record of `file` starts.
 fn boundaries(file: &[u8]) -> Vec<usize> {

@@ -175,7 +175,11 @@ fn run_records(n: usize) -> Vec<Vec<u8>> {
     out
 }
 
-type Got = (std::result::Result<(), String>, Vec<String>, BTreeMap<String, String>);
+type Got = (
+    std::result::Result<(), String>,
+    Vec<String>,
+    BTreeMap<String, String>,
+);
 
 /// `bytes` read for its rows keeping its config records (the scan's one pass), with the
 /// kept records applied to a config.
@@ -207,14 +211,23 @@ fn config_pass(bytes: &[u8]) -> (std::result::Result<(), String>, BTreeMap<Strin
     let mut sink = |_| None;
     let mut w = RowWriter::new(&mut sink);
     let mut cfg = BTreeMap::new();
-    let r = read(Path::new("run.wandb"), bytes, &mut FileStats::default(), &mut w, Some(&mut cfg));
+    let r = read(
+        Path::new("run.wandb"),
+        bytes,
+        &mut FileStats::default(),
+        &mut w,
+        Some(&mut cfg),
+    );
     (r.map_err(|e| e.to_string()), cfg)
 }
 
 #[test]
 fn one_pass_keeps_the_config_the_config_pass_reads() {
     let (file, _) = wandb_file(&run_records(5000));
-    assert!(file.len() > CHUNK_BLOCKS * BLOCK, "more than one read chunk");
+    assert!(
+        file.len() > CHUNK_BLOCKS * BLOCK,
+        "more than one read chunk"
+    );
     let (res, rows, cfg) = rows_and_config(&file);
     assert_eq!(res, Ok(()));
     assert_eq!(rows.len(), 5000);
@@ -253,7 +266,10 @@ fn a_corrupt_record_in_the_middle_is_the_first_error_in_both_passes() {
     let mut typ = file.clone();
     typ[at[k] + 6] = 7;
     let err = rows_and_config(&typ).0.unwrap_err();
-    assert!(err.contains(&format!("byte {}: W&B record CRC mismatch (type 7", at[k])), "{err}");
+    assert!(
+        err.contains(&format!("byte {}: W&B record CRC mismatch (type 7", at[k])),
+        "{err}"
+    );
 }
 
 #[test]
