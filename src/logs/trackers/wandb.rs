@@ -13,6 +13,8 @@ use prost::Message;
 
 use super::json_num::{fast_number, json_number};
 use super::rows::{Keys, RowWriter};
+use super::wandb_config::item_key;
+pub use super::wandb_config::{ConfigItem, ConfigRecord};
 use super::wire;
 use crate::error::{Error, Position, Result};
 use crate::model::log::{FileStats, SourceKind};
@@ -84,46 +86,12 @@ pub struct HistoryItem {
     pub value_json: String,
 }
 
-/// `ConfigRecord`.
-#[derive(Clone, PartialEq, Message)]
-pub struct ConfigRecord {
-    /// Keys set.
-    #[prost(message, repeated, tag = "1")]
-    pub update: Vec<ConfigItem>,
-    /// Keys removed.
-    #[prost(message, repeated, tag = "2")]
-    pub remove: Vec<ConfigItem>,
-}
-
-/// `ConfigItem`.
-#[derive(Clone, PartialEq, Message)]
-pub struct ConfigItem {
-    /// The key.
-    #[prost(string, tag = "1")]
-    pub key: String,
-    /// The key as path parts.
-    #[prost(string, repeated, tag = "2")]
-    pub nested_key: Vec<String>,
-    /// The value as JSON text.
-    #[prost(string, tag = "16")]
-    pub value_json: String,
-}
-
 /// `RunRecord`, its config.
 #[derive(Clone, PartialEq, Message)]
 pub struct RunRecord {
     /// The config at `wandb.init`.
     #[prost(message, optional, tag = "4")]
     pub config: Option<ConfigRecord>,
-}
-
-/// The key of an item: `key`, or its `nested_key` parts joined with `.`.
-pub(super) fn item_key(key: &str, nested: &[String]) -> String {
-    if key.is_empty() {
-        nested.join(".")
-    } else {
-        key.to_string()
-    }
 }
 
 /// Numeric leaves of a JSON object value (`wandb.log({"a": {"b": 1}})`) as

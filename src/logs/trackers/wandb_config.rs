@@ -7,9 +7,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::wandb::ConfigRecord;
 use crate::error::{Error, Position, Result};
 use crate::value::Value;
+use prost::Message;
 
 /// The config file's name under `<run>/files/`.
 pub const CONFIG: &str = "config.yaml";
@@ -203,6 +203,40 @@ fn scalar(s: &str) -> Value {
     Value::Str(s.to_string())
 }
 
+/// `ConfigRecord`.
+#[derive(Clone, PartialEq, Message)]
+pub struct ConfigRecord {
+    /// Keys set.
+    #[prost(message, repeated, tag = "1")]
+    pub update: Vec<ConfigItem>,
+    /// Keys removed.
+    #[prost(message, repeated, tag = "2")]
+    pub remove: Vec<ConfigItem>,
+}
+
+/// `ConfigItem`.
+#[derive(Clone, PartialEq, Message)]
+pub struct ConfigItem {
+    /// The key.
+    #[prost(string, tag = "1")]
+    pub key: String,
+    /// The key as path parts.
+    #[prost(string, repeated, tag = "2")]
+    pub nested_key: Vec<String>,
+    /// The value as JSON text.
+    #[prost(string, tag = "16")]
+    pub value_json: String,
+}
+
+/// The key of an item: `key`, or its `nested_key` parts joined with `.`.
+pub(super) fn item_key(key: &str, nested: &[String]) -> String {
+    if key.is_empty() {
+        nested.join(".")
+    } else {
+        key.to_string()
+    }
+}
+
 // The config records of a `.wandb` file (`wandb.rs` reads the file).
 
 /// True when a `Record`'s top level is well formed and holds no config (5) or run (17)
@@ -225,7 +259,7 @@ pub(super) fn without_config(rec: &[u8]) -> bool {
 /// Apply a config record's updates and removals to `out` (flattened `key → text`).
 pub(super) fn apply_config(c: &ConfigRecord, out: &mut BTreeMap<String, String>) {
     for it in &c.update {
-        let key = super::wandb::item_key(&it.key, &it.nested_key);
+        let key = item_key(&it.key, &it.nested_key);
         if key.starts_with("_wandb") {
             continue;
         }
@@ -237,12 +271,12 @@ pub(super) fn apply_config(c: &ConfigRecord, out: &mut BTreeMap<String, String>)
         }
     }
     for it in &c.remove {
-        let key = super::wandb::item_key(&it.key, &it.nested_key);
+        let key = item_key(&it.key, &it.nested_key);
         out.retain(|k, _| k != &key && !k.starts_with(&format!("{key}.")));
     }
 }
 
-/// Apply config records kept by [`super::wandb::read_with_configs`] to `out`, in order, as a config
+/// Apply config records kept by `wandb::read_with_configs` to `out`, in order, as a config
 /// pass over the file ([`read`] with a config) would.
 pub fn apply_configs(configs: &[ConfigRecord], out: &mut BTreeMap<String, String>) {
     for c in configs {
