@@ -602,15 +602,27 @@ pub(crate) fn spikes(
             }
         }
         let k = order_key(v);
+        let leaving = if hist.len() >= window {
+            hist.pop_front()
+        } else {
+            None
+        };
         hist.push_back(k);
-        sorted.insert(pos(&sorted, k), k);
-        if hist.len() > window {
-            if let Some(old) = hist.pop_front() {
-                let at = pos(&sorted, old);
-                if sorted.get(at) == Some(&old) {
-                    sorted.remove(at);
+        match leaving {
+            // The oldest value leaves as this one enters: one shift between their places
+            // (the oldest is in the window, at the first place not below it).
+            Some(old) => {
+                let (r, p) = (pos(&sorted, old), pos(&sorted, k));
+                debug_assert_eq!(sorted.get(r), Some(&old));
+                if p <= r {
+                    sorted.copy_within(p..r, p + 1);
+                    sorted[p] = k;
+                } else {
+                    sorted.copy_within(r + 1..p, r);
+                    sorted[p - 1] = k;
                 }
             }
+            None => sorted.insert(pos(&sorted, k), k),
         }
     }
     out
