@@ -326,8 +326,11 @@ struct Part {
 /// an `Event`) ends the part with its error.
 fn decode_part(path: &Path, buf: &[u8], recs: &[Framed]) -> (Part, Option<Error>) {
     let mut keys = Keys::default();
-    let mut scratch: Vec<(u32, f64)> = Vec::new();
-    let mut out = Part::default();
+    let mut out = Part {
+        events: Vec::with_capacity(recs.len()),
+        values: Vec::with_capacity(recs.len()),
+        ..Part::default()
+    };
     let mut err = None;
     for r in recs {
         let body = buf.get(r.body.0..r.body.1).unwrap_or_default();
@@ -339,13 +342,13 @@ fn decode_part(path: &Path, buf: &[u8], recs: &[Framed]) -> (Part, Option<Error>
             ));
             break;
         }
-        let ev = match fast_event(body, &mut keys, &mut scratch) {
-            Some(ev) => {
-                out.values.extend_from_slice(&scratch);
-                ev
-            }
+        let mark = out.values.len();
+        let ev = match fast_event(body, &mut keys, &mut out.values) {
+            Some(ev) => ev,
             None => match Event::decode(body) {
                 Ok(ev) => {
+                    // What the fast walk added before it gave up goes.
+                    out.values.truncate(mark);
                     for v in ev.summary.map(|s| s.value).unwrap_or_default() {
                         if v.is_text() {
                             out.text_summaries += 1;
@@ -573,16 +576,16 @@ struct FastEvent {
 }
 
 /// `body` as an `Event` whose summary values are plain `simple_value` scalars (or none),
-/// every field of the wire type prost expects: its step and time, the scalars in
-/// `values` as `(key id, value)`. `None` for anything else (tensors, plugin metadata, a
-/// repeated summary, odd wire types, a tag not UTF-8): prost then decodes the record.
+/// every field of the wire type prost expects: its step and time, the scalars appended
+/// to `values` as `(key id, value)`. `None` for anything else (tensors, plugin metadata,
+/// a repeated summary, odd wire types, a tag not UTF-8; some scalars may have been
+/// appended): prost then decodes the record.
 fn fast_event(body: &[u8], keys: &mut Keys, values: &mut Vec<(u32, f64)>) -> Option<FastEvent> {
     use wire::Payload;
     let mut ev = FastEvent {
         step: 0,
         wall_time: 0.0,
     };
-    values.clear();
     let mut summaries = 0;
     let mut pos = 0;
     while pos < body.len() {
