@@ -10,6 +10,7 @@
 #   SHAPE=large benches/scenarios.sh 200 6000    # steps of 64-512 tokens, 4-16 rows per micro
 #   FAMILY=real benches/scenarios.sh 40          # the real-producer family (make_real_scenarios.py)
 #   FAMILY=real GEN_ARGS='--easy --set pad_id=151643' benches/scenarios.sh 5   # one convention alone
+#   FAMILY=real GEN_ARGS=--novel benches/scenarios.sh 40 5000   # conventions the family never drew
 #
 # Exit status: the scorer's (0 when every count is zero). Needs python3 with torch and numpy.
 set -euo pipefail

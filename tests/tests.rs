@@ -25,6 +25,7 @@ mod postmortem;
 mod pt;
 mod real_family;
 mod real_logs;
+mod real_weights;
 mod render;
 mod scenarios;
 mod scenarios_adjudication;

@@ -33,6 +33,23 @@ pub fn advantage_parts(traj: &TrajectorySummary, cfg: &AdvantageConfig) -> Optio
         let m = mean(v);
         (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - ddof) as f64).sqrt()
     };
+    // NexRL's run ids: the two-stage mean and std of the run means
+    if cfg.std == StdMode::GroupUnbiased {
+        let runs: Vec<Option<String>> = traj.rows.iter().map(|t| t.ids.run_id.clone()).collect();
+        if let Some(stats) = crate::kernels::advantage::two_stage(&rewards, &groups, &runs) {
+            return Some(
+                rewards
+                    .iter()
+                    .zip(stats)
+                    .map(|(r, (m, s, n))| match (n, cfg.singleton) {
+                        (1, SingletonRule::VerlMeanZeroStdOne) => (*r, 1.0),
+                        (1, SingletonRule::ZeroStd) => (0.0, 0.0),
+                        _ => (r - m, s),
+                    })
+                    .collect(),
+            );
+        }
+    }
     let mut members: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for (r, g) in rewards.iter().zip(&groups) {
         members.entry(g).or_default().push(*r);

@@ -346,8 +346,18 @@ pub fn datums_cell(
         .map(|t| as_f64(t.loss_mask.get(1..).unwrap_or_default()))
         .collect();
     let a_mask = ragged(&a_mask_rows, DType::F64);
-    let a_adv =
-        shifted(&|t| vec![t.advantage.unwrap_or(f64::NAN); t.tokens.len().saturating_sub(1)]);
+    // the trajectories' own advantages, else (NexRL's remote-API dump holds none) the
+    // self-hosted ones the comparison derived, by token content
+    let own = trajs.iter().any(|t| t.advantage.is_some());
+    let adv_of = |t: &Traj| match (own, &inputs.advantages) {
+        (true, _) => t.advantage,
+        (false, Some(a)) => inputs
+            .traj_index
+            .get(&tokens_hash(&t.tokens))
+            .and_then(|i| a.get(*i).copied()),
+        (false, None) => None,
+    };
+    let a_adv = shifted(&|t| vec![adv_of(t).unwrap_or(f64::NAN); t.tokens.len().saturating_sub(1)]);
     // Old log-probs of tokens[t+1]: the self-hosted batch row found by token hash, the
     // response position counted from the first loss-mask 1.
     let mut found = 0usize;
@@ -422,28 +432,74 @@ pub fn datums_cell(
         ),
     ];
     let b_adv = from(&|d| d.advantages.clone());
-    out.push(ctx.masked(
-        "advantages",
-        &a_adv,
-        &b_adv,
-        Origin::derived("prepared_trajectories.advantages broadcast over the shifted mask"),
-        datum("loss_fn_inputs.advantages"),
-        false,
-        false,
-    ));
-    let b_logp = from(&|d| d.logprobs.clone());
-    match &a_logp {
-        Some(x) => out.push(ctx.masked(
-            "logprobs",
-            x,
-            &b_logp,
-            Origin::sliced(
-                "self-hosted old_log_probs of tokens[t+1] (row by token hash, position from the first loss-mask 1)",
-            ),
-            datum("loss_fn_inputs.logprobs"),
+    if own || inputs.advantages.is_some() {
+        let origin = match own {
+            true => "prepared_trajectories.advantages broadcast over the shifted mask".to_string(),
+            false => format!("{} broadcast over the shifted mask", inputs.advantages_from),
+        };
+        out.push(ctx.masked(
+            "advantages",
+            &a_adv,
+            &b_adv,
+            Origin::derived(origin),
+            datum("loss_fn_inputs.advantages"),
             false,
-            true,
-        )),
+            false,
+        ));
+    } else {
+        out.push(sections::skipped(
+            S,
+            "advantages",
+            "prepared_trajectories hold no advantages (NexRL dumps them as empty lists) and none were derived",
+        ));
+    }
+    // response-only log-probs (NexRL passes the engine's as they are when their length is
+    // not the tokens'): placed on the datum's loss-mask positions, in order
+    let b_logp = from(&|d| {
+        let valid = d.loss_mask.iter().filter(|m| **m != 0.0).count();
+        if d.logprobs.len() == d.input_tokens.len() || d.logprobs.len() != valid {
+            return d.logprobs.clone();
+        }
+        let mut it = d.logprobs.iter();
+        d.loss_mask
+            .iter()
+            .map(|m| {
+                if *m != 0.0 {
+                    *it.next().unwrap_or(&0.0)
+                } else {
+                    0.0
+                }
+            })
+            .collect()
+    });
+    match &a_logp {
+        Some(x) => {
+            let mut c = ctx.masked(
+                "logprobs",
+                x,
+                &b_logp,
+                Origin::sliced(
+                    "self-hosted old_log_probs of tokens[t+1] (row by token hash, position from the first loss-mask 1)",
+                ),
+                datum("loss_fn_inputs.logprobs"),
+                false,
+                true,
+            );
+            // NexRL's datums carry the rollout engine's log-probs
+            // (utils/finetune_service_utils.convert_trajectories_to_datums), the self-hosted
+            // old_log_probs the trainer's: what differs is the rollout↔trainer mismatch
+            // (shown with its numbers, not judged)
+            if c.verdict >= Verdict::Warn {
+                c.verdict = Verdict::Skipped;
+                c.reason = format!(
+                    "not judged: {} — the datums hold the rollout engine's log-probs and \
+                     old_log_probs the trainer's: their difference is the rollout↔trainer \
+                     mismatch (see `mismatch`), not a fault of either",
+                    c.reason
+                );
+            }
+            out.push(c);
+        }
         None => out.push(sections::skipped(
             S,
             "logprobs",
@@ -452,9 +508,13 @@ pub fn datums_cell(
     }
     // Counts: trajectories without a datum are expected exactly when all their
     // advantages are zero; anything else is a loss of data.
-    let zero_adv = |t: &Traj| t.advantage == Some(0.0);
-    let (dropped, lost): (Vec<usize>, Vec<usize>) =
-        rows.only_a.iter().partition(|&&i| zero_adv(&trajs[i]));
+    let zero_adv = |t: &Traj| adv_of(t) == Some(0.0);
+    // without any advantage a missing datum cannot be told dropped or lost
+    let (dropped, lost): (Vec<usize>, Vec<usize>) = rows
+        .only_a
+        .iter()
+        .filter(|&&i| adv_of(&trajs[i]).is_some())
+        .partition(|&&i| zero_adv(&trajs[i]));
     let mut notes = vec![format!(
         "{} trajectories vs {} datums, {} paired by content (tokens[:-1] = input_tokens)",
         trajs.len(),

@@ -9,6 +9,7 @@ use super::conventions;
 use super::diagnosis;
 use super::report::Section;
 use super::sections::{self, SideData, Tensors};
+use crate::compare::tolerance::Verdict;
 use crate::conventions::{advantage, aggregation};
 use crate::kernels::aggregate::AggMode;
 use crate::model::conventions::{ConventionKey, ConventionValue, Conventions};
@@ -176,6 +177,40 @@ pub(super) fn diagnose_losses(
             Some((line, ((rank, micro), a, b, cs)))
         })
         .unzip()
+}
+
+/// When one side's loss holds a term nothing states ([`conventions::unstated_term`]:
+/// `why`), no loss total can say which side is wrong: every failing `loss.loss` /
+/// `is_loss.loss` becomes a warning saying so, and a cell left without a failure is
+/// diagnosed with `why` instead of a term (issue 28).
+pub(super) fn unstated_cells(sections: &mut [Section], diagnosis: &mut [String], why: &str) {
+    for sec in sections.iter_mut() {
+        sections::totals_cannot_judge(sec.cells.iter_mut(), &["loss.loss", "is_loss.loss"], why);
+        sec.verdict = sec
+            .cells
+            .iter()
+            .map(|c| c.verdict)
+            .max()
+            .unwrap_or(sec.verdict);
+    }
+    for line in diagnosis.iter_mut() {
+        let cell = line.split(':').next().and_then(|h| {
+            let mut w = h.split_whitespace().skip(1).step_by(2);
+            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        });
+        if let Some((rank, micro)) = cell.filter(|c| !fails_in(sections, *c)) {
+            *line = format!("rank {rank} micro {micro}: {why}");
+        }
+    }
+}
+
+/// Whether any comparison of cell (rank, micro) fails, in any section.
+fn fails_in(sections: &[Section], (rank, micro): (u32, u32)) -> bool {
+    sections
+        .iter()
+        .flat_map(|sec| &sec.cells)
+        .filter(|c| c.rank == Some(rank) && c.micro == Some(micro))
+        .any(|c| c.comparisons.iter().any(|x| x.verdict == Verdict::Fail))
 }
 
 fn diagnose_cell(

@@ -112,6 +112,9 @@ fn known(
         ENTROPY_COEFF => (fit.entropy_coeff, fit.entropy_coeff_std_err),
         _ => (fit.kl_coef?, fit.kl_coef_std_err?),
     };
+    if unexplained(name, side, fit, value, std_err).is_some() {
+        return None;
+    }
     Some(Known {
         value,
         std_err,
@@ -119,6 +122,128 @@ fn known(
             "inferred: least squares of loss − pg_loss over {} cells (± {:.1e}, rms residual {:.2e}, max {:.2e})",
             fit.cells, std_err, fit.rms_residual, fit.max_residual
         ),
+    })
+}
+
+/// Why a fitted coefficient cannot be taken as the side's (issue 28: check the picture
+/// before judging): a negative entropy coefficient (an entropy *penalty*: no producer's
+/// bonus), or residuals far beyond the dumped totals' rounding (64 × the f32 floor, at
+/// least 1e-9) — `loss − pg_loss` then holds a term no file states (NexRL's KL loss is
+/// added into `loss` with no `kl_loss` dumped), which the fit would absorb into the
+/// coefficient and report as a difference that does not exist.
+fn unexplained(
+    name: &str,
+    side: &SideLosses,
+    fit: &CoefficientFit,
+    value: f64,
+    std_err: f64,
+) -> Option<String> {
+    if side.echoed.contains_key(name) {
+        return None;
+    }
+    let u = 2f64.powi(-24);
+    let n = side.terms.len().max(1) as f64;
+    let floor = (side
+        .terms
+        .iter()
+        .map(|c| (u * (c.loss.abs() + c.pg_loss.abs())).powi(2))
+        .sum::<f64>()
+        / n)
+        .sqrt();
+    let negative = name == ENTROPY_COEFF && value < -DIFFER_SIGMAS * std_err && value < 0.0;
+    let scattered = fit.cells >= 2 && fit.rms_residual > (64.0 * floor).max(1e-9);
+    (negative || scattered).then(|| {
+        format!(
+            "least squares of loss − pg_loss over {} cells gives {name} {} with rms residual \
+             {:.2e} ({:.0}× the totals' rounding){}",
+            fit.cells,
+            crate::fmt::num(value),
+            fit.rms_residual,
+            fit.rms_residual / floor.max(f64::MIN_POSITIVE),
+            if negative {
+                ", a negative coefficient"
+            } else {
+                ""
+            }
+        )
+    })
+}
+
+/// "cannot judge which side is wrong: …" when a side's entropy coefficient is neither
+/// given, echoed, nor explained by its own totals ([`unexplained`]): its loss holds a term
+/// no file states, so a difference of the loss totals cannot be attributed.
+pub fn unstated_term(
+    a: &SideLosses,
+    b: &SideLosses,
+    overrides: &BTreeMap<String, f64>,
+) -> Option<(&'static str, String)> {
+    if overrides.contains_key(ENTROPY_COEFF) {
+        return None;
+    }
+    [("self-hosted", a), ("weaver", b)]
+        .into_iter()
+        .find_map(|(name, side)| {
+            let why = match echoed_once(side, ENTROPY_COEFF) {
+                Some(ec) => echo_unexplained(side, ec)?,
+                None => {
+                    let fit = coefficients::infer(&side.terms, DType::F32).ok()?;
+                    let (v, se) = (fit.entropy_coeff, fit.entropy_coeff_std_err);
+                    unexplained(ENTROPY_COEFF, side, &fit, v, se)?
+                }
+            };
+            Some((
+                name,
+                format!(
+                    "cannot judge which side is wrong: the {name} loss holds a term no file \
+                 states (a KL loss?): {why}"
+                ),
+            ))
+        })
+}
+
+/// The one value every cell of `side` echoes for `name`, if so.
+fn echoed_once(side: &SideLosses, name: &str) -> Option<f64> {
+    let vals = side.echoed.get(name)?;
+    (vals.len() == 1).then(|| f64::from_bits(*vals.iter().next().unwrap_or(&0)))
+}
+
+/// With the entropy coefficient echoed (`ec`) and no KL term dumped: why the composition
+/// `loss = pg_loss − ec·entropy_loss` does not hold on most cells (residuals beyond 64 ×
+/// the totals' f32 rounding, at least 1e-9, on more than half of at least 2 cells), else
+/// `None`. One cell off is that cell's own finding; most cells off is a term the dump
+/// does not state (NexRL echoes `entropy_coeff` but adds its KL loss unechoed).
+fn echo_unexplained(side: &SideLosses, ec: f64) -> Option<String> {
+    let u = 2f64.powi(-24);
+    let cells: Vec<f64> = side
+        .terms
+        .iter()
+        .filter(|c| c.kl_loss.is_none())
+        .map(|c| {
+            let r = c.loss - (c.pg_loss - ec * c.entropy_loss);
+            let floor = u * (c.loss.abs() + c.pg_loss.abs() + (ec * c.entropy_loss).abs());
+            if r.abs() > (64.0 * floor).max(1e-9) {
+                r
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let off = cells.iter().filter(|r| **r != 0.0).count();
+    (cells.len() >= 2 && off * 2 > cells.len()).then(|| {
+        let (lo, hi) = cells
+            .iter()
+            .filter(|r| **r != 0.0)
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), r| {
+                (a.min(*r), b.max(*r))
+            });
+        format!(
+            "loss − (pg_loss − entropy_coeff·entropy_loss) with its echoed entropy_coeff {} \
+             leaves {} to {} in {off} of {} cells",
+            crate::fmt::num(ec),
+            crate::fmt::num(lo),
+            crate::fmt::num(hi),
+            cells.len()
+        )
     })
 }
 
@@ -168,11 +293,26 @@ pub fn compare(
             }
             _ => false,
         };
+        // a side whose fit does not explain its totals says why instead of a value
+        let why = |k: &Option<Known>, side, fit: &Result<CoefficientFit, _>| {
+            let f = fit.as_ref().ok().filter(|_| k.is_none())?;
+            let (v, se) = match name {
+                ENTROPY_COEFF => (f.entropy_coeff, f.entropy_coeff_std_err),
+                _ => (f.kl_coef?, f.kl_coef_std_err?),
+            };
+            let detail = unexplained(name, side, f, v, se)?;
+            Some(format!(
+                "cannot judge: the loss holds a term no file states (a KL loss?): {detail}"
+            ))
+        };
+        let (wa, wb) = (why(&ka, a, &fa), why(&kb, b, &fb));
         if !(differ || nonzero(&ka) || nonzero(&kb)) {
             continue;
         }
-        let split = |k: Option<Known>| k.map_or((None, None), |k| (Some(k.value), Some(k.how)));
-        let ((va, ha), (vb, hb)) = (split(ka), split(kb));
+        let split = |k: Option<Known>, w: Option<String>| {
+            k.map_or((None, w), |k| (Some(k.value), Some(k.how)))
+        };
+        let ((va, ha), (vb, hb)) = (split(ka, wa), split(kb, wb));
         out.push(Coefficient {
             name: name.to_string(),
             self_hosted: va,
@@ -268,6 +408,51 @@ mod tests {
             r.coefficients_at = Some("extra_info".into());
         }
         r
+    }
+
+    #[test]
+    fn a_term_no_file_states_is_cannot_judge_not_a_coefficient() {
+        // NexRL's KL loss added into `loss` with no kl_loss dumped: loss = pg − 1e-3·ent
+        // + 0.1·kl, the kl values unrelated to the entropy. The fit would give an
+        // entropy_coeff absorbing the KL term; instead the side has no value and says why.
+        let (mut a, mut b) = (SideLosses::default(), SideLosses::default());
+        for (pg, ent, kl) in [
+            (0.1, 1.5, 0.02),
+            (-0.3, 0.7, 0.001),
+            (0.25, 2.0, 0.03),
+            (0.05, 1.1, 0.0),
+        ] {
+            a.push(&rec(pg - 1e-3 * ent + 0.1 * kl, pg, ent, None));
+            b.push(&rec(pg - 1e-3 * ent, pg, ent, None));
+        }
+        let out = compare(&a, &b, &BTreeMap::new());
+        let c = &out[0];
+        assert_eq!(c.name, ENTROPY_COEFF);
+        assert!(!c.differ);
+        assert_eq!(c.self_hosted, None);
+        let why = c.self_hosted_from.as_deref().unwrap();
+        assert!(
+            why.starts_with("cannot judge: the loss holds a term no file states (a KL loss?): least squares of loss − pg_loss over 4 cells gives entropy_coeff"),
+            "{why}"
+        );
+        assert!((c.weaver.unwrap() - 1e-3).abs() < 1e-12);
+        let (role, line) = unstated_term(&a, &b, &BTreeMap::new()).unwrap();
+        assert_eq!(role, "self-hosted");
+        assert!(
+            line.starts_with("cannot judge which side is wrong: the self-hosted loss holds a term"),
+            "{line}"
+        );
+        // the same totals with the term echoed away (a flag) or explained: nothing to say
+        let flag = BTreeMap::from([(ENTROPY_COEFF.to_string(), 1e-3)]);
+        assert_eq!(unstated_term(&a, &b, &flag), None);
+        assert_eq!(unstated_term(&b, &b, &BTreeMap::new()), None);
+        // a negative entropy coefficient (an entropy penalty) fits exactly but is no bonus
+        let mut n = SideLosses::default();
+        for (pg, ent) in [(0.1, 1.5), (-0.3, 0.7), (0.25, 2.0)] {
+            n.push(&rec(pg + 5e-4 * ent, pg, ent, None));
+        }
+        let (_, line) = unstated_term(&n, &b, &BTreeMap::new()).unwrap();
+        assert!(line.ends_with(", a negative coefficient"), "{line}");
     }
 
     #[test]

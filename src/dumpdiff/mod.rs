@@ -465,6 +465,7 @@ fn compare(
     let mut diagnosis = Vec::new();
     let mut diagnosed = Vec::new();
     let mut adv_eps = None;
+    let mut unstated = None;
     if let Some(w) = &w {
         // Section 6 as computed ahead (joined after the cells); the files it read count as
         // read by their sides, and as done now.
@@ -493,6 +494,7 @@ fn compare(
             &mut params,
         )?);
         coefficients = conventions::compare(&conv.self_hosted, &conv.weaver, &opts.coefficients);
+        unstated = conventions::unstated_term(&conv.self_hosted, &conv.weaver, &opts.coefficients);
         conventions = conv.notes;
         diagnosis = conv.diagnosis;
         diagnosed = conv.diagnosed;
@@ -526,6 +528,12 @@ fn compare(
     let (agree, passed) = scaled_loss::rejudge(&mut sections, &scales);
     cell_conventions::rediagnose_scaled(&sections, &mut diagnosis, &diagnosed, &scales);
     scaled_loss::rescaled_coefficients(&mut coefficients, &scales);
+    // a side's loss holding a term nothing states (its totals not scaled either)
+    if let Some((_, why)) =
+        unstated.filter(|(role, _)| !scales.iter().any(|s| s.scaled && s.role == *role))
+    {
+        cell_conventions::unstated_cells(&mut sections, &mut diagnosis, &why);
+    }
     adjudication.retain(|a| !passed.contains(&(a.rank, a.micro)));
     diagnosis.retain(|d| {
         !agree

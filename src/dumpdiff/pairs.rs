@@ -24,6 +24,10 @@ pub(super) struct CellOut {
     eps: Vec<f64>,
     /// The self-hosted rows were realigned to the weaver's layout ([`Tensors::realign`]).
     realigned: bool,
+    /// The weaver's per-token loss carries weights: `Some(true)` read from its own rollout
+    /// log-probs ([`sections::Weights::Seen`]), `Some(false)` not dumped
+    /// ([`sections::Weights::Unseen`]).
+    weights: Option<bool>,
 }
 
 /// The (rank, micro) cells of sections 2 (`fwd`), 3 (`loss`) and 4 (`is_loss`).
@@ -181,6 +185,9 @@ pub(super) fn weaver_cell(
             let (cell, alt, weights) =
                 sections::is_loss_cell(policy, rank, m, a, s_loss, b, b_ids, ch, &memo);
             out.is_loss = Some((cell, alt));
+            out.weights = weights
+                .as_ref()
+                .map(|w| matches!(w, sections::Weights::Seen(_)));
             // the weaver's loss scalars carry the same per-token weight
             if let (Some(w), Some((loss, _))) = (weights, out.loss.as_mut()) {
                 sections::rework(loss, |c| {
@@ -194,6 +201,29 @@ pub(super) fn weaver_cell(
         ch.release_old();
     }
     Ok(out)
+}
+
+/// A cell whose `is_loss_debug` was not read has no per-token loss to show its weights:
+/// when the weaver's other cells carry some, its failing loss totals are read in their
+/// light (issue 28): unseen weights make them a warning, seen ones the likely cause.
+fn weights_elsewhere(keys: &[(u32, Option<u32>)], outs: &mut [CellOut]) {
+    let cells = |seen: bool| -> Vec<String> {
+        keys.iter()
+            .zip(outs.iter())
+            .filter(|(_, o)| o.weights == Some(seen))
+            .map(|((r, m), _)| format!("rank {r} micro {}", m.unwrap_or(0)))
+            .collect()
+    };
+    let Some(why) = sections::Weights::elsewhere(&cells(true), &cells(false)) else {
+        return;
+    };
+    for o in outs.iter_mut().filter(|o| o.is_loss.is_none()) {
+        if let Some((loss, _)) = o.loss.as_mut() {
+            sections::rework(loss, |c| {
+                why.apply_to_totals(c, &["loss.loss", "loss.pg_loss"])
+            });
+        }
+    }
 }
 
 /// Sections 2, 3, 4 and 6: self-hosted against weaver, cell by cell.
@@ -310,6 +340,7 @@ pub(super) fn weaver_sections(
         };
     }
 
+    weights_elsewhere(&keys, &mut outs);
     // Section 2: the compared cells, then those on one side only, ordered by rank/micro.
     let mut cells: Vec<Cell> = outs.iter_mut().filter_map(|o| o.fwd.take()).collect();
     for (&(rank, micro), o) in keys.iter().zip(&outs) {
@@ -740,14 +771,16 @@ pub(super) fn recomputed_advantages(
     if rewards.is_empty() {
         return Ok(None);
     }
-    let adv = crate::kernels::advantage::group_advantages(&rewards, &groups, &cfg.advantage)
-        .map_err(|e| {
-            Error::format(
-                &traj.file,
-                crate::error::Position::Key("trajectories".into()),
-                format!("group advantages: {e}"),
-            )
-        })?;
+    let runs: Vec<Option<String>> = traj.rows.iter().map(|t| t.ids.run_id.clone()).collect();
+    let adv =
+        crate::kernels::advantage::group_advantages_runs(&rewards, &groups, &runs, &cfg.advantage)
+            .map_err(|e| {
+                Error::format(
+                    &traj.file,
+                    crate::error::Position::Key("trajectories".into()),
+                    format!("group advantages: {e}"),
+                )
+            })?;
     Ok(Some((
         adv.iter().map(|a| *a as f32 as f64).collect(),
         cfg.advantage,

@@ -642,6 +642,16 @@ fn diagnose(
     let elem = to_f64_vec(&out.per_token_loss).unwrap_or_default();
     let mode = mode_name(cfg.agg);
     // what the dumped pg term is, when not the recomputed one
+    // the stored log-probs' rounding moves each reduction of the per-token loss too
+    let lp = to_f64_vec(&cell.inputs.log_probs).unwrap_or_default();
+    let old = match &cell.inputs.old_log_probs {
+        Some(o) => to_f64_vec(o).unwrap_or_default(),
+        None => vec![0.0; lp.len()],
+    };
+    let open = |w: &[f64]| {
+        f32_compute(&elem, w, 4.0)
+            + crate::judge::terms::logprob_rounding(&elem, &lp, &old, w, cell.logprob_dtype)
+    };
     let explain_pg = |dumped: f64, what: &str| -> (String, String) {
         let sum = masked_sum(&elem, m);
         let n = m.iter().filter(|x| **x != 0.0).count();
@@ -651,7 +661,7 @@ fn diagnose(
                 format!("the dumped loss equals the recomputed token-mean × {n} valid tokens: a sum, not a mean"),
             );
         }
-        if tol.allows_with(dumped, sum, f32_compute(&elem, m, 4.0)) {
+        if tol.allows_with(dumped, sum, open(m)) {
             return (
                 "aggregation".into(),
                 format!(
@@ -662,7 +672,7 @@ fn diagnose(
         }
         for other in VERL_MODES.iter().filter(|o| **o != cfg.agg) {
             let w = weights(m, b, t, *other);
-            if tol.allows_with(dumped, reduce(&elem, &w), f32_compute(&elem, &w, 4.0)) {
+            if tol.allows_with(dumped, reduce(&elem, &w), open(&w)) {
                 return (
                     "aggregation".into(),
                     format!(

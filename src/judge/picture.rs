@@ -39,17 +39,24 @@ pub(crate) fn settled(
 }
 
 /// Check before judging (issue 28): when the conventions used reproduce fewer than half
-/// of a side's own cells (of at least 3), the picture is wrong, not the data: each
-/// inconsistent cell becomes [`Status::CannotJudge`], with what was tried (`tried`, the
-/// conventions in words). With fewer cells nothing is changed (one or two faulty cells
-/// cannot be told from a wrong picture). Returns the number of cells so changed.
+/// of a side's own cells (of at least 3), or none of two (neither naming the term that
+/// differs), the picture is wrong, not the
+/// data: each inconsistent cell becomes [`Status::CannotJudge`], with what was tried
+/// (`tried`, the conventions in words). A single cell is left as it is (one faulty cell
+/// cannot be told from a wrong picture, nor the reverse). Returns the number of cells so
+/// changed.
 pub fn check_before_judging(verdicts: &mut [Verdict], tried: &str) -> usize {
     let n = verdicts.len();
     let bad = verdicts
         .iter()
         .filter(|v| v.status == Status::Inconsistent)
         .count();
-    if n < 3 || bad * 2 <= n {
+    // of two cells, both must disagree with no term named (a sum for a mean, a mask, …):
+    // a named difference in each is evidence, a bare "pg term differs" twice is not
+    let named = verdicts.iter().any(|v| {
+        v.status == Status::Inconsistent && v.differs.iter().any(|d| d != "pg" && d != "loss")
+    });
+    if n < 2 || (n == 2 && (bad < 2 || named)) || (n > 2 && bad * 2 <= n) {
         return 0;
     }
     for v in verdicts
@@ -69,10 +76,59 @@ pub fn check_before_judging(verdicts: &mut [Verdict], tried: &str) -> usize {
     bad
 }
 
+/// A coefficient the step's own totals inferred but that explains fewer than half of its
+/// cells (of at least 2) is no convention of the side: its loss holds a term no file
+/// states (NexRL's KL loss, added into `loss` with no `kl_loss` dumped). A cell whose pg
+/// term and intermediates follow then cannot have its total judged either way — neither
+/// failed nor silently passed under the misfit coefficient: [`Status::CannotJudge`], saying
+/// so. Not when a flag gives a coefficient (the user's picture is judged as given).
+/// Returns the number of cells so changed.
+pub fn doubtful_coefficients(verdicts: &mut [Verdict], conventions: &[Convention]) -> usize {
+    let misfit = conventions.iter().find(|c| {
+        matches!(c.name, "entropy_coeff" | "kl_coef")
+            && c.source == Source::Inferred
+            && matches!((c.explained, c.cells), (Some(e), Some(n)) if n >= 2 && e * 2 < n)
+    });
+    // a coefficient given by a flag is the user's picture: judged as given
+    let flagged = conventions
+        .iter()
+        .any(|c| matches!(c.name, "entropy_coeff" | "kl_coef") && c.source == Source::Flag);
+    let Some(c) = misfit.filter(|_| !flagged) else {
+        return 0;
+    };
+    let mut changed = 0;
+    for v in verdicts
+        .iter_mut()
+        .filter(|v| v.status != Status::CannotJudge)
+    {
+        let pg_bad = v.first_divergence.is_some()
+            || v.checks
+                .iter()
+                .any(|k| (k.name == "pg_loss" || k.name.ends_with(".pg_loss")) && !k.ok);
+        if pg_bad {
+            continue;
+        }
+        v.status = Status::CannotJudge;
+        v.notes.insert(
+            0,
+            format!(
+                "cannot judge the total: {} explains only {} of {} cells' totals — the loss \
+                 holds a term no file states (a KL loss?); the pg term follows",
+                c.line(),
+                c.explained.unwrap_or(0),
+                c.cells.unwrap_or(0)
+            ),
+        );
+        changed += 1;
+    }
+    changed
+}
+
 /// The policy losses real producers use, tried when the preset's reproduces fewer than
 /// half of the step's dumped pg terms: PPO's clip with verl's default bounds (0.2/0.2) and
 /// DAPO's clip-higher (0.2/0.28), each with and without verl's dual clip (`clip_ratio_c`
-/// 3.0, NexRL's default: `fsdp_actor.py` reads `clip_ratio_c` with 3.0), at token level and
+/// 3.0, NexRL's default: `fsdp_actor.py` reads `clip_ratio_c` with 3.0; also 2.0, a
+/// tighter setting seen in configs), at token level and
 /// at GSPO's sequence level (verl `compute_policy_loss_gspo`, whose own bounds are 3e-4/4e-4).
 pub(super) fn policy_candidates(base: &LossConfig, rollout: bool) -> Vec<LossConfig> {
     let mut out = Vec::new();
@@ -89,7 +145,7 @@ pub(super) fn policy_candidates(base: &LossConfig, rollout: bool) -> Vec<LossCon
             if level == RatioLevel::Token && lo < 0.01 {
                 continue;
             }
-            for (c, cap) in [None, Some(3.0)]
+            for (c, cap) in [None, Some(3.0), Some(2.0)]
                 .into_iter()
                 .flat_map(|c| caps.iter().map(move |cap| (c, *cap)))
             {
@@ -338,4 +394,71 @@ fn ratio_shape(cell: &super::cell::Cell) -> Option<bool> {
         }
     }
     seen.then_some(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::judge::Layout;
+
+    fn verdicts(statuses: &[Status]) -> Vec<Verdict> {
+        statuses
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Verdict {
+                file: format!("is_loss_debug/step_000000_rank0_micro{i}.pt").into(),
+                layout: Layout::Weaver,
+                step: 0,
+                rank: 0,
+                micro: i as u32,
+                status: *s,
+                dumped_loss: 0.1,
+                recomputed_loss: 0.2,
+                first_divergence: None,
+                checks: Vec::new(),
+                tokens: 4,
+                notes: Vec::new(),
+                differs: Vec::new(),
+                loss_ok: false,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_picture_reproducing_no_cell_of_two_or_under_half_of_three_is_doubted() {
+        use Status::{Consistent as C, Inconsistent as I};
+        for (statuses, changed) in [
+            (vec![I], 0),
+            (vec![I, I], 2),
+            (vec![I, C], 0),
+            (vec![I, I, C], 2),
+            (vec![I, C, C], 0),
+            (vec![I, I, C, C], 0),
+        ] {
+            let mut v = verdicts(&statuses);
+            assert_eq!(
+                check_before_judging(&mut v, "agg token-mean"),
+                changed,
+                "{statuses:?}"
+            );
+            let doubted = v.iter().filter(|v| v.status == Status::CannotJudge).count();
+            assert_eq!(doubted, changed);
+            if statuses == [I, I] {
+                // a term named in either of two cells is evidence: nothing changes
+                let mut v = verdicts(&statuses);
+                v[1].differs = vec!["aggregation".into()];
+                assert_eq!(check_before_judging(&mut v, "agg token-mean"), 0);
+            }
+            if changed > 0 {
+                let n = statuses.len();
+                assert_eq!(
+                    v[0].notes[0],
+                    format!(
+                        "cannot judge: the conventions used (agg token-mean) reproduce this side's own loss on only {} of {n} cells, so the recomputation is in doubt, not this cell",
+                        n - changed
+                    )
+                );
+            }
+        }
+    }
 }

@@ -21,7 +21,7 @@ use candle_core::{Device, Tensor};
 
 use crate::error::{Error, Position, Result};
 use crate::formats::read_any;
-use crate::kernels::advantage::{group_advantages, AdvantageConfig};
+use crate::kernels::advantage::{group_advantages_runs, AdvantageConfig};
 use crate::kernels::loss::LossInputs;
 use crate::model::step::{LogProbSource, TokenTensor};
 use crate::model::tokens::tokens_hash;
@@ -51,6 +51,8 @@ pub struct SelfHostedStep {
     /// Per-trajectory reward, group and advantage (f64 of the f32 value, see module doc).
     pub(super) rewards: Vec<f64>,
     groups: Vec<String>,
+    /// Each trajectory's run id (NexRL's two-stage advantage mean when runs repeat).
+    runs: Vec<Option<String>>,
     advantages_f64: Vec<f64>,
     advantages_f32: Vec<f64>,
     /// `tokens_hash(prompt ++ response)` → trajectory indices.
@@ -188,10 +190,10 @@ impl Advantages {
 fn advantages_of(
     tf: &Path,
     rewards: &[f64],
-    groups: &[String],
+    (groups, runs): (&[String], &[Option<String>]),
     adv: &AdvantageConfig,
 ) -> Result<(Vec<f64>, Vec<f64>)> {
-    let f64s = group_advantages(rewards, groups, adv)
+    let f64s = group_advantages_runs(rewards, groups, runs, adv)
         .map_err(|e| Error::format(tf, Position::Key("trajectories".into()), e.to_string()))?;
     let f32s = f64s.iter().map(|a| round_f32(*a)).collect();
     Ok((f64s, f32s))
@@ -330,7 +332,8 @@ impl SelfHostedStep {
             groups.push(group);
             response_lens.push(t.response_len);
         }
-        let (advantages_f64, advantages_f32) = advantages_of(&tf, &rewards, &groups, adv)?;
+        let runs: Vec<Option<String>> = ts.rows.iter().map(|t| t.ids.run_id.clone()).collect();
+        let (advantages_f64, advantages_f32) = advantages_of(&tf, &rewards, (&groups, &runs), adv)?;
         Ok(SelfHostedStep {
             old_file: tf.clone(),
             trajectory_file: tf,
@@ -338,6 +341,7 @@ impl SelfHostedStep {
             cols: 0,
             rewards,
             groups,
+            runs,
             advantages_f64,
             advantages_f32,
             by_tokens,
@@ -452,7 +456,12 @@ impl SelfHostedStep {
     ///
     /// Errors: as [`SelfHostedStep::load`]'s advantage computation.
     pub fn advantages_under(&self, adv: &AdvantageConfig) -> Result<Advantages> {
-        let (f64s, f32s) = advantages_of(&self.trajectory_file, &self.rewards, &self.groups, adv)?;
+        let (f64s, f32s) = advantages_of(
+            &self.trajectory_file,
+            &self.rewards,
+            (&self.groups, &self.runs),
+            adv,
+        )?;
         Ok(Advantages { f64s, f32s })
     }
 

@@ -5,12 +5,13 @@
 
 use super::cell::{judge, Cell};
 use super::infer::{self, Source};
+use super::terms::{f32_compute, reduce, stored_rounding, weights};
 use super::{kerr, Status, Tolerance, Verdict};
 use crate::error::Result;
 use crate::kernels::aggregate::AggMode;
 use crate::kernels::kl::KlEstimator;
 use crate::kernels::loss::{compute, KlPlacement, KlTerm};
-use crate::kernels::to_f64;
+use crate::kernels::{to_f64, to_f64_vec};
 
 /// The largest coefficient an unstated entropy or KL term may take to explain a total.
 /// Producers' defaults sit two orders of magnitude and more below it (NexRL
@@ -44,7 +45,52 @@ pub(super) fn judge_under(
     };
     let v = judge(cell, &resolved.cfg, tol, unc)?;
     if v.status == Status::Inconsistent && !total_only {
-        return own_policy(cell, resolved, v, tol);
+        let v = own_policy(cell, resolved, v, tol)?;
+        if v.status != Status::Inconsistent {
+            return Ok(v);
+        }
+        // per-token weights the dump does not hold, under the step's policy loss or
+        // under a real producer's clip bound / ratio level of the cell's own
+        if let Some(w) = unseen_weights(cell, &resolved.cfg, &v, tol)? {
+            return Ok(w);
+        }
+        let base = &resolved.cfg;
+        for cfg in super::picture::policy_candidates(base, false) {
+            let w = judge(cell, &cfg, tol, unc)?;
+            if let Some(mut w) = unseen_weights(cell, &cfg, &w, tol)? {
+                w.notes.insert(
+                    1,
+                    format!(
+                        "judged under {}, not the step's convention: this cell computes its policy loss otherwise",
+                        super::picture::policy_words(&cfg)
+                    ),
+                );
+                return Ok(w);
+            }
+        }
+        // weights other than the token-level TIS its dumped rollout log-probs give (another
+        // cap, an IcePop band, sequence-level weights): judged against the unweighted loss
+        if let Some(cap) = base
+            .rollout_is
+            .filter(|_| cell.inputs.rollout_log_probs.is_some())
+        {
+            let mut plain = base.clone();
+            plain.rollout_is = None;
+            let w = judge(cell, &plain, tol, unc)?;
+            if let Some(mut w) = unseen_weights(cell, &plain, &w, tol)? {
+                w.notes.insert(
+                    1,
+                    format!(
+                        "the truncated importance weights of its dumped rollout_log_probs \
+                         (min(exp(old − rollout), {})) do not give them: another cap, an \
+                         IcePop band or sequence-level weights?",
+                        crate::fmt::num(cap)
+                    ),
+                );
+                return Ok(w);
+            }
+        }
+        return Ok(own_sum(cell, v));
     }
     if v.status != Status::Inconsistent {
         return Ok(v);
@@ -73,6 +119,9 @@ pub(super) fn judge_under(
                 return Ok(w);
             }
         }
+    }
+    if let Some(w) = unseen_weights(cell, &resolved.cfg, &v, tol)? {
+        return Ok(w);
     }
     undetermined(cell, resolved, v, tol)
 }
@@ -128,6 +177,162 @@ fn own_policy(
         return Ok(w);
     }
     Ok(v)
+}
+
+/// `v` (inconsistent, its per-token loss differing from the recomputed) with the
+/// aggregation named when its dumped `pg_loss` is the plain sum of its own dumped
+/// `elementwise_loss` over the valid tokens (a sum, not a mean): whatever weights the
+/// per-token loss carries, that reduction is the cell's own.
+fn own_sum(cell: &Cell, mut v: Verdict) -> Verdict {
+    let (Some(el), Some(pg)) = (
+        cell.per_token.as_ref(),
+        cell.record.as_ref().and_then(|r| r.pg_loss),
+    ) else {
+        return v;
+    };
+    let Ok(m) = to_f64_vec(&cell.inputs.mask) else {
+        return v;
+    };
+    let n = m.iter().filter(|x| **x != 0.0).count();
+    let sum: f64 = el.iter().zip(&m).map(|(e, w)| e * w).sum();
+    let open = f32_compute(el, &m, 4.0) + 4.0 * 2f64.powi(-24) * sum.abs();
+    let elementwise = v
+        .first_divergence
+        .as_ref()
+        .is_some_and(|d| d.name == crate::producers::weaver::ELEMENTWISE_LOSS);
+    if elementwise && n > 1 && (pg - sum).abs() <= open + 1e-9 && (pg - sum / n as f64).abs() > open
+    {
+        v.notes.push(format!(
+            "aggregation: the dumped pg_loss is the sum of its own elementwise_loss over {n} valid tokens, not a mean: a sum, not a mean"
+        ));
+        if !v.differs.iter().any(|d| d == "aggregation") {
+            v.differs.push("aggregation".into());
+        }
+    }
+    v
+}
+
+/// The largest factor a per-token weight the dump does not hold may take (verl's
+/// truncated importance weight is in `(0, rollout_is_threshold]`, 2 by default; slime's
+/// and others' caps sit below 10).
+const MAX_WEIGHT: f64 = 10.0;
+
+/// `v` (an inconsistent cell whose ratio follows) as [`Status::CannotJudge`] when its
+/// dumped per-token loss is the recomputed one times a per-token factor in
+/// `[0, MAX_WEIGHT]`, not one factor for every token, and its pg term follows from its own
+/// per-token loss under the step's aggregation. It then applies per-token weights it does
+/// not dump (verl's truncated importance sampling against the rollout engine's
+/// log-probs, `compute_policy_loss_vanilla(..., rollout_is_weights)`, or an IcePop mask):
+/// nothing in the cell can check them. Else `None`. A cell whose ratio differs, or
+/// whose pg term does not follow from its own per-token loss, stays inconsistent: the
+/// weights enter neither.
+fn unseen_weights(
+    cell: &Cell,
+    cfg: &crate::kernels::loss::LossConfig,
+    v: &Verdict,
+    tol: &Tolerance,
+) -> Result<Option<Verdict>> {
+    let elementwise = v
+        .first_divergence
+        .as_ref()
+        .is_some_and(|d| d.name == crate::producers::weaver::ELEMENTWISE_LOSS);
+    let weighted = cfg.rollout_is.is_some() && cell.inputs.rollout_log_probs.is_some();
+    let Some(dumped) = cell.per_token.as_ref() else {
+        return Ok(None);
+    };
+    if v.status != Status::Inconsistent || !elementwise || weighted {
+        return Ok(None);
+    }
+    let path = cell.file.as_path();
+    let out = compute(&cell.inputs, cfg).map_err(|e| kerr(path, e))?;
+    let ours = to_f64_vec(&out.per_token_loss).map_err(|e| kerr(path, e))?;
+    let m = to_f64_vec(&cell.inputs.mask).map_err(|e| kerr(path, e))?;
+    if ours.len() != dumped.len() || m.len() != dumped.len() {
+        return Ok(None);
+    }
+    let (mut lo, mut hi, mut differ) = (f64::INFINITY, f64::NEG_INFINITY, 0usize);
+    for ((d, o), w) in dumped.iter().zip(&ours).zip(&m) {
+        if *w == 0.0 {
+            continue;
+        }
+        if o.abs() <= 1e-12 {
+            if d.abs() > 1e-9 {
+                return Ok(None); // a loss where the recomputation has none: no weight makes it
+            }
+            continue;
+        }
+        let f = d / o;
+        if !(0.0..=MAX_WEIGHT).contains(&f) {
+            return Ok(None);
+        }
+        lo = lo.min(f);
+        hi = hi.max(f);
+        differ += usize::from(!tol.allows(*d, *o));
+    }
+    // one factor on every token is a scale or a coefficient, not a per-token weight
+    if differ == 0 || hi - lo <= 1e-6 * hi.abs().max(1.0) {
+        return Ok(None);
+    }
+    // the pg term from its own per-token loss: under the step's aggregation, else under
+    // another of verl's (the weights blur what the step's cells tell of it)
+    // (the dumped pg_loss, else the dumped total less the recomputed other terms, scaled
+    // as the total is: its `loss/` file unread)
+    let (b, t) = cell.dims();
+    let pg_dumped = cell.record.as_ref().and_then(|r| r.pg_loss);
+    let (loss_out, pg_out) = (
+        to_f64(&out.loss).map_err(|e| kerr(path, e))?,
+        to_f64(&out.pg_loss).map_err(|e| kerr(path, e))?,
+    );
+    let scale = cfg.loss_scale.factor(b).unwrap_or(1.0);
+    let entropy_open = match (&cell.inputs.entropy, cfg.entropy_coeff) {
+        (Some(e), c) if c != 0.0 => {
+            let ev = to_f64_vec(e).map_err(|e| kerr(path, e))?;
+            let we = weights(&m, b, t, cfg.entropy_agg);
+            c.abs() * (stored_rounding(&ev, &we, cell.entropy_dtype) + f32_compute(&ev, &we, 1.0))
+        }
+        _ => 0.0,
+    };
+    let follows = |mode: AggMode| {
+        let w = weights(&m, b, t, mode);
+        let own = reduce(dumped, &w);
+        let open = f32_compute(dumped, &w, 4.0);
+        match pg_dumped {
+            Some(pg) => tol.allows_with(pg, own, open) || crate::fmt::alike(pg, own),
+            None => {
+                let total = loss_out + scale * (own - pg_out);
+                let open = scale.abs() * (open + entropy_open) + 4.0 * 2f64.powi(-24) * total.abs();
+                tol.allows_with(cell.dumped_loss, total, open)
+                    || crate::fmt::alike(cell.dumped_loss, total)
+            }
+        }
+    };
+    let modes = [
+        cfg.agg,
+        AggMode::TokenMean,
+        AggMode::SeqMeanTokenMean,
+        AggMode::SeqMeanTokenSum,
+    ];
+    let Some(mode) = modes.into_iter().find(|m| follows(*m)) else {
+        return Ok(None);
+    };
+    let mut v = v.clone();
+    v.status = Status::CannotJudge;
+    v.notes.insert(
+        0,
+        format!(
+            "cannot judge the per-token loss: on {differ} of {} valid tokens the dumped \
+             elementwise_loss is the recomputed one times a factor between {} and {}, and its \
+             pg term is the {} of that elementwise_loss — per-token weights the dump does not \
+             hold (truncated importance sampling against rollout log-probs not dumped, or an \
+             IcePop mask); tried: the step's conventions and each real producer's clip bound \
+             and ratio level",
+            m.iter().filter(|x| **x != 0.0).count(),
+            crate::fmt::num(lo),
+            crate::fmt::num(hi),
+            mode.name()
+        ),
+    );
+    Ok(Some(v))
 }
 
 /// `v` (an inconsistent total-only cell) as [`Status::Undetermined`] when an unstated

@@ -67,6 +67,85 @@ fn std(v: &[f64], ddof: usize) -> f64 {
     (ss / (v.len() - ddof) as f64).sqrt()
 }
 
+/// [`group_advantages`] with NexRL's run ids: when several trajectories of a group share a
+/// run id (an agent run yielding more than one), NexRL's GRPO mean is two-stage — the mean
+/// of each run's mean reward — and its std the unbiased std of those run means (1 when the
+/// group holds one run): `nexrl/algorithm/core_algos.py` `compute_grpo_outcome_advantage(
+/// …, run_ids)`, nex-agi/NexRL@6860191. Used only under the unbiased group std (NexRL's);
+/// without run ids, or with every run holding one trajectory, it is [`group_advantages`].
+/// `rewards`, `groups`, `runs`: one entry per trajectory (`[B]`, f64).
+pub fn group_advantages_runs<K: Ord + Clone>(
+    rewards: &[f64],
+    groups: &[K],
+    runs: &[Option<String>],
+    cfg: &AdvantageConfig,
+) -> KResult<Vec<f64>> {
+    let stats = match cfg.std {
+        StdMode::GroupUnbiased => two_stage(rewards, groups, runs),
+        _ => None,
+    };
+    let Some(stats) = stats else {
+        return group_advantages(rewards, groups, cfg);
+    };
+    Ok(rewards
+        .iter()
+        .zip(stats)
+        .map(|(r, (m, s, n))| {
+            let (m, s) = match (n, cfg.singleton) {
+                (1, SingletonRule::VerlMeanZeroStdOne) => (0.0, 1.0),
+                (1, SingletonRule::ZeroStd) => (*r, 0.0),
+                _ => (m, s),
+            };
+            (r - m) / (s + cfg.eps)
+        })
+        .collect())
+}
+
+/// Per trajectory, NexRL's two-stage group statistics `(mean, std, group size)` (see
+/// [`group_advantages_runs`]): `None` unless every trajectory has a run id and some run
+/// holds more than one trajectory of its group, or the lengths differ.
+pub fn two_stage<K: Ord + Clone>(
+    rewards: &[f64],
+    groups: &[K],
+    runs: &[Option<String>],
+) -> Option<Vec<(f64, f64, usize)>> {
+    if rewards.len() != groups.len() || runs.len() != groups.len() {
+        return None;
+    }
+    let keyed: Vec<(&K, &String)> = groups
+        .iter()
+        .zip(runs)
+        .map(|(g, r)| r.as_ref().map(|r| (g, r)))
+        .collect::<Option<_>>()?;
+    let distinct: std::collections::BTreeSet<&(&K, &String)> = keyed.iter().collect();
+    if distinct.len() == keyed.len() {
+        return None;
+    }
+    // per group: its rewards by run, in first-seen order of the runs
+    let mut members: BTreeMap<&K, Vec<(&String, Vec<f64>)>> = BTreeMap::new();
+    for (r, (g, run)) in rewards.iter().zip(&keyed) {
+        let runs = members.entry(*g).or_default();
+        match runs.iter_mut().find(|(k, _)| k == run) {
+            Some((_, v)) => v.push(*r),
+            None => runs.push((*run, vec![*r])),
+        }
+    }
+    let stats: BTreeMap<&K, (f64, f64, usize)> = members
+        .into_iter()
+        .map(|(g, runs)| {
+            let n = runs.iter().map(|(_, v)| v.len()).sum();
+            let means: Vec<f64> = runs.iter().map(|(_, v)| mean(v)).collect();
+            let s = if means.len() <= 1 {
+                1.0
+            } else {
+                std(&means, 1)
+            };
+            (g, (mean(&means), s, n))
+        })
+        .collect();
+    Some(keyed.iter().map(|(g, _)| stats[*g]).collect())
+}
+
 /// Group-normalised advantages, one per sequence.
 ///
 /// `rewards`: `[N]` f64 sequence rewards; `groups`: `[N]` group labels (any ordered key:
@@ -129,4 +208,59 @@ pub fn token_advantages(adv: &[f64], mask: &Tensor, precision: Precision) -> KRe
     }
     let a = Tensor::from_slice(adv, (n, 1), &Device::Cpu)?.to_dtype(precision.dtype())?;
     Ok(a.broadcast_mul(&mask.to_dtype(precision.dtype())?)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CFG: AdvantageConfig = AdvantageConfig {
+        std: StdMode::GroupUnbiased,
+        eps: 1e-6,
+        singleton: SingletonRule::ZeroStd,
+    };
+
+    fn runs(ids: &[&str]) -> Vec<Option<String>> {
+        ids.iter().map(|s| Some(s.to_string())).collect()
+    }
+
+    #[test]
+    fn nexrls_run_ids_give_the_two_stage_mean_and_the_std_of_run_means() {
+        // one group; runs a (rewards 1, 0), b (1), c (0): run means 0.5, 1, 0, their mean
+        // 0.5 and unbiased std 0.5 (NexRL compute_grpo_outcome_advantage with run_ids)
+        let g = ["g"; 4];
+        let adv = group_advantages_runs(
+            &[1.0, 0.0, 1.0, 0.0],
+            &g,
+            &runs(&["a", "a", "b", "c"]),
+            &CFG,
+        )
+        .unwrap();
+        let k = 0.5 / (0.5 + 1e-6);
+        assert_eq!(adv, vec![k, -k, k, -k]);
+        // one run in the group: its mean, std 1 (NexRL's guard against Bessel's NaN)
+        let adv = group_advantages_runs(&[1.0, 0.0, 0.0, 0.0], &g, &runs(&["r"; 4]), &CFG).unwrap();
+        let d = 1.0 + 1e-6;
+        assert_eq!(adv, vec![0.75 / d, -0.25 / d, -0.25 / d, -0.25 / d]);
+        // every run of one trajectory, or no run ids: the plain group advantages
+        let r = [1.0, 0.0, 1.0, 0.0];
+        let plain = group_advantages(&r, &g, &CFG).unwrap();
+        assert_eq!(
+            group_advantages_runs(&r, &g, &runs(&["a", "b", "c", "d"]), &CFG).unwrap(),
+            plain
+        );
+        assert_eq!(
+            group_advantages_runs(&r, &g, &[None, None, None, None], &CFG).unwrap(),
+            plain
+        );
+        // another std mode: run ids are NexRL's GRPO only
+        let pop = AdvantageConfig {
+            std: StdMode::GroupPopulation,
+            ..CFG
+        };
+        assert_eq!(
+            group_advantages_runs(&r, &g, &runs(&["a", "a", "b", "c"]), &pop).unwrap(),
+            group_advantages(&r, &g, &pop).unwrap()
+        );
+    }
 }

@@ -121,7 +121,21 @@ pub fn group_of(t: &Value) -> Option<String> {
 /// `trajectories[i].key`).
 pub fn trajectories<'v>(file: &Path, v: &'v Value) -> Result<TrajectoryBatch<'v>> {
     let items = seq(v, TRAJECTORIES, file)?;
-    let top_adv = opt_floats(v, ADVANTAGES, file, ADVANTAGES)?;
+    // NexRL's remote-API trainer dumps `advantages` as each trajectory's
+    // `extra_fields.get("advantages", [])` where its advantage step wrote "advantage": a
+    // list of empty lists (nexrl/trainer/remote_api_trainer.py train, nex-agi/NexRL@6860191),
+    // which holds no advantage, not NaNs
+    let empty = field(v, ADVANTAGES)
+        .and_then(Value::as_seq)
+        .is_some_and(|a| {
+            !a.is_empty()
+                && a.iter()
+                    .all(|x| x.as_seq().is_some_and(<[Value]>::is_empty))
+        });
+    let top_adv = match empty {
+        true => None,
+        false => opt_floats(v, ADVANTAGES, file, ADVANTAGES)?,
+    };
     let rows = items
         .iter()
         .enumerate()

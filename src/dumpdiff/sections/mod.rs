@@ -46,6 +46,7 @@ mod side;
 mod surrogate;
 #[cfg(test)]
 mod tests;
+mod weights;
 
 pub use cells::*;
 pub use engine::*;
@@ -53,7 +54,8 @@ pub use loss_cells::*;
 pub use ratio_chain::*;
 pub use rows::*;
 pub use side::*;
-pub use surrogate::{cannot_judge, settle_ratio_level, unattributed, SequenceAlt, Weights};
+pub use surrogate::{cannot_judge, settle_ratio_level, unattributed, SequenceAlt};
 use surrogate::{
     elem_convention, name_clip_bound, own_convention, sequence_alt, tis_fit, ElemLoss, Tis,
 };
+pub use weights::{totals_cannot_judge, Weights};

@@ -745,35 +745,6 @@ pub fn unattributed(out: &mut [Comparison], names: &[&str], why: &str) {
     }
 }
 
-/// What a weaver's per-token weight says of a cell's loss totals: weights read from its
-/// own dumped `rollout_log_probs` explain a difference (a named cause, the difference a
-/// failure); weights it does not dump leave which side is wrong unknown.
-pub enum Weights {
-    /// The weights are known: the difference is theirs ([`Tis::why`]).
-    Seen(String),
-    /// The weights are not dumped ([`ElemFit::unseen`]): "cannot judge".
-    Unseen(String),
-}
-
-impl Weights {
-    /// Apply to the failing totals of `out` named in `names`: a seen weight names the
-    /// cause ([`unattributed`]); an unseen one makes each a warning that cannot say which
-    /// side is wrong (issue 28: never a failure on a difference the check cannot explain).
-    pub fn apply_to_totals(&self, out: &mut [Comparison], names: &[&str]) {
-        match self {
-            Weights::Seen(why) => unattributed(out, names, why),
-            Weights::Unseen(why) => {
-                for c in out.iter_mut() {
-                    if names.contains(&c.name.as_str()) && c.verdict == Verdict::Fail {
-                        c.verdict = Verdict::Warn;
-                        c.reason = format!("{} — {why}", c.reason);
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// Each failing comparison of `out` named in `names` made a "cannot judge" (skipped, with
 /// `why`): what the other side computed it from is not dumped, so this side's value
 /// cannot be derived to compare.

@@ -133,6 +133,7 @@ pub fn convention_lines(report: &Report) -> Vec<String> {
     let val = |v: Option<f64>, how: &Option<String>| match (v, how) {
         (Some(v), Some(h)) => format!("{} ({h})", coefficient_text(v)),
         (Some(v), None) => coefficient_text(v),
+        (None, Some(h)) => h.clone(),
         _ => "unknown".into(),
     };
     let mut out: Vec<String> = report
@@ -142,7 +143,13 @@ pub fn convention_lines(report: &Report) -> Vec<String> {
             format!(
                 "{} {}: self-hosted {} vs weaver {}",
                 c.name,
-                if c.differ { "differs" } else { "agrees" },
+                if c.differ {
+                    "differs"
+                } else if c.self_hosted.is_none() || c.weaver.is_none() {
+                    "cannot be compared"
+                } else {
+                    "agrees"
+                },
                 val(c.self_hosted, &c.self_hosted_from),
                 val(c.weaver, &c.weaver_from)
             )

@@ -1,0 +1,71 @@
+//! What a weaver's per-token weights (truncated importance sampling) say of a cell's loss
+//! totals, in that cell and in cells whose intermediates were not read (issue 28).
+
+use super::surrogate::unattributed;
+use super::*;
+
+/// What a weaver's per-token weight says of a cell's loss totals: weights read from its
+/// own dumped `rollout_log_probs` explain a difference (a named cause, the difference a
+/// failure); weights it does not dump leave which side is wrong unknown.
+pub enum Weights {
+    /// The weights are known: the difference is theirs ([`Tis::why`]).
+    Seen(String),
+    /// The weights are not dumped ([`ElemFit::unseen`]): "cannot judge".
+    Unseen(String),
+}
+
+impl Weights {
+    /// What the weaver's weights in other cells (`seen`: read from its rollout log-probs;
+    /// `unseen`: not dumped; each "rank R micro M") say of a cell whose `is_loss_debug`
+    /// was not read; `None` when no cell shows weights.
+    pub fn elsewhere(seen: &[String], unseen: &[String]) -> Option<Weights> {
+        if !unseen.is_empty() {
+            return Some(Weights::Unseen(format!(
+                "cannot judge which side is wrong: this cell's is_loss_debug was not read, and \
+                 the weaver's per-token loss carries weights it does not dump in {} \
+                 (importance sampling against rollout log-probs not dumped?)",
+                unseen.join(", ")
+            )));
+        }
+        (!seen.is_empty()).then(|| {
+            Weights::Seen(format!(
+                "likely an importance weight: this cell's is_loss_debug was not read, and the \
+                 weaver applies truncated importance sampling against its rollout_log_probs in \
+                 {} (TIS on the weaver's side only)",
+                seen.join(", ")
+            ))
+        })
+    }
+
+    /// Apply to the failing totals of `out` named in `names`: a seen weight names the
+    /// cause ([`unattributed`]); an unseen one makes each a warning that cannot say which
+    /// side is wrong (issue 28: never a failure on a difference the check cannot explain).
+    pub fn apply_to_totals(&self, out: &mut [Comparison], names: &[&str]) {
+        match self {
+            Weights::Seen(why) => unattributed(out, names, why),
+            Weights::Unseen(why) => {
+                for c in out.iter_mut() {
+                    if names.contains(&c.name.as_str()) && c.verdict == Verdict::Fail {
+                        c.verdict = Verdict::Warn;
+                        c.reason = format!("{} — {why}", c.reason);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Make the failing loss totals (`names`) of every cell in `cells` a warning that says
+/// `why`: one side's loss holds a term nothing states (see
+/// [`crate::dumpdiff::conventions::unstated_term`]), so no total can say which side is
+/// wrong (issue 28: never a failure on a difference the check cannot explain).
+pub fn totals_cannot_judge<'a>(
+    cells: impl Iterator<Item = &'a mut Cell>,
+    names: &[&str],
+    why: &str,
+) {
+    let w = Weights::Unseen(why.to_string());
+    for c in cells {
+        rework(c, |out| w.apply_to_totals(out, names));
+    }
+}
