@@ -99,8 +99,20 @@ impl Detector for DeadGroups {
         // others (a whole-step dead batch should leave only the KL term's gradient).
         let dead_steps: Vec<i64> = dead.iter().map(|(s, _)| *s).collect();
         let (mut on_dead, mut on_rest) = (Vec::new(), Vec::new());
+        // `dead_steps` ascends; so do the grad_norm steps of one run's frame, which are
+        // then matched by a forward walk (a binary search where a step goes back).
+        let (mut j, mut last) = (0usize, i64::MIN);
         for (s, g) in f.points("grad_norm").filter(|(_, g)| g.is_finite()) {
-            if dead_steps.binary_search(&s).is_ok() {
+            let dead = if s >= last {
+                while dead_steps.get(j).is_some_and(|&d| d < s) {
+                    j += 1;
+                }
+                dead_steps.get(j) == Some(&s)
+            } else {
+                dead_steps.binary_search(&s).is_ok()
+            };
+            last = s;
+            if dead {
                 on_dead.push(g);
             } else {
                 on_rest.push(g);

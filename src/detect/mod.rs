@@ -512,27 +512,60 @@ pub(crate) fn value_range(points: &[(i64, f64)]) -> (f64, f64) {
 }
 
 /// Median of a slice (NaN-free input assumed; NaNs sort last).
+///
+/// The middle value(s) are selected (`select_nth_unstable_by`, O(n)) instead of sorting
+/// the copy: under `total_cmp`, a total order on the bits, the value at a sorted position
+/// is the same whichever way it is found.
 pub(crate) fn median(xs: &[f64]) -> Option<f64> {
     if xs.is_empty() {
         return None;
     }
     let mut v = xs.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    median_sorted(&v)
+    let n = v.len();
+    let (below, mid, _) = v.select_nth_unstable_by(n / 2, |a, b| a.total_cmp(b));
+    let mid = *mid;
+    if n % 2 == 1 {
+        return Some(mid);
+    }
+    // The element just below the middle: the largest of the lower part.
+    let lower = below.iter().copied().max_by(|a, b| a.total_cmp(b))?;
+    Some((lower + mid) / 2.0)
 }
 
-/// Median of a slice already sorted by `total_cmp`.
-fn median_sorted(v: &[f64]) -> Option<f64> {
-    let n = v.len();
-    if n % 2 == 1 {
-        v.get(n / 2).copied()
-    } else {
-        Some((v.get((n / 2).checked_sub(1)?)? + v.get(n / 2)?) / 2.0)
+/// The value at position `k` of `xs` sorted by `total_cmp` (a selection, O(n)); `None`
+/// when `k` is out of range.
+pub(crate) fn nth_sorted(xs: &mut [f64], k: usize) -> Option<f64> {
+    if k >= xs.len() {
+        return None;
     }
+    let (_, v, _) = xs.select_nth_unstable_by(k, |a, b| a.total_cmp(b));
+    Some(*v)
+}
+
+/// A finite `f64` as a `u64` whose unsigned order is `f64::total_cmp`'s (and back): the
+/// sliding window below compares integers, without branches.
+#[inline]
+fn order_key(x: f64) -> u64 {
+    let b = x.to_bits();
+    if b >> 63 == 1 {
+        !b
+    } else {
+        b | (1 << 63)
+    }
+}
+
+/// The inverse of [`order_key`].
+#[inline]
+fn from_order_key(k: u64) -> f64 {
+    f64::from_bits(if k >> 63 == 1 { k & !(1 << 63) } else { !k })
 }
 
 /// Values ≥ `factor` × median of the previous `window` finite values (with at least
 /// `min_history` of them) and above `floor`: `(series index, value, median)`.
+///
+/// The window is kept sorted as [`order_key`]s (`total_cmp` order): a value's place is
+/// the count of smaller keys, a branch-free pass over at most `window` integers, so a long
+/// series costs a few nanoseconds per point.
 pub(crate) fn spikes(
     series: &[(i64, f64)],
     factor: f64,
@@ -543,29 +576,53 @@ pub(crate) fn spikes(
     let mut out = Vec::new();
     let window = window.max(1);
     // The window in arrival order, and the same values kept sorted for the median.
-    let mut hist: std::collections::VecDeque<f64> = std::collections::VecDeque::new();
-    let mut sorted: Vec<f64> = Vec::with_capacity(window + 1);
-    let pos = |sorted: &[f64], x: f64| sorted.partition_point(|y| y.total_cmp(&x).is_lt());
+    let mut hist: std::collections::VecDeque<u64> = std::collections::VecDeque::new();
+    let mut sorted: Vec<u64> = Vec::with_capacity(window + 1);
+    let pos = |sorted: &[u64], k: u64| sorted.iter().map(|&y| usize::from(y < k)).sum::<usize>();
+    let need = min_history.max(1);
     for (i, &(_, v)) in series.iter().enumerate() {
         if !v.is_finite() {
             continue;
         }
-        if hist.len() >= min_history.max(1) {
-            if let Some(m) = median_sorted(&sorted) {
+        if hist.len() >= need {
+            let n = sorted.len();
+            let m = if n % 2 == 1 {
+                sorted.get(n / 2).map(|&k| from_order_key(k))
+            } else {
+                let below = (n / 2).checked_sub(1).and_then(|j| sorted.get(j));
+                match (below, sorted.get(n / 2)) {
+                    (Some(&a), Some(&b)) => Some((from_order_key(a) + from_order_key(b)) / 2.0),
+                    _ => None,
+                }
+            };
+            if let Some(m) = m {
                 if v > factor * m && v > floor {
                     out.push((i, v, m));
                 }
             }
         }
-        hist.push_back(v);
-        sorted.insert(pos(&sorted, v), v);
-        if hist.len() > window {
-            if let Some(old) = hist.pop_front() {
-                let at = pos(&sorted, old);
-                if sorted.get(at).is_some_and(|y| y.total_cmp(&old).is_eq()) {
-                    sorted.remove(at);
+        let k = order_key(v);
+        let leaving = if hist.len() >= window {
+            hist.pop_front()
+        } else {
+            None
+        };
+        hist.push_back(k);
+        match leaving {
+            // The oldest value leaves as this one enters: one shift between their places
+            // (the oldest is in the window, at the first place not below it).
+            Some(old) => {
+                let (r, p) = (pos(&sorted, old), pos(&sorted, k));
+                debug_assert_eq!(sorted.get(r), Some(&old));
+                if p <= r {
+                    sorted.copy_within(p..r, p + 1);
+                    sorted[p] = k;
+                } else {
+                    sorted.copy_within(r + 1..p, r);
+                    sorted[p - 1] = k;
                 }
             }
+            None => sorted.insert(pos(&sorted, k), k),
         }
     }
     out
@@ -601,6 +658,54 @@ mod tests {
             vec![(0, 1), (3, 3), (5, 7)]
         );
         assert_eq!(runs(&[]), vec![]);
+    }
+
+    #[test]
+    fn median_and_nth_match_a_full_sort() {
+        // Ties, signed zeros, odd and even lengths: the selected values equal the sorted
+        // copy's, bit for bit (-0.0 sorts before 0.0 under total_cmp).
+        let xs: [f64; 14] = [
+            3.0, -0.0, 1.0, 0.0, 1.0, -2.5, 7.0, 1.0, 0.5, -0.0, 9.0, 2.0, 1e300, -1e-300,
+        ];
+        for n in 1..=xs.len() {
+            let mut sorted = xs[..n].to_vec();
+            sorted.sort_by(|a, b| a.total_cmp(b));
+            let want = if n % 2 == 1 {
+                sorted[n / 2]
+            } else {
+                (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+            };
+            assert_eq!(
+                median(&xs[..n]).map(f64::to_bits),
+                Some(want.to_bits()),
+                "n {n}"
+            );
+            for (k, want) in sorted.iter().enumerate() {
+                let mut v = xs[..n].to_vec();
+                assert_eq!(
+                    nth_sorted(&mut v, k).map(f64::to_bits),
+                    Some(want.to_bits())
+                );
+            }
+            assert_eq!(nth_sorted(&mut xs[..n].to_vec(), n), None);
+        }
+        assert_eq!(median(&[]), None);
+        // Two signed zeros: their mean is 0.0 as the sorted pair gives it.
+        assert_eq!(
+            median(&[0.0, -0.0]).map(f64::to_bits),
+            Some(0.0f64.to_bits())
+        );
+    }
+
+    #[test]
+    fn order_keys_sort_like_total_cmp() {
+        let xs: [f64; 8] = [-1e300, -1.0, -1e-300, -0.0, 0.0, 1e-300, 1.0, 1e300];
+        for w in xs.windows(2) {
+            assert!(order_key(w[0]) < order_key(w[1]), "{} < {}", w[0], w[1]);
+        }
+        for x in xs {
+            assert_eq!(from_order_key(order_key(x)).to_bits(), x.to_bits());
+        }
     }
 
     #[test]

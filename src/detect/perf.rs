@@ -41,8 +41,8 @@ fn lower_quartile(xs: &[f64]) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[(v.len() - 1) / 4]
+    let k = (v.len() - 1) / 4;
+    super::nth_sorted(&mut v, k).unwrap_or(f64::NAN)
 }
 
 /// Steps at which an evaluation or a checkpoint save happened: evaluation records in the
@@ -262,7 +262,8 @@ impl Detector for Slowdown {
         let kept: Vec<f64> = rest
             .iter()
             .enumerate()
-            .filter(|(i, _)| !skip.contains(i))
+            // `skip` ascends: the spikes come in series order.
+            .filter(|(i, _)| skip.binary_search(i).is_err())
             .map(|(_, (_, v))| *v)
             .collect();
         if kept.len() >= 8 {

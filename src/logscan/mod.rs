@@ -238,7 +238,7 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
     // slime's dead-group counts need the groups per step: a run config's
     // rollout_batch_size, looked up (and the inputs read again) only when such counts came.
     if groups.is_none() && col.builder.has_dead_group_counts() {
-        if let Some(g) = group_count(paths) {
+        if let Some(g) = group_count(paths, &col.wandb_configs) {
             groups = Some(g);
             col = read(groups)?;
         }
@@ -257,7 +257,7 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
     if groups.is_none() && dead_groups_run {
         findings.extend(dead_counts_without_groups(&frame));
     }
-    if let Some(level) = sequence_level(paths) {
+    if let Some(level) = sequence_level(paths, &col.wandb_configs) {
         gspo_advice(&mut findings, &level);
     }
     if !completion_files.is_empty() {
@@ -292,11 +292,14 @@ pub fn scan(paths: &[PathBuf], opts: &ScanOptions) -> Result<ScanReport> {
     })
 }
 
+/// A `.wandb` file read by the scan and its config records (no second pass for them).
+type KnownConfigs = (PathBuf, Vec<crate::logs::trackers::wandb::ConfigRecord>);
+
 /// Prompt groups per step from a run directory's config: slime's `rollout_batch_size`
 /// (prompts per rollout, each one group of `n_samples_per_prompt` samples).
-fn group_count(paths: &[PathBuf]) -> Option<u32> {
+fn group_count(paths: &[PathBuf], known: &[KnownConfigs]) -> Option<u32> {
     paths.iter().filter(|p| p.is_dir()).find_map(|p| {
-        let cfg = crate::logs::trackers::run_config_of(p, None).ok()?;
+        let cfg = crate::logs::trackers::run_config_known(p, None, known).ok()?;
         let (_, v) = cfg
             .iter()
             .find(|(k, _)| k.rsplit(['.', '/']).next() == Some("rollout_batch_size"))?;
@@ -331,9 +334,9 @@ fn dead_counts_without_groups(frame: &LogFrame) -> Option<Finding> {
 /// The clip epsilon of a run whose config says its importance ratio is per sequence
 /// (GSPO: `importance_sampling_level: sequence` in `run_metadata.json`, a W&B or MLflow
 /// config), as text ("" when not given); `None` for token-level or unknown runs.
-fn sequence_level(paths: &[PathBuf]) -> Option<String> {
+fn sequence_level(paths: &[PathBuf], known: &[KnownConfigs]) -> Option<String> {
     for p in paths.iter().filter(|p| p.is_dir()) {
-        let Ok(cfg) = crate::logs::trackers::run_config_of(p, None) else {
+        let Ok(cfg) = crate::logs::trackers::run_config_known(p, None, known) else {
             continue;
         };
         let level = cfg

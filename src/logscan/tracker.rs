@@ -10,13 +10,15 @@ use crate::model::log::FileStats;
 
 /// Read tracker file `path` into `builder`: the file is read and decoded on a second
 /// thread while this one folds its batches of rows into the frame (keys renamed with
-/// [`crate::logs::trackers::canonical_key`] and interned once per file).
+/// [`crate::logs::trackers::canonical_key`] and interned once per file). A `.wandb`
+/// file's config records are kept in `configs` when given.
 pub fn read_tracker(
     builder: &mut FrameBuilder,
     kind: crate::logs::trackers::TrackerKind,
     path: &Path,
     input: impl Read + Send,
     run: Option<&str>,
+    configs: Option<&mut Vec<crate::logs::trackers::wandb::ConfigRecord>>,
 ) -> Result<FileStats> {
     use crate::logs::trackers::{self, rows::RowBatch};
     // Batches in flight: the reader runs at most this far ahead of the fold.
@@ -48,21 +50,35 @@ pub fn read_tracker(
     // worker blocked on the channel would hold a pool thread the reader's parallel parse
     // may be waiting for.
     if rayon::current_thread_index().is_some() {
-        return trackers::read_rows(kind, path, input, run, &mut |b| {
-            fold(&b);
-            Some(b)
-        });
+        return trackers::read_rows_keeping(
+            kind,
+            path,
+            input,
+            run,
+            &mut |b| {
+                fold(&b);
+                Some(b)
+            },
+            configs,
+        );
     }
     std::thread::scope(|s| {
         let (tx, rx) = std::sync::mpsc::sync_channel::<RowBatch>(QUEUE);
         // Folded batches go back to the reader to be refilled.
         let (back_tx, back_rx) = std::sync::mpsc::sync_channel::<RowBatch>(QUEUE + 2);
         let reader = s.spawn(move || {
-            trackers::read_rows(kind, path, input, run, &mut |b| {
-                // The receiver lives until this thread is joined.
-                let _ = tx.send(b);
-                back_rx.try_recv().ok()
-            })
+            trackers::read_rows_keeping(
+                kind,
+                path,
+                input,
+                run,
+                &mut |b| {
+                    // The receiver lives until this thread is joined.
+                    let _ = tx.send(b);
+                    back_rx.try_recv().ok()
+                },
+                configs,
+            )
         });
         for b in rx {
             fold(&b);

@@ -156,6 +156,19 @@ pub fn read_rows(
     run: Option<&str>,
     sink: &mut dyn FnMut(RowBatch) -> Option<RowBatch>,
 ) -> Result<FileStats> {
+    read_rows_keeping(kind, path, input, run, sink, None)
+}
+
+/// [`read_rows`], keeping a `.wandb` file's config records in `configs` (in file order)
+/// when given: [`run_config_known`] then needs no second pass over the file.
+pub fn read_rows_keeping(
+    kind: TrackerKind,
+    path: &Path,
+    input: impl Read,
+    run: Option<&str>,
+    sink: &mut dyn FnMut(RowBatch) -> Option<RowBatch>,
+    configs: Option<&mut Vec<wandb::ConfigRecord>>,
+) -> Result<FileStats> {
     let mut stats = FileStats {
         path: path.to_path_buf(),
         format: kind.name().to_string(),
@@ -164,7 +177,10 @@ pub fn read_rows(
     let mut w = RowWriter::new(sink);
     match kind {
         TrackerKind::Tensorboard => tfevents::read(path, input, &mut stats, &mut w)?,
-        TrackerKind::Wandb => wandb::read(path, input, &mut stats, &mut w, None)?,
+        TrackerKind::Wandb => match configs {
+            Some(keep) => wandb::read_with_configs(path, input, &mut stats, &mut w, keep)?,
+            None => wandb::read(path, input, &mut stats, &mut w, None)?,
+        },
         other => {
             // The other readers hand on whole records.
             let mut push = |r: &mut LogRecord| w.record(r);
@@ -384,6 +400,16 @@ pub fn run_config(input: &Path) -> Result<BTreeMap<String, String>> {
 
 /// [`run_config`] of run `run` when the input is a database holding several.
 pub fn run_config_of(input: &Path, run: Option<&str>) -> Result<BTreeMap<String, String>> {
+    run_config_known(input, run, &[])
+}
+
+/// [`run_config_of`], taking the config records of `.wandb` files already read whole
+/// ([`read_rows_keeping`]) from `known` (`(path, records)`) instead of reading them again.
+pub fn run_config_known(
+    input: &Path,
+    run: Option<&str>,
+    known: &[(PathBuf, Vec<wandb::ConfigRecord>)],
+) -> Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
     let files: Vec<PathBuf> = if input.is_dir() {
         let mut v = find_in_dir(input)?;
@@ -431,6 +457,8 @@ pub fn run_config_of(input: &Path, run: Option<&str>) -> Result<BTreeMap<String,
             let text = std::fs::read_to_string(&f).map_err(|e| Error::io(&f, e))?;
             let v = crate::json::parse_value(&text).map_err(|e| e.in_file(&f))?;
             flatten_value(&v, "", &mut out);
+        } else if let Some((_, kept)) = known.iter().find(|(p, _)| same_file(p, &f)) {
+            wandb_config::apply_configs(kept, &mut out);
         } else if name.ends_with(".wandb") {
             let file = std::fs::File::open(&f).map_err(|e| Error::io(&f, e))?;
             let mut stats = FileStats::default();
@@ -440,6 +468,15 @@ pub fn run_config_of(input: &Path, run: Option<&str>) -> Result<BTreeMap<String,
         }
     }
     Ok(out)
+}
+
+/// `a` and `b` name the same file (the same path, or the same canonical path).
+fn same_file(a: &Path, b: &Path) -> bool {
+    a == b
+        || matches!(
+            (std::fs::canonicalize(a), std::fs::canonicalize(b)),
+            (Ok(x), Ok(y)) if x == y
+        )
 }
 
 /// Flatten a JSON value into `prefix.key → JSON text` entries.

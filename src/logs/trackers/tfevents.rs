@@ -242,6 +242,8 @@ struct Chunks<R> {
     buf: Vec<u8>,
     start: usize,
     eof: bool,
+    /// Bytes read at a time ([`CHUNK`]; small in tests, to cut records at every byte).
+    chunk: usize,
 }
 
 impl<R: Read> Chunks<R> {
@@ -253,101 +255,228 @@ impl<R: Read> Chunks<R> {
             // longer record) more.
             self.buf.drain(..self.start);
             self.start = 0;
-            let more = (n - self.buf.len()).max(CHUNK);
+            let more = (n - self.buf.len()).max(self.chunk);
             let got = (&mut self.r).take(more as u64).read_to_end(&mut self.buf)?;
             self.eof = got < more;
         }
         Ok((self.buf.len() - self.start).min(n))
     }
-
-    /// The next `n` unparsed bytes (after [`Chunks::want`] said they are there).
-    fn bytes(&self, n: usize) -> &[u8] {
-        self.buf.get(self.start..self.start + n).unwrap_or_default()
-    }
 }
 
-/// Stream the events of one file into `w`, one row per run of events of one step.
-pub fn read(path: &Path, input: impl Read, stats: &mut FileStats, w: &mut RowWriter) -> Result<()> {
-    let mut r = Chunks {
-        r: input,
-        buf: Vec::with_capacity(CHUNK),
-        start: 0,
-        eof: false,
-    };
-    let mut scratch: Vec<(u32, f64)> = Vec::new();
-    let mut offset: u64 = 0;
-    let mut n_records: u64 = 0;
-    let io = |e| Error::io(path, e);
+/// A TFRecord lying whole in the read buffer: its file offset, its number (1-based), where
+/// its data is in the buffer, and the data's masked CRC as the record states it.
+struct Framed {
+    offset: u64,
+    n: u64,
+    body: (usize, usize),
+    crc: u32,
+}
+
+/// What ended [`frame`]: the buffer holds fewer than this many bytes of the next record
+/// (its header, or header + data + CRC), or the next header is not a TFRecord's.
+enum Stop {
+    Need(usize),
+    BadHeader(u64),
+}
+
+/// Frame the TFRecords lying whole at the front of `buf` (file offset `offset`, after
+/// `n` records) into `recs`, checking each length field's CRC (the data's CRC is checked
+/// where the record is decoded, [`decode_part`]). Returns the bytes framed and what
+/// stopped the walk.
+fn frame(buf: &[u8], offset: u64, n: u64, recs: &mut Vec<Framed>) -> (usize, Stop) {
+    let mut pos = 0usize;
     loop {
-        let got = r.want(12).map_err(io)?;
-        if got == 0 {
-            break;
-        }
-        if got < 12 {
-            truncated(stats, offset, n_records, "record header");
-            offset += got as u64;
-            break;
-        }
-        let head = r.bytes(12);
+        let Some(head) = buf.get(pos..pos + 12) else {
+            return (pos, Stop::Need(12));
+        };
         let (len_bytes, crc_bytes) = head.split_at(8);
         let len = u64::from_le_bytes(len_bytes.try_into().unwrap_or_default());
         let crc = u32::from_le_bytes(crc_bytes.try_into().unwrap_or_default());
         if masked_crc(len_bytes) != crc || len > MAX_RECORD {
-            return Err(Error::format(
-                path,
-                Position::Byte(offset),
-                format!(
-                    "not a TFRecord: length field CRC-32C mismatch (record {}, length {len})",
-                    n_records + 1
-                ),
-            ));
+            return (pos, Stop::BadHeader(len));
         }
         let total = 12 + len as usize + 4;
-        let got = r.want(total).map_err(io)?;
-        if got < total {
-            truncated(stats, offset, n_records, "record data");
-            offset += got as u64;
+        let Some(tail) = buf.get(pos + 12 + len as usize..pos + total) else {
+            return (pos, Stop::Need(total));
+        };
+        recs.push(Framed {
+            offset: offset + pos as u64,
+            n: n + recs.len() as u64 + 1,
+            body: (pos + 12, pos + 12 + len as usize),
+            crc: u32::from_le_bytes(tail.try_into().unwrap_or_default()),
+        });
+        pos += total;
+    }
+}
+
+/// Records per part decoded on one worker ([`read`]).
+const PART_RECORDS: usize = 1024;
+
+/// The events of a run of records with part-local key ids (decoded on a worker).
+#[derive(Default)]
+struct Part {
+    names: Vec<String>,
+    /// `(step, wall time, record number, values end)`.
+    events: Vec<(i64, f64, u64, usize)>,
+    values: Vec<(u32, f64)>,
+    text_summaries: u64,
+}
+
+/// Check and decode records `recs` of `buf` in order; the first bad one (data CRC, not
+/// an `Event`) ends the part with its error.
+fn decode_part(path: &Path, buf: &[u8], recs: &[Framed]) -> (Part, Option<Error>) {
+    let mut keys = Keys::default();
+    let mut out = Part {
+        events: Vec::with_capacity(recs.len()),
+        values: Vec::with_capacity(recs.len()),
+        ..Part::default()
+    };
+    let mut err = None;
+    for r in recs {
+        let body = buf.get(r.body.0..r.body.1).unwrap_or_default();
+        if masked_crc(body) != r.crc {
+            err = Some(Error::format(
+                path,
+                Position::Byte(r.offset + 12),
+                format!("TFRecord data CRC-32C mismatch (record {})", r.n),
+            ));
             break;
         }
-        let rec = r.bytes(total);
-        let (body, tail) = rec[12..].split_at(len as usize);
-        let want = u32::from_le_bytes(tail.try_into().unwrap_or_default());
-        if masked_crc(body) != want {
-            return Err(Error::format(
-                path,
-                Position::Byte(offset + 12),
-                format!("TFRecord data CRC-32C mismatch (record {})", n_records + 1),
-            ));
-        }
-        n_records += 1;
-        match fast_event(body, &mut w.keys, &mut scratch) {
-            Some(ev) => {
-                for &(id, x) in &scratch {
-                    add(w, ev.step, ev.wall_time, n_records, stats, id, x);
-                }
-            }
-            None => {
-                let ev = Event::decode(body).map_err(|e| {
-                    Error::format(
-                        path,
-                        Position::Byte(offset + 12),
-                        format!("record {} is not an Event protobuf: {e}", n_records),
-                    )
-                })?;
-                if let Some(summary) = ev.summary {
-                    for v in summary.value {
+        let mark = out.values.len();
+        let ev = match fast_event(body, &mut keys, &mut out.values) {
+            Some(ev) => ev,
+            None => match Event::decode(body) {
+                Ok(ev) => {
+                    // What the fast walk added before it gave up goes.
+                    out.values.truncate(mark);
+                    for v in ev.summary.map(|s| s.value).unwrap_or_default() {
                         if v.is_text() {
-                            stats.text_summaries += 1;
+                            out.text_summaries += 1;
                         }
                         let Some(x) = v.scalar() else { continue };
-                        let id = w.keys.id_str(&v.tag);
-                        add(w, ev.step, ev.wall_time, n_records, stats, id, x);
+                        out.values.push((keys.id_str(&v.tag), x));
+                    }
+                    FastEvent {
+                        step: ev.step,
+                        wall_time: ev.wall_time,
                     }
                 }
+                Err(e) => {
+                    err = Some(Error::format(
+                        path,
+                        Position::Byte(r.offset + 12),
+                        format!("record {} is not an Event protobuf: {e}", r.n),
+                    ));
+                    break;
+                }
+            },
+        };
+        out.events
+            .push((ev.step, ev.wall_time, r.n, out.values.len()));
+    }
+    out.names = keys.names().to_vec();
+    (out, err)
+}
+
+/// Decode framed records `recs` of `buf` in parallel parts and add their scalars to `w`
+/// in file order (keys renumbered into the file's, so they keep their first-seen order);
+/// the first bad record's error is returned after the records before it were added.
+fn decode(
+    path: &Path,
+    buf: &[u8],
+    recs: &[Framed],
+    part: usize,
+    stats: &mut FileStats,
+    w: &mut RowWriter,
+) -> Result<()> {
+    use rayon::prelude::*;
+    let parts: Vec<(Part, Option<Error>)> = recs
+        .par_chunks(part.max(1))
+        .map(|part| decode_part(path, buf, part))
+        .collect();
+    for (part, err) in parts {
+        let map: Vec<u32> = part.names.iter().map(|k| w.keys.id_str(k)).collect();
+        stats.text_summaries += part.text_summaries;
+        let mut start = 0;
+        for &(step, wall, n, end) in &part.events {
+            for &(k, x) in part.values.get(start..end).unwrap_or_default() {
+                let id = map.get(k as usize).copied().unwrap_or(u32::MAX);
+                add(w, step, wall, n, stats, id, x);
             }
+            start = end;
         }
-        r.start += total;
-        offset += total as u64;
+        if let Some(e) = err {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Stream the events of one file into `w`, one row per run of events of one step. Each
+/// read buffer's whole records are framed in order, then CRC-checked and decoded in
+/// parallel parts ([`decode`]); errors and a record cut by the file's end are reported
+/// as a record-by-record reader would (the first in file order, after the rows before it).
+pub fn read(path: &Path, input: impl Read, stats: &mut FileStats, w: &mut RowWriter) -> Result<()> {
+    read_with(path, input, stats, w, CHUNK, PART_RECORDS)
+}
+
+/// [`read`] with `chunk` bytes read at a time and `part` records per parallel part.
+fn read_with(
+    path: &Path,
+    input: impl Read,
+    stats: &mut FileStats,
+    w: &mut RowWriter,
+    chunk: usize,
+    part: usize,
+) -> Result<()> {
+    let mut r = Chunks {
+        r: input,
+        buf: Vec::with_capacity(chunk),
+        start: 0,
+        eof: false,
+        chunk: chunk.max(1),
+    };
+    let mut recs: Vec<Framed> = Vec::new();
+    let mut offset: u64 = 0;
+    let mut n_records: u64 = 0;
+    let io = |e| Error::io(path, e);
+    loop {
+        if r.want(12).map_err(io)? == 0 {
+            break;
+        }
+        let avail = r.buf.get(r.start..).unwrap_or_default();
+        recs.clear();
+        let (used, stop) = frame(avail, offset, n_records, &mut recs);
+        decode(path, avail, &recs, part, stats, w)?;
+        n_records += recs.len() as u64;
+        r.start += used;
+        offset += used as u64;
+        let need = match stop {
+            Stop::Need(k) => k,
+            Stop::BadHeader(len) => {
+                return Err(Error::format(
+                    path,
+                    Position::Byte(offset),
+                    format!(
+                        "not a TFRecord: length field CRC-32C mismatch (record {}, length {len})",
+                        n_records + 1
+                    ),
+                ))
+            }
+        };
+        let got = r.want(need).map_err(io)?;
+        if got < need {
+            if got > 0 {
+                let what = if need == 12 {
+                    "record header"
+                } else {
+                    "record data"
+                };
+                truncated(stats, offset, n_records, what);
+                offset += got as u64;
+            }
+            break;
+        }
     }
     w.end(stats);
     stats.bytes = offset;
@@ -447,16 +576,16 @@ struct FastEvent {
 }
 
 /// `body` as an `Event` whose summary values are plain `simple_value` scalars (or none),
-/// every field of the wire type prost expects: its step and time, the scalars in
-/// `values` as `(key id, value)`. `None` for anything else (tensors, plugin metadata, a
-/// repeated summary, odd wire types, a tag not UTF-8): prost then decodes the record.
+/// every field of the wire type prost expects: its step and time, the scalars appended
+/// to `values` as `(key id, value)`. `None` for anything else (tensors, plugin metadata,
+/// a repeated summary, odd wire types, a tag not UTF-8; some scalars may have been
+/// appended): prost then decodes the record.
 fn fast_event(body: &[u8], keys: &mut Keys, values: &mut Vec<(u32, f64)>) -> Option<FastEvent> {
     use wire::Payload;
     let mut ev = FastEvent {
         step: 0,
         wall_time: 0.0,
     };
-    values.clear();
     let mut summaries = 0;
     let mut pos = 0;
     while pos < body.len() {
@@ -518,61 +647,5 @@ fn truncated(stats: &mut FileStats, offset: u64, n: u64, what: &str) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn masked_crc_matches_the_python_crc32c_package() {
-        // Values from `crc32c.crc32c` with TFRecord's masking, computed in Python.
-        assert_eq!(masked_crc(&1234u64.to_le_bytes()), 1_450_249_831);
-        assert_eq!(masked_crc(b"hello tensorboard"), 3_631_509_412);
-    }
-
-    fn scalar_tensor(dtype: i32) -> TensorProto {
-        TensorProto {
-            dtype,
-            tensor_shape: Some(TensorShape { dim: Vec::new() }),
-            tensor_content: Vec::new(),
-            half_val: Vec::new(),
-            float_val: Vec::new(),
-            double_val: Vec::new(),
-            int_val: Vec::new(),
-            string_val: Vec::new(),
-            int64_val: Vec::new(),
-            bool_val: Vec::new(),
-            uint32_val: Vec::new(),
-            uint64_val: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn tensor_scalars_of_every_encoding() {
-        let mut t = scalar_tensor(dt::HALF);
-        // numpy: np.float16(0.333).view(np.uint16) == 13652 == 0.3330078125
-        t.half_val = vec![13652];
-        assert_eq!(t.scalar(), Some(0.333_007_812_5));
-        t.half_val.clear();
-        t.tensor_content = 13652u16.to_le_bytes().to_vec();
-        assert_eq!(t.scalar(), Some(0.333_007_812_5));
-        let mut t = scalar_tensor(dt::INT64);
-        t.tensor_content = (-7i64).to_le_bytes().to_vec();
-        assert_eq!(t.scalar(), Some(-7.0));
-        t.tensor_content.clear();
-        t.int64_val = vec![1 << 40];
-        assert_eq!(t.scalar(), Some((1u64 << 40) as f64));
-        let mut t = scalar_tensor(dt::BFLOAT16);
-        t.half_val = vec![0x3FC0]; // 1.5
-        assert_eq!(t.scalar(), Some(1.5));
-        let mut t = scalar_tensor(dt::DOUBLE);
-        t.double_val = vec![f64::NAN];
-        assert!(t.scalar().is_some_and(f64::is_nan));
-        // A histogram-shaped tensor is not a scalar; nor is a string tensor.
-        let mut t = scalar_tensor(dt::FLOAT);
-        t.tensor_shape = Some(TensorShape {
-            dim: vec![TensorDim { size: 3 }, TensorDim { size: 3 }],
-        });
-        t.float_val = vec![1.0; 9];
-        assert_eq!(t.scalar(), None);
-        assert_eq!(scalar_tensor(7).scalar(), None);
-    }
-}
+#[path = "tfevents_tests.rs"]
+mod tests;

@@ -13,6 +13,8 @@ use prost::Message;
 
 use super::json_num::{fast_number, json_number};
 use super::rows::{Keys, RowWriter};
+use super::wandb_config::item_key;
+pub use super::wandb_config::{ConfigItem, ConfigRecord};
 use super::wire;
 use crate::error::{Error, Position, Result};
 use crate::model::log::{FileStats, SourceKind};
@@ -84,46 +86,12 @@ pub struct HistoryItem {
     pub value_json: String,
 }
 
-/// `ConfigRecord`.
-#[derive(Clone, PartialEq, Message)]
-pub struct ConfigRecord {
-    /// Keys set.
-    #[prost(message, repeated, tag = "1")]
-    pub update: Vec<ConfigItem>,
-    /// Keys removed.
-    #[prost(message, repeated, tag = "2")]
-    pub remove: Vec<ConfigItem>,
-}
-
-/// `ConfigItem`.
-#[derive(Clone, PartialEq, Message)]
-pub struct ConfigItem {
-    /// The key.
-    #[prost(string, tag = "1")]
-    pub key: String,
-    /// The key as path parts.
-    #[prost(string, repeated, tag = "2")]
-    pub nested_key: Vec<String>,
-    /// The value as JSON text.
-    #[prost(string, tag = "16")]
-    pub value_json: String,
-}
-
 /// `RunRecord`, its config.
 #[derive(Clone, PartialEq, Message)]
 pub struct RunRecord {
     /// The config at `wandb.init`.
     #[prost(message, optional, tag = "4")]
     pub config: Option<ConfigRecord>,
-}
-
-/// The key of an item: `key`, or its `nested_key` parts joined with `.`.
-fn item_key(key: &str, nested: &[String]) -> String {
-    if key.is_empty() {
-        nested.join(".")
-    } else {
-        key.to_string()
-    }
 }
 
 /// Numeric leaves of a JSON object value (`wandb.log({"a": {"b": 1}})`) as
@@ -346,52 +314,50 @@ fn fast_history(rec: &[u8], keys: &mut Keys, row: &mut Row) -> Option<bool> {
     Some(true)
 }
 
-/// True when a `Record`'s top level is well formed and holds no config (5) or run (17)
-/// and at most one history (2), as bytes: what [`fast_history`] walks, seen without
-/// walking the history itself.
-fn without_config(rec: &[u8]) -> bool {
-    use wire::Payload;
-    let mut pos = 0;
-    let mut history = false;
-    while pos < rec.len() {
-        match wire::field(rec, &mut pos) {
-            Some((2, Payload::Bytes(_))) if !history => history = true,
-            Some((2 | 5 | 17, _)) | None => return false,
-            Some(_) => {}
-        }
-    }
-    true
-}
-
-/// Apply a config record's updates and removals to `out` (flattened `key → text`).
-fn apply_config(c: &ConfigRecord, out: &mut BTreeMap<String, String>) {
-    for it in &c.update {
-        let key = item_key(&it.key, &it.nested_key);
-        if key.starts_with("_wandb") {
-            continue;
-        }
-        match crate::json::parse_value(&it.value_json) {
-            Ok(v) => super::flatten_value(&v, &key, out),
-            Err(_) => {
-                out.insert(key, it.value_json.clone());
-            }
-        }
-    }
-    for it in &c.remove {
-        let key = item_key(&it.key, &it.nested_key);
-        out.retain(|k, _| k != &key && !k.starts_with(&format!("{key}.")));
-    }
-}
-
 /// Stream the history rows of one `.wandb` file into `w` (and its config into `config`
 /// when asked). The file is read 4 MiB at a time; each chunk's records are framed and
 /// CRC-checked in order, then parsed in parallel ([`parse_records`]).
 pub fn read(
     path: &Path,
+    input: impl Read,
+    stats: &mut FileStats,
+    w: &mut RowWriter,
+    config: Option<&mut BTreeMap<String, String>>,
+) -> Result<()> {
+    match config {
+        Some(cfg) => read_mode(path, input, stats, w, Mode::Config(cfg)),
+        None => read_mode(path, input, stats, w, Mode::Rows(None)),
+    }
+}
+
+/// Stream the history rows of one `.wandb` file into `w` and keep its config records,
+/// in file order, in `configs` (applied with [`super::wandb_config::apply_configs`]): the rows and the config
+/// of a run in one pass over the file.
+pub fn read_with_configs(
+    path: &Path,
+    input: impl Read,
+    stats: &mut FileStats,
+    w: &mut RowWriter,
+    configs: &mut Vec<ConfigRecord>,
+) -> Result<()> {
+    read_mode(path, input, stats, w, Mode::Rows(Some(configs)))
+}
+
+/// What a pass over a `.wandb` file is for.
+enum Mode<'a> {
+    /// The rows, in parallel parts (and the config records, kept, when given).
+    Rows(Option<&'a mut Vec<ConfigRecord>>),
+    /// The run's configuration, applied to the map (rows of config records only).
+    Config(&'a mut BTreeMap<String, String>),
+}
+
+/// [`read`] for `mode`.
+fn read_mode(
+    path: &Path,
     mut input: impl Read,
     stats: &mut FileStats,
     w: &mut RowWriter,
-    mut config: Option<&mut BTreeMap<String, String>>,
+    mut mode: Mode,
 ) -> Result<()> {
     let io = |e| Error::io(path, e);
     let mut chunk = vec![0u8; CHUNK_BLOCKS * BLOCK];
@@ -473,15 +439,10 @@ pub fn read(
                     ));
                     break 'blocks;
                 };
-                let mut hasher = crc32fast::Hasher::new();
-                hasher.update(&[typ]);
-                hasher.update(data);
-                if hasher.finalize() != crc {
-                    framing = Err(Error::format(
-                        path,
-                        Position::Byte(at),
-                        format!("W&B record CRC mismatch (type {typ}, length {len})"),
-                    ));
+                // A whole record's CRC is checked where it is parsed, in parallel
+                // ([`parse_records`]); fragments and anything refused here, now.
+                if typ != 1 && record_crc(typ, data) != crc {
+                    framing = Err(crc_error(path, at, typ, len));
                     break 'blocks;
                 }
                 let start = block_at + pos + REC_HEADER;
@@ -523,6 +484,7 @@ pub fn read(
                     at: pending_at,
                     n: n_records,
                     span,
+                    crc: (typ == 1).then_some(crc),
                 });
             }
             block_start += got as u64;
@@ -537,8 +499,8 @@ pub fn read(
             Span::Chunk(a, b) => chunk.get(a..b).unwrap_or_default(),
             Span::Owned(i) => owned.get(i).map_or(&[][..], Vec::as_slice),
         };
-        let whole: Vec<(u64, u64, &[u8])> = recs.iter().map(|r| (r.at, r.n, bytes(r))).collect();
-        parse_records(path, &whole, stats, w, config.as_deref_mut())?;
+        let whole: Vec<Framed> = recs.iter().map(|r| (r.at, r.n, bytes(r), r.crc)).collect();
+        parse_records(path, &whole, stats, w, &mut mode)?;
         framing?;
     }
     if in_record {
@@ -555,11 +517,42 @@ enum Span {
     Owned(usize),
 }
 
-/// A framed, CRC-checked record: its file offset, its number (1-based), its bytes.
+/// A framed record: its file offset, its number (1-based), its bytes, and the CRC a
+/// whole record (type 1) states, checked when it is parsed (fragments are checked as
+/// they are framed).
 struct RecRef {
     at: u64,
     n: u64,
     span: Span,
+    crc: Option<u32>,
+}
+
+/// A framed record as [`parse_records`] takes it: offset, number, bytes, CRC to check.
+type Framed<'a> = (u64, u64, &'a [u8], Option<u32>);
+
+/// The CRC-32 of a LevelDB-style log record: over its type byte and its data.
+fn record_crc(typ: u8, data: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&[typ]);
+    hasher.update(data);
+    hasher.finalize()
+}
+
+/// The error of a record whose CRC does not match.
+fn crc_error(path: &Path, at: u64, typ: u8, len: usize) -> Error {
+    Error::format(
+        path,
+        Position::Byte(at),
+        format!("W&B record CRC mismatch (type {typ}, length {len})"),
+    )
+}
+
+/// A whole record's CRC, when it has one to check, as an error when it does not match.
+fn check_crc(path: &Path, at: u64, bytes: &[u8], crc: Option<u32>) -> Result<()> {
+    match crc {
+        Some(c) if record_crc(1, bytes) != c => Err(crc_error(path, at, 1, bytes.len())),
+        _ => Ok(()),
+    }
 }
 
 /// The rows of a run of records with part-local key ids (parsed on a worker).
@@ -569,6 +562,8 @@ struct Part {
     /// `(step, timestamp, record number, fields end)`.
     rows: Vec<(Option<i64>, Option<f64>, u64, usize)>,
     fields: Vec<(u32, f64)>,
+    /// Config records (a run record's first), in record order.
+    configs: Vec<ConfigRecord>,
 }
 
 /// Records per parallel part.
@@ -581,10 +576,10 @@ const PART_RECORDS: usize = 2048;
 /// are only walked, and the others decoded to apply their config.
 fn parse_records(
     path: &Path,
-    recs: &[(u64, u64, &[u8])],
+    recs: &[Framed],
     stats: &mut FileStats,
     w: &mut RowWriter,
-    config: Option<&mut BTreeMap<String, String>>,
+    mode: &mut Mode,
 ) -> Result<()> {
     use rayon::prelude::*;
     let bad = |at: u64, n: u64, e: prost::DecodeError| {
@@ -594,47 +589,39 @@ fn parse_records(
             format!("record {n} is not a W&B Record protobuf: {e}"),
         )
     };
-    if let Some(cfg) = config {
-        let mut row = Row::default();
-        for &(at, n, bytes) in recs {
-            // A record whose top level holds no config or run (history, or nothing) has
-            // no config, and its row is not wanted here: only the others are decoded.
-            // (The scan that read the same file before has already refused a record
-            // prost cannot decode.)
-            if without_config(bytes) {
-                continue;
-            }
-            let mut rec = Record::decode(bytes).map_err(|e| bad(at, n, e))?;
-            if let Some(h) = rec.history.take() {
-                history_row(&h, &mut w.keys, &mut row);
-                row.finish(w, n, stats);
-            }
-            if let Some(c) = rec.run.as_ref().and_then(|r| r.config.as_ref()) {
-                apply_config(c, cfg);
-            }
-            if let Some(c) = &rec.config {
-                apply_config(c, cfg);
-            }
-        }
-        return Ok(());
-    }
+    let keep = match mode {
+        Mode::Config(cfg) => return config_records(path, recs, stats, w, cfg),
+        Mode::Rows(keep) => keep,
+    };
     let parts: Vec<(Part, Option<Error>)> = recs
         .par_chunks(PART_RECORDS)
         .map(|part| {
             let mut keys = Keys::default();
             let mut row = Row::default();
             let mut out = Part::default();
-            for &(at, n, bytes) in part {
+            for &(at, n, bytes, crc) in part {
+                if let Err(e) = check_crc(path, at, bytes, crc) {
+                    out.names = keys.names().to_vec();
+                    return (out, Some(e));
+                }
                 let got = match fast_history(bytes, &mut keys, &mut row) {
                     Some(got) => got,
                     None => match Record::decode(bytes) {
-                        Ok(rec) => match &rec.history {
-                            Some(h) => {
-                                history_row(h, &mut keys, &mut row);
-                                true
+                        Ok(mut rec) => {
+                            if let Some(c) = rec.run.as_mut().and_then(|r| r.config.take()) {
+                                out.configs.push(c);
                             }
-                            None => false,
-                        },
+                            if let Some(c) = rec.config.take() {
+                                out.configs.push(c);
+                            }
+                            match &rec.history {
+                                Some(h) => {
+                                    history_row(h, &mut keys, &mut row);
+                                    true
+                                }
+                                None => false,
+                            }
+                        }
                         Err(e) => {
                             out.names = keys.names().to_vec();
                             return (out, Some(bad(at, n, e)));
@@ -667,8 +654,54 @@ fn parse_records(
             start = end;
             w.row(step, ts, SourceKind::Wandb, n, &ids, stats);
         }
+        if let Some(keep) = keep.as_deref_mut() {
+            keep.extend(part.configs);
+        }
         if let Some(e) = err {
             return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// [`parse_records`] for a config pass: history records are only walked, the others
+/// decoded one by one to apply their config to `cfg`.
+fn config_records(
+    path: &Path,
+    recs: &[Framed],
+    stats: &mut FileStats,
+    w: &mut RowWriter,
+    cfg: &mut BTreeMap<String, String>,
+) -> Result<()> {
+    let bad = |at: u64, n: u64, e: prost::DecodeError| {
+        Error::format(
+            path,
+            Position::Byte(at),
+            format!("record {n} is not a W&B Record protobuf: {e}"),
+        )
+    };
+    {
+        let mut row = Row::default();
+        for &(at, n, bytes, crc) in recs {
+            check_crc(path, at, bytes, crc)?;
+            // A record whose top level holds no config or run (history, or nothing) has
+            // no config, and its row is not wanted here: only the others are decoded.
+            // (The scan that read the same file before has already refused a record
+            // prost cannot decode.)
+            if super::wandb_config::without_config(bytes) {
+                continue;
+            }
+            let mut rec = Record::decode(bytes).map_err(|e| bad(at, n, e))?;
+            if let Some(h) = rec.history.take() {
+                history_row(&h, &mut w.keys, &mut row);
+                row.finish(w, n, stats);
+            }
+            if let Some(c) = rec.run.as_ref().and_then(|r| r.config.as_ref()) {
+                super::wandb_config::apply_config(c, cfg);
+            }
+            if let Some(c) = &rec.config {
+                super::wandb_config::apply_config(c, cfg);
+            }
         }
     }
     Ok(())
@@ -699,87 +732,5 @@ fn truncated(stats: &mut FileStats, at: u64, n: u64) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn item(key: &str, json: &str) -> HistoryItem {
-        HistoryItem {
-            key: String::new(),
-            nested_key: vec![key.to_string()],
-            boolean: None,
-            integer: None,
-            number: None,
-            value_json: json.to_string(),
-        }
-    }
-
-    #[test]
-    fn history_values_bare_nan_strings_media_and_the_trainer_step() {
-        let h = HistoryRecord {
-            item: vec![
-                item("_step", "7"),
-                item("_timestamp", "1700000000.5"),
-                item("train/global_step", "70"),
-                item("a", "NaN"),
-                item("b", "-Infinity"),
-                item("c", "\"NaN\""),
-                item("d", "true"),
-                item(
-                    "e",
-                    "{\"x\": 1.5, \"img\": {\"_type\": \"image-file\", \"w\": 3}}",
-                ),
-                HistoryItem {
-                    number: Some(2.5),
-                    value_json: String::new(),
-                    ..item("f", "")
-                },
-            ],
-            step: Some(HistoryStep { num: 7 }),
-        };
-        // The allocation-free walk reads the same row from the encoded record.
-        let bytes = Record {
-            history: Some(h.clone()),
-            config: None,
-            run: None,
-        }
-        .encode_to_vec();
-        // Both paths, each with its own keys, as the records a reader hands on.
-        let rows = |fast: bool| {
-            let mut batches = Vec::new();
-            let mut sink = |b| {
-                batches.push(b);
-                None
-            };
-            let mut w = RowWriter::new(&mut sink);
-            let mut row = Row::default();
-            if fast {
-                assert_eq!(fast_history(&bytes, &mut w.keys, &mut row), Some(true));
-            } else {
-                history_row(&h, &mut w.keys, &mut row);
-            }
-            row.finish(&mut w, 1, &mut FileStats::default());
-            w.flush();
-            drop(w);
-            let mut out = Vec::new();
-            let mut names = Vec::new();
-            for b in &batches {
-                super::super::rows::to_records(b, &mut names, 0, &mut |r| out.push(r.clone()));
-            }
-            out
-        };
-        let (fast, slow) = (rows(true), rows(false));
-        // (Debug text: the row holds a NaN, which `==` never equals.)
-        assert_eq!(format!("{fast:?}"), format!("{slow:?}"));
-        assert_eq!(slow.len(), 1);
-        let r = &slow[0];
-        assert_eq!(r.step, Some(70), "train/global_step wins over _step");
-        assert_eq!(r.timestamp, Some(1_700_000_000.5));
-        let keys: Vec<&str> = r.fields.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(keys, ["train/global_step", "a", "b", "d", "e.x", "f"]);
-        assert!(r.fields[1].1.is_nan());
-        assert_eq!(r.fields[2].1, f64::NEG_INFINITY);
-        assert_eq!(r.fields[3].1, 1.0);
-        assert_eq!(r.fields[4].1, 1.5);
-        assert_eq!(r.fields[5].1, 2.5);
-    }
-}
+#[path = "wandb_tests.rs"]
+mod tests;

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use crate::error::{Error, Position, Result};
 use crate::value::Value;
+use prost::Message;
 
 /// The config file's name under `<run>/files/`.
 pub const CONFIG: &str = "config.yaml";
@@ -200,6 +201,87 @@ fn scalar(s: &str) -> Value {
         }
     }
     Value::Str(s.to_string())
+}
+
+/// `ConfigRecord`.
+#[derive(Clone, PartialEq, Message)]
+pub struct ConfigRecord {
+    /// Keys set.
+    #[prost(message, repeated, tag = "1")]
+    pub update: Vec<ConfigItem>,
+    /// Keys removed.
+    #[prost(message, repeated, tag = "2")]
+    pub remove: Vec<ConfigItem>,
+}
+
+/// `ConfigItem`.
+#[derive(Clone, PartialEq, Message)]
+pub struct ConfigItem {
+    /// The key.
+    #[prost(string, tag = "1")]
+    pub key: String,
+    /// The key as path parts.
+    #[prost(string, repeated, tag = "2")]
+    pub nested_key: Vec<String>,
+    /// The value as JSON text.
+    #[prost(string, tag = "16")]
+    pub value_json: String,
+}
+
+/// The key of an item: `key`, or its `nested_key` parts joined with `.`.
+pub(super) fn item_key(key: &str, nested: &[String]) -> String {
+    if key.is_empty() {
+        nested.join(".")
+    } else {
+        key.to_string()
+    }
+}
+
+// The config records of a `.wandb` file (`wandb.rs` reads the file).
+
+/// True when a `Record`'s top level is well formed and holds no config (5) or run (17)
+/// and at most one history (2), as bytes: what [`fast_history`] walks, seen without
+/// walking the history itself.
+pub(super) fn without_config(rec: &[u8]) -> bool {
+    use super::wire::Payload;
+    let mut pos = 0;
+    let mut history = false;
+    while pos < rec.len() {
+        match super::wire::field(rec, &mut pos) {
+            Some((2, Payload::Bytes(_))) if !history => history = true,
+            Some((2 | 5 | 17, _)) | None => return false,
+            Some(_) => {}
+        }
+    }
+    true
+}
+
+/// Apply a config record's updates and removals to `out` (flattened `key → text`).
+pub(super) fn apply_config(c: &ConfigRecord, out: &mut BTreeMap<String, String>) {
+    for it in &c.update {
+        let key = item_key(&it.key, &it.nested_key);
+        if key.starts_with("_wandb") {
+            continue;
+        }
+        match crate::json::parse_value(&it.value_json) {
+            Ok(v) => super::flatten_value(&v, &key, out),
+            Err(_) => {
+                out.insert(key, it.value_json.clone());
+            }
+        }
+    }
+    for it in &c.remove {
+        let key = item_key(&it.key, &it.nested_key);
+        out.retain(|k, _| k != &key && !k.starts_with(&format!("{key}.")));
+    }
+}
+
+/// Apply config records kept by `wandb::read_with_configs` to `out`, in order, as a config
+/// pass over the file ([`read`] with a config) would.
+pub fn apply_configs(configs: &[ConfigRecord], out: &mut BTreeMap<String, String>) {
+    for c in configs {
+        apply_config(c, out);
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,13 @@
 /// A varint at `*pos`.
 #[inline]
 pub fn varint(b: &[u8], pos: &mut usize) -> Option<u64> {
+    // One byte (tags, short lengths, small values: most varints of a record) first.
+    if let Some(&byte) = b.get(*pos) {
+        if byte < 0x80 {
+            *pos += 1;
+            return Some(u64::from(byte));
+        }
+    }
     let mut v: u64 = 0;
     for shift in (0..64).step_by(7) {
         let byte = *b.get(*pos)?;
