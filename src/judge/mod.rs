@@ -332,7 +332,6 @@ pub fn layout_of(tree: &DumpTree, step: i64) -> Option<Layout> {
     if has(Kind::IsLossDebug) {
         Some(Layout::Weaver)
     } else if has(Kind::ForwardData) && has(Kind::Trajectory) {
-        // (without old_log_probs: NexRL's old = log_prob, see SelfHostedStep::load)
         Some(Layout::SelfHosted)
     } else {
         None

@@ -78,9 +78,7 @@ pub(super) enum OldRows {
     Tensor(crate::tensor::Tensor),
     Dense(Vec<f64>),
     PerMicro,
-    /// No `old_log_probs` dumped: NexRL with `do_old_log_prob_compute: false` takes
-    /// `old_log_prob = log_prob.clone().detach()` (`train_service_backend/utils/
-    /// core_algos.py` line 307, nex-agi/NexRL@6860191): each micro's own log-probs, ratio 1.
+    /// None dumped: NexRL's `old_log_prob = log_prob.detach()` (core_algos.py:307, 6860191).
     Current,
 }
 
@@ -761,11 +759,7 @@ impl SelfHostedStep {
             adv.push(a);
         }
         if matches!(self.old, OldRows::Current) {
-            notes.push(
-                "no old_log_probs dumped: judged with old = log_prob (NexRL's \
-                 do_old_log_prob_compute false: old_log_prob = log_prob.detach(), ratio 1)"
-                    .into(),
-            );
+            notes.push("no old_log_probs dumped: judged with old = log_prob (NexRL's do_old_log_prob_compute false: old_log_prob = log_prob.detach(), ratio 1)".into());
         }
         let dev = &Device::Cpu;
         let mk = |v: Vec<f64>| {
