@@ -120,12 +120,6 @@ fn every_committed_real_seed_gives_what_its_truth_says() {
         // one cell, sides at two ratio levels the step does not settle: a warning, exit 0
         // (real_family::sides_at_two_ratio_levels_in_a_one_cell_step_warn_not_fail)
         ("real-seed-3009", "real-seed-3009: dumpdiff exit Some(0)"),
-        // the clip bound differs on one token whose 0.05·|A| the self-hosted bf16 log-probs'
-        // rounding covers in is_loss; the loss cell fails on pg_clipfrac
-        (
-            "real-seed-124",
-            "real-seed-124: dumpdiff misses [(\"is_loss\", 0, 1)], false alarms []",
-        ),
     ];
     let mut problems = Vec::new();
     // as benches/score_scenarios.py scores the family: a cell is flagged when it fails or
@@ -523,4 +517,31 @@ fn a_self_hosted_tree_without_old_log_probs_is_judged_with_ratio_one() {
             "{x}"
         );
     }
+}
+
+#[test]
+fn clip_fractions_that_differ_over_agreeing_ratios_name_the_clip_bound() {
+    // seed 124: the weaver clips at 1 + 0.2 where clip_ratio_high is 0.28 (rank 0 micro 1);
+    // the one band token moves the loss less than the self-hosted bf16 log-probs' rounding,
+    // so only the clip fractions differ (0 vs 1/21) — with prob_ratio, advantages and mask
+    // agreeing, the sides clipped different tokens of the same ratios: the is_loss cell
+    // fails on is_loss.clip_bound and names it (before: is_loss passed, a miss)
+    let (code, r) = dumpdiff(&seed(124));
+    assert_eq!(code, Some(1));
+    let c = comparison(&r, "is_loss", 0, 1, "is_loss.clip_bound");
+    assert_eq!(c["verdict"], "fail");
+    assert!(
+        c["reason"].as_str().unwrap().starts_with(
+            "the clip bound differs: the sides' clip fractions differ (0 vs 0.04762) while their prob_ratio, advantages and mask agree"
+        ),
+        "{c}"
+    );
+    let f = comparison(&r, "loss", 0, 1, "loss.metrics.actor/pg_clipfrac");
+    assert!(
+        f["reason"]
+            .as_str()
+            .unwrap()
+            .contains("the clip bound differs"),
+        "{f}"
+    );
 }

@@ -36,6 +36,7 @@ use crate::model::tree::{DumpFile, DumpTree, Kind};
 use crate::tensor::{DType, Tensor};
 
 mod cells;
+mod clip_fraction;
 mod engine;
 mod loss_cells;
 #[cfg(test)]
@@ -49,6 +50,7 @@ mod tests;
 mod weights;
 
 pub use cells::*;
+pub use clip_fraction::clip_fractions;
 pub use engine::*;
 pub use loss_cells::*;
 pub use ratio_chain::*;
