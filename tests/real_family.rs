@@ -9,29 +9,16 @@
 use crate::support::losscheck_json as losscheck;
 use std::path::{Path, PathBuf};
 
-use assert_cmd::Command;
 use serde_json::Value as Json;
 
-fn seed(n: u32) -> PathBuf {
+/// The committed seed `n`'s folder (`fixtures/scenarios/real-seed-N`).
+pub(crate) fn seed(n: u32) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/scenarios/real-seed-{n}"))
 }
 
 /// dumpdiff's JSON report of seed `n`'s two trees, with its exit code.
 fn dumpdiff(n: u32) -> (Option<i32>, Json) {
-    let out = Command::cargo_bin("dumpdiff")
-        .unwrap()
-        .current_dir(seed(n))
-        .args([
-            "--self-hosted-dir",
-            "self_hosted_pt",
-            "--weaver-dir",
-            "weaver_pt",
-        ])
-        .args(["--step", "0", "--format", "json"])
-        .output()
-        .unwrap();
-    let r = serde_json::from_slice(&out.stdout).unwrap();
-    (out.status.code(), r)
+    crate::real_weights::dumpdiff(&seed(n))
 }
 
 /// The report's section `name`.
@@ -45,7 +32,7 @@ fn section<'a>(r: &'a Json, name: &str) -> &'a Json {
 }
 
 fn truth(n: u32) -> Json {
-    serde_json::from_str(&std::fs::read_to_string(seed(n).join("truth.json")).unwrap()).unwrap()
+    crate::real_weights::truth_of(&seed(n))
 }
 
 /// Every cell consistent (exit 0), and the convention `name` inferred with a value that

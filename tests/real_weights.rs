@@ -10,15 +10,16 @@ use std::path::{Path, PathBuf};
 use assert_cmd::Command;
 use serde_json::Value as Json;
 
-fn seed(n: u32) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/scenarios/real-seed-{n}"))
-}
+use crate::real_family::seed;
 
-fn truth_of(dir: &Path) -> Json {
+/// `truth.json` of the scenario folder `dir`.
+pub(crate) fn truth_of(dir: &Path) -> Json {
     serde_json::from_str(&std::fs::read_to_string(dir.join("truth.json")).unwrap()).unwrap()
 }
 
-fn dumpdiff(dir: &Path) -> (Option<i32>, Json) {
+/// dumpdiff's JSON report of the scenario folder `dir` (its remote-API tree too, when it
+/// has one), with its exit code.
+pub(crate) fn dumpdiff(dir: &Path) -> (Option<i32>, Json) {
     let mut cmd = Command::cargo_bin("dumpdiff").unwrap();
     cmd.current_dir(dir)
         .args([

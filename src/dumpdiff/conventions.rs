@@ -108,11 +108,8 @@ fn known(
         }
     }
     let fit = fit.as_ref().ok()?;
-    let (value, std_err) = match name {
-        ENTROPY_COEFF => (fit.entropy_coeff, fit.entropy_coeff_std_err),
-        _ => (fit.kl_coef?, fit.kl_coef_std_err?),
-    };
-    if unexplained(name, side, fit, value, std_err).is_some() {
+    let (value, std_err) = fitted(name, fit)?;
+    if unexplained(name, side, fit).is_some() {
         return None;
     }
     Some(Known {
@@ -125,22 +122,26 @@ fn known(
     })
 }
 
+/// Coefficient `name`'s fitted value and standard error (`None`: a KL coefficient the fit
+/// has no term for).
+fn fitted(name: &str, fit: &CoefficientFit) -> Option<(f64, f64)> {
+    match name {
+        ENTROPY_COEFF => Some((fit.entropy_coeff, fit.entropy_coeff_std_err)),
+        _ => Some((fit.kl_coef?, fit.kl_coef_std_err?)),
+    }
+}
+
 /// Why a fitted coefficient cannot be taken as the side's (issue 28: check the picture
 /// before judging): a negative entropy coefficient (an entropy *penalty*: no producer's
 /// bonus), or residuals far beyond the dumped totals' rounding (64 × the f32 floor, at
 /// least 1e-9) — `loss − pg_loss` then holds a term no file states (NexRL's KL loss is
 /// added into `loss` with no `kl_loss` dumped), which the fit would absorb into the
 /// coefficient and report as a difference that does not exist.
-fn unexplained(
-    name: &str,
-    side: &SideLosses,
-    fit: &CoefficientFit,
-    value: f64,
-    std_err: f64,
-) -> Option<String> {
+fn unexplained(name: &str, side: &SideLosses, fit: &CoefficientFit) -> Option<String> {
     if side.echoed.contains_key(name) {
         return None;
     }
+    let (value, std_err) = fitted(name, fit)?;
     let u = 2f64.powi(-24);
     let n = side.terms.len().max(1) as f64;
     let floor = (side
@@ -187,8 +188,7 @@ pub fn unstated_term(
                 Some(ec) => echo_unexplained(side, ec)?,
                 None => {
                     let fit = coefficients::infer(&side.terms, DType::F32).ok()?;
-                    let (v, se) = (fit.entropy_coeff, fit.entropy_coeff_std_err);
-                    unexplained(ENTROPY_COEFF, side, &fit, v, se)?
+                    unexplained(ENTROPY_COEFF, side, &fit)?
                 }
             };
             Some((
@@ -296,11 +296,7 @@ pub fn compare(
         // a side whose fit does not explain its totals says why instead of a value
         let why = |k: &Option<Known>, side, fit: &Result<CoefficientFit, _>| {
             let f = fit.as_ref().ok().filter(|_| k.is_none())?;
-            let (v, se) = match name {
-                ENTROPY_COEFF => (f.entropy_coeff, f.entropy_coeff_std_err),
-                _ => (f.kl_coef?, f.kl_coef_std_err?),
-            };
-            let detail = unexplained(name, side, f, v, se)?;
+            let detail = unexplained(name, side, f)?;
             Some(format!(
                 "cannot judge: the loss holds a term no file states (a KL loss?): {detail}"
             ))

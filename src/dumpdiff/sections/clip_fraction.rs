@@ -23,11 +23,13 @@ pub fn clip_fractions(loss: &mut Cell, is_loss: &mut Cell) {
     ]
     .iter()
     .all(|n| verdict_of(is_loss, n) == Some(Verdict::Pass));
-    let Some(frac) = loss.comparisons.iter().find(|x| {
+    // the failing clip fraction of the `loss/` file's metrics (not `pg_clipfrac_lower`)
+    let failing_frac = |x: &Comparison| {
         x.name.ends_with("pg_clipfrac")
             && x.name.starts_with("loss.metrics.")
             && x.verdict == Verdict::Fail
-    }) else {
+    };
+    let Some(frac) = loss.comparisons.iter().find(|x| failing_frac(x)) else {
         return;
     };
     if !agree
@@ -50,11 +52,7 @@ pub fn clip_fractions(loss: &mut Cell, is_loss: &mut Cell) {
          ratios (clip_ratio_high / clip_ratio_low)"
     );
     rework(loss, |out| {
-        for x in out.iter_mut().filter(|x| {
-            x.name.ends_with("pg_clipfrac")
-                && x.name.starts_with("loss.metrics.")
-                && x.verdict == Verdict::Fail
-        }) {
+        for x in out.iter_mut().filter(|x| failing_frac(x)) {
             x.reason = format!("{} — {why}", x.reason);
         }
     });
