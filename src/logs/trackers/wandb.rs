@@ -569,6 +569,15 @@ struct Part {
 /// Records per parallel part.
 const PART_RECORDS: usize = 2048;
 
+/// The error of record `n` at byte `at` of `path` that is no W&B `Record` protobuf.
+fn not_a_record(path: &Path, at: u64, n: u64, e: prost::DecodeError) -> Error {
+    Error::format(
+        path,
+        Position::Byte(at),
+        format!("record {n} is not a W&B Record protobuf: {e}"),
+    )
+}
+
 /// Parse `recs` (`(offset, number, bytes)`, in file order) into `w`: in parallel parts
 /// with their own key ids, renumbered into the file's keys in order (so keys keep their
 /// first-seen order); the first record that is not a `Record` protobuf is the error. With
@@ -582,13 +591,7 @@ fn parse_records(
     mode: &mut Mode,
 ) -> Result<()> {
     use rayon::prelude::*;
-    let bad = |at: u64, n: u64, e: prost::DecodeError| {
-        Error::format(
-            path,
-            Position::Byte(at),
-            format!("record {n} is not a W&B Record protobuf: {e}"),
-        )
-    };
+    let bad = |at: u64, n: u64, e: prost::DecodeError| not_a_record(path, at, n, e);
     let keep = match mode {
         Mode::Config(cfg) => return config_records(path, recs, stats, w, cfg),
         Mode::Rows(keep) => keep,
@@ -673,13 +676,7 @@ fn config_records(
     w: &mut RowWriter,
     cfg: &mut BTreeMap<String, String>,
 ) -> Result<()> {
-    let bad = |at: u64, n: u64, e: prost::DecodeError| {
-        Error::format(
-            path,
-            Position::Byte(at),
-            format!("record {n} is not a W&B Record protobuf: {e}"),
-        )
-    };
+    let bad = |at: u64, n: u64, e: prost::DecodeError| not_a_record(path, at, n, e);
     {
         let mut row = Row::default();
         for &(at, n, bytes, crc) in recs {
