@@ -135,6 +135,7 @@ pub(super) fn adjudicate(
             (d.role, judged)
         })
         .collect();
+    let differ = own_conventions_differ(&judged);
     let out = cells
         .clone()
         .into_par_iter()
@@ -220,6 +221,13 @@ pub(super) fn adjudicate(
                     parts.join("; ")
                 }
             };
+            let conclusion = match &differ {
+                Some(d) if good.len() == verdicts.len() => {
+                    format!("every side's loss follows from its own inputs; {d}")
+                }
+                Some(d) => format!("{conclusion}; {d}"),
+                None => conclusion,
+            };
             report::Adjudication {
                 rank,
                 micro,
@@ -295,6 +303,77 @@ pub(super) fn adjudicate(
         scales,
         picture,
     })
+}
+
+/// The pg-term conventions the two sides' own cells settle differently — aggregation,
+/// ratio level, clip bounds — each side's taken from the judge's picture of it when its
+/// pg term follows on most of its cells (a total an unstated term moves still counts): a
+/// cause the diagnosis of single cells cannot see (NexRL's `seq-mean-token-sum` is verl's
+/// `seq-mean-token-mean`, `core_algos.py` `agg_loss`, nex-agi/NexRL@6860191).
+fn own_conventions_differ<T>(judged: &[(&str, JudgedSide<T>)]) -> Option<String> {
+    use crate::kernels::config::{PolicyKind, RatioLevel};
+    let picture = |role: &str| {
+        let (_, (_, r, _, every)) = judged
+            .iter()
+            .find(|(x, _)| *x == role)
+            .and_then(|(x, j)| Some((x, j.as_ref().ok()?)))?;
+        let follows = every.iter().filter(|v| pg_follows(v)).count();
+        (follows * 2 > every.len()).then_some(&r.cfg)
+    };
+    let (a, b) = (picture("self-hosted")?, picture("weaver")?);
+    let level = |l: RatioLevel| match l {
+        RatioLevel::Token => "token",
+        RatioLevel::Sequence | RatioLevel::GspoToken => "sequence (GSPO)",
+    };
+    let mut parts = Vec::new();
+    if a.agg != b.agg {
+        parts.push(format!(
+            "aggregation {} (self-hosted) vs {} (weaver)",
+            a.agg.name(),
+            b.agg.name()
+        ));
+    }
+    if level(a.ratio_level) != level(b.ratio_level) {
+        parts.push(format!(
+            "ratio level {} vs {}",
+            level(a.ratio_level),
+            level(b.ratio_level)
+        ));
+    }
+    if let (PolicyKind::Clip(x), PolicyKind::Clip(y)) = (a.policy, b.policy) {
+        if (x.eps_low, x.eps_high) != (y.eps_low, y.eps_high) {
+            parts.push(format!(
+                "clip bound {}/{} vs {}/{}",
+                x.eps_low, x.eps_high, y.eps_low, y.eps_high
+            ));
+        }
+    }
+    (!parts.is_empty()).then(|| {
+        format!(
+            "the sides' own conventions differ (each settled from its own cells): {}",
+            parts.join(", ")
+        )
+    })
+}
+
+/// One side as the judge settled it: its step, conventions, how they differ from the
+/// preset, and every cell's verdict (or why it could not be judged).
+type JudgedSide<T> = std::result::Result<
+    (
+        T,
+        crate::judge::infer::Resolved,
+        Option<String>,
+        Vec<crate::judge::Verdict>,
+    ),
+    String,
+>;
+
+/// Whether a verdict's pg term and intermediates follow its inputs (its total may not).
+fn pg_follows(v: &crate::judge::Verdict) -> bool {
+    v.first_divergence.is_none()
+        && v.checks
+            .iter()
+            .all(|k| k.ok || !(k.name == "pg_loss" || k.name.ends_with(".pg_loss")))
 }
 
 /// What [`adjudicate`] settles: the verdicts of disagreeing cells, each side's scale on
