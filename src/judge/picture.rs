@@ -487,4 +487,54 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn a_negative_coefficient_or_an_undumped_kl_term_makes_a_following_total_cannot_judge() {
+        let inferred = |name: &'static str, v: f64, se: f64, explained: usize, cells: usize| {
+            let mut c = Convention::new(name, v.to_string(), Some(v), Source::Inferred);
+            (c.std_err, c.explained, c.cells) = (Some(se), Some(explained), Some(cells));
+            c
+        };
+        let kl = Convention::new(
+            KL_TERM,
+            "kl_loss_coef 0.01 echoed, no kl_loss or ref_log_probs dumped".into(),
+            Some(0.01),
+            Source::Dumped,
+        );
+        for (c, misfits) in [
+            // one cell, a negative entropy coefficient beyond its error: an entropy penalty
+            (inferred("entropy_coeff", -1.4e-3, 8e-11, 1, 1), true),
+            // negative within its error: no evidence either way
+            (inferred("entropy_coeff", -1e-9, 1e-8, 1, 1), false),
+            (inferred("entropy_coeff", 1e-3, 1e-9, 2, 2), false),
+            (inferred("entropy_coeff", 1e-3, 1e-9, 0, 2), true),
+            (kl.clone(), true),
+        ] {
+            assert_eq!(misfit(&c), misfits, "{}", c.line());
+            let mut v = verdicts(&[Status::Inconsistent]);
+            let changed = doubtful_coefficients(&mut v, std::slice::from_ref(&c));
+            assert_eq!(changed, usize::from(misfits), "{}", c.line());
+            if misfits {
+                assert_eq!(v[0].status, Status::CannotJudge);
+                assert!(
+                    v[0].notes[0].starts_with("cannot judge the total: "),
+                    "{}",
+                    v[0].notes[0]
+                );
+            }
+        }
+        // a flag's coefficient is the user's picture: judged as given
+        let flag = Convention::new("entropy_coeff", "0.001".into(), Some(1e-3), Source::Flag);
+        let mut v = verdicts(&[Status::Inconsistent]);
+        assert_eq!(doubtful_coefficients(&mut v, &[kl.clone(), flag]), 0);
+        // the echoed KL coefficient is named in the note
+        let mut v = verdicts(&[Status::Inconsistent]);
+        doubtful_coefficients(&mut v, &[kl]);
+        assert_eq!(
+            v[0].notes[0],
+            "cannot judge the total: kl_loss_coef 0.01 echoed, no kl_loss or ref_log_probs \
+             dumped: the loss holds kl_loss_coef · kl_loss, and no file states kl_loss; the pg \
+             term follows"
+        );
+    }
 }
