@@ -368,12 +368,21 @@ type JudgedSide<T> = std::result::Result<
     String,
 >;
 
-/// Whether a verdict's pg term and intermediates follow its inputs (its total may not).
+/// Whether a verdict's pg term and intermediates follow its inputs (its total may not): a
+/// consistent cell, or one the judge cannot judge only for its total (an unstated term).
+/// A total-only cell without coefficients (undetermined) is no evidence of its conventions.
 fn pg_follows(v: &crate::judge::Verdict) -> bool {
-    v.first_divergence.is_none()
-        && v.checks
-            .iter()
-            .all(|k| k.ok || !(k.name == "pg_loss" || k.name.ends_with(".pg_loss")))
+    use crate::judge::Status;
+    match v.status {
+        Status::Consistent => true,
+        Status::CannotJudge => {
+            v.first_divergence.is_none()
+                && v.checks
+                    .iter()
+                    .all(|k| k.ok || !(k.name == "pg_loss" || k.name.ends_with(".pg_loss")))
+        }
+        _ => false,
+    }
 }
 
 /// What [`adjudicate`] settles: the verdicts of disagreeing cells, each side's scale on
