@@ -375,6 +375,46 @@ impl PairCtx<'_> {
         finish(name, acc, tol, DType::I64, a, b, origin_a, origin_b)
     }
 
+    /// [`Self::scalar_centered`] around the predicted difference (`predicted`: its
+    /// allowance and center); a pair that fails there but agrees within the same allowance
+    /// around no difference at all passes: a side may dump its log-probs rounded
+    /// (bf16/f16) after computing its loss from finer ones (the issue's held-out step), so
+    /// the rounding of its dump predicts nothing of its loss.
+    pub fn scalar_predicted(
+        &self,
+        key: &str,
+        (a, b): (Option<Number>, Option<Number>),
+        origins: (Origin, Origin),
+        derived: bool,
+        (predicted, center): (Option<(f64, String)>, f64),
+    ) -> Option<Comparison> {
+        let c = self.scalar_centered(
+            key,
+            a,
+            b,
+            origins.clone(),
+            derived,
+            predicted.clone(),
+            center,
+        )?;
+        if c.verdict != Verdict::Fail || center == 0.0 {
+            return Some(c);
+        }
+        match self.scalar_centered(key, a, b, origins, derived, predicted, 0.0) {
+            Some(mut p) if p.verdict == Verdict::Pass => {
+                p.reason = format!(
+                    "{} — with no difference at all, not the one its dumped log-probs' \
+                     rounding predicts ({}): the side computed its loss from finer \
+                     log-probs than it dumped",
+                    p.reason,
+                    crate::fmt::num(center)
+                );
+                Some(p)
+            }
+            _ => Some(c),
+        }
+    }
+
     /// Compare two dumped scalars (`None` when not numbers: no comparison), judging
     /// `a − b − center` instead of `a − b`: `center` is the difference the inputs' known
     /// differences predict (the reported `a` stays the dumped value; `abs_diff` is what

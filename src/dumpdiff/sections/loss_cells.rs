@@ -198,14 +198,12 @@ pub fn is_loss_cell(
     }
     name_clip_bound(&mut out, other_conv, conv);
     match (a_loss.filter(|l| l.has(Field::Loss)), b_is.record()) {
-        (Some(x), y) if y.has(Field::Loss) => out.extend(ctx.scalar_centered(
+        (Some(x), y) if y.has(Field::Loss) => out.extend(ctx.scalar_predicted(
             "loss",
-            x.number(Field::Loss),
-            y.number(Field::Loss),
+            (x.number(Field::Loss), y.number(Field::Loss)),
             (Origin::dumped("loss", "loss"), dumped_b("loss")),
             true,
-            loss_propagation("loss", memo),
-            loss_center("loss", memo),
+            (loss_propagation("loss", memo), loss_center("loss", memo)),
         )),
         _ => out.push(skipped(S, "loss", "not dumped on both sides")),
     }
@@ -693,14 +691,12 @@ pub fn loss_cell(
         ("entropy_loss", Field::EntropyLoss),
     ] {
         match (a.has(field), b.has(field)) {
-            (true, true) => out.extend(ctx.scalar_centered(
+            (true, true) => out.extend(ctx.scalar_predicted(
                 key,
-                a.number(field),
-                b.number(field),
+                (a.number(field), b.number(field)),
                 (Origin::dumped("loss", key), Origin::dumped("loss", key)),
                 true,
-                loss_propagation(key, memo),
-                loss_center(key, memo),
+                (loss_propagation(key, memo), loss_center(key, memo)),
             )),
             _ => out.push(skipped("loss", key, "not dumped on both sides")),
         }
@@ -710,14 +706,12 @@ pub fn loss_cell(
             match b.metric(k) {
                 Some(vb) => {
                     let key = format!("metrics.{k}");
-                    out.extend(ctx.scalar_centered(
+                    out.extend(ctx.scalar_predicted(
                         &key,
-                        va,
-                        vb,
+                        (va, vb),
                         (Origin::dumped("loss", &key), Origin::dumped("loss", &key)),
                         true,
-                        loss_propagation(&key, memo),
-                        loss_center(&key, memo),
+                        (loss_propagation(&key, memo), loss_center(&key, memo)),
                     ));
                 }
                 None => notes.push(format!(

@@ -430,13 +430,22 @@ fn batch_inputs_rows_pair_through_their_attention_mask() {
     let m = pair_rows(&ta, Some(&tb), 2, 2);
     assert_eq!(m.pairs, vec![(0, 1), (1, 0)]);
     assert!(m.only_a.is_empty() && m.only_b.is_empty());
-    // Without the mask the pad id 7 counts as a token: row 0 finds no partner.
+    // Without the mask the pad 7 shows in no run, only at a row's edge: tried as a pad
+    // there, it pairs both rows.
     let b_nomask = dict(vec![(
         "input_ids",
         ids(&[21, 22, 23, 24, 11, 12, 13, 7], [2, 4]),
     )]);
     let b_nomask = rec_of(b_nomask);
     let tb = Tensors::new(&b_nomask);
+    let m = pair_rows(&ta, Some(&tb), 2, 2);
+    assert_eq!(m.pairs, vec![(0, 1), (1, 0)]);
+    // A row whose content differs stays unpaired whatever edge token is stripped.
+    let b_other = rec_of(dict(vec![(
+        "input_ids",
+        ids(&[21, 22, 23, 24, 11, 12, 99, 7], [2, 4]),
+    )]));
+    let tb = Tensors::new(&b_other);
     let m = pair_rows(&ta, Some(&tb), 2, 2);
     assert_eq!(m.only_a, vec![0]);
 }
