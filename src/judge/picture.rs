@@ -5,6 +5,8 @@
 
 mod rollout_is;
 
+pub(super) use crate::kernels::rollout_is::read::unseen_shape;
+
 use crate::error::Result;
 use crate::judge::infer::{
     inputs_with_advantages, pg_fit, prep_each, resolve, Convention, Prep, Resolved, Source,
@@ -248,7 +250,9 @@ pub(super) fn policy_words(cfg: &LossConfig) -> String {
 /// the others by [`RolloutIs::words`].
 pub(super) fn weight_words(is: &RolloutIs) -> String {
     match (is.level, is.bound) {
-        (IsLevel::Token, IsBound::Cap { cap }) => format!("TIS, cap {}", crate::fmt::num(cap)),
+        (IsLevel::Token, IsBound::Cap { cap }) if cap.is_finite() => {
+            format!("TIS, cap {}", crate::fmt::num(cap))
+        }
         _ => is.words(),
     }
 }

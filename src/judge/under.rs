@@ -267,7 +267,8 @@ fn unseen_weights(
             continue;
         }
         let f = d / o;
-        if !(0.0..=MAX_WEIGHT).contains(&f) {
+        // 0: an IcePop band zeroes the token; MAX_WEIGHT to f32: a cap of 10 reached
+        if !(0.0..=MAX_WEIGHT * (1.0 + 1e-5)).contains(&f) {
             return Ok(None);
         }
         lo = lo.min(f);
@@ -320,6 +321,10 @@ fn unseen_weights(
     let Some(mode) = modes.into_iter().find(|m| follows(*m)) else {
         return Ok(None);
     };
+    // the factors' shape: one per row, zeros, a shared largest one
+    let shape = super::picture::unseen_shape(dumped, &ours, &m, b, t)
+        .map(|s| format!("; the factors' shape: {s}"))
+        .unwrap_or_default();
     let mut v = v.clone();
     v.status = Status::CannotJudge;
     v.notes.insert(
@@ -329,8 +334,8 @@ fn unseen_weights(
              elementwise_loss is the recomputed one times a factor between {} and {}, and its \
              pg term is the {} of that elementwise_loss — per-token weights the dump does not \
              hold (truncated importance sampling against rollout log-probs not dumped, or an \
-             IcePop mask); tried: the step's conventions and each real producer's clip bound \
-             and ratio level",
+             IcePop mask){shape}; tried: the step's conventions and each real producer's clip \
+             bound and ratio level",
             m.iter().filter(|x| **x != 0.0).count(),
             crate::fmt::num(lo),
             crate::fmt::num(hi),

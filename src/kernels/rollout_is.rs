@@ -23,6 +23,8 @@
 
 use serde::Serialize;
 
+pub mod read;
+
 /// verl's `SAFETY_BOUND`: the log-ratio (token) or its row sum (sequence) is clamped to
 /// `±20` before `exp`.
 pub const SAFETY_BOUND: f64 = 20.0;
@@ -41,7 +43,8 @@ pub enum IsLevel {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(rename_all = "kebab-case", tag = "kind")]
 pub enum IsBound {
-    /// Truncated importance sampling: `min(raw, cap)`.
+    /// Truncated importance sampling: `min(raw, cap)` (an infinite cap: no token
+    /// reaches one, the raw weights).
     Cap {
         /// The upper threshold.
         cap: f64,
@@ -108,6 +111,7 @@ impl RolloutIs {
             IsLevel::Sequence => "sequence-level",
         };
         match self.bound {
+            IsBound::Cap { cap } if cap.is_infinite() => format!("{level} TIS, no cap reached"),
             IsBound::Cap { cap } => format!("{level} TIS cap {}", crate::fmt::num(cap)),
             IsBound::Band { lo, hi } => format!(
                 "{level} IcePop band {}–{}",
@@ -125,6 +129,7 @@ impl RolloutIs {
             IsLevel::Sequence => "exp(Σ_row(old − rollout))",
         };
         match self.bound {
+            IsBound::Cap { cap } if cap.is_infinite() => format!("{raw} (no cap reached)"),
             IsBound::Cap { cap } => format!("min({raw}, {})", crate::fmt::num(cap)),
             IsBound::Band { lo, hi } => format!(
                 "{raw} inside [{}, {}], else 0",

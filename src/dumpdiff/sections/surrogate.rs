@@ -141,16 +141,16 @@ impl ElemFit {
     }
 }
 
-/// verl's token-level truncated importance weights the other side applied to its
-/// per-token loss, read from its own dumped values: `min(exp(old_log_probs −
-/// rollout_log_probs), cap)` (verl `compute_rollout_correction_weights`, `token` level,
-/// `rollout_corr_helper.py`, volcengine/verl@cc62eca; cap 2 is its default
-/// `rollout_is_threshold`).
+/// verl's rollout-correction weights the other side applied to its per-token loss, read
+/// from its own dumped values: token-level TIS `min(exp(old_log_probs −
+/// rollout_log_probs), cap)`, an IcePop band, or one weight per row (verl 0.9.1
+/// `rollout_corr_helper.py` `compute_rollout_correction_weights`,
+/// [`crate::kernels::rollout_is`]; cap 2 is its default `rollout_is_threshold`).
 pub(super) struct Tis {
     /// The weights, the other side's rows and positions.
     pub w: Mat,
-    /// The cap.
-    pub cap: f64,
+    /// The scheme.
+    pub is: crate::kernels::rollout_is::RolloutIs,
     /// The per-token loss convention they multiply.
     pub conv: ElemLoss,
 }
@@ -158,8 +158,11 @@ pub(super) struct Tis {
 /// The [`Tis`] under which the other side's `elementwise_loss` is `conv(r, A) · w` on at
 /// least 90 % of its valid elements (to f32, 32 ulps: the weight is computed in f32) and
 /// on more of them than the convention alone (`plain`), when it dumps its
-/// `rollout_log_probs` and `old_log_probs`; caps 2 (verl's default), 1.5, 3, 5, 10 tried.
+/// `rollout_log_probs` and `old_log_probs`: the schemes read off its own factors
+/// ([`crate::kernels::rollout_is::read::read_off`]: token or sequence level, TIS cap or
+/// IcePop band) and token TIS caps 2 (verl's default), 1.5, 3, 5, 10 tried.
 pub(super) fn tis_fit(b_is: &Tensors<'_>, a_loss: Option<&Record>, plain: usize) -> Option<Tis> {
+    use crate::kernels::rollout_is::{read, RolloutIs};
     let get = |f: Field| b_is.mat(f);
     let (r, a, el) = (
         get(Field::ProbRatio)?,
@@ -176,7 +179,6 @@ pub(super) fn tis_fit(b_is: &Tensors<'_>, a_loss: Option<&Record>, plain: usize)
     }
     let mask = get(Field::EffectiveMask);
     let (ov, rv) = (old.values(), ro.values());
-    let weight = |i: usize, cap: f64| (ov[i] - rv[i]).exp().min(cap);
     let (rows, width) = dims;
     let valid: Vec<usize> = (0..rows)
         .flat_map(|row| {
@@ -185,30 +187,47 @@ pub(super) fn tis_fit(b_is: &Tensors<'_>, a_loss: Option<&Record>, plain: usize)
                 .map(move |p| row * width + p)
         })
         .collect();
+    let mut m = vec![0.0; rows * width];
+    for &i in &valid {
+        m[i] = 1.0;
+    }
     let (rv2, av, ev) = (r.values(), a.values(), el.values());
-    let mut best: Option<(usize, ElemLoss, f64)> = None;
+    let mut best: Option<(usize, ElemLoss, RolloutIs, Vec<f64>)> = None;
     for conv in candidates(a_loss) {
+        let ours: Vec<f64> = (0..rows * width).map(|i| conv.of(rv2[i], av[i])).collect();
+        let mut schemes: Vec<RolloutIs> = read::tokens_of(&ev, &ours, &ov, &rv, &m, rows, width)
+            .map(|t| read::read_off(&[(t, 1e-4)]))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(is, _, _)| is)
+            .collect();
         for cap in [2.0, 1.5, 3.0, 5.0, 10.0] {
+            let is = RolloutIs::token_cap(cap);
+            if !schemes.contains(&is) {
+                schemes.push(is);
+            }
+        }
+        for is in schemes {
+            let w = is.weights(&ov, &rv, &m, rows, width);
             let n = valid
                 .iter()
                 .filter(|&&i| {
-                    let want = conv.of(rv2[i], av[i]) * weight(i, cap);
+                    let want = ours[i] * w[i];
                     (ev[i] - want).abs() <= 32.0 * 2f64.powi(-24) * want.abs().max(ev[i].abs())
                 })
                 .count();
-            if best.is_none_or(|(b, _, _)| n > b) {
-                best = Some((n, conv, cap));
+            if best.as_ref().is_none_or(|(b, ..)| n > *b) {
+                best = Some((n, conv, is, w));
             }
         }
     }
-    let (n, conv, cap) = best?;
+    let (n, conv, is, w) = best?;
     if n <= plain || n * 10 < valid.len() * 9 {
         return None;
     }
-    let w = (0..ov.len()).map(|i| weight(i, cap)).collect();
     Some(Tis {
         w: old.with_data(w, DType::F64),
-        cap,
+        is,
         conv,
     })
 }
@@ -239,19 +258,45 @@ impl Tis {
     /// The weights in words, for a derived value's origin.
     pub(super) fn words(&self) -> String {
         format!(
-            " · min(exp(old_log_probs − rollout_log_probs), {}) (the weaver's truncated \
-             importance weights, from its own rollout_log_probs)",
-            crate::fmt::num(self.cap)
+            " · {} (the weaver's {}, from its own rollout_log_probs)",
+            self.is
+                .formula()
+                .replace("(old − rollout)", "(old_log_probs − rollout_log_probs)"),
+            self.kind()
         )
+    }
+
+    /// The scheme in words: verl's default kind as before ("truncated importance
+    /// weights"), the others by name.
+    fn kind(&self) -> String {
+        use crate::kernels::rollout_is::{IsBound, IsLevel};
+        match (self.is.level, self.is.bound) {
+            (IsLevel::Token, IsBound::Cap { cap }) if cap.is_finite() => {
+                "truncated importance weights".into()
+            }
+            _ => format!("importance weights, {}", self.is.words()),
+        }
     }
 
     /// What a loss total's difference then comes from.
     pub(super) fn why(&self) -> String {
+        use crate::kernels::rollout_is::{IsBound, IsLevel};
+        let scheme = match (self.is.level, self.is.bound) {
+            (IsLevel::Token, IsBound::Cap { cap }) if cap.is_finite() => format!(
+                "truncated importance sampling (TIS, min(exp(old − rollout_log_probs), {}))",
+                crate::fmt::num(cap)
+            ),
+            _ => format!(
+                "{} importance sampling ({})",
+                self.is.words(),
+                self.is
+                    .formula()
+                    .replace("− rollout)", "− rollout_log_probs)")
+            ),
+        };
         format!(
-            "an importance weight: the weaver applies truncated importance sampling (TIS, \
-             min(exp(old − rollout_log_probs), {})) against its rollout log-probs, which the \
-             self-hosted side does not dump or apply",
-            crate::fmt::num(self.cap)
+            "an importance weight: the weaver applies {scheme} against its rollout log-probs, \
+             which the self-hosted side does not dump or apply"
         )
     }
 }

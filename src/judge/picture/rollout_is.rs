@@ -3,40 +3,21 @@
 //! keep the one the evidence supports").
 //!
 //! A weaver cell dumps its per-token loss (`elementwise_loss`), `old_log_probs` and
-//! `rollout_log_probs`. Under a policy loss without weights the recomputed per-token loss
-//! `ours` is known, so each valid token with `ours ≠ 0` implies a factor `f = dumped /
-//! ours`. verl 0.9.1 (`verl/trainer/ppo/rollout_corr_helper.py`
-//! `compute_rollout_correction_weights`, see [`crate::kernels::rollout_is`]) gives that
-//! factor as a function of `raw = exp(clamp(old − rollout, ±20))` (token level) or
-//! `raw = exp(clamp(Σ_row mask·(old − rollout), ±20))` (sequence level):
-//! - TIS cap `C`: `f = raw` where `raw ≤ C`, `f = C` where it is above (the cap is read
-//!   off the saturated tokens and bounded by the unsaturated ones);
-//! - IcePop band `[lo, hi]`: `f = raw` inside, `f = 0` outside (the band is bracketed by
-//!   the kept and the zeroed tokens).
-//!
-//! Each cell gives, per level and bound kind, the interval of thresholds its tokens allow
-//! (none when some token fits neither branch); the step's proposal is the intersection
-//! over the cells that fit, its value the simplest number inside. Proposals are only
-//! candidates: the policy search ([`super::search_policy`]) judges every cell
-//! under each and keeps the one that reproduces the most.
+//! `rollout_log_probs`; under a policy loss without weights the recomputed per-token loss
+//! is known, and [`crate::kernels::rollout_is::read`] reads the scheme (token / sequence
+//! level, TIS cap or IcePop band, verl 0.9.1 `rollout_corr_helper.py`) off the factors
+//! between them. Proposals are only candidates: the policy search
+//! ([`super::search_policy`]) judges every cell under each and keeps the one that
+//! reproduces the most.
 
 use crate::error::Result;
 use crate::kernels::config::LossConfig;
 use crate::kernels::loss::compute;
-use crate::kernels::rollout_is::{raw_weights, IsBound, IsLevel, RolloutIs};
+use crate::kernels::rollout_is::read::{push, read_off, tokens_of, IsToken};
+use crate::kernels::rollout_is::RolloutIs;
 use crate::kernels::to_f64_vec;
 
 use crate::judge::cell::Cell;
-
-/// What one cell's tokens allow of one scheme: the thresholds' intervals.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Allowed {
-    /// TIS cap in `[.0, .1]` (`.1` infinite when no token saturates), and the number of
-    /// saturated tokens.
-    cap: Option<(f64, f64, usize)>,
-    /// IcePop `lo` in `(.0, .1]`, `hi` in `[.2, .3)`, and the number of zeroed tokens.
-    band: Option<(f64, f64, f64, f64, usize)>,
-}
 
 /// The relative tolerance of a factor: f32 computation, looser for half-precision dumps.
 fn rel_tol(cell: &Cell) -> f64 {
@@ -49,270 +30,36 @@ fn rel_tol(cell: &Cell) -> f64 {
 /// The tokens of a cell as `(dumped, ours, raw_token, raw_sequence)`, valid ones with a
 /// recomputed loss clear of 0; `None` when the cell dumps no per-token loss, old or
 /// rollout log-probs, or shapes differ.
-fn tokens(cell: &Cell, plain: &LossConfig) -> Option<Vec<(f64, f64, f64, f64)>> {
+fn tokens(cell: &Cell, plain: &LossConfig) -> Option<Vec<IsToken>> {
     let dumped = cell.per_token.as_ref()?;
     let old = to_f64_vec(cell.inputs.old_log_probs.as_ref()?).ok()?;
     let ro = to_f64_vec(cell.inputs.rollout_log_probs.as_ref()?).ok()?;
     let mask = to_f64_vec(&cell.inputs.mask).ok()?;
     let (rows, width) = cell.dims();
-    let n = rows * width;
-    if [dumped.len(), old.len(), ro.len(), mask.len()]
-        .iter()
-        .any(|l| *l != n)
-    {
-        return None;
-    }
     let mut cfg = plain.clone();
     cfg.rollout_is = None;
     let out = compute(&cell.inputs, &cfg).ok()?;
     let ours = to_f64_vec(&out.per_token_loss).ok()?;
-    if ours.len() != n {
-        return None;
-    }
-    let tok = raw_weights(IsLevel::Token, &old, &ro, &mask, rows, width);
-    let seq = raw_weights(IsLevel::Sequence, &old, &ro, &mask, rows, width);
-    let scale = ours.iter().fold(0.0f64, |a, b| a.max(b.abs()));
-    Some(
-        (0..n)
-            .filter(|&i| mask[i] != 0.0 && ours[i].abs() > 1e-6 * scale.max(1e-12))
-            .map(|i| (dumped[i], ours[i], tok[i], seq[i]))
-            .collect(),
-    )
+    tokens_of(dumped, &ours, &old, &ro, &mask, rows, width)
 }
 
-/// What the tokens allow at `level` (`raw` = index 2 or 3 of each token).
-fn allowed(toks: &[(f64, f64, f64, f64)], level: IsLevel, rel: f64) -> Allowed {
-    let fits =
-        |d: f64, o: f64, w: f64| (d - w * o).abs() <= rel * d.abs().max((w * o).abs()) + 1e-12;
-    let raw_of = |t: &(f64, f64, f64, f64)| match level {
-        IsLevel::Token => t.2,
-        IsLevel::Sequence => t.3,
-    };
-    // TIS: every token keeps its raw weight or is saturated at one common factor below it
-    let mut cap = Some((0.0f64, f64::INFINITY, 0usize));
-    // IcePop: every token keeps its raw weight or is zeroed
-    let (mut kmin, mut kmax) = (f64::INFINITY, 0.0f64);
-    let mut zeroed = Vec::new();
-    let mut band_ok = true;
-    for t in toks {
-        let (d, o, raw) = (t.0, t.1, raw_of(t));
-        if fits(d, o, raw) {
-            if let Some(c) = cap.as_mut() {
-                c.0 = c.0.max(raw * (1.0 - rel));
-            }
-            kmin = kmin.min(raw);
-            kmax = kmax.max(raw);
-            continue;
-        }
-        if d == 0.0 || d.abs() <= 1e-12 * o.abs() {
-            zeroed.push(raw);
-            cap = None;
-            continue;
-        }
-        band_ok = false;
-        let f = d / o;
-        match cap.as_mut() {
-            Some(c) if f < raw * (1.0 + rel) && f > 0.0 => {
-                c.0 = c.0.max(f * (1.0 - rel));
-                c.1 = c.1.min(f * (1.0 + rel));
-                c.2 += 1;
-            }
-            _ => cap = None,
-        }
-    }
-    let cap = cap.filter(|c| c.0 <= c.1);
-    let band = if band_ok && !zeroed.is_empty() {
-        let below = zeroed
-            .iter()
-            .filter(|r| **r < kmin)
-            .fold(0.0f64, |a, b| a.max(*b));
-        let above = zeroed
-            .iter()
-            .filter(|r| **r > kmax)
-            .fold(f64::INFINITY, |a, b| a.min(*b));
-        let inside = zeroed.iter().any(|r| *r >= kmin && *r <= kmax);
-        (!inside).then_some((below, kmin.min(f64::MAX), kmax, above, zeroed.len()))
-    } else {
-        None
-    };
-    Allowed { cap, band }
-}
-
-/// The simplest decimal (fewest significant digits) in `[a, b]` (`a ≤ b`, `b` may be
-/// infinite: then the simplest at or above `a`).
-fn simplest(a: f64, b: f64) -> f64 {
-    if !(a > 0.0) {
-        return if b >= 1.0 { 1.0 } else { b };
-    }
-    let top = if b.is_finite() { b } else { a };
-    let e = top.log10().floor();
-    for digits in 0..15 {
-        let step = 10f64.powf(e - digits as f64);
-        let c = (a / step).ceil() * step;
-        // round the candidate's representation to its digits
-        let c = format!("{:.*e}", digits, c).parse::<f64>().unwrap_or(c);
-        if c >= a && c <= b {
-            return c;
-        }
-    }
-    a
-}
-
-/// The schemes the step's cells allow, best supported first: for each level, TIS with
-/// the intersection of the caps its fitting cells allow, and IcePop with the intersection
-/// of their bands (each only when at least one cell fits and the intersection is not
-/// empty), with the evidence in words. Each policy in `policies` (without weights) gives
-/// its own reading; duplicates are dropped.
+/// The schemes the step's cells allow, best supported first ([`read_off`] under each
+/// policy of `policies`, without weights; a scheme several policies give keeps the
+/// evidence of the most cells), with the evidence in words.
 pub(super) fn propose(cells: &[Cell], policies: &[LossConfig]) -> Result<Vec<(RolloutIs, String)>> {
     let mut out: Vec<(RolloutIs, String, usize)> = Vec::new();
     for plain in policies {
-        let per_cell: Vec<(Vec<(f64, f64, f64, f64)>, f64)> = cells
+        let per_cell: Vec<(Vec<IsToken>, f64)> = cells
             .iter()
             .filter_map(|c| tokens(c, plain).map(|t| (t, rel_tol(c))))
             .collect();
         if per_cell.is_empty() {
             continue;
         }
-        for level in [IsLevel::Token, IsLevel::Sequence] {
-            let fits: Vec<Allowed> = per_cell
-                .iter()
-                .map(|(t, rel)| allowed(t, level, *rel))
-                .collect();
-            // TIS
-            let caps: Vec<_> = fits.iter().filter_map(|a| a.cap).collect();
-            if !caps.is_empty() {
-                let lo = caps.iter().fold(0.0f64, |a, c| a.max(c.0));
-                let hi = caps.iter().fold(f64::INFINITY, |a, c| a.min(c.1));
-                let sat: usize = caps.iter().map(|c| c.2).sum();
-                if lo <= hi {
-                    let cap = simplest(lo.max(f64::MIN_POSITIVE), hi);
-                    let why = if sat > 0 {
-                        format!(
-                            "the cap read off {sat} saturated tokens, the other tokens keep {}",
-                            raw_words(level)
-                        )
-                    } else {
-                        format!(
-                            "no token reaches its cap: any cap ≥ {} explains them, {} taken",
-                            crate::fmt::num(lo),
-                            crate::fmt::num(simplest(lo.max(f64::MIN_POSITIVE), hi))
-                        )
-                    };
-                    let is = RolloutIs {
-                        level,
-                        bound: IsBound::Cap { cap },
-                    };
-                    push(&mut out, is, why, caps.len());
-                }
-            }
-            // IcePop
-            let bands: Vec<_> = fits.iter().filter_map(|a| a.band).collect();
-            if !bands.is_empty() {
-                let lo_a = bands.iter().fold(0.0f64, |a, b| a.max(b.0));
-                let lo_b = bands.iter().fold(f64::INFINITY, |a, b| a.min(b.1));
-                let hi_a = bands.iter().fold(0.0f64, |a, b| a.max(b.2));
-                let hi_b = bands.iter().fold(f64::INFINITY, |a, b| a.min(b.3));
-                let zeroed: usize = bands.iter().map(|b| b.4).sum();
-                if lo_a < lo_b && hi_a < hi_b {
-                    // open ends: lo above the highest zeroed-below raw, hi below the
-                    // lowest zeroed-above
-                    let lo = simplest(lo_a * (1.0 + 1e-9) + f64::MIN_POSITIVE, lo_b);
-                    let hi = simplest(hi_a, hi_b * (1.0 - 1e-9));
-                    let is = RolloutIs {
-                        level,
-                        bound: IsBound::Band { lo, hi },
-                    };
-                    let why = format!(
-                        "{zeroed} tokens zeroed, the others keep {}: lo in ({}, {}], hi in [{}, {})",
-                        raw_words(level),
-                        crate::fmt::num(lo_a),
-                        crate::fmt::num(lo_b),
-                        crate::fmt::num(hi_a),
-                        crate::fmt::num(hi_b)
-                    );
-                    push(&mut out, is, why, bands.len());
-                }
-            }
+        for (is, why, n) in read_off(&per_cell) {
+            push(&mut out, is, why, n);
         }
     }
     out.sort_by(|a, b| b.2.cmp(&a.2));
     Ok(out.into_iter().map(|(i, w, _)| (i, w)).collect())
-}
-
-fn raw_words(level: IsLevel) -> &'static str {
-    match level {
-        IsLevel::Token => "exp(old − rollout)",
-        IsLevel::Sequence => "their row's exp(Σ(old − rollout))",
-    }
-}
-
-fn push(out: &mut Vec<(RolloutIs, String, usize)>, is: RolloutIs, why: String, n: usize) {
-    match out.iter_mut().find(|x| x.0 == is) {
-        Some(x) if x.2 < n => {
-            x.1 = why;
-            x.2 = n;
-        }
-        Some(_) => {}
-        None => out.push((is, why, n)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_simplest_number_in_an_interval_is_the_one_with_fewest_digits() {
-        assert_eq!(simplest(4.9996, 5.0004), 5.0);
-        assert_eq!(simplest(1.83, f64::INFINITY), 2.0);
-        assert_eq!(simplest(0.43, 0.52), 0.5);
-        assert_eq!(simplest(1.9, 2.3), 2.0);
-        assert_eq!(simplest(1.4999, 1.5001), 1.5);
-        assert_eq!(simplest(0.2, 0.2), 0.2);
-        assert_eq!(simplest(7.0, 12.0), 10.0);
-    }
-
-    fn toks(level: IsLevel, list: &[(f64, f64)]) -> Vec<(f64, f64, f64, f64)> {
-        // (factor applied, raw): ours = −1 on every token
-        list.iter()
-            .map(|&(f, raw)| {
-                let (t, s) = match level {
-                    IsLevel::Token => (raw, 1.0),
-                    IsLevel::Sequence => (1.0, raw),
-                };
-                (-f, -1.0, t, s)
-            })
-            .collect()
-    }
-
-    #[test]
-    fn a_cap_is_read_off_saturated_tokens_and_a_band_off_zeroed_ones() {
-        // cap 5: raw 7 and 9 saturate at 5, raw 0.8 and 3 kept
-        let t = toks(
-            IsLevel::Token,
-            &[(5.0, 7.0), (5.0, 9.0), (0.8, 0.8), (3.0, 3.0)],
-        );
-        let a = allowed(&t, IsLevel::Token, 1e-4);
-        let (lo, hi, n) = a.cap.unwrap();
-        assert_eq!(n, 2);
-        assert!(lo <= 5.0 && hi >= 5.0 && hi - lo < 1e-3, "{lo} {hi}");
-        assert_eq!(a.band, None);
-        // a factor above its raw weight: no cap gives it
-        let t = toks(IsLevel::Token, &[(5.0, 4.0), (0.8, 0.8)]);
-        assert_eq!(allowed(&t, IsLevel::Token, 1e-4).cap, None);
-        // band 0.5–2: raw 0.3 and 2.5 zeroed, 0.6 and 1.9 kept
-        let t = toks(
-            IsLevel::Sequence,
-            &[(0.0, 0.3), (0.0, 2.5), (0.6, 0.6), (1.9, 1.9)],
-        );
-        let a = allowed(&t, IsLevel::Sequence, 1e-4);
-        assert_eq!(a.cap, None);
-        assert_eq!(a.band, Some((0.3, 0.6, 1.9, 2.5, 2)));
-        // the token level sees raw 1 everywhere there: nothing fits
-        let a = allowed(&t, IsLevel::Token, 1e-4);
-        assert_eq!((a.cap, a.band), (None, None));
-        // a zeroed token inside the kept range is no band
-        let t = toks(IsLevel::Token, &[(0.0, 1.0), (0.6, 0.6), (1.9, 1.9)]);
-        assert_eq!(allowed(&t, IsLevel::Token, 1e-4).band, None);
-    }
 }
