@@ -49,7 +49,8 @@ pub enum IsBound {
         /// The upper threshold.
         cap: f64,
     },
-    /// IcePop: `raw` inside `[lo, hi]`, 0 outside.
+    /// IcePop: `raw` inside `[lo, hi]`, 0 outside (`lo` 0 / `hi` infinite: a bound no
+    /// token was seen beyond, when read off data).
     Band {
         /// Lower threshold (inclusive).
         lo: f64,
@@ -113,6 +114,14 @@ impl RolloutIs {
         match self.bound {
             IsBound::Cap { cap } if cap.is_infinite() => format!("{level} TIS, no cap reached"),
             IsBound::Cap { cap } => format!("{level} TIS cap {}", crate::fmt::num(cap)),
+            IsBound::Band { lo, hi } if lo <= 0.0 => format!(
+                "{level} IcePop band up to {} (no token below a lower bound)",
+                crate::fmt::num(hi)
+            ),
+            IsBound::Band { lo, hi } if hi.is_infinite() => format!(
+                "{level} IcePop band from {} (no token above an upper bound)",
+                crate::fmt::num(lo)
+            ),
             IsBound::Band { lo, hi } => format!(
                 "{level} IcePop band {}–{}",
                 crate::fmt::num(lo),
@@ -131,6 +140,12 @@ impl RolloutIs {
         match self.bound {
             IsBound::Cap { cap } if cap.is_infinite() => format!("{raw} (no cap reached)"),
             IsBound::Cap { cap } => format!("min({raw}, {})", crate::fmt::num(cap)),
+            IsBound::Band { lo, hi } if lo <= 0.0 => {
+                format!("{raw} where ≤ {}, else 0", crate::fmt::num(hi))
+            }
+            IsBound::Band { lo, hi } if hi.is_infinite() => {
+                format!("{raw} where ≥ {}, else 0", crate::fmt::num(lo))
+            }
             IsBound::Band { lo, hi } => format!(
                 "{raw} inside [{}, {}], else 0",
                 crate::fmt::num(lo),

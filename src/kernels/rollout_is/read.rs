@@ -68,7 +68,10 @@ fn allowed(toks: &[IsToken], level: IsLevel, rel: f64) -> Allowed {
         }
     }
     let cap = cap.filter(|c| c.0 <= c.1);
-    let band = if band_ok && !zeroed.is_empty() {
+    // a cell whose tokens all keep their raw weight fits any band holding them (0 zeroed)
+    let band = if band_ok && zeroed.is_empty() {
+        (kmin <= kmax).then_some((0.0, kmin, kmax, f64::INFINITY, 0))
+    } else if band_ok {
         let below = zeroed
             .iter()
             .filter(|r| **r < kmin)
@@ -85,9 +88,26 @@ fn allowed(toks: &[IsToken], level: IsLevel, rel: f64) -> Allowed {
     Allowed { cap, band }
 }
 
+/// The threshold in `[a, b]` a config most likely holds: the first of the 1–2–5 series
+/// (…, 0.5, 1, 2, 5, 10, …) inside, else the simplest decimal ([`simplest_decimal`]).
+fn simplest(a: f64, b: f64) -> f64 {
+    if a > 0.0 && b.is_finite() {
+        let e = a.log10().floor() as i32;
+        for k in e..=e + 1 {
+            for m in [1.0, 2.0, 5.0] {
+                let c = format!("{}e{k}", m).parse::<f64>().unwrap_or(f64::NAN);
+                if c >= a && c <= b {
+                    return c;
+                }
+            }
+        }
+    }
+    simplest_decimal(a, b)
+}
+
 /// The simplest decimal (fewest significant digits) in `[a, b]` (`a ≤ b`, `b` may be
 /// infinite: then the simplest at or above `a`).
-fn simplest(a: f64, b: f64) -> f64 {
+fn simplest_decimal(a: f64, b: f64) -> f64 {
     if !(a > 0.0) {
         return if b >= 1.0 { 1.0 } else { b };
     }
@@ -202,11 +222,21 @@ pub fn read_off(cells: &[(Vec<IsToken>, f64)]) -> Vec<(RolloutIs, String, usize)
             let hi_a = bands.iter().fold(0.0f64, |a, b| a.max(b.2));
             let hi_b = bands.iter().fold(f64::INFINITY, |a, b| a.min(b.3));
             let zeroed: usize = bands.iter().map(|b| b.4).sum();
-            if lo_a < lo_b && hi_a < hi_b {
+            if zeroed > 0 && lo_a < lo_b && hi_a < hi_b {
                 // open ends: lo above the highest zeroed-below raw, hi below the
                 // lowest zeroed-above
-                let lo = simplest(lo_a * (1.0 + 1e-9) + f64::MIN_POSITIVE, lo_b);
-                let hi = simplest(hi_a, hi_b * (1.0 - 1e-9));
+                // a bound no zeroed token shows is not read: 0 / infinite (no token
+                // beyond it)
+                let lo = if lo_a > 0.0 {
+                    simplest(lo_a * (1.0 + 1e-9), lo_b)
+                } else {
+                    0.0
+                };
+                let hi = if hi_b.is_finite() {
+                    simplest(hi_a, hi_b * (1.0 - 1e-9))
+                } else {
+                    f64::INFINITY
+                };
                 let is = RolloutIs {
                     level,
                     bound: IsBound::Band { lo, hi },
@@ -357,6 +387,9 @@ mod tests {
         assert_eq!(simplest(1.4999, 1.5001), 1.5);
         assert_eq!(simplest(0.2, 0.2), 0.2);
         assert_eq!(simplest(7.0, 12.0), 10.0);
+        // the 1–2–5 series before other one-digit numbers: [3.126, 6.2) holds 5, not 4
+        assert_eq!(simplest(3.126, 6.2), 5.0);
+        assert_eq!(simplest(2.6, 2.9), 2.6);
     }
 
     fn toks(level: IsLevel, list: &[(f64, f64)]) -> Vec<IsToken> {
