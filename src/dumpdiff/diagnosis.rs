@@ -65,8 +65,8 @@ fn weighted(cell: Option<&Cell>) -> Option<String> {
             .then_some(x.origin_a.from.as_str())
     })?;
     const KEY: &str = "importance weights, ";
-    // "(the weaver's importance weights, <scheme>, from its own rollout_log_probs)";
-    // verl's token TIS: "(the weaver's truncated importance weights, from …)"
+    // "(the weaver's importance weights, <scheme>, from its own rollout_log_probs)",
+    // "(the weaver's truncated importance weights, TIS cap 2, from …)"
     let scheme = origin.find(KEY).and_then(|i| {
         let rest = &origin[i + KEY.len()..];
         rest.find(", from")
@@ -74,6 +74,19 @@ fn weighted(cell: Option<&Cell>) -> Option<String> {
             .map(|e| rest[..e].to_string())
     });
     Some(scheme.unwrap_or_else(|| "TIS".into()))
+}
+
+/// Whether the `is_loss` cell left the per-token loss uncompared because the other side's
+/// carries per-token weights it does not dump (importance weights whose rollout
+/// log-probs are not dumped, [`super::sections`]' "cannot judge which side is wrong").
+fn unseen_weights(cell: Option<&Cell>) -> bool {
+    cell.is_some_and(|c| {
+        c.comparisons.iter().any(|x| {
+            x.name == "is_loss.elementwise_loss"
+                && x.verdict == Verdict::Skipped
+                && x.reason.contains("a per-token weight it does not dump")
+        })
+    })
 }
 
 /// Whether the `is_loss` cell compared any per-token intermediate (a comparison judged,
@@ -184,6 +197,15 @@ pub fn diagnose(
                          intermediate matches once the weaver's importance weights are \
                          applied: an importance weight ({scheme}, against rollout_log_probs on \
                          the weaver's side only)"
+                    )
+                }
+                (Some(x), Some(y)) if unseen_weights(is_loss) => {
+                    let (px, py) = distinct(x, y);
+                    format!(
+                        "the pg term differs (pg_loss {px} vs {py}) and the weaver's \
+                         elementwise_loss carries per-token weights it does not dump: an \
+                         importance weight (against rollout log-probs not dumped) is the \
+                         likely cause, which side is wrong cannot be judged"
                     )
                 }
                 (Some(x), Some(y)) if compared_per_token(is_loss) => {

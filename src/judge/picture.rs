@@ -173,7 +173,7 @@ pub(super) fn policy_candidates(base: &LossConfig, weights: &[RolloutIs]) -> Vec
 }
 
 /// The importance-weight schemes to try on `cells` under `base` (verl's token TIS cap 2
-/// last, as before any was read off the data), each with the evidence that proposes it
+/// first: on a tie it is the one named), each with the evidence that proposes it
 /// (empty for the default); none when no cell dumps the rollout engine's log-probs.
 pub(super) fn weight_schemes(
     cells: &[super::cell::Cell],
@@ -195,10 +195,10 @@ pub(super) fn weight_schemes(
     );
     let mut out = rollout_is::propose(cells, &policies)?;
     out.truncate(6);
+    // verl's default first: on a tie (no token above 2) it is the one named
     let default = RolloutIs::token_cap(2.0);
-    if !out.iter().any(|(x, _)| *x == default) {
-        out.push((default, String::new()));
-    }
+    out.retain(|(x, _)| *x != default);
+    out.insert(0, (default, String::new()));
     Ok(out)
 }
 

@@ -195,13 +195,17 @@ pub(super) fn tis_fit(b_is: &Tensors<'_>, a_loss: Option<&Record>, plain: usize)
     let mut best: Option<(usize, ElemLoss, RolloutIs, Vec<f64>)> = None;
     for conv in candidates(a_loss) {
         let ours: Vec<f64> = (0..rows * width).map(|i| conv.of(rv2[i], av[i])).collect();
-        let mut schemes: Vec<RolloutIs> = read::tokens_of(&ev, &ours, &ov, &rv, &m, rows, width)
+        // verl's default first (named on a tie), then what the factors show
+        let mut schemes = vec![RolloutIs::token_cap(2.0)];
+        let read = read::tokens_of(&ev, &ours, &ov, &rv, &m, rows, width)
             .map(|t| read::read_off(&[(t, 1e-4)]))
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(is, _, _)| is)
-            .collect();
-        for cap in [2.0, 1.5, 3.0, 5.0, 10.0] {
+            .unwrap_or_default();
+        for (is, _, _) in read {
+            if !schemes.contains(&is) {
+                schemes.push(is);
+            }
+        }
+        for cap in [1.5, 3.0, 5.0, 10.0] {
             let is = RolloutIs::token_cap(cap);
             if !schemes.contains(&is) {
                 schemes.push(is);
@@ -272,7 +276,10 @@ impl Tis {
         use crate::kernels::rollout_is::{IsBound, IsLevel};
         match (self.is.level, self.is.bound) {
             (IsLevel::Token, IsBound::Cap { cap }) if cap.is_finite() => {
-                "truncated importance weights".into()
+                format!(
+                    "truncated importance weights, TIS cap {}",
+                    crate::fmt::num(cap)
+                )
             }
             _ => format!("importance weights, {}", self.is.words()),
         }

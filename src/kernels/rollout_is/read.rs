@@ -14,9 +14,6 @@
 
 use super::{raw_weights, IsBound, IsLevel, RolloutIs};
 
-/// verl's default `rollout_is_threshold` (`RolloutCorrectionConfig`, 2.0).
-const DEFAULT_CAP: f64 = 2.0;
-
 /// What one cell's tokens allow of one scheme: the thresholds' intervals.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Allowed {
@@ -184,12 +181,12 @@ pub fn read_off(cells: &[(Vec<IsToken>, f64)]) -> Vec<(RolloutIs, String, usize)
             let hi = caps.iter().fold(f64::INFINITY, |a, c| a.min(c.1));
             let sat: usize = caps.iter().map(|c| c.2).sum();
             if lo <= hi {
-                // no token saturates: verl's default cap 2 when the data allow it, else
-                // no cap reached (infinite: the raw weights)
-                let cap = match sat {
-                    0 if lo <= DEFAULT_CAP => DEFAULT_CAP,
-                    0 => f64::INFINITY,
-                    _ => simplest(lo.max(f64::MIN_POSITIVE), hi),
+                // no token saturates: no cap reached (infinite: the raw weights); the
+                // caller may try verl's default beside it
+                let cap = if sat > 0 {
+                    simplest(lo.max(f64::MIN_POSITIVE), hi)
+                } else {
+                    f64::INFINITY
                 };
                 let why = if sat > 0 {
                     format!(
