@@ -60,6 +60,6 @@ pub(super) fn propose(cells: &[Cell], policies: &[LossConfig]) -> Result<Vec<(Ro
             push(&mut out, is, why, n);
         }
     }
-    out.sort_by(|a, b| b.2.cmp(&a.2));
+    out.sort_by_key(|x| std::cmp::Reverse(x.2));
     Ok(out.into_iter().map(|(i, w, _)| (i, w)).collect())
 }

@@ -105,7 +105,7 @@ fn simplest(a: f64, b: f64) -> f64 {
 /// The simplest decimal (fewest significant digits) in `[a, b]` (`a ≤ b`, `b` may be
 /// infinite: then the simplest at or above `a`).
 fn simplest_decimal(a: f64, b: f64) -> f64 {
-    if !(a > 0.0) {
+    if a.is_nan() || a <= 0.0 {
         return if b >= 1.0 { 1.0 } else { b };
     }
     let top = if b.is_finite() { b } else { a };
@@ -250,7 +250,7 @@ pub fn read_off(cells: &[(Vec<IsToken>, f64)]) -> Vec<(RolloutIs, String, usize)
             }
         }
     }
-    out.sort_by(|a, b| b.2.cmp(&a.2));
+    out.sort_by_key(|x| std::cmp::Reverse(x.2));
     out
 }
 
@@ -289,7 +289,7 @@ pub fn unseen_shape(
     let same = |a: f64, b: f64| (a - b).abs() <= rel * a.abs().max(b.abs());
     let mut per_row: Vec<Vec<f64>> = vec![Vec::new(); rows];
     let mut zeroed = 0usize;
-    for row in 0..rows {
+    for (row, factors) in per_row.iter_mut().enumerate() {
         for p in 0..width {
             let i = row * width + p;
             if i >= dumped.len() || i >= ours.len() || i >= mask.len() || mask[i] == 0.0 {
@@ -302,7 +302,7 @@ pub fn unseen_shape(
             if f == 0.0 {
                 zeroed += 1;
             }
-            per_row[row].push(f);
+            factors.push(f);
         }
     }
     let rows_seen: Vec<&Vec<f64>> = per_row.iter().filter(|r| !r.is_empty()).collect();
