@@ -201,11 +201,14 @@ pub fn diagnose(
                 }
                 (Some(x), Some(y)) if unseen_weights(is_loss) => {
                     let (px, py) = distinct(x, y);
+                    // every other per-token intermediate matches: the weights, or the
+                    // aggregation, or both — the per-token loss cannot tell
                     format!(
-                        "the pg term differs (pg_loss {px} vs {py}) and the weaver's \
+                        "the pg term differs (pg_loss {px} vs {py}) while every per-token \
+                         intermediate but the elementwise loss matches, and the weaver's \
                          elementwise_loss carries per-token weights it does not dump: an \
-                         importance weight (against rollout log-probs not dumped) is the \
-                         likely cause, which side is wrong cannot be judged"
+                         importance weight (against rollout log-probs not dumped) or the \
+                         aggregation differs; which side is wrong cannot be judged"
                     )
                 }
                 (Some(x), Some(y)) if compared_per_token(is_loss) => {
