@@ -160,7 +160,7 @@ impl Tis {
                 crate::fmt::num(cap)
             ),
             _ => format!(
-                "{} importance sampling ({})",
+                "importance weights ({}: {})",
                 self.is.words(),
                 self.is
                     .formula()
