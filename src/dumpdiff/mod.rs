@@ -534,11 +534,13 @@ fn compare(
     scaled_loss::rescaled_coefficients(&mut coefficients, &scales);
     // a side's loss holding a term nothing states (its totals not scaled either, and
     // the judge's own picture of the side — scale, coefficients — not explaining them)
-    if let Some((_, why)) = unstated.filter(|(role, _)| {
+    if let Some((role, why)) = unstated.filter(|(role, _)| {
         !scales.iter().any(|s| s.scaled && s.role == *role)
             && picture.as_ref().is_none_or(|p| !p.scaled && p.unexplained)
     }) {
         cell_conventions::unstated_cells(&mut sections, &mut diagnosis, &why);
+        // its coefficient line says why it has no value (not "unknown")
+        conventions::unstated_coefficient(&mut coefficients, role, &why);
     }
     adjudication.retain(|a| !passed.contains(&(a.rank, a.micro)));
     diagnosis.retain(|d| {

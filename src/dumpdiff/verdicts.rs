@@ -307,7 +307,8 @@ pub(super) fn adjudicate(
 
 /// The pg-term conventions the two sides' own cells settle differently — aggregation,
 /// ratio level, clip bounds — each side's taken from the judge's picture of it when its
-/// pg term follows on most of its cells (a total an unstated term moves still counts): a
+/// pg term follows on most of its cells (a total an unstated term moves still counts), the
+/// policy only when both sides' cells settled one (not the preset's): a
 /// cause the diagnosis of single cells cannot see (NexRL's `seq-mean-token-sum` is verl's
 /// `seq-mean-token-mean`, `core_algos.py` `agg_loss`, nex-agi/NexRL@6860191).
 fn own_conventions_differ<T>(judged: &[(&str, JudgedSide<T>)]) -> Option<String> {
@@ -318,9 +319,15 @@ fn own_conventions_differ<T>(judged: &[(&str, JudgedSide<T>)]) -> Option<String>
             .find(|(x, _)| *x == role)
             .and_then(|(x, j)| Some((x, j.as_ref().ok()?)))?;
         let follows = every.iter().filter(|v| pg_follows(v)).count();
-        (follows * 2 > every.len()).then_some(&r.cfg)
+        // the policy (ratio level, clip) counts only where the side's own cells settled
+        // it: a preset's token ratio can pass cells that never test it
+        let policy = r
+            .conventions
+            .iter()
+            .any(|c| c.name == "policy" && c.source != crate::judge::infer::Source::Preset);
+        (follows * 2 > every.len()).then_some((&r.cfg, policy))
     };
-    let (a, b) = (picture("self-hosted")?, picture("weaver")?);
+    let ((a, pa), (b, pb)) = (picture("self-hosted")?, picture("weaver")?);
     let level = |l: RatioLevel| match l {
         RatioLevel::Token => "token",
         RatioLevel::Sequence | RatioLevel::GspoToken => "sequence (GSPO)",
@@ -333,14 +340,14 @@ fn own_conventions_differ<T>(judged: &[(&str, JudgedSide<T>)]) -> Option<String>
             b.agg.name()
         ));
     }
-    if level(a.ratio_level) != level(b.ratio_level) {
+    if pa && pb && level(a.ratio_level) != level(b.ratio_level) {
         parts.push(format!(
             "ratio level {} vs {}",
             level(a.ratio_level),
             level(b.ratio_level)
         ));
     }
-    if let (PolicyKind::Clip(x), PolicyKind::Clip(y)) = (a.policy, b.policy) {
+    if let (PolicyKind::Clip(x), PolicyKind::Clip(y), true) = (a.policy, b.policy, pa && pb) {
         if (x.eps_low, x.eps_high) != (y.eps_low, y.eps_high) {
             parts.push(format!(
                 "clip bound {}/{} vs {}/{}",
@@ -368,12 +375,21 @@ type JudgedSide<T> = std::result::Result<
     String,
 >;
 
-/// Whether a verdict's pg term and intermediates follow its inputs (its total may not).
+/// Whether a verdict's pg term and intermediates follow its inputs (its total may not): a
+/// consistent cell, or one the judge cannot judge only for its total (an unstated term).
+/// A total-only cell without coefficients (undetermined) is no evidence of its conventions.
 fn pg_follows(v: &crate::judge::Verdict) -> bool {
-    v.first_divergence.is_none()
-        && v.checks
-            .iter()
-            .all(|k| k.ok || !(k.name == "pg_loss" || k.name.ends_with(".pg_loss")))
+    use crate::judge::Status;
+    match v.status {
+        Status::Consistent => true,
+        Status::CannotJudge => {
+            v.first_divergence.is_none()
+                && v.checks
+                    .iter()
+                    .all(|k| k.ok || !(k.name == "pg_loss" || k.name.ends_with(".pg_loss")))
+        }
+        _ => false,
+    }
 }
 
 /// What [`adjudicate`] settles: the verdicts of disagreeing cells, each side's scale on
