@@ -27,6 +27,7 @@ mod real_family;
 mod real_logs;
 mod real_weights;
 mod render;
+mod rollout_is;
 mod scenarios;
 mod scenarios_adjudication;
 mod scenarios_losscheck;

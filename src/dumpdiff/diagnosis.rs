@@ -55,12 +55,36 @@ fn failing_intermediate(cell: Option<&Cell>) -> Option<&'static str> {
     .map(|(_, what)| what)
 }
 
-/// Whether the `is_loss` cell derived the reference's per-token loss with the other
-/// side's truncated importance weights (read from its own rollout log-probs).
-fn weighted(cell: Option<&Cell>) -> bool {
+/// The importance weights of the other side (read from its own rollout log-probs) the
+/// `is_loss` cell derived the reference's per-token loss with, in words: `TIS` for verl's
+/// token-level truncated weights, else the scheme its origin names (`sequence-level TIS
+/// cap 5`, `token IcePop band 0.5–2`; verl 0.9.1 `compute_rollout_correction_weights`).
+fn weighted(cell: Option<&Cell>) -> Option<String> {
+    let origin = cell?.comparisons.iter().find_map(|x| {
+        (x.name == "is_loss.elementwise_loss" && x.origin_a.from.contains("rollout_log_probs"))
+            .then_some(x.origin_a.from.as_str())
+    })?;
+    const KEY: &str = "importance weights, ";
+    // "(the weaver's importance weights, <scheme>, from its own rollout_log_probs)",
+    // "(the weaver's truncated importance weights, TIS cap 2, from …)"
+    let scheme = origin.find(KEY).and_then(|i| {
+        let rest = &origin[i + KEY.len()..];
+        rest.find(", from")
+            .filter(|&e| e > 0)
+            .map(|e| rest[..e].to_string())
+    });
+    Some(scheme.unwrap_or_else(|| "TIS".into()))
+}
+
+/// Whether the `is_loss` cell left the per-token loss uncompared because the other side's
+/// carries per-token weights it does not dump (importance weights whose rollout
+/// log-probs are not dumped, [`super::sections`]' "cannot judge which side is wrong").
+fn unseen_weights(cell: Option<&Cell>) -> bool {
     cell.is_some_and(|c| {
         c.comparisons.iter().any(|x| {
-            x.name == "is_loss.elementwise_loss" && x.origin_a.from.contains("rollout_log_probs")
+            x.name == "is_loss.elementwise_loss"
+                && x.verdict == Verdict::Skipped
+                && x.reason.contains("a per-token weight it does not dump")
         })
     })
 }
@@ -165,13 +189,26 @@ pub fn diagnose(
             },
             Some(x) => format!("the pg term differs, from {x}"),
             None => match (a.pg_loss, b.pg_loss) {
-                (Some(x), Some(y)) if weighted(is_loss) => {
+                (Some(x), Some(y)) if weighted(is_loss).is_some() => {
                     let (px, py) = distinct(x, y);
+                    let scheme = weighted(is_loss).unwrap_or_default();
                     format!(
                         "the pg term differs (pg_loss {px} vs {py}) while every per-token \
-                         intermediate matches once the weaver's truncated importance weights \
-                         are applied: an importance weight (TIS against rollout_log_probs on \
+                         intermediate matches once the weaver's importance weights are \
+                         applied: an importance weight ({scheme}, against rollout_log_probs on \
                          the weaver's side only)"
+                    )
+                }
+                (Some(x), Some(y)) if unseen_weights(is_loss) => {
+                    let (px, py) = distinct(x, y);
+                    // every other per-token intermediate matches: the weights, or the
+                    // aggregation, or both — the per-token loss cannot tell
+                    format!(
+                        "the pg term differs (pg_loss {px} vs {py}) while every per-token \
+                         intermediate but the elementwise loss matches, and the weaver's \
+                         elementwise_loss carries per-token weights it does not dump: an \
+                         importance weight (against rollout log-probs not dumped) or the \
+                         aggregation differs; which side is wrong cannot be judged"
                     )
                 }
                 (Some(x), Some(y)) if compared_per_token(is_loss) => {

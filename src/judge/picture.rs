@@ -3,6 +3,10 @@
 //! of NexRL's whole-batch `old_log_probs` is settled from the data, and a side whose cells
 //! mostly do not follow under the conventions found is "cannot judge", not wrong.
 
+mod rollout_is;
+
+pub(super) use crate::kernels::rollout_is::read::unseen_shape;
+
 use crate::error::Result;
 use crate::judge::infer::{
     inputs_with_advantages, pg_fit, prep_each, resolve, Convention, Prep, Resolved, Source, KL_TERM,
@@ -14,6 +18,7 @@ use crate::judge::{CellId, Status, StepCheck, Tolerance, Verdict};
 use crate::kernels::config::{LossConfig, PolicyKind, RatioLevel};
 use crate::kernels::loss::LossInputs;
 use crate::kernels::policy_loss::ClipParams;
+use crate::kernels::rollout_is::{IsBound, IsLevel, RolloutIs};
 use crate::producers::layout::DumpTree;
 
 /// The self-hosted step with its `old_log_probs` row order settled from the data, and that
@@ -156,15 +161,15 @@ pub fn doubtful_coefficients(verdicts: &mut [Verdict], conventions: &[Convention
 /// 3.0, NexRL's default: `fsdp_actor.py` reads `clip_ratio_c` with 3.0; also 2.0, a
 /// tighter setting seen in configs), at token level and
 /// at GSPO's sequence level (verl `compute_policy_loss_gspo`, whose own bounds are 3e-4/4e-4).
-pub(super) fn policy_candidates(base: &LossConfig, rollout: bool) -> Vec<LossConfig> {
+/// Each is also tried with every importance-weight scheme of `weights` (the rollout
+/// engine's log-probs dumped: the schemes [`rollout_is::propose`] reads off the
+/// data, and verl's default token TIS cap 2) when `base` has none.
+pub(super) fn policy_candidates(base: &LossConfig, weights: &[RolloutIs]) -> Vec<LossConfig> {
     let mut out = Vec::new();
-    // with the rollout engine's log-probs dumped, verl's truncated importance sampling
-    // (token level, its default cap 2) is tried on each policy too
-    let caps: &[Option<f64>] = if rollout && base.rollout_is.is_none() {
-        &[None, Some(2.0)]
-    } else {
-        &[None]
-    };
+    let mut caps: Vec<Option<RolloutIs>> = vec![None];
+    if base.rollout_is.is_none() {
+        caps.extend(weights.iter().copied().map(Some));
+    }
     let bounds = [(0.2, 0.2), (0.2, 0.28), (3e-4, 4e-4)];
     for level in [RatioLevel::Token, RatioLevel::GspoToken] {
         for (lo, hi) in bounds {
@@ -191,6 +196,36 @@ pub(super) fn policy_candidates(base: &LossConfig, rollout: bool) -> Vec<LossCon
         }
     }
     out
+}
+
+/// The importance-weight schemes to try on `cells` under `base` (verl's token TIS cap 2
+/// first: on a tie it is the one named), each with the evidence that proposes it
+/// (empty for the default); none when no cell dumps the rollout engine's log-probs.
+pub(super) fn weight_schemes(
+    cells: &[super::cell::Cell],
+    base: &LossConfig,
+) -> Result<Vec<(RolloutIs, String)>> {
+    if !cells
+        .iter()
+        .any(|c| c.inputs.rollout_log_probs.is_some() && c.inputs.old_log_probs.is_some())
+    {
+        return Ok(Vec::new());
+    }
+    let mut plain = base.clone();
+    plain.rollout_is = None;
+    let mut policies = vec![plain.clone()];
+    policies.extend(
+        policy_candidates(&plain, &[])
+            .into_iter()
+            .filter(|c| c.rollout_is.is_none()),
+    );
+    let mut out = rollout_is::propose(cells, &policies)?;
+    out.truncate(6);
+    // verl's default first: on a tie (no token above 2) it is the one named
+    let default = RolloutIs::token_cap(2.0);
+    out.retain(|(x, _)| *x != default);
+    out.insert(0, (default, String::new()));
+    Ok(out)
 }
 
 /// A ratio level in words.
@@ -224,9 +259,9 @@ pub(super) fn clip_words(cfg: &LossConfig) -> String {
 pub(super) fn policy_words(cfg: &LossConfig) -> String {
     let level = level_words(cfg.ratio_level);
     let tis = match cfg.rollout_is {
-        Some(cap) => format!(
-            ", importance weights against rollout_log_probs (TIS, cap {})",
-            crate::fmt::num(cap)
+        Some(is) => format!(
+            ", importance weights against rollout_log_probs ({})",
+            weight_words(&is)
         ),
         None => String::new(),
     };
@@ -235,6 +270,17 @@ pub(super) fn policy_words(cfg: &LossConfig) -> String {
         PolicyKind::Clip(_) => format!("{}, {level}", clip_words(cfg)),
     };
     words + &tis
+}
+
+/// An importance-weight scheme in words: verl's default kind as before (`TIS, cap 2`),
+/// the others by [`RolloutIs::words`].
+pub(super) fn weight_words(is: &RolloutIs) -> String {
+    match (is.level, is.bound) {
+        (IsLevel::Token, IsBound::Cap { cap }) if cap.is_finite() => {
+            format!("TIS, cap {}", crate::fmt::num(cap))
+        }
+        _ => is.words(),
+    }
 }
 
 /// Check before judging, for the policy loss: when the settled conventions leave some of
@@ -267,15 +313,17 @@ pub(crate) fn search_policy(
     if flagged || cells.is_empty() {
         return Ok(None);
     }
-    let rollout = check
-        .gather(cells[0].0, cells[0].1)?
-        .inputs
-        .rollout_log_probs
-        .is_some();
+    // the importance weights the cells' own values allow (verl's rollout correction)
+    let gathered: Vec<super::cell::Cell> = cells
+        .iter()
+        .map(|(r, m)| check.gather(*r, *m))
+        .collect::<Result<_>>()?;
+    let schemes = weight_schemes(&gathered, &resolved.cfg)?;
+    let weights: Vec<RolloutIs> = schemes.iter().map(|(x, _)| *x).collect();
     let own = [(resolved.cfg.advantage.eps, None)];
     let eps = if eps.is_empty() { &own[..] } else { eps };
     // each policy under each epsilon (index `k` of `eps` for candidate `i·eps.len() + k`)
-    let candidates: Vec<LossConfig> = policy_candidates(&resolved.cfg, rollout)
+    let candidates: Vec<LossConfig> = policy_candidates(&resolved.cfg, &weights)
         .into_iter()
         .flat_map(|c| {
             eps.iter().map(move |(e, _)| {
@@ -291,8 +339,7 @@ pub(crate) fn search_policy(
     let mut with_pg = 0;
     // the levels the side's own dumped ratios show (sequence-shaped rows, varying rows)
     let mut shapes = (0usize, 0usize);
-    for (r, m) in cells {
-        let cell = check.gather(*r, *m)?;
+    for cell in gathered {
         match ratio_shape(&cell) {
             Some(true) => shapes.0 += 1,
             Some(false) => shapes.1 += 1,
@@ -346,6 +393,23 @@ pub(crate) fn search_policy(
         let mut conv = Convention::new("policy", policy_words(&r.cfg), None, Source::Inferred);
         conv.explained = Some(f.0);
         conv.cells = Some(with_pg);
+        // the weights read off the data, with the evidence that chose them
+        let read = r
+            .cfg
+            .rollout_is
+            .filter(|_| resolved.cfg.rollout_is.is_none())
+            .and_then(|is| schemes.iter().find(|(x, _)| *x == is));
+        if let Some((is, why)) = read {
+            let value = if why.is_empty() {
+                format!("{} (verl's default)", is.words())
+            } else {
+                format!("{} ({why})", is.words())
+            };
+            let mut w = Convention::new("rollout_is", value, None, Source::Inferred);
+            w.explained = Some(f.0);
+            w.cells = Some(with_pg);
+            r.conventions.insert(0, w);
+        }
         r.conventions.insert(0, conv);
         (r, f)
     }))

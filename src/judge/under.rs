@@ -55,7 +55,7 @@ pub(super) fn judge_under(
             return Ok(w);
         }
         let base = &resolved.cfg;
-        for cfg in super::picture::policy_candidates(base, false) {
+        for cfg in super::picture::policy_candidates(base, &[]) {
             let w = judge(cell, &cfg, tol, unc)?;
             if let Some(mut w) = unseen_weights(cell, &cfg, &w, tol)? {
                 w.notes.insert(
@@ -70,7 +70,7 @@ pub(super) fn judge_under(
         }
         // weights other than the token-level TIS its dumped rollout log-probs give (another
         // cap, an IcePop band, sequence-level weights): judged against the unweighted loss
-        if let Some(cap) = base
+        if let Some(is) = base
             .rollout_is
             .filter(|_| cell.inputs.rollout_log_probs.is_some())
         {
@@ -81,10 +81,11 @@ pub(super) fn judge_under(
                 w.notes.insert(
                     1,
                     format!(
-                        "the truncated importance weights of its dumped rollout_log_probs \
-                         (min(exp(old − rollout), {})) do not give them: another cap, an \
-                         IcePop band or sequence-level weights?",
-                        crate::fmt::num(cap)
+                        "the step's importance weights of its dumped rollout_log_probs \
+                         ({}: {}) do not give them, nor any cap, IcePop band or \
+                         sequence-level weight its own values allow",
+                        is.words(),
+                        is.formula()
                     ),
                 );
                 return Ok(w);
@@ -138,9 +139,13 @@ fn own_policy(
     tol: &Tolerance,
 ) -> Result<Verdict> {
     let base = &resolved.cfg;
-    let rollout = cell.inputs.rollout_log_probs.is_some();
+    // the importance weights this cell's own values allow (its dumped rollout log-probs)
+    let weights: Vec<_> = super::picture::weight_schemes(std::slice::from_ref(cell), base)?
+        .into_iter()
+        .map(|(w, _)| w)
+        .collect();
     // the candidates that change the fewest things first
-    let mut candidates = super::picture::policy_candidates(base, rollout);
+    let mut candidates = super::picture::policy_candidates(base, &weights);
     candidates.sort_by_key(|c| {
         usize::from(c.ratio_level != base.ratio_level)
             + usize::from(c.policy != base.policy)
@@ -166,8 +171,8 @@ fn own_policy(
                 super::picture::clip_words(base)
             ));
         }
-        if cfg.rollout_is != base.rollout_is {
-            what.push("importance weights of its own".into());
+        if let Some(is) = cfg.rollout_is.filter(|_| cfg.rollout_is != base.rollout_is) {
+            what.push(format!("importance weights of its own: {}", is.words()));
         }
         w.notes.push(format!(
             "consistent with its own inputs under {}, not the step's convention ({}): this cell computes its policy loss otherwise",
@@ -262,7 +267,8 @@ fn unseen_weights(
             continue;
         }
         let f = d / o;
-        if !(0.0..=MAX_WEIGHT).contains(&f) {
+        // 0: an IcePop band zeroes the token; MAX_WEIGHT to f32: a cap of 10 reached
+        if !(0.0..=MAX_WEIGHT * (1.0 + 1e-5)).contains(&f) {
             return Ok(None);
         }
         lo = lo.min(f);
@@ -315,6 +321,10 @@ fn unseen_weights(
     let Some(mode) = modes.into_iter().find(|m| follows(*m)) else {
         return Ok(None);
     };
+    // the factors' shape: one per row, zeros, a shared largest one
+    let shape = super::picture::unseen_shape(dumped, &ours, &m, b, t)
+        .map(|s| format!("; the factors' shape: {s}"))
+        .unwrap_or_default();
     let mut v = v.clone();
     v.status = Status::CannotJudge;
     v.notes.insert(
@@ -324,8 +334,8 @@ fn unseen_weights(
              elementwise_loss is the recomputed one times a factor between {} and {}, and its \
              pg term is the {} of that elementwise_loss — per-token weights the dump does not \
              hold (truncated importance sampling against rollout log-probs not dumped, or an \
-             IcePop mask); tried: the step's conventions and each real producer's clip bound \
-             and ratio level",
+             IcePop mask){shape}; tried: the step's conventions and each real producer's clip \
+             bound and ratio level",
             m.iter().filter(|x| **x != 0.0).count(),
             crate::fmt::num(lo),
             crate::fmt::num(hi),

@@ -116,15 +116,15 @@ pub struct LossConfig {
     /// written when one).
     #[serde(skip_serializing_if = "LossScale::is_one")]
     pub loss_scale: LossScale,
-    /// Truncated importance sampling against the rollout engine's log-probs, token level,
-    /// with this cap: per token `w = min(exp(clamp(old − rollout, ±20)) · mask, cap)`
-    /// multiplies the pg loss element before aggregation (verl 0.9.1
-    /// `rollout_corr_helper.py` `compute_rollout_correction_weights(rollout_is="token",
-    /// rollout_is_threshold=cap)`, applied as `pg_losses * rollout_is_weights` in
-    /// `core_algos.py` `compute_policy_loss_vanilla`/`_gspo`). Needs
-    /// [`LossInputs::rollout_log_probs`]. `None` in every preset.
+    /// Importance weights against the rollout engine's log-probs (verl 0.9.1
+    /// `rollout_corr_helper.py` `compute_rollout_correction_weights`: token-level TIS
+    /// `min(exp(clamp(old − rollout, ±20)) · mask, cap)`, an IcePop band, or one weight per
+    /// row; [`super::rollout_is`]) multiplying the pg loss element before aggregation
+    /// (`pg_losses * rollout_is_weights` in `core_algos.py`
+    /// `compute_policy_loss_vanilla`/`_gspo`). Needs [`LossInputs::rollout_log_probs`].
+    /// `None` in every preset.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub rollout_is: Option<f64>,
+    pub rollout_is: Option<super::rollout_is::RolloutIs>,
 }
 
 /// Dumped inputs of one micro-batch. `log_probs`, `old_log_probs`, `ref_log_probs`,

@@ -15,7 +15,7 @@ use super::kl::kl;
 use super::metrics::{nexrl_metrics, trl_clip_fractions, verl_clip_fractions, verl_ppo_kl};
 use super::policy_loss::{importance_sampling, ppo_clip};
 use super::ratio::{gspo_token_ratio, sequence_ratio, token_log_ratio};
-use super::{clamp_torch, dims2, same_shape, to_f64, KResult, KernelError};
+use super::{clamp_torch, dims2, same_shape, to_f64, to_f64_vec, KResult, KernelError};
 
 /// The shared types, where callers have always found them (defined in [`super::config`]).
 pub use super::config::{
@@ -122,15 +122,23 @@ fn run(p: &Prepared, cfg: &LossConfig) -> KResult<LossOutput> {
         }
         PolicyKind::ImportanceSampling => importance_sampling(&ratio, &p.adv)?,
     };
-    if let Some(cap) = cfg.rollout_is {
-        // verl's token-level TIS weights (see `LossConfig::rollout_is`), no gradient
+    if let Some(is) = cfg.rollout_is {
+        // verl's rollout-correction weights (see `LossConfig::rollout_is`), no gradient
         let rollout = p.rollout.as_ref().ok_or_else(|| {
             KernelError::Invalid(
                 "importance weights need rollout_log_probs, which the inputs lack".into(),
             )
         })?;
-        let d = clamp_torch(&(&p.old - rollout)?, Some(-20.0), Some(20.0))?;
-        let w = clamp_torch(&(d.exp()? * &p.mask)?, None, Some(cap))?.detach();
+        let (rows, width) = dims2("mask", &p.mask)?;
+        let w = is.weights(
+            &to_f64_vec(&p.old)?,
+            &to_f64_vec(rollout)?,
+            &to_f64_vec(&p.mask)?,
+            rows,
+            width,
+        );
+        let w =
+            Tensor::from_vec(w, (rows, width), per_token.device())?.to_dtype(per_token.dtype())?;
         per_token = (per_token * w)?;
     }
     let raw_log_ratio = if token_clamp.is_some() {
@@ -269,7 +277,7 @@ mod tests {
         };
         let mut cfg = preset("verl-vanilla").unwrap();
         cfg.agg = crate::kernels::aggregate::AggMode::TokenMean;
-        cfg.rollout_is = Some(2.0);
+        cfg.rollout_is = Some(crate::kernels::rollout_is::RolloutIs::token_cap(2.0));
         cfg.loss_scale = LossScale::RowsOver(8.0);
         let out = compute(&inputs, &cfg).unwrap();
         let mut want = 0.0;

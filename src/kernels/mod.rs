@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod policy_loss;
 pub mod presets;
 pub mod ratio;
+pub mod rollout_is;
 
 use candle_core::{DType, Device, Tensor};
 

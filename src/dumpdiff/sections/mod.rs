@@ -47,6 +47,7 @@ mod side;
 mod surrogate;
 #[cfg(test)]
 mod tests;
+mod tis;
 mod weights;
 
 pub use cells::*;
@@ -57,7 +58,6 @@ pub use ratio_chain::*;
 pub use rows::*;
 pub use side::*;
 pub use surrogate::{cannot_judge, settle_ratio_level, unattributed, SequenceAlt};
-use surrogate::{
-    elem_convention, name_clip_bound, own_convention, sequence_alt, tis_fit, ElemLoss, Tis,
-};
+use surrogate::{elem_convention, name_clip_bound, own_convention, sequence_alt, ElemLoss};
+use tis::{tis_fit, Tis};
 pub use weights::{totals_cannot_judge, Weights};

@@ -68,7 +68,7 @@ pub(super) fn elem_convention(b_is: &Tensors<'_>, a_loss: Option<&Record>) -> El
         return none;
     }
     // the elements `conv` reproduces, and whether every other one is `conv` times a
-    // weight-like factor in (0, 10] (a truncated importance weight)
+    // weight-like factor in [0, 10] (a truncated importance weight, an IcePop zero)
     let fit = |conv: ElemLoss| -> (usize, bool) {
         let (mut n, mut weight_like) = (0, true);
         for row in 0..el.rows {
@@ -79,7 +79,8 @@ pub(super) fn elem_convention(b_is: &Tensors<'_>, a_loss: Option<&Record>) -> El
                     n += 1;
                 } else {
                     let w = er[p] / want;
-                    weight_like &= want.abs() > 1e-12 && w > 0.0 && w <= 10.0;
+                    // 0: an IcePop band zeroes the token; 10 to f32: a cap of 10 reached
+                    weight_like &= want.abs() > 1e-12 && (0.0..=10.0 * (1.0 + 1e-5)).contains(&w);
                 }
             }
         }
@@ -140,125 +141,10 @@ impl ElemFit {
     }
 }
 
-/// verl's token-level truncated importance weights the other side applied to its
-/// per-token loss, read from its own dumped values: `min(exp(old_log_probs −
-/// rollout_log_probs), cap)` (verl `compute_rollout_correction_weights`, `token` level,
-/// `rollout_corr_helper.py`, volcengine/verl@cc62eca; cap 2 is its default
-/// `rollout_is_threshold`).
-pub(super) struct Tis {
-    /// The weights, the other side's rows and positions.
-    pub w: Mat,
-    /// The cap.
-    pub cap: f64,
-    /// The per-token loss convention they multiply.
-    pub conv: ElemLoss,
-}
-
-/// The [`Tis`] under which the other side's `elementwise_loss` is `conv(r, A) · w` on at
-/// least 90 % of its valid elements (to f32, 32 ulps: the weight is computed in f32) and
-/// on more of them than the convention alone (`plain`), when it dumps its
-/// `rollout_log_probs` and `old_log_probs`; caps 2 (verl's default), 1.5, 3, 5, 10 tried.
-pub(super) fn tis_fit(b_is: &Tensors<'_>, a_loss: Option<&Record>, plain: usize) -> Option<Tis> {
-    let get = |f: Field| b_is.mat(f);
-    let (r, a, el) = (
-        get(Field::ProbRatio)?,
-        get(Field::Advantages)?,
-        get(Field::ElementwiseLoss)?,
-    );
-    let (old, ro) = (get(Field::OldLogProbs)?, get(Field::RolloutLogProbs)?);
-    let dims = (el.rows, el.width);
-    if [&r, &a, &old, &ro]
-        .iter()
-        .any(|m| (m.rows, m.width) != dims)
-    {
-        return None;
-    }
-    let mask = get(Field::EffectiveMask);
-    let (ov, rv) = (old.values(), ro.values());
-    let weight = |i: usize, cap: f64| (ov[i] - rv[i]).exp().min(cap);
-    let (rows, width) = dims;
-    let valid: Vec<usize> = (0..rows)
-        .flat_map(|row| {
-            valid_positions(mask.as_deref(), rows, width, row)
-                .into_iter()
-                .map(move |p| row * width + p)
-        })
-        .collect();
-    let (rv2, av, ev) = (r.values(), a.values(), el.values());
-    let mut best: Option<(usize, ElemLoss, f64)> = None;
-    for conv in candidates(a_loss) {
-        for cap in [2.0, 1.5, 3.0, 5.0, 10.0] {
-            let n = valid
-                .iter()
-                .filter(|&&i| {
-                    let want = conv.of(rv2[i], av[i]) * weight(i, cap);
-                    (ev[i] - want).abs() <= 32.0 * 2f64.powi(-24) * want.abs().max(ev[i].abs())
-                })
-                .count();
-            if best.is_none_or(|(b, _, _)| n > b) {
-                best = Some((n, conv, cap));
-            }
-        }
-    }
-    let (n, conv, cap) = best?;
-    if n <= plain || n * 10 < valid.len() * 9 {
-        return None;
-    }
-    let w = (0..ov.len()).map(|i| weight(i, cap)).collect();
-    Some(Tis {
-        w: old.with_data(w, DType::F64),
-        cap,
-        conv,
-    })
-}
-
-impl Tis {
-    /// The reference's derived per-token loss `el` and its allowance times the weights of
-    /// the other side's row each reference row pairs with (`rows`), position by position.
-    pub(super) fn apply(&self, rows: &RowMatch, el: &Mat, allowed: &Mat) -> (Mat, Mat) {
-        let (mut x, mut e) = (el.values().into_owned(), allowed.values().into_owned());
-        let wv = self.w.values();
-        for &(ra, rb) in &rows.pairs {
-            for p in 0..el.width.min(self.w.width) {
-                let w = wv[rb * self.w.width + p];
-                if let (Some(xi), Some(ei)) =
-                    (x.get_mut(ra * el.width + p), e.get_mut(ra * el.width + p))
-                {
-                    *xi *= w;
-                    *ei *= w;
-                }
-            }
-        }
-        (
-            el.with_data(x, el.dtype),
-            allowed.with_data(e, allowed.dtype),
-        )
-    }
-
-    /// The weights in words, for a derived value's origin.
-    pub(super) fn words(&self) -> String {
-        format!(
-            " · min(exp(old_log_probs − rollout_log_probs), {}) (the weaver's truncated \
-             importance weights, from its own rollout_log_probs)",
-            crate::fmt::num(self.cap)
-        )
-    }
-
-    /// What a loss total's difference then comes from.
-    pub(super) fn why(&self) -> String {
-        format!(
-            "an importance weight: the weaver applies truncated importance sampling (TIS, \
-             min(exp(old − rollout_log_probs), {})) against its rollout log-probs, which the \
-             self-hosted side does not dump or apply",
-            crate::fmt::num(self.cap)
-        )
-    }
-}
-
 /// The per-token loss conventions tried, the plain loss first: PPO's clipped surrogate
 /// under the clip range the reference loss file echoes and the customary ones (0.2/0.2,
 /// DAPO's 0.2/0.28), each without and with dual clip 3.
-fn candidates(a_loss: Option<&Record>) -> Vec<ElemLoss> {
+pub(super) fn candidates(a_loss: Option<&Record>) -> Vec<ElemLoss> {
     let mut ranges = vec![clip_range(a_loss), (0.2, 0.2), (0.2, 0.28)];
     ranges.dedup();
     let mut out = vec![ElemLoss::Plain];
@@ -645,7 +531,12 @@ pub(super) fn own_level(
 
 /// The valid positions of row `row` of a `[rows, width]` matrix: the non-zero ones of
 /// `mask` (clipped to the width) when it has those rows, every position otherwise.
-fn valid_positions(mask: Option<&Mat>, rows: usize, width: usize, row: usize) -> Vec<usize> {
+pub(super) fn valid_positions(
+    mask: Option<&Mat>,
+    rows: usize,
+    width: usize,
+    row: usize,
+) -> Vec<usize> {
     match mask {
         Some(m) if m.rows == rows => m
             .nonzero(row)

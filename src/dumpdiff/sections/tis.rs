@@ -1,0 +1,175 @@
+//! The rollout-correction weights the weaver applies against its own dumped
+//! `rollout_log_probs` (verl 0.9.1 `rollout_corr_helper.py`
+//! `compute_rollout_correction_weights`: token or sequence level, TIS cap or IcePop band),
+//! read from its `is_loss_debug` values so that the self-hosted per-token loss is derived
+//! with them and a difference of totals is named "an importance weight".
+
+use super::surrogate::{candidates, valid_positions};
+use super::*;
+
+/// verl's rollout-correction weights the other side applied to its per-token loss, read
+/// from its own dumped values: token-level TIS `min(exp(old_log_probs −
+/// rollout_log_probs), cap)`, an IcePop band, or one weight per row (verl 0.9.1
+/// `rollout_corr_helper.py` `compute_rollout_correction_weights`,
+/// [`crate::kernels::rollout_is`]; cap 2 is its default `rollout_is_threshold`).
+pub(super) struct Tis {
+    /// The weights, the other side's rows and positions.
+    pub w: Mat,
+    /// The scheme.
+    pub is: crate::kernels::rollout_is::RolloutIs,
+    /// The per-token loss convention they multiply.
+    pub conv: ElemLoss,
+}
+
+/// The [`Tis`] under which the other side's `elementwise_loss` is `conv(r, A) · w` on at
+/// least 90 % of its valid elements (to f32, 32 ulps: the weight is computed in f32) and
+/// on more of them than the convention alone (`plain`), when it dumps its
+/// `rollout_log_probs` and `old_log_probs`: the schemes read off its own factors
+/// ([`crate::kernels::rollout_is::read::read_off`]: token or sequence level, TIS cap or
+/// IcePop band) and token TIS caps 2 (verl's default), 1.5, 3, 5, 10 tried.
+pub(super) fn tis_fit(b_is: &Tensors<'_>, a_loss: Option<&Record>, plain: usize) -> Option<Tis> {
+    use crate::kernels::rollout_is::{read, RolloutIs};
+    let get = |f: Field| b_is.mat(f);
+    let (r, a, el) = (
+        get(Field::ProbRatio)?,
+        get(Field::Advantages)?,
+        get(Field::ElementwiseLoss)?,
+    );
+    let (old, ro) = (get(Field::OldLogProbs)?, get(Field::RolloutLogProbs)?);
+    let dims = (el.rows, el.width);
+    if [&r, &a, &old, &ro]
+        .iter()
+        .any(|m| (m.rows, m.width) != dims)
+    {
+        return None;
+    }
+    let mask = get(Field::EffectiveMask);
+    let (ov, rv) = (old.values(), ro.values());
+    let (rows, width) = dims;
+    let valid: Vec<usize> = (0..rows)
+        .flat_map(|row| {
+            valid_positions(mask.as_deref(), rows, width, row)
+                .into_iter()
+                .map(move |p| row * width + p)
+        })
+        .collect();
+    let mut m = vec![0.0; rows * width];
+    for &i in &valid {
+        m[i] = 1.0;
+    }
+    let (rv2, av, ev) = (r.values(), a.values(), el.values());
+    let mut best: Option<(usize, ElemLoss, RolloutIs, Vec<f64>)> = None;
+    for conv in candidates(a_loss) {
+        let ours: Vec<f64> = (0..rows * width).map(|i| conv.of(rv2[i], av[i])).collect();
+        // verl's default first (named on a tie), then what the factors show
+        let mut schemes = vec![RolloutIs::token_cap(2.0)];
+        let read = read::tokens_of(&ev, &ours, &ov, &rv, &m, rows, width)
+            .map(|t| read::read_off(&[(t, 1e-4)]))
+            .unwrap_or_default();
+        for (is, _, _) in read {
+            if !schemes.contains(&is) {
+                schemes.push(is);
+            }
+        }
+        for cap in [1.5, 3.0, 5.0, 10.0] {
+            let is = RolloutIs::token_cap(cap);
+            if !schemes.contains(&is) {
+                schemes.push(is);
+            }
+        }
+        for is in schemes {
+            let w = is.weights(&ov, &rv, &m, rows, width);
+            let n = valid
+                .iter()
+                .filter(|&&i| {
+                    let want = ours[i] * w[i];
+                    (ev[i] - want).abs() <= 32.0 * 2f64.powi(-24) * want.abs().max(ev[i].abs())
+                })
+                .count();
+            if best.as_ref().is_none_or(|(b, ..)| n > *b) {
+                best = Some((n, conv, is, w));
+            }
+        }
+    }
+    let (n, conv, is, w) = best?;
+    if n <= plain || n * 10 < valid.len() * 9 {
+        return None;
+    }
+    Some(Tis {
+        w: old.with_data(w, DType::F64),
+        is,
+        conv,
+    })
+}
+
+impl Tis {
+    /// The reference's derived per-token loss `el` and its allowance times the weights of
+    /// the other side's row each reference row pairs with (`rows`), position by position.
+    pub(super) fn apply(&self, rows: &RowMatch, el: &Mat, allowed: &Mat) -> (Mat, Mat) {
+        let (mut x, mut e) = (el.values().into_owned(), allowed.values().into_owned());
+        let wv = self.w.values();
+        for &(ra, rb) in &rows.pairs {
+            for p in 0..el.width.min(self.w.width) {
+                let w = wv[rb * self.w.width + p];
+                if let (Some(xi), Some(ei)) =
+                    (x.get_mut(ra * el.width + p), e.get_mut(ra * el.width + p))
+                {
+                    *xi *= w;
+                    *ei *= w;
+                }
+            }
+        }
+        (
+            el.with_data(x, el.dtype),
+            allowed.with_data(e, allowed.dtype),
+        )
+    }
+
+    /// The weights in words, for a derived value's origin.
+    pub(super) fn words(&self) -> String {
+        format!(
+            " · {} (the weaver's {}, from its own rollout_log_probs)",
+            self.is
+                .formula()
+                .replace("(old − rollout)", "(old_log_probs − rollout_log_probs)"),
+            self.kind()
+        )
+    }
+
+    /// The scheme in words: verl's default kind as before ("truncated importance
+    /// weights"), the others by name.
+    fn kind(&self) -> String {
+        use crate::kernels::rollout_is::{IsBound, IsLevel};
+        match (self.is.level, self.is.bound) {
+            (IsLevel::Token, IsBound::Cap { cap }) if cap.is_finite() => {
+                format!(
+                    "truncated importance weights, TIS cap {}",
+                    crate::fmt::num(cap)
+                )
+            }
+            _ => format!("importance weights, {}", self.is.words()),
+        }
+    }
+
+    /// What a loss total's difference then comes from.
+    pub(super) fn why(&self) -> String {
+        use crate::kernels::rollout_is::{IsBound, IsLevel};
+        let scheme = match (self.is.level, self.is.bound) {
+            (IsLevel::Token, IsBound::Cap { cap }) if cap.is_finite() => format!(
+                "truncated importance sampling (TIS, min(exp(old − rollout_log_probs), {}))",
+                crate::fmt::num(cap)
+            ),
+            _ => format!(
+                "importance weights ({}: {})",
+                self.is.words(),
+                self.is
+                    .formula()
+                    .replace("− rollout)", "− rollout_log_probs)")
+            ),
+        };
+        format!(
+            "an importance weight: the weaver applies {scheme} against its rollout log-probs, \
+             which the self-hosted side does not dump or apply"
+        )
+    }
+}
