@@ -1519,5 +1519,8 @@ fn csv_rows_intern_keys_in_the_order_rows_hand_them_on() {
     assert_eq!(b.fields[..3], [(0, 3.0), (1, 4.0), (0, 1.0)]);
     assert_eq!(b.fields[3].0, 1);
     assert!(b.fields[3].1.is_nan());
-    assert_eq!((stats.records, stats.non_finite, stats.bad_line_count), (3, 1, 1));
+    assert_eq!(
+        (stats.records, stats.non_finite, stats.bad_line_count),
+        (3, 1, 1)
+    );
 }
