@@ -201,6 +201,24 @@ pub fn unstated_term(
         })
 }
 
+/// The `entropy_coeff` line of a side whose loss holds a term no file states
+/// ([`unstated_term`]: `why`): a value left without its source says why instead.
+pub fn unstated_coefficient(coefficients: &mut [Coefficient], role: &str, why: &str) {
+    for c in coefficients.iter_mut().filter(|c| c.name == ENTROPY_COEFF) {
+        let (value, from) = match role {
+            "self-hosted" => (&c.self_hosted, &mut c.self_hosted_from),
+            _ => (&c.weaver, &mut c.weaver_from),
+        };
+        if value.is_none() && from.is_none() {
+            let prefix = format!("cannot judge which side is wrong: the {role} loss");
+            *from = Some(match why.strip_prefix(&prefix) {
+                Some(rest) => format!("cannot judge: the loss{rest}"),
+                None => why.to_string(),
+            });
+        }
+    }
+}
+
 /// The one value every cell of `side` echoes for `name`, if so.
 fn echoed_once(side: &SideLosses, name: &str) -> Option<f64> {
     let vals = side.echoed.get(name)?;
@@ -449,6 +467,23 @@ mod tests {
         }
         let (_, line) = unstated_term(&n, &b, &BTreeMap::new()).unwrap();
         assert!(line.ends_with(", a negative coefficient"), "{line}");
+        // a coefficient line left without a value or source (the judge settled the other
+        // side's alone) takes the reason
+        let mut lines = vec![Coefficient {
+            name: ENTROPY_COEFF.to_string(),
+            self_hosted: None,
+            weaver: Some(1e-3),
+            self_hosted_from: None,
+            weaver_from: Some("read".into()),
+            differ: false,
+        }];
+        unstated_coefficient(&mut lines, "self-hosted", &line);
+        let from = lines[0].self_hosted_from.as_deref().unwrap();
+        assert!(
+            from.starts_with("cannot judge: the loss holds a term no file states"),
+            "{from}"
+        );
+        assert_eq!(lines[0].weaver_from.as_deref(), Some("read"));
     }
 
     #[test]

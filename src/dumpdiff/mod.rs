@@ -512,27 +512,35 @@ fn compare(
     for side in &sides {
         side.check_unread(progress, prechecked)?;
     }
-    let (mut adjudication, scales) = match &opts.adjudicate_with {
+    let verdicts::Adjudicated {
+        mut adjudication,
+        scales,
+        picture,
+    } = match &opts.adjudicate_with {
         Some(preset) => adjudicate(
             &sections,
             &sides,
             opts.step,
             preset,
             traj,
-            &opts.coefficients,
-            adv_eps.or(opts.advantage_eps),
+            (&opts.coefficients, adv_eps.or(opts.advantage_eps)),
+            unstated.as_ref().map(|u| u.0),
         )?,
-        None => (Vec::new(), Vec::new()),
+        None => Default::default(),
     };
     // a total loss one side dumps scaled (verl's loss_scale_factor) is compared unscaled
     let (agree, passed) = scaled_loss::rejudge(&mut sections, &scales);
     cell_conventions::rediagnose_scaled(&sections, &mut diagnosis, &diagnosed, &scales);
     scaled_loss::rescaled_coefficients(&mut coefficients, &scales);
-    // a side's loss holding a term nothing states (its totals not scaled either)
-    if let Some((_, why)) =
-        unstated.filter(|(role, _)| !scales.iter().any(|s| s.scaled && s.role == *role))
-    {
+    // a side's loss holding a term nothing states (its totals not scaled either, and
+    // the judge's own picture of the side — scale, coefficients — not explaining them)
+    if let Some((role, why)) = unstated.filter(|(role, _)| {
+        !scales.iter().any(|s| s.scaled && s.role == *role)
+            && picture.as_ref().is_none_or(|p| !p.scaled && p.unexplained)
+    }) {
         cell_conventions::unstated_cells(&mut sections, &mut diagnosis, &why);
+        // its coefficient line says why it has no value (not "unknown")
+        conventions::unstated_coefficient(&mut coefficients, role, &why);
     }
     adjudication.retain(|a| !passed.contains(&(a.rank, a.micro)));
     diagnosis.retain(|d| {

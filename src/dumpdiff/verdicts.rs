@@ -10,16 +10,17 @@ use super::*;
 /// the side's `extra_info` or inferred from every cell of its step
 /// ([`crate::judge::StepCheck::conventions`]) — judged with the preset's, a side that
 /// follows other conventions would be called wrong. Sides without per-micro loss inputs
-/// (remote-api) are left out.
+/// (remote-api) are left out. `picture_of` names a side whose picture (scale, whether its
+/// conventions explain its totals) is wanted even when no cell disagrees.
 pub(super) fn adjudicate(
     sections: &[Section],
     sides: &[&SideData],
     step: i64,
     preset: &str,
     traj: Option<&TrajectorySummary>,
-    coefficients: &std::collections::BTreeMap<String, f64>,
-    adv_eps: Option<f64>,
-) -> Result<(Vec<report::Adjudication>, Vec<scaled_loss::SideScale>)> {
+    (coefficients, adv_eps): (&std::collections::BTreeMap<String, f64>, Option<f64>),
+    picture_of: Option<&str>,
+) -> Result<Adjudicated> {
     use crate::judge::infer::self_hosted_adv_eps;
     use crate::judge::{Status, StepCheck, Tolerance};
     let given = crate::judge::overrides::of_coefficients(coefficients, adv_eps);
@@ -41,18 +42,24 @@ pub(super) fn adjudicate(
         })
         .filter_map(|c| Some((c.rank?, c.micro?)))
         .collect();
-    if cells.is_empty() {
-        return Ok((Vec::new(), Vec::new()));
+    if cells.is_empty() && picture_of.is_none() {
+        return Ok(Adjudicated::default());
     }
     let tol = Tolerance::default();
     // Each side's whole-batch inputs are the values read at the start of the run: no
     // file is read twice, whatever the number of cells. Its conventions are settled
     // once, from every cell of the step.
-    type Judged<'t> = (StepCheck<'t>, Resolved, Option<String>, Option<String>);
+    type Judged<'t> = (
+        StepCheck<'t>,
+        Resolved,
+        Option<String>,
+        Vec<crate::judge::Verdict>,
+    );
     use crate::judge::infer::Resolved;
     let judged: Vec<(&str, std::result::Result<Judged<'_>, String>)> = sides
         .iter()
         .filter(|d| d.role != "remote-api")
+        .filter(|d| !cells.is_empty() || picture_of == Some(d.role))
         .map(|d| {
             let whole = |k: Kind| d.get(k, None, None);
             let traj = traj.filter(|_| d.role == "self-hosted");
@@ -108,7 +115,8 @@ pub(super) fn adjudicate(
                         ),
                     };
                     // check before judging: the side's conventions must reproduce most
-                    // of its own cells before one of them is called wrong
+                    // of its own cells (and its coefficients explain them) before one of
+                    // them is called wrong — the checks losscheck makes, on every cell
                     let (all, _) = check.cells();
                     let mut every: Vec<crate::judge::Verdict> = all
                         .iter()
@@ -121,20 +129,13 @@ pub(super) fn adjudicate(
                     } else {
                         tried.join(", ")
                     };
-                    let n = every.len();
-                    let bad = crate::judge::picture::check_before_judging(&mut every, &tried);
-                    let doubt = (bad > 0).then(|| {
-                        format!(
-                            "the conventions used ({tried}) reproduce this side's own loss on only \
-                             {} of {n} cells: its recomputation is in doubt, not its data",
-                            n - bad
-                        )
-                    });
-                    (check, resolved, under, doubt)
+                    crate::judge::picture::before_judging(&mut every, &resolved.conventions, &tried);
+                    (check, resolved, under, every)
                 });
             (d.role, judged)
         })
         .collect();
+    let differ = own_conventions_differ(&judged);
     let out = cells
         .clone()
         .into_par_iter()
@@ -143,18 +144,20 @@ pub(super) fn adjudicate(
                 .iter()
                 .map(|(role, check)| {
                     let verdict = check.as_ref().map_err(String::clone).and_then(
-                        |(c, resolved, under, doubt)| {
-                            c.check_under(rank, micro, resolved, &tol)
-                                .map(|v| (v, under, doubt))
-                                .map_err(|e| e.to_string())
+                        |(c, resolved, under, every)| {
+                            // the verdict judged with the step's other cells, else the
+                            // reason this cell could not be
+                            match every.iter().find(|v| (v.rank, v.micro) == (rank, micro)) {
+                                Some(v) => Ok((v.clone(), under)),
+                                None => c
+                                    .check_under(rank, micro, resolved, &tol)
+                                    .map(|v| (v, under))
+                                    .map_err(|e| e.to_string()),
+                            }
                         },
                     );
                     match verdict {
-                        Ok((mut v, under, doubt)) => {
-                            if let (Some(d), Status::Inconsistent) = (doubt, v.status) {
-                                v.status = Status::CannotJudge;
-                                v.notes.insert(0, format!("cannot judge: {d}"));
-                            }
+                        Ok((v, under)) => {
                             report::SideVerdict {
                                 role: (*role).into(),
                                 status: Some(v.status),
@@ -218,6 +221,13 @@ pub(super) fn adjudicate(
                     parts.join("; ")
                 }
             };
+            let conclusion = match &differ {
+                Some(d) if good.len() == verdicts.len() => {
+                    format!("every side's loss follows from its own inputs; {d}")
+                }
+                Some(d) => format!("{conclusion}; {d}"),
+                None => conclusion,
+            };
             report::Adjudication {
                 rank,
                 micro,
@@ -239,6 +249,8 @@ pub(super) fn adjudicate(
             .conventions
             .iter()
             .find(|c| c.name == "entropy_coeff" && c.source != crate::judge::infer::Source::Preset)
+            // a coefficient that does not explain the side's totals settles nothing
+            .filter(|c| !crate::judge::picture::misfit(c))
             .map(|c| c.line());
         let words = resolved
             .conventions
@@ -268,7 +280,137 @@ pub(super) fn adjudicate(
             }
         }
     }
-    Ok((out, scales))
+    // the picture the judge has of the side dumpdiff's own fit doubts
+    let picture = judged
+        .iter()
+        .find(|(role, _)| picture_of == Some(*role))
+        .and_then(|(_, j)| j.as_ref().ok())
+        .map(|(_, resolved, _, every)| SidePicture {
+            scaled: resolved.cfg.loss_scale != crate::kernels::loss::LossScale::One,
+            unexplained: resolved
+                .conventions
+                .iter()
+                .any(crate::judge::picture::misfit)
+                || every
+                    .iter()
+                    .filter(|v| v.status == Status::Consistent)
+                    .count()
+                    * 2
+                    <= every.len(),
+        });
+    Ok(Adjudicated {
+        adjudication: out,
+        scales,
+        picture,
+    })
+}
+
+/// The pg-term conventions the two sides' own cells settle differently — aggregation,
+/// ratio level, clip bounds — each side's taken from the judge's picture of it when its
+/// pg term follows on most of its cells (a total an unstated term moves still counts), the
+/// policy only when both sides' cells settled one (not the preset's): a
+/// cause the diagnosis of single cells cannot see (NexRL's `seq-mean-token-sum` is verl's
+/// `seq-mean-token-mean`, `core_algos.py` `agg_loss`, nex-agi/NexRL@6860191).
+fn own_conventions_differ<T>(judged: &[(&str, JudgedSide<T>)]) -> Option<String> {
+    use crate::kernels::config::{PolicyKind, RatioLevel};
+    let picture = |role: &str| {
+        let (_, (_, r, _, every)) = judged
+            .iter()
+            .find(|(x, _)| *x == role)
+            .and_then(|(x, j)| Some((x, j.as_ref().ok()?)))?;
+        let follows = every.iter().filter(|v| pg_follows(v)).count();
+        // the policy (ratio level, clip) counts only where the side's own cells settled
+        // it: a preset's token ratio can pass cells that never test it
+        let policy = r
+            .conventions
+            .iter()
+            .any(|c| c.name == "policy" && c.source != crate::judge::infer::Source::Preset);
+        (follows * 2 > every.len()).then_some((&r.cfg, policy))
+    };
+    let ((a, pa), (b, pb)) = (picture("self-hosted")?, picture("weaver")?);
+    let level = |l: RatioLevel| match l {
+        RatioLevel::Token => "token",
+        RatioLevel::Sequence | RatioLevel::GspoToken => "sequence (GSPO)",
+    };
+    let mut parts = Vec::new();
+    if a.agg != b.agg {
+        parts.push(format!(
+            "aggregation {} (self-hosted) vs {} (weaver)",
+            a.agg.name(),
+            b.agg.name()
+        ));
+    }
+    if pa && pb && level(a.ratio_level) != level(b.ratio_level) {
+        parts.push(format!(
+            "ratio level {} vs {}",
+            level(a.ratio_level),
+            level(b.ratio_level)
+        ));
+    }
+    if let (PolicyKind::Clip(x), PolicyKind::Clip(y), true) = (a.policy, b.policy, pa && pb) {
+        if (x.eps_low, x.eps_high) != (y.eps_low, y.eps_high) {
+            parts.push(format!(
+                "clip bound {}/{} vs {}/{}",
+                x.eps_low, x.eps_high, y.eps_low, y.eps_high
+            ));
+        }
+    }
+    (!parts.is_empty()).then(|| {
+        format!(
+            "the sides' own conventions differ (each settled from its own cells): {}",
+            parts.join(", ")
+        )
+    })
+}
+
+/// One side as the judge settled it: its step, conventions, how they differ from the
+/// preset, and every cell's verdict (or why it could not be judged).
+type JudgedSide<T> = std::result::Result<
+    (
+        T,
+        crate::judge::infer::Resolved,
+        Option<String>,
+        Vec<crate::judge::Verdict>,
+    ),
+    String,
+>;
+
+/// Whether a verdict's pg term and intermediates follow its inputs (its total may not): a
+/// consistent cell, or one the judge cannot judge only for its total (an unstated term).
+/// A total-only cell without coefficients (undetermined) is no evidence of its conventions.
+fn pg_follows(v: &crate::judge::Verdict) -> bool {
+    use crate::judge::Status;
+    match v.status {
+        Status::Consistent => true,
+        Status::CannotJudge => {
+            v.first_divergence.is_none()
+                && v.checks
+                    .iter()
+                    .all(|k| k.ok || !(k.name == "pg_loss" || k.name.ends_with(".pg_loss")))
+        }
+        _ => false,
+    }
+}
+
+/// What [`adjudicate`] settles: the verdicts of disagreeing cells, each side's scale on
+/// them, and the judge's picture of the side asked about.
+#[derive(Default)]
+pub(super) struct Adjudicated {
+    /// One adjudication per disagreeing cell.
+    pub adjudication: Vec<report::Adjudication>,
+    /// Each side's factor on each disagreeing cell.
+    pub scales: Vec<scaled_loss::SideScale>,
+    /// The judge's picture of the side `picture_of` named, when it could be judged.
+    pub picture: Option<SidePicture>,
+}
+
+/// The judge's picture of one side's loss totals.
+pub(super) struct SidePicture {
+    /// Its totals are dumped scaled (a factor the judge settled).
+    pub scaled: bool,
+    /// Its conventions do not explain its totals: a misfit coefficient
+    /// ([`crate::judge::picture::misfit`]) or at most half its cells consistent.
+    pub unexplained: bool,
 }
 
 /// Order of sections along the data flow, for "first divergence".

@@ -27,6 +27,7 @@
 //! The advantage epsilon of self-hosted trees (they dump rewards) is settled by
 //! [`super::check_tree_inferred`], which runs this once per candidate.
 
+mod convention;
 mod fit;
 mod prep;
 mod scale;
@@ -40,89 +41,9 @@ use crate::error::Result;
 use crate::kernels::aggregate::AggMode;
 use crate::kernels::kl::KlEstimator;
 use crate::kernels::loss::{KlPlacement, KlTerm, LossConfig};
+pub use convention::{Convention, Source};
 use fit::fit;
 use prep::{explains_agg, explains_term};
-
-/// Where a convention came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Source {
-    /// A command-line flag.
-    Flag,
-    /// The `loss/` files' `extra_info`.
-    Dumped,
-    /// Inferred from the dumped values of every cell.
-    Inferred,
-    /// The preset's value (nothing in the dump says otherwise).
-    Preset,
-}
-
-/// One convention of the step and how it was settled.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Convention {
-    /// `agg`, `kl_estimator`, `entropy_coeff`, `kl_coef`.
-    pub name: &'static str,
-    /// The value used, in words (`seq-mean-token-mean`, `0.0001`).
-    pub value: String,
-    /// The value used, when a number.
-    pub number: Option<f64>,
-    /// Where it came from.
-    pub source: Source,
-    /// Cells the value explains, of `cells` judged on it (inferred values).
-    pub explained: Option<usize>,
-    /// Cells that dump what the value is judged on.
-    pub cells: Option<usize>,
-    /// Standard error of an inferred coefficient.
-    pub std_err: Option<f64>,
-    /// Root mean square residual of the coefficient fit.
-    pub rms_residual: Option<f64>,
-    /// A caveat (an underdetermined fit).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-    /// The value is the preset's (the text renderers name only the others).
-    #[serde(skip)]
-    pub matches_preset: bool,
-}
-
-impl Convention {
-    /// A convention without fit statistics.
-    pub fn new(name: &'static str, value: String, number: Option<f64>, source: Source) -> Self {
-        Convention {
-            name,
-            value,
-            number,
-            source,
-            explained: None,
-            cells: None,
-            std_err: None,
-            rms_residual: None,
-            matches_preset: false,
-            note: None,
-        }
-    }
-
-    /// `name value (source[, n/m cells][, ±se])`.
-    pub fn line(&self) -> String {
-        let src = match self.source {
-            Source::Flag => "flag",
-            Source::Dumped => "dumped",
-            Source::Inferred => "inferred",
-            Source::Preset => "preset",
-        };
-        let mut s = format!("{} {} ({src}", self.name, self.value);
-        if let (Some(e), Some(c)) = (self.explained, self.cells) {
-            s.push_str(&format!(", explains {e}/{c} cells"));
-        }
-        if let Some(se) = self.std_err {
-            s.push_str(&format!(", ±{se:.1e}"));
-        }
-        if self.note.is_some() {
-            s.push_str(", underdetermined");
-        }
-        s.push(')');
-        s
-    }
-}
 
 /// The step's conventions: the configuration to judge every cell with.
 #[derive(Debug, Clone)]
@@ -300,6 +221,9 @@ fn as_total_cell(p: &Prep, cfg: &LossConfig) -> Option<Prep> {
         total: p.total,
     })
 }
+
+/// The conventions record's name for a KL term the loss holds but no file dumps.
+pub const KL_TERM: &str = "kl_term";
 
 const TOTALS_NOTE: &str = "underdetermined: no cell dumps its loss terms; the mode and \
      coefficient that explain every dumped total";
@@ -596,6 +520,24 @@ pub fn resolve(
         conventions.push(c);
     }
 
+    // a KL coefficient the dump echoes (NexRL's `kl_loss_coef` in `extra_info`) for a term
+    // no cell dumps (no `kl_loss`, no reference log-probs): the loss holds
+    // `kl_loss_coef · kl_loss` with `kl_loss` unknown — no total can be judged
+    if let (None, None, Some(k)) = (&cfg.kl, given.kl_coef, stated_kl_coef) {
+        if k != 0.0 && !given.preset_fixes_composition && cells.iter().all(|p| p.kl_loss.is_none())
+        {
+            conventions.push(Convention::new(
+                KL_TERM,
+                format!(
+                    "kl_loss_coef {} echoed, no kl_loss or ref_log_probs dumped",
+                    crate::fmt::num(k)
+                ),
+                Some(k),
+                Source::Dumped,
+            ));
+        }
+    }
+
     // coefficients
     let kl_active = cfg.kl.is_some();
     let ec_known = if given.entropy_coeff.is_some() {
@@ -758,6 +700,7 @@ pub fn resolve(
             }
             "entropy_coeff" => cfg.entropy_coeff == base.entropy_coeff,
             "loss_scale" => cfg.loss_scale == base.loss_scale,
+            KL_TERM => false,
             _ => cfg.kl.as_ref().map(|k| k.coef) == base.kl.as_ref().map(|k| k.coef),
         };
     }

@@ -737,8 +737,7 @@ pub fn check_tree_inferred(
     }
     // before any cell is called wrong, the conventions must reproduce most of them
     let tried: Vec<String> = conventions.iter().map(Convention::line).collect();
-    picture::doubtful_coefficients(&mut verdicts, &conventions);
-    picture::check_before_judging(&mut verdicts, &tried.join(", "));
+    picture::before_judging(&mut verdicts, &conventions, &tried.join(", "));
     Ok(TreeCheck {
         cfg: resolved.cfg,
         conventions,

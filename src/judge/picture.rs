@@ -5,7 +5,7 @@
 
 use crate::error::Result;
 use crate::judge::infer::{
-    inputs_with_advantages, pg_fit, prep_each, resolve, Convention, Prep, Resolved, Source,
+    inputs_with_advantages, pg_fit, prep_each, resolve, Convention, Prep, Resolved, Source, KL_TERM,
 };
 use crate::judge::overrides::Overrides;
 use crate::judge::self_hosted::Advantages;
@@ -36,6 +36,26 @@ pub(crate) fn settled(
         _ => None,
     };
     (Some(b), conv)
+}
+
+/// Whether convention `c` says the side's loss holds a term no file states (see
+/// [`doubtful_coefficients`]): an inferred coefficient that explains fewer than half of
+/// at least 2 cells, a negative inferred entropy coefficient, or a `kl_term`.
+pub fn misfit(c: &Convention) -> bool {
+    let inferred = matches!(c.name, "entropy_coeff" | "kl_coef") && c.source == Source::Inferred;
+    let few = matches!((c.explained, c.cells), (Some(e), Some(n)) if n >= 2 && e * 2 < n);
+    let negative = c.name == "entropy_coeff"
+        && c.number
+            .is_some_and(|v| v < 0.0 && -v > 3.0 * c.std_err.unwrap_or(0.0));
+    (inferred && (few || negative)) || c.name == KL_TERM
+}
+
+/// Both checks of the picture on a side's verdicts, in order: [`doubtful_coefficients`],
+/// then [`check_before_judging`] (`tried`: the conventions in words). Returns the cells the
+/// second made "cannot judge".
+pub fn before_judging(verdicts: &mut [Verdict], conventions: &[Convention], tried: &str) -> usize {
+    doubtful_coefficients(verdicts, conventions);
+    check_before_judging(verdicts, tried)
 }
 
 /// Check before judging (issue 28): when the conventions used reproduce fewer than half
@@ -77,24 +97,36 @@ pub fn check_before_judging(verdicts: &mut [Verdict], tried: &str) -> usize {
 }
 
 /// A coefficient the step's own totals inferred but that explains fewer than half of its
-/// cells (of at least 2) is no convention of the side: its loss holds a term no file
-/// states (NexRL's KL loss, added into `loss` with no `kl_loss` dumped). A cell whose pg
-/// term and intermediates follow then cannot have its total judged either way — neither
-/// failed nor silently passed under the misfit coefficient: [`Status::CannotJudge`], saying
-/// so. Not when a flag gives a coefficient (the user's picture is judged as given).
-/// Returns the number of cells so changed.
+/// cells (of at least 2), or a negative inferred entropy coefficient (an entropy *penalty*,
+/// no producer's bonus: a positive term the fit absorbed), or a KL coefficient the dump
+/// echoes for a term it does not dump (`kl_term`), is no convention of the side: its loss
+/// holds a term no file states (NexRL's KL loss, added into `loss` with no `kl_loss`
+/// dumped). A cell whose pg term and intermediates follow then cannot have its total
+/// judged either way — neither failed nor silently passed under the misfit coefficient:
+/// [`Status::CannotJudge`], saying so. Not when a flag gives a coefficient (the user's
+/// picture is judged as given). Returns the number of cells so changed.
 pub fn doubtful_coefficients(verdicts: &mut [Verdict], conventions: &[Convention]) -> usize {
-    let misfit = conventions.iter().find(|c| {
-        matches!(c.name, "entropy_coeff" | "kl_coef")
-            && c.source == Source::Inferred
-            && matches!((c.explained, c.cells), (Some(e), Some(n)) if n >= 2 && e * 2 < n)
-    });
+    let misfit = conventions.iter().find(|c| misfit(c));
     // a coefficient given by a flag is the user's picture: judged as given
     let flagged = conventions
         .iter()
         .any(|c| matches!(c.name, "entropy_coeff" | "kl_coef") && c.source == Source::Flag);
     let Some(c) = misfit.filter(|_| !flagged) else {
         return 0;
+    };
+    let term = "the loss holds a term no file states (a KL loss?)";
+    let why = match (c.name, c.explained, c.cells) {
+        (KL_TERM, _, _) => format!(
+            "{}: the loss holds kl_loss_coef · kl_loss, and no file states kl_loss",
+            c.value
+        ),
+        (_, Some(e), Some(n)) if e * 2 < n => {
+            format!(
+                "{} explains only {e} of {n} cells' totals — {term}",
+                c.line()
+            )
+        }
+        _ => format!("{} is negative, an entropy penalty — {term}", c.line()),
     };
     let mut changed = 0;
     for v in verdicts
@@ -111,13 +143,7 @@ pub fn doubtful_coefficients(verdicts: &mut [Verdict], conventions: &[Convention
         v.status = Status::CannotJudge;
         v.notes.insert(
             0,
-            format!(
-                "cannot judge the total: {} explains only {} of {} cells' totals — the loss \
-                 holds a term no file states (a KL loss?); the pg term follows",
-                c.line(),
-                c.explained.unwrap_or(0),
-                c.cells.unwrap_or(0)
-            ),
+            format!("cannot judge the total: {why}; the pg term follows"),
         );
         changed += 1;
     }
@@ -460,5 +486,55 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_negative_coefficient_or_an_undumped_kl_term_makes_a_following_total_cannot_judge() {
+        let inferred = |name: &'static str, v: f64, se: f64, explained: usize, cells: usize| {
+            let mut c = Convention::new(name, v.to_string(), Some(v), Source::Inferred);
+            (c.std_err, c.explained, c.cells) = (Some(se), Some(explained), Some(cells));
+            c
+        };
+        let kl = Convention::new(
+            KL_TERM,
+            "kl_loss_coef 0.01 echoed, no kl_loss or ref_log_probs dumped".into(),
+            Some(0.01),
+            Source::Dumped,
+        );
+        for (c, misfits) in [
+            // one cell, a negative entropy coefficient beyond its error: an entropy penalty
+            (inferred("entropy_coeff", -1.4e-3, 8e-11, 1, 1), true),
+            // negative within its error: no evidence either way
+            (inferred("entropy_coeff", -1e-9, 1e-8, 1, 1), false),
+            (inferred("entropy_coeff", 1e-3, 1e-9, 2, 2), false),
+            (inferred("entropy_coeff", 1e-3, 1e-9, 0, 2), true),
+            (kl.clone(), true),
+        ] {
+            assert_eq!(misfit(&c), misfits, "{}", c.line());
+            let mut v = verdicts(&[Status::Inconsistent]);
+            let changed = doubtful_coefficients(&mut v, std::slice::from_ref(&c));
+            assert_eq!(changed, usize::from(misfits), "{}", c.line());
+            if misfits {
+                assert_eq!(v[0].status, Status::CannotJudge);
+                assert!(
+                    v[0].notes[0].starts_with("cannot judge the total: "),
+                    "{}",
+                    v[0].notes[0]
+                );
+            }
+        }
+        // a flag's coefficient is the user's picture: judged as given
+        let flag = Convention::new("entropy_coeff", "0.001".into(), Some(1e-3), Source::Flag);
+        let mut v = verdicts(&[Status::Inconsistent]);
+        assert_eq!(doubtful_coefficients(&mut v, &[kl.clone(), flag]), 0);
+        // the echoed KL coefficient is named in the note
+        let mut v = verdicts(&[Status::Inconsistent]);
+        doubtful_coefficients(&mut v, &[kl]);
+        assert_eq!(
+            v[0].notes[0],
+            "cannot judge the total: kl_loss_coef 0.01 echoed, no kl_loss or ref_log_probs \
+             dumped: the loss holds kl_loss_coef · kl_loss, and no file states kl_loss; the pg \
+             term follows"
+        );
     }
 }

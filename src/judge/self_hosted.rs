@@ -33,6 +33,11 @@ pub use crate::producers::nexrl_self_hosted::group_of;
 use crate::tensor::DType;
 use crate::value::Value;
 
+mod advantages;
+use crate::compare::metrics::effective_dtype;
+use advantages::advantages_of;
+pub use advantages::Advantages;
+
 /// The whole-batch half of a self-hosted step: every trajectory's advantage and old
 /// log-probs, and indexes from token content to trajectory. Load once per step, then
 /// [`SelfHostedStep::micro_inputs`] for each rank/micro.
@@ -151,7 +156,13 @@ pub(super) fn dense(
     key: &str,
 ) -> Result<(Vec<usize>, Vec<f64>, Option<DType>)> {
     let t = t.ok_or_else(|| key_err(path, key, "missing (self-hosted layout needs it)"))?;
-    Ok((t.tensor.shape().to_vec(), t.tensor.to_f64_vec(), t.dtype))
+    let values = t.tensor.to_f64_vec();
+    // a list of numbers (NexRL's `dump_format: jsonl`) has no stored dtype: the values'
+    // own grid says which rounding they carry (bf16 log-probs written as JSON numbers)
+    let dtype = t
+        .dtype
+        .or_else(|| Some(effective_dtype(DType::F64, &values)));
+    Ok((t.tensor.shape().to_vec(), values, dtype))
 }
 
 fn dims2(path: &Path, key: &str, shape: &[usize]) -> Result<(usize, usize)> {
@@ -167,38 +178,6 @@ fn dims2(path: &Path, key: &str, shape: &[usize]) -> Result<(usize, usize)> {
 
 fn round_f32(x: f64) -> f64 {
     x as f32 as f64
-}
-
-/// Every trajectory's advantage under one convention, by trajectory index.
-#[derive(Debug, Clone)]
-pub struct Advantages {
-    f64s: Vec<f64>,
-    f32s: Vec<f64>,
-}
-
-impl Advantages {
-    /// The advantage of each micro row (`rows`: trajectory indexes), f32-rounded when the
-    /// trainer is f32 ([`MicroInputs::f32_trainer`]), as [`SelfHostedStep::micro_inputs`]
-    /// takes them.
-    pub fn of_rows(&self, rows: &[usize], f32_trainer: bool) -> Vec<f64> {
-        let v = if f32_trainer { &self.f32s } else { &self.f64s };
-        rows.iter()
-            .map(|i| v.get(*i).copied().unwrap_or(f64::NAN))
-            .collect()
-    }
-}
-
-/// Group advantages of `rewards` under `adv` (f64 and f32-rounded); errors name `tf`.
-fn advantages_of(
-    tf: &Path,
-    rewards: &[f64],
-    (groups, runs): (&[String], &[Option<String>]),
-    adv: &AdvantageConfig,
-) -> Result<(Vec<f64>, Vec<f64>)> {
-    let f64s = group_advantages_runs(rewards, groups, runs, adv)
-        .map_err(|e| Error::format(tf, Position::Key("trajectories".into()), e.to_string()))?;
-    let f32s = f64s.iter().map(|a| round_f32(*a)).collect();
-    Ok((f64s, f32s))
 }
 
 impl SelfHostedStep {

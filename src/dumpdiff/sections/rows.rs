@@ -146,6 +146,27 @@ impl<'v> Tensors<'v> {
         }))
     }
 
+    /// The distinct non-zero tokens at the first and last position of each row of
+    /// `input_ids` (pad candidates of a micro too small to show its pad in runs).
+    fn edge_tokens(&self) -> Vec<i64> {
+        let Some(t) = self.record.tensor(Field::InputIds) else {
+            return Vec::new();
+        };
+        if t.ndim() != 2 || t.shape()[1] < 2 {
+            return Vec::new();
+        }
+        let w = t.shape()[1];
+        let mut out = Vec::new();
+        for r in t.to_i64_vec().chunks(w) {
+            for x in [r[0], r[w - 1]] {
+                if x != 0 && !out.contains(&x) {
+                    out.push(x);
+                }
+            }
+        }
+        out
+    }
+
     /// The pad id this file's `input_ids` show, when not 0: the value repeated at the ends
     /// of the most rows (a run of at least two at the start or the end of a row; Qwen
     /// pads with 151643, Llama 3 with 128001), or the ids after a row's last valid
@@ -208,6 +229,13 @@ impl<'v> Tensors<'v> {
             let mut pads = vec![0];
             pads.extend(self.pad_candidate());
             pads.extend(other.pad_candidate().filter(|p| !pads.contains(p)));
+            // a micro too small to show its pad in runs (one row, one left pad): the
+            // token at a row's edge on either side, kept only where it pairs more rows
+            for p in self.edge_tokens().into_iter().chain(other.edge_tokens()) {
+                if !pads.contains(&p) && pads.len() < 6 {
+                    pads.push(p);
+                }
+            }
             for &pa in &pads {
                 for &pb in &pads {
                     if (pa, pb) == (0, 0) {

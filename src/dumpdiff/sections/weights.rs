@@ -55,17 +55,32 @@ impl Weights {
     }
 }
 
-/// Make the failing loss totals (`names`) of every cell in `cells` a warning that says
-/// `why`: one side's loss holds a term nothing states (see
+/// Make the loss totals (`names`) of every cell in `cells` a warning that says `why`: one
+/// side's loss holds a term nothing states (see
 /// [`crate::dumpdiff::conventions::unstated_term`]), so no total can say which side is
-/// wrong (issue 28: never a failure on a difference the check cannot explain).
+/// wrong (issue 28: never a failure on a difference the check cannot explain) — nor that
+/// they agree: a pair that passes only within its tolerance is a warning too (never a
+/// silent pass on a total the picture does not explain); totals equal to f32 rounding stay.
 pub fn totals_cannot_judge<'a>(
     cells: impl Iterator<Item = &'a mut Cell>,
     names: &[&str],
     why: &str,
 ) {
     let w = Weights::Unseen(why.to_string());
+    let equal = |c: &Comparison| {
+        c.metrics
+            .as_ref()
+            .is_none_or(|m| m.max_rel <= 64.0 * 2f64.powi(-24))
+    };
     for c in cells {
-        rework(c, |out| w.apply_to_totals(out, names));
+        rework(c, |out| {
+            w.apply_to_totals(out, names);
+            for x in out.iter_mut() {
+                if names.contains(&x.name.as_str()) && x.verdict == Verdict::Pass && !equal(x) {
+                    x.verdict = Verdict::Warn;
+                    x.reason = format!("{} — {why}", x.reason);
+                }
+            }
+        });
     }
 }

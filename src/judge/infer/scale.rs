@@ -65,11 +65,22 @@ pub(super) fn candidates(
         if !(inv.is_finite() && inv > 0.0) {
             continue;
         }
-        out.push(if rows_prop {
-            LossScale::RowsOver(snap_rows(inv, step_rows))
-        } else {
-            LossScale::Constant(1.0 / snap_int(inv))
-        });
+        // a producer's scale is rows over an integer mini-batch size, or one over an
+        // integer number of accumulated micros: a fit that snaps to neither is no
+        // producer's convention (two cells and a free coefficient fit "rows / 1.244")
+        let (n, max_rows) = (
+            snap_rows(inv, step_rows),
+            cells.iter().map(|p| p.rows).max(),
+        );
+        match rows_prop {
+            true if n.fract() == 0.0 && max_rows.is_some_and(|m| n >= m as f64) => {
+                out.push(LossScale::RowsOver(n))
+            }
+            false if snap_int(inv).fract() == 0.0 => {
+                out.push(LossScale::Constant(1.0 / snap_int(inv)))
+            }
+            _ => {}
+        }
     }
     out
 }
