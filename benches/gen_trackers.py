@@ -10,6 +10,19 @@ tfevents: what torch's SummaryWriter writes (one Event per add_scalar, simple_va
 wandb: a `:W&B` transaction log of History records (8 metrics, `_step`, `_timestamp`,
 `_runtime`, values as JSON text) in the LevelDB-log framing, built with wandb's own
 protobuf classes; records split across 32 KiB blocks as the writer does.
+mlflow / mlflow_db / csv (logscan's other tracker readers, no Python baseline):
+
+    python3 benches/gen_trackers.py mlflow    OUT_DIR SIZE_MB   # file store, metrics/ files
+    python3 benches/gen_trackers.py mlflow_db OUT_DIR SIZE_MB   # SQLite backend, mlflow.db
+    python3 benches/gen_trackers.py csv       OUT_DIR SIZE_MB   # plain metric table
+
+The MLflow ones start from the repository's fixtures, which mlflow itself wrote
+(fixtures/gen/make_trackers.py: meta.yaml files, tags, params, the SQLite schema), and
+grow their metric history in the same shape: a file-store metric file is one
+`<timestamp ms> <value> <step>` line per step (mlflow/store/tracking/file_store.py,
+`_log_run_metric`, as the fixture's files show); the SQLite rows are
+`(key, value, timestamp, run_uuid, step, is_nan)` in the `metrics` table. SIZE_MB counts
+metric bytes (file store, CSV) or the database file (SQLite).
 """
 import os
 import struct
@@ -100,6 +113,71 @@ def wandb(out_dir, size):
     return path
 
 
+def value(step, i):
+    return 0.5 + 0.001 * ((step * 7 + i * 13) % 997)
+
+
+def mlflow(out_dir, size):
+    import glob
+    import shutil
+    src = os.path.join(os.path.dirname(__file__), "..", "fixtures", "trackers", "mlflow", "run_a")
+    dst = os.path.join(out_dir, "run")
+    shutil.copytree(src, dst)
+    metrics = [d for d in glob.glob(os.path.join(dst, "mlruns", "*", "*", "metrics"))][0]
+    files = sorted(f for f in glob.glob(os.path.join(metrics, "**"), recursive=True)
+                   if os.path.isfile(f))
+    outs = [open(f, "w") for f in files]
+    step, written = 0, 0
+    while written < size:
+        t = 1700000000000 + 1000 * step
+        for i, f in enumerate(outs):
+            line = f"{t} {value(step, i)!r} {step}\n"
+            f.write(line)
+            written += len(line)
+        step += 1
+    for f in outs:
+        f.close()
+    return dst
+
+
+def mlflow_db(out_dir, size):
+    import shutil
+    import sqlite3
+    src = os.path.join(os.path.dirname(__file__), "..", "fixtures", "trackers", "mlflow_db",
+                       "run_a", "mlflow.db")
+    os.makedirs(os.path.join(out_dir, "run"), exist_ok=True)
+    path = os.path.join(out_dir, "run", "mlflow.db")
+    shutil.copy(src, path)
+    c = sqlite3.connect(path)
+    run, = c.execute("SELECT run_uuid FROM runs").fetchone()
+    c.execute("DELETE FROM metrics")
+    step = 0
+    while os.path.getsize(path) < size:
+        rows = []
+        for s in range(step, step + 20000):
+            t = 1700000000000 + 1000 * s
+            rows += [(k, value(s, i), t, run, s, 0) for i, k in enumerate(KEYS)]
+        c.executemany("INSERT INTO metrics (key, value, timestamp, run_uuid, step, is_nan) "
+                      "VALUES (?, ?, ?, ?, ?, ?)", rows)
+        c.commit()
+        step += 20000
+    c.close()
+    return path
+
+
+def csv(out_dir, size):
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "metrics.csv")
+    with open(path, "w") as f:
+        written = f.write("step," + ",".join(KEYS) + "\n")
+        step = 0
+        while written < size:
+            written += f.write(f"{step}," + ",".join(repr(value(step, i))
+                                                    for i in range(len(KEYS))) + "\n")
+            step += 1
+    return path
+
+
 def read_wandb(run_dir, _size):
     """The baseline reader: every history row of the .wandb file under run_dir, decoded
     with wandb's own Record class (CRC checked, values parsed as JSON)."""
@@ -132,4 +210,5 @@ def read_wandb(run_dir, _size):
 
 if __name__ == "__main__":
     kind, out, mb = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    print({"tfevents": tfevents, "wandb": wandb, "read-wandb": read_wandb}[kind](out, mb << 20))
+    print({"tfevents": tfevents, "wandb": wandb, "read-wandb": read_wandb, "mlflow": mlflow,
+           "mlflow_db": mlflow_db, "csv": csv}[kind](out, mb << 20))

@@ -1489,3 +1489,38 @@ fn tracker_scans_run_inside_a_rayon_pool_too() {
         assert_eq!(*g, want[i % runs.len()], "{}", runs[i % runs.len()]);
     }
 }
+
+/// The CSV reader interns a column's key when a row first hands it on, as the
+/// record-by-record reader did: a row refused for its step interns nothing, and a key
+/// first seen later in a row comes after one seen earlier.
+#[test]
+fn csv_rows_intern_keys_in_the_order_rows_hand_them_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("m.csv");
+    std::fs::write(&p, "step,a,b\nx,1,2\n0,,3\n1,4,true\n2,nan,\n").unwrap();
+    let mut batches = Vec::new();
+    let stats = trackers::read_rows(
+        TrackerKind::Csv,
+        &p,
+        std::fs::File::open(&p).unwrap(),
+        None,
+        &mut |b| {
+            batches.push(b);
+            None
+        },
+    )
+    .unwrap();
+    assert_eq!(batches.len(), 1);
+    let b = &batches[0];
+    assert_eq!(b.new_keys, ["b", "a"]);
+    let rows: Vec<(Option<i64>, u64, u32)> =
+        b.rows.iter().map(|h| (h.step, h.line, h.fields)).collect();
+    assert_eq!(rows, [(Some(0), 3, 1), (Some(1), 4, 2), (Some(2), 5, 1)]);
+    assert_eq!(b.fields[..3], [(0, 3.0), (1, 4.0), (0, 1.0)]);
+    assert_eq!(b.fields[3].0, 1);
+    assert!(b.fields[3].1.is_nan());
+    assert_eq!(
+        (stats.records, stats.non_finite, stats.bad_line_count),
+        (3, 1, 1)
+    );
+}

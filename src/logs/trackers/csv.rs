@@ -6,8 +6,9 @@
 use std::io::Read;
 use std::path::Path;
 
+use super::rows::RowWriter;
 use crate::error::{Error, Position, Result};
-use crate::model::log::{FileStats, LogRecord, SourceKind};
+use crate::model::log::{FileStats, SourceKind};
 
 /// Column names taken as the step axis, in order of preference (compared lowercased).
 const STEP_COLUMNS: [&str; 7] = [
@@ -45,14 +46,11 @@ pub fn has_step_column(path: &Path) -> bool {
     })
 }
 
-/// Read one CSV table into `push`, one record per row.
-pub fn read(
-    path: &Path,
-    input: impl Read,
-    file: usize,
-    stats: &mut FileStats,
-    push: &mut dyn FnMut(&mut LogRecord),
-) -> Result<()> {
+/// Read one CSV table into `w`, one row per table row. Each column's key is interned
+/// once, when a row first hands it on (the order a record-by-record reader interns them,
+/// so the frame sees the same keys in the same order), and a row's values go to `w` with
+/// their ids: no `String` per cell.
+pub fn read(path: &Path, input: impl Read, stats: &mut FileStats, w: &mut RowWriter) -> Result<()> {
     let mut rdr = ::csv::ReaderBuilder::new()
         .has_headers(true)
         .flexible(true)
@@ -125,6 +123,10 @@ pub fn read(
     }
     let mut rec = ::csv::StringRecord::new();
     let mut line: u64 = 1;
+    // The row's `(column, value)` pairs, and each column's key id once handed on.
+    let mut cells: Vec<(usize, f64)> = Vec::with_capacity(cols.len());
+    let mut ids: Vec<Option<u32>> = vec![None; cols.len()];
+    let mut fields: Vec<(u32, f64)> = Vec::with_capacity(cols.len());
     loop {
         match rdr.read_record(&mut rec) {
             Ok(false) => break,
@@ -135,42 +137,47 @@ pub fn read(
             }
         }
         line = rec.position().map_or(line + 1, |p| p.line());
-        let mut out = LogRecord {
-            step: None,
-            timestamp: None,
-            source: SourceKind::Csv,
-            file,
-            line,
-            fields: Vec::new(),
-        };
-        for (cell, col) in rec.iter().zip(&cols) {
+        let (mut step, mut timestamp) = (None, None);
+        cells.clear();
+        for (i, (cell, col)) in rec.iter().zip(&cols).enumerate() {
             let cell = cell.trim();
             if cell.is_empty() {
                 continue;
             }
             match col {
                 Col::Step => match parse_step(cell) {
-                    Some(s) => out.step = Some(s),
+                    Some(s) => step = Some(s),
                     None => stats.bad_line(line, format!("step {cell:?} is not an integer")),
                 },
-                Col::Time => out.timestamp = cell.parse::<f64>().ok(),
-                Col::Metric(k) => match cell.parse::<f64>() {
-                    Ok(v) => out.fields.push((k.clone(), v)),
-                    Err(_) if cell.eq_ignore_ascii_case("true") => {
-                        out.fields.push((k.clone(), 1.0))
-                    }
-                    Err(_) if cell.eq_ignore_ascii_case("false") => {
-                        out.fields.push((k.clone(), 0.0))
-                    }
+                Col::Time => timestamp = cell.parse::<f64>().ok(),
+                Col::Metric(_) => match cell.parse::<f64>() {
+                    Ok(v) => cells.push((i, v)),
+                    Err(_) if cell.eq_ignore_ascii_case("true") => cells.push((i, 1.0)),
+                    Err(_) if cell.eq_ignore_ascii_case("false") => cells.push((i, 0.0)),
                     Err(_) => {}
                 },
                 Col::Skip => {}
             }
         }
-        if out.step.is_some() && !out.fields.is_empty() {
+        if step.is_some() && !cells.is_empty() {
             stats.records += 1;
-            stats.non_finite += out.fields.iter().filter(|(_, v)| !v.is_finite()).count() as u64;
-            push(&mut out);
+            stats.non_finite += cells.iter().filter(|(_, v)| !v.is_finite()).count() as u64;
+            fields.clear();
+            for &(i, v) in &cells {
+                let id = match (ids.get(i).copied().flatten(), cols.get(i)) {
+                    (Some(id), _) => id,
+                    (None, Some(Col::Metric(k))) => {
+                        let id = w.keys.id_str(k);
+                        if let Some(slot) = ids.get_mut(i) {
+                            *slot = Some(id);
+                        }
+                        id
+                    }
+                    (None, _) => continue,
+                };
+                fields.push((id, v));
+            }
+            w.uncounted_row(step, timestamp, SourceKind::Csv, line, &fields);
         }
     }
     stats.lines = line;

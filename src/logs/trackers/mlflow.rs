@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
+use super::rows::RowWriter;
 use crate::error::{Error, Position, Result};
-use crate::model::log::{FileStats, LogRecord, SourceKind};
+use crate::model::log::{FileStats, SourceKind};
 
 /// The run folder and the metric key of a file under `<run>/metrics/` (the run folder
 /// holds `meta.yaml`), or `None` when `path` is not an MLflow metric file.
@@ -30,14 +31,9 @@ pub fn metric_key(path: &Path) -> Option<(PathBuf, String)> {
     None
 }
 
-/// Stream one metric file's lines into `push`, one record per line.
-pub fn read(
-    path: &Path,
-    input: impl Read,
-    file: usize,
-    stats: &mut FileStats,
-    push: &mut dyn FnMut(&mut LogRecord),
-) -> Result<()> {
+/// Stream one metric file's lines into `w`, one row per line (the file's key interned
+/// once, when its first row is handed on: no `String` per line).
+pub fn read(path: &Path, input: impl Read, stats: &mut FileStats, w: &mut RowWriter) -> Result<()> {
     let (_, key) = metric_key(path).ok_or_else(|| {
         Error::format(
             path,
@@ -48,6 +44,7 @@ pub fn read(
     let mut r = BufReader::new(input);
     let mut line = String::new();
     let mut n: u64 = 0;
+    let mut id = None;
     loop {
         line.clear();
         let got = r.read_line(&mut line).map_err(|e| Error::io(path, e))?;
@@ -85,17 +82,16 @@ pub fn read(
                 continue;
             }
         };
-        let mut rec = LogRecord {
-            step: Some(step),
-            timestamp: Some(ts / 1000.0),
-            source: SourceKind::Mlflow,
-            file,
-            line: n,
-            fields: vec![(key.clone(), v)],
-        };
         stats.records += 1;
         stats.non_finite += (!v.is_finite()) as u64;
-        push(&mut rec);
+        let id = *id.get_or_insert_with(|| w.keys.id_str(&key));
+        w.uncounted_row(
+            Some(step),
+            Some(ts / 1000.0),
+            SourceKind::Mlflow,
+            n,
+            &[(id, v)],
+        );
     }
     stats.lines = n;
     Ok(())

@@ -177,6 +177,8 @@ pub fn read_rows_keeping(
     let mut w = RowWriter::new(sink);
     match kind {
         TrackerKind::Tensorboard => tfevents::read(path, input, &mut stats, &mut w)?,
+        TrackerKind::Csv => csv::read(path, input, &mut stats, &mut w)?,
+        TrackerKind::Mlflow => mlflow::read(path, input, &mut stats, &mut w)?,
         TrackerKind::Wandb => match configs {
             Some(keep) => wandb::read_with_configs(path, input, &mut stats, &mut w, keep)?,
             None => wandb::read(path, input, &mut stats, &mut w, None)?,
@@ -185,8 +187,6 @@ pub fn read_rows_keeping(
             // The other readers hand on whole records.
             let mut push = |r: &mut LogRecord| w.record(r);
             match other {
-                TrackerKind::Csv => csv::read(path, input, 0, &mut stats, &mut push)?,
-                TrackerKind::Mlflow => mlflow::read(path, input, 0, &mut stats, &mut push)?,
                 TrackerKind::Sqlite => {
                     drop(input);
                     sqlite::read(path, 0, run, &mut stats, &mut push)?;
@@ -198,7 +198,10 @@ pub fn read_rows_keeping(
                 TrackerKind::WandbSummary => {
                     wandb_files::read_summary(path, input, 0, &mut stats, &mut push)?
                 }
-                TrackerKind::Tensorboard | TrackerKind::Wandb => {}
+                TrackerKind::Tensorboard
+                | TrackerKind::Wandb
+                | TrackerKind::Csv
+                | TrackerKind::Mlflow => {}
             }
         }
     }

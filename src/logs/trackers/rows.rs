@@ -217,6 +217,26 @@ impl<'a> RowWriter<'a> {
         }
     }
 
+    /// A row of ids the reader has counted itself (as [`RowWriter::record`] does, without
+    /// a `String` per field: readers that intern each column's key once).
+    pub fn uncounted_row(
+        &mut self,
+        step: Option<i64>,
+        timestamp: Option<f64>,
+        source: SourceKind,
+        line: u64,
+        fields: &[(u32, f64)],
+    ) {
+        self.begin(step, timestamp, source, line);
+        for &(k, v) in fields {
+            self.field(k, v);
+        }
+        self.open = false;
+        if self.batch.fields.len() >= BATCH_FIELDS {
+            self.flush();
+        }
+    }
+
     /// Hand on what is built (the open row is closed first by the caller).
     pub fn flush(&mut self) {
         if self.batch.rows.is_empty() && self.keys.names.len() == self.sent {
