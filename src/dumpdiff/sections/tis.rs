@@ -63,7 +63,7 @@ pub(super) fn tis_fit(b_is: &Tensors<'_>, a_loss: Option<&Record>, plain: usize)
         let ours: Vec<f64> = (0..rows * width).map(|i| conv.of(rv2[i], av[i])).collect();
         // verl's default first (named on a tie), then what the factors show
         let mut schemes = vec![RolloutIs::token_cap(2.0)];
-        let read = read::tokens_of(&ev, &ours, &ov, &rv, &m, rows, width)
+        let read = read::tokens_of(&ev, &ours, &ov, &rv, &m, rows, width, 0.0)
             .map(|t| read::read_off(&[(t, 1e-4)]))
             .unwrap_or_default();
         for (is, _, _) in read {

@@ -40,7 +40,12 @@ fn tokens(cell: &Cell, plain: &LossConfig) -> Option<Vec<IsToken>> {
     cfg.rollout_is = None;
     let out = compute(&cell.inputs, &cfg).ok()?;
     let ours = to_f64_vec(&out.per_token_loss).ok()?;
-    tokens_of(dumped, &ours, &old, &ro, &mask, rows, width)
+    let u = match cell.logprob_dtype {
+        Some(crate::tensor::DType::BF16) => 2f64.powi(-9),
+        Some(crate::tensor::DType::F16) => 2f64.powi(-12),
+        _ => 0.0,
+    };
+    tokens_of(dumped, &ours, &old, &ro, &mask, rows, width, u)
 }
 
 /// The schemes the step's cells allow, best supported first ([`read_off`] under each

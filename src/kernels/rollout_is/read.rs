@@ -26,9 +26,7 @@ struct Allowed {
 
 /// What the tokens allow at `level` (`raw` = index 2 or 3 of each token).
 fn allowed(toks: &[IsToken], level: IsLevel, rel: f64) -> Allowed {
-    let fits =
-        |d: f64, o: f64, w: f64| (d - w * o).abs() <= rel * d.abs().max((w * o).abs()) + 1e-12;
-    let raw_of = |t: &(f64, f64, f64, f64)| match level {
+    let raw_of = |t: &IsToken| match level {
         IsLevel::Token => t.2,
         IsLevel::Sequence => t.3,
     };
@@ -40,6 +38,13 @@ fn allowed(toks: &[IsToken], level: IsLevel, rel: f64) -> Allowed {
     let mut band_ok = true;
     for t in toks {
         let (d, o, raw) = (t.0, t.1, raw_of(t));
+        // a sequence weight carries its row's summed rounding of the dumped log-probs
+        let rel = match level {
+            IsLevel::Token => rel,
+            IsLevel::Sequence => rel + t.4,
+        };
+        let fits =
+            |d: f64, o: f64, w: f64| (d - w * o).abs() <= rel * d.abs().max((w * o).abs()) + 1e-12;
         if fits(d, o, raw) {
             if let Some(c) = cap.as_mut() {
                 c.0 = c.0.max(raw * (1.0 - rel));
@@ -122,13 +127,18 @@ fn simplest_decimal(a: f64, b: f64) -> f64 {
     a
 }
 
-/// A token's evidence: `(dumped, ours, raw_token, raw_sequence)` — its dumped per-token
-/// loss, the loss recomputed without weights, and its raw weight at each level
-/// ([`super::raw_weights`]).
-pub type IsToken = (f64, f64, f64, f64);
+/// A token's evidence: `(dumped, ours, raw_token, raw_sequence, sequence_slack)` — its
+/// dumped per-token loss, the loss recomputed without weights, its raw weight at each
+/// level ([`super::raw_weights`]), and the relative error of the sequence weight that the
+/// rounding of the row's dumped log-probs allows (`Σ_row u·(|old| + |rollout|)`, `u` their
+/// unit roundoff: a bf16 dump of weights computed in f32 moves `exp(Σ(old − rollout))` by
+/// a few per cent over a row).
+pub type IsToken = (f64, f64, f64, f64, f64);
 
 /// The valid tokens of a cell with a recomputed loss clear of 0, as [`IsToken`]s, from
-/// row-major `[rows, width]` slices of equal length (`None` otherwise).
+/// row-major `[rows, width]` slices of equal length (`None` otherwise); `u`: the unit
+/// roundoff of the dumped log-probs (0 when they are what the weights were computed from).
+#[allow(clippy::too_many_arguments)]
 pub fn tokens_of(
     dumped: &[f64],
     ours: &[f64],
@@ -137,6 +147,7 @@ pub fn tokens_of(
     mask: &[f64],
     rows: usize,
     width: usize,
+    u: f64,
 ) -> Option<Vec<IsToken>> {
     let n = rows * width;
     if [
@@ -154,10 +165,18 @@ pub fn tokens_of(
     let tok = raw_weights(IsLevel::Token, old, rollout, mask, rows, width);
     let seq = raw_weights(IsLevel::Sequence, old, rollout, mask, rows, width);
     let scale = ours.iter().fold(0.0f64, |a, b| a.max(b.abs()));
+    let slack: Vec<f64> = (0..rows)
+        .map(|r| {
+            (r * width..(r + 1) * width)
+                .filter(|&i| mask[i] != 0.0)
+                .map(|i| u * (old[i].abs() + rollout[i].abs()))
+                .sum()
+        })
+        .collect();
     Some(
         (0..n)
             .filter(|&i| mask[i] != 0.0 && ours[i].abs() > 1e-6 * scale.max(1e-12))
-            .map(|i| (dumped[i], ours[i], tok[i], seq[i]))
+            .map(|i| (dumped[i], ours[i], tok[i], seq[i], slack[i / width.max(1)]))
             .collect(),
     )
 }
@@ -397,7 +416,7 @@ mod tests {
                     IsLevel::Token => (raw, 1.0),
                     IsLevel::Sequence => (1.0, raw),
                 };
-                (-f, -1.0, t, s)
+                (-f, -1.0, t, s, 0.0)
             })
             .collect()
     }
@@ -431,5 +450,29 @@ mod tests {
         // a zeroed token inside the kept range is no band
         let t = toks(IsLevel::Token, &[(0.0, 1.0), (0.6, 0.6), (1.9, 1.9)]);
         assert_eq!(allowed(&t, IsLevel::Token, 1e-4).band, None);
+    }
+
+    #[test]
+    fn a_sequence_weight_is_allowed_its_rows_rounding() {
+        // raw sequence weights recomputed from bf16-dumped log-probs, 3 % off the ones
+        // applied: kept only with the row's rounding slack
+        let mut t = toks(IsLevel::Sequence, &[(2.06, 2.0), (0.97, 1.0), (10.0, 20.0)]);
+        assert_eq!(allowed(&t, IsLevel::Sequence, 8e-3).cap, None);
+        for x in &mut t {
+            x.4 = 0.04;
+        }
+        let (lo, hi, n) = allowed(&t, IsLevel::Sequence, 8e-3).cap.unwrap();
+        assert_eq!(n, 1);
+        assert!(lo <= 10.0 && hi >= 10.0, "{lo} {hi}");
+        // the slack is the row's Σ u·(|old| + |rollout|)
+        let (old, ro, mask) = (
+            [-1.0, -2.0, -0.5, 0.0],
+            [-1.5, -1.0, -0.5, 0.0],
+            [1.0, 1.0, 1.0, 0.0],
+        );
+        let ours = [-1.0, -1.0, -1.0, -1.0];
+        let got = tokens_of(&ours, &ours, &old, &ro, &mask, 2, 2, 0.5).unwrap();
+        assert_eq!(got.len(), 3);
+        assert_eq!((got[0].4, got[1].4, got[2].4), (2.75, 2.75, 0.5));
     }
 }
