@@ -40,7 +40,7 @@ pub(crate) fn dumpdiff(dir: &Path) -> (Option<i32>, Json) {
 }
 
 /// The `is_loss_debug/…` files of a losscheck report with status `status`.
-fn files_with(r: &Json, status: &str) -> BTreeSet<String> {
+pub(crate) fn files_with(r: &Json, status: &str) -> BTreeSet<String> {
     r["verdicts"]
         .as_array()
         .unwrap()
@@ -56,10 +56,26 @@ fn files_with(r: &Json, status: &str) -> BTreeSet<String> {
         .collect()
 }
 
-fn strings(v: &Json) -> BTreeSet<String> {
+pub(crate) fn strings(v: &Json) -> BTreeSet<String> {
     v.as_array()
         .map(|a| a.iter().map(|x| x.as_str().unwrap().to_string()).collect())
         .unwrap_or_default()
+}
+
+/// `(rank, micro, status)` of every verdict.
+pub(crate) fn statuses(r: &Json) -> Vec<(u64, u64, String)> {
+    r["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["rank"].as_u64().unwrap(),
+                v["micro"].as_u64().unwrap(),
+                v["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
 }
 
 /// The verdict of losscheck report `r` for the file ending in `name`.

@@ -5,12 +5,11 @@
 //! `make_real_scenarios.py --seed N --easy --novel --novel-only rollout_is`, and one
 //! `--novel` step with two faults).
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value as Json;
 
-use crate::real_weights::{dumpdiff, truth_of};
+use crate::real_weights::{dumpdiff, files_with, statuses, strings, truth_of};
 use crate::support::losscheck_json as losscheck;
 
 fn fixture(name: &str) -> PathBuf {
@@ -29,22 +28,6 @@ fn rollout_is(r: &Json) -> Option<(String, String)> {
             )
         })
     })
-}
-
-/// `(rank, micro, status)` of every verdict.
-fn statuses(r: &Json) -> Vec<(u64, u64, String)> {
-    r["verdicts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| {
-            (
-                v["rank"].as_u64().unwrap(),
-                v["micro"].as_u64().unwrap(),
-                v["status"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
 }
 
 /// The scheme the generator drew (truth `rollout_is`, `tis_cap`) in the words of the
@@ -266,22 +249,8 @@ fn a_correct_side_is_never_called_inconsistent_under_rollout_weights() {
         let t = truth_of(&dir);
         for tree in ["self_hosted_pt", "weaver_pt"] {
             let (_, r) = losscheck(&dir.join(tree));
-            let said: BTreeSet<String> = r["verdicts"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|v| v["status"] == "inconsistent")
-                .map(|v| {
-                    let f = v["file"].as_str().unwrap();
-                    f[f.find(tree).unwrap() + tree.len() + 1..].to_string()
-                })
-                .collect();
-            let truth: BTreeSet<String> = t["losscheck"][tree]["inconsistent"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_str().unwrap().to_string())
-                .collect();
+            let said = files_with(&r, "inconsistent");
+            let truth = strings(&t["losscheck"][tree]["inconsistent"]);
             assert_eq!(said, truth, "{} {tree}", dir.display());
         }
     }

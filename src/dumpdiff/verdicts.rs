@@ -382,12 +382,7 @@ fn pg_follows(v: &crate::judge::Verdict) -> bool {
     use crate::judge::Status;
     match v.status {
         Status::Consistent => true,
-        Status::CannotJudge => {
-            v.first_divergence.is_none()
-                && v.checks
-                    .iter()
-                    .all(|k| k.ok || !(k.name == "pg_loss" || k.name.ends_with(".pg_loss")))
-        }
+        Status::CannotJudge => crate::judge::picture::pg_term_follows(v),
         _ => false,
     }
 }

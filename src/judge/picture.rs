@@ -55,6 +55,15 @@ pub fn misfit(c: &Convention) -> bool {
     (inferred && (few || negative)) || c.name == KL_TERM
 }
 
+/// Whether a verdict's pg term and intermediates follow its inputs, whatever its total
+/// does: no divergent intermediate and no failing `pg_loss` check.
+pub fn pg_term_follows(v: &Verdict) -> bool {
+    v.first_divergence.is_none()
+        && v.checks
+            .iter()
+            .all(|k| k.ok || !(k.name == "pg_loss" || k.name.ends_with(".pg_loss")))
+}
+
 /// Both checks of the picture on a side's verdicts, in order: [`doubtful_coefficients`],
 /// then [`check_before_judging`] (`tried`: the conventions in words). Returns the cells the
 /// second made "cannot judge".
@@ -138,11 +147,7 @@ pub fn doubtful_coefficients(verdicts: &mut [Verdict], conventions: &[Convention
         .iter_mut()
         .filter(|v| v.status != Status::CannotJudge)
     {
-        let pg_bad = v.first_divergence.is_some()
-            || v.checks
-                .iter()
-                .any(|k| (k.name == "pg_loss" || k.name.ends_with(".pg_loss")) && !k.ok);
-        if pg_bad {
+        if !pg_term_follows(v) {
             continue;
         }
         v.status = Status::CannotJudge;

@@ -156,13 +156,14 @@ pub(super) fn dense(
     key: &str,
 ) -> Result<(Vec<usize>, Vec<f64>, Option<DType>)> {
     let t = t.ok_or_else(|| key_err(path, key, "missing (self-hosted layout needs it)"))?;
-    let values = t.tensor.to_f64_vec();
-    // a list of numbers (NexRL's `dump_format: jsonl`) has no stored dtype: the values'
-    // own grid says which rounding they carry (bf16 log-probs written as JSON numbers)
-    let dtype = t
-        .dtype
-        .or_else(|| Some(effective_dtype(DType::F64, &values)));
-    Ok((t.tensor.shape().to_vec(), values, dtype))
+    Ok((t.tensor.shape().to_vec(), t.tensor.to_f64_vec(), t.dtype))
+}
+
+/// The rounding `values` carry: their stored dtype, else — a list of numbers (NexRL's
+/// `dump_format: jsonl`) has none — the grid the values themselves lie on (bf16 log-probs
+/// written as JSON numbers). Asked only of the tensors whose rounding is used.
+fn stored_or_detected(dtype: Option<DType>, values: &[f64]) -> Option<DType> {
+    dtype.or_else(|| Some(effective_dtype(DType::F64, values)))
 }
 
 fn dims2(path: &Path, key: &str, shape: &[usize]) -> Result<(usize, usize)> {
@@ -575,6 +576,7 @@ impl SelfHostedStep {
         let fb = nexrl_self_hosted::forward_data(&ff, &fv)?;
         let lp_t = fb.log_probs(LogProbSource::Current);
         let (lshape, lp, ldtype) = dense(lp_t, &ff, nexrl_self_hosted::LOG_PROBS)?;
+        let ldtype = stored_or_detected(ldtype, &lp);
         let (b, t) = dims2(&ff, nexrl_self_hosted::LOG_PROBS, &lshape)?;
         let (mshape, mask, _) = dense(
             fb.response_mask.as_ref(),
@@ -612,7 +614,7 @@ impl SelfHostedStep {
         let mut entropy = match &fb.entropy {
             Some(et) => {
                 let (eshape, e, edt) = dense(Some(et), &ff, nexrl_self_hosted::ENTROPY)?;
-                entropy_dtype = edt;
+                entropy_dtype = stored_or_detected(edt, &e);
                 if eshape != lshape {
                     return Err(key_err(
                         &ff,

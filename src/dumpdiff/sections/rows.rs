@@ -146,18 +146,24 @@ impl<'v> Tensors<'v> {
         }))
     }
 
+    /// `input_ids` as row-major ids and their width, when 2-d and at least 2 wide (the
+    /// shape both pad searches need).
+    fn id_rows(&self) -> Option<(Vec<i64>, usize)> {
+        let t = self.record.tensor(Field::InputIds)?;
+        if t.ndim() != 2 || t.shape()[1] < 2 {
+            return None;
+        }
+        Some((t.to_i64_vec(), t.shape()[1]))
+    }
+
     /// The distinct non-zero tokens at the first and last position of each row of
     /// `input_ids` (pad candidates of a micro too small to show its pad in runs).
     fn edge_tokens(&self) -> Vec<i64> {
-        let Some(t) = self.record.tensor(Field::InputIds) else {
+        let Some((ids, w)) = self.id_rows() else {
             return Vec::new();
         };
-        if t.ndim() != 2 || t.shape()[1] < 2 {
-            return Vec::new();
-        }
-        let w = t.shape()[1];
         let mut out = Vec::new();
-        for r in t.to_i64_vec().chunks(w) {
+        for r in ids.chunks(w) {
             for x in [r[0], r[w - 1]] {
                 if x != 0 && !out.contains(&x) {
                     out.push(x);
@@ -174,12 +180,7 @@ impl<'v> Tensors<'v> {
     /// and NexRL's forward_data hold them: a single trailing pad tells too); `None` when
     /// no row shows one.
     pub fn pad_candidate(&self) -> Option<i64> {
-        let t = self.record.tensor(Field::InputIds)?;
-        if t.ndim() != 2 || t.shape()[1] < 2 {
-            return None;
-        }
-        let w = t.shape()[1];
-        let ids = t.to_i64_vec();
+        let (ids, w) = self.id_rows()?;
         let mut counts: HashMap<i64, usize> = HashMap::new();
         for r in ids.chunks(w) {
             for (x, y) in [(r[0], r[1]), (r[w - 1], r[w - 2])] {
