@@ -211,10 +211,7 @@ impl<'a> RowWriter<'a> {
             let id = self.keys.id_str(k);
             self.field(id, *v);
         }
-        self.open = false;
-        if self.batch.fields.len() >= BATCH_FIELDS {
-            self.flush();
-        }
+        self.close_uncounted();
     }
 
     /// A row of ids the reader has counted itself (as [`RowWriter::record`] does, without
@@ -231,6 +228,12 @@ impl<'a> RowWriter<'a> {
         for &(k, v) in fields {
             self.field(k, v);
         }
+        self.close_uncounted();
+    }
+
+    /// Close a row the reader counts itself (no [`FileStats`] here), handing the batch on
+    /// once it is full.
+    fn close_uncounted(&mut self) {
         self.open = false;
         if self.batch.fields.len() >= BATCH_FIELDS {
             self.flush();
