@@ -544,6 +544,28 @@ fn a_self_hosted_tree_without_old_log_probs_is_judged_with_ratio_one() {
 }
 
 #[test]
+fn rows_without_ids_or_old_log_probs_are_placed_where_nexrl_deals_them() {
+    // no input_ids and no old_log_probs (seed 6009: trajectories in arrival order, bf16):
+    // nothing placed the rows, losscheck exited 2 with no report; now they are dealt in
+    // NexRL's batch order over ranks and micros, checked against the response lengths
+    let dir = novel("no-old-no-ids-6009").join("self_hosted_pt");
+    assert!(!dir.join("old_log_probs").exists());
+    let (code, r) = losscheck(&dir);
+    assert_eq!(code, 0, "{r}");
+    let v = r["verdicts"].as_array().unwrap();
+    assert_eq!(v.len(), 4);
+    for x in v {
+        assert_eq!(x["status"], "consistent", "{x}");
+        assert!(
+            x["notes"].to_string().contains(
+                "rows placed as NexRL deals them, NexRL's batch order over ranks then micros"
+            ),
+            "{x}"
+        );
+    }
+}
+
+#[test]
 fn clip_fractions_that_differ_over_agreeing_ratios_name_the_clip_bound() {
     // seed 124: the weaver clips at 1 + 0.2 where clip_ratio_high is 0.28 (rank 0 micro 1);
     // the one band token moves the loss less than the self-hosted bf16 log-probs' rounding,

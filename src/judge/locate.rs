@@ -14,7 +14,7 @@
 
 use std::path::Path;
 
-use super::self_hosted::{dense, key_err, OldRows, SelfHostedStep};
+use super::self_hosted::{dense, SelfHostedStep};
 use crate::error::Result;
 use crate::formats::read_any;
 use crate::model::step::LogProbSource;
@@ -296,7 +296,8 @@ impl SelfHostedStep {
     }
 
     /// The trajectory of each row of a forward_data without `input_ids`
-    /// ([`super::locate`]), with a note saying how they were placed.
+    /// ([`super::locate`]), with a note saying how they were placed (a step with
+    /// whole-batch old log-probs; otherwise `place_by_order`).
     pub(super) fn place_rows(
         &self,
         ff: &Path,
@@ -304,13 +305,6 @@ impl SelfHostedStep {
         mask: &[f64],
         t: usize,
     ) -> Result<(Vec<usize>, String)> {
-        if matches!(self.old, OldRows::PerMicro | OldRows::Current) {
-            return Err(key_err(
-                ff,
-                nexrl_self_hosted::INPUT_IDS,
-                "missing (old_log_probs per micro or not dumped: only token ids place the rows)",
-            ));
-        }
         let (old_rows, note) = place(
             ff,
             (lp, mask, t),

@@ -34,6 +34,7 @@ use crate::tensor::DType;
 use crate::value::Value;
 
 mod advantages;
+mod by_order;
 use crate::compare::metrics::effective_dtype;
 use advantages::advantages_of;
 pub use advantages::Advantages;
@@ -73,6 +74,9 @@ pub struct SelfHostedStep {
     /// [`SelfHostedStep::settle_old_order`] found the rows in NexRL's batch order;
     /// `None`: in trajectory-file order.
     pub(super) old_of_traj: Option<Vec<usize>>,
+    /// Every forward_data cell's rows' valid counts, read once when rows are placed by
+    /// where NexRL deals them ([`by_order`]).
+    pub(super) dealt_cells: std::sync::OnceLock<Vec<by_order::CellRows>>,
 }
 
 /// The whole-batch old log-probs: the dumped tensor itself (its storage shared with the
@@ -341,6 +345,7 @@ impl SelfHostedStep {
                 &ts.rows.iter().map(|r| r.ids.clone()).collect::<Vec<_>>(),
             ),
             old_of_traj: None,
+            dealt_cells: std::sync::OnceLock::new(),
         })
     }
 
@@ -608,6 +613,11 @@ impl SelfHostedStep {
                 }
                 (ids, s, None)
             }
+            None if matches!(self.old, OldRows::PerMicro | OldRows::Current) => (
+                Vec::new(),
+                0,
+                Some(self.place_by_order(tree, step, (rank, micro), &ff)?),
+            ),
             None => (Vec::new(), 0, Some(self.place_rows(&ff, &lp, &mask, t)?)),
         };
         let mut entropy_dtype = None;

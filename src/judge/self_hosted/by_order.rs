@@ -1,0 +1,182 @@
+//! Rows of a forward_data without `input_ids` placed when no whole-batch `old_log_probs`
+//! can place them by their values (NexRL's `do_old_log_prob_compute: false` dumps none; a
+//! tree may dump old log-probs per micro): by where NexRL deals them. Its trainer sorts
+//! the batch (`_reorder_batch_by_group_and_run_id`, nexrl/trainer/self_hosted_grpo_trainer.py)
+//! and hands contiguous rows to ranks, each rank's rows to its micros
+//! (nexrl/train_service_backend/fsdp_worker/fsdp_actor.py `update_policy`, nex-agi/NexRL@6860191);
+//! with `use_dynamic_bsz` verl's `rearrange_micro_batches` regroups a rank's rows.
+//!
+//! That is a picture of the producer, so it is checked against the data before it is used:
+//! every row's valid count must equal its trajectory's response length, in every cell of
+//! the step. Rows of one length inside one micro may be any of those trajectories — the
+//! loss is a sum over the micro's rows — and are placed only when that choice cannot move
+//! the cell's terms (old = current log-probs, ratio 1; or their trajectories' advantages
+//! equal).
+
+use std::path::Path;
+
+use super::{dense, key_err, OldRows, SelfHostedStep};
+use crate::error::Result;
+use crate::formats::read_any;
+use crate::producers::layout::{DumpTree, Kind};
+use crate::producers::nexrl_self_hosted;
+
+/// One forward_data cell: `(rank, micro)` and each row's valid count.
+pub(super) type CellRows = ((u32, u32), Vec<usize>);
+
+/// Each cell's trajectory per row, under one way of dealing the batch.
+type Dealt = Vec<((u32, u32), Vec<usize>)>;
+
+impl SelfHostedStep {
+    /// The trajectory of each row of `(rank, micro)` and a note saying how they were
+    /// placed ([`self`](self) module doc), for a step whose rows neither token ids nor
+    /// whole-batch old log-probs place.
+    ///
+    /// Errors: no dealing fits the step's valid counts (named with what was tried).
+    pub(super) fn place_by_order(
+        &self,
+        tree: &DumpTree,
+        step: i64,
+        (rank, micro): (u32, u32),
+        ff: &Path,
+    ) -> Result<(Vec<usize>, String)> {
+        let cells = match self.dealt_cells.get() {
+            Some(c) => c,
+            None => {
+                let c = cell_rows(tree, step)?;
+                self.dealt_cells.get_or_init(|| c)
+            }
+        };
+        let n = self.rewards.len();
+        let total: usize = cells.iter().map(|(_, v)| v.len()).sum();
+        let fail = |why: String| {
+            key_err(
+                ff,
+                nexrl_self_hosted::INPUT_IDS,
+                &format!("missing, and no old_log_probs place the rows by their values: {why}"),
+            )
+        };
+        if total != n {
+            return Err(fail(format!(
+                "the step's forward_data files hold {total} rows, its trajectory file {n}"
+            )));
+        }
+        let identity: Vec<usize> = (0..n).collect();
+        let mut orders = vec![("NexRL's batch order", self.batch_order.as_deref())];
+        orders.push(("trajectory-file order", Some(&identity)));
+        if self.batch_order.is_none() {
+            orders.remove(0);
+        }
+        let mut tried = Vec::new();
+        for (name, order) in orders {
+            let order = order.unwrap_or(&identity);
+            for (how, per_rank) in [("micro by micro", false), ("rank by rank", true)] {
+                match self.deal(cells, order, per_rank) {
+                    Ok(dealt) => {
+                        let rows = dealt
+                            .into_iter()
+                            .find(|(c, _)| *c == (rank, micro))
+                            .map(|(_, r)| r)
+                            .unwrap_or_default();
+                        let note = format!(
+                            "no input_ids and no whole-batch old_log_probs: rows placed as \
+                             NexRL deals them, {name} over ranks then micros ({how}); every \
+                             row's valid count equals its trajectory's response length ({n} \
+                             rows)"
+                        );
+                        return Ok((rows, note));
+                    }
+                    Err(e) => tried.push(format!("{name} {how}: {e}")),
+                }
+            }
+        }
+        Err(fail(tried.join("; ")))
+    }
+
+    /// Deal `order` (batch position → trajectory) to `cells` in rank then micro order:
+    /// each micro takes the next rows (`per_rank`: each rank takes the next rows, its
+    /// micros any of them, as `rearrange_micro_batches` regroups them), a row the first
+    /// unused trajectory of its length. Errors when a row has none, or when two
+    /// trajectories a row could be would give its cell different terms.
+    fn deal(&self, cells: &[CellRows], order: &[usize], per_rank: bool) -> Result<Dealt, String> {
+        let mut out = Vec::with_capacity(cells.len());
+        let mut at = 0;
+        let mut i = 0;
+        while i < cells.len() {
+            // the cells that draw from one pool of rows
+            let rank = cells[i].0 .0;
+            let j = if per_rank {
+                i + cells[i..].iter().take_while(|(c, _)| c.0 == rank).count()
+            } else {
+                i + 1
+            };
+            let rows: usize = cells[i..j].iter().map(|(_, v)| v.len()).sum();
+            let pool = &order[at..at + rows];
+            let mut used = vec![false; pool.len()];
+            for (cell, valid) in &cells[i..j] {
+                let mut placed = Vec::with_capacity(valid.len());
+                for (r, len) in valid.iter().enumerate() {
+                    let fits: Vec<usize> = (0..pool.len())
+                        .filter(|k| !used[*k] && self.response_lens[pool[*k]] == Some(*len))
+                        .collect();
+                    let Some(k) = fits.first() else {
+                        return Err(format!(
+                            "rank {} micro {} row {r} has {len} valid tokens, no trajectory \
+                             left among its rows has that response length",
+                            cell.0, cell.1
+                        ));
+                    };
+                    // a choice that could move the cell's terms is not made
+                    if (per_rank || !matches!(self.old, OldRows::Current))
+                        && fits
+                            .iter()
+                            .any(|k2| !self.same_advantage(pool[*k], pool[*k2]))
+                    {
+                        return Err(format!(
+                            "rank {} micro {} row {r}: trajectories of {len} tokens with \
+                             different advantages could be it",
+                            cell.0, cell.1
+                        ));
+                    }
+                    used[*k] = true;
+                    placed.push(pool[*k]);
+                }
+                out.push((*cell, placed));
+            }
+            at += rows;
+            i = j;
+        }
+        Ok(out)
+    }
+
+    fn same_advantage(&self, a: usize, b: usize) -> bool {
+        self.advantages_f64[a] == self.advantages_f64[b]
+    }
+}
+
+/// Every forward_data cell of `step` in rank then micro order, with its rows' valid
+/// counts (`response_mask`).
+fn cell_rows(tree: &DumpTree, step: i64) -> Result<Vec<CellRows>> {
+    let mut files: Vec<(u32, u32, &Path)> = tree
+        .files_of(Kind::ForwardData, step)
+        .filter_map(|f| Some((f.rank?, f.micro?, f.path.as_path())))
+        .collect();
+    files.sort_unstable_by_key(|(r, m, _)| (*r, *m));
+    files
+        .into_iter()
+        .map(|(r, m, path)| {
+            let fb = nexrl_self_hosted::forward_data(path, &read_any(path)?)?;
+            let (shape, mask, _) = dense(
+                fb.response_mask.as_ref(),
+                path,
+                nexrl_self_hosted::RESPONSE_MASK,
+            )?;
+            let t = shape.last().copied().unwrap_or(0).max(1);
+            let valid = mask
+                .chunks(t)
+                .map(|row| row.iter().filter(|x| **x != 0.0).count())
+                .collect();
+            Ok(((r, m), valid))
+        })
+        .collect()
+}
