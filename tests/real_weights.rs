@@ -544,6 +544,36 @@ fn a_self_hosted_tree_without_old_log_probs_is_judged_with_ratio_one() {
 }
 
 #[test]
+fn a_one_cell_step_whose_total_is_scaled_cannot_be_judged_not_failed() {
+    // one weaver cell (seed 7102): GSPO's sequence ratio, its total dumped times verl's
+    // loss_scale_factor 4/6; one cell fits no scale, so losscheck called it inconsistent
+    let (code, r) = losscheck(&novel("one-cell-scale-7102").join("weaver_pt"));
+    assert_eq!(code, 0, "{r}");
+    let v = &r["verdicts"][0];
+    assert_eq!(v["status"], "cannot-judge", "{v}");
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("GSPO sequence ratio"), "{notes}");
+    assert!(notes.contains("≈ 4/6 (verl's loss_scale_factor"), "{notes}");
+}
+
+#[test]
+fn a_truncated_loss_file_beside_a_lone_coefficient_is_cannot_judge() {
+    // seed 7117: a weaver cell with unseen TIS weights whose loss/ file is truncated, the
+    // entropy coefficient inferred from the step's one other cell alone: its total cannot
+    // check this cell's (it was called inconsistent); the file is named unreadable, exit 2
+    let (code, r) = losscheck(&novel("truncated-lone-coef-7117").join("weaver_pt"));
+    assert_eq!(code, 2, "{r}");
+    let v = verdict(&r, "is_loss_debug/step_000000_rank0_micro0.pt");
+    assert_eq!(v["status"], "cannot-judge", "{v}");
+    assert!(
+        v["notes"]
+            .to_string()
+            .contains("inferred from one cell's total alone"),
+        "{v}"
+    );
+}
+
+#[test]
 fn rows_without_ids_or_old_log_probs_are_placed_where_nexrl_deals_them() {
     // no input_ids and no old_log_probs (seed 6009: trajectories in arrival order, bf16):
     // nothing placed the rows, losscheck exited 2 with no report; now they are dealt in

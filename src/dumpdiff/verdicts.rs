@@ -108,6 +108,7 @@ pub(super) fn adjudicate(
                                 uncertainty: Default::default(),
                                 total_uncertainty: Default::default(),
                                 unstated: Default::default(),
+                                cells: 0,
                             },
                             Some(format!(
                                 "judged under the preset: the step's conventions could not be settled ({e})"

@@ -63,6 +63,8 @@ pub struct Resolved {
     /// dump their terms (an underdetermined fit does not settle them). A cell that dumps
     /// only its total cannot be judged on the terms they weigh.
     pub unstated: Unstated,
+    /// The cells the conventions were settled from (one cannot fit a loss scale).
+    pub cells: usize,
 }
 
 /// Which loss-composition coefficients no evidence settles ([`Resolved::unstated`]).
@@ -661,6 +663,11 @@ pub fn resolve(
                      the better one-coefficient fit is used"
                         .into(),
                 );
+            } else if f.cells == 1 {
+                c.note = Some(
+                    "underdetermined: inferred from one cell's total alone, which any value fits"
+                        .into(),
+                );
             }
             c.std_err = Some(se);
             c.rms_residual = Some(f.rms);
@@ -710,6 +717,7 @@ pub fn resolve(
         uncertainty: unc,
         total_uncertainty: total_unc,
         unstated,
+        cells: preps.len(),
     })
 }
 

@@ -49,15 +49,26 @@ pub(super) fn judge_under(
         if v.status != Status::Inconsistent {
             return Ok(v);
         }
+        if let Some(w) = one_cell_scale(cell, resolved, tol)? {
+            return Ok(w);
+        }
         // per-token weights the dump does not hold, under the step's policy loss or
         // under a real producer's clip bound / ratio level of the cell's own
-        if let Some(w) = unseen_weights(cell, &resolved.cfg, &v, tol)? {
+        if let Some(w) = unseen_weights(
+            cell,
+            &resolved.cfg,
+            &v,
+            tol,
+            lone_coefficient(resolved).as_deref(),
+        )? {
             return Ok(w);
         }
         let base = &resolved.cfg;
         for cfg in super::picture::policy_candidates(base, &[]) {
             let w = judge(cell, &cfg, tol, unc)?;
-            if let Some(mut w) = unseen_weights(cell, &cfg, &w, tol)? {
+            if let Some(mut w) =
+                unseen_weights(cell, &cfg, &w, tol, lone_coefficient(resolved).as_deref())?
+            {
                 w.notes.insert(
                     1,
                     format!(
@@ -77,7 +88,9 @@ pub(super) fn judge_under(
             let mut plain = base.clone();
             plain.rollout_is = None;
             let w = judge(cell, &plain, tol, unc)?;
-            if let Some(mut w) = unseen_weights(cell, &plain, &w, tol)? {
+            if let Some(mut w) =
+                unseen_weights(cell, &plain, &w, tol, lone_coefficient(resolved).as_deref())?
+            {
                 w.notes.insert(
                     1,
                     format!(
@@ -121,10 +134,77 @@ pub(super) fn judge_under(
             }
         }
     }
-    if let Some(w) = unseen_weights(cell, &resolved.cfg, &v, tol)? {
+    if let Some(w) = unseen_weights(
+        cell,
+        &resolved.cfg,
+        &v,
+        tol,
+        lone_coefficient(resolved).as_deref(),
+    )? {
         return Ok(w);
     }
     undetermined(cell, resolved, v, tol)
+}
+
+/// A step of one cell fits no loss scale (`infer::scale` needs two): when this cell's
+/// only difference, under the step's policy loss or one of real producers'
+/// ([`super::picture::policy_candidates`]), is its total, and that total is its
+/// recomputed composition times `rows / n` (an integer `n ≥ rows`: verl's
+/// `loss_scale_factor` under dynamic batch size, `verl/workers/actor/dp_actor.py`) or
+/// `1 / k` (`k` accumulated micros), the total cannot be judged — one cell cannot confirm
+/// the factor — and the cell is [`Status::CannotJudge`], naming it. Else `None`.
+fn one_cell_scale(
+    cell: &Cell,
+    resolved: &infer::Resolved,
+    tol: &Tolerance,
+) -> Result<Option<Verdict>> {
+    let base = &resolved.cfg;
+    if resolved.cells != 1 || !base.loss_scale.is_one() {
+        return Ok(None);
+    }
+    let rows = cell.dims().0;
+    let snap = |v: f64| {
+        let r = v.round();
+        (r >= 1.0 && ((v - r) / r).abs() < 0.01).then_some(r)
+    };
+    let cfgs = std::iter::once(base.clone()).chain(super::picture::policy_candidates(base, &[]));
+    for cfg in cfgs {
+        let w = judge(cell, &cfg, tol, resolved.uncertainty)?;
+        let only_total = w.first_divergence.is_none()
+            && w.checks.iter().all(|c| c.ok || c.name == "loss")
+            && w.checks.iter().any(|c| c.name == "loss" && !c.ok);
+        let s = w.dumped_loss / w.recomputed_loss;
+        if !only_total || !s.is_finite() || s <= 0.0 || s >= 1.0 {
+            continue;
+        }
+        let factor = match (snap(rows as f64 / s), snap(1.0 / s)) {
+            (Some(n), _) if n >= rows as f64 => format!(
+                "{rows}/{n} (verl's loss_scale_factor: the micro's rows over a mini-batch of {n})"
+            ),
+            (_, Some(k)) if k >= 2.0 => {
+                format!("1/{k} (one over {k} accumulated micro-batches)")
+            }
+            _ => continue,
+        };
+        let mut v = w;
+        v.status = Status::CannotJudge;
+        let policy = if cfg == *base {
+            String::new()
+        } else {
+            format!(" under {}", super::picture::policy_words(&cfg))
+        };
+        v.notes.insert(
+            0,
+            format!(
+                "cannot judge the total: its intermediates and terms follow{policy}, and the \
+                 total is their composition times {} ≈ {factor}; the step has one cell, which \
+                 cannot confirm a loss scale",
+                crate::fmt::num(s)
+            ),
+        );
+        return Ok(Some(v));
+    }
+    Ok(None)
 }
 
 /// `v` (an inconsistent cell that dumps its terms) as consistent when its own inputs
@@ -217,6 +297,21 @@ fn own_sum(cell: &Cell, mut v: Verdict) -> Verdict {
     v
 }
 
+/// An entropy or KL coefficient the step inferred from a single cell's total (one
+/// equation, one unknown: it fits that cell whatever its total holds — a loss scale, a
+/// term no file states), in words; `None` when none was.
+fn lone_coefficient(resolved: &infer::Resolved) -> Option<String> {
+    resolved
+        .conventions
+        .iter()
+        .find(|c| {
+            matches!(c.name, "entropy_coeff" | "kl_coef")
+                && c.source == Source::Inferred
+                && c.cells == Some(1)
+        })
+        .map(|c| c.line())
+}
+
 /// The largest factor a per-token weight the dump does not hold may take (verl's
 /// truncated importance weight is in `(0, rollout_is_threshold]`, 2 by default; slime's
 /// and others' caps sit below 10).
@@ -231,11 +326,16 @@ const MAX_WEIGHT: f64 = 10.0;
 /// nothing in the cell can check them. Else `None`. A cell whose ratio differs, or
 /// whose pg term does not follow from its own per-token loss, stays inconsistent: the
 /// weights enter neither.
+///
+/// A cell that dumps only its total (its `loss/` file unread) when `lone` names a
+/// coefficient the step inferred from one cell's total alone ([`lone_coefficient`]): that
+/// total cannot check this one's, so only the per-token factors are asked.
 fn unseen_weights(
     cell: &Cell,
     cfg: &crate::kernels::loss::LossConfig,
     v: &Verdict,
     tol: &Tolerance,
+    lone: Option<&str>,
 ) -> Result<Option<Verdict>> {
     let elementwise = v
         .first_divergence
@@ -318,8 +418,18 @@ fn unseen_weights(
         AggMode::SeqMeanTokenMean,
         AggMode::SeqMeanTokenSum,
     ];
-    let Some(mode) = modes.into_iter().find(|m| follows(*m)) else {
-        return Ok(None);
+    let pg_words = match modes.into_iter().find(|m| follows(*m)) {
+        Some(mode) => format!(
+            "its pg term is the {} of that elementwise_loss",
+            mode.name()
+        ),
+        None => match lone.filter(|_| pg_dumped.is_none()) {
+            Some(c) => format!(
+                "its total, the only term it dumps, cannot be checked: {c} was inferred from \
+                 one cell's total alone, which any value fits"
+            ),
+            None => return Ok(None),
+        },
     };
     // the factors' shape: one per row, zeros, a shared largest one
     let shape = super::picture::unseen_shape(dumped, &ours, &m, b, t)
@@ -331,15 +441,13 @@ fn unseen_weights(
         0,
         format!(
             "cannot judge the per-token loss: on {differ} of {} valid tokens the dumped \
-             elementwise_loss is the recomputed one times a factor between {} and {}, and its \
-             pg term is the {} of that elementwise_loss — per-token weights the dump does not \
-             hold (truncated importance sampling against rollout log-probs not dumped, or an \
-             IcePop mask){shape}; tried: the step's conventions and each real producer's clip \
-             bound and ratio level",
+             elementwise_loss is the recomputed one times a factor between {} and {}, and \
+             {pg_words} — per-token weights the dump does not hold (truncated importance \
+             sampling against rollout log-probs not dumped, or an IcePop mask){shape}; tried: \
+             the step's conventions and each real producer's clip bound and ratio level",
             m.iter().filter(|x| **x != 0.0).count(),
             crate::fmt::num(lo),
             crate::fmt::num(hi),
-            mode.name()
         ),
     );
     Ok(Some(v))
@@ -490,6 +598,7 @@ mod tests {
             uncertainty: Default::default(),
             total_uncertainty: Default::default(),
             unstated,
+            cells: 1,
         };
         judge_under(&cell(dumped), &resolved, &Tolerance::default()).unwrap()
     }
