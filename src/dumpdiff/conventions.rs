@@ -303,14 +303,34 @@ pub fn compare(
             k.as_ref()
                 .is_some_and(|k| k.value.abs() > DIFFER_SIGMAS * k.std_err && k.value != 0.0)
         };
+        // a side's value fitted to one cell's total fits whatever that total holds (a loss
+        // scale — verl's loss_scale_factor — or a term no file states): not compared
+        let lone = |k: &Option<Known>, fit: &Result<CoefficientFit, coefficients::FitError>| {
+            flag.is_none()
+                && k.as_ref().is_some_and(|k| k.how.starts_with("inferred"))
+                && fit.as_ref().is_ok_and(|f| f.cells < 2)
+        };
+        let (la, lb) = (lone(&ka, &fa), lone(&kb, &fb));
         let differ = match (&ka, &kb) {
-            (Some(x), Some(y)) => {
+            (Some(x), Some(y)) if !(la || lb) => {
                 let se = (x.std_err * x.std_err + y.std_err * y.std_err).sqrt();
                 let gap = (x.value - y.value).abs();
                 gap > DIFFER_SIGMAS * se && gap > 1e-9 * x.value.abs().max(y.value.abs())
             }
             _ => false,
         };
+        let mark = |k: Option<Known>, lone: bool| {
+            k.map(|mut k| {
+                if lone {
+                    k.how.push_str(
+                        "; one cell's total fits any value — a loss scale or a term no file \
+                         states would go into it — so the sides' values are not compared",
+                    );
+                }
+                k
+            })
+        };
+        let (ka, kb) = (mark(ka, la), mark(kb, lb));
         // a side whose fit does not explain its totals says why instead of a value
         let why = |k: &Option<Known>, side, fit: &Result<CoefficientFit, _>| {
             let f = fit.as_ref().ok().filter(|_| k.is_none())?;
