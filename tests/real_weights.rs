@@ -544,6 +544,38 @@ fn a_self_hosted_tree_without_old_log_probs_is_judged_with_ratio_one() {
 }
 
 #[test]
+fn an_echoed_aggregation_its_cells_do_not_follow_gives_way_to_theirs() {
+    // seed 7115: NexRL echoes loss_agg_mode seq-mean-token-sum and reduces its pg term as
+    // verl's seq-mean-token-mean, under GSPO's sequence ratio: the echoed name reproduced
+    // none of the pg terms, so neither the policy nor the aggregation was found and
+    // dumpdiff named no aggregation at all
+    let (_, r) = losscheck(&novel("echoed-agg-gspo-7115").join("self_hosted_pt"));
+    let conv = r["conventions"].to_string();
+    assert!(
+        conv.contains("seq-mean-token-mean (the dumped loss_agg_mode seq-mean-token-sum reproduces 0 of 3 pg terms, seq-mean-token-mean 3)"),
+        "{conv}"
+    );
+    let policy = r["conventions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "policy")
+        .unwrap();
+    assert_eq!(
+        policy["value"], "ppo-clip 0.2/0.2, GSPO sequence ratio",
+        "{conv}"
+    );
+    assert_eq!(policy["explained"], 3, "{conv}");
+    let (_, d) = dumpdiff(&novel("echoed-agg-gspo-7115"));
+    assert!(
+        d["adjudication"]
+            .to_string()
+            .contains("the dumped loss_agg_mode seq-mean-token-sum reproduces 0 of 3 pg terms"),
+        "{d}"
+    );
+}
+
+#[test]
 fn a_one_cell_step_whose_total_is_scaled_cannot_be_judged_not_failed() {
     // one weaver cell (seed 7102): GSPO's sequence ratio, its total dumped times verl's
     // loss_scale_factor 4/6; one cell fits no scale, so losscheck called it inconsistent
