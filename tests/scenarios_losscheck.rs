@@ -190,8 +190,12 @@ fn coefficients_are_read_or_inferred_within_their_error_bars() {
                 };
                 if got.get("note").is_some() {
                     // one cell with both terms: the pair is underdetermined, only the
-                    // composition is checked
-                    assert_eq!(rep["verdicts"].as_array().unwrap().len(), 1);
+                    // composition is checked; or a coefficient fitted to one cell's total
+                    // (the step's other cells dump only theirs)
+                    assert!(
+                        rep["verdicts"].as_array().unwrap().len() == 1 || got["cells"] == 1,
+                        "seed {seed} {tree} {name}: {got}"
+                    );
                     continue;
                 }
                 let v = got["number"].as_f64().unwrap();

@@ -109,11 +109,26 @@ fn known(
     }
     let fit = fit.as_ref().ok()?;
     let (value, std_err) = fitted(name, fit)?;
+    if scattered(side, fit) {
+        // totals that are their terms' composition over one integer: verl's loss scale
+        if let (ENTROPY_COEFF, Some((k, e))) = (name, constant_scale(side)) {
+            return Some(Known {
+                value: e,
+                std_err: 0.0,
+                how: format!(
+                    "inferred with the loss scale 1/{k}: every total is its terms' composition \
+                     over {k} (verl's loss_scale_factor, 1 / gradient accumulation), least \
+                     squares over {} cells",
+                    side.terms.len()
+                ),
+            });
+        }
+    }
     if unexplained(name, side, fit).is_some() {
         return None;
     }
     Some(Known {
-        value,
+        value: value + 0.0, // no "-0"
         std_err,
         how: format!(
             "inferred: least squares of loss − pg_loss over {} cells (± {:.1e}, rms residual {:.2e}, max {:.2e})",
@@ -138,7 +153,7 @@ fn fitted(name: &str, fit: &CoefficientFit) -> Option<(f64, f64)> {
 /// added into `loss` with no `kl_loss` dumped), which the fit would absorb into the
 /// coefficient and report as a difference that does not exist.
 fn unexplained(name: &str, side: &SideLosses, fit: &CoefficientFit) -> Option<String> {
-    if side.echoed.contains_key(name) {
+    if side.echoed.contains_key(name) || constant_scale(side).is_some() {
         return None;
     }
     let (value, std_err) = fitted(name, fit)?;
@@ -168,6 +183,76 @@ fn unexplained(name: &str, side: &SideLosses, fit: &CoefficientFit) -> Option<St
             }
         )
     })
+}
+
+/// The rms residual floor of a side's totals: their f32 rounding.
+fn rounding_floor(side: &SideLosses) -> f64 {
+    let u = 2f64.powi(-24);
+    let n = side.terms.len().max(1) as f64;
+    (side
+        .terms
+        .iter()
+        .map(|c| (u * (c.loss.abs() + c.pg_loss.abs())).powi(2))
+        .sum::<f64>()
+        / n)
+        .sqrt()
+}
+
+/// The side's own fit leaves residuals far beyond its totals' rounding.
+fn scattered(side: &SideLosses, fit: &CoefficientFit) -> bool {
+    fit.cells >= 2 && fit.rms_residual > (64.0 * rounding_floor(side)).max(1e-9)
+}
+
+/// `(k, entropy_coeff)` when every total of the side (at least two cells, no KL term) is
+/// its terms' composition times one constant `1/k`: verl's `loss_scale_factor` without
+/// dynamic batch size, `1 / gradient_accumulation` (`verl/workers/actor/dp_actor.py`
+/// `update_policy`, volcengine/verl@cc62eca). `pg = k·loss + e·entropy` by least squares,
+/// kept when `k` lies within 10⁻³ of an integer ≥ 2, `e ≥ 0`, and the residual stays
+/// within the totals' rounding.
+fn constant_scale(side: &SideLosses) -> Option<(f64, f64)> {
+    let t = &side.terms;
+    if t.len() < 2 || t.iter().any(|c| c.kl_loss.is_some()) {
+        return None;
+    }
+    let (mut a11, mut a12, mut a22, mut b1, mut b2) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for c in t {
+        a11 += c.loss * c.loss;
+        a12 += c.loss * c.entropy_loss;
+        a22 += c.entropy_loss * c.entropy_loss;
+        b1 += c.loss * c.pg_loss;
+        b2 += c.entropy_loss * c.pg_loss;
+    }
+    let det = a11 * a22 - a12 * a12;
+    if det.abs() <= 1e-12 * (a11 * a22).abs().max(f64::MIN_POSITIVE) {
+        return None;
+    }
+    let k = (b1 * a22 - b2 * a12) / det;
+    let e = (a11 * b2 - a12 * b1) / det;
+    let r = k.round();
+    if r < 2.0 || ((k - r) / r).abs() > 1e-3 || e < -1e-9 {
+        return None;
+    }
+    let e = e.max(0.0);
+    let rms = (t
+        .iter()
+        .map(|c| (c.pg_loss - r * c.loss - e * c.entropy_loss).powi(2))
+        .sum::<f64>()
+        / t.len() as f64)
+        .sqrt();
+    (rms <= (64.0 * r * rounding_floor(side)).max(1e-9)).then_some((r, e))
+}
+
+/// Each side whose own fit scatters but whose totals are their composition over one
+/// integer ([`constant_scale`]): `(role, k, entropy_coeff)`.
+pub fn own_scales(a: &SideLosses, b: &SideLosses) -> Vec<(&'static str, f64, f64)> {
+    [("self-hosted", a), ("weaver", b)]
+        .into_iter()
+        .filter(|(_, side)| {
+            !side.echoed.contains_key(ENTROPY_COEFF)
+                && coefficients::infer(&side.terms, DType::F32).is_ok_and(|f| scattered(side, &f))
+        })
+        .filter_map(|(role, side)| constant_scale(side).map(|(k, e)| (role, k, e)))
+        .collect()
 }
 
 /// "cannot judge which side is wrong: …" when a side's entropy coefficient is neither

@@ -466,6 +466,7 @@ fn compare(
     let mut diagnosed = Vec::new();
     let mut adv_eps = None;
     let mut unstated = None;
+    let mut own_scales = Vec::new();
     if let Some(w) = &w {
         // Section 6 as computed ahead (joined after the cells); the files it read count as
         // read by their sides, and as done now.
@@ -495,6 +496,7 @@ fn compare(
         )?);
         coefficients = conventions::compare(&conv.self_hosted, &conv.weaver, &opts.coefficients);
         unstated = conventions::unstated_term(&conv.self_hosted, &conv.weaver, &opts.coefficients);
+        own_scales = conventions::own_scales(&conv.self_hosted, &conv.weaver);
         conventions = conv.notes;
         diagnosis = conv.diagnosis;
         diagnosed = conv.diagnosed;
@@ -529,6 +531,9 @@ fn compare(
         None => Default::default(),
     };
     // a total loss one side dumps scaled (verl's loss_scale_factor) is compared unscaled
+    let mut scales = scales;
+    let failing = diagnosis::failing_loss_cells(&sections);
+    scaled_loss::add_own(&mut scales, &own_scales, &failing);
     let (agree, passed) = scaled_loss::rejudge(&mut sections, &scales);
     cell_conventions::rediagnose_scaled(&sections, &mut diagnosis, &diagnosed, &scales);
     scaled_loss::rescaled_coefficients(&mut coefficients, &scales);

@@ -95,6 +95,35 @@ pub fn rescaled_coefficients(coefficients: &mut Vec<Coefficient>, scales: &[Side
     }
 }
 
+/// A side the judge settled no scale for whose totals dumpdiff's own fit finds to be
+/// their composition over one integer `k` (`own`: `(role, k, entropy_coeff)`,
+/// `conventions::own_scales`; the judge needs two of the side's cells and may have fewer,
+/// e.g. an unreadable `is_loss_debug`): its factor `1/k` on each failing cell, in place
+/// of its unscaled entries.
+pub fn add_own(scales: &mut Vec<SideScale>, own: &[(&str, f64, f64)], failing: &[(u32, u32)]) {
+    for &(role, k, e) in own {
+        if scales.iter().any(|s| s.role == role && s.scaled) {
+            continue;
+        }
+        scales.retain(|s| s.role != role);
+        for &(rank, micro) in failing {
+            scales.push(SideScale {
+                role: role.to_string(),
+                rank,
+                micro,
+                factor: 1.0 / k,
+                scaled: true,
+                entropy_coeff: e,
+                entropy_from: Some(format!(
+                    "entropy_coeff {} (inferred with the totals, dumpdiff's least squares)",
+                    crate::fmt::num(e)
+                )),
+                words: format!("1/{k} (every total is its terms' composition over {k})"),
+            });
+        }
+    }
+}
+
 /// Compare the failing `loss.loss` / `is_loss.loss` scalars of the cells `scales` names
 /// again with each side's total divided by its factor: within the room the comparison
 /// itself allowed (its tolerance and propagated error), the entropy term's agreed
