@@ -200,6 +200,18 @@ pub(super) fn policy_candidates(base: &LossConfig, weights: &[RolloutIs]) -> Vec
             }
         }
     }
+    // NexRL's `importance_sampling` loss, `−A·exp(logp − old)` unclipped (its actor's
+    // `loss_func_type`, nexrl/train_service_backend/fsdp_worker/fsdp_actor.py; the remote
+    // trainer's default `loss_fn`, nexrl/trainer/remote_api_trainer.py, nex-agi/NexRL@6860191)
+    for cap in &caps {
+        let mut cfg = base.clone();
+        cfg.ratio_level = RatioLevel::Token;
+        cfg.policy = PolicyKind::ImportanceSampling;
+        cfg.rollout_is = cfg.rollout_is.or(*cap);
+        if cfg != *base {
+            out.push(cfg);
+        }
+    }
     out
 }
 
