@@ -388,8 +388,9 @@ pub fn compare(
             k.as_ref()
                 .is_some_and(|k| k.value.abs() > DIFFER_SIGMAS * k.std_err && k.value != 0.0)
         };
-        // a side's value fitted to one cell's total fits whatever that total holds (a loss
-        // scale — verl's loss_scale_factor — or a term no file states): not compared
+        // a side's value fitted to one cell's total fits whatever that total holds — a loss
+        // scale (verl's loss_scale_factor: seed 6022) or a small term no file states
+        // (NexRL's KL loss: seed 7230) — so it is not compared
         let lone = |k: &Option<Known>, fit: &Result<CoefficientFit, coefficients::FitError>| {
             flag.is_none()
                 && k.as_ref().is_some_and(|k| k.how.starts_with("inferred"))
