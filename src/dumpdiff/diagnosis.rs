@@ -55,6 +55,21 @@ fn failing_intermediate(cell: Option<&Cell>) -> Option<&'static str> {
     .map(|(_, what)| what)
 }
 
+/// `": verl's rejection sampling (…)"` when the `is_loss` cell's mask comparison names
+/// one (the weaver's `effective_valid` reduced by `rollout_rs`,
+/// `super::sections` `rejection_note`), else empty.
+fn rejection(cell: Option<&Cell>) -> String {
+    const KEY: &str = "verl's rejection sampling";
+    cell.and_then(|c| {
+        c.comparisons.iter().find_map(|x| {
+            (x.name == "is_loss.effective_valid")
+                .then(|| x.reason.find(KEY).map(|i| format!(": {}", &x.reason[i..])))
+                .flatten()
+        })
+    })
+    .unwrap_or_default()
+}
+
 /// The importance weights of the other side (read from its own rollout log-probs) the
 /// `is_loss` cell derived the reference's per-token loss with, in words: `TIS` for verl's
 /// token-level truncated weights, else the scheme its origin names (`sequence-level TIS
@@ -187,7 +202,7 @@ pub fn diagnose(
                 Some(shape) => format!("the pg term differs, from {x}: {shape}"),
                 None => format!("the pg term differs, from {x}"),
             },
-            Some(x) => format!("the pg term differs, from {x}"),
+            Some(x) => format!("the pg term differs, from {x}{}", rejection(is_loss)),
             None => match (a.pg_loss, b.pg_loss) {
                 (Some(x), Some(y)) if weighted(is_loss).is_some() => {
                     let (px, py) = distinct(x, y);
@@ -233,7 +248,11 @@ pub fn diagnose(
         "entropy" => match (a.entropy_loss, b.entropy_loss) {
             (Some(x), Some(y)) if x != y && ca.entropy == cb.entropy => {
                 let (ex, ey) = distinct(x, y);
-                format!("the entropy term differs (entropy_loss {ex} vs {ey})")
+                // entropy_loss is a masked mean: over a loss mask that rejection reduced
+                format!(
+                    "the entropy term differs (entropy_loss {ex} vs {ey}){}",
+                    rejection(is_loss)
+                )
             }
             _ => format!(
                 "the entropy term differs (entropy_coeff {} vs {})",

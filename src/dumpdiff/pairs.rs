@@ -198,6 +198,7 @@ pub(super) fn weaver_cell(
         out.is_only_a = only_a(&a_fwd, &b_is);
         if let (Some((loss, _)), Some((is_loss, _))) = (out.loss.as_mut(), out.is_loss.as_mut()) {
             sections::clip_fractions(loss, is_loss);
+            sections::note_rejection(loss, is_loss);
         }
     }
     if let Some(ch) = &chain {

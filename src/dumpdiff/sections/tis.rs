@@ -143,8 +143,9 @@ impl Tis {
         match (self.is.level, self.is.bound) {
             (IsLevel::Token, IsBound::Cap { cap }) if cap.is_finite() => {
                 format!(
-                    "truncated importance weights, TIS cap {}",
-                    crate::fmt::num(cap)
+                    "truncated importance weights, TIS cap {}{}",
+                    crate::fmt::num(cap),
+                    self.is.norm_words()
                 )
             }
             _ => format!("importance weights, {}", self.is.words()),
@@ -155,10 +156,12 @@ impl Tis {
     pub(super) fn why(&self) -> String {
         use crate::kernels::rollout_is::{IsBound, IsLevel};
         let scheme = match (self.is.level, self.is.bound) {
-            (IsLevel::Token, IsBound::Cap { cap }) if cap.is_finite() => format!(
-                "truncated importance sampling (TIS, min(exp(old − rollout_log_probs), {}))",
-                crate::fmt::num(cap)
-            ),
+            (IsLevel::Token, IsBound::Cap { cap }) if cap.is_finite() && self.is.norm == 1.0 => {
+                format!(
+                    "truncated importance sampling (TIS, min(exp(old − rollout_log_probs), {}))",
+                    crate::fmt::num(cap)
+                )
+            }
             _ => format!(
                 "importance weights ({}: {})",
                 self.is.words(),
@@ -171,5 +174,62 @@ impl Tis {
             "an importance weight: the weaver applies {scheme} against its rollout log-probs, \
              which the self-hosted side does not dump or apply"
         )
+    }
+}
+
+/// What explains the tokens the other side's loss mask (`effective_valid`, `mask_b`)
+/// drops from the reference's response mask (`mask_a`, paired row by row, position by
+/// position as the mask comparison pairs them): verl's rejection sampling read from the
+/// other side's own `old_log_probs` and `rollout_log_probs`
+/// ([`crate::kernels::rollout_is::reject::explain`]), in words; `None` when it does not
+/// dump both, or no rejection explains a drop.
+pub(super) fn rejection_note(
+    mask_a: &Mat,
+    mask_b: &Mat,
+    b_is: &Tensors<'_>,
+    rows: &RowMatch,
+) -> Option<String> {
+    let (old, ro) = (
+        b_is.mat(Field::OldLogProbs)?,
+        b_is.mat(Field::RolloutLogProbs)?,
+    );
+    let (n, w) = (mask_b.rows, mask_b.width);
+    if (old.rows, old.width) != (n, w) || (ro.rows, ro.width) != (n, w) {
+        return None;
+    }
+    // the reference's mask in the other side's rows; an unpaired row keeps its own
+    let mut full = mask_b.values().into_owned();
+    for &(ra, rb) in &rows.pairs {
+        if ra >= mask_a.rows || rb >= n {
+            continue;
+        }
+        for p in 0..w {
+            full[rb * w + p] = mask_a.get(ra, p).unwrap_or(0.0);
+        }
+    }
+    let kept = mask_b.values();
+    crate::kernels::rollout_is::reject::explain(&full, &kept, &old.values(), &ro.values(), n, w)
+        .map(|r| r.words())
+}
+
+/// A failing `loss` cell (section 3) whose `is_loss` cell found the weaver's loss mask
+/// reduced by verl's rejection sampling ([`rejection_note`]): the note joins its reason,
+/// since every masked mean of the weaver (its pg, entropy and KL metrics) runs over the
+/// reduced mask.
+pub fn note_rejection(loss: &mut Cell, is_loss: &Cell) {
+    const KEY: &str = "verl's rejection sampling";
+    if loss.verdict < Verdict::Warn || loss.reason.contains(KEY) {
+        return;
+    }
+    let note = is_loss.comparisons.iter().find_map(|x| {
+        (x.name == "is_loss.effective_valid")
+            .then(|| x.reason.find(KEY).map(|i| x.reason[i..].to_string()))
+            .flatten()
+    });
+    if let Some(note) = note {
+        loss.reason = format!(
+            "{} (the weaver's loss mask is reduced — {note})",
+            loss.reason
+        );
     }
 }
