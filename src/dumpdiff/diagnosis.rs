@@ -39,6 +39,16 @@ fn failing_intermediate(cell: Option<&Cell>) -> Option<&'static str> {
             .iter()
             .any(|c| c.name == name && c.verdict >= Verdict::Warn)
     };
+    // a mask that verl's rejection sampling explains whole is named beside the term that
+    // differs ([`rejection`]), not in its place
+    let rejected = |name: &str| {
+        name == "is_loss.effective_valid"
+            && cell.comparisons.iter().any(|c| {
+                c.name == name
+                    && c.reason.contains("verl's rejection sampling")
+                    && !c.reason.contains("no rejection explains")
+            })
+    };
     [
         ("is_loss.effective_valid", "the mask (effective_valid)"),
         ("is_loss.advantages", "the advantages"),
@@ -51,7 +61,7 @@ fn failing_intermediate(cell: Option<&Cell>) -> Option<&'static str> {
         ("is_loss.elementwise_loss", "the elementwise loss"),
     ]
     .into_iter()
-    .find(|(n, _)| fails(n))
+    .find(|(n, _)| fails(n) && !rejected(n))
     .map(|(_, what)| what)
 }
 
@@ -199,21 +209,34 @@ pub fn diagnose(
     let what = match term {
         "pg" => match failing_intermediate(is_loss) {
             Some(x @ "log_probs") => match forward_shape(forward) {
-                Some(shape) => format!("the pg term differs, from {x}: {shape}"),
-                None => format!("the pg term differs, from {x}"),
+                Some(shape) => format!(
+                    "the pg term differs, from {x}: {shape}{}",
+                    rejection(is_loss)
+                ),
+                None => format!("the pg term differs, from {x}{}", rejection(is_loss)),
             },
             Some(x) => format!("the pg term differs, from {x}{}", rejection(is_loss)),
             None => match (a.pg_loss, b.pg_loss) {
                 (Some(x), Some(y)) if weighted(is_loss).is_some() => {
                     let (px, py) = distinct(x, y);
                     let scheme = weighted(is_loss).unwrap_or_default();
+                    let rej = rejection(is_loss);
+                    let mask = if rej.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; and the mask (effective_valid){rej}")
+                    };
                     format!(
                         "the pg term differs (pg_loss {px} vs {py}) while every per-token \
                          intermediate matches once the weaver's importance weights are \
                          applied: an importance weight ({scheme}, against rollout_log_probs on \
-                         the weaver's side only)"
+                         the weaver's side only){mask}"
                     )
                 }
+                _ if !rejection(is_loss).is_empty() => format!(
+                    "the pg term differs, from the mask (effective_valid){}",
+                    rejection(is_loss)
+                ),
                 (Some(x), Some(y)) if unseen_weights(is_loss) => {
                     let (px, py) = distinct(x, y);
                     // every other per-token intermediate matches: the weights, or the

@@ -213,22 +213,27 @@ pub(super) fn rejection_note(
 }
 
 /// A failing `loss` cell (section 3) whose `is_loss` cell found the weaver's loss mask
-/// reduced by verl's rejection sampling ([`rejection_note`]): the note joins its reason,
-/// since every masked mean of the weaver (its pg, entropy and KL metrics) runs over the
-/// reduced mask.
+/// (`effective_valid`) different from the self-hosted response mask: the finding joins its
+/// reason (every masked mean of the weaver — its pg, entropy and KL metrics — runs over
+/// that mask), naming verl's rejection sampling when [`rejection_note`] read one.
 pub fn note_rejection(loss: &mut Cell, is_loss: &Cell) {
     const KEY: &str = "verl's rejection sampling";
-    if loss.verdict < Verdict::Warn || loss.reason.contains(KEY) {
+    if loss.verdict < Verdict::Warn || loss.reason.contains("effective_valid") {
         return;
     }
     let note = is_loss.comparisons.iter().find_map(|x| {
-        (x.name == "is_loss.effective_valid")
-            .then(|| x.reason.find(KEY).map(|i| x.reason[i..].to_string()))
-            .flatten()
+        (x.name == "is_loss.effective_valid" && x.verdict >= Verdict::Warn).then(|| {
+            x.reason
+                .find(KEY)
+                .map_or("the loss mask differs".to_string(), |i| {
+                    x.reason[i..].to_string()
+                })
+        })
     });
     if let Some(note) = note {
         loss.reason = format!(
-            "{} (the weaver's loss mask is reduced — {note})",
+            "{} (the weaver's loss mask, effective_valid, is not the self-hosted response \
+             mask — {note})",
             loss.reason
         );
     }

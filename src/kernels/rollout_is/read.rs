@@ -534,6 +534,37 @@ mod tests {
     }
 
     #[test]
+    fn batch_normalised_weights_are_read_as_one_shared_divisor() {
+        // token TIS cap 2, every weight divided by 1.25: raw 3 and 4 saturate at 2/1.25,
+        // raw 0.8 and 1.5 keep raw/1.25
+        let k = 1.25;
+        let t = toks(
+            IsLevel::Token,
+            &[(2.0 / k, 3.0), (2.0 / k, 4.0), (0.8 / k, 0.8), (1.5 / k, 1.5)],
+        );
+        let got = read_off(&[(t, 1e-4)]);
+        let norm = got
+            .iter()
+            .find(|x| x.0.norm != 1.0)
+            .expect("a normalised reading");
+        assert_eq!(norm.0.level, IsLevel::Token);
+        assert_eq!(norm.0.bound, IsBound::Cap { cap: 2.0 });
+        assert!((norm.0.norm - k).abs() < 1e-9, "{}", norm.0.norm);
+        assert!(norm.1.contains("rollout_is_batch_normalize"), "{}", norm.1);
+        assert_eq!(
+            norm.0.words(),
+            "token TIS cap 2, batch-normalised (÷ 1.25, the weights' batch mean)"
+        );
+        assert_eq!(norm.0.formula(), "(min(exp(old − rollout), 2)) / 1.25");
+        // the weights of the reading are the dumped factors
+        let w = norm.0.weights(&[0.0, 0.0], &[-1.5f64.ln(), -3f64.ln()], &[1.0, 1.0], 1, 2);
+        assert!((w[0] - 1.5 / k).abs() < 1e-12 && (w[1] - 2.0 / k).abs() < 1e-12);
+        // unnormalised weights give no normalised reading
+        let t = toks(IsLevel::Token, &[(2.0, 3.0), (0.8, 0.8), (1.5, 1.5)]);
+        assert!(read_off(&[(t, 1e-4)]).iter().all(|x| x.0.norm == 1.0));
+    }
+
+    #[test]
     fn a_sequence_weight_is_allowed_its_rows_rounding() {
         // raw sequence weights recomputed from bf16-dumped log-probs, 3 % off the ones
         // applied: kept only with the row's rounding slack
