@@ -80,6 +80,17 @@ fn rejection(cell: Option<&Cell>) -> String {
     .unwrap_or_default()
 }
 
+/// [`rejection`] said beside another cause: `"; and the mask (effective_valid): verl's
+/// rejection sampling (…)"`, else empty.
+fn besides(cell: Option<&Cell>) -> String {
+    let r = rejection(cell);
+    if r.is_empty() {
+        r
+    } else {
+        format!("; and the mask (effective_valid){r}")
+    }
+}
+
 /// The importance weights of the other side (read from its own rollout log-probs) the
 /// `is_loss` cell derived the reference's per-token loss with, in words: `TIS` for verl's
 /// token-level truncated weights, else the scheme its origin names (`sequence-level TIS
@@ -211,21 +222,16 @@ pub fn diagnose(
             Some(x @ "log_probs") => match forward_shape(forward) {
                 Some(shape) => format!(
                     "the pg term differs, from {x}: {shape}{}",
-                    rejection(is_loss)
+                    besides(is_loss)
                 ),
-                None => format!("the pg term differs, from {x}{}", rejection(is_loss)),
+                None => format!("the pg term differs, from {x}{}", besides(is_loss)),
             },
-            Some(x) => format!("the pg term differs, from {x}{}", rejection(is_loss)),
+            Some(x) => format!("the pg term differs, from {x}{}", besides(is_loss)),
             None => match (a.pg_loss, b.pg_loss) {
                 (Some(x), Some(y)) if weighted(is_loss).is_some() => {
                     let (px, py) = distinct(x, y);
                     let scheme = weighted(is_loss).unwrap_or_default();
-                    let rej = rejection(is_loss);
-                    let mask = if rej.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; and the mask (effective_valid){rej}")
-                    };
+                    let mask = besides(is_loss);
                     format!(
                         "the pg term differs (pg_loss {px} vs {py}) while every per-token \
                          intermediate matches once the weaver's importance weights are \
@@ -274,7 +280,7 @@ pub fn diagnose(
                 // entropy_loss is a masked mean: over a loss mask that rejection reduced
                 format!(
                     "the entropy term differs (entropy_loss {ex} vs {ey}){}",
-                    rejection(is_loss)
+                    besides(is_loss)
                 )
             }
             _ => format!(
