@@ -280,7 +280,10 @@ fn batch_normalised_weights_are_read_as_one_divisor_and_named() {
     ] {
         let dir = fixture(name);
         let t = truth_of(&dir);
-        assert_eq!(t["conventions"]["rollout_is_batch_normalize"], true, "{name}");
+        assert_eq!(
+            t["conventions"]["rollout_is_batch_normalize"], true,
+            "{name}"
+        );
         let (code, r) = losscheck(&dir.join("weaver_pt"));
         assert_eq!(code, 0, "{name}: {r}");
         assert_eq!(

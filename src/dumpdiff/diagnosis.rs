@@ -220,10 +220,9 @@ pub fn diagnose(
     let what = match term {
         "pg" => match failing_intermediate(is_loss) {
             Some(x @ "log_probs") => match forward_shape(forward) {
-                Some(shape) => format!(
-                    "the pg term differs, from {x}: {shape}{}",
-                    besides(is_loss)
-                ),
+                Some(shape) => {
+                    format!("the pg term differs, from {x}: {shape}{}", besides(is_loss))
+                }
                 None => format!("the pg term differs, from {x}{}", besides(is_loss)),
             },
             Some(x) => format!("the pg term differs, from {x}{}", besides(is_loss)),

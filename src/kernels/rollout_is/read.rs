@@ -540,7 +540,12 @@ mod tests {
         let k = 1.25;
         let t = toks(
             IsLevel::Token,
-            &[(2.0 / k, 3.0), (2.0 / k, 4.0), (0.8 / k, 0.8), (1.5 / k, 1.5)],
+            &[
+                (2.0 / k, 3.0),
+                (2.0 / k, 4.0),
+                (0.8 / k, 0.8),
+                (1.5 / k, 1.5),
+            ],
         );
         let got = read_off(&[(t, 1e-4)]);
         let norm = got
@@ -557,7 +562,9 @@ mod tests {
         );
         assert_eq!(norm.0.formula(), "(min(exp(old − rollout), 2)) / 1.25");
         // the weights of the reading are the dumped factors
-        let w = norm.0.weights(&[0.0, 0.0], &[-1.5f64.ln(), -3f64.ln()], &[1.0, 1.0], 1, 2);
+        let w = norm
+            .0
+            .weights(&[0.0, 0.0], &[-1.5f64.ln(), -3f64.ln()], &[1.0, 1.0], 1, 2);
         assert!((w[0] - 1.5 / k).abs() < 1e-12 && (w[1] - 2.0 / k).abs() < 1e-12);
         // unnormalised weights give no normalised reading
         let t = toks(IsLevel::Token, &[(2.0, 3.0), (0.8, 0.8), (1.5, 1.5)]);
