@@ -231,10 +231,52 @@ pub fn note_rejection(loss: &mut Cell, is_loss: &Cell) {
         })
     });
     if let Some(note) = note {
-        loss.reason = format!(
-            "{} (the weaver's loss mask, effective_valid, is not the self-hosted response \
-             mask — {note})",
-            loss.reason
+        // on the cell and on each failing comparison (a later pass may rebuild the cell's
+        // reason from them)
+        let note = format!(
+            " (the weaver's loss mask, effective_valid, is not the self-hosted response mask \
+             — {note})"
         );
+        loss.reason += &note;
+        for c in loss
+            .comparisons
+            .iter_mut()
+            .filter(|c| c.verdict >= Verdict::Warn)
+        {
+            c.reason += &note;
+        }
+    }
+}
+
+/// Whether an `is_loss` cell compared the weaver's loss mask (`effective_valid`) and found
+/// it reduced — by verl's rejection sampling when `named` ([`rejection_note`]), else any
+/// difference.
+pub fn mask_reduced(is_loss: &Cell, named: bool) -> bool {
+    is_loss.comparisons.iter().any(|x| {
+        x.name == "is_loss.effective_valid"
+            && x.verdict >= Verdict::Warn
+            && (!named || x.reason.contains("verl's rejection sampling"))
+    })
+}
+
+/// A failing `loss` cell whose loss mask was not compared (a file of its cell could not be
+/// read), on a step where other cells' weaver masks are reduced by verl's rejection
+/// sampling (`seen`: those cells): the likely cause joins its reason, said as such.
+pub fn rejection_elsewhere(loss: &mut Cell, seen: &[String]) {
+    if loss.verdict < Verdict::Warn || seen.is_empty() || loss.reason.contains("rejection") {
+        return;
+    }
+    let note = format!(
+        " (likely also verl's rejection sampling, which reduces the weaver's loss mask in {}: \
+         this cell's mask was not compared)",
+        seen.join(", ")
+    );
+    loss.reason += &note;
+    for c in loss
+        .comparisons
+        .iter_mut()
+        .filter(|c| c.verdict >= Verdict::Warn)
+    {
+        c.reason += &note;
     }
 }
