@@ -230,33 +230,6 @@ fn weights_elsewhere(keys: &[(u32, Option<u32>)], outs: &mut [CellOut]) {
     }
 }
 
-/// A cell whose loss mask was not compared, on a step whose other cells show the weaver's
-/// mask reduced by verl's rejection sampling: its failing loss totals name it as likely
-/// ([`sections::rejection_elsewhere`]).
-fn rejection_elsewhere(keys: &[(u32, Option<u32>)], outs: &mut [CellOut]) {
-    let compared = |o: &CellOut, named: bool| {
-        o.is_loss
-            .as_ref()
-            .is_some_and(|(c, _)| sections::mask_reduced(c, named))
-    };
-    let seen: Vec<String> = keys
-        .iter()
-        .zip(outs.iter())
-        .filter(|(_, o)| compared(o, true))
-        .map(|((r, m), _)| format!("rank {r} micro {}", m.unwrap_or(0)))
-        .collect();
-    for o in outs.iter_mut() {
-        let unread = !o.is_loss.as_ref().is_some_and(|(c, _)| {
-            c.comparisons
-                .iter()
-                .any(|x| x.name == "is_loss.effective_valid")
-        });
-        if let (true, Some((loss, _))) = (unread, o.loss.as_mut()) {
-            sections::rejection_elsewhere(loss, &seen);
-        }
-    }
-}
-
 /// Sections 2, 3, 4 and 6: self-hosted against weaver, cell by cell.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn weaver_sections(
@@ -372,7 +345,10 @@ pub(super) fn weaver_sections(
     }
 
     weights_elsewhere(&keys, &mut outs);
-    rejection_elsewhere(&keys, &mut outs);
+    sections::rejection_elsewhere(keys.iter().zip(outs.iter_mut()).map(|(k, o)| {
+        let is_loss = o.is_loss.as_ref().map(|x| &x.0);
+        (*k, o.loss.as_mut().map(|x| &mut x.0), is_loss)
+    }));
     // Section 2: the compared cells, then those on one side only, ordered by rank/micro.
     let mut cells: Vec<Cell> = outs.iter_mut().filter_map(|o| o.fwd.take()).collect();
     for (&(rank, micro), o) in keys.iter().zip(&outs) {

@@ -248,22 +248,32 @@ pub fn note_rejection(loss: &mut Cell, is_loss: &Cell) {
     }
 }
 
-/// Whether an `is_loss` cell compared the weaver's loss mask (`effective_valid`) and found
-/// it reduced — by verl's rejection sampling when `named` ([`rejection_note`]), else any
-/// difference.
-pub fn mask_reduced(is_loss: &Cell, named: bool) -> bool {
-    is_loss.comparisons.iter().any(|x| {
-        x.name == "is_loss.effective_valid"
-            && x.verdict >= Verdict::Warn
-            && (!named || x.reason.contains("verl's rejection sampling"))
-    })
-}
-
-/// A failing `loss` cell whose loss mask was not compared (a file of its cell could not be
+/// Failing `loss` cells whose loss mask was not compared (a file of their cell could not be
 /// read), on a step where other cells' weaver masks are reduced by verl's rejection
-/// sampling (`seen`: those cells): the likely cause joins its reason, said as such.
-pub fn rejection_elsewhere(loss: &mut Cell, seen: &[String]) {
-    if loss.verdict < Verdict::Warn || seen.is_empty() || loss.reason.contains("rejection") {
+/// sampling: the likely cause joins their reasons (and each failing comparison's: a later
+/// pass may rebuild a cell's reason from them), said as such. `cells`: each cell's
+/// `(rank, micro)`, `loss` cell and `is_loss` cell.
+pub fn rejection_elsewhere<'a>(
+    cells: impl Iterator<Item = ((u32, Option<u32>), Option<&'a mut Cell>, Option<&'a Cell>)>,
+) {
+    let cells: Vec<_> = cells.collect();
+    fn mask_of(is_loss: Option<&Cell>) -> Option<&Comparison> {
+        is_loss.and_then(|c| {
+            c.comparisons
+                .iter()
+                .find(|x| x.name == "is_loss.effective_valid")
+        })
+    }
+    let seen: Vec<String> = cells
+        .iter()
+        .filter(|(_, _, is)| {
+            mask_of(*is).is_some_and(|x| {
+                x.verdict >= Verdict::Warn && x.reason.contains("verl's rejection sampling")
+            })
+        })
+        .map(|((r, m), _, _)| format!("rank {r} micro {}", m.unwrap_or(0)))
+        .collect();
+    if seen.is_empty() {
         return;
     }
     let note = format!(
@@ -271,12 +281,21 @@ pub fn rejection_elsewhere(loss: &mut Cell, seen: &[String]) {
          this cell's mask was not compared)",
         seen.join(", ")
     );
-    loss.reason += &note;
-    for c in loss
-        .comparisons
-        .iter_mut()
-        .filter(|c| c.verdict >= Verdict::Warn)
-    {
-        c.reason += &note;
+    for (_, loss, is) in cells {
+        let Some(loss) = loss.filter(|l| mask_of(is).is_none() && l.verdict >= Verdict::Warn)
+        else {
+            continue;
+        };
+        if loss.reason.contains("rejection") {
+            continue;
+        }
+        loss.reason += &note;
+        for c in loss
+            .comparisons
+            .iter_mut()
+            .filter(|c| c.verdict >= Verdict::Warn)
+        {
+            c.reason += &note;
+        }
     }
 }
