@@ -168,6 +168,7 @@ CAUSE_WORDS = {
     "aggregation": ["aggregation", "loss_agg_mode", "summed"],
     "coefficient": ["entropy_coeff", "coefficient"],
     "importance weight": ["importance", "rollout", "tis"],
+    "rejection sampling": ["reject", "rollout_rs"],
 }
 
 

@@ -244,7 +244,7 @@ fn a_correct_side_is_never_called_inconsistent_under_rollout_weights() {
         })
         .collect();
     dirs.sort();
-    assert_eq!(dirs.len(), 8);
+    assert_eq!(dirs.len(), 11);
     for dir in dirs {
         let t = truth_of(&dir);
         for tree in ["self_hosted_pt", "weaver_pt"] {
@@ -254,4 +254,80 @@ fn a_correct_side_is_never_called_inconsistent_under_rollout_weights() {
             assert_eq!(said, truth, "{} {tree}", dir.display());
         }
     }
+}
+
+#[test]
+fn batch_normalised_weights_are_read_as_one_divisor_and_named() {
+    // verl 0.9.1 rollout_is_batch_normalize: token TIS cap 2, every weight divided by the
+    // step's batch mean (1.0276 as verl computed it on the whole batch); seed 0 of
+    // --easy --novel --novel-only is_batch_norm, and seed 9019 (--novel, a bf16 weaver with
+    // a wrong mask and wrong advantages: its factors carry 1 % of ratio rounding)
+    for (name, want, cells) in [
+        (
+            "real-novel-is-batch-norm-0",
+            "token TIS cap 2, batch-normalised (÷ 1.028, the weights' batch mean) (the cap read \
+             off 4 saturated tokens, the other tokens keep exp(old − rollout); every kept weight \
+             divided by 1.028 (verl's rollout_is_batch_normalize: the weights' batch mean))",
+            "6/6",
+        ),
+        (
+            "real-novel-is-batch-norm-bf16-9019",
+            "token TIS cap 2, batch-normalised (÷ 1.065, the weights' batch mean) (the cap read \
+             off 2 saturated tokens, the other tokens keep exp(old − rollout); every kept weight \
+             divided by 1.065 (verl's rollout_is_batch_normalize: the weights' batch mean))",
+            "2/2",
+        ),
+    ] {
+        let dir = fixture(name);
+        let t = truth_of(&dir);
+        assert_eq!(
+            t["conventions"]["rollout_is_batch_normalize"], true,
+            "{name}"
+        );
+        let (code, r) = losscheck(&dir.join("weaver_pt"));
+        assert_eq!(code, 0, "{name}: {r}");
+        assert_eq!(
+            rollout_is(&r),
+            Some((want.to_string(), cells.to_string())),
+            "{name}"
+        );
+        for (rank, micro, s) in statuses(&r) {
+            assert_eq!(s, "consistent", "{name} rank {rank} micro {micro}");
+        }
+    }
+    // dumpdiff names the normalised scheme as the cause of every differing total
+    let (code, d) = dumpdiff(&fixture("real-novel-is-batch-norm-0"));
+    assert_eq!(code, Some(1));
+    let lines = d["diagnosis"].as_array().unwrap();
+    assert_eq!(lines.len(), 5);
+    // (a cell where no token reaches the cap reads "token TIS, no cap reached")
+    for l in lines {
+        let l = l.as_str().unwrap();
+        assert!(
+            l.contains("an importance weight (")
+                && l.contains(
+                    "batch-normalised (÷ 1.028, the weights' batch mean), against \
+                     rollout_log_probs on the weaver's side only)"
+                ),
+            "{l}"
+        );
+    }
+    assert!(lines.iter().any(|l| l.as_str().unwrap().contains(
+        "an importance weight (TIS cap 2, batch-normalised (÷ 1.028, the weights' batch mean)"
+    )));
+}
+
+#[test]
+fn batch_normalised_weights_without_rollout_log_probs_are_cannot_judge() {
+    // seed 11 of --easy --novel --novel-only is_batch_norm: no rollout_log_probs dumped
+    let dir = fixture("real-novel-is-batch-norm-unseen-11");
+    let t = truth_of(&dir);
+    assert_eq!(t["conventions"]["rollout_log_probs_dumped"], false);
+    let (code, r) = losscheck(&dir.join("weaver_pt"));
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(
+        files_with(&r, "cannot-judge"),
+        strings(&t["losscheck"]["weaver_pt"]["cannot_judge"])
+    );
+    assert_eq!(files_with(&r, "cannot-judge").len(), 6);
 }

@@ -28,6 +28,7 @@ mod real_logs;
 mod real_weights;
 mod render;
 mod rollout_is;
+mod rollout_rs;
 mod scenarios;
 mod scenarios_adjudication;
 mod scenarios_losscheck;

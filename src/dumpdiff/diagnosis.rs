@@ -39,6 +39,16 @@ fn failing_intermediate(cell: Option<&Cell>) -> Option<&'static str> {
             .iter()
             .any(|c| c.name == name && c.verdict >= Verdict::Warn)
     };
+    // a mask that verl's rejection sampling explains whole is named beside the term that
+    // differs ([`rejection`]), not in its place
+    let rejected = |name: &str| {
+        name == "is_loss.effective_valid"
+            && cell.comparisons.iter().any(|c| {
+                c.name == name
+                    && c.reason.contains("verl's rejection sampling")
+                    && !c.reason.contains("no rejection explains")
+            })
+    };
     [
         ("is_loss.effective_valid", "the mask (effective_valid)"),
         ("is_loss.advantages", "the advantages"),
@@ -51,8 +61,34 @@ fn failing_intermediate(cell: Option<&Cell>) -> Option<&'static str> {
         ("is_loss.elementwise_loss", "the elementwise loss"),
     ]
     .into_iter()
-    .find(|(n, _)| fails(n))
+    .find(|(n, _)| fails(n) && !rejected(n))
     .map(|(_, what)| what)
+}
+
+/// `": verl's rejection sampling (…)"` when the `is_loss` cell's mask comparison names
+/// one (the weaver's `effective_valid` reduced by `rollout_rs`,
+/// `super::sections` `rejection_note`), else empty.
+fn rejection(cell: Option<&Cell>) -> String {
+    const KEY: &str = "verl's rejection sampling";
+    cell.and_then(|c| {
+        c.comparisons.iter().find_map(|x| {
+            (x.name == "is_loss.effective_valid")
+                .then(|| x.reason.find(KEY).map(|i| format!(": {}", &x.reason[i..])))
+                .flatten()
+        })
+    })
+    .unwrap_or_default()
+}
+
+/// [`rejection`] said beside another cause: `"; and the mask (effective_valid): verl's
+/// rejection sampling (…)"`, else empty.
+fn besides(cell: Option<&Cell>) -> String {
+    let r = rejection(cell);
+    if r.is_empty() {
+        r
+    } else {
+        format!("; and the mask (effective_valid){r}")
+    }
 }
 
 /// The importance weights of the other side (read from its own rollout log-probs) the
@@ -189,21 +225,28 @@ pub fn diagnose(
     let what = match term {
         "pg" => match failing_intermediate(is_loss) {
             Some(x @ "log_probs") => match forward_shape(forward) {
-                Some(shape) => format!("the pg term differs, from {x}: {shape}"),
-                None => format!("the pg term differs, from {x}"),
+                Some(shape) => {
+                    format!("the pg term differs, from {x}: {shape}{}", besides(is_loss))
+                }
+                None => format!("the pg term differs, from {x}{}", besides(is_loss)),
             },
-            Some(x) => format!("the pg term differs, from {x}"),
+            Some(x) => format!("the pg term differs, from {x}{}", besides(is_loss)),
             None => match (a.pg_loss, b.pg_loss) {
                 (Some(x), Some(y)) if weighted(is_loss).is_some() => {
                     let (px, py) = distinct(x, y);
                     let scheme = weighted(is_loss).unwrap_or_default();
+                    let mask = besides(is_loss);
                     format!(
                         "the pg term differs (pg_loss {px} vs {py}) while every per-token \
                          intermediate matches once the weaver's importance weights are \
                          applied: an importance weight ({scheme}, against rollout_log_probs on \
-                         the weaver's side only)"
+                         the weaver's side only){mask}"
                     )
                 }
+                _ if !rejection(is_loss).is_empty() => format!(
+                    "the pg term differs, from the mask (effective_valid){}",
+                    rejection(is_loss)
+                ),
                 (Some(x), Some(y)) if unseen_weights(is_loss) => {
                     let (px, py) = distinct(x, y);
                     // every other per-token intermediate matches: the weights, or the
@@ -238,7 +281,11 @@ pub fn diagnose(
         "entropy" => match (a.entropy_loss, b.entropy_loss) {
             (Some(x), Some(y)) if x != y && ca.entropy == cb.entropy => {
                 let (ex, ey) = distinct(x, y);
-                format!("the entropy term differs (entropy_loss {ex} vs {ey})")
+                // entropy_loss is a masked mean: over a loss mask that rejection reduced
+                format!(
+                    "the entropy term differs (entropy_loss {ex} vs {ey}){}",
+                    besides(is_loss)
+                )
             }
             _ => format!(
                 "the entropy term differs (entropy_coeff {} vs {})",

@@ -198,6 +198,7 @@ pub(super) fn weaver_cell(
         out.is_only_a = only_a(&a_fwd, &b_is);
         if let (Some((loss, _)), Some((is_loss, _))) = (out.loss.as_mut(), out.is_loss.as_mut()) {
             sections::clip_fractions(loss, is_loss);
+            sections::note_rejection(loss, is_loss);
         }
     }
     if let Some(ch) = &chain {
@@ -344,6 +345,10 @@ pub(super) fn weaver_sections(
     }
 
     weights_elsewhere(&keys, &mut outs);
+    sections::rejection_elsewhere(keys.iter().zip(outs.iter_mut()).map(|(k, o)| {
+        let is_loss = o.is_loss.as_ref().map(|x| &x.0);
+        (*k, o.loss.as_mut().map(|x| &mut x.0), is_loss)
+    }));
     // Section 2: the compared cells, then those on one side only, ordered by rank/micro.
     let mut cells: Vec<Cell> = outs.iter_mut().filter_map(|o| o.fwd.take()).collect();
     for (&(rank, micro), o) in keys.iter().zip(&outs) {

@@ -294,7 +294,7 @@ pub(super) fn policy_words(cfg: &LossConfig) -> String {
 pub(super) fn weight_words(is: &RolloutIs) -> String {
     match (is.level, is.bound) {
         (IsLevel::Token, IsBound::Cap { cap }) if cap.is_finite() => {
-            format!("TIS, cap {}", crate::fmt::num(cap))
+            format!("TIS, cap {}{}", crate::fmt::num(cap), is.norm_words())
         }
         _ => is.words(),
     }

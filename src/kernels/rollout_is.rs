@@ -16,7 +16,15 @@
 //!   `lower <= raw <= upper`, else 0 (both ends inclusive);
 //! - `w.detach()`: no gradient flows through the weights (here they are constants).
 //!
-//! `rollout_is_batch_normalize` (off by default) is not modelled.
+//! - `rollout_is_batch_normalize` (off by default): after the threshold, the weights are
+//!   divided by their batch mean (token level: the masked mean of every token's weight;
+//!   sequence level: the mean over rows of each row's weight), computed by verl in the
+//!   trainer over the whole batch before it is split ([`RolloutIs::norm`]; read off the
+//!   dumped values as one factor every kept token shares, [`read`]).
+//!
+//! Rejection sampling (`rollout_rs`) and the per-token veto zero the response mask itself
+//! (`compute_rollout_rejection_mask`), which a side dumps as its loss mask: see
+//! [`reject`].
 //!
 //! Shapes: `old`, `rollout`, `mask` are row-major `[rows, width]` f64 slices (any stored
 //! dtype, read as f64; the mask non-zero = valid); the weights come back the same shape.
@@ -24,6 +32,7 @@
 use serde::Serialize;
 
 pub mod read;
+pub mod reject;
 
 /// verl's `SAFETY_BOUND`: the log-ratio (token) or its row sum (sequence) is clamped to
 /// `±20` before `exp`.
@@ -66,6 +75,9 @@ pub struct RolloutIs {
     pub level: IsLevel,
     /// Cap or band.
     pub bound: IsBound,
+    /// verl's `rollout_is_batch_normalize`: the bounded weights are divided by this
+    /// (their batch mean, `rollout_is_batch_norm_factor`); 1 when not normalised.
+    pub norm: f64,
 }
 
 impl RolloutIs {
@@ -74,6 +86,25 @@ impl RolloutIs {
         RolloutIs {
             level: IsLevel::Token,
             bound: IsBound::Cap { cap },
+            norm: 1.0,
+        }
+    }
+
+    /// This scheme divided by `norm` (verl's `rollout_is_batch_normalize`).
+    pub fn normalised(self, norm: f64) -> Self {
+        RolloutIs { norm, ..self }
+    }
+
+    /// `", batch-normalised (÷ 0.93)"` when the weights are divided by a batch mean, else
+    /// empty.
+    pub fn norm_words(&self) -> String {
+        if self.norm == 1.0 {
+            String::new()
+        } else {
+            format!(
+                ", batch-normalised (÷ {}, the weights' batch mean)",
+                crate::fmt::num(self.norm)
+            )
         }
     }
 
@@ -88,7 +119,7 @@ impl RolloutIs {
     ) -> Vec<f64> {
         self.raw(old, rollout, mask, rows, width)
             .into_iter()
-            .map(|r| self.bound.apply(r))
+            .map(|r| self.bound.apply(r) / self.norm)
             .collect()
     }
 
@@ -105,8 +136,13 @@ impl RolloutIs {
     }
 
     /// The scheme in the words of the conventions record (`token TIS cap 5`,
-    /// `sequence-level IcePop band 0.2–5`).
+    /// `sequence-level IcePop band 0.2–5`, then [`Self::norm_words`]).
     pub fn words(&self) -> String {
+        self.bound_words() + &self.norm_words()
+    }
+
+    /// [`Self::words`] without the normalisation.
+    fn bound_words(&self) -> String {
         let level = match self.level {
             IsLevel::Token => "token",
             IsLevel::Sequence => "sequence-level",
@@ -131,8 +167,21 @@ impl RolloutIs {
     }
 
     /// The weight as a formula (`min(exp(old − rollout), 5)`,
-    /// `exp(Σ_row(old − rollout)) inside [0.2, 5], else 0`).
+    /// `exp(Σ_row(old − rollout)) inside [0.2, 5], else 0`, `… / 0.93` when normalised).
     pub fn formula(&self) -> String {
+        if self.norm == 1.0 {
+            self.bound_formula()
+        } else {
+            format!(
+                "({}) / {}",
+                self.bound_formula(),
+                crate::fmt::num(self.norm)
+            )
+        }
+    }
+
+    /// [`Self::formula`] without the normalisation.
+    fn bound_formula(&self) -> String {
         let raw = match self.level {
             IsLevel::Token => "exp(old − rollout)",
             IsLevel::Sequence => "exp(Σ_row(old − rollout))",
@@ -227,6 +276,7 @@ mod tests {
         let band = RolloutIs {
             level: IsLevel::Token,
             bound: IsBound::Band { lo: 0.5, hi: 2.0 },
+            norm: 1.0,
         };
         assert_eq!(
             band.weights(&OLD, &RO, &MASK, 2, 3),
@@ -237,6 +287,7 @@ mod tests {
         let seq = RolloutIs {
             level: IsLevel::Sequence,
             bound: IsBound::Cap { cap: 5.0 },
+            norm: 1.0,
         };
         let s0 = e(1.0 + (-0.5 - -0.6) + -1.0);
         let s1 = e(-0.3 - -0.4);
@@ -248,6 +299,7 @@ mod tests {
         let big = RolloutIs {
             level: IsLevel::Sequence,
             bound: IsBound::Cap { cap: 1e12 },
+            norm: 1.0,
         };
         assert_eq!(
             big.weights(&[15.0, 15.0], &[0.0, 0.0], &[1.0, 1.0], 1, 2),

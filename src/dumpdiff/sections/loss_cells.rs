@@ -37,13 +37,22 @@ pub fn is_loss_cell(
     let mut out = Vec::new();
     let dumped_b = |k: &str| Origin::dumped("is_loss_debug", k);
     match (&mask_a, &mask_b) {
-        (Some(x), Some(y)) => out.push(ctx.exact_rows(
-            "effective_valid",
-            x,
-            y,
-            Origin::dumped("forward_data", "response_mask"),
-            dumped_b("effective_valid"),
-        )),
+        (Some(x), Some(y)) => {
+            let mut c = ctx.exact_rows(
+                "effective_valid",
+                x,
+                y,
+                Origin::dumped("forward_data", "response_mask"),
+                dumped_b("effective_valid"),
+            );
+            // a loss mask reduced by verl's rejection sampling: named (issue 28)
+            if c.verdict >= Verdict::Warn {
+                if let Some(note) = super::tis::rejection_note(x, y, b_is, &rows) {
+                    c.reason = format!("{}: {note}", c.reason);
+                }
+            }
+            out.push(c)
+        }
         _ => out.push(skipped(
             S,
             "effective_valid",

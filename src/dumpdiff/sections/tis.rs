@@ -143,8 +143,9 @@ impl Tis {
         match (self.is.level, self.is.bound) {
             (IsLevel::Token, IsBound::Cap { cap }) if cap.is_finite() => {
                 format!(
-                    "truncated importance weights, TIS cap {}",
-                    crate::fmt::num(cap)
+                    "truncated importance weights, TIS cap {}{}",
+                    crate::fmt::num(cap),
+                    self.is.norm_words()
                 )
             }
             _ => format!("importance weights, {}", self.is.words()),
@@ -155,10 +156,12 @@ impl Tis {
     pub(super) fn why(&self) -> String {
         use crate::kernels::rollout_is::{IsBound, IsLevel};
         let scheme = match (self.is.level, self.is.bound) {
-            (IsLevel::Token, IsBound::Cap { cap }) if cap.is_finite() => format!(
-                "truncated importance sampling (TIS, min(exp(old − rollout_log_probs), {}))",
-                crate::fmt::num(cap)
-            ),
+            (IsLevel::Token, IsBound::Cap { cap }) if cap.is_finite() && self.is.norm == 1.0 => {
+                format!(
+                    "truncated importance sampling (TIS, min(exp(old − rollout_log_probs), {}))",
+                    crate::fmt::num(cap)
+                )
+            }
             _ => format!(
                 "importance weights ({}: {})",
                 self.is.words(),
@@ -171,5 +174,128 @@ impl Tis {
             "an importance weight: the weaver applies {scheme} against its rollout log-probs, \
              which the self-hosted side does not dump or apply"
         )
+    }
+}
+
+/// What explains the tokens the other side's loss mask (`effective_valid`, `mask_b`)
+/// drops from the reference's response mask (`mask_a`, paired row by row, position by
+/// position as the mask comparison pairs them): verl's rejection sampling read from the
+/// other side's own `old_log_probs` and `rollout_log_probs`
+/// ([`crate::kernels::rollout_is::reject::explain`]), in words; `None` when it does not
+/// dump both, or no rejection explains a drop.
+pub(super) fn rejection_note(
+    mask_a: &Mat,
+    mask_b: &Mat,
+    b_is: &Tensors<'_>,
+    rows: &RowMatch,
+) -> Option<String> {
+    let (old, ro) = (
+        b_is.mat(Field::OldLogProbs)?,
+        b_is.mat(Field::RolloutLogProbs)?,
+    );
+    let (n, w) = (mask_b.rows, mask_b.width);
+    if (old.rows, old.width) != (n, w) || (ro.rows, ro.width) != (n, w) {
+        return None;
+    }
+    // the reference's mask in the other side's rows; an unpaired row keeps its own
+    let mut full = mask_b.values().into_owned();
+    for &(ra, rb) in &rows.pairs {
+        if ra >= mask_a.rows || rb >= n {
+            continue;
+        }
+        for p in 0..w {
+            full[rb * w + p] = mask_a.get(ra, p).unwrap_or(0.0);
+        }
+    }
+    let kept = mask_b.values();
+    crate::kernels::rollout_is::reject::explain(&full, &kept, &old.values(), &ro.values(), n, w)
+        .map(|r| r.words())
+}
+
+/// A failing `loss` cell (section 3) whose `is_loss` cell found the weaver's loss mask
+/// (`effective_valid`) different from the self-hosted response mask: the finding joins its
+/// reason (every masked mean of the weaver — its pg, entropy and KL metrics — runs over
+/// that mask), naming verl's rejection sampling when [`rejection_note`] read one.
+pub fn note_rejection(loss: &mut Cell, is_loss: &Cell) {
+    const KEY: &str = "verl's rejection sampling";
+    if loss.verdict < Verdict::Warn || loss.reason.contains("effective_valid") {
+        return;
+    }
+    let note = is_loss.comparisons.iter().find_map(|x| {
+        (x.name == "is_loss.effective_valid" && x.verdict >= Verdict::Warn).then(|| {
+            x.reason
+                .find(KEY)
+                .map_or("the loss mask differs".to_string(), |i| {
+                    x.reason[i..].to_string()
+                })
+        })
+    });
+    if let Some(note) = note {
+        // on the cell and on each failing comparison (a later pass may rebuild the cell's
+        // reason from them)
+        let note = format!(
+            " (the weaver's loss mask, effective_valid, is not the self-hosted response mask \
+             — {note})"
+        );
+        loss.reason += &note;
+        for c in loss
+            .comparisons
+            .iter_mut()
+            .filter(|c| c.verdict >= Verdict::Warn)
+        {
+            c.reason += &note;
+        }
+    }
+}
+
+/// Failing `loss` cells whose loss mask was not compared (a file of their cell could not be
+/// read), on a step where other cells' weaver masks are reduced by verl's rejection
+/// sampling: the likely cause joins their reasons (and each failing comparison's: a later
+/// pass may rebuild a cell's reason from them), said as such. `cells`: each cell's
+/// `(rank, micro)`, `loss` cell and `is_loss` cell.
+pub fn rejection_elsewhere<'a>(
+    cells: impl Iterator<Item = ((u32, Option<u32>), Option<&'a mut Cell>, Option<&'a Cell>)>,
+) {
+    let cells: Vec<_> = cells.collect();
+    fn mask_of(is_loss: Option<&Cell>) -> Option<&Comparison> {
+        is_loss.and_then(|c| {
+            c.comparisons
+                .iter()
+                .find(|x| x.name == "is_loss.effective_valid")
+        })
+    }
+    let seen: Vec<String> = cells
+        .iter()
+        .filter(|(_, _, is)| {
+            mask_of(*is).is_some_and(|x| {
+                x.verdict >= Verdict::Warn && x.reason.contains("verl's rejection sampling")
+            })
+        })
+        .map(|((r, m), _, _)| format!("rank {r} micro {}", m.unwrap_or(0)))
+        .collect();
+    if seen.is_empty() {
+        return;
+    }
+    let note = format!(
+        " (likely also verl's rejection sampling, which reduces the weaver's loss mask in {}: \
+         this cell's mask was not compared)",
+        seen.join(", ")
+    );
+    for (_, loss, is) in cells {
+        let Some(loss) = loss.filter(|l| mask_of(is).is_none() && l.verdict >= Verdict::Warn)
+        else {
+            continue;
+        };
+        if loss.reason.contains("rejection") {
+            continue;
+        }
+        loss.reason += &note;
+        for c in loss
+            .comparisons
+            .iter_mut()
+            .filter(|c| c.verdict >= Verdict::Warn)
+        {
+            c.reason += &note;
+        }
     }
 }

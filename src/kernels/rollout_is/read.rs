@@ -92,7 +92,7 @@ fn allowed(toks: &[IsToken], level: IsLevel, rel: f64) -> Allowed {
 
 /// The threshold in `[a, b]` a config most likely holds: the first of the 1–2–5 series
 /// (…, 0.5, 1, 2, 5, 10, …) inside, else the simplest decimal ([`simplest_decimal`]).
-fn simplest(a: f64, b: f64) -> f64 {
+pub(super) fn simplest(a: f64, b: f64) -> f64 {
     if a > 0.0 && b.is_finite() {
         let e = a.log10().floor() as i32;
         for k in e..=e + 1 {
@@ -189,6 +189,74 @@ pub fn tokens_of(
 pub fn read_off(cells: &[(Vec<IsToken>, f64)]) -> Vec<(RolloutIs, String, usize)> {
     let mut out: Vec<(RolloutIs, String, usize)> = Vec::new();
     for level in [IsLevel::Token, IsLevel::Sequence] {
+        read_level(cells, level, 1.0, &mut out);
+        // verl's rollout_is_batch_normalize: every kept weight divided by one batch mean,
+        // read as the factor the cells' unsaturated tokens share (their median), the
+        // dumped values multiplied back by it
+        let norms: Vec<f64> = cells
+            .iter()
+            .filter_map(|(t, rel)| shared_factor(t, level, *rel))
+            .collect();
+        let rel = cells.iter().map(|c| c.1).fold(0.0f64, f64::max);
+        if let Some(k) = median(&norms).filter(|k| (k - 1.0).abs() > 3.0 * rel) {
+            let scaled: Vec<(Vec<IsToken>, f64)> = cells
+                .iter()
+                .map(|(t, rel)| {
+                    let t = t.iter().map(|x| (x.0 * k, x.1, x.2, x.3, x.4)).collect();
+                    (t, *rel)
+                })
+                .collect();
+            read_level(&scaled, level, k, &mut out);
+        }
+    }
+    out.sort_by_key(|x| std::cmp::Reverse(x.2));
+    out
+}
+
+/// The median of `v` (`None` when empty).
+fn median(v: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    Some(v[v.len() / 2])
+}
+
+/// The divisor a cell's weights at `level` share when batch-normalised: each kept
+/// token's factor over its raw weight, `q = dumped / (ours · raw)`, is `1/K` unsaturated
+/// (a capped token's is smaller, a zeroed one's 0): `K = 1 / median` of the factors
+/// within the tolerance of the largest. `None` when no token is kept.
+fn shared_factor(toks: &[IsToken], level: IsLevel, rel: f64) -> Option<f64> {
+    let q: Vec<(f64, f64)> = toks
+        .iter()
+        .filter_map(|t| {
+            let (raw, slack) = match level {
+                IsLevel::Token => (t.2, 0.0),
+                IsLevel::Sequence => (t.3, t.4),
+            };
+            let q = t.0 / (t.1 * raw);
+            (t.0 != 0.0 && raw > 0.0 && q.is_finite() && q > 0.0).then_some((q, rel + slack))
+        })
+        .collect();
+    let top = q.iter().map(|x| x.0).fold(0.0f64, f64::max);
+    let cluster: Vec<f64> = q
+        .iter()
+        .filter(|x| x.0 >= top * (1.0 - 3.0 * x.1))
+        .map(|x| x.0)
+        .collect();
+    median(&cluster).map(|m| 1.0 / m)
+}
+
+/// [`read_off`] at one level, the weights divided by `norm` (1: not normalised; the
+/// tokens' dumped values already multiplied back by it).
+fn read_level(
+    cells: &[(Vec<IsToken>, f64)],
+    level: IsLevel,
+    norm: f64,
+    out: &mut Vec<(RolloutIs, String, usize)>,
+) {
+    {
         let fits: Vec<Allowed> = cells
             .iter()
             .map(|(t, rel)| allowed(t, level, *rel))
@@ -226,8 +294,9 @@ pub fn read_off(cells: &[(Vec<IsToken>, f64)]) -> Vec<(RolloutIs, String, usize)
                 let is = RolloutIs {
                     level,
                     bound: IsBound::Cap { cap },
+                    norm,
                 };
-                push(&mut out, is, why, caps.len());
+                push(out, is, why + &norm_why(norm), caps.len());
             }
         }
         // IcePop
@@ -256,6 +325,7 @@ pub fn read_off(cells: &[(Vec<IsToken>, f64)]) -> Vec<(RolloutIs, String, usize)
                 let is = RolloutIs {
                     level,
                     bound: IsBound::Band { lo, hi },
+                    norm,
                 };
                 let why = format!(
                     "{zeroed} tokens zeroed, the others keep {}: lo in ({}, {}], hi in [{}, {})",
@@ -265,12 +335,23 @@ pub fn read_off(cells: &[(Vec<IsToken>, f64)]) -> Vec<(RolloutIs, String, usize)
                     crate::fmt::num(hi_a),
                     crate::fmt::num(hi_b)
                 );
-                push(&mut out, is, why, bands.len());
+                push(out, is, why + &norm_why(norm), bands.len());
             }
         }
     }
-    out.sort_by_key(|x| std::cmp::Reverse(x.2));
-    out
+}
+
+/// The evidence of a normalisation in words (empty for none).
+fn norm_why(norm: f64) -> String {
+    if norm == 1.0 {
+        String::new()
+    } else {
+        format!(
+            "; every kept weight divided by {} (verl's rollout_is_batch_normalize: the \
+             weights' batch mean)",
+            crate::fmt::num(norm)
+        )
+    }
 }
 
 fn raw_words(level: IsLevel) -> &'static str {
@@ -450,6 +531,44 @@ mod tests {
         // a zeroed token inside the kept range is no band
         let t = toks(IsLevel::Token, &[(0.0, 1.0), (0.6, 0.6), (1.9, 1.9)]);
         assert_eq!(allowed(&t, IsLevel::Token, 1e-4).band, None);
+    }
+
+    #[test]
+    fn batch_normalised_weights_are_read_as_one_shared_divisor() {
+        // token TIS cap 2, every weight divided by 1.25: raw 3 and 4 saturate at 2/1.25,
+        // raw 0.8 and 1.5 keep raw/1.25
+        let k = 1.25;
+        let t = toks(
+            IsLevel::Token,
+            &[
+                (2.0 / k, 3.0),
+                (2.0 / k, 4.0),
+                (0.8 / k, 0.8),
+                (1.5 / k, 1.5),
+            ],
+        );
+        let got = read_off(&[(t, 1e-4)]);
+        let norm = got
+            .iter()
+            .find(|x| x.0.norm != 1.0)
+            .expect("a normalised reading");
+        assert_eq!(norm.0.level, IsLevel::Token);
+        assert_eq!(norm.0.bound, IsBound::Cap { cap: 2.0 });
+        assert!((norm.0.norm - k).abs() < 1e-9, "{}", norm.0.norm);
+        assert!(norm.1.contains("rollout_is_batch_normalize"), "{}", norm.1);
+        assert_eq!(
+            norm.0.words(),
+            "token TIS cap 2, batch-normalised (÷ 1.25, the weights' batch mean)"
+        );
+        assert_eq!(norm.0.formula(), "(min(exp(old − rollout), 2)) / 1.25");
+        // the weights of the reading are the dumped factors
+        let w = norm
+            .0
+            .weights(&[0.0, 0.0], &[-1.5f64.ln(), -3f64.ln()], &[1.0, 1.0], 1, 2);
+        assert!((w[0] - 1.5 / k).abs() < 1e-12 && (w[1] - 2.0 / k).abs() < 1e-12);
+        // unnormalised weights give no normalised reading
+        let t = toks(IsLevel::Token, &[(2.0, 3.0), (0.8, 0.8), (1.5, 1.5)]);
+        assert!(read_off(&[(t, 1e-4)]).iter().all(|x| x.0.norm == 1.0));
     }
 
     #[test]
