@@ -397,11 +397,23 @@ pub fn compare(
                 && fit.as_ref().is_ok_and(|f| f.cells < 2)
         };
         let (la, lb) = (lone(&ka, &fa), lone(&kb, &fb));
+        // a fit whose residuals stand above its totals' rounding has a term in them its
+        // least squares do not hold (NexRL's KL loss, small): that term's mean goes into
+        // the coefficient unseen, so a few percent is no difference (configs change a
+        // coefficient by factors, seed 9005: 0.000994 against 0.001)
+        let blurred = |k: &Option<Known>, side: &SideLosses, fit: &Result<CoefficientFit, _>| {
+            k.as_ref().is_some_and(|k| k.how.starts_with("inferred"))
+                && fit.as_ref().is_ok_and(|f: &CoefficientFit| {
+                    f.cells >= 2 && f.rms_residual > (4.0 * rounding_floor(side)).max(1e-12)
+                })
+        };
+        let blur = blurred(&ka, a, &fa) || blurred(&kb, b, &fb);
         let differ = match (&ka, &kb) {
             (Some(x), Some(y)) if !(la || lb) => {
                 let se = (x.std_err * x.std_err + y.std_err * y.std_err).sqrt();
                 let gap = (x.value - y.value).abs();
-                gap > DIFFER_SIGMAS * se && gap > 1e-9 * x.value.abs().max(y.value.abs())
+                let big = x.value.abs().max(y.value.abs());
+                gap > DIFFER_SIGMAS * se && gap > 1e-9 * big && !(blur && gap <= 0.05 * big)
             }
             _ => false,
         };
