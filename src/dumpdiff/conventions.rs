@@ -244,15 +244,71 @@ fn constant_scale(side: &SideLosses) -> Option<(f64, f64)> {
 
 /// Each side whose own fit scatters but whose totals are their composition over one
 /// integer ([`constant_scale`]): `(role, k, entropy_coeff)`.
-pub fn own_scales(a: &SideLosses, b: &SideLosses) -> Vec<(&'static str, f64, f64)> {
-    [("self-hosted", a), ("weaver", b)]
+pub fn own_scales(a: &SideLosses, b: &SideLosses) -> Vec<(&'static str, f64, f64, String)> {
+    let mut out: Vec<(&'static str, f64, f64, String)> = [("self-hosted", a), ("weaver", b)]
         .into_iter()
         .filter(|(_, side)| {
             !side.echoed.contains_key(ENTROPY_COEFF)
                 && coefficients::infer(&side.terms, DType::F32).is_ok_and(|f| scattered(side, &f))
         })
-        .filter_map(|(role, side)| constant_scale(side).map(|(k, e)| (role, k, e)))
-        .collect()
+        .filter_map(|(role, side)| {
+            constant_scale(side).map(|(k, e)| {
+                let how = format!(
+                    "entropy_coeff {} (inferred with the totals, dumpdiff's least squares)",
+                    crate::fmt::num(e)
+                );
+                (role, k, e, how)
+            })
+        })
+        .collect();
+    for ((role, side), other) in [(("self-hosted", a), b), (("weaver", b), a)] {
+        if out.iter().any(|o| o.0 == role) {
+            continue;
+        }
+        if let Some((k, e)) = pg_free_scale(side, other) {
+            let how = format!(
+                "entropy_coeff {} (the other side's: every pg term of this side is 0, so its \
+                 totals hold entropy_coeff times the loss scale, which they cannot tell apart — \
+                 read as the scale 1/{k}, not a coefficient {k}× smaller)",
+                crate::fmt::num(e)
+            );
+            out.push((role, k, e, how));
+        }
+    }
+    out
+}
+
+/// A side (nothing echoed) whose every pg term is 0 (no advantage signal) dumps totals
+/// `−s·c·entropy_loss`: its fit settles only `s·c`. When the other side's coefficient
+/// (its own, not fitted to one cell) gives these totals times one `1/k` on every cell
+/// (`k` an integer ≥ 2 within 10⁻³, the cells within 10⁻⁴ of each other), that is read as
+/// the loss scale (verl's `loss_scale_factor`, seed 9217's weaver ×2/8) rather than a
+/// coefficient `k` times smaller — the two cannot be told apart here, and a scale is no
+/// fault. `(k, the other side's coefficient)`.
+fn pg_free_scale(side: &SideLosses, other: &SideLosses) -> Option<(f64, f64)> {
+    let t = &side.terms;
+    if t.is_empty()
+        || side.echoed.contains_key(ENTROPY_COEFF)
+        || t.iter()
+            .any(|c| c.kl_loss.is_some() || c.pg_loss.abs() > 1e-7 * c.loss.abs().max(1e-30))
+    {
+        return None;
+    }
+    let fit = coefficients::infer(&other.terms, DType::F32);
+    let c = known(ENTROPY_COEFF, other, &fit)?;
+    if c.value <= 0.0 || fit.as_ref().is_ok_and(|f| f.cells < 2) && c.how.starts_with("inferred") {
+        return None;
+    }
+    let s: Vec<f64> = t
+        .iter()
+        .filter(|x| x.entropy_loss.abs() > 0.0)
+        .map(|x| x.loss / (-c.value * x.entropy_loss))
+        .collect();
+    let first = *s.first()?;
+    let k = 1.0 / first;
+    let r = k.round();
+    let same = s.iter().all(|x| ((x - first) / first).abs() <= 1e-4);
+    (same && r >= 2.0 && ((k - r) / r).abs() <= 1e-3).then_some((r, c.value))
 }
 
 /// "cannot judge which side is wrong: …" when a side's entropy coefficient is neither

@@ -96,16 +96,21 @@ pub fn rescaled_coefficients(coefficients: &mut Vec<Coefficient>, scales: &[Side
 }
 
 /// A side the judge settled no scale for whose totals dumpdiff's own fit finds to be
-/// their composition over one integer `k` (`own`: `(role, k, entropy_coeff)`,
+/// their composition over one integer `k` (`own`: `(role, k, entropy_coeff, how it was
+/// settled)`,
 /// `conventions::own_scales`; the judge needs two of the side's cells and may have fewer,
 /// e.g. an unreadable `is_loss_debug`): its factor `1/k` on each failing cell, in place
 /// of its unscaled entries.
-pub fn add_own(scales: &mut Vec<SideScale>, own: &[(&str, f64, f64)], failing: &[(u32, u32)]) {
-    for &(role, k, e) in own {
-        if scales.iter().any(|s| s.role == role && s.scaled) {
+pub fn add_own(
+    scales: &mut Vec<SideScale>,
+    own: &[(&str, f64, f64, String)],
+    failing: &[(u32, u32)],
+) {
+    for (role, k, e, how) in own {
+        if scales.iter().any(|s| s.role == *role && s.scaled) {
             continue;
         }
-        scales.retain(|s| s.role != role);
+        scales.retain(|s| s.role != *role);
         for &(rank, micro) in failing {
             scales.push(SideScale {
                 role: role.to_string(),
@@ -113,11 +118,8 @@ pub fn add_own(scales: &mut Vec<SideScale>, own: &[(&str, f64, f64)], failing: &
                 micro,
                 factor: 1.0 / k,
                 scaled: true,
-                entropy_coeff: e,
-                entropy_from: Some(format!(
-                    "entropy_coeff {} (inferred with the totals, dumpdiff's least squares)",
-                    crate::fmt::num(e)
-                )),
+                entropy_coeff: *e,
+                entropy_from: Some(how.clone()),
                 words: format!("1/{k} (every total is its terms' composition over {k})"),
             });
         }
