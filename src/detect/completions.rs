@@ -24,11 +24,10 @@ impl Detector for DeadGroups {
                 (s, false)
             } else {
                 // Group-level reward std exactly 0 means every group is dead.
-                let s = f
-                    .points("reward_std")
-                    .filter(|(_, v)| v.is_finite())
-                    .map(|(st, v)| (st, if v == 0.0 { 1.0 } else { 0.0 }))
-                    .collect::<Vec<_>>();
+                let mut s = f.series_where("reward_std", f64::is_finite);
+                for p in &mut s {
+                    p.1 = if p.1 == 0.0 { 1.0 } else { 0.0 };
+                }
                 (s, true)
             }
         };
@@ -36,7 +35,10 @@ impl Detector for DeadGroups {
             return vec![];
         }
         let th = ctx.th.get("dead_groups.frac");
-        let dead: Vec<(i64, f64)> = series.iter().copied().filter(|(_, v)| *v >= th).collect();
+        // Lists of a long log are sized up front (grown by doubling, they were copied
+        // into fresh pages ~20 times).
+        let mut dead: Vec<(i64, f64)> = Vec::with_capacity(series.len());
+        dead.extend(series.iter().copied().filter(|(_, v)| *v >= th));
         let share = dead.len() as f64 / series.len() as f64;
         // A step whose reward_std (the mean of the group stds, TRL/DebugTrainer) is exactly
         // 0 had no group with any reward variance: the whole step is wasted, so a few such
@@ -98,7 +100,7 @@ impl Detector for DeadGroups {
         // What the gradient did on those steps: the median grad_norm on dead steps vs the
         // others (a whole-step dead batch should leave only the KL term's gradient).
         let dead_steps: Vec<i64> = dead.iter().map(|(s, _)| *s).collect();
-        let (mut on_dead, mut on_rest) = (Vec::new(), Vec::new());
+        let (mut on_dead, mut on_rest) = (Vec::with_capacity(f.len()), Vec::with_capacity(f.len()));
         // `dead_steps` ascends; so do the grad_norm steps of one run's frame, which are
         // then matched by a forward walk (a binary search where a step goes back).
         let (mut j, mut last) = (0usize, i64::MIN);

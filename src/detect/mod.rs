@@ -49,12 +49,14 @@ mod numeric;
 mod perf;
 pub mod preference;
 mod stages;
+mod window;
 
 use std::collections::BTreeMap;
 
 use crate::error::{Error, Result};
 use crate::frames::log::frame::LogFrame;
 use crate::model::log::LogEvent;
+pub(crate) use window::spikes;
 
 pub use crate::json::json_num;
 pub use crate::model::finding::{Finding, Severity, MAX_STEPS_LISTED};
@@ -542,92 +544,6 @@ pub(crate) fn nth_sorted(xs: &mut [f64], k: usize) -> Option<f64> {
     Some(*v)
 }
 
-/// A finite `f64` as a `u64` whose unsigned order is `f64::total_cmp`'s (and back): the
-/// sliding window below compares integers, without branches.
-#[inline]
-fn order_key(x: f64) -> u64 {
-    let b = x.to_bits();
-    if b >> 63 == 1 {
-        !b
-    } else {
-        b | (1 << 63)
-    }
-}
-
-/// The inverse of [`order_key`].
-#[inline]
-fn from_order_key(k: u64) -> f64 {
-    f64::from_bits(if k >> 63 == 1 { k & !(1 << 63) } else { !k })
-}
-
-/// Values ≥ `factor` × median of the previous `window` finite values (with at least
-/// `min_history` of them) and above `floor`: `(series index, value, median)`.
-///
-/// The window is kept sorted as [`order_key`]s (`total_cmp` order): a value's place is
-/// the count of smaller keys, a branch-free pass over at most `window` integers, so a long
-/// series costs a few nanoseconds per point.
-pub(crate) fn spikes(
-    series: &[(i64, f64)],
-    factor: f64,
-    window: usize,
-    min_history: usize,
-    floor: f64,
-) -> Vec<(usize, f64, f64)> {
-    let mut out = Vec::new();
-    let window = window.max(1);
-    // The window in arrival order, and the same values kept sorted for the median.
-    let mut hist: std::collections::VecDeque<u64> = std::collections::VecDeque::new();
-    let mut sorted: Vec<u64> = Vec::with_capacity(window + 1);
-    let pos = |sorted: &[u64], k: u64| sorted.iter().map(|&y| usize::from(y < k)).sum::<usize>();
-    let need = min_history.max(1);
-    for (i, &(_, v)) in series.iter().enumerate() {
-        if !v.is_finite() {
-            continue;
-        }
-        if hist.len() >= need {
-            let n = sorted.len();
-            let m = if n % 2 == 1 {
-                sorted.get(n / 2).map(|&k| from_order_key(k))
-            } else {
-                let below = (n / 2).checked_sub(1).and_then(|j| sorted.get(j));
-                match (below, sorted.get(n / 2)) {
-                    (Some(&a), Some(&b)) => Some((from_order_key(a) + from_order_key(b)) / 2.0),
-                    _ => None,
-                }
-            };
-            if let Some(m) = m {
-                if v > factor * m && v > floor {
-                    out.push((i, v, m));
-                }
-            }
-        }
-        let k = order_key(v);
-        let leaving = if hist.len() >= window {
-            hist.pop_front()
-        } else {
-            None
-        };
-        hist.push_back(k);
-        match leaving {
-            // The oldest value leaves as this one enters: one shift between their places
-            // (the oldest is in the window, at the first place not below it).
-            Some(old) => {
-                let (r, p) = (pos(&sorted, old), pos(&sorted, k));
-                debug_assert_eq!(sorted.get(r), Some(&old));
-                if p <= r {
-                    sorted.copy_within(p..r, p + 1);
-                    sorted[p] = k;
-                } else {
-                    sorted.copy_within(r + 1..p, r);
-                    sorted[p - 1] = k;
-                }
-            }
-            None => sorted.insert(pos(&sorted, k), k),
-        }
-    }
-    out
-}
-
 /// `%g`-style number for messages: 4 significant digits, scientific when tiny or huge.
 pub(crate) struct G(pub f64);
 
@@ -695,74 +611,6 @@ mod tests {
             median(&[0.0, -0.0]).map(f64::to_bits),
             Some(0.0f64.to_bits())
         );
-    }
-
-    #[test]
-    fn order_keys_sort_like_total_cmp() {
-        let xs: [f64; 8] = [-1e300, -1.0, -1e-300, -0.0, 0.0, 1e-300, 1.0, 1e300];
-        for w in xs.windows(2) {
-            assert!(order_key(w[0]) < order_key(w[1]), "{} < {}", w[0], w[1]);
-        }
-        for x in xs {
-            assert_eq!(from_order_key(order_key(x)).to_bits(), x.to_bits());
-        }
-    }
-
-    #[test]
-    fn spikes_match_the_median_of_each_window() {
-        // Ties, signed zeros, NaN (skipped) and a window sliding over repeated values.
-        let xs = [
-            1.0,
-            1.0,
-            0.0,
-            -0.0,
-            2.0,
-            30.0,
-            1.0,
-            f64::NAN,
-            1.0,
-            5.0,
-            0.5,
-            50.0,
-            0.5,
-            0.5,
-            9.0,
-            -0.0,
-            0.0,
-            100.0,
-            3.0,
-            3.0,
-        ];
-        let series: Vec<(i64, f64)> = xs.iter().enumerate().map(|(i, v)| (i as i64, *v)).collect();
-        for window in 1..6 {
-            for min_history in 0..4 {
-                // The obvious way: the median of a copy of the last `window` finite values.
-                let mut want = Vec::new();
-                let mut hist: Vec<f64> = Vec::new();
-                for (i, &v) in xs.iter().enumerate() {
-                    if !v.is_finite() {
-                        continue;
-                    }
-                    if hist.len() >= min_history.max(1) {
-                        let m = median(&hist).unwrap();
-                        if v > 2.0 * m && v > 0.1 {
-                            want.push((i, v.to_bits(), m.to_bits()));
-                        }
-                    }
-                    hist.push(v);
-                    if hist.len() > window {
-                        hist.remove(0);
-                    }
-                }
-                let got: Vec<_> = spikes(&series, 2.0, window, min_history, 0.1)
-                    .into_iter()
-                    .map(|(i, v, m)| (i, v.to_bits(), m.to_bits()))
-                    .collect();
-                assert_eq!(got, want, "window {window}, min_history {min_history}");
-                // Never judged when the window cannot hold `min_history` values.
-                assert_eq!(want.is_empty(), min_history > window);
-            }
-        }
     }
 
     #[test]

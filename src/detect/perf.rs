@@ -6,38 +6,34 @@ use crate::frames::log::frame::LogFrame;
 
 /// Seconds per step: `step_time`, else `1 / it_per_sec`, else timestamp deltas.
 pub fn step_times(f: &LogFrame) -> (Vec<(i64, f64)>, &'static str) {
-    let s: Vec<(i64, f64)> = f
-        .points("step_time")
-        .filter(|(_, v)| v.is_finite() && *v > 0.0)
-        .collect();
+    let s = f.series_where("step_time", |v| v.is_finite() && v > 0.0);
     if !s.is_empty() {
         return (s, "step_time");
     }
-    let s: Vec<(i64, f64)> = f
-        .points("it_per_sec")
-        .filter(|(_, v)| v.is_finite() && *v > 0.0)
-        .map(|(st, v)| (st, 1.0 / v))
-        .collect();
+    let mut s = f.series_where("it_per_sec", |v| v.is_finite() && v > 0.0);
+    for p in &mut s {
+        p.1 = 1.0 / p.1;
+    }
     if !s.is_empty() {
         return (s, "1/it_per_sec");
     }
-    let ts: Vec<(i64, f64)> = f
-        .timestamps()
-        .present()
-        .map(|(i, t)| (f.step(i), t))
-        .collect();
-    let out = ts
-        .windows(2)
-        .filter(|w| w[1].0 > w[0].0 && w[1].1 >= w[0].1)
-        .map(|w| (w[1].0, (w[1].1 - w[0].1) / (w[1].0 - w[0].0) as f64))
-        .collect();
+    // Sized up front, as `series_where` does.
+    let mut ts: Vec<(i64, f64)> = Vec::with_capacity(f.timestamps().len());
+    ts.extend(f.timestamps().present().map(|(i, t)| (f.step(i), t)));
+    let mut out = Vec::with_capacity(ts.len());
+    out.extend(
+        ts.windows(2)
+            .filter(|w| w[1].0 > w[0].0 && w[1].1 >= w[0].1)
+            .map(|w| (w[1].0, (w[1].1 - w[0].1) / (w[1].0 - w[0].0) as f64)),
+    );
     (out, "timestamp deltas")
 }
 
 /// The lower quartile of `xs` (the faster steps of a stretch): a trend in it is sustained,
 /// while periodic slow windows (eval every N, checkpoint saves) leave it alone.
 fn lower_quartile(xs: &[f64]) -> f64 {
-    let mut v: Vec<f64> = xs.iter().copied().filter(|x| x.is_finite()).collect();
+    let mut v: Vec<f64> = Vec::with_capacity(xs.len());
+    v.extend(xs.iter().copied().filter(|x| x.is_finite()));
     if v.is_empty() {
         return f64::NAN;
     }
@@ -259,13 +255,14 @@ impl Detector for Slowdown {
         // The trend: lower quartile of the first vs the last quarter of the steps after the
         // first, spikes left out; it must also not fall back in between (sustained).
         let skip: Vec<usize> = hits.iter().map(|h| h.0).collect();
-        let kept: Vec<f64> = rest
-            .iter()
-            .enumerate()
-            // `skip` ascends: the spikes come in series order.
-            .filter(|(i, _)| skip.binary_search(i).is_err())
-            .map(|(_, (_, v))| *v)
-            .collect();
+        let mut kept: Vec<f64> = Vec::with_capacity(rest.len());
+        kept.extend(
+            rest.iter()
+                .enumerate()
+                // `skip` ascends: the spikes come in series order.
+                .filter(|(i, _)| skip.binary_search(i).is_err())
+                .map(|(_, (_, v))| *v),
+        );
         if kept.len() >= 8 {
             let q = kept.len() / 4;
             let a = lower_quartile(&kept[..q]);

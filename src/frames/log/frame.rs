@@ -645,7 +645,17 @@ impl LogFrame {
 
     /// `(step, value)` pairs of the present cells of column `name`.
     pub fn series(&self, name: &str) -> Vec<(i64, f64)> {
-        self.points(name).collect()
+        self.series_where(name, |_| true)
+    }
+
+    /// `(step, value)` pairs of the present cells of column `name` whose value `keep`
+    /// accepts. The list is sized for every row up front: collected from
+    /// [`LogFrame::points`] it grew by doubling, copying a 2.5 M-step log's pairs ~20
+    /// times into fresh pages (untouched capacity costs no page).
+    pub fn series_where(&self, name: &str, keep: impl Fn(f64) -> bool) -> Vec<(i64, f64)> {
+        let mut out = Vec::with_capacity(self.col(name).map_or(0, Column::len));
+        out.extend(self.points(name).filter(|&(_, v)| keep(v)));
+        out
     }
 
     /// The value of column `name` at row `i`.
