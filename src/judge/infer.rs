@@ -744,7 +744,17 @@ fn echoed_gives_way(preps: &[Prep], dumped: AggMode, tol: &Tolerance) -> Option<
         AggMode::SeqMeanTokenSum,
         AggMode::SeqMeanTokenMean,
     ];
-    let (scored, total) = prep::term_scores(preps, &modes, tol, false);
+    // only the pg terms that tell the modes apart count (a cell whose advantages are all
+    // zero has pg 0 under every mode)
+    let telling: Vec<Prep> = preps
+        .iter()
+        .filter(|p| {
+            let (sc, n) = prep::term_scores(std::slice::from_ref(*p), &modes, tol, false);
+            n > 0 && sc.iter().any(|x| x.1 < n)
+        })
+        .map(|p| (*p).clone())
+        .collect();
+    let (scored, total) = prep::term_scores(&telling, &modes, tol, false);
     let of = |m: AggMode| scored.iter().find(|s| s.0 == m).map_or(0, |s| s.1);
     if total == 0 || of(dumped) * 2 >= total {
         return None;
