@@ -44,6 +44,8 @@ pub(super) fn judge_under(
         resolved.uncertainty
     };
     let v = judge(cell, &resolved.cfg, tol, unc)?;
+    let lone = lone_coefficient(resolved);
+    let lone = lone.as_deref();
     if v.status == Status::Inconsistent && !total_only {
         let v = own_policy(cell, resolved, v, tol)?;
         if v.status != Status::Inconsistent {
@@ -54,21 +56,13 @@ pub(super) fn judge_under(
         }
         // per-token weights the dump does not hold, under the step's policy loss or
         // under a real producer's clip bound / ratio level of the cell's own
-        if let Some(w) = unseen_weights(
-            cell,
-            &resolved.cfg,
-            &v,
-            tol,
-            lone_coefficient(resolved).as_deref(),
-        )? {
+        if let Some(w) = unseen_weights(cell, &resolved.cfg, &v, tol, lone)? {
             return Ok(w);
         }
         let base = &resolved.cfg;
         for cfg in super::picture::policy_candidates(base, &[]) {
             let w = judge(cell, &cfg, tol, unc)?;
-            if let Some(mut w) =
-                unseen_weights(cell, &cfg, &w, tol, lone_coefficient(resolved).as_deref())?
-            {
+            if let Some(mut w) = unseen_weights(cell, &cfg, &w, tol, lone)? {
                 w.notes.insert(
                     1,
                     format!(
@@ -88,9 +82,7 @@ pub(super) fn judge_under(
             let mut plain = base.clone();
             plain.rollout_is = None;
             let w = judge(cell, &plain, tol, unc)?;
-            if let Some(mut w) =
-                unseen_weights(cell, &plain, &w, tol, lone_coefficient(resolved).as_deref())?
-            {
+            if let Some(mut w) = unseen_weights(cell, &plain, &w, tol, lone)? {
                 w.notes.insert(
                     1,
                     format!(
@@ -134,13 +126,7 @@ pub(super) fn judge_under(
             }
         }
     }
-    if let Some(w) = unseen_weights(
-        cell,
-        &resolved.cfg,
-        &v,
-        tol,
-        lone_coefficient(resolved).as_deref(),
-    )? {
+    if let Some(w) = unseen_weights(cell, &resolved.cfg, &v, tol, lone)? {
         return Ok(w);
     }
     undetermined(cell, resolved, v, tol)

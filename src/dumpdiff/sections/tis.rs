@@ -237,14 +237,7 @@ pub fn note_rejection(loss: &mut Cell, is_loss: &Cell) {
             " (the weaver's loss mask, effective_valid, is not the self-hosted response mask \
              — {note})"
         );
-        loss.reason += &note;
-        for c in loss
-            .comparisons
-            .iter_mut()
-            .filter(|c| c.verdict >= Verdict::Warn)
-        {
-            c.reason += &note;
-        }
+        append_note(loss, &note);
     }
 }
 
@@ -289,13 +282,19 @@ pub fn rejection_elsewhere<'a>(
         if loss.reason.contains("rejection") {
             continue;
         }
-        loss.reason += &note;
-        for c in loss
-            .comparisons
-            .iter_mut()
-            .filter(|c| c.verdict >= Verdict::Warn)
-        {
-            c.reason += &note;
-        }
+        append_note(loss, &note);
+    }
+}
+
+/// `note` appended to a failing cell's reason and to each of its failing comparisons' (a
+/// later pass may rebuild the cell's reason from them).
+fn append_note(loss: &mut Cell, note: &str) {
+    loss.reason += note;
+    for c in loss
+        .comparisons
+        .iter_mut()
+        .filter(|c| c.verdict >= Verdict::Warn)
+    {
+        c.reason += note;
     }
 }
