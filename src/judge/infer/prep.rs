@@ -265,3 +265,48 @@ pub(super) fn term_scores(
         .sum();
     (scored, total)
 }
+
+/// Check before judging, for an echoed `loss_agg_mode`: when it reproduces fewer than half
+/// of the cells' dumped pg terms and another of verl's modes more than half, the cells'
+/// own values win — the name does not mean the same reduction everywhere (NexRL's
+/// `seq-mean-token-sum` reduces as verl's `seq-mean-token-mean`). The mode kept and why.
+pub(super) fn echoed_gives_way(
+    preps: &[Prep],
+    dumped: AggMode,
+    tol: &Tolerance,
+) -> Option<(AggMode, String)> {
+    let modes = [
+        dumped,
+        AggMode::TokenMean,
+        AggMode::SeqMeanTokenSum,
+        AggMode::SeqMeanTokenMean,
+    ];
+    // only the pg terms that tell the modes apart count (a cell whose advantages are all
+    // zero has pg 0 under every mode)
+    let telling: Vec<Prep> = preps
+        .iter()
+        .filter(|p| {
+            let (sc, n) = term_scores(std::slice::from_ref(*p), &modes, tol, false);
+            n > 0 && sc.iter().any(|x| x.1 < n)
+        })
+        .map(|p| (*p).clone())
+        .collect();
+    let (scored, total) = term_scores(&telling, &modes, tol, false);
+    let of = |m: AggMode| scored.iter().find(|s| s.0 == m).map_or(0, |s| s.1);
+    if total == 0 || of(dumped) * 2 >= total {
+        return None;
+    }
+    let alt = crate::conventions::aggregation::settle(&scored, total)?.mode;
+    (alt != dumped && of(alt) * 2 > total).then(|| {
+        (
+            alt,
+            format!(
+                "the dumped loss_agg_mode {} reproduces {} of {total} pg terms, {} {}",
+                dumped.name(),
+                of(dumped),
+                alt.name(),
+                of(alt)
+            ),
+        )
+    })
+}
