@@ -157,18 +157,9 @@ fn unexplained(name: &str, side: &SideLosses, fit: &CoefficientFit) -> Option<St
         return None;
     }
     let (value, std_err) = fitted(name, fit)?;
-    let u = 2f64.powi(-24);
-    let n = side.terms.len().max(1) as f64;
-    let floor = (side
-        .terms
-        .iter()
-        .map(|c| (u * (c.loss.abs() + c.pg_loss.abs())).powi(2))
-        .sum::<f64>()
-        / n)
-        .sqrt();
+    let floor = rounding_floor(side);
     let negative = name == ENTROPY_COEFF && value < -DIFFER_SIGMAS * std_err && value < 0.0;
-    let scattered = fit.cells >= 2 && fit.rms_residual > (64.0 * floor).max(1e-9);
-    (negative || scattered).then(|| {
+    (negative || scattered(side, fit)).then(|| {
         format!(
             "least squares of loss − pg_loss over {} cells gives {name} {} with rms residual \
              {:.2e} ({:.0}× the totals' rounding){}",

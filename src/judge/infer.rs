@@ -31,6 +31,7 @@ mod convention;
 mod fit;
 mod prep;
 mod scale;
+pub(super) use scale::snap_int;
 
 use super::cell::{Stated, Uncertainty};
 use super::overrides::Overrides;

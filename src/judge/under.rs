@@ -149,10 +149,8 @@ fn one_cell_scale(
         return Ok(None);
     }
     let rows = cell.dims().0;
-    let snap = |v: f64| {
-        let r = v.round();
-        (r >= 1.0 && ((v - r) / r).abs() < 0.01).then_some(r)
-    };
+    // an integer as `infer`'s scale fit snaps one (within 1 %)
+    let snap = |v: f64| Some(infer::snap_int(v)).filter(|r| r.fract() == 0.0);
     let cfgs = std::iter::once(base.clone()).chain(super::picture::policy_candidates(base, &[]));
     for cfg in cfgs {
         let w = judge(cell, &cfg, tol, resolved.uncertainty)?;

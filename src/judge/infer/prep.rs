@@ -283,15 +283,17 @@ pub(super) fn echoed_gives_way(
     ];
     // only the pg terms that tell the modes apart count (a cell whose advantages are all
     // zero has pg 0 under every mode)
-    let telling: Vec<Prep> = preps
-        .iter()
-        .filter(|p| {
-            let (sc, n) = term_scores(std::slice::from_ref(*p), &modes, tol, false);
-            n > 0 && sc.iter().any(|x| x.1 < n)
-        })
-        .map(|p| (*p).clone())
-        .collect();
-    let (scored, total) = term_scores(&telling, &modes, tol, false);
+    let mut scored: Vec<(AggMode, usize)> = modes.iter().map(|m| (*m, 0)).collect();
+    let mut total = 0;
+    for p in preps {
+        let (sc, n) = term_scores(std::slice::from_ref(p), &modes, tol, false);
+        if n > 0 && sc.iter().any(|x| x.1 < n) {
+            total += n;
+            for (acc, x) in scored.iter_mut().zip(&sc) {
+                acc.1 += x.1;
+            }
+        }
+    }
     let of = |m: AggMode| scored.iter().find(|s| s.0 == m).map_or(0, |s| s.1);
     if total == 0 || of(dumped) * 2 >= total {
         return None;

@@ -96,7 +96,7 @@ fn snap_rows(n: f64, step_rows: usize) -> f64 {
 }
 
 /// The nearest integer (≥ 1) when within 1 % of it, else `v`.
-fn snap_int(v: f64) -> f64 {
+pub(in crate::judge) fn snap_int(v: f64) -> f64 {
     let r = v.round().max(1.0);
     if ((v - r) / r).abs() < 0.01 {
         r

@@ -62,14 +62,14 @@ impl SelfHostedStep {
             )));
         }
         let identity: Vec<usize> = (0..n).collect();
-        let mut orders = vec![("NexRL's batch order", self.batch_order.as_deref())];
-        orders.push(("trajectory-file order", Some(&identity)));
-        if self.batch_order.is_none() {
-            orders.remove(0);
-        }
+        let orders = self
+            .batch_order
+            .as_deref()
+            .map(|o| ("NexRL's batch order", o))
+            .into_iter()
+            .chain([("trajectory-file order", identity.as_slice())]);
         let mut tried = Vec::new();
         for (name, order) in orders {
-            let order = order.unwrap_or(&identity);
             for (how, per_rank) in [("micro by micro", false), ("rank by rank", true)] {
                 match self.deal(cells, order, per_rank) {
                     Ok(dealt) => {
