@@ -137,6 +137,23 @@ fn every_committed_real_seed_gives_what_its_truth_says() {
         // one cell, sides at two ratio levels the step does not settle: a warning, exit 0
         // (real_family::sides_at_two_ratio_levels_in_a_one_cell_step_warn_not_fail)
         ("real-seed-3009", "real-seed-3009: dumpdiff exit Some(0)"),
+        // the two cells that tell the pg aggregation apart show two modes alike (one by
+        // its fault): losscheck cannot say which is wrong and says so of both
+        // (two_cells_that_show_two_aggregations_alike_are_undetermined_not_blamed)
+        (
+            "real-novel-agg-tie-7447",
+            "real-novel-agg-tie-7447 weaver_pt: losscheck exit 0",
+        ),
+        (
+            "real-novel-agg-tie-7447",
+            "real-novel-agg-tie-7447 weaver_pt: inconsistent {}, truth [\"is_loss_debug/step_000000_rank0_micro0.pt\"]",
+        ),
+        // a token ratio where GSPO's is configured moves this total by less than the
+        // weights' allowance; the cell fails on its prob_ratio
+        (
+            "real-novel-is-batch-norm-near-one-7430",
+            "real-novel-is-batch-norm-near-one-7430: dumpdiff misses [(\"loss\", 0, 0)], false alarms []",
+        ),
     ];
     let mut problems = Vec::new();
     // as benches/score_scenarios.py scores the family: a cell is flagged when it fails or
@@ -672,4 +689,99 @@ fn clip_fractions_that_differ_over_agreeing_ratios_name_the_clip_bound() {
             .contains("the clip bound differs"),
         "{f}"
     );
+}
+
+#[test]
+fn two_cells_that_show_two_aggregations_alike_are_undetermined_not_blamed() {
+    // seed 7447: NexRL's pg term under seq-mean-token-mean, its entropy under token-mean;
+    // the only two cells whose pg terms tell the modes apart are a 1-row cell summed by a
+    // fault (seq-mean-token-sum) and a clean 3-row cell (seq-mean-token-mean). The order of
+    // the candidates used to settle it, and the clean cell was called inconsistent.
+    let (code, r) = losscheck(&novel("agg-tie-7447").join("weaver_pt"));
+    assert_eq!(code, 0, "{r}");
+    for cell in ["rank0_micro0.pt", "rank0_micro1.pt"] {
+        let v = verdict(&r, cell);
+        assert_eq!(v["status"], "undetermined", "{v}");
+        let notes = v["notes"].to_string();
+        assert!(
+            notes.contains("cannot judge the aggregation: the step's pg terms show seq-mean-token-sum and seq-mean-token-mean alike (1 cell each where they differ)"),
+            "{notes}"
+        );
+    }
+    for cell in ["rank1_micro0.pt", "rank1_micro1.pt"] {
+        assert_eq!(verdict(&r, cell)["status"], "consistent");
+    }
+    let agg = r["conventions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "agg")
+        .unwrap();
+    assert_eq!(
+        agg["value"],
+        "seq-mean-token-sum (or seq-mean-token-mean: the pg terms cannot tell)"
+    );
+    // dumpdiff has the other side: the summed cell still fails, the aggregation named
+    let (code, r) = dumpdiff(&novel("agg-tie-7447"));
+    assert_eq!(code, Some(1), "{r}");
+    assert_eq!(
+        comparison(&r, "loss", 0, 0, "loss.pg_loss")["verdict"],
+        "fail"
+    );
+}
+
+#[test]
+fn batch_normalised_weights_near_one_are_read_under_bf16_log_probs() {
+    // seed 7430: GSPO, token TIS cap 2 divided by its batch mean 1.045, bf16 log-probs
+    // (a factor's tolerance 1.6 %: the divisor was tried only beyond 3 of them), and one
+    // cell computing the token ratio (its own policy loss, under no weights the step
+    // reads). Before, a sequence-level cap 0.96 explained 1 of 14 cells and the token-ratio
+    // cell was called inconsistent.
+    let (code, r) = losscheck(&novel("is-batch-norm-near-one-7430").join("weaver_pt"));
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(files_with(&r, "consistent").len(), 14, "{r}");
+    let conv = r["conventions"].to_string();
+    assert!(
+        conv.contains("token TIS cap 2, batch-normalised (÷ 1.045, the weights' batch mean)"),
+        "{conv}"
+    );
+    let notes = verdict(&r, "rank0_micro0.pt")["notes"].to_string();
+    assert!(
+        notes.contains("this cell computes its policy loss otherwise"),
+        "{notes}"
+    );
+}
+
+#[test]
+fn a_pg_term_summed_under_unseen_weights_fails_naming_the_aggregation() {
+    // seed 7427: token TIS whose rollout log-probs are not dumped, and one weaver cell whose
+    // pg_loss is the plain sum of its own elementwise_loss. The unseen weights made every
+    // loss total "cannot judge"; a sum no mean gives is wrong whatever the weights.
+    let (code, r) = dumpdiff(&novel("own-sum-unseen-7427"));
+    assert_eq!(code, Some(1), "{r}");
+    for (sec, name) in [("loss", "loss.loss"), ("is_loss", "is_loss.loss")] {
+        let x = comparison(&r, sec, 0, 3, name);
+        assert_eq!(x["verdict"], "fail", "{x}");
+        assert!(
+            x["reason"]
+                .as_str()
+                .unwrap()
+                .ends_with("yet weaver's own pg_loss is the plain sum of its own elementwise_loss (which holds the weights), which no mean gives: the aggregation differs"),
+            "{x}"
+        );
+    }
+    // the clean cells' totals stay warnings: their weights are unseen
+    assert_eq!(comparison(&r, "loss", 0, 0, "loss.loss")["verdict"], "warn");
+    let d = r["diagnosis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d.as_str().unwrap().starts_with("rank 0 micro 3:"))
+        .unwrap()
+        .to_string();
+    assert!(
+        d.contains("yet weaver's own pg_loss is the plain sum"),
+        "{d}"
+    );
+    assert!(!d.contains("cannot be judged"), "{d}");
 }

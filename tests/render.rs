@@ -624,6 +624,7 @@ fn losscheck_prints_equal_looking_numbers_with_more_digits() {
         notes: vec![],
         differs: vec![],
         loss_ok: false,
+        own_sum: false,
     };
     assert_eq!(
         v.line(),
@@ -657,6 +658,7 @@ fn losscheck_never_calls_a_loss_recomputed_alike_different() {
         notes: vec![],
         differs: vec![],
         loss_ok: true,
+        own_sum: false,
     };
     assert_eq!(
         v.line(),

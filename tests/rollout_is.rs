@@ -244,7 +244,7 @@ fn a_correct_side_is_never_called_inconsistent_under_rollout_weights() {
         })
         .collect();
     dirs.sort();
-    assert_eq!(dirs.len(), 11);
+    assert_eq!(dirs.len(), 12);
     for dir in dirs {
         let t = truth_of(&dir);
         for tree in ["self_hosted_pt", "weaver_pt"] {

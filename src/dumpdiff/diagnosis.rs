@@ -324,6 +324,23 @@ pub fn failing_loss_cells(sections: &[Section]) -> Vec<(u32, u32)> {
     out
 }
 
+/// The diagnosis of `rank`/`micro` once `role`'s pg term is found to be the plain sum of
+/// its own per-token loss ([`super::sections::own_sum_fails`]): the cause is the
+/// aggregation, whatever weights that per-token loss holds.
+pub(super) fn own_sum(diagnosis: &mut [String], rank: u32, micro: u32, role: &str) {
+    let head = format!("rank {rank} micro {micro}:");
+    for d in diagnosis.iter_mut().filter(|d| d.starts_with(&head)) {
+        *d = d.replace(
+            "an importance weight (against rollout log-probs not dumped) or the aggregation \
+             differs; which side is wrong cannot be judged",
+            &format!(
+                "yet {role}'s own pg_loss is the plain sum of its own elementwise_loss, which \
+                 no mean gives: the aggregation differs"
+            ),
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

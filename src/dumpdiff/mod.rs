@@ -548,6 +548,20 @@ fn compare(
         conventions::unstated_coefficient(&mut coefficients, role, &why);
     }
     adjudication.retain(|a| !passed.contains(&(a.rank, a.micro)));
+    // a side whose pg term is the plain sum of its own per-token loss is wrong whatever
+    // weights it does not dump: those cells fail again, the aggregation named
+    for a in &adjudication {
+        let others_match = a
+            .sides
+            .iter()
+            .filter(|v| !v.own_sum)
+            .all(|v| v.status == Some(crate::judge::Status::Consistent));
+        if let Some(v) = a.sides.iter().find(|v| v.own_sum).filter(|_| others_match) {
+            if sections::own_sum_fails(&mut sections, a.rank, a.micro, &v.role) {
+                diagnosis::own_sum(&mut diagnosis, a.rank, a.micro, &v.role);
+            }
+        }
+    }
     diagnosis.retain(|d| {
         !agree
             .iter()

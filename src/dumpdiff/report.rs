@@ -297,6 +297,10 @@ pub struct SideVerdict {
     pub recomputed_loss: Option<f64>,
     /// losscheck's verdict line, or why the side could not be recomputed.
     pub detail: String,
+    /// Its dumped pg term is the plain sum of its own per-token loss
+    /// ([`crate::judge::Verdict::own_sum`]).
+    #[serde(skip)]
+    pub own_sum: bool,
 }
 
 /// One file behind a cell that did not pass.

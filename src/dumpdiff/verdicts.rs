@@ -109,6 +109,7 @@ pub(super) fn adjudicate(
                                 total_uncertainty: Default::default(),
                                 unstated: Default::default(),
                                 cells: 0,
+                                agg_rival: None,
                             },
                             Some(format!(
                                 "judged under the preset: the step's conventions could not be settled ({e})"
@@ -168,6 +169,7 @@ pub(super) fn adjudicate(
                                     Some(u) => format!("{} ({u})", v.line()),
                                     None => v.line(),
                                 },
+                                own_sum: v.status == Status::Inconsistent && v.own_sum,
                             }
                         }
                         Err(e) => report::SideVerdict {
@@ -176,6 +178,7 @@ pub(super) fn adjudicate(
                             dumped_loss: None,
                             recomputed_loss: None,
                             detail: format!("could not recompute: {e}"),
+                            own_sum: false,
                         },
                     }
                 })

@@ -435,6 +435,7 @@ pub fn judge(cell: &Cell, cfg: &LossConfig, tol: &Tolerance, unc: Uncertainty) -
         notes,
         differs,
         loss_ok,
+        own_sum: false,
     })
 }
 

@@ -66,6 +66,10 @@ pub struct Resolved {
     pub unstated: Unstated,
     /// The cells the conventions were settled from (one cannot fit a loss scale).
     pub cells: usize,
+    /// A pg aggregation the cells cannot tell from the settled one ([`prep::pg_rival`]),
+    /// with the pg terms each alone reproduces: a cell whose verdict the choice decides
+    /// cannot be judged.
+    pub agg_rival: Option<(AggMode, usize)>,
 }
 
 /// Which loss-composition coefficients no evidence settles ([`Resolved::unstated`]).
@@ -392,6 +396,7 @@ pub fn resolve(
             + kl_terms(m)
     };
     let mut split_entropy: Option<AggMode> = None;
+    let mut agg_rival = None;
     if given.agg.is_some() || given.preset_fixes_composition {
         cfg.agg = with_horizon(cfg.agg, stated_scale);
         conventions.push(Convention::new("agg", cfg.agg.name(), None, Source::Flag));
@@ -457,6 +462,12 @@ pub fn resolve(
                 _ => Convention::new("agg", cfg.agg.name(), None, Source::Preset),
             },
         };
+        if c.source == Source::Inferred {
+            agg_rival = prep::pg_rival(preps, cfg.agg, &candidates, tol);
+            if let Some((m, _)) = agg_rival {
+                c.value = format!("{} (or {}: the pg terms cannot tell)", c.value, m.name());
+            }
+        }
         c.explained = Some(count(cfg.agg));
         c.cells = Some(informative);
         conventions.push(c);
@@ -731,6 +742,7 @@ pub fn resolve(
         total_uncertainty: total_unc,
         unstated,
         cells: preps.len(),
+        agg_rival,
     })
 }
 

@@ -527,6 +527,7 @@ mod tests {
                 notes: Vec::new(),
                 differs: Vec::new(),
                 loss_ok: false,
+                own_sum: false,
             })
             .collect()
     }

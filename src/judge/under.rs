@@ -32,11 +32,51 @@ const KL_TRIED: [KlEstimator; 3] = [KlEstimator::K1, KlEstimator::K2, KlEstimato
 /// - when its intermediates follow, no other reduction explains it, and an entropy or KL
 ///   term whose coefficient nothing states would explain it with a coefficient in
 ///   `(0, MAX_COEF]`, it is undetermined (the coefficients that would explain it are named).
+///
+/// When the cells cannot tell the settled pg aggregation from another
+/// ([`infer::Resolved::agg_rival`]), a cell judged consistent under one and inconsistent
+/// under the other cannot be judged: which of them is the fault, the cells do not say.
 pub(super) fn judge_under(
     cell: &Cell,
     resolved: &infer::Resolved,
     tol: &Tolerance,
 ) -> Result<Verdict> {
+    let v = judge_settled(cell, resolved, tol)?;
+    let Some((rival, n)) = resolved.agg_rival else {
+        return Ok(v);
+    };
+    let mut other = resolved.clone();
+    other.cfg.agg = rival;
+    other.agg_rival = None;
+    let w = judge_settled(cell, &other, tol)?;
+    let decided = |x: &Verdict| matches!(x.status, Status::Consistent | Status::Inconsistent);
+    if !(decided(&v) && decided(&w)) || v.status == w.status {
+        return Ok(v);
+    }
+    let (follows, not) = match v.status {
+        Status::Consistent => (resolved.cfg.agg, rival),
+        _ => (rival, resolved.cfg.agg),
+    };
+    let mut notes = cell.notes.clone();
+    notes.push(format!(
+        "cannot judge the aggregation: the step's pg terms show {} and {} alike ({} each where they differ), and this cell's pg term follows {}, not {}",
+        resolved.cfg.agg.name(),
+        rival.name(),
+        crate::fmt::plural(n, "cell"),
+        follows.name(),
+        not.name()
+    ));
+    Ok(Verdict {
+        status: Status::Undetermined,
+        notes,
+        differs: Vec::new(),
+        loss_ok: false,
+        ..v
+    })
+}
+
+/// [`judge_under`] under the settled conventions alone.
+fn judge_settled(cell: &Cell, resolved: &infer::Resolved, tol: &Tolerance) -> Result<Verdict> {
     let total_only = cell.record.is_none();
     let unc = if total_only {
         resolved.total_uncertainty
@@ -61,16 +101,26 @@ pub(super) fn judge_under(
         }
         let base = &resolved.cfg;
         for cfg in super::picture::policy_candidates(base, &[]) {
-            let w = judge(cell, &cfg, tol, unc)?;
-            if let Some(mut w) = unseen_weights(cell, &cfg, &w, tol, lone)? {
-                w.notes.insert(
-                    1,
-                    format!(
-                        "judged under {}, not the step's convention: this cell computes its policy loss otherwise",
-                        super::picture::policy_words(&cfg)
-                    ),
-                );
-                return Ok(w);
+            // under the candidate's weights, else under none the dump states (the
+            // step's weights are read under the step's policy loss, not this cell's)
+            let mut plain = cfg.clone();
+            plain.rollout_is = None;
+            let tries = std::iter::once(cfg).chain(
+                (plain.rollout_is != base.rollout_is && cell.inputs.rollout_log_probs.is_some())
+                    .then_some(plain),
+            );
+            for cfg in tries {
+                let w = judge(cell, &cfg, tol, unc)?;
+                if let Some(mut w) = unseen_weights(cell, &cfg, &w, tol, lone)? {
+                    w.notes.insert(
+                        1,
+                        format!(
+                            "judged under {}, not the step's convention: this cell computes its policy loss otherwise",
+                            super::picture::policy_words(&cfg)
+                        ),
+                    );
+                    return Ok(w);
+                }
             }
         }
         // weights other than the token-level TIS its dumped rollout log-probs give (another
@@ -277,6 +327,7 @@ fn own_sum(cell: &Cell, mut v: Verdict) -> Verdict {
         if !v.differs.iter().any(|d| d == "aggregation") {
             v.differs.push("aggregation".into());
         }
+        v.own_sum = true;
     }
     v
 }
@@ -583,6 +634,7 @@ mod tests {
             total_uncertainty: Default::default(),
             unstated,
             cells: 1,
+            agg_rival: None,
         };
         judge_under(&cell(dumped), &resolved, &Tolerance::default()).unwrap()
     }

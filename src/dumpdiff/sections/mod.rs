@@ -61,4 +61,4 @@ pub use surrogate::{cannot_judge, settle_ratio_level, unattributed, SequenceAlt}
 use surrogate::{elem_convention, name_clip_bound, own_convention, sequence_alt, ElemLoss};
 pub use tis::{note_rejection, rejection_elsewhere};
 use tis::{tis_fit, Tis};
-pub use weights::{totals_cannot_judge, Weights};
+pub use weights::{own_sum_fails, totals_cannot_judge, Weights};

@@ -84,3 +84,42 @@ pub fn totals_cannot_judge<'a>(
         });
     }
 }
+
+/// A side whose own dumped pg term is the plain sum of its own dumped per-token loss
+/// (losscheck's finding, [`crate::judge::Verdict::own_sum`]) is wrong whatever weights
+/// that per-token loss holds: the totals of `rank`/`micro` that unseen weights made a
+/// "cannot judge" warning fail again, naming the aggregation. `true` when one did.
+pub fn own_sum_fails(
+    sections: &mut [crate::dumpdiff::Section],
+    rank: u32,
+    micro: u32,
+    role: &str,
+) -> bool {
+    let mut any = false;
+    let why = format!(
+        "yet {role}'s own pg_loss is the plain sum of its own elementwise_loss (which holds \
+         the weights), which no mean gives: the aggregation differs"
+    );
+    for sec in sections.iter_mut().filter(|s| s.id == 3 || s.id == 4) {
+        for c in sec
+            .cells
+            .iter_mut()
+            .filter(|c| c.rank == Some(rank) && c.micro == Some(micro))
+        {
+            rework(c, |out| {
+                for x in out.iter_mut() {
+                    if x.name.ends_with("loss")
+                        && x.verdict == Verdict::Warn
+                        && x.reason.contains("does not dump")
+                    {
+                        x.verdict = Verdict::Fail;
+                        x.reason = format!("{} — {why}", x.reason);
+                        any = true;
+                    }
+                }
+            });
+        }
+        sec.verdict = sec.worst();
+    }
+    any
+}

@@ -266,6 +266,29 @@ pub(super) fn term_scores(
     (scored, total)
 }
 
+/// Another of `candidates` that the cells' pg terms cannot tell from `chosen`: on the
+/// cells where exactly one of the two reproduces the dumped pg term, each reproduces as
+/// many (a fault in one of them would decide the mode by the candidates' order). The
+/// rival and that count.
+pub(super) fn pg_rival(
+    preps: &[Prep],
+    chosen: AggMode,
+    candidates: &[AggMode],
+    tol: &Tolerance,
+) -> Option<(AggMode, usize)> {
+    let hit = |p: &Prep, m: AggMode| explains_term(p, m, tol, false).0 > 0;
+    candidates
+        .iter()
+        .filter(|m| **m != chosen)
+        .map(|m| {
+            let only =
+                |a: AggMode, b: AggMode| preps.iter().filter(|p| hit(p, a) && !hit(p, b)).count();
+            (*m, only(chosen, *m), only(*m, chosen))
+        })
+        .find(|(_, a, b)| a == b && *a > 0)
+        .map(|(m, a, _)| (m, a))
+}
+
 /// Check before judging, for an echoed `loss_agg_mode`: when it reproduces fewer than half
 /// of the cells' dumped pg terms and another of verl's modes more than half, the cells'
 /// own values win — the name does not mean the same reduction everywhere (NexRL's

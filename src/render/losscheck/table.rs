@@ -90,13 +90,15 @@ pub fn count_line(t: &TreeReport) -> String {
             n - doubt - open
         )
     } else if open > 0 {
-        format!("{head}: WARN — {open} of {cells} undetermined (coefficients unstated)")
+        format!("{head}: WARN — {open} of {cells} undetermined (what they are judged on is not settled: see each cell)")
     } else {
         let whose = if n == 1 { "its" } else { "their" };
         format!("{head}: PASS — {cells} consistent with {whose} own inputs")
     };
     if bad > 0 && open > 0 {
-        s.push_str(&format!("; {open} undetermined (coefficients unstated)"));
+        s.push_str(&format!(
+            "; {open} undetermined (what they are judged on is not settled: see each cell)"
+        ));
     }
     if !t.skipped.is_empty() {
         s.push_str(&format!(
