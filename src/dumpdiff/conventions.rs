@@ -333,6 +333,42 @@ pub fn unstated_term(
         })
 }
 
+/// "cannot judge which side is wrong: …" when neither side states its entropy coefficient
+/// and each side's is fitted to its one cell's total, and the two differ: one total fits
+/// any value (a loss scale or a term no file states goes into it, NexRL's unechoed KL loss:
+/// seed 7466), so the totals agree with each side's own fit whatever they hold, and which
+/// side is right cannot be said.
+pub fn lone_fits_differ(
+    a: &SideLosses,
+    b: &SideLosses,
+    overrides: &BTreeMap<String, f64>,
+) -> Option<String> {
+    if overrides.contains_key(ENTROPY_COEFF) {
+        return None;
+    }
+    let lone = |side: &SideLosses| {
+        if side.echoed.contains_key(ENTROPY_COEFF) || side.terms.iter().any(|c| c.kl_loss.is_some())
+        {
+            return None;
+        }
+        let fit = coefficients::infer(&side.terms, DType::F32).ok()?;
+        (fit.cells == 1).then_some(fit)
+    };
+    let (x, y) = (lone(a)?, lone(b)?);
+    let (vx, vy) = (x.entropy_coeff, y.entropy_coeff);
+    let big = vx.abs().max(vy.abs());
+    let se = x.entropy_coeff_std_err.hypot(y.entropy_coeff_std_err);
+    ((vx - vy).abs() > DIFFER_SIGMAS * se && (vx - vy).abs() > 1e-9 * big).then(|| {
+        format!(
+            "cannot judge which side is wrong: each side's entropy_coeff is fitted to its one \
+             cell's total (self-hosted {}, weaver {}), and one total fits any value — a loss \
+             scale or a term no file states would go into it (give --entropy-coeff)",
+            crate::fmt::num(vx),
+            crate::fmt::num(vy)
+        )
+    })
+}
+
 /// The `entropy_coeff` line of a side whose loss holds a term no file states
 /// ([`unstated_term`]: `why`): a value left without its source says why instead.
 pub fn unstated_coefficient(coefficients: &mut [Coefficient], role: &str, why: &str) {

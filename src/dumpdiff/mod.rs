@@ -466,6 +466,7 @@ fn compare(
     let mut diagnosed = Vec::new();
     let mut adv_eps = None;
     let mut unstated = None;
+    let mut lone = None;
     let mut own_scales = Vec::new();
     if let Some(w) = &w {
         // Section 6 as computed ahead (joined after the cells); the files it read count as
@@ -496,6 +497,7 @@ fn compare(
         )?);
         coefficients = conventions::compare(&conv.self_hosted, &conv.weaver, &opts.coefficients);
         unstated = conventions::unstated_term(&conv.self_hosted, &conv.weaver, &opts.coefficients);
+        lone = conventions::lone_fits_differ(&conv.self_hosted, &conv.weaver, &opts.coefficients);
         own_scales = conventions::own_scales(&conv.self_hosted, &conv.weaver);
         conventions = conv.notes;
         diagnosis = conv.diagnosis;
@@ -546,6 +548,9 @@ fn compare(
         cell_conventions::unstated_cells(&mut sections, &mut diagnosis, &why);
         // its coefficient line says why it has no value (not "unknown")
         conventions::unstated_coefficient(&mut coefficients, role, &why);
+    } else if let Some(why) = lone.filter(|_| !scales.iter().any(|s| s.scaled)) {
+        // each side's coefficient fitted to its one cell: the totals say nothing
+        cell_conventions::unstated_cells(&mut sections, &mut diagnosis, &why);
     }
     adjudication.retain(|a| !passed.contains(&(a.rank, a.micro)));
     // a side whose pg term is the plain sum of its own per-token loss is wrong whatever

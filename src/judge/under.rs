@@ -148,6 +148,9 @@ fn judge_settled(cell: &Cell, resolved: &infer::Resolved, tol: &Tolerance) -> Re
         }
         return Ok(own_sum(cell, v));
     }
+    if v.status == Status::Consistent {
+        return Ok(lone_total(resolved, v));
+    }
     if v.status != Status::Inconsistent {
         return Ok(v);
     }
@@ -330,6 +333,37 @@ fn own_sum(cell: &Cell, mut v: Verdict) -> Verdict {
         v.own_sum = true;
     }
     v
+}
+
+/// A consistent cell of a one-cell step whose entropy or KL coefficient was fitted to its
+/// own total, at a value that is not the preset's: one equation fits any value (a loss
+/// scale or a term no file states goes into it, seed 7466: NexRL's unechoed KL loss), so
+/// the total is undetermined — its terms still checked. A fit landing on the preset's
+/// value is evidence and stays consistent.
+fn lone_total(resolved: &infer::Resolved, v: Verdict) -> Verdict {
+    let Some(c) = resolved.conventions.iter().find(|c| {
+        matches!(c.name, "entropy_coeff" | "kl_coef")
+            && c.source == Source::Inferred
+            && c.cells == Some(1)
+            && !c.matches_preset
+    }) else {
+        return v;
+    };
+    if resolved.cells != 1 {
+        return v;
+    }
+    let mut notes = v.notes.clone();
+    notes.push(format!(
+        "its terms follow, but its total is the one equation {} was fitted to: any total fits \
+         it (a loss scale or a term no file states would go into it); give --entropy-coeff \
+         and --kl-coef to check it",
+        c.line()
+    ));
+    Verdict {
+        status: Status::Undetermined,
+        notes,
+        ..v
+    }
 }
 
 /// An entropy or KL coefficient the step inferred from a single cell's total (one

@@ -147,6 +147,11 @@ pub fn convention_lines(report: &Report) -> Vec<String> {
                     "differs"
                 } else if c.self_hosted.is_none() || c.weaver.is_none() {
                     "cannot be compared"
+                } else if [&c.self_hosted_from, &c.weaver_from]
+                    .iter()
+                    .any(|f| f.as_deref().is_some_and(|f| f.contains("not compared")))
+                {
+                    "is not compared"
                 } else {
                     "agrees"
                 },
