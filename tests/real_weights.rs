@@ -817,3 +817,31 @@ fn a_one_cell_step_whose_coefficients_fit_its_own_totals_is_not_called_consisten
         );
     }
 }
+
+#[test]
+fn the_ratio_level_the_dumped_ratios_show_is_taken_when_unseen_weights_blur_every_pg_term() {
+    // seed 7420: GSPO, sequence-level IcePop weights whose rollout log-probs are not dumped,
+    // seq_max rejection leaving one row in a cell, a truncated loss file. No policy
+    // reproduced more pg terms than the preset's token ratio (the weights blur them all),
+    // so three rank-2 cells were called inconsistent at their prob_ratio.
+    let (code, r) = losscheck(&novel("gspo-rs-unseen-7420").join("weaver_pt"));
+    assert_eq!(code, 2, "{r}");
+    let policy = r["conventions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "policy")
+        .unwrap();
+    assert_eq!(policy["value"], "ppo-clip 0.2/0.2, GSPO sequence ratio");
+    assert_eq!(
+        files_with(&r, "inconsistent"),
+        BTreeSet::from(["is_loss_debug/step_000000_rank0_micro2.pt".to_string()])
+    );
+    // the cell rejection left one row: its constant factor is that row's weight
+    let v = verdict(&r, "rank2_micro2.pt");
+    assert_eq!(v["status"], "cannot-judge", "{v}");
+    assert!(
+        v["notes"].to_string().contains("on 7 of 7 valid tokens"),
+        "{v}"
+    );
+}

@@ -392,6 +392,16 @@ pub(crate) fn search_policy(
         _ => None,
     };
     let agrees = |c: &LossConfig| shown.is_some_and(|l| l == c.ratio_level);
+    // every cell whose dumped ratios show a level shows the same one, and the settled
+    // level is the other: at an equal fit (weights the dump does not hold blur every pg
+    // term alike) the level the ratios themselves show is taken
+    let unanimous = shapes.0.min(shapes.1) == 0 && shapes.0.max(shapes.1) >= 2;
+    let shown_over = |c: &LossConfig| {
+        unanimous
+            && agrees(c)
+            && !agrees(&resolved.cfg)
+            && c.ratio_level != resolved.cfg.ratio_level
+    };
     let mut best: Option<(Resolved, (usize, f64))> = None;
     for (c, preps) in candidates.iter().zip(&per_candidate) {
         let r = resolve(preps, c, given, tol)?;
@@ -400,7 +410,7 @@ pub(crate) fn search_policy(
             Some((br, b)) => {
                 f.0 > b.0 || (f.0 == b.0 && (agrees(c), -f.1) > (agrees(&br.cfg), -b.1))
             }
-            None => f.0 > fit.0,
+            None => f.0 > fit.0 || (f.0 == fit.0 && shown_over(c)),
         };
         if better {
             best = Some((r, f));

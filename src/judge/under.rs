@@ -444,15 +444,20 @@ fn unseen_weights(
         hi = hi.max(f);
         differ += usize::from(!tol.allows(*d, *o));
     }
-    // one factor on every token is a scale or a coefficient, not a per-token weight
-    if differ == 0 || hi - lo <= 1e-6 * hi.abs().max(1.0) {
+    // one factor on every token is a scale or a coefficient, not a per-token weight —
+    // unless every valid token is in one row: then it is that row's sequence-level weight
+    // as much as a scale (verl's sequence-level IS, one row left by rejection: seed 7420)
+    let (b, t) = cell.dims();
+    let rows_valid = (0..b)
+        .filter(|r| m[r * t..(r + 1) * t].iter().any(|w| *w != 0.0))
+        .count();
+    if differ == 0 || (hi - lo <= 1e-6 * hi.abs().max(1.0) && rows_valid != 1) {
         return Ok(None);
     }
     // the pg term from its own per-token loss: under the step's aggregation, else under
     // another of verl's (the weights blur what the step's cells tell of it)
     // (the dumped pg_loss, else the dumped total less the recomputed other terms, scaled
     // as the total is: its `loss/` file unread)
-    let (b, t) = cell.dims();
     let pg_dumped = cell.record.as_ref().and_then(|r| r.pg_loss);
     let (loss_out, pg_out) = (
         to_f64(&out.loss).map_err(|e| kerr(path, e))?,
