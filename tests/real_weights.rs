@@ -88,6 +88,16 @@ fn verdict<'a>(r: &'a Json, name: &str) -> &'a Json {
         .unwrap_or_else(|| panic!("no verdict for {name}"))
 }
 
+/// The convention `name` of a losscheck report.
+fn convention<'a>(r: &'a Json, name: &str) -> &'a Json {
+    r["conventions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} convention in {r}"))
+}
+
 /// The comparison `name` of the cell (rank, micro) of section `sec`.
 fn comparison<'a>(r: &'a Json, sec: &str, rank: u64, micro: u64, name: &str) -> &'a Json {
     let s = r["sections"]
@@ -572,12 +582,7 @@ fn an_echoed_aggregation_its_cells_do_not_follow_gives_way_to_theirs() {
         conv.contains("seq-mean-token-mean (the dumped loss_agg_mode seq-mean-token-sum reproduces 0 of 3 pg terms, seq-mean-token-mean 3)"),
         "{conv}"
     );
-    let policy = r["conventions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "policy")
-        .unwrap();
+    let policy = convention(&r, "policy");
     assert_eq!(
         policy["value"], "ppo-clip 0.2/0.2, GSPO sequence ratio",
         "{conv}"
@@ -711,12 +716,7 @@ fn two_cells_that_show_two_aggregations_alike_are_undetermined_not_blamed() {
     for cell in ["rank1_micro0.pt", "rank1_micro1.pt"] {
         assert_eq!(verdict(&r, cell)["status"], "consistent");
     }
-    let agg = r["conventions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "agg")
-        .unwrap();
+    let agg = convention(&r, "agg");
     assert_eq!(
         agg["value"],
         "seq-mean-token-sum (or seq-mean-token-mean: the pg terms cannot tell)"
@@ -826,12 +826,7 @@ fn the_ratio_level_the_dumped_ratios_show_is_taken_when_unseen_weights_blur_ever
     // so three rank-2 cells were called inconsistent at their prob_ratio.
     let (code, r) = losscheck(&novel("gspo-rs-unseen-7420").join("weaver_pt"));
     assert_eq!(code, 2, "{r}");
-    let policy = r["conventions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "policy")
-        .unwrap();
+    let policy = convention(&r, "policy");
     assert_eq!(policy["value"], "ppo-clip 0.2/0.2, GSPO sequence ratio");
     assert_eq!(
         files_with(&r, "inconsistent"),
