@@ -30,6 +30,8 @@ pub struct SideScale {
     /// How the judge settled `entropy_coeff` with the scale (its conventions line), when
     /// from the data rather than the preset.
     pub entropy_from: Option<String>,
+    /// The standard error of that fit (0 when not fitted).
+    pub entropy_se: f64,
     /// The scale as the conventions record says it.
     pub words: String,
 }
@@ -38,7 +40,9 @@ pub struct SideScale {
 /// own least squares of `loss − pg_loss` fits the scaled totals (the scale goes into the
 /// coefficient, with a large error), so such a side's value becomes the one the judge
 /// settled together with the scale, when every scaled cell of the side agrees on it,
-/// and the two sides are compared again (relative 10⁻³: the judge's is a fit too).
+/// and the two sides are compared again (beyond relative 10⁻³ and `DIFFER_SIGMAS` of the
+/// settled fits' standard errors: the judge's is a fit too; a value fitted to one cell's
+/// total is not compared, seed 7534; a scaled fit's error, seed 7530).
 pub fn rescaled_coefficients(coefficients: &mut Vec<Coefficient>, scales: &[SideScale]) {
     // (value, how, whether the side is scaled)
     let settled = |role: &str| -> Option<(f64, String, bool)> {
@@ -56,6 +60,12 @@ pub fn rescaled_coefficients(coefficients: &mut Vec<Coefficient>, scales: &[Side
             .then_some((first.entropy_coeff, how, first.scaled))
     };
     let (sa, sb) = (settled("self-hosted"), settled("weaver"));
+    // the settled fits' standard errors: two values within DIFFER_SIGMAS of them are one
+    let se: f64 = ["self-hosted", "weaver"]
+        .iter()
+        .filter_map(|role| scales.iter().find(|s| s.role == *role))
+        .map(|s| s.entropy_se)
+        .sum();
     // only where a side's totals are scaled: its own fit is then in doubt
     if !sa.iter().chain(&sb).any(|s| s.2) {
         return;
@@ -87,8 +97,17 @@ pub fn rescaled_coefficients(coefficients: &mut Vec<Coefficient>, scales: &[Side
     if let Some((v, from, _)) = sb.filter(|s| gives_way(c.weaver, &c.weaver_from, s.2)) {
         (c.weaver, c.weaver_from) = (Some(v), Some(from));
     }
+    // a value fitted to one cell's total is not compared (`conventions`: it fits any value)
+    let lone = [&c.self_hosted_from, &c.weaver_from].iter().any(|f| {
+        f.as_deref()
+            .is_some_and(|f| f.contains("so the sides' values are not compared"))
+    });
     if let (Some(x), Some(y)) = (c.self_hosted, c.weaver) {
-        c.differ = (x - y).abs() > 1e-3 * x.abs().max(y.abs()) && (x - y).abs() > 1e-12;
+        let gap = (x - y).abs();
+        c.differ = !lone
+            && gap > 1e-3 * x.abs().max(y.abs())
+            && gap > 1e-12
+            && gap > crate::conventions::coefficients::DIFFER_SIGMAS * se;
     }
     if !c.differ && c.self_hosted.is_none_or(|v| v == 0.0) && c.weaver.is_none_or(|v| v == 0.0) {
         coefficients.remove(at);
@@ -120,6 +139,7 @@ pub fn add_own(
                 scaled: true,
                 entropy_coeff: *e,
                 entropy_from: Some(how.clone()),
+                entropy_se: 0.0,
                 words: format!("1/{k} (every total is its terms' composition over {k})"),
             });
         }

@@ -254,8 +254,9 @@ pub(super) fn adjudicate(
             .iter()
             .find(|c| c.name == "entropy_coeff" && c.source != crate::judge::infer::Source::Preset)
             // a coefficient that does not explain the side's totals settles nothing
-            .filter(|c| !crate::judge::picture::misfit(c))
-            .map(|c| c.line());
+            .filter(|c| !crate::judge::picture::misfit(c));
+        let entropy_se = entropy_from.and_then(|c| c.std_err).unwrap_or(0.0);
+        let entropy_from = entropy_from.map(|c| c.line());
         let words = resolved
             .conventions
             .iter()
@@ -279,6 +280,7 @@ pub(super) fn adjudicate(
                     scaled,
                     entropy_coeff: resolved.cfg.entropy_coeff,
                     entropy_from: entropy_from.clone(),
+                    entropy_se,
                     words: words.clone(),
                 });
             }

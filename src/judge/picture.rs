@@ -81,10 +81,10 @@ pub fn before_judging(verdicts: &mut [Verdict], conventions: &[Convention], trie
 /// changed.
 pub fn check_before_judging(verdicts: &mut [Verdict], tried: &str) -> usize {
     let n = verdicts.len();
-    let bad = verdicts
-        .iter()
-        .filter(|v| v.status == Status::Inconsistent)
-        .count();
+    // a pg term that is the plain sum of its own per-token loss is a fault whatever the
+    // picture (`Verdict::own_sum`): no doubt on the picture, and never doubted itself
+    let doubted = |v: &Verdict| v.status == Status::Inconsistent && !v.own_sum;
+    let bad = verdicts.iter().filter(|v| doubted(v)).count();
     // of two cells, both must disagree with no term named (a sum for a mean, a mask, …):
     // a named difference in each is evidence, a bare "pg term differs" twice is not
     let named = verdicts.iter().any(|v| {
@@ -93,10 +93,7 @@ pub fn check_before_judging(verdicts: &mut [Verdict], tried: &str) -> usize {
     if n < 2 || (n == 2 && (bad < 2 || named)) || (n > 2 && bad * 2 <= n) {
         return 0;
     }
-    for v in verdicts
-        .iter_mut()
-        .filter(|v| v.status == Status::Inconsistent)
-    {
+    for v in verdicts.iter_mut().filter(|v| doubted(v)) {
         v.status = Status::CannotJudge;
         v.notes.insert(
             0,
@@ -380,10 +377,6 @@ pub(crate) fn search_policy(
             list.push(p);
         }
     }
-    // every pg term reproduced: nothing to search for
-    if fit.0 >= with_pg {
-        return Ok(None);
-    }
     // On a tie in cells explained, the level the dumped ratios show wins before the
     // smaller error: a loss near ratio 1 (on-policy) fits both levels alike.
     let shown = match shapes {
@@ -394,8 +387,13 @@ pub(crate) fn search_policy(
     let agrees = |c: &LossConfig| shown.is_some_and(|l| l == c.ratio_level);
     // every cell whose dumped ratios show a level shows the same one, and the settled
     // level is the other: at an equal fit (weights the dump does not hold blur every pg
-    // term alike) the level the ratios themselves show is taken
+    // term alike; on-policy, ratio ≈ 1, every level reproduces them) the level the ratios
+    // themselves show is taken
     let unanimous = shapes.0.min(shapes.1) == 0 && shapes.0.max(shapes.1) >= 2;
+    // every pg term reproduced, at the level the ratios show: nothing to search for
+    if fit.0 >= with_pg && (!unanimous || agrees(&resolved.cfg)) {
+        return Ok(None);
+    }
     let shown_over = |c: &LossConfig| {
         unanimous
             && agrees(c)
