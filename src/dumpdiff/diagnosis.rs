@@ -95,7 +95,7 @@ fn besides(cell: Option<&Cell>) -> String {
 /// `is_loss` cell derived the reference's per-token loss with, in words: `TIS` for verl's
 /// token-level truncated weights, else the scheme its origin names (`sequence-level TIS
 /// cap 5`, `token IcePop band 0.5–2`; verl 0.9.1 `compute_rollout_correction_weights`).
-fn weighted(cell: Option<&Cell>) -> Option<String> {
+pub(super) fn weighted(cell: Option<&Cell>) -> Option<String> {
     let origin = cell?.comparisons.iter().find_map(|x| {
         (x.name == "is_loss.elementwise_loss" && x.origin_a.from.contains("rollout_log_probs"))
             .then_some(x.origin_a.from.as_str())

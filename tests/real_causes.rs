@@ -1,0 +1,73 @@
+//! The causes dumpdiff names on committed real-convention scenarios (issue 28, session 20):
+//! each fault or convention difference a flagged cell shows is named in the words of the
+//! code — an importance weight, the old log-probs, a temperature, the clip bound, the
+//! aggregation — and only where the cell's own evidence supports it.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value as Json;
+
+use crate::real_weights::dumpdiff;
+
+/// The committed scenario `fixtures/scenarios/real-novel-<name>`.
+fn novel(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/scenarios/real-novel-{name}"))
+}
+
+/// The cell (rank, micro) of section `sec` of dumpdiff report `r`.
+fn cell<'a>(r: &'a Json, sec: &str, rank: u64, micro: u64) -> &'a Json {
+    r["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == sec)
+        .and_then(|s| {
+            s["cells"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["rank"] == rank && c["micro"] == micro)
+        })
+        .unwrap_or_else(|| panic!("no {sec} cell {rank}/{micro}"))
+}
+
+/// The report's diagnosis line of cell (rank, micro), if any.
+fn diagnosis(r: &Json, rank: u64, micro: u64) -> Option<String> {
+    let head = format!("rank {rank} micro {micro}:");
+    r["diagnosis"]
+        .as_array()?
+        .iter()
+        .filter_map(|d| d.as_str())
+        .find(|d| d.starts_with(&head))
+        .map(str::to_string)
+}
+
+#[test]
+fn importance_weights_are_named_beside_a_term_no_file_states() {
+    // seeds 7116 (token IcePop read as TIS cap 2 on this cell) and 7213 (TIS cap 2): the
+    // self-hosted loss holds an unstated KL term, so the totals cannot say which side is
+    // wrong; the weaver's weights move the pg term within the bf16/f16 log-probs' rounding.
+    // The cell warned with only the KL term named; the weights its is_loss read off the
+    // weaver's own rollout_log_probs are the other difference of the totals
+    for (name, rank, micro) in [
+        ("is-weight-beside-kl-7116", 1, 0),
+        ("is-weight-beside-kl-7213", 0, 1),
+    ] {
+        let (code, r) = dumpdiff(&novel(name));
+        assert_eq!(code, Some(1), "{name}");
+        for sec in ["loss", "is_loss"] {
+            let c = cell(&r, sec, rank, micro);
+            assert_eq!(c["verdict"], "warn", "{name} {c}");
+            let why = c["reason"].as_str().unwrap();
+            assert!(why.contains("cannot judge which side is wrong: the self-hosted loss holds a term no file states"), "{why}");
+            assert!(
+                why.ends_with(
+                    "; besides, the weaver weighs its per-token loss by an importance weight \
+                     (TIS cap 2, against its own rollout_log_probs) the self-hosted side does \
+                     not apply"
+                ),
+                "{name} {why}"
+            );
+        }
+    }
+}
