@@ -71,3 +71,57 @@ fn importance_weights_are_named_beside_a_term_no_file_states() {
         }
     }
 }
+
+/// The comparison `name` of the cell (rank, micro) of section `sec`.
+fn comparison<'a>(r: &'a Json, sec: &str, rank: u64, micro: u64, name: &str) -> &'a Json {
+    let c = cell(r, sec, rank, micro);
+    c["comparisons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {c}"))
+}
+
+#[test]
+fn a_clip_bound_is_read_off_the_weavers_own_ratio_when_16_bit_log_probs_blur_it() {
+    // seed 6023 r0 m1: the weaver clips at 1 + 0.2 where clip_ratio_high is 0.28; bf16
+    // log-probs on both sides, so the self-hosted ratio re-derived from them tied the two
+    // ranges and the cell was called a ratio-level question. On the weaver's own f32
+    // prob_ratio (equal to the self-hosted's) 0.28 gives the self-hosted pg_loss to 2e-10
+    let (code, r) = dumpdiff(&novel("clip-bound-6023"));
+    assert_eq!(code, Some(1));
+    let c = comparison(&r, "is_loss", 0, 1, "is_loss.elementwise_loss");
+    assert_eq!(c["verdict"], "fail", "{c}");
+    assert!(
+        c["reason"].as_str().unwrap().ends_with(
+            "a clip bound differs: the self-hosted pg_loss follows its clip range and the \
+             weaver's own per-token loss another, the upper clip bound (clip_ratio_high): \
+             1+0.28 vs 1+0.2 (self-hosted vs weaver)"
+        ),
+        "{c}"
+    );
+    assert!(!cell(&r, "is_loss", 0, 1)
+        .to_string()
+        .contains("ratio_level"));
+    // seed 7261 r2 m1: the one band token moves the per-token loss less than the bf16 /
+    // f16 log-probs' rounding, so every comparison passed (a miss); the two readings on
+    // the same f32 values tell the ranges apart
+    // (a truncated weaver file elsewhere: exit 2, every other cell reported)
+    let (code, r) = dumpdiff(&novel("clip-bound-blurred-7261"));
+    assert_eq!(code, Some(2));
+    let c = comparison(&r, "is_loss", 2, 1, "is_loss.clip_bound");
+    assert_eq!(c["verdict"], "fail", "{c}");
+    let why = c["reason"].as_str().unwrap();
+    assert!(
+        why.starts_with(
+            "the clip bound differs: on the weaver's own prob_ratio and advantages (equal to \
+             the self-hosted's), the self-hosted pg_loss follows clip 1−0.2/1+0.28 (to "
+        ),
+        "{why}"
+    );
+    assert!(
+        why.contains("and misses the weaver's clip 1−0.2/1+0.2 by 9.2e-5"),
+        "{why}"
+    );
+}

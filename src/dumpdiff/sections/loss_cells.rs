@@ -148,9 +148,18 @@ pub fn is_loss_cell(
     let conv = tis.as_ref().map_or(fit.conv, |t| t.conv);
     let pg_a = a_loss.and_then(|l| l.number(Field::PgLoss));
     let other_conv = conv;
+    let mut blurred = None;
     let conv = match (&ch.ratio, &ch.adv, pg_a) {
         (Some(r), Some(a), Some(pg)) if conv != ElemLoss::Plain => {
-            own_convention(conv, r, a, mask_a.as_deref(), ch.agg, pg.value, a_loss)
+            match own_convention(conv, r, a, mask_a.as_deref(), ch.agg, pg.value, a_loss) {
+                c if c != conv => c,
+                _ => {
+                    let paired = rows.only_a.is_empty() && rows.only_b.is_empty();
+                    let own = (out.as_slice(), paired);
+                    blurred = own_convention_dumped(conv, b_is, own, ch.agg, pg.value, a_loss);
+                    blurred.as_ref().map_or(conv, |b| b.0)
+                }
+            }
         }
         _ => conv,
     };
@@ -206,6 +215,7 @@ pub fn is_loss_cell(
         )),
     }
     name_clip_bound(&mut out, other_conv, conv);
+    clip_bound_blurred(&mut out, blurred.as_ref().map(|b| b.1.as_str()));
     match (a_loss.filter(|l| l.has(Field::Loss)), b_is.record()) {
         (Some(x), y) if y.has(Field::Loss) => out.extend(ctx.scalar_predicted(
             "loss",
