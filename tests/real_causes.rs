@@ -125,3 +125,35 @@ fn a_clip_bound_is_read_off_the_weavers_own_ratio_when_16_bit_log_probs_blur_it(
         "{why}"
     );
 }
+
+#[test]
+fn a_summed_loss_beside_batch_normalised_weights_names_the_aggregation() {
+    // seed 9203 r0 m3: GSPO, token TIS batch-normalised by 1.097, verl's rejection
+    // sampling; the weaver's loss is the sum of its weighted elementwise_loss. The weights
+    // explain every per-token value, so only "an importance weight" was said; the weaver's
+    // own values say its total is another reduction of them
+    let (_, r) = dumpdiff(&novel("is-batch-norm-sum-9203"));
+    let c = comparison(&r, "is_loss", 0, 3, "is_loss.loss");
+    assert_eq!(c["verdict"], "fail", "{c}");
+    let why = c["reason"].as_str().unwrap();
+    assert!(why.contains("an importance weight"), "{why}");
+    assert!(
+        why.ends_with(
+            "; and the aggregation differs: the weaver's loss 3.894 is the seq-mean-token-sum \
+             of its own elementwise_loss, not their token-mean (0.6491), the mode the \
+             self-hosted loss is compared in"
+        ),
+        "{why}"
+    );
+    let line = diagnosis(&r, 0, 3).unwrap();
+    assert!(
+        line.contains("; and the aggregation differs: the weaver's loss 3.894"),
+        "{line}"
+    );
+    // no cell whose weaver total is its elementwise_loss in the compared mode says it
+    for (rank, micro) in [(1, 0), (1, 1)] {
+        assert!(!cell(&r, "is_loss", rank, micro)
+            .to_string()
+            .contains("aggregation"));
+    }
+}

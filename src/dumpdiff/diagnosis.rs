@@ -112,6 +112,22 @@ pub(super) fn weighted(cell: Option<&Cell>) -> Option<String> {
     Some(scheme.unwrap_or_else(|| "TIS".into()))
 }
 
+/// The `is_loss` cell's note that the weaver's loss is its own elementwise_loss in
+/// another reduction (`super::sections` `own_aggregation`, beside the importance
+/// weights): `"; and the aggregation differs: …"`, else empty.
+fn own_aggregation(cell: Option<&Cell>) -> String {
+    const KEY: &str = "; and the aggregation differs: ";
+    const END: &str = "the mode the self-hosted loss is compared in";
+    cell.and_then(|c| {
+        c.comparisons.iter().find_map(|x| {
+            let i = x.reason.find(KEY)?;
+            let rest = &x.reason[i..];
+            rest.find(END).map(|e| rest[..e + END.len()].to_string())
+        })
+    })
+    .unwrap_or_default()
+}
+
 /// Whether the `is_loss` cell left the per-token loss uncompared because the other side's
 /// carries per-token weights it does not dump (importance weights whose rollout
 /// log-probs are not dumped, [`super::sections`]' "cannot judge which side is wrong").
@@ -236,11 +252,12 @@ pub fn diagnose(
                     let (px, py) = distinct(x, y);
                     let scheme = weighted(is_loss).unwrap_or_default();
                     let mask = besides(is_loss);
+                    let agg = own_aggregation(is_loss);
                     format!(
                         "the pg term differs (pg_loss {px} vs {py}) while every per-token \
                          intermediate matches once the weaver's importance weights are \
                          applied: an importance weight ({scheme}, against rollout_log_probs on \
-                         the weaver's side only){mask}"
+                         the weaver's side only){agg}{mask}"
                     )
                 }
                 _ if !rejection(is_loss).is_empty() => format!(

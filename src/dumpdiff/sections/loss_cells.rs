@@ -139,7 +139,7 @@ pub fn is_loss_cell(
     // derived per-token loss, and named for the loss totals; else "unseen"
     let tis = tis_fit(b_is, a_loss, fit.reproduced);
     let weights = match &tis {
-        Some(t) => Some(Weights::Seen(t.why())),
+        Some(t) => Some(Weights::Seen(t.why_in(b_is, ch.agg))),
         None => fit
             .unseen()
             .filter(|_| !b_is.record().has(Field::RolloutLogProbs))

@@ -6,6 +6,7 @@
 
 use super::surrogate::{candidates, valid_positions};
 use super::*;
+use crate::kernels::aggregate::AggMode;
 
 /// verl's rollout-correction weights the other side applied to its per-token loss, read
 /// from its own dumped values: token-level TIS `min(exp(old_log_probs −
@@ -175,6 +176,73 @@ impl Tis {
              which the self-hosted side does not dump or apply"
         )
     }
+}
+
+impl Tis {
+    /// [`Tis::why`], and the aggregation beside it when the other side's own dumped
+    /// `loss` is not its own (weighted) `elementwise_loss` reduced in `agg` (the mode the
+    /// reference's loss follows) but in another ([`own_aggregation`]): the weights then
+    /// explain the per-token loss, not a total off by a reduction (seed 9203: a weaver
+    /// `loss` 3.894 that is the sum of its elementwise_loss, 0.649 its seq-mean-token-mean).
+    pub(super) fn why_in(&self, b_is: &Tensors<'_>, agg: AggMode) -> String {
+        let mut why = self.why();
+        if let Some(note) = own_aggregation(b_is, agg) {
+            why += &note;
+        }
+        why
+    }
+}
+
+/// `"; and the aggregation differs: …"` when the side's dumped `loss` (`is_loss_debug`) is
+/// its own `elementwise_loss` over its own loss mask summed (verl's `seq-mean-token-sum`,
+/// or a plain sum) where `agg`, the mode compared in, is a mean (`token-mean`,
+/// `seq-mean-token-mean`) and neither mean gives it — each reduction to 1e-5 of the
+/// larger of the loss and a mean term, the sum told apart from the means by a hundred
+/// times that; else `None`. Only a sum for a mean is said: two means are what the step's
+/// own mode is inferred between, not a cell's finding, and a scaled total or a cell whose
+/// terms every reduction gives alike says nothing of the aggregation.
+fn own_aggregation(b_is: &Tensors<'_>, agg: AggMode) -> Option<String> {
+    let el = b_is.mat(Field::ElementwiseLoss)?;
+    let mask = b_is.mat(Field::EffectiveMask);
+    let loss = b_is.record().number(Field::Loss)?.value;
+    let (mut vals, mut counts) = (Vec::new(), Vec::new());
+    for row in 0..el.rows {
+        let valid = valid_positions(mask.as_deref(), el.rows, el.width, row);
+        counts.push(valid.len());
+        vals.extend(valid.iter().filter_map(|&p| el.get(row, p)));
+    }
+    if vals.len() != counts.iter().sum::<usize>() || vals.iter().any(|v| !v.is_finite()) {
+        return None;
+    }
+    let mean = vals.iter().map(|v| v.abs()).sum::<f64>() / vals.len().max(1) as f64;
+    let tol = 1e-5 * mean.max(loss.abs());
+    let of = |m: AggMode| m.reduce_rows(&counts, &vals, el.width);
+    let means = [AggMode::TokenMean, AggMode::SeqMeanTokenMean];
+    if !means.contains(&agg) {
+        return None;
+    }
+    let ours = of(agg);
+    let far = |v: f64| means.iter().all(|m| (v - of(*m)).abs() > 100.0 * tol);
+    if !far(loss) {
+        return None;
+    }
+    let sums = [
+        (
+            AggMode::SeqMeanTokenSum.name(),
+            of(AggMode::SeqMeanTokenSum),
+        ),
+        ("sum (no mean)".to_string(), vals.iter().sum()),
+    ];
+    let (name, _) = sums
+        .into_iter()
+        .find(|(_, v)| (v - loss).abs() <= tol && far(*v))?;
+    Some(format!(
+        "; and the aggregation differs: the weaver's loss {} is the {name} of its own \
+         elementwise_loss, not their {} ({}), the mode the self-hosted loss is compared in",
+        crate::fmt::num(loss),
+        agg.name(),
+        crate::fmt::num(ours)
+    ))
 }
 
 /// What explains the tokens the other side's loss mask (`effective_valid`, `mask_b`)
