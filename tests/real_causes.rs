@@ -157,3 +157,22 @@ fn a_summed_loss_beside_batch_normalised_weights_names_the_aggregation() {
             .contains("aggregation"));
     }
 }
+
+#[test]
+fn a_temperature_on_a_three_token_micro_is_named() {
+    // seed 7474 r1 m1: one row of three tokens whose weaver log-probs come from logits not
+    // divided by T = 0.7; a systematic difference asked four tokens, so "from log_probs"
+    // was said with no temperature. Every log-prob and entropy differs and each
+    // correlates at 0.999 / 0.994
+    let (_, r) = dumpdiff(&novel("temperature-one-row-7474"));
+    let line = diagnosis(&r, 1, 1).unwrap();
+    assert!(
+        line.contains(
+            "from log_probs: the forward pass differs on 100 % of the tokens' log-probs and \
+             100 % of their entropies, each still correlated with the other side's (pearson \
+             0.999, 0.994): the shape of logits divided by a sampling temperature on one \
+             side only"
+        ),
+        "{line}"
+    );
+}

@@ -166,7 +166,14 @@ fn forward_shape(forward: Option<&Cell>) -> Option<String> {
             .find(|c| c.name.rsplit('.').next() == Some(leaf))
             .and_then(|c| c.metrics.as_ref())
     };
-    let lp = metrics("log_probs").filter(|m| m.systematic())?;
+    // three tokens (a one-row micro) are systematic too when every log-prob and every
+    // entropy differs and each correlates at 0.99 or more (seed 7474: 0.9994 and 0.994;
+    // three unrelated pairs reach 0.99 by chance about 1 time in 20, both about 1 in 400)
+    let three = |m: &crate::compare::metrics::PairMetrics| {
+        m.count == 3 && m.beyond_fraction >= 1.0 && m.pearson.is_some_and(|p| p >= 0.99)
+    };
+    let lp = metrics("log_probs")
+        .filter(|m| m.systematic() || (three(m) && metrics("entropy").is_some_and(three)))?;
     let r = |m: &crate::compare::metrics::PairMetrics| {
         sig(m.pearson.unwrap_or(0.0), 3, Notation::Fixed)
     };
