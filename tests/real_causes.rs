@@ -176,3 +176,38 @@ fn a_temperature_on_a_three_token_micro_is_named() {
         "{line}"
     );
 }
+
+#[test]
+fn old_log_probs_shifted_by_one_token_are_named_from_the_weavers_own_values() {
+    // the weaver's ratio computed with old_log_probs shifted right by one token: seed 9213
+    // r0 m2 at the token level (rejection sampling reduced its mask, so "the mask" was the
+    // only cause said), seed 7112 r0 m0 at GSPO's sequence level (an unstated KL term made
+    // its totals cannot judge, so no line named the ratio)
+    // (the first position of each row keeps its own old log-prob: 2 tokens in 9213)
+    for (name, rank, micro, level, n, k0) in [
+        ("shift-9213", 0, 2, "token", 20, 2),
+        ("shift-gspo-7112", 0, 0, "sequence (GSPO)", 18, 0),
+    ] {
+        let (_, r) = dumpdiff(&novel(name));
+        let c = comparison(&r, "is_loss", rank, micro, "is_loss.prob_ratio");
+        assert_eq!(c["verdict"], "fail", "{name} {c}");
+        let why = c["reason"].as_str().unwrap();
+        let want = format!(
+            "old_log_probs shifted: the weaver's own prob_ratio is exp(log_probs − \
+             old_log_probs shifted right by one token) at the {level} level on {n} of {n} \
+             valid tokens of its dumped values, exp(log_probs − old_log_probs) on {k0}"
+        );
+        assert!(why.ends_with(&want), "{name} {why}");
+    }
+    // no other cell of either step says it
+    for (name, cells) in [
+        ("shift-9213", [(0, 0), (0, 1)]),
+        ("shift-gspo-7112", [(1, 0), (2, 2)]),
+    ] {
+        let (_, r) = dumpdiff(&novel(name));
+        for (rank, micro) in cells {
+            let c = cell(&r, "is_loss", rank, micro).to_string();
+            assert!(!c.contains("old_log_probs shifted"), "{name} {c}");
+        }
+    }
+}

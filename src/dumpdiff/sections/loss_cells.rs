@@ -226,6 +226,7 @@ pub fn is_loss_cell(
         )),
         _ => out.push(skipped(S, "loss", "not dumped on both sides")),
     }
+    super::shift::note_shifted_old(&mut out, b_is);
     if !rows.only_a.is_empty() || !rows.only_b.is_empty() {
         out.push(row_coverage_fail(S, &rows));
     }
@@ -252,6 +253,7 @@ pub fn is_loss_cell(
         tis.as_ref(),
     )
     .map(|mut a| {
+        super::shift::note_shifted_old(&mut a.comparisons, b_is);
         if let Some(Weights::Unseen(why)) = &weights {
             cannot_judge(&mut a.comparisons, &["is_loss.elementwise_loss"], why);
         }

@@ -43,6 +43,7 @@ mod loss_cells;
 mod loss_tests;
 mod ratio_chain;
 mod rows;
+mod shift;
 mod side;
 mod surrogate;
 #[cfg(test)]
