@@ -140,8 +140,8 @@ fn a_summed_loss_beside_batch_normalised_weights_names_the_aggregation() {
     assert!(
         why.ends_with(
             "; and the aggregation differs: the weaver's loss 3.894 is the seq-mean-token-sum \
-             of its own elementwise_loss, not their token-mean (0.6491), the mode the \
-             self-hosted loss is compared in"
+             of its own elementwise_loss, not their seq-mean-token-mean (0.6491), the mode \
+             the self-hosted pg_loss follows on its own terms"
         ),
         "{why}"
     );
@@ -209,5 +209,31 @@ fn old_log_probs_shifted_by_one_token_are_named_from_the_weavers_own_values() {
             let c = cell(&r, "is_loss", rank, micro).to_string();
             assert!(!c.contains("old_log_probs shifted"), "{name} {c}");
         }
+    }
+}
+
+#[test]
+fn a_weaver_total_summing_its_unseen_weighted_loss_names_the_aggregation() {
+    // seed 7414: the weaver reduces seq-mean-token-sum (verl) where the self-hosted side
+    // echoes NexRL's seq-mean-token-sum and reduces a mean, the weaver's TIS weights not
+    // dumped: "cannot judge" named the weights only. The weaver's own total is the sum
+    // of its own dumped elementwise_loss, whatever weights that holds
+    let (code, r) = dumpdiff(&novel("agg-nexrl-unseen-7414"));
+    assert_eq!(code, Some(1));
+    let c = comparison(&r, "loss", 0, 1, "loss.pg_loss");
+    assert_eq!(c["verdict"], "warn", "{c}");
+    let why = c["reason"].as_str().unwrap();
+    assert!(why.contains("a per-token weight it does not dump"), "{why}");
+    assert!(
+        why.contains(
+            "; and the aggregation differs: the weaver's loss -0.3267 is the \
+             seq-mean-token-sum of its own elementwise_loss, not their token-mean (-0.04082)"
+        ),
+        "{why}"
+    );
+    // cells whose advantages are all 0 give every reduction alike: nothing is said
+    for (rank, micro) in [(0, 0), (0, 2)] {
+        let c = cell(&r, "is_loss", rank, micro).to_string();
+        assert!(!c.contains("aggregation differs"), "{c}");
     }
 }

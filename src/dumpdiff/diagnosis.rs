@@ -117,12 +117,17 @@ pub(super) fn weighted(cell: Option<&Cell>) -> Option<String> {
 /// weights): `"; and the aggregation differs: …"`, else empty.
 fn own_aggregation(cell: Option<&Cell>) -> String {
     const KEY: &str = "; and the aggregation differs: ";
-    const END: &str = "the mode the self-hosted loss is compared in";
+    // what later passes append after it
+    const AFTER: [&str; 4] = [" — ", "; unscaled", " (the weaver's loss mask", "; besides"];
     cell.and_then(|c| {
         c.comparisons.iter().find_map(|x| {
-            let i = x.reason.find(KEY)?;
-            let rest = &x.reason[i..];
-            rest.find(END).map(|e| rest[..e + END.len()].to_string())
+            let rest = &x.reason[x.reason.find(KEY)?..];
+            let end = AFTER
+                .iter()
+                .filter_map(|a| rest[KEY.len()..].find(a).map(|e| e + KEY.len()))
+                .min()
+                .unwrap_or(rest.len());
+            Some(rest[..end].to_string())
         })
     })
     .unwrap_or_default()

@@ -138,14 +138,15 @@ pub fn is_loss_cell(
     // a weaver that dumps its rollout log-probs shows its weights: applied to this side's
     // derived per-token loss, and named for the loss totals; else "unseen"
     let tis = tis_fit(b_is, a_loss, fit.reproduced);
+    let conv = tis.as_ref().map_or(fit.conv, |t| t.conv);
+    let agg = super::tis::agg_note(b_is, ch, (mask_a.as_deref(), conv), a_loss);
     let weights = match &tis {
-        Some(t) => Some(Weights::Seen(t.why_in(b_is, ch.agg))),
+        Some(t) => Some(Weights::Seen(t.why() + &agg)),
         None => fit
             .unseen()
             .filter(|_| !b_is.record().has(Field::RolloutLogProbs))
-            .map(Weights::Unseen),
+            .map(|w| Weights::Unseen(w + &agg)),
     };
-    let conv = tis.as_ref().map_or(fit.conv, |t| t.conv);
     let pg_a = a_loss.and_then(|l| l.number(Field::PgLoss));
     let other_conv = conv;
     let mut blurred = None;

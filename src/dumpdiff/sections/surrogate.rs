@@ -277,6 +277,35 @@ pub(super) fn clip_bound_blurred(out: &mut Vec<Comparison>, why: Option<&str>) {
     out.push(c);
 }
 
+/// The verl mode (`token-mean`, `seq-mean-token-mean`, `seq-mean-token-sum`) in which the
+/// reference's own derived per-token loss (`conv` of the chain's ratio and advantages
+/// over `mask`) gives its dumped `pg_loss`, when one does: within a tenth of a typical
+/// token's term ([`pg_close`]) and every other mode ten times farther. `None` when none
+/// or several do (one row of equal counts, zero advantages).
+pub(super) fn self_mode(
+    ch: &Chain,
+    mask: Option<&Mat>,
+    conv: ElemLoss,
+    a_loss: Option<&Record>,
+) -> Option<AggMode> {
+    let (r, a) = (ch.ratio.as_ref()?, ch.adv.as_ref()?);
+    let pg = a_loss?.number(Field::PgLoss)?.value;
+    let (vals, counts) = valid_terms(conv, r, a, mask)?;
+    let errs: Vec<(AggMode, f64)> = [
+        AggMode::TokenMean,
+        AggMode::SeqMeanTokenMean,
+        AggMode::SeqMeanTokenSum,
+    ]
+    .into_iter()
+    .map(|m| (m, (m.reduce_rows(&counts, &vals, r.width) - pg).abs()))
+    .collect();
+    let &(best, e) = errs.iter().min_by(|x, y| x.1.total_cmp(&y.1))?;
+    let apart = errs
+        .iter()
+        .all(|(m, x)| *m == best || (*x > 10.0 * e && !pg_close(*x, r, a, mask)));
+    (pg_close(e, r, a, mask) && apart).then_some(best)
+}
+
 /// A failing `is_loss.elementwise_loss` derived under the reference's own clip range
 /// (`own`, what its `pg_loss` follows) where the other side's own dumped values follow
 /// another (`other`, [`elem_convention`]): the reason names the bound that differs.

@@ -178,30 +178,27 @@ impl Tis {
     }
 }
 
-impl Tis {
-    /// [`Tis::why`], and the aggregation beside it when the other side's own dumped
-    /// `loss` is not its own (weighted) `elementwise_loss` reduced in `agg` (the mode the
-    /// reference's loss follows) but in another ([`own_aggregation`]): the weights then
-    /// explain the per-token loss, not a total off by a reduction (seed 9203: a weaver
-    /// `loss` 3.894 that is the sum of its elementwise_loss, 0.649 its seq-mean-token-mean).
-    pub(super) fn why_in(&self, b_is: &Tensors<'_>, agg: AggMode) -> String {
-        let mut why = self.why();
-        if let Some(note) = own_aggregation(b_is, agg) {
-            why += &note;
-        }
-        why
-    }
+/// `"; and the aggregation differs: …"` when the other side's dumped `loss`
+/// (`is_loss_debug`) is its own `elementwise_loss` over its own loss mask reduced in one
+/// verl mode (or summed) and the reference's `pg_loss` in another: `own`, the mode its own
+/// derived per-token loss gives it in ([`super::surrogate::self_mode`]), else — when that
+/// cannot be told — `agg`, the mode the cell is compared in, and only a sum for a mean.
+/// Each reduction is taken within 2·10⁻³ of the loss (its entropy or KL term, a few 1e-4
+/// of it) or 10⁻⁵ of a mean term, and only when no other reduction comes within 100
+/// times that; a loss scaled by `loss_scale_factor` or a cell whose terms every
+/// reduction gives alike (zero advantages) says nothing. Named beside the importance
+/// weights the cell shows, seen or unseen (seeds 9203, 7414), else empty.
+pub(super) fn agg_note(
+    b_is: &Tensors<'_>,
+    ch: &Chain,
+    (mask_a, conv): (Option<&Mat>, super::surrogate::ElemLoss),
+    a_loss: Option<&Record>,
+) -> String {
+    let own = super::surrogate::self_mode(ch, mask_a, conv, a_loss);
+    own_aggregation(b_is, ch.agg, own).unwrap_or_default()
 }
 
-/// `"; and the aggregation differs: …"` when the side's dumped `loss` (`is_loss_debug`) is
-/// its own `elementwise_loss` over its own loss mask summed (verl's `seq-mean-token-sum`,
-/// or a plain sum) where `agg`, the mode compared in, is a mean (`token-mean`,
-/// `seq-mean-token-mean`) and neither mean gives it — each reduction to 1e-5 of the
-/// larger of the loss and a mean term, the sum told apart from the means by a hundred
-/// times that; else `None`. Only a sum for a mean is said: two means are what the step's
-/// own mode is inferred between, not a cell's finding, and a scaled total or a cell whose
-/// terms every reduction gives alike says nothing of the aggregation.
-fn own_aggregation(b_is: &Tensors<'_>, agg: AggMode) -> Option<String> {
+fn own_aggregation(b_is: &Tensors<'_>, agg: AggMode, own: Option<AggMode>) -> Option<String> {
     let el = b_is.mat(Field::ElementwiseLoss)?;
     let mask = b_is.mat(Field::EffectiveMask);
     let loss = b_is.record().number(Field::Loss)?.value;
@@ -215,34 +212,55 @@ fn own_aggregation(b_is: &Tensors<'_>, agg: AggMode) -> Option<String> {
         return None;
     }
     let mean = vals.iter().map(|v| v.abs()).sum::<f64>() / vals.len().max(1) as f64;
-    let tol = 1e-5 * mean.max(loss.abs());
-    let of = |m: AggMode| m.reduce_rows(&counts, &vals, el.width);
-    let means = [AggMode::TokenMean, AggMode::SeqMeanTokenMean];
-    if !means.contains(&agg) {
-        return None;
-    }
-    let ours = of(agg);
-    let far = |v: f64| means.iter().all(|m| (v - of(*m)).abs() > 100.0 * tol);
-    if !far(loss) {
-        return None;
-    }
-    let sums = [
-        (
-            AggMode::SeqMeanTokenSum.name(),
-            of(AggMode::SeqMeanTokenSum),
-        ),
-        ("sum (no mean)".to_string(), vals.iter().sum()),
+    let tol = (1e-5 * mean).max(2e-3 * loss.abs());
+    let of = |m: Option<AggMode>| match m {
+        Some(m) => m.reduce_rows(&counts, &vals, el.width),
+        None => vals.iter().sum(),
+    };
+    let name = |m: Option<AggMode>| m.map_or("sum (no mean)".to_string(), AggMode::name);
+    let modes = [
+        Some(AggMode::TokenMean),
+        Some(AggMode::SeqMeanTokenMean),
+        Some(AggMode::SeqMeanTokenSum),
+        None,
     ];
-    let (name, _) = sums
-        .into_iter()
-        .find(|(_, v)| (v - loss).abs() <= tol && far(*v))?;
-    Some(format!(
-        "; and the aggregation differs: the weaver's loss {} is the {name} of its own \
-         elementwise_loss, not their {} ({}), the mode the self-hosted loss is compared in",
-        crate::fmt::num(loss),
-        agg.name(),
-        crate::fmt::num(ours)
-    ))
+    // the weaver's own mode: the reductions within tol (alike when they coincide: one
+    // row's seq-mean-token-sum is its sum), every other 100·tol away; the first named
+    let close: Vec<Option<AggMode>> = modes
+        .iter()
+        .copied()
+        .filter(|m| (of(*m) - loss).abs() <= tol)
+        .collect();
+    let &w = close.first()?;
+    if modes
+        .iter()
+        .any(|m| !close.contains(m) && (of(*m) - loss).abs() <= 100.0 * tol)
+    {
+        return None;
+    }
+    let means = [AggMode::TokenMean, AggMode::SeqMeanTokenMean];
+    let (s, how) = match own {
+        Some(s) => (
+            s,
+            "the mode the self-hosted pg_loss follows on its own terms",
+        ),
+        None if means.contains(&agg)
+            && !close.iter().any(|m| m.is_some_and(|m| means.contains(&m))) =>
+        {
+            (agg, "the mode the self-hosted loss is compared in")
+        }
+        None => return None,
+    };
+    (!close.contains(&Some(s))).then(|| {
+        format!(
+            "; and the aggregation differs: the weaver's loss {} is the {} of its own \
+             elementwise_loss, not their {} ({}), {how}",
+            crate::fmt::num(loss),
+            name(w),
+            s.name(),
+            crate::fmt::num(of(Some(s)))
+        )
+    })
 }
 
 /// What explains the tokens the other side's loss mask (`effective_valid`, `mask_b`)
