@@ -50,8 +50,8 @@ fn importance_weights_are_named_beside_a_term_no_file_states() {
     // The cell warned with only the KL term named; the weights its is_loss read off the
     // weaver's own rollout_log_probs are the other difference of the totals
     for (name, rank, micro) in [
-        ("is-weight-beside-kl-7116", 1, 0),
-        ("is-weight-beside-kl-7213", 0, 1),
+        ("weight-beside-kl-7116", 1, 0),
+        ("weight-beside-kl-7213", 0, 1),
     ] {
         let (code, r) = dumpdiff(&novel(name));
         assert_eq!(code, Some(1), "{name}");
@@ -132,7 +132,7 @@ fn a_summed_loss_beside_batch_normalised_weights_names_the_aggregation() {
     // sampling; the weaver's loss is the sum of its weighted elementwise_loss. The weights
     // explain every per-token value, so only "an importance weight" was said; the weaver's
     // own values say its total is another reduction of them
-    let (_, r) = dumpdiff(&novel("is-batch-norm-sum-9203"));
+    let (_, r) = dumpdiff(&novel("sum-beside-batch-norm-9203"));
     let c = comparison(&r, "is_loss", 0, 3, "is_loss.loss");
     assert_eq!(c["verdict"], "fail", "{c}");
     let why = c["reason"].as_str().unwrap();
