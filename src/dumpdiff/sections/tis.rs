@@ -198,6 +198,7 @@ pub(super) fn agg_note(
     own_aggregation(b_is, ch.agg, own).unwrap_or_default()
 }
 
+/// [`agg_note`]'s reading: the note, `None` when the values say nothing of the aggregation.
 fn own_aggregation(b_is: &Tensors<'_>, agg: AggMode, own: Option<AggMode>) -> Option<String> {
     let el = b_is.mat(Field::ElementwiseLoss)?;
     let mask = b_is.mat(Field::EffectiveMask);
