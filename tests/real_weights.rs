@@ -164,6 +164,25 @@ fn every_committed_real_seed_gives_what_its_truth_says() {
             "real-novel-is-batch-norm-near-one-7430",
             "real-novel-is-batch-norm-near-one-7430: dumpdiff misses [(\"loss\", 0, 0)], false alarms []",
         ),
+        // the weaver's TIS moves rank 1 micro 3's pg_loss beyond the log-probs' rounding:
+        // its pg_loss fails naming the importance weight, where truth calls the cell's
+        // totals cannot judge for the unstated KL term (which its totals say, warned);
+        // as before session 20 (real_causes::importance_weights_are_named_beside_a_term_no_file_states)
+        (
+            "real-novel-weight-beside-kl-7213",
+            "real-novel-weight-beside-kl-7213: (\"loss\", 1, 3) fails where truth cannot judge",
+        ),
+        // losscheck reads the summed weaver total beside batch-normalised weights as
+        // "cannot judge" (weights the dump does not hold), truth calls it inconsistent;
+        // dumpdiff names both (real_causes::a_summed_loss_beside_batch_normalised_weights_names_the_aggregation)
+        (
+            "real-novel-sum-beside-batch-norm-9203",
+            "real-novel-sum-beside-batch-norm-9203 weaver_pt: losscheck exit 0",
+        ),
+        (
+            "real-novel-sum-beside-batch-norm-9203",
+            "real-novel-sum-beside-batch-norm-9203 weaver_pt: inconsistent {}, truth [\"is_loss_debug/step_000000_rank0_micro3.pt\"]",
+        ),
     ];
     let mut problems = Vec::new();
     // as benches/score_scenarios.py scores the family: a cell is flagged when it fails or

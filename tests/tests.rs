@@ -23,6 +23,7 @@ mod object_store;
 mod packed;
 mod postmortem;
 mod pt;
+mod real_causes;
 mod real_family;
 mod real_logs;
 mod real_weights;

@@ -184,8 +184,23 @@ pub(super) fn diagnose_losses(
 /// `is_loss.loss` becomes a warning saying so, and a cell left without a failure is
 /// diagnosed with `why` instead of a term (issue 28).
 pub(super) fn unstated_cells(sections: &mut [Section], diagnosis: &mut [String], why: &str) {
+    const TOTALS: [&str; 2] = ["loss.loss", "is_loss.loss"];
+    // the weaver's importance weights each cell's is_loss read off its own rollout
+    // log-probs (the per-token loss matched only with them applied)
+    let weighted: HashMap<(u32, u32), String> = sections
+        .iter()
+        .filter(|sec| sec.name == "is_loss")
+        .flat_map(|sec| &sec.cells)
+        .filter_map(|c| Some(((c.rank?, c.micro?), diagnosis::weighted(Some(c))?)))
+        .collect();
     for sec in sections.iter_mut() {
-        sections::totals_cannot_judge(sec.cells.iter_mut(), &["loss.loss", "is_loss.loss"], why);
+        sections::totals_cannot_judge(sec.cells.iter_mut(), &TOTALS, why);
+        for c in sec.cells.iter_mut() {
+            let scheme = c.rank.zip(c.micro).and_then(|k| weighted.get(&k));
+            if let Some(scheme) = scheme {
+                weights_beside(c, &TOTALS, why, scheme);
+            }
+        }
         sec.verdict = sec
             .cells
             .iter()
@@ -202,6 +217,33 @@ pub(super) fn unstated_cells(sections: &mut [Section], diagnosis: &mut [String],
             *line = format!("rank {rank} micro {micro}: {why}");
         }
     }
+}
+
+/// A total made "cannot judge" by a term no file states (`why`) in a cell whose weaver
+/// weighs its per-token loss by importance weights read off its own rollout log-probs
+/// (`scheme`, [`diagnosis::weighted`]): the weights are a second difference of the
+/// totals, named beside the unstated term (seeds 7116, 7213: within the log-probs'
+/// rounding on the pg term, yet the total's difference is theirs and the term's).
+fn weights_beside(cell: &mut super::report::Cell, names: &[&str], why: &str, scheme: &str) {
+    let touched = |x: &super::report::Comparison| {
+        names.contains(&x.name.as_str())
+            && x.verdict == Verdict::Warn
+            && x.reason.contains(why)
+            && !x.reason.contains("importance weight")
+    };
+    if !cell.comparisons.iter().any(touched) {
+        return;
+    }
+    sections::rework(cell, |out| {
+        for x in out.iter_mut().filter(|x| touched(x)) {
+            x.reason = format!(
+                "{}; besides, the weaver weighs its per-token loss by an importance weight \
+                 ({scheme}, against its own rollout_log_probs) the self-hosted side does not \
+                 apply",
+                x.reason
+            );
+        }
+    });
 }
 
 /// Whether any comparison of cell (rank, micro) fails, in any section.

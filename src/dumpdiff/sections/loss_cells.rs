@@ -138,19 +138,29 @@ pub fn is_loss_cell(
     // a weaver that dumps its rollout log-probs shows its weights: applied to this side's
     // derived per-token loss, and named for the loss totals; else "unseen"
     let tis = tis_fit(b_is, a_loss, fit.reproduced);
+    let conv = tis.as_ref().map_or(fit.conv, |t| t.conv);
+    let agg = super::tis::agg_note(b_is, ch, (mask_a.as_deref(), conv), a_loss);
     let weights = match &tis {
-        Some(t) => Some(Weights::Seen(t.why())),
+        Some(t) => Some(Weights::Seen(t.why() + &agg)),
         None => fit
             .unseen()
             .filter(|_| !b_is.record().has(Field::RolloutLogProbs))
-            .map(Weights::Unseen),
+            .map(|w| Weights::Unseen(w + &agg)),
     };
-    let conv = tis.as_ref().map_or(fit.conv, |t| t.conv);
     let pg_a = a_loss.and_then(|l| l.number(Field::PgLoss));
     let other_conv = conv;
+    let mut blurred = None;
     let conv = match (&ch.ratio, &ch.adv, pg_a) {
         (Some(r), Some(a), Some(pg)) if conv != ElemLoss::Plain => {
-            own_convention(conv, r, a, mask_a.as_deref(), ch.agg, pg.value, a_loss)
+            match own_convention(conv, r, a, mask_a.as_deref(), ch.agg, pg.value, a_loss) {
+                c if c != conv => c,
+                _ => {
+                    let paired = rows.only_a.is_empty() && rows.only_b.is_empty();
+                    let own = (out.as_slice(), paired);
+                    blurred = own_convention_dumped(conv, b_is, own, ch.agg, pg.value, a_loss);
+                    blurred.as_ref().map_or(conv, |b| b.0)
+                }
+            }
         }
         _ => conv,
     };
@@ -206,6 +216,7 @@ pub fn is_loss_cell(
         )),
     }
     name_clip_bound(&mut out, other_conv, conv);
+    clip_bound_blurred(&mut out, blurred.as_ref().map(|b| b.1.as_str()));
     match (a_loss.filter(|l| l.has(Field::Loss)), b_is.record()) {
         (Some(x), y) if y.has(Field::Loss) => out.extend(ctx.scalar_predicted(
             "loss",
@@ -216,6 +227,7 @@ pub fn is_loss_cell(
         )),
         _ => out.push(skipped(S, "loss", "not dumped on both sides")),
     }
+    super::shift::note_shifted_old(&mut out, b_is);
     if !rows.only_a.is_empty() || !rows.only_b.is_empty() {
         out.push(row_coverage_fail(S, &rows));
     }
@@ -242,6 +254,7 @@ pub fn is_loss_cell(
         tis.as_ref(),
     )
     .map(|mut a| {
+        super::shift::note_shifted_old(&mut a.comparisons, b_is);
         if let Some(Weights::Unseen(why)) = &weights {
             cannot_judge(&mut a.comparisons, &["is_loss.elementwise_loss"], why);
         }

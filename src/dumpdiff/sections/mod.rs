@@ -43,6 +43,7 @@ mod loss_cells;
 mod loss_tests;
 mod ratio_chain;
 mod rows;
+mod shift;
 mod side;
 mod surrogate;
 #[cfg(test)]
@@ -58,7 +59,10 @@ pub use ratio_chain::*;
 pub use rows::*;
 pub use side::*;
 pub use surrogate::{cannot_judge, settle_ratio_level, unattributed, SequenceAlt};
-use surrogate::{elem_convention, name_clip_bound, own_convention, sequence_alt, ElemLoss};
+use surrogate::{
+    clip_bound_blurred, elem_convention, name_clip_bound, own_convention, own_convention_dumped,
+    sequence_alt, ElemLoss,
+};
 pub use tis::{note_rejection, rejection_elsewhere};
 use tis::{tis_fit, Tis};
 pub use weights::{own_sum_fails, totals_cannot_judge, Weights};

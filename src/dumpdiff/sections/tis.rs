@@ -6,6 +6,7 @@
 
 use super::surrogate::{candidates, valid_positions};
 use super::*;
+use crate::kernels::aggregate::AggMode;
 
 /// verl's rollout-correction weights the other side applied to its per-token loss, read
 /// from its own dumped values: token-level TIS `min(exp(old_log_probs −
@@ -175,6 +176,92 @@ impl Tis {
              which the self-hosted side does not dump or apply"
         )
     }
+}
+
+/// `"; and the aggregation differs: …"` when the other side's dumped `loss`
+/// (`is_loss_debug`) is its own `elementwise_loss` over its own loss mask reduced in one
+/// verl mode (or summed) and the reference's `pg_loss` in another: `own`, the mode its own
+/// derived per-token loss gives it in ([`super::surrogate::self_mode`]), else — when that
+/// cannot be told — `agg`, the mode the cell is compared in, and only a sum for a mean.
+/// Each reduction is taken within 2·10⁻³ of the loss (its entropy or KL term, a few 1e-4
+/// of it) or 10⁻⁵ of a mean term, and only when no other reduction comes within 100
+/// times that; a loss scaled by `loss_scale_factor` or a cell whose terms every
+/// reduction gives alike (zero advantages) says nothing. Named beside the importance
+/// weights the cell shows, seen or unseen (seeds 9203, 7414), else empty.
+pub(super) fn agg_note(
+    b_is: &Tensors<'_>,
+    ch: &Chain,
+    (mask_a, conv): (Option<&Mat>, super::surrogate::ElemLoss),
+    a_loss: Option<&Record>,
+) -> String {
+    let own = super::surrogate::self_mode(ch, mask_a, conv, a_loss);
+    own_aggregation(b_is, ch.agg, own).unwrap_or_default()
+}
+
+/// [`agg_note`]'s reading: the note, `None` when the values say nothing of the aggregation.
+fn own_aggregation(b_is: &Tensors<'_>, agg: AggMode, own: Option<AggMode>) -> Option<String> {
+    let el = b_is.mat(Field::ElementwiseLoss)?;
+    let mask = b_is.mat(Field::EffectiveMask);
+    let loss = b_is.record().number(Field::Loss)?.value;
+    let (mut vals, mut counts) = (Vec::new(), Vec::new());
+    for row in 0..el.rows {
+        let valid = valid_positions(mask.as_deref(), el.rows, el.width, row);
+        counts.push(valid.len());
+        vals.extend(valid.iter().filter_map(|&p| el.get(row, p)));
+    }
+    if vals.len() != counts.iter().sum::<usize>() || vals.iter().any(|v| !v.is_finite()) {
+        return None;
+    }
+    let mean = vals.iter().map(|v| v.abs()).sum::<f64>() / vals.len().max(1) as f64;
+    let tol = (1e-5 * mean).max(2e-3 * loss.abs());
+    let of = |m: Option<AggMode>| match m {
+        Some(m) => m.reduce_rows(&counts, &vals, el.width),
+        None => vals.iter().sum(),
+    };
+    let name = |m: Option<AggMode>| m.map_or("sum (no mean)".to_string(), AggMode::name);
+    let modes = [
+        Some(AggMode::TokenMean),
+        Some(AggMode::SeqMeanTokenMean),
+        Some(AggMode::SeqMeanTokenSum),
+        None,
+    ];
+    // the weaver's own mode: the reductions within tol (alike when they coincide: one
+    // row's seq-mean-token-sum is its sum), every other 100·tol away; the first named
+    let close: Vec<Option<AggMode>> = modes
+        .iter()
+        .copied()
+        .filter(|m| (of(*m) - loss).abs() <= tol)
+        .collect();
+    let &w = close.first()?;
+    if modes
+        .iter()
+        .any(|m| !close.contains(m) && (of(*m) - loss).abs() <= 100.0 * tol)
+    {
+        return None;
+    }
+    let means = [AggMode::TokenMean, AggMode::SeqMeanTokenMean];
+    let (s, how) = match own {
+        Some(s) => (
+            s,
+            "the mode the self-hosted pg_loss follows on its own terms",
+        ),
+        None if means.contains(&agg)
+            && !close.iter().any(|m| m.is_some_and(|m| means.contains(&m))) =>
+        {
+            (agg, "the mode the self-hosted loss is compared in")
+        }
+        None => return None,
+    };
+    (!close.contains(&Some(s))).then(|| {
+        format!(
+            "; and the aggregation differs: the weaver's loss {} is the {} of its own \
+             elementwise_loss, not their {} ({}), {how}",
+            crate::fmt::num(loss),
+            name(w),
+            s.name(),
+            crate::fmt::num(of(Some(s)))
+        )
+    })
 }
 
 /// What explains the tokens the other side's loss mask (`effective_valid`, `mask_b`)
