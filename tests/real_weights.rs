@@ -859,3 +859,34 @@ fn the_ratio_level_the_dumped_ratios_show_is_taken_when_unseen_weights_blur_ever
         "{v}"
     );
 }
+
+#[test]
+fn pg_terms_summed_from_their_own_per_token_loss_are_failed_beside_unseen_weights() {
+    // seed 7564: three weaver cells, two summing their pg term, the third carrying weights
+    // the dump does not hold. "The picture explains none of three cells" made all three
+    // "cannot judge"; a sum no mean gives is a fault whatever the picture.
+    let (code, r) = losscheck(&novel("sums-beside-unseen-weights-7564").join("weaver_pt"));
+    assert_eq!(code, 1, "{r}");
+    assert_eq!(
+        files_with(&r, "inconsistent"),
+        BTreeSet::from([
+            "is_loss_debug/step_000000_rank0_micro0.pt".to_string(),
+            "is_loss_debug/step_000000_rank0_micro2.pt".to_string()
+        ])
+    );
+    assert_eq!(verdict(&r, "rank0_micro1.pt")["status"], "cannot-judge");
+}
+
+#[test]
+fn an_on_policy_step_takes_the_ratio_level_its_dumped_ratios_show() {
+    // seed 7524: GSPO on-policy (ratio ≈ 1: every level reproduces every pg term) and the
+    // loss file of rank 1 micro 1 truncated: the preset's token ratio was kept, and that
+    // cell, judged on its total alone, was called inconsistent at its prob_ratio
+    let (code, r) = losscheck(&novel("gspo-on-policy-truncated-7524").join("weaver_pt"));
+    assert_eq!(code, 2, "{r}");
+    assert_eq!(
+        convention(&r, "policy")["value"],
+        "ppo-clip 0.2/0.2, GSPO sequence ratio"
+    );
+    assert!(files_with(&r, "inconsistent").is_empty(), "{r}");
+}
