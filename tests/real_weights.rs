@@ -890,3 +890,19 @@ fn an_on_policy_step_takes_the_ratio_level_its_dumped_ratios_show() {
     );
     assert!(files_with(&r, "inconsistent").is_empty(), "{r}");
 }
+
+#[test]
+fn totals_where_the_loss_masks_differ_are_not_equal_within_the_log_probs_allowance() {
+    // seed 7421: a wrong mask drops one token of rank 2 micro 0 on the weaver, whose totals
+    // are scaled; unscaled they differ by 10 %, inside the allowance f16/bf16 log-probs
+    // propagate, and were called "equal unscaled"
+    let (code, r) = dumpdiff(&novel("mask-inside-allowance-7421"));
+    assert_eq!(code, Some(1), "{r}");
+    let x = comparison(&r, "loss", 2, 0, "loss.loss");
+    assert_eq!(x["verdict"], "fail", "{x}");
+    assert!(x["reason"].as_str().unwrap().contains("unscaled by"), "{x}");
+    assert_eq!(
+        comparison(&r, "is_loss", 2, 0, "is_loss.effective_valid")["verdict"],
+        "fail"
+    );
+}

@@ -537,6 +537,7 @@ fn compare(
     let failing = diagnosis::failing_loss_cells(&sections);
     scaled_loss::add_own(&mut scales, &own_scales, &failing);
     let (agree, passed) = scaled_loss::rejudge(&mut sections, &scales);
+    sections::mask_moves_totals(&mut sections);
     cell_conventions::rediagnose_scaled(&sections, &mut diagnosis, &diagnosed, &scales);
     scaled_loss::rescaled_coefficients(&mut coefficients, &scales);
     // a side's loss holding a term nothing states (its totals not scaled either, and

@@ -65,4 +65,4 @@ use surrogate::{
 };
 pub use tis::{note_rejection, rejection_elsewhere};
 use tis::{tis_fit, Tis};
-pub use weights::{own_sum_fails, totals_cannot_judge, Weights};
+pub use weights::{mask_moves_totals, masks_differ, own_sum_fails, totals_cannot_judge, Weights};
