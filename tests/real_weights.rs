@@ -906,3 +906,17 @@ fn totals_where_the_loss_masks_differ_are_not_equal_within_the_log_probs_allowan
         "fail"
     );
 }
+
+#[test]
+fn a_clip_range_the_blurred_ratio_suggests_gives_way_to_the_f32_ratio() {
+    // seed 7627: float16 log-probs on both sides; on rank 1 micro 0 the ratio re-derived
+    // from them read a clip_ratio_high of 0.2 off the self-hosted pg_loss, which follows
+    // 0.28 on the weaver's own f32 prob_ratio: a false "clip bound differs"
+    let (code, r) = dumpdiff(&novel("clip-blurred-f16-both-7627"));
+    assert_eq!(code, Some(1), "{r}");
+    let x = comparison(&r, "is_loss", 1, 0, "is_loss.elementwise_loss");
+    assert_eq!(x["verdict"], "pass", "{x}");
+    // the real clip fault (rank 3 micro 2) still fails
+    let f = comparison(&r, "is_loss", 3, 2, "is_loss.elementwise_loss");
+    assert_eq!(f["verdict"], "fail", "{f}");
+}

@@ -463,8 +463,10 @@ pub fn resolve(
             },
         };
         if c.source == Source::Inferred {
-            agg_rival = prep::pg_rival(preps, cfg.agg, &candidates, tol);
-            if let Some((m, _)) = agg_rival {
+            // (a rival no pg or entropy term tells apart may still be told by the KL terms)
+            agg_rival = prep::pg_rival(preps, cfg.agg, &candidates, tol)
+                .filter(|(m, n)| *n > 0 || kl_terms(*m) == kl_terms(cfg.agg));
+            if let Some((m, _)) = agg_rival.filter(|(_, n)| *n > 0) {
                 c.value = format!("{} (or {}: the pg terms cannot tell)", c.value, m.name());
             }
         }

@@ -57,6 +57,18 @@ pub(super) fn judge_under(
         Status::Consistent => (resolved.cfg.agg, rival),
         _ => (rival, resolved.cfg.agg),
     };
+    if n == 0 {
+        // no cell tells the two apart: a cell's total that one of them reproduces is
+        // consistent under it, as on a step whose aggregation nothing settled
+        let mut ok = if v.status == Status::Consistent { v } else { w };
+        ok.notes.push(format!(
+            "no cell's terms tell {} from {}: this cell's total is {}'s",
+            resolved.cfg.agg.name(),
+            rival.name(),
+            follows.name()
+        ));
+        return Ok(ok);
+    }
     let mut notes = cell.notes.clone();
     notes.push(format!(
         "cannot judge the aggregation: the step's pg terms show {} and {} alike ({} each where they differ), and this cell's pg term follows {}, not {}",

@@ -152,11 +152,13 @@ pub fn is_loss_cell(
     let mut blurred = None;
     let conv = match (&ch.ratio, &ch.adv, pg_a) {
         (Some(r), Some(a), Some(pg)) if conv != ElemLoss::Plain => {
+            let own = (
+                out.as_slice(),
+                rows.only_a.is_empty() && rows.only_b.is_empty(),
+            );
             match own_convention(conv, r, a, mask_a.as_deref(), ch.agg, pg.value, a_loss) {
-                c if c != conv => c,
+                c if c != conv => confirmed(conv, c, b_is, own, ch.agg, pg.value),
                 _ => {
-                    let paired = rows.only_a.is_empty() && rows.only_b.is_empty();
-                    let own = (out.as_slice(), paired);
                     blurred = own_convention_dumped(conv, b_is, own, ch.agg, pg.value, a_loss);
                     blurred.as_ref().map_or(conv, |b| b.0)
                 }

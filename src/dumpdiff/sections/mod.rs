@@ -60,8 +60,8 @@ pub use rows::*;
 pub use side::*;
 pub use surrogate::{cannot_judge, settle_ratio_level, unattributed, SequenceAlt};
 use surrogate::{
-    clip_bound_blurred, elem_convention, name_clip_bound, own_convention, own_convention_dumped,
-    sequence_alt, ElemLoss,
+    clip_bound_blurred, confirmed, elem_convention, name_clip_bound, own_convention,
+    own_convention_dumped, sequence_alt, ElemLoss,
 };
 pub use tis::{note_rejection, rejection_elsewhere};
 use tis::{tis_fit, Tis};

@@ -210,20 +210,7 @@ pub(super) fn own_convention_dumped(
     pg: f64,
     a_loss: Option<&Record>,
 ) -> Option<(ElemLoss, String)> {
-    let agree = ["prob_ratio", "advantages", "effective_valid"]
-        .iter()
-        .all(|n| {
-            out.iter()
-                .any(|x| x.name == format!("is_loss.{n}") && x.verdict == Verdict::Pass)
-        });
-    if !paired || !agree {
-        return None;
-    }
-    let (r, a) = (b_is.mat(Field::ProbRatio)?, b_is.mat(Field::Advantages)?);
-    let mask = b_is.mat(Field::EffectiveMask);
-    let (vals, _) = valid_terms(ElemLoss::Plain, &r, &a, mask.as_deref())?;
-    let scale = vals.iter().map(|v| v.abs()).sum::<f64>() / vals.len().max(1) as f64;
-    let err = |c: ElemLoss| pg_error(c, &r, &a, mask.as_deref(), agg, pg);
+    let (err, scale) = dumped_error(b_is, (out, paired), agg, pg)?;
     let e_other = err(other)?;
     let (best, e) = candidates(a_loss)
         .into_iter()
@@ -244,6 +231,52 @@ pub(super) fn own_convention_dumped(
         );
         (best, why)
     })
+}
+
+/// On the other side's own dumped f32 `prob_ratio`, `advantages` and loss mask, when the
+/// cell's comparisons (`out`) found them equal to the reference's and every row paired:
+/// each convention's error against the reference's `pg_loss`, and a typical token's term.
+#[allow(clippy::type_complexity)]
+fn dumped_error(
+    b_is: &Tensors<'_>,
+    (out, paired): (&[Comparison], bool),
+    agg: AggMode,
+    pg: f64,
+) -> Option<(Box<dyn Fn(ElemLoss) -> Option<f64>>, f64)> {
+    let agree = ["prob_ratio", "advantages", "effective_valid"]
+        .iter()
+        .all(|n| {
+            out.iter()
+                .any(|x| x.name == format!("is_loss.{n}") && x.verdict == Verdict::Pass)
+        });
+    if !paired || !agree {
+        return None;
+    }
+    let (r, a) = (b_is.mat(Field::ProbRatio)?, b_is.mat(Field::Advantages)?);
+    let mask = b_is.mat(Field::EffectiveMask);
+    let (vals, _) = valid_terms(ElemLoss::Plain, &r, &a, mask.as_deref())?;
+    let scale = vals.iter().map(|v| v.abs()).sum::<f64>() / vals.len().max(1) as f64;
+    let err = move |c: ElemLoss| pg_error(c, &r, &a, mask.as_deref(), agg, pg);
+    Some((Box::new(err), scale))
+}
+
+/// `own` ([`own_convention`] on the 16-bit derived ratio) unless the other side's own
+/// dumped f32 ratio ([`dumped_error`]) shows `other` reproducing the reference's pg_loss
+/// to 2e-6 of a typical term: the clip range the blurred ratio suggested is then the
+/// blur's, not the reference's (seed 7627: float16 log-probs on both sides read a
+/// clip_ratio_high of 0.2 off a self-hosted pg_loss that follows 0.28 to f32).
+pub(super) fn confirmed(
+    other: ElemLoss,
+    own: ElemLoss,
+    b_is: &Tensors<'_>,
+    out: (&[Comparison], bool),
+    agg: AggMode,
+    pg: f64,
+) -> ElemLoss {
+    match dumped_error(b_is, out, agg, pg) {
+        Some((err, scale)) if err(other).is_some_and(|e| e <= 2e-6 * scale) => other,
+        _ => own,
+    }
 }
 
 /// A convention's clip range in words: `clip 1−0.2/1+0.28` (and its dual clip), or the

@@ -268,24 +268,38 @@ pub(super) fn term_scores(
 
 /// Another of `candidates` that the cells' pg terms cannot tell from `chosen`: on the
 /// cells where exactly one of the two reproduces the dumped pg term, each reproduces as
-/// many (a fault in one of them would decide the mode by the candidates' order). The
-/// rival and that count.
+/// many (a fault in one of them would decide the mode by the candidates' order), or no
+/// term of any cell tells them apart (seed 7617: a one-row cell of zero terms beside a
+/// total-only cell). The rival and that count.
 pub(super) fn pg_rival(
     preps: &[Prep],
     chosen: AggMode,
     candidates: &[AggMode],
     tol: &Tolerance,
 ) -> Option<(AggMode, usize)> {
-    let hit = |p: &Prep, m: AggMode| explains_term(p, m, tol, false).0 > 0;
+    let hit = |p: &Prep, m: AggMode, e: bool| explains_term(p, m, tol, e).0 > 0;
+    // no term of any cell, pg or entropy, tells the two apart (rows of one token, terms
+    // all 0): the order of the candidates chose, and a total-only cell may tell
+    let alike = |m: AggMode| {
+        preps.iter().all(|p| {
+            [false, true]
+                .iter()
+                .all(|e| hit(p, m, *e) == hit(p, chosen, *e))
+        })
+    };
     candidates
         .iter()
         .filter(|m| **m != chosen)
         .map(|m| {
-            let only =
-                |a: AggMode, b: AggMode| preps.iter().filter(|p| hit(p, a) && !hit(p, b)).count();
+            let only = |a: AggMode, b: AggMode| {
+                preps
+                    .iter()
+                    .filter(|p| hit(p, a, false) && !hit(p, b, false))
+                    .count()
+            };
             (*m, only(chosen, *m), only(*m, chosen))
         })
-        .find(|(_, a, b)| a == b && *a > 0)
+        .find(|(m, a, b)| a == b && (*a > 0 || alike(*m)))
         .map(|(m, a, _)| (m, a))
 }
 
