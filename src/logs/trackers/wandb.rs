@@ -121,9 +121,11 @@ struct PartOut {
     records: u64,
     /// The record still open at the part's end: the offset of its FIRST, its bytes so far.
     trail: Option<(u64, Vec<u8>)>,
-    /// The data ended in the part (the zero tail of the file's last block, or a record
-    /// cut by the end of the file, at that offset).
+    /// The data ended in the part: the zero tail of the file's last block (starting at
+    /// that offset: the bytes counted as read stop there, as they always have), or a
+    /// record cut by the end of the file (at that offset).
     ended: bool,
+    zero_tail: Option<u64>,
     cut: Option<u64>,
     /// The first error, after everything above.
     stop: Option<Stop>,
@@ -206,7 +208,7 @@ fn read_mode(
     if st.in_record {
         truncated(stats, st.pending_at, st.n_records);
     }
-    stats.bytes = file_at;
+    stats.bytes = st.zero_tail.unwrap_or(file_at);
     stats.lines = st.n_records;
     Ok(())
 }
@@ -351,6 +353,7 @@ fn frame_part(
             if typ == 0 && len == 0 && crc == 0 && buf[pos..].iter().all(|b| *b == 0) {
                 if got < BLOCK {
                     out.ended = true;
+                    out.zero_tail = Some(at0 + block_at as u64);
                     break 'blocks;
                 }
                 break;
@@ -439,6 +442,7 @@ struct Stitch {
     in_record: bool,
     n_records: u64,
     ended: bool,
+    zero_tail: Option<u64>,
     row: Row,
     ids: Vec<u32>,
 }
@@ -512,6 +516,7 @@ impl Stitch {
             }
             if part.ended {
                 self.ended = true;
+                self.zero_tail = part.zero_tail;
                 break;
             }
         }

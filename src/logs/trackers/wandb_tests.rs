@@ -354,8 +354,12 @@ fn parts_of_every_size_give_the_rows_of_one_front_to_back_pass() {
     let mut recs = run_records(900);
     recs[850] = vec![0x10, 0x01];
     let (junk, _) = wandb_file(&recs);
+    // The writer's zero tail in the last (short) block.
+    let mut zeros = file.clone();
+    zeros.resize(file.len() + 100, 0);
     for (name, bytes) in [
         ("whole", &file[..]),
+        ("zeros", &zeros[..]),
         ("cut", cut),
         ("bad", &bad[..]),
         ("junk", &junk[..]),
@@ -379,6 +383,15 @@ fn parts_of_every_size_give_the_rows_of_one_front_to_back_pass() {
     assert_eq!(whole.matches("source: Wandb").count(), 1200);
     assert!(whole.contains("step: Some(1007), timestamp: None, source: Wandb, file: 0, line: 1009"));
     assert!(whole.contains("lines: 1201, records: 1200"));
+    // Bytes read stop at the start of the block the zero tail is in.
+    let zeros = pass_at(&zeros, layouts()[0], false);
+    assert!(zeros.contains("lines: 1201, records: 1200"));
+    let block_start = file.len() / BLOCK * BLOCK;
+    assert!(
+        zeros.contains(&format!("bytes: {block_start}, ")),
+        "{zeros}"
+    );
+    assert!(whole.contains(&format!("bytes: {}, ", file.len())));
     let cut = pass_at(cut, layouts()[0], false);
     assert!(cut.contains("lines: 1008, records: 1007"), "{cut}");
     assert!(cut.contains(&format!("truncated last record at byte {}", at[1008])));
