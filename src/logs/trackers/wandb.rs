@@ -160,9 +160,9 @@ fn read_mode(
     }
     let config_pass = matches!(mode, Mode::Config(_));
     let mut st = Stitch::default();
-    // (chunk index, bytes) of the chunk being parsed, and of the one parsed before it.
+    // (chunk index, bytes) of the chunk to parse; (bytes, parts) of the one parsed before.
     let mut cur = (0usize, got);
-    let mut done: Option<(usize, usize, Vec<PartOut>)> = None;
+    let mut done: Option<(usize, Vec<PartOut>)> = None;
     let mut file_at = 0u64;
     let mut read_err = None;
     loop {
@@ -184,7 +184,7 @@ fn read_mode(
                     *outs = frame_chunk(path, &chunk[..got], skip, file_at, layout, config_pass);
                 });
             }
-            if let Some((_, n, parts)) = done.take() {
+            if let Some((n, parts)) = done.take() {
                 handed = st.hand_on(path, &prev[..n], parts, stats, w, &mut mode);
             }
             if got == size && read_err.is_none() && handed.is_ok() {
@@ -199,7 +199,7 @@ fn read_mode(
             break;
         }
         file_at += got as u64;
-        done = Some((k, got, outs));
+        done = Some((got, outs));
         cur = (k + 1, next_got);
     }
     if let Some(e) = read_err {
