@@ -1,5 +1,5 @@
 //! Numbers in W&B history JSON: a fast path for the plain numbers nearly every value is,
-//! exact by construction, and the general parse for the rest.
+//! correctly rounded as the general parse is, and the general parse for the rest.
 
 /// A history value as a number: JSON numbers (bare `NaN`/`Infinity` included) and booleans;
 /// `None` for strings, media and tables. Nested objects are flattened by the caller.
@@ -13,77 +13,27 @@ pub fn json_number(text: &str) -> Option<f64> {
     }
 }
 
-/// Powers of ten that are exact in an f64.
-const POW10: [f64; 23] = [
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
-    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
-];
-
-/// A plain JSON number (`-12.5`, `3e-05`, `7`) or bare `NaN`, read straight from the
-/// bytes when the result is exact by construction (Clinger's fast path: a mantissa below
-/// 2^53 times or over an exact power of ten is one correctly rounded operation, so it
-/// equals what `str::parse` returns); `None` for anything else, which then takes
-/// [`json_number`]. History rows are almost all such numbers.
+/// A plain JSON number (`-12.5`, `3e-05`, `7`, `0.9970000000000001`) or bare `NaN`, read
+/// straight from the bytes with `fast_float2` (the crate logscan's JSON-lines reader uses:
+/// Clinger's fast path, else Eisel-Lemire, eight digits at a time; correctly rounded, so
+/// it equals what `str::parse` returns); `None` for anything else (a leading `+` or `.`,
+/// `Infinity`, text around the number), which then takes [`json_number`]. History rows
+/// are almost all such numbers.
 pub fn fast_number(b: &[u8]) -> Option<f64> {
     if b == b"NaN" {
         return Some(f64::NAN);
     }
-    let (neg, digits) = match b.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, b),
+    // A digit first, after an optional minus: the forms `str::parse` reads alike (the
+    // crate's own `nan`/`inf` spellings are left to the general parse).
+    let digits = match b.split_first() {
+        Some((b'-', rest)) => rest,
+        _ => b,
     };
-    // Up to 19 digits fit a u64 without overflow.
-    let mut m: u64 = 0;
-    let mut i = 0;
-    let digits_in = |i: &mut usize, m: &mut u64| {
-        let start = *i;
-        while let Some(d) = digits
-            .get(*i)
-            .map(|c| c.wrapping_sub(b'0'))
-            .filter(|d| *d <= 9)
-        {
-            *m = m.wrapping_mul(10).wrapping_add(u64::from(d));
-            *i += 1;
-        }
-        *i - start
-    };
-    let int_digits = digits_in(&mut i, &mut m);
-    let mut frac_digits = 0;
-    if digits.get(i) == Some(&b'.') {
-        i += 1;
-        frac_digits = digits_in(&mut i, &mut m);
-    }
-    let n_digits = int_digits + frac_digits;
-    if n_digits == 0 || n_digits > 19 {
+    if !digits.first().is_some_and(u8::is_ascii_digit) {
         return None;
     }
-    let mut exp = -(frac_digits as i32);
-    if let Some(e) = digits.get(i..).filter(|e| !e.is_empty()) {
-        let (b'e' | b'E') = *e.first()? else {
-            return None;
-        };
-        let e = e.get(1..)?;
-        let (eneg, ed) = match e.split_first() {
-            Some((b'-', r)) => (true, r),
-            Some((b'+', r)) => (false, r),
-            _ => (false, e),
-        };
-        if ed.is_empty() || ed.len() > 3 || !ed.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-        let v = ed.iter().fold(0i32, |a, d| a * 10 + i32::from(d - b'0'));
-        exp += if eneg { -v } else { v };
-    }
-    if m >= 1 << 53 {
-        return None;
-    }
-    let x = m as f64;
-    let x = if exp >= 0 {
-        x * *POW10.get(exp as usize)?
-    } else {
-        x / *POW10.get(exp.unsigned_abs() as usize)?
-    };
-    Some(if neg { -x } else { x })
+    let (x, n) = fast_float2::parse_partial::<f64, _>(b).ok()?;
+    (n == b.len()).then_some(x)
 }
 
 #[cfg(test)]
@@ -127,6 +77,14 @@ mod tests {
             "0x10",
             "1.2.3",
             "1e1000",
+            "0.9970000000000001",
+            "1.7976931348623157e308",
+            "2.2250738585072014e-308",
+            "5e-324",
+            "-0.0",
+            "123456789012345678901234567890",
+            "0.1000000000000000055511151231257827",
+            "1700000123.5",
         ];
         for c in cases {
             let general = json_number(c);
@@ -139,17 +97,20 @@ mod tests {
             }
         }
         // The fast path takes the plain forms (the rest go the general way).
-        for c in ["0.5", "-12.5", "3e-05", "0.6000000000000001", "NaN", "7"] {
-            assert!(fast_number(c.as_bytes()).is_some(), "{c}");
-        }
         for c in [
-            "+1",
-            "1e",
-            "Infinity",
+            "0.5",
+            "-12.5",
+            "3e-05",
+            "0.6000000000000001",
+            "0.9970000000000001",
             "9007199254740993",
             "1e23",
-            "\"NaN\"",
+            "NaN",
+            "7",
         ] {
+            assert!(fast_number(c.as_bytes()).is_some(), "{c}");
+        }
+        for c in ["+1", ".5", "1e", "1_0", "Infinity", "-NaN", "\"NaN\"", " 1"] {
             assert!(fast_number(c.as_bytes()).is_none(), "{c}");
         }
     }

@@ -24,6 +24,7 @@ pub mod tfevents;
 pub mod wandb;
 pub mod wandb_config;
 pub mod wandb_files;
+mod wandb_record;
 mod wire;
 
 use std::borrow::Cow;

@@ -204,6 +204,37 @@ impl<'a> RowWriter<'a> {
         self.end(stats);
     }
 
+    /// Whole rows built elsewhere (a reader's parallel part), counted by the caller:
+    /// `heads` with their fields back to back in `fields`, key ids the part's own and
+    /// turned into this writer's through `ids` (`None`: they are already), record numbers
+    /// the part's own plus `line_base`. One copy of the part where adding its rows one
+    /// by one would push each field and head separately.
+    pub fn rows_built(
+        &mut self,
+        heads: &[RowHead],
+        fields: &[(u32, f64)],
+        ids: Option<&[u32]>,
+        line_base: u64,
+    ) {
+        self.open = false;
+        let b = &mut self.batch;
+        b.rows.extend(heads.iter().map(|h| RowHead {
+            line: h.line + line_base,
+            ..*h
+        }));
+        match ids {
+            None => b.fields.extend_from_slice(fields),
+            Some(ids) => b.fields.extend(
+                fields
+                    .iter()
+                    .map(|&(k, v)| (ids.get(k as usize).copied().unwrap_or(u32::MAX), v)),
+            ),
+        }
+        if self.batch.fields.len() >= BATCH_FIELDS {
+            self.flush();
+        }
+    }
+
     /// A [`LogRecord`] as a row (the counts are the reader's own: not counted here).
     pub fn record(&mut self, rec: &LogRecord) {
         self.begin(rec.step, rec.timestamp, rec.source, rec.line);

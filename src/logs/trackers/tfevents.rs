@@ -378,24 +378,32 @@ fn decode_part(path: &Path, buf: &[u8], recs: &[Framed]) -> (Part, Option<Error>
     (out, err)
 }
 
-/// Decode framed records `recs` of `buf` in parallel parts and add their scalars to `w`
-/// in file order (keys renumbered into the file's, so they keep their first-seen order);
-/// the first bad record's error is returned after the records before it were added.
-fn decode(
+/// Check and decode framed records `recs` of `buf` in parallel parts of `part` records,
+/// each with its own key ids, in file order.
+fn decode_parts(
     path: &Path,
     buf: &[u8],
     recs: &[Framed],
     part: usize,
+) -> Vec<(Part, Option<Error>)> {
+    use rayon::prelude::*;
+    recs.par_chunks(part.max(1))
+        .map(|part| decode_part(path, buf, part))
+        .collect()
+}
+
+/// Add the scalars of decoded `parts` to `w` in file order (keys renumbered into the
+/// file's, so they keep their first-seen order); the first bad record's error is
+/// returned after the records before it were added.
+fn add_parts(
+    parts: Vec<(Part, Option<Error>)>,
     stats: &mut FileStats,
     w: &mut RowWriter,
 ) -> Result<()> {
-    use rayon::prelude::*;
-    let parts: Vec<(Part, Option<Error>)> = recs
-        .par_chunks(part.max(1))
-        .map(|part| decode_part(path, buf, part))
-        .collect();
+    let mut map: Vec<u32> = Vec::new();
     for (part, err) in parts {
-        let map: Vec<u32> = part.names.iter().map(|k| w.keys.id_str(k)).collect();
+        map.clear();
+        map.extend(part.names.iter().map(|k| w.keys.id_str(k)));
         stats.text_summaries += part.text_summaries;
         let mut start = 0;
         for &(step, wall, n, end) in &part.events {
@@ -414,13 +422,82 @@ fn decode(
 
 /// Stream the events of one file into `w`, one row per run of events of one step. Each
 /// read buffer's whole records are framed in order, then CRC-checked and decoded in
-/// parallel parts ([`decode`]); errors and a record cut by the file's end are reported
-/// as a record-by-record reader would (the first in file order, after the rows before it).
+/// parallel parts ([`decode_parts`]) while this thread adds the previous buffer's
+/// scalars, reads the next buffer and frames it ([`read_with`]); errors and a record cut
+/// by the file's end are reported as a record-by-record reader would (the first in file
+/// order, after the rows before it).
 pub fn read(path: &Path, input: impl Read, stats: &mut FileStats, w: &mut RowWriter) -> Result<()> {
     read_with(path, input, stats, w, CHUNK, PART_RECORDS)
 }
 
-/// [`read`] with `chunk` bytes read at a time and `part` records per parallel part.
+/// How the framing of a file ended, acted on once the rows before it are added.
+enum End {
+    /// At the end of the file, after whole records.
+    Eof,
+    /// Inside a record's header or data (offset, records before it, which, bytes left).
+    Truncated(u64, u64, &'static str, usize),
+    /// At a header that is no TFRecord's (offset, its record number, its length).
+    BadHeader(u64, u64, u64),
+    /// A read failed.
+    Io(std::io::Error),
+}
+
+/// What one framing step left: records framed into the caller's list, the bytes they
+/// take at the front of the buffer, and what stopped the walk.
+struct Step {
+    used: usize,
+    stop: Stop,
+}
+
+/// Frame the next whole records of `r` into `recs` (after `n` records); `Err` when the
+/// file ended (or failed) first.
+fn frame_step<R: Read>(
+    r: &mut Chunks<R>,
+    offset: u64,
+    n: u64,
+    recs: &mut Vec<Framed>,
+) -> std::result::Result<Step, End> {
+    recs.clear();
+    match r.want(12) {
+        Ok(0) => return Err(End::Eof),
+        Ok(_) => {}
+        Err(e) => return Err(End::Io(e)),
+    }
+    let avail = r.buf.get(r.start..).unwrap_or_default();
+    let (used, stop) = frame(avail, offset, n, recs);
+    Ok(Step { used, stop })
+}
+
+/// After a framing step's records (ending at `offset`, `n` records in all): what
+/// stopped it, acted on; `Ok` when the next step may frame more.
+fn after_step<R: Read>(
+    r: &mut Chunks<R>,
+    stop: Stop,
+    offset: u64,
+    n: u64,
+) -> std::result::Result<(), End> {
+    let need = match stop {
+        Stop::Need(k) => k,
+        Stop::BadHeader(len) => return Err(End::BadHeader(offset, n + 1, len)),
+    };
+    let got = r.want(need).map_err(End::Io)?;
+    if got < need {
+        if got > 0 {
+            let what = if need == 12 {
+                "record header"
+            } else {
+                "record data"
+            };
+            return Err(End::Truncated(offset, n, what, got));
+        }
+        return Err(End::Eof);
+    }
+    Ok(())
+}
+
+/// [`read`] with `chunk` bytes read at a time and `part` records per parallel part:
+/// buffer `k` is decoded on the pool while this thread adds buffer `k - 1`'s scalars and
+/// reads and frames buffer `k + 1` (which starts with buffer `k`'s unframed tail).
 fn read_with(
     path: &Path,
     input: impl Read,
@@ -436,47 +513,59 @@ fn read_with(
         eof: false,
         chunk: chunk.max(1),
     };
-    let mut recs: Vec<Framed> = Vec::new();
+    let mut spare: Vec<u8> = Vec::with_capacity(chunk);
+    let (mut recs, mut next_recs): (Vec<Framed>, Vec<Framed>) = (Vec::new(), Vec::new());
     let mut offset: u64 = 0;
     let mut n_records: u64 = 0;
-    let io = |e| Error::io(path, e);
-    loop {
-        if r.want(12).map_err(io)? == 0 {
-            break;
-        }
-        let avail = r.buf.get(r.start..).unwrap_or_default();
-        recs.clear();
-        let (used, stop) = frame(avail, offset, n_records, &mut recs);
-        decode(path, avail, &recs, part, stats, w)?;
-        n_records += recs.len() as u64;
-        r.start += used;
-        offset += used as u64;
-        let need = match stop {
-            Stop::Need(k) => k,
-            Stop::BadHeader(len) => {
-                return Err(Error::format(
-                    path,
-                    Position::Byte(offset),
-                    format!(
-                        "not a TFRecord: length field CRC-32C mismatch (record {}, length {len})",
-                        n_records + 1
-                    ),
-                ))
-            }
+    let mut parts: Vec<(Part, Option<Error>)> = Vec::new();
+    let mut step = frame_step(&mut r, offset, n_records, &mut recs);
+    let end = loop {
+        let Ok(Step { used, stop }) = step else {
+            // Nothing more framed: the last buffer's scalars, then how it ended.
+            add_parts(std::mem::take(&mut parts), stats, w)?;
+            break step.err().unwrap_or(End::Eof);
         };
-        let got = r.want(need).map_err(io)?;
-        if got < need {
-            if got > 0 {
-                let what = if need == 12 {
-                    "record header"
-                } else {
-                    "record data"
-                };
-                truncated(stats, offset, n_records, what);
-                offset += got as u64;
+        // The framed buffer is decoded while a fresh one takes its unframed tail.
+        let data = std::mem::replace(&mut r.buf, std::mem::take(&mut spare));
+        r.buf.clear();
+        r.buf
+            .extend_from_slice(data.get(r.start + used..).unwrap_or_default());
+        let body = data.get(r.start..).unwrap_or_default();
+        r.start = 0;
+        offset += used as u64;
+        n_records += recs.len() as u64;
+        let mut decoded = Vec::new();
+        let mut added = Ok(());
+        let mut next = Err(End::Eof);
+        rayon::in_place_scope(|s| {
+            let (decoded, recs) = (&mut decoded, &recs);
+            s.spawn(move |_| *decoded = decode_parts(path, body, recs, part));
+            added = add_parts(std::mem::take(&mut parts), stats, w);
+            if added.is_ok() {
+                next = after_step(&mut r, stop, offset, n_records)
+                    .and_then(|()| frame_step(&mut r, offset, n_records, &mut next_recs));
             }
-            break;
+        });
+        added?;
+        parts = decoded;
+        spare = data;
+        std::mem::swap(&mut recs, &mut next_recs);
+        step = next;
+    };
+    match end {
+        End::Eof => {}
+        End::Truncated(at, n, what, got) => {
+            truncated(stats, at, n, what);
+            offset = at + got as u64;
         }
+        End::BadHeader(at, n, len) => {
+            return Err(Error::format(
+                path,
+                Position::Byte(at),
+                format!("not a TFRecord: length field CRC-32C mismatch (record {n}, length {len})"),
+            ))
+        }
+        End::Io(e) => return Err(Error::io(path, e)),
     }
     w.end(stats);
     stats.bytes = offset;

@@ -203,11 +203,21 @@ fn a_corrupt_record_in_the_middle_is_the_error_at_every_split() {
                 "{err}"
             );
         }
-        let err = read_all(&header, chunk, part).0.unwrap_err();
+        let (res, rows, _) = read_all(&header, chunk, part);
+        let err = res.unwrap_err();
         assert!(
             err.contains("length field CRC-32C mismatch (record 41")
                 && err.contains(&format!("byte {}", at[40])),
             "{err}"
+        );
+        // The rows of records 1-40 were added before the error, at every split (the
+        // buffer holding the bad header is framed while the one before it is decoded).
+        let last_line = rows.iter().map(|r| r.1).max();
+        assert!(!rows.is_empty() && last_line <= Some(40), "{last_line:?}");
+        assert_eq!(
+            rows,
+            read_all(&header, 1 << 20, 1 << 20).1,
+            "chunk {chunk} part {part}"
         );
     }
 }

@@ -1,21 +1,28 @@
 //! W&B transaction logs (`wandb/offline-run-*/run-*.wandb`): a 7-byte header (`:W&B`,
 //! magic 0xBEE1, version 0), then the LevelDB log framing (32 KiB blocks of records with
 //! a CRC-32 of type and data, a length and a FULL/FIRST/MIDDLE/LAST type) around
-//! `Record` protobufs (wandb_internal.proto). History records become per-step records;
-//! their values are JSON text that may hold bare `NaN`/`Infinity`. Config records give
-//! the run's configuration.
+//! `Record` protobufs (wandb_internal.proto, [`super::wandb_record`]). History records
+//! become per-step records; their values are JSON text that may hold bare
+//! `NaN`/`Infinity`. Config records give the run's configuration.
+//!
+//! The blocks have a fixed size and no record header starts in the last six bytes of one
+//! (wandb `wandb/sdk/internal/datastore.py`: `LEVELDBLOG_BLOCK_LEN = 32768`,
+//! `LEVELDBLOG_HEADER_LEN = 7`, a block tail shorter than a header zero-filled; the same
+//! framing as LevelDB's `doc/log_format.md`), so every block starts with a record header
+//! and a file can be framed in parts of whole blocks independently: only a record whose
+//! fragments (FIRST … LAST) cross a part boundary is joined afterwards, in order.
 
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::ops::Range;
 use std::path::Path;
 
 use prost::Message;
 
-use super::json_num::{fast_number, json_number};
-use super::rows::{Keys, RowWriter};
-use super::wandb_config::item_key;
+use super::rows::{Keys, RowHead, RowWriter};
 pub use super::wandb_config::{ConfigItem, ConfigRecord};
-use super::wire;
+use super::wandb_record::{history_row, parse_record, Row};
+pub use super::wandb_record::{HistoryItem, HistoryRecord, HistoryStep, Record, RunRecord};
 use crate::error::{Error, Position, Result};
 use crate::model::log::{FileStats, SourceKind};
 
@@ -27,296 +34,16 @@ const FILE_HEADER: usize = 7;
 const BLOCK: usize = 32768;
 /// Blocks read at a time.
 const CHUNK_BLOCKS: usize = 128;
+/// Blocks per part framed and parsed on one worker (256 KiB, ~600 history rows of a
+/// usual run: 16 parts per chunk for the pool to balance).
+const PART_BLOCKS: usize = 8;
 /// Record header: CRC (u32 LE), length (u16 LE), type (u8).
 const REC_HEADER: usize = 7;
 
-/// `Record`, the members read here (history, config, run).
-#[derive(Clone, PartialEq, Message)]
-pub struct Record {
-    /// A history row.
-    #[prost(message, optional, tag = "2")]
-    pub history: Option<HistoryRecord>,
-    /// A config update.
-    #[prost(message, optional, tag = "5")]
-    pub config: Option<ConfigRecord>,
-    /// The run record (carries the initial config).
-    #[prost(message, optional, tag = "17")]
-    pub run: Option<RunRecord>,
-}
-
-/// `HistoryRecord`: one `wandb.log` row.
-#[derive(Clone, PartialEq, Message)]
-pub struct HistoryRecord {
-    /// The row's items.
-    #[prost(message, repeated, tag = "1")]
-    pub item: Vec<HistoryItem>,
-    /// The row's `_step`.
-    #[prost(message, optional, tag = "2")]
-    pub step: Option<HistoryStep>,
-}
-
-/// `HistoryStep`.
-#[derive(Clone, PartialEq, Message)]
-pub struct HistoryStep {
-    /// The step number.
-    #[prost(int64, tag = "1")]
-    pub num: i64,
-}
-
-/// `HistoryItem`: a key and its value, as JSON text or (newer clients) typed.
-#[derive(Clone, PartialEq, Message)]
-pub struct HistoryItem {
-    /// The key.
-    #[prost(string, tag = "1")]
-    pub key: String,
-    /// The key as path parts (newer clients), joined with `.` here.
-    #[prost(string, repeated, tag = "2")]
-    pub nested_key: Vec<String>,
-    /// A boolean value.
-    #[prost(bool, optional, tag = "4")]
-    pub boolean: Option<bool>,
-    /// An integer value.
-    #[prost(sint64, optional, tag = "5")]
-    pub integer: Option<i64>,
-    /// A float value.
-    #[prost(double, optional, tag = "6")]
-    pub number: Option<f64>,
-    /// The value as JSON text.
-    #[prost(string, tag = "16")]
-    pub value_json: String,
-}
-
-/// `RunRecord`, its config.
-#[derive(Clone, PartialEq, Message)]
-pub struct RunRecord {
-    /// The config at `wandb.init`.
-    #[prost(message, optional, tag = "4")]
-    pub config: Option<ConfigRecord>,
-}
-
-/// Numeric leaves of a JSON object value (`wandb.log({"a": {"b": 1}})`) as
-/// `(key.sub, value)`, skipping media and tables (objects with a `_type`).
-fn nested_numbers(key: &str, text: &str, out: &mut Vec<(String, f64)>) {
-    let Ok(v) = crate::json::parse_value(text) else {
-        return;
-    };
-    fn walk(prefix: &str, v: &crate::value::Value, out: &mut Vec<(String, f64)>) {
-        if let Some(d) = v.as_dict() {
-            if v.get("_type").is_some() {
-                return;
-            }
-            for (k, child) in d {
-                if let Some(k) = k.as_str() {
-                    walk(&format!("{prefix}.{k}"), child, out);
-                }
-            }
-        } else if let (Some(x), false) = (v.as_f64(), v.as_str().is_some()) {
-            out.push((prefix.to_string(), x));
-        }
-    }
-    walk(key, &v, out);
-}
-
-/// Keys whose value is the trainer's step, preferred to W&B's own `_step` (the HF/TRL
-/// callback logs `train/global_step` and lets `_step` count log calls).
-const STEP_KEYS: [&[u8]; 2] = [b"train/global_step", b"global_step"];
-
-/// A history row being built: the numbers kept (interned keys), W&B's `_step`, the
-/// trainer's step, the `_timestamp`. Reused from row to row.
-#[derive(Default)]
-struct Row {
-    fields: Vec<(u32, f64)>,
-    step: Option<i64>,
-    trainer_step: Option<i64>,
-    timestamp: Option<f64>,
-    nested: Vec<(String, f64)>,
-}
-
-/// An item's value as written: JSON text (as bytes, not yet checked for UTF-8), or a
-/// typed member.
-enum ItemValue<'a> {
-    Json(&'a [u8]),
-    Number(Option<f64>),
-}
-
-impl Row {
-    fn clear(&mut self) {
-        self.fields.clear();
-        self.step = None;
-        self.trainer_step = None;
-        self.timestamp = None;
-    }
-
-    /// Add item `key` (W&B's `_…` keys other than `_step`/`_timestamp` are dropped);
-    /// `None` when a new key is not UTF-8.
-    fn add(&mut self, keys: &mut Keys, key: &[u8], value: ItemValue) -> Option<()> {
-        if key.first() == Some(&b'_') && key != b"_step" && key != b"_timestamp" {
-            return Some(());
-        }
-        let v = match value {
-            ItemValue::Json(b) => {
-                if let Some(v) = fast_number(b) {
-                    return self.number(keys, key, v);
-                }
-                let t = std::str::from_utf8(b).ok()?.trim_start();
-                if t.starts_with('{') {
-                    let key = std::str::from_utf8(key).ok()?;
-                    let mut nested = std::mem::take(&mut self.nested);
-                    nested.clear();
-                    nested_numbers(key, t, &mut nested);
-                    for (k, x) in &nested {
-                        self.fields.push((keys.id_str(k), *x));
-                    }
-                    self.nested = nested;
-                    return Some(());
-                }
-                json_number(t)
-            }
-            ItemValue::Number(v) => v,
-        };
-        match v {
-            Some(v) => self.number(keys, key, v),
-            None => Some(()),
-        }
-    }
-
-    /// Add number `v` of item `key`.
-    fn number(&mut self, keys: &mut Keys, key: &[u8], v: f64) -> Option<()> {
-        match key {
-            b"_step" => self.step = Some(v as i64),
-            b"_timestamp" => self.timestamp = Some(v),
-            k => {
-                if STEP_KEYS.contains(&k) && v.is_finite() {
-                    self.trainer_step = Some(v as i64);
-                }
-                self.fields.push((keys.id(k)?, v));
-            }
-        }
-        Some(())
-    }
-
-    /// Hand the row to `w` (dropped when it kept no number).
-    fn finish(&self, w: &mut RowWriter, line: u64, stats: &mut FileStats) {
-        let step = self.trainer_step.or(self.step);
-        w.row(
-            step,
-            self.timestamp,
-            SourceKind::Wandb,
-            line,
-            &self.fields,
-            stats,
-        );
-    }
-}
-
-/// One history row (decoded by prost) into `row`.
-fn history_row(h: &HistoryRecord, keys: &mut Keys, row: &mut Row) {
-    row.clear();
-    row.step = h.step.as_ref().map(|s| s.num);
-    for it in &h.item {
-        let key = item_key(&it.key, &it.nested_key);
-        let value = if !it.value_json.is_empty() {
-            ItemValue::Json(it.value_json.as_bytes())
-        } else {
-            ItemValue::Number(
-                it.number
-                    .or(it.integer.map(|i| i as f64))
-                    .or(it.boolean.map(|b| b as u8 as f64)),
-            )
-        };
-        // A `String` key is UTF-8: `add` cannot refuse it.
-        let _ = row.add(keys, key.as_bytes(), value);
-    }
-}
-
-/// The history row of a `Record`'s bytes, walked without allocating its items, into
-/// `row`: `Some(false)` when the record holds no history, `None` when the walk meets
-/// anything unexpected (the caller then decodes with prost).
-fn fast_history(rec: &[u8], keys: &mut Keys, row: &mut Row) -> Option<bool> {
-    use wire::Payload;
-    let mut pos = 0;
-    let mut history: Option<&[u8]> = None;
-    while pos < rec.len() {
-        let (num, p) = wire::field(rec, &mut pos)?;
-        match (num, p) {
-            (2, Payload::Bytes(h)) if history.is_none() => history = Some(h),
-            // Config and run records go through prost (rare, and their config is kept);
-            // so does a history field prost would merge or refuse.
-            (2 | 5 | 17, _) => return None,
-            _ => {}
-        }
-    }
-    let Some(h) = history else {
-        return Some(false);
-    };
-    row.clear();
-    let mut pos = 0;
-    while pos < h.len() {
-        match wire::field(h, &mut pos)? {
-            (1, Payload::Bytes(item)) => {
-                let (mut key, mut nested, mut nested_n): (&[u8], &[u8], u32) = (b"", b"", 0);
-                let mut json: &[u8] = b"";
-                // `number`, else `integer`, else `boolean`, as the prost path takes them.
-                let (mut number, mut integer, mut boolean) = (None, None, None);
-                let mut ip = 0;
-                while ip < item.len() {
-                    match wire::field(item, &mut ip)? {
-                        (1, Payload::Bytes(k)) => key = k,
-                        (2, Payload::Bytes(k)) => {
-                            nested = k;
-                            nested_n += 1;
-                        }
-                        (4, Payload::Varint(v)) => boolean = Some((v != 0) as u8 as f64),
-                        (5, Payload::Varint(v)) => {
-                            let i = ((v >> 1) as i64) ^ -((v & 1) as i64);
-                            integer = Some(i as f64);
-                        }
-                        (6, Payload::Fixed64(d)) => {
-                            number = Some(f64::from_le_bytes(d.try_into().ok()?));
-                        }
-                        (16, Payload::Bytes(j)) => json = j,
-                        (1 | 2 | 4 | 5 | 6 | 16, _) => return None,
-                        _ => {}
-                    }
-                }
-                // Several nested parts are joined with `.` by the prost path.
-                if key.is_empty() && nested_n != 1 {
-                    return None;
-                }
-                if key.is_empty() {
-                    key = nested;
-                } else if nested_n > 0 {
-                    // prost checks the parts' UTF-8 too.
-                    std::str::from_utf8(nested).ok()?;
-                }
-                let value = if json.is_empty() {
-                    ItemValue::Number(number.or(integer).or(boolean))
-                } else {
-                    ItemValue::Json(json)
-                };
-                row.add(keys, key, value)?;
-            }
-            (1, _) => return None,
-            (2, Payload::Bytes(st)) => {
-                let mut sp = 0;
-                while sp < st.len() {
-                    match wire::field(st, &mut sp)? {
-                        (1, Payload::Varint(n)) => row.step = Some(n as i64),
-                        (1, _) => return None,
-                        _ => {}
-                    }
-                }
-            }
-            (2, _) => return None,
-            _ => {}
-        }
-    }
-    Some(true)
-}
-
 /// Stream the history rows of one `.wandb` file into `w` (and its config into `config`
-/// when asked). The file is read 4 MiB at a time; each chunk's records are framed and
-/// CRC-checked in order, then parsed in parallel ([`parse_records`]).
+/// when asked). The file is read 4 MiB at a time; each chunk is framed, CRC-checked and
+/// parsed in parallel parts of whole blocks while the next chunk is read, and the parts'
+/// rows are handed on in order ([`read_mode`]).
 pub fn read(
     path: &Path,
     input: impl Read,
@@ -324,10 +51,11 @@ pub fn read(
     w: &mut RowWriter,
     config: Option<&mut BTreeMap<String, String>>,
 ) -> Result<()> {
-    match config {
-        Some(cfg) => read_mode(path, input, stats, w, Mode::Config(cfg)),
-        None => read_mode(path, input, stats, w, Mode::Rows(None)),
-    }
+    let mode = match config {
+        Some(cfg) => Mode::Config(cfg),
+        None => Mode::Rows(None),
+    };
+    read_mode(path, input, stats, w, mode, Layout::FILE)
 }
 
 /// Stream the history rows of one `.wandb` file into `w` and keep its config records,
@@ -340,195 +68,511 @@ pub fn read_with_configs(
     w: &mut RowWriter,
     configs: &mut Vec<ConfigRecord>,
 ) -> Result<()> {
-    read_mode(path, input, stats, w, Mode::Rows(Some(configs)))
+    read_mode(
+        path,
+        input,
+        stats,
+        w,
+        Mode::Rows(Some(configs)),
+        Layout::FILE,
+    )
 }
 
 /// What a pass over a `.wandb` file is for.
 enum Mode<'a> {
-    /// The rows, in parallel parts (and the config records, kept, when given).
+    /// The rows (and the config records, kept, when given).
     Rows(Option<&'a mut Vec<ConfigRecord>>),
     /// The run's configuration, applied to the map (rows of config records only).
     Config(&'a mut BTreeMap<String, String>),
 }
 
-/// [`read`] for `mode`.
+/// How a pass cuts the file: blocks per read chunk and per parallel part (tests try
+/// every size; the reader uses [`Layout::FILE`]).
+#[derive(Clone, Copy)]
+struct Layout {
+    chunk_blocks: usize,
+    part_blocks: usize,
+}
+
+impl Layout {
+    const FILE: Layout = Layout {
+        chunk_blocks: CHUNK_BLOCKS,
+        part_blocks: PART_BLOCKS,
+    };
+}
+
+/// Why a part's framing stopped early: an error, or a record that is no `Record`
+/// protobuf (its number is the part's own until the parts before it are counted).
+enum Stop {
+    Err(Error),
+    NotRecord(u64, u64, prost::DecodeError),
+}
+
+/// A part of a chunk once framed, and parsed as the pass wants.
+#[derive(Default)]
+struct PartOut {
+    /// MIDDLE/LAST fragments before the part's first FULL or FIRST: the rest of a record
+    /// begun in an earlier part, up to its LAST (offset, type, bytes in the chunk).
+    lead: Vec<(u64, u8, Range<usize>)>,
+    /// A FULL or FIRST was seen: a record left unfinished before it is dropped, as a
+    /// reader going front to back drops it.
+    starts: bool,
+    /// Records completed in the part (its own numbers count from 1).
+    records: u64,
+    /// The record still open at the part's end: the offset of its FIRST, its bytes so far.
+    trail: Option<(u64, Vec<u8>)>,
+    /// The data ended in the part: the zero tail of the file's last block (starting at
+    /// that offset: the bytes counted as read stop there, as they always have), or a
+    /// record cut by the end of the file (at that offset).
+    ended: bool,
+    zero_tail: Option<u64>,
+    cut: Option<u64>,
+    /// The first error, after everything above.
+    stop: Option<Stop>,
+    /// Reading rows: the part's rows, with part-local key ids and record numbers.
+    names: Vec<String>,
+    heads: Vec<RowHead>,
+    fields: Vec<(u32, f64)>,
+    non_finite: u64,
+    /// Config records in record order (a run record's first); for a config pass, the
+    /// records that may hold one, to be decoded in order (offset, number, bytes).
+    configs: Vec<ConfigRecord>,
+    kept: Vec<(u64, u64, Vec<u8>)>,
+}
+
+/// [`read`] for `mode`: chunk `k` is framed and parsed in parts on the rayon pool while
+/// this thread hands on chunk `k - 1`'s rows and reads chunk `k + 1` (three buffers in
+/// turn), so the reading thread's serial work is the read and the hand-on only.
 fn read_mode(
     path: &Path,
     mut input: impl Read,
     stats: &mut FileStats,
     w: &mut RowWriter,
     mut mode: Mode,
+    layout: Layout,
 ) -> Result<()> {
     let io = |e| Error::io(path, e);
-    let mut chunk = vec![0u8; CHUNK_BLOCKS * BLOCK];
-    // Whole records of the chunk, and the fragmented ones assembled.
-    let mut recs: Vec<RecRef> = Vec::new();
-    let mut owned: Vec<Vec<u8>> = Vec::new();
-    let mut pending: Vec<u8> = Vec::new();
-    // Offset in the file of the record being assembled.
-    let mut pending_at: u64 = 0;
-    let mut in_record = false;
-    let mut n_records: u64 = 0;
-    let mut block_start: u64 = 0;
-    let mut first = true;
-    let mut ended = false;
-    while !ended {
-        let got_chunk = read_block(&mut input, &mut chunk).map_err(io)?;
-        if got_chunk == 0 {
-            break;
-        }
-        recs.clear();
-        owned.clear();
-        let mut framing: Result<()> = Ok(());
-        let mut block_at = 0usize;
-        'blocks: while block_at < got_chunk {
-            let got = (got_chunk - block_at).min(BLOCK);
-            let buf = &chunk[block_at..block_at + got];
-            let mut pos = 0usize;
-            if first {
-                first = false;
-                let ok = buf.len() >= FILE_HEADER
-                    && buf.starts_with(MAGIC)
-                    && buf.get(4..6) == Some(&[0xE1, 0xBE][..]);
-                if !ok {
-                    return Err(Error::format(
-                        path,
-                        Position::Byte(0),
-                        "not a W&B transaction log: the file does not start with \":W&B\" and magic 0xBEE1",
-                    ));
-                }
-                if buf.get(6) != Some(&0) {
-                    return Err(Error::format(
-                        path,
-                        Position::Byte(6),
-                        format!(
-                            "W&B transaction log version {} (only version 0 is known)",
-                            buf[6]
-                        ),
-                    ));
-                }
-                pos = FILE_HEADER;
-            }
-            while pos + REC_HEADER <= buf.len() {
-                let h = &buf[pos..pos + REC_HEADER];
-                let crc = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
-                let len = u16::from_le_bytes([h[4], h[5]]) as usize;
-                let typ = h[6];
-                let at = block_start + pos as u64;
-                if typ == 0 && len == 0 && crc == 0 {
-                    // Zero padding: the writer's preallocated or flushed tail.
-                    if buf[pos..].iter().all(|b| *b == 0) {
-                        if got < BLOCK {
-                            ended = true;
-                            break 'blocks;
-                        }
-                        break;
-                    }
-                }
-                let Some(data) = buf.get(pos + REC_HEADER..pos + REC_HEADER + len) else {
-                    if got < BLOCK {
-                        truncated(stats, at, n_records);
-                        block_start += got as u64;
-                        ended = true;
-                        break 'blocks;
-                    }
-                    framing = Err(Error::format(
-                        path,
-                        Position::Byte(at),
-                        format!("W&B record length {len} runs past its 32 KiB block"),
-                    ));
-                    break 'blocks;
-                };
-                // A whole record's CRC is checked where it is parsed, in parallel
-                // ([`parse_records`]); fragments and anything refused here, now.
-                if typ != 1 && record_crc(typ, data) != crc {
-                    framing = Err(crc_error(path, at, typ, len));
-                    break 'blocks;
-                }
-                let start = block_at + pos + REC_HEADER;
-                pos += REC_HEADER + len;
-                // A whole record is read where it lies; a fragmented one is assembled.
-                let span = match typ {
-                    1 => {
-                        pending_at = at;
-                        in_record = false;
-                        Span::Chunk(start, start + len)
-                    }
-                    2 => {
-                        pending.clear();
-                        pending.extend_from_slice(data);
-                        pending_at = at;
-                        in_record = true;
-                        continue;
-                    }
-                    3 | 4 if in_record => {
-                        pending.extend_from_slice(data);
-                        if typ == 3 {
-                            continue;
-                        }
-                        in_record = false;
-                        owned.push(std::mem::take(&mut pending));
-                        Span::Owned(owned.len() - 1)
-                    }
-                    _ => {
-                        framing = Err(Error::format(
-                            path,
-                            Position::Byte(at),
-                            format!("W&B record of unknown or misplaced type {typ}"),
-                        ));
-                        break 'blocks;
-                    }
-                };
-                n_records += 1;
-                recs.push(RecRef {
-                    at: pending_at,
-                    n: n_records,
-                    span,
-                    crc: (typ == 1).then_some(crc),
+    let size = layout.chunk_blocks * BLOCK;
+    let mut bufs = [vec![0u8; size], vec![0u8; size], vec![0u8; size]];
+    let got = read_block(&mut input, &mut bufs[0]).map_err(io)?;
+    if got > 0 {
+        check_header(path, &bufs[0][..got])?;
+    }
+    let config_pass = matches!(mode, Mode::Config(_));
+    let mut st = Stitch::default();
+    // (chunk index, bytes) of the chunk to parse; (bytes, parts) of the one parsed before.
+    let mut cur = (0usize, got);
+    let mut done: Option<(usize, Vec<PartOut>)> = None;
+    let mut file_at = 0u64;
+    let mut read_err = None;
+    loop {
+        let (k, got) = cur;
+        let [b0, b1, b2] = &mut bufs;
+        let (chunk, prev, next) = match k % 3 {
+            0 => (&*b0, &*b2, b1),
+            1 => (&*b1, &*b0, b2),
+            _ => (&*b2, &*b1, b0),
+        };
+        let mut outs = Vec::new();
+        let mut next_got = 0;
+        let mut handed = Ok(());
+        rayon::in_place_scope(|s| {
+            if got > 0 && !st.ended {
+                let skip = if k == 0 { FILE_HEADER } else { 0 };
+                let outs = &mut outs;
+                s.spawn(move |_| {
+                    *outs = frame_chunk(path, &chunk[..got], skip, file_at, layout, config_pass);
                 });
             }
-            block_start += got as u64;
-            block_at += got;
-            if got < BLOCK {
-                ended = true;
+            if let Some((n, parts)) = done.take() {
+                handed = st.hand_on(path, &prev[..n], parts, stats, w, &mut mode);
             }
+            if got == size && read_err.is_none() && handed.is_ok() {
+                match read_block(&mut input, next) {
+                    Ok(n) => next_got = n,
+                    Err(e) => read_err = Some(e),
+                }
+            }
+        });
+        handed?;
+        if got == 0 || st.ended {
+            break;
         }
-        // The records before a framing error are read first: an earlier record's error
-        // is the one reported.
-        let bytes = |r: &RecRef| match r.span {
-            Span::Chunk(a, b) => chunk.get(a..b).unwrap_or_default(),
-            Span::Owned(i) => owned.get(i).map_or(&[][..], Vec::as_slice),
-        };
-        let whole: Vec<Framed> = recs.iter().map(|r| (r.at, r.n, bytes(r), r.crc)).collect();
-        parse_records(path, &whole, stats, w, &mut mode)?;
-        framing?;
+        file_at += got as u64;
+        done = Some((got, outs));
+        cur = (k + 1, next_got);
     }
-    if in_record {
-        truncated(stats, pending_at, n_records);
+    if let Some(e) = read_err {
+        return Err(io(e));
     }
-    stats.bytes = block_start;
-    stats.lines = n_records;
+    if st.in_record {
+        truncated(stats, st.pending_at, st.n_records);
+    }
+    stats.bytes = st.zero_tail.unwrap_or(file_at);
+    stats.lines = st.n_records;
     Ok(())
 }
 
-/// Where a framed record's bytes are: in the chunk, or assembled from fragments.
-enum Span {
-    Chunk(usize, usize),
-    Owned(usize),
+/// The file header at the start of `first` (the first chunk), as an error when it is
+/// not a version-0 W&B transaction log.
+fn check_header(path: &Path, first: &[u8]) -> Result<()> {
+    let ok = first.len() >= FILE_HEADER
+        && first.starts_with(MAGIC)
+        && first.get(4..6) == Some(&[0xE1, 0xBE][..]);
+    if !ok {
+        return Err(Error::format(
+            path,
+            Position::Byte(0),
+            "not a W&B transaction log: the file does not start with \":W&B\" and magic 0xBEE1",
+        ));
+    }
+    if first.get(6) != Some(&0) {
+        return Err(Error::format(
+            path,
+            Position::Byte(6),
+            format!(
+                "W&B transaction log version {} (only version 0 is known)",
+                first[6]
+            ),
+        ));
+    }
+    Ok(())
 }
 
-/// A framed record: its file offset, its number (1-based), its bytes, and the CRC a
-/// whole record (type 1) states, checked when it is parsed (fragments are checked as
-/// they are framed).
-struct RecRef {
-    at: u64,
-    n: u64,
-    span: Span,
-    crc: Option<u32>,
+/// Chunk `chunk` (at file offset `file_at`; its first `skip` bytes are the file header)
+/// framed and parsed in parts of `layout.part_blocks` blocks on the pool, in order.
+fn frame_chunk(
+    path: &Path,
+    chunk: &[u8],
+    skip: usize,
+    file_at: u64,
+    layout: Layout,
+    config_pass: bool,
+) -> Vec<PartOut> {
+    use rayon::prelude::*;
+    let part = layout.part_blocks * BLOCK;
+    let starts: Vec<usize> = (0..chunk.len()).step_by(part).collect();
+    starts
+        .par_iter()
+        .map(|&a| {
+            let r = a..(a + part).min(chunk.len());
+            let skip = if a == 0 { skip } else { 0 };
+            if config_pass {
+                config_part(path, chunk, r, skip, file_at)
+            } else {
+                rows_part(path, chunk, r, skip, file_at)
+            }
+        })
+        .collect()
 }
 
-/// A framed record as [`parse_records`] takes it: offset, number, bytes, CRC to check.
-type Framed<'a> = (u64, u64, &'a [u8], Option<u32>);
+/// A part framed for its rows: each whole record parsed as it is framed, with the
+/// part's own key ids.
+fn rows_part(path: &Path, chunk: &[u8], r: Range<usize>, skip: usize, at0: u64) -> PartOut {
+    let mut out = PartOut::default();
+    let mut keys = Keys::default();
+    let mut row = Row::default();
+    let (mut heads, mut fields, mut configs) = (Vec::new(), Vec::new(), Vec::new());
+    let mut non_finite = 0u64;
+    frame_part(path, chunk, r, skip, at0, &mut out, &mut |at, n, bytes| {
+        let got = parse_record(bytes, &mut keys, &mut row, &mut configs)
+            .map_err(|e| Stop::NotRecord(at, n, e))?;
+        if got && !row.fields.is_empty() {
+            fields.extend_from_slice(&row.fields);
+            non_finite += row.fields.iter().filter(|(_, v)| !v.is_finite()).count() as u64;
+            heads.push(RowHead {
+                step: row.step(),
+                timestamp: row.timestamp,
+                source: SourceKind::Wandb,
+                line: n,
+                fields: row.fields.len() as u32,
+            });
+        }
+        Ok(())
+    });
+    out.names = keys.names().to_vec();
+    (out.heads, out.fields, out.configs, out.non_finite) = (heads, fields, configs, non_finite);
+    out
+}
+
+/// A part framed for a config pass: the records that may hold a config kept, to be
+/// decoded in order (history records hold none and are only walked).
+fn config_part(path: &Path, chunk: &[u8], r: Range<usize>, skip: usize, at0: u64) -> PartOut {
+    let mut out = PartOut::default();
+    let mut kept = Vec::new();
+    frame_part(path, chunk, r, skip, at0, &mut out, &mut |at, n, bytes| {
+        if !super::wandb_config::without_config(bytes) {
+            kept.push((at, n, bytes.to_vec()));
+        }
+        Ok(())
+    });
+    out.kept = kept;
+    out
+}
+
+/// What [`frame_part`] hands each record to: offset, the part's own number, bytes.
+type OnRecord<'a> = dyn FnMut(u64, u64, &[u8]) -> std::result::Result<(), Stop> + 'a;
+
+/// Where a part is in the record sequence: before its first FULL or FIRST (what comes
+/// continues an earlier part's record), between records, or inside a FIRST … LAST.
+#[derive(PartialEq)]
+enum At {
+    Lead,
+    Between,
+    InRecord,
+}
+
+/// Frame bytes `r` of `chunk` (whole blocks; the first at file offset `at0 + r.start`,
+/// `skip` bytes into it), each fragment's CRC checked, handing each record completed in
+/// the part to `record` (offset, the part's own number from 1, bytes) in order, into `out`.
+fn frame_part(
+    path: &Path,
+    chunk: &[u8],
+    r: Range<usize>,
+    skip: usize,
+    at0: u64,
+    out: &mut PartOut,
+    record: &mut OnRecord,
+) {
+    let mut state = At::Lead;
+    let mut pending: Vec<u8> = Vec::new();
+    let mut pending_at = 0u64;
+    let mut n = 0u64;
+    let mut block_at = r.start;
+    'blocks: while block_at < r.end {
+        let got = (r.end - block_at).min(BLOCK);
+        let buf = &chunk[block_at..block_at + got];
+        let mut pos = if block_at == r.start { skip } else { 0 };
+        while pos + REC_HEADER <= buf.len() {
+            let h = &buf[pos..pos + REC_HEADER];
+            let crc = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+            let len = u16::from_le_bytes([h[4], h[5]]) as usize;
+            let typ = h[6];
+            let at = at0 + (block_at + pos) as u64;
+            // Zero padding: the writer's preallocated or flushed tail.
+            if typ == 0 && len == 0 && crc == 0 && buf[pos..].iter().all(|b| *b == 0) {
+                if got < BLOCK {
+                    out.ended = true;
+                    out.zero_tail = Some(at0 + block_at as u64);
+                    break 'blocks;
+                }
+                break;
+            }
+            let Some(data) = buf.get(pos + REC_HEADER..pos + REC_HEADER + len) else {
+                if got < BLOCK {
+                    out.cut = Some(at);
+                    out.ended = true;
+                } else {
+                    out.stop = Some(Stop::Err(Error::format(
+                        path,
+                        Position::Byte(at),
+                        format!("W&B record length {len} runs past its 32 KiB block"),
+                    )));
+                }
+                break 'blocks;
+            };
+            if record_crc(typ, data) != crc {
+                out.stop = Some(Stop::Err(crc_error(path, at, typ, len)));
+                break 'blocks;
+            }
+            let start = block_at + pos + REC_HEADER;
+            pos += REC_HEADER + len;
+            let done = match (typ, &state) {
+                (1, _) => {
+                    out.starts = true;
+                    state = At::Between;
+                    n += 1;
+                    record(at, n, data)
+                }
+                (2, _) => {
+                    out.starts = true;
+                    state = At::InRecord;
+                    pending.clear();
+                    pending.extend_from_slice(data);
+                    pending_at = at;
+                    Ok(())
+                }
+                (3 | 4, At::Lead) => {
+                    out.lead.push((at, typ, start..start + len));
+                    if typ == 4 {
+                        state = At::Between;
+                    }
+                    Ok(())
+                }
+                (3 | 4, At::InRecord) => {
+                    pending.extend_from_slice(data);
+                    if typ == 4 {
+                        state = At::Between;
+                        n += 1;
+                        record(pending_at, n, &pending)
+                    } else {
+                        Ok(())
+                    }
+                }
+                _ => Err(Stop::Err(misplaced(path, at, typ))),
+            };
+            if let Err(e) = done {
+                out.stop = Some(e);
+                break 'blocks;
+            }
+        }
+        block_at += got;
+    }
+    out.records = n;
+    if state == At::InRecord {
+        out.trail = Some((pending_at, pending));
+    }
+}
+
+/// The error of a fragment whose type is unknown, or that continues no record.
+fn misplaced(path: &Path, at: u64, typ: u8) -> Error {
+    Error::format(
+        path,
+        Position::Byte(at),
+        format!("W&B record of unknown or misplaced type {typ}"),
+    )
+}
+
+/// The framing state carried from part to part, in file order: the record being
+/// assembled across part boundaries, and the records counted so far.
+#[derive(Default)]
+struct Stitch {
+    pending: Vec<u8>,
+    pending_at: u64,
+    in_record: bool,
+    n_records: u64,
+    ended: bool,
+    zero_tail: Option<u64>,
+    row: Row,
+    ids: Vec<u32>,
+}
+
+impl Stitch {
+    /// Hand on the parts of one chunk (`chunk`, what their ranges index) in order: a
+    /// record continued into a part is completed and parsed here, then the part's own
+    /// rows (or config records) follow; the first error stops the pass.
+    fn hand_on(
+        &mut self,
+        path: &Path,
+        chunk: &[u8],
+        parts: Vec<PartOut>,
+        stats: &mut FileStats,
+        w: &mut RowWriter,
+        mode: &mut Mode,
+    ) -> Result<()> {
+        for part in parts {
+            for (at, typ, r) in &part.lead {
+                if !self.in_record {
+                    return Err(misplaced(path, *at, *typ));
+                }
+                self.pending
+                    .extend_from_slice(chunk.get(r.clone()).unwrap_or_default());
+                if *typ == 4 {
+                    self.in_record = false;
+                    self.n_records += 1;
+                    let pending = std::mem::take(&mut self.pending);
+                    let (at, n) = (self.pending_at, self.n_records);
+                    let res = self.one(path, at, n, &pending, stats, w, mode);
+                    self.pending = pending;
+                    res?;
+                }
+            }
+            if part.starts {
+                self.in_record = false;
+            }
+            let base = self.n_records;
+            self.n_records += part.records;
+            match mode {
+                Mode::Rows(keep) => {
+                    self.ids.clear();
+                    self.ids.extend(part.names.iter().map(|k| w.keys.id_str(k)));
+                    let same = self.ids.iter().enumerate().all(|(i, &id)| id as usize == i);
+                    let ids = (!same).then_some(&self.ids[..]);
+                    w.rows_built(&part.heads, &part.fields, ids, base);
+                    stats.records += part.heads.len() as u64;
+                    stats.non_finite += part.non_finite;
+                    if let Some(keep) = keep.as_deref_mut() {
+                        keep.extend(part.configs);
+                    }
+                }
+                Mode::Config(_) => {
+                    for (at, n, bytes) in &part.kept {
+                        self.one(path, *at, base + n, bytes, stats, w, mode)?;
+                    }
+                }
+            }
+            match part.stop {
+                Some(Stop::Err(e)) => return Err(e),
+                Some(Stop::NotRecord(at, n, e)) => return Err(not_a_record(path, at, base + n, e)),
+                None => {}
+            }
+            if let Some((at, bytes)) = part.trail {
+                self.pending = bytes;
+                self.pending_at = at;
+                self.in_record = true;
+            }
+            if let Some(at) = part.cut {
+                truncated(stats, at, self.n_records);
+            }
+            if part.ended {
+                self.ended = true;
+                self.zero_tail = part.zero_tail;
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Record number `n`, at `at`, parsed here (a record continued from one part into
+    /// the next, or a config pass's record).
+    #[allow(clippy::too_many_arguments)]
+    fn one(
+        &mut self,
+        path: &Path,
+        at: u64,
+        n: u64,
+        bytes: &[u8],
+        stats: &mut FileStats,
+        w: &mut RowWriter,
+        mode: &mut Mode,
+    ) -> Result<()> {
+        let bad = |e| not_a_record(path, at, n, e);
+        match mode {
+            Mode::Rows(keep) => {
+                let mut configs = Vec::new();
+                let got =
+                    parse_record(bytes, &mut w.keys, &mut self.row, &mut configs).map_err(bad)?;
+                if got {
+                    self.row.finish(w, n, stats);
+                }
+                if let Some(keep) = keep.as_deref_mut() {
+                    keep.extend(configs);
+                }
+            }
+            Mode::Config(cfg) => {
+                // A record whose top level holds no config or run (history, or nothing)
+                // has no config, and its row is not wanted here: only the others are
+                // decoded. (The scan that read the same file before has already refused
+                // a record prost cannot decode.)
+                if super::wandb_config::without_config(bytes) {
+                    return Ok(());
+                }
+                let mut rec = Record::decode(bytes).map_err(bad)?;
+                if let Some(h) = rec.history.take() {
+                    history_row(&h, &mut w.keys, &mut self.row);
+                    self.row.finish(w, n, stats);
+                }
+                if let Some(c) = rec.run.as_ref().and_then(|r| r.config.as_ref()) {
+                    super::wandb_config::apply_config(c, cfg);
+                }
+                if let Some(c) = &rec.config {
+                    super::wandb_config::apply_config(c, cfg);
+                }
+            }
+        }
+        Ok(())
+    }
+}
 
 /// The CRC-32 of a LevelDB-style log record: over its type byte and its data.
 fn record_crc(typ: u8, data: &[u8]) -> u32 {
@@ -547,28 +591,6 @@ fn crc_error(path: &Path, at: u64, typ: u8, len: usize) -> Error {
     )
 }
 
-/// A whole record's CRC, when it has one to check, as an error when it does not match.
-fn check_crc(path: &Path, at: u64, bytes: &[u8], crc: Option<u32>) -> Result<()> {
-    match crc {
-        Some(c) if record_crc(1, bytes) != c => Err(crc_error(path, at, 1, bytes.len())),
-        _ => Ok(()),
-    }
-}
-
-/// The rows of a run of records with part-local key ids (parsed on a worker).
-#[derive(Default)]
-struct Part {
-    names: Vec<String>,
-    /// `(step, timestamp, record number, fields end)`.
-    rows: Vec<(Option<i64>, Option<f64>, u64, usize)>,
-    fields: Vec<(u32, f64)>,
-    /// Config records (a run record's first), in record order.
-    configs: Vec<ConfigRecord>,
-}
-
-/// Records per parallel part.
-const PART_RECORDS: usize = 2048;
-
 /// The error of record `n` at byte `at` of `path` that is no W&B `Record` protobuf.
 fn not_a_record(path: &Path, at: u64, n: u64, e: prost::DecodeError) -> Error {
     Error::format(
@@ -576,132 +598,6 @@ fn not_a_record(path: &Path, at: u64, n: u64, e: prost::DecodeError) -> Error {
         Position::Byte(at),
         format!("record {n} is not a W&B Record protobuf: {e}"),
     )
-}
-
-/// Parse `recs` (`(offset, number, bytes)`, in file order) into `w`: in parallel parts
-/// with their own key ids, renumbered into the file's keys in order (so keys keep their
-/// first-seen order); the first record that is not a `Record` protobuf is the error. With
-/// `config` (a run's configuration is wanted, not its rows), one by one: history records
-/// are only walked, and the others decoded to apply their config.
-fn parse_records(
-    path: &Path,
-    recs: &[Framed],
-    stats: &mut FileStats,
-    w: &mut RowWriter,
-    mode: &mut Mode,
-) -> Result<()> {
-    use rayon::prelude::*;
-    let bad = |at: u64, n: u64, e: prost::DecodeError| not_a_record(path, at, n, e);
-    let keep = match mode {
-        Mode::Config(cfg) => return config_records(path, recs, stats, w, cfg),
-        Mode::Rows(keep) => keep,
-    };
-    let parts: Vec<(Part, Option<Error>)> = recs
-        .par_chunks(PART_RECORDS)
-        .map(|part| {
-            let mut keys = Keys::default();
-            let mut row = Row::default();
-            let mut out = Part::default();
-            for &(at, n, bytes, crc) in part {
-                if let Err(e) = check_crc(path, at, bytes, crc) {
-                    out.names = keys.names().to_vec();
-                    return (out, Some(e));
-                }
-                let got = match fast_history(bytes, &mut keys, &mut row) {
-                    Some(got) => got,
-                    None => match Record::decode(bytes) {
-                        Ok(mut rec) => {
-                            if let Some(c) = rec.run.as_mut().and_then(|r| r.config.take()) {
-                                out.configs.push(c);
-                            }
-                            if let Some(c) = rec.config.take() {
-                                out.configs.push(c);
-                            }
-                            match &rec.history {
-                                Some(h) => {
-                                    history_row(h, &mut keys, &mut row);
-                                    true
-                                }
-                                None => false,
-                            }
-                        }
-                        Err(e) => {
-                            out.names = keys.names().to_vec();
-                            return (out, Some(bad(at, n, e)));
-                        }
-                    },
-                };
-                if got && !row.fields.is_empty() {
-                    out.fields.extend_from_slice(&row.fields);
-                    let step = row.trainer_step.or(row.step);
-                    out.rows.push((step, row.timestamp, n, out.fields.len()));
-                }
-            }
-            out.names = keys.names().to_vec();
-            (out, None)
-        })
-        .collect();
-    let mut ids: Vec<(u32, f64)> = Vec::new();
-    for (part, err) in parts {
-        let map: Vec<u32> = part.names.iter().map(|k| w.keys.id_str(k)).collect();
-        let mut start = 0;
-        for &(step, ts, n, end) in &part.rows {
-            ids.clear();
-            ids.extend(
-                part.fields
-                    .get(start..end)
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|&(k, v)| (map.get(k as usize).copied().unwrap_or(u32::MAX), v)),
-            );
-            start = end;
-            w.row(step, ts, SourceKind::Wandb, n, &ids, stats);
-        }
-        if let Some(keep) = keep.as_deref_mut() {
-            keep.extend(part.configs);
-        }
-        if let Some(e) = err {
-            return Err(e);
-        }
-    }
-    Ok(())
-}
-
-/// [`parse_records`] for a config pass: history records are only walked, the others
-/// decoded one by one to apply their config to `cfg`.
-fn config_records(
-    path: &Path,
-    recs: &[Framed],
-    stats: &mut FileStats,
-    w: &mut RowWriter,
-    cfg: &mut BTreeMap<String, String>,
-) -> Result<()> {
-    let bad = |at: u64, n: u64, e: prost::DecodeError| not_a_record(path, at, n, e);
-    {
-        let mut row = Row::default();
-        for &(at, n, bytes, crc) in recs {
-            check_crc(path, at, bytes, crc)?;
-            // A record whose top level holds no config or run (history, or nothing) has
-            // no config, and its row is not wanted here: only the others are decoded.
-            // (The scan that read the same file before has already refused a record
-            // prost cannot decode.)
-            if super::wandb_config::without_config(bytes) {
-                continue;
-            }
-            let mut rec = Record::decode(bytes).map_err(|e| bad(at, n, e))?;
-            if let Some(h) = rec.history.take() {
-                history_row(&h, &mut w.keys, &mut row);
-                row.finish(w, n, stats);
-            }
-            if let Some(c) = rec.run.as_ref().and_then(|r| r.config.as_ref()) {
-                super::wandb_config::apply_config(c, cfg);
-            }
-            if let Some(c) = &rec.config {
-                super::wandb_config::apply_config(c, cfg);
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Fill `block` from `r`; returns the bytes read (short only at end of file).

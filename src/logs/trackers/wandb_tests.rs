@@ -1,6 +1,7 @@
 //! Tests of the `.wandb` reader (`wandb.rs`).
 
 use super::*;
+use crate::logs::trackers::wandb_record::fast_history;
 
 fn item(key: &str, json: &str) -> HistoryItem {
     HistoryItem {
@@ -281,4 +282,128 @@ fn a_record_cut_by_the_end_keeps_the_rows_before_it() {
     assert_eq!(res, Ok(()));
     assert_eq!(rows.len(), 299);
     assert_eq!(cfg.get("lr").map(String::as_str), Some("0.001"));
+}
+
+/// Everything a pass over `bytes` cut by `layout` gives, as text: its result, the rows
+/// (record numbers included), the config (kept in a rows pass, applied in a config pass)
+/// and the file's statistics.
+fn pass_at(bytes: &[u8], layout: Layout, config: bool) -> String {
+    let mut batches = Vec::new();
+    let mut sink = |b| {
+        batches.push(b);
+        None
+    };
+    let mut stats = FileStats::default();
+    let (mut keep, mut cfg) = (Vec::new(), BTreeMap::new());
+    let res = {
+        let mut w = RowWriter::new(&mut sink);
+        let mode = if config {
+            Mode::Config(&mut cfg)
+        } else {
+            Mode::Rows(Some(&mut keep))
+        };
+        let r = read_mode(
+            Path::new("run.wandb"),
+            bytes,
+            &mut stats,
+            &mut w,
+            mode,
+            layout,
+        );
+        w.flush();
+        r.map_err(|e| e.to_string())
+    };
+    super::super::wandb_config::apply_configs(&keep, &mut cfg);
+    let (mut names, mut rows) = (Vec::new(), Vec::new());
+    for b in &batches {
+        super::super::rows::to_records(b, &mut names, 0, &mut |r| rows.push(format!("{r:?}")));
+    }
+    format!("{res:?}\n{}\n{cfg:?}\n{stats:?}", rows.join("\n"))
+}
+
+/// The layouts tried: parts of 1 to 4 blocks in chunks of 1 to 9 blocks (a record's
+/// fragments crossing part and chunk boundaries at every offset), and one part per
+/// chunk as large as the test files (the file framed front to back in one piece).
+fn layouts() -> Vec<Layout> {
+    let mut out = vec![Layout {
+        chunk_blocks: 64,
+        part_blocks: 64,
+    }];
+    for chunk_blocks in 1..=9 {
+        for part_blocks in 1..=4 {
+            out.push(Layout {
+                chunk_blocks,
+                part_blocks,
+            });
+        }
+    }
+    out
+}
+
+#[test]
+fn parts_of_every_size_give_the_rows_of_one_front_to_back_pass() {
+    // 1,200 rows: three large records, each fragmented over 14 blocks (so over several
+    // parts and chunks), config updates among them.
+    let (file, at) = wandb_file(&run_records(1200));
+    assert!(file.len() > 40 * BLOCK && file.len() < 64 * BLOCK);
+    // A file cut inside the second large record, and one with a corrupt record after it.
+    let cut = &file[..at[1008] + 100_000];
+    let mut bad = file.clone();
+    bad[at[1100] + REC_HEADER + 3] ^= 0x10;
+    // A record that is no `Record` protobuf: field 2 a varint, which prost refuses.
+    let mut recs = run_records(900);
+    recs[850] = vec![0x10, 0x01];
+    let (junk, _) = wandb_file(&recs);
+    // The writer's zero tail in the last (short) block.
+    let mut zeros = file.clone();
+    zeros.resize(file.len() + 100, 0);
+    for (name, bytes) in [
+        ("whole", &file[..]),
+        ("zeros", &zeros[..]),
+        ("cut", cut),
+        ("bad", &bad[..]),
+        ("junk", &junk[..]),
+    ] {
+        for config in [false, true] {
+            let want = pass_at(bytes, layouts()[0], config);
+            for layout in layouts() {
+                let got = pass_at(bytes, layout, config);
+                assert!(
+                    got == want,
+                    "{name} config={config} chunk {} part {}",
+                    layout.chunk_blocks,
+                    layout.part_blocks
+                );
+            }
+        }
+    }
+    // What the one-piece pass reads, exactly.
+    let whole = pass_at(&file, layouts()[0], false);
+    assert!(whole.starts_with("Ok(())\n"));
+    assert_eq!(whole.matches("source: Wandb").count(), 1200);
+    assert!(whole.contains("step: Some(1007), timestamp: None, source: Wandb, file: 0, line: 1009"));
+    assert!(whole.contains("lines: 1201, records: 1200"));
+    // Bytes read stop at the start of the block the zero tail is in.
+    let zeros = pass_at(&zeros, layouts()[0], false);
+    assert!(zeros.contains("lines: 1201, records: 1200"));
+    let block_start = file.len() / BLOCK * BLOCK;
+    assert!(
+        zeros.contains(&format!("bytes: {block_start}, ")),
+        "{zeros}"
+    );
+    assert!(whole.contains(&format!("bytes: {}, ", file.len())));
+    let cut = pass_at(cut, layouts()[0], false);
+    assert!(cut.contains("lines: 1008, records: 1007"), "{cut}");
+    assert!(cut.contains(&format!("truncated last record at byte {}", at[1008])));
+    let bad = pass_at(&bad, layouts()[0], false);
+    assert!(bad.contains(&format!(
+        "byte {}: W&B record CRC mismatch (type 1",
+        at[1100]
+    )));
+    assert_eq!(bad.matches("source: Wandb").count(), 1099);
+    let junk = pass_at(&junk, layouts()[0], false);
+    assert!(
+        junk.contains("record 851 is not a W&B Record protobuf"),
+        "{junk}"
+    );
 }

@@ -4,7 +4,7 @@
 //! decodes the record with prost instead, which reports the error.
 
 /// A varint at `*pos`.
-#[inline]
+#[inline(always)]
 pub fn varint(b: &[u8], pos: &mut usize) -> Option<u64> {
     // One byte (tags, short lengths, small values: most varints of a record) first.
     if let Some(&byte) = b.get(*pos) {
@@ -43,7 +43,7 @@ pub enum Payload<'a> {
 }
 
 /// `n` bytes at `*pos`.
-#[inline]
+#[inline(always)]
 fn take<'a>(b: &'a [u8], pos: &mut usize, n: usize) -> Option<&'a [u8]> {
     let s = b.get(*pos..pos.checked_add(n)?)?;
     *pos += n;
@@ -52,7 +52,7 @@ fn take<'a>(b: &'a [u8], pos: &mut usize, n: usize) -> Option<&'a [u8]> {
 
 /// The next field at `*pos`: its number and payload (`None` for group wire types or a
 /// field running past the end).
-#[inline]
+#[inline(always)]
 pub fn field<'a>(b: &'a [u8], pos: &mut usize) -> Option<(u64, Payload<'a>)> {
     let tag = varint(b, pos)?;
     let (num, wt) = (tag >> 3, tag & 7);
