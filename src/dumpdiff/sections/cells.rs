@@ -306,22 +306,27 @@ fn placed_by_values(inputs: &BatchInputs, fwd: &Tensors<'_>) -> Option<Vec<Optio
         .collect()
 }
 
-/// A loss total that passes only within the error propagated from 16-bit log-probs
-/// (its tolerance's `+ …` allowance) is failed when the same cell's advantages differ
-/// (`is_loss.advantages` fails): the allowance bounds what rounding of inputs that agree
-/// can do, and these inputs do not agree. Returns the cells changed.
-pub fn totals_over_differing_inputs(sections: &mut [crate::dumpdiff::Section]) -> Vec<(u32, u32)> {
-    let differing: Vec<(u32, u32)> = sections
+/// The cells (rank, micro) whose `is_loss` comparison `name` fails.
+pub fn failing_in_is_loss(sections: &[crate::dumpdiff::Section], name: &str) -> Vec<(u32, u32)> {
+    sections
         .iter()
         .filter(|s| s.name == "is_loss")
         .flat_map(|s| &s.cells)
         .filter(|c| {
             c.comparisons
                 .iter()
-                .any(|x| x.name == "is_loss.advantages" && x.verdict == Verdict::Fail)
+                .any(|x| x.name == name && x.verdict == Verdict::Fail)
         })
         .filter_map(|c| Some((c.rank?, c.micro?)))
-        .collect();
+        .collect()
+}
+
+/// A loss total that passes only within the error propagated from 16-bit log-probs
+/// (its tolerance's `+ …` allowance) is failed when the same cell's advantages differ
+/// (`is_loss.advantages` fails): the allowance bounds what rounding of inputs that agree
+/// can do, and these inputs do not agree. Returns the cells changed.
+pub fn totals_over_differing_inputs(sections: &mut [crate::dumpdiff::Section]) -> Vec<(u32, u32)> {
+    let differing = failing_in_is_loss(sections, "is_loss.advantages");
     let mut changed = Vec::new();
     for sec in sections
         .iter_mut()

@@ -126,18 +126,9 @@ pub fn own_sum_fails(
 
 /// The cells (rank, micro) whose `is_loss.effective_valid` fails: the sides' loss masks
 /// differ, so their totals differ by the masked tokens' terms, not by rounding.
+/// (The mask's counterpart for advantages: [`super::totals_over_differing_inputs`].)
 pub fn masks_differ(sections: &[crate::dumpdiff::Section]) -> Vec<(u32, u32)> {
-    sections
-        .iter()
-        .filter(|s| s.name == "is_loss")
-        .flat_map(|s| &s.cells)
-        .filter(|c| {
-            c.comparisons
-                .iter()
-                .any(|x| x.name == "is_loss.effective_valid" && x.verdict == Verdict::Fail)
-        })
-        .filter_map(|c| Some((c.rank?, c.micro?)))
-        .collect()
+    super::cells::failing_in_is_loss(sections, "is_loss.effective_valid")
 }
 
 /// Where the loss masks differ ([`masks_differ`]), a loss total that passed only within
