@@ -625,6 +625,7 @@ fn losscheck_prints_equal_looking_numbers_with_more_digits() {
         differs: vec![],
         loss_ok: false,
         own_sum: false,
+        own_shift: false,
     };
     assert_eq!(
         v.line(),
@@ -659,6 +660,7 @@ fn losscheck_never_calls_a_loss_recomputed_alike_different() {
         differs: vec![],
         loss_ok: true,
         own_sum: false,
+        own_shift: false,
     };
     assert_eq!(
         v.line(),

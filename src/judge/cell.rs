@@ -436,6 +436,7 @@ pub fn judge(cell: &Cell, cfg: &LossConfig, tol: &Tolerance, unc: Uncertainty) -
         differs,
         loss_ok,
         own_sum: false,
+        own_shift: false,
     })
 }
 

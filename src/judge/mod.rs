@@ -35,6 +35,7 @@ pub mod locate;
 pub mod overrides;
 pub mod picture;
 pub mod self_hosted;
+mod shifted;
 pub mod terms;
 mod under;
 mod verdict_line;
@@ -163,6 +164,10 @@ pub struct Verdict {
     /// no mean of it gives: a fault whatever weights that per-token loss holds.
     #[serde(skip)]
     pub own_sum: bool,
+    /// The dumped `prob_ratio` follows the cell's own log-probs with `old_log_probs`
+    /// shifted by one token ([`shifted::own_shift`]): a fault whatever the step's picture.
+    #[serde(skip)]
+    pub own_shift: bool,
 }
 
 pub(crate) fn kerr(path: &Path, e: KernelError) -> Error {

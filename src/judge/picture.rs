@@ -81,9 +81,10 @@ pub fn before_judging(verdicts: &mut [Verdict], conventions: &[Convention], trie
 /// changed.
 pub fn check_before_judging(verdicts: &mut [Verdict], tried: &str) -> usize {
     let n = verdicts.len();
-    // a pg term that is the plain sum of its own per-token loss is a fault whatever the
-    // picture (`Verdict::own_sum`): no doubt on the picture, and never doubted itself
-    let doubted = |v: &Verdict| v.status == Status::Inconsistent && !v.own_sum;
+    // a pg term that is the plain sum of its own per-token loss, or a ratio of old
+    // log-probs shifted by a token, is a fault whatever the picture (`Verdict::own_sum`,
+    // `Verdict::own_shift`): no doubt on the picture, and never doubted itself
+    let doubted = |v: &Verdict| v.status == Status::Inconsistent && !(v.own_sum || v.own_shift);
     let bad = verdicts.iter().filter(|v| doubted(v)).count();
     // of two cells, both must disagree with no term named (a sum for a mean, a mask, …):
     // a named difference in each is evidence, a bare "pg term differs" twice is not
@@ -536,6 +537,7 @@ mod tests {
                 differs: Vec::new(),
                 loss_ok: false,
                 own_sum: false,
+                own_shift: false,
             })
             .collect()
     }

@@ -158,7 +158,7 @@ fn judge_settled(cell: &Cell, resolved: &infer::Resolved, tol: &Tolerance) -> Re
                 return Ok(w);
             }
         }
-        return Ok(own_sum(cell, v));
+        return Ok(super::shifted::own_shift(cell, own_sum(cell, v)));
     }
     if v.status == Status::Consistent {
         return Ok(lone_total(resolved, v));
