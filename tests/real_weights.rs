@@ -944,3 +944,21 @@ fn a_ratio_of_old_log_probs_shifted_by_a_token_is_named_whatever_the_picture() {
         );
     }
 }
+
+#[test]
+fn a_summed_pg_term_fails_beside_a_term_the_other_side_does_not_state() {
+    // seed 7678: the weaver sums its pg term (weights it does not dump), the self-hosted
+    // total holds NexRL's unechoed KL loss: every total warned "cannot judge which side is
+    // wrong", and the sum passed as a warning (exit 0 where 1 is due)
+    let (code, r) = dumpdiff(&novel("sum-beside-unstated-kl-7678"));
+    assert_eq!(code, Some(1), "{r}");
+    let x = comparison(&r, "loss", 0, 0, "loss.loss");
+    assert_eq!(x["verdict"], "fail", "{x}");
+    assert!(
+        x["reason"]
+            .as_str()
+            .unwrap()
+            .ends_with("which no mean gives: the aggregation differs"),
+        "{x}"
+    );
+}

@@ -555,14 +555,10 @@ fn compare(
     }
     adjudication.retain(|a| !passed.contains(&(a.rank, a.micro)));
     // a side whose pg term is the plain sum of its own per-token loss is wrong whatever
-    // weights it does not dump: those cells fail again, the aggregation named
+    // weights it does not dump or terms the other side's total holds unstated (seed
+    // 7678): those cells fail again, the aggregation named
     for a in &adjudication {
-        let others_match = a
-            .sides
-            .iter()
-            .filter(|v| !v.own_sum)
-            .all(|v| v.status == Some(crate::judge::Status::Consistent));
-        if let Some(v) = a.sides.iter().find(|v| v.own_sum).filter(|_| others_match) {
+        if let Some(v) = a.sides.iter().find(|v| v.own_sum) {
             if sections::own_sum_fails(&mut sections, a.rank, a.micro, &v.role) {
                 diagnosis::own_sum(&mut diagnosis, a.rank, a.micro, &v.role);
             }

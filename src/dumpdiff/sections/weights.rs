@@ -87,8 +87,9 @@ pub fn totals_cannot_judge<'a>(
 
 /// A side whose own dumped pg term is the plain sum of its own dumped per-token loss
 /// (losscheck's finding, [`crate::judge::Verdict::own_sum`]) is wrong whatever weights
-/// that per-token loss holds: the totals of `rank`/`micro` that unseen weights made a
-/// "cannot judge" warning fail again, naming the aggregation. `true` when one did.
+/// that per-token loss holds: the totals of `rank`/`micro` that unseen weights (or a term
+/// the other side's total holds unstated) made a "cannot judge" warning fail again, naming
+/// the aggregation. `true` when one did.
 pub fn own_sum_fails(
     sections: &mut [crate::dumpdiff::Section],
     rank: u32,
@@ -110,7 +111,8 @@ pub fn own_sum_fails(
                 for x in out.iter_mut() {
                     if x.name.ends_with("loss")
                         && x.verdict == Verdict::Warn
-                        && x.reason.contains("does not dump")
+                        && (x.reason.contains("does not dump")
+                            || x.reason.contains("holds a term no file states"))
                     {
                         x.verdict = Verdict::Fail;
                         x.reason = format!("{} — {why}", x.reason);
