@@ -3,44 +3,7 @@
 //! code — an importance weight, the old log-probs, a temperature, the clip bound, the
 //! aggregation — and only where the cell's own evidence supports it.
 
-use std::path::{Path, PathBuf};
-
-use serde_json::Value as Json;
-
-use crate::real_weights::dumpdiff;
-
-/// The committed scenario `fixtures/scenarios/real-novel-<name>`.
-fn novel(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/scenarios/real-novel-{name}"))
-}
-
-/// The cell (rank, micro) of section `sec` of dumpdiff report `r`.
-fn cell<'a>(r: &'a Json, sec: &str, rank: u64, micro: u64) -> &'a Json {
-    r["sections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == sec)
-        .and_then(|s| {
-            s["cells"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|c| c["rank"] == rank && c["micro"] == micro)
-        })
-        .unwrap_or_else(|| panic!("no {sec} cell {rank}/{micro}"))
-}
-
-/// The report's diagnosis line of cell (rank, micro), if any.
-fn diagnosis(r: &Json, rank: u64, micro: u64) -> Option<String> {
-    let head = format!("rank {rank} micro {micro}:");
-    r["diagnosis"]
-        .as_array()?
-        .iter()
-        .filter_map(|d| d.as_str())
-        .find(|d| d.starts_with(&head))
-        .map(str::to_string)
-}
+use crate::real_weights::{cell, comparison, diagnosis, dumpdiff, novel};
 
 #[test]
 fn importance_weights_are_named_beside_a_term_no_file_states() {
@@ -70,17 +33,6 @@ fn importance_weights_are_named_beside_a_term_no_file_states() {
             );
         }
     }
-}
-
-/// The comparison `name` of the cell (rank, micro) of section `sec`.
-fn comparison<'a>(r: &'a Json, sec: &str, rank: u64, micro: u64, name: &str) -> &'a Json {
-    let c = cell(r, sec, rank, micro);
-    c["comparisons"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["name"] == name)
-        .unwrap_or_else(|| panic!("no {name} in {c}"))
 }
 
 #[test]

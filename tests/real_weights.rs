@@ -98,26 +98,49 @@ fn convention<'a>(r: &'a Json, name: &str) -> &'a Json {
         .unwrap_or_else(|| panic!("no {name} convention in {r}"))
 }
 
-/// The comparison `name` of the cell (rank, micro) of section `sec`.
-fn comparison<'a>(r: &'a Json, sec: &str, rank: u64, micro: u64, name: &str) -> &'a Json {
-    let s = r["sections"]
+/// The cell (rank, micro) of section `sec` of dumpdiff report `r`.
+pub(crate) fn cell<'a>(r: &'a Json, sec: &str, rank: u64, micro: u64) -> &'a Json {
+    r["sections"]
         .as_array()
         .unwrap()
         .iter()
         .find(|s| s["name"] == sec)
-        .unwrap();
-    let c = s["cells"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["rank"] == rank && c["micro"] == micro)
-        .unwrap_or_else(|| panic!("no {sec} cell {rank}/{micro}"));
+        .and_then(|s| {
+            s["cells"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["rank"] == rank && c["micro"] == micro)
+        })
+        .unwrap_or_else(|| panic!("no {sec} cell {rank}/{micro}"))
+}
+
+/// The comparison `name` of the cell (rank, micro) of section `sec`.
+pub(crate) fn comparison<'a>(
+    r: &'a Json,
+    sec: &str,
+    rank: u64,
+    micro: u64,
+    name: &str,
+) -> &'a Json {
+    let c = cell(r, sec, rank, micro);
     c["comparisons"]
         .as_array()
         .unwrap()
         .iter()
         .find(|x| x["name"] == name)
         .unwrap_or_else(|| panic!("no {name} in {c}"))
+}
+
+/// The report's diagnosis line of cell (rank, micro), if any.
+pub(crate) fn diagnosis(r: &Json, rank: u64, micro: u64) -> Option<String> {
+    let head = format!("rank {rank} micro {micro}:");
+    r["diagnosis"]
+        .as_array()?
+        .iter()
+        .filter_map(|d| d.as_str())
+        .find(|d| d.starts_with(&head))
+        .map(str::to_string)
 }
 
 #[test]
@@ -434,7 +457,8 @@ fn a_summed_pg_loss_of_16_bit_log_probs_is_named_an_aggregation() {
     }
 }
 
-fn novel(name: &str) -> PathBuf {
+/// The committed scenario `fixtures/scenarios/real-novel-<name>`.
+pub(crate) fn novel(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/scenarios/real-novel-{name}"))
 }
 
@@ -796,13 +820,7 @@ fn a_pg_term_summed_under_unseen_weights_fails_naming_the_aggregation() {
     }
     // the clean cells' totals stay warnings: their weights are unseen
     assert_eq!(comparison(&r, "loss", 0, 0, "loss.loss")["verdict"], "warn");
-    let d = r["diagnosis"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d.as_str().unwrap().starts_with("rank 0 micro 3:"))
-        .unwrap()
-        .to_string();
+    let d = diagnosis(&r, 0, 3).unwrap();
     assert!(
         d.contains("yet weaver's own pg_loss is the plain sum"),
         "{d}"
