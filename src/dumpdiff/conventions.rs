@@ -510,8 +510,9 @@ pub fn compare(
                 if lone {
                     k.how.push_str(
                         "; one cell's total fits any value — a loss scale or a term no file \
-                         states would go into it — so the sides' values are not compared",
+                         states would go into it — ",
                     );
+                    k.how.push_str(NOT_COMPARED);
                 }
                 k
             })
@@ -569,6 +570,11 @@ pub fn compare(
 /// and NexRL's entropy and KL coefficients are 0–0.05 in their configs (pass
 /// `--entropy-coeff`/`--kl-coef` for larger ones).
 const COEFF_MAX: f64 = 0.1;
+
+/// The end of a coefficient's source saying the value was fitted to one cell's total and
+/// is therefore not compared: `scaled_loss` keeps such a value uncompared and the report
+/// does not call it agreeing.
+pub const NOT_COMPARED: &str = "so the sides' values are not compared";
 
 /// When the fits cannot tell the coefficients (one cell with both an entropy and a KL
 /// term, nothing echoed), the sides' compositions still compare cell by cell: with the same coefficients

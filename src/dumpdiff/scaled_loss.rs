@@ -100,7 +100,7 @@ pub fn rescaled_coefficients(coefficients: &mut Vec<Coefficient>, scales: &[Side
     // a value fitted to one cell's total is not compared (`conventions`: it fits any value)
     let lone = [&c.self_hosted_from, &c.weaver_from].iter().any(|f| {
         f.as_deref()
-            .is_some_and(|f| f.contains("so the sides' values are not compared"))
+            .is_some_and(|f| f.contains(super::conventions::NOT_COMPARED))
     });
     if let (Some(x), Some(y)) = (c.self_hosted, c.weaver) {
         let gap = (x - y).abs();
