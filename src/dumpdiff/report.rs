@@ -79,6 +79,11 @@ pub struct Coefficient {
     pub weaver_from: Option<String>,
     /// True when the two values differ beyond what their rounding explains: a finding.
     pub differ: bool,
+    /// True when the self-hosted value was fitted to one cell's total, which fits any value
+    /// (a loss scale or a term no file states goes into it): the values are not compared.
+    pub self_hosted_one_cell: bool,
+    /// The same for the weaver value.
+    pub weaver_one_cell: bool,
 }
 
 /// One dump tree taking part.

@@ -80,6 +80,8 @@ pub fn rescaled_coefficients(coefficients: &mut Vec<Coefficient>, scales: &[Side
                 self_hosted_from: None,
                 weaver_from: None,
                 differ: false,
+                self_hosted_one_cell: false,
+                weaver_one_cell: false,
             });
             coefficients.len() - 1
         }
@@ -93,15 +95,14 @@ pub fn rescaled_coefficients(coefficients: &mut Vec<Coefficient>, scales: &[Side
     };
     if let Some((v, from, _)) = sa.filter(|s| gives_way(c.self_hosted, &c.self_hosted_from, s.2)) {
         (c.self_hosted, c.self_hosted_from) = (Some(v), Some(from));
+        c.self_hosted_one_cell = false;
     }
     if let Some((v, from, _)) = sb.filter(|s| gives_way(c.weaver, &c.weaver_from, s.2)) {
         (c.weaver, c.weaver_from) = (Some(v), Some(from));
+        c.weaver_one_cell = false;
     }
     // a value fitted to one cell's total is not compared (`conventions`: it fits any value)
-    let lone = [&c.self_hosted_from, &c.weaver_from].iter().any(|f| {
-        f.as_deref()
-            .is_some_and(|f| f.contains(super::conventions::NOT_COMPARED))
-    });
+    let lone = c.self_hosted_one_cell || c.weaver_one_cell;
     if let (Some(x), Some(y)) = (c.self_hosted, c.weaver) {
         let gap = (x - y).abs();
         c.differ = !lone

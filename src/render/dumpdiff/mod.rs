@@ -147,10 +147,7 @@ pub fn convention_lines(report: &Report) -> Vec<String> {
                     "differs"
                 } else if c.self_hosted.is_none() || c.weaver.is_none() {
                     "cannot be compared"
-                } else if [&c.self_hosted_from, &c.weaver_from].iter().any(|f| {
-                    f.as_deref()
-                        .is_some_and(|f| f.contains(crate::dumpdiff::conventions::NOT_COMPARED))
-                }) {
+                } else if c.self_hosted_one_cell || c.weaver_one_cell {
                     "is not compared"
                 } else {
                     "agrees"
