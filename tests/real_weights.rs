@@ -79,7 +79,7 @@ pub(crate) fn statuses(r: &Json) -> Vec<(u64, u64, String)> {
 }
 
 /// The verdict of losscheck report `r` for the file ending in `name`.
-fn verdict<'a>(r: &'a Json, name: &str) -> &'a Json {
+pub(crate) fn verdict<'a>(r: &'a Json, name: &str) -> &'a Json {
     r["verdicts"]
         .as_array()
         .unwrap()

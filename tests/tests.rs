@@ -25,6 +25,7 @@ mod postmortem;
 mod pt;
 mod real_causes;
 mod real_family;
+mod real_fresh;
 mod real_logs;
 mod real_weights;
 mod render;

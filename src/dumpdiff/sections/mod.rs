@@ -37,6 +37,7 @@ use crate::tensor::{DType, Tensor};
 
 mod cells;
 mod clip_fraction;
+mod elem_loss;
 mod engine;
 mod loss_cells;
 #[cfg(test)]

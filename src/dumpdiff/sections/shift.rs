@@ -3,7 +3,7 @@
 //! or misaligned against log_probs" — from the side's own values, not from the
 //! comparison's failure alone).
 
-use super::surrogate::valid_positions;
+use super::elem_loss::valid_positions;
 use super::*;
 
 /// The relative rounding of a stored log-prob dtype (the ratio was computed before it).

@@ -3,46 +3,8 @@
 //! PPO's clipped surrogate or the plain importance-sampling loss, GSPO's sequence ratio
 //! or the token ratio.
 
+pub(super) use super::elem_loss::{candidates, dual_of, dual_shown, valid_positions, ElemLoss};
 use super::*;
-
-/// How a side turns its ratio `r` and advantage `A` into its per-token loss.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) enum ElemLoss {
-    /// The plain importance-sampling loss `−A·r` (NexRL's weaver `is_loss_debug`).
-    Plain,
-    /// PPO's clipped surrogate `max(−A·r, −A·clip(r, 1−lo, 1+hi))`, capped at `−A·c` for
-    /// `A < 0` with dual clip (verl `compute_policy_loss_vanilla`, `core_algos.py`,
-    /// volcengine/verl@cc62eca).
-    Clipped { lo: f64, hi: f64, dual: Option<f64> },
-}
-
-impl ElemLoss {
-    /// The per-token loss of ratio `r` and advantage `a` (f64; NaN stays NaN).
-    pub(super) fn of(self, r: f64, a: f64) -> f64 {
-        match self {
-            ElemLoss::Plain => -r * a,
-            ElemLoss::Clipped { lo, hi, dual } => {
-                let l = (-a * r).max(-a * r.clamp(1.0 - lo, 1.0 + hi));
-                match dual {
-                    Some(c) if a < 0.0 => l.min(-a * c),
-                    _ => l,
-                }
-            }
-        }
-    }
-
-    /// How the derived per-token loss was computed, for its origin.
-    pub(super) fn words(self) -> String {
-        match self {
-            ElemLoss::Plain => "−prob_ratio · advantages".to_string(),
-            ElemLoss::Clipped { lo, hi, dual } => format!(
-                "max(−A·r, −A·clip(r, 1−{lo}, 1+{hi})){} (PPO clip, as the sides' own \
-                 dumped values compose their per-token loss)",
-                dual.map_or(String::new(), |c| format!(", A<0 capped at −A·{c}"))
-            ),
-        }
-    }
-}
 
 /// The per-token loss convention the other side's own dumped `prob_ratio`, `advantages`
 /// and `elementwise_loss` follow: the plain `−A·r`, else PPO's clipped surrogate under the
@@ -92,7 +54,8 @@ pub(super) fn elem_convention(b_is: &Tensors<'_>, a_loss: Option<&Record>) -> El
         .sum();
     let mut best = (ElemLoss::Plain, reproduced(ElemLoss::Plain));
     if best.1 < valid {
-        for conv in candidates(a_loss).into_iter().skip(1) {
+        let dual = dual_shown(&r, &a, &el, mask.as_deref());
+        for conv in candidates(a_loss, dual).into_iter().skip(1) {
             let n = reproduced(conv);
             if n > best.1 {
                 best = (conv, n);
@@ -141,21 +104,6 @@ impl ElemFit {
     }
 }
 
-/// The per-token loss conventions tried, the plain loss first: PPO's clipped surrogate
-/// under the clip range the reference loss file echoes and the customary ones (0.2/0.2,
-/// DAPO's 0.2/0.28), each without and with dual clip 3.
-pub(super) fn candidates(a_loss: Option<&Record>) -> Vec<ElemLoss> {
-    let mut ranges = vec![clip_range(a_loss), (0.2, 0.2), (0.2, 0.28)];
-    ranges.dedup();
-    let mut out = vec![ElemLoss::Plain];
-    for (lo, hi) in ranges {
-        for dual in [None, Some(3.0)] {
-            out.push(ElemLoss::Clipped { lo, hi, dual });
-        }
-    }
-    out
-}
-
 /// The per-token loss convention the reference side itself follows, when its own dumped
 /// `pg_loss` tells: `other` (the other side's, [`elem_convention`]) when it reproduces
 /// the reference's pg_loss as well as any candidate (within 10×), else the candidate
@@ -172,7 +120,7 @@ pub(super) fn own_convention(
     pg: f64,
     a_loss: Option<&Record>,
 ) -> ElemLoss {
-    let errors: Vec<(ElemLoss, f64)> = candidates(a_loss)
+    let errors: Vec<(ElemLoss, f64)> = candidates(a_loss, dual_of(other))
         .into_iter()
         .chain(std::iter::once(other))
         .filter_map(|c| Some((c, pg_error(c, ratio, adv, mask, agg, pg)?)))
@@ -212,7 +160,7 @@ pub(super) fn own_convention_dumped(
 ) -> Option<(ElemLoss, String)> {
     let (err, scale) = dumped_error(b_is, (out, paired), agg, pg)?;
     let e_other = err(other)?;
-    let (best, e) = candidates(a_loss)
+    let (best, e) = candidates(a_loss, dual_of(other))
         .into_iter()
         .filter(|c| *c != other)
         .filter_map(|c| Some((c, err(c)?)))
@@ -673,24 +621,6 @@ pub(super) fn own_level(
         Some(false)
     } else {
         None
-    }
-}
-
-/// The valid positions of row `row` of a `[rows, width]` matrix: the non-zero ones of
-/// `mask` (clipped to the width) when it has those rows, every position otherwise.
-pub(super) fn valid_positions(
-    mask: Option<&Mat>,
-    rows: usize,
-    width: usize,
-    row: usize,
-) -> Vec<usize> {
-    match mask {
-        Some(m) if m.rows == rows => m
-            .nonzero(row)
-            .iter()
-            .flat_map(|v| v.start.min(width)..v.end.min(width))
-            .collect(),
-        _ => (0..width).collect(),
     }
 }
 

@@ -4,7 +4,7 @@
 //! read from its `is_loss_debug` values so that the self-hosted per-token loss is derived
 //! with them and a difference of totals is named "an importance weight".
 
-use super::surrogate::{candidates, valid_positions};
+use super::elem_loss::{candidates, valid_positions};
 use super::*;
 use crate::kernels::aggregate::AggMode;
 
@@ -60,7 +60,7 @@ pub(super) fn tis_fit(b_is: &Tensors<'_>, a_loss: Option<&Record>, plain: usize)
     }
     let (rv2, av, ev) = (r.values(), a.values(), el.values());
     let mut best: Option<(usize, ElemLoss, RolloutIs, Vec<f64>)> = None;
-    for conv in candidates(a_loss) {
+    for conv in candidates(a_loss, None) {
         let ours: Vec<f64> = (0..rows * width).map(|i| conv.of(rv2[i], av[i])).collect();
         // verl's default first (named on a tie), then what the factors show
         let mut schemes = vec![RolloutIs::token_cap(2.0)];

@@ -133,19 +133,21 @@ pub(super) fn fit(cells: &[&Prep], ec: Option<f64>, kc: Option<f64>) -> Option<F
     let fits = |ek: (f64, f64), se: (f64, f64)| -> Vec<bool> {
         cells.iter().map(|p| cell_fits(p, ek, se)).collect()
     };
-    // the standard error the cells' f32 rounding alone leaves a coefficient (`√(mean of
-    // (u·(|loss| + |pg_loss|))²) / ‖column‖`): what a fit may be trusted to, so that a fit
-    // that misses a cell cannot widen its own tolerance with its residual
+    // the standard error the cells' f32 rounding alone leaves a coefficient (`σ/‖column‖`,
+    // σ the median cell's u·(|loss| + |pg_loss|)): what a fit may be trusted to, so that a
+    // fit that misses a cell cannot widen its own tolerance with its residual — nor a few
+    // cells of huge totals widen every other's (seed 7768: totals of 2e4 beside totals of
+    // 1 let an unstated KL term's scatter pass as rounding under the mean square)
     let floor_se = |col: &dyn Fn(&Prep) -> f64| -> f64 {
-        let n = cells.len().max(1) as f64;
-        let fsq = cells
+        let mut sig: Vec<f64> = cells
             .iter()
-            .map(|p| (u * (p.loss.unwrap_or(0.0).abs() + p.pg.unwrap_or(0.0).abs())).powi(2))
-            .sum::<f64>()
-            / n;
+            .map(|p| u * (p.loss.unwrap_or(0.0).abs() + p.pg.unwrap_or(0.0).abs()))
+            .collect();
+        sig.sort_by(f64::total_cmp);
+        let sigma = sig.get(sig.len() / 2).copied().unwrap_or(0.0);
         let aa: f64 = cells.iter().map(|p| col(p).powi(2)).sum();
         if aa > 0.0 {
-            (fsq / aa).sqrt()
+            sigma / aa.sqrt()
         } else {
             0.0
         }

@@ -1,0 +1,124 @@
+//! The per-token loss conventions a side's own dumped values are matched against: the
+//! plain importance-sampling loss, PPO's clipped surrogate under the clip ranges tried,
+//! with verl's dual clip at its default or at the constant the data show.
+
+use super::*;
+
+/// How a side turns its ratio `r` and advantage `A` into its per-token loss.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum ElemLoss {
+    /// The plain importance-sampling loss `−A·r` (NexRL's weaver `is_loss_debug`).
+    Plain,
+    /// PPO's clipped surrogate `max(−A·r, −A·clip(r, 1−lo, 1+hi))`, capped at `−A·c` for
+    /// `A < 0` with dual clip (verl `compute_policy_loss_vanilla`, `core_algos.py`,
+    /// volcengine/verl@cc62eca).
+    Clipped { lo: f64, hi: f64, dual: Option<f64> },
+}
+
+impl ElemLoss {
+    /// The per-token loss of ratio `r` and advantage `a` (f64; NaN stays NaN).
+    pub(super) fn of(self, r: f64, a: f64) -> f64 {
+        match self {
+            ElemLoss::Plain => -r * a,
+            ElemLoss::Clipped { lo, hi, dual } => {
+                let l = (-a * r).max(-a * r.clamp(1.0 - lo, 1.0 + hi));
+                match dual {
+                    Some(c) if a < 0.0 => l.min(-a * c),
+                    _ => l,
+                }
+            }
+        }
+    }
+
+    /// How the derived per-token loss was computed, for its origin.
+    pub(super) fn words(self) -> String {
+        match self {
+            ElemLoss::Plain => "−prob_ratio · advantages".to_string(),
+            ElemLoss::Clipped { lo, hi, dual } => format!(
+                "max(−A·r, −A·clip(r, 1−{lo}, 1+{hi})){} (PPO clip, as the sides' own \
+                 dumped values compose their per-token loss)",
+                dual.map_or(String::new(), |c| format!(", A<0 capped at −A·{c}"))
+            ),
+        }
+    }
+}
+
+/// The per-token loss conventions tried, the plain loss first: PPO's clipped surrogate
+/// under the clip range the reference loss file echoes and the customary ones (0.2/0.2,
+/// DAPO's 0.2/0.28), each without and with dual clip 3 (verl's default `clip_ratio_c`)
+/// and `dual` (a dual clip the data show, [`dual_shown`]).
+pub(super) fn candidates(a_loss: Option<&Record>, dual: Option<f64>) -> Vec<ElemLoss> {
+    let mut ranges = vec![clip_range(a_loss), (0.2, 0.2), (0.2, 0.28)];
+    ranges.dedup();
+    let mut duals = vec![None, Some(3.0)];
+    if let Some(c) = dual.filter(|c| *c != 3.0) {
+        duals.push(Some(c));
+    }
+    let mut out = vec![ElemLoss::Plain];
+    for (lo, hi) in ranges {
+        for &dual in &duals {
+            out.push(ElemLoss::Clipped { lo, hi, dual });
+        }
+    }
+    out
+}
+
+/// The dual clip constant `c` a side's own per-token loss shows: with `A < 0` PPO's clipped
+/// surrogate is never below `−A·r`, so tokens whose loss is are capped at `−A·c` (verl
+/// `compute_policy_loss_vanilla`: `clip_pg_losses2 = -advantages * clip_ratio_c`); `c` is
+/// their `loss / −A` when every such token gives one value to f32 and it is above 1 (a
+/// per-token weight gives scattered values). `None` when no token is capped.
+pub(super) fn dual_shown(r: &Mat, a: &Mat, el: &Mat, mask: Option<&Mat>) -> Option<f64> {
+    let mut cs = Vec::new();
+    for row in 0..el.rows {
+        let (rr, ar, er) = (r.row(row), a.row(row), el.row(row));
+        for p in valid_positions(mask, el.rows, el.width, row) {
+            let (x, adv, l) = (rr[p], ar[p], er[p]);
+            if adv < -1e-12 && l.is_finite() && l < -adv * x * (1.0 - 1e-5) {
+                cs.push(l / -adv);
+            }
+        }
+    }
+    let (lo, hi) = cs
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), c| {
+            (lo.min(*c), hi.max(*c))
+        });
+    (!cs.is_empty() && lo > 1.0 && hi - lo <= 1e-5 * hi).then(|| {
+        // the constant a config states: c read to f32 is rounded to 4 significant digits
+        let c = (lo + hi) / 2.0;
+        let k = 10f64.powi(3 - c.log10().floor() as i32);
+        let round = (c * k).round() / k;
+        if (round - c).abs() <= 1e-5 * c {
+            round
+        } else {
+            c
+        }
+    })
+}
+
+/// The dual clip constant of a convention, to try it beside the customary ones.
+pub(super) fn dual_of(conv: ElemLoss) -> Option<f64> {
+    match conv {
+        ElemLoss::Clipped { dual, .. } => dual,
+        ElemLoss::Plain => None,
+    }
+}
+
+/// The valid positions of row `row` of a `[rows, width]` matrix: the non-zero ones of
+/// `mask` (clipped to the width) when it has those rows, every position otherwise.
+pub(super) fn valid_positions(
+    mask: Option<&Mat>,
+    rows: usize,
+    width: usize,
+    row: usize,
+) -> Vec<usize> {
+    match mask {
+        Some(m) if m.rows == rows => m
+            .nonzero(row)
+            .iter()
+            .flat_map(|v| v.start.min(width)..v.end.min(width))
+            .collect(),
+        _ => (0..width).collect(),
+    }
+}

@@ -1,0 +1,84 @@
+//! Fresh real-convention seeds of session 21 (issue 28): each was a false alarm the first
+//! time the tools met it, and is checked here for the behaviour that removed it (the truth
+//! files themselves are checked by `real_weights::every_committed_real_seed_gives_what_its_truth_says`).
+
+use crate::real_weights::{cell, comparison, dumpdiff, files_with, novel, statuses, verdict};
+use crate::support::losscheck_json as losscheck;
+
+#[test]
+fn a_dual_clip_other_than_three_is_read_off_the_sides_own_values() {
+    // seed 7779: verl's dual clip with clip_ratio_c 2 (not its default 3, nothing echoes
+    // it); one token of rank 1 micro 0 has A < 0 and a ratio of 2.18, so the weaver's own
+    // per-token loss is −A·2 there. The self-hosted per-token loss was derived under PPO's
+    // clip alone (or dual clip 3) and the clean cell failed.
+    let (code, r) = dumpdiff(&novel("dual-clip-2-7779"));
+    assert_eq!(code, Some(1), "{r}");
+    let x = comparison(&r, "is_loss", 1, 0, "is_loss.elementwise_loss");
+    assert_eq!(x["verdict"], "pass", "{x}");
+    let from = x["origin_a"]["from"].as_str().unwrap();
+    assert!(from.contains("A<0 capped at −A·2 "), "{from}");
+    // the rejection-sampled cells still fail, on the mask
+    let x = comparison(&r, "is_loss", 0, 0, "is_loss.effective_valid");
+    assert_eq!(x["verdict"], "fail", "{x}");
+}
+
+#[test]
+fn an_unstated_term_over_two_cells_is_no_coefficient_difference() {
+    // seed 7764: the self-hosted loss holds an MSE KL loss no file states; fitted over two
+    // cells it moves the self-hosted entropy_coeff to 9.28e-5 (1e-4 configured on both
+    // sides) with residuals above the totals' rounding. It was reported as differing.
+    let (code, r) = dumpdiff(&novel("unstated-mse-kl-two-cells-7764"));
+    assert_eq!(code, Some(1), "{r}");
+    let c = r["coefficients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "entropy_coeff")
+        .unwrap();
+    assert_eq!(c["differ"], false, "{c}");
+    let (a, b) = (
+        c["self_hosted"].as_f64().unwrap(),
+        c["weaver"].as_f64().unwrap(),
+    );
+    assert!(
+        (a - 9.281e-5).abs() < 1e-8 && (b - 1e-4).abs() < 1e-8,
+        "{c}"
+    );
+    // the real fault (a token dropped from the mask) still fails its cells
+    for sec in ["loss", "is_loss"] {
+        assert_eq!(cell(&r, sec, 0, 0)["verdict"], "fail", "{r}");
+    }
+}
+
+#[test]
+fn huge_totals_do_not_let_an_unstated_term_pass_as_rounding() {
+    // seed 7768: two self-hosted cells with totals near ±2e4 beside four near 1, and an
+    // unstated low_var_kl loss (coefficient 0.1). The coefficient fit's tolerance took the
+    // mean square of every cell's rounding, so the big cells' made the KL term's scatter
+    // look like rounding: entropy_coeff 0.00604 "explained" 5 of 6 cells and one clean
+    // cell was called inconsistent (exit 1).
+    let dir = novel("huge-totals-unstated-kl-7768");
+    let (code, r) = losscheck(&dir.join("self_hosted_pt"));
+    assert_eq!(code, 0, "{r}");
+    assert!(files_with(&r, "inconsistent").is_empty(), "{r}");
+    assert_eq!(
+        statuses(&r)
+            .iter()
+            .filter(|(_, _, s)| s == "cannot-judge")
+            .count(),
+        6,
+        "{r}"
+    );
+    // the weaver's rank 1 micro 1 has no readable loss/ file: only its total is dumped,
+    // under per-token weights it does not dump and a coefficient that misses most totals
+    let (code, r) = losscheck(&dir.join("weaver_pt"));
+    assert_eq!(code, 2, "{r}");
+    assert!(files_with(&r, "inconsistent").is_empty(), "{r}");
+    let v = verdict(&r, "is_loss_debug/step_000000_rank1_micro1.pt");
+    assert_eq!(v["status"], "cannot-judge", "{v}");
+    let notes = v["notes"].to_string();
+    assert!(
+        notes.contains("misses most of the step's totals — the loss holds a term no file states"),
+        "{notes}"
+    );
+}
