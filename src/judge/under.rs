@@ -4,7 +4,7 @@
 //! can be explained but not checked.
 
 use super::cell::{judge, Cell};
-use super::infer::{self, Convention, Source};
+use super::infer::{self, Source};
 use super::terms::{f32_compute, reduce, stored_rounding, weights};
 use super::{kerr, Status, Tolerance, Verdict};
 use crate::error::Result;
@@ -378,26 +378,19 @@ fn lone_total(resolved: &infer::Resolved, v: Verdict) -> Verdict {
     }
 }
 
-/// Why a total-only cell's total cannot be checked, in words: an entropy or KL
-/// coefficient the step inferred from a single cell's total (one equation, one unknown: it
-/// fits that cell whatever its total holds — a loss scale, a term no file states), or one
-/// that misses most of the step's totals ([`super::picture::misfit`]); `None` otherwise.
+/// An entropy or KL coefficient the step inferred from a single cell's total (one
+/// equation, one unknown: it fits that cell whatever its total holds — a loss scale, a
+/// term no file states), in words; `None` when none was.
 fn lone_coefficient(resolved: &infer::Resolved) -> Option<String> {
-    let inferred = |c: &&Convention| {
-        matches!(c.name, "entropy_coeff" | "kl_coef") && c.source == Source::Inferred
-    };
-    let cs = &resolved.conventions;
-    cs.iter()
-        .filter(inferred)
-        .find(|c| c.cells == Some(1))
-        .map(|c| format!("{} was inferred from one cell's total alone, which any value fits", c.line()))
-        // a coefficient that misses most of the step's totals: the loss holds a term no
-        // file states, which no total-only cell can be checked without (seed 7768)
-        .or_else(|| {
-            cs.iter().filter(inferred).find(|c| super::picture::misfit(c)).map(|c| {
-                format!("{} misses most of the step's totals — the loss holds a term no file states", c.line())
-            })
+    resolved
+        .conventions
+        .iter()
+        .find(|c| {
+            matches!(c.name, "entropy_coeff" | "kl_coef")
+                && c.source == Source::Inferred
+                && c.cells == Some(1)
         })
+        .map(|c| c.line())
 }
 
 /// The largest factor a per-token weight the dump does not hold may take (verl's
@@ -517,7 +510,10 @@ fn unseen_weights(
             mode.name()
         ),
         None => match lone.filter(|_| pg_dumped.is_none()) {
-            Some(c) => format!("its total, the only term it dumps, cannot be checked: {c}"),
+            Some(c) => format!(
+                "its total, the only term it dumps, cannot be checked: {c} was inferred from \
+                 one cell's total alone, which any value fits"
+            ),
             None => return Ok(None),
         },
     };
