@@ -166,8 +166,13 @@ pub fn doubtful_coefficients(verdicts: &mut [Verdict], conventions: &[Convention
 /// at GSPO's sequence level (verl `compute_policy_loss_gspo`, whose own bounds are 3e-4/4e-4).
 /// Each is also tried with every importance-weight scheme of `weights` (the rollout
 /// engine's log-probs dumped: the schemes [`rollout_is::propose`] reads off the
-/// data, and verl's default token TIS cap 2) when `base` has none.
-pub(super) fn policy_candidates(base: &LossConfig, weights: &[RolloutIs]) -> Vec<LossConfig> {
+/// data, and verl's default token TIS cap 2) when `base` has none. `dual`: a dual clip
+/// constant the cells' own values show ([`dual_shown`]), tried beside 3 and 2.
+pub(super) fn policy_candidates(
+    base: &LossConfig,
+    weights: &[RolloutIs],
+    dual: Option<f64>,
+) -> Vec<LossConfig> {
     let mut out = Vec::new();
     let mut caps: Vec<Option<RolloutIs>> = vec![None];
     if base.rollout_is.is_none() {
@@ -179,7 +184,11 @@ pub(super) fn policy_candidates(base: &LossConfig, weights: &[RolloutIs]) -> Vec
             if level == RatioLevel::Token && lo < 0.01 {
                 continue;
             }
-            for (c, cap) in [None, Some(3.0), Some(2.0)]
+            let mut duals = vec![None, Some(3.0), Some(2.0)];
+            if let Some(c) = dual.filter(|c| !duals.contains(&Some(*c))) {
+                duals.push(Some(c));
+            }
+            for (c, cap) in duals
                 .into_iter()
                 .flat_map(|c| caps.iter().map(move |cap| (c, *cap)))
             {
@@ -213,6 +222,40 @@ pub(super) fn policy_candidates(base: &LossConfig, weights: &[RolloutIs]) -> Vec
     out
 }
 
+/// The dual clip constant the cells' own dumped ratio, advantages and per-token loss show
+/// (weaver's `is_loss_debug`; [`crate::kernels::policy_loss::dual_clip_shown`] over every
+/// valid token of every cell), `None` when no cell dumps them or none is capped.
+pub(super) fn dual_shown(cells: &[super::cell::Cell]) -> Option<f64> {
+    let mut tokens = Vec::new();
+    for c in cells {
+        let (Some(r), Some(el)) = (&c.ratio, &c.per_token) else {
+            continue;
+        };
+        let (Ok(a), Ok(m)) = (
+            crate::kernels::to_f64_vec(&c.inputs.advantages),
+            crate::kernels::to_f64_vec(&c.inputs.mask),
+        ) else {
+            continue;
+        };
+        let (b, t) = c.dims();
+        if r.len() != b * t || el.len() != b * t || m.len() != b * t {
+            continue;
+        }
+        // advantages per token, or per row broadcast over its tokens
+        let adv = |i: usize| match a.len() {
+            n if n == b * t => Some(a[i]),
+            n if n == b && t > 0 => Some(a[i / t]),
+            _ => None,
+        };
+        tokens.extend(
+            (0..b * t)
+                .filter(|&i| m[i] != 0.0)
+                .filter_map(|i| Some((r[i], adv(i)?, el[i]))),
+        );
+    }
+    crate::kernels::policy_loss::dual_clip_shown(tokens)
+}
+
 /// The importance-weight schemes to try on `cells` under `base` (verl's token TIS cap 2
 /// first: on a tie it is the one named), each with the evidence that proposes it
 /// (empty for the default); none when no cell dumps the rollout engine's log-probs.
@@ -230,7 +273,7 @@ pub(super) fn weight_schemes(
     plain.rollout_is = None;
     let mut policies = vec![plain.clone()];
     policies.extend(
-        policy_candidates(&plain, &[])
+        policy_candidates(&plain, &[], dual_shown(cells))
             .into_iter()
             .filter(|c| c.rollout_is.is_none()),
     );
@@ -338,16 +381,17 @@ pub(crate) fn search_policy(
     let own = [(resolved.cfg.advantage.eps, None)];
     let eps = if eps.is_empty() { &own[..] } else { eps };
     // each policy under each epsilon (index `k` of `eps` for candidate `i·eps.len() + k`)
-    let candidates: Vec<LossConfig> = policy_candidates(&resolved.cfg, &weights)
-        .into_iter()
-        .flat_map(|c| {
-            eps.iter().map(move |(e, _)| {
-                let mut c = c.clone();
-                c.advantage.eps = *e;
-                c
+    let candidates: Vec<LossConfig> =
+        policy_candidates(&resolved.cfg, &weights, dual_shown(&gathered))
+            .into_iter()
+            .flat_map(|c| {
+                eps.iter().map(move |(e, _)| {
+                    let mut c = c.clone();
+                    c.advantage.eps = *e;
+                    c
+                })
             })
-        })
-        .collect();
+            .collect();
     let mut per_candidate: Vec<Vec<Prep>> = (0..candidates.len())
         .map(|_| Vec::with_capacity(cells.len()))
         .collect();

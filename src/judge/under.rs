@@ -112,7 +112,11 @@ fn judge_settled(cell: &Cell, resolved: &infer::Resolved, tol: &Tolerance) -> Re
             return Ok(w);
         }
         let base = &resolved.cfg;
-        for cfg in super::picture::policy_candidates(base, &[]) {
+        for cfg in super::picture::policy_candidates(
+            base,
+            &[],
+            super::picture::dual_shown(std::slice::from_ref(cell)),
+        ) {
             // under the candidate's weights, else under none the dump states (the
             // step's weights are read under the step's policy loss, not this cell's)
             let mut plain = cfg.clone();
@@ -216,7 +220,9 @@ fn one_cell_scale(
     let rows = cell.dims().0;
     // an integer as `infer`'s scale fit snaps one (within 1 %)
     let snap = |v: f64| Some(infer::snap_int(v)).filter(|r| r.fract() == 0.0);
-    let cfgs = std::iter::once(base.clone()).chain(super::picture::policy_candidates(base, &[]));
+    let dual = super::picture::dual_shown(std::slice::from_ref(cell));
+    let cfgs =
+        std::iter::once(base.clone()).chain(super::picture::policy_candidates(base, &[], dual));
     for cfg in cfgs {
         let w = judge(cell, &cfg, tol, resolved.uncertainty)?;
         let only_total = w.first_divergence.is_none()
@@ -274,7 +280,8 @@ fn own_policy(
         .map(|(w, _)| w)
         .collect();
     // the candidates that change the fewest things first
-    let mut candidates = super::picture::policy_candidates(base, &weights);
+    let dual = super::picture::dual_shown(std::slice::from_ref(cell));
+    let mut candidates = super::picture::policy_candidates(base, &weights, dual);
     candidates.sort_by_key(|c| {
         usize::from(c.ratio_level != base.ratio_level)
             + usize::from(c.policy != base.policy)

@@ -63,38 +63,16 @@ pub(super) fn candidates(a_loss: Option<&Record>, dual: Option<f64>) -> Vec<Elem
     out
 }
 
-/// The dual clip constant `c` a side's own per-token loss shows: with `A < 0` PPO's clipped
-/// surrogate is never below `−A·r`, so tokens whose loss is are capped at `−A·c` (verl
-/// `compute_policy_loss_vanilla`: `clip_pg_losses2 = -advantages * clip_ratio_c`); `c` is
-/// their `loss / −A` when every such token gives one value to f32 and it is above 1 (a
-/// per-token weight gives scattered values). `None` when no token is capped.
+/// The dual clip constant a side's own dumped ratio, advantages and per-token loss show
+/// on its valid tokens ([`crate::kernels::policy_loss::dual_clip_shown`]).
 pub(super) fn dual_shown(r: &Mat, a: &Mat, el: &Mat, mask: Option<&Mat>) -> Option<f64> {
-    let mut cs = Vec::new();
-    for row in 0..el.rows {
+    let tokens = (0..el.rows).flat_map(|row| {
         let (rr, ar, er) = (r.row(row), a.row(row), el.row(row));
-        for p in valid_positions(mask, el.rows, el.width, row) {
-            let (x, adv, l) = (rr[p], ar[p], er[p]);
-            if adv < -1e-12 && l.is_finite() && l < -adv * x * (1.0 - 1e-5) {
-                cs.push(l / -adv);
-            }
-        }
-    }
-    let (lo, hi) = cs
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), c| {
-            (lo.min(*c), hi.max(*c))
-        });
-    (!cs.is_empty() && lo > 1.0 && hi - lo <= 1e-5 * hi).then(|| {
-        // the constant a config states: c read to f32 is rounded to 4 significant digits
-        let c = (lo + hi) / 2.0;
-        let k = 10f64.powi(3 - c.log10().floor() as i32);
-        let round = (c * k).round() / k;
-        if (round - c).abs() <= 1e-5 * c {
-            round
-        } else {
-            c
-        }
-    })
+        valid_positions(mask, el.rows, el.width, row)
+            .into_iter()
+            .map(move |p| (rr[p], ar[p], er[p]))
+    });
+    crate::kernels::policy_loss::dual_clip_shown(tokens)
 }
 
 /// The dual clip constant of a convention, to try it beside the customary ones.
