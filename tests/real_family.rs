@@ -6,6 +6,7 @@
 //! NexRL's token-mean entropy beside another pg aggregation, any pad id, and NexRL's
 //! 1-token-prompt layout against a response-aligned one.
 
+use crate::real_weights::coefficient;
 use crate::support::losscheck_json as losscheck;
 use std::path::{Path, PathBuf};
 
@@ -747,12 +748,7 @@ fn a_coefficient_differing_under_a_scaled_total_is_found() {
     assert_eq!(t["dumpdiff"]["coefficients"][0]["weaver"], 0.01);
     let (code, r) = dumpdiff(5);
     assert_eq!(code, Some(1));
-    let c = r["coefficients"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "entropy_coeff")
-        .unwrap();
+    let c = coefficient(&r, "entropy_coeff");
     assert_eq!(c["differ"], true, "{c}");
     assert!((c["weaver"].as_f64().unwrap() - 0.01).abs() < 1e-6, "{c}");
     assert!(
@@ -794,12 +790,7 @@ fn a_coefficient_the_unscaled_sides_fit_cannot_give_is_the_judges() {
     assert_eq!(t["dumpdiff"]["coefficients"][0]["self-hosted"], 0.0);
     let (code, r) = dumpdiff(26);
     assert_eq!(code, Some(1));
-    let c = r["coefficients"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "entropy_coeff")
-        .unwrap();
+    let c = coefficient(&r, "entropy_coeff");
     assert_eq!(c["differ"], true, "{c}");
     assert_eq!(c["self_hosted"].as_f64(), Some(0.0), "{c}");
     // (its own least squares over its 3 unscaled totals, rms residual 0, once the

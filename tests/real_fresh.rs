@@ -2,7 +2,9 @@
 //! time the tools met it, and is checked here for the behaviour that removed it (the truth
 //! files themselves are checked by `real_weights::every_committed_real_seed_gives_what_its_truth_says`).
 
-use crate::real_weights::{cell, comparison, dumpdiff, files_with, novel, statuses, verdict};
+use crate::real_weights::{
+    cell, coefficient, comparison, convention, dumpdiff, files_with, novel, statuses, verdict,
+};
 use crate::support::losscheck_json as losscheck;
 
 #[test]
@@ -29,12 +31,7 @@ fn an_unstated_term_over_two_cells_is_no_coefficient_difference() {
     // sides) with residuals above the totals' rounding. It was reported as differing.
     let (code, r) = dumpdiff(&novel("unstated-mse-kl-two-cells-7764"));
     assert_eq!(code, Some(1), "{r}");
-    let c = r["coefficients"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "entropy_coeff")
-        .unwrap();
+    let c = coefficient(&r, "entropy_coeff");
     assert_eq!(c["differ"], false, "{c}");
     let (a, b) = (
         c["self_hosted"].as_f64().unwrap(),
@@ -76,13 +73,7 @@ fn huge_totals_do_not_let_an_unstated_term_pass_as_rounding() {
     let (code, r) = losscheck(&dir.join("weaver_pt"));
     assert_eq!(code, 2, "{r}");
     assert!(files_with(&r, "inconsistent").is_empty(), "{r}");
-    let c = &r["conventions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "entropy_coeff")
-        .unwrap()
-        .clone();
+    let c = convention(&r, "entropy_coeff");
     assert!((c["number"].as_f64().unwrap() - 0.01).abs() < 1e-6, "{c}");
     assert_eq!(
         (c["explained"].as_u64(), c["cells"].as_u64()),

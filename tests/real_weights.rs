@@ -88,8 +88,18 @@ pub(crate) fn verdict<'a>(r: &'a Json, name: &str) -> &'a Json {
         .unwrap_or_else(|| panic!("no verdict for {name}"))
 }
 
+/// The coefficient line `name` (`entropy_coeff`, `kl_coef`) of dumpdiff report `r`.
+pub(crate) fn coefficient<'a>(r: &'a Json, name: &str) -> &'a Json {
+    r["coefficients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} coefficient in {r}"))
+}
+
 /// The convention `name` of a losscheck report.
-fn convention<'a>(r: &'a Json, name: &str) -> &'a Json {
+pub(crate) fn convention<'a>(r: &'a Json, name: &str) -> &'a Json {
     r["conventions"]
         .as_array()
         .unwrap()
@@ -471,12 +481,7 @@ fn a_kl_loss_no_file_states_is_cannot_judge_not_an_entropy_coefficient() {
     // the totals warn, and losscheck calls every self-hosted file "cannot judge".
     let (code, r) = dumpdiff(&novel("kl-2"));
     assert_eq!(code, Some(0), "{r}");
-    let c = r["coefficients"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "entropy_coeff")
-        .unwrap();
+    let c = coefficient(&r, "entropy_coeff");
     assert_eq!(c["differ"], false);
     assert!(c["self_hosted"].is_null(), "{c}");
     let why = c["self_hosted_from"].as_str().unwrap();
