@@ -88,3 +88,29 @@ fn huge_totals_do_not_let_an_unstated_term_pass_as_rounding() {
         "{notes}"
     );
 }
+
+#[test]
+fn rows_no_placement_holds_are_not_compared_as_if_contiguous() {
+    // seed 7937 (--multi-turn): a self-hosted side without input_ids under dynamic micros;
+    // rank 2 micro 0's rows are clearly placed neither by their log-probs nor by position,
+    // and the contiguous guess holds trajectories of other response lengths. Its old
+    // log-probs were sliced from rows 8-9 anyway and the clean cell failed.
+    let (code, r) = dumpdiff(&novel("multi-turn-unplaced-rows-7937"));
+    assert_eq!(code, Some(0), "{r}");
+    let c = cell(&r, "is_loss", 2, 0);
+    assert_eq!(c["verdict"], "pass", "{c}");
+    for name in ["is_loss.old_log_probs", "is_loss.advantages"] {
+        let x = comparison(&r, "is_loss", 2, 0, name);
+        assert_eq!(x["verdict"], "skipped", "{x}");
+        assert!(
+            x["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("rows not placed in the batch: no input_ids"),
+            "{x}"
+        );
+    }
+    // the other cells' rows are placed and compared
+    let x = comparison(&r, "is_loss", 0, 0, "is_loss.old_log_probs");
+    assert_eq!(x["verdict"], "pass", "{x}");
+}

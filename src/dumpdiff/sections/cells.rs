@@ -260,13 +260,60 @@ pub(super) fn batch_indices(
     // the settled batch order
     let base = (rank as usize * inputs.micros_per_rank + micro as usize) * nrows;
     let traj_of = traj_of_old(inputs, inputs.old_log_probs.as_ref().map_or(0, |m| m.rows));
+    let idx: Vec<usize> = (0..nrows)
+        .map(|r| traj_of.get(base + r).copied().unwrap_or(base + r))
+        .collect();
+    // a guess the trajectories contradict (a row's valid tokens against the response
+    // length of the trajectory it would be: dynamic micros deal rows by length, seed 7937)
+    // places nothing: the rows' old log-probs and advantages are then not compared
+    let valid = fwd.mat(Field::ResponseMask).map(|m| {
+        let v = m.values();
+        (0..m.rows)
+            .map(|r| {
+                v[r * m.width..(r + 1) * m.width]
+                    .iter()
+                    .filter(|x| **x != 0.0)
+                    .count()
+            })
+            .collect::<Vec<_>>()
+    });
+    let contradicted = valid.as_ref().is_some_and(|valid| {
+        idx.iter().zip(valid).any(|(i, n)| {
+            inputs
+                .response_lens
+                .get(*i)
+                .copied()
+                .flatten()
+                .is_some_and(|len| len != *n)
+        })
+    });
+    if contradicted {
+        return (
+            vec![None; nrows],
+            format!(
+                "{UNPLACED}: no input_ids, their log-probs place them nowhere clearly, and the \
+                 contiguous batch positions hold trajectories of other response lengths"
+            ),
+        );
+    }
     (
-        (0..nrows)
-            .map(|r| Some(traj_of.get(base + r).copied().unwrap_or(base + r)))
-            .collect(),
+        idx.into_iter().map(Some).collect(),
         "rows located in the batch contiguously".into(),
     )
 }
+
+/// Why a chain's rows have no old log-probs or advantages: [`batch_indices`]' own words
+/// when it placed no row, else `otherwise`.
+pub(super) fn unplaced<'a>(ch: &'a Chain, otherwise: &'a str) -> &'a str {
+    if ch.how.starts_with(UNPLACED) {
+        &ch.how
+    } else {
+        otherwise
+    }
+}
+
+/// How [`batch_indices`] says it placed no row.
+const UNPLACED: &str = "rows not placed in the batch";
 
 /// Old row → trajectory (batch index): the inverse of `old_of_traj` (identity without).
 fn traj_of_old(inputs: &BatchInputs, n: usize) -> Vec<usize> {

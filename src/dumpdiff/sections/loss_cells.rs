@@ -1,5 +1,6 @@
 //! The `is_loss_debug`, `loss` and whole-tensor cells.
 
+use super::elem_loss::clip_range;
 use super::*;
 
 /// Section 4: `is_loss_debug` intermediates, the self-hosted side sliced and derived;
@@ -98,7 +99,10 @@ pub fn is_loss_cell(
         (None, _) => out.push(skipped(
             S,
             "old_log_probs",
-            "self-hosted old_log_probs file missing or rows not found",
+            unplaced(
+                ch,
+                "self-hosted old_log_probs file missing or rows not found",
+            ),
         )),
         (_, None) => out.push(skipped(S, "old_log_probs", "not dumped by weaver")),
     }
@@ -115,9 +119,12 @@ pub fn is_loss_cell(
         (None, _) => out.push(skipped(
             S,
             "advantages",
-            "self-hosted dumps no advantages and they could not be recomputed (no trajectory \
-             rewards/group ids, or --preset none); pass --remote-api-dir to take them from \
-             prepared_trajectories",
+            unplaced(
+                ch,
+                "self-hosted dumps no advantages and they could not be recomputed (no \
+                 trajectory rewards/group ids, or --preset none); pass --remote-api-dir to \
+                 take them from prepared_trajectories",
+            ),
         )),
         (_, None) => out.push(skipped(S, "advantages", "not dumped by weaver")),
     }
@@ -266,20 +273,6 @@ pub fn is_loss_cell(
         cell(Some(rank), Some(micro), Some(row_summary(&rows)), out),
         alt,
         weights,
-    )
-}
-
-/// The clip range of a loss file's `extra_info` (`clip_ratio`, `clip_ratio_low/high`,
-/// `clip_eps`, `cliprange`), else PPO's customary 0.2 on both sides.
-pub(super) fn clip_range(loss: Option<&Record>) -> (f64, f64) {
-    let num = |k: &str| loss.and_then(|l| l.setting(k));
-    let sym = ["clip_ratio", "clip_eps", "cliprange", "clip_range"]
-        .iter()
-        .find_map(|k| num(k))
-        .unwrap_or(0.2);
-    (
-        num("clip_ratio_low").unwrap_or(sym),
-        num("clip_ratio_high").unwrap_or(sym),
     )
 }
 
