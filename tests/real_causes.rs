@@ -189,3 +189,90 @@ fn a_weaver_total_summing_its_unseen_weighted_loss_names_the_aggregation() {
         assert!(!c.contains("aggregation differs"), "{c}");
     }
 }
+
+#[test]
+fn the_aggregation_is_read_off_the_weavers_pg_loss_when_its_entropy_term_blurs_its_total() {
+    // seed 7573: verl's seq-mean-token-sum on the weaver, NexRL's mean on the self-hosted
+    // side, TIS weights the weaver does not dump, verl's rejection sampling (r1 m0) and an
+    // old_log_probs shift (r2 m2). The weaver's is_loss_debug total holds its entropy
+    // term, 0.003·1.6, more than 2e-3 of a total near 1: no reduction was taken and only
+    // the weights (r1 m0: the mask) were said. Its loss file's pg_loss is the sum mode's
+    let (code, r) = dumpdiff(&novel("agg-beside-unseen-mask-7573"));
+    assert_eq!(code, Some(1));
+    // (the shift is still what fails r2 m2)
+    let c = comparison(&r, "is_loss", 2, 2, "is_loss.prob_ratio");
+    assert_eq!(c["verdict"], "fail", "{c}");
+    for (rank, micro, want) in [
+        (
+            1,
+            0,
+            "the weaver's pg_loss -0.9575 is the seq-mean-token-sum of its own \
+                elementwise_loss, not their token-mean (-0.1368), the mode the self-hosted \
+                loss is compared in",
+        ),
+        (
+            2,
+            2,
+            "the weaver's pg_loss -0.6933 is the seq-mean-token-sum of its own \
+                elementwise_loss, not their seq-mean-token-mean (0.2018), the mode the \
+                self-hosted pg_loss follows on its own terms",
+        ),
+    ] {
+        for (sec, name) in [("is_loss", "is_loss.loss"), ("loss", "loss.loss")] {
+            let c = comparison(&r, sec, rank, micro, name);
+            assert_eq!(c["verdict"], "warn", "{c}");
+            let why = c["reason"].as_str().unwrap();
+            assert!(why.contains("a per-token weight it does not dump"), "{why}");
+            assert!(
+                why.contains(&format!("; and the aggregation differs: {want}")),
+                "{why}"
+            );
+        }
+    }
+    // seed 7420 r0 m2: a weaver total scaled by rows / 36 and summed, beside weights it
+    // does not dump; its pg_loss is unscaled
+    let (_, r) = dumpdiff(&novel("gspo-rs-unseen-7420"));
+    let c = comparison(&r, "loss", 0, 2, "loss.loss");
+    let why = c["reason"].as_str().unwrap();
+    assert!(
+        why.contains(
+            "; and the aggregation differs: the weaver's pg_loss 16.73 is the sum (no mean) \
+             of its own elementwise_loss, not their seq-mean-token-mean (2.184)"
+        ),
+        "{why}"
+    );
+    // a cell whose advantages are all 0 gives every reduction alike: nothing is said
+    assert_eq!(cell(&r, "loss", 0, 0)["verdict"], "warn");
+    assert!(!cell(&r, "loss", 0, 0)
+        .to_string()
+        .contains("aggregation differs"));
+}
+
+#[test]
+fn the_aggregation_is_named_beside_a_differing_loss_mask_without_weights() {
+    // seed 7669 r0 m0: verl's rejection sampling reduced the weaver's mask (its rollout
+    // log-probs are not dumped: "the loss mask differs") and the weaver reduces
+    // seq-mean-token-sum where the self-hosted side means; no importance weights, so only
+    // the mask was said. Its own pg_loss is the sum mode of its own elementwise_loss
+    let (code, r) = dumpdiff(&novel("agg-beside-mask-7669"));
+    assert_eq!(code, Some(2), "a truncated file elsewhere");
+    let want = "; and the aggregation differs: the weaver's pg_loss 0.06057 is the \
+                seq-mean-token-sum of its own elementwise_loss, not their token-mean \
+                (0.01275), the mode the self-hosted loss is compared in";
+    let c = comparison(&r, "is_loss", 0, 0, "is_loss.effective_valid");
+    assert_eq!(c["verdict"], "fail", "{c}");
+    assert!(c["reason"].as_str().unwrap().ends_with(want), "{c}");
+    let c = comparison(&r, "loss", 0, 0, "loss.pg_loss");
+    assert_eq!(c["verdict"], "fail", "{c}");
+    let why = c["reason"].as_str().unwrap();
+    assert!(
+        why.contains(&format!("the loss mask differs){want}")),
+        "{why}"
+    );
+    // the entropy term is not the pg term's reduction: its reason names the mask only
+    let c = comparison(&r, "loss", 0, 0, "loss.entropy_loss");
+    assert!(
+        !c["reason"].as_str().unwrap().contains("aggregation"),
+        "{c}"
+    );
+}

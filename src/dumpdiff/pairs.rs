@@ -183,7 +183,7 @@ pub(super) fn weaver_cell(
     if in_is {
         if let (Some(a), Some(b), Some(ch)) = (&a_fwd, &b_is, &chain) {
             let (cell, alt, weights) =
-                sections::is_loss_cell(policy, rank, m, a, s_loss, b, b_ids, ch, &memo);
+                sections::is_loss_cell(policy, rank, m, a, (s_loss, w_loss), b, b_ids, ch, &memo);
             out.is_loss = Some((cell, alt));
             out.weights = weights
                 .as_ref()

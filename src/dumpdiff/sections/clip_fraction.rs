@@ -62,3 +62,17 @@ pub fn clip_fractions(loss: &mut Cell, is_loss: &mut Cell) {
         out.push(c);
     });
 }
+
+/// The clip range of a loss file's `extra_info` (`clip_ratio`, `clip_ratio_low/high`,
+/// `clip_eps`, `cliprange`), else PPO's customary 0.2 on both sides.
+pub(super) fn clip_range(loss: Option<&Record>) -> (f64, f64) {
+    let num = |k: &str| loss.and_then(|l| l.setting(k));
+    let sym = ["clip_ratio", "clip_eps", "cliprange", "clip_range"]
+        .iter()
+        .find_map(|k| num(k))
+        .unwrap_or(0.2);
+    (
+        num("clip_ratio_low").unwrap_or(sym),
+        num("clip_ratio_high").unwrap_or(sym),
+    )
+}

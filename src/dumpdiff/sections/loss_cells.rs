@@ -12,7 +12,7 @@ pub fn is_loss_cell(
     rank: u32,
     micro: u32,
     a_fwd: &Tensors<'_>,
-    a_loss: Option<&Record>,
+    (a_loss, b_loss): (Option<&Record>, Option<&Record>),
     b_is: &Tensors<'_>,
     b_ids: Option<&Tensors<'_>>,
     ch: &Chain,
@@ -139,7 +139,10 @@ pub fn is_loss_cell(
     // derived per-token loss, and named for the loss totals; else "unseen"
     let tis = tis_fit(b_is, a_loss, fit.reproduced);
     let conv = tis.as_ref().map_or(fit.conv, |t| t.conv);
-    let agg = super::tis::agg_note(b_is, ch, (mask_a.as_deref(), conv), a_loss);
+    let b_pg = b_loss
+        .and_then(|l| l.number(Field::PgLoss))
+        .map(|n| n.value);
+    let agg = super::tis::agg_note(b_is, ch, (mask_a.as_deref(), conv), (a_loss, b_pg));
     let weights = match &tis {
         Some(t) => Some(Weights::Seen(t.why() + &agg)),
         None => fit
@@ -238,6 +241,9 @@ pub fn is_loss_cell(
         &["is_loss.effective_valid"],
         "the loss mask differs: tokens one side counts in its loss and the other does not",
     );
+    if weights.is_none() {
+        super::tis::agg_beside_mask(&mut out, &agg);
+    }
     if let Some(w) = &weights {
         if let Weights::Unseen(why) = w {
             cannot_judge(&mut out, &["is_loss.elementwise_loss"], why);
@@ -266,20 +272,6 @@ pub fn is_loss_cell(
         cell(Some(rank), Some(micro), Some(row_summary(&rows)), out),
         alt,
         weights,
-    )
-}
-
-/// The clip range of a loss file's `extra_info` (`clip_ratio`, `clip_ratio_low/high`,
-/// `clip_eps`, `cliprange`), else PPO's customary 0.2 on both sides.
-pub(super) fn clip_range(loss: Option<&Record>) -> (f64, f64) {
-    let num = |k: &str| loss.and_then(|l| l.setting(k));
-    let sym = ["clip_ratio", "clip_eps", "cliprange", "clip_range"]
-        .iter()
-        .find_map(|k| num(k))
-        .unwrap_or(0.2);
-    (
-        num("clip_ratio_low").unwrap_or(sym),
-        num("clip_ratio_high").unwrap_or(sym),
     )
 }
 

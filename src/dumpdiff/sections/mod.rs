@@ -53,6 +53,7 @@ mod weights;
 
 pub use cells::*;
 pub use clip_fraction::clip_fractions;
+use clip_fraction::clip_range;
 pub use engine::*;
 pub use loss_cells::*;
 pub use ratio_chain::*;
