@@ -276,3 +276,31 @@ fn the_aggregation_is_named_beside_a_differing_loss_mask_without_weights() {
         "{c}"
     );
 }
+
+#[test]
+fn clip_fractions_at_two_ratio_levels_name_the_level_not_a_clip_bound() {
+    // seed 7221 r1 m1: GSPO configured, the weaver clips its token ratio. Its pg_clipfrac
+    // (0.08333) differs from the self-hosted one (0) over prob_ratio, advantages and mask
+    // that agree token by token, which the clip-fraction rule read as a clip bound; the
+    // clip ranges are the same, the ratios clipped are not
+    let (code, r) = dumpdiff(&novel("clip-fraction-level-7221"));
+    assert_eq!(code, Some(1));
+    let c = cell(&r, "is_loss", 1, 1);
+    assert_eq!(c["verdict"], "fail", "{c}");
+    assert_eq!(
+        comparison(&r, "is_loss", 1, 1, "is_loss.ratio_level")["verdict"],
+        "fail"
+    );
+    assert!(!c.to_string().contains("clip_bound"), "{c}");
+    let c = comparison(&r, "loss", 1, 1, "loss.metrics.actor/pg_clipfrac");
+    assert_eq!(c["verdict"], "fail", "{c}");
+    let why = c["reason"].as_str().unwrap();
+    assert!(
+        why.ends_with(
+            " — the ratio level differs: the sides' clip fractions differ (0 vs 0.08333) \
+             because they clip ratios at two levels (is_loss.ratio_level: a token ratio \
+             against GSPO's sequence ratio), not the same ratios at two clip bounds"
+        ),
+        "{why}"
+    );
+}

@@ -47,9 +47,8 @@ pub fn clip_fractions(loss: &mut Cell, is_loss: &mut Cell) {
         .map(|d| format!(" ({} vs {})", crate::fmt::num(d.a), crate::fmt::num(d.b)))
         .unwrap_or_default();
     let why = format!(
-        "the clip bound differs: the sides' clip fractions differ{values} while their \
-         prob_ratio, advantages and mask agree, so they clipped different tokens of the same \
-         ratios (clip_ratio_high / clip_ratio_low)"
+        "{BOUND}{values} while their prob_ratio, advantages and mask agree, so they clipped \
+         different tokens of the same ratios (clip_ratio_high / clip_ratio_low)"
     );
     rework(loss, |out| {
         for x in out.iter_mut().filter(|x| failing_frac(x)) {
@@ -61,6 +60,59 @@ pub fn clip_fractions(loss: &mut Cell, is_loss: &mut Cell) {
         c.verdict = Verdict::Fail;
         out.push(c);
     });
+}
+
+/// How [`clip_fractions`] names a clip bound, up to the two fractions.
+const BOUND: &str = "the clip bound differs: the sides' clip fractions differ";
+
+/// A cell whose clip fractions [`clip_fractions`] read as a clip bound, once the step's
+/// ratio level is settled: when its `is_loss.ratio_level` fails or warns (the weaver clips
+/// its token ratio where the step's cells clip GSPO's sequence ratio, or the reverse), the
+/// sides clipped different ratios, not the same ones at two bounds — the level explains
+/// the fractions and no bound is told apart (seeds 7130, 7221). The `is_loss.clip_bound`
+/// is dropped and the `pg_clipfrac` reason names the ratio level.
+pub fn clip_fractions_by_level(sections: &mut [crate::dumpdiff::Section]) {
+    let by_rule = |x: &Comparison| x.name == "is_loss.clip_bound" && x.reason.starts_with(BOUND);
+    let mut moved = Vec::new();
+    for c in sections
+        .iter_mut()
+        .filter(|s| s.name == "is_loss")
+        .flat_map(|s| s.cells.iter_mut())
+    {
+        let level = c
+            .comparisons
+            .iter()
+            .any(|x| x.name == "is_loss.ratio_level" && x.verdict >= Verdict::Warn);
+        if level && c.comparisons.iter().any(by_rule) {
+            rework(c, |out| out.retain(|x| !by_rule(x)));
+            moved.extend(c.rank.zip(c.micro));
+        }
+    }
+    for c in sections
+        .iter_mut()
+        .filter(|s| s.name == "loss")
+        .flat_map(|s| s.cells.iter_mut())
+        .filter(|c| c.rank.zip(c.micro).is_some_and(|k| moved.contains(&k)))
+    {
+        rework(c, |out| {
+            for x in out.iter_mut() {
+                if let Some(i) = x.reason.find(&format!(" — {BOUND}")) {
+                    let values = x.reason[i + BOUND.len() + 5..]
+                        .split(" while")
+                        .next()
+                        .unwrap_or("")
+                        .to_string();
+                    x.reason = format!(
+                        "{} — the ratio level differs: the sides' clip fractions differ{values} \
+                         because they clip ratios at two levels (is_loss.ratio_level: a token \
+                         ratio against GSPO's sequence ratio), not the same ratios at two clip \
+                         bounds",
+                        &x.reason[..i]
+                    );
+                }
+            }
+        });
+    }
 }
 
 /// The clip range of a loss file's `extra_info` (`clip_ratio`, `clip_ratio_low/high`,
