@@ -304,3 +304,36 @@ fn clip_fractions_at_two_ratio_levels_name_the_level_not_a_clip_bound() {
         "{why}"
     );
 }
+
+#[test]
+fn a_clip_bound_under_seen_weights_is_read_off_the_weavers_own_ratio() {
+    // seed 7543 r0 m0: off-policy, the weaver clips at 1 + 0.2 where clip_ratio_high is
+    // 0.28 and weighs its loss by TIS (cap 2) against its bf16 rollout log-probs. The one
+    // band token (r 1.206) moves its per-token loss by 7.7e-3, inside the allowance its
+    // bf16 log-probs give, and the clip fractions within their boundary allowance: every
+    // comparison passed (a miss). On the weaver's own f32 prob_ratio (equal to the
+    // self-hosted's to f32) the self-hosted pg_loss follows 0.28 and misses 0.2
+    let (code, r) = dumpdiff(&novel("clip-bound-under-weights-7543"));
+    assert_eq!(code, Some(1));
+    let c = comparison(&r, "is_loss", 0, 0, "is_loss.clip_bound");
+    assert_eq!(c["verdict"], "fail", "{c}");
+    let why = c["reason"].as_str().unwrap();
+    assert!(
+        why.starts_with(
+            "the clip bound differs: on the weaver's own prob_ratio and advantages (equal to \
+             the self-hosted's), the self-hosted pg_loss follows clip 1−0.2/1+0.28, dual clip \
+             3 (to "
+        ),
+        "{why}"
+    );
+    assert!(
+        why.contains("and misses the weaver's clip 1−0.2/1+0.2, dual clip 3 by 9.34e-4"),
+        "{why}"
+    );
+    // the step's other cells, weighted alike with no band token, say nothing of it
+    for (rank, micro) in [(0, 1), (1, 0), (2, 0)] {
+        assert!(!cell(&r, "is_loss", rank, micro)
+            .to_string()
+            .contains("clip_bound"));
+    }
+}
