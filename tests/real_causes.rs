@@ -337,3 +337,46 @@ fn a_clip_bound_under_seen_weights_is_read_off_the_weavers_own_ratio() {
             .contains("clip_bound"));
     }
 }
+
+#[test]
+fn rows_without_ids_pair_through_the_batch_when_a_temperature_moves_every_log_prob() {
+    // seed 7006 r0 m1: NexRL's self-hosted forward_data holds no input_ids, and the weaver's
+    // log-probs come from logits not divided by T = 0.6, so no row's log-probs place it
+    // among the weaver's: the rows were paired by index, and the mask, advantages and old
+    // log-probs "differed" while the temperature went unnamed. The self-hosted rows are
+    // placed in the batch by their log-probs against their own old_log_probs, the weaver's
+    // by their ids (tokens[:-1], the datum layout) through the trajectories
+    let (code, r) = dumpdiff(&novel("temperature-no-ids-7006"));
+    assert_eq!(code, Some(1));
+    for sec in ["forward_data", "is_loss"] {
+        let rows = &cell(&r, sec, 0, 1)["rows"];
+        assert_eq!(rows["method"], "batch", "{sec} {rows}");
+        assert_eq!(
+            rows["pairs"],
+            serde_json::json!([[0, 2], [1, 0], [2, 1]]),
+            "{sec}"
+        );
+    }
+    let c = comparison(&r, "forward_data", 0, 1, "forward_data.entropy");
+    assert!(
+        c["reason"]
+            .as_str()
+            .unwrap()
+            .contains("logits divided by a sampling temperature on one side only"),
+        "{c}"
+    );
+    // what the wrong pairing made differ agrees once the rows are the same trajectories
+    for name in [
+        "is_loss.effective_valid",
+        "is_loss.advantages",
+        "is_loss.old_log_probs",
+    ] {
+        assert_eq!(
+            comparison(&r, "is_loss", 0, 1, name)["verdict"],
+            "pass",
+            "{name}"
+        );
+    }
+    // rank 0 micro 0, whose log-probs pair its rows, keeps that pairing
+    assert_eq!(cell(&r, "is_loss", 0, 0)["rows"]["method"], "log_probs");
+}
