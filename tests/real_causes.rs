@@ -380,3 +380,30 @@ fn rows_without_ids_pair_through_the_batch_when_a_temperature_moves_every_log_pr
     // rank 0 micro 0, whose log-probs pair its rows, keeps that pairing
     assert_eq!(cell(&r, "is_loss", 0, 0)["rows"]["method"], "log_probs");
 }
+
+#[test]
+fn a_coefficient_behind_a_rows_scaled_total_with_no_pg_term_is_read_and_differs() {
+    // seed 7631: every advantage 0, the weaver's entropy_coeff 0.01 against the
+    // self-hosted 0.02 and its totals scaled by micro rows / 8 (micros of 4, 2, 2 rows):
+    // its own fit scattered, so its loss was said to hold a term no file states and the
+    // changed coefficient was missed. Its totals give entropy_coeff / n = 0.00125 on every
+    // cell; 0.02 would need a mini-batch of 16 rows in a rank of 8
+    let (code, r) = dumpdiff(&novel("coef-rows-scaled-7631"));
+    assert_eq!(code, Some(1));
+    let c = &r["coefficients"][0];
+    assert_eq!(c["name"], "entropy_coeff", "{c}");
+    assert_eq!(c["differ"], true, "{c}");
+    assert!((c["weaver"].as_f64().unwrap() - 0.01).abs() < 1e-8, "{c}");
+    let how = c["weaver_from"].as_str().unwrap();
+    assert!(
+        how.contains(
+            "entropy_coeff/n = 0.00125 on 3 cells; the other side's 0.02 would need a \
+             mini-batch of 16 rows, more than the rank's 8"
+        ),
+        "{how}"
+    );
+    // dumpdiff's cells no longer say the weaver's loss holds a term no file states (the
+    // adjudication, losscheck's picture, still cannot judge its totals)
+    let cells = r["sections"].to_string();
+    assert!(!cells.contains("term no file states"), "{cells}");
+}
