@@ -407,3 +407,22 @@ fn a_coefficient_behind_a_rows_scaled_total_with_no_pg_term_is_read_and_differs(
     let cells = r["sections"].to_string();
     assert!(!cells.contains("term no file states"), "{cells}");
 }
+
+#[test]
+fn a_dual_clip_other_than_3_is_read_off_the_weavers_own_values() {
+    // seed 7779 (no fault): verl's vanilla loss with clip_ratio_c 2 on both sides. One
+    // rank 1 micro 0 token with a negative advantage and a ratio above 2 is capped at
+    // −A·2; the candidates knew dual clip 3 or none, so the self-hosted per-token loss was
+    // derived uncapped there and the cell failed (a false alarm; 7743 alike)
+    let (_, r) = dumpdiff(&novel("dual-clip-2-7779"));
+    let c = comparison(&r, "is_loss", 1, 0, "is_loss.elementwise_loss");
+    assert_eq!(c["verdict"], "pass", "{c}");
+    assert!(
+        c["origin_a"]["from"]
+            .as_str()
+            .unwrap()
+            .starts_with("max(−A·r, −A·clip(r, 1−0.2, 1+0.2)), A<0 capped at −A·2 "),
+        "{c}"
+    );
+    assert_ne!(cell(&r, "is_loss", 1, 0)["verdict"], "fail");
+}

@@ -128,3 +128,60 @@ pub(super) fn clip_range(loss: Option<&Record>) -> (f64, f64) {
         num("clip_ratio_high").unwrap_or(sym),
     )
 }
+
+/// A convention's clip range in words: `clip 1−0.2/1+0.28` (and its dual clip), or the
+/// plain loss.
+pub(super) fn range_words(c: ElemLoss) -> String {
+    match c {
+        ElemLoss::Plain => "the unclipped −A·r".into(),
+        ElemLoss::Clipped { lo, hi, dual } => format!(
+            "clip 1−{}/1+{}{}",
+            crate::fmt::num(lo),
+            crate::fmt::num(hi),
+            dual.map_or(String::new(), |d| format!(
+                ", dual clip {}",
+                crate::fmt::num(d)
+            ))
+        ),
+    }
+}
+
+/// The dual clip (verl's `clip_ratio_c`) the other side's own values show: every valid
+/// token with a negative advantage whose `elementwise_loss` is `−A·c` below its own
+/// `−A·r` (`c > 1`, a ratio above `c` capped) gives one `c`, the same on each within 10⁻⁵
+/// (read to two decimals when that close) — verl takes any `clip_ratio_c > 1` (seeds
+/// 7743, 7779: 2). `None` when no token is capped or they disagree (weights, another
+/// convention).
+pub(super) fn dual_read(b_is: &Tensors<'_>) -> Option<f64> {
+    let (r, a, el) = (
+        b_is.mat(Field::ProbRatio)?,
+        b_is.mat(Field::Advantages)?,
+        b_is.mat(Field::ElementwiseLoss)?,
+    );
+    let mask = b_is.mat(Field::EffectiveMask);
+    if (r.rows, r.width) != (el.rows, el.width) || (a.rows, a.width) != (el.rows, el.width) {
+        return None;
+    }
+    let mut seen: Option<f64> = None;
+    for row in 0..el.rows {
+        let (rr, ar, er) = (r.row(row), a.row(row), el.row(row));
+        for p in super::surrogate::valid_positions(mask.as_deref(), el.rows, el.width, row) {
+            let (ratio, adv) = (rr[p], ar[p]);
+            if adv >= -1e-6 || ratio <= 1.0 {
+                continue;
+            }
+            let c = er[p] / -adv;
+            if !(c > 1.0 && c < ratio * (1.0 - 1e-5)) {
+                continue;
+            }
+            match seen {
+                Some(s) if ((c - s) / s).abs() > 1e-5 => return None,
+                None => seen = Some(c),
+                _ => {}
+            }
+        }
+    }
+    let c = seen?;
+    let snapped = (c * 10.0).round() / 10.0;
+    (((c - snapped) / c).abs() <= 1e-5).then_some(snapped)
+}

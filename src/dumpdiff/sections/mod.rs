@@ -52,8 +52,8 @@ mod tis;
 mod weights;
 
 pub use cells::*;
-use clip_fraction::clip_range;
 pub use clip_fraction::{clip_fractions, clip_fractions_by_level};
+use clip_fraction::{clip_range, dual_read, range_words};
 pub use engine::*;
 pub use loss_cells::*;
 pub use ratio_chain::*;

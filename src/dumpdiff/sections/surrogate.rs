@@ -92,7 +92,7 @@ pub(super) fn elem_convention(b_is: &Tensors<'_>, a_loss: Option<&Record>) -> El
         .sum();
     let mut best = (ElemLoss::Plain, reproduced(ElemLoss::Plain));
     if best.1 < valid {
-        for conv in candidates(a_loss).into_iter().skip(1) {
+        for conv in candidates(a_loss, dual_read(b_is)).into_iter().skip(1) {
             let n = reproduced(conv);
             if n > best.1 {
                 best = (conv, n);
@@ -143,13 +143,16 @@ impl ElemFit {
 
 /// The per-token loss conventions tried, the plain loss first: PPO's clipped surrogate
 /// under the clip range the reference loss file echoes and the customary ones (0.2/0.2,
-/// DAPO's 0.2/0.28), each without and with dual clip 3.
-pub(super) fn candidates(a_loss: Option<&Record>) -> Vec<ElemLoss> {
+/// DAPO's 0.2/0.28), each without and with dual clip 3 — and `read`, the dual clip the
+/// other side's own values show ([`super::clip_fraction::dual_read`]).
+pub(super) fn candidates(a_loss: Option<&Record>, read: Option<f64>) -> Vec<ElemLoss> {
     let mut ranges = vec![clip_range(a_loss), (0.2, 0.2), (0.2, 0.28)];
     ranges.dedup();
+    let mut duals = vec![None, Some(3.0)];
+    duals.extend(read.filter(|c| *c != 3.0).map(Some));
     let mut out = vec![ElemLoss::Plain];
     for (lo, hi) in ranges {
-        for dual in [None, Some(3.0)] {
+        for &dual in &duals {
             out.push(ElemLoss::Clipped { lo, hi, dual });
         }
     }
@@ -172,7 +175,7 @@ pub(super) fn own_convention(
     pg: f64,
     a_loss: Option<&Record>,
 ) -> ElemLoss {
-    let errors: Vec<(ElemLoss, f64)> = candidates(a_loss)
+    let errors: Vec<(ElemLoss, f64)> = candidates(a_loss, None)
         .into_iter()
         .chain(std::iter::once(other))
         .filter_map(|c| Some((c, pg_error(c, ratio, adv, mask, agg, pg)?)))
@@ -212,7 +215,7 @@ pub(super) fn own_convention_dumped(
 ) -> Option<(ElemLoss, String)> {
     let (err, scale) = dumped_error(b_is, (out, paired), agg, pg)?;
     let e_other = err(other)?;
-    let (best, e) = candidates(a_loss)
+    let (best, e) = candidates(a_loss, dual_read(b_is))
         .into_iter()
         .filter(|c| *c != other)
         .filter_map(|c| Some((c, err(c)?)))
@@ -276,23 +279,6 @@ pub(super) fn confirmed(
     match dumped_error(b_is, out, agg, pg) {
         Some((err, scale)) if err(other).is_some_and(|e| e <= 2e-6 * scale) => other,
         _ => own,
-    }
-}
-
-/// A convention's clip range in words: `clip 1−0.2/1+0.28` (and its dual clip), or the
-/// plain loss.
-fn range_words(c: ElemLoss) -> String {
-    match c {
-        ElemLoss::Plain => "the unclipped −A·r".into(),
-        ElemLoss::Clipped { lo, hi, dual } => format!(
-            "clip 1−{}/1+{}{}",
-            crate::fmt::num(lo),
-            crate::fmt::num(hi),
-            dual.map_or(String::new(), |d| format!(
-                ", dual clip {}",
-                crate::fmt::num(d)
-            ))
-        ),
     }
 }
 

@@ -60,7 +60,7 @@ pub(super) fn tis_fit(b_is: &Tensors<'_>, a_loss: Option<&Record>, plain: usize)
     }
     let (rv2, av, ev) = (r.values(), a.values(), el.values());
     let mut best: Option<(usize, ElemLoss, RolloutIs, Vec<f64>)> = None;
-    for conv in candidates(a_loss) {
+    for conv in candidates(a_loss, dual_read(b_is)) {
         let ours: Vec<f64> = (0..rows * width).map(|i| conv.of(rv2[i], av[i])).collect();
         // verl's default first (named on a tie), then what the factors show
         let mut schemes = vec![RolloutIs::token_cap(2.0)];
