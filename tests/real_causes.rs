@@ -426,3 +426,38 @@ fn a_dual_clip_other_than_3_is_read_off_the_weavers_own_values() {
     );
     assert_ne!(cell(&r, "is_loss", 1, 0)["verdict"], "fail");
 }
+
+#[test]
+fn importance_weights_beside_a_dual_clip_of_10_are_read_per_row() {
+    // seed 7642 r1 m0: verl's dual clip 10, sequence-level TIS batch-normalised by 1.288,
+    // and an old_log_probs shift; the step's other cells have zero advantages. The two
+    // dual-capped tokens fitted no scheme (the candidates knew dual clip 3), so the weights
+    // went unread and only the shift was named. Each row's weight is the factor most of its
+    // tokens share; the capped tokens then give clip_ratio_c 10
+    let (code, r) = dumpdiff(&novel("dual-clip-weights-7642"));
+    assert_eq!(code, Some(1));
+    let c = comparison(&r, "is_loss", 1, 0, "is_loss.elementwise_loss");
+    let from = c["origin_a"]["from"].as_str().unwrap();
+    assert!(from.contains("A<0 capped at −A·10 "), "{from}");
+    assert!(
+        from.contains("sequence-level TIS, no cap reached, batch-normalised (÷ 1.288"),
+        "{from}"
+    );
+    let why = comparison(&r, "loss", 1, 0, "loss.loss")["reason"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        why.contains("an importance weight: the weaver applies"),
+        "{why}"
+    );
+    // the shift is still named
+    let c = comparison(&r, "is_loss", 1, 0, "is_loss.prob_ratio");
+    assert!(
+        c["reason"]
+            .as_str()
+            .unwrap()
+            .contains("old_log_probs shifted"),
+        "{c}"
+    );
+}
