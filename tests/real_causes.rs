@@ -189,3 +189,275 @@ fn a_weaver_total_summing_its_unseen_weighted_loss_names_the_aggregation() {
         assert!(!c.contains("aggregation differs"), "{c}");
     }
 }
+
+#[test]
+fn the_aggregation_is_read_off_the_weavers_pg_loss_when_its_entropy_term_blurs_its_total() {
+    // seed 7573: verl's seq-mean-token-sum on the weaver, NexRL's mean on the self-hosted
+    // side, TIS weights the weaver does not dump, verl's rejection sampling (r1 m0) and an
+    // old_log_probs shift (r2 m2). The weaver's is_loss_debug total holds its entropy
+    // term, 0.003·1.6, more than 2e-3 of a total near 1: no reduction was taken and only
+    // the weights (r1 m0: the mask) were said. Its loss file's pg_loss is the sum mode's
+    let (code, r) = dumpdiff(&novel("agg-beside-unseen-mask-7573"));
+    assert_eq!(code, Some(1));
+    // (the shift is still what fails r2 m2)
+    let c = comparison(&r, "is_loss", 2, 2, "is_loss.prob_ratio");
+    assert_eq!(c["verdict"], "fail", "{c}");
+    for (rank, micro, want) in [
+        (
+            1,
+            0,
+            "the weaver's pg_loss -0.9575 is the seq-mean-token-sum of its own \
+                elementwise_loss, not their token-mean (-0.1368), the mode the self-hosted \
+                loss is compared in",
+        ),
+        (
+            2,
+            2,
+            "the weaver's pg_loss -0.6933 is the seq-mean-token-sum of its own \
+                elementwise_loss, not their seq-mean-token-mean (0.2018), the mode the \
+                self-hosted pg_loss follows on its own terms",
+        ),
+    ] {
+        for (sec, name) in [("is_loss", "is_loss.loss"), ("loss", "loss.loss")] {
+            let c = comparison(&r, sec, rank, micro, name);
+            assert_eq!(c["verdict"], "warn", "{c}");
+            let why = c["reason"].as_str().unwrap();
+            assert!(why.contains("a per-token weight it does not dump"), "{why}");
+            assert!(
+                why.contains(&format!("; and the aggregation differs: {want}")),
+                "{why}"
+            );
+        }
+    }
+    // seed 7420 r0 m2: a weaver total scaled by rows / 36 and summed, beside weights it
+    // does not dump; its pg_loss is unscaled
+    let (_, r) = dumpdiff(&novel("gspo-rs-unseen-7420"));
+    let c = comparison(&r, "loss", 0, 2, "loss.loss");
+    let why = c["reason"].as_str().unwrap();
+    assert!(
+        why.contains(
+            "; and the aggregation differs: the weaver's pg_loss 16.73 is the sum (no mean) \
+             of its own elementwise_loss, not their seq-mean-token-mean (2.184)"
+        ),
+        "{why}"
+    );
+    // a cell whose advantages are all 0 gives every reduction alike: nothing is said
+    assert_eq!(cell(&r, "loss", 0, 0)["verdict"], "warn");
+    assert!(!cell(&r, "loss", 0, 0)
+        .to_string()
+        .contains("aggregation differs"));
+}
+
+#[test]
+fn the_aggregation_is_named_beside_a_differing_loss_mask_without_weights() {
+    // seed 7669 r0 m0: verl's rejection sampling reduced the weaver's mask (its rollout
+    // log-probs are not dumped: "the loss mask differs") and the weaver reduces
+    // seq-mean-token-sum where the self-hosted side means; no importance weights, so only
+    // the mask was said. Its own pg_loss is the sum mode of its own elementwise_loss
+    let (code, r) = dumpdiff(&novel("agg-beside-mask-7669"));
+    assert_eq!(code, Some(2), "a truncated file elsewhere");
+    let want = "; and the aggregation differs: the weaver's pg_loss 0.06057 is the \
+                seq-mean-token-sum of its own elementwise_loss, not their token-mean \
+                (0.01275), the mode the self-hosted loss is compared in";
+    let c = comparison(&r, "is_loss", 0, 0, "is_loss.effective_valid");
+    assert_eq!(c["verdict"], "fail", "{c}");
+    assert!(c["reason"].as_str().unwrap().ends_with(want), "{c}");
+    let c = comparison(&r, "loss", 0, 0, "loss.pg_loss");
+    assert_eq!(c["verdict"], "fail", "{c}");
+    let why = c["reason"].as_str().unwrap();
+    assert!(
+        why.contains(&format!("the loss mask differs){want}")),
+        "{why}"
+    );
+    // the entropy term is not the pg term's reduction: its reason names the mask only
+    let c = comparison(&r, "loss", 0, 0, "loss.entropy_loss");
+    assert!(
+        !c["reason"].as_str().unwrap().contains("aggregation"),
+        "{c}"
+    );
+}
+
+#[test]
+fn clip_fractions_at_two_ratio_levels_name_the_level_not_a_clip_bound() {
+    // seed 7221 r1 m1: GSPO configured, the weaver clips its token ratio. Its pg_clipfrac
+    // (0.08333) differs from the self-hosted one (0) over prob_ratio, advantages and mask
+    // that agree token by token, which the clip-fraction rule read as a clip bound; the
+    // clip ranges are the same, the ratios clipped are not
+    let (code, r) = dumpdiff(&novel("clip-fraction-level-7221"));
+    assert_eq!(code, Some(1));
+    let c = cell(&r, "is_loss", 1, 1);
+    assert_eq!(c["verdict"], "fail", "{c}");
+    assert_eq!(
+        comparison(&r, "is_loss", 1, 1, "is_loss.ratio_level")["verdict"],
+        "fail"
+    );
+    assert!(!c.to_string().contains("clip_bound"), "{c}");
+    let c = comparison(&r, "loss", 1, 1, "loss.metrics.actor/pg_clipfrac");
+    assert_eq!(c["verdict"], "fail", "{c}");
+    let why = c["reason"].as_str().unwrap();
+    assert!(
+        why.ends_with(
+            " — the ratio level differs: the sides' clip fractions differ (0 vs 0.08333) \
+             because they clip ratios at two levels (is_loss.ratio_level: a token ratio \
+             against GSPO's sequence ratio), not the same ratios at two clip bounds"
+        ),
+        "{why}"
+    );
+}
+
+#[test]
+fn a_clip_bound_under_seen_weights_is_read_off_the_weavers_own_ratio() {
+    // seed 7543 r0 m0: off-policy, the weaver clips at 1 + 0.2 where clip_ratio_high is
+    // 0.28 and weighs its loss by TIS (cap 2) against its bf16 rollout log-probs. The one
+    // band token (r 1.206) moves its per-token loss by 7.7e-3, inside the allowance its
+    // bf16 log-probs give, and the clip fractions within their boundary allowance: every
+    // comparison passed (a miss). On the weaver's own f32 prob_ratio (equal to the
+    // self-hosted's to f32) the self-hosted pg_loss follows 0.28 and misses 0.2
+    let (code, r) = dumpdiff(&novel("clip-bound-under-weights-7543"));
+    assert_eq!(code, Some(1));
+    let c = comparison(&r, "is_loss", 0, 0, "is_loss.clip_bound");
+    assert_eq!(c["verdict"], "fail", "{c}");
+    let why = c["reason"].as_str().unwrap();
+    assert!(
+        why.starts_with(
+            "the clip bound differs: on the weaver's own prob_ratio and advantages (equal to \
+             the self-hosted's), the self-hosted pg_loss follows clip 1−0.2/1+0.28, dual clip \
+             3 (to "
+        ),
+        "{why}"
+    );
+    assert!(
+        why.contains("and misses the weaver's clip 1−0.2/1+0.2, dual clip 3 by 9.34e-4"),
+        "{why}"
+    );
+    // the step's other cells, weighted alike with no band token, say nothing of it
+    for (rank, micro) in [(0, 1), (1, 0), (2, 0)] {
+        assert!(!cell(&r, "is_loss", rank, micro)
+            .to_string()
+            .contains("clip_bound"));
+    }
+}
+
+#[test]
+fn rows_without_ids_pair_through_the_batch_when_a_temperature_moves_every_log_prob() {
+    // seed 7006 r0 m1: NexRL's self-hosted forward_data holds no input_ids, and the weaver's
+    // log-probs come from logits not divided by T = 0.6, so no row's log-probs place it
+    // among the weaver's: the rows were paired by index, and the mask, advantages and old
+    // log-probs "differed" while the temperature went unnamed. The self-hosted rows are
+    // placed in the batch by their log-probs against their own old_log_probs, the weaver's
+    // by their ids (tokens[:-1], the datum layout) through the trajectories
+    let (code, r) = dumpdiff(&novel("temperature-no-ids-7006"));
+    assert_eq!(code, Some(1));
+    for sec in ["forward_data", "is_loss"] {
+        let rows = &cell(&r, sec, 0, 1)["rows"];
+        assert_eq!(rows["method"], "batch", "{sec} {rows}");
+        assert_eq!(
+            rows["pairs"],
+            serde_json::json!([[0, 2], [1, 0], [2, 1]]),
+            "{sec}"
+        );
+    }
+    let c = comparison(&r, "forward_data", 0, 1, "forward_data.entropy");
+    assert!(
+        c["reason"]
+            .as_str()
+            .unwrap()
+            .contains("logits divided by a sampling temperature on one side only"),
+        "{c}"
+    );
+    // what the wrong pairing made differ agrees once the rows are the same trajectories
+    for name in [
+        "is_loss.effective_valid",
+        "is_loss.advantages",
+        "is_loss.old_log_probs",
+    ] {
+        assert_eq!(
+            comparison(&r, "is_loss", 0, 1, name)["verdict"],
+            "pass",
+            "{name}"
+        );
+    }
+    // rank 0 micro 0, whose log-probs pair its rows, keeps that pairing
+    assert_eq!(cell(&r, "is_loss", 0, 0)["rows"]["method"], "log_probs");
+}
+
+#[test]
+fn a_coefficient_behind_a_rows_scaled_total_with_no_pg_term_is_read_and_differs() {
+    // seed 7631: every advantage 0, the weaver's entropy_coeff 0.01 against the
+    // self-hosted 0.02 and its totals scaled by micro rows / 8 (micros of 4, 2, 2 rows):
+    // its own fit scattered, so its loss was said to hold a term no file states and the
+    // changed coefficient was missed. Its totals give entropy_coeff / n = 0.00125 on every
+    // cell; 0.02 would need a mini-batch of 16 rows in a rank of 8
+    let (code, r) = dumpdiff(&novel("coef-rows-scaled-7631"));
+    assert_eq!(code, Some(1));
+    let c = &r["coefficients"][0];
+    assert_eq!(c["name"], "entropy_coeff", "{c}");
+    assert_eq!(c["differ"], true, "{c}");
+    assert!((c["weaver"].as_f64().unwrap() - 0.01).abs() < 1e-8, "{c}");
+    let how = c["weaver_from"].as_str().unwrap();
+    assert!(
+        how.contains(
+            "entropy_coeff/n = 0.00125 on 3 cells; the other side's 0.02 would need a \
+             mini-batch of 16 rows, more than the rank's 8"
+        ),
+        "{how}"
+    );
+    // dumpdiff's cells no longer say the weaver's loss holds a term no file states (the
+    // adjudication, losscheck's picture, still cannot judge its totals)
+    let cells = r["sections"].to_string();
+    assert!(!cells.contains("term no file states"), "{cells}");
+}
+
+#[test]
+fn a_dual_clip_other_than_3_is_read_off_the_weavers_own_values() {
+    // seed 7779 (no fault): verl's vanilla loss with clip_ratio_c 2 on both sides. One
+    // rank 1 micro 0 token with a negative advantage and a ratio above 2 is capped at
+    // −A·2; the candidates knew dual clip 3 or none, so the self-hosted per-token loss was
+    // derived uncapped there and the cell failed (a false alarm; 7743 alike)
+    let (_, r) = dumpdiff(&novel("dual-clip-2-7779"));
+    let c = comparison(&r, "is_loss", 1, 0, "is_loss.elementwise_loss");
+    assert_eq!(c["verdict"], "pass", "{c}");
+    assert!(
+        c["origin_a"]["from"]
+            .as_str()
+            .unwrap()
+            .starts_with("max(−A·r, −A·clip(r, 1−0.2, 1+0.2)), A<0 capped at −A·2 "),
+        "{c}"
+    );
+    assert_ne!(cell(&r, "is_loss", 1, 0)["verdict"], "fail");
+}
+
+#[test]
+fn importance_weights_beside_a_dual_clip_of_10_are_read_per_row() {
+    // seed 7642 r1 m0: verl's dual clip 10, sequence-level TIS batch-normalised by 1.288,
+    // and an old_log_probs shift; the step's other cells have zero advantages. The two
+    // dual-capped tokens fitted no scheme (the candidates knew dual clip 3), so the weights
+    // went unread and only the shift was named. Each row's weight is the factor most of its
+    // tokens share; the capped tokens then give clip_ratio_c 10
+    let (code, r) = dumpdiff(&novel("dual-clip-weights-7642"));
+    assert_eq!(code, Some(1));
+    let c = comparison(&r, "is_loss", 1, 0, "is_loss.elementwise_loss");
+    let from = c["origin_a"]["from"].as_str().unwrap();
+    assert!(from.contains("A<0 capped at −A·10 "), "{from}");
+    assert!(
+        from.contains("sequence-level TIS, no cap reached, batch-normalised (÷ 1.288"),
+        "{from}"
+    );
+    let why = comparison(&r, "loss", 1, 0, "loss.loss")["reason"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        why.contains("an importance weight: the weaver applies"),
+        "{why}"
+    );
+    // the shift is still named
+    let c = comparison(&r, "is_loss", 1, 0, "is_loss.prob_ratio");
+    assert!(
+        c["reason"]
+            .as_str()
+            .unwrap()
+            .contains("old_log_probs shifted"),
+        "{c}"
+    );
+}

@@ -19,6 +19,10 @@ pub enum MatchMethod {
     Index,
     /// No tokens on one side: rows paired by their log-probs at their valid positions.
     LogProbs,
+    /// No tokens on one side, log-probs that pair no rows: each side's rows placed in the
+    /// batch (by their log-probs against their own old log-probs, by their token ids
+    /// through the trajectories) and paired where both name one trajectory.
+    Batch,
 }
 
 /// The pairing of reference rows (`a`) with the other side's rows (`b`).

@@ -628,6 +628,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, t)| (tokens_hash(&t.tokens), i))
                 .collect(),
+            traj_short: std::collections::HashMap::new(),
             advantages: None,
             advantages_from: String::new(),
             micros_per_rank: 1,

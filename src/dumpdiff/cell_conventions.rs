@@ -313,3 +313,39 @@ pub(super) fn rediagnose_scaled(
         }
     }
 }
+
+/// The row order of the self-hosted whole-batch `old_log_probs`, settled from the data
+/// once per step by the judge ([`crate::judge::SelfHostedStep::settle_old_order`]): the
+/// trajectory file's, or NexRL's batch order (trajectories dumped as they arrived, the
+/// batch sorted before old_log_probs is computed). The order when it is NexRL's, and the
+/// evidence for the report's conventions when the trajectories give one to try.
+pub(super) fn old_order(
+    s: &SideData,
+    traj: Option<&crate::model::trajectory::TrajectorySummary>,
+) -> (Option<Vec<usize>>, Option<String>) {
+    let (Some(ts), Some((of, ov))) = (
+        traj,
+        s.get_file(crate::model::tree::Kind::OldLogProbs, None, None),
+    ) else {
+        return (None, None);
+    };
+    let Ok(cfg) = crate::kernels::presets::preset("nexrl-is") else {
+        return (None, None);
+    };
+    let Ok(mut step) =
+        crate::judge::SelfHostedStep::from_summary_record(ts, of.path.clone(), ov, &cfg.advantage)
+    else {
+        return (None, None);
+    };
+    match step.settle_old_order(&s.tree, s.step) {
+        Some((true, evidence)) => (
+            step.old_order().map(<[usize]>::to_vec),
+            Some(format!(
+                "self-hosted old_log_probs rows are in NexRL's batch order (sorted by task_id, \
+                 uid/group_id, run_id before old_log_probs is computed), not the trajectory \
+                 file's arrival order: {evidence}"
+            )),
+        ),
+        _ => (None, None),
+    }
+}

@@ -27,6 +27,7 @@ pub mod mat;
 pub mod model_compare;
 mod pairs;
 pub mod report;
+mod rows_scale;
 mod scaled_loss;
 pub mod sections;
 mod verdicts;
@@ -499,6 +500,14 @@ fn compare(
         unstated = conventions::unstated_term(&conv.self_hosted, &conv.weaver, &opts.coefficients);
         lone = conventions::lone_fits_differ(&conv.self_hosted, &conv.weaver, &opts.coefficients);
         own_scales = conventions::own_scales(&conv.self_hosted, &conv.weaver);
+        let sides = (&conv.self_hosted, &conv.weaver);
+        rows_scale::read(
+            &mut coefficients,
+            &mut unstated,
+            sides,
+            &sections,
+            &opts.coefficients,
+        );
         conventions = conv.notes;
         diagnosis = conv.diagnosis;
         diagnosed = conv.diagnosed;

@@ -116,6 +116,7 @@ pub(super) fn weaver_cell(
             a.realign(&[Field::LogProbs, Field::Entropy, Field::ResponseMask], sh);
             out.realigned = true;
         }
+        sections::pair_through_batch(inputs, a, b_ids);
     }
 
     // Section 2: forward_data; also gives the cell's log-prob precision.
@@ -183,7 +184,7 @@ pub(super) fn weaver_cell(
     if in_is {
         if let (Some(a), Some(b), Some(ch)) = (&a_fwd, &b_is, &chain) {
             let (cell, alt, weights) =
-                sections::is_loss_cell(policy, rank, m, a, s_loss, b, b_ids, ch, &memo);
+                sections::is_loss_cell(policy, rank, m, a, (s_loss, w_loss), b, b_ids, ch, &memo);
             out.is_loss = Some((cell, alt));
             out.weights = weights
                 .as_ref()
@@ -294,7 +295,7 @@ pub(super) fn weaver_sections(
         kl_coef: conventions::value("kl_coef", &conv.self_hosted, &opts.coefficients),
     };
     let mut inputs = batch_inputs(s, r, traj, adv_preset, opts.advantage_eps)?;
-    let (old_of_traj, order_note) = old_order(s, traj);
+    let (old_of_traj, order_note) = crate::dumpdiff::cell_conventions::old_order(s, traj);
     conv.notes.extend(order_note);
     inputs.old_of_traj = old_of_traj.clone();
     // One cell a task (`with_max_len(1)`): rayon otherwise runs a split-off range of cells
@@ -399,6 +400,7 @@ pub(super) fn weaver_sections(
     out.extend(params.sections);
     coverage.extend(params.coverage);
     sections::totals_over_differing_inputs(&mut out);
+    sections::clip_fractions_by_level(&mut out);
     (conv.diagnosis, conv.diagnosed) =
         diagnose_losses(&out, s, w, &losses, conv, &opts.coefficients);
     Ok(out)
@@ -642,11 +644,14 @@ pub(super) fn batch_inputs(
                 None => m,
             },
         );
-    let mut traj_index = HashMap::new();
+    let (mut traj_index, mut traj_short) = (HashMap::new(), HashMap::new());
     if let Some(tr) = traj {
         let empty = tokens_hash(&[]);
         for (i, row) in tr.rows.iter().enumerate() {
             traj_index.entry(row.tokens.unwrap_or(empty)).or_insert(i);
+            if let Some(h) = row.tokens_short {
+                traj_short.entry(h).or_insert(i);
+            }
         }
     }
     // Advantages by self-hosted batch index, matched by token content: the batch-level
@@ -709,6 +714,7 @@ pub(super) fn batch_inputs(
     Ok(BatchInputs {
         old_log_probs,
         traj_index,
+        traj_short,
         advantages,
         advantages_from,
         micros_per_rank,
@@ -719,39 +725,6 @@ pub(super) fn batch_inputs(
             t.rows.iter().map(|r| r.response_len).collect()
         }),
     })
-}
-
-/// The row order of the self-hosted whole-batch `old_log_probs`, settled from the data
-/// once per step by the judge ([`crate::judge::SelfHostedStep::settle_old_order`]): the
-/// trajectory file's, or NexRL's batch order (trajectories dumped as they arrived, the
-/// batch sorted before old_log_probs is computed). The order when it is NexRL's, and the
-/// evidence for the report's conventions when the trajectories give one to try.
-fn old_order(
-    s: &SideData,
-    traj: Option<&TrajectorySummary>,
-) -> (Option<Vec<usize>>, Option<String>) {
-    let (Some(ts), Some((of, ov))) = (traj, s.get_file(Kind::OldLogProbs, None, None)) else {
-        return (None, None);
-    };
-    let Ok(cfg) = crate::kernels::presets::preset("nexrl-is") else {
-        return (None, None);
-    };
-    let Ok(mut step) =
-        crate::judge::SelfHostedStep::from_summary_record(ts, of.path.clone(), ov, &cfg.advantage)
-    else {
-        return (None, None);
-    };
-    match step.settle_old_order(&s.tree, s.step) {
-        Some((true, evidence)) => (
-            step.old_order().map(<[usize]>::to_vec),
-            Some(format!(
-                "self-hosted old_log_probs rows are in NexRL's batch order (sorted by task_id, \
-                 uid/group_id, run_id before old_log_probs is computed), not the trajectory \
-                 file's arrival order: {evidence}"
-            )),
-        ),
-        _ => (None, None),
-    }
 }
 
 /// GRPO advantages of every trajectory of a trajectory file, by batch index, with the

@@ -229,6 +229,9 @@ pub struct TrajectorySummary {
 pub struct TrajectoryRow {
     /// `tokens_hash(tokens)`; `None` when `tokens` is missing.
     pub tokens: Option<u64>,
+    /// `tokens_hash(tokens[:-1])` (the datum layout's input tokens); `None` when `tokens`
+    /// is missing or shorter than two.
+    pub tokens_short: Option<u64>,
     /// [`Trajectory::response_hash`].
     pub response: Option<u64>,
     /// [`Trajectory::response_len`].
@@ -246,6 +249,11 @@ impl TrajectoryRow {
     pub fn of(t: &Trajectory<'_>) -> TrajectoryRow {
         TrajectoryRow {
             tokens: t.tokens.as_ref().map(TokenSeq::hash),
+            tokens_short: t
+                .tokens
+                .as_ref()
+                .filter(|x| x.len() > 1)
+                .map(|x| crate::model::tokens::tokens_hash_iter(x.iter().take(x.len() - 1))),
             response: t.response_hash(),
             response_len: t.response_len(),
             reward: t.reward,

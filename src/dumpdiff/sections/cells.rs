@@ -185,6 +185,8 @@ pub struct BatchInputs {
     pub old_log_probs: Option<Mat>,
     /// Token hash of each trajectory → its batch index.
     pub traj_index: HashMap<u64, usize>,
+    /// The same of each trajectory's `tokens[:-1]` (the datum layout's input tokens).
+    pub traj_short: HashMap<u64, usize>,
     /// Per-trajectory advantages by batch index: remote-api `prepared_trajectories`, else
     /// recomputed from the trajectories' rewards and groups with the preset's convention.
     pub advantages: Option<Vec<f64>>,
@@ -314,6 +316,67 @@ pub(super) fn unplaced<'a>(ch: &'a Chain, otherwise: &'a str) -> &'a str {
 
 /// How [`batch_indices`] says it placed no row.
 const UNPLACED: &str = "rows not placed in the batch";
+
+/// A self-hosted forward_data without input_ids whose log-probs pair no rows with the
+/// other side's (a sampling temperature on one side moves every log-prob: seed 7006, whose
+/// rows were then paired by index): each side's rows placed in the batch — the
+/// self-hosted ones by their log-probs against their own whole-batch old_log_probs
+/// ([`placed_by_values`]), the other side's by their token ids through the trajectory
+/// file — and paired where both name one trajectory, for every comparison of the cell.
+/// Nothing when the rows pair by content or by values, or a row is not placed.
+pub fn pair_through_batch(inputs: &BatchInputs, a: &Tensors<'_>, b: Option<&Tensors<'_>>) {
+    let Some(b) = b else { return };
+    if inputs.traj_index.is_empty() || a.input_ids().is_some() || a.content_rows(b).is_some() {
+        return;
+    }
+    let (Some(ia), Some(ib)) = (placed_by_values(inputs, a), other_in_batch(inputs, b)) else {
+        return;
+    };
+    let mut pairs = Vec::with_capacity(ia.len());
+    for (ra, t) in ia.iter().enumerate() {
+        match ib.iter().position(|u| u == t) {
+            Some(rb) if t.is_some() && !pairs.iter().any(|p: &(usize, usize)| p.1 == rb) => {
+                pairs.push((ra, rb))
+            }
+            _ => return,
+        }
+    }
+    let only_b = (0..ib.len())
+        .filter(|j| !pairs.iter().any(|p| p.1 == *j))
+        .collect();
+    let method = crate::compare::align::MatchMethod::Batch;
+    let only_a = Vec::new();
+    a.seed_pairing(
+        b,
+        RowMatch {
+            pairs,
+            only_a,
+            only_b,
+            method,
+        },
+    );
+}
+
+/// The batch index of each row of the other side's `input_ids` (pad 0 or the one its rows
+/// show), through the trajectory file's token hashes — whole trajectories, or without
+/// their last token (the datum layout, `tokens[:-1]`); `None` unless every row is placed.
+fn other_in_batch(inputs: &BatchInputs, b: &Tensors<'_>) -> Option<Vec<Option<usize>>> {
+    let pads = std::iter::once(Some(0)).chain(std::iter::once(b.pad_candidate()));
+    for pad in pads.flatten() {
+        let Some(tok) = b.input_ids_pad(pad) else {
+            continue;
+        };
+        for index in [&inputs.traj_index, &inputs.traj_short] {
+            let idx: Vec<Option<usize>> = (0..tok.len())
+                .map(|j| index.get(&tok.hash(j, false)?).copied())
+                .collect();
+            if !idx.is_empty() && idx.iter().all(Option::is_some) {
+                return Some(idx);
+            }
+        }
+    }
+    None
+}
 
 /// Old row → trajectory (batch index): the inverse of `old_of_traj` (identity without).
 fn traj_of_old(inputs: &BatchInputs, n: usize) -> Vec<usize> {

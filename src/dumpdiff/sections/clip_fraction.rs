@@ -47,9 +47,8 @@ pub fn clip_fractions(loss: &mut Cell, is_loss: &mut Cell) {
         .map(|d| format!(" ({} vs {})", crate::fmt::num(d.a), crate::fmt::num(d.b)))
         .unwrap_or_default();
     let why = format!(
-        "the clip bound differs: the sides' clip fractions differ{values} while their \
-         prob_ratio, advantages and mask agree, so they clipped different tokens of the same \
-         ratios (clip_ratio_high / clip_ratio_low)"
+        "{BOUND}{values} while their prob_ratio, advantages and mask agree, so they clipped \
+         different tokens of the same ratios (clip_ratio_high / clip_ratio_low)"
     );
     rework(loss, |out| {
         for x in out.iter_mut().filter(|x| failing_frac(x)) {
@@ -61,4 +60,149 @@ pub fn clip_fractions(loss: &mut Cell, is_loss: &mut Cell) {
         c.verdict = Verdict::Fail;
         out.push(c);
     });
+}
+
+/// How [`clip_fractions`] names a clip bound, up to the two fractions.
+const BOUND: &str = "the clip bound differs: the sides' clip fractions differ";
+
+/// A cell whose clip fractions [`clip_fractions`] read as a clip bound, once the step's
+/// ratio level is settled: when its `is_loss.ratio_level` fails or warns (the weaver clips
+/// its token ratio where the step's cells clip GSPO's sequence ratio, or the reverse), the
+/// sides clipped different ratios, not the same ones at two bounds — the level explains
+/// the fractions and no bound is told apart (seeds 7130, 7221). The `is_loss.clip_bound`
+/// is dropped and the `pg_clipfrac` reason names the ratio level.
+pub fn clip_fractions_by_level(sections: &mut [crate::dumpdiff::Section]) {
+    let by_rule = |x: &Comparison| x.name == "is_loss.clip_bound" && x.reason.starts_with(BOUND);
+    let mut moved = Vec::new();
+    for c in sections
+        .iter_mut()
+        .filter(|s| s.name == "is_loss")
+        .flat_map(|s| s.cells.iter_mut())
+    {
+        let level = c
+            .comparisons
+            .iter()
+            .any(|x| x.name == "is_loss.ratio_level" && x.verdict >= Verdict::Warn);
+        if level && c.comparisons.iter().any(by_rule) {
+            rework(c, |out| out.retain(|x| !by_rule(x)));
+            moved.extend(c.rank.zip(c.micro));
+        }
+    }
+    for c in sections
+        .iter_mut()
+        .filter(|s| s.name == "loss")
+        .flat_map(|s| s.cells.iter_mut())
+        .filter(|c| c.rank.zip(c.micro).is_some_and(|k| moved.contains(&k)))
+    {
+        rework(c, |out| {
+            for x in out.iter_mut() {
+                if let Some(i) = x.reason.find(&format!(" — {BOUND}")) {
+                    let values = x.reason[i + BOUND.len() + 5..]
+                        .split(" while")
+                        .next()
+                        .unwrap_or("")
+                        .to_string();
+                    x.reason = format!(
+                        "{} — the ratio level differs: the sides' clip fractions differ{values} \
+                         because they clip ratios at two levels (is_loss.ratio_level: a token \
+                         ratio against GSPO's sequence ratio), not the same ratios at two clip \
+                         bounds",
+                        &x.reason[..i]
+                    );
+                }
+            }
+        });
+    }
+}
+
+/// A convention's clip range in words: `clip 1−0.2/1+0.28` (and its dual clip), or the
+/// plain loss.
+pub(super) fn range_words(c: ElemLoss) -> String {
+    match c {
+        ElemLoss::Plain => "the unclipped −A·r".into(),
+        ElemLoss::Clipped { lo, hi, dual } => format!(
+            "clip 1−{}/1+{}{}",
+            crate::fmt::num(lo),
+            crate::fmt::num(hi),
+            dual.map_or(String::new(), |d| format!(
+                ", dual clip {}",
+                crate::fmt::num(d)
+            ))
+        ),
+    }
+}
+
+/// The dual clip (verl's `clip_ratio_c`) the other side's own values show: every valid
+/// token with a negative advantage whose `elementwise_loss` is `−A·c` below its own
+/// `−A·r` (`c > 1`, a ratio above `c` capped) gives one `c`, the same on each within 10⁻⁵
+/// (read to two decimals when that close) — verl takes any `clip_ratio_c > 1` (seeds
+/// 7743, 7779: 2). `None` when no token is capped or they disagree (weights, another
+/// convention).
+pub(super) fn dual_read(b_is: &Tensors<'_>) -> Option<f64> {
+    let (r, a, el) = (
+        b_is.mat(Field::ProbRatio)?,
+        b_is.mat(Field::Advantages)?,
+        b_is.mat(Field::ElementwiseLoss)?,
+    );
+    let mask = b_is.mat(Field::EffectiveMask);
+    if (r.rows, r.width) != (el.rows, el.width) || (a.rows, a.width) != (el.rows, el.width) {
+        return None;
+    }
+    let mut seen: Option<f64> = None;
+    for row in 0..el.rows {
+        let (rr, ar, er) = (r.row(row), a.row(row), el.row(row));
+        let valid = super::surrogate::valid_positions(mask.as_deref(), el.rows, el.width, row);
+        let w = row_weight(valid.iter().map(|&p| (er[p], rr[p], ar[p])));
+        for p in valid {
+            let (ratio, adv) = (rr[p], ar[p]);
+            if adv >= -1e-6 || ratio <= 1.0 {
+                continue;
+            }
+            let c = er[p] / (-adv * w);
+            if !(c > 1.0 && c < ratio * (1.0 - 1e-5)) {
+                continue;
+            }
+            match seen {
+                Some(s) if ((c - s) / s).abs() > 1e-5 => return None,
+                None => seen = Some(c),
+                _ => {}
+            }
+        }
+    }
+    let c = seen?;
+    let snapped = (c * 10.0).round() / 10.0;
+    (((c - snapped) / c).abs() <= 1e-5).then_some(snapped)
+}
+
+/// The weight a row's per-token loss carries when more of its tokens share one factor
+/// `elementwise_loss / (−A·r)` (within 10⁻⁵, at least two) than any other (the clipped
+/// ones each have their own): a sequence-level importance weight, 1 without weights (seed
+/// 7642: verl's sequence TIS, batch-normalised, beside dual clip 10); else 1.
+fn row_weight(tokens: impl Iterator<Item = (f64, f64, f64)>) -> f64 {
+    let mut q: Vec<f64> = tokens
+        .filter(|(_, r, a)| a.abs() > 1e-6 && *r > 0.0)
+        .map(|(e, r, a)| e / (-a * r))
+        .filter(|q| q.is_finite() && *q > 0.0)
+        .collect();
+    q.sort_by(f64::total_cmp);
+    let clusters: Vec<(usize, f64)> = (0..q.len())
+        .map(|i| {
+            let k = q[i..]
+                .iter()
+                .take_while(|x| (*x - q[i]) <= 1e-5 * q[i])
+                .count();
+            (k, q[i])
+        })
+        .collect();
+    let Some(&(k, w)) = clusters.iter().max_by_key(|x| x.0) else {
+        return 1.0;
+    };
+    // one cluster of at least two tokens, larger than any cluster apart from it
+    let apart = |x: &&(usize, f64)| (x.1 - w).abs() > 1e-5 * w;
+    let unique = clusters.iter().filter(apart).all(|x| x.0 < k);
+    if k >= 2 && unique {
+        w
+    } else {
+        1.0
+    }
 }

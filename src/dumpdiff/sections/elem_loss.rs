@@ -46,7 +46,7 @@ impl ElemLoss {
 /// The per-token loss conventions tried, the plain loss first: PPO's clipped surrogate
 /// under the clip range the reference loss file echoes and the customary ones (0.2/0.2,
 /// DAPO's 0.2/0.28), each without and with dual clip 3 (verl's default `clip_ratio_c`)
-/// and `dual` (a dual clip the data show, [`dual_shown`]).
+/// and `dual` (a dual clip the data show, [`super::clip_fraction::dual_read`]).
 pub(super) fn candidates(a_loss: Option<&Record>, dual: Option<f64>) -> Vec<ElemLoss> {
     let mut ranges = vec![clip_range(a_loss), (0.2, 0.2), (0.2, 0.28)];
     ranges.dedup();
@@ -61,18 +61,6 @@ pub(super) fn candidates(a_loss: Option<&Record>, dual: Option<f64>) -> Vec<Elem
         }
     }
     out
-}
-
-/// The dual clip constant a side's own dumped ratio, advantages and per-token loss show
-/// on its valid tokens ([`crate::kernels::policy_loss::dual_clip_shown`]).
-pub(super) fn dual_shown(r: &Mat, a: &Mat, el: &Mat, mask: Option<&Mat>) -> Option<f64> {
-    let tokens = (0..el.rows).flat_map(|row| {
-        let (rr, ar, er) = (r.row(row), a.row(row), el.row(row));
-        valid_positions(mask, el.rows, el.width, row)
-            .into_iter()
-            .map(move |p| (rr[p], ar[p], er[p]))
-    });
-    crate::kernels::policy_loss::dual_clip_shown(tokens)
 }
 
 /// The dual clip constant of a convention, to try it beside the customary ones.

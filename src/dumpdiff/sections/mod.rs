@@ -53,7 +53,8 @@ mod tis;
 mod weights;
 
 pub use cells::*;
-pub use clip_fraction::clip_fractions;
+pub use clip_fraction::{clip_fractions, clip_fractions_by_level};
+use clip_fraction::{dual_read, range_words};
 pub use engine::*;
 pub use loss_cells::*;
 pub use ratio_chain::*;

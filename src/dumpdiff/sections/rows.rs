@@ -261,6 +261,13 @@ impl<'v> Tensors<'v> {
 }
 
 impl Tensors<'_> {
+    /// `m` as this file's pairing with `other` for every comparison of the cell
+    /// ([`super::pair_through_batch`]).
+    pub(super) fn seed_pairing(&self, other: &Tensors<'_>, m: RowMatch) {
+        let key: *const Record = other.record;
+        self.pairings.borrow_mut().push((key, Rc::new(m)));
+    }
+
     /// Rows paired by their values when one side holds no token ids (NexRL's self-hosted
     /// `forward_data` need not): each row's log-probs at its valid positions, in order
     /// (so a response-aligned side and a prompt-offset one compare alike), placed at the

@@ -3,7 +3,7 @@
 //! PPO's clipped surrogate or the plain importance-sampling loss, GSPO's sequence ratio
 //! or the token ratio.
 
-pub(super) use super::elem_loss::{candidates, dual_of, dual_shown, valid_positions, ElemLoss};
+pub(super) use super::elem_loss::{candidates, dual_of, valid_positions, ElemLoss};
 use super::*;
 
 /// The per-token loss convention the other side's own dumped `prob_ratio`, `advantages`
@@ -54,8 +54,7 @@ pub(super) fn elem_convention(b_is: &Tensors<'_>, a_loss: Option<&Record>) -> El
         .sum();
     let mut best = (ElemLoss::Plain, reproduced(ElemLoss::Plain));
     if best.1 < valid {
-        let dual = dual_shown(&r, &a, &el, mask.as_deref());
-        for conv in candidates(a_loss, dual).into_iter().skip(1) {
+        for conv in candidates(a_loss, dual_read(b_is)).into_iter().skip(1) {
             let n = reproduced(conv);
             if n > best.1 {
                 best = (conv, n);
@@ -160,7 +159,7 @@ pub(super) fn own_convention_dumped(
 ) -> Option<(ElemLoss, String)> {
     let (err, scale) = dumped_error(b_is, (out, paired), agg, pg)?;
     let e_other = err(other)?;
-    let (best, e) = candidates(a_loss, dual_of(other))
+    let (best, e) = candidates(a_loss, dual_read(b_is))
         .into_iter()
         .filter(|c| *c != other)
         .filter_map(|c| Some((c, err(c)?)))
@@ -224,23 +223,6 @@ pub(super) fn confirmed(
     match dumped_error(b_is, out, agg, pg) {
         Some((err, scale)) if err(other).is_some_and(|e| e <= 2e-6 * scale) => other,
         _ => own,
-    }
-}
-
-/// A convention's clip range in words: `clip 1−0.2/1+0.28` (and its dual clip), or the
-/// plain loss.
-fn range_words(c: ElemLoss) -> String {
-    match c {
-        ElemLoss::Plain => "the unclipped −A·r".into(),
-        ElemLoss::Clipped { lo, hi, dual } => format!(
-            "clip 1−{}/1+{}{}",
-            crate::fmt::num(lo),
-            crate::fmt::num(hi),
-            dual.map_or(String::new(), |d| format!(
-                ", dual clip {}",
-                crate::fmt::num(d)
-            ))
-        ),
     }
 }
 

@@ -46,6 +46,7 @@ fn chain_with_old(
             Field::OldLogProbs,
         ),
         traj_index: HashMap::new(),
+        traj_short: HashMap::new(),
         advantages: None,
         advantages_from: String::new(),
         micros_per_rank: 1,
@@ -89,7 +90,7 @@ fn is_loss_case(ratio_b1: Option<f64>) -> (Cell, Chain) {
     let (a_fwd, b_is) = (Tensors::new(&a_fwd), Tensors::new(&b_is));
     let ch = chain_with_old(&policy, rows(&[&old]), &a_fwd, &b_is);
     let memo = StatsMemo::new(Some(&ch), None);
-    let (cell, _, _) = is_loss_cell(&policy, 0, 0, &a_fwd, None, &b_is, None, &ch, &memo);
+    let (cell, _, _) = is_loss_cell(&policy, 0, 0, &a_fwd, (None, None), &b_is, None, &ch, &memo);
     (cell, ch)
 }
 
@@ -679,6 +680,7 @@ fn mode_inputs_follow_the_chains_runs_element_for_element() {
             Field::OldLogProbs,
         ),
         traj_index: HashMap::new(),
+        traj_short: HashMap::new(),
         advantages: Some(vec![0.5, -1.0, 2.0]),
         advantages_from: String::new(),
         micros_per_rank: 1,

@@ -60,7 +60,7 @@ pub(super) fn tis_fit(b_is: &Tensors<'_>, a_loss: Option<&Record>, plain: usize)
     }
     let (rv2, av, ev) = (r.values(), a.values(), el.values());
     let mut best: Option<(usize, ElemLoss, RolloutIs, Vec<f64>)> = None;
-    for conv in candidates(a_loss, None) {
+    for conv in candidates(a_loss, dual_read(b_is)) {
         let ours: Vec<f64> = (0..rows * width).map(|i| conv.of(rv2[i], av[i])).collect();
         // verl's default first (named on a tie), then what the factors show
         let mut schemes = vec![RolloutIs::token_cap(2.0)];
@@ -179,7 +179,9 @@ impl Tis {
 }
 
 /// `"; and the aggregation differs: …"` when the other side's dumped `loss`
-/// (`is_loss_debug`) is its own `elementwise_loss` over its own loss mask reduced in one
+/// (`is_loss_debug`) — else the `pg_loss` of its `loss/` file, `b_pg` (its entropy term
+/// can be more than 2·10⁻³ of a total near zero: seeds 7573, 7626) — is its own
+/// `elementwise_loss` over its own loss mask reduced in one
 /// verl mode (or summed) and the reference's `pg_loss` in another: `own`, the mode its own
 /// derived per-token loss gives it in ([`super::surrogate::self_mode`]), else — when that
 /// cannot be told — `agg`, the mode the cell is compared in, and only a sum for a mean.
@@ -192,17 +194,26 @@ pub(super) fn agg_note(
     b_is: &Tensors<'_>,
     ch: &Chain,
     (mask_a, conv): (Option<&Mat>, super::surrogate::ElemLoss),
-    a_loss: Option<&Record>,
+    (a_loss, b_pg): (Option<&Record>, Option<f64>),
 ) -> String {
     let own = super::surrogate::self_mode(ch, mask_a, conv, a_loss);
-    own_aggregation(b_is, ch.agg, own).unwrap_or_default()
+    let loss = b_is.record().number(Field::Loss).map(|n| n.value);
+    [("loss", loss), ("pg_loss", b_pg)]
+        .into_iter()
+        .find_map(|(what, v)| own_aggregation(b_is, ch.agg, own, (what, v?)))
+        .unwrap_or_default()
 }
 
-/// [`agg_note`]'s reading: the note, `None` when the values say nothing of the aggregation.
-fn own_aggregation(b_is: &Tensors<'_>, agg: AggMode, own: Option<AggMode>) -> Option<String> {
+/// [`agg_note`]'s reading of one dumped scalar (`what`, `loss`): the note, `None` when the
+/// values say nothing of the aggregation.
+fn own_aggregation(
+    b_is: &Tensors<'_>,
+    agg: AggMode,
+    own: Option<AggMode>,
+    (what, loss): (&str, f64),
+) -> Option<String> {
     let el = b_is.mat(Field::ElementwiseLoss)?;
     let mask = b_is.mat(Field::EffectiveMask);
-    let loss = b_is.record().number(Field::Loss)?.value;
     let (mut vals, mut counts) = (Vec::new(), Vec::new());
     for row in 0..el.rows {
         let valid = valid_positions(mask.as_deref(), el.rows, el.width, row);
@@ -254,7 +265,7 @@ fn own_aggregation(b_is: &Tensors<'_>, agg: AggMode, own: Option<AggMode>) -> Op
     };
     (!close.contains(&Some(s))).then(|| {
         format!(
-            "; and the aggregation differs: the weaver's loss {} is the {} of its own \
+            "; and the aggregation differs: the weaver's {what} {} is the {} of its own \
              elementwise_loss, not their {} ({}), {how}",
             crate::fmt::num(loss),
             name(w),
@@ -262,6 +273,18 @@ fn own_aggregation(b_is: &Tensors<'_>, agg: AggMode, own: Option<AggMode>) -> Op
             crate::fmt::num(of(Some(s)))
         )
     })
+}
+
+/// A failing `is_loss.effective_valid` in a cell without importance weights, whose other
+/// side's own total is another reduction of its own per-token loss ([`agg_note`], `agg`):
+/// the mask is not the totals' only difference, and the comparison says both (seed 7669:
+/// verl's rejection sampling beside NexRL's mean).
+pub(super) fn agg_beside_mask(out: &mut [Comparison], agg: &str) {
+    for c in out.iter_mut() {
+        if !agg.is_empty() && c.name == "is_loss.effective_valid" && c.verdict == Verdict::Fail {
+            c.reason.push_str(agg);
+        }
+    }
 }
 
 /// What explains the tokens the other side's loss mask (`effective_valid`, `mask_b`)
@@ -302,29 +325,32 @@ pub(super) fn rejection_note(
 /// A failing `loss` cell (section 3) whose `is_loss` cell found the weaver's loss mask
 /// (`effective_valid`) different from the self-hosted response mask: the finding joins its
 /// reason (every masked mean of the weaver — its pg, entropy and KL metrics — runs over
-/// that mask), naming verl's rejection sampling when [`rejection_note`] read one.
+/// that mask), naming verl's rejection sampling when [`rejection_note`] read one; an
+/// aggregation [`agg_beside_mask`] named joins the totals' (`loss.loss`, `loss.pg_loss`).
 pub fn note_rejection(loss: &mut Cell, is_loss: &Cell) {
     const KEY: &str = "verl's rejection sampling";
+    const AGG: &str = "; and the aggregation differs";
     if loss.verdict < Verdict::Warn || loss.reason.contains("effective_valid") {
         return;
     }
-    let note = is_loss.comparisons.iter().find_map(|x| {
-        (x.name == "is_loss.effective_valid" && x.verdict >= Verdict::Warn).then(|| {
-            x.reason
-                .find(KEY)
-                .map_or("the loss mask differs".to_string(), |i| {
-                    x.reason[i..].to_string()
-                })
-        })
-    });
-    if let Some(note) = note {
-        // on the cell and on each failing comparison (a later pass may rebuild the cell's
-        // reason from them)
-        let note = format!(
-            " (the weaver's loss mask, effective_valid, is not the self-hosted response mask \
-             — {note})"
-        );
-        append_note(loss, &note);
+    let Some(why) = is_loss.comparisons.iter().find_map(|x| {
+        (x.name == "is_loss.effective_valid" && x.verdict >= Verdict::Warn).then_some(&x.reason)
+    }) else {
+        return;
+    };
+    let (why, agg) = why.split_at(why.find(AGG).unwrap_or(why.len()));
+    let note = why.find(KEY).map_or("the loss mask differs", |i| &why[i..]);
+    // on the cell and on each failing comparison (a later pass may rebuild the cell's
+    // reason from them)
+    let note = format!(
+        " (the weaver's loss mask, effective_valid, is not the self-hosted response mask — \
+         {note})"
+    );
+    append_note(loss, &note);
+    for c in loss.comparisons.iter_mut().filter(|c| {
+        c.verdict >= Verdict::Warn && ["loss.loss", "loss.pg_loss"].contains(&c.name.as_str())
+    }) {
+        c.reason += agg;
     }
 }
 
