@@ -461,3 +461,26 @@ fn importance_weights_beside_a_dual_clip_of_10_are_read_per_row() {
         "{c}"
     );
 }
+
+#[test]
+fn totals_inside_the_allowance_fail_where_the_ratio_levels_differ() {
+    // seed 7430 r0 m0 (and 7208 r0 m1 of the generated sets): the weaver computes a token ratio where the step's
+    // cells use GSPO's sequence ratio; its is_loss cell fails on is_loss.ratio_level, but
+    // the loss totals moved by less than the 16-bit log-probs' propagated allowance and
+    // passed (a miss). The allowance bounds the rounding of inputs computed alike; these
+    // are not, so a total beyond its own tolerance fails
+    let (_, r) = dumpdiff(&novel("is-batch-norm-near-one-7430"));
+    assert_eq!(
+        comparison(&r, "is_loss", 0, 0, "is_loss.ratio_level")["verdict"],
+        "fail"
+    );
+    let c = cell(&r, "loss", 0, 0);
+    assert_eq!(c["verdict"], "fail", "{c}");
+    assert!(
+        c.to_string().contains(
+            "within the error propagated from the log-probs, but the sides' ratio levels \
+             differ (is_loss.ratio_level), so the difference is not their rounding"
+        ),
+        "{c}"
+    );
+}

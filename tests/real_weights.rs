@@ -198,12 +198,6 @@ fn every_committed_real_seed_gives_what_its_truth_says() {
             "real-novel-agg-tie-7447",
             "real-novel-agg-tie-7447 weaver_pt: inconsistent {}, truth [\"is_loss_debug/step_000000_rank0_micro0.pt\"]",
         ),
-        // a token ratio where GSPO's is configured moves this total by less than the
-        // weights' allowance; the cell fails on its prob_ratio
-        (
-            "real-novel-is-batch-norm-near-one-7430",
-            "real-novel-is-batch-norm-near-one-7430: dumpdiff misses [(\"loss\", 0, 0)], false alarms []",
-        ),
         // the weaver's TIS moves rank 1 micro 3's pg_loss beyond the log-probs' rounding:
         // its pg_loss fails naming the importance weight, where truth calls the cell's
         // totals cannot judge for the unstated KL term (which its totals say, warned);

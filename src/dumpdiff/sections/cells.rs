@@ -436,15 +436,35 @@ pub fn failing_in_is_loss(sections: &[crate::dumpdiff::Section], name: &str) -> 
 /// (`is_loss.advantages` fails): the allowance bounds what rounding of inputs that agree
 /// can do, and these inputs do not agree. Returns the cells changed.
 pub fn totals_over_differing_inputs(sections: &mut [crate::dumpdiff::Section]) -> Vec<(u32, u32)> {
-    let differing = failing_in_is_loss(sections, "is_loss.advantages");
+    // the advantages, or the ratio level (a token ratio where the step's cells use GSPO's:
+    // seed 7208's total moved within the 16-bit allowance)
+    let differing: Vec<((u32, u32), &str)> = [
+        ("is_loss.advantages", "the cell's advantages differ"),
+        ("is_loss.ratio_level", "the sides' ratio levels differ"),
+    ]
+    .into_iter()
+    .flat_map(|(name, what)| {
+        let cells = failing_in_is_loss(sections, name);
+        cells.into_iter().map(move |k| (k, what))
+    })
+    .collect();
     let mut changed = Vec::new();
     for sec in sections
         .iter_mut()
         .filter(|s| s.name == "loss" || s.name == "is_loss")
     {
         for c in sec.cells.iter_mut() {
-            let Some(key) = c.rank.zip(c.micro).filter(|k| differing.contains(k)) else {
+            let Some((key, what)) = c
+                .rank
+                .zip(c.micro)
+                .and_then(|k| differing.iter().find(|d| d.0 == k).copied())
+            else {
                 continue;
+            };
+            let name = if what.contains("advantages") {
+                "is_loss.advantages"
+            } else {
+                "is_loss.ratio_level"
             };
             let mut any = false;
             rework(c, |comparisons| {
@@ -462,8 +482,8 @@ pub fn totals_over_differing_inputs(sections: &mut [crate::dumpdiff::Section]) -
                         x.verdict = Verdict::Fail;
                         x.reason = format!(
                             "|Δ| {} beyond atol {} rtol {}; within the error propagated from \
-                             the log-probs, but the cell's advantages differ \
-                             (is_loss.advantages), so the difference is not their rounding",
+                             the log-probs, but {what} ({name}), so the difference is not \
+                             their rounding",
                             crate::fmt::num(d.abs_diff),
                             crate::fmt::num(x.tolerance.atol),
                             crate::fmt::num(x.tolerance.rtol)
