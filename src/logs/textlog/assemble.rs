@@ -1,7 +1,7 @@
 //! Text lines in file order into records and events (micro diagnostics and warnings
 //! attached to the step reported next, unnumbered lines numbered, wrapped lines joined).
 
-use super::lines::{verl_pairs, RECORD_CUT};
+use super::lines::{verl_pairs, RECORD_CUT, RECORD_OPEN, RECORD_TAIL};
 use super::TextItem;
 use crate::logs::aliases::STAGE_FIELD;
 use crate::model::log::{LogEvent, LogRecord, SourceKind};
@@ -22,6 +22,9 @@ pub struct TextAssembler {
     unnumbered: i64,
     /// The current table header's keys.
     table: Option<Vec<String>>,
+    /// Table rows read so far: (step, record index), to recognise a second table of the
+    /// same steps (a wider view of one run, pasted after the first).
+    table_rows: Vec<(i64, usize)>,
     /// The last item was a verl console record (its index) with a key cut at the end.
     verl_tail: Option<(usize, String)>,
     /// A traceback began (its line) and its exception line has not come yet.
@@ -35,6 +38,9 @@ pub struct TextAssembler {
     closed_micro: Vec<(u64, Vec<(String, f64)>)>,
     /// The last micro line's micro index and clock (stage durations are clock differences).
     micro_clock: Option<(Option<u32>, f64)>,
+    /// A dict record (its index) whose line ended after a whole pair: the next line of
+    /// bare `'key': value` pairs continues it.
+    open_dict: Option<usize>,
     /// Records ready for the frame.
     pub records: Vec<LogRecord>,
     /// Events ready for the detectors.
@@ -55,6 +61,7 @@ impl TextAssembler {
     /// Feed the next line's item.
     pub fn push(&mut self, line: u64, item: TextItem) {
         let verl_tail = self.verl_tail.take();
+        let open_dict = self.open_dict.take();
         match item {
             TextItem::Blank => {
                 self.verl_tail = verl_tail;
@@ -88,6 +95,18 @@ impl TextAssembler {
                 if fields.is_empty() {
                     self.unrecognised += 1;
                     return;
+                }
+                if let Some(idx) = step.and_then(|s| self.same_row(s, &fields)) {
+                    let rec = &mut self.records[idx];
+                    for (k, v) in fields {
+                        if !rec.fields.iter().any(|(rk, _)| *rk == k) {
+                            rec.fields.push((k, v));
+                        }
+                    }
+                    return;
+                }
+                if let Some(s) = step {
+                    self.table_rows.push((s, self.records.len()));
                 }
                 self.push(
                     line,
@@ -174,6 +193,18 @@ impl TextAssembler {
                 mut fields,
                 tail,
             } => {
+                let marked = |fields: &[(String, f64)], m: &str| fields.iter().any(|(k, _)| k == m);
+                let (open, tail_line) =
+                    (marked(&fields, RECORD_OPEN), marked(&fields, RECORD_TAIL));
+                fields.retain(|(k, _)| k != RECORD_OPEN && k != RECORD_TAIL);
+                // The next line of a dict wrapped after a whole pair: its pairs join it.
+                if let (true, Some(idx)) = (tail_line, open_dict) {
+                    if let Some(rec) = self.records.get_mut(idx) {
+                        rec.fields.extend(fields);
+                    }
+                    self.open_dict = open.then_some(idx);
+                    return;
+                }
                 let cut = fields.iter().any(|(k, _)| k == RECORD_CUT);
                 if cut {
                     fields.retain(|(k, _)| k != RECORD_CUT);
@@ -209,9 +240,31 @@ impl TextAssembler {
                 if source == SourceKind::VerlConsole {
                     self.verl_tail = Some((self.records.len(), tail.unwrap_or_default()));
                 }
+                if open {
+                    self.open_dict = Some(self.records.len());
+                }
                 self.records.push(rec);
             }
         }
+    }
+
+    /// The record of an earlier table row at `step` whose values agree with `fields` on
+    /// every key both have (at least one): the same row of the same run, seen again in a
+    /// wider table (open-r1#704 pastes `Step | Training Loss | reward | … | kl` and then
+    /// the same steps with twenty columns), not a restart.
+    fn same_row(&self, step: i64, fields: &[(String, f64)]) -> Option<usize> {
+        let &(_, idx) = self.table_rows.iter().rev().find(|(s, _)| *s == step)?;
+        let rec = self.records.get(idx)?;
+        let mut shared = 0;
+        for (k, v) in fields {
+            if let Some((_, w)) = rec.fields.iter().find(|(rk, _)| rk == k) {
+                if !(v == w || (v.is_nan() && w.is_nan())) {
+                    return None;
+                }
+                shared += 1;
+            }
+        }
+        (shared > 0).then_some(idx)
     }
 
     /// Close the pending micro lines as one iteration not yet named by a step line.

@@ -30,6 +30,15 @@ const STEP_KEYS: &[&str] = &[
     "training/global_step",
 ];
 
+/// True for a key that carries the step: one of [`STEP_KEYS`], or a `global_…` counter
+/// (`global iter: 69/ 160` of MiniLLM's `train | … | global iter: …` lines, `global_steps`);
+/// an `inner iter` or `ppo epoch` counter is not the step.
+fn is_step_key(k: &str) -> bool {
+    STEP_KEYS.contains(&k)
+        || k.strip_prefix("global_")
+            .is_some_and(|r| matches!(r, "step" | "steps" | "iter" | "iteration" | "iterations"))
+}
+
 /// A key as written (`Avg Response Len`, `act_loss`) as a field name: lowercased, words
 /// joined by `_`.
 fn key_name(k: &str) -> String {
@@ -149,7 +158,7 @@ pub(super) fn parse_kv_line(t: &str) -> Option<TextItem> {
             }
             continue;
         };
-        if STEP_KEYS.contains(&k.as_str()) {
+        if is_step_key(&k) {
             if step.is_none() {
                 step = step_value(v);
             }
