@@ -9,6 +9,10 @@ use crate::model::log::{LogEvent, LogRecord, SourceKind};
 /// The text of an `exception` event whose traceback the file ends inside.
 pub const CUT_TRACEBACK: &str = "(the log ends inside a traceback, before its exception line)";
 
+/// A step's block of field lines: the step its banner named (none: opened by a section
+/// title), the line it starts at, its fields.
+type Block = (Option<i64>, u64, Vec<(String, f64)>);
+
 /// Assembles parsed text lines in file order into records and events: micro diagnostics
 /// and warnings attach to the next `iter N` line (they are printed before it), TRL dict
 /// lines without a step are numbered in order.
@@ -41,6 +45,16 @@ pub struct TextAssembler {
     /// A dict record (its index) whose line ended after a whole pair: the next line of
     /// bare `'key': value` pairs continues it.
     open_dict: Option<usize>,
+    /// The step a banner named (none: a block opened by a section title), its line, and
+    /// the field lines read under it since.
+    block: Option<Block>,
+    /// The last line was a section title (its line and text): field lines next open a block.
+    title: Option<(u64, String)>,
+    /// The title that opened the current unnumbered block: it comes again at the next step.
+    block_title: Option<String>,
+    /// The block's current section is a timing breakdown (`⏱️  Timing:`): its `<name>_s`
+    /// fields are stage times (`stage_s/<name>`), the total excepted.
+    timing_section: bool,
     /// Records ready for the frame.
     pub records: Vec<LogRecord>,
     /// Events ready for the detectors.
@@ -60,6 +74,7 @@ impl TextAssembler {
 
     /// Feed the next line's item.
     pub fn push(&mut self, line: u64, item: TextItem) {
+        let title = self.title.take();
         let verl_tail = self.verl_tail.take();
         let open_dict = self.open_dict.take();
         match item {
@@ -149,6 +164,36 @@ impl TextAssembler {
                 }
                 None => self.unrecognised += 1,
             },
+            TextItem::StepHeader(step) => {
+                self.close_block();
+                self.block = Some((Some(step), line, Vec::new()));
+            }
+            TextItem::Title(text) => {
+                self.unrecognised += 1;
+                self.timing_section = text.to_ascii_lowercase().contains("timing");
+                if self.block_title.as_ref() == Some(&text) {
+                    self.close_block();
+                }
+                if self.block.is_none() {
+                    self.title = Some((line, text));
+                }
+            }
+            TextItem::Field(k, v) => {
+                if let (None, Some((at, text))) = (&self.block, title) {
+                    self.block = Some((None, at, Vec::new()));
+                    self.block_title = Some(text);
+                }
+                let k = match k.strip_suffix("_s") {
+                    Some(name) if self.timing_section && !name.starts_with("total") => {
+                        format!("{STAGE_FIELD}{name}")
+                    }
+                    _ => k,
+                };
+                match &mut self.block {
+                    Some((_, _, fields)) => fields.push((k, v)),
+                    None => self.unrecognised += 1,
+                }
+            }
             TextItem::Pending(fields) => self.pending_fields.extend(fields),
             TextItem::Attach(fields) => match self.records.last_mut() {
                 Some(rec) => rec.fields.extend(fields),
@@ -193,6 +238,9 @@ impl TextAssembler {
                 mut fields,
                 tail,
             } => {
+                if self.block.as_ref().is_some_and(|b| b.1 != line) {
+                    self.close_block();
+                }
                 let marked = |fields: &[(String, f64)], m: &str| fields.iter().any(|(k, _)| k == m);
                 let (open, tail_line) =
                     (marked(&fields, RECORD_OPEN), marked(&fields, RECORD_TAIL));
@@ -267,6 +315,26 @@ impl TextAssembler {
         (shared > 0).then_some(idx)
     }
 
+    /// The step of the last banner becomes a record of the field lines under it (none: no
+    /// record; a banner alone says nothing about training).
+    fn close_block(&mut self) {
+        self.block_title = None;
+        self.timing_section = false;
+        if let Some((step, line, fields)) = self.block.take() {
+            if !fields.is_empty() {
+                self.push(
+                    line,
+                    TextItem::Step {
+                        source: SourceKind::KvText,
+                        step,
+                        fields,
+                        tail: None,
+                    },
+                );
+            }
+        }
+    }
+
     /// Close the pending micro lines as one iteration not yet named by a step line.
     fn close_micro(&mut self) {
         if self.pending_micro.is_empty() {
@@ -302,6 +370,7 @@ impl TextAssembler {
     /// traceback the file ends inside (a log cut short, a paste) is an `exception` event
     /// saying so, at the traceback's first line.
     pub fn finish(&mut self) {
+        self.close_block();
         if let Some(line) = self.traceback.take() {
             let mut ev = LogEvent::new("exception", self.file, line);
             ev.text = Some(CUT_TRACEBACK.to_string());

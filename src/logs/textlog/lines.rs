@@ -329,6 +329,11 @@ pub(super) fn parse_py_dict(t: &str) -> Option<TextItem> {
     let body = match t.find("{'") {
         Some(start) => {
             prefix = &t[..start];
+            // A dict that is an argument's value (`… extra_info={'is_end': True}`) is not
+            // a record of metrics.
+            if prefix.trim_end().ends_with('=') {
+                return None;
+            }
             let body = t[start..]
                 .strip_suffix('}')
                 .or_else(|| {

@@ -9,7 +9,8 @@
 //! soft-wrapped onto a continuation line; nanoGPT `step N: train loss X, val loss Y`
 //! evaluation lines (kept apart from training steps, marked [`EVAL_MARK`]); generic
 //! `key: value` / `key=value` step lines with a step key anywhere (DeepSpeed-Chat, minimind:
-//! [`kv`]); `step N:` / `iteration N` prefixes name the step of the record they precede.
+//! [`kv`]); `step N:` / `iteration N` prefixes name the step of the record they precede;
+//! step banners (`===== Step 3/100 =====`, NeMo-RL) and the `• Key: value` lines under them.
 //!
 //! Units are normalised in keys: `…ms`/`…s` → `<name>_s` seconds, `MB`/`GB` → `<name>_gb`.
 
@@ -70,6 +71,15 @@ pub enum TextItem {
         /// The line ends an iteration (`Optimizer step finished`).
         ends_iteration: bool,
     },
+    /// A line naming only a step (NeMo-RL's `===== Step 3/100 =====` banner): the field
+    /// lines after it are that step's.
+    StepHeader(i64),
+    /// One `• Key: value` line, a field of the step whose banner came last.
+    Field(String, f64),
+    /// A section title (`📊 Training Results:`): field lines right after it with no banner
+    /// before them are one record, numbered in order, until the same title comes again.
+    /// Counted as unrecognised.
+    Title(String),
     /// Metrics for the step reported next (DeepSpeed-Chat's timing line).
     Pending(Vec<(String, f64)>),
     /// Metrics of the step reported last (DeepSpeed-Chat's `average reward score:`).
@@ -139,5 +149,17 @@ pub fn parse_text_line(line: &str) -> TextItem {
     if let Some(item) = kv::parse_kv_line(t) {
         return item;
     }
-    exceptions::parse_traceback(line).unwrap_or(TextItem::Other)
+    if let Some(step) = kv::parse_step_header(t) {
+        return TextItem::StepHeader(step);
+    }
+    if let Some(item) = exceptions::parse_traceback(line) {
+        return item;
+    }
+    if let Some((k, v)) = kv::parse_field_line(t) {
+        return TextItem::Field(k, v);
+    }
+    if kv::is_section_title(t) {
+        return TextItem::Title(t.to_string());
+    }
+    TextItem::Other
 }
