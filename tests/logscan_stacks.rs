@@ -715,6 +715,22 @@ const PASTE_KEYS: &[PasteKey] = &[
         findings: &[],
         code: 0,
     },
+    // NeMo-RL's `📊 Training Results:` and `⏱️  Timing:` blocks (no step banner in the
+    // paste): one step, healthy.
+    PasteKey {
+        file: "nemorl_1052_timing.log",
+        steps: &[0],
+        findings: &[],
+        code: 0,
+    },
+    // cosmos-reason1: Python-logging lines; only `Step: 826/4725, Loss: …` is a record (a
+    // dict passed as `extra_info={…}` is not).
+    PasteKey {
+        file: "cosmos_reason1_19_controller.log",
+        steps: &[826],
+        findings: &[],
+        code: 0,
+    },
     // TinyLoRA (TRL GRPO, num_iterations > 1): healthy.
     PasteKey {
         file: "trl_tinylora4_healthy.log",
@@ -827,4 +843,57 @@ fn paste_formats_read_as_written() {
     .collect();
     let r = run(&[temp_log(dir.path(), "two.log", &lines)]);
     assert_eq!(r.by_detector("runs").len(), 1);
+}
+
+/// NeMo-RL's console (nemo_rl/algorithms/grpo.py @ 002cdc27b8019eafc470f0aab22d4a7206d0de81):
+/// `{'=' * 25} Step {n}/{total} {'=' * 25}`, then `📊 Training Results:` with `  • Loss: …`,
+/// `  • Avg Reward: …`, `  • Mean Generation Length: …` and `⏱️  Timing:` with `  • Total
+/// step time: …s` and one `  • <stage>: …s (…%)` per stage, built here from those f-strings.
+fn nemo_rl_step(n: usize, loss: f64, reward: f64, gen_s: f64) -> Vec<String> {
+    vec![
+        format!("{} Step {n}/100 {}", "=".repeat(25), "=".repeat(25)),
+        "▶ Preparing batch...".into(),
+        String::new(),
+        "📊 Training Results:".into(),
+        format!("  • Loss: {loss:.4}"),
+        format!("  • Avg Reward: {reward:.4}"),
+        "  • Mean Generation Length: 312.4000".into(),
+        String::new(),
+        "⏱️  Timing:".into(),
+        format!("  • Total step time: {:.2}s", gen_s + 15.0),
+        format!(
+            "  • generation: {gen_s:.2}s ({:.1}%)",
+            gen_s / (gen_s + 15.0) * 100.0
+        ),
+        format!(
+            "  • policy_training: 15.00s ({:.1}%)",
+            1500.0 / (gen_s + 15.0)
+        ),
+    ]
+}
+
+#[test]
+fn nemo_rl_blocks_are_steps_with_stage_times() {
+    let r = run(&[stack("nemorl_1052_timing.log")]);
+    assert_eq!(values(&r, "loss"), vec![(0, 0.1032)]);
+    assert_eq!(values(&r, "reward_mean"), vec![(0, 0.3486)]);
+    assert_eq!(values(&r, "step_time"), vec![(0, 66.55)]);
+    assert_eq!(values(&r, "stage/exposed_generation"), vec![(0, 32.52)]);
+    let st = r.by_detector("stages");
+    assert_eq!(st[0].evidence["dominant_stage"], "exposed_generation");
+
+    // Banners name the steps; a NaN loss at step 3 and generation growing from 20 s to 60 s.
+    let dir = tempfile::tempdir().unwrap();
+    let mut lines = Vec::new();
+    for (n, (loss, gen)) in [(0.01, 20.0), (0.02, 20.0), (f64::NAN, 20.0), (0.01, 60.0)]
+        .iter()
+        .enumerate()
+    {
+        lines.extend(nemo_rl_step(n + 1, *loss, 0.4, *gen));
+    }
+    let r = run(&[temp_log(dir.path(), "nemo.log", &lines)]);
+    assert_eq!(r.frame.steps().to_vec(), vec![1, 2, 3, 4]);
+    assert_eq!(r.by_detector("nan-grad")[0].steps, vec![3]);
+    assert_eq!(values(&r, "stage/generation")[3], (4, 60.0));
+    assert_eq!(values(&r, "completion_len_mean")[0], (1, 312.4));
 }
