@@ -178,21 +178,25 @@ impl TextAssembler {
                     self.title = Some((line, text));
                 }
             }
-            TextItem::Field(k, v) => {
+            TextItem::Fields(new) => {
                 if let (None, Some((at, text))) = (&self.block, title) {
                     self.block = Some((None, at, Vec::new()));
                     self.block_title = Some(text);
                 }
-                let k = match k.strip_suffix("_s") {
-                    Some(name) if self.timing_section && !name.starts_with("total") => {
-                        format!("{STAGE_FIELD}{name}")
-                    }
-                    _ => k,
+                let timing = self.timing_section;
+                let Some((_, _, fields)) = &mut self.block else {
+                    self.unrecognised += 1;
+                    return;
                 };
-                match &mut self.block {
-                    Some((_, _, fields)) => fields.push((k, v)),
-                    None => self.unrecognised += 1,
-                }
+                fields.extend(new.into_iter().map(|(k, v)| {
+                    let k = match k.strip_suffix("_s") {
+                        Some(name) if timing && !name.starts_with("total") => {
+                            format!("{STAGE_FIELD}{name}")
+                        }
+                        _ => k,
+                    };
+                    (k, v)
+                }));
             }
             TextItem::Pending(fields) => self.pending_fields.extend(fields),
             TextItem::Attach(fields) => match self.records.last_mut() {

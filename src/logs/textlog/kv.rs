@@ -217,6 +217,16 @@ pub(super) fn parse_step_header(t: &str) -> Option<i64> {
     n.parse::<i64>().ok()
 }
 
+/// AReaL's StatsLogger line before each step's stats table (areal/utils/stats_logger.py
+/// `commit`): `Epoch 1/5 Step 3/10 Train step 3/50 done.` — the global train step.
+pub(super) fn train_step_done(t: &str) -> Option<i64> {
+    let at = t.find("Train step ")?;
+    let rest = t[at + "Train step ".len()..].strip_suffix("done.")?;
+    let (n, m) = rest.trim().split_once('/')?;
+    m.trim().parse::<i64>().ok()?;
+    n.trim().parse().ok()
+}
+
 /// One `key: value` line of a step's block: NeMo-RL's `  • Loss: 0.0123`, `  • Total step
 /// time: 45.23s`, `  • generation: 20.12s (44.5%)`; `- Loss: …` and bare `Loss: …` too.
 pub(super) fn parse_field_line(t: &str) -> Option<(String, f64)> {
@@ -317,6 +327,15 @@ mod tests {
         );
         assert_eq!(parse_field_line("📊 Training Results:"), None);
         assert_eq!(parse_field_line("RuntimeError: CUDA error"), None);
+    }
+
+    #[test]
+    fn areal_train_step_line() {
+        assert_eq!(
+            train_step_done("[AReaL] 20250801-12:00:00.123 StatsLogger INFO: Epoch 1/5 Step 3/10 Train step 3/50 done."),
+            Some(3)
+        );
+        assert_eq!(train_step_done("Train step 3/50 started"), None);
     }
 
     #[test]
