@@ -674,6 +674,18 @@ const PASTE_KEYS: &[PasteKey] = &[
         ],
         code: 1,
     },
+    // The same issue's first paste (multi-node): grad norm and kl 0 while reward_std is
+    // 0.13, half the groups tied, half the completions clipped.
+    PasteKey {
+        file: "msswift_5890_multinode.log",
+        steps: &[1],
+        findings: &[
+            ("dead-groups", Severity::Error, 1, 1),
+            ("truncation", Severity::Error, 1, 1),
+            ("grad-not-flowing", Severity::Error, 1, 1),
+        ],
+        code: 1,
+    },
     // ms-swift without braces: grad norm 0 although reward_std 0.44.
     PasteKey {
         file: "msswift_5571_zero_grad.log",
@@ -896,4 +908,28 @@ fn nemo_rl_blocks_are_steps_with_stage_times() {
     assert_eq!(r.by_detector("nan-grad")[0].steps, vec![3]);
     assert_eq!(values(&r, "stage/generation")[3], (4, 60.0));
     assert_eq!(values(&r, "completion_len_mean")[0], (1, 312.4));
+}
+
+#[test]
+fn areal_stats_tables_are_steps() {
+    // fixtures/gen/make_areal_log.py: AReaL's StatsLogger lines and fancy_grid tables, with
+    // colorlog's ANSI codes; every group tied from step 3 (advantages max = min = 0).
+    let r = run(&[stack("areal_stats_main.log")]);
+    assert_eq!(r.frame.steps().to_vec(), vec![1, 2, 3, 4]);
+    assert_eq!(
+        values(&r, "reward_mean"),
+        vec![(1, 0.5), (2, 0.625), (3, 1.0), (4, 1.0)]
+    );
+    assert_eq!(values(&r, "grad_norm")[0], (1, 0.31));
+    assert_eq!(values(&r, "truncation_ratio")[3], (4, 0.0625));
+    assert_eq!(values(&r, "adv_min")[1], (2, -1.48));
+    let d = r.by_detector("dead-groups");
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0].steps, vec![3, 4]);
+    assert_eq!(
+        d[0].evidence["derived_from_advantages"],
+        serde_json::json!(true)
+    );
+    assert_eq!(r.by_detector("zero-grad")[0].steps, vec![3, 4]);
+    assert_eq!(r.files[0].format, "text (kv_text)");
 }
