@@ -817,6 +817,12 @@ fn paste_causes_agree_with_their_findings() {
         d.evidence["derived_from_advantages"],
         serde_json::json!(true)
     );
+    // A gradient norm of 3e9 beside a loss of 0.1-0.15: not a summed loss.
+    let r = run(&[stack("slime_prorl40_grad_norm.log")]);
+    let b = &r.by_detector("bounds")[0];
+    assert!(b.likely_causes[0].starts_with("the reported norm, not the update"));
+    assert!(!b.likely_causes.iter().any(|c| c.starts_with("loss summed")));
+    assert_eq!(b.evidence["max_abs_loss_there"], serde_json::json!(0.1451725959777832));
     // The reward-model score stuck: its spread in the evidence.
     let r = run(&[stack("deepspeed_chat_586_reward_flat.log")]);
     let p = &r.by_detector("plateau")[0];
