@@ -663,6 +663,18 @@ const PASTE_KEYS: &[PasteKey] = &[
         ],
         code: 0,
     },
+    // verl (Agent-R1): NaN in every actor metric, every score -1 so every advantage 0, every
+    // response 257 tokens long (clip ratio 1).
+    PasteKey {
+        file: "verl_agentr1_30_nan_collapse.log",
+        steps: &[83],
+        findings: &[
+            ("nan-grad", Severity::Critical, 83, 83),
+            ("dead-groups", Severity::Error, 83, 83),
+            ("truncation", Severity::Error, 83, 83),
+        ],
+        code: 1,
+    },
     // ms-swift JSON lines: step from global_step/max_steps; the cut second line is not
     // salvaged (JSONL drops a cut line, as the corpus' LLaMA-Factory file wants).
     PasteKey {
@@ -822,7 +834,10 @@ fn paste_causes_agree_with_their_findings() {
     let b = &r.by_detector("bounds")[0];
     assert!(b.likely_causes[0].starts_with("the reported norm, not the update"));
     assert!(!b.likely_causes.iter().any(|c| c.starts_with("loss summed")));
-    assert_eq!(b.evidence["max_abs_loss_there"], serde_json::json!(0.1451725959777832));
+    assert_eq!(
+        b.evidence["max_abs_loss_there"],
+        serde_json::json!(0.1451725959777832)
+    );
     // The reward-model score stuck: its spread in the evidence.
     let r = run(&[stack("deepspeed_chat_586_reward_flat.log")]);
     let p = &r.by_detector("plateau")[0];
@@ -938,4 +953,37 @@ fn areal_stats_tables_are_steps() {
     );
     assert_eq!(r.by_detector("zero-grad")[0].steps, vec![3, 4]);
     assert_eq!(r.files[0].format, "text (kv_text)");
+}
+
+#[test]
+fn a_reward_that_falls_to_zero_and_stays_is_a_collapse() {
+    // OpenRLHF's progress-bar postfix (`Episode [1/1]: …, policy_loss=…, reward=…]`): the
+    // loss turns NaN at the third step and the reward is 0 from then on (OpenRLHF#1120).
+    let dir = tempfile::tempdir().unwrap();
+    let lines: Vec<String> = [(0.012, 0.31), (0.010, 0.34), (f64::NAN, 0.0), (f64::NAN, 0.0), (f64::NAN, 0.0)]
+        .iter()
+        .enumerate()
+        .map(|(i, (loss, reward))| {
+            format!(
+                "Episode [1/1]:   {}%|▏         | {}/50 [01:02<51:03, 62.52s/it, policy_loss={loss}, kl=0.0005, reward={reward}, response_length=412, act_lr=5e-7]",
+                2 * (i + 1),
+                i + 1
+            )
+        })
+        .collect();
+    let r = run(&[temp_log(dir.path(), "orlhf.log", &lines)]);
+    let p = r.by_detector("plateau");
+    assert_eq!(p.len(), 1, "{p:#?}");
+    assert_eq!(p[0].steps, vec![2, 3, 4]);
+    assert!(
+        p[0].explanation
+            .starts_with("reward falls to exactly 0 at step 2"),
+        "{}",
+        p[0].explanation
+    );
+    assert_eq!(p[0].evidence["reward_before"], serde_json::json!(0.34));
+    assert_eq!(r.by_detector("nan-grad")[0].steps, vec![2, 3, 4]);
+    // Two zeros at the end are not enough; a reward never earned is not a collapse.
+    let r = run(&[temp_log(dir.path(), "short.log", &lines[..4])]);
+    assert!(r.by_detector("plateau").is_empty());
 }

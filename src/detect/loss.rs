@@ -217,6 +217,9 @@ impl Detector for Plateau {
             .points("reward_mean")
             .filter(|(_, v)| v.is_finite())
             .collect();
+        if let Some(f) = collapsed_to_zero(self.name(), &s, ctx) {
+            return vec![f];
+        }
         let min_points = ctx.th.get("plateau.min_points").max(2.0) as usize;
         if s.len() < min_points {
             return flat_over_long_horizon(self.name(), &s, ctx);
@@ -298,6 +301,48 @@ fn flat_over_long_horizon(name: &str, s: &[(i64, f64)], ctx: &Context) -> Vec<Fi
     .with("points", s.len());
     f.count = s.len();
     vec![f]
+}
+
+/// A reward that was earned and then is exactly 0 on every logged step to the end, at
+/// least `plateau.collapse_min_steps` of them (OpenRLHF#1120, verl#747: the policy
+/// degenerates into `!!!!!!` and nothing scores again): a collapse, whatever the run's
+/// length.
+fn collapsed_to_zero(name: &str, s: &[(i64, f64)], ctx: &Context) -> Option<Finding> {
+    let need = ctx.th.get("plateau.collapse_min_steps").max(2.0) as usize;
+    let zeros = s.iter().rev().take_while(|(_, v)| *v == 0.0).count();
+    if zeros < need || zeros == s.len() {
+        return None;
+    }
+    let before = &s[..s.len() - zeros];
+    let (last_step, last) = *before.last()?;
+    let earned = before.iter().any(|(_, v)| *v > 0.0);
+    if !earned {
+        return None;
+    }
+    let tail = &s[s.len() - zeros..];
+    let (lo, hi) = super::value_range(before);
+    let mut f = Finding::new(
+        name,
+        Severity::Warning,
+        tail.iter().map(|(st, _)| *st).collect(),
+        format!(
+            "reward falls to exactly 0 at step {} and stays 0 on all {zeros} logged steps to the end (before: {}–{}, {} at step {last_step}): the run stopped earning any reward",
+            tail[0].0,
+            G(lo),
+            G(hi),
+            G(last),
+        ),
+        &[
+            "the policy degenerated (repeated or garbage tokens, e.g. '!!!!!!' after a NaN update): read the completions of those steps",
+            "the reward function or service started failing and returns its default 0 (timeouts, a parse error)",
+            "a broken update just before (see nan-grad, grad-spike at that step)",
+        ],
+    )
+    .num("reward_before", last)
+    .with("zero_steps", zeros)
+    .with("first_zero_step", tail[0].0);
+    f.count = zeros;
+    Some(f)
 }
 
 /// A short log whose reward hardly moves: at least `plateau.stuck_min_points` points within
