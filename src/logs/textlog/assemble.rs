@@ -245,10 +245,16 @@ impl TextAssembler {
                 if self.block.as_ref().is_some_and(|b| b.1 != line) {
                     self.close_block();
                 }
+                // The parser's markers come last: most records have none.
+                let has_markers = fields.last().is_some_and(|(k, _)| k.starts_with("__"));
                 let marked = |fields: &[(String, f64)], m: &str| fields.iter().any(|(k, _)| k == m);
-                let (open, tail_line) =
-                    (marked(&fields, RECORD_OPEN), marked(&fields, RECORD_TAIL));
-                fields.retain(|(k, _)| k != RECORD_OPEN && k != RECORD_TAIL);
+                let (open, tail_line) = if has_markers {
+                    let marks = (marked(&fields, RECORD_OPEN), marked(&fields, RECORD_TAIL));
+                    fields.retain(|(k, _)| k != RECORD_OPEN && k != RECORD_TAIL);
+                    marks
+                } else {
+                    (false, false)
+                };
                 // The next line of a dict wrapped after a whole pair: its pairs join it.
                 if let (true, Some(idx)) = (tail_line, open_dict) {
                     if let Some(rec) = self.records.get_mut(idx) {
@@ -257,7 +263,7 @@ impl TextAssembler {
                     self.open_dict = open.then_some(idx);
                     return;
                 }
-                let cut = fields.iter().any(|(k, _)| k == RECORD_CUT);
+                let cut = has_markers && fields.iter().any(|(k, _)| k == RECORD_CUT);
                 if cut {
                     fields.retain(|(k, _)| k != RECORD_CUT);
                     // A cut record whose step was cut off, among numbered ones: no step to

@@ -99,7 +99,7 @@ pub enum TextItem {
 /// Recognise one line (ANSI colour codes, as colorlog writes them into AReaL's
 /// `main.log`, removed first).
 pub fn parse_text_line(line: &str) -> TextItem {
-    if line.contains('\u{1b}') {
+    if memchr::memchr(0x1b, line.as_bytes()).is_some() {
         return parse_plain_line(&strip_ansi(line));
     }
     parse_plain_line(line)
@@ -141,11 +141,14 @@ fn parse_plain_line(line: &str) -> TextItem {
     if t.len() >= 3 && t.bytes().all(|b| matches!(b, b'-' | b'=' | b'*' | b'#')) {
         return TextItem::Blank;
     }
-    if tables::is_box_border(t) {
-        return TextItem::Blank;
-    }
-    if let Some(fields) = tables::parse_box_row(t) {
-        return TextItem::Fields(fields);
+    // Box-drawing characters (U+2500–U+257F) all start with the byte 0xE2.
+    if memchr::memchr(0xE2, t.as_bytes()).is_some() {
+        if tables::is_box_border(t) {
+            return TextItem::Blank;
+        }
+        if let Some(fields) = tables::parse_box_row(t) {
+            return TextItem::Fields(fields);
+        }
     }
     if t.contains("Saved adapter weights") || t.contains("saving checkpoint") {
         return TextItem::Warning("checkpoint");
