@@ -838,6 +838,19 @@ fn paste_causes_agree_with_their_findings() {
         b.evidence["max_abs_loss_there"],
         serde_json::json!(0.1451725959777832)
     );
+    // Every response at the cap and every group tied, at the step everything turned NaN:
+    // the broken update comes first, not the length limit or the task.
+    let r = run(&[stack("verl_agentr1_30_nan_collapse.log")]);
+    for d in ["truncation", "dead-groups"] {
+        let c = &r.by_detector(d)[0].likely_causes;
+        assert!(
+            c[0].starts_with("weights broken by the non-finite update at step 83"),
+            "{d}: {c:?}"
+        );
+    }
+    // A kl-only NaN breaks no weights: open-r1's truncation keeps its own causes.
+    let r = run(&[stack("trl_openr1_704_kl_nan_table.log")]);
+    assert!(!r.by_detector("truncation")[0].likely_causes[0].contains("non-finite update"));
     // The reward-model score stuck: its spread in the evidence.
     let r = run(&[stack("deepspeed_chat_586_reward_flat.log")]);
     let p = &r.by_detector("plateau")[0];

@@ -21,9 +21,17 @@ impl Detector for DeadGroups {
             "grad_norm",
             "adv_max",
             "adv_min",
+            "loss",
         ]
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
+        after_a_broken_update(ctx, self.find(ctx))
+    }
+}
+
+impl DeadGroups {
+    /// The findings before [`after_a_broken_update`].
+    fn find(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;
         let (series, source) = dead_series(f);
         let derived = source != DeadSource::Frac;
@@ -126,6 +134,28 @@ impl Detector for DeadGroups {
         }
         vec![finding]
     }
+}
+
+/// Truncated or tied completions from a step whose loss or gradient norm is non-finite come
+/// from weights the NaN broke (Agent-R1#30: every actor metric nan, every response at the
+/// length cap, every score −1): that is their first cause, not the length limit or the
+/// task's difficulty.
+fn after_a_broken_update(ctx: &Context, mut findings: Vec<Finding>) -> Vec<Finding> {
+    let f = ctx.frame;
+    let broken: Vec<i64> = ["loss", "grad_norm"]
+        .iter()
+        .flat_map(|m| f.points(m).filter(|(_, v)| !v.is_finite()).map(|(s, _)| s))
+        .collect();
+    for finding in &mut findings {
+        // The finding starts at the broken step: before it, the NaN explains nothing.
+        if let Some(s) = finding.first_step.filter(|s| broken.contains(s)) {
+            finding.likely_causes.insert(
+                0,
+                format!("weights broken by the non-finite update at step {s} (see nan-grad): a broken policy writes garbage to the length cap and earns nothing"),
+            );
+        }
+    }
+    findings
 }
 
 /// Where a step's dead-group share comes from.
@@ -243,9 +273,18 @@ impl Detector for Truncation {
             "num_eos_tokens",
             "completion_len_mean",
             "completion_len_max",
+            "loss",
+            "grad_norm",
         ]
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
+        after_a_broken_update(ctx, self.find(ctx))
+    }
+}
+
+impl Truncation {
+    /// The findings before [`after_a_broken_update`].
+    fn find(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;
         let mut out = Vec::new();
         let th = ctx.th.get("truncation.ratio");
