@@ -694,10 +694,11 @@ fn each_detector_alone_matches_all(inputs: &[PathBuf]) -> usize {
 /// findings must be exactly those it has in a run of every detector, on every input. In
 /// debug builds a read of an undeclared metric also fails the run outright.
 /// Findings the fixture inputs give across the 24 detectors run alone (the two crash logs:
-/// one `crash` finding each; nanogpt_seed one `stages`; the stacks logs 13: deepspeed-chat,
-/// kto and verl one each, slime two (truncation, and the info note that its dead-group
-/// counts lack the group count), transformers 8 with empty-completions' one-token rule).
-const FIXTURE_FINDINGS: usize = 43;
+/// one `crash` finding each; nanogpt_seed one `stages` and the plateau rule's collapse of its
+/// reward to 0 from iteration 1; the stacks logs 13: deepspeed-chat, kto and verl one each,
+/// slime two (truncation, and the info note that its dead-group counts lack the group
+/// count), transformers 8 with empty-completions' one-token rule).
+const FIXTURE_FINDINGS: usize = 44;
 
 #[test]
 fn each_detector_alone_finds_what_it_finds_among_all() {

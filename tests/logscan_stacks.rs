@@ -568,3 +568,435 @@ fn slime_zero_std_counts_are_a_dead_group_share() {
     .unwrap();
     assert_eq!(args.groups, Some(32));
 }
+
+/// A real paste's key, written before logscan was run on it (fixtures/README.md, "Console
+/// logs of other stacks"): the steps read, every finding at warning or above as (detector,
+/// severity, first step, last step), and the exit code.
+struct PasteKey {
+    file: &'static str,
+    steps: &'static [i64],
+    findings: &'static [(&'static str, Severity, i64, i64)],
+    code: u8,
+}
+
+const PASTE_KEYS: &[PasteKey] = &[
+    // verl: advantages max = min = 0 while the score spans 0..1: every group tied.
+    PasteKey {
+        file: "verl_sglang106_zero_adv.log",
+        steps: &[83],
+        findings: &[("dead-groups", Severity::Error, 83, 83)],
+        code: 1,
+    },
+    // verl with validation metrics on the line: healthy.
+    PasteKey {
+        file: "verl_entropy21_val.log",
+        steps: &[4],
+        findings: &[],
+        code: 0,
+    },
+    // slime: grad norm ~3e9 from step 1; a 0.03 logprob gap and ppo_kl 0 are normal.
+    PasteKey {
+        file: "slime_prorl40_grad_norm.log",
+        steps: &[1, 28],
+        findings: &[("bounds", Severity::Error, 1, 28)],
+        code: 1,
+    },
+    // DeepSpeed-Chat: the reward model's score stuck within 0.5 % for six steps.
+    PasteKey {
+        file: "deepspeed_chat_586_reward_flat.log",
+        steps: &[259, 260, 261, 262, 263, 264],
+        findings: &[("plateau", Severity::Warning, 259, 264)],
+        code: 0,
+    },
+    // ChatGLM-Efficient-Tuning PPO: loss NaN on the record printed at tqdm count 1.
+    PasteKey {
+        file: "chatglm_efficient_tuning_49_ppo_nan.log",
+        steps: &[0, 1, 2, 3],
+        findings: &[("nan-grad", Severity::Critical, 1, 1)],
+        code: 1,
+    },
+    // LLaMA-Factory PPO: loss NaN at both logged steps, numbered by the tqdm bar.
+    PasteKey {
+        file: "llamafactory_357_ppo_nan.log",
+        steps: &[9, 19],
+        findings: &[("nan-grad", Severity::Critical, 9, 19)],
+        code: 1,
+    },
+    // TRL GRPO: every group tied (frac_reward_zero_std 1): loss and grad norm 0; the cut
+    // second record keeps its whole pairs.
+    PasteKey {
+        file: "trl_3857_zero_std.log",
+        steps: &[0, 1],
+        findings: &[
+            ("zero-loss", Severity::Error, 0, 1),
+            ("dead-groups", Severity::Error, 0, 0),
+            ("zero-grad", Severity::Error, 0, 1),
+        ],
+        code: 1,
+    },
+    // unsloth GSPO: one record wrapped over four lines, then an eval record (not a step).
+    PasteKey {
+        file: "unsloth_3485_gspo_zero_std.log",
+        steps: &[0, 1],
+        findings: &[("dead-groups", Severity::Error, 0, 0)],
+        code: 1,
+    },
+    // open-r1 notebook tables: kl NaN on every step with a finite loss; the second, wider
+    // table repeats steps 1-2 (one run, not a restart); half the completions clipped.
+    PasteKey {
+        file: "trl_openr1_704_kl_nan_table.log",
+        steps: &[1, 2, 3, 4],
+        findings: &[
+            ("nan-grad", Severity::Error, 1, 4),
+            ("truncation", Severity::Error, 1, 2),
+        ],
+        code: 1,
+    },
+    // unsloth notebook table: match_format_exactly never matches; reward_std 0 at steps 3
+    // and 5; loss 0 is GRPO's display (info).
+    PasteKey {
+        file: "unsloth_2291_table.log",
+        steps: &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12],
+        findings: &[
+            ("reward-constant", Severity::Warning, 1, 11),
+            ("dead-groups", Severity::Warning, 3, 5),
+        ],
+        code: 0,
+    },
+    // verl (Agent-R1): NaN in every actor metric, every score -1 so every advantage 0, every
+    // response 257 tokens long (clip ratio 1).
+    PasteKey {
+        file: "verl_agentr1_30_nan_collapse.log",
+        steps: &[83],
+        findings: &[
+            ("nan-grad", Severity::Critical, 83, 83),
+            ("dead-groups", Severity::Error, 83, 83),
+            ("truncation", Severity::Error, 83, 83),
+        ],
+        code: 1,
+    },
+    // ms-swift JSON lines: step from global_step/max_steps; the cut second line is not
+    // salvaged (JSONL drops a cut line, as the corpus' LLaMA-Factory file wants).
+    PasteKey {
+        file: "msswift_5890_json.log",
+        steps: &[2],
+        findings: &[
+            ("dead-groups", Severity::Error, 2, 2),
+            ("truncation", Severity::Error, 2, 2),
+        ],
+        code: 1,
+    },
+    // The same issue's first paste (multi-node): grad norm and kl 0 while reward_std is
+    // 0.13, half the groups tied, half the completions clipped.
+    PasteKey {
+        file: "msswift_5890_multinode.log",
+        steps: &[1],
+        findings: &[
+            ("dead-groups", Severity::Error, 1, 1),
+            ("truncation", Severity::Error, 1, 1),
+            ("grad-not-flowing", Severity::Error, 1, 1),
+        ],
+        code: 1,
+    },
+    // ms-swift without braces: grad norm 0 although reward_std 0.44.
+    PasteKey {
+        file: "msswift_5571_zero_grad.log",
+        steps: &[5],
+        findings: &[("grad-not-flowing", Severity::Error, 5, 5)],
+        code: 1,
+    },
+    // TRL PPO: no response ends with EOS; objective/entropy ~100 and objective/kl ~11 are
+    // sums over the sequence, no per-token bound applies.
+    PasteKey {
+        file: "trl_ppo_37684_no_eos.log",
+        steps: &[816, 832],
+        findings: &[("truncation", Severity::Error, 816, 832)],
+        code: 1,
+    },
+    // MiniLLM `train | … | global iter: 69/ 160| …`: read, and nothing wrong.
+    PasteKey {
+        file: "minillm_lmops118_pipes.log",
+        steps: &[69, 70, 71, 72],
+        findings: &[],
+        code: 0,
+    },
+    // rl-swarm (TRL GRPO): four reward functions at exactly 0 on every record.
+    PasteKey {
+        file: "trl_rlswarm22_rewards_zero.log",
+        steps: &[0, 1, 2],
+        findings: &[
+            ("reward-constant", Severity::Warning, 0, 2),
+            ("reward-constant", Severity::Warning, 0, 2),
+            ("reward-constant", Severity::Warning, 0, 2),
+            ("reward-constant", Severity::Warning, 0, 2),
+        ],
+        code: 0,
+    },
+    // open-r1: loss 0 while the gradient flows: GRPO's display, nothing at warning.
+    PasteKey {
+        file: "trl_openr1_239_loss0_grad.log",
+        steps: &[0, 1, 2],
+        findings: &[],
+        code: 0,
+    },
+    // NeMo-RL's `📊 Training Results:` and `⏱️  Timing:` blocks (no step banner in the
+    // paste): one step, healthy.
+    PasteKey {
+        file: "nemorl_1052_timing.log",
+        steps: &[0],
+        findings: &[],
+        code: 0,
+    },
+    // cosmos-reason1: Python-logging lines; only `Step: 826/4725, Loss: …` is a record (a
+    // dict passed as `extra_info={…}` is not).
+    PasteKey {
+        file: "cosmos_reason1_19_controller.log",
+        steps: &[826],
+        findings: &[],
+        code: 0,
+    },
+    // TinyLoRA (TRL GRPO, num_iterations > 1): healthy.
+    PasteKey {
+        file: "trl_tinylora4_healthy.log",
+        steps: &[0, 1, 2],
+        findings: &[],
+        code: 0,
+    },
+];
+
+#[test]
+fn real_pastes_give_their_keys_and_no_false_alarm() {
+    for key in PASTE_KEYS {
+        let p = stack(key.file);
+        let r = run(std::slice::from_ref(&p));
+        assert_eq!(r.frame.steps().to_vec(), key.steps, "{}", key.file);
+        let got: Vec<(&str, Severity, i64, i64)> = r
+            .findings
+            .iter()
+            .filter(|f| f.severity >= Severity::Warning)
+            .map(|f| {
+                (
+                    f.detector.as_str(),
+                    f.severity,
+                    f.first_step.unwrap(),
+                    f.last_step.unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(got, key.findings, "{}: {:#?}", key.file, r.findings);
+        let out = cli(&[p.to_str().unwrap()]).unwrap();
+        assert_eq!(out.code, key.code, "{}", key.file);
+    }
+}
+
+#[test]
+fn paste_causes_agree_with_their_findings() {
+    // KL alone NaN, loss finite: not a diverged update, and no reward-std division.
+    let r = run(&[stack("trl_openr1_704_kl_nan_table.log")]);
+    let nan = &r.by_detector("nan-grad")[0];
+    assert!(
+        nan.explanation.starts_with("kl is non-finite on 4"),
+        "{}",
+        nan.explanation
+    );
+    assert!(
+        nan.likely_causes[0].contains("reference"),
+        "{:?}",
+        nan.likely_causes
+    );
+    // A PPO loss NaN with no group reward std: not GRPO's std division first.
+    let r = run(&[stack("llamafactory_357_ppo_nan.log")]);
+    let causes = &r.by_detector("nan-grad")[0].likely_causes;
+    assert!(
+        causes[0].starts_with("learning rate too high"),
+        "{causes:?}"
+    );
+    assert!(!causes.iter().any(|c| c.contains("reward std in advantage")));
+    // GRPO's zero-loss display (info) is not blamed on tied rewards.
+    let r = run(&[stack("trl_openr1_239_loss0_grad.log")]);
+    let z = r.by_detector("zero-loss");
+    assert_eq!(z[0].severity, Severity::Info);
+    assert!(z[0].likely_causes[0].starts_with("GRPO's loss is ~0 by construction"));
+    // verl's advantages say why the groups are dead.
+    let r = run(&[stack("verl_sglang106_zero_adv.log")]);
+    let d = &r.by_detector("dead-groups")[0];
+    assert!(
+        d.explanation.starts_with("every advantage is exactly 0"),
+        "{}",
+        d.explanation
+    );
+    assert_eq!(
+        d.evidence["derived_from_advantages"],
+        serde_json::json!(true)
+    );
+    // A gradient norm of 3e9 beside a loss of 0.1-0.15: not a summed loss.
+    let r = run(&[stack("slime_prorl40_grad_norm.log")]);
+    let b = &r.by_detector("bounds")[0];
+    assert!(b.likely_causes[0].starts_with("the reported norm, not the update"));
+    assert!(!b.likely_causes.iter().any(|c| c.starts_with("loss summed")));
+    assert_eq!(
+        b.evidence["max_abs_loss_there"],
+        serde_json::json!(0.1451725959777832)
+    );
+    // Every response at the cap and every group tied, at the step everything turned NaN:
+    // the broken update comes first, not the length limit or the task.
+    let r = run(&[stack("verl_agentr1_30_nan_collapse.log")]);
+    for d in ["truncation", "dead-groups"] {
+        let c = &r.by_detector(d)[0].likely_causes;
+        assert!(
+            c[0].starts_with("weights broken by the non-finite update at step 83"),
+            "{d}: {c:?}"
+        );
+    }
+    // A kl-only NaN breaks no weights: open-r1's truncation keeps its own causes.
+    let r = run(&[stack("trl_openr1_704_kl_nan_table.log")]);
+    assert!(!r.by_detector("truncation")[0].likely_causes[0].contains("non-finite update"));
+    // The reward-model score stuck: its spread in the evidence.
+    let r = run(&[stack("deepspeed_chat_586_reward_flat.log")]);
+    let p = &r.by_detector("plateau")[0];
+    assert_eq!(p.evidence["min_reward"], serde_json::json!(0.20556640625));
+    assert_eq!(p.evidence["max_reward"], serde_json::json!(0.20654296875));
+}
+
+#[test]
+fn paste_formats_read_as_written() {
+    // A dict wrapped over four lines is one record with every pair.
+    let r = run(&[stack("unsloth_3485_gspo_zero_std.log")]);
+    assert_eq!(values(&r, "reward_mean"), vec![(0, 4.0)]);
+    assert_eq!(values(&r, "kl"), vec![(0, 0.0)]);
+    assert_eq!(values(&r, "completion_len_max"), vec![(0, 81.0)]);
+    // MiniLLM's pipes: the step is the global iteration, not the inner one or the epoch.
+    let r = run(&[stack("minillm_lmops118_pipes.log")]);
+    assert_eq!(values(&r, "loss")[2], (71, 1.8389));
+    assert_eq!(values(&r, "reward_mean")[1], (70, -2.6641));
+    // The wider second table adds its columns to the same steps.
+    let r = run(&[stack("trl_openr1_704_kl_nan_table.log")]);
+    assert_eq!(values(&r, "truncation_ratio"), vec![(1, 0.5), (2, 0.625)]);
+    assert_eq!(values(&r, "loss")[0], (1, -0.2836));
+    assert_eq!(r.by_detector("runs").len(), 0);
+    // A second table whose values differ at a repeated step is a restart, as before.
+    let dir = tempfile::tempdir().unwrap();
+    let lines: Vec<String> = [
+        "Step | Training Loss | reward",
+        "1 | 0.5 | 0.1",
+        "2 | 0.4 | 0.2",
+        "Step | Training Loss | reward",
+        "1 | 0.9 | 0.0",
+        "2 | 0.8 | 0.1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let r = run(&[temp_log(dir.path(), "two.log", &lines)]);
+    assert_eq!(r.by_detector("runs").len(), 1);
+}
+
+/// NeMo-RL's console (nemo_rl/algorithms/grpo.py @ 002cdc27b8019eafc470f0aab22d4a7206d0de81):
+/// `{'=' * 25} Step {n}/{total} {'=' * 25}`, then `📊 Training Results:` with `  • Loss: …`,
+/// `  • Avg Reward: …`, `  • Mean Generation Length: …` and `⏱️  Timing:` with `  • Total
+/// step time: …s` and one `  • <stage>: …s (…%)` per stage, built here from those f-strings.
+fn nemo_rl_step(n: usize, loss: f64, reward: f64, gen_s: f64) -> Vec<String> {
+    vec![
+        format!("{} Step {n}/100 {}", "=".repeat(25), "=".repeat(25)),
+        "▶ Preparing batch...".into(),
+        String::new(),
+        "📊 Training Results:".into(),
+        format!("  • Loss: {loss:.4}"),
+        format!("  • Avg Reward: {reward:.4}"),
+        "  • Mean Generation Length: 312.4000".into(),
+        String::new(),
+        "⏱️  Timing:".into(),
+        format!("  • Total step time: {:.2}s", gen_s + 15.0),
+        format!(
+            "  • generation: {gen_s:.2}s ({:.1}%)",
+            gen_s / (gen_s + 15.0) * 100.0
+        ),
+        format!(
+            "  • policy_training: 15.00s ({:.1}%)",
+            1500.0 / (gen_s + 15.0)
+        ),
+    ]
+}
+
+#[test]
+fn nemo_rl_blocks_are_steps_with_stage_times() {
+    let r = run(&[stack("nemorl_1052_timing.log")]);
+    assert_eq!(values(&r, "loss"), vec![(0, 0.1032)]);
+    assert_eq!(values(&r, "reward_mean"), vec![(0, 0.3486)]);
+    assert_eq!(values(&r, "step_time"), vec![(0, 66.55)]);
+    assert_eq!(values(&r, "stage/exposed_generation"), vec![(0, 32.52)]);
+    let st = r.by_detector("stages");
+    assert_eq!(st[0].evidence["dominant_stage"], "exposed_generation");
+
+    // Banners name the steps; a NaN loss at step 3 and generation growing from 20 s to 60 s.
+    let dir = tempfile::tempdir().unwrap();
+    let mut lines = Vec::new();
+    for (n, (loss, gen)) in [(0.01, 20.0), (0.02, 20.0), (f64::NAN, 20.0), (0.01, 60.0)]
+        .iter()
+        .enumerate()
+    {
+        lines.extend(nemo_rl_step(n + 1, *loss, 0.4, *gen));
+    }
+    let r = run(&[temp_log(dir.path(), "nemo.log", &lines)]);
+    assert_eq!(r.frame.steps().to_vec(), vec![1, 2, 3, 4]);
+    assert_eq!(r.by_detector("nan-grad")[0].steps, vec![3]);
+    assert_eq!(values(&r, "stage/generation")[3], (4, 60.0));
+    assert_eq!(values(&r, "completion_len_mean")[0], (1, 312.4));
+}
+
+#[test]
+fn areal_stats_tables_are_steps() {
+    // fixtures/gen/make_areal_log.py: AReaL's StatsLogger lines and fancy_grid tables, with
+    // colorlog's ANSI codes; every group tied from step 3 (advantages max = min = 0).
+    let r = run(&[stack("areal_stats_main.log")]);
+    assert_eq!(r.frame.steps().to_vec(), vec![1, 2, 3, 4]);
+    assert_eq!(
+        values(&r, "reward_mean"),
+        vec![(1, 0.5), (2, 0.625), (3, 1.0), (4, 1.0)]
+    );
+    assert_eq!(values(&r, "grad_norm")[0], (1, 0.31));
+    assert_eq!(values(&r, "truncation_ratio")[3], (4, 0.0625));
+    assert_eq!(values(&r, "adv_min")[1], (2, -1.48));
+    let d = r.by_detector("dead-groups");
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0].steps, vec![3, 4]);
+    assert_eq!(
+        d[0].evidence["derived_from_advantages"],
+        serde_json::json!(true)
+    );
+    assert_eq!(r.by_detector("zero-grad")[0].steps, vec![3, 4]);
+    assert_eq!(r.files[0].format, "text (kv_text)");
+}
+
+#[test]
+fn a_reward_that_falls_to_zero_and_stays_is_a_collapse() {
+    // OpenRLHF's progress-bar postfix (`Episode [1/1]: …, policy_loss=…, reward=…]`): the
+    // loss turns NaN at the third step and the reward is 0 from then on (OpenRLHF#1120).
+    let dir = tempfile::tempdir().unwrap();
+    let lines: Vec<String> = [(0.012, 0.31), (0.010, 0.34), (f64::NAN, 0.0), (f64::NAN, 0.0), (f64::NAN, 0.0)]
+        .iter()
+        .enumerate()
+        .map(|(i, (loss, reward))| {
+            format!(
+                "Episode [1/1]:   {}%|▏         | {}/50 [01:02<51:03, 62.52s/it, policy_loss={loss}, kl=0.0005, reward={reward}, response_length=412, act_lr=5e-7]",
+                2 * (i + 1),
+                i + 1
+            )
+        })
+        .collect();
+    let r = run(&[temp_log(dir.path(), "orlhf.log", &lines)]);
+    let p = r.by_detector("plateau");
+    assert_eq!(p.len(), 1, "{p:#?}");
+    assert_eq!(p[0].steps, vec![2, 3, 4]);
+    assert!(
+        p[0].explanation
+            .starts_with("reward falls to exactly 0 at step 2"),
+        "{}",
+        p[0].explanation
+    );
+    assert_eq!(p[0].evidence["reward_before"], serde_json::json!(0.34));
+    assert_eq!(r.by_detector("nan-grad")[0].steps, vec![2, 3, 4]);
+    // Two zeros at the end are not enough; a reward never earned is not a collapse.
+    let r = run(&[temp_log(dir.path(), "short.log", &lines[..4])]);
+    assert!(r.by_detector("plateau").is_empty());
+}

@@ -81,8 +81,27 @@ impl Detector for Bounds {
             let max = over.iter().map(|(_, v)| v.abs()).fold(0.0f64, f64::max);
             let from_start = over.first().map(|(s, _)| *s) == first_step;
             let steps: Vec<i64> = over.iter().map(|(s, _)| *s).collect();
-            out.push(
-                Finding::new(
+            // A huge gradient beside an ordinary loss is no summed loss: the norm itself or a
+            // few parameters are at fault.
+            let mut sorted = steps.clone();
+            sorted.sort_unstable();
+            let loss_there = f
+                .points("loss")
+                .filter(|(s, v)| v.is_finite() && sorted.binary_search(s).is_ok())
+                .map(|(_, v)| v.abs())
+                .reduce(f64::max);
+            let ordinary_loss =
+                metric == "grad_norm" && loss_there.is_some_and(|l| l < ORDINARY_LOSS);
+            let causes: &[&str] = if ordinary_loss {
+                &[
+                    "the reported norm, not the update: a norm summed over parallel ranks or shards, or taken before the fp16/bf16 loss scale is divided out (the loss itself is ordinary here)",
+                    "a few parameters with huge gradients (an embedding row of unused tokens, a layer unfrozen late); clipping bounds the update, not the logged norm",
+                    "rewards or advantages on a huge scale (unnormalised reward model scores)",
+                ]
+            } else {
+                causes
+            };
+            let mut finding = Finding::new(
                     self.name(),
                     severity,
                     steps,
@@ -96,15 +115,21 @@ impl Detector for Bounds {
                     ),
                     causes,
                 )
-                .with("metric", metric)
-                .num("max", max)
-                .num("bound", bound)
-                .with("from_first_step", from_start),
-            );
+            .with("metric", metric)
+            .num("max", max)
+            .num("bound", bound)
+            .with("from_first_step", from_start);
+            if let (true, Some(l)) = (metric == "grad_norm", loss_there) {
+                finding = finding.num("max_abs_loss_there", l);
+            }
+            out.push(finding);
         }
         out
     }
 }
+
+/// |loss| below this beside a gradient norm over its bound: an ordinary loss, not a sum.
+const ORDINARY_LOSS: f64 = 10.0;
 
 /// `--first-update`: on the first update of an on-policy run the sampling policy, the
 /// trained policy and the reference are the same weights, so the PPO KL, the clip

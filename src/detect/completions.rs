@@ -2,6 +2,7 @@
 //! completions.
 
 use super::{median, Context, Detector, Finding, Severity};
+use crate::frames::log::frame::LogFrame;
 
 /// `--dead-groups`: many groups with identical rewards (zero std) give no signal.
 pub struct DeadGroups;
@@ -14,23 +15,26 @@ impl Detector for DeadGroups {
         "frac_reward_zero_std high (groups with identical rewards give no gradient)"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        &["frac_reward_zero_std", "reward_std", "grad_norm"]
+        &[
+            "frac_reward_zero_std",
+            "reward_std",
+            "grad_norm",
+            "adv_max",
+            "adv_min",
+            "loss",
+        ]
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
+        after_a_broken_update(ctx, self.find(ctx))
+    }
+}
+
+impl DeadGroups {
+    /// The findings before [`after_a_broken_update`].
+    fn find(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;
-        let (series, derived) = {
-            let s = f.series("frac_reward_zero_std");
-            if !s.is_empty() {
-                (s, false)
-            } else {
-                // Group-level reward std exactly 0 means every group is dead.
-                let mut s = f.series_where("reward_std", f64::is_finite);
-                for p in &mut s {
-                    p.1 = if p.1 == 0.0 { 1.0 } else { 0.0 };
-                }
-                (s, true)
-            }
-        };
+        let (series, source) = dead_series(f);
+        let derived = source != DeadSource::Frac;
         if series.is_empty() {
             return vec![];
         }
@@ -60,10 +64,10 @@ impl Detector for DeadGroups {
             Severity::Warning
         };
         let mean_frac = series.iter().map(|(_, v)| v).sum::<f64>() / series.len() as f64;
-        let how = if derived {
-            "group reward std is exactly 0"
-        } else {
-            "frac_reward_zero_std is high"
+        let how = match source {
+            DeadSource::Frac => "frac_reward_zero_std is high",
+            DeadSource::RewardStd => "group reward std is exactly 0",
+            DeadSource::Advantages => "every advantage is exactly 0 (max = min = 0)",
         };
         let mut finding = Finding::new(
             self.name(),
@@ -95,8 +99,11 @@ impl Detector for DeadGroups {
         )
         .num("dead_step_share", share)
         .num("mean_frac_zero_std", mean_frac)
-        .with("derived_from_reward_std", derived)
+        .with("derived_from_reward_std", source == DeadSource::RewardStd)
         .with("logged_steps", series.len());
+        if source == DeadSource::Advantages {
+            finding = finding.with("derived_from_advantages", true);
+        }
         // What the gradient did on those steps: the median grad_norm on dead steps vs the
         // others (a whole-step dead batch should leave only the KL term's gradient).
         let dead_steps: Vec<i64> = dead.iter().map(|(s, _)| *s).collect();
@@ -127,6 +134,65 @@ impl Detector for DeadGroups {
         }
         vec![finding]
     }
+}
+
+/// Truncated or tied completions from a step whose loss or gradient norm is non-finite come
+/// from weights the NaN broke (Agent-R1#30: every actor metric nan, every response at the
+/// length cap, every score −1): that is their first cause, not the length limit or the
+/// task's difficulty.
+fn after_a_broken_update(ctx: &Context, mut findings: Vec<Finding>) -> Vec<Finding> {
+    let f = ctx.frame;
+    let broken: Vec<i64> = ["loss", "grad_norm"]
+        .iter()
+        .flat_map(|m| f.points(m).filter(|(_, v)| !v.is_finite()).map(|(s, _)| s))
+        .collect();
+    for finding in &mut findings {
+        // The finding starts at the broken step: before it, the NaN explains nothing.
+        if let Some(s) = finding.first_step.filter(|s| broken.contains(s)) {
+            finding.likely_causes.insert(
+                0,
+                format!("weights broken by the non-finite update at step {s} (see nan-grad): a broken policy writes garbage to the length cap and earns nothing"),
+            );
+        }
+    }
+    findings
+}
+
+/// Where a step's dead-group share comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DeadSource {
+    /// `frac_reward_zero_std` as logged.
+    Frac,
+    /// The group reward std exactly 0 (every group dead) or not.
+    RewardStd,
+    /// The batch's advantages all exactly 0 (verl `critic/advantages/max` and `/min` 0: no
+    /// group had a reward spread, so no sample carries a policy-gradient signal).
+    Advantages,
+}
+
+/// Per logged step, the share of dead groups (1 or 0 when derived), from the best source
+/// the log has: `frac_reward_zero_std`, else the group reward std, else the advantages'
+/// range.
+fn dead_series(f: &LogFrame) -> (Vec<(i64, f64)>, DeadSource) {
+    let s = f.series("frac_reward_zero_std");
+    if !s.is_empty() {
+        return (s, DeadSource::Frac);
+    }
+    let mut s = f.series_where("reward_std", f64::is_finite);
+    if !s.is_empty() {
+        for p in &mut s {
+            p.1 = if p.1 == 0.0 { 1.0 } else { 0.0 };
+        }
+        return (s, DeadSource::RewardStd);
+    }
+    let s = (0..f.len())
+        .filter_map(|i| {
+            let (hi, lo) = (f.at("adv_max", i)?, f.at("adv_min", i)?);
+            (hi.is_finite() && lo.is_finite())
+                .then(|| (f.step(i), if hi == 0.0 && lo == 0.0 { 1.0 } else { 0.0 }))
+        })
+        .collect();
+    (s, DeadSource::Advantages)
 }
 
 /// The longest stretch of consecutive logged steps on which every group was dead
@@ -207,9 +273,18 @@ impl Detector for Truncation {
             "num_eos_tokens",
             "completion_len_mean",
             "completion_len_max",
+            "loss",
+            "grad_norm",
         ]
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
+        after_a_broken_update(ctx, self.find(ctx))
+    }
+}
+
+impl Truncation {
+    /// The findings before [`after_a_broken_update`].
+    fn find(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;
         let mut out = Vec::new();
         let th = ctx.th.get("truncation.ratio");

@@ -166,26 +166,29 @@ impl Detector for ZeroLoss {
                     ),
                 )
             };
-            let mut finding = Finding::new(
-                self.name(),
-                severity,
-                steps,
-                explanation,
+            // The GRPO display is not a failure: its cause says why the number is 0, not
+            // what broke.
+            let causes: &[&str] = if severity == Severity::Info {
+                &[
+                    "GRPO's loss is ~0 by construction: on the first update of a batch the ratio is 1 and the group-normalised advantages average 0, leaving beta*KL, tiny early on (nothing to fix; watch reward and grad_norm instead)",
+                ]
+            } else {
                 &[
                     "all rewards in each group identical (judge/reward function gives one score) -> advantages 0 -> pg_loss 0",
                     "empty or degenerate completions: nothing to score, nothing to train on",
                     "sequence log-probs zero: no masked positions in the batch or broken gather",
                     "loss scaled away by gradient accumulation or a zero loss mask",
-                ],
-            )
-            .num("max_abs_loss", max_abs)
-            .with("companions", companions.clone())
-            .with("steps_reward_std_zero", n_std)
-            .with("steps_kl_zero", n_kl)
-            .with("steps_grad_norm_zero", n_grad)
-            .with("steps_advantages_zero", n_adv.max(n_adv_warn))
-            .with("steps_without_signal", n_none)
-            .with("steps_with_signal", n_sig);
+                ]
+            };
+            let mut finding = Finding::new(self.name(), severity, steps, explanation, causes)
+                .num("max_abs_loss", max_abs)
+                .with("companions", companions.clone())
+                .with("steps_reward_std_zero", n_std)
+                .with("steps_kl_zero", n_kl)
+                .with("steps_grad_norm_zero", n_grad)
+                .with("steps_advantages_zero", n_adv.max(n_adv_warn))
+                .with("steps_without_signal", n_none)
+                .with("steps_with_signal", n_sig);
             if let Some(l) = first_logged_loss {
                 finding = finding.num("first_logged_loss", l);
             }
@@ -214,6 +217,9 @@ impl Detector for Plateau {
             .points("reward_mean")
             .filter(|(_, v)| v.is_finite())
             .collect();
+        if let Some(f) = collapsed_to_zero(self.name(), &s, ctx) {
+            return vec![f];
+        }
         let min_points = ctx.th.get("plateau.min_points").max(2.0) as usize;
         if s.len() < min_points {
             return flat_over_long_horizon(self.name(), &s, ctx);
@@ -261,7 +267,7 @@ fn flat_over_long_horizon(name: &str, s: &[(i64, f64)], ctx: &Context) -> Vec<Fi
     };
     let span = last.0.saturating_sub(first.0);
     if s.len() < min_points || (span as f64) < ctx.th.get("plateau.flat_min_span") {
-        return vec![];
+        return stuck_reward(name, s, ctx);
     }
     let (lo, hi) = super::value_range(s);
     let mean = s.iter().map(|(_, v)| v).sum::<f64>() / s.len() as f64;
@@ -297,6 +303,94 @@ fn flat_over_long_horizon(name: &str, s: &[(i64, f64)], ctx: &Context) -> Vec<Fi
     vec![f]
 }
 
+/// A reward that was earned and then is exactly 0 on every logged step to the end, at
+/// least `plateau.collapse_min_steps` of them (OpenRLHF#1120, verl#747: the policy
+/// degenerates into `!!!!!!` and nothing scores again): a collapse, whatever the run's
+/// length.
+fn collapsed_to_zero(name: &str, s: &[(i64, f64)], ctx: &Context) -> Option<Finding> {
+    let need = ctx.th.get("plateau.collapse_min_steps").max(2.0) as usize;
+    let zeros = s.iter().rev().take_while(|(_, v)| *v == 0.0).count();
+    if zeros < need || zeros == s.len() {
+        return None;
+    }
+    let before = &s[..s.len() - zeros];
+    let (last_step, last) = *before.last()?;
+    let earned = before.iter().any(|(_, v)| *v > 0.0);
+    if !earned {
+        return None;
+    }
+    let tail = &s[s.len() - zeros..];
+    let (lo, hi) = super::value_range(before);
+    let mut f = Finding::new(
+        name,
+        Severity::Warning,
+        tail.iter().map(|(st, _)| *st).collect(),
+        format!(
+            "reward falls to exactly 0 at step {} and stays 0 on all {zeros} logged steps to the end (before: {}–{}, {} at step {last_step}): the run stopped earning any reward",
+            tail[0].0,
+            G(lo),
+            G(hi),
+            G(last),
+        ),
+        &[
+            "the policy degenerated (repeated or garbage tokens, e.g. '!!!!!!' after a NaN update): read the completions of those steps",
+            "the reward function or service started failing and returns its default 0 (timeouts, a parse error)",
+            "a broken update just before (see nan-grad, grad-spike at that step)",
+        ],
+    )
+    .num("reward_before", last)
+    .with("zero_steps", zeros)
+    .with("first_zero_step", tail[0].0);
+    f.count = zeros;
+    Some(f)
+}
+
+/// A short log whose reward hardly moves: at least `plateau.stuck_min_points` points within
+/// `plateau.stuck_band` of their mean (DeepSpeed-Chat's `average reward score` 0.2056 to
+/// 0.2065 over six steps while the actor loss swings ±0.19): a batch-mean score that does
+/// not move by 1 % has stopped responding to the policy.
+fn stuck_reward(name: &str, s: &[(i64, f64)], ctx: &Context) -> Vec<Finding> {
+    let need = ctx.th.get("plateau.stuck_min_points").max(2.0) as usize;
+    let (Some(first), Some(last)) = (s.first(), s.last()) else {
+        return vec![];
+    };
+    if s.len() < need {
+        return vec![];
+    }
+    let (lo, hi) = super::value_range(s);
+    let mean = s.iter().map(|(_, v)| v).sum::<f64>() / s.len() as f64;
+    // A reward identical at every step is a saturated or never-matching reward function
+    // (reward-constant's and dead-groups' findings), not a policy that stopped moving it.
+    if hi == lo || hi - lo > ctx.th.get("plateau.stuck_band") * mean.abs() {
+        return vec![];
+    }
+    let mut f = Finding::new(
+        name,
+        Severity::Warning,
+        vec![first.0, last.0],
+        format!(
+            "reward stays between {} and {} on all {} logged steps ({}–{}), within {:.2}% of its mean: stuck, not learning",
+            G(lo),
+            G(hi),
+            s.len(),
+            first.0,
+            last.0,
+            (hi - lo) / mean.abs() * 100.0
+        ),
+        &[
+            "the policy collapsed onto one kind of answer the reward model scores the same (read the completions)",
+            "the reward model's score saturated: it no longer separates better from worse answers",
+            "the policy is not updated (learning rate ~0, adapter not synchronised with the rollout engine)",
+        ],
+    )
+    .num("min_reward", lo)
+    .num("max_reward", hi)
+    .num("mean_reward", mean)
+    .with("points", s.len());
+    f.count = s.len();
+    vec![f]
+}
+
 /// `--reward-constant`: a reward component (one reward function) that returns the same
 /// value at every logged step: it never fires, or it is broken.
 pub struct RewardConstant;
@@ -313,6 +407,7 @@ impl Detector for RewardConstant {
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let min_points = ctx.th.get("reward_constant.min_points").max(2.0) as usize;
+        let zero_min = ctx.th.get("reward_constant.zero_min_points").max(2.0) as usize;
         let mut out = Vec::new();
         for m in ctx.frame.metrics() {
             let Some(component) = m.strip_prefix(crate::logs::aliases::REWARD_COMPONENT_PREFIX)
@@ -320,11 +415,9 @@ impl Detector for RewardConstant {
                 continue;
             };
             let s: Vec<(i64, f64)> = ctx.frame.points(m).filter(|(_, v)| v.is_finite()).collect();
-            if s.len() < min_points {
-                continue;
-            }
-            let v0 = s[0].1;
-            if s.iter().any(|(_, v)| *v != v0) {
+            let v0 = s.first().map_or(f64::NAN, |p| p.1);
+            let need = if v0 == 0.0 { zero_min } else { min_points };
+            if s.len() < need || s.iter().any(|(_, v)| *v != v0) {
                 continue;
             }
             let steps: Vec<i64> = s.iter().map(|(st, _)| *st).collect();

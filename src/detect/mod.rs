@@ -18,10 +18,10 @@
 //! | slowdown | lower quartile of the last quarter > 1.5 × the first quarter's (spikes left out); at least half the later steps slower than 2 × the first (compile) step; a spike > 3 × median of previous 20 that no eval/checkpoint explains and that does not recur with a fixed period | warning (compile, eval/checkpoint and periodic spikes: info, named) |
 //! | mem-growth | peak memory grows > 20 % from first to last (and > 5 % over the second half: a warm-up that settles is not a leak), ≥ 5 points, rising ≥ 80 % of the time | warning |
 //! | logprob-mismatch | means, not a single token's max: prob diff mean > 0.05, \|logp diff\| mean > 0.1, rollout KL (verl rollout_corr, OpenRLHF vllm_kl) > 0.1, \|ratio_mean − 1\| > 0.2, "All sequence_log_probs are near zero" | error |
-//! | plateau | reward mean of last 25 % ≤ first 25 % + 0.01 over ≥ 20 points; or ≥ 4 points over ≥ 500 steps within ±20 % of their mean | warning |
+//! | plateau | reward mean of last 25 % ≤ first 25 % + 0.01 over ≥ 20 points; or ≥ 4 points over ≥ 500 steps within ±20 % of their mean; or ≥ 5 points within ±1 % of their mean (stuck); a reward earned, then exactly 0 on the last ≥ 3 logged steps (collapsed) | warning |
 //! | grad-not-flowing | grad_norm exactly 0 while reward_std > 0 (and not every group dead) | error |
 //! | clip-high | clip ratio ≥ 0.2 on at least half of the steps | warning, error ≥ 0.5 |
-//! | reward-constant | a reward component identical at every one of ≥ 5 logged steps (1.0 everywhere: always matches, no signal) | warning |
+//! | reward-constant | a reward component identical at every one of ≥ 5 logged steps (≥ 3 when it is 0: never matches; 1.0 everywhere: always matches, no signal) | warning |
 //! | bounds | grad norm (also the critic's) > 1e4, \|loss\| > 1e4, entropy > ln(262144) nats: absolute, from the first step | error (loss: warning) |
 //! | first-update | at an explicit step 0/1: \|ppo_kl\| > 2e-3, clip fraction > 0.02, \|ratio − 1\| > 0.02 or KL to the reference > 0.05 | warning |
 //! | kl-zero | kl exactly 0 on ≥ 10 consecutive logged steps (β = 0 or reference = policy); only in a log with a reward (RL), not DPO/KTO | warning |
@@ -242,10 +242,34 @@ pub const THRESHOLDS: &[(&str, f64, &str)] = &[
         0.2,
         "long-horizon rule: reward range within this fraction of its mean is flat",
     ),
+    // A batch-mean reward-model score moves by more than 1 % from step to step while the
+    // policy learns; a run that stays inside 1 % of its mean collapsed or stopped learning.
+    (
+        "plateau.stuck_band",
+        0.01,
+        "short-log rule: reward range within this fraction of its mean is stuck",
+    ),
+    (
+        "plateau.stuck_min_points",
+        5.0,
+        "short-log rule: reward points needed",
+    ),
+    (
+        "plateau.collapse_min_steps",
+        3.0,
+        "a reward earned, then exactly 0 on at least this many logged steps to the end: collapsed",
+    ),
     (
         "reward_constant.min_points",
         5.0,
         "logged points a reward component needs before it is judged constant",
+    ),
+    // A reward function at exactly 0 on three logged steps (each a batch mean) has not
+    // matched once in hundreds of completions.
+    (
+        "reward_constant.zero_min_points",
+        3.0,
+        "logged points a reward component at exactly 0 needs before it is judged never matching",
     ),
     // PPO practice (OpenAI baselines / SB3 docs): clipfrac around 0.1-0.2 is normal; above
     // 0.2 the step is too large for the trust region, above 0.5 most of it is discarded.

@@ -81,25 +81,63 @@ impl Detector for NanGrad {
         if steps.is_empty() {
             return vec![];
         }
-        let mut explanation = "non-finite values in the training numbers".to_string();
+        // Only the KL non-finite while the loss stays finite: the KL never entered the
+        // update (β = 0) or was measured without reference log-probs; not a divergence.
+        let loss_finite = f.col("loss").is_some_and(|c| c.any())
+            && !per_metric.contains_key("loss")
+            && !per_metric.contains_key("grad_norm");
+        let kl_only = loss_finite
+            && events.is_empty()
+            && nan_count.is_empty()
+            && per_metric.keys().all(|k| k == "kl");
+        let mut explanation = if kl_only {
+            format!(
+                "kl is non-finite on {} logged step(s) while the loss stays finite: a broken KL measurement, not a diverged update",
+                steps.len()
+            )
+        } else {
+            "non-finite values in the training numbers".to_string()
+        };
         if !hidden.is_empty() {
             explanation.push_str(&format!(
                 "; loss logged as 0.0 while grad_norm is NaN at {} step(s): the NaN is hidden as a zero loss",
                 hidden.len()
             ));
         }
-        let first_step = steps.iter().min().copied();
-        let mut finding = Finding::new(
-            self.name(),
-            Severity::Critical,
-            steps,
-            explanation,
+        // Group-normalised advantages (GRPO: a group reward std in the log) can divide by a
+        // zero std; a run with a critic or a single reward cannot.
+        let grouped = f.col("reward_std").is_some_and(|c| c.any());
+        let causes: &[&str] = if kl_only {
+            &[
+                "the KL is logged but not computed against a reference: no reference model loaded (β = 0 or ref_model None), or a mean over zero tokens",
+                "reference and policy log-probs over different masks (a reference forward that returned nothing for these tokens)",
+            ]
+        } else if grouped {
             &[
                 "division by a zero/tiny reward std in advantage normalisation",
                 "log of zero / empty completion slices (logsumexp over an empty array)",
                 "learning rate too high or fp16/bf16 overflow; missing gradient clipping",
                 "exp() of large log-ratio without clamping",
-            ],
+            ]
+        } else {
+            &[
+                "learning rate too high or fp16/bf16 overflow; missing gradient clipping",
+                "exp() of large log-ratio without clamping",
+                "log of zero / empty completion slices (logsumexp over an empty array)",
+                "reward or value whitening of a batch with no spread (a division by a zero std)",
+            ]
+        };
+        let first_step = steps.iter().min().copied();
+        let mut finding = Finding::new(
+            self.name(),
+            if kl_only {
+                Severity::Error
+            } else {
+                Severity::Critical
+            },
+            steps,
+            explanation,
+            causes,
         )
         .with(
             "non_finite_by_metric",

@@ -231,11 +231,22 @@ impl AliasTable {
         }
         // `metrics.` (DebugTrainer nesting) and `train/` (W&B / tracker exports of TRL and
         // HF runs: `train/loss`, `train/reward_std`) name the same metrics.
-        ["metrics.", "train/"].iter().find_map(|prefix| {
-            raw.strip_prefix(prefix)
-                .and_then(|rest| self.map.get(rest))
-                .map(|&(i, p)| (i, p + 100))
-        })
+        ["metrics.", "train/"]
+            .iter()
+            .find_map(|prefix| {
+                raw.strip_prefix(prefix)
+                    .and_then(|rest| self.map.get(rest))
+                    .map(|&(i, p)| (i, p + 100))
+            })
+            .or_else(|| {
+                // AReaL's stats scope the actor's numbers (`ppo_actor/…`, its optimiser
+                // step's under `ppo_actor/update/…`) and name a mean `…/avg`
+                // (`ppo_actor/update/actor_loss/avg`, `ppo_actor/advantages/max`).
+                let rest = raw.strip_prefix("ppo_actor/")?;
+                let rest = rest.strip_prefix("update/").unwrap_or(rest);
+                let rest = rest.strip_suffix("/avg").unwrap_or(rest);
+                self.map.get(rest).map(|&(i, p)| (i, p + 200))
+            })
     }
 }
 
@@ -269,6 +280,13 @@ mod tests {
             ("average_reward_score", "reward_mean"),
             ("rewards/accuracies", "pref_accuracy"),
             ("logps/rejected", "pref_logp_rejected"),
+            // AReaL's actor stats (areal/engine/ppo/actor.py scopes).
+            ("ppo_actor/task_reward/avg", "reward_mean"),
+            ("ppo_actor/advantages/max", "adv_max"),
+            ("ppo_actor/update/actor_loss/avg", "loss"),
+            ("ppo_actor/update/grad_norm", "grad_norm"),
+            ("ppo_actor/update/approx_kl/avg", "ppo_kl"),
+            ("ppo_actor/no_eos_ratios/avg", "truncation_ratio"),
         ] {
             assert_eq!(name(raw).as_deref(), Some(canonical), "{raw}");
         }

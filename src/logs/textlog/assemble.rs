@@ -1,13 +1,17 @@
 //! Text lines in file order into records and events (micro diagnostics and warnings
 //! attached to the step reported next, unnumbered lines numbered, wrapped lines joined).
 
-use super::lines::{verl_pairs, RECORD_CUT};
+use super::lines::{verl_pairs, RECORD_CUT, RECORD_OPEN, RECORD_TAIL};
 use super::TextItem;
 use crate::logs::aliases::STAGE_FIELD;
 use crate::model::log::{LogEvent, LogRecord, SourceKind};
 
 /// The text of an `exception` event whose traceback the file ends inside.
 pub const CUT_TRACEBACK: &str = "(the log ends inside a traceback, before its exception line)";
+
+/// A step's block of field lines: the step its banner named (none: opened by a section
+/// title), the line it starts at, its fields.
+type Block = (Option<i64>, u64, Vec<(String, f64)>);
 
 /// Assembles parsed text lines in file order into records and events: micro diagnostics
 /// and warnings attach to the next `iter N` line (they are printed before it), TRL dict
@@ -22,6 +26,9 @@ pub struct TextAssembler {
     unnumbered: i64,
     /// The current table header's keys.
     table: Option<Vec<String>>,
+    /// Table rows read so far: (step, record index), to recognise a second table of the
+    /// same steps (a wider view of one run, pasted after the first).
+    table_rows: Vec<(i64, usize)>,
     /// The last item was a verl console record (its index) with a key cut at the end.
     verl_tail: Option<(usize, String)>,
     /// A traceback began (its line) and its exception line has not come yet.
@@ -35,6 +42,19 @@ pub struct TextAssembler {
     closed_micro: Vec<(u64, Vec<(String, f64)>)>,
     /// The last micro line's micro index and clock (stage durations are clock differences).
     micro_clock: Option<(Option<u32>, f64)>,
+    /// A dict record (its index) whose line ended after a whole pair: the next line of
+    /// bare `'key': value` pairs continues it.
+    open_dict: Option<usize>,
+    /// The step a banner named (none: a block opened by a section title), its line, and
+    /// the field lines read under it since.
+    block: Option<Block>,
+    /// The last line was a section title (its line and text): field lines next open a block.
+    title: Option<(u64, String)>,
+    /// The title that opened the current unnumbered block: it comes again at the next step.
+    block_title: Option<String>,
+    /// The block's current section is a timing breakdown (`⏱️  Timing:`): its `<name>_s`
+    /// fields are stage times (`stage_s/<name>`), the total excepted.
+    timing_section: bool,
     /// Records ready for the frame.
     pub records: Vec<LogRecord>,
     /// Events ready for the detectors.
@@ -54,7 +74,9 @@ impl TextAssembler {
 
     /// Feed the next line's item.
     pub fn push(&mut self, line: u64, item: TextItem) {
+        let title = self.title.take();
         let verl_tail = self.verl_tail.take();
+        let open_dict = self.open_dict.take();
         match item {
             TextItem::Blank => {
                 self.verl_tail = verl_tail;
@@ -88,6 +110,18 @@ impl TextAssembler {
                 if fields.is_empty() {
                     self.unrecognised += 1;
                     return;
+                }
+                if let Some(idx) = step.and_then(|s| self.same_row(s, &fields)) {
+                    let rec = &mut self.records[idx];
+                    for (k, v) in fields {
+                        if !rec.fields.iter().any(|(rk, _)| *rk == k) {
+                            rec.fields.push((k, v));
+                        }
+                    }
+                    return;
+                }
+                if let Some(s) = step {
+                    self.table_rows.push((s, self.records.len()));
                 }
                 self.push(
                     line,
@@ -130,6 +164,40 @@ impl TextAssembler {
                 }
                 None => self.unrecognised += 1,
             },
+            TextItem::StepHeader(step) => {
+                self.close_block();
+                self.block = Some((Some(step), line, Vec::new()));
+            }
+            TextItem::Title(text) => {
+                self.unrecognised += 1;
+                self.timing_section = text.to_ascii_lowercase().contains("timing");
+                if self.block_title.as_ref() == Some(&text) {
+                    self.close_block();
+                }
+                if self.block.is_none() {
+                    self.title = Some((line, text));
+                }
+            }
+            TextItem::Fields(new) => {
+                if let (None, Some((at, text))) = (&self.block, title) {
+                    self.block = Some((None, at, Vec::new()));
+                    self.block_title = Some(text);
+                }
+                let timing = self.timing_section;
+                let Some((_, _, fields)) = &mut self.block else {
+                    self.unrecognised += 1;
+                    return;
+                };
+                fields.extend(new.into_iter().map(|(k, v)| {
+                    let k = match k.strip_suffix("_s") {
+                        Some(name) if timing && !name.starts_with("total") => {
+                            format!("{STAGE_FIELD}{name}")
+                        }
+                        _ => k,
+                    };
+                    (k, v)
+                }));
+            }
             TextItem::Pending(fields) => self.pending_fields.extend(fields),
             TextItem::Attach(fields) => match self.records.last_mut() {
                 Some(rec) => rec.fields.extend(fields),
@@ -174,7 +242,28 @@ impl TextAssembler {
                 mut fields,
                 tail,
             } => {
-                let cut = fields.iter().any(|(k, _)| k == RECORD_CUT);
+                if self.block.as_ref().is_some_and(|b| b.1 != line) {
+                    self.close_block();
+                }
+                // The parser's markers come last: most records have none.
+                let has_markers = fields.last().is_some_and(|(k, _)| k.starts_with("__"));
+                let marked = |fields: &[(String, f64)], m: &str| fields.iter().any(|(k, _)| k == m);
+                let (open, tail_line) = if has_markers {
+                    let marks = (marked(&fields, RECORD_OPEN), marked(&fields, RECORD_TAIL));
+                    fields.retain(|(k, _)| k != RECORD_OPEN && k != RECORD_TAIL);
+                    marks
+                } else {
+                    (false, false)
+                };
+                // The next line of a dict wrapped after a whole pair: its pairs join it.
+                if let (true, Some(idx)) = (tail_line, open_dict) {
+                    if let Some(rec) = self.records.get_mut(idx) {
+                        rec.fields.extend(fields);
+                    }
+                    self.open_dict = open.then_some(idx);
+                    return;
+                }
+                let cut = has_markers && fields.iter().any(|(k, _)| k == RECORD_CUT);
                 if cut {
                     fields.retain(|(k, _)| k != RECORD_CUT);
                     // A cut record whose step was cut off, among numbered ones: no step to
@@ -209,7 +298,49 @@ impl TextAssembler {
                 if source == SourceKind::VerlConsole {
                     self.verl_tail = Some((self.records.len(), tail.unwrap_or_default()));
                 }
+                if open {
+                    self.open_dict = Some(self.records.len());
+                }
                 self.records.push(rec);
+            }
+        }
+    }
+
+    /// The record of an earlier table row at `step` whose values agree with `fields` on
+    /// every key both have (at least one): the same row of the same run, seen again in a
+    /// wider table (open-r1#704 pastes `Step | Training Loss | reward | … | kl` and then
+    /// the same steps with twenty columns), not a restart.
+    fn same_row(&self, step: i64, fields: &[(String, f64)]) -> Option<usize> {
+        let &(_, idx) = self.table_rows.iter().rev().find(|(s, _)| *s == step)?;
+        let rec = self.records.get(idx)?;
+        let mut shared = 0;
+        for (k, v) in fields {
+            if let Some((_, w)) = rec.fields.iter().find(|(rk, _)| rk == k) {
+                if !(v == w || (v.is_nan() && w.is_nan())) {
+                    return None;
+                }
+                shared += 1;
+            }
+        }
+        (shared > 0).then_some(idx)
+    }
+
+    /// The step of the last banner becomes a record of the field lines under it (none: no
+    /// record; a banner alone says nothing about training).
+    fn close_block(&mut self) {
+        self.block_title = None;
+        self.timing_section = false;
+        if let Some((step, line, fields)) = self.block.take() {
+            if !fields.is_empty() {
+                self.push(
+                    line,
+                    TextItem::Step {
+                        source: SourceKind::KvText,
+                        step,
+                        fields,
+                        tail: None,
+                    },
+                );
             }
         }
     }
@@ -249,6 +380,7 @@ impl TextAssembler {
     /// traceback the file ends inside (a log cut short, a paste) is an `exception` event
     /// saying so, at the traceback's first line.
     pub fn finish(&mut self) {
+        self.close_block();
         if let Some(line) = self.traceback.take() {
             let mut ev = LogEvent::new("exception", self.file, line);
             ev.text = Some(CUT_TRACEBACK.to_string());

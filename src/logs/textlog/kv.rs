@@ -30,6 +30,15 @@ const STEP_KEYS: &[&str] = &[
     "training/global_step",
 ];
 
+/// True for a key that carries the step: one of [`STEP_KEYS`], or a `global_…` counter
+/// (`global iter: 69/ 160` of MiniLLM's `train | … | global iter: …` lines, `global_steps`);
+/// an `inner iter` or `ppo epoch` counter is not the step.
+fn is_step_key(k: &str) -> bool {
+    STEP_KEYS.contains(&k)
+        || k.strip_prefix("global_")
+            .is_some_and(|r| matches!(r, "step" | "steps" | "iter" | "iteration" | "iterations"))
+}
+
 /// A key as written (`Avg Response Len`, `act_loss`) as a field name: lowercased, words
 /// joined by `_`.
 fn key_name(k: &str) -> String {
@@ -46,6 +55,9 @@ fn split_pair(part: &str) -> Option<(String, &str)> {
     let part = part.trim();
     let i = part.find(['=', ':'])?;
     let (k, v) = (&part[..i], &part[i + 1..]);
+    // A Python logging prefix before the key (`… - cosmos - INFO - Step: 826/4725`): the
+    // key is what follows its last ` - `.
+    let k = k.rsplit(" - ").next().unwrap_or(k);
     let k = k.trim().trim_matches(|c| c == '\'' || c == '"');
     if k.is_empty()
         || k.len() > 60
@@ -149,7 +161,7 @@ pub(super) fn parse_kv_line(t: &str) -> Option<TextItem> {
             }
             continue;
         };
-        if STEP_KEYS.contains(&k.as_str()) {
+        if is_step_key(&k) {
             if step.is_none() {
                 step = step_value(v);
             }
@@ -177,6 +189,68 @@ pub(super) fn parse_kv_line(t: &str) -> Option<TextItem> {
         }
         None => None,
     }
+}
+
+/// A line that names only a step: NeMo-RL's banner `========================= Step 3/100
+/// =========================` (nemo_rl/algorithms/grpo.py prints it before each step's
+/// `📊 Training Results:` block), `--- iteration 12 ---`, `Iteration: 5`. The fields that
+/// follow on their own lines ([`parse_field_line`]) are that step's.
+pub(super) fn parse_step_header(t: &str) -> Option<i64> {
+    let core = t.trim_matches(|c: char| {
+        c.is_whitespace() || matches!(c, '=' | '-' | '#' | '*' | '~' | '[' | ']' | '<' | '>' | '|')
+    });
+    let lower = core.to_ascii_lowercase();
+    let rest = ["step", "iteration", "iter"]
+        .iter()
+        .find_map(|w| lower.strip_prefix(w))?;
+    let rest = rest.trim_start_matches(|c: char| c.is_whitespace() || c == ':');
+    if rest.len() == lower.len() || rest.is_empty() {
+        return None;
+    }
+    let (n, total) = match rest.split_once('/') {
+        Some((n, m)) => (n.trim(), Some(m.trim())),
+        None => (rest.trim(), None),
+    };
+    if total.is_some_and(|m| m.parse::<i64>().is_err()) {
+        return None;
+    }
+    n.parse::<i64>().ok()
+}
+
+/// AReaL's StatsLogger line before each step's stats table (areal/utils/stats_logger.py
+/// `commit`): `Epoch 1/5 Step 3/10 Train step 3/50 done.` — the global train step.
+pub(super) fn train_step_done(t: &str) -> Option<i64> {
+    let at = t.find("Train step ")?;
+    let rest = t[at + "Train step ".len()..].strip_suffix("done.")?;
+    let (n, m) = rest.trim().split_once('/')?;
+    m.trim().parse::<i64>().ok()?;
+    n.trim().parse().ok()
+}
+
+/// One `key: value` line of a step's block: NeMo-RL's `  • Loss: 0.0123`, `  • Total step
+/// time: 45.23s`, `  • generation: 20.12s (44.5%)`; `- Loss: …` and bare `Loss: …` too.
+pub(super) fn parse_field_line(t: &str) -> Option<(String, f64)> {
+    let body = t
+        .trim_start_matches(|c: char| c.is_whitespace() || matches!(c, '•' | '-' | '*' | '·' | '–'))
+        .trim_end();
+    let (k, v) = split_pair(body)?;
+    if k.is_empty() || body.contains(", ") {
+        return None;
+    }
+    let (x, suffix) = value_of(v)?;
+    Some((format!("{k}{suffix}"), x))
+}
+
+/// A section title with no value: `📊 Training Results:`, `⏱️  Timing:`, `Online DPO
+/// training results:` — words ending with a colon, no digit.
+pub(super) fn is_section_title(t: &str) -> bool {
+    let Some(head) = t.trim().strip_suffix(':') else {
+        return false;
+    };
+    head.len() <= 80
+        && !head.contains(':')
+        && head.chars().any(char::is_alphabetic)
+        && !head.chars().any(|c| c.is_ascii_digit())
 }
 
 #[cfg(test)]
@@ -228,6 +302,49 @@ mod tests {
         assert_eq!(f[0], ("e2e_latency_s".into(), 2.12));
         assert_eq!(f[2], ("generate_time_s".into(), 1.59));
         assert_eq!(f[4], ("others".into(), 0.11));
+    }
+
+    #[test]
+    fn step_banners_and_their_field_lines() {
+        let banner = "========================= Step 3/100 =========================";
+        assert_eq!(parse_step_header(banner), Some(3));
+        assert_eq!(parse_step_header("Iteration: \t 0"), Some(0));
+        assert_eq!(parse_step_header("--- iteration 12 ---"), Some(12));
+        assert_eq!(parse_step_header("Step 3/100 loss 0.5"), None);
+        assert_eq!(parse_step_header("Steps taken"), None);
+        assert_eq!(parse_step_header("stepping 4"), None);
+        assert_eq!(
+            parse_field_line("  • Total step time: 45.23s"),
+            Some(("total_step_time_s".into(), 45.23))
+        );
+        assert_eq!(
+            parse_field_line("  • generation: 20.12s (44.5%)"),
+            Some(("generation_s".into(), 20.12))
+        );
+        assert_eq!(
+            parse_field_line("  - Loss: 0.0123"),
+            Some(("loss".into(), 0.0123))
+        );
+        assert_eq!(parse_field_line("📊 Training Results:"), None);
+        assert_eq!(parse_field_line("RuntimeError: CUDA error"), None);
+    }
+
+    #[test]
+    fn areal_train_step_line() {
+        assert_eq!(
+            train_step_done("[AReaL] 20250801-12:00:00.123 StatsLogger INFO: Epoch 1/5 Step 3/10 Train step 3/50 done."),
+            Some(3)
+        );
+        assert_eq!(train_step_done("Train step 3/50 started"), None);
+    }
+
+    #[test]
+    fn a_logging_prefix_before_the_key_is_dropped() {
+        let (s, f) = step_of(&parse_kv_line("[rank0]:[cosmos] 2025-06-13 11:29:05,978 - cosmos - INFO - Step: 826/4725, Loss: -0.01001, Learning rate: 2.00000e-06, Iteration time: 80.240s, Completion length: 426, Reward: 1.5").unwrap());
+        assert_eq!(s, Some(826));
+        assert_eq!(f[0], ("loss".into(), -0.01001));
+        assert_eq!(f[2], ("iteration_time_s".into(), 80.24));
+        assert_eq!(f[4], ("reward".into(), 1.5));
     }
 
     #[test]

@@ -314,14 +314,26 @@ pub(super) fn verl_pairs(t: &str, head: &str) -> Vec<(String, f64)> {
 
 /// Marks a record salvaged from a dict cut mid-line (the assembler removes it).
 pub(super) const RECORD_CUT: &str = "__record_cut";
+/// Marks a dict whose line ends after a whole pair (`…, 'max_length': 81.0, `): a dict
+/// wrapped onto the next lines, whose pairs the assembler joins to it.
+pub(super) const RECORD_OPEN: &str = "__record_open";
+/// Marks a line of `'key': value` pairs with no opening brace: the rest of an open dict,
+/// or on its own an ms-swift record pasted without braces.
+pub(super) const RECORD_TAIL: &str = "__record_tail";
 
 /// A Python dict repr line `{'loss': 0.0, 'grad_norm': nan, …}` (TRL/transformers stdout).
 pub(super) fn parse_py_dict(t: &str) -> Option<TextItem> {
     let mut cut = false;
+    let mut tail = false;
     let mut prefix = "";
     let body = match t.find("{'") {
         Some(start) => {
             prefix = &t[..start];
+            // A dict that is an argument's value (`… extra_info={'is_end': True}`) is not
+            // a record of metrics.
+            if prefix.trim_end().ends_with('=') {
+                return None;
+            }
             let body = t[start..]
                 .strip_suffix('}')
                 .or_else(|| {
@@ -342,6 +354,7 @@ pub(super) fn parse_py_dict(t: &str) -> Option<TextItem> {
         }
         // ms-swift lines pasted without their braces: `'loss': -0.0, 'grad_norm': 0.0, …`.
         None if t.starts_with('\'') && t.contains("': ") && !t.contains('{') => {
+            tail = true;
             t.strip_suffix('}').unwrap_or(t)
         }
         None => return None,
@@ -388,8 +401,15 @@ pub(super) fn parse_py_dict(t: &str) -> Option<TextItem> {
     if fields.is_empty() {
         return None;
     }
-    if cut {
+    let open = (cut || tail) && body.trim_end().ends_with(',');
+    if cut && !tail {
         fields.push((RECORD_CUT.to_string(), 1.0));
+    }
+    if open {
+        fields.push((RECORD_OPEN.to_string(), 1.0));
+    }
+    if tail {
+        fields.push((RECORD_TAIL.to_string(), 1.0));
     }
     // TRL/HF write no step (numbered in order); TRL PPO counts `episode`s, LLaMA-Factory
     // `current_steps`, ms-swift `global_step/max_steps`.
@@ -401,7 +421,8 @@ pub(super) fn parse_py_dict(t: &str) -> Option<TextItem> {
                 .find_map(|name| fields.iter().find(|(k, _)| k == name))
                 .map(|(_, v)| *v as i64)
         })
-        .or_else(|| super::step_prefix::prefix_step(prefix));
+        .or_else(|| super::step_prefix::prefix_step(prefix))
+        .or_else(|| super::step_prefix::tqdm_step(prefix));
     if fields.iter().any(|(k, _)| k.starts_with("eval_"))
         && !fields.iter().any(|(k, _)| k == "loss" || k == "grad_norm")
     {

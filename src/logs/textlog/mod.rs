@@ -9,7 +9,8 @@
 //! soft-wrapped onto a continuation line; nanoGPT `step N: train loss X, val loss Y`
 //! evaluation lines (kept apart from training steps, marked [`EVAL_MARK`]); generic
 //! `key: value` / `key=value` step lines with a step key anywhere (DeepSpeed-Chat, minimind:
-//! [`kv`]); `step N:` / `iteration N` prefixes name the step of the record they precede.
+//! [`kv`]); `step N:` / `iteration N` prefixes name the step of the record they precede;
+//! step banners (`===== Step 3/100 =====`, NeMo-RL) and the `• Key: value` lines under them.
 //!
 //! Units are normalised in keys: `…ms`/`…s` → `<name>_s` seconds, `MB`/`GB` → `<name>_gb`.
 
@@ -70,6 +71,16 @@ pub enum TextItem {
         /// The line ends an iteration (`Optimizer step finished`).
         ends_iteration: bool,
     },
+    /// A line naming only a step (NeMo-RL's `===== Step 3/100 =====` banner): the field
+    /// lines after it are that step's.
+    StepHeader(i64),
+    /// `• Key: value` lines and `│ key │ value │ key │ value │` box rows: fields of the
+    /// step whose banner came last.
+    Fields(Vec<(String, f64)>),
+    /// A section title (`📊 Training Results:`): field lines right after it with no banner
+    /// before them are one record, numbered in order, until the same title comes again.
+    /// Counted as unrecognised.
+    Title(String),
     /// Metrics for the step reported next (DeepSpeed-Chat's timing line).
     Pending(Vec<(String, f64)>),
     /// Metrics of the step reported last (DeepSpeed-Chat's `average reward score:`).
@@ -85,8 +96,38 @@ pub enum TextItem {
     Other,
 }
 
-/// Recognise one line.
+/// Recognise one line (ANSI colour codes, as colorlog writes them into AReaL's
+/// `main.log`, removed first).
 pub fn parse_text_line(line: &str) -> TextItem {
+    if memchr::memchr(0x1b, line.as_bytes()).is_some() {
+        return parse_plain_line(&strip_ansi(line));
+    }
+    parse_plain_line(line)
+}
+
+/// `line` without its ANSI escape sequences (`ESC [ … letter`).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c != '\u{1b}' {
+            out.push(c);
+            continue;
+        }
+        if chars.clone().next() == Some('[') {
+            chars.next();
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Recognise one line free of ANSI codes.
+fn parse_plain_line(line: &str) -> TextItem {
     // A progress bar redrawn with `\r` leaves every state on one pasted line: the last counts.
     let line = line
         .rsplit('\r')
@@ -96,9 +137,18 @@ pub fn parse_text_line(line: &str) -> TextItem {
     if t.trim_start_matches('>').trim().is_empty() {
         return TextItem::Blank;
     }
-    // A rule between records (`-----`, `=====`).
+    // A rule between records (`-----`, `=====`), a box table's border (`╒═══╤═══╕`).
     if t.len() >= 3 && t.bytes().all(|b| matches!(b, b'-' | b'=' | b'*' | b'#')) {
         return TextItem::Blank;
+    }
+    // Box-drawing characters (U+2500–U+257F) all start with the byte 0xE2.
+    if memchr::memchr(0xE2, t.as_bytes()).is_some() {
+        if tables::is_box_border(t) {
+            return TextItem::Blank;
+        }
+        if let Some(fields) = tables::parse_box_row(t) {
+            return TextItem::Fields(fields);
+        }
     }
     if t.contains("Saved adapter weights") || t.contains("saving checkpoint") {
         return TextItem::Warning("checkpoint");
@@ -139,5 +189,17 @@ pub fn parse_text_line(line: &str) -> TextItem {
     if let Some(item) = kv::parse_kv_line(t) {
         return item;
     }
-    exceptions::parse_traceback(line).unwrap_or(TextItem::Other)
+    if let Some(step) = kv::parse_step_header(t).or_else(|| kv::train_step_done(t)) {
+        return TextItem::StepHeader(step);
+    }
+    if let Some(item) = exceptions::parse_traceback(line) {
+        return item;
+    }
+    if let Some((k, v)) = kv::parse_field_line(t) {
+        return TextItem::Fields(vec![(k, v)]);
+    }
+    if kv::is_section_title(t) {
+        return TextItem::Title(t.to_string());
+    }
+    TextItem::Other
 }

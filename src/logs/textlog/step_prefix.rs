@@ -53,3 +53,36 @@ pub(super) fn prefix_step(prefix: &str) -> Option<i64> {
     }
     best.map(|(_, n)| n)
 }
+
+/// The count of a tqdm bar printed before a record on the same line (`  1%|█▍   | 9/860
+/// [00:43<1:05:18,  4.60s/it]{'loss': nan, …}`: LLaMA-Factory's and ChatGLM-Efficient-
+/// Tuning's PPO loops print step k's record while the bar still shows k, 0-based), if any:
+/// the last `| N/M [` of the prefix.
+pub(super) fn tqdm_step(prefix: &str) -> Option<i64> {
+    let open = prefix.rfind('[')?;
+    let before = prefix[..open].trim_end();
+    let (n, m) = before.rsplit_once('|')?.1.trim().split_once('/')?;
+    let total = m.trim().parse::<i64>().ok()?;
+    let n = n.trim().parse::<i64>().ok()?;
+    (n <= total).then_some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tqdm_step;
+
+    #[test]
+    fn tqdm_bar_count_is_the_step() {
+        assert_eq!(
+            tqdm_step("  1%|█▍      | 9/860 [00:43<1:05:18,  4.60s/it]"),
+            Some(9)
+        );
+        // A bar cut before its `]`.
+        assert_eq!(
+            tqdm_step("  0%|   | 2/13000 [00:28<54:33:11, 15.11s/it"),
+            Some(2)
+        );
+        assert_eq!(tqdm_step("[INFO] step 3 ["), None);
+        assert_eq!(tqdm_step("ratio | 3/2 ["), None);
+    }
+}

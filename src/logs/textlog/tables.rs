@@ -69,6 +69,67 @@ pub(super) fn parse_table(t: &str) -> Option<TextItem> {
     None
 }
 
+/// A border of a box-drawn table (tabulate's `fancy_grid`: `╒═══╤═══╕`, `├───┼───┤`,
+/// `╘═══╧═══╛`), after any prefix.
+pub(super) fn is_box_border(t: &str) -> bool {
+    let t = t.trim();
+    let body = t
+        .find(['╒', '├', '╘', '┌', '└', '╞'])
+        .map_or(t, |i| &t[i..]);
+    body.chars().count() >= 3
+        && body.chars().all(|c| {
+            matches!(
+                c,
+                '╒' | '╤'
+                    | '╕'
+                    | '├'
+                    | '┼'
+                    | '┤'
+                    | '╘'
+                    | '╧'
+                    | '╛'
+                    | '═'
+                    | '─'
+                    | '┌'
+                    | '┬'
+                    | '┐'
+                    | '└'
+                    | '┴'
+                    | '┘'
+                    | '╞'
+                    | '╪'
+                    | '╡'
+                    | ' '
+            )
+        })
+}
+
+/// A row of a box-drawn table of `key │ value` pairs (AReaL's `tabulate_stats`: four
+/// pairs a row, `│ ppo_actor/task_reward/avg │ 5.0000e-01 │ … │`), after any prefix (a Ray
+/// actor's `(MasterWorker pid=…)`): the pairs whose value is a number; `None` when the line
+/// is no such row.
+pub(super) fn parse_box_row(t: &str) -> Option<Vec<(String, f64)>> {
+    let start = t.find('│')?;
+    let cells: Vec<&str> = t[start..].split('│').map(str::trim).collect();
+    // `│ a │ b │` splits into ["", "a", "b", ""].
+    let cells = cells.get(1..cells.len().checked_sub(1)?)?;
+    if cells.len() < 2 || cells.len() % 2 != 0 {
+        return None;
+    }
+    let mut out = Vec::new();
+    for pair in cells.chunks(2) {
+        let (k, v) = (pair[0], pair[1]);
+        if k.is_empty() && v.is_empty() {
+            continue;
+        }
+        if k.is_empty() || k.contains(' ') || parse_number_text(k).is_some() {
+            return None;
+        }
+        out.push((k.to_string(), parse_number_text(v)?));
+    }
+    (!out.is_empty()).then_some(out)
+}
+
 /// Megatron-LM / Megatron-DeepSpeed ` iteration N/ M | key: value | … |` lines;
 /// `(ms)` in a key converts the value to seconds (`elapsed_time_per_iteration_s`).
 pub(super) fn parse_megatron(t: &str) -> Option<TextItem> {

@@ -2,9 +2,14 @@
 
 use super::*;
 
+/// A line's fields, without the assembler's markers (`__record_tail`, …).
 fn fields(item: &TextItem) -> Vec<(String, f64)> {
     match item {
-        TextItem::Step { fields, .. } | TextItem::Micro { fields, .. } => fields.clone(),
+        TextItem::Step { fields, .. } | TextItem::Micro { fields, .. } => fields
+            .iter()
+            .filter(|(k, _)| !k.starts_with("__"))
+            .cloned()
+            .collect(),
         _ => vec![],
     }
 }
