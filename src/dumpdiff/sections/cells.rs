@@ -1,5 +1,5 @@
-//! Cell builders: a cell from its comparisons, the `forward_data` cell, the batch inputs
-//! a micro's rows are located by.
+//! Cell builders: a cell from its comparisons, the `forward_data` cell, section 6's tensor
+//! cells, the batch inputs a micro's rows are located by.
 
 use super::*;
 
@@ -501,4 +501,54 @@ pub fn totals_over_differing_inputs(sections: &mut [crate::dumpdiff::Section]) -
     changed.sort_unstable();
     changed.dedup();
     changed
+}
+
+/// Section 6: one param or gradient tensor (`field`, compared under the section's name),
+/// flat, at its dtype's tolerance.
+pub fn tensor_cell(
+    policy: &TolerancePolicy,
+    section: &str,
+    field: Field,
+    rank: u32,
+    micro: Option<u32>,
+    a: &Record,
+    b: &Record,
+) -> Cell {
+    let key = section;
+    let rows = RowMatch::by_index(1, 1);
+    let ctx = PairCtx {
+        policy,
+        section,
+        rows: &rows,
+        mask_a: None,
+        mask_b: None,
+        cell_precision: None,
+    };
+    let flat = |r: &Record| {
+        let t = r.tensor(field)?;
+        let data = t.to_f64_vec();
+        Some(Mat::new(t.shape().to_vec(), 1, data.len(), data, t.dtype()))
+    };
+    let c = match (flat(a), flat(b)) {
+        (Some(x), Some(y)) if x.shape == y.shape => ctx.masked(
+            key,
+            &x,
+            &y,
+            Origin::dumped(section, key),
+            Origin::dumped(section, key),
+            false,
+            false,
+        ),
+        (Some(x), Some(y)) => {
+            let mut c = skipped(
+                section,
+                key,
+                format!("shape {:?} vs {:?}", x.shape, y.shape),
+            );
+            c.verdict = Verdict::Fail;
+            c
+        }
+        _ => skipped(section, key, "not dumped on both sides"),
+    };
+    cell(Some(rank), micro, None, vec![c])
 }
