@@ -251,17 +251,47 @@ fn row_cells<'a>(
                 Some(s) => step = Some(s),
                 None => bad(format!("step {cell:?} is not an integer")),
             },
-            Col::Time => timestamp = cell.parse::<f64>().ok(),
-            Col::Metric(_) => match cell.parse::<f64>() {
-                Ok(v) => out.push((i, v)),
-                Err(_) if cell.eq_ignore_ascii_case("true") => out.push((i, 1.0)),
-                Err(_) if cell.eq_ignore_ascii_case("false") => out.push((i, 0.0)),
-                Err(_) => {}
+            Col::Time => timestamp = number(cell),
+            Col::Metric(_) => match number(cell) {
+                Some(v) => out.push((i, v)),
+                None if cell.eq_ignore_ascii_case("true") => out.push((i, 1.0)),
+                None if cell.eq_ignore_ascii_case("false") => out.push((i, 0.0)),
+                None => {}
             },
             Col::Skip => {}
         }
     }
     (step, timestamp)
+}
+
+/// A cell as a number, as `str::parse` reads it (plain decimals straight from the bytes,
+/// [`super::json_num::fast_number`]; the rest, `inf`, `+1`, `.5`, by `str::parse`).
+fn number(cell: &str) -> Option<f64> {
+    super::json_num::fast_number(cell.as_bytes()).or_else(|| cell.parse().ok())
+}
+
+/// The comma-separated cells of a line with no quote (as `str::split(',')` gives them),
+/// each found by a byte loop: cells are short, and a search call per cell costs more.
+struct Cells<'a> {
+    line: &'a str,
+    /// Where the next cell starts; past the line's end once the last was given.
+    at: usize,
+}
+
+impl<'a> Iterator for Cells<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        let b = self.line.as_bytes();
+        let rest = b.get(self.at..)?;
+        let end = rest
+            .iter()
+            .position(|&c| c == b',')
+            .map_or(b.len(), |i| self.at + i);
+        let cell = self.line.get(self.at..end);
+        self.at = end + 1;
+        cell
+    }
 }
 
 /// The rows of plain lines parsed on a worker: line numbers 1-based within the part, key
@@ -303,27 +333,24 @@ fn parse_part(cols: &[Col], b: &[u8]) -> CsvPart {
     let mut keys = Keys::default();
     let mut ids: Vec<Option<u32>> = vec![None; cols.len()];
     let mut cells: Vec<(usize, f64)> = Vec::with_capacity(cols.len());
-    let mut rest = text;
-    while !rest.is_empty() {
-        let (l, after) = match rest.find('\n') {
-            Some(i) => {
-                p.lines += 1;
-                (&rest[..i], &rest[i + 1..])
-            }
-            None => (rest, ""),
-        };
-        rest = after;
+    let mut at = 0usize;
+    while at < b.len() {
+        let end = memchr::memchr(b'\n', b.get(at..).unwrap_or_default()).map(|i| at + i);
+        let l = text.get(at..end.unwrap_or(b.len())).unwrap_or_default();
+        at = end.map_or(b.len(), |e| e + 1);
         // An empty line is no record: the `csv` crate's line numbers then follow rules
         // the serial read keeps.
         if l.is_empty() {
             return unfit;
         }
-        let n = p.lines + (!text.ends_with('\n') && rest.is_empty()) as u64;
+        // The input's last line may lack its newline.
+        p.lines += end.is_some() as u64;
+        let n = p.lines + end.is_none() as u64;
         p.records += 1;
         p.last_line = n;
         let bad = &mut p.bad;
-        let (step, timestamp) =
-            row_cells(l.split(','), cols, &mut cells, &mut |m| bad.push((n, m)));
+        let line = Cells { line: l, at: 0 };
+        let (step, timestamp) = row_cells(line, cols, &mut cells, &mut |m| bad.push((n, m)));
         if step.is_none() || cells.is_empty() {
             continue;
         }
