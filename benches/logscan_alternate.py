@@ -33,11 +33,18 @@ for r in range(rounds):
             e["systems"].append(ru1.ru_stime - ru0.ru_stime); e["load"].append(load)
             e["exit_codes"].append(p.returncode)
             print(f"{r} {iname} {bname} {t:.3f} {ru1.ru_utime-ru0.ru_utime:.2f} {ru1.ru_stime-ru0.ru_stime:.2f} load {load:.2f}", flush=True)
+def input_bytes(path):
+    """A file's size, or the sizes of every file under a directory (an MLflow run)."""
+    if not os.path.isdir(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
 results = []
 for (bname, iname), e in res.items():
     spec = dict(bins)[bname]
     label = spec.split(":", 1)[1] if ":" in spec else spec
-    size = os.path.getsize(dict(inputs)[iname]) / 1048576
+    size = input_bytes(dict(inputs)[iname]) / 1048576
     t = e["times"]
     results.append(dict(command=f"{bname}: logscan {os.path.basename(dict(inputs)[iname])} --fail-on critical --no-color",
         binary=label, **e, mean=statistics.mean(t), stddev=statistics.stdev(t) if len(t) > 1 else 0.0,

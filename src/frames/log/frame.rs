@@ -123,6 +123,9 @@ pub struct FrameBuilder {
     /// (run, step) → row, made once a row arrives below the last one; until then rows are
     /// in ascending (run, step) order and found by binary search.
     rows: Option<FxMap<(u32, i64), usize>>,
+    /// The row a step below the last was last found at: a second file over the same
+    /// ascending steps (an MLflow run's next metric file) asks for the row after it.
+    revisit: usize,
     timestamps: Column,
     /// Bit `SourceKind as u32` set for each producer that contributed to the row.
     sources: Vec<u32>,
@@ -159,6 +162,7 @@ impl FrameBuilder {
             runs: Vec::new(),
             run: 0,
             rows: None,
+            revisit: 0,
             timestamps: Column::default(),
             sources: Vec::new(),
             canon: vec![Column::default(); n],
@@ -314,12 +318,19 @@ impl FrameBuilder {
             Some(l) if (run, step) < l => {
                 // Binary search while every row is run 0 (one ascending step list).
                 let found = if self.runs.is_empty() && run == 0 {
-                    self.steps.position(step)
+                    let next = self.revisit + 1;
+                    match self.steps.get(next) {
+                        Some(s) if s == step => Some(next),
+                        _ => self.steps.position(step),
+                    }
                 } else {
                     None
                 };
                 match found {
-                    Some(r) => r,
+                    Some(r) => {
+                        self.revisit = r;
+                        r
+                    }
                     None => {
                         let mut map: FxMap<(u32, i64), usize> = FxMap::default();
                         map.reserve(n + 1);

@@ -6,7 +6,8 @@
 use std::io::Read;
 use std::path::Path;
 
-use super::rows::RowWriter;
+use super::lines::{self, Ended, Flow};
+use super::rows::{Keys, RowHead, RowWriter};
 use crate::error::{Error, Position, Result};
 use crate::model::log::{FileStats, SourceKind};
 
@@ -49,12 +50,109 @@ pub fn has_step_column(path: &Path) -> bool {
 /// Read one CSV table into `w`, one row per table row. Each column's key is interned
 /// once, when a row first hands it on (the order a record-by-record reader interns them,
 /// so the frame sees the same keys in the same order), and a row's values go to `w` with
-/// their ids: no `String` per cell.
+/// their ids: no `String` per cell. A table whose lines are plain (no quote, no carriage
+/// return, no empty line, UTF-8) is parsed in parallel parts cut at newlines
+/// ([`super::lines`]); from the first chunk that is not, the `csv` crate reads the rest
+/// on this thread, with the same rows, line numbers and errors.
 pub fn read(path: &Path, input: impl Read, stats: &mut FileStats, w: &mut RowWriter) -> Result<()> {
-    let mut rdr = ::csv::ReaderBuilder::new()
+    read_with(path, input, stats, w, (lines::CHUNK, lines::PART))
+}
+
+/// [`read`] with `sizes` (chunk, part) bytes for the parallel parse (small in tests; a
+/// chunk of 0 reads the whole table serially).
+pub(crate) fn read_with(
+    path: &Path,
+    mut input: impl Read,
+    stats: &mut FileStats,
+    w: &mut RowWriter,
+    sizes: (usize, usize),
+) -> Result<()> {
+    let mut head = Vec::new();
+    (&mut input)
+        .take(sizes.0 as u64)
+        .read_to_end(&mut head)
+        .map_err(|e| Error::io(path, e))?;
+    // The header alone, when it is a plain line: the rest may be read in parallel.
+    let header_end = memchr::memchr(b'\n', &head)
+        .map(|i| i + 1)
+        .filter(|&n| n > 1 && plain(head.get(..n).unwrap_or_default()));
+    let Some(header_end) = header_end else {
+        let mut rdr = ::csv::ReaderBuilder::new()
+            .has_headers(true)
+            .flexible(true)
+            .from_reader(std::io::Cursor::new(head).chain(input));
+        let cols = columns(path, &mut rdr, stats)?;
+        return serial(path, rdr, &cols, Base::default(), 1, stats, w);
+    };
+    let mut hdr = ::csv::ReaderBuilder::new()
         .has_headers(true)
         .flexible(true)
-        .from_reader(input);
+        .from_reader(head.get(..header_end).unwrap_or_default());
+    let cols = columns(path, &mut hdr, stats)?;
+    let mut at = Base {
+        byte: header_end as u64,
+        newlines: 1,
+        record: 1,
+    };
+    let mut line: u64 = 1;
+    let mut map: Vec<u32> = Vec::new();
+    let parse = |b: &[u8]| parse_part(&cols, b);
+    let ended = lines::parse_parts(
+        input,
+        head.get(header_end..).unwrap_or_default().to_vec(),
+        sizes,
+        &parse,
+        &mut |p: CsvPart| {
+            if p.unfit {
+                return Ok(Flow::Stop);
+            }
+            map.clear();
+            map.extend(p.names.iter().map(|k| w.keys.id_str(k)));
+            w.rows_built(&p.heads, &p.fields, Some(&map[..]), at.newlines);
+            for (l, m) in p.bad {
+                stats.bad_line(at.newlines + l, m);
+            }
+            stats.records += p.heads.len() as u64;
+            stats.non_finite += p.non_finite;
+            if p.last_line > 0 {
+                line = at.newlines + p.last_line;
+            }
+            at.byte += p.bytes;
+            at.newlines += p.lines;
+            at.record += p.records;
+            Ok(Flow::Go)
+        },
+    )
+    .map_err(|e| Error::io(path, e))??;
+    match ended {
+        Ended::Eof => {
+            stats.lines = line;
+            stats.bytes = at.byte;
+            Ok(())
+        }
+        Ended::Stopped(rest, input) => {
+            let rdr = ::csv::ReaderBuilder::new()
+                .has_headers(false)
+                .flexible(true)
+                .from_reader(std::io::Cursor::new(rest).chain(input));
+            serial(path, rdr, &cols, at, line, stats, w)
+        }
+    }
+}
+
+/// True for bytes the parallel parse reads as the `csv` crate does: no quote (a quoted
+/// field may hold a newline or a comma) and no carriage return (a lone one ends a record).
+fn plain(b: &[u8]) -> bool {
+    memchr::memchr2(b'"', b'\r', b).is_none()
+}
+
+/// The columns of the table's header (read from `rdr`), refusing a table with no step
+/// column or a W&B export of several runs.
+fn columns<R: Read>(
+    path: &Path,
+    rdr: &mut ::csv::Reader<R>,
+    stats: &mut FileStats,
+) -> Result<Vec<Col>> {
     let headers = rdr
         .headers()
         .map_err(|e| Error::format(path, Position::Line(1), format!("CSV header: {e}")))?
@@ -121,8 +219,183 @@ pub fn read(path: &Path, input: impl Read, stats: &mut FileStats, w: &mut RowWri
     if wandb_export {
         stats.format = "wandb_csv".to_string();
     }
+    Ok(cols)
+}
+
+/// Where a part or the serial rest starts: its byte offset, the newlines before it, and
+/// the `csv` crate's records before it (the header is one).
+#[derive(Debug, Default, Clone, Copy)]
+struct Base {
+    byte: u64,
+    newlines: u64,
+    record: u64,
+}
+
+/// One row's cells: its step and time, and its `(column, value)` metric cells; the step
+/// cell's complaint goes to `bad`.
+fn row_cells<'a>(
+    cells: impl Iterator<Item = &'a str>,
+    cols: &[Col],
+    out: &mut Vec<(usize, f64)>,
+    bad: &mut dyn FnMut(String),
+) -> (Option<i64>, Option<f64>) {
+    let (mut step, mut timestamp) = (None, None);
+    out.clear();
+    for (i, (cell, col)) in cells.zip(cols).enumerate() {
+        let cell = cell.trim();
+        if cell.is_empty() {
+            continue;
+        }
+        match col {
+            Col::Step => match parse_step(cell) {
+                Some(s) => step = Some(s),
+                None => bad(format!("step {cell:?} is not an integer")),
+            },
+            Col::Time => timestamp = number(cell),
+            Col::Metric(_) => match number(cell) {
+                Some(v) => out.push((i, v)),
+                None if cell.eq_ignore_ascii_case("true") => out.push((i, 1.0)),
+                None if cell.eq_ignore_ascii_case("false") => out.push((i, 0.0)),
+                None => {}
+            },
+            Col::Skip => {}
+        }
+    }
+    (step, timestamp)
+}
+
+/// A cell as a number, as `str::parse` reads it (plain decimals straight from the bytes,
+/// [`super::json_num::fast_number`]; the rest, `inf`, `+1`, `.5`, by `str::parse`).
+fn number(cell: &str) -> Option<f64> {
+    super::json_num::fast_number(cell.as_bytes()).or_else(|| cell.parse().ok())
+}
+
+/// The comma-separated cells of a line with no quote (as `str::split(',')` gives them),
+/// each found by a byte loop: cells are short, and a search call per cell costs more.
+struct Cells<'a> {
+    line: &'a str,
+    /// Where the next cell starts; past the line's end once the last was given.
+    at: usize,
+}
+
+impl<'a> Iterator for Cells<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        let b = self.line.as_bytes();
+        let rest = b.get(self.at..)?;
+        let end = rest
+            .iter()
+            .position(|&c| c == b',')
+            .map_or(b.len(), |i| self.at + i);
+        let cell = self.line.get(self.at..end);
+        self.at = end + 1;
+        cell
+    }
+}
+
+/// The rows of plain lines parsed on a worker: line numbers 1-based within the part, key
+/// ids the part's own (`names`), in the order its rows first hand them on.
+#[derive(Default)]
+struct CsvPart {
+    /// Not plain ([`plain`], an empty line, not UTF-8): the `csv` crate reads from here.
+    unfit: bool,
+    bytes: u64,
+    lines: u64,
+    records: u64,
+    /// The part's line of its last record (0: none).
+    last_line: u64,
+    names: Vec<String>,
+    heads: Vec<RowHead>,
+    fields: Vec<(u32, f64)>,
+    bad: Vec<(u64, String)>,
+    non_finite: u64,
+}
+
+/// Parse plain CSV lines `b` (whole lines; the input's last may lack its newline).
+fn parse_part(cols: &[Col], b: &[u8]) -> CsvPart {
+    let unfit = CsvPart {
+        unfit: true,
+        ..CsvPart::default()
+    };
+    if !plain(b) {
+        return unfit;
+    }
+    let Ok(text) = std::str::from_utf8(b) else {
+        return unfit;
+    };
+    let mut p = CsvPart {
+        bytes: b.len() as u64,
+        heads: Vec::with_capacity(b.len() / 64),
+        fields: Vec::with_capacity(b.len() / 8),
+        ..CsvPart::default()
+    };
+    let mut keys = Keys::default();
+    let mut ids: Vec<Option<u32>> = vec![None; cols.len()];
+    let mut cells: Vec<(usize, f64)> = Vec::with_capacity(cols.len());
+    let mut at = 0usize;
+    while at < b.len() {
+        let end = memchr::memchr(b'\n', b.get(at..).unwrap_or_default()).map(|i| at + i);
+        let l = text.get(at..end.unwrap_or(b.len())).unwrap_or_default();
+        at = end.map_or(b.len(), |e| e + 1);
+        // An empty line is no record: the `csv` crate's line numbers then follow rules
+        // the serial read keeps.
+        if l.is_empty() {
+            return unfit;
+        }
+        // The input's last line may lack its newline.
+        p.lines += end.is_some() as u64;
+        let n = p.lines + end.is_none() as u64;
+        p.records += 1;
+        p.last_line = n;
+        let bad = &mut p.bad;
+        let line = Cells { line: l, at: 0 };
+        let (step, timestamp) = row_cells(line, cols, &mut cells, &mut |m| bad.push((n, m)));
+        if step.is_none() || cells.is_empty() {
+            continue;
+        }
+        let mut k = 0u32;
+        for &(i, v) in &cells {
+            let id = match (ids.get(i).copied().flatten(), cols.get(i)) {
+                (Some(id), _) => id,
+                (None, Some(Col::Metric(name))) => {
+                    let id = keys.id_str(name);
+                    if let Some(slot) = ids.get_mut(i) {
+                        *slot = Some(id);
+                    }
+                    id
+                }
+                (None, _) => continue,
+            };
+            p.non_finite += (!v.is_finite()) as u64;
+            p.fields.push((id, v));
+            k += 1;
+        }
+        p.heads.push(RowHead {
+            step,
+            timestamp,
+            source: SourceKind::Csv,
+            line: n,
+            fields: k,
+        });
+    }
+    p.names = keys.names().to_vec();
+    p
+}
+
+/// Read the rest of the table from `rdr` (header read, or starting at `at` after the
+/// lines already read, the last record on line `line`) on this thread, positions and
+/// error messages as one reader of the whole file gives them.
+fn serial<R: Read>(
+    path: &Path,
+    mut rdr: ::csv::Reader<R>,
+    cols: &[Col],
+    at: Base,
+    mut line: u64,
+    stats: &mut FileStats,
+    w: &mut RowWriter,
+) -> Result<()> {
     let mut rec = ::csv::StringRecord::new();
-    let mut line: u64 = 1;
     // The row's `(column, value)` pairs, and each column's key id once handed on.
     let mut cells: Vec<(usize, f64)> = Vec::with_capacity(cols.len());
     let mut ids: Vec<Option<u32>> = vec![None; cols.len()];
@@ -131,34 +404,12 @@ pub fn read(path: &Path, input: impl Read, stats: &mut FileStats, w: &mut RowWri
         match rdr.read_record(&mut rec) {
             Ok(false) => break,
             Ok(true) => {}
-            Err(e) => {
-                let l = e.position().map_or(line + 1, |p| p.line());
-                return Err(Error::format(path, Position::Line(l), e.to_string()));
-            }
+            Err(e) => return Err(serial_error(path, e, at, line)),
         }
-        line = rec.position().map_or(line + 1, |p| p.line());
-        let (mut step, mut timestamp) = (None, None);
-        cells.clear();
-        for (i, (cell, col)) in rec.iter().zip(&cols).enumerate() {
-            let cell = cell.trim();
-            if cell.is_empty() {
-                continue;
-            }
-            match col {
-                Col::Step => match parse_step(cell) {
-                    Some(s) => step = Some(s),
-                    None => stats.bad_line(line, format!("step {cell:?} is not an integer")),
-                },
-                Col::Time => timestamp = cell.parse::<f64>().ok(),
-                Col::Metric(_) => match cell.parse::<f64>() {
-                    Ok(v) => cells.push((i, v)),
-                    Err(_) if cell.eq_ignore_ascii_case("true") => cells.push((i, 1.0)),
-                    Err(_) if cell.eq_ignore_ascii_case("false") => cells.push((i, 0.0)),
-                    Err(_) => {}
-                },
-                Col::Skip => {}
-            }
-        }
+        line = rec.position().map_or(line + 1, |p| at.newlines + p.line());
+        let (step, timestamp) = row_cells(rec.iter(), cols, &mut cells, &mut |m| {
+            stats.bad_line(line, m)
+        });
         if step.is_some() && !cells.is_empty() {
             stats.records += 1;
             stats.non_finite += cells.iter().filter(|(_, v)| !v.is_finite()).count() as u64;
@@ -181,8 +432,25 @@ pub fn read(path: &Path, input: impl Read, stats: &mut FileStats, w: &mut RowWri
         }
     }
     stats.lines = line;
-    stats.bytes = rdr.position().byte();
+    stats.bytes = at.byte + rdr.position().byte();
     Ok(())
+}
+
+/// A `csv` crate error of a read starting at `at`, its position moved to the file's.
+fn serial_error(path: &Path, e: ::csv::Error, at: Base, line: u64) -> Error {
+    let l = e.position().map_or(line + 1, |p| at.newlines + p.line());
+    let msg = match e.kind() {
+        ::csv::ErrorKind::Utf8 { pos: Some(p), err } => format!(
+            "CSV parse error: record {} (line {}, field: {}, byte: {}): {}",
+            at.record + p.record(),
+            at.newlines + p.line(),
+            err.field(),
+            at.byte + p.byte(),
+            err
+        ),
+        _ => e.to_string(),
+    };
+    Error::format(path, Position::Line(l), msg)
 }
 
 /// A step cell: an integer, or an integral float (`12.0`, as pandas writes them).
@@ -193,3 +461,7 @@ fn parse_step(cell: &str) -> Option<i64> {
     let f = cell.parse::<f64>().ok()?;
     (f.is_finite() && f.fract() == 0.0 && f.abs() < 9.0e15).then_some(f as i64)
 }
+
+#[cfg(test)]
+#[path = "csv_tests.rs"]
+mod tests;

@@ -16,6 +16,7 @@
 
 pub mod csv;
 mod json_num;
+mod lines;
 pub mod mlflow;
 pub mod parquet;
 pub mod rows;
