@@ -114,3 +114,20 @@ fn rows_no_placement_holds_are_not_compared_as_if_contiguous() {
     let x = comparison(&r, "is_loss", 0, 0, "is_loss.old_log_probs");
     assert_eq!(x["verdict"], "pass", "{x}");
 }
+
+#[test]
+fn a_coefficient_no_loss_scale_explains_differs_when_every_pg_term_is_0() {
+    // seed 7828 (fresh, run once at the end): every self-hosted pg term is 0, so its totals
+    // are −entropy_coeff·entropy_loss; they were read as the weaver's 1e-2 under a loss
+    // scale of 1/100 and the changed coefficient (1e-4) was missed. A scale of one 1/k on
+    // every cell is 1/GA or rows/mini-batch: k is at most the side's cells (2 here).
+    let (code, r) = dumpdiff(&novel("pg-free-coef-not-scale-7828"));
+    assert_eq!(code, Some(1), "{r}");
+    let c = coefficient(&r, "entropy_coeff");
+    assert_eq!(c["differ"], true, "{c}");
+    let (a, b) = (
+        c["self_hosted"].as_f64().unwrap(),
+        c["weaver"].as_f64().unwrap(),
+    );
+    assert!((a - 1e-4).abs() < 1e-9 && (b - 1e-2).abs() < 1e-8, "{c}");
+}

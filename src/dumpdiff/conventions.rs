@@ -275,7 +275,8 @@ pub fn own_scales(a: &SideLosses, b: &SideLosses) -> Vec<(&'static str, f64, f64
 /// (`k` an integer ≥ 2 within 10⁻³, the cells within 10⁻⁴ of each other), that is read as
 /// the loss scale (verl's `loss_scale_factor`, seed 9217's weaver ×2/8) rather than a
 /// coefficient `k` times smaller — the two cannot be told apart here, and a scale is no
-/// fault. `(k, the other side's coefficient)`.
+/// fault — when `k` is no more than the side's cells (a mini-batch's micros). `(k, the
+/// other side's coefficient)`.
 fn pg_free_scale(side: &SideLosses, other: &SideLosses) -> Option<(f64, f64)> {
     let t = &side.terms;
     if t.is_empty()
@@ -299,7 +300,12 @@ fn pg_free_scale(side: &SideLosses, other: &SideLosses) -> Option<(f64, f64)> {
     let k = 1.0 / first;
     let r = k.round();
     let same = s.iter().all(|x| ((x - first) / first).abs() <= 1e-4);
-    (same && r >= 2.0 && ((k - r) / r).abs() <= 1e-3).then_some((r, c.value))
+    // a scale one `k` for every cell is `1/GA` or `rows / ppo_mini_batch_size` with equal
+    // rows: `k` is at most the micros of a mini-batch, so at most the side's cells; beyond
+    // that no loss scale gives it and the coefficient itself is `k` times smaller (seed
+    // 7828: 1/100 over two cells, entropy_coeff 1e-4 against 1e-2)
+    let plausible = r <= side.cells.max(t.len()) as f64;
+    (same && plausible && r >= 2.0 && ((k - r) / r).abs() <= 1e-3).then_some((r, c.value))
 }
 
 /// "cannot judge which side is wrong: …" when a side's entropy coefficient is neither
