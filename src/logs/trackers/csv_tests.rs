@@ -2,37 +2,14 @@
 //! the whole table (chunk 0), at every chunk and part size.
 
 use super::*;
-use crate::logs::trackers::rows::{self, RowBatch};
-
-/// A row as the frame sees it: `(step, time bits, line, (key, value bits))`.
-type Row = (Option<i64>, Option<u64>, u64, Vec<(String, u64)>);
+use crate::logs::trackers::rows::{read_bit_rows, BitRow as Row};
 
 /// What reading `text` with `sizes` gives: the result (its message), the statistics (as
 /// `Debug`), the keys in interning order and the rows.
 fn read_csv(text: &[u8], sizes: (usize, usize)) -> (String, String, Vec<String>, Vec<Row>) {
     let path = Path::new("runs/metrics.csv");
-    let mut batches: Vec<RowBatch> = Vec::new();
-    let mut sink = |b: RowBatch| {
-        batches.push(b);
-        None
-    };
     let mut stats = FileStats::default();
-    let mut w = RowWriter::new(&mut sink);
-    let res = read_with(path, text, &mut stats, &mut w, sizes);
-    w.flush();
-    drop(w);
-    let (mut names, mut out) = (Vec::new(), Vec::new());
-    for b in &batches {
-        rows::to_records(b, &mut names, 0, &mut |r| {
-            let fields = r.fields.iter().map(|(k, v)| (k.clone(), v.to_bits()));
-            out.push((
-                r.step,
-                r.timestamp.map(f64::to_bits),
-                r.line,
-                fields.collect(),
-            ))
-        });
-    }
+    let (res, names, out) = read_bit_rows(|w| read_with(path, text, &mut stats, w, sizes));
     let res = match res {
         Ok(()) => "ok".to_string(),
         Err(e) => e.to_string(),

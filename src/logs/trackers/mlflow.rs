@@ -207,10 +207,7 @@ pub fn params(run: &Path, out: &mut BTreeMap<String, String>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::logs::trackers::rows::{self, RowBatch};
-
-    /// A row as the frame sees it: `(step, time bits, line, (key, value bits))`.
-    type Row = (Option<i64>, Option<u64>, u64, Vec<(String, u64)>);
+    use crate::logs::trackers::rows::{read_bit_rows, BitRow as Row};
 
     /// A metric file `train/loss` of a run folder holding `text`, read with `sizes`: the
     /// result (its message), the statistics (as `Debug`) and the rows.
@@ -220,29 +217,8 @@ mod tests {
         std::fs::create_dir_all(run.join("metrics").join("train")).unwrap();
         std::fs::write(run.join("meta.yaml"), "run_id: abc\n").unwrap();
         let path = run.join("metrics").join("train").join("loss");
-        let mut batches: Vec<RowBatch> = Vec::new();
-        let mut sink = |b: RowBatch| {
-            batches.push(b);
-            None
-        };
         let mut stats = FileStats::default();
-        let mut w = RowWriter::new(&mut sink);
-        let res = read_with(&path, text, &mut stats, &mut w, sizes);
-        w.flush();
-        drop(w);
-        let mut out = Vec::new();
-        let mut names = Vec::new();
-        for b in &batches {
-            rows::to_records(b, &mut names, 0, &mut |r| {
-                let fields = r.fields.iter().map(|(k, v)| (k.clone(), v.to_bits()));
-                out.push((
-                    r.step,
-                    r.timestamp.map(f64::to_bits),
-                    r.line,
-                    fields.collect(),
-                ))
-            });
-        }
+        let (res, _, out) = read_bit_rows(|w| read_with(&path, text, &mut stats, w, sizes));
         let res = match res {
             Ok(()) => "ok".to_string(),
             Err(e) => e

@@ -319,3 +319,37 @@ pub fn to_records(
         });
     }
 }
+
+/// A row as the frame sees it, for tests: `(step, time bits, line, (key, value bits))`.
+#[cfg(test)]
+pub(crate) type BitRow = (Option<i64>, Option<u64>, u64, Vec<(String, u64)>);
+
+/// Test support: run `read` into a [`RowWriter`] that keeps every batch, then give its
+/// result, the keys in interning order and the rows as [`BitRow`]s.
+#[cfg(test)]
+pub(crate) fn read_bit_rows<T>(
+    read: impl FnOnce(&mut RowWriter<'_>) -> T,
+) -> (T, Vec<String>, Vec<BitRow>) {
+    let mut batches: Vec<RowBatch> = Vec::new();
+    let mut sink = |b: RowBatch| {
+        batches.push(b);
+        None
+    };
+    let mut w = RowWriter::new(&mut sink);
+    let res = read(&mut w);
+    w.flush();
+    drop(w);
+    let (mut names, mut out) = (Vec::new(), Vec::new());
+    for b in &batches {
+        to_records(b, &mut names, 0, &mut |r| {
+            let fields = r.fields.iter().map(|(k, v)| (k.clone(), v.to_bits()));
+            out.push((
+                r.step,
+                r.timestamp.map(f64::to_bits),
+                r.line,
+                fields.collect(),
+            ))
+        });
+    }
+    (res, names, out)
+}
