@@ -270,7 +270,7 @@ fn flat_over_long_horizon(name: &str, s: &[(i64, f64)], ctx: &Context) -> Vec<Fi
         return stuck_reward(name, s, ctx);
     }
     let (lo, hi) = super::value_range(s);
-    let mean = s.iter().map(|(_, v)| v).sum::<f64>() / s.len() as f64;
+    let mean = super::value_mean(s);
     let band = ctx.th.get("plateau.flat_band");
     let flat = hi - lo <= band * mean.abs().max(1e-12);
     if !flat || last.1 - first.1 >= ctx.th.get("plateau.min_gain") {
@@ -358,7 +358,7 @@ fn stuck_reward(name: &str, s: &[(i64, f64)], ctx: &Context) -> Vec<Finding> {
         return vec![];
     }
     let (lo, hi) = super::value_range(s);
-    let mean = s.iter().map(|(_, v)| v).sum::<f64>() / s.len() as f64;
+    let mean = super::value_mean(s);
     // A reward identical at every step is a saturated or never-matching reward function
     // (reward-constant's and dead-groups' findings), not a policy that stopped moving it.
     if hi == lo || hi - lo > ctx.th.get("plateau.stuck_band") * mean.abs() {

@@ -537,6 +537,11 @@ pub(crate) fn value_range(points: &[(i64, f64)]) -> (f64, f64) {
         })
 }
 
+/// Mean value of `(step, value)` points (0 when empty).
+pub(crate) fn value_mean(points: &[(i64, f64)]) -> f64 {
+    points.iter().map(|(_, v)| v).sum::<f64>() / points.len().max(1) as f64
+}
+
 /// Median of a slice (NaN-free input assumed; NaNs sort last).
 ///
 /// The middle value(s) are selected (`select_nth_unstable_by`, O(n)) instead of sorting

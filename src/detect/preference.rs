@@ -8,7 +8,7 @@
 //! rules do not apply to these numbers: KTO's `kl` is a batch-level estimate, not GRPO's
 //! per-token KL, and `rewards/*` are not reward functions.
 
-use super::{Context, Detector, Finding, Severity, G};
+use super::{value_mean, Context, Detector, Finding, Severity, G};
 use crate::frames::log::frame::LogFrame;
 
 /// Canonical metrics only a preference trainer logs.
@@ -68,11 +68,6 @@ pub fn algorithm(frame: &LogFrame) -> Algorithm {
 /// True when `frame` is from a preference trainer (GRPO's rules do not apply).
 pub fn is_preference(frame: &LogFrame) -> bool {
     algorithm(frame) != Algorithm::Rl
-}
-
-/// Mean of the finite values of `xs`.
-fn mean(xs: &[(i64, f64)]) -> f64 {
-    xs.iter().map(|(_, v)| v).sum::<f64>() / xs.len().max(1) as f64
 }
 
 /// `--preference`: DPO/KTO/ORPO failure signatures.
@@ -166,13 +161,16 @@ impl Detector for Preference {
             .collect();
         if margin.len() >= min_points {
             let q = (margin.len() / 4).max(1);
-            let (first, last) = (mean(&margin[..q]), mean(&margin[margin.len() - q..]));
+            let (first, last) = (
+                value_mean(&margin[..q]),
+                value_mean(&margin[margin.len() - q..]),
+            );
             let loss_last: Vec<(i64, f64)> = f
                 .points("loss")
                 .filter(|(s, v)| v.is_finite() && *s >= margin[margin.len() - q].0)
                 .collect();
             let loss_low = !loss_last.is_empty()
-                && mean(&loss_last) <= ctx.th.get("preference.saturated_loss");
+                && value_mean(&loss_last) <= ctx.th.get("preference.saturated_loss");
             if loss_low && last > first && last >= ctx.th.get("preference.saturated_margin") {
                 let steps: Vec<i64> = margin[margin.len() - q..].iter().map(|(s, _)| *s).collect();
                 out.push(
@@ -185,7 +183,7 @@ impl Detector for Preference {
                             alg.name(),
                             G(last),
                             G(first),
-                            G(mean(&loss_last))
+                            G(value_mean(&loss_last))
                         ),
                         &[
                             "over-optimisation: too many epochs over the pairs, or β too small to hold the policy near the reference",
@@ -210,10 +208,10 @@ impl Detector for Preference {
             .collect();
         if chosen.len() >= min_points && rejected.len() >= min_points {
             let q = (chosen.len().min(rejected.len()) / 4).max(1);
-            let drop = |s: &[(i64, f64)]| mean(&s[..q]) - mean(&s[s.len() - q..]);
+            let drop = |s: &[(i64, f64)]| value_mean(&s[..q]) - value_mean(&s[s.len() - q..]);
             let (dc, dr) = (drop(&chosen), drop(&rejected));
             let min_drop = ctx.th.get("preference.logp_drop");
-            let scale = mean(&chosen[..q]).abs().max(1.0);
+            let scale = value_mean(&chosen[..q]).abs().max(1.0);
             if dc > min_drop * scale && dr > min_drop * scale {
                 let steps = vec![chosen[0].0, chosen[chosen.len() - 1].0];
                 out.push(
@@ -224,10 +222,10 @@ impl Detector for Preference {
                         format!(
                             "{}: log-probs of both the chosen ({} → {}) and the rejected answers ({} → {}) fall: the margin grows by pushing everything down, and the chosen answers become less likely than before training",
                             alg.name(),
-                            G(mean(&chosen[..q])),
-                            G(mean(&chosen[chosen.len() - q..])),
-                            G(mean(&rejected[..q])),
-                            G(mean(&rejected[rejected.len() - q..]))
+                            G(value_mean(&chosen[..q])),
+                            G(value_mean(&chosen[chosen.len() - q..])),
+                            G(value_mean(&rejected[..q])),
+                            G(value_mean(&rejected[rejected.len() - q..]))
                         ),
                         &[
                             "likelihood displacement: chosen and rejected too similar; add an NLL term on the chosen (RPO, ORPO) or use DPOP",
