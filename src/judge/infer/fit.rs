@@ -167,15 +167,9 @@ pub(super) fn fit(cells: &[&Prep], ec: Option<f64>, kc: Option<f64>) -> Option<F
     // cells of huge totals widen every other's (seed 7768: totals of 2e4 beside totals of
     // 1 let an unstated KL term's scatter pass as rounding under the mean square)
     let floor_se = |col: &dyn Fn(&Prep) -> f64| -> f64 {
-        let mut sig: Vec<f64> = cells
-            .iter()
-            .map(|p| u * (p.loss.unwrap_or(0.0).abs() + p.pg.unwrap_or(0.0).abs()))
-            .collect();
-        sig.sort_by(f64::total_cmp);
-        let sigma = sig.get(sig.len() / 2).copied().unwrap_or(0.0);
         let aa: f64 = cells.iter().map(|p| col(p).powi(2)).sum();
         if aa > 0.0 {
-            sigma / aa.sqrt()
+            median / aa.sqrt()
         } else {
             0.0
         }
