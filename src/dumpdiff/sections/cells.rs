@@ -269,14 +269,8 @@ pub(super) fn batch_indices(
     // length of the trajectory it would be: dynamic micros deal rows by length, seed 7937)
     // places nothing: the rows' old log-probs and advantages are then not compared
     let valid = fwd.mat(Field::ResponseMask).map(|m| {
-        let v = m.values();
         (0..m.rows)
-            .map(|r| {
-                v[r * m.width..(r + 1) * m.width]
-                    .iter()
-                    .filter(|x| **x != 0.0)
-                    .count()
-            })
+            .map(|r| m.nonzero(r).iter().map(|run| run.len()).sum::<usize>())
             .collect::<Vec<_>>()
     });
     let contradicted = valid.as_ref().is_some_and(|valid| {
