@@ -259,9 +259,11 @@ pub(super) fn dual_shown(cells: &[super::cell::Cell]) -> Option<f64> {
 /// The importance-weight schemes to try on `cells` under `base` (verl's token TIS cap 2
 /// first: on a tie it is the one named), each with the evidence that proposes it
 /// (empty for the default); none when no cell dumps the rollout engine's log-probs.
+/// `dual`: the cells' [`dual_shown`], which the caller also gives the policy search.
 pub(super) fn weight_schemes(
     cells: &[super::cell::Cell],
     base: &LossConfig,
+    dual: Option<f64>,
 ) -> Result<Vec<(RolloutIs, String)>> {
     if !cells
         .iter()
@@ -273,7 +275,7 @@ pub(super) fn weight_schemes(
     plain.rollout_is = None;
     let mut policies = vec![plain.clone()];
     policies.extend(
-        policy_candidates(&plain, &[], dual_shown(cells))
+        policy_candidates(&plain, &[], dual)
             .into_iter()
             .filter(|c| c.rollout_is.is_none()),
     );
@@ -376,22 +378,22 @@ pub(crate) fn search_policy(
         .iter()
         .map(|(r, m)| check.gather(*r, *m))
         .collect::<Result<_>>()?;
-    let schemes = weight_schemes(&gathered, &resolved.cfg)?;
+    let dual = dual_shown(&gathered);
+    let schemes = weight_schemes(&gathered, &resolved.cfg, dual)?;
     let weights: Vec<RolloutIs> = schemes.iter().map(|(x, _)| *x).collect();
     let own = [(resolved.cfg.advantage.eps, None)];
     let eps = if eps.is_empty() { &own[..] } else { eps };
     // each policy under each epsilon (index `k` of `eps` for candidate `i·eps.len() + k`)
-    let candidates: Vec<LossConfig> =
-        policy_candidates(&resolved.cfg, &weights, dual_shown(&gathered))
-            .into_iter()
-            .flat_map(|c| {
-                eps.iter().map(move |(e, _)| {
-                    let mut c = c.clone();
-                    c.advantage.eps = *e;
-                    c
-                })
+    let candidates: Vec<LossConfig> = policy_candidates(&resolved.cfg, &weights, dual)
+        .into_iter()
+        .flat_map(|c| {
+            eps.iter().map(move |(e, _)| {
+                let mut c = c.clone();
+                c.advantage.eps = *e;
+                c
             })
-            .collect();
+        })
+        .collect();
     let mut per_candidate: Vec<Vec<Prep>> = (0..candidates.len())
         .map(|_| Vec::with_capacity(cells.len()))
         .collect();

@@ -275,12 +275,12 @@ fn own_policy(
 ) -> Result<Verdict> {
     let base = &resolved.cfg;
     // the importance weights this cell's own values allow (its dumped rollout log-probs)
-    let weights: Vec<_> = super::picture::weight_schemes(std::slice::from_ref(cell), base)?
+    let dual = super::picture::dual_shown(std::slice::from_ref(cell));
+    let weights: Vec<_> = super::picture::weight_schemes(std::slice::from_ref(cell), base, dual)?
         .into_iter()
         .map(|(w, _)| w)
         .collect();
     // the candidates that change the fewest things first
-    let dual = super::picture::dual_shown(std::slice::from_ref(cell));
     let mut candidates = super::picture::policy_candidates(base, &weights, dual);
     candidates.sort_by_key(|c| {
         usize::from(c.ratio_level != base.ratio_level)
