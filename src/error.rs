@@ -94,6 +94,11 @@ pub enum Error {
     /// the step, only empty logs); `path` names it, `msg` says what was seen.
     #[error("{path}: {msg}", path = path.display())]
     Input { path: PathBuf, msg: String },
+    /// The file was read, but the tool's picture of the step cannot use it (rows that
+    /// neither ids, log-probs nor order place): its cell is "cannot judge", a warning,
+    /// never a failure nor an input error (issue 28).
+    #[error("{path}: cannot judge: {msg}", path = path.display())]
+    CannotJudge { path: PathBuf, msg: String },
     /// A Parquet/polars export failed.
     #[error("{path}: {msg}", path = path.display())]
     Export { path: PathBuf, msg: String },

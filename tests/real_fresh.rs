@@ -116,6 +116,72 @@ fn rows_no_placement_holds_are_not_compared_as_if_contiguous() {
 }
 
 #[test]
+fn rows_no_placement_holds_are_cannot_judge_in_losscheck_not_unreadable() {
+    // seed 7937: losscheck set rank 2 micro 0 aside as an unreadable file (exit 2) though
+    // the file reads; rows nothing places are the picture's limit: "cannot judge" (a
+    // warning, exit 0), its dumped loss shown, nothing recomputed, every other cell judged
+    let tree = novel("multi-turn-unplaced-rows-7937").join("self_hosted_pt");
+    let (code, r) = losscheck(&tree);
+    assert_eq!(code, 0, "{r}");
+    assert!(r.get("unreadable").is_none(), "{r}");
+    let v = r["verdicts"].as_array().unwrap();
+    let cells: Vec<(u64, u64, &str)> = v
+        .iter()
+        .map(|v| {
+            (
+                v["rank"].as_u64().unwrap(),
+                v["micro"].as_u64().unwrap(),
+                v["status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        cells,
+        [
+            (0, 0, "consistent"),
+            (0, 1, "consistent"),
+            (1, 0, "consistent"),
+            (1, 1, "consistent"),
+            (2, 0, "cannot-judge"),
+            (2, 1, "consistent"),
+        ]
+    );
+    let c = &v[4];
+    assert!(c["recomputed_loss"].is_null(), "{c}");
+    assert!(
+        (c["dumped_loss"].as_f64().unwrap() - 1.079).abs() < 1e-3,
+        "{c}"
+    );
+    let note = c["notes"][0].as_str().unwrap();
+    assert!(
+        note.contains("cannot judge: no input_ids, and rows [0, 1] could not be placed"),
+        "{note}"
+    );
+    // the text says why in its first line
+    let out = assert_cmd::Command::cargo_bin("losscheck")
+        .unwrap()
+        .args(["--dump-dir"])
+        .arg(&tree)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().next().unwrap().ends_with(
+            "WARN — cannot judge 1 of 6 cells: their rows could not be placed (see each cell)"
+        ),
+        "{text}"
+    );
+    // at --fail-on warning the cell is a finding (exit 1), still not an input error
+    let out = assert_cmd::Command::cargo_bin("losscheck")
+        .unwrap()
+        .args(["--fail-on", "warning", "--dump-dir"])
+        .arg(&tree)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
 fn a_coefficient_no_loss_scale_explains_differs_when_every_pg_term_is_0() {
     // seed 7828 (fresh, run once at the end): every self-hosted pg term is 0, so its totals
     // are −entropy_coeff·entropy_loss; they were read as the weaver's 1e-2 under a loss

@@ -171,13 +171,6 @@ fn every_committed_real_seed_gives_what_its_truth_says() {
     assert!(dirs.len() >= 34, "{}", dirs.len());
     // where the tools knowingly depart from the truth, each with its reason and test
     let known: &[(&str, &str)] = &[
-        // rows no input_ids, log-probs or position place: losscheck sets the cell aside as
-        // unreadable (exit 2, docs/conventions.md) where the truth has it judged; dumpdiff
-        // does not compare them (real_fresh::rows_no_placement_holds_…)
-        (
-            "real-novel-multi-turn-unplaced-rows-7937",
-            "real-novel-multi-turn-unplaced-rows-7937 self_hosted_pt: losscheck exit 2",
-        ),
         // the ratio levels tie 2–2 at the inputs' precision: "cannot judge" is said of
         // the level (real_family::a_gspo_step_whose_ratio_levels_tie_is_said_not_blamed)
         (

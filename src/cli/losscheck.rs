@@ -227,6 +227,26 @@ fn run(a: &Args, stderr_notes: bool) -> Result<(String, u8), Error> {
                 let step = step_of(&tree, a.step)?;
                 check_tree_inferred(&tree, step, a.rank, a.micro, &cfg, &given, &tol)
             })?;
+            // a cell whose rows the picture cannot place is "cannot judge", not unreadable
+            let (unjudged, unreadable): (Vec<_>, Vec<_>) =
+                unreadable.into_iter().partition(|u| u.cannot_judge);
+            let mut checked = checked;
+            if !unjudged.is_empty() {
+                let tree = DumpTree::discover(dir)?;
+                let step = step_of(&tree, a.step)?;
+                checked.verdicts.extend(
+                    unjudged
+                        .iter()
+                        .filter_map(|u| Some((u.rank?, u.micro?, &u.reason)))
+                        .filter(|(r, m, _)| {
+                            a.rank.is_none_or(|x| x == *r) && a.micro.is_none_or(|x| x == *m)
+                        })
+                        .map(|(r, m, why)| {
+                            crate::judge::cannot_judge_verdict(&tree, step, (r, m), why)
+                        }),
+                );
+                checked.verdicts.sort_by_key(|v| (v.rank, v.micro));
+            }
             let mut report = TreeReport::of_check(checked);
             // a cell whose loss file was set aside is unreadable, not "without a loss file"
             report.skipped.retain(|k| {

@@ -196,14 +196,14 @@ pub fn place<'a>(
     let (placed, in_order) = locate_rows((lp, mask, t), None, n_old, old_row, row_len);
     let lost: Vec<usize> = (0..placed.len()).filter(|r| placed[*r].is_none()).collect();
     if !lost.is_empty() {
-        return Err(crate::error::Error::format(
-            ff,
-            crate::error::Position::Key("input_ids".into()),
-            format!(
-                "missing, and rows {lost:?} could not be placed among the old_log_probs rows \
-                 by their log-probs either (no old row clearly closest)"
+        return Err(crate::error::Error::CannotJudge {
+            path: ff.to_path_buf(),
+            msg: format!(
+                "no input_ids, and rows {lost:?} could not be placed among the old_log_probs \
+                 rows by their log-probs (no old row clearly closest) nor by the micro's order \
+                 in the batch (no run of old rows in order fits them)"
             ),
-        ));
+        });
     }
     let placed: Vec<Placed> = placed.into_iter().flatten().collect();
     let worst = placed

@@ -260,6 +260,43 @@ pub fn self_consistency_self_hosted(
     )
 }
 
+/// The verdict of a cell set aside as [`Error::CannotJudge`] (a self-hosted micro whose
+/// rows neither ids, log-probs nor order place): [`Status::CannotJudge`] with `reason` as
+/// its note, its dumped loss when its `loss/` file reads (else NaN), nothing recomputed
+/// (NaN): a warning, never a failure nor an unreadable file (issue 28).
+pub fn cannot_judge_verdict(
+    tree: &DumpTree,
+    step: i64,
+    (rank, micro): (u32, u32),
+    reason: &str,
+) -> Verdict {
+    let lf = tree.get(Kind::Loss, step, Some(rank), Some(micro));
+    let dumped = lf.and_then(|f| {
+        let v = crate::formats::read_any(&f.path).ok()?;
+        crate::producers::nexrl_self_hosted::loss_record(&f.path, &v)
+            .ok()?
+            .loss
+    });
+    Verdict {
+        file: lf.map_or_else(|| tree.root.clone(), |f| f.path.clone()),
+        layout: layout_of(tree, step).unwrap_or(Layout::SelfHosted),
+        step,
+        rank,
+        micro,
+        status: Status::CannotJudge,
+        dumped_loss: dumped.unwrap_or(f64::NAN),
+        recomputed_loss: f64::NAN,
+        first_divergence: None,
+        checks: Vec::new(),
+        tokens: 0,
+        notes: vec![reason.to_string()],
+        differs: Vec::new(),
+        loss_ok: false,
+        own_sum: false,
+        own_shift: false,
+    }
+}
+
 /// The layout `tree` holds at `step`: weaver when it has `is_loss_debug/` files there,
 /// self-hosted when it has `forward_data/`, `old_log_probs/` and `trajectory/`; `None`
 /// otherwise (e.g. remote-API trees, which dump no per-micro inputs).

@@ -24,6 +24,11 @@ impl Verdict {
                 "{head}: consistent (loss {})",
                 crate::fmt::num(self.recomputed_loss)
             ),
+            // nothing recomputed: the rows could not be placed (`cannot_judge_verdict`)
+            Status::CannotJudge if self.recomputed_loss.is_nan() => format!(
+                "{head}: cannot judge (dumped loss {}, nothing recomputed)",
+                crate::fmt::num(self.dumped_loss)
+            ),
             Status::CannotJudge => {
                 let (d, r) = crate::fmt::pair(self.dumped_loss, self.recomputed_loss);
                 format!("{head}: cannot judge (dumped loss {d}, recomputed {r})")

@@ -109,6 +109,10 @@ impl Localised {
                 path: self.path_to_url(&path),
                 msg: self.to_urls(&msg),
             },
+            Error::CannotJudge { path, msg } => Error::CannotJudge {
+                path: self.path_to_url(&path),
+                msg: self.to_urls(&msg),
+            },
             Error::Internal(m) => Error::Internal(self.to_urls(&m)),
         }
     }

@@ -20,4 +20,9 @@ pub struct Unreadable {
     pub micro: Option<u32>,
     /// Why it could not be read (the reader's error, naming file and position).
     pub reason: String,
+    /// The file was read, but the tool's picture of the step cannot use it
+    /// ([`crate::error::Error::CannotJudge`]): its cell is reported "cannot judge" (a
+    /// warning), not unreadable.
+    #[serde(skip)]
+    pub cannot_judge: bool,
 }

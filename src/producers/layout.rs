@@ -325,9 +325,10 @@ pub fn without_unreadable<T>(
             e => e,
         };
         let path = match &e {
-            Error::Io { path, .. } | Error::Format { path, .. } | Error::Input { path, .. } => {
-                path.clone()
-            }
+            Error::Io { path, .. }
+            | Error::Format { path, .. }
+            | Error::Input { path, .. }
+            | Error::CannotJudge { path, .. } => path.clone(),
             _ => return Err(explained(e)),
         };
         // An object in a store is set aside for what its bytes say (a format error); a
@@ -351,6 +352,7 @@ pub fn without_unreadable<T>(
                 rank: f.rank,
                 micro: f.micro,
                 reason: e.to_string(),
+                cannot_judge: matches!(e, Error::CannotJudge { .. }),
             })
         });
         match found {

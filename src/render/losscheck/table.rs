@@ -77,6 +77,12 @@ pub fn count_line(t: &TreeReport) -> String {
     };
     let cells = plural(n, "cell");
     let doubt = of(Status::CannotJudge);
+    // cells set aside with nothing recomputed (`judge::cannot_judge_verdict`)
+    let unplaced = t
+        .verdicts
+        .iter()
+        .filter(|v| v.status == Status::CannotJudge && v.recomputed_loss.is_nan())
+        .count();
     let mut s = if bad > 0 {
         let r = ranks(Status::Inconsistent);
         format!(
@@ -84,6 +90,8 @@ pub fn count_line(t: &TreeReport) -> String {
             if r.len() == 1 { "rank" } else { "ranks" },
             rank_ranges(&r)
         )
+    } else if doubt > 0 && doubt == unplaced {
+        format!("{head}: WARN — cannot judge {doubt} of {cells}: their rows could not be placed (see each cell)")
     } else if doubt > 0 {
         format!(
             "{head}: WARN — cannot judge {doubt} of {cells}: the conventions found reproduce only {} of this tree's own losses",
@@ -140,6 +148,7 @@ impl TableRenderer {
         for v in &t.verdicts {
             let (d, r) = match v.status {
                 Status::Consistent => (num(v.dumped_loss), num(v.recomputed_loss)),
+                _ if v.recomputed_loss.is_nan() => (num(v.dumped_loss), "—".to_string()),
                 _ => pair(v.dumped_loss, v.recomputed_loss),
             };
             let mut word = Cell::new(status_word(v.status));
