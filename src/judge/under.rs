@@ -465,10 +465,11 @@ fn unseen_weights(
     }
     // one factor on every token is a scale or a coefficient, not a per-token weight —
     // unless every valid token is in one row: then it is that row's sequence-level weight
-    // as much as a scale (verl's sequence-level IS, one row left by rejection: seed 7420)
+    // as much as a scale (verl's sequence-level IS, one row left by rejection: seed 7420;
+    // the other rows' advantages all 0, their terms 0 under any weight: seed 8162)
     let (b, t) = cell.dims();
     let rows_valid = (0..b)
-        .filter(|r| m[r * t..(r + 1) * t].iter().any(|w| *w != 0.0))
+        .filter(|r| (r * t..(r + 1) * t).any(|i| m[i] != 0.0 && ours[i].abs() > 1e-12))
         .count();
     if differ == 0 || (hi - lo <= 1e-6 * hi.abs().max(1.0) && rows_valid != 1) {
         return Ok(None);

@@ -582,12 +582,16 @@ fn replace_by_name(comparisons: &mut Vec<Comparison>, new: Vec<Comparison>) {
 /// The ratio level the reference side's own dumped `pg_loss` follows: its per-token loss
 /// (`conv`) with the token ratio `ratio` and with GSPO's sequence ratio `seq` at the
 /// valid positions of `mask`, reduced as its loss is ([`pg_error`]); `Some(true)` when
-/// the sequence one is close ([`pg_close`]) and the token one ten times farther,
-/// `Some(false)` the other way round, else `None`.
+/// the sequence one is close ([`pg_close`]) and the token one ten times farther and
+/// beyond what its inputs' stored precision allows (`allowed`, `seq_allowed`: each
+/// ratio's allowance, reduced as `|A|·allowance`), `Some(false)` the other way round,
+/// else `None`. On-policy 16-bit log-probs give token ratios off 1 by their rounding
+/// while the sequence mean cancels it: closer, yet the token level is not excluded
+/// (seed 8025).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn own_level(
-    ratio: &Mat,
-    seq: &Mat,
+    (ratio, allowed): (&Mat, &Mat),
+    (seq, seq_allowed): (&Mat, &Mat),
     adv: &Mat,
     mask: Option<&Mat>,
     agg: AggMode,
@@ -597,13 +601,38 @@ pub(super) fn own_level(
     let et = pg_error(conv, ratio, adv, mask, agg, pg)?;
     let es = pg_error(conv, seq, adv, mask, agg, pg)?;
     let close = |e: f64| pg_close(e, ratio, adv, mask);
-    if et > 10.0 * es && close(es) {
+    let beyond =
+        |e: f64, allowed: &Mat| pg_allowance(allowed, adv, mask, agg).is_some_and(|a| e > a);
+    if et > 10.0 * es && close(es) && beyond(et, allowed) {
         Some(true)
-    } else if es > 10.0 * et && close(et) {
+    } else if es > 10.0 * et && close(et) && beyond(es, seq_allowed) {
         Some(false)
     } else {
         None
     }
+}
+
+/// How far a recomputed pg term may sit from the dumped one for its ratio's allowance
+/// alone: `|A|·allowed` at the valid positions of `mask`, reduced as the loss is.
+fn pg_allowance(allowed: &Mat, adv: &Mat, mask: Option<&Mat>, agg: AggMode) -> Option<f64> {
+    let (al, av) = (allowed.values(), adv.values());
+    let w = allowed.width;
+    if av.len() < al.len() {
+        return None;
+    }
+    let (mut vals, mut counts) = (Vec::new(), Vec::new());
+    for row in 0..allowed.rows {
+        let valid = valid_positions(mask, allowed.rows, w, row);
+        counts.push(valid.len());
+        vals.extend(
+            valid
+                .iter()
+                .map(|&p| (al[row * w + p] * av[row * w + p]).abs()),
+        );
+    }
+    vals.iter()
+        .all(|v| v.is_finite())
+        .then(|| agg.reduce_rows(&counts, &vals, w))
 }
 
 /// A cell's [`SequenceAlt`]: the shape of the weaver's dumped ratio and, for a
@@ -629,8 +658,8 @@ pub(super) fn sequence_alt(
     // departs, and the reference's own loss there still shows the step's level.
     if let (Some(_), Some(x), Some(e), Some(a)) = (shaped, &ch.ratio, &ch.ratio_allowed, &ch.adv) {
         if let Some(pg) = a_loss.and_then(|l| l.number(Field::PgLoss)) {
-            let (sr, _) = sequence_ratio(x, e, mask_a);
-            own = own_level(x, &sr, a, mask_a, ch.agg, conv, pg.value);
+            let (sr, se) = sequence_ratio(x, e, mask_a);
+            own = own_level((x, e), (&sr, &se), a, mask_a, ch.agg, conv, pg.value);
         }
     }
     if let (Some(true), Some(x), Some(e)) = (shaped, &ch.ratio, &ch.ratio_allowed) {

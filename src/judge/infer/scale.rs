@@ -171,16 +171,33 @@ pub(super) fn settle(
             _ => super::fit::fit(cells, ec, kc).map_or(0, |f| f.explained),
         }
     };
-    let cells: Vec<&Prep> = preps.iter().filter(with_terms).collect();
+    // a cell whose total and pg term are both 0 fits every scale: it says nothing
+    let telling = |p: &&Prep| with_terms(p) && (p.loss != Some(0.0) || p.pg != Some(0.0));
+    let cells: Vec<&Prep> = preps.iter().filter(telling).collect();
     let mut best = explained(&cells);
+    let step_rows = preps.iter().map(|p| p.rows).sum();
+    if let ([cell], Some(_), Some(_)) = (&cells[..], ec, kc) {
+        // one cell with terms and both coefficients stated: nothing to fit, but verl's
+        // rows / the step's rows is fixed by the step itself — taken when it alone makes
+        // the cell's composition hold (seed 8172: one micro of four with advantages)
+        let s = LossScale::RowsOver(step_rows as f64);
+        if best == 1 || cell.rows >= step_rows {
+            return None;
+        }
+        let store = unscaled(preps, s);
+        let refs: Vec<&Prep> = store.iter().filter(telling).collect();
+        return (explained(&refs) == 1).then(|| {
+            let conv = convention(s, step_rows, (1, 1));
+            (s, store, conv)
+        });
+    }
     if cells.len() < 2 || best * 2 > cells.len() {
         return None;
     }
-    let step_rows = preps.iter().map(|p| p.rows).sum();
     let mut out = None;
     for s in candidates(&cells, ec, kc, step_rows) {
         let store = unscaled(preps, s);
-        let refs: Vec<&Prep> = store.iter().filter(with_terms).collect();
+        let refs: Vec<&Prep> = store.iter().filter(telling).collect();
         let (n, of) = (explained(&refs), refs.len());
         if n * 2 > of && n > best {
             best = n;
