@@ -226,7 +226,7 @@ pub(super) fn policy_candidates(
 /// (weaver's `is_loss_debug`; [`crate::kernels::policy_loss::dual_clip_shown`] over every
 /// valid token of every cell), `None` when no cell dumps them or none is capped.
 pub(super) fn dual_shown(cells: &[super::cell::Cell]) -> Option<f64> {
-    let mut tokens = Vec::new();
+    let mut rows = Vec::new();
     for c in cells {
         let (Some(r), Some(el)) = (&c.ratio, &c.per_token) else {
             continue;
@@ -247,13 +247,14 @@ pub(super) fn dual_shown(cells: &[super::cell::Cell]) -> Option<f64> {
             n if n == b && t > 0 => Some(a[i / t]),
             _ => None,
         };
-        tokens.extend(
-            (0..b * t)
+        rows.extend((0..b).map(|row| {
+            (row * t..(row + 1) * t)
                 .filter(|&i| m[i] != 0.0)
-                .filter_map(|i| Some((r[i], adv(i)?, el[i]))),
-        );
+                .filter_map(|i| Some((r[i], adv(i)?, el[i])))
+                .collect::<Vec<_>>()
+        }));
     }
-    crate::kernels::policy_loss::dual_clip_shown(tokens)
+    crate::kernels::policy_loss::dual_clip_shown(rows)
 }
 
 /// The importance-weight schemes to try on `cells` under `base` (verl's token TIS cap 2

@@ -72,22 +72,36 @@ pub fn constant_advantage(ratio: &Tensor, advantages: &Tensor) -> KResult<Tensor
 }
 
 /// The dual clip constant `c` (verl `clip_ratio_c`) a dumped per-token loss shows, from
-/// its valid tokens' `(ratio, advantage, loss)`: with `A < 0` PPO's clipped surrogate is
-/// never below `−A·r`, so a token whose loss is was capped at `−A·c` (verl
-/// `compute_policy_loss_vanilla`: `clip_pg_losses2 = -advantages * clip_ratio_c`). `c` is
-/// those tokens' `loss / −A` when every one gives the same value to f32 and it is above
-/// 1 (a per-token importance weight below 1 gives scattered values instead), rounded to
-/// the four significant digits a config states when that is within f32 of it. `None`
-/// when no token is capped. All in f64.
-pub fn dual_clip_shown(tokens: impl IntoIterator<Item = (f64, f64, f64)>) -> Option<f64> {
+/// each row's valid tokens `(ratio, advantage, loss)`: with `A < 0` PPO's clipped
+/// surrogate is never below `−A·r`, so a token whose loss is below it was capped at
+/// `−A·c` (verl `compute_policy_loss_vanilla`: `clip_pg_losses2 = -advantages *
+/// clip_ratio_c`). A row may carry one sequence-level importance weight `w` on every
+/// token ([`row_weight`]; verl's sequence TIS, seed 7642): a capped token then shows
+/// `loss = −A·c·w`. `c` is the capped tokens' `loss / (−A·w)` when every one gives the
+/// same value within 10⁻⁵ and it is above 1 and below the token's own ratio (scattered
+/// values are per-token weights, not a cap), rounded to the four significant digits a
+/// config states when that is within 10⁻⁵ of it. `None` when no token is capped or they
+/// disagree. All in f64. Both tools read it here: losscheck's policy search
+/// (`judge::picture::dual_shown`) and dumpdiff's clip bounds (`clip_fraction::dual_read`).
+pub fn dual_clip_shown<R>(rows: impl IntoIterator<Item = R>) -> Option<f64>
+where
+    R: IntoIterator<Item = (f64, f64, f64)>,
+{
     let (mut lo, mut hi, mut n) = (f64::INFINITY, f64::NEG_INFINITY, 0usize);
-    for (r, a, l) in tokens {
-        if a < -1e-12 && l.is_finite() && r.is_finite() && l < -a * r * (1.0 - 1e-5) {
-            let c = l / -a;
-            (lo, hi, n) = (lo.min(c), hi.max(c), n + 1);
+    for row in rows {
+        let tokens: Vec<(f64, f64, f64)> = row.into_iter().collect();
+        let w = row_weight(&tokens);
+        for &(r, a, l) in &tokens {
+            if a >= -1e-12 || !(l.is_finite() && r.is_finite()) || r <= 1.0 {
+                continue;
+            }
+            let c = l / (-a * w);
+            if c > 1.0 && c < r * (1.0 - 1e-5) {
+                (lo, hi, n) = (lo.min(c), hi.max(c), n + 1);
+            }
         }
     }
-    if n == 0 || lo <= 1.0 || hi - lo > 1e-5 * hi {
+    if n == 0 || hi - lo > 1e-5 * hi {
         return None;
     }
     let c = (lo + hi) / 2.0;
@@ -100,6 +114,39 @@ pub fn dual_clip_shown(tokens: impl IntoIterator<Item = (f64, f64, f64)>) -> Opt
     })
 }
 
+/// The weight a row's per-token loss carries when more of its tokens share one factor
+/// `loss / (−A·r)` (within 10⁻⁵, at least two) than any other cluster apart from it (the
+/// clipped ones each have their own): a sequence-level importance weight; else 1 (no
+/// weights, or per-token ones). `tokens`: `(ratio, advantage, loss)`.
+pub fn row_weight(tokens: &[(f64, f64, f64)]) -> f64 {
+    let mut q: Vec<f64> = tokens
+        .iter()
+        .filter(|(r, a, _)| a.abs() > 1e-6 && *r > 0.0)
+        .map(|(r, a, l)| l / (-a * r))
+        .filter(|q| q.is_finite() && *q > 0.0)
+        .collect();
+    q.sort_by(f64::total_cmp);
+    let clusters: Vec<(usize, f64)> = (0..q.len())
+        .map(|i| {
+            let k = q[i..]
+                .iter()
+                .take_while(|x| (*x - q[i]) <= 1e-5 * q[i])
+                .count();
+            (k, q[i])
+        })
+        .collect();
+    let Some(&(k, w)) = clusters.iter().max_by_key(|x| x.0) else {
+        return 1.0;
+    };
+    let apart = |x: &&(usize, f64)| (x.1 - w).abs() > 1e-5 * w;
+    let unique = clusters.iter().filter(apart).all(|x| x.0 < k);
+    if k >= 2 && unique {
+        w
+    } else {
+        1.0
+    }
+}
+
 #[cfg(test)]
 mod dual_tests {
     use super::dual_clip_shown;
@@ -109,13 +156,24 @@ mod dual_tests {
         // A = −0.866, r = 2.8: PPO's clip gives −A·r = 2.425; capped at c = 2.5: 2.165
         let capped = (2.8, -0.866, 0.866 * 2.5 * (1.0 + 3e-8));
         let plain = (1.1, -0.5, 0.55); // −A·r itself: not capped
-        assert_eq!(dual_clip_shown([capped, plain]), Some(2.5));
-        assert_eq!(dual_clip_shown([plain]), None);
-        // two tokens below −A·r by different factors: per-token weights, not a cap
+        assert_eq!(dual_clip_shown([vec![capped, plain]]), Some(2.5));
+        assert_eq!(dual_clip_shown([[plain]]), None);
+        // two tokens below −A·r by different factors in two rows: per-token weights
         let w1 = (1.5, -1.0, 1.5 * 0.9);
         let w2 = (1.6, -1.0, 1.6 * 0.8);
-        assert_eq!(dual_clip_shown([w1, w2]), None);
+        assert_eq!(dual_clip_shown([[w1], [w2]]), None);
         // a factor below 1: no dual clip (c ≥ 1 in verl, asserted > 1.0)
-        assert_eq!(dual_clip_shown([(0.5, -1.0, 0.3)]), None);
+        assert_eq!(dual_clip_shown([[(0.5, -1.0, 0.3)]]), None);
+        // capped in two rows at 3, one row under a sequence weight 0.8 on every token
+        let row = |w: f64| {
+            vec![
+                (1.1, -0.5, 0.55 * w),
+                (0.9, 0.4, -0.36 * w),
+                (4.0, -1.0, 3.0 * w),
+            ]
+        };
+        assert_eq!(dual_clip_shown([row(1.0), row(0.8)]), Some(3.0));
+        assert!((super::row_weight(&row(0.8)) - 0.8).abs() < 1e-12);
+        assert!((super::row_weight(&row(1.0)) - 1.0).abs() < 1e-12);
     }
 }

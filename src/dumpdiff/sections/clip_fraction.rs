@@ -132,12 +132,12 @@ pub(super) fn range_words(c: ElemLoss) -> String {
     }
 }
 
-/// The dual clip (verl's `clip_ratio_c`) the other side's own values show: every valid
-/// token with a negative advantage whose `elementwise_loss` is `−A·c` below its own
-/// `−A·r` (`c > 1`, a ratio above `c` capped) gives one `c`, the same on each within 10⁻⁵
-/// (read to two decimals when that close) — verl takes any `clip_ratio_c > 1` (seeds
-/// 7743, 7779: 2). `None` when no token is capped or they disagree (weights, another
-/// convention).
+/// The dual clip (verl's `clip_ratio_c`) the other side's own values show: its valid
+/// tokens' `(prob_ratio, advantages, elementwise_loss)` row by row, read by the one
+/// reader both tools share ([`crate::kernels::policy_loss::dual_clip_shown`]: a capped
+/// token's `−A·c`, under its row's sequence weight; verl takes any `clip_ratio_c > 1`,
+/// seeds 7743, 7779: 2; 7642: beside a sequence TIS). `None` when no token is capped or
+/// they disagree (weights, another convention).
 pub(super) fn dual_read(b_is: &Tensors<'_>) -> Option<f64> {
     let (r, a, el) = (
         b_is.mat(Field::ProbRatio)?,
@@ -148,61 +148,11 @@ pub(super) fn dual_read(b_is: &Tensors<'_>) -> Option<f64> {
     if (r.rows, r.width) != (el.rows, el.width) || (a.rows, a.width) != (el.rows, el.width) {
         return None;
     }
-    let mut seen: Option<f64> = None;
-    for row in 0..el.rows {
+    crate::kernels::policy_loss::dual_clip_shown((0..el.rows).map(|row| {
         let (rr, ar, er) = (r.row(row), a.row(row), el.row(row));
-        let valid = super::surrogate::valid_positions(mask.as_deref(), el.rows, el.width, row);
-        let w = row_weight(valid.iter().map(|&p| (er[p], rr[p], ar[p])));
-        for p in valid {
-            let (ratio, adv) = (rr[p], ar[p]);
-            if adv >= -1e-6 || ratio <= 1.0 {
-                continue;
-            }
-            let c = er[p] / (-adv * w);
-            if !(c > 1.0 && c < ratio * (1.0 - 1e-5)) {
-                continue;
-            }
-            match seen {
-                Some(s) if ((c - s) / s).abs() > 1e-5 => return None,
-                None => seen = Some(c),
-                _ => {}
-            }
-        }
-    }
-    let c = seen?;
-    let snapped = (c * 10.0).round() / 10.0;
-    (((c - snapped) / c).abs() <= 1e-5).then_some(snapped)
-}
-
-/// The weight a row's per-token loss carries when more of its tokens share one factor
-/// `elementwise_loss / (−A·r)` (within 10⁻⁵, at least two) than any other (the clipped
-/// ones each have their own): a sequence-level importance weight, 1 without weights (seed
-/// 7642: verl's sequence TIS, batch-normalised, beside dual clip 10); else 1.
-fn row_weight(tokens: impl Iterator<Item = (f64, f64, f64)>) -> f64 {
-    let mut q: Vec<f64> = tokens
-        .filter(|(_, r, a)| a.abs() > 1e-6 && *r > 0.0)
-        .map(|(e, r, a)| e / (-a * r))
-        .filter(|q| q.is_finite() && *q > 0.0)
-        .collect();
-    q.sort_by(f64::total_cmp);
-    let clusters: Vec<(usize, f64)> = (0..q.len())
-        .map(|i| {
-            let k = q[i..]
-                .iter()
-                .take_while(|x| (*x - q[i]) <= 1e-5 * q[i])
-                .count();
-            (k, q[i])
-        })
-        .collect();
-    let Some(&(k, w)) = clusters.iter().max_by_key(|x| x.0) else {
-        return 1.0;
-    };
-    // one cluster of at least two tokens, larger than any cluster apart from it
-    let apart = |x: &&(usize, f64)| (x.1 - w).abs() > 1e-5 * w;
-    let unique = clusters.iter().filter(apart).all(|x| x.0 < k);
-    if k >= 2 && unique {
-        w
-    } else {
-        1.0
-    }
+        super::surrogate::valid_positions(mask.as_deref(), el.rows, el.width, row)
+            .into_iter()
+            .map(|p| (rr[p], ar[p], er[p]))
+            .collect::<Vec<_>>()
+    }))
 }

@@ -353,11 +353,16 @@ fn pg_error(
 /// Whether a recompute error `e` is within a tenth of a typical token's term `|A·r|`
 /// (stored 16-bit log-probs move a row's terms by a few 1e-3).
 fn pg_close(e: f64, ratio: &Mat, adv: &Mat, mask: Option<&Mat>) -> bool {
+    e <= 0.1 * pg_scale(ratio, adv, mask)
+}
+
+/// A typical token's term `|A·r|` (the mean over the valid tokens; 0 when none or one is
+/// not finite).
+fn pg_scale(ratio: &Mat, adv: &Mat, mask: Option<&Mat>) -> f64 {
     let Some((vals, _)) = valid_terms(ElemLoss::Plain, ratio, adv, mask) else {
-        return false;
+        return 0.0;
     };
-    let scale = vals.iter().map(|v| v.abs()).sum::<f64>() / vals.len().max(1) as f64;
-    e <= 0.1 * scale
+    vals.iter().map(|v| v.abs()).sum::<f64>() / vals.len().max(1) as f64
 }
 
 /// The per-token terms `conv(r, A)` at the valid positions of `mask` (all without one),
@@ -584,8 +589,8 @@ fn replace_by_name(comparisons: &mut Vec<Comparison>, new: Vec<Comparison>) {
 /// valid positions of `mask`, reduced as its loss is ([`pg_error`]); `Some(true)` when
 /// the sequence one is close ([`pg_close`]) and the token one ten times farther and
 /// beyond what its inputs' stored precision allows (`allowed`, `seq_allowed`: each
-/// ratio's allowance, reduced as `|A|·allowance`), `Some(false)` the other way round,
-/// else `None`. On-policy 16-bit log-probs give token ratios off 1 by their rounding
+/// ratio's allowance, reduced as `|A|·allowance`) or the sequence one reproduces it to
+/// f32, `Some(false)` the other way round, else `None`. On-policy 16-bit log-probs give token ratios off 1 by their rounding
 /// while the sequence mean cancels it: closer, yet the token level is not excluded
 /// (seed 8025).
 #[allow(clippy::too_many_arguments)]
@@ -603,9 +608,12 @@ pub(super) fn own_level(
     let close = |e: f64| pg_close(e, ratio, adv, mask);
     let beyond =
         |e: f64, allowed: &Mat| pg_allowance(allowed, adv, mask, agg).is_some_and(|a| e > a);
-    if et > 10.0 * es && close(es) && beyond(et, allowed) {
+    // excluded: an error beyond what the inputs' precision allows, or a rival that
+    // reproduces the pg term to f32 (its inputs are what was computed from: seed 3009)
+    let exact = |e: f64| e <= 1e-6 * pg_scale(ratio, adv, mask);
+    if et > 10.0 * es && close(es) && (beyond(et, allowed) || exact(es)) {
         Some(true)
-    } else if es > 10.0 * et && close(et) && beyond(es, seq_allowed) {
+    } else if es > 10.0 * et && close(et) && (beyond(es, seq_allowed) || exact(et)) {
         Some(false)
     } else {
         None

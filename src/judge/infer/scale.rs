@@ -171,8 +171,13 @@ pub(super) fn settle(
             _ => super::fit::fit(cells, ec, kc).map_or(0, |f| f.explained),
         }
     };
-    // a cell whose total and pg term are both 0 fits every scale: it says nothing
-    let telling = |p: &&Prep| with_terms(p) && (p.loss != Some(0.0) || p.pg != Some(0.0));
+    // a cell whose total and pg term are both 0 fits every scale: it says nothing, unless
+    // a term of unknown coefficient is not 0 there (its coefficient is then 0: seed 3023)
+    let open = |x: Option<f64>, known: Option<f64>| known.is_none() && x.is_some_and(|x| x != 0.0);
+    let telling = |p: &&Prep| {
+        with_terms(p)
+            && (p.loss != Some(0.0) || p.pg != Some(0.0) || open(p.ent, ec) || open(p.kl_loss, kc))
+    };
     let cells: Vec<&Prep> = preps.iter().filter(telling).collect();
     let mut best = explained(&cells);
     let step_rows = preps.iter().map(|p| p.rows).sum();
