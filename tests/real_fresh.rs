@@ -1,5 +1,5 @@
-//! Fresh real-convention seeds of session 21 (issue 28): each was a false alarm the first
-//! time the tools met it, and is checked here for the behaviour that removed it (the truth
+//! Fresh real-convention seeds of sessions 21 and 22 (issue 28): each was a false alarm
+//! the first time the tools met it, and is checked here for the behaviour that removed it (the truth
 //! files themselves are checked by `real_weights::every_committed_real_seed_gives_what_its_truth_says`).
 
 use crate::real_weights::{
@@ -196,4 +196,108 @@ fn a_coefficient_no_loss_scale_explains_differs_when_every_pg_term_is_0() {
         c["weaver"].as_f64().unwrap(),
     );
     assert!((a - 1e-4).abs() < 1e-9 && (b - 1e-2).abs() < 1e-8, "{c}");
+}
+
+/// Every comparison named `name` in dumpdiff report `r`, any section or cell.
+fn comparisons_named<'a>(r: &'a serde_json::Value, name: &str) -> Vec<&'a serde_json::Value> {
+    r["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["cells"].as_array().unwrap())
+        .flat_map(|c| c["comparisons"].as_array().into_iter().flatten())
+        .filter(|x| x["name"] == name)
+        .collect()
+}
+
+#[test]
+fn float16_rounding_the_sequence_mean_cancels_is_no_ratio_level_evidence() {
+    // seed 8025 (fresh set 8000, run once): on-policy, the self-hosted log-probs dumped in
+    // float16. The sequence ratio's mean cancels their rounding, so it fitted the
+    // self-hosted pg_loss of rank 0 micro 0 11x closer than the token ratio — within the
+    // inputs' allowance both — and the cell warned "the sides differ in ratio level".
+    let (code, r) = dumpdiff(&novel("float16-on-policy-level-8025"));
+    assert_eq!(code, Some(1), "{r}");
+    assert!(
+        comparisons_named(&r, "is_loss.ratio_level").is_empty(),
+        "{r}"
+    );
+    assert_eq!(cell(&r, "is_loss", 0, 0)["verdict"], "pass");
+    // the step's one fault (a summed pg term, rank 2 micro 0) is still found and named
+    assert_eq!(cell(&r, "is_loss", 2, 0)["verdict"], "fail");
+    let d = crate::real_weights::diagnosis(&r, 2, 0).unwrap();
+    assert!(d.contains("the aggregation differs"), "{d}");
+}
+
+#[test]
+fn weights_that_fit_no_more_cells_than_none_are_not_read_into_a_step() {
+    // seed 8017: float16 weaver log-probs, the engine's log-probs dumped, rejection sampling
+    // and no importance weights. A batch-normalised sequence cap 0.85 (weights 0.996)
+    // explained as many pg terms as no weights, a little closer (it fits rounding), and
+    // was taken: two clean cells then failed or could not be judged.
+    let (code, r) = losscheck(&novel("float16-no-weights-8017").join("weaver_pt"));
+    assert_eq!(code, 1, "{r}");
+    let policy = convention(&r, "policy")["value"].as_str().unwrap();
+    assert_eq!(policy, "ppo-clip 0.2/0.2, token ratio");
+    assert!(
+        r["conventions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["name"] != "rollout_is"),
+        "{r}"
+    );
+    let want: Vec<(u64, u64, String)> = [
+        (0, 0, "consistent"),
+        (0, 1, "consistent"),
+        (0, 2, "consistent"),
+        (1, 0, "consistent"),
+        (1, 1, "inconsistent"), // old_log_probs shifted: the truth's fault
+    ]
+    .iter()
+    .map(|(a, b, c)| (*a, *b, c.to_string()))
+    .collect();
+    assert_eq!(statuses(&r), want);
+}
+
+#[test]
+fn one_telling_cell_takes_the_steps_rows_as_its_loss_scale() {
+    // seed 8172 (--multi-turn): one micro of four carries advantages, the coefficients are
+    // echoed (0), and the weaver's total is pg_loss x rows / 12 (verl's loss_scale_factor).
+    // The three all-zero cells fitted every scale: none was inferred and the clean cell
+    // failed "composition".
+    let (code, r) = losscheck(&novel("multi-turn-one-cell-scale-8172").join("weaver_pt"));
+    assert_eq!(code, 0, "{r}");
+    assert!(statuses(&r).iter().all(|s| s.2 == "consistent"), "{r}");
+    let scale = convention(&r, "loss_scale");
+    assert_eq!(
+        scale["value"]
+            .as_str()
+            .unwrap()
+            .split(' ')
+            .take(3)
+            .collect::<Vec<_>>(),
+        ["rows", "/", "12"]
+    );
+    assert_eq!(scale["explained"], 1);
+    assert_eq!(scale["cells"], 1);
+}
+
+#[test]
+fn one_row_carrying_the_loss_under_unseen_weights_is_cannot_judge() {
+    // seed 8162 (--multi-turn): batch-normalised sequence TIS, the engine's log-probs not
+    // dumped. In rank 1 micro 1 only row 0 has a non-zero advantage, so every token with a
+    // loss shares one factor (0.438): a sequence weight as much as a scale. The cell was
+    // failed as inconsistent beside three "cannot judge" cells of the same weights.
+    let (code, r) = losscheck(&novel("multi-turn-one-row-unseen-weights-8162").join("weaver_pt"));
+    assert_eq!(code, 0, "{r}");
+    assert!(files_with(&r, "inconsistent").is_empty(), "{r}");
+    let v = verdict(&r, "rank1_micro1.pt");
+    assert_eq!(v["status"], "cannot-judge");
+    let note = v["notes"][0].as_str().unwrap();
+    assert!(
+        note.starts_with("cannot judge the per-token loss: on 6 of 21 valid tokens")
+            && note.contains("per-token weights the dump does not hold"),
+        "{note}"
+    );
 }
