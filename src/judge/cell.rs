@@ -5,12 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
-use candle_core::Device;
-
-use super::self_hosted::{SelfHostedStep, REF_LOG_PROBS};
+use super::self_hosted::SelfHostedStep;
 use super::terms::{f32_compute, first_diff, masked_sum, reduce, stored_rounding, weights};
 use super::{
-    candle_of, kerr, required, scalar, Divergence, Layout, ScalarCheck, Status, Tolerance, Verdict,
+    candle_of, kerr, required, Divergence, Layout, ScalarCheck, Status, Tolerance, Verdict,
 };
 use crate::conventions::rounding::LAMBDA;
 use crate::error::{Error, Position, Result};
@@ -96,36 +94,27 @@ impl Cell {
     }
 }
 
-fn stated_of(v: &Value, rec: &LossRecord) -> Stated {
-    let extra = v.get(keys::EXTRA_INFO);
-    let text = |k: &str| {
-        extra
-            .and_then(|e| e.get(k))
-            .and_then(|x| x.as_str().map(str::to_string))
-    };
+fn stated_of(echo: &keys::LossEcho, rec: &LossRecord) -> Stated {
     Stated {
         entropy_coeff: rec.coefficients.get(keys::ENTROPY_COEFF).copied(),
         kl_coef: keys::kl_coef(&rec.coefficients),
-        agg: text(keys::LOSS_AGG_MODE),
-        kl_type: text(keys::KL_LOSS_TYPE),
-        scale: extra
-            .and_then(|e| e.get(keys::LOSS_SCALE_FACTOR))
-            .and_then(Value::as_f64),
+        agg: echo.agg.clone(),
+        kl_type: echo.kl_type.clone(),
+        scale: echo.scale,
     }
 }
 
-/// The `loss/` file of a cell read as a record, its stated conventions and its KL term.
+/// The `loss/` file of a cell read as a record, its stated conventions and its KL term
+/// (the top-level `kl_loss`, else the metric of that name).
 fn loss_file(
     path: &Path,
     record: impl Fn(&Path, &Value) -> Result<LossRecord>,
 ) -> Result<(LossRecord, Stated, Option<f64>)> {
     let v = read_any(path)?;
     let rec = record(path, &v)?;
-    let stated = stated_of(&v, &rec);
-    let kl = v
-        .get(KL_LOSS)
-        .and_then(Value::as_f64)
-        .or_else(|| rec.metrics.get(KL_LOSS).copied());
+    let echo = keys::loss_echo(&v);
+    let stated = stated_of(&echo, &rec);
+    let kl = echo.kl_loss.or_else(|| rec.metrics.get(KL_LOSS).copied());
     Ok((rec, stated, kl))
 }
 
@@ -147,19 +136,10 @@ pub fn gather_weaver(tree: &DumpTree, step: i64, rank: u32, micro: u32) -> Resul
     let v = read_any(path)?;
     let tb = weaver::is_loss_debug(path, &v)?;
     let mask = required(tb.loss_mask.as_ref(), path, weaver::EFFECTIVE_VALID)?;
-    let reference = match v.get(REF_LOG_PROBS) {
-        Some(x) => {
-            let t = x.to_tensor().ok_or_else(|| {
-                Error::format(path, Position::Key(REF_LOG_PROBS.into()), "not a tensor")
-            })?;
-            let t = candle_core::Tensor::from_vec(t.to_f64_vec(), t.shape(), &Device::Cpu)
-                .map_err(|e| {
-                    Error::format(path, Position::Key(REF_LOG_PROBS.into()), e.to_string())
-                })?;
-            Some(t)
-        }
-        None => None,
-    };
+    let reference = tb
+        .log_probs(LogProbSource::Reference)
+        .map(candle_of)
+        .transpose()?;
     let (entropy, entropy_dtype) = weaver_entropy(tree, step, rank, micro, mask.dims())?;
     let inputs = LossInputs {
         log_probs: required(
@@ -205,7 +185,7 @@ pub fn gather_weaver(tree: &DumpTree, step: i64, rank: u32, micro: u32) -> Resul
             .map(|t| t.tensor.dtype()),
         inputs,
         entropy_dtype,
-        dumped_loss: scalar(&v, path, weaver::LOSS)?,
+        dumped_loss: weaver::is_loss_debug_loss(path, &v)?,
         record,
         kl_loss,
         stated,

@@ -174,15 +174,6 @@ pub(crate) fn kerr(path: &Path, e: KernelError) -> Error {
     Error::format(path, Position::File, e.to_string())
 }
 
-pub(crate) fn scalar(v: &Value, path: &Path, key: &str) -> Result<f64> {
-    v.get(key)
-        .and_then(|x| {
-            x.as_f64()
-                .or_else(|| x.to_tensor().and_then(|t| t.scalar_f64()))
-        })
-        .ok_or_else(|| Error::format(path, Position::Key(key.into()), "missing or not a number"))
-}
-
 /// A model tensor as an f64 candle tensor; a failure names its file and key.
 pub(crate) fn candle_of(t: &TokenTensor) -> Result<candle_core::Tensor> {
     t.tensor

@@ -144,10 +144,6 @@ pub struct MicroInputs {
     pub f32_trainer: bool,
 }
 
-/// The reference log-probs a forward_data file holds next to its log-probs when the
-/// trainer adds a KL term (`ref_log_probs`, not mapped by the producer module).
-pub const REF_LOG_PROBS: &str = "ref_log_probs";
-
 pub(super) fn key_err(path: &Path, key: &str, msg: &str) -> Error {
     Error::format(path, Position::Key(key.to_string()), msg.to_string())
 }
@@ -636,19 +632,17 @@ impl SelfHostedStep {
             }
             None => None,
         };
-        let reference = match fv.get(REF_LOG_PROBS) {
-            Some(x) => {
-                let t = x
-                    .to_tensor()
-                    .ok_or_else(|| key_err(&ff, REF_LOG_PROBS, "present but not a tensor"))?;
-                if t.shape() != lshape.as_slice() {
+        let reference = match fb.log_probs(LogProbSource::Reference) {
+            Some(t) => {
+                let (rshape, r, _) = dense(Some(t), &ff, nexrl_self_hosted::REF_LOG_PROBS)?;
+                if rshape != lshape {
                     return Err(key_err(
                         &ff,
-                        REF_LOG_PROBS,
-                        &format!("is {:?} but log_probs is {lshape:?}", t.shape()),
+                        nexrl_self_hosted::REF_LOG_PROBS,
+                        &format!("is {rshape:?} but log_probs is {lshape:?}"),
                     ));
                 }
-                Some(t.to_f64_vec())
+                Some(r)
             }
             None => None,
         };

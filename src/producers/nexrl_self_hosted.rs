@@ -245,6 +245,42 @@ pub fn loss_record(file: &Path, v: &Value) -> Result<LossRecord> {
     Ok(rec)
 }
 
+/// What a loss file read as `v` echoes of its composition beyond its coefficients:
+/// `extra_info.loss_agg_mode`, `extra_info.kl_loss_type` (strings), `extra_info.
+/// loss_scale_factor`, and its aggregated KL term (top-level `kl_loss`).
+pub fn loss_echo(v: &Value) -> LossEcho {
+    let extra = field(v, EXTRA_INFO);
+    let text = |k: &str| {
+        extra
+            .and_then(|e| e.get(k))
+            .and_then(|x| x.as_str().map(str::to_string))
+    };
+    LossEcho {
+        agg: text(LOSS_AGG_MODE),
+        kl_type: text(KL_LOSS_TYPE),
+        scale: extra
+            .and_then(|e| e.get(LOSS_SCALE_FACTOR))
+            .and_then(Value::as_f64),
+        kl_loss: field(v, KL_LOSS_KEY).and_then(Value::as_f64),
+    }
+}
+
+/// The top-level key of a loss file's aggregated KL term.
+pub const KL_LOSS_KEY: &str = "kl_loss";
+
+/// See [`loss_echo`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LossEcho {
+    /// `extra_info.loss_agg_mode`.
+    pub agg: Option<String>,
+    /// `extra_info.kl_loss_type`.
+    pub kl_type: Option<String>,
+    /// `extra_info.loss_scale_factor`.
+    pub scale: Option<f64>,
+    /// The top-level `kl_loss`.
+    pub kl_loss: Option<f64>,
+}
+
 /// The aggregation mode a loss file's `extra_info` echoes (`loss_agg_mode`) and its
 /// `loss_scale_factor`, when it echoes one (a non-string mode is not an echo).
 pub fn loss_agg_mode(v: &Value) -> Option<(String, Option<f64>)> {
@@ -266,6 +302,9 @@ pub fn forward_data(file: &Path, v: &Value) -> Result<TokenBatch> {
     };
     if let Some(t) = opt_tensor(v, LOG_PROBS, file)? {
         b.log_probs.insert(LogProbSource::Current, t);
+    }
+    if let Some(t) = opt_tensor(v, REF_LOG_PROBS, file)? {
+        b.log_probs.insert(LogProbSource::Reference, t);
     }
     Ok(b)
 }

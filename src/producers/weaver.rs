@@ -5,7 +5,7 @@
 
 pub use crate::producers::nexrl_self_hosted::{
     loss_record, ENTROPY, ENTROPY_COEFF, ENTROPY_LOSS, EXTRA_INFO, INPUT_IDS, LOG_PROBS, LOSS,
-    METRICS, OLD_LOG_PROBS, PG_LOSS, RESPONSE_MASK,
+    METRICS, OLD_LOG_PROBS, PG_LOSS, REF_LOG_PROBS, RESPONSE_MASK,
 };
 
 use std::path::Path;
@@ -64,12 +64,29 @@ pub fn is_loss_debug(file: &Path, v: &Value) -> Result<TokenBatch> {
         (LOG_PROBS, LogProbSource::Current),
         (OLD_LOG_PROBS, LogProbSource::Old),
         (ROLLOUT_LOG_PROBS, LogProbSource::Rollout),
+        (REF_LOG_PROBS, LogProbSource::Reference),
     ] {
         if let Some(t) = opt_tensor(v, key, file)? {
             b.log_probs.insert(source, t);
         }
     }
     Ok(b)
+}
+
+/// The loss an `is_loss_debug/` file read as `v` dumps beside its intermediates (`loss`,
+/// a scalar or a one-element tensor).
+///
+/// Errors: absent or not a number, naming the key.
+pub fn is_loss_debug_loss(file: &Path, v: &Value) -> Result<f64> {
+    crate::producers::field(v, LOSS)
+        .and_then(crate::producers::scalar_of)
+        .ok_or_else(|| {
+            crate::error::Error::format(
+                file,
+                crate::error::Position::Key(LOSS.into()),
+                "missing or not a number",
+            )
+        })
 }
 
 /// The model inputs of a `batch_inputs/` file: `input_ids` (the rows' identity when
