@@ -301,3 +301,21 @@ fn one_row_carrying_the_loss_under_unseen_weights_is_cannot_judge() {
         "{note}"
     );
 }
+
+#[test]
+fn totals_a_rejection_mask_moves_name_the_rejection_sampling() {
+    // seed 8159 (--multi-turn): the weaver applies verl's token TIS and token_k1 rejection
+    // sampling. In rank 1 micro 1 the totals pass within the rounding allowance but fail
+    // because the loss masks differ; they said only "the loss mask differs", the mask
+    // comparison alone naming its cause.
+    let (code, r) = dumpdiff(&novel("multi-turn-rejection-totals-8159"));
+    assert_eq!(code, Some(1), "{r}");
+    let x = comparison(&r, "loss", 1, 1, "loss.loss");
+    assert_eq!(x["verdict"], "fail", "{x}");
+    let why = x["reason"].as_str().unwrap();
+    assert!(
+        why.contains("but the loss mask differs in this cell (is_loss.effective_valid: verl's rejection sampling (rollout_rs=\"token_k1\"")
+            && why.ends_with("the totals differ by the masked tokens, not by rounding"),
+        "{why}"
+    );
+}

@@ -139,14 +139,35 @@ pub fn masks_differ(sections: &[crate::dumpdiff::Section]) -> Vec<(u32, u32)> {
 /// total by 10 % inside a 16-bit allowance). Totals equal to f32 stay.
 pub fn mask_moves_totals(sections: &mut [crate::dumpdiff::Section]) {
     let masked = masks_differ(sections);
+    // what the mask comparison names as the mask's cause (verl's rejection sampling read
+    // off the side's own log-probs), said again beside the totals it moves (seed 8159)
+    let cause_of = |r: u32, m: u32| -> Option<String> {
+        let reason = &sections
+            .iter()
+            .filter(|s| s.name == "is_loss")
+            .flat_map(|s| &s.cells)
+            .find(|c| (c.rank, c.micro) == (Some(r), Some(m)))?
+            .comparisons
+            .iter()
+            .find(|x| x.name == "is_loss.effective_valid")?
+            .reason;
+        let from = reason.find("verl's rejection sampling")?;
+        let tail = &reason[from..];
+        Some(tail[..tail.find(" — ").unwrap_or(tail.len())].to_string())
+    };
+    let causes: Vec<Option<String>> = masked.iter().map(|(r, m)| cause_of(*r, *m)).collect();
     for sec in sections.iter_mut().filter(|s| s.id == 3 || s.id == 4) {
         for c in sec.cells.iter_mut() {
             let (Some(r), Some(m)) = (c.rank, c.micro) else {
                 continue;
             };
-            if !masked.contains(&(r, m)) {
+            let Some(k) = masked.iter().position(|x| *x == (r, m)) else {
                 continue;
-            }
+            };
+            let cause = causes[k]
+                .as_ref()
+                .map(|c| format!(": {c}"))
+                .unwrap_or_default();
             rework(c, |out| {
                 for x in out.iter_mut() {
                     let total = matches!(
@@ -165,8 +186,8 @@ pub fn mask_moves_totals(sections: &mut [crate::dumpdiff::Section]) {
                         x.verdict = Verdict::Fail;
                         x.reason = format!(
                             "{} — but the loss mask differs in this cell \
-                             (is_loss.effective_valid): the totals differ by the masked \
-                             tokens, not by rounding",
+                             (is_loss.effective_valid{cause}): the totals differ by the \
+                             masked tokens, not by rounding",
                             x.reason
                         );
                     }
