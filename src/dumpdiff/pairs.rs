@@ -400,6 +400,7 @@ pub(super) fn weaver_sections(
     out.extend(params.sections);
     coverage.extend(params.coverage);
     sections::totals_over_differing_inputs(&mut out);
+    sections::clip_fractions_settled(&mut out);
     sections::clip_fractions_by_level(&mut out);
     (conv.diagnosis, conv.diagnosed) =
         diagnose_losses(&out, s, w, &losses, conv, &opts.coefficients);

@@ -62,6 +62,36 @@ pub fn clip_fractions(loss: &mut Cell, is_loss: &mut Cell) {
     });
 }
 
+/// [`clip_fractions`] again on every cell once the step's ratio level is settled: a GSPO
+/// step's `is_loss.prob_ratio` is compared at the token level per cell and replaced by
+/// its sequence-level comparison only then, so a clip bound differing under GSPO's
+/// sequence ratio was never named (seeds 8106, 8113: `pg_clipfrac` failed, the diagnosis
+/// blamed the aggregation). Cells already read are left as they are.
+pub fn clip_fractions_settled(sections: &mut [crate::dumpdiff::Section]) {
+    let at = |name: &str| sections.iter().position(|s| s.name == name);
+    let (Some(l), Some(i)) = (at("loss"), at("is_loss")) else {
+        return;
+    };
+    let (loss, is_loss) = if l < i {
+        let (a, b) = sections.split_at_mut(i);
+        (&mut a[l], &mut b[0])
+    } else {
+        let (a, b) = sections.split_at_mut(l);
+        (&mut b[0], &mut a[i])
+    };
+    for c in is_loss.cells.iter_mut() {
+        if let Some(lc) = loss
+            .cells
+            .iter_mut()
+            .find(|x| (x.rank, x.micro) == (c.rank, c.micro) && c.rank.is_some())
+        {
+            clip_fractions(lc, c);
+        }
+    }
+    loss.verdict = loss.worst();
+    is_loss.verdict = is_loss.worst();
+}
+
 /// How [`clip_fractions`] names a clip bound, up to the two fractions.
 const BOUND: &str = "the clip bound differs: the sides' clip fractions differ";
 

@@ -53,7 +53,7 @@ mod tis;
 mod weights;
 
 pub use cells::*;
-pub use clip_fraction::{clip_fractions, clip_fractions_by_level};
+pub use clip_fraction::{clip_fractions, clip_fractions_by_level, clip_fractions_settled};
 use clip_fraction::{dual_read, range_words};
 pub use engine::*;
 pub use loss_cells::*;
