@@ -287,6 +287,88 @@ pub(super) fn agg_beside_mask(out: &mut [Comparison], agg: &str) {
     }
 }
 
+/// `is_loss.loss` in a cell without importance weights whose other side's own total is
+/// another reduction of its own per-token loss ([`agg_note`], `agg`): failed with it even
+/// when the totals' difference is within the allowance the log-probs' rounding gives
+/// (seed 7865: a summed pg term of two rows inside a bf16 allowance twice its size) — the
+/// reduction is read from that side's own dumped values, which no rounding moves.
+pub(super) fn agg_in_total(out: &mut [Comparison], agg: &str) {
+    let Some(why) = agg.strip_prefix("; and ") else {
+        return;
+    };
+    for c in out.iter_mut() {
+        if c.name != "is_loss.loss" || c.reason.contains(why) {
+            continue;
+        }
+        if c.verdict == Verdict::Pass {
+            c.verdict = Verdict::Fail;
+            c.reason = format!(
+                "{} (the log-probs' rounding allows the totals' difference), but {why}",
+                c.reason
+            );
+        } else if c.verdict >= Verdict::Warn {
+            c.reason.push_str(agg);
+        }
+    }
+}
+
+/// The words a flagged cell gains when the other side's own dumped `elementwise_loss` is 0
+/// on every token its own loss mask keeps (all advantages zero, or no token kept): every
+/// reduction of its pg term gives 0, so the aggregation leaves no trace there to judge
+/// (seeds 7414, 7626, 7654: NexRL's mean beside verl's seq-mean-token-sum; 9227: a summed
+/// pg term of a cell whose kept tokens carry no advantage). `None` otherwise.
+pub(super) fn agg_unseen(b_is: &Tensors<'_>) -> Option<String> {
+    let el = b_is.mat(Field::ElementwiseLoss)?;
+    let mask = b_is.mat(Field::EffectiveMask);
+    let mut kept = 0usize;
+    for row in 0..el.rows {
+        for p in valid_positions(mask.as_deref(), el.rows, el.width, row) {
+            if el.get(row, p)? != 0.0 {
+                return None;
+            }
+            kept += 1;
+        }
+    }
+    let what = if kept == 0 {
+        "the weaver's loss mask keeps no token of this cell".to_string()
+    } else {
+        format!(
+            "the weaver's own elementwise_loss is 0 on all {} its loss mask keeps (zero \
+             advantages)",
+            crate::fmt::plural(kept, "token")
+        )
+    };
+    Some(format!(
+        "; cannot judge the aggregation (loss_agg_mode) on this cell: {what}, and every \
+         reduction of its pg term gives 0"
+    ))
+}
+
+/// [`agg_unseen`]'s words (`note`) on each flagged comparison of `out`.
+pub(super) fn note_agg_unseen(out: &mut [Comparison], note: Option<&str>) {
+    let Some(note) = note else { return };
+    for c in out.iter_mut().filter(|c| c.verdict >= Verdict::Warn) {
+        c.reason.push_str(note);
+    }
+}
+
+/// A flagged `loss` cell (section 3) whose `is_loss` cell found the aggregation left no
+/// trace ([`agg_unseen`]): the same words join its reason.
+pub fn agg_unseen_in_loss(loss: &mut Cell, is_loss: &Cell) {
+    const KEY: &str = "; cannot judge the aggregation (loss_agg_mode) on this cell";
+    if loss.verdict < Verdict::Warn || loss.reason.contains(KEY) {
+        return;
+    }
+    const END: &str = "gives 0";
+    let note = is_loss.comparisons.iter().find_map(|c| {
+        let at = &c.reason[c.reason.find(KEY)?..];
+        Some(at[..at.find(END)? + END.len()].to_string())
+    });
+    if let Some(note) = note {
+        append_note(loss, &note);
+    }
+}
+
 /// What explains the tokens the other side's loss mask (`effective_valid`, `mask_b`)
 /// drops from the reference's response mask (`mask_a`, paired row by row, position by
 /// position as the mask comparison pairs them): verl's rejection sampling read from the
