@@ -605,3 +605,30 @@ fn a_ratio_level_tie_is_said_in_the_flagged_cells_it_concerns() {
         );
     }
 }
+
+#[test]
+fn a_weaver_aggregation_read_off_its_own_pg_term_survives_its_loss_scale() {
+    // seed 7947 r0 m0 (multi-turn): verl's seq-mean-token-sum on the weaver beside NexRL's
+    // mean, totals scaled by micro rows / 36, an unstated KL term on the self-hosted side.
+    // The weaver's pg_loss is its own seq-mean-token-sum to 1e-8 and the mean 6.5e-5 away:
+    // the reading asked 100 times a tolerance of 1e-5 of a term and said nothing, and the
+    // unscaled totals then passed as equal (the cause unnamed)
+    let (_, r) = dumpdiff(&novel("multi-turn-agg-scaled-7947"));
+    for sec in ["loss", "is_loss"] {
+        let c = comparison(&r, sec, 0, 0, &format!("{sec}.loss"));
+        assert_eq!(c["verdict"], "warn", "{c}");
+        let why = c["reason"].as_str().unwrap();
+        assert!(
+            why.contains(
+                "; and the aggregation differs: the weaver's pg_loss -0.002207 is the \
+                 seq-mean-token-sum of its own elementwise_loss"
+            ),
+            "{sec} {why}"
+        );
+        assert!(
+            why.contains("they agree within the room the comparison allows"),
+            "{why}"
+        );
+        assert!(why.contains("cannot judge which side is wrong"), "{why}");
+    }
+}

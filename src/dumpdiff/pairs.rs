@@ -205,6 +205,7 @@ pub(super) fn weaver_cell(
             sections::clip_fractions(loss, is_loss);
             sections::note_rejection(loss, is_loss);
             sections::agg_unseen_in_loss(loss, is_loss);
+            sections::agg_in_loss(loss, is_loss);
         }
     }
     if let Some(ch) = &chain {

@@ -244,9 +244,18 @@ fn own_aggregation(
         .filter(|m| (of(*m) - loss).abs() <= tol)
         .collect();
     let &w = close.first()?;
+    // a `pg_loss` holds no other term: an f32 reduction of the same f32 values lands within
+    // a few 1e-7 of a term, so a mode 10·tol and 1000 times its own error away is apart
+    // (seed 7947: verl's seq-mean-token-sum to 1e-8, NexRL's mean 6.5e-5 away); the `loss`
+    // carries its entropy or KL term, up to tol, and keeps 100·tol
+    let best = (of(w) - loss).abs();
+    let apart = match what {
+        "pg_loss" => (10.0 * tol).max(1000.0 * best),
+        _ => 100.0 * tol,
+    };
     if modes
         .iter()
-        .any(|m| !close.contains(m) && (of(*m) - loss).abs() <= 100.0 * tol)
+        .any(|m| !close.contains(m) && (of(*m) - loss).abs() <= apart)
     {
         return None;
     }
@@ -287,6 +296,45 @@ pub(super) fn agg_beside_mask(out: &mut [Comparison], agg: &str) {
     }
 }
 
+/// What [`agg_in_total`] writes before the aggregation's words on a total it fails.
+const AGG_IN_TOTAL: &str = " (the log-probs' rounding allows the totals' difference), but ";
+
+/// The words of an aggregation read off the weaver's own pg term and per-token loss
+/// ([`agg_note`]): a later pass that rescales the totals leaves a total naming it alone
+/// (no scale moves that reduction: seed 7947).
+pub const OWN_AGG: &str = "the aggregation differs: the weaver's ";
+
+/// A `loss` cell (section 3) whose `is_loss` total names the weaver's own aggregation
+/// ([`agg_in_total`], [`agg_note`]): the same words join its flagged totals (`loss.loss`,
+/// `loss.pg_loss`) that do not say it yet — the weaver's `pg_loss` is this cell's file.
+pub fn agg_in_loss(loss: &mut Cell, is_loss: &Cell) {
+    const TOTALS: [&str; 2] = ["loss.loss", "loss.pg_loss"];
+    let wants = |c: &Comparison| {
+        c.verdict >= Verdict::Warn
+            && TOTALS.contains(&c.name.as_str())
+            && !c.reason.contains(OWN_AGG)
+    };
+    if !loss.comparisons.iter().any(wants) {
+        return;
+    }
+    let Some(note) = is_loss.comparisons.iter().find_map(|c| {
+        let why = &c.reason[c.reason.find(OWN_AGG)?..];
+        let end = ["; unscaled", " — "]
+            .iter()
+            .filter_map(|k| why.find(k))
+            .min()
+            .unwrap_or(why.len());
+        (c.name == "is_loss.loss").then(|| why[..end].to_string())
+    }) else {
+        return;
+    };
+    rework(loss, |out| {
+        for c in out.iter_mut().filter(|c| wants(c)) {
+            c.reason = format!("{}; and {note}", c.reason);
+        }
+    });
+}
+
 /// `is_loss.loss` in a cell without importance weights whose other side's own total is
 /// another reduction of its own per-token loss ([`agg_note`], `agg`): failed with it even
 /// when the totals' difference is within the allowance the log-probs' rounding gives
@@ -302,10 +350,7 @@ pub(super) fn agg_in_total(out: &mut [Comparison], agg: &str) {
         }
         if c.verdict == Verdict::Pass {
             c.verdict = Verdict::Fail;
-            c.reason = format!(
-                "{} (the log-probs' rounding allows the totals' difference), but {why}",
-                c.reason
-            );
+            c.reason = format!("{}{AGG_IN_TOTAL}{why}", c.reason);
         } else if c.verdict >= Verdict::Warn {
             c.reason.push_str(agg);
         }
