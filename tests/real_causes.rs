@@ -3,7 +3,8 @@
 //! code — an importance weight, the old log-probs, a temperature, the clip bound, the
 //! aggregation — and only where the cell's own evidence supports it.
 
-use crate::real_weights::{cell, comparison, diagnosis, dumpdiff, novel};
+use crate::real_weights::{cell, comparison, diagnosis, dumpdiff, files_with, novel};
+use crate::support::losscheck_json as losscheck;
 
 #[test]
 fn importance_weights_are_named_beside_a_term_no_file_states() {
@@ -483,4 +484,151 @@ fn totals_inside_the_allowance_fail_where_the_ratio_levels_differ() {
         ),
         "{c}"
     );
+}
+
+#[test]
+fn a_summed_pg_term_inside_the_rounding_allowance_fails_on_the_weavers_own_values() {
+    // seed 7865 r1 m0: the weaver's pg_loss is the sum of its elementwise_loss over 12
+    // tokens (0.068 against a mean of 0.0057); bf16 / f16 log-probs give the totals an
+    // allowance of 0.023, so is_loss.loss passed (a miss). The sum is read off the weaver's
+    // own dumped values, which no rounding of the log-probs moves
+    let (code, r) = dumpdiff(&novel("sum-inside-allowance-7865"));
+    assert_eq!(code, Some(1));
+    let c = comparison(&r, "is_loss", 1, 0, "is_loss.loss");
+    assert_eq!(c["verdict"], "fail", "{c}");
+    assert!(
+        c["reason"].as_str().unwrap().contains(
+            "(the log-probs' rounding allows the totals' difference), but the aggregation \
+             differs: the weaver's pg_loss 0.06798 is the sum (no mean) of its own \
+             elementwise_loss"
+        ),
+        "{c}"
+    );
+    // a clean cell of the step says nothing of it
+    assert!(!cell(&r, "is_loss", 0, 1)
+        .to_string()
+        .contains("aggregation differs"));
+}
+
+#[test]
+fn a_summed_pg_term_stays_inconsistent_where_the_steps_cells_settled_a_mean() {
+    // seed 7879 r0 m1 (one row): the weaver's pg_loss is the sum of its own
+    // elementwise_loss where the step's other cells settle token-mean; its per-token loss
+    // carries batch-normalised TIS weights. A picture of its own (no weights, clip 0.2/0.2)
+    // called the weights unseen and the cell "cannot judge" (a miss, exit 0): the
+    // reduction is the cell's own whatever its weights
+    let dir = novel("sum-settled-mean-7879");
+    let (code, r) = losscheck(&dir.join("weaver_pt"));
+    assert_eq!(code, 1);
+    let bad = files_with(&r, "inconsistent");
+    assert_eq!(
+        bad.into_iter().collect::<Vec<_>>(),
+        ["is_loss_debug/step_000000_rank0_micro1.pt"]
+    );
+    let (code, _) = losscheck(&dir.join("self_hosted_pt"));
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn tokens_between_two_clip_bounds_fail_a_loss_cell_inside_the_rounding_allowance() {
+    // seed 7942 r1 m0 (multi-turn, bf16 log-probs on both sides): the weaver clips at
+    // 1+0.2 where clip_ratio_high is 0.28; two of 21 tokens lie between the bounds and
+    // move the pg term by 2.03e-3, inside the totals' allowance of 1.5e-2, so the loss cell
+    // passed (a miss) while its is_loss cell named the bound
+    let (code, r) = dumpdiff(&novel("multi-turn-clip-band-7942"));
+    assert_eq!(code, Some(1));
+    let c = comparison(&r, "loss", 1, 0, "loss.pg_loss");
+    assert_eq!(c["verdict"], "fail", "{c}");
+    assert!(
+        c["reason"].as_str().unwrap().ends_with(
+            "(the log-probs' rounding allows the difference), but a clip bound differs: 2 of \
+             21 valid tokens lie between the two sides' clip bounds (clip_ratio_high / \
+             clip_ratio_low; read on the weaver's own prob_ratio and advantages) and move \
+             the pg term by 0.00203, the difference of the totals"
+        ),
+        "{c}"
+    );
+    // rank 0 micro 1's one band token of 13 moves it by 1.77e-3: named alike (the truth's
+    // other clip fault there, not required of the loss cell)
+    let c = comparison(&r, "loss", 0, 1, "loss.pg_loss");
+    assert!(
+        c["reason"]
+            .as_str()
+            .unwrap()
+            .contains("1 of 13 valid tokens lie between"),
+        "{c}"
+    );
+}
+
+#[test]
+fn the_aggregation_of_a_cell_whose_terms_are_all_zero_is_said_cannot_judge() {
+    // seed 7626 r0 m0: every advantage the weaver's loss mask keeps is 0, so NexRL's mean
+    // and verl's seq-mean-token-sum (the sides' modes by construction) give the same pg
+    // term 0; the cell fails on its mask (verl's rejection sampling). The aggregation left
+    // no trace, and the cell now says it cannot be judged there
+    let (_, r) = dumpdiff(&novel("zero-adv-agg-7626"));
+    for sec in ["loss", "is_loss"] {
+        let c = cell(&r, sec, 0, 0);
+        assert_eq!(c["verdict"], "fail", "{c}");
+        assert!(
+            c["reason"].as_str().unwrap().contains(
+                "; cannot judge the aggregation (loss_agg_mode) on this cell: the weaver's \
+                 own elementwise_loss is 0 on all 16 tokens its loss mask keeps (zero \
+                 advantages), and every reduction of its pg term gives 0"
+            ),
+            "{sec} {c}"
+        );
+    }
+    // a cell with advantages does not say it
+    assert!(!cell(&r, "is_loss", 0, 1)
+        .to_string()
+        .contains("cannot judge the aggregation"));
+}
+
+#[test]
+fn a_ratio_level_tie_is_said_in_the_flagged_cells_it_concerns() {
+    // seed 9038: GSPO configured, no self-hosted old log-probs (ratio 1, no level shown);
+    // the weaver's prob_ratio is GSPO-shaped in rank 0 micro 0 and a token ratio in micro 1
+    // (the truth's fault). One against one: which departs cannot be told, and the tie was
+    // said only in the section's notes, so the flagged cells named no ratio level
+    let (_, r) = dumpdiff(&novel("ratio-level-tie-9038"));
+    for micro in [0, 1] {
+        let c = cell(&r, "is_loss", 0, micro);
+        assert_eq!(c["verdict"], "warn", "{c}");
+        assert!(
+            c["reason"].as_str().unwrap().contains(
+                "(ratio level: cannot judge — weaver's prob_ratio is constant along each row \
+                 (GSPO's sequence ratio) in rank 0 micro 0 and varies (a token ratio) in \
+                 rank 0 micro 1"
+            ),
+            "{c}"
+        );
+    }
+}
+
+#[test]
+fn a_weaver_aggregation_read_off_its_own_pg_term_survives_its_loss_scale() {
+    // seed 7947 r0 m0 (multi-turn): verl's seq-mean-token-sum on the weaver beside NexRL's
+    // mean, totals scaled by micro rows / 36, an unstated KL term on the self-hosted side.
+    // The weaver's pg_loss is its own seq-mean-token-sum to 1e-8 and the mean 6.5e-5 away:
+    // the reading asked 100 times a tolerance of 1e-5 of a term and said nothing, and the
+    // unscaled totals then passed as equal (the cause unnamed)
+    let (_, r) = dumpdiff(&novel("multi-turn-agg-scaled-7947"));
+    for sec in ["loss", "is_loss"] {
+        let c = comparison(&r, sec, 0, 0, &format!("{sec}.loss"));
+        assert_eq!(c["verdict"], "warn", "{c}");
+        let why = c["reason"].as_str().unwrap();
+        assert!(
+            why.contains(
+                "; and the aggregation differs: the weaver's pg_loss -0.002207 is the \
+                 seq-mean-token-sum of its own elementwise_loss"
+            ),
+            "{sec} {why}"
+        );
+        assert!(
+            why.contains("they agree within the room the comparison allows"),
+            "{why}"
+        );
+        assert!(why.contains("cannot judge which side is wrong"), "{why}");
+    }
 }

@@ -199,17 +199,6 @@ fn every_committed_real_seed_gives_what_its_truth_says() {
             "real-novel-weight-beside-kl-7213",
             "real-novel-weight-beside-kl-7213: (\"loss\", 1, 3) fails where truth cannot judge",
         ),
-        // losscheck reads the summed weaver total beside batch-normalised weights as
-        // "cannot judge" (weights the dump does not hold), truth calls it inconsistent;
-        // dumpdiff names both (real_causes::a_summed_loss_beside_batch_normalised_weights_names_the_aggregation)
-        (
-            "real-novel-sum-beside-batch-norm-9203",
-            "real-novel-sum-beside-batch-norm-9203 weaver_pt: losscheck exit 0",
-        ),
-        (
-            "real-novel-sum-beside-batch-norm-9203",
-            "real-novel-sum-beside-batch-norm-9203 weaver_pt: inconsistent {}, truth [\"is_loss_debug/step_000000_rank0_micro3.pt\"]",
-        ),
     ];
     let mut problems = Vec::new();
     // as benches/score_scenarios.py scores the family: a cell is flagged when it fails or

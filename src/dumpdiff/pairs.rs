@@ -183,8 +183,12 @@ pub(super) fn weaver_cell(
     // Section 4: is_loss_debug against the self-hosted forward_data + old_log_probs.
     if in_is {
         if let (Some(a), Some(b), Some(ch)) = (&a_fwd, &b_is, &chain) {
-            let (cell, alt, weights) =
+            let (cell, alt, weights, band) =
                 sections::is_loss_cell(policy, rank, m, a, (s_loss, w_loss), b, b_ids, ch, &memo);
+            // tokens between two clip bounds explain the totals' difference (seed 7942)
+            if let (Some(band), Some((loss, _))) = (band, out.loss.as_mut()) {
+                sections::note_clip_band(loss, &band);
+            }
             out.is_loss = Some((cell, alt));
             out.weights = weights
                 .as_ref()
@@ -200,6 +204,8 @@ pub(super) fn weaver_cell(
         if let (Some((loss, _)), Some((is_loss, _))) = (out.loss.as_mut(), out.is_loss.as_mut()) {
             sections::clip_fractions(loss, is_loss);
             sections::note_rejection(loss, is_loss);
+            sections::agg_unseen_in_loss(loss, is_loss);
+            sections::agg_in_loss(loss, is_loss);
         }
     }
     if let Some(ch) = &chain {

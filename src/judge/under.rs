@@ -106,6 +106,15 @@ fn judge_settled(cell: &Cell, resolved: &infer::Resolved, tol: &Tolerance) -> Re
         if let Some(w) = one_cell_scale(cell, resolved, tol)? {
             return Ok(w);
         }
+        // every per-token value follows the step's conventions and only the pg term's
+        // reduction differs (a sum where the step settled a mean): no picture of the
+        // cell's own may call its weights unseen (seed 7879, one row under TIS)
+        if v.first_divergence.is_none()
+            && v.differs.iter().any(|d| d == "aggregation")
+            && sum_not_settled_mode(cell, resolved)
+        {
+            return Ok(v);
+        }
         // per-token weights the dump does not hold, under the step's policy loss or
         // under a real producer's clip bound / ratio level of the cell's own
         if let Some(w) = unseen_weights(cell, &resolved.cfg, &v, tol, lone)? {
@@ -352,6 +361,33 @@ fn own_sum(cell: &Cell, mut v: Verdict) -> Verdict {
         v.own_sum = true;
     }
     v
+}
+
+/// Whether the step's cells settled its pg aggregation (read or inferred, not the preset's)
+/// and this cell's dumped `pg_loss` is not that mode's reduction of its own dumped
+/// `elementwise_loss`: then a pg term that is their plain sum ([`own_sum`]) is no mode of
+/// the step's, even on one row, where verl's seq-mean-token-sum is the sum too.
+fn sum_not_settled_mode(cell: &Cell, resolved: &infer::Resolved) -> bool {
+    let settled = resolved
+        .conventions
+        .iter()
+        .any(|c| c.name == "agg" && c.source != Source::Preset);
+    let (Some(el), Some(pg)) = (
+        cell.per_token.as_ref(),
+        cell.record.as_ref().and_then(|r| r.pg_loss),
+    ) else {
+        return false;
+    };
+    let Ok(m) = to_f64_vec(&cell.inputs.mask) else {
+        return false;
+    };
+    let (b, t) = cell.dims();
+    if !settled || m.len() != b * t || el.len() != m.len() {
+        return false;
+    }
+    let w = weights(&m, b, t, resolved.cfg.agg);
+    let own = reduce(el, &w);
+    (pg - own).abs() > f32_compute(el, &w, 4.0) + 4.0 * 2f64.powi(-24) * own.abs() + 1e-9
 }
 
 /// A consistent cell of a one-cell step whose entropy or KL coefficient was fitted to its

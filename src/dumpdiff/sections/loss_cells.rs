@@ -18,7 +18,7 @@ pub fn is_loss_cell(
     b_ids: Option<&Tensors<'_>>,
     ch: &Chain,
     memo: &StatsMemo<'_>,
-) -> (Cell, Option<SequenceAlt>, Option<Weights>) {
+) -> (Cell, Option<SequenceAlt>, Option<Weights>, Option<ClipBand>) {
     pub(super) const S: &str = "is_loss";
     let lp_a = a_fwd.mat(Field::LogProbs);
     let mask_a = a_fwd.mat(Field::ResponseMask);
@@ -235,6 +235,7 @@ pub fn is_loss_cell(
         )),
     }
     name_clip_bound(&mut out, other_conv, conv);
+    let band = clip_band(b_is, conv, other_conv, ch.agg);
     clip_bound_blurred(&mut out, blurred.as_ref().map(|b| b.1.as_str()));
     match (a_loss.filter(|l| l.has(Field::Loss)), b_is.record()) {
         (Some(x), y) if y.has(Field::Loss) => out.extend(ctx.scalar_predicted(
@@ -257,7 +258,9 @@ pub fn is_loss_cell(
     );
     if weights.is_none() {
         super::tis::agg_beside_mask(&mut out, &agg);
+        super::tis::agg_in_total(&mut out, &agg);
     }
+    let unseen_agg = super::tis::agg_unseen(b_is);
     if let Some(w) = &weights {
         if let Weights::Unseen(why) = w {
             cannot_judge(&mut out, &["is_loss.elementwise_loss"], why);
@@ -282,10 +285,12 @@ pub fn is_loss_cell(
         }
         a
     });
+    super::tis::note_agg_unseen(&mut out, unseen_agg.as_deref());
     (
         cell(Some(rank), Some(micro), Some(row_summary(&rows)), out),
         alt,
         weights,
+        band,
     )
 }
 

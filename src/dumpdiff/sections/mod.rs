@@ -36,6 +36,7 @@ use crate::model::tree::{DumpFile, DumpTree, Kind};
 use crate::tensor::{DType, Tensor};
 
 mod cells;
+mod clip_band;
 mod clip_fraction;
 mod elem_loss;
 mod engine;
@@ -53,6 +54,8 @@ mod tis;
 mod weights;
 
 pub use cells::*;
+use clip_band::clip_band;
+pub use clip_band::{note_clip_band, ClipBand};
 pub use clip_fraction::{clip_fractions, clip_fractions_by_level, clip_fractions_settled};
 use clip_fraction::{dual_read, range_words};
 pub use engine::*;
@@ -65,6 +68,6 @@ use surrogate::{
     clip_bound_blurred, confirmed, elem_convention, name_clip_bound, own_convention,
     own_convention_dumped, sequence_alt, ElemLoss,
 };
-pub use tis::{note_rejection, rejection_elsewhere};
+pub use tis::{agg_in_loss, agg_unseen_in_loss, note_rejection, rejection_elsewhere, OWN_AGG};
 use tis::{tis_fit, Tis};
 pub use weights::{mask_moves_totals, masks_differ, own_sum_fails, totals_cannot_judge, Weights};

@@ -367,7 +367,7 @@ fn pg_scale(ratio: &Mat, adv: &Mat, mask: Option<&Mat>) -> f64 {
 
 /// The per-token terms `conv(r, A)` at the valid positions of `mask` (all without one),
 /// row after row, with each row's count; `None` when one is not finite.
-fn valid_terms(
+pub(super) fn valid_terms(
     conv: ElemLoss,
     ratio: &Mat,
     adv: &Mat,
@@ -499,11 +499,23 @@ pub fn settle_ratio_level(cells: &mut [(Cell, Option<SequenceAlt>)]) -> Option<S
                 ids(false)
             );
             for (cell, alt) in cells.iter_mut() {
-                if let Some(alt) = alt.take().filter(|a| a.shaped == Some(true)) {
-                    rework(cell, |comparisons| {
-                        replace_by_name(comparisons, alt.comparisons)
-                    });
-                }
+                let Some(alt) = alt.take().filter(|a| a.shaped.is_some()) else {
+                    continue;
+                };
+                rework(cell, |comparisons| {
+                    if alt.shaped == Some(true) {
+                        replace_by_name(comparisons, alt.comparisons);
+                    }
+                    // a cell flagged for another reason says its level is in doubt too
+                    // (seed 9038: one GSPO-shaped cell, one token-shaped, no self-hosted
+                    // ratio to tell)
+                    for c in comparisons
+                        .iter_mut()
+                        .filter(|c| c.verdict >= Verdict::Warn)
+                    {
+                        c.reason = format!("{} ({note})", c.reason);
+                    }
+                });
             }
             return Some(note);
         }

@@ -90,7 +90,8 @@ fn is_loss_case(ratio_b1: Option<f64>) -> (Cell, Chain) {
     let (a_fwd, b_is) = (Tensors::new(&a_fwd), Tensors::new(&b_is));
     let ch = chain_with_old(&policy, rows(&[&old]), &a_fwd, &b_is);
     let memo = StatsMemo::new(Some(&ch), None);
-    let (cell, _, _) = is_loss_cell(&policy, 0, 0, &a_fwd, (None, None), &b_is, None, &ch, &memo);
+    let (cell, _, _, _) =
+        is_loss_cell(&policy, 0, 0, &a_fwd, (None, None), &b_is, None, &ch, &memo);
     (cell, ch)
 }
 

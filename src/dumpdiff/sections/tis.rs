@@ -244,9 +244,18 @@ fn own_aggregation(
         .filter(|m| (of(*m) - loss).abs() <= tol)
         .collect();
     let &w = close.first()?;
+    // a `pg_loss` holds no other term: an f32 reduction of the same f32 values lands within
+    // a few 1e-7 of a term, so a mode 10·tol and 1000 times its own error away is apart
+    // (seed 7947: verl's seq-mean-token-sum to 1e-8, NexRL's mean 6.5e-5 away); the `loss`
+    // carries its entropy or KL term, up to tol, and keeps 100·tol
+    let best = (of(w) - loss).abs();
+    let apart = match what {
+        "pg_loss" => (10.0 * tol).max(1000.0 * best),
+        _ => 100.0 * tol,
+    };
     if modes
         .iter()
-        .any(|m| !close.contains(m) && (of(*m) - loss).abs() <= 100.0 * tol)
+        .any(|m| !close.contains(m) && (of(*m) - loss).abs() <= apart)
     {
         return None;
     }
@@ -284,6 +293,124 @@ pub(super) fn agg_beside_mask(out: &mut [Comparison], agg: &str) {
         if !agg.is_empty() && c.name == "is_loss.effective_valid" && c.verdict == Verdict::Fail {
             c.reason.push_str(agg);
         }
+    }
+}
+
+/// What [`agg_in_total`] writes before the aggregation's words on a total it fails.
+const AGG_IN_TOTAL: &str = " (the log-probs' rounding allows the totals' difference), but ";
+
+/// The words of an aggregation read off the weaver's own pg term and per-token loss
+/// ([`agg_note`]): a later pass that rescales the totals leaves a total naming it alone
+/// (no scale moves that reduction: seed 7947).
+pub const OWN_AGG: &str = "the aggregation differs: the weaver's ";
+
+/// A `loss` cell (section 3) whose `is_loss` total names the weaver's own aggregation
+/// ([`agg_in_total`], [`agg_note`]): the same words join its flagged totals (`loss.loss`,
+/// `loss.pg_loss`) that do not say it yet — the weaver's `pg_loss` is this cell's file.
+pub fn agg_in_loss(loss: &mut Cell, is_loss: &Cell) {
+    const TOTALS: [&str; 2] = ["loss.loss", "loss.pg_loss"];
+    let wants = |c: &Comparison| {
+        c.verdict >= Verdict::Warn
+            && TOTALS.contains(&c.name.as_str())
+            && !c.reason.contains(OWN_AGG)
+    };
+    if !loss.comparisons.iter().any(wants) {
+        return;
+    }
+    let Some(note) = is_loss.comparisons.iter().find_map(|c| {
+        let why = &c.reason[c.reason.find(OWN_AGG)?..];
+        let end = ["; unscaled", " — "]
+            .iter()
+            .filter_map(|k| why.find(k))
+            .min()
+            .unwrap_or(why.len());
+        (c.name == "is_loss.loss").then(|| why[..end].to_string())
+    }) else {
+        return;
+    };
+    rework(loss, |out| {
+        for c in out.iter_mut().filter(|c| wants(c)) {
+            c.reason = format!("{}; and {note}", c.reason);
+        }
+    });
+}
+
+/// `is_loss.loss` in a cell without importance weights whose other side's own total is
+/// another reduction of its own per-token loss ([`agg_note`], `agg`): failed with it even
+/// when the totals' difference is within the allowance the log-probs' rounding gives
+/// (seed 7865: a summed pg term of two rows inside a bf16 allowance twice its size) — the
+/// reduction is read from that side's own dumped values, which no rounding moves.
+pub(super) fn agg_in_total(out: &mut [Comparison], agg: &str) {
+    let Some(why) = agg.strip_prefix("; and ") else {
+        return;
+    };
+    for c in out.iter_mut() {
+        if c.name != "is_loss.loss" || c.reason.contains(why) {
+            continue;
+        }
+        if c.verdict == Verdict::Pass {
+            c.verdict = Verdict::Fail;
+            c.reason = format!("{}{AGG_IN_TOTAL}{why}", c.reason);
+        } else if c.verdict >= Verdict::Warn {
+            c.reason.push_str(agg);
+        }
+    }
+}
+
+/// The words a flagged cell gains when the other side's own dumped `elementwise_loss` is 0
+/// on every token its own loss mask keeps (all advantages zero, or no token kept): every
+/// reduction of its pg term gives 0, so the aggregation leaves no trace there to judge
+/// (seeds 7414, 7626, 7654: NexRL's mean beside verl's seq-mean-token-sum; 9227: a summed
+/// pg term of a cell whose kept tokens carry no advantage). `None` otherwise.
+pub(super) fn agg_unseen(b_is: &Tensors<'_>) -> Option<String> {
+    let el = b_is.mat(Field::ElementwiseLoss)?;
+    let mask = b_is.mat(Field::EffectiveMask);
+    let mut kept = 0usize;
+    for row in 0..el.rows {
+        for p in valid_positions(mask.as_deref(), el.rows, el.width, row) {
+            if el.get(row, p)? != 0.0 {
+                return None;
+            }
+            kept += 1;
+        }
+    }
+    let what = if kept == 0 {
+        "the weaver's loss mask keeps no token of this cell".to_string()
+    } else {
+        format!(
+            "the weaver's own elementwise_loss is 0 on all {} its loss mask keeps (zero \
+             advantages)",
+            crate::fmt::plural(kept, "token")
+        )
+    };
+    Some(format!(
+        "; cannot judge the aggregation (loss_agg_mode) on this cell: {what}, and every \
+         reduction of its pg term gives 0"
+    ))
+}
+
+/// [`agg_unseen`]'s words (`note`) on each flagged comparison of `out`.
+pub(super) fn note_agg_unseen(out: &mut [Comparison], note: Option<&str>) {
+    let Some(note) = note else { return };
+    for c in out.iter_mut().filter(|c| c.verdict >= Verdict::Warn) {
+        c.reason.push_str(note);
+    }
+}
+
+/// A flagged `loss` cell (section 3) whose `is_loss` cell found the aggregation left no
+/// trace ([`agg_unseen`]): the same words join its reason.
+pub fn agg_unseen_in_loss(loss: &mut Cell, is_loss: &Cell) {
+    const KEY: &str = "; cannot judge the aggregation (loss_agg_mode) on this cell";
+    if loss.verdict < Verdict::Warn || loss.reason.contains(KEY) {
+        return;
+    }
+    const END: &str = "gives 0";
+    let note = is_loss.comparisons.iter().find_map(|c| {
+        let at = &c.reason[c.reason.find(KEY)?..];
+        Some(at[..at.find(END)? + END.len()].to_string())
+    });
+    if let Some(note) = note {
+        append_note(loss, &note);
     }
 }
 
