@@ -430,16 +430,18 @@ pub fn failing_in_is_loss(sections: &[crate::dumpdiff::Section], name: &str) -> 
 /// (`is_loss.advantages` fails): the allowance bounds what rounding of inputs that agree
 /// can do, and these inputs do not agree. Returns the cells changed.
 pub fn totals_over_differing_inputs(sections: &mut [crate::dumpdiff::Section]) -> Vec<(u32, u32)> {
-    // the advantages, or the ratio level (a token ratio where the step's cells use GSPO's:
-    // seed 7208's total moved within the 16-bit allowance)
-    let differing: Vec<((u32, u32), &str)> = [
+    // the advantages, the ratio level (a token ratio where the step's cells use GSPO's:
+    // seed 7208's total moved within the 16-bit allowance), or the old log-probs (stale
+    // ones: seed 8321's totals 19 % apart inside a bf16 allowance of 0.016)
+    let differing: Vec<((u32, u32), &str, &str)> = [
         ("is_loss.advantages", "the cell's advantages differ"),
         ("is_loss.ratio_level", "the sides' ratio levels differ"),
+        ("is_loss.old_log_probs", "the cell's old log-probs differ"),
     ]
     .into_iter()
     .flat_map(|(name, what)| {
         let cells = failing_in_is_loss(sections, name);
-        cells.into_iter().map(move |k| (k, what))
+        cells.into_iter().map(move |k| (k, what, name))
     })
     .collect();
     let mut changed = Vec::new();
@@ -448,17 +450,12 @@ pub fn totals_over_differing_inputs(sections: &mut [crate::dumpdiff::Section]) -
         .filter(|s| s.name == "loss" || s.name == "is_loss")
     {
         for c in sec.cells.iter_mut() {
-            let Some((key, what)) = c
+            let Some((key, what, name)) = c
                 .rank
                 .zip(c.micro)
                 .and_then(|k| differing.iter().find(|d| d.0 == k).copied())
             else {
                 continue;
-            };
-            let name = if what.contains("advantages") {
-                "is_loss.advantages"
-            } else {
-                "is_loss.ratio_level"
             };
             let mut any = false;
             rework(c, |comparisons| {

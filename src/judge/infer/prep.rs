@@ -278,14 +278,14 @@ pub(super) fn pg_rival(
     tol: &Tolerance,
 ) -> Option<(AggMode, usize)> {
     let hit = |p: &Prep, m: AggMode, e: bool| explains_term(p, m, tol, e).0 > 0;
-    // no term of any cell, pg or entropy, tells the two apart (rows of one token, terms
-    // all 0): the order of the candidates chose, and a total-only cell may tell
+    // no pg term of any cell tells the two apart (rows of one token, terms all 0): the
+    // order of the candidates chose, and a total-only cell may tell. An entropy term does
+    // not tell the pg term's mode: NexRL reduces it by token-mean whatever the mode (seed
+    // 8372: one zero-advantage cell's entropy "settled" token-mean)
     let alike = |m: AggMode| {
-        preps.iter().all(|p| {
-            [false, true]
-                .iter()
-                .all(|e| hit(p, m, *e) == hit(p, chosen, *e))
-        })
+        preps
+            .iter()
+            .all(|p| hit(p, m, false) == hit(p, chosen, false))
     };
     candidates
         .iter()
