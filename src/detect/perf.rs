@@ -1,7 +1,7 @@
 //! Throughput and memory: step-time spikes and trends (first-step compile time kept
 //! apart) and steady memory growth.
 
-use super::{median, spikes, Context, Detector, Finding, Severity};
+use super::{median_in_place, spikes, Context, Detector, Finding, Severity};
 use crate::frames::log::frame::LogFrame;
 
 /// Seconds per step: `step_time`, else `1 / it_per_sec`, else timestamp deltas.
@@ -86,8 +86,9 @@ impl Detector for Slowdown {
         let mut out = Vec::new();
         let first = s[0];
         let rest = &s[1..];
-        let rest_vals: Vec<f64> = rest.iter().map(|(_, v)| *v).collect();
-        let med_rest = median(&rest_vals).unwrap_or(f64::NAN);
+        // Selected in place: `lower_quartile` below reads the values in any order.
+        let mut rest_vals: Vec<f64> = rest.iter().map(|(_, v)| *v).collect();
+        let med_rest = median_in_place(&mut rest_vals).unwrap_or(f64::NAN);
         // rows written in one burst (a tracker file replayed, a generator) are milliseconds
         // apart: their timestamps say nothing about how long a step took
         if how == "timestamp deltas" && med_rest < 0.01 {
