@@ -634,7 +634,7 @@ mod tests {
         let n = 4 * BLOCK_ROWS + 3;
         let cell = |i: usize| -> Option<f64> {
             match i / BLOCK_ROWS {
-                1 if i % 3 == 0 => None,
+                1 if i.is_multiple_of(3) => None,
                 2 => Some(4.0),
                 _ => Some((i * i) as f64 * 0.1),
             }
