@@ -1,7 +1,7 @@
 //! Completion and group signatures: dead groups (zero reward std), truncation, empty
 //! completions.
 
-use super::{median, Context, Detector, Finding, Severity};
+use super::{median_in_place, Context, Detector, Finding, Severity};
 use crate::frames::log::frame::LogFrame;
 
 /// `--dead-groups`: many groups with identical rewards (zero std) give no signal.
@@ -127,7 +127,7 @@ impl DeadGroups {
                 on_rest.push(g);
             }
         }
-        if let (Some(a), Some(b)) = (median(&on_dead), median(&on_rest)) {
+        if let (Some(a), Some(b)) = (median_in_place(&mut on_dead), median_in_place(&mut on_rest)) {
             finding = finding
                 .num("median_grad_norm_on_dead_steps", a)
                 .num("median_grad_norm_on_other_steps", b);

@@ -1,7 +1,7 @@
 //! Policy-divergence signatures: KL explosion, negative k3 KL (a sign bug), entropy
 //! collapse, and trainer/rollout log-prob mismatch.
 
-use super::{median, runs, spikes, Context, Detector, Finding, Severity, G};
+use super::{median, median_in_place, runs, spikes, Context, Detector, Finding, Severity, G};
 
 /// `--kl-explosion`: kl above an absolute bound or far above its recent median.
 pub struct KlExplosion;
@@ -60,8 +60,9 @@ impl Detector for KlExplosion {
             .map(|(_, v)| *v)
             .filter(|v| v.is_finite())
             .fold(f64::MIN, f64::max);
-        let med = median(
-            &s.iter()
+        let med = median_in_place(
+            &mut s
+                .iter()
                 .map(|(_, v)| *v)
                 .filter(|v| v.is_finite())
                 .collect::<Vec<_>>(),

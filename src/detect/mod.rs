@@ -551,7 +551,15 @@ pub(crate) fn median(xs: &[f64]) -> Option<f64> {
     if xs.is_empty() {
         return None;
     }
-    let mut v = xs.to_vec();
+    median_in_place(&mut xs.to_vec())
+}
+
+/// [`median`] of values the caller no longer needs in their order: selected in place,
+/// without the copy (a long log's copy is fresh pages the kernel clears).
+pub(crate) fn median_in_place(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
     let n = v.len();
     let (below, mid, _) = v.select_nth_unstable_by(n / 2, |a, b| a.total_cmp(b));
     let mid = *mid;
@@ -622,6 +630,12 @@ mod tests {
             };
             assert_eq!(
                 median(&xs[..n]).map(f64::to_bits),
+                Some(want.to_bits()),
+                "n {n}"
+            );
+            let mut reversed: Vec<f64> = xs[..n].iter().rev().copied().collect();
+            assert_eq!(
+                median_in_place(&mut reversed).map(f64::to_bits),
                 Some(want.to_bits()),
                 "n {n}"
             );

@@ -1,7 +1,7 @@
 //! Throughput and memory: step-time spikes and trends (first-step compile time kept
 //! apart) and steady memory growth.
 
-use super::{median, spikes, Context, Detector, Finding, Severity};
+use super::{median_in_place, spikes, Context, Detector, Finding, Severity};
 use crate::frames::log::frame::LogFrame;
 
 /// Seconds per step: `step_time`, else `1 / it_per_sec`, else timestamp deltas.
@@ -34,11 +34,18 @@ pub fn step_times(f: &LogFrame) -> (Vec<(i64, f64)>, &'static str) {
 fn lower_quartile(xs: &[f64]) -> f64 {
     let mut v: Vec<f64> = Vec::with_capacity(xs.len());
     v.extend(xs.iter().copied().filter(|x| x.is_finite()));
+    lower_quartile_in_place(&mut v)
+}
+
+/// [`lower_quartile`] of values the caller no longer needs: its finite ones kept and
+/// selected in place, without the copy.
+fn lower_quartile_in_place(v: &mut Vec<f64>) -> f64 {
+    v.retain(|x| x.is_finite());
     if v.is_empty() {
         return f64::NAN;
     }
     let k = (v.len() - 1) / 4;
-    super::nth_sorted(&mut v, k).unwrap_or(f64::NAN)
+    super::nth_sorted(v, k).unwrap_or(f64::NAN)
 }
 
 /// Steps at which an evaluation or a checkpoint save happened: evaluation records in the
@@ -86,8 +93,9 @@ impl Detector for Slowdown {
         let mut out = Vec::new();
         let first = s[0];
         let rest = &s[1..];
-        let rest_vals: Vec<f64> = rest.iter().map(|(_, v)| *v).collect();
-        let med_rest = median(&rest_vals).unwrap_or(f64::NAN);
+        // Selected in place: the lower quartile below reads the values in any order.
+        let mut rest_vals: Vec<f64> = rest.iter().map(|(_, v)| *v).collect();
+        let med_rest = median_in_place(&mut rest_vals).unwrap_or(f64::NAN);
         // rows written in one burst (a tracker file replayed, a generator) are milliseconds
         // apart: their timestamps say nothing about how long a step took
         if how == "timestamp deltas" && med_rest < 0.01 {
@@ -119,7 +127,7 @@ impl Detector for Slowdown {
             .collect();
         // Sustained: even the faster steps afterwards (lower quartile) are that slow.
         if slower_than_first.len() >= 2
-            && lower_quartile(&rest_vals) > cf * first.1
+            && lower_quartile_in_place(&mut rest_vals) > cf * first.1
             && first.1 <= cf * med_rest
         {
             let worst =
@@ -350,5 +358,35 @@ impl Detector for MemGrowth {
         .num("last_gb", last)
         .num("growth_frac", growth)
         .num("gb_per_1000_steps", (last - first) / span * 1000.0)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// In place, with non-finite values among them and in any order, the lower quartile
+    /// is the copy's, bit for bit.
+    #[test]
+    fn lower_quartile_in_place_equals_the_copy() {
+        let xs = [
+            3.0,
+            f64::NAN,
+            -0.0,
+            1.0,
+            0.0,
+            f64::INFINITY,
+            1.0,
+            -2.5,
+            7.0,
+            0.5,
+            9.0,
+        ];
+        for n in 0..=xs.len() {
+            let want = lower_quartile(&xs[..n]);
+            let mut v: Vec<f64> = xs[..n].iter().rev().copied().collect();
+            let got = lower_quartile_in_place(&mut v);
+            assert_eq!(got.to_bits(), want.to_bits(), "n {n}");
+        }
     }
 }

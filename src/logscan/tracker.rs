@@ -24,26 +24,22 @@ pub fn read_tracker(
     // Batches in flight: the reader runs at most this far ahead of the fold.
     const QUEUE: usize = 4;
     let mut gmap: Vec<u32> = Vec::new();
-    let mut ids: Vec<(u32, f64)> = Vec::new();
-    let mut fold = |batch: &RowBatch| {
+    // The batch's key ids become the builder's in place (the batch goes back to the
+    // reader, which clears it): no copy of each row's fields.
+    let mut fold = |batch: &mut RowBatch| {
         for name in &batch.new_keys {
             let k = trackers::canonical_key(builder.aliases(), name);
             gmap.push(builder.intern(&k));
         }
+        for f in &mut batch.fields {
+            f.0 = gmap.get(f.0 as usize).copied().unwrap_or(u32::MAX);
+        }
         let mut at = 0usize;
         for h in &batch.rows {
             let n = h.fields as usize;
-            ids.clear();
-            ids.extend(
-                batch
-                    .fields
-                    .get(at..at + n)
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|&(k, v)| (gmap.get(k as usize).copied().unwrap_or(u32::MAX), v)),
-            );
+            let fields = batch.fields.get(at..at + n).unwrap_or_default();
             at += n;
-            builder.push_ids(h.step, h.timestamp, h.source, &ids);
+            builder.push_ids(h.step, h.timestamp, h.source, fields);
         }
     };
     // Inside a rayon worker (a caller scanning in parallel), read on this thread: a
@@ -55,8 +51,8 @@ pub fn read_tracker(
             path,
             input,
             run,
-            &mut |b| {
-                fold(&b);
+            &mut |mut b| {
+                fold(&mut b);
                 Some(b)
             },
             configs,
@@ -80,8 +76,8 @@ pub fn read_tracker(
                 configs,
             )
         });
-        for b in rx {
-            fold(&b);
+        for mut b in rx {
+            fold(&mut b);
             let _ = back_tx.try_send(b);
         }
         match reader.join() {

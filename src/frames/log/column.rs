@@ -276,6 +276,8 @@ impl Column {
             len: self.len,
             b: 0,
             k: 0,
+            run: &[],
+            run_row: 0,
         }
     }
 
@@ -369,6 +371,11 @@ pub struct Present<'a> {
     len: usize,
     b: usize,
     k: usize,
+    /// The rest of a dense block whose cells are all present, handed out one by one
+    /// before block `b` (a long log's metric is mostly such blocks).
+    run: &'a [f64],
+    /// The row of `run`'s first value.
+    run_row: usize,
 }
 
 /// The first set bit at or after `from` and below `n`.
@@ -394,13 +401,37 @@ impl Iterator for Present<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<(usize, f64)> {
+        if let Some((&v, rest)) = self.run.split_first() {
+            self.run = rest;
+            self.run_row += 1;
+            return Some((self.run_row - 1, v));
+        }
+        self.next_block_cell()
+    }
+}
+
+impl<'a> Present<'a> {
+    /// The next present cell from block `b`, offset `k` on; a dense block with every cell
+    /// present becomes the `run` after its first cell.
+    fn next_block_cell(&mut self) -> Option<(usize, f64)> {
         loop {
             let base = self.b * BLOCK_ROWS;
             if base >= self.len {
                 return None;
             }
-            let blk = self.blocks.get(self.b)?;
+            let blk: &'a Block = self.blocks.get(self.b)?;
             let n = (self.len - base).min(BLOCK_ROWS);
+            if let (Bits::All, Vals::Dense(d)) = (&blk.bits, &blk.vals) {
+                let first = self.k;
+                self.b += 1;
+                self.k = 0;
+                if let Some((&v, rest)) = d.get(first..n).and_then(<[f64]>::split_first) {
+                    self.run = rest;
+                    self.run_row = base + first + 1;
+                    return Some((base + first, v));
+                }
+                continue;
+            }
             let found = match &blk.bits {
                 Bits::None => None,
                 Bits::All => (self.k < n).then_some(self.k),
@@ -594,6 +625,30 @@ mod tests {
         let present: Vec<usize> = c.present().map(|(i, _)| i).collect();
         let expect: Vec<usize> = (0..n).filter(|&i| cell(i).is_some()).collect();
         assert_eq!(present, expect);
+    }
+
+    #[test]
+    fn present_cells_of_dense_full_blocks_come_in_row_order() {
+        // Dense blocks with every cell present (handed out as runs) around a block with
+        // holes, a constant block and a partial last block.
+        let n = 4 * BLOCK_ROWS + 3;
+        let cell = |i: usize| -> Option<f64> {
+            match i / BLOCK_ROWS {
+                1 if i.is_multiple_of(3) => None,
+                2 => Some(4.0),
+                _ => Some((i * i) as f64 * 0.1),
+            }
+        };
+        let c = Column::from_cells((0..n).map(cell));
+        assert!(matches!(c.blocks[0].bits, Bits::All));
+        assert!(matches!(c.blocks[0].vals, Vals::Dense(_)));
+        let got: Vec<(usize, u64)> = c.present().map(|(i, v)| (i, v.to_bits())).collect();
+        let want: Vec<(usize, u64)> = (0..n)
+            .filter_map(|i| cell(i).map(|v| (i, v.to_bits())))
+            .collect();
+        assert_eq!(got, want);
+        let short = Column::from_cells((0..5).map(|i| Some(i as f64 * 0.3)));
+        assert_eq!(short.present().count(), 5);
     }
 
     #[test]

@@ -126,6 +126,8 @@ pub struct FrameBuilder {
     /// The row a step below the last was last found at: a second file over the same
     /// ascending steps (an MLflow run's next metric file) asks for the row after it.
     revisit: usize,
+    /// (run, step) of the last row made (read per record; the steps are compressed).
+    last: Option<(u32, i64)>,
     timestamps: Column,
     /// Bit `SourceKind as u32` set for each producer that contributed to the row.
     sources: Vec<u32>,
@@ -163,6 +165,7 @@ impl FrameBuilder {
             run: 0,
             rows: None,
             revisit: 0,
+            last: None,
             timestamps: Column::default(),
             sources: Vec::new(),
             canon: vec![Column::default(); n],
@@ -275,6 +278,7 @@ impl FrameBuilder {
     fn new_row(&mut self, step: i64) -> usize {
         let r = self.steps.len();
         self.steps.push(step);
+        self.last = Some((self.run, step));
         self.sources.push(0);
         if self.run > 0 && self.runs.is_empty() {
             self.runs.resize(r, 0);
@@ -309,11 +313,7 @@ impl FrameBuilder {
             return r;
         }
         let n = self.steps.len();
-        let last = self
-            .steps
-            .last()
-            .map(|s| (self.run_at(n.saturating_sub(1)), s));
-        match last {
+        match self.last {
             Some(l) if (run, step) == l => n - 1,
             Some(l) if (run, step) < l => {
                 // Binary search while every row is run 0 (one ascending step list).

@@ -239,59 +239,113 @@ fn row_cells<'a>(
     out: &mut Vec<(usize, f64)>,
     bad: &mut dyn FnMut(String),
 ) -> (Option<i64>, Option<f64>) {
-    let (mut step, mut timestamp) = (None, None);
+    let mut row = (None, None);
     out.clear();
     for (i, (cell, col)) in cells.zip(cols).enumerate() {
-        let cell = cell.trim();
-        if cell.is_empty() {
-            continue;
-        }
-        match col {
-            Col::Step => match parse_step(cell) {
-                Some(s) => step = Some(s),
-                None => bad(format!("step {cell:?} is not an integer")),
-            },
-            Col::Time => timestamp = number(cell),
-            Col::Metric(_) => match number(cell) {
-                Some(v) => out.push((i, v)),
-                None if cell.eq_ignore_ascii_case("true") => out.push((i, 1.0)),
-                None if cell.eq_ignore_ascii_case("false") => out.push((i, 0.0)),
-                None => {}
-            },
-            Col::Skip => {}
-        }
+        take_cell(i, cell, col, &mut row, out, bad);
     }
-    (step, timestamp)
+    row
+}
+
+/// Cell `cell` of column `i` (kind `col`) into the row's (step, time) or its metric cells.
+#[inline]
+fn take_cell(
+    i: usize,
+    cell: &str,
+    col: &Col,
+    (step, timestamp): &mut (Option<i64>, Option<f64>),
+    out: &mut Vec<(usize, f64)>,
+    bad: &mut dyn FnMut(String),
+) {
+    let cell = cell.trim();
+    if cell.is_empty() {
+        return;
+    }
+    match col {
+        Col::Step => match parse_step(cell) {
+            Some(s) => *step = Some(s),
+            None => bad(format!("step {cell:?} is not an integer")),
+        },
+        Col::Time => *timestamp = number(cell),
+        Col::Metric(_) => match number(cell) {
+            Some(v) => out.push((i, v)),
+            None if cell.eq_ignore_ascii_case("true") => out.push((i, 1.0)),
+            None if cell.eq_ignore_ascii_case("false") => out.push((i, 0.0)),
+            None => {}
+        },
+        Col::Skip => {}
+    }
+}
+
+/// [`row_cells`] of a plain line (no quote, no newline): one pass over its bytes. A cell
+/// that starts as a plain number is read by the number parse itself, which must end at the
+/// cell's end (a comma or the line's end): the cell is then that number untrimmed, as
+/// [`take_cell`] reads it; any other cell is cut at its comma and goes to [`take_cell`].
+fn plain_row_cells(
+    line: &str,
+    cols: &[Col],
+    out: &mut Vec<(usize, f64)>,
+    bad: &mut dyn FnMut(String),
+) -> (Option<i64>, Option<f64>) {
+    let mut row = (None, None);
+    out.clear();
+    let b = line.as_bytes();
+    let mut at = 0usize;
+    for (i, col) in cols.iter().enumerate() {
+        let rest = b.get(at..).unwrap_or_default();
+        let fast = match col {
+            Col::Metric(_) => plain_number(rest).map(|(v, n)| {
+                out.push((i, v));
+                n
+            }),
+            Col::Time => plain_number(rest).map(|(v, n)| {
+                row.1 = Some(v);
+                n
+            }),
+            Col::Step => plain_step(rest).map(|(s, n)| {
+                row.0 = Some(s);
+                n
+            }),
+            Col::Skip => None,
+        };
+        let end = match fast {
+            Some(n) => at + n,
+            None => {
+                let end = rest
+                    .iter()
+                    .position(|&c| c == b',')
+                    .map_or(b.len(), |k| at + k);
+                let cell = line.get(at..end).unwrap_or_default();
+                take_cell(i, cell, col, &mut row, out, bad);
+                end
+            }
+        };
+        if end >= b.len() {
+            break;
+        }
+        at = end + 1;
+    }
+    row
+}
+
+/// A plain number cell at the start of `rest` ([`super::json_num::number_prefix`]) ending
+/// at a comma or at the end of `rest`: the value and the cell's length.
+#[inline]
+fn plain_number(rest: &[u8]) -> Option<(f64, usize)> {
+    super::json_num::number_prefix(rest).filter(|&(_, n)| matches!(rest.get(n), None | Some(b',')))
+}
+
+/// A step cell of plain digits at the start of `rest` ([`super::json_num::digits_prefix`])
+/// ending at a comma or at the end of `rest`: the step and the cell's length.
+#[inline]
+fn plain_step(rest: &[u8]) -> Option<(i64, usize)> {
+    super::json_num::digits_prefix(rest).filter(|&(_, n)| matches!(rest.get(n), None | Some(b',')))
 }
 
 /// A cell as a number, as `str::parse` reads it (plain decimals straight from the bytes,
 /// [`super::json_num::fast_number`]; the rest, `inf`, `+1`, `.5`, by `str::parse`).
 fn number(cell: &str) -> Option<f64> {
     super::json_num::fast_number(cell.as_bytes()).or_else(|| cell.parse().ok())
-}
-
-/// The comma-separated cells of a line with no quote (as `str::split(',')` gives them),
-/// each found by a byte loop: cells are short, and a search call per cell costs more.
-struct Cells<'a> {
-    line: &'a str,
-    /// Where the next cell starts; past the line's end once the last was given.
-    at: usize,
-}
-
-impl<'a> Iterator for Cells<'a> {
-    type Item = &'a str;
-
-    fn next(&mut self) -> Option<&'a str> {
-        let b = self.line.as_bytes();
-        let rest = b.get(self.at..)?;
-        let end = rest
-            .iter()
-            .position(|&c| c == b',')
-            .map_or(b.len(), |i| self.at + i);
-        let cell = self.line.get(self.at..end);
-        self.at = end + 1;
-        cell
-    }
 }
 
 /// The rows of plain lines parsed on a worker: line numbers 1-based within the part, key
@@ -349,8 +403,7 @@ fn parse_part(cols: &[Col], b: &[u8]) -> CsvPart {
         p.records += 1;
         p.last_line = n;
         let bad = &mut p.bad;
-        let line = Cells { line: l, at: 0 };
-        let (step, timestamp) = row_cells(line, cols, &mut cells, &mut |m| bad.push((n, m)));
+        let (step, timestamp) = plain_row_cells(l, cols, &mut cells, &mut |m| bad.push((n, m)));
         if step.is_none() || cells.is_empty() {
             continue;
         }

@@ -114,3 +114,42 @@ fn not_utf8_error_names_file_and_line() {
     );
     assert_eq!(rows.len(), 30);
 }
+
+#[test]
+fn plain_cells_read_by_the_number_parse_equal_the_trimmed_cells() {
+    // Cells the number parse reads to their comma, cells it stops inside (an exponent
+    // without digits, a space, a second dot), and step cells around the 18 digits the
+    // plain step takes: each as the `csv` crate's cells read through `str::parse`.
+    let text = b"step,loss,kl,time\n\
+        0012,1e5,-2.5e-3,1700000000.25\n\
+        1,1e,1.,-\n\
+        2,1.5 ,-.5,NaN\n\
+        3, 7,1.2.3,00012\n\
+        123456789012345678,0.6000000000000001,-0,1e400\n\
+        1234567890123456789,9,8,7\n\
+        -5,+1,.5,inf\n\
+        6,12345678901234567890123,0.1000000000000000055511151231257827,nan\n\
+        7,true,FALSE,\n";
+    let (res, stats, names, rows) = same_at_every_size(text);
+    assert_eq!(res, "ok");
+    assert_eq!(names, ["loss", "kl"]);
+    let steps: Vec<Option<i64>> = rows.iter().map(|r| r.0).collect();
+    assert_eq!(
+        steps,
+        [
+            Some(12),
+            Some(1),
+            Some(2),
+            Some(3),
+            Some(123456789012345678),
+            Some(1234567890123456789),
+            Some(-5),
+            Some(6),
+            Some(7)
+        ]
+    );
+    assert_eq!(rows[0].1, Some(1700000000.25f64.to_bits()));
+    assert_eq!(rows[0].3[0].1, 1e5f64.to_bits());
+    assert_eq!(rows[1].3.len(), 1, "{:?}", rows[1]);
+    assert!(!stats.contains("bad_lines: [("), "{stats}");
+}

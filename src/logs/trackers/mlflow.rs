@@ -124,6 +124,21 @@ fn parse_part(b: &[u8]) -> Part {
             None => (rest, &b""[..]),
         };
         rest = after;
+        if let Some((ts, v, step)) = plain_line(raw) {
+            p.lines += 1;
+            p.bytes += raw.len() as u64;
+            p.non_finite += (!v.is_finite()) as u64;
+            p.fields.push((0, v));
+            p.heads.push(RowHead {
+                step: Some(step),
+                timestamp: Some(ts / 1000.0),
+                source: SourceKind::Mlflow,
+                line: p.lines,
+                fields: 1,
+            });
+            p.has_row = true;
+            continue;
+        }
         let Ok(line) = std::str::from_utf8(raw) else {
             p.not_utf8 = true;
             break;
@@ -176,6 +191,21 @@ fn parse_part(b: &[u8]) -> Part {
         p.has_row = true;
     }
     p
+}
+
+/// A whole line `timestamp value step\n` of plain numbers, one space apart (nearly every
+/// line MLflow writes): its numbers as the general parse in [`parse_part`] reads them, from
+/// the bytes ([`super::json_num::number_prefix`], plain digits for the step); `None` for
+/// any other line, which the general parse then reads.
+#[inline]
+fn plain_line(raw: &[u8]) -> Option<(f64, f64, i64)> {
+    use super::json_num::{digits_prefix, number_prefix};
+    let (ts, a) = number_prefix(raw)?;
+    let rest = raw.get(a..)?.strip_prefix(b" ")?;
+    let (v, b) = number_prefix(rest)?;
+    let rest = rest.get(b..)?.strip_prefix(b" ")?;
+    let (step, c) = digits_prefix(rest)?;
+    (rest.get(c..)? == b"\n").then_some((ts, v, step))
 }
 
 /// The run's parameters (`params/<key>`, the file's text) as `key → value`.
@@ -242,6 +272,55 @@ mod tests {
             }
         }
         whole
+    }
+
+    /// The plain-line path reads what the general parse reads, and declines the rest.
+    #[test]
+    fn plain_lines_read_as_the_general_parse() {
+        let general = |l: &str| -> Option<(u64, u64, i64)> {
+            let mut it = l.trim().split_ascii_whitespace();
+            let (ts, v, step) = (it.next()?, it.next()?, it.next()?);
+            let (ts, v) = (ts.parse::<f64>().ok()?, v.parse::<f64>().ok()?);
+            Some((ts.to_bits(), v.to_bits(), step.parse().ok()?))
+        };
+        let mut lines: Vec<String> = [
+            "1700000000000 0.5 0\n",
+            "1700000000000 0.5720000000000001 12\n",
+            "1700000000000 0.9970000000000001 12\n",
+            "1700000000000 -0.0 3\n",
+            "1700000000000 1e-3 4\n",
+            "1700000000000 1.5E+300 4\n",
+            "1700000000000 12345678901234567890123 5\n",
+            "1700000000000.5 2 007\n",
+            "-1 2 3\n",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for i in 0..2000u64 {
+            let v = (i * 7919 % 1000) as f64 / 7.0 - 50.0;
+            lines.push(format!("{} {v} {i}\n", 1_700_000_000_000u64 + i * 997));
+        }
+        let mut taken = 0;
+        for l in &lines {
+            if let Some((ts, v, step)) = plain_line(l.as_bytes()) {
+                taken += 1;
+                assert_eq!(Some((ts.to_bits(), v.to_bits(), step)), general(l), "{l:?}");
+            }
+        }
+        assert!(taken > 2000, "{taken}");
+        for l in [
+            "1700000000000 nan 1\n",
+            "1700000000000 0.5 1",
+            "1700000000000  0.5 1\n",
+            "1700000000000 0.5 1 extra\n",
+            "1700000000000 0.5 -1\n",
+            "1700000000000 0.5\n",
+            "1700000000000 0.5 1\r\n",
+            "+1 0.5 1\n",
+        ] {
+            assert!(plain_line(l.as_bytes()).is_none(), "{l:?}");
+        }
     }
 
     #[test]
