@@ -82,6 +82,12 @@ pub fn is_bookkeeping_key(k: &str) -> bool {
             | "current_steps"
             | "total_steps"
             | "samples_processed"
+            // Megatron's iteration line: where the run is, and the fp16 scaler's state
+            | "consumed_samples"
+            | "consumed_tokens"
+            | "global_batch_size"
+            | "loss_scale"
+            | "number_of_skipped_iterations"
     ) || k.starts_with("summary/")
 }
 
