@@ -742,6 +742,8 @@ fn zero_loss_and_nan_grad_keep_only_their_columns() {
         [
             "adv_max",
             "adv_min",
+            "aux_grad_norm",
+            "aux_loss",
             "critic_grad_norm",
             "critic_loss",
             "entropy",

@@ -856,6 +856,22 @@ const PASTE_KEYS: &[PasteKey] = &[
         findings: &[("nan-grad", Severity::Critical, 3451, 3458)],
         code: 1,
     },
+    // Round 2 (keys written before the run; the fixes above were made without these):
+    // Dreamer `[5000] key value / key value / …`: the world model's grad norm NaN at 5000
+    // and 7000, its loss inf at 7000 (an `aux_*` family: another part of the model).
+    PasteKey {
+        file: "dreamer_58_grad_nan.log",
+        steps: &[5000, 6000, 7000, 8000],
+        findings: &[("nan-grad", Severity::Critical, 5000, 7000)],
+        code: 1,
+    },
+    // rsl_rl's `Learning iteration 8391/10000` block: `Value function loss: inf`.
+    PasteKey {
+        file: "isaaclab_1999_value_inf.log",
+        steps: &[8391],
+        findings: &[("nan-grad", Severity::Critical, 8391, 8391)],
+        code: 1,
+    },
     // A PPO loop's `iteration N/M` banner, then its `k=v, …` metrics after the epochs; the
     // metrics before the first banner are the iteration before it. Healthy.
     PasteKey {
@@ -1173,4 +1189,29 @@ fn megatron_lines_say_what_they_leave_out() {
     // Fields the pasted line never printed are not made up: a first line without a loss.
     let r = run(&[stack("megatron_llm_34_bad_grad_norm.log")]);
     assert!(values(&r, "loss").is_empty());
+}
+
+#[test]
+fn loss_and_grad_norm_families_by_their_names() {
+    // Named by what they measure, not listed per file: the value model's, the policy's, and
+    // another part's (Dreamer's world model) losses and gradient norms.
+    let r = run(&[stack("dreamer_58_grad_nan.log")]);
+    let nan = &r.by_detector("nan-grad")[0];
+    assert_eq!(
+        nan.evidence["non_finite_by_metric"],
+        serde_json::json!({"aux_loss": 1, "aux_grad_norm": 2})
+    );
+    assert_eq!(values(&r, "critic_grad_norm")[0], (5000, 40.3));
+    assert_eq!(values(&r, "loss")[0], (5000, -6.9));
+    let r = run(&[stack("isaaclab_1999_value_inf.log")]);
+    assert_eq!(values(&r, "loss"), vec![(8391, 0.0)]);
+    assert_eq!(values(&r, "reward_mean"), vec![(8391, 25.66)]);
+    // A named alias of the same metric in the record wins over a family member.
+    let dir = tempfile::tempdir().unwrap();
+    let p = temp_log(
+        dir.path(),
+        "t.log",
+        &["[7000] image_loss 849.0 / model_loss inf / value_loss 5.0".into()],
+    );
+    assert!(values(&run(&[p]), "aux_loss")[0].1.is_infinite());
 }

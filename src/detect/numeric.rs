@@ -17,6 +17,8 @@ const NAN_GRAD_METRICS: &[&str] = &[
     "adv_min",
     "critic_loss",
     "critic_grad_norm",
+    "aux_loss",
+    "aux_grad_norm",
     "grad_nan_count",
 ];
 

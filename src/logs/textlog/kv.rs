@@ -55,7 +55,9 @@ fn key_name(k: &str) -> String {
 /// separator or the key is not a name.
 fn split_pair(part: &str) -> Option<(String, &str)> {
     let part = part.trim();
-    let i = part.find(['=', ':'])?;
+    let Some(i) = part.find(['=', ':']) else {
+        return name_value(part);
+    };
     let (k, v) = (&part[..i], &part[i + 1..]);
     // A Python logging prefix before the key (`… - cosmos - INFO - Step: 826/4725`): the
     // key is what follows its last ` - `.
@@ -71,6 +73,17 @@ fn split_pair(part: &str) -> Option<(String, &str)> {
         return None;
     }
     Some((key_name(k), v.trim()))
+}
+
+/// `model_loss 5864.5`: one identifier, one space, one number (no separator), else `None`.
+fn name_value(part: &str) -> Option<(String, &str)> {
+    let (k, v) = part.split_once(' ')?;
+    let v = v.trim();
+    let ident = k.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '/'));
+    (ident && !v.contains(' ') && parse_number_text(v).is_some())
+        .then(|| (k.to_ascii_lowercase(), v))
 }
 
 /// A value text (`0.123`, `'nan'`, `2.12s (75.13%)`, `3/100`, `812 MB`) → number, key suffix
@@ -128,6 +141,9 @@ fn strip_step_prefix(t: &str) -> Option<(i64, &str)> {
 fn parts_of(body: &str) -> Vec<&str> {
     if body.contains('|') {
         body.split('|').collect()
+    } else if body.contains(" / ") {
+        // Dreamer's `expl_amount 0.0 / model_grad_norm nan / …`
+        body.split(" / ").collect()
     } else if body.contains(", ") || body.contains(',') {
         split_top(body, ',')
     } else if body.contains('=') || (body.contains(':') && !body.contains(": ")) {
@@ -228,7 +244,8 @@ pub(super) fn parse_kv_line(t: &str) -> Option<TextItem> {
     if step.is_none() && epoch.is_some() {
         fields.retain(|(k, _)| k != "epoch");
     }
-    if fields.is_empty() {
+    // an epoch counter alone is where the run is, not a record (a line cut after its step)
+    if fields.iter().all(|(k, _)| k == "epoch") {
         return None;
     }
     let step = step.or(epoch);
@@ -259,6 +276,11 @@ pub(super) fn parse_step_header(t: &str) -> Option<i64> {
         c.is_whitespace() || matches!(c, '=' | '-' | '#' | '*' | '~' | '[' | ']' | '<' | '>' | '|')
     });
     let lower = core.to_ascii_lowercase();
+    // rsl_rl's `Learning iteration 8391/10000` block title
+    let lower = lower
+        .strip_prefix("learning ")
+        .unwrap_or(&lower)
+        .to_string();
     let rest = ["step", "iteration", "iter"]
         .iter()
         .find_map(|w| lower.strip_prefix(w))?;

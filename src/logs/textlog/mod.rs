@@ -135,14 +135,17 @@ fn strip_ansi(line: &str) -> String {
 
 /// `line` without the line number a log viewer or a numbered paste puts first (`[1757] {'loss':
 /// …}`; the first line of a paste may have lost its `[`: `1743] {…}`).
-fn without_line_number(line: &str) -> &str {
+/// The number itself comes back too: a line of stepless `key value` pairs behind it is that
+/// step's record (Dreamer's `[5000] model_loss 5864.5 / value_loss 6.4 / …`).
+fn without_line_number(line: &str) -> (&str, Option<i64>) {
     let body = line.strip_prefix('[').unwrap_or(line);
     let digits = body.bytes().take_while(u8::is_ascii_digit).count();
     match body[digits..].strip_prefix(']') {
-        Some(rest) if digits > 0 && (rest.is_empty() || rest.starts_with(' ')) => {
-            rest.strip_prefix(' ').unwrap_or(rest)
-        }
-        _ => line,
+        Some(rest) if digits > 0 && (rest.is_empty() || rest.starts_with(' ')) => (
+            rest.strip_prefix(' ').unwrap_or(rest),
+            body[..digits].parse().ok(),
+        ),
+        _ => (line, None),
     }
 }
 
@@ -153,7 +156,20 @@ fn parse_plain_line(line: &str) -> TextItem {
         .rsplit('\r')
         .find(|seg| !seg.trim().is_empty())
         .unwrap_or(line);
-    let line = without_line_number(line);
+    let (line, number) = without_line_number(line);
+    match (parse_unnumbered(line), number) {
+        (TextItem::Fields(fields), Some(step)) if fields.len() >= 2 => TextItem::Step {
+            source: SourceKind::KvText,
+            step: Some(step),
+            fields,
+            tail: None,
+        },
+        (item, _) => item,
+    }
+}
+
+/// [`parse_plain_line`] after the line number.
+fn parse_unnumbered(line: &str) -> TextItem {
     if let Some(text) = exceptions::parse_fatal(line) {
         return TextItem::Fatal(text);
     }
