@@ -753,6 +753,13 @@ fn zero_loss_and_nan_grad_keep_only_their_columns() {
             "kl",
             "loss",
             "ppo_kl",
+            "pref_accuracy",
+            "pref_log_odds_ratio",
+            "pref_logp_chosen",
+            "pref_logp_rejected",
+            "pref_margin",
+            "pref_reward_chosen",
+            "pref_reward_rejected",
             "reward_mean",
             "reward_std",
         ]

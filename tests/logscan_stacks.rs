@@ -865,6 +865,14 @@ const PASTE_KEYS: &[PasteKey] = &[
         findings: &[("nan-grad", Severity::Critical, 5000, 7000)],
         code: 1,
     },
+    // TRL ORPO: every number NaN from the first record, the loss logged as 0.0 (the NaN
+    // hidden); the last record cut.
+    PasteKey {
+        file: "trl_orpo_1473_all_nan.log",
+        steps: &[0, 1, 2, 3],
+        findings: &[("nan-grad", Severity::Critical, 0, 3)],
+        code: 1,
+    },
     // rsl_rl's `Learning iteration 8391/10000` block: `Value function loss: inf`.
     PasteKey {
         file: "isaaclab_1999_value_inf.log",
@@ -1214,4 +1222,28 @@ fn loss_and_grad_norm_families_by_their_names() {
         &["[7000] image_loss 849.0 / model_loss inf / value_loss 5.0".into()],
     );
     assert!(values(&run(&[p]), "aux_loss")[0].1.is_infinite());
+}
+
+#[test]
+fn preference_nans_get_the_algorithms_causes() {
+    let r = run(&[stack("trl_orpo_1473_all_nan.log")]);
+    assert_eq!(algorithm(&r.frame), Algorithm::Orpo);
+    let nan = &r.by_detector("nan-grad")[0];
+    assert_eq!(
+        nan.evidence["loss_zero_with_nan_grad_steps"],
+        serde_json::json!([0, 1, 2, 3])
+    );
+    assert!(
+        nan.likely_causes[0].starts_with("ORPO's odds ratio"),
+        "{:?}",
+        nan.likely_causes
+    );
+    assert!(r.by_detector("zero-loss").is_empty() && r.by_detector("dead-groups").is_empty());
+    let r = run(&[stack("trl_kto_1447.log")]);
+    let causes = &r.by_detector("nan-grad")[0].likely_causes;
+    assert!(
+        causes[0].starts_with("a pair whose completion is truncated away"),
+        "{causes:?}"
+    );
+    assert!(!causes.iter().any(|c| c.contains("reward std")));
 }

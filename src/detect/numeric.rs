@@ -22,6 +22,32 @@ const NAN_GRAD_METRICS: &[&str] = &[
     "grad_nan_count",
 ];
 
+/// All `--nan-grad` asks the frame for: [`NAN_GRAD_METRICS`] and the preference markers that
+/// name the algorithm (its causes speak ORPO's or DPO's words; alone or among all, the same).
+const NAN_GRAD_READS: &[&str] = &[
+    "grad_norm",
+    "loss",
+    "kl",
+    "reward_mean",
+    "reward_std",
+    "entropy",
+    "ppo_kl",
+    "adv_max",
+    "adv_min",
+    "critic_loss",
+    "critic_grad_norm",
+    "aux_loss",
+    "aux_grad_norm",
+    "grad_nan_count",
+    "pref_reward_chosen",
+    "pref_reward_rejected",
+    "pref_margin",
+    "pref_accuracy",
+    "pref_logp_chosen",
+    "pref_logp_rejected",
+    "pref_log_odds_ratio",
+];
+
 /// Metrics whose non-finite values mean the numbers are broken: all `--nan-grad` reads
 /// but the `grad_nan_count` it ends with.
 const FINITE_METRICS: &[&str] = match NAN_GRAD_METRICS.split_last() {
@@ -41,7 +67,7 @@ impl Detector for NanGrad {
         "non-finite grad_norm/loss/kl/reward, nan_gradient events, grad_nan_count > 0"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        NAN_GRAD_METRICS
+        NAN_GRAD_READS
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;
@@ -109,10 +135,23 @@ impl Detector for NanGrad {
         // Group-normalised advantages (GRPO: a group reward std in the log) can divide by a
         // zero std; a run with a critic or a single reward cannot.
         let grouped = f.col("reward_std").is_some_and(|c| c.any());
+        let preference = super::preference::algorithm(f);
         let causes: &[&str] = if kl_only {
             &[
                 "the KL is logged but not computed against a reference: no reference model loaded (β = 0 or ref_model None), or a mean over zero tokens",
                 "reference and policy log-probs over different masks (a reference forward that returned nothing for these tokens)",
+            ]
+        } else if preference == super::preference::Algorithm::Orpo {
+            &[
+                "ORPO's odds ratio: log(1 - exp(logp)) cancels to -inf/NaN when a completion's mean log-prob is ~0 (trl#1473; log1mexp in float32 fixes it)",
+                "prompt at or beyond max_length: the completion is truncated away and its log-prob is a mean over zero tokens",
+                "learning rate too high or fp16/bf16 overflow; missing gradient clipping",
+            ]
+        } else if preference != super::preference::Algorithm::Rl {
+            &[
+                "a pair whose completion is truncated away (prompt at or beyond max_length): a log-prob over zero tokens",
+                "learning rate too high or fp16/bf16 overflow; missing gradient clipping",
+                "a reference model in a different dtype or with different weights than the policy's start",
             ]
         } else if grouped {
             &[
