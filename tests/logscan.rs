@@ -752,6 +752,7 @@ fn zero_loss_and_nan_grad_keep_only_their_columns() {
             "grad_norm",
             "kl",
             "loss",
+            "loss_unprinted",
             "ppo_kl",
             "pref_accuracy",
             "pref_log_odds_ratio",

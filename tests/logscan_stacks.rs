@@ -1194,6 +1194,17 @@ fn megatron_lines_say_what_they_leave_out() {
     ];
     let r = run(&[temp_log(dir.path(), "bf16.log", &lines)]);
     assert_eq!(r.by_detector("nan-grad")[0].steps, vec![11]);
+    let nan = &r.by_detector("nan-grad")[0];
+    assert!(
+        nan.explanation
+            .contains("Megatron prints a loss only if it is > 0"),
+        "{}",
+        nan.explanation
+    );
+    let r = run(&[stack("megatron_llm_33_loss_hidden.log")]);
+    assert!(r.by_detector("nan-grad")[0]
+        .explanation
+        .contains("missing from the iteration line at 1 step(s) (first 3385)"));
     // Fields the pasted line never printed are not made up: a first line without a loss.
     let r = run(&[stack("megatron_llm_34_bad_grad_norm.log")]);
     assert!(values(&r, "loss").is_empty());

@@ -39,6 +39,7 @@ const NAN_GRAD_READS: &[&str] = &[
     "aux_loss",
     "aux_grad_norm",
     "grad_nan_count",
+    "loss_unprinted",
     "pref_reward_chosen",
     "pref_reward_rejected",
     "pref_margin",
@@ -126,6 +127,18 @@ impl Detector for NanGrad {
         } else {
             "non-finite values in the training numbers".to_string()
         };
+        let unprinted: Vec<i64> = f
+            .points("loss_unprinted")
+            .filter(|(_, v)| *v > 0.0)
+            .map(|(s, _)| s)
+            .collect();
+        if !unprinted.is_empty() {
+            explanation.push_str(&format!(
+                "; the loss is missing from the iteration line at {} step(s) (first {}) where the keys after it are printed: Megatron prints a loss only if it is > 0, so it was NaN (or every update of the interval was skipped)",
+                unprinted.len(),
+                unprinted[0]
+            ));
+        }
         if !hidden.is_empty() {
             explanation.push_str(&format!(
                 "; loss logged as 0.0 while grad_norm is NaN at {} step(s): the NaN is hidden as a zero loss",

@@ -6,6 +6,9 @@ use super::TextItem;
 use crate::logs::aliases::STAGE_FIELD;
 use crate::model::log::{LogEvent, LogRecord, SourceKind};
 
+/// A Megatron iteration whose loss the line left out (read as NaN): `nan-grad` says so.
+pub const LOSS_UNPRINTED: &str = "loss_unprinted";
+
 /// The text of an `exception` event whose traceback the file ends inside.
 pub const CUT_TRACEBACK: &str = "(the log ends inside a traceback, before its exception line)";
 
@@ -385,6 +388,9 @@ impl TextAssembler {
                         && prev[i + 1..].iter().any(|(n, _)| get(fields, n).is_some())
                     {
                         fields.push((k.clone(), f64::NAN));
+                        if get(fields, LOSS_UNPRINTED).is_none() {
+                            fields.push((LOSS_UNPRINTED.to_string(), 1.0));
+                        }
                     }
                 }
             }
