@@ -1258,3 +1258,14 @@ fn preference_nans_get_the_algorithms_causes() {
     );
     assert!(!causes.iter().any(|c| c.contains("reward std")));
 }
+
+#[test]
+fn a_console_of_progress_bars_only_is_not_no_findings() {
+    // OpenRLHF (issue 350): vLLM's `Processed prompts` and the `Episode [1/1]` bars, no
+    // `Train epoch` postfix: no training step was logged. Exit 2 with what was read.
+    let p = stack("openrlhf_350_no_train.log");
+    let r = run(std::slice::from_ref(&p));
+    assert_eq!((r.steps, r.files[0].records), (0, 0));
+    let err = cli(&[p.to_str().unwrap()]).unwrap_err();
+    assert!(err.to_string().contains("read 0 records"), "{err}");
+}
