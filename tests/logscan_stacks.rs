@@ -794,11 +794,15 @@ const PASTE_KEYS: &[PasteKey] = &[
         code: 1,
     },
     // LLaMA-Factory with a log viewer's line numbers: records numbered by the tqdm bars
-    // around them (10 and 20), then the NCCL watchdog ends the run (no Python traceback).
+    // around them (10 and 20), then the NCCL watchdog ends the run (no Python traceback);
+    // the SFT loss printed as 0.0 at 20 with grad norm 1.41 (a supervised loss never is).
     PasteKey {
         file: "llamafactory_8261_nccl_timeout.log",
         steps: &[10, 20],
-        findings: &[("crash", Severity::Error, 20, 20)],
+        findings: &[
+            ("crash", Severity::Error, 20, 20),
+            ("bounds", Severity::Warning, 20, 20),
+        ],
         code: 1,
     },
     // verl: one step, then NCCL timeouts on every rank and a dead Ray worker.
