@@ -862,11 +862,15 @@ const PASTE_KEYS: &[PasteKey] = &[
     },
     // Round 2 (keys written before the run; the fixes above were made without these):
     // Dreamer `[5000] key value / key value / …`: the world model's grad norm NaN at 5000
-    // and 7000, its loss inf at 7000 (an `aux_*` family: another part of the model).
+    // and 7000, its loss inf at 7000 (an `aux_*` family: another part of the model), its
+    // grad norm 4.5e15 and 3.6e15 at 6000 and 8000 (beyond any healthy run).
     PasteKey {
         file: "dreamer_58_grad_nan.log",
         steps: &[5000, 6000, 7000, 8000],
-        findings: &[("nan-grad", Severity::Critical, 5000, 7000)],
+        findings: &[
+            ("nan-grad", Severity::Critical, 5000, 7000),
+            ("bounds", Severity::Error, 6000, 8000),
+        ],
         code: 1,
     },
     // TRL ORPO: every number NaN from the first record, the loss logged as 0.0 (the NaN

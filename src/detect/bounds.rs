@@ -26,7 +26,7 @@ impl Detector for Bounds {
         let f = ctx.frame;
         let first_step = f.steps().first();
         let mut out = Vec::new();
-        let checks: [(&str, f64, Severity, &str, &[&str]); 4] = [
+        let checks: [(&str, f64, Severity, &str, &[&str]); 5] = [
             (
                 "grad_norm",
                 ctx.th.get("bounds.grad_norm"),
@@ -46,6 +46,16 @@ impl Detector for Bounds {
                 &[
                     "value targets on a huge scale (returns not normalised)",
                     "critic learning rate too high or value head initialised badly",
+                ],
+            ),
+            (
+                "aux_grad_norm",
+                ctx.th.get("bounds.grad_norm"),
+                Severity::Error,
+                "gradient norm of another part of the model (a world model, an auxiliary head)",
+                &[
+                    "that part diverging: its own loss on a huge scale or a learning rate too high for it",
+                    "fp16 without loss scaling for that part, or a norm summed over its shards",
                 ],
             ),
             (
@@ -136,6 +146,7 @@ const BOUNDS_METRICS: &[&str] = &[
     "critic_grad_norm",
     "loss",
     "entropy",
+    "aux_grad_norm",
     "reward_mean",
     "reward_std",
     "frac_reward_zero_std",
@@ -153,13 +164,23 @@ const BOUNDS_METRICS: &[&str] = &[
     "pref_log_odds_ratio",
 ];
 
+/// The metrics of [`BOUNDS_METRICS`] only an RL objective logs.
+const RL_MARKERS: &[&str] = &[
+    "reward_mean",
+    "reward_std",
+    "frac_reward_zero_std",
+    "kl",
+    "ppo_kl",
+    "adv_max",
+    "adv_min",
+    "critic_loss",
+];
+
 /// A supervised (next-token) loss printed as exactly 0 right after an ordinary one, with the
 /// gradient flowing: no target token was scored (every label masked), or the loss was not
 /// reduced over the tokens. An RL or preference objective can be 0; this one cannot.
 fn supervised_zero_loss(f: &crate::frames::log::frame::LogFrame) -> Option<Finding> {
-    let rl = BOUNDS_METRICS[4..12]
-        .iter()
-        .any(|m| f.col(m).is_some_and(|c| c.any()));
+    let rl = RL_MARKERS.iter().any(|m| f.col(m).is_some_and(|c| c.any()));
     if rl || is_preference(f) {
         return None;
     }
