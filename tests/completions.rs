@@ -136,6 +136,46 @@ fn verl_rollouts_leak_the_next_turn_and_loop() {
     assert_eq!(rep.severity, Severity::Warning);
 }
 
+/// verl 0.9.1's own `_log_rollout_data` → `_dump_generations` (fixtures/gen/
+/// make_completions_verl091.py): the dump decodes with `skip_special_tokens=True`, so a
+/// sampler that runs past `<|im_end|>` leaves only the next turn's role names.
+#[test]
+fn verl_091_dump_next_turn_without_template_tokens() {
+    let r = run("verl091_leak");
+    assert_eq!(r.files.len(), 2);
+    assert_eq!(r.files[0].records, 4);
+    let l = one(&r, "completions-template-leak");
+    assert_eq!(ev(l, "leak_share"), 1.0);
+    assert_eq!(ev(l, "markers"), &serde_json::json!(["a line \"user\""]));
+    // The answer, then a new turn: the sampler did not stop, not a prompt templated twice.
+    assert_eq!(ev(l, "likely_cause"), "EOS token");
+    assert!(
+        l.likely_causes[0].contains("skip_special_tokens"),
+        "{:?}",
+        l.likely_causes
+    );
+    let r = run("verl091_healthy");
+    assert!(r.findings.is_empty(), "{:#?}", r.findings);
+}
+
+/// AReaL 1.0.4's own `WorkflowExecutor._dump_trajectory` (fixtures/gen/
+/// make_completions_areal104.py): `rollout/<tail_version>/<task_id>.jsonl`, found under the
+/// log folder, each sample at its `tail_version` (the file is named after the task), the
+/// trailing `<|im_end|>` AReaL keeps (it decodes special tokens) not a leak by itself.
+#[test]
+fn areal_104_rollout_jsonl_steps_and_next_turn() {
+    let r = run("areal104_leak");
+    assert_eq!(r.files.len(), 4);
+    assert!(r.files.iter().all(|f| f.records == 2));
+    let l = one(&r, "completions-template-leak");
+    assert_eq!((l.first_step, l.last_step), (Some(1), Some(2)));
+    assert_eq!(ev(l, "leak_share"), 1.0);
+    assert_eq!(ev(l, "likely_cause"), "EOS token");
+    let r = run("areal104_healthy");
+    assert_eq!(r.files.len(), 4);
+    assert!(r.findings.is_empty(), "{:#?}", r.findings);
+}
+
 #[test]
 fn healthy_rollouts_have_no_findings() {
     let r = run("verl_healthy");

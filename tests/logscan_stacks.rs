@@ -762,6 +762,140 @@ const PASTE_KEYS: &[PasteKey] = &[
         findings: &[],
         code: 0,
     },
+    // Session 22's pastes (keys written before logscan was run on them).
+    // Megatron-DeepSpeed: grad norm nan on every iteration; the first line is cut before
+    // its iteration, the last after it (no metric).
+    PasteKey {
+        file: "megatron_ds_396_grad_norm_nan.log",
+        steps: &[5426, 5427, 5428],
+        findings: &[("nan-grad", Severity::Critical, 5426, 5428)],
+        code: 1,
+    },
+    // Megatron-LLM: `lm loss` printed at 3383 and 3384, gone at 3385 although `loss scale`
+    // after it is there: Megatron prints a loss only when it is > 0, so NaN hides it.
+    PasteKey {
+        file: "megatron_llm_33_loss_hidden.log",
+        steps: &[3383, 3384, 3385],
+        findings: &[("nan-grad", Severity::Critical, 3385, 3385)],
+        code: 1,
+    },
+    // Megatron-LLM's bad grad_norm check: iteration 3634 skipped at loss scale 1 (bf16).
+    PasteKey {
+        file: "megatron_llm_34_bad_grad_norm.log",
+        steps: &[3633, 3634],
+        findings: &[("nan-grad", Severity::Critical, 3634, 3634)],
+        code: 1,
+    },
+    // litgpt `iter N step M: loss …`: NaN from the iteration after the first optimizer step.
+    PasteKey {
+        file: "litgpt_291_loss_nan.log",
+        steps: &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14],
+        findings: &[("nan-grad", Severity::Critical, 8, 14)],
+        code: 1,
+    },
+    // LLaMA-Factory with a log viewer's line numbers: records numbered by the tqdm bars
+    // around them (10 and 20), then the NCCL watchdog ends the run (no Python traceback);
+    // the SFT loss printed as 0.0 at 20 with grad norm 1.41 (a supervised loss never is).
+    PasteKey {
+        file: "llamafactory_8261_nccl_timeout.log",
+        steps: &[10, 20],
+        findings: &[
+            ("crash", Severity::Error, 20, 20),
+            ("bounds", Severity::Warning, 20, 20),
+        ],
+        code: 1,
+    },
+    // verl: one step, then NCCL timeouts on every rank and a dead Ray worker.
+    PasteKey {
+        file: "verl_3873_nccl_hang.log",
+        steps: &[1],
+        findings: &[("crash", Severity::Error, 1, 1)],
+        code: 1,
+    },
+    // prime-rl `SUCCESS Step 9 | … | Loss: 0.0000 | … | Grad. Norm: 0.0000 |`: nothing learns.
+    PasteKey {
+        file: "primerl_1117_loss_zero.log",
+        steps: &[9, 10],
+        findings: &[
+            ("zero-loss", Severity::Error, 9, 10),
+            ("zero-grad", Severity::Error, 9, 10),
+        ],
+        code: 1,
+    },
+    // TRL DPO at lr 7e-5: loss 0.0 where the margins are 17 and 11.7 (saturated batches).
+    PasteKey {
+        file: "trl_dpo_1236_loss_zero.log",
+        steps: &[0, 1, 2, 3],
+        findings: &[("preference", Severity::Warning, 0, 2)],
+        code: 0,
+    },
+    // ETO (TRL DPO): loss ln 2, rewards 0, logps/chosen = logps/rejected = 0.
+    PasteKey {
+        file: "trl_dpo_eto14_logps_zero.log",
+        steps: &[0],
+        findings: &[("preference", Severity::Error, 0, 0)],
+        code: 1,
+    },
+    // TRL GRPO: loss 0 with grad_norm ~0.1 and reward_std > 0 (the display, info only).
+    PasteKey {
+        file: "trl_3452_loss0_format1.log",
+        steps: &[0, 1, 2, 3, 4],
+        findings: &[],
+        code: 0,
+    },
+    // open-r1 (TRL GRPO): a healthy start.
+    PasteKey {
+        file: "trl_openr1_255_healthy.log",
+        steps: &[0, 1, 2],
+        findings: &[],
+        code: 0,
+    },
+    // `epoch: N loss: X` lines: NaN from epoch 3451 on.
+    PasteKey {
+        file: "gradnorm_tf_17_epoch_nan.log",
+        steps: &[
+            3442, 3443, 3444, 3445, 3446, 3447, 3448, 3449, 3450, 3451, 3452, 3453, 3454, 3455,
+            3456, 3457, 3458,
+        ],
+        findings: &[("nan-grad", Severity::Critical, 3451, 3458)],
+        code: 1,
+    },
+    // Round 2 (keys written before the run; the fixes above were made without these):
+    // Dreamer `[5000] key value / key value / …`: the world model's grad norm NaN at 5000
+    // and 7000, its loss inf at 7000 (an `aux_*` family: another part of the model), its
+    // grad norm 4.5e15 and 3.6e15 at 6000 and 8000 (beyond any healthy run).
+    PasteKey {
+        file: "dreamer_58_grad_nan.log",
+        steps: &[5000, 6000, 7000, 8000],
+        findings: &[
+            ("nan-grad", Severity::Critical, 5000, 7000),
+            ("bounds", Severity::Error, 6000, 8000),
+        ],
+        code: 1,
+    },
+    // TRL ORPO: every number NaN from the first record, the loss logged as 0.0 (the NaN
+    // hidden); the last record cut.
+    PasteKey {
+        file: "trl_orpo_1473_all_nan.log",
+        steps: &[0, 1, 2, 3],
+        findings: &[("nan-grad", Severity::Critical, 0, 3)],
+        code: 1,
+    },
+    // rsl_rl's `Learning iteration 8391/10000` block: `Value function loss: inf`.
+    PasteKey {
+        file: "isaaclab_1999_value_inf.log",
+        steps: &[8391],
+        findings: &[("nan-grad", Severity::Critical, 8391, 8391)],
+        code: 1,
+    },
+    // A PPO loop's `iteration N/M` banner, then its `k=v, …` metrics after the epochs; the
+    // metrics before the first banner are the iteration before it. Healthy.
+    PasteKey {
+        file: "dotaclient_34_iterations.log",
+        steps: &[8, 9, 10, 11],
+        findings: &[],
+        code: 0,
+    },
 ];
 
 #[test]
@@ -999,4 +1133,147 @@ fn a_reward_that_falls_to_zero_and_stays_is_a_collapse() {
     // Two zeros at the end are not enough; a reward never earned is not a collapse.
     let r = run(&[temp_log(dir.path(), "short.log", &lines[..4])]);
     assert!(r.by_detector("plateau").is_empty());
+}
+
+#[test]
+fn fatal_lines_without_a_traceback_end_the_run() {
+    let r = run(&[stack("verl_3873_nccl_hang.log")]);
+    let c = &r.by_detector("crash")[0];
+    assert!(
+        c.explanation
+            .starts_with("the run stopped on a fatal error (no Python traceback) after step 1"),
+        "{}",
+        c.explanation
+    );
+    assert_eq!(
+        c.evidence["signature"],
+        serde_json::json!("collective-timeout")
+    );
+    assert!(c.evidence["then"]
+        .as_str()
+        .unwrap()
+        .starts_with("A worker died or was killed"));
+    // A watchdog message cut mid-word is still the NCCL timeout.
+    let r = run(&[stack("llamafactory_8261_nccl_timeout.log")]);
+    let c = &r.by_detector("crash")[0];
+    assert_eq!(
+        c.evidence["signature"],
+        serde_json::json!("collective-timeout")
+    );
+    assert_eq!(values(&r, "loss"), vec![(10, 3.5534), (20, 0.0)]);
+    // A fatal line the log goes on after (a worker restarted) did not stop the run.
+    let dir = tempfile::tempdir().unwrap();
+    let lines: Vec<String> = [
+        "step:1 - actor/pg_loss:0.1 - critic/score/mean:0.5",
+        "(raylet) A worker died or was killed while executing a task by an unexpected system error.",
+        "step:2 - actor/pg_loss:0.1 - critic/score/mean:0.5",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let r = run(&[temp_log(dir.path(), "restart.log", &lines)]);
+    assert_eq!(r.by_detector("crash")[0].severity, Severity::Info);
+}
+
+#[test]
+fn megatron_lines_say_what_they_leave_out() {
+    // A loss the fp16 scaler skipped (its scale halves on that line) is calibration, not a
+    // NaN: nothing. The same skip at a steady scale is a non-finite gradient.
+    let line = |i: i64, loss: Option<f64>, scale: f64, skipped: i64| {
+        let loss = loss.map_or(String::new(), |l| format!(" lm loss: {l:.6E} |"));
+        format!(
+            " iteration {i:>8}/ 1000 | consumed samples: {} | elapsed time per iteration (ms): 900.0 | learning rate: 1.000E-05 | global batch size: 8 |{loss} loss scale: {scale:.1} | grad norm: 0.900 | number of skipped iterations: {skipped:>3} | number of nan iterations:   0 |",
+            i * 8
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let lines = vec![
+        line(10, Some(2.5), 65536.0, 0),
+        line(11, None, 32768.0, 1),
+        line(12, Some(2.4), 32768.0, 0),
+    ];
+    let r = run(&[temp_log(dir.path(), "fp16.log", &lines)]);
+    assert!(r.by_detector("nan-grad").is_empty(), "{:#?}", r.findings);
+    assert!(!r.not_understood.iter().any(|k| k.contains("skipped")));
+    let lines = vec![
+        line(10, Some(2.5), 1.0, 0),
+        line(11, None, 1.0, 1),
+        line(12, Some(2.4), 1.0, 0),
+    ];
+    let r = run(&[temp_log(dir.path(), "bf16.log", &lines)]);
+    assert_eq!(r.by_detector("nan-grad")[0].steps, vec![11]);
+    let nan = &r.by_detector("nan-grad")[0];
+    assert!(
+        nan.explanation
+            .contains("Megatron prints a loss only if it is > 0"),
+        "{}",
+        nan.explanation
+    );
+    let r = run(&[stack("megatron_llm_33_loss_hidden.log")]);
+    assert!(r.by_detector("nan-grad")[0]
+        .explanation
+        .contains("missing from the iteration line at 1 step(s) (first 3385)"));
+    // Fields the pasted line never printed are not made up: a first line without a loss.
+    let r = run(&[stack("megatron_llm_34_bad_grad_norm.log")]);
+    assert!(values(&r, "loss").is_empty());
+}
+
+#[test]
+fn loss_and_grad_norm_families_by_their_names() {
+    // Named by what they measure, not listed per file: the value model's, the policy's, and
+    // another part's (Dreamer's world model) losses and gradient norms.
+    let r = run(&[stack("dreamer_58_grad_nan.log")]);
+    let nan = &r.by_detector("nan-grad")[0];
+    assert_eq!(
+        nan.evidence["non_finite_by_metric"],
+        serde_json::json!({"aux_loss": 1, "aux_grad_norm": 2})
+    );
+    assert_eq!(values(&r, "critic_grad_norm")[0], (5000, 40.3));
+    assert_eq!(values(&r, "loss")[0], (5000, -6.9));
+    let r = run(&[stack("isaaclab_1999_value_inf.log")]);
+    assert_eq!(values(&r, "loss"), vec![(8391, 0.0)]);
+    assert_eq!(values(&r, "reward_mean"), vec![(8391, 25.66)]);
+    // A named alias of the same metric in the record wins over a family member.
+    let dir = tempfile::tempdir().unwrap();
+    let p = temp_log(
+        dir.path(),
+        "t.log",
+        &["[7000] image_loss 849.0 / model_loss inf / value_loss 5.0".into()],
+    );
+    assert!(values(&run(&[p]), "aux_loss")[0].1.is_infinite());
+}
+
+#[test]
+fn preference_nans_get_the_algorithms_causes() {
+    let r = run(&[stack("trl_orpo_1473_all_nan.log")]);
+    assert_eq!(algorithm(&r.frame), Algorithm::Orpo);
+    let nan = &r.by_detector("nan-grad")[0];
+    assert_eq!(
+        nan.evidence["loss_zero_with_nan_grad_steps"],
+        serde_json::json!([0, 1, 2, 3])
+    );
+    assert!(
+        nan.likely_causes[0].starts_with("ORPO's odds ratio"),
+        "{:?}",
+        nan.likely_causes
+    );
+    assert!(r.by_detector("zero-loss").is_empty() && r.by_detector("dead-groups").is_empty());
+    let r = run(&[stack("trl_kto_1447.log")]);
+    let causes = &r.by_detector("nan-grad")[0].likely_causes;
+    assert!(
+        causes[0].starts_with("a pair whose completion is truncated away"),
+        "{causes:?}"
+    );
+    assert!(!causes.iter().any(|c| c.contains("reward std")));
+}
+
+#[test]
+fn a_console_of_progress_bars_only_is_not_no_findings() {
+    // OpenRLHF (issue 350): vLLM's `Processed prompts` and the `Episode [1/1]` bars, no
+    // `Train epoch` postfix: no training step was logged. Exit 2 with what was read.
+    let p = stack("openrlhf_350_no_train.log");
+    let r = run(std::slice::from_ref(&p));
+    assert_eq!((r.steps, r.files[0].records), (0, 0));
+    let err = cli(&[p.to_str().unwrap()]).unwrap_err();
+    assert!(err.to_string().contains("read 0 records"), "{err}");
 }

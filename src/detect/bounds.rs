@@ -20,13 +20,13 @@ impl Detector for Bounds {
         "grad norm, loss or entropy beyond what any healthy run reaches (absolute, from the first step)"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        &["grad_norm", "critic_grad_norm", "loss", "entropy"]
+        BOUNDS_METRICS
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;
         let first_step = f.steps().first();
         let mut out = Vec::new();
-        let checks: [(&str, f64, Severity, &str, &[&str]); 4] = [
+        let checks: [(&str, f64, Severity, &str, &[&str]); 5] = [
             (
                 "grad_norm",
                 ctx.th.get("bounds.grad_norm"),
@@ -46,6 +46,16 @@ impl Detector for Bounds {
                 &[
                     "value targets on a huge scale (returns not normalised)",
                     "critic learning rate too high or value head initialised badly",
+                ],
+            ),
+            (
+                "aux_grad_norm",
+                ctx.th.get("bounds.grad_norm"),
+                Severity::Error,
+                "gradient norm of another part of the model (a world model, an auxiliary head)",
+                &[
+                    "that part diverging: its own loss on a huge scale or a learning rate too high for it",
+                    "fp16 without loss scaling for that part, or a norm summed over its shards",
                 ],
             ),
             (
@@ -124,8 +134,87 @@ impl Detector for Bounds {
             }
             out.push(finding);
         }
+        out.extend(supervised_zero_loss(f));
         out
     }
+}
+
+/// What `--bounds` reads: the bounded metrics, and what says a loss is an RL or preference
+/// objective (which may be 0) rather than a supervised one (which never is).
+const BOUNDS_METRICS: &[&str] = &[
+    "grad_norm",
+    "critic_grad_norm",
+    "loss",
+    "entropy",
+    "aux_grad_norm",
+    "reward_mean",
+    "reward_std",
+    "frac_reward_zero_std",
+    "kl",
+    "ppo_kl",
+    "adv_max",
+    "adv_min",
+    "critic_loss",
+    "pref_reward_chosen",
+    "pref_reward_rejected",
+    "pref_margin",
+    "pref_accuracy",
+    "pref_logp_chosen",
+    "pref_logp_rejected",
+    "pref_log_odds_ratio",
+];
+
+/// The metrics of [`BOUNDS_METRICS`] only an RL objective logs.
+const RL_MARKERS: &[&str] = &[
+    "reward_mean",
+    "reward_std",
+    "frac_reward_zero_std",
+    "kl",
+    "ppo_kl",
+    "adv_max",
+    "adv_min",
+    "critic_loss",
+];
+
+/// A supervised (next-token) loss printed as exactly 0 right after an ordinary one, with the
+/// gradient flowing: no target token was scored (every label masked), or the loss was not
+/// reduced over the tokens. An RL or preference objective can be 0; this one cannot.
+fn supervised_zero_loss(f: &crate::frames::log::frame::LogFrame) -> Option<Finding> {
+    let rl = RL_MARKERS.iter().any(|m| f.col(m).is_some_and(|c| c.any()));
+    if rl || is_preference(f) {
+        return None;
+    }
+    let grad = |s: i64| f.points("grad_norm").find(|(g, _)| *g == s).map(|(_, v)| v);
+    let loss: Vec<(i64, f64)> = f.points("loss").filter(|(_, v)| v.is_finite()).collect();
+    let at: Vec<(i64, f64)> = loss
+        .windows(2)
+        .filter(|w| w[0].1 >= 0.1 && w[1].1 == 0.0)
+        .filter_map(|w| {
+            grad(w[1].0)
+                .filter(|g| g.is_finite() && *g > 0.0)
+                .map(|g| (w[1].0, g))
+        })
+        .collect();
+    let (first, g) = *at.first()?;
+    Some(
+        Finding::new(
+            "bounds",
+            Severity::Warning,
+            at.iter().map(|(s, _)| *s).collect(),
+            format!(
+                "the loss is exactly 0 at {} logged step(s) (first {first}, grad norm {}) right after an ordinary loss, in a log with no RL or preference metric: a supervised next-token loss is never 0",
+                at.len(),
+                G(g)
+            ),
+            &[
+                "no target token in the batch: every label masked (-100), e.g. the answer truncated away or a template that masks the completion",
+                "the loss divided by a token count that is wrong (gradient accumulation's num_items_in_batch), or not reduced over tokens",
+                "a logging bug: the printed loss is not the one the optimiser used (compare grad_norm, which is not 0)",
+            ],
+        )
+        .with("metric", "loss")
+        .num("grad_norm_there", g),
+    )
 }
 
 /// |loss| below this beside a gradient norm over its bound: an ordinary loss, not a sum.

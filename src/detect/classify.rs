@@ -91,6 +91,8 @@ const SIGNATURES: &[Signature] = &[
         title: "Collective operation timed out (NCCL / distributed)",
         needles: &[
             "watchdog caught collective operation timeout",
+            // a paste cut inside the watchdog's message
+            "watchdog caught collective",
             "nccl",
             "distbackenderror",
             "collective operation timeout",

@@ -350,7 +350,19 @@ pub fn detect(files: &[CompletionFile], frame: Option<&LogFrame>) -> Vec<Finding
                 .iter()
                 .any(|t| c.text.trim_start().find(t).is_some_and(|p| p > 0))
         });
-        let causes: &[&str] = if next_turn {
+        // A role line after the answer with the template's tokens gone: the same next turn,
+        // decoded with skip_special_tokens (verl's rollout dump, `_log_rollout_data`).
+        let role_turn = !next_turn
+            && leaks
+                .iter()
+                .all(|(_, t)| t.starts_with("a line") || t.starts_with("a turn"));
+        let causes: &[&str] = if role_turn {
+            &[
+                "EOS token: the model ends its answer with its end-of-turn token but the sampler does not stop there, so it writes the next turn (the dump decodes with skip_special_tokens, so only the role names show)",
+                "chat template: a base model given an instruct template, or the generation prompt missing",
+                "reward function: it never penalises text after the answer",
+            ]
+        } else if next_turn {
             &[
                 "EOS token: the model ends its turn with <|eot_id|>/<|im_end|> but the sampler stops only at <|end_of_text|>/<|endoftext|>, so it writes the next turn",
                 "chat template: template tokens not registered as special tokens, so skip_special_tokens keeps them",
@@ -382,7 +394,7 @@ pub fn detect(files: &[CompletionFile], frame: Option<&LogFrame>) -> Vec<Finding
             .with("examples", examples(&hits))
             .with(
                 "likely_cause",
-                if next_turn {
+                if next_turn || role_turn {
                     "EOS token"
                 } else {
                     "chat template"

@@ -1,7 +1,8 @@
 //! `crash`: the run stopped on an error — a `crash` event of a debug trainer's
 //! `events.jsonl` (`{"event": "crash", "message": …}`), or a Python traceback in a text log
-//! (an `exception` event: the exception line that ends it). Errors logged with no training
-//! step between them are one incident (a chained exception, torchrun's `ChildFailedError`
+//! (an `exception` event: the exception line that ends it), or a message that ends a
+//! process by itself (a `fatal` event: an NCCL watchdog timeout, `terminate called after
+//! throwing`). Errors logged with no training step between them are one incident (a chained exception, torchrun's `ChildFailedError`
 //! after its rank's own traceback): its first message is the one quoted, the signature
 //! ([`super::classify`]) is looked for in all of them. Incidents with the same first
 //! message are one finding. An exception after which the log still reports training steps
@@ -56,7 +57,7 @@ impl Detector for Crash {
         for ev in ctx
             .events
             .iter()
-            .filter(|e| e.kind == "crash" || e.kind == "exception")
+            .filter(|e| matches!(e.kind.as_str(), "crash" | "exception" | "fatal"))
         {
             let same = |e: &LogEvent| {
                 e.kind == ev.kind && e.file == ev.file && e.run == ev.run && e.step == ev.step
@@ -68,7 +69,7 @@ impl Detector for Crash {
                     events: vec![ev],
                     // an exception event is attached to the step reported after it: one
                     // the log did report means the run went on
-                    went_on: ev.kind == "exception"
+                    went_on: ev.kind != "crash"
                         && matches!((ev.step, last_of(ev.run)), (Some(s), Some(l)) if s <= l),
                 }),
             }
@@ -115,10 +116,10 @@ impl Crash {
         } else {
             quoted
         };
-        let what = if inc.kind == "crash" {
-            "a crash event"
-        } else {
-            "a Python traceback"
+        let what = match inc.kind {
+            "crash" => "a crash event",
+            "fatal" => "a fatal error (no Python traceback)",
+            _ => "a Python traceback",
         };
         let explanation = match (inc.went_on, last_step) {
             (true, Some(l)) => format!(

@@ -17,7 +17,36 @@ const NAN_GRAD_METRICS: &[&str] = &[
     "adv_min",
     "critic_loss",
     "critic_grad_norm",
+    "aux_loss",
+    "aux_grad_norm",
     "grad_nan_count",
+];
+
+/// All `--nan-grad` asks the frame for: [`NAN_GRAD_METRICS`] and the preference markers that
+/// name the algorithm (its causes speak ORPO's or DPO's words; alone or among all, the same).
+const NAN_GRAD_READS: &[&str] = &[
+    "grad_norm",
+    "loss",
+    "kl",
+    "reward_mean",
+    "reward_std",
+    "entropy",
+    "ppo_kl",
+    "adv_max",
+    "adv_min",
+    "critic_loss",
+    "critic_grad_norm",
+    "aux_loss",
+    "aux_grad_norm",
+    "grad_nan_count",
+    "loss_unprinted",
+    "pref_reward_chosen",
+    "pref_reward_rejected",
+    "pref_margin",
+    "pref_accuracy",
+    "pref_logp_chosen",
+    "pref_logp_rejected",
+    "pref_log_odds_ratio",
 ];
 
 /// Metrics whose non-finite values mean the numbers are broken: all `--nan-grad` reads
@@ -39,7 +68,7 @@ impl Detector for NanGrad {
         "non-finite grad_norm/loss/kl/reward, nan_gradient events, grad_nan_count > 0"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        NAN_GRAD_METRICS
+        NAN_GRAD_READS
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;
@@ -98,6 +127,18 @@ impl Detector for NanGrad {
         } else {
             "non-finite values in the training numbers".to_string()
         };
+        let unprinted: Vec<i64> = f
+            .points("loss_unprinted")
+            .filter(|(_, v)| *v > 0.0)
+            .map(|(s, _)| s)
+            .collect();
+        if !unprinted.is_empty() {
+            explanation.push_str(&format!(
+                "; the loss is missing from the iteration line at {} step(s) (first {}) where the keys after it are printed: Megatron prints a loss only if it is > 0, so it was NaN (or every update of the interval was skipped)",
+                unprinted.len(),
+                unprinted[0]
+            ));
+        }
         if !hidden.is_empty() {
             explanation.push_str(&format!(
                 "; loss logged as 0.0 while grad_norm is NaN at {} step(s): the NaN is hidden as a zero loss",
@@ -107,10 +148,23 @@ impl Detector for NanGrad {
         // Group-normalised advantages (GRPO: a group reward std in the log) can divide by a
         // zero std; a run with a critic or a single reward cannot.
         let grouped = f.col("reward_std").is_some_and(|c| c.any());
+        let preference = super::preference::algorithm(f);
         let causes: &[&str] = if kl_only {
             &[
                 "the KL is logged but not computed against a reference: no reference model loaded (β = 0 or ref_model None), or a mean over zero tokens",
                 "reference and policy log-probs over different masks (a reference forward that returned nothing for these tokens)",
+            ]
+        } else if preference == super::preference::Algorithm::Orpo {
+            &[
+                "ORPO's odds ratio: log(1 - exp(logp)) cancels to -inf/NaN when a completion's mean log-prob is ~0 (trl#1473; log1mexp in float32 fixes it)",
+                "prompt at or beyond max_length: the completion is truncated away and its log-prob is a mean over zero tokens",
+                "learning rate too high or fp16/bf16 overflow; missing gradient clipping",
+            ]
+        } else if preference != super::preference::Algorithm::Rl {
+            &[
+                "a pair whose completion is truncated away (prompt at or beyond max_length): a log-prob over zero tokens",
+                "learning rate too high or fp16/bf16 overflow; missing gradient clipping",
+                "a reference model in a different dtype or with different weights than the policy's start",
             ]
         } else if grouped {
             &[

@@ -78,7 +78,7 @@ impl Detector for Preference {
         "preference"
     }
     fn summary(&self) -> &'static str {
-        "DPO/KTO/ORPO: accuracies stuck at 1.0 or 0.5, margins saturating, chosen and rejected log-probs both falling"
+        "DPO/KTO/ORPO: accuracies stuck at 1.0 or 0.5, margins saturating, loss 0 on saturated batches, log-probs exactly 0 (no token scored), chosen and rejected log-probs both falling"
     }
     fn metrics(&self) -> &'static [&'static str] {
         &[
@@ -196,6 +196,79 @@ impl Detector for Preference {
                     .num("last_quarter_margin", last),
                 );
             }
+        }
+        // Batches the sigmoid has saturated on: a loss printed as 0 (−log σ(m) < 5e-5 from a
+        // margin of ~10 on) where the margin is large. ORPO's loss carries an NLL term and is
+        // never 0.
+        if alg != Algorithm::Orpo {
+            let sat_margin = ctx.th.get("preference.saturated_margin");
+            let margin_at = |s: i64| margin.iter().find(|(m, _)| *m == s).map(|(_, v)| *v);
+            let zero: Vec<(i64, f64)> = f
+                .points("loss")
+                .filter(|(_, v)| v.is_finite() && v.abs() < 1e-4)
+                .filter_map(|(s, _)| margin_at(s).filter(|m| *m >= sat_margin).map(|m| (s, m)))
+                .collect();
+            let logged = f.points("loss").filter(|(_, v)| v.is_finite()).count();
+            if zero.len() >= 2 {
+                let (lo, hi) = zero
+                    .iter()
+                    .fold((f64::INFINITY, f64::NEG_INFINITY), |a, (_, m)| {
+                        (a.0.min(*m), a.1.max(*m))
+                    });
+                out.push(
+                    Finding::new(
+                        self.name(),
+                        Severity::Warning,
+                        zero.iter().map(|(s, _)| *s).collect(),
+                        format!(
+                            "{}: the loss is 0 on {} of {logged} logged steps, where the reward margins are {}–{}: the sigmoid is saturated on those batches, they teach nothing and the policy keeps moving away from the reference",
+                            alg.name(),
+                            zero.len(),
+                            G(lo),
+                            G(hi)
+                        ),
+                        &[
+                            "learning rate too high for DPO (1e-6 to 5e-7 is usual; 5e-5 or more saturates within an epoch)",
+                            "pairs trivially separable, or the same pairs seen again (several epochs over a small set)",
+                            "β too small to hold the policy near the reference; consider IPO",
+                        ],
+                    )
+                    .with("algorithm", alg.name())
+                    .num("min_margin", lo)
+                    .num("max_margin", hi),
+                );
+            }
+        }
+        // Chosen and rejected log-probs both exactly 0: a log-prob summed over no token. The
+        // loss is then ln 2 and the rewards 0 whatever the model does.
+        let both_zero: Vec<i64> = f
+            .points("pref_logp_chosen")
+            .filter(|(s, v)| {
+                *v == 0.0
+                    && f.points("pref_logp_rejected")
+                        .any(|(r, w)| r == *s && w == 0.0)
+            })
+            .map(|(s, _)| s)
+            .collect();
+        if !both_zero.is_empty() {
+            let n = both_zero.len();
+            out.push(
+                Finding::new(
+                    self.name(),
+                    Severity::Error,
+                    both_zero,
+                    format!(
+                        "{}: logps/chosen and logps/rejected are exactly 0 on {n} logged step(s): no completion token was scored, so the loss stays at ln 2 (0.693), the implicit rewards at 0, and nothing is learned",
+                        alg.name()
+                    ),
+                    &[
+                        "every completion label masked (-100): prompt at or beyond max_length / max_prompt_length, so the completion is truncated away",
+                        "a collator or chat template that masks the answer too (labels built from the prompt only)",
+                        "the policy and the reference are the same frozen weights and the log-probs are not computed (check the logged loss is exactly ln 2)",
+                    ],
+                )
+                .with("algorithm", alg.name()),
+            );
         }
         // Chosen and rejected log-probs both falling: likelihood displacement.
         let chosen: Vec<(i64, f64)> = f

@@ -82,6 +82,12 @@ pub fn is_bookkeeping_key(k: &str) -> bool {
             | "current_steps"
             | "total_steps"
             | "samples_processed"
+            // Megatron's iteration line: where the run is, and the fp16 scaler's state
+            | "consumed_samples"
+            | "consumed_tokens"
+            | "global_batch_size"
+            | "loss_scale"
+            | "number_of_skipped_iterations"
     ) || k.starts_with("summary/")
 }
 
@@ -247,7 +253,46 @@ impl AliasTable {
                 let rest = rest.strip_suffix("/avg").unwrap_or(rest);
                 self.map.get(rest).map(|&(i, p)| (i, p + 200))
             })
+            .or_else(|| {
+                // below every named alias (a named key of the same metric in the record wins)
+                let name = family_of(raw)?;
+                self.index_of(name).map(|i| (i, 1_000_000))
+            })
     }
+}
+
+/// The metric a key no alias names stands for by its family (issue 31: map by meaning, not
+/// a list per file): a `…grad_norm` or `…loss` of the value model (`value_`, `critic_`,
+/// `vf_`), of the policy (`actor_`, `policy_`, `pg_`, rsl_rl's `surrogate_loss`), or of
+/// another part (Dreamer's `model_grad_norm`, `image_loss`, an auxiliary head): `aux_*`,
+/// whose non-finite values `nan-grad` reports like any other. Evaluation keys stay apart.
+pub fn family_of(raw: &str) -> Option<&'static str> {
+    let key = raw.rsplit('/').next().unwrap_or(raw).to_ascii_lowercase();
+    if is_eval_key(raw) || key.starts_with("eval") || key.starts_with("val_") {
+        return None;
+    }
+    let (grad, loss) = (key.ends_with("grad_norm"), key.ends_with("loss"));
+    if !grad && !loss {
+        return None;
+    }
+    let part = |prefixes: &[&str]| prefixes.iter().any(|p| key.starts_with(p));
+    Some(if part(&["value", "critic", "vf_"]) {
+        if grad {
+            "critic_grad_norm"
+        } else {
+            "critic_loss"
+        }
+    } else if part(&["actor", "policy", "pg_", "surrogate"]) {
+        if grad {
+            "grad_norm"
+        } else {
+            "loss"
+        }
+    } else if grad {
+        "aux_grad_norm"
+    } else {
+        "aux_loss"
+    })
 }
 
 #[cfg(test)]

@@ -175,8 +175,10 @@ fn parquet_has_text_column(path: &Path) -> bool {
 
 /// Completion files under `dir` (its sub-folders too, four levels deep): TRL's
 /// `completions/completions_*.parquet`, W&B `media/table/*.table.json` with a completion
-/// column, AReaL's `<version>/<qid>.txt` dumps. verl's rollout
-/// JSONL at the top level is found by the log walk and told apart by [`sniff`].
+/// column, AReaL's `<version>/<qid>.txt` dumps (its RLVR workflow) and
+/// `rollout/<tail_version>/<task_id>.jsonl` (its `WorkflowExecutor._dump_trajectory`, areal
+/// 1.0.4). verl's rollout JSONL at the top level is found by the log walk and told apart by
+/// [`sniff`].
 pub fn find_in_dir(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![(dir.to_path_buf(), 0usize)];
@@ -192,7 +194,9 @@ pub fn find_in_dir(dir: &Path) -> Vec<PathBuf> {
             } else if ft.is_file()
                 && ((name.starts_with("completions_") && name.ends_with(".parquet"))
                     || (name.ends_with(".table.json") && sniffs(&e.path()))
-                    || (name.ends_with(".txt") && numeric_parent(&e.path()) && sniffs(&e.path())))
+                    || ((name.ends_with(".txt") || name.ends_with(".jsonl"))
+                        && numeric_parent(&e.path())
+                        && sniffs(&e.path())))
             {
                 out.push(e.path());
             }
@@ -343,7 +347,9 @@ fn row_to_completion(
     let prompt_cell = get(&PROMPT_KEYS);
     let prompt = prompt_cell.and_then(json_text);
     let prompt_is_chat = prompt_cell.is_some_and(is_messages);
-    let step = get(&["step", "global_step"])
+    // AReaL's `tail_version`: the policy version that wrote the sample's last token (its
+    // file is named after the task, not the step).
+    let step = get(&["step", "global_step", "tail_version"])
         .and_then(json_f64)
         .map(|s| s as i64)
         .or(file_step);

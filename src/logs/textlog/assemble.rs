@@ -6,6 +6,9 @@ use super::TextItem;
 use crate::logs::aliases::STAGE_FIELD;
 use crate::model::log::{LogEvent, LogRecord, SourceKind};
 
+/// A Megatron iteration whose loss the line left out (read as NaN): `nan-grad` says so.
+pub const LOSS_UNPRINTED: &str = "loss_unprinted";
+
 /// The text of an `exception` event whose traceback the file ends inside.
 pub const CUT_TRACEBACK: &str = "(the log ends inside a traceback, before its exception line)";
 
@@ -55,6 +58,16 @@ pub struct TextAssembler {
     /// The block's current section is a timing breakdown (`⏱️  Timing:`): its `<name>_s`
     /// fields are stage times (`stage_s/<name>`), the total excepted.
     timing_section: bool,
+    /// The count of the last tqdm bar line since the last record.
+    last_bar: Option<i64>,
+    /// Records numbered in order (their index) with the bar counts around them: the last
+    /// bar before the record and the first after it.
+    bar_steps: Vec<(usize, Option<i64>, Option<i64>)>,
+    /// The fields of the last Megatron iteration line, in line order.
+    megatron_prev: Option<Vec<(String, f64)>>,
+    /// Field lines read before any banner (their line): the step before the first banner's
+    /// when one comes next (a paste that starts inside an iteration).
+    orphan: Option<(u64, Vec<(String, f64)>)>,
     /// Records ready for the frame.
     pub records: Vec<LogRecord>,
     /// Events ready for the detectors.
@@ -82,6 +95,21 @@ impl TextAssembler {
                 self.verl_tail = verl_tail;
             }
             TextItem::Other => self.unrecognised += 1,
+            TextItem::Bar(n) => {
+                // not a record: counted with the lines read for nothing, as before
+                self.unrecognised += 1;
+                self.last_bar = Some(n);
+                if let Some(b) = self.bar_steps.last_mut() {
+                    if b.0 + 1 == self.records.len() && b.2.is_none() {
+                        b.2 = Some(n);
+                    }
+                }
+            }
+            TextItem::Fatal(text) => {
+                let mut ev = LogEvent::new("fatal", self.file, line);
+                ev.text = Some(text);
+                self.pending_events.push(ev);
+            }
             TextItem::TableRule => {}
             TextItem::TableHeader(keys) => self.table = Some(keys),
             TextItem::TableRow(cells) => {
@@ -166,6 +194,20 @@ impl TextAssembler {
             },
             TextItem::StepHeader(step) => {
                 self.close_block();
+                if let Some((at, fields)) = self.orphan.take() {
+                    if self.records.is_empty() {
+                        self.unrecognised -= 1;
+                        self.push(
+                            at,
+                            TextItem::Step {
+                                source: SourceKind::KvText,
+                                step: Some(step - 1),
+                                fields,
+                                tail: None,
+                            },
+                        );
+                    }
+                }
                 self.block = Some((Some(step), line, Vec::new()));
             }
             TextItem::Title(text) => {
@@ -186,6 +228,9 @@ impl TextAssembler {
                 let timing = self.timing_section;
                 let Some((_, _, fields)) = &mut self.block else {
                     self.unrecognised += 1;
+                    if self.records.is_empty() && new.len() >= 2 {
+                        self.orphan = Some((line, new));
+                    }
                     return;
                 };
                 fields.extend(new.into_iter().map(|(k, v)| {
@@ -273,6 +318,9 @@ impl TextAssembler {
                         return;
                     }
                 }
+                if source == SourceKind::Megatron {
+                    self.megatron_unprinted(&mut fields);
+                }
                 self.numbered |= step.is_some();
                 let (step, inferred) = match step {
                     Some(s) => (s, false),
@@ -293,7 +341,12 @@ impl TextAssembler {
                 };
                 if inferred {
                     rec.fields.push(("step_inferred".to_string(), 1.0));
+                    if source == SourceKind::TrlDict {
+                        self.bar_steps
+                            .push((self.records.len(), self.last_bar, None));
+                    }
                 }
+                self.last_bar = None;
                 self.last_step = Some(step);
                 if source == SourceKind::VerlConsole {
                     self.verl_tail = Some((self.records.len(), tail.unwrap_or_default()));
@@ -304,6 +357,54 @@ impl TextAssembler {
                 self.records.push(rec);
             }
         }
+    }
+
+    /// What a Megatron iteration line says by leaving out (megatron/training.py
+    /// `training_log`): a loss is printed only `if avg > 0.0`, and a skipped iteration adds
+    /// nothing to it, so a NaN loss (`NaN > 0.0` is false) or an interval of skipped
+    /// updates drops the loss key from the line (epfLLM/Megatron-LLM#33,
+    /// deepspeedai/Megatron-DeepSpeed#434). A loss key the previous line printed, missing
+    /// where a key that followed it is present, is a NaN loss here. `number of skipped
+    /// iterations` > 0 without the fp16 loss scale dropping (bf16, or the scale at 1) is
+    /// an update skipped on a non-finite gradient (`grad_nan_count`); a skip that halves
+    /// the scale is the scaler's own calibration, not a failure.
+    fn megatron_unprinted(&mut self, fields: &mut Vec<(String, f64)>) {
+        let get = |f: &[(String, f64)], k: &str| f.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+        let skipped = get(fields, "number_of_skipped_iterations").unwrap_or(0.0);
+        let scale = get(fields, "loss_scale");
+        let prev = self.megatron_prev.take();
+        let prev_scale = prev.as_deref().and_then(|p| get(p, "loss_scale"));
+        let scaler_skip = match (scale, prev_scale) {
+            (Some(s), Some(p)) => s < p,
+            (Some(s), None) => s > 1.0,
+            _ => false,
+        };
+        if let Some(prev) = &prev {
+            if !(skipped > 0.0 && scaler_skip) {
+                for (i, (k, v)) in prev.iter().enumerate() {
+                    let is_loss = k.ends_with("loss") && *v > 0.0 && v.is_finite();
+                    if is_loss
+                        && get(fields, k).is_none()
+                        && prev[i + 1..].iter().any(|(n, _)| get(fields, n).is_some())
+                    {
+                        fields.push((k.clone(), f64::NAN));
+                        if get(fields, LOSS_UNPRINTED).is_none() {
+                            fields.push((LOSS_UNPRINTED.to_string(), 1.0));
+                        }
+                    }
+                }
+            }
+        }
+        if skipped > 0.0 && !scaler_skip {
+            match fields
+                .iter_mut()
+                .find(|(k, _)| k == "number_of_nan_iterations")
+            {
+                Some((_, v)) => *v = v.max(skipped),
+                None => fields.push(("number_of_nan_iterations".to_string(), skipped)),
+            }
+        }
+        self.megatron_prev = Some(fields.clone());
     }
 
     /// The record of an earlier table row at `step` whose values agree with `fields` on
@@ -391,6 +492,55 @@ impl TextAssembler {
         self.close_micro();
         let extra = self.closed_micro.len().saturating_sub(1) as i64;
         self.flush(next.saturating_add(extra));
+        self.number_by_bars();
+    }
+
+    /// Records numbered in order that all sit next to a tqdm bar line (an HF Trainer
+    /// console: the bar shows step N, the record of step N is printed, the bar is redrawn
+    /// at N) take the bars' counts as their steps when those increase; the events after
+    /// them move along.
+    fn number_by_bars(&mut self) {
+        let inferred = self
+            .records
+            .iter()
+            .filter(|r| r.fields.iter().any(|(k, _)| k == "step_inferred"))
+            .count();
+        if self.bar_steps.is_empty() || self.bar_steps.len() != inferred {
+            return;
+        }
+        let Some(counts) = self
+            .bar_steps
+            .iter()
+            .map(|(_, before, after)| before.or(*after))
+            .collect::<Option<Vec<i64>>>()
+        else {
+            return;
+        };
+        if counts.windows(2).any(|w| w[1] <= w[0]) {
+            return;
+        }
+        let mut map: Vec<(i64, i64)> = Vec::new();
+        for ((idx, _, _), &n) in self.bar_steps.iter().zip(&counts) {
+            let rec = &mut self.records[*idx];
+            if let Some(old) = rec.step {
+                map.push((old, n));
+            }
+            rec.step = Some(n);
+            rec.fields.retain(|(k, _)| k != "step_inferred");
+        }
+        let (old_last, new_last) = match map.last() {
+            Some(&(o, n)) => (o, n),
+            None => return,
+        };
+        for ev in &mut self.events {
+            if let Some(s) = ev.step {
+                ev.step = Some(match map.iter().find(|(o, _)| *o == s) {
+                    Some(&(_, n)) => n,
+                    None if s > old_last => new_last + (s - old_last),
+                    None => s,
+                });
+            }
+        }
     }
 }
 

@@ -8,6 +8,28 @@
 
 use super::TextItem;
 
+/// Messages that end a process by themselves, with no Python traceback before them:
+/// torch's NCCL watchdog (`ProcessGroupNCCL.cpp`: `[Rank 3] Watchdog caught collective
+/// operation timeout: WorkNCCL(…) ran for 600021 milliseconds before timing out.`),
+/// libstdc++'s `terminate called after throwing an instance of 'c10::DistBackendError'`,
+/// CPython's faulthandler (`Fatal Python error: Segmentation fault`) and Ray's `(raylet) A
+/// worker died or was killed while executing a task by an unexpected system error`.
+const FATAL: &[&str] = &[
+    "Watchdog caught collective operation timeout",
+    "Watchdog caught collective operati",
+    "terminate called after throwing an instance of",
+    "Fatal Python error:",
+    "A worker died or was killed while executing a task",
+];
+
+/// A line holding one of the [`FATAL`] messages: the text from the message on (the log
+/// header before it, `[rank5]:[E602 11:17:52.185 ProcessGroupNCCL.cpp:632] [Rank 5] `,
+/// dropped), else `None`.
+pub(super) fn parse_fatal(line: &str) -> Option<String> {
+    let at = FATAL.iter().find_map(|m| line.find(m))?;
+    Some(line[at..].trim_end().chars().take(MAX_TEXT).collect())
+}
+
 /// CPython's first line of a traceback.
 const TRACEBACK: &str = "Traceback (most recent call last):";
 
@@ -69,6 +91,25 @@ pub(super) fn parse_traceback(line: &str) -> Option<TextItem> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fatal_messages_without_a_traceback() {
+        let nccl = "[rank5]:[E602 11:17:52.185053341 ProcessGroupNCCL.cpp:632] [Rank 5] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1892, OpType=ALLREDUCE) ran for 600034 milliseconds before timing out.";
+        assert!(parse_fatal(nccl)
+            .unwrap()
+            .starts_with("Watchdog caught collective operation timeout: WorkNCCL"));
+        assert_eq!(
+            parse_fatal("(raylet) A worker died or was killed while executing a task by an unexpected system error.").as_deref(),
+            Some("A worker died or was killed while executing a task by an unexpected system error.")
+        );
+        for l in [
+            "step:3 - actor/pg_loss:0.1",
+            "NCCL INFO Channel 00/02",
+            "watchdog thread started",
+        ] {
+            assert_eq!(parse_fatal(l), None, "{l}");
+        }
+    }
 
     #[test]
     fn traceback_lines_with_and_without_prefixes() {

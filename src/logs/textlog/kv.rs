@@ -42,8 +42,10 @@ fn is_step_key(k: &str) -> bool {
 /// A key as written (`Avg Response Len`, `act_loss`) as a field name: lowercased, words
 /// joined by `_`.
 fn key_name(k: &str) -> String {
+    // `Grad. Norm`, `Peak Mem.` (prime-rl's console): an abbreviation's dot is not a name.
     let words: Vec<&str> = k
         .split(|c: char| c.is_whitespace())
+        .map(|w| w.trim_end_matches('.'))
         .filter(|w| !w.is_empty())
         .collect();
     words.join("_").to_ascii_lowercase()
@@ -53,7 +55,9 @@ fn key_name(k: &str) -> String {
 /// separator or the key is not a name.
 fn split_pair(part: &str) -> Option<(String, &str)> {
     let part = part.trim();
-    let i = part.find(['=', ':'])?;
+    let Some(i) = part.find(['=', ':']) else {
+        return name_value(part);
+    };
     let (k, v) = (&part[..i], &part[i + 1..]);
     // A Python logging prefix before the key (`… - cosmos - INFO - Step: 826/4725`): the
     // key is what follows its last ` - `.
@@ -69,6 +73,17 @@ fn split_pair(part: &str) -> Option<(String, &str)> {
         return None;
     }
     Some((key_name(k), v.trim()))
+}
+
+/// `model_loss 5864.5`: one identifier, one space, one number (no separator), else `None`.
+fn name_value(part: &str) -> Option<(String, &str)> {
+    let (k, v) = part.split_once(' ')?;
+    let v = v.trim();
+    let ident = k.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '/'));
+    (ident && !v.contains(' ') && parse_number_text(v).is_some())
+        .then(|| (k.to_ascii_lowercase(), v))
 }
 
 /// A value text (`0.123`, `'nan'`, `2.12s (75.13%)`, `3/100`, `812 MB`) → number, key suffix
@@ -126,14 +141,60 @@ fn strip_step_prefix(t: &str) -> Option<(i64, &str)> {
 fn parts_of(body: &str) -> Vec<&str> {
     if body.contains('|') {
         body.split('|').collect()
+    } else if body.contains(" / ") {
+        // Dreamer's `expl_amount 0.0 / model_grad_norm nan / …`
+        body.split(" / ").collect()
     } else if body.contains(", ") || body.contains(',') {
         split_top(body, ',')
     } else if body.contains('=') || (body.contains(':') && !body.contains(": ")) {
         // `loss=0.5 grad_norm=1.5`, minimind's `loss:8.863 lr:0.0002`.
         body.split_whitespace().collect()
+    } else if let Some(pairs) = spaced_pairs(body) {
+        pairs
     } else {
         vec![body]
     }
+}
+
+/// `epoch: 3451 loss: nan`: one-word keys each followed by `: ` and a number, nothing else
+/// on the line → the `key: value` parts.
+fn spaced_pairs(body: &str) -> Option<Vec<&str>> {
+    let mut parts = Vec::new();
+    let mut rest = body.trim();
+    while !rest.is_empty() {
+        let colon = rest.find(": ")?;
+        let key = &rest[..colon];
+        if key.is_empty() || key.contains(char::is_whitespace) {
+            return None;
+        }
+        let after = rest[colon + 2..].trim_start();
+        let end = after.find(char::is_whitespace).unwrap_or(after.len());
+        parse_number_text(&after[..end])?;
+        let used = rest.len() - after.len() + end;
+        parts.push(&rest[..used]);
+        rest = after[end..].trim_start();
+    }
+    (parts.len() >= 2).then_some(parts)
+}
+
+/// `line` without a Python logging prefix of a time and a level (`2019-02-03
+/// 08:03:36,499 INFO     …`, `15:41:30 SUCCESS …`): the message.
+pub(super) fn without_log_prefix(t: &str) -> &str {
+    if !t.starts_with(|c: char| c.is_ascii_digit()) {
+        return t;
+    }
+    for level in [" INFO ", " DEBUG ", " WARNING ", " ERROR ", " SUCCESS "] {
+        if let Some(at) = t.find(level) {
+            let head = &t[..at];
+            if head
+                .chars()
+                .all(|c| c.is_ascii_digit() || matches!(c, '-' | ':' | ',' | '.' | ' ' | 'T' | '/'))
+            {
+                return t[at + level.len()..].trim_start();
+            }
+        }
+    }
+    t
 }
 
 /// A generic step line, a DeepSpeed-Chat timing line (pending for the next step) or its
@@ -143,6 +204,7 @@ pub(super) fn parse_kv_line(t: &str) -> Option<TextItem> {
         let v = parse_number_text(rest)?;
         return Some(TextItem::Attach(vec![("average_reward_score".into(), v)]));
     }
+    let t = without_log_prefix(t);
     let (mut step, body, source) = match minimind_head(t) {
         Some((s, rest)) => (Some(s), rest, SourceKind::KvText),
         None => match strip_step_prefix(t) {
@@ -152,6 +214,7 @@ pub(super) fn parse_kv_line(t: &str) -> Option<TextItem> {
     };
     let mut fields = Vec::new();
     let mut pairs = 0usize;
+    let mut epoch = None;
     let parts = parts_of(body);
     for (i, part) in parts.iter().enumerate() {
         let Some((k, v)) = split_pair(part) else {
@@ -168,14 +231,24 @@ pub(super) fn parse_kv_line(t: &str) -> Option<TextItem> {
             pairs += 1;
             continue;
         }
+        // `epoch: 3451 loss: nan` (a script that counts epochs): the step only when no
+        // step key names one.
+        if k == "epoch" {
+            epoch = step_value(v).filter(|_| v.trim().parse::<i64>().is_ok());
+        }
         if let Some((x, suffix)) = value_of(v) {
             pairs += 1;
             fields.push((format!("{k}{suffix}"), x));
         }
     }
-    if fields.is_empty() {
+    if step.is_none() && epoch.is_some() {
+        fields.retain(|(k, _)| k != "epoch");
+    }
+    // an epoch counter alone is where the run is, not a record (a line cut after its step)
+    if fields.iter().all(|(k, _)| k == "epoch") {
         return None;
     }
+    let step = step.or(epoch);
     match step {
         Some(s) => Some(TextItem::Step {
             source,
@@ -187,6 +260,9 @@ pub(super) fn parse_kv_line(t: &str) -> Option<TextItem> {
         None if t.contains('|') && pairs >= 3 && fields.iter().any(|(k, _)| k.ends_with("_s")) => {
             Some(TextItem::Pending(fields))
         }
+        // Several pairs and no step: fields of the step a banner named before them
+        // (`iteration 9/10000`, then `steps_per_s=443.39, loss=0.2225, …`).
+        None if pairs >= 2 => Some(TextItem::Fields(fields)),
         None => None,
     }
 }
@@ -196,10 +272,15 @@ pub(super) fn parse_kv_line(t: &str) -> Option<TextItem> {
 /// `📊 Training Results:` block), `--- iteration 12 ---`, `Iteration: 5`. The fields that
 /// follow on their own lines ([`parse_field_line`]) are that step's.
 pub(super) fn parse_step_header(t: &str) -> Option<i64> {
-    let core = t.trim_matches(|c: char| {
+    let core = without_log_prefix(t).trim_matches(|c: char| {
         c.is_whitespace() || matches!(c, '=' | '-' | '#' | '*' | '~' | '[' | ']' | '<' | '>' | '|')
     });
     let lower = core.to_ascii_lowercase();
+    // rsl_rl's `Learning iteration 8391/10000` block title
+    let lower = lower
+        .strip_prefix("learning ")
+        .unwrap_or(&lower)
+        .to_string();
     let rest = ["step", "iteration", "iter"]
         .iter()
         .find_map(|w| lower.strip_prefix(w))?;
@@ -362,8 +443,14 @@ mod tests {
         assert_eq!((s, f.len()), (Some(5), 2));
         let (s, f) = step_of(&parse_kv_line("global_step=40 loss=0.5 grad_norm=1.5").unwrap());
         assert_eq!((s, f[1].clone()), (Some(40), ("grad_norm".into(), 1.5)));
-        // No step: not a step line; prose with a colon: nothing.
-        assert_eq!(parse_kv_line("loss: 0.3, kl: 0.1"), None);
+        // No step: not a step line, fields for a banner's step; prose with a colon: nothing.
+        assert_eq!(
+            parse_kv_line("loss: 0.3, kl: 0.1"),
+            Some(TextItem::Fields(vec![
+                ("loss".into(), 0.3),
+                ("kl".into(), 0.1)
+            ]))
+        );
         assert_eq!(parse_kv_line("Number of parameters: 1234"), None);
         assert_eq!(parse_kv_line("Loading step 3 of the pipeline"), None);
     }

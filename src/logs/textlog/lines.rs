@@ -162,7 +162,14 @@ pub(super) fn parse_iter(t: &str) -> Option<TextItem> {
     }
     let rest = &t[pos + 5..];
     let colon = rest.find(':')?;
-    let step: i64 = rest[..colon].trim().parse().ok()?;
+    // litgpt's `iter 7 step 1: loss 1.1201, iter time: 1819.72ms` (finetune scripts: the
+    // micro-iteration, then the optimizer step): each line is one iteration, its number
+    // the step.
+    let head = rest[..colon].trim();
+    let step: i64 = match head.split_once(" step ") {
+        Some((n, m)) if m.trim().parse::<i64>().is_ok() => n.trim().parse().ok()?,
+        _ => head.parse().ok()?,
+    };
     let mut fields = Vec::new();
     for part in split_top(&rest[colon + 1..], ',') {
         parse_named_part(part, "", &mut fields);

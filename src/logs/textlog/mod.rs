@@ -92,6 +92,13 @@ pub enum TextItem {
     /// A line shaped like a traceback's last (`RuntimeError: …`): an `exception` event
     /// when it ends a traceback, else unrecognised.
     Exception(String),
+    /// A message that ends a process with no Python traceback (an NCCL watchdog timeout,
+    /// `terminate called after throwing …`): an `exception` event by itself.
+    Fatal(String),
+    /// A line holding only a tqdm bar (`  1%|▏    | 22/1752 [01:02<1:21:36,  2.83s/it]`): its
+    /// count. An HF Trainer record printed on its own line between two such bars is step
+    /// `count` of the run.
+    Bar(i64),
     /// Nothing we recognise.
     Other,
 }
@@ -126,6 +133,22 @@ fn strip_ansi(line: &str) -> String {
     out
 }
 
+/// `line` without the line number a log viewer or a numbered paste puts first (`[1757] {'loss':
+/// …}`; the first line of a paste may have lost its `[`: `1743] {…}`).
+/// The number itself comes back too: a line of stepless `key value` pairs behind it is that
+/// step's record (Dreamer's `[5000] model_loss 5864.5 / value_loss 6.4 / …`).
+fn without_line_number(line: &str) -> (&str, Option<i64>) {
+    let body = line.strip_prefix('[').unwrap_or(line);
+    let digits = body.bytes().take_while(u8::is_ascii_digit).count();
+    match body[digits..].strip_prefix(']') {
+        Some(rest) if digits > 0 && (rest.is_empty() || rest.starts_with(' ')) => (
+            rest.strip_prefix(' ').unwrap_or(rest),
+            body[..digits].parse().ok(),
+        ),
+        _ => (line, None),
+    }
+}
+
 /// Recognise one line free of ANSI codes.
 fn parse_plain_line(line: &str) -> TextItem {
     // A progress bar redrawn with `\r` leaves every state on one pasted line: the last counts.
@@ -133,6 +156,23 @@ fn parse_plain_line(line: &str) -> TextItem {
         .rsplit('\r')
         .find(|seg| !seg.trim().is_empty())
         .unwrap_or(line);
+    let (line, number) = without_line_number(line);
+    match (parse_unnumbered(line), number) {
+        (TextItem::Fields(fields), Some(step)) if fields.len() >= 2 => TextItem::Step {
+            source: SourceKind::KvText,
+            step: Some(step),
+            fields,
+            tail: None,
+        },
+        (item, _) => item,
+    }
+}
+
+/// [`parse_plain_line`] after the line number.
+fn parse_unnumbered(line: &str) -> TextItem {
+    if let Some(text) = exceptions::parse_fatal(line) {
+        return TextItem::Fatal(text);
+    }
     let t = line.trim();
     if t.trim_start_matches('>').trim().is_empty() {
         return TextItem::Blank;
@@ -158,6 +198,9 @@ fn parse_plain_line(line: &str) -> TextItem {
     }
     if t.contains("All sequence_log_probs are near zero") {
         return TextItem::Warning("logprobs_near_zero");
+    }
+    if let Some(n) = step_prefix::bar_only(t) {
+        return TextItem::Bar(n);
     }
     if let Some(item) = parse_micro(t) {
         return item;

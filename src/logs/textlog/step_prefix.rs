@@ -67,9 +67,51 @@ pub(super) fn tqdm_step(prefix: &str) -> Option<i64> {
     (n <= total).then_some(n)
 }
 
+/// The count of a line that is only a tqdm bar (`  1%|▏    | 22/1752 [01:02<1:21:36,
+/// 2.83s/it]`, `Training Progress:   3%|▎   | 1/30 [10:37<…]`), if it is one: a percentage
+/// before the first `|`, the count after the last, nothing after the bar's `]` (or a bar
+/// cut before it).
+pub(super) fn bar_only(t: &str) -> Option<i64> {
+    let (head, _) = t.split_once('|')?;
+    // a postfix (`7.61s/it, pg=-0.0019, kl=…]`) makes it a record (OpenRLHF's bars)
+    // (a record after a bar cut before its `]`: `| 2/13000 [00:28<…, 15.11s/it{'loss': …}`)
+    if !head.trim_end().ends_with('%') || t.contains('=') || t.contains('{') {
+        return None;
+    }
+    let after = match t.rfind(']') {
+        Some(i) => t[i + 1..].trim(),
+        None => "",
+    };
+    if !after.is_empty() {
+        return None;
+    }
+    tqdm_step(t).or_else(|| tqdm_step(&format!("{t} [")))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::tqdm_step;
+    use super::{bar_only, tqdm_step};
+
+    #[test]
+    fn a_bar_alone_on_its_line() {
+        assert_eq!(
+            bar_only("  1%|▏         | 22/1752 [01:02<1:21:36,  2.83s/it]"),
+            Some(22)
+        );
+        assert_eq!(
+            bar_only("Training Progress:   3%|▎         | 1/30 [10:37<5:08:06, 637.47s/it]"),
+            Some(1)
+        );
+        assert_eq!(
+            bar_only("  1%|█▍   | 9/860 [00:43<1:05:18,  4.60s/it]{'loss': nan}"),
+            None
+        );
+        assert_eq!(bar_only("step | loss | reward"), None);
+        assert_eq!(
+            bar_only("  0%|   | 2/13000 [00:28<54:33:11, 15.11s/it{'loss': 0.2527}"),
+            None
+        );
+    }
 
     #[test]
     fn tqdm_bar_count_is_the_step() {
