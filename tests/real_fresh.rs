@@ -319,3 +319,61 @@ fn totals_a_rejection_mask_moves_name_the_rejection_sampling() {
         "{why}"
     );
 }
+
+#[test]
+fn a_pg_aggregation_no_pg_term_tells_is_tried_in_every_mode() {
+    // seed 8372 (--multi-turn): two weaver cells. Rank 1's advantages are all 0 (its pg
+    // term 0 under every mode) and its entropy term, reduced by token-mean as NexRL always
+    // does, "settled" token-mean for the pg term too; rank 0's loss file is truncated and
+    // its total follows seq-mean-token-mean. It was failed "the aggregation differs".
+    let tree = novel("multi-turn-agg-no-pg-tells-8372").join("weaver_pt");
+    let (code, r) = losscheck(&tree);
+    assert_eq!(code, 2, "the truncated loss file: {r}");
+    assert!(statuses(&r).iter().all(|s| s.2 == "consistent"), "{r}");
+    let note = verdict(&r, "rank0_micro0.pt")["notes"].to_string();
+    assert!(note.contains("seq-mean-token-mean"), "{note}");
+}
+
+#[test]
+fn a_total_only_cells_unseen_weights_allow_its_coefficients_error() {
+    // seed 8202: token TIS on the weaver, its engine log-probs not dumped; rank 2's totals
+    // of 1e5 leave entropy_coeff fitted 0 +- 4e-3. Rank 0 micro 0's loss file is
+    // truncated: its total is the token-mean of its own weighted per-token loss less
+    // 1e-4 * H, inside that error. It was inconsistent; the shift in rank 1 stays.
+    let (code, r) = losscheck(&novel("total-only-coef-se-weights-8202").join("weaver_pt"));
+    assert_eq!(code, 2, "the truncated loss file: {r}");
+    assert_eq!(
+        files_with(&r, "inconsistent"),
+        ["is_loss_debug/step_000000_rank1_micro0.pt".to_string()].into()
+    );
+    assert_eq!(verdict(&r, "rank0_micro0.pt")["status"], "cannot-judge");
+}
+
+#[test]
+fn a_weight_at_a_cap_of_ten_through_float16_log_probs_is_unseen_weights() {
+    // seed 8226: sequence TIS cap 10, its log-probs not dumped, float16 log-probs. Row 1
+    // of rank 1 micro 0 sits at the cap, recomputed as 10 x (1 + the rounding): beyond
+    // 10 to f32, the cell was failed beside four "cannot judge" cells of the same weights.
+    let (code, r) = losscheck(&novel("seq-cap-10-float16-8226").join("weaver_pt"));
+    assert_eq!(code, 0, "{r}");
+    assert!(files_with(&r, "inconsistent").is_empty(), "{r}");
+    assert_eq!(verdict(&r, "rank1_micro0.pt")["status"], "cannot-judge");
+}
+
+#[test]
+fn totals_inside_a_16_bit_allowance_fail_where_the_old_log_probs_differ() {
+    // seed 8321 (--multi-turn): the weaver's old log-probs are stale (used consistently),
+    // bf16 on both sides. Rank 0 micro 1's totals are 19 % apart inside the 0.016 the
+    // log-probs' rounding allows: the is_loss cell failed, the loss cell passed (a miss).
+    let (code, r) = dumpdiff(&novel("multi-turn-stale-old-totals-8321"));
+    assert_eq!(code, Some(1), "{r}");
+    assert_eq!(cell(&r, "loss", 0, 1)["verdict"], "fail");
+    let x = comparison(&r, "loss", 0, 1, "loss.loss");
+    assert!(
+        x["reason"]
+            .as_str()
+            .unwrap()
+            .ends_with("but the cell's old log-probs differ (is_loss.old_log_probs), so the difference is not their rounding"),
+        "{x}"
+    );
+}
