@@ -22,23 +22,9 @@ const NAN_GRAD_METRICS: &[&str] = &[
     "grad_nan_count",
 ];
 
-/// All `--nan-grad` asks the frame for: [`NAN_GRAD_METRICS`] and the preference markers that
-/// name the algorithm (its causes speak ORPO's or DPO's words; alone or among all, the same).
-const NAN_GRAD_READS: &[&str] = &[
-    "grad_norm",
-    "loss",
-    "kl",
-    "reward_mean",
-    "reward_std",
-    "entropy",
-    "ppo_kl",
-    "adv_max",
-    "adv_min",
-    "critic_loss",
-    "critic_grad_norm",
-    "aux_loss",
-    "aux_grad_norm",
-    "grad_nan_count",
+/// The preference markers `--nan-grad` also reads: they name the algorithm (its causes
+/// speak ORPO's or DPO's words; alone or among all, the same).
+const PREFERENCE_MARKERS: [&str; 8] = [
     "loss_unprinted",
     "pref_reward_chosen",
     "pref_reward_rejected",
@@ -48,6 +34,22 @@ const NAN_GRAD_READS: &[&str] = &[
     "pref_logp_rejected",
     "pref_log_odds_ratio",
 ];
+
+/// All `--nan-grad` asks the frame for: [`NAN_GRAD_METRICS`] then [`PREFERENCE_MARKERS`].
+const NAN_GRAD_READS: &[&str] = &{
+    const N: usize = NAN_GRAD_METRICS.len();
+    let mut out = [""; N + PREFERENCE_MARKERS.len()];
+    let mut i = 0;
+    while i < out.len() {
+        out[i] = if i < N {
+            NAN_GRAD_METRICS[i]
+        } else {
+            PREFERENCE_MARKERS[i - N]
+        };
+        i += 1;
+    }
+    out
+};
 
 /// Metrics whose non-finite values mean the numbers are broken: all `--nan-grad` reads
 /// but the `grad_nan_count` it ends with.
@@ -476,5 +478,24 @@ impl Detector for GradNotFlowing {
         .num("max_reward_std", hi)
         .with("steps_kl_zero", kl_zero)
         .with("logged_steps", logged)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nan_grad_reads_its_metrics_then_the_preference_markers() {
+        assert_eq!(
+            NAN_GRAD_READS.len(),
+            NAN_GRAD_METRICS.len() + PREFERENCE_MARKERS.len()
+        );
+        assert_eq!(&NAN_GRAD_READS[..NAN_GRAD_METRICS.len()], NAN_GRAD_METRICS);
+        assert_eq!(
+            &NAN_GRAD_READS[NAN_GRAD_METRICS.len()..],
+            &PREFERENCE_MARKERS[..]
+        );
+        assert_eq!(NAN_GRAD_READS.last(), Some(&"pref_log_odds_ratio"));
     }
 }
