@@ -51,7 +51,12 @@ impl<'v> Tensors<'v> {
     pub fn realign(&self, fields: &[Field], shifts: Vec<usize>) {
         for &f in fields {
             if let Some(m) = self.mat(f) {
-                let moved = Rc::new(m.shifted_left(&shifts));
+                let mut moved = m.shifted_left(&shifts);
+                if m.dtype == DType::F64 {
+                    // the values under the mask move with it: their precision stays
+                    moved = moved.with_precision(m.precision());
+                }
+                let moved = Rc::new(moved);
                 self.mats.borrow_mut().insert(f, Some(moved));
             }
         }
