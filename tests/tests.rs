@@ -27,6 +27,7 @@ mod real_causes;
 mod real_family;
 mod real_fresh;
 mod real_logs;
+mod real_metamorphic;
 mod real_weights;
 mod render;
 mod rollout_is;

@@ -162,8 +162,18 @@ pub(super) fn dense(
 /// The rounding `values` carry: their stored dtype, else — a list of numbers (NexRL's
 /// `dump_format: jsonl`) has none — the grid the values themselves lie on (bf16 log-probs
 /// written as JSON numbers). Asked only of the tensors whose rounding is used.
-fn stored_or_detected(dtype: Option<DType>, values: &[f64]) -> Option<DType> {
-    dtype.or_else(|| Some(effective_dtype(DType::F64, values)))
+/// The stored dtype, or the coarsest one every value under the mask fits (a jsonl dump
+/// states none); values outside the mask are nobody's numbers and never make it finer.
+fn stored_or_detected(dtype: Option<DType>, values: &[f64], mask: &[f64]) -> Option<DType> {
+    dtype.or_else(|| {
+        let inside: Vec<f64> = values
+            .iter()
+            .zip(mask)
+            .filter(|(_, m)| **m != 0.0)
+            .map(|(v, _)| *v)
+            .collect();
+        Some(effective_dtype(DType::F64, &inside))
+    })
 }
 
 fn dims2(path: &Path, key: &str, shape: &[usize]) -> Result<(usize, usize)> {
@@ -577,7 +587,6 @@ impl SelfHostedStep {
         let fb = nexrl_self_hosted::forward_data(&ff, &fv)?;
         let lp_t = fb.log_probs(LogProbSource::Current);
         let (lshape, lp, ldtype) = dense(lp_t, &ff, nexrl_self_hosted::LOG_PROBS)?;
-        let ldtype = stored_or_detected(ldtype, &lp);
         let (b, t) = dims2(&ff, nexrl_self_hosted::LOG_PROBS, &lshape)?;
         let (mshape, mask, _) = dense(
             fb.response_mask.as_ref(),
@@ -591,6 +600,7 @@ impl SelfHostedStep {
                 &format!("is {mshape:?} but log_probs is {lshape:?}"),
             ));
         }
+        let ldtype = stored_or_detected(ldtype, &lp, &mask);
         // without token ids, the rows are placed among the old rows by their values
         let (ids, s, placed) = match fb.input_ids.as_ref() {
             Some(_) => {
@@ -620,7 +630,7 @@ impl SelfHostedStep {
         let mut entropy = match &fb.entropy {
             Some(et) => {
                 let (eshape, e, edt) = dense(Some(et), &ff, nexrl_self_hosted::ENTROPY)?;
-                entropy_dtype = stored_or_detected(edt, &e);
+                entropy_dtype = stored_or_detected(edt, &e, &mask);
                 if eshape != lshape {
                     return Err(key_err(
                         &ff,

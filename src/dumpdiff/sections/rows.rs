@@ -51,7 +51,12 @@ impl<'v> Tensors<'v> {
     pub fn realign(&self, fields: &[Field], shifts: Vec<usize>) {
         for &f in fields {
             if let Some(m) = self.mat(f) {
-                let moved = Rc::new(m.shifted_left(&shifts));
+                let mut moved = m.shifted_left(&shifts);
+                if m.dtype == DType::F64 {
+                    // the values under the mask move with it: their precision stays
+                    moved = moved.with_precision(m.precision());
+                }
+                let moved = Rc::new(moved);
                 self.mats.borrow_mut().insert(f, Some(moved));
             }
         }
@@ -99,9 +104,30 @@ impl<'v> Tensors<'v> {
         if let Some(m) = self.mats.borrow().get(&field) {
             return m.clone();
         }
-        let m = Mat::of(self.record, field).map(Rc::new);
+        let m = Mat::of(self.record, field).map(|m| Rc::new(self.under_mask(field, m)));
         self.mats.borrow_mut().insert(field, m.clone());
         m
+    }
+
+    /// A `.jsonl` dump (or an f64 tensor) states no finer dtype: its per-token values'
+    /// precision is read off the values under the file's `response_mask` only, since padding is nobody's numbers and
+    /// f64 junk there must not make bf16 log-probs "f64" (issue 28, metamorphic checks).
+    fn under_mask(&self, field: Field, m: Mat) -> Mat {
+        if m.dtype != DType::F64 || field == Field::ResponseMask {
+            return m;
+        }
+        let Some(mask) = self.mat(Field::ResponseMask).filter(|k| k.shape == m.shape) else {
+            return m;
+        };
+        let inside: Vec<f64> = m
+            .values()
+            .iter()
+            .zip(mask.values().iter())
+            .filter(|(_, k)| **k != 0.0)
+            .map(|(v, _)| *v)
+            .collect();
+        let p = effective_dtype(m.dtype, &inside);
+        m.with_precision(p)
     }
 
     /// [`token_rows`] of `input_ids`, decoded on the first call; a file with an
