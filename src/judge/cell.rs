@@ -106,7 +106,7 @@ fn stated_of(echo: &keys::LossEcho, rec: &LossRecord) -> Stated {
 
 /// The `loss/` file of a cell read as a record, its stated conventions and its KL term
 /// (the top-level `kl_loss`, else the metric of that name).
-fn loss_file(
+pub(super) fn loss_file(
     path: &Path,
     record: impl Fn(&Path, &Value) -> Result<LossRecord>,
 ) -> Result<(LossRecord, Stated, Option<f64>)> {

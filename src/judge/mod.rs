@@ -263,9 +263,9 @@ pub fn cannot_judge_verdict(
 ) -> Verdict {
     let lf = tree.get(Kind::Loss, step, Some(rank), Some(micro));
     let dumped = lf.and_then(|f| {
-        let v = crate::formats::read_any(&f.path).ok()?;
-        crate::producers::nexrl_self_hosted::loss_record(&f.path, &v)
+        cell::loss_file(&f.path, crate::producers::nexrl_self_hosted::loss_record)
             .ok()?
+            .0
             .loss
     });
     Verdict {

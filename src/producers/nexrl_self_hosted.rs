@@ -281,14 +281,6 @@ pub struct LossEcho {
     pub kl_loss: Option<f64>,
 }
 
-/// The aggregation mode a loss file's `extra_info` echoes (`loss_agg_mode`) and its
-/// `loss_scale_factor`, when it echoes one (a non-string mode is not an echo).
-pub fn loss_agg_mode(v: &Value) -> Option<(String, Option<f64>)> {
-    let info = field(v, EXTRA_INFO)?;
-    let mode = info.get(LOSS_AGG_MODE)?.as_str()?.to_string();
-    Some((mode, info.get(LOSS_SCALE_FACTOR).and_then(Value::as_f64)))
-}
-
 /// The per-token batch of a `forward_data/` file: current log-probs, entropy, response
 /// mask, input ids.
 ///
@@ -358,13 +350,15 @@ pub fn stated_conventions(
             set(ConventionKey::KlCoeff, ConventionValue::Number(*c), k);
         }
     }
-    if let Some((mode, scale)) = loss_agg_mode(v) {
+    let echo = loss_echo(v);
+    // the scale is stated beside a mode (a non-string mode is not an echo)
+    if let Some(mode) = echo.agg {
         set(
             ConventionKey::Aggregation,
             ConventionValue::Name(mode),
             LOSS_AGG_MODE,
         );
-        if let Some(s) = scale {
+        if let Some(s) = echo.scale {
             set(
                 ConventionKey::LossScale,
                 ConventionValue::Number(s),
@@ -372,14 +366,10 @@ pub fn stated_conventions(
             );
         }
     }
-    if let Some(t) = v
-        .get(EXTRA_INFO)
-        .and_then(|e| e.get(KL_LOSS_TYPE))
-        .and_then(Value::as_str)
-    {
+    if let Some(t) = echo.kl_type {
         set(
             ConventionKey::KlEstimator,
-            ConventionValue::Name(t.to_string()),
+            ConventionValue::Name(t),
             KL_LOSS_TYPE,
         );
     }
