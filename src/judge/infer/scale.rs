@@ -181,26 +181,20 @@ pub(super) fn settle(
     let cells: Vec<&Prep> = preps.iter().filter(telling).collect();
     let mut best = explained(&cells);
     let step_rows = preps.iter().map(|p| p.rows).sum();
-    if let ([cell], Some(_), Some(_)) = (&cells[..], ec, kc) {
-        // one cell with terms and both coefficients stated: nothing to fit, but verl's
-        // rows / the step's rows is fixed by the step itself — taken when it alone makes
-        // the cell's composition hold (seed 8172: one micro of four with advantages)
-        let s = LossScale::RowsOver(step_rows as f64);
-        if best == 1 || cell.rows >= step_rows {
-            return None;
-        }
-        let store = unscaled(preps, s);
-        let refs: Vec<&Prep> = store.iter().filter(telling).collect();
-        return (explained(&refs) == 1).then(|| {
-            let conv = convention(s, step_rows, (1, 1));
-            (s, store, conv)
-        });
-    }
-    if cells.len() < 2 || best * 2 > cells.len() {
+    // one cell with terms and both coefficients stated: nothing to fit, but verl's rows /
+    // the step's rows is fixed by the step itself — taken when it alone makes the cell's
+    // composition hold (seed 8172: one micro of four with advantages)
+    let one_stated = cells.len() == 1 && ec.is_some() && kc.is_some();
+    if (cells.len() < 2 && !one_stated) || best * 2 > cells.len() {
         return None;
     }
+    let tried = if one_stated {
+        vec![LossScale::RowsOver(step_rows as f64)]
+    } else {
+        candidates(&cells, ec, kc, step_rows)
+    };
     let mut out = None;
-    for s in candidates(&cells, ec, kc, step_rows) {
+    for s in tried {
         let store = unscaled(preps, s);
         let refs: Vec<&Prep> = store.iter().filter(telling).collect();
         let (n, of) = (explained(&refs), refs.len());
