@@ -373,17 +373,29 @@ pub(super) fn valid_terms(
     adv: &Mat,
     mask: Option<&Mat>,
 ) -> Option<(Vec<f64>, Vec<usize>)> {
-    let (rt, av) = (ratio.values(), adv.values());
-    let w = ratio.width;
-    if av.len() < rt.len() {
+    valid_map(ratio, adv, mask, |r, a| conv.of(r, a))
+}
+
+/// `f(x, A)` of each valid element of `x` (`[rows, width]`) beside its advantage, at the
+/// valid positions of `mask` (all without one), row after row, with each row's count;
+/// `None` when `adv` is shorter or a value is not finite.
+fn valid_map(
+    x: &Mat,
+    adv: &Mat,
+    mask: Option<&Mat>,
+    f: impl Fn(f64, f64) -> f64,
+) -> Option<(Vec<f64>, Vec<usize>)> {
+    let (xv, av) = (x.values(), adv.values());
+    let w = x.width;
+    if av.len() < xv.len() {
         return None;
     }
     let (mut vals, mut counts) = (Vec::new(), Vec::new());
-    for row in 0..ratio.rows {
-        let valid = valid_positions(mask, ratio.rows, w, row);
+    for row in 0..x.rows {
+        let valid = valid_positions(mask, x.rows, w, row);
         counts.push(valid.len());
         for p in valid {
-            vals.push(conv.of(rt[row * w + p], av[row * w + p]));
+            vals.push(f(xv[row * w + p], av[row * w + p]));
         }
     }
     vals.iter().all(|v| v.is_finite()).then_some((vals, counts))
@@ -617,12 +629,13 @@ pub(super) fn own_level(
 ) -> Option<bool> {
     let et = pg_error(conv, ratio, adv, mask, agg, pg)?;
     let es = pg_error(conv, seq, adv, mask, agg, pg)?;
-    let close = |e: f64| pg_close(e, ratio, adv, mask);
+    let scale = pg_scale(ratio, adv, mask);
+    let close = |e: f64| e <= 0.1 * scale;
     let beyond =
         |e: f64, allowed: &Mat| pg_allowance(allowed, adv, mask, agg).is_some_and(|a| e > a);
     // excluded: an error beyond what the inputs' precision allows, or a rival that
     // reproduces the pg term to f32 (its inputs are what was computed from: seed 3009)
-    let exact = |e: f64| e <= 1e-6 * pg_scale(ratio, adv, mask);
+    let exact = |e: f64| e <= 1e-6 * scale;
     if et > 10.0 * es && close(es) && (beyond(et, allowed) || exact(es)) {
         Some(true)
     } else if es > 10.0 * et && close(et) && (beyond(es, seq_allowed) || exact(et)) {
@@ -635,24 +648,8 @@ pub(super) fn own_level(
 /// How far a recomputed pg term may sit from the dumped one for its ratio's allowance
 /// alone: `|A|·allowed` at the valid positions of `mask`, reduced as the loss is.
 fn pg_allowance(allowed: &Mat, adv: &Mat, mask: Option<&Mat>, agg: AggMode) -> Option<f64> {
-    let (al, av) = (allowed.values(), adv.values());
-    let w = allowed.width;
-    if av.len() < al.len() {
-        return None;
-    }
-    let (mut vals, mut counts) = (Vec::new(), Vec::new());
-    for row in 0..allowed.rows {
-        let valid = valid_positions(mask, allowed.rows, w, row);
-        counts.push(valid.len());
-        vals.extend(
-            valid
-                .iter()
-                .map(|&p| (al[row * w + p] * av[row * w + p]).abs()),
-        );
-    }
-    vals.iter()
-        .all(|v| v.is_finite())
-        .then(|| agg.reduce_rows(&counts, &vals, w))
+    let (vals, counts) = valid_map(allowed, adv, mask, |e, a| (e * a).abs())?;
+    Some(agg.reduce_rows(&counts, &vals, allowed.width))
 }
 
 /// A cell's [`SequenceAlt`]: the shape of the weaver's dumped ratio and, for a
