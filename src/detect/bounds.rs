@@ -3,7 +3,7 @@
 //! a KL that is exactly zero for many steps.
 
 use super::preference::{is_preference, PREF_MARKERS};
-use super::{runs, Context, Detector, Finding, Severity, G};
+use super::{metric_list, runs, Context, Detector, Finding, Severity, G};
 
 /// `ln(262144)`: the per-token entropy of a uniform distribution over the largest common
 /// vocabulary (Gemma 3's 262,144 tokens). A mean per-token entropy above it is impossible.
@@ -20,7 +20,7 @@ impl Detector for Bounds {
         "grad norm, loss or entropy beyond what any healthy run reaches (absolute, from the first step)"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        BOUNDS_METRICS
+        &BOUNDS_METRICS
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;
@@ -141,31 +141,22 @@ impl Detector for Bounds {
 
 /// What `--bounds` reads: the bounded metrics, and what says a loss is an RL or preference
 /// objective (which may be 0) rather than a supervised one (which never is).
-const BOUNDS_METRICS: &[&str] = &[
-    "grad_norm",
-    "critic_grad_norm",
-    "loss",
-    "entropy",
-    "aux_grad_norm",
-    "reward_mean",
-    "reward_std",
-    "frac_reward_zero_std",
-    "kl",
-    "ppo_kl",
-    "adv_max",
-    "adv_min",
-    "critic_loss",
-    "pref_reward_chosen",
-    "pref_reward_rejected",
-    "pref_margin",
-    "pref_accuracy",
-    "pref_logp_chosen",
-    "pref_logp_rejected",
-    "pref_log_odds_ratio",
-];
+const BOUNDS_METRICS: [&str; 20] = metric_list(
+    &metric_list::<13>(
+        &[
+            "grad_norm",
+            "critic_grad_norm",
+            "loss",
+            "entropy",
+            "aux_grad_norm",
+        ],
+        &RL_MARKERS,
+    ),
+    &PREF_MARKERS,
+);
 
 /// The metrics of [`BOUNDS_METRICS`] only an RL objective logs.
-const RL_MARKERS: &[&str] = &[
+const RL_MARKERS: [&str; 8] = [
     "reward_mean",
     "reward_std",
     "frac_reward_zero_std",
@@ -226,19 +217,8 @@ const ORDINARY_LOSS: f64 = 10.0;
 pub struct FirstUpdate;
 
 /// What `--first-update` reads (the preference markers keep it quiet on DPO/KTO runs).
-const FIRST_UPDATE_METRICS: &[&str] = &[
-    "ppo_kl",
-    "clip_ratio",
-    "ratio_mean",
-    "kl",
-    "pref_reward_chosen",
-    "pref_reward_rejected",
-    "pref_margin",
-    "pref_accuracy",
-    "pref_logp_chosen",
-    "pref_logp_rejected",
-    "pref_log_odds_ratio",
-];
+const FIRST_UPDATE_METRICS: [&str; 11] =
+    metric_list(&["ppo_kl", "clip_ratio", "ratio_mean", "kl"], &PREF_MARKERS);
 
 impl Detector for FirstUpdate {
     fn name(&self) -> &'static str {
@@ -248,10 +228,7 @@ impl Detector for FirstUpdate {
         "ppo_kl, clip fraction, |ratio - 1| or KL to the reference not ~0 at the run's first step"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        debug_assert!(PREF_MARKERS
-            .iter()
-            .all(|m| FIRST_UPDATE_METRICS.contains(m)));
-        FIRST_UPDATE_METRICS
+        &FIRST_UPDATE_METRICS
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;
@@ -318,18 +295,8 @@ impl Detector for FirstUpdate {
 pub struct KlZero;
 
 /// What `--kl-zero` reads.
-const KL_ZERO_METRICS: &[&str] = &[
-    "kl",
-    "reward_mean",
-    "reward_std",
-    "pref_reward_chosen",
-    "pref_reward_rejected",
-    "pref_margin",
-    "pref_accuracy",
-    "pref_logp_chosen",
-    "pref_logp_rejected",
-    "pref_log_odds_ratio",
-];
+const KL_ZERO_METRICS: [&str; 10] =
+    metric_list(&["kl", "reward_mean", "reward_std"], &PREF_MARKERS);
 
 impl Detector for KlZero {
     fn name(&self) -> &'static str {
@@ -339,7 +306,7 @@ impl Detector for KlZero {
         "kl exactly 0 on many consecutive steps: beta = 0 or the reference is the policy"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        KL_ZERO_METRICS
+        &KL_ZERO_METRICS
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;

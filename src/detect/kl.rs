@@ -14,17 +14,9 @@ impl Detector for KlExplosion {
         "kl above 1.0, or above 10x its recent median"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        &[
-            "kl",
-            "kl_seq",
-            "pref_reward_chosen",
-            "pref_reward_rejected",
-            "pref_margin",
-            "pref_accuracy",
-            "pref_logp_chosen",
-            "pref_logp_rejected",
-            "pref_log_odds_ratio",
-        ]
+        const READS: [&str; 9] =
+            super::metric_list(&["kl", "kl_seq"], &super::preference::PREF_MARKERS);
+        &READS
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         // KTO's `kl` is a batch estimate of KL(π‖π_ref) over mismatched pairs (a reference

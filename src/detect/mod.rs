@@ -528,6 +528,26 @@ pub(crate) fn runs(flags: &[bool]) -> Vec<(usize, usize)> {
     out
 }
 
+/// `a` then `b` as one array of `N = a.len() + b.len()` names, at compile time: a
+/// detector's metric list built from shared ones (the preference markers) instead of a
+/// hand-kept copy. A wrong `N` fails the build.
+pub(crate) const fn metric_list<const N: usize>(
+    a: &[&'static str],
+    b: &[&'static str],
+) -> [&'static str; N] {
+    assert!(
+        a.len() + b.len() == N,
+        "metric_list: N is not a.len() + b.len()"
+    );
+    let mut out = [""; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = if i < a.len() { a[i] } else { b[i - a.len()] };
+        i += 1;
+    }
+    out
+}
+
 /// Smallest and largest value of `(step, value)` points (`(inf, -inf)` when empty).
 pub(crate) fn value_range(points: &[(i64, f64)]) -> (f64, f64) {
     points

@@ -1,7 +1,8 @@
 //! Gradient and advantage numerics: NaN/inf anywhere, gradient spikes, zero gradients,
 //! advantages blown up by a tiny reward std.
 
-use super::{runs, spikes, Context, Detector, Finding, Severity, G};
+use super::preference::PREF_MARKERS;
+use super::{metric_list, runs, spikes, Context, Detector, Finding, Severity, G};
 use crate::frames::log::column::Column;
 
 /// What `--nan-grad` reads: [`FINITE_METRICS`] and, last, `grad_nan_count`.
@@ -22,34 +23,13 @@ const NAN_GRAD_METRICS: &[&str] = &[
     "grad_nan_count",
 ];
 
-/// The preference markers `--nan-grad` also reads: they name the algorithm (its causes
-/// speak ORPO's or DPO's words; alone or among all, the same).
-const PREFERENCE_MARKERS: [&str; 8] = [
-    "loss_unprinted",
-    "pref_reward_chosen",
-    "pref_reward_rejected",
-    "pref_margin",
-    "pref_accuracy",
-    "pref_logp_chosen",
-    "pref_logp_rejected",
-    "pref_log_odds_ratio",
-];
-
-/// All `--nan-grad` asks the frame for: [`NAN_GRAD_METRICS`] then [`PREFERENCE_MARKERS`].
-const NAN_GRAD_READS: &[&str] = &{
-    const N: usize = NAN_GRAD_METRICS.len();
-    let mut out = [""; N + PREFERENCE_MARKERS.len()];
-    let mut i = 0;
-    while i < out.len() {
-        out[i] = if i < N {
-            NAN_GRAD_METRICS[i]
-        } else {
-            PREFERENCE_MARKERS[i - N]
-        };
-        i += 1;
-    }
-    out
-};
+/// All `--nan-grad` asks the frame for: [`NAN_GRAD_METRICS`], Megatron's unprinted loss
+/// and the preference markers that name the algorithm (its causes speak ORPO's or DPO's
+/// words; alone or among all, the same).
+const NAN_GRAD_READS: [&str; 22] = metric_list(
+    &metric_list::<15>(NAN_GRAD_METRICS, &["loss_unprinted"]),
+    &PREF_MARKERS,
+);
 
 /// Metrics whose non-finite values mean the numbers are broken: all `--nan-grad` reads
 /// but the `grad_nan_count` it ends with.
@@ -70,7 +50,7 @@ impl Detector for NanGrad {
         "non-finite grad_norm/loss/kl/reward, nan_gradient events, grad_nan_count > 0"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        NAN_GRAD_READS
+        &NAN_GRAD_READS
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;
@@ -290,16 +270,8 @@ impl Detector for ZeroGrad {
         "grad_norm ~ 0 on consecutive steps (a single step on DPO/KTO): nothing is updated"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        &[
-            "grad_norm",
-            "pref_reward_chosen",
-            "pref_reward_rejected",
-            "pref_margin",
-            "pref_accuracy",
-            "pref_logp_chosen",
-            "pref_logp_rejected",
-            "pref_log_odds_ratio",
-        ]
+        const READS: [&str; 8] = metric_list(&["grad_norm"], &PREF_MARKERS);
+        &READS
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let s = ctx.frame.series("grad_norm");
@@ -487,15 +459,10 @@ mod tests {
 
     #[test]
     fn nan_grad_reads_its_metrics_then_the_preference_markers() {
-        assert_eq!(
-            NAN_GRAD_READS.len(),
-            NAN_GRAD_METRICS.len() + PREFERENCE_MARKERS.len()
-        );
-        assert_eq!(&NAN_GRAD_READS[..NAN_GRAD_METRICS.len()], NAN_GRAD_METRICS);
-        assert_eq!(
-            &NAN_GRAD_READS[NAN_GRAD_METRICS.len()..],
-            &PREFERENCE_MARKERS[..]
-        );
+        let n = NAN_GRAD_METRICS.len();
+        assert_eq!(&NAN_GRAD_READS[..n], NAN_GRAD_METRICS);
+        assert_eq!(NAN_GRAD_READS[n], "loss_unprinted");
+        assert_eq!(&NAN_GRAD_READS[n + 1..], &PREF_MARKERS[..]);
         assert_eq!(NAN_GRAD_READS.last(), Some(&"pref_log_odds_ratio"));
     }
 }

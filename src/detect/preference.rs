@@ -12,7 +12,7 @@ use super::{value_mean, Context, Detector, Finding, Severity, G};
 use crate::frames::log::frame::LogFrame;
 
 /// Canonical metrics only a preference trainer logs.
-pub const PREF_MARKERS: &[&str] = &[
+pub const PREF_MARKERS: [&str; 7] = [
     "pref_reward_chosen",
     "pref_reward_rejected",
     "pref_margin",
@@ -81,17 +81,8 @@ impl Detector for Preference {
         "DPO/KTO/ORPO: accuracies stuck at 1.0 or 0.5, margins saturating, loss 0 on saturated batches, log-probs exactly 0 (no token scored), chosen and rejected log-probs both falling"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        &[
-            "pref_reward_chosen",
-            "pref_reward_rejected",
-            "pref_margin",
-            "pref_accuracy",
-            "pref_logp_chosen",
-            "pref_logp_rejected",
-            "pref_log_odds_ratio",
-            "loss",
-            "kl",
-        ]
+        const READS: [&str; 9] = super::metric_list(&PREF_MARKERS, &["loss", "kl"]);
+        &READS
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let f = ctx.frame;
