@@ -110,6 +110,7 @@ pub(super) fn adjudicate(
                                 unstated: Default::default(),
                                 cells: 0,
                                 agg_rival: None,
+                                own_pg_mode: None,
                             },
                             Some(format!(
                                 "judged under the preset: the step's conventions could not be settled ({e})"

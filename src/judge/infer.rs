@@ -70,6 +70,10 @@ pub struct Resolved {
     /// with the pg terms each alone reproduces: a cell whose verdict the choice decides
     /// cannot be judged.
     pub agg_rival: Option<(AggMode, usize)>,
+    /// The pg aggregation the cells' own dumped `pg_loss` shows against their own dumped
+    /// per-token loss ([`prep::own_pg_mode`]), whatever weights that loss carries; `None`
+    /// when fewer than two cells tell the modes apart or they disagree.
+    pub own_pg_mode: Option<AggMode>,
 }
 
 /// Which loss-composition coefficients no evidence settles ([`Resolved::unstated`]).
@@ -137,6 +141,9 @@ pub struct Prep {
     loss: Option<f64>,
     /// The dumped total of the cell's verdict file (`is_loss_debug/` or `loss/`).
     total: f64,
+    /// The cell's own dumped per-token loss reduced under each base mode (weaver's
+    /// `elementwise_loss`), with its f32 rounding.
+    own_r: Option<Table>,
 }
 
 const KL_CANDIDATES: [KlEstimator; 3] = [KlEstimator::K1, KlEstimator::K2, KlEstimator::K3Verl];
@@ -226,6 +233,7 @@ fn as_total_cell(p: &Prep, cfg: &LossConfig) -> Option<Prep> {
         kl_loss: kl,
         loss: Some(p.total),
         total: p.total,
+        own_r: None,
     })
 }
 
@@ -745,6 +753,7 @@ pub fn resolve(
         unstated,
         cells: preps.len(),
         agg_rival,
+        own_pg_mode: prep::own_pg_mode(preps, tol),
     })
 }
 

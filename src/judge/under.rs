@@ -137,6 +137,16 @@ fn judge_settled(cell: &Cell, resolved: &infer::Resolved, tol: &Tolerance) -> Re
         {
             return Ok(v);
         }
+        // a pg term that is the plain sum of its own dumped per-token loss where the
+        // other cells' pg terms show a mean of theirs: a fault whatever weights that
+        // per-token loss holds (seed 8534: TIS weights unseen, one row of two valid, where
+        // seq-mean-token-sum is the sum too; not the entropy terms' mode: seed 7573)
+        if resolved.own_pg_mode.is_some_and(|m| pg_not_mode(cell, m)) {
+            let w = own_sum(cell, v.clone());
+            if w.own_sum {
+                return Ok(w);
+            }
+        }
         // per-token weights the dump does not hold, under the step's policy loss or
         // under a real producer's clip bound / ratio level of the cell's own
         if let Some(w) = unseen_weights(cell, &resolved.cfg, &v, tol, (lone, unc.entropy_coeff))? {
@@ -389,6 +399,12 @@ fn sum_not_settled_mode(cell: &Cell, resolved: &infer::Resolved) -> bool {
         .conventions
         .iter()
         .any(|c| c.name == "agg" && c.source != Source::Preset);
+    settled && pg_not_mode(cell, resolved.cfg.agg)
+}
+
+/// Whether this cell's dumped `pg_loss` is not `mode`'s reduction of its own dumped
+/// `elementwise_loss` (beyond the f32 rounding of the sum); false when it dumps neither.
+fn pg_not_mode(cell: &Cell, mode: AggMode) -> bool {
     let (Some(el), Some(pg)) = (
         cell.per_token.as_ref(),
         cell.record.as_ref().and_then(|r| r.pg_loss),
@@ -399,10 +415,10 @@ fn sum_not_settled_mode(cell: &Cell, resolved: &infer::Resolved) -> bool {
         return false;
     };
     let (b, t) = cell.dims();
-    if !settled || m.len() != b * t || el.len() != m.len() {
+    if m.len() != b * t || el.len() != m.len() {
         return false;
     }
-    let w = weights(&m, b, t, resolved.cfg.agg);
+    let w = weights(&m, b, t, mode);
     let own = reduce(el, &w);
     (pg - own).abs() > f32_compute(el, &w, 4.0) + 4.0 * 2f64.powi(-24) * own.abs() + 1e-9
 }

@@ -100,6 +100,10 @@ pub fn prep_each(
         Some(o) => v(o)?,
         None => vec![0.0; lp.len()],
     };
+    let own_r = match &cell.per_token {
+        Some(el) if el.len() == mask.len() => Some(table(el, &|x, w| f32_compute(x, w, 4.0))),
+        _ => None,
+    };
     let slack = crate::judge::terms::logprob_slack(&lp, &old, cell.logprob_dtype);
     let seq_slack = crate::judge::terms::sequence_slack(&slack, &mask, t);
     outs.iter()
@@ -130,6 +134,7 @@ pub fn prep_each(
                 kl_loss: cell.kl_loss,
                 loss: rec.and_then(|r| r.loss),
                 total: cell.dumped_loss,
+                own_r,
             })
         })
         .collect()
@@ -348,4 +353,41 @@ pub(super) fn echoed_gives_way(
             ),
         )
     })
+}
+
+/// The pg aggregation the cells' dumped `pg_loss` shows against their own dumped per-token
+/// loss: per cell, the base modes whose reduction of that loss gives the pg term (within
+/// f32 rounding of the sum); a cell where one or two of the three fit tells. `Some` when
+/// one mode fits more than half of the telling cells, two at least, and no other as many
+/// (a faulty cell among them departs from it). The relation holds
+/// whatever per-token weights the loss carries (TIS against log-probs not dumped), where a
+/// recomputed pg term cannot say it; NexRL's entropy term, reduced as a token mean whatever
+/// the mode, says nothing of it (seed 7573).
+pub fn own_pg_mode(preps: &[Prep], tol: &Tolerance) -> Option<AggMode> {
+    let mut fit = [0usize; 3];
+    let mut telling = 0usize;
+    for p in preps {
+        let (Some(d), Some(own)) = (p.pg, p.own_r.as_ref()) else {
+            continue;
+        };
+        let ok: Vec<bool> = own
+            .iter()
+            .map(|r| {
+                tol.allows_with(d, r.val, r.tol + 4.0 * 2f64.powi(-24) * r.val.abs())
+                    || crate::fmt::alike(d, r.val)
+            })
+            .collect();
+        let n = ok.iter().filter(|x| **x).count();
+        if n == 0 || n == ok.len() {
+            continue;
+        }
+        telling += 1;
+        for (f, o) in fit.iter_mut().zip(&ok) {
+            *f += usize::from(*o);
+        }
+    }
+    let most = *fit.iter().max()?;
+    let best = fit.iter().position(|f| *f == most)?;
+    (most >= 2 && 2 * most > telling && fit.iter().filter(|f| **f == most).count() == 1)
+        .then(|| BASE_MODES[best])
 }

@@ -67,6 +67,7 @@ fn judged(dumped: f64, unstated: Unstated) -> Verdict {
         unstated,
         cells: 1,
         agg_rival: None,
+        own_pg_mode: None,
     };
     judge_under(&cell(dumped), &resolved, &Tolerance::default()).unwrap()
 }
