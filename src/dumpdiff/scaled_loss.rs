@@ -241,8 +241,11 @@ pub fn rejudge(sections: &mut [Section], scales: &[SideScale]) -> (Cells, Cells)
                     );
                 } else if (a - b).abs() <= allowed {
                     x.verdict = Verdict::Pass;
+                    // a zero-advantage cell's "cannot judge the aggregation" stays said
+                    // (seed 8424: the scale explains the total, an unstated term warns)
+                    let unseen = super::sections::agg_unseen_words(&x.reason).unwrap_or("");
                     x.reason = format!(
-                        "equal unscaled ({} vs {}): the dumped totals differ by {}",
+                        "equal unscaled ({} vs {}): the dumped totals differ by {}{unseen}",
                         crate::fmt::num(a),
                         crate::fmt::num(b),
                         who.join(" and ")

@@ -68,6 +68,8 @@ use surrogate::{
     clip_bound_blurred, confirmed, elem_convention, name_clip_bound, own_convention,
     own_convention_dumped, sequence_alt, ElemLoss,
 };
-pub use tis::{agg_in_loss, agg_unseen_in_loss, note_rejection, rejection_elsewhere, OWN_AGG};
+pub use tis::{
+    agg_in_loss, agg_unseen_in_loss, agg_unseen_words, note_rejection, rejection_elsewhere, OWN_AGG,
+};
 use tis::{tis_fit, Tis};
 pub use weights::{mask_moves_totals, masks_differ, own_sum_fails, totals_cannot_judge, Weights};

@@ -400,18 +400,26 @@ pub(super) fn note_agg_unseen(out: &mut [Comparison], note: Option<&str>) {
 /// A flagged `loss` cell (section 3) whose `is_loss` cell found the aggregation left no
 /// trace ([`agg_unseen`]): the same words join its reason.
 pub fn agg_unseen_in_loss(loss: &mut Cell, is_loss: &Cell) {
-    const KEY: &str = "; cannot judge the aggregation (loss_agg_mode) on this cell";
-    if loss.verdict < Verdict::Warn || loss.reason.contains(KEY) {
+    if loss.verdict < Verdict::Warn || loss.reason.contains(AGG_UNSEEN) {
         return;
     }
-    const END: &str = "gives 0";
-    let note = is_loss.comparisons.iter().find_map(|c| {
-        let at = &c.reason[c.reason.find(KEY)?..];
-        Some(at[..at.find(END)? + END.len()].to_string())
-    });
+    let note = is_loss
+        .comparisons
+        .iter()
+        .find_map(|c| agg_unseen_words(&c.reason));
     if let Some(note) = note {
-        append_note(loss, &note);
+        append_note(loss, note);
     }
+}
+
+/// The opening of [`agg_unseen`]'s words.
+const AGG_UNSEEN: &str = "; cannot judge the aggregation (loss_agg_mode) on this cell";
+
+/// [`agg_unseen`]'s words inside a comparison's `reason`, if there.
+pub fn agg_unseen_words(reason: &str) -> Option<&str> {
+    const END: &str = "gives 0";
+    let at = &reason[reason.find(AGG_UNSEEN)?..];
+    Some(&at[..at.find(END)? + END.len()])
 }
 
 /// What explains the tokens the other side's loss mask (`effective_valid`, `mask_b`)
