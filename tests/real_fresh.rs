@@ -377,3 +377,69 @@ fn totals_inside_a_16_bit_allowance_fail_where_the_old_log_probs_differ() {
         "{x}"
     );
 }
+
+#[test]
+fn a_summed_pg_term_beside_unseen_weights_is_inconsistent_where_the_other_cells_show_a_mean() {
+    // seed 8534 (--multi-turn): token TIS on the weaver, its engine log-probs not dumped, so
+    // every cell's per-token loss carries weights nothing states (cannot judge). Rank 0
+    // micro 0's pg_loss is the plain sum of its own elementwise_loss, where the other
+    // cells' pg terms are the token-mean of theirs; its one row with tokens made the sum
+    // read as seq-mean-token-sum, and the fault was called unseen weights (a miss).
+    let (code, r) =
+        losscheck(&novel("multi-turn-summed-pg-beside-unseen-weights-8534").join("weaver_pt"));
+    assert_eq!(code, 1, "{r}");
+    assert_eq!(
+        files_with(&r, "inconsistent"),
+        ["is_loss_debug/step_000000_rank0_micro0.pt".to_string()].into()
+    );
+    assert_eq!(files_with(&r, "cannot-judge").len(), 8, "{r}");
+    let notes = verdict(&r, "rank0_micro0.pt")["notes"].to_string();
+    assert!(notes.contains("a sum, not a mean"), "{notes}");
+}
+
+#[test]
+fn a_zero_advantage_cell_says_the_aggregation_cannot_be_judged_through_a_loss_scale() {
+    // seed 8424: NexRL's seq-mean-token-mean beside verl's seq-mean-token-sum, the
+    // weaver's totals scaled by rows / 12, a KL term the self-hosted side does not state.
+    // Rank 2 micro 0 has every advantage 0: its totals agree unscaled, the unstated KL term
+    // warns, and the words that its aggregation cannot be judged were dropped with the
+    // scale's reason.
+    let (code, r) = dumpdiff(&novel("zero-adv-agg-beside-scale-8424"));
+    assert_eq!(code, Some(1), "{r}");
+    for sec in ["loss", "is_loss"] {
+        let c = cell(&r, sec, 2, 0);
+        assert_eq!(c["verdict"], "warn", "{c}");
+        let why = c["reason"].as_str().unwrap();
+        assert!(
+            why.starts_with(&format!("{sec}.loss: equal unscaled")),
+            "{why}"
+        );
+        assert!(
+            why.contains("cannot judge the aggregation (loss_agg_mode) on this cell: the weaver's own elementwise_loss is 0 on all 20 tokens"),
+            "{why}"
+        );
+    }
+}
+
+#[test]
+fn rows_without_ids_or_old_log_probs_are_placed_where_nexrl_deals_them() {
+    // seed 8461: no input_ids, no old log-probs (do_old_log_prob_compute false),
+    // trajectories in arrival order with task ids. The rows were guessed at contiguous
+    // trajectory-file positions, contradicted by their lengths in micro 3 of both ranks:
+    // unplaced, so rank 0 micro 3's wrong advantages were never compared (cause not named).
+    let (code, r) = dumpdiff(&novel("dealt-rows-no-old-8461"));
+    assert_eq!(code, Some(2), "the truncated is_loss_debug file: {r}");
+    let x = comparison(&r, "is_loss", 0, 3, "is_loss.advantages");
+    assert_eq!(x["verdict"], "fail", "{x}");
+    for (rank, micro) in [(0, 0), (0, 1), (0, 2), (1, 0), (1, 2), (1, 3)] {
+        let x = comparison(&r, "is_loss", rank, micro, "is_loss.advantages");
+        assert_eq!(x["verdict"], "pass", "rank {rank} micro {micro}: {x}");
+    }
+    let notes = r["conventions"].to_string();
+    assert!(
+        notes.contains(
+            "rows placed as NexRL deals them, NexRL's batch order over ranks then micros"
+        ),
+        "{notes}"
+    );
+}

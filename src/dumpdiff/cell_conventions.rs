@@ -349,3 +349,18 @@ pub(super) fn old_order(
         _ => (None, None),
     }
 }
+
+/// Where NexRL deals the self-hosted rows when the step dumps no old log-probs to place
+/// them by ([`crate::judge::SelfHostedStep::dealt_rows`]); `None` with old log-probs, without
+/// trajectories, or when no dealing fits the step's valid counts.
+pub(super) fn dealt_rows(
+    s: &SideData,
+    traj: Option<&crate::model::trajectory::TrajectorySummary>,
+    inputs: &crate::dumpdiff::sections::BatchInputs,
+) -> Option<crate::judge::DealtRows> {
+    if inputs.old_log_probs.is_some() {
+        return None;
+    }
+    let cfg = crate::kernels::presets::preset("nexrl-is").ok()?;
+    crate::judge::SelfHostedStep::dealt_rows(traj?, &cfg.advantage, &s.tree, s.step)
+}

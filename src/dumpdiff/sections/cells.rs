@@ -204,6 +204,9 @@ pub struct BatchInputs {
     pub old_of_traj: Option<Vec<usize>>,
     /// Each trajectory's response length (by batch index), to place rows without ids.
     pub response_lens: Vec<Option<usize>>,
+    /// `(rank, micro)` → each row's trajectory as NexRL deals a step with neither token
+    /// ids nor old log-probs ([`crate::judge::SelfHostedStep::dealt_rows`]), and how.
+    pub dealt: Option<crate::judge::DealtRows>,
 }
 
 impl BatchInputs {
@@ -257,6 +260,15 @@ pub(super) fn batch_indices(
             "rows located in the batch by their log-probs against old_log_probs (no input_ids)"
                 .into(),
         );
+    }
+    // no old log-probs at all: where NexRL deals the rows, checked against every cell's
+    // valid counts (losscheck's placement; seed 8461: arrival-order trajectories)
+    if inputs.old_log_probs.is_none() {
+        if let Some((rows, how)) = inputs.dealt.as_ref().and_then(|d| d.get(&(rank, micro))) {
+            if rows.len() == nrows {
+                return (rows.iter().copied().map(Some).collect(), how.clone());
+            }
+        }
     }
     // contiguous batch positions: rows of old_log_probs, whose trajectories follow from
     // the settled batch order

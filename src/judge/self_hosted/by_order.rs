@@ -13,21 +13,50 @@
 //! the cell's terms (old = current log-probs, ratio 1; or their trajectories' advantages
 //! equal).
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use super::{dense, key_err, OldRows, SelfHostedStep};
 use crate::error::Result;
 use crate::formats::read_any;
+use crate::kernels::advantage::AdvantageConfig;
+use crate::model::trajectory::TrajectorySummary;
 use crate::producers::layout::{DumpTree, Kind};
 use crate::producers::nexrl_self_hosted;
 
 /// One forward_data cell: `(rank, micro)` and each row's valid count.
 pub(super) type CellRows = ((u32, u32), Vec<usize>);
 
+/// `(rank, micro)` → each row's trajectory and how the rows were placed
+/// ([`SelfHostedStep::dealt_rows`]).
+pub type DealtRows = HashMap<(u32, u32), (Vec<usize>, String)>;
+
 /// Each cell's trajectory per row, under one way of dealing the batch.
 type Dealt = Vec<((u32, u32), Vec<usize>)>;
 
 impl SelfHostedStep {
+    /// Where NexRL deals each forward_data row of a step that dumps neither token ids nor
+    /// old log-probs (`do_old_log_prob_compute: false`): `(rank, micro)` → each row's
+    /// trajectory (by index in `ts`) and how they were placed, checked against every
+    /// cell's valid counts as losscheck places them ([this module](self)). `None` when no dealing
+    /// fits; dumpdiff's rows then stay unplaced.
+    pub fn dealt_rows(
+        ts: &TrajectorySummary,
+        adv: &AdvantageConfig,
+        tree: &DumpTree,
+        step: i64,
+    ) -> Option<DealtRows> {
+        let mut s = Self::from_parts(ts, adv).ok()?;
+        s.old = OldRows::Current;
+        let mut out = HashMap::new();
+        for f in tree.files_of(Kind::ForwardData, step) {
+            let cell = (f.rank?, f.micro?);
+            let placed = s.place_by_order(tree, step, cell, &f.path).ok()?;
+            out.insert(cell, placed);
+        }
+        Some(out)
+    }
+
     /// The trajectory of each row of `(rank, micro)` and a note saying how they were
     /// placed ([`self`](self) module doc), for a step whose rows neither token ids nor
     /// whole-batch old log-probs place.
