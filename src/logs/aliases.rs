@@ -89,6 +89,29 @@ pub fn is_bookkeeping_key(k: &str) -> bool {
             | "loss_scale"
             | "number_of_skipped_iterations"
     ) || k.starts_with("summary/")
+        || is_progress_or_throughput(k)
+}
+
+/// Where the run is (an epoch or step counter under another name: verl `training/epoch`,
+/// `training/global_step`, dllogger's `Training Epoch`), how fast or how big it runs
+/// (verl `perf/*`, `global_seqlen/*`, `prompt_length/*`; Megatron-DeepSpeed `samples per
+/// second`, `TFLOPs`, `actual seqlen`; `it/s`) and the schedule's settings (`actor/lr`,
+/// `actor/kl_coef`, slime `train/lr-pg_0`): read, and rightly judged by no failure rule.
+fn is_progress_or_throughput(k: &str) -> bool {
+    let last = k.rsplit('/').next().unwrap_or(k);
+    let under = |p: &str| k.starts_with(p) || k.contains(&format!("/{p}"));
+    last.ends_with("epoch")
+        || matches!(
+            last,
+            "global_step" | "lr" | "kl_coef" | "it/s" | "s" | "tflops"
+        )
+        || last.starts_with("lr-")
+        || under("perf/")
+        || under("global_seqlen/")
+        || under("prompt_length/")
+        || k.contains("per_second")
+        || k.contains("mfu")
+        || k == "actual_seqlen"
 }
 
 /// The reward function a raw key reports the per-step mean of, when it does: TRL

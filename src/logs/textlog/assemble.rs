@@ -74,6 +74,8 @@ pub struct TextAssembler {
     pub events: Vec<LogEvent>,
     /// Lines that matched nothing.
     pub unrecognised: u64,
+    /// Of those, lines that are only a progress bar (`Episode [1/1]: 100%|…| 12/12 […]`).
+    pub bars: u64,
 }
 
 impl TextAssembler {
@@ -98,6 +100,7 @@ impl TextAssembler {
             TextItem::Bar(n) => {
                 // not a record: counted with the lines read for nothing, as before
                 self.unrecognised += 1;
+                self.bars += 1;
                 self.last_bar = Some(n);
                 if let Some(b) = self.bar_steps.last_mut() {
                     if b.0 + 1 == self.records.len() && b.2.is_none() {
@@ -163,10 +166,18 @@ impl TextAssembler {
             }
             TextItem::Continuation(text) => match verl_tail {
                 Some((idx, head)) => {
-                    let pairs = verl_pairs(&text, &head);
+                    let (pairs, tail) = verl_pairs(&text, &head);
                     if let Some(rec) = self.records.get_mut(idx) {
-                        rec.fields.extend(pairs);
+                        // the pair cut at the line's end is read again whole
+                        for (k, v) in pairs {
+                            match rec.fields.iter_mut().find(|(rk, _)| *rk == k) {
+                                Some(slot) => slot.1 = v,
+                                None => rec.fields.push((k, v)),
+                            }
+                        }
                     }
+                    // a step line wrapped over several lines: the next may continue it
+                    self.verl_tail = Some((idx, tail));
                 }
                 None => self.unrecognised += 1,
             },
@@ -394,6 +405,29 @@ impl TextAssembler {
                     }
                 }
             }
+        }
+        // No loss key on the line at all, none on the line before to compare with
+        // (Megatron-DeepSpeed#434's only line, #396's run): the same `avg > 0.0` rule
+        // hid it, unless updates of the interval were skipped (a skipped update adds no
+        // loss: NVIDIA/nccl#743's first interval, `number of skipped iterations: 10` while
+        // the fp16 scale drops from 2^32; Megatron-LLM#34's skip on a bad grad norm, which
+        // `number_of_nan_iterations` below reports).
+        let line_has_loss =
+            |f: &[(String, f64)]| f.iter().any(|(k, v)| k.ends_with("loss") && v.is_finite());
+        let megatron_line =
+            scale.is_some() && get(fields, "number_of_skipped_iterations").is_some();
+        // A finite gradient norm on the line says the backward pass saw a finite loss
+        // (epfLLM/Megatron-LLM#34's iteration 3633: `grad norm: 0.794`, no loss printed).
+        let finite_grad = get(fields, "grad_norm").is_some_and(f64::is_finite);
+        if megatron_line
+            && !finite_grad
+            && !line_has_loss(fields)
+            && !prev.as_deref().is_some_and(line_has_loss)
+            && skipped == 0.0
+            && get(fields, LOSS_UNPRINTED).is_none()
+        {
+            fields.push(("loss".to_string(), f64::NAN));
+            fields.push((LOSS_UNPRINTED.to_string(), 1.0));
         }
         if skipped > 0.0 && !scaler_skip {
             match fields
