@@ -290,6 +290,14 @@ pub const THRESHOLDS: &[(&str, f64, &str)] = &[
         "grad norm (policy or critic) above this is broken whatever the history",
     ),
     ("bounds.loss", 1e4, "|loss| above this is broken"),
+    // TRL's `logits/chosen` is the mean logit over the tokens and the vocabulary: healthy
+    // DPO runs log -2 to -110 (trl#1236, trl#570); -2e8 (LLaMA-Factory#7380) is no logit
+    // a softmax could have been fed.
+    (
+        "bounds.logits",
+        1e4,
+        "|mean logit| of a preference batch above this is broken numerics",
+    ),
     // On the first update ratio = 1 exactly for the first micro-batch; mini-batch averages
     // of healthy verl runs stay near 1e-4 (ppo_kl) and 1e-3 (clip fraction).
     (
