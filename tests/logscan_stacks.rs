@@ -896,6 +896,99 @@ const PASTE_KEYS: &[PasteKey] = &[
         findings: &[],
         code: 0,
     },
+    // Session 23 (keys written before the run). Gemma LoRA SFT: one grad-norm excursion
+    // (11140 after ~8) is a spike against its history, not an absolute-bound error.
+    PasteKey {
+        file: "unsloth_5207_grad_spike.log",
+        steps: &[0, 1, 2, 3, 4, 5, 6, 7, 8],
+        findings: &[("grad-spike", Severity::Warning, 8, 8)],
+        code: 0,
+    },
+    // verl GRPO: the validation-only `step:0` line, then one healthy training step.
+    PasteKey {
+        file: "verl_2060_val_step0.log",
+        steps: &[0, 1],
+        findings: &[],
+        code: 0,
+    },
+    // verl PPO with a critic, the step line soft-wrapped inside keys and values; healthy.
+    PasteKey {
+        file: "verl_1224_critic_wrapped.log",
+        steps: &[1049],
+        findings: &[],
+        code: 0,
+    },
+    PasteKey {
+        file: "verl_7412_clip.log",
+        steps: &[34],
+        findings: &[],
+        code: 0,
+    },
+    // LLaMA-Factory PPO `trainer_log`-style lines with no step: an oscillating PPO loss
+    // while the reward rises is no failure.
+    PasteKey {
+        file: "llamafactory_845_ppo_oscillate.log",
+        steps: &[0, 1, 2, 3],
+        findings: &[],
+        code: 0,
+    },
+    // KTO: mean logits of -2e8: broken numerics, from the first record.
+    PasteKey {
+        file: "llamafactory_7380_kto_logits.log",
+        steps: &[0],
+        findings: &[("bounds", Severity::Error, 0, 0)],
+        code: 1,
+    },
+    // Megatron with a timestamp before each iteration line; the third line cut. Healthy.
+    PasteKey {
+        file: "megatron_lm_673_timestamped.log",
+        steps: &[1, 2, 3],
+        findings: &[],
+        code: 0,
+    },
+    // Megatron BERT in fp16: the first interval's 10 updates all skipped while the scaler
+    // calibrates (no loss printed), then `lm loss` and `sop loss`: no NaN.
+    PasteKey {
+        file: "megatron_nccl743_fp16_calibration.log",
+        steps: &[10, 20],
+        findings: &[],
+        code: 0,
+    },
+    // Megatron-DeepSpeed: an iteration line with no loss and no skipped update: the
+    // `avg > 0.0` rule hid a NaN loss (the PR's own reading).
+    PasteKey {
+        file: "megatron_ds_434_no_loss.log",
+        steps: &[9],
+        findings: &[("nan-grad", Severity::Critical, 9, 9)],
+        code: 1,
+    },
+    // dllogger consoles (NVIDIA DeepLearningExamples BERT): healthy.
+    PasteKey {
+        file: "dllogger_dle1107_squad_bars.log",
+        steps: &[1801, 1851, 1901],
+        findings: &[],
+        code: 0,
+    },
+    PasteKey {
+        file: "dllogger_dle543_bert.log",
+        steps: &[1787, 1887, 1987, 2087, 2187, 2287],
+        findings: &[],
+        code: 0,
+    },
+    // Online RiC (HF dicts): grad_norm NaN from the first record.
+    PasteKey {
+        file: "ric_20_grad_nan.log",
+        steps: &[0, 1, 2, 3, 4],
+        findings: &[("nan-grad", Severity::Critical, 0, 4)],
+        code: 1,
+    },
+    // LoRA-GA: a noisy grad norm (16-157) on a falling loss is no finding.
+    PasteKey {
+        file: "peft_2926_loraga_noisy.log",
+        steps: &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13],
+        findings: &[],
+        code: 0,
+    },
 ];
 
 #[test]
@@ -1276,4 +1369,75 @@ fn a_console_of_progress_bars_only_is_not_no_findings() {
     assert_eq!((r.steps, r.files[0].records), (0, 0));
     let err = cli(&[p.to_str().unwrap()]).unwrap_err();
     assert!(err.to_string().contains("read 0 records"), "{err}");
+    // It says what it saw: bars, not an unknown format.
+    assert!(err.to_string().contains("only progress bars"), "{err}");
+    assert!(!err.to_string().contains("not a format logscan knows"));
+    assert!(
+        r.files[0].progress_bars >= 10,
+        "{}",
+        r.files[0].progress_bars
+    );
+}
+
+#[test]
+fn session23_pastes_read_as_written() {
+    // verl's step line wrapped inside `actor/ppo_kl:0.0|00` and `c|ritic/score/max`.
+    let r = run(&[stack("verl_1224_critic_wrapped.log")]);
+    assert_eq!(values(&r, "ppo_kl"), vec![(1049, 0.0)]);
+    assert_eq!(values(&r, "critic_grad_norm"), vec![(1049, 65.55)]);
+    assert_eq!(values(&r, "reward_mean"), vec![(1049, 0.104)]);
+    let r = run(&[stack("verl_7412_clip.log")]);
+    assert_eq!(values(&r, "completion_len_max"), vec![(34, 3072.0)]);
+    // dllogger: `Training Iteration: N` is the step, `step_loss` the loss; a tqdm bar
+    // printed after the record on the same line is not part of it.
+    let r = run(&[stack("dllogger_dle1107_squad_bars.log")]);
+    assert_eq!(
+        values(&r, "loss"),
+        vec![
+            (1801, 0.8211057186126709),
+            (1851, 2.275021553039551),
+            (1901, 0.6579757928848267)
+        ]
+    );
+    assert_eq!(r.files[0].unrecognised_lines, 0);
+    let r = run(&[stack("dllogger_dle543_bert.log")]);
+    assert_eq!(values(&r, "loss")[1], (1887, 1.75));
+    // `[1,0]<stdout>:… __main__    : INFO     Train step 1040 -- Loss: 11.174, …`: read
+    // (the flat MLM loss at chance level is not judged: a known gap).
+    let p = stack("aws_dlm45_bert_flat.log");
+    let r = run(std::slice::from_ref(&p));
+    assert_eq!(r.frame.steps().len(), 8);
+    assert_eq!(values(&r, "loss")[0], (1040, 11.174));
+    assert_eq!(cli(&[p.to_str().unwrap()]).unwrap().code, 0);
+    // Megatron BERT's calibrating first interval: no loss invented for it.
+    let r = run(&[stack("megatron_nccl743_fp16_calibration.log")]);
+    assert_eq!(values(&r, "loss"), vec![(20, 10.05022)]);
+    // The hidden loss says why it is NaN.
+    let r = run(&[stack("megatron_ds_434_no_loss.log")]);
+    let n = &r.by_detector("nan-grad")[0];
+    assert!(
+        n.explanation
+            .contains("Megatron prints a loss only if it is > 0"),
+        "{}",
+        n.explanation
+    );
+    // A spike in a supervised log: no reward-std cause.
+    let r = run(&[stack("unsloth_5207_grad_spike.log")]);
+    let c = &r.by_detector("grad-spike")[0].likely_causes;
+    assert!(c[0].starts_with("one batch far from the rest"), "{c:?}");
+    assert!(r.by_detector("bounds").is_empty());
+    // KTO's logits: one finding for chosen and rejected alike.
+    let r = run(&[stack("llamafactory_7380_kto_logits.log")]);
+    let b = r.by_detector("bounds");
+    assert_eq!(b.len(), 1);
+    assert_eq!(b[0].evidence["metric"], "pref_logits_chosen");
+    // verl's bookkeeping and throughput keys are not "not understood".
+    let r = run(&[stack("verl_2060_val_step0.log")]);
+    assert!(!r
+        .not_understood
+        .iter()
+        .any(|k| k.starts_with("global_seqlen/")
+            || k.starts_with("perf/")
+            || k == "training/epoch"
+            || k == "actor/kl_coef"));
 }
