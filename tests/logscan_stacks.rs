@@ -1441,3 +1441,24 @@ fn session23_pastes_read_as_written() {
             || k == "training/epoch"
             || k == "actor/kl_coef"));
 }
+
+#[test]
+fn why_on_a_supervised_log_says_the_rl_hypotheses_do_not_apply() {
+    use rlforensics::detect::hypotheses::Verdict;
+    let opts = ScanOptions {
+        why: true,
+        ..ScanOptions::default()
+    };
+    let r = scan(&[stack("aws_dlm45_bert_flat.log")], &opts).unwrap();
+    let t = r.hypotheses.unwrap();
+    assert_eq!(t.rows.len(), 6);
+    for h in &t.rows {
+        assert_eq!(h.verdict, Verdict::CannotTell, "{}", h.id);
+        assert!(h.evidence.contains("do not apply"), "{}", h.evidence);
+    }
+    // An RL log keeps its per-hypothesis evidence (DeepSpeed-Chat's stuck reward score).
+    let r = scan(&[stack("deepspeed_chat_586_reward_flat.log")], &opts).unwrap();
+    let t = r.hypotheses.unwrap();
+    assert!(t.plateau);
+    assert!(!t.rows[0].evidence.contains("do not apply"));
+}
