@@ -66,6 +66,18 @@ pub fn is_preference_key(raw: &str) -> bool {
     })
 }
 
+/// True when the built-in aliases (or a loss/grad-norm family) name `raw` as a training
+/// metric: what tells a pasted block of metrics from a line of settings
+/// (`master_port=…, rank=2, world_size=5`).
+pub fn names_a_metric(raw: &str) -> bool {
+    static TABLE: std::sync::OnceLock<Option<AliasTable>> = std::sync::OnceLock::new();
+    let known = TABLE
+        .get_or_init(|| AliasTable::builtin().ok())
+        .as_ref()
+        .is_some_and(|t| t.resolve(raw).is_some());
+    known || family_of(raw).is_some()
+}
+
 /// Keys that say where a record is, not how training goes (never a metric to map).
 pub fn is_bookkeeping_key(k: &str) -> bool {
     matches!(

@@ -67,7 +67,8 @@ pub struct TextAssembler {
     megatron_prev: Option<Vec<(String, f64)>>,
     /// Field lines read before any banner (their line): the step before the first banner's
     /// when one comes next (a paste that starts inside an iteration).
-    orphan: Option<(u64, Vec<(String, f64)>)>,
+    /// (first line, last line, fields): consecutive field lines are one orphan.
+    orphan: Option<Orphan>,
     /// Records ready for the frame.
     pub records: Vec<LogRecord>,
     /// Events ready for the detectors.
@@ -77,6 +78,9 @@ pub struct TextAssembler {
     /// Of those, lines that are only a progress bar (`Episode [1/1]: 100%|…| 12/12 […]`).
     pub bars: u64,
 }
+
+/// Field lines read before any record: first line, last line, their fields.
+type Orphan = (u64, u64, Vec<(String, f64)>);
 
 impl TextAssembler {
     /// An assembler for file index `file`.
@@ -205,9 +209,9 @@ impl TextAssembler {
             },
             TextItem::StepHeader(step) => {
                 self.close_block();
-                if let Some((at, fields)) = self.orphan.take() {
+                if let Some((at, last, fields)) = self.orphan.take() {
                     if self.records.is_empty() {
-                        self.unrecognised -= 1;
+                        self.unrecognised -= last + 1 - at;
                         self.push(
                             at,
                             TextItem::Step {
@@ -240,7 +244,14 @@ impl TextAssembler {
                 let Some((_, _, fields)) = &mut self.block else {
                     self.unrecognised += 1;
                     if self.records.is_empty() && new.len() >= 2 {
-                        self.orphan = Some((line, new));
+                        match &mut self.orphan {
+                            // the metrics of one step printed over consecutive lines
+                            Some((_, last, fields)) if *last + 1 == line => {
+                                *last = line;
+                                fields.extend(new);
+                            }
+                            _ => self.orphan = Some((line, line, new)),
+                        }
                     }
                     return;
                 };
@@ -516,6 +527,29 @@ impl TextAssembler {
     /// saying so, at the traceback's first line.
     pub fn finish(&mut self) {
         self.close_block();
+        // Metrics pasted with no step at all (autocontext#1067: `completions/mean_length: 256
+        // completions/clipped_ratio: 1 …` / `reward: 0   reward_std: 0 …`) and nothing
+        // else read: one step's record, numbered as the first.
+        let metrics = |f: &[(String, f64)]| {
+            f.iter()
+                .filter(|(k, _)| crate::logs::aliases::names_a_metric(k))
+                .count()
+        };
+        if self.records.is_empty() && self.orphan.as_ref().is_some_and(|o| metrics(&o.2) >= 2) {
+            if let Some((at, last, fields)) = self.orphan.take() {
+                self.unrecognised -= last + 1 - at;
+                self.push(
+                    at,
+                    TextItem::Step {
+                        source: SourceKind::KvText,
+                        step: None,
+                        fields,
+                        tail: None,
+                    },
+                );
+                self.close_block();
+            }
+        }
         if let Some(line) = self.traceback.take() {
             let mut ev = LogEvent::new("exception", self.file, line);
             ev.text = Some(CUT_TRACEBACK.to_string());
