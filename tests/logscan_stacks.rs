@@ -982,6 +982,17 @@ const PASTE_KEYS: &[PasteKey] = &[
         findings: &[("nan-grad", Severity::Critical, 0, 4)],
         code: 1,
     },
+    // A GRPO run's metrics pasted with no step: every completion cut at 256 tokens, every
+    // group tied at reward 0.
+    PasteKey {
+        file: "autocontext_1067_clipped.log",
+        steps: &[0],
+        findings: &[
+            ("dead-groups", Severity::Error, 0, 0),
+            ("truncation", Severity::Error, 0, 0),
+        ],
+        code: 1,
+    },
     // LoRA-GA: a noisy grad norm (16-157) on a falling loss is no finding.
     PasteKey {
         file: "peft_2926_loraga_noisy.log",
@@ -1426,6 +1437,13 @@ fn session23_pastes_read_as_written() {
     let c = &r.by_detector("grad-spike")[0].likely_causes;
     assert!(c[0].starts_with("one batch far from the rest"), "{c:?}");
     assert!(r.by_detector("bounds").is_empty());
+    // Tied groups on steps where every completion was cut: the cut is their first cause.
+    let r = run(&[stack("autocontext_1067_clipped.log")]);
+    let d = &r.by_detector("dead-groups")[0].likely_causes;
+    assert!(
+        d[0].starts_with("every completion cut at the length limit"),
+        "{d:?}"
+    );
     // KTO's logits: one finding for chosen and rejected alike.
     let r = run(&[stack("llamafactory_7380_kto_logits.log")]);
     let b = r.by_detector("bounds");
