@@ -67,8 +67,11 @@ pub struct TextAssembler {
     megatron_prev: Option<Vec<(String, f64)>>,
     /// Field lines read before any banner (their line): the step before the first banner's
     /// when one comes next (a paste that starts inside an iteration).
-    /// (first line, last line, fields): consecutive field lines are one orphan.
-    orphan: Option<Orphan>,
+    orphan: Option<(u64, Vec<(String, f64)>)>,
+    /// Field lines with no step read while no record was: one record per line that repeats
+    /// the keys before it, consecutive lines with new keys joined (the metrics of one step
+    /// printed over several lines). Records of a file that never names a step.
+    loose: Vec<Loose>,
     /// Records ready for the frame.
     pub records: Vec<LogRecord>,
     /// Events ready for the detectors.
@@ -80,7 +83,7 @@ pub struct TextAssembler {
 }
 
 /// Field lines read before any record: first line, last line, their fields.
-type Orphan = (u64, u64, Vec<(String, f64)>);
+type Loose = (u64, u64, Vec<(String, f64)>);
 
 impl TextAssembler {
     /// An assembler for file index `file`.
@@ -209,9 +212,9 @@ impl TextAssembler {
             },
             TextItem::StepHeader(step) => {
                 self.close_block();
-                if let Some((at, last, fields)) = self.orphan.take() {
+                if let Some((at, fields)) = self.orphan.take() {
                     if self.records.is_empty() {
-                        self.unrecognised -= last + 1 - at;
+                        self.unrecognised -= 1;
                         self.push(
                             at,
                             TextItem::Step {
@@ -244,14 +247,20 @@ impl TextAssembler {
                 let Some((_, _, fields)) = &mut self.block else {
                     self.unrecognised += 1;
                     if self.records.is_empty() && new.len() >= 2 {
-                        match &mut self.orphan {
+                        match self.loose.last_mut() {
                             // the metrics of one step printed over consecutive lines
-                            Some((_, last, fields)) if *last + 1 == line => {
+                            Some((_, last, fields))
+                                if *last + 1 == line
+                                    && !new
+                                        .iter()
+                                        .any(|(k, _)| fields.iter().any(|(f, _)| f == k)) =>
+                            {
                                 *last = line;
-                                fields.extend(new);
+                                fields.extend(new.iter().cloned());
                             }
-                            _ => self.orphan = Some((line, line, new)),
+                            _ => self.loose.push((line, line, new.clone())),
                         }
+                        self.orphan = Some((line, new));
                     }
                     return;
                 };
@@ -527,16 +536,19 @@ impl TextAssembler {
     /// saying so, at the traceback's first line.
     pub fn finish(&mut self) {
         self.close_block();
-        // Metrics pasted with no step at all (autocontext#1067: `completions/mean_length: 256
-        // completions/clipped_ratio: 1 …` / `reward: 0   reward_std: 0 …`) and nothing
-        // else read: one step's record, numbered as the first.
+        // Metrics pasted with no step at all and nothing else read (autocontext#1067:
+        // `completions/mean_length: 256   completions/clipped_ratio: 1 …` / `reward: 0
+        // reward_std: 0 …`, one step over two lines): records of their own.
         let metrics = |f: &[(String, f64)]| {
             f.iter()
                 .filter(|(k, _)| crate::logs::aliases::names_a_metric(k))
                 .count()
         };
-        if self.records.is_empty() && self.orphan.as_ref().is_some_and(|o| metrics(&o.2) >= 2) {
-            if let Some((at, last, fields)) = self.orphan.take() {
+        // DeepRL-Grounding#7: `Time 08h 36m 42s, Avg Reward 0.064, Avg Accuracy 0.22, …`
+        // every few minutes: one record per line, numbered in order.
+        let loose = std::mem::take(&mut self.loose);
+        if self.records.is_empty() && loose.iter().all(|l| metrics(&l.2) >= 1) {
+            for (at, last, fields) in loose {
                 self.unrecognised -= last + 1 - at;
                 self.push(
                     at,
@@ -547,8 +559,8 @@ impl TextAssembler {
                         tail: None,
                     },
                 );
-                self.close_block();
             }
+            self.close_block();
         }
         if let Some(line) = self.traceback.take() {
             let mut ev = LogEvent::new("exception", self.file, line);

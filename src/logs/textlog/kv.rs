@@ -81,15 +81,23 @@ fn split_pair(part: &str) -> Option<(String, &str)> {
     Some((key_name(k), v.trim()))
 }
 
-/// `model_loss 5864.5`: one identifier, one space, one number (no separator), else `None`.
+/// `model_loss 5864.5`, `Avg Ep length 5.26` (DeepRL-Grounding's `Avg Reward 0.064`): one
+/// to four words of letters, then one number (no separator), else `None`.
 fn name_value(part: &str) -> Option<(String, &str)> {
-    let (k, v) = part.split_once(' ')?;
-    let v = v.trim();
-    let ident = k.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
-        && k.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '/'));
-    (ident && !v.contains(' ') && parse_number_text(v).is_some())
-        .then(|| (k.to_ascii_lowercase(), v))
+    let part = part.trim();
+    let (k, v) = part.rsplit_once(' ')?;
+    let k = k.trim();
+    let words: Vec<&str> = k.split_whitespace().collect();
+    let ident = |w: &str| {
+        w.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && w.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '/'))
+    };
+    (!words.is_empty()
+        && words.len() <= 4
+        && words.iter().all(|w| ident(w))
+        && parse_number_text(v).is_some())
+    .then(|| (key_name(k), v))
 }
 
 /// A value text (`0.123`, `'nan'`, `2.12s (75.13%)`, `3/100`, `812 MB`) → number, key suffix
@@ -98,6 +106,11 @@ fn value_of(v: &str) -> Option<(f64, &'static str)> {
     let v = v.trim().trim_matches(|c| c == '\'' || c == '"');
     // `1.59s (75.13%)`: the share in parentheses is derived, the value comes first.
     let v = match v.find(" (") {
+        Some(i) => &v[..i],
+        None => v,
+    };
+    // `-257.43 +- 63.18` (a mean and its spread): the mean
+    let v = match v.find(" +- ").or_else(|| v.find(" ± ")) {
         Some(i) => &v[..i],
         None => v,
     };
