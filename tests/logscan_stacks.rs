@@ -993,6 +993,32 @@ const PASTE_KEYS: &[PasteKey] = &[
         ],
         code: 1,
     },
+    // mlx-lm GRPO: every reward, every group std and the loss exactly 0 on iterations
+    // 20-22 (the third cut).
+    PasteKey {
+        file: "mlx_1233_grpo_zero.log",
+        steps: &[20, 21, 22],
+        findings: &[
+            ("zero-loss", Severity::Error, 20, 22),
+            ("dead-groups", Severity::Error, 20, 22),
+        ],
+        code: 1,
+    },
+    // DeepRM's `Iteration: \t N` blocks, `MeanRew: \t -257.4 +- 63.2`: read, no finding.
+    PasteKey {
+        file: "deeprm_10_iterations.log",
+        steps: &[0, 1, 2, 3, 4],
+        findings: &[],
+        code: 0,
+    },
+    // DeepRL-Grounding: stepless `Time …, Avg Reward 0.064, …, Best Reward 0.184` lines,
+    // one record each; the running best is no reward function stuck at a constant.
+    PasteKey {
+        file: "deeprl_grounding_7_flat.log",
+        steps: &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14],
+        findings: &[],
+        code: 0,
+    },
     // LoRA-GA: a noisy grad norm (16-157) on a falling loss is no finding.
     PasteKey {
         file: "peft_2926_loraga_noisy.log",
@@ -1437,6 +1463,11 @@ fn session23_pastes_read_as_written() {
     let c = &r.by_detector("grad-spike")[0].likely_causes;
     assert!(c[0].starts_with("one batch far from the rest"), "{c:?}");
     assert!(r.by_detector("bounds").is_empty());
+    // `mean +- spread` values: the mean; stepless lines that repeat their keys: a record each.
+    let r = run(&[stack("deeprm_10_iterations.log")]);
+    assert_eq!(values(&r, "reward_mean")[0], (0, -257.43755677655673));
+    let r = run(&[stack("deeprl_grounding_7_flat.log")]);
+    assert_eq!(values(&r, "reward_mean")[1], (1, -0.056));
     // Tied groups on steps where every completion was cut: the cut is their first cause.
     let r = run(&[stack("autocontext_1067_clipped.log")]);
     let d = &r.by_detector("dead-groups")[0].likely_causes;
