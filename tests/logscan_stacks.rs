@@ -1026,6 +1026,14 @@ const PASTE_KEYS: &[PasteKey] = &[
         findings: &[],
         code: 0,
     },
+    // tianshou PPO: `Epoch #N: …it [… rew=200.00]` bars, the epoch the step; CartPole
+    // solved (reward at its maximum 200 on every epoch) is no plateau.
+    PasteKey {
+        file: "tianshou_449_ppo_epochs.log",
+        steps: &[1, 2, 3, 4, 5],
+        findings: &[],
+        code: 0,
+    },
     // LoRA-GA: a noisy grad norm (16-157) on a falling loss is no finding.
     PasteKey {
         file: "peft_2926_loraga_noisy.log",
@@ -1482,6 +1490,11 @@ fn session23_pastes_read_as_written() {
     assert_eq!(values(&r, "reward_mean")[0], (0, -257.43755677655673));
     let r = run(&[stack("deeprl_grounding_7_flat.log")]);
     assert_eq!(values(&r, "reward_mean")[1], (1, -0.056));
+    // tianshou's postfix: `rew` the reward, `loss/vf` the critic's loss, `loss/ent` entropy.
+    let r = run(&[stack("tianshou_449_ppo_epochs.log")]);
+    assert_eq!(values(&r, "reward_mean")[0], (1, 200.0));
+    assert_eq!(values(&r, "critic_loss")[0], (1, 0.044));
+    assert_eq!(values(&r, "entropy")[4], (5, 0.257));
     // Tied groups on steps where every completion was cut: the cut is their first cause.
     let r = run(&[stack("autocontext_1067_clipped.log")]);
     let d = &r.by_detector("dead-groups")[0].likely_causes;
