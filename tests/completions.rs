@@ -176,6 +176,33 @@ fn areal_104_rollout_jsonl_steps_and_next_turn() {
     assert!(r.findings.is_empty(), "{:#?}", r.findings);
 }
 
+/// AReaL's `rollout/` folder passed itself is one run whose version folders are steps: the
+/// same report as its log folder's, not one run per version.
+#[test]
+fn areal_rollout_folder_itself_is_one_run() {
+    use clap::Parser;
+    use rlforensics::cli::logscan::{run as cli_run, LogscanArgs};
+    let out = |p: &std::path::Path| {
+        let args =
+            LogscanArgs::try_parse_from(["logscan", p.to_str().unwrap(), "--format", "json"])
+                .unwrap();
+        cli_run(&args, false).unwrap()
+    };
+    let rollout = out(&fixture("areal104_leak").join("rollout"));
+    let folder = out(&fixture("areal104_leak"));
+    let v: serde_json::Value = serde_json::from_str(&rollout.stdout).unwrap();
+    assert!(v.get("runs").is_none(), "{}", rollout.stdout);
+    let w: serde_json::Value = serde_json::from_str(&folder.stdout).unwrap();
+    assert_eq!(v["findings"], w["findings"]);
+    let leak = &v["findings"][0];
+    assert_eq!(leak["detector"], "completions-template-leak");
+    assert_eq!(
+        (leak["first_step"].as_i64(), leak["last_step"].as_i64()),
+        (Some(1), Some(2))
+    );
+    assert_eq!(rollout.code, folder.code);
+}
+
 #[test]
 fn healthy_rollouts_have_no_findings() {
     let r = run("verl_healthy");

@@ -896,6 +896,151 @@ const PASTE_KEYS: &[PasteKey] = &[
         findings: &[],
         code: 0,
     },
+    // Session 23 (keys written before the run). Gemma LoRA SFT: one grad-norm excursion
+    // (11140 after ~8) is a spike against its history, not an absolute-bound error.
+    PasteKey {
+        file: "unsloth_5207_grad_spike.log",
+        steps: &[0, 1, 2, 3, 4, 5, 6, 7, 8],
+        findings: &[("grad-spike", Severity::Warning, 8, 8)],
+        code: 0,
+    },
+    // verl GRPO: the validation-only `step:0` line, then one healthy training step.
+    PasteKey {
+        file: "verl_2060_val_step0.log",
+        steps: &[0, 1],
+        findings: &[],
+        code: 0,
+    },
+    // verl PPO with a critic, the step line soft-wrapped inside keys and values; healthy.
+    PasteKey {
+        file: "verl_1224_critic_wrapped.log",
+        steps: &[1049],
+        findings: &[],
+        code: 0,
+    },
+    PasteKey {
+        file: "verl_7412_clip.log",
+        steps: &[34],
+        findings: &[],
+        code: 0,
+    },
+    // LLaMA-Factory PPO `trainer_log`-style lines with no step: an oscillating PPO loss
+    // while the reward rises is no failure.
+    PasteKey {
+        file: "llamafactory_845_ppo_oscillate.log",
+        steps: &[0, 1, 2, 3],
+        findings: &[],
+        code: 0,
+    },
+    // KTO: mean logits of -2e8: broken numerics, from the first record.
+    PasteKey {
+        file: "llamafactory_7380_kto_logits.log",
+        steps: &[0],
+        findings: &[("bounds", Severity::Error, 0, 0)],
+        code: 1,
+    },
+    // Megatron with a timestamp before each iteration line; the third line cut. Healthy.
+    PasteKey {
+        file: "megatron_lm_673_timestamped.log",
+        steps: &[1, 2, 3],
+        findings: &[],
+        code: 0,
+    },
+    // Megatron BERT in fp16: the first interval's 10 updates all skipped while the scaler
+    // calibrates (no loss printed), then `lm loss` and `sop loss`: no NaN.
+    PasteKey {
+        file: "megatron_nccl743_fp16_calibration.log",
+        steps: &[10, 20],
+        findings: &[],
+        code: 0,
+    },
+    // Megatron-DeepSpeed: an iteration line with no loss and no skipped update: the
+    // `avg > 0.0` rule hid a NaN loss (the PR's own reading).
+    PasteKey {
+        file: "megatron_ds_434_no_loss.log",
+        steps: &[9],
+        findings: &[("nan-grad", Severity::Critical, 9, 9)],
+        code: 1,
+    },
+    // dllogger consoles (NVIDIA DeepLearningExamples BERT): healthy.
+    PasteKey {
+        file: "dllogger_dle1107_squad_bars.log",
+        steps: &[1801, 1851, 1901],
+        findings: &[],
+        code: 0,
+    },
+    PasteKey {
+        file: "dllogger_dle543_bert.log",
+        steps: &[1787, 1887, 1987, 2087, 2187, 2287],
+        findings: &[],
+        code: 0,
+    },
+    // BERT pretraining behind mpirun: the loss within 0.1 % for 70 steps, MLM accuracy 0.
+    PasteKey {
+        file: "aws_dlm45_bert_flat.log",
+        steps: &[1040, 1050, 1060, 1070, 1080, 1090, 1100, 1110],
+        findings: &[("plateau", Severity::Warning, 1040, 1110)],
+        code: 0,
+    },
+    // Online RiC (HF dicts): grad_norm NaN from the first record.
+    PasteKey {
+        file: "ric_20_grad_nan.log",
+        steps: &[0, 1, 2, 3, 4],
+        findings: &[("nan-grad", Severity::Critical, 0, 4)],
+        code: 1,
+    },
+    // A GRPO run's metrics pasted with no step: every completion cut at 256 tokens, every
+    // group tied at reward 0.
+    PasteKey {
+        file: "autocontext_1067_clipped.log",
+        steps: &[0],
+        findings: &[
+            ("dead-groups", Severity::Error, 0, 0),
+            ("truncation", Severity::Error, 0, 0),
+        ],
+        code: 1,
+    },
+    // mlx-lm GRPO: every reward, every group std and the loss exactly 0 on iterations
+    // 20-22 (the third cut).
+    PasteKey {
+        file: "mlx_1233_grpo_zero.log",
+        steps: &[20, 21, 22],
+        findings: &[
+            ("zero-loss", Severity::Error, 20, 22),
+            ("dead-groups", Severity::Error, 20, 22),
+        ],
+        code: 1,
+    },
+    // DeepRM's `Iteration: \t N` blocks, `MeanRew: \t -257.4 +- 63.2`: read, no finding.
+    PasteKey {
+        file: "deeprm_10_iterations.log",
+        steps: &[0, 1, 2, 3, 4],
+        findings: &[],
+        code: 0,
+    },
+    // DeepRL-Grounding: stepless `Time …, Avg Reward 0.064, …, Best Reward 0.184` lines,
+    // one record each; the running best is no reward function stuck at a constant.
+    PasteKey {
+        file: "deeprl_grounding_7_flat.log",
+        steps: &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14],
+        findings: &[],
+        code: 0,
+    },
+    // tianshou PPO: `Epoch #N: …it [… rew=200.00]` bars, the epoch the step; CartPole
+    // solved (reward at its maximum 200 on every epoch) is no plateau.
+    PasteKey {
+        file: "tianshou_449_ppo_epochs.log",
+        steps: &[1, 2, 3, 4, 5],
+        findings: &[],
+        code: 0,
+    },
+    // LoRA-GA: a noisy grad norm (16-157) on a falling loss is no finding.
+    PasteKey {
+        file: "peft_2926_loraga_noisy.log",
+        steps: &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13],
+        findings: &[],
+        code: 0,
+    },
 ];
 
 #[test]
@@ -1276,4 +1421,120 @@ fn a_console_of_progress_bars_only_is_not_no_findings() {
     assert_eq!((r.steps, r.files[0].records), (0, 0));
     let err = cli(&[p.to_str().unwrap()]).unwrap_err();
     assert!(err.to_string().contains("read 0 records"), "{err}");
+    // It says what it saw: bars, not an unknown format.
+    assert!(err.to_string().contains("only progress bars"), "{err}");
+    assert!(!err.to_string().contains("not a format logscan knows"));
+    assert!(
+        r.files[0].progress_bars >= 10,
+        "{}",
+        r.files[0].progress_bars
+    );
+}
+
+#[test]
+fn session23_pastes_read_as_written() {
+    // verl's step line wrapped inside `actor/ppo_kl:0.0|00` and `c|ritic/score/max`.
+    let r = run(&[stack("verl_1224_critic_wrapped.log")]);
+    assert_eq!(values(&r, "ppo_kl"), vec![(1049, 0.0)]);
+    assert_eq!(values(&r, "critic_grad_norm"), vec![(1049, 65.55)]);
+    assert_eq!(values(&r, "reward_mean"), vec![(1049, 0.104)]);
+    let r = run(&[stack("verl_7412_clip.log")]);
+    assert_eq!(values(&r, "completion_len_max"), vec![(34, 3072.0)]);
+    // dllogger: `Training Iteration: N` is the step, `step_loss` the loss; a tqdm bar
+    // printed after the record on the same line is not part of it.
+    let r = run(&[stack("dllogger_dle1107_squad_bars.log")]);
+    assert_eq!(
+        values(&r, "loss"),
+        vec![
+            (1801, 0.8211057186126709),
+            (1851, 2.275021553039551),
+            (1901, 0.6579757928848267)
+        ]
+    );
+    assert_eq!(r.files[0].unrecognised_lines, 0);
+    let r = run(&[stack("dllogger_dle543_bert.log")]);
+    assert_eq!(values(&r, "loss")[1], (1887, 1.75));
+    // `[1,0]<stdout>:… __main__    : INFO     Train step 1040 -- Loss: 11.174, …`: read,
+    // and the loss that does not move from batch to batch is a model not learning.
+    let p = stack("aws_dlm45_bert_flat.log");
+    let r = run(std::slice::from_ref(&p));
+    assert_eq!(r.frame.steps().len(), 8);
+    assert_eq!(values(&r, "loss")[0], (1040, 11.174));
+    assert_eq!(cli(&[p.to_str().unwrap()]).unwrap().code, 0);
+    let pl = &r.by_detector("plateau")[0];
+    assert!(
+        pl.explanation.contains("the same loss"),
+        "{}",
+        pl.explanation
+    );
+    assert!(pl.likely_causes[0].starts_with("the model's output ignores its input"));
+    // Megatron BERT's calibrating first interval: no loss invented for it.
+    let r = run(&[stack("megatron_nccl743_fp16_calibration.log")]);
+    assert_eq!(values(&r, "loss"), vec![(20, 10.05022)]);
+    // The hidden loss says why it is NaN.
+    let r = run(&[stack("megatron_ds_434_no_loss.log")]);
+    let n = &r.by_detector("nan-grad")[0];
+    assert!(
+        n.explanation
+            .contains("Megatron prints a loss only if it is > 0"),
+        "{}",
+        n.explanation
+    );
+    // A spike in a supervised log: no reward-std cause.
+    let r = run(&[stack("unsloth_5207_grad_spike.log")]);
+    let c = &r.by_detector("grad-spike")[0].likely_causes;
+    assert!(c[0].starts_with("one batch far from the rest"), "{c:?}");
+    assert!(r.by_detector("bounds").is_empty());
+    // `mean +- spread` values: the mean; stepless lines that repeat their keys: a record each.
+    let r = run(&[stack("deeprm_10_iterations.log")]);
+    assert_eq!(values(&r, "reward_mean")[0], (0, -257.43755677655673));
+    let r = run(&[stack("deeprl_grounding_7_flat.log")]);
+    assert_eq!(values(&r, "reward_mean")[1], (1, -0.056));
+    // tianshou's postfix: `rew` the reward, `loss/vf` the critic's loss, `loss/ent` entropy.
+    let r = run(&[stack("tianshou_449_ppo_epochs.log")]);
+    assert_eq!(values(&r, "reward_mean")[0], (1, 200.0));
+    assert_eq!(values(&r, "critic_loss")[0], (1, 0.044));
+    assert_eq!(values(&r, "entropy")[4], (5, 0.257));
+    // Tied groups on steps where every completion was cut: the cut is their first cause.
+    let r = run(&[stack("autocontext_1067_clipped.log")]);
+    let d = &r.by_detector("dead-groups")[0].likely_causes;
+    assert!(
+        d[0].starts_with("every completion cut at the length limit"),
+        "{d:?}"
+    );
+    // KTO's logits: one finding for chosen and rejected alike.
+    let r = run(&[stack("llamafactory_7380_kto_logits.log")]);
+    let b = r.by_detector("bounds");
+    assert_eq!(b.len(), 1);
+    assert_eq!(b[0].evidence["metric"], "pref_logits_chosen");
+    // verl's bookkeeping and throughput keys are not "not understood".
+    let r = run(&[stack("verl_2060_val_step0.log")]);
+    assert!(!r
+        .not_understood
+        .iter()
+        .any(|k| k.starts_with("global_seqlen/")
+            || k.starts_with("perf/")
+            || k == "training/epoch"
+            || k == "actor/kl_coef"));
+}
+
+#[test]
+fn why_on_a_supervised_log_says_the_rl_hypotheses_do_not_apply() {
+    use rlforensics::detect::hypotheses::Verdict;
+    let opts = ScanOptions {
+        why: true,
+        ..ScanOptions::default()
+    };
+    let r = scan(&[stack("aws_dlm45_bert_flat.log")], &opts).unwrap();
+    let t = r.hypotheses.unwrap();
+    assert_eq!(t.rows.len(), 6);
+    for h in &t.rows {
+        assert_eq!(h.verdict, Verdict::CannotTell, "{}", h.id);
+        assert!(h.evidence.contains("do not apply"), "{}", h.evidence);
+    }
+    // An RL log keeps its per-hypothesis evidence (DeepSpeed-Chat's stuck reward score).
+    let r = scan(&[stack("deepspeed_chat_586_reward_flat.log")], &opts).unwrap();
+    let t = r.hypotheses.unwrap();
+    assert!(t.plateau);
+    assert!(!t.rows[0].evidence.contains("do not apply"));
 }

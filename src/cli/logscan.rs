@@ -264,8 +264,18 @@ pub fn nothing_read(paths: &[PathBuf], report: &crate::logscan::ScanReport) -> R
             .first()
             .map(|b| format!(" (line {}: {})", b.line, b.message))
             .unwrap_or_default();
+        // Progress bars and nothing else (OpenRLHF#350: vLLM's `Processed prompts` and the
+        // `Episode` bars, no `Train epoch` bar with its metrics): understood, and empty.
+        let what = if f.progress_bars > 0 && f.progress_bars * 2 >= f.unrecognised_lines {
+            format!(
+                "only progress bars ({} bar line(s)), no metrics: no training step was logged (a bar's postfix or a step line would carry them)",
+                f.progress_bars
+            )
+        } else {
+            format!("not a format logscan knows{bad}")
+        };
         lines.push(format!(
-            "read 0 records from {} ({} lines): not a format logscan knows{bad}; {seen}",
+            "read 0 records from {} ({} lines): {what}; {seen}",
             f.path.display(),
             f.lines
         ));

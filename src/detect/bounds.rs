@@ -26,7 +26,12 @@ impl Detector for Bounds {
         let f = ctx.frame;
         let first_step = f.steps().first();
         let mut out = Vec::new();
-        let checks: [(&str, f64, Severity, &str, &[&str]); 5] = [
+        const LOGIT_CAUSES: &[&str] = &[
+            "broken numerics in the output head: logits in fp16/bf16 overflowing, or a head (lm_head, value head) loaded with the wrong weights or not tied to the embedding it was trained with",
+            "a logit soft-cap or temperature missing where the model needs it (Gemma-style final_logit_softcapping)",
+            "the logged tensor is not the logits (a sum over the vocabulary instead of a mean)",
+        ];
+        let checks: [(&str, f64, Severity, &str, &[&str]); 7] = [
             (
                 "grad_norm",
                 ctx.th.get("bounds.grad_norm"),
@@ -78,6 +83,20 @@ impl Detector for Bounds {
                     "logits divided by a tiny temperature or not the model's (a wrong tensor logged)",
                 ],
             ),
+            (
+                "pref_logits_chosen",
+                ctx.th.get("bounds.logits"),
+                Severity::Error,
+                "mean logit of the chosen completions (logits/chosen; logits/rejected alike when both are)",
+                LOGIT_CAUSES,
+            ),
+            (
+                "pref_logits_rejected",
+                ctx.th.get("bounds.logits"),
+                Severity::Error,
+                "mean logit of the rejected completions",
+                LOGIT_CAUSES,
+            ),
         ];
         for (metric, bound, severity, what, causes) in checks {
             let over: Vec<(i64, f64)> = f
@@ -90,6 +109,20 @@ impl Detector for Bounds {
             let n = f.points(metric).filter(|(_, v)| v.is_finite()).count();
             let max = over.iter().map(|(_, v)| v.abs()).fold(0.0f64, f64::max);
             let from_start = over.first().map(|(s, _)| *s) == first_step;
+            // One gradient-norm excursion in a history of ordinary steps (unsloth#5207: 8,
+            // 9, …, then 11140 once) is judged against that history by grad-spike; the
+            // absolute bound is for a norm broken from the start or for good.
+            if metric.ends_with("grad_norm") && over.len() == 1 && !from_start && n >= 5 {
+                continue;
+            }
+            // The rejected completions' logits broken with the chosen ones: one finding.
+            if metric == "pref_logits_rejected"
+                && out
+                    .iter()
+                    .any(|o: &Finding| o.evidence["metric"] == "pref_logits_chosen")
+            {
+                continue;
+            }
             let steps: Vec<i64> = over.iter().map(|(s, _)| *s).collect();
             // A huge gradient beside an ordinary loss is no summed loss: the norm itself or a
             // few parameters are at fault.
@@ -141,14 +174,16 @@ impl Detector for Bounds {
 
 /// What `--bounds` reads: the bounded metrics, and what says a loss is an RL or preference
 /// objective (which may be 0) rather than a supervised one (which never is).
-const BOUNDS_METRICS: [&str; 20] = metric_list(
-    &metric_list::<13>(
+const BOUNDS_METRICS: [&str; 22] = metric_list(
+    &metric_list::<15>(
         &[
             "grad_norm",
             "critic_grad_norm",
             "loss",
             "entropy",
             "aux_grad_norm",
+            "pref_logits_chosen",
+            "pref_logits_rejected",
         ],
         &RL_MARKERS,
     ),
@@ -156,7 +191,7 @@ const BOUNDS_METRICS: [&str; 20] = metric_list(
 );
 
 /// The metrics of [`BOUNDS_METRICS`] only an RL objective logs.
-const RL_MARKERS: [&str; 8] = [
+pub(crate) const RL_MARKERS: [&str; 8] = [
     "reward_mean",
     "reward_std",
     "frac_reward_zero_std",

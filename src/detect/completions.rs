@@ -22,11 +22,34 @@ impl Detector for DeadGroups {
             "adv_max",
             "adv_min",
             "loss",
+            "truncation_ratio",
         ]
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
-        after_a_broken_update(ctx, self.find(ctx))
+        after_a_broken_update(ctx, after_truncation(ctx, self.find(ctx)))
     }
+}
+
+/// Groups tied on steps where every completion was cut at the length limit (autocontext#1067:
+/// `completions/clipped_ratio: 1`, `reward: 0`, `frac_reward_zero_std: 1`): the verifier
+/// never saw an answer, so the cut is their first cause, not the task's difficulty.
+fn after_truncation(ctx: &Context, mut findings: Vec<Finding>) -> Vec<Finding> {
+    let cut: Vec<i64> = ctx
+        .frame
+        .points("truncation_ratio")
+        .filter(|(_, v)| *v >= 0.99)
+        .map(|(s, _)| s)
+        .collect();
+    for finding in &mut findings {
+        let on_cut = finding.steps.iter().filter(|s| cut.contains(s)).count();
+        if on_cut > 0 && on_cut * 2 >= finding.steps.len() {
+            finding.likely_causes.insert(
+                0,
+                format!("every completion cut at the length limit on {on_cut} of these steps (see truncation): cut before their answers, all score alike; raise the max completion length or stop the rambling first"),
+            );
+        }
+    }
+    findings
 }
 
 impl DeadGroups {

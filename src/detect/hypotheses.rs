@@ -59,6 +59,28 @@ pub struct HypothesisTable {
     pub rows: Vec<Hypothesis>,
 }
 
+/// The hypotheses' ids and names, in the table's order.
+const NAMES: [(&str, &str); 6] = [
+    (
+        "H01",
+        "advantage scaling (tiny reward std blows advantages up)",
+    ),
+    ("H02", "token masking (loss on the wrong tokens)"),
+    ("H03", "KL term (wrong sign/estimator, or too strong)"),
+    (
+        "H04",
+        "context truncation (prompt or completion cut at a length limit)",
+    ),
+    (
+        "H05",
+        "reward signal (no variance within groups, constant components)",
+    ),
+    (
+        "H06",
+        "LoRA / weight sync (updates never reach the policy that samples)",
+    ),
+];
+
 /// Canonical metrics the table reads.
 pub const TABLE_METRICS: [&str; 11] = [
     "reward_mean",
@@ -131,6 +153,34 @@ fn quarters(p: &[(i64, f64)]) -> Option<(f64, f64)> {
 /// The table for the run of `frame`, consistent with `findings` (those of the same scan).
 pub fn verdicts(frame: &LogFrame, findings: &[Finding]) -> HypothesisTable {
     let reward = pts(frame, "reward_mean");
+    // A log with no RL quantity at all (a supervised loss and its gradient: dllogger's BERT,
+    // a Megatron pretraining console) gives the RL hypotheses nothing to stand on: say so
+    // once per row instead of six unrelated "log reward_std" requests.
+    let rl = TABLE_METRICS
+        .iter()
+        .filter(|m| **m != "grad_norm")
+        .any(|m| !pts(frame, m).is_empty())
+        || findings
+            .iter()
+            .any(|f| f.detector.starts_with("completions"));
+    if !rl {
+        return HypothesisTable {
+            reward_first_last: None,
+            plateau: !fired(findings, &["plateau"]).is_empty(),
+            rows: NAMES
+                .iter()
+                .map(|(id, name)| {
+                    row(
+                        id,
+                        name,
+                        Verdict::CannotTell,
+                        "no reward, KL, advantage or rollout metric in this log (a supervised loss only): the RL hypotheses do not apply to it".into(),
+                        Some("scan the RL run's own log (its rewards, KL and advantages), not this one"),
+                    )
+                })
+                .collect(),
+        };
+    }
     HypothesisTable {
         reward_first_last: quarters(&reward),
         plateau: !fired(findings, &["plateau"]).is_empty(),
@@ -146,7 +196,7 @@ pub fn verdicts(frame: &LogFrame, findings: &[Finding]) -> HypothesisTable {
 }
 
 fn h01(f: &LogFrame, findings: &[Finding]) -> Hypothesis {
-    const NAME: &str = "advantage scaling (tiny reward std blows advantages up)";
+    const NAME: &str = NAMES[0].1;
     let adv = fired(findings, &["adv-explosion"]);
     if !adv.is_empty() {
         return row("H01", NAME, Verdict::Supported, format!("fired: {}", cite(&adv)),
@@ -191,7 +241,7 @@ fn h01(f: &LogFrame, findings: &[Finding]) -> Hypothesis {
 }
 
 fn h02(findings: &[Finding]) -> Hypothesis {
-    const NAME: &str = "token masking (loss on the wrong tokens)";
+    const NAME: &str = NAMES[1].1;
     let leak = fired(findings, &["completions-template-leak"]);
     if !leak.is_empty() {
         return row("H02", NAME, Verdict::Supported,
@@ -204,7 +254,7 @@ fn h02(findings: &[Finding]) -> Hypothesis {
 }
 
 fn h03(f: &LogFrame, findings: &[Finding]) -> Hypothesis {
-    const NAME: &str = "KL term (wrong sign/estimator, or too strong)";
+    const NAME: &str = NAMES[2].1;
     let bad = fired(findings, &["kl-explosion", "kl-negative"]);
     if !bad.is_empty() {
         return row(
@@ -218,7 +268,7 @@ fn h03(f: &LogFrame, findings: &[Finding]) -> Hypothesis {
     let kl = pts(f, "kl");
     if kl.is_empty() {
         return row("H03", NAME, Verdict::CannotTell,
-            "kl is not logged (TRL logs none when β = 0)".into(),
+            "kl is not logged (TRL logs none when β = 0; a PPO loop may fold it into the reward unlogged)".into(),
             Some("log the KL and β; a run with β = 0 compared to this one (logscan --compare beta0 run) decides it"));
     }
     if kl.iter().all(|(_, v)| *v == 0.0) {
@@ -242,7 +292,7 @@ fn h03(f: &LogFrame, findings: &[Finding]) -> Hypothesis {
 }
 
 fn h04(f: &LogFrame, findings: &[Finding]) -> Hypothesis {
-    const NAME: &str = "context truncation (prompt or completion cut at a length limit)";
+    const NAME: &str = NAMES[3].1;
     let cut = fired(
         findings,
         &[
@@ -285,7 +335,7 @@ fn h04(f: &LogFrame, findings: &[Finding]) -> Hypothesis {
 }
 
 fn h05(f: &LogFrame, findings: &[Finding]) -> Hypothesis {
-    const NAME: &str = "reward signal (no variance within groups, constant components)";
+    const NAME: &str = NAMES[4].1;
     let weak = fired(
         findings,
         &[
@@ -323,7 +373,7 @@ fn h05(f: &LogFrame, findings: &[Finding]) -> Hypothesis {
 }
 
 fn h06(f: &LogFrame, findings: &[Finding]) -> Hypothesis {
-    const NAME: &str = "LoRA / weight sync (updates never reach the policy that samples)";
+    const NAME: &str = NAMES[5].1;
     let sync = fired(findings, &["logprob-mismatch", "grad-not-flowing"]);
     if !sync.is_empty() {
         return row(

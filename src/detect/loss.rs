@@ -209,7 +209,7 @@ impl Detector for Plateau {
         "reward mean not improving between the first and last quarter of the run"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        &["reward_mean"]
+        &PLATEAU_READS
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let s: Vec<(i64, f64)> = ctx
@@ -217,6 +217,11 @@ impl Detector for Plateau {
             .points("reward_mean")
             .filter(|(_, v)| v.is_finite())
             .collect();
+        if s.is_empty() {
+            return frozen_supervised_loss(self.name(), ctx)
+                .into_iter()
+                .collect();
+        }
         if let Some(f) = collapsed_to_zero(self.name(), &s, ctx) {
             return vec![f];
         }
@@ -256,6 +261,56 @@ impl Detector for Plateau {
         f.count = s.len();
         vec![f]
     }
+}
+
+/// What `--plateau` reads: the reward, and for a log without one the loss and what says
+/// the log is an RL one after all.
+const PLATEAU_READS: [&str; 9] = super::metric_list(&["loss"], &super::bounds::RL_MARKERS);
+
+/// A log with no reward and no RL metric whose loss is the same on every logged step
+/// (within [`plateau.frozen_loss_band`] of its mean, at least `plateau.frozen_loss_points`
+/// steps): batches differ, so a loss that does not is a model whose output ignores them.
+fn frozen_supervised_loss(name: &str, ctx: &Context) -> Option<Finding> {
+    let f = ctx.frame;
+    let rl = super::bounds::RL_MARKERS
+        .iter()
+        .any(|m| f.col(m).is_some_and(|c| c.any()));
+    if rl {
+        return None;
+    }
+    let s: Vec<(i64, f64)> = f.points("loss").filter(|(_, v)| v.is_finite()).collect();
+    if s.len() < ctx.th.get("plateau.frozen_loss_points").max(3.0) as usize {
+        return None;
+    }
+    let (lo, hi) = super::value_range(&s);
+    let mean = super::value_mean(&s);
+    if mean.abs() < 0.05 || hi - lo > ctx.th.get("plateau.frozen_loss_band") * mean.abs() {
+        return None;
+    }
+    let (first, last) = (s[0].0, s[s.len() - 1].0);
+    let mut finding = Finding::new(
+        name,
+        Severity::Warning,
+        vec![first, last],
+        format!(
+            "the loss stays between {} and {} on all {} logged steps ({first}–{last}), within {:.2}% of its mean: different batches, the same loss — the model is not learning",
+            G(lo),
+            G(hi),
+            s.len(),
+            (hi - lo) / mean.abs() * 100.0
+        ),
+        &[
+            "the model's output ignores its input: weights frozen or detached (requires_grad off, the optimizer given other parameters), or a learning rate of 0",
+            "a head predicting only the prior: a loss at ln(vocabulary) or ln(classes) (ln 2 = 0.693 for a binary head) is chance level",
+            "every label masked or the same batch fed again and again",
+        ],
+    )
+    .num("min_loss", lo)
+    .num("max_loss", hi)
+    .num("mean_loss", mean)
+    .with("points", s.len());
+    finding.count = s.len();
+    Some(finding)
 }
 
 /// Few logged points far apart (a paste of a log's head and tail, `logging_steps` 10 over

@@ -18,7 +18,7 @@
 //! | slowdown | lower quartile of the last quarter > 1.5 × the first quarter's (spikes left out); at least half the later steps slower than 2 × the first (compile) step; a spike > 3 × median of previous 20 that no eval/checkpoint explains and that does not recur with a fixed period | warning (compile, eval/checkpoint and periodic spikes: info, named) |
 //! | mem-growth | peak memory grows > 20 % from first to last (and > 5 % over the second half: a warm-up that settles is not a leak), ≥ 5 points, rising ≥ 80 % of the time | warning |
 //! | logprob-mismatch | means, not a single token's max: prob diff mean > 0.05, \|logp diff\| mean > 0.1, rollout KL (verl rollout_corr, OpenRLHF vllm_kl) > 0.1, \|ratio_mean − 1\| > 0.2, "All sequence_log_probs are near zero" | error |
-//! | plateau | reward mean of last 25 % ≤ first 25 % + 0.01 over ≥ 20 points; or ≥ 4 points over ≥ 500 steps within ±20 % of their mean; or ≥ 5 points within ±1 % of their mean (stuck); a reward earned, then exactly 0 on the last ≥ 3 logged steps (collapsed) | warning |
+//! | plateau | reward mean of last 25 % ≤ first 25 % + 0.01 over ≥ 20 points; or ≥ 4 points over ≥ 500 steps within ±20 % of their mean; or ≥ 5 points within ±1 % of their mean (stuck); a reward earned, then exactly 0 on the last ≥ 3 logged steps (collapsed); with no reward or RL metric, a loss within ±0.3 % of its mean on ≥ 6 logged steps (frozen) | warning |
 //! | grad-not-flowing | grad_norm exactly 0 while reward_std > 0 (and not every group dead) | error |
 //! | clip-high | clip ratio ≥ 0.2 on at least half of the steps | warning, error ≥ 0.5 |
 //! | reward-constant | a reward component identical at every one of ≥ 5 logged steps (≥ 3 when it is 0: never matches; 1.0 everywhere: always matches, no signal) | warning |
@@ -242,6 +242,18 @@ pub const THRESHOLDS: &[(&str, f64, &str)] = &[
         0.2,
         "long-horizon rule: reward range within this fraction of its mean is flat",
     ),
+    // A learning model's batch loss moves by 1-5 % from batch to batch; aws-samples/deep-
+    // learning-models#45's BERT held 11.166-11.177 (0.1 %) for 70 steps, MLM accuracy 0.
+    (
+        "plateau.frozen_loss_band",
+        0.003,
+        "supervised log: loss range within this fraction of its mean on every logged step is frozen",
+    ),
+    (
+        "plateau.frozen_loss_points",
+        6.0,
+        "supervised log: logged losses needed for the frozen-loss rule",
+    ),
     // A batch-mean reward-model score moves by more than 1 % from step to step while the
     // policy learns; a run that stays inside 1 % of its mean collapsed or stopped learning.
     (
@@ -290,6 +302,14 @@ pub const THRESHOLDS: &[(&str, f64, &str)] = &[
         "grad norm (policy or critic) above this is broken whatever the history",
     ),
     ("bounds.loss", 1e4, "|loss| above this is broken"),
+    // TRL's `logits/chosen` is the mean logit over the tokens and the vocabulary: healthy
+    // DPO runs log -2 to -110 (trl#1236, trl#570); -2e8 (LLaMA-Factory#7380) is no logit
+    // a softmax could have been fed.
+    (
+        "bounds.logits",
+        1e4,
+        "|mean logit| of a preference batch above this is broken numerics",
+    ),
     // On the first update ratio = 1 exactly for the first micro-batch; mini-batch averages
     // of healthy verl runs stay near 1e-4 (ppo_kl) and 1e-3 (clip fraction).
     (

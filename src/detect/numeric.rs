@@ -204,7 +204,7 @@ impl Detector for GradSpike {
         "grad_norm above factor x median of the previous window"
     }
     fn metrics(&self) -> &'static [&'static str] {
-        &["grad_norm"]
+        &GRAD_SPIKE_READS
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
         let s = ctx.frame.series("grad_norm");
@@ -246,16 +246,45 @@ impl Detector for GradSpike {
                 wv / wm.max(1e-300),
                 G(wm)
             ),
-            &[
-                "advantages blown up by a tiny reward std (see adv-explosion)",
-                "a batch with extreme importance ratios (stale old log-probs, off-policy data)",
-                "learning rate too high or warm-up too short",
-            ],
+            spike_causes(ctx.frame),
         )
         .num("max_grad_norm", wv)
         .num("median_before", wm)
         .num("ratio", wv / wm.max(1e-300))
         .with("worst_step", s[wi].0)]
+    }
+}
+
+/// What `--grad-spike` reads: the norm, and what says which objective it is the gradient of.
+const GRAD_SPIKE_READS: [&str; 16] = metric_list(
+    &metric_list::<9>(&["grad_norm"], &super::bounds::RL_MARKERS),
+    &PREF_MARKERS,
+);
+
+/// A spike's causes in the words of the objective the log shows: advantages and importance
+/// ratios only where there are rewards; a preference pair or a supervised batch otherwise.
+fn spike_causes(f: &crate::frames::log::frame::LogFrame) -> &'static [&'static str] {
+    let rl = super::bounds::RL_MARKERS
+        .iter()
+        .any(|m| f.col(m).is_some_and(|c| c.any()));
+    if rl {
+        &[
+            "advantages blown up by a tiny reward std (see adv-explosion)",
+            "a batch with extreme importance ratios (stale old log-probs, off-policy data)",
+            "learning rate too high or warm-up too short",
+        ]
+    } else if super::preference::is_preference(f) {
+        &[
+            "a preference pair far from the reference model (very long or out-of-distribution completions): its log-ratio gradient is an outlier",
+            "learning rate too high or beta too small for the pairs",
+            "bf16/fp16 numerics in the output layer on that batch",
+        ]
+    } else {
+        &[
+            "one batch far from the rest (an unusually long or rare sequence, a corrupted or mislabelled sample): its gradient is an outlier; clipping bounds the update, not the logged pre-clip norm",
+            "learning rate too high or warm-up too short",
+            "bf16/fp16 numerics in one layer on that batch (attention logits, a norm layer's scale)",
+        ]
     }
 }
 

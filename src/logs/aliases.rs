@@ -66,6 +66,18 @@ pub fn is_preference_key(raw: &str) -> bool {
     })
 }
 
+/// True when the built-in aliases (or a loss/grad-norm family) name `raw` as a training
+/// metric: what tells a pasted block of metrics from a line of settings
+/// (`master_port=…, rank=2, world_size=5`).
+pub fn names_a_metric(raw: &str) -> bool {
+    static TABLE: std::sync::OnceLock<Option<AliasTable>> = std::sync::OnceLock::new();
+    let known = TABLE
+        .get_or_init(|| AliasTable::builtin().ok())
+        .as_ref()
+        .is_some_and(|t| t.resolve(raw).is_some());
+    known || family_of(raw).is_some()
+}
+
 /// Keys that say where a record is, not how training goes (never a metric to map).
 pub fn is_bookkeeping_key(k: &str) -> bool {
     matches!(
@@ -89,6 +101,29 @@ pub fn is_bookkeeping_key(k: &str) -> bool {
             | "loss_scale"
             | "number_of_skipped_iterations"
     ) || k.starts_with("summary/")
+        || is_progress_or_throughput(k)
+}
+
+/// Where the run is (an epoch or step counter under another name: verl `training/epoch`,
+/// `training/global_step`, dllogger's `Training Epoch`), how fast or how big it runs
+/// (verl `perf/*`, `global_seqlen/*`, `prompt_length/*`; Megatron-DeepSpeed `samples per
+/// second`, `TFLOPs`, `actual seqlen`; `it/s`) and the schedule's settings (`actor/lr`,
+/// `actor/kl_coef`, slime `train/lr-pg_0`): read, and rightly judged by no failure rule.
+fn is_progress_or_throughput(k: &str) -> bool {
+    let last = k.rsplit('/').next().unwrap_or(k);
+    let under = |p: &str| k.starts_with(p) || k.contains(&format!("/{p}"));
+    last.ends_with("epoch")
+        || matches!(
+            last,
+            "global_step" | "lr" | "kl_coef" | "it/s" | "s" | "tflops"
+        )
+        || last.starts_with("lr-")
+        || under("perf/")
+        || under("global_seqlen/")
+        || under("prompt_length/")
+        || k.contains("per_second")
+        || k.contains("mfu")
+        || k == "actual_seqlen"
 }
 
 /// The reward function a raw key reports the per-step mean of, when it does: TRL

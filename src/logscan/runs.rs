@@ -21,6 +21,13 @@ fn holds_logs(dir: &Path) -> bool {
     super::scan::expand_paths(&[dir.to_path_buf()]).is_ok()
 }
 
+/// A folder named by a number (a weight version, a step): one step's dump of a run.
+fn is_version_dir(dir: &Path) -> bool {
+    dir.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// The runs among `paths`: a folder with logs is one run; a folder without logs whose
 /// sub-folders hold some is one run per such sub-folder (sorted by name); files are grouped
 /// by their folder (a run's `steps.jsonl` and `events.jsonl` are one run), in argument order.
@@ -43,6 +50,17 @@ pub fn group_runs(paths: &[PathBuf]) -> Result<Vec<RunInputs>> {
                 .filter(|s| s.is_dir() && holds_logs(s))
                 .collect();
             subs.sort();
+            // AReaL's `rollout/` folder itself (`WorkflowExecutor._dump_trajectory`,
+            // areal/infra/workflow_executor.py @ inclusionAI/AReaL 4aef98d8 = areal 1.0.4,
+            // writes `<log path>/rollout/<tail_version>/<task_id>.jsonl`): its folders
+            // named by a version are the steps of one run, not runs.
+            if !subs.is_empty() && subs.iter().all(|s| is_version_dir(s)) {
+                out.push(RunInputs {
+                    label: p.display().to_string(),
+                    paths: vec![p.clone()],
+                });
+                continue;
+            }
             if subs.is_empty() {
                 // The scan names what the folder lacks.
                 out.push(RunInputs {
@@ -129,5 +147,14 @@ mod tests {
         assert_eq!(labels, vec![parent.join("r1"), parent.join("r2")]);
         // Two run folders: two runs.
         assert_eq!(group_runs(&[a.clone(), b.clone()]).unwrap().len(), 2);
+        // AReaL's `rollout/` given itself: its version folders are one run's steps.
+        let rollout = d.path().join("rollout");
+        for v in ["1", "2"] {
+            std::fs::create_dir_all(rollout.join(v)).unwrap();
+            std::fs::write(rollout.join(v).join("0.jsonl"), "{}\n").unwrap();
+        }
+        let g = group_runs(std::slice::from_ref(&rollout)).unwrap();
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[0].paths, vec![rollout]);
     }
 }

@@ -429,6 +429,7 @@ impl Collected {
         if !json {
             text.finish();
             stats.unrecognised_lines = text.unrecognised;
+            stats.progress_bars = text.bars;
             let mut kinds: Vec<&str> = Vec::new();
             for r in &text.records {
                 let inferred = r.fields.iter().any(|(k, _)| k == "step_inferred");

@@ -275,6 +275,10 @@ pub struct FileStats {
     /// as completions by logscan.
     #[serde(skip_serializing_if = "is_zero_u64")]
     pub text_summaries: u64,
+    /// Text lines that were only a progress bar (among [`FileStats::unrecognised_lines`]):
+    /// a console of bars alone logged no training step.
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub progress_bars: u64,
 }
 
 fn is_zero_u64(n: &u64) -> bool {

@@ -68,13 +68,22 @@ pub struct TextAssembler {
     /// Field lines read before any banner (their line): the step before the first banner's
     /// when one comes next (a paste that starts inside an iteration).
     orphan: Option<(u64, Vec<(String, f64)>)>,
+    /// Field lines with no step read while no record was: one record per line that repeats
+    /// the keys before it, consecutive lines with new keys joined (the metrics of one step
+    /// printed over several lines). Records of a file that never names a step.
+    loose: Vec<Loose>,
     /// Records ready for the frame.
     pub records: Vec<LogRecord>,
     /// Events ready for the detectors.
     pub events: Vec<LogEvent>,
     /// Lines that matched nothing.
     pub unrecognised: u64,
+    /// Of those, lines that are only a progress bar (`Episode [1/1]: 100%|…| 12/12 […]`).
+    pub bars: u64,
 }
+
+/// Field lines read before any record: first line, last line, their fields.
+type Loose = (u64, u64, Vec<(String, f64)>);
 
 impl TextAssembler {
     /// An assembler for file index `file`.
@@ -98,6 +107,7 @@ impl TextAssembler {
             TextItem::Bar(n) => {
                 // not a record: counted with the lines read for nothing, as before
                 self.unrecognised += 1;
+                self.bars += 1;
                 self.last_bar = Some(n);
                 if let Some(b) = self.bar_steps.last_mut() {
                     if b.0 + 1 == self.records.len() && b.2.is_none() {
@@ -163,10 +173,18 @@ impl TextAssembler {
             }
             TextItem::Continuation(text) => match verl_tail {
                 Some((idx, head)) => {
-                    let pairs = verl_pairs(&text, &head);
+                    let (pairs, tail) = verl_pairs(&text, &head);
                     if let Some(rec) = self.records.get_mut(idx) {
-                        rec.fields.extend(pairs);
+                        // the pair cut at the line's end is read again whole
+                        for (k, v) in pairs {
+                            match rec.fields.iter_mut().find(|(rk, _)| *rk == k) {
+                                Some(slot) => slot.1 = v,
+                                None => rec.fields.push((k, v)),
+                            }
+                        }
                     }
+                    // a step line wrapped over several lines: the next may continue it
+                    self.verl_tail = Some((idx, tail));
                 }
                 None => self.unrecognised += 1,
             },
@@ -229,6 +247,19 @@ impl TextAssembler {
                 let Some((_, _, fields)) = &mut self.block else {
                     self.unrecognised += 1;
                     if self.records.is_empty() && new.len() >= 2 {
+                        match self.loose.last_mut() {
+                            // the metrics of one step printed over consecutive lines
+                            Some((_, last, fields))
+                                if *last + 1 == line
+                                    && !new
+                                        .iter()
+                                        .any(|(k, _)| fields.iter().any(|(f, _)| f == k)) =>
+                            {
+                                *last = line;
+                                fields.extend(new.iter().cloned());
+                            }
+                            _ => self.loose.push((line, line, new.clone())),
+                        }
                         self.orphan = Some((line, new));
                     }
                     return;
@@ -395,6 +426,29 @@ impl TextAssembler {
                 }
             }
         }
+        // No loss key on the line at all, none on the line before to compare with
+        // (Megatron-DeepSpeed#434's only line, #396's run): the same `avg > 0.0` rule
+        // hid it, unless updates of the interval were skipped (a skipped update adds no
+        // loss: NVIDIA/nccl#743's first interval, `number of skipped iterations: 10` while
+        // the fp16 scale drops from 2^32; Megatron-LLM#34's skip on a bad grad norm, which
+        // `number_of_nan_iterations` below reports).
+        let line_has_loss =
+            |f: &[(String, f64)]| f.iter().any(|(k, v)| k.ends_with("loss") && v.is_finite());
+        let megatron_line =
+            scale.is_some() && get(fields, "number_of_skipped_iterations").is_some();
+        // A finite gradient norm on the line says the backward pass saw a finite loss
+        // (epfLLM/Megatron-LLM#34's iteration 3633: `grad norm: 0.794`, no loss printed).
+        let finite_grad = get(fields, "grad_norm").is_some_and(f64::is_finite);
+        if megatron_line
+            && !finite_grad
+            && !line_has_loss(fields)
+            && !prev.as_deref().is_some_and(line_has_loss)
+            && skipped == 0.0
+            && get(fields, LOSS_UNPRINTED).is_none()
+        {
+            fields.push(("loss".to_string(), f64::NAN));
+            fields.push((LOSS_UNPRINTED.to_string(), 1.0));
+        }
         if skipped > 0.0 && !scaler_skip {
             match fields
                 .iter_mut()
@@ -482,6 +536,32 @@ impl TextAssembler {
     /// saying so, at the traceback's first line.
     pub fn finish(&mut self) {
         self.close_block();
+        // Metrics pasted with no step at all and nothing else read (autocontext#1067:
+        // `completions/mean_length: 256   completions/clipped_ratio: 1 …` / `reward: 0
+        // reward_std: 0 …`, one step over two lines): records of their own.
+        let metrics = |f: &[(String, f64)]| {
+            f.iter()
+                .filter(|(k, _)| crate::logs::aliases::names_a_metric(k))
+                .count()
+        };
+        // DeepRL-Grounding#7: `Time 08h 36m 42s, Avg Reward 0.064, Avg Accuracy 0.22, …`
+        // every few minutes: one record per line, numbered in order.
+        let loose = std::mem::take(&mut self.loose);
+        if self.records.is_empty() && loose.iter().all(|l| metrics(&l.2) >= 1) {
+            for (at, last, fields) in loose {
+                self.unrecognised -= last + 1 - at;
+                self.push(
+                    at,
+                    TextItem::Step {
+                        source: SourceKind::KvText,
+                        step: None,
+                        fields,
+                        tail: None,
+                    },
+                );
+            }
+            self.close_block();
+        }
         if let Some(line) = self.traceback.take() {
             let mut ev = LogEvent::new("exception", self.file, line);
             ev.text = Some(CUT_TRACEBACK.to_string());

@@ -28,6 +28,12 @@ const STEP_KEYS: &[&str] = &[
     "iteration",
     "train/step",
     "training/global_step",
+    // dllogger's `Training Iteration: 1787` (NVIDIA DeepLearningExamples' BERT), `Train step
+    // 1040` written as a key
+    "training_iteration",
+    "training_step",
+    "train_step",
+    "train_iteration",
 ];
 
 /// True for a key that carries the step: one of [`STEP_KEYS`], or a `global_…` counter
@@ -75,15 +81,23 @@ fn split_pair(part: &str) -> Option<(String, &str)> {
     Some((key_name(k), v.trim()))
 }
 
-/// `model_loss 5864.5`: one identifier, one space, one number (no separator), else `None`.
+/// `model_loss 5864.5`, `Avg Ep length 5.26` (DeepRL-Grounding's `Avg Reward 0.064`): one
+/// to four words of letters, then one number (no separator), else `None`.
 fn name_value(part: &str) -> Option<(String, &str)> {
-    let (k, v) = part.split_once(' ')?;
-    let v = v.trim();
-    let ident = k.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
-        && k.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '/'));
-    (ident && !v.contains(' ') && parse_number_text(v).is_some())
-        .then(|| (k.to_ascii_lowercase(), v))
+    let part = part.trim();
+    let (k, v) = part.rsplit_once(' ')?;
+    let k = k.trim();
+    let words: Vec<&str> = k.split_whitespace().collect();
+    let ident = |w: &str| {
+        w.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && w.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '/'))
+    };
+    (!words.is_empty()
+        && words.len() <= 4
+        && words.iter().all(|w| ident(w))
+        && parse_number_text(v).is_some())
+    .then(|| (key_name(k), v))
 }
 
 /// A value text (`0.123`, `'nan'`, `2.12s (75.13%)`, `3/100`, `812 MB`) → number, key suffix
@@ -92,6 +106,11 @@ fn value_of(v: &str) -> Option<(f64, &'static str)> {
     let v = v.trim().trim_matches(|c| c == '\'' || c == '"');
     // `1.59s (75.13%)`: the share in parentheses is derived, the value comes first.
     let v = match v.find(" (") {
+        Some(i) => &v[..i],
+        None => v,
+    };
+    // `-257.43 +- 63.18` (a mean and its spread): the mean
+    let v = match v.find(" +- ").or_else(|| v.find(" ± ")) {
         Some(i) => &v[..i],
         None => v,
     };
@@ -156,15 +175,24 @@ fn parts_of(body: &str) -> Vec<&str> {
     }
 }
 
-/// `epoch: 3451 loss: nan`: one-word keys each followed by `: ` and a number, nothing else
-/// on the line → the `key: value` parts.
+/// `epoch: 3451 loss: nan`, dllogger's `Training Epoch: 0 Training Iteration: 1787
+/// average_loss: 2.35`: keys of one to four words (letters, `_`, `/`) each followed by `: `
+/// and a number, nothing else on the line → the `key: value` parts.
 fn spaced_pairs(body: &str) -> Option<Vec<&str>> {
     let mut parts = Vec::new();
     let mut rest = body.trim();
     while !rest.is_empty() {
         let colon = rest.find(": ")?;
         let key = &rest[..colon];
-        if key.is_empty() || key.contains(char::is_whitespace) {
+        let words = key.split_whitespace().count();
+        if key.is_empty()
+            || words > 4
+            || !key.split_whitespace().all(|w| {
+                w.starts_with(|c: char| c.is_ascii_alphabetic())
+                    && w.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '/'))
+            })
+        {
             return None;
         }
         let after = rest[colon + 2..].trim_start();
@@ -180,21 +208,55 @@ fn spaced_pairs(body: &str) -> Option<Vec<&str>> {
 /// `line` without a Python logging prefix of a time and a level (`2019-02-03
 /// 08:03:36,499 INFO     …`, `15:41:30 SUCCESS …`): the message.
 pub(super) fn without_log_prefix(t: &str) -> &str {
-    if !t.starts_with(|c: char| c.is_ascii_digit()) {
-        return t;
-    }
     for level in [" INFO ", " DEBUG ", " WARNING ", " ERROR ", " SUCCESS "] {
         if let Some(at) = t.find(level) {
             let head = &t[..at];
-            if head
-                .chars()
-                .all(|c| c.is_ascii_digit() || matches!(c, '-' | ':' | ',' | '.' | ' ' | 'T' | '/'))
-            {
+            let plain = t.starts_with(|c: char| c.is_ascii_digit())
+                && head.chars().all(|c| {
+                    c.is_ascii_digit() || matches!(c, '-' | ':' | ',' | '.' | ' ' | 'T' | '/')
+                });
+            // `%(asctime)s %(name)-12s: %(levelname)-8s %(message)s` behind mpirun's
+            // `[1,0]<stdout>:` (`… 23:07:21,094 __main__    : INFO     Train step 1040 -- …`):
+            // a head that holds a clock time and ends with the logger name's colon.
+            let named = head.len() <= 120 && head.trim_end().ends_with(':') && has_clock(head);
+            if plain || named {
                 return t[at + level.len()..].trim_start();
             }
         }
     }
     t
+}
+
+/// True when `s` holds a clock time `hh:mm:ss`.
+fn has_clock(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.windows(8).any(|w| {
+        w[0].is_ascii_digit()
+            && w[1].is_ascii_digit()
+            && w[2] == b':'
+            && w[3].is_ascii_digit()
+            && w[4].is_ascii_digit()
+            && w[5] == b':'
+            && w[6].is_ascii_digit()
+            && w[7].is_ascii_digit()
+    })
+}
+
+/// A dllogger console line (NVIDIA/dllogger `StdOutBackend`: `prefix_format` `"DLL {} - "`
+/// of the timestamp, then the step as the script formats it, then each metric as
+/// `"{} : {} {}"` of name, value and unit): `DLL 2020-05-29 11:31:45.763470 - Training
+/// Epoch: 0 Training Iteration: 1787  average_loss : 2.35  step_loss : 3.14  learning_rate :
+/// 0.0053 ` → the same line as `key: value` pairs; a tqdm bar printed after it on the same
+/// line (`…  Iteration:  67%|███▌  | 1850/2771 […]`) is not part of it. `None` for any
+/// other line.
+pub(super) fn dllogger_body(t: &str) -> Option<String> {
+    let rest = t.strip_prefix("DLL ")?;
+    let (_, body) = rest.split_once(" - ")?;
+    let body = match body.find("%|") {
+        Some(p) => body[..p].rfind("   ").map_or(body, |cut| &body[..cut]),
+        None => body,
+    };
+    Some(body.replace(" : ", ": ").trim().to_string())
 }
 
 /// A generic step line, a DeepSpeed-Chat timing line (pending for the next step) or its
@@ -205,6 +267,15 @@ pub(super) fn parse_kv_line(t: &str) -> Option<TextItem> {
         return Some(TextItem::Attach(vec![("average_reward_score".into(), v)]));
     }
     let t = without_log_prefix(t);
+    // ` -- ` between groups of pairs (`Train step 1040 -- Loss: 11.174, MLM: 10.479 -- It/s:
+    // 1.69`) separates pairs like a comma.
+    let dashed;
+    let t = if t.contains(" -- ") {
+        dashed = t.replace(" -- ", ", ");
+        dashed.as_str()
+    } else {
+        t
+    };
     let (mut step, body, source) = match minimind_head(t) {
         Some((s, rest)) => (Some(s), rest, SourceKind::KvText),
         None => match strip_step_prefix(t) {

@@ -263,11 +263,8 @@ pub(super) fn parse_verl_console(t: &str) -> Option<TextItem> {
     let mut fields = Vec::new();
     let mut tail = None;
     let parts: Vec<&str> = body.split(" - ").collect();
-    for (i, part) in parts.iter().enumerate() {
+    for part in &parts {
         let Some((k, v)) = part.rsplit_once(':') else {
-            if i + 1 == parts.len() && !part.trim().is_empty() {
-                tail = Some(part.trim().to_string());
-            }
             continue;
         };
         let k = k.trim();
@@ -284,6 +281,9 @@ pub(super) fn parse_verl_console(t: &str) -> Option<TextItem> {
         }
     }
     step?;
+    if parts.len() > 1 {
+        tail = Some(verl_line_tail(t));
+    }
     // verl writes val-only metrics (`val-core/…`, `val-aux/…`) at step 0 before training.
     if !fields.is_empty() && fields.iter().all(|(k, _)| k.starts_with("val")) {
         fields.push((EVAL_MARK.to_string(), 1.0));
@@ -296,12 +296,46 @@ pub(super) fn parse_verl_console(t: &str) -> Option<TextItem> {
     })
 }
 
-/// Pairs `key:value` of a verl continuation line, the first key prefixed by `head`.
-pub(super) fn verl_pairs(t: &str, head: &str) -> Vec<(String, f64)> {
-    let mut out = Vec::new();
+/// The raw text of a verl line's last pair as the terminal cut it (`… - c`, `… -
+/// actor/ppo_kl:0.0`), to be joined with the start of the next line; empty when the line
+/// ended on its separator (`… - response_length/min:38.0 -`).
+pub(super) fn verl_line_tail(t: &str) -> String {
+    let t = t.trim_end();
+    if t.ends_with('-') {
+        return String::new();
+    }
+    t.rsplit(" - ")
+        .next()
+        .unwrap_or("")
+        .trim_start()
+        .to_string()
+}
+
+/// Pairs `key:value` of a verl continuation line, its first part joined to `head` (the
+/// previous line's last, possibly cut, pair: `c` + `ritic/score/max:0.133`,
+/// `actor/ppo_kl:0.0` + `00`), and this line's own tail for the line after it. A line that
+/// starts on the separator (`- actor/entropy_loss:0.001 - …`) leaves `head` whole.
+pub(super) fn verl_pairs(t: &str, head: &str) -> (Vec<(String, f64)>, String) {
+    let tail = verl_line_tail(t);
     // A wrapped line can end on its separator (`… - response_length/min:38.0 -`).
-    let t = t.trim_end_matches([' ', '-']);
-    for (i, part) in t.split(" - ").enumerate() {
+    let body = t.trim().trim_end_matches([' ', '-']);
+    let mut parts: Vec<String> = Vec::new();
+    let body = match body.strip_prefix("- ") {
+        Some(rest) => {
+            parts.push(head.to_string());
+            rest
+        }
+        None => body,
+    };
+    for (i, part) in body.split(" - ").enumerate() {
+        if i == 0 && parts.is_empty() {
+            parts.push(format!("{head}{part}"));
+        } else {
+            parts.push(part.to_string());
+        }
+    }
+    let mut out = Vec::new();
+    for part in &parts {
         let Some((k, v)) = part.rsplit_once(':') else {
             continue;
         };
@@ -309,14 +343,11 @@ pub(super) fn verl_pairs(t: &str, head: &str) -> Vec<(String, f64)> {
             continue;
         };
         let k = k.trim();
-        let key = if i == 0 {
-            format!("{head}{k}")
-        } else {
-            k.to_string()
-        };
-        out.push((key, v));
+        if !k.is_empty() {
+            out.push((k.to_string(), v));
+        }
     }
-    out
+    (out, tail)
 }
 
 /// Marks a record salvaged from a dict cut mid-line (the assembler removes it).

@@ -199,6 +199,9 @@ fn parse_unnumbered(line: &str) -> TextItem {
     if t.contains("All sequence_log_probs are near zero") {
         return TextItem::Warning("logprobs_near_zero");
     }
+    if let Some(body) = kv::dllogger_body(t) {
+        return kv::parse_kv_line(&body).unwrap_or(TextItem::Other);
+    }
     if let Some(n) = step_prefix::bar_only(t) {
         return TextItem::Bar(n);
     }

@@ -209,8 +209,20 @@ pub(super) fn parse_tqdm_postfix(t: &str) -> Option<TextItem> {
     }
     Some(TextItem::Step {
         source: SourceKind::TrlDict,
-        step: None,
+        step: epoch_number(&t[..open]),
         fields,
         tail: None,
     })
+}
+
+/// The epoch a bar's description names as `Epoch #N` (tianshou's trainers:
+/// `tqdm.tqdm(…, desc=f"Epoch #{self.epoch}")`, whose postfix holds the epoch's metrics);
+/// `None` for any other description (`Train epoch [1/1]` counts no step).
+fn epoch_number(desc: &str) -> Option<i64> {
+    let at = desc.find("Epoch #")?;
+    let digits: String = desc[at + "Epoch #".len()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
 }
