@@ -443,3 +443,22 @@ fn rows_without_ids_or_old_log_probs_are_placed_where_nexrl_deals_them() {
         "{notes}"
     );
 }
+
+#[test]
+fn rows_of_the_last_mini_batch_are_dealt_from_the_tail_of_each_ranks_share() {
+    // seed 8602: no input_ids, no old log-probs, two mini-batches per rank: NexRL names its
+    // micro files by micro index alone, so each rank's files hold its last mini-batch (2 and
+    // 4 of its 6 rows; 6 of 12 dumped). Dealing needed every trajectory in a file, so the
+    // whole self-hosted tree was unreadable: exit 2, no report.
+    let tree = novel("dealt-last-mini-batch-no-old-8602").join("self_hosted_pt");
+    let (code, r) = losscheck(&tree);
+    assert_eq!(code, 0, "{r}");
+    let s = statuses(&r);
+    assert_eq!(s.len(), 2, "{r}");
+    assert!(s.iter().all(|x| x.2 == "consistent"), "{r}");
+    let notes = verdict(&r, "rank1_micro0.pt")["notes"].to_string();
+    assert!(
+        notes.contains("the micro files of each rank holding the last mini-batch of its 6 rows (6 of 12 rows dumped"),
+        "{notes}"
+    );
+}

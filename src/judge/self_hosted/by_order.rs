@@ -85,11 +85,23 @@ impl SelfHostedStep {
                 &format!("missing, and no old_log_probs place the rows by their values: {why}"),
             )
         };
-        if total != n {
-            return Err(fail(format!(
-                "the step's forward_data files hold {total} rows, its trajectory file {n}"
-            )));
-        }
+        // fewer rows than trajectories: each rank's micro files hold its last
+        // mini-batch (NexRL names them by micro index alone, so an earlier mini-batch's
+        // are overwritten); each rank's share of the batch is then its tail
+        let ranks = {
+            let mut r: Vec<u32> = cells.iter().map(|(c, _)| c.0).collect();
+            r.dedup();
+            r.len().max(1)
+        };
+        let share = match total.cmp(&n) {
+            std::cmp::Ordering::Equal => None,
+            std::cmp::Ordering::Less if n % ranks == 0 => Some(n / ranks),
+            _ => {
+                return Err(fail(format!(
+                    "the step's forward_data files hold {total} rows, its trajectory file {n}"
+                )))
+            }
+        };
         let identity: Vec<usize> = (0..n).collect();
         let orders = self
             .batch_order
@@ -100,18 +112,25 @@ impl SelfHostedStep {
         let mut tried = Vec::new();
         for (name, order) in orders {
             for (how, per_rank) in [("micro by micro", false), ("rank by rank", true)] {
-                match self.deal(cells, order, per_rank) {
+                match self.deal(cells, order, per_rank, share) {
                     Ok(dealt) => {
                         let rows = dealt
                             .into_iter()
                             .find(|(c, _)| *c == (rank, micro))
                             .map(|(_, r)| r)
                             .unwrap_or_default();
+                        let tail = share.map_or(String::new(), |s| {
+                            format!(
+                                ", the micro files of each rank holding the last mini-batch of \
+                                 its {s} rows ({total} of {n} rows dumped: earlier mini-batches' \
+                                 files are overwritten)"
+                            )
+                        });
                         let note = format!(
                             "no input_ids and no whole-batch old_log_probs: rows placed as \
-                             NexRL deals them, {name} over ranks then micros ({how}); every \
-                             row's valid count equals its trajectory's response length ({n} \
-                             rows)"
+                             NexRL deals them, {name} over ranks then micros ({how}){tail}; \
+                             every row's valid count equals its trajectory's response length \
+                             ({n} rows)"
                         );
                         return Ok((rows, note));
                     }
@@ -127,13 +146,37 @@ impl SelfHostedStep {
     /// micros any of them, as `rearrange_micro_batches` regroups them), a row the first
     /// unused trajectory of its length. Errors when a row has none, or when two
     /// trajectories a row could be would give its cell different terms.
-    fn deal(&self, cells: &[CellRows], order: &[usize], per_rank: bool) -> Result<Dealt, String> {
+    /// With `share`, rank k's rows are the last of positions `k·share .. (k+1)·share`.
+    fn deal(
+        &self,
+        cells: &[CellRows],
+        order: &[usize],
+        per_rank: bool,
+        share: Option<usize>,
+    ) -> Result<Dealt, String> {
         let mut out = Vec::with_capacity(cells.len());
         let mut at = 0;
         let mut i = 0;
+        let mut rank_at = 0;
         while i < cells.len() {
             // the cells that draw from one pool of rows
             let rank = cells[i].0 .0;
+            if let Some(s) = share {
+                if i == 0 || cells[i - 1].0 .0 != rank {
+                    let rank_rows: usize = cells[i..]
+                        .iter()
+                        .take_while(|(c, _)| c.0 == rank)
+                        .map(|(_, v)| v.len())
+                        .sum();
+                    if rank_rows > s {
+                        return Err(format!(
+                            "rank {rank} holds {rank_rows} rows, more than its share {s}"
+                        ));
+                    }
+                    at = rank_at * s + (s - rank_rows);
+                    rank_at += 1;
+                }
+            }
             let j = if per_rank {
                 i + cells[i..].iter().take_while(|(c, _)| c.0 == rank).count()
             } else {
