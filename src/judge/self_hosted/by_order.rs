@@ -95,7 +95,7 @@ impl SelfHostedStep {
         };
         let share = match total.cmp(&n) {
             std::cmp::Ordering::Equal => None,
-            std::cmp::Ordering::Less if n % ranks == 0 => Some(n / ranks),
+            std::cmp::Ordering::Less if n.is_multiple_of(ranks) => Some(n / ranks),
             _ => {
                 return Err(fail(format!(
                     "the step's forward_data files hold {total} rows, its trajectory file {n}"
