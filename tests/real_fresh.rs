@@ -462,3 +462,18 @@ fn rows_of_the_last_mini_batch_are_dealt_from_the_tail_of_each_ranks_share() {
         "{notes}"
     );
 }
+
+#[test]
+fn a_coefficient_fitted_to_one_cells_total_stays_underdetermined_after_the_policy_search() {
+    // seed 8751 (--multi-turn): one self-hosted cell, NexRL's KL loss (coefficient 0.001,
+    // not echoed) in its total. The policy search settled the conventions again from the
+    // settled ones, so the entropy_coeff fitted to that one total (5.589e-5, not the
+    // preset's) was marked as the preset's and the cell called consistent.
+    let (code, r) =
+        losscheck(&novel("multi-turn-lone-coef-after-policy-search-8751").join("self_hosted_pt"));
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(statuses(&r), [(0, 0, "undetermined".to_string())], "{r}");
+    let c = convention(&r, "entropy_coeff");
+    assert_eq!(c["source"], "inferred", "{c}");
+    assert_eq!(c["value"], "5.589e-5", "{c}");
+}

@@ -733,7 +733,34 @@ pub fn resolve(
     if let (Some(k), Some(term)) = (kc, cfg.kl.as_mut()) {
         term.coef = k;
     }
-    for c in &mut conventions {
+    mark_preset(&mut conventions, &cfg, base, false);
+    Ok(Resolved {
+        cfg,
+        conventions,
+        uncertainty: unc,
+        total_uncertainty: total_unc,
+        unstated,
+        cells: preps.len(),
+        agg_rival,
+        own_pg_mode: prep::own_pg_mode(preps, tol),
+    })
+}
+
+/// Mark each convention that `cfg` settles at `base`'s value (`matches_preset`). A caller
+/// that settles again from an already settled `cfg` (the policy search) marks them against
+/// the preset it started from.
+/// `coefficients_only`: only `entropy_coeff` and `kl_coef` are marked again (the search's
+/// own conventions, `policy` among them, keep their marks).
+pub fn mark_preset(
+    conventions: &mut [Convention],
+    cfg: &LossConfig,
+    base: &LossConfig,
+    coefficients_only: bool,
+) {
+    for c in conventions
+        .iter_mut()
+        .filter(|c| !coefficients_only || matches!(c.name, "entropy_coeff" | "kl_coef"))
+    {
         c.matches_preset = match c.name {
             "agg" => cfg.agg == base.agg,
             "kl_estimator" => {
@@ -745,16 +772,6 @@ pub fn resolve(
             _ => cfg.kl.as_ref().map(|k| k.coef) == base.kl.as_ref().map(|k| k.coef),
         };
     }
-    Ok(Resolved {
-        cfg,
-        conventions,
-        uncertainty: unc,
-        total_uncertainty: total_unc,
-        unstated,
-        cells: preps.len(),
-        agg_rival,
-        own_pg_mode: prep::own_pg_mode(preps, tol),
-    })
 }
 
 /// The advantage epsilon of a self-hosted tree's step as [`super::check_tree_inferred`]

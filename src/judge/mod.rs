@@ -424,7 +424,10 @@ impl<'a> StepCheck<'a> {
         // the policy loss searched as losscheck does, so both tools judge alike
         let fit = infer::pg_fit(&preps, &resolved.cfg, tol);
         let found = picture::search_policy(self, &all, &resolved, fit, given, tol, &[])?;
-        Ok(found.map_or(resolved, |(r, _)| r))
+        Ok(found.map_or(resolved, |(mut r, _)| {
+            infer::mark_preset(&mut r.conventions, &r.cfg, cfg, true);
+            r
+        }))
     }
 
     /// [`StepCheck::check`] under settled conventions (`resolved.cfg`, with the
@@ -684,8 +687,13 @@ pub fn check_tree_inferred(
     // the policy loss: when the settled one reproduces fewer than half of the pg terms,
     // real producers' are tried (clip bounds, dual clip, GSPO's ratio), under every ε
     let eps = picture::eps_candidates(check.batch.as_ref().filter(|_| search), &resolved.cfg)?;
-    if let Some((r, _)) = picture::search_policy(&check, &all, &resolved, best, given, tol, &eps)? {
+    if let Some((mut r, _)) =
+        picture::search_policy(&check, &all, &resolved, best, given, tol, &eps)?
+    {
         adv = picture::adopt_eps(&mut check, &eps, &r.cfg, &resolved.cfg, cfg).or(adv);
+        // (settled again from the settled conventions: marked against the preset, so that
+        // a coefficient fitted to one cell's total is no preset value: seed 8751)
+        infer::mark_preset(&mut r.conventions, &r.cfg, cfg, true);
         resolved = r;
     }
     let mut verdicts: Vec<Verdict> = chosen
