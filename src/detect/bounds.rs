@@ -353,24 +353,24 @@ impl Detector for KlZero {
         if is_preference(f) || !has_reward {
             return vec![];
         }
-        let s = f.series("kl");
+        let s = f.view("kl");
         let min = ctx.th.get("kl_zero.min_steps").max(2.0) as usize;
-        let flags: Vec<bool> = s.iter().map(|(_, v)| *v == 0.0).collect();
+        let flags: Vec<bool> = s.values().map(|v| v == 0.0).collect();
         let mut out = Vec::new();
         for (a, b) in runs(&flags) {
             if b + 1 - a < min {
                 continue;
             }
-            let steps: Vec<i64> = s[a..=b].iter().map(|(st, _)| *st).collect();
+            let steps: Vec<i64> = s.range(a, b + 1).map(|(st, _)| st).collect();
             let n = steps.len();
+            let (first, last) = (steps[0], steps[n - 1]);
             out.push(
                 Finding::new(
                     self.name(),
                     Severity::Warning,
                     steps,
                     format!(
-                        "kl is exactly 0 on {n} consecutive logged steps ({}–{}): the policy is never pulled back to a reference",
-                        s[a].0, s[b].0
+                        "kl is exactly 0 on {n} consecutive logged steps ({first}–{last}): the policy is never pulled back to a reference"
                     ),
                     &[
                         "β = 0: the KL term is not computed (intended in DAPO/Dr. GRPO recipes; then say so)",

@@ -3,6 +3,7 @@
 
 use super::{median_in_place, Context, Detector, Finding, Severity};
 use crate::frames::log::frame::LogFrame;
+use crate::frames::log::series::Series;
 
 /// `--dead-groups`: many groups with identical rewards (zero std) give no signal.
 pub struct DeadGroups;
@@ -63,9 +64,10 @@ impl DeadGroups {
         }
         let th = ctx.th.get("dead_groups.frac");
         // Lists of a long log are sized up front (grown by doubling, they were copied
-        // into fresh pages ~20 times).
-        let mut dead: Vec<(i64, f64)> = Vec::with_capacity(series.len());
-        dead.extend(series.iter().copied().filter(|(_, v)| *v >= th));
+        // into fresh pages ~20 times); the dead steps are one list, read below and then
+        // handed to the finding.
+        let mut dead: Vec<i64> = Vec::with_capacity(series.len());
+        dead.extend(series.iter().filter(|(_, v)| *v >= th).map(|(s, _)| s));
         let share = dead.len() as f64 / series.len() as f64;
         // A step whose reward_std (the mean of the group stds, TRL/DebugTrainer) is exactly
         // 0 had no group with any reward variance: the whole step is wasted, so a few such
@@ -86,33 +88,35 @@ impl DeadGroups {
         } else {
             Severity::Warning
         };
-        let mean_frac = series.iter().map(|(_, v)| v).sum::<f64>() / series.len() as f64;
+        let mean_frac = series.values().sum::<f64>() / series.len() as f64;
         let how = match source {
             DeadSource::Frac => "frac_reward_zero_std is high",
             DeadSource::RewardStd => "group reward std is exactly 0",
             DeadSource::Advantages => "every advantage is exactly 0 (max = min = 0)",
         };
+        let explanation = format!(
+            "{how} on {} of {} logged steps ({:.0}%{}): those groups contribute no gradient",
+            dead.len(),
+            series.len(),
+            share * 100.0,
+            if dead.len() <= 8 {
+                format!(
+                    ", steps {}",
+                    dead.iter()
+                        .map(|s| s.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            } else {
+                String::new()
+            }
+        );
+        let medians = grad_medians(f, &dead);
         let mut finding = Finding::new(
             self.name(),
             severity,
-            dead.iter().map(|(s, _)| *s).collect(),
-            format!(
-                "{how} on {} of {} logged steps ({:.0}%{}): those groups contribute no gradient",
-                dead.len(),
-                series.len(),
-                share * 100.0,
-                if dead.len() <= 8 {
-                    format!(
-                        ", steps {}",
-                        dead.iter()
-                            .map(|(s, _)| s.to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
-                } else {
-                    String::new()
-                }
-            ),
+            dead,
+            explanation,
             &[
                 "task too hard (all completions score 0) or too easy (all score 1) for the model",
                 "group size too small to see reward variance (group_size 2)",
@@ -127,35 +131,41 @@ impl DeadGroups {
         if source == DeadSource::Advantages {
             finding = finding.with("derived_from_advantages", true);
         }
-        // What the gradient did on those steps: the median grad_norm on dead steps vs the
-        // others (a whole-step dead batch should leave only the KL term's gradient).
-        let dead_steps: Vec<i64> = dead.iter().map(|(s, _)| *s).collect();
-        let (mut on_dead, mut on_rest) = (Vec::with_capacity(f.len()), Vec::with_capacity(f.len()));
-        // `dead_steps` ascends; so do the grad_norm steps of one run's frame, which are
-        // then matched by a forward walk (a binary search where a step goes back).
-        let (mut j, mut last) = (0usize, i64::MIN);
-        for (s, g) in f.points("grad_norm").filter(|(_, g)| g.is_finite()) {
-            let dead = if s >= last {
-                while dead_steps.get(j).is_some_and(|&d| d < s) {
-                    j += 1;
-                }
-                dead_steps.get(j) == Some(&s)
-            } else {
-                dead_steps.binary_search(&s).is_ok()
-            };
-            last = s;
-            if dead {
-                on_dead.push(g);
-            } else {
-                on_rest.push(g);
-            }
-        }
-        if let (Some(a), Some(b)) = (median_in_place(&mut on_dead), median_in_place(&mut on_rest)) {
+        if let Some((a, b)) = medians {
             finding = finding
                 .num("median_grad_norm_on_dead_steps", a)
                 .num("median_grad_norm_on_other_steps", b);
         }
         vec![finding]
+    }
+}
+
+/// What the gradient did on the dead steps: the median grad_norm on `dead_steps` vs the
+/// others (a whole-step dead batch should leave only the KL term's gradient).
+fn grad_medians(f: &LogFrame, dead_steps: &[i64]) -> Option<(f64, f64)> {
+    let (mut on_dead, mut on_rest) = (Vec::with_capacity(f.len()), Vec::with_capacity(f.len()));
+    // `dead_steps` ascends; so do the grad_norm steps of one run's frame, which are
+    // then matched by a forward walk (a binary search where a step goes back).
+    let (mut j, mut last) = (0usize, i64::MIN);
+    for (s, g) in f.points("grad_norm").filter(|(_, g)| g.is_finite()) {
+        let dead = if s >= last {
+            while dead_steps.get(j).is_some_and(|&d| d < s) {
+                j += 1;
+            }
+            dead_steps.get(j) == Some(&s)
+        } else {
+            dead_steps.binary_search(&s).is_ok()
+        };
+        last = s;
+        if dead {
+            on_dead.push(g);
+        } else {
+            on_rest.push(g);
+        }
+    }
+    match (median_in_place(&mut on_dead), median_in_place(&mut on_rest)) {
+        (Some(a), Some(b)) => Some((a, b)),
+        _ => None,
     }
 }
 
@@ -196,8 +206,8 @@ enum DeadSource {
 /// Per logged step, the share of dead groups (1 or 0 when derived), from the best source
 /// the log has: `frac_reward_zero_std`, else the group reward std, else the advantages'
 /// range.
-fn dead_series(f: &LogFrame) -> (Vec<(i64, f64)>, DeadSource) {
-    let s = f.series("frac_reward_zero_std");
+fn dead_series(f: &LogFrame) -> (Series<'_>, DeadSource) {
+    let s = f.view("frac_reward_zero_std");
     if !s.is_empty() {
         return (s, DeadSource::Frac);
     }
@@ -206,7 +216,7 @@ fn dead_series(f: &LogFrame) -> (Vec<(i64, f64)>, DeadSource) {
         for p in &mut s {
             p.1 = if p.1 == 0.0 { 1.0 } else { 0.0 };
         }
-        return (s, DeadSource::RewardStd);
+        return (Series::owned(s), DeadSource::RewardStd);
     }
     let s = (0..f.len())
         .filter_map(|i| {
@@ -215,7 +225,7 @@ fn dead_series(f: &LogFrame) -> (Vec<(i64, f64)>, DeadSource) {
                 .then(|| (f.step(i), if hi == 0.0 && lo == 0.0 { 1.0 } else { 0.0 }))
         })
         .collect();
-    (s, DeadSource::Advantages)
+    (Series::owned(s), DeadSource::Advantages)
 }
 
 /// The longest stretch of consecutive logged steps on which every group was dead
@@ -225,13 +235,13 @@ fn dead_series(f: &LogFrame) -> (Vec<(i64, f64)>, DeadSource) {
 fn sustained_dead_run(
     d: &DeadGroups,
     ctx: &Context,
-    series: &[(i64, f64)],
+    series: &Series,
     derived: bool,
 ) -> Option<Finding> {
     let need = ctx.th.get("dead_groups.sustained_steps").max(1.0) as usize;
     let (mut best, mut cur) = ((0usize, 0usize), (0usize, 0usize));
-    for (i, (_, v)) in series.iter().enumerate() {
-        if *v >= FULLY_DEAD {
+    for (i, v) in series.values().enumerate() {
+        if v >= FULLY_DEAD {
             if cur.1 == 0 {
                 cur.0 = i;
             }
@@ -247,14 +257,14 @@ fn sustained_dead_run(
     if len < need {
         return None;
     }
-    let stretch = &series[start..start + len];
-    let (first, last) = (stretch[0].0, stretch[len - 1].0);
+    let stretch: Vec<i64> = series.range(start, start + len).map(|(s, _)| s).collect();
+    let (first, last) = (stretch[0], stretch[len - 1]);
     let share = len as f64 / series.len() as f64;
     Some(
         Finding::new(
             d.name(),
             Severity::Warning,
-            stretch.iter().map(|(s, _)| *s).collect(),
+            stretch,
             format!(
                 "every group dead for {len} logged steps in a row (steps {first}–{last}, {:.0}% of {} logged): no learning signal for that stretch",
                 share * 100.0,

@@ -26,14 +26,15 @@ impl Detector for KlExplosion {
         }
         // A per-sequence KL sum (TRL PPO `objective/kl`, 10 nats is ordinary) is judged
         // only against its own history, never against the per-token bound.
-        let (s, abs) = match ctx.frame.series("kl") {
+        let (s, abs) = match ctx.frame.view("kl") {
             s if !s.is_empty() => (s, ctx.th.get("kl_explosion.abs")),
-            _ => (ctx.frame.series("kl_seq"), f64::INFINITY),
+            _ => (ctx.frame.view("kl_seq"), f64::INFINITY),
         };
+        let step = |i: usize| s.get(i).map_or(i64::MIN, |p| p.0);
         let mut steps: Vec<i64> = s
             .iter()
             .filter(|(_, v)| v.is_finite() && *v > abs)
-            .map(|(st, _)| *st)
+            .map(|(st, _)| st)
             .collect();
         let n_abs = steps.len();
         let rel = spikes(
@@ -43,23 +44,16 @@ impl Detector for KlExplosion {
             5,
             ctx.th.get("kl_explosion.floor"),
         );
-        steps.extend(rel.iter().map(|(i, _, _)| s[*i].0));
+        steps.extend(rel.iter().map(|(i, _, _)| step(*i)));
         if steps.is_empty() {
             return vec![];
         }
         let max = s
-            .iter()
-            .map(|(_, v)| *v)
+            .values()
             .filter(|v| v.is_finite())
             .fold(f64::MIN, f64::max);
-        let med = median_in_place(
-            &mut s
-                .iter()
-                .map(|(_, v)| *v)
-                .filter(|v| v.is_finite())
-                .collect::<Vec<_>>(),
-        )
-        .unwrap_or(f64::NAN);
+        let med = median_in_place(&mut s.values().filter(|v| v.is_finite()).collect::<Vec<_>>())
+            .unwrap_or(f64::NAN);
         // Above the absolute bound the run is off; a spike that comes back is a warning.
         let severity = if n_abs > 0 {
             Severity::Error
@@ -87,7 +81,7 @@ impl Detector for KlExplosion {
                     rel.len(),
                     s.len(),
                     G(v),
-                    s[i].0,
+                    step(i),
                     v / m.max(1e-300),
                     G(m),
                     G(med)
@@ -157,32 +151,26 @@ impl Detector for EntropyCollapse {
         &["entropy"]
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
-        let s: Vec<(i64, f64)> = ctx
-            .frame
-            .points("entropy")
-            .filter(|(_, v)| v.is_finite())
-            .collect();
+        let s = ctx.frame.view_where("entropy", f64::is_finite);
         if s.is_empty() {
             return vec![];
         }
-        let initial = median(&s.iter().take(5).map(|(_, v)| *v).collect::<Vec<_>>()).unwrap_or(0.0);
+        let initial = median(&s.values().take(5).collect::<Vec<_>>()).unwrap_or(0.0);
         let abs = ctx.th.get("entropy_collapse.abs");
         let ratio = ctx.th.get("entropy_collapse.ratio");
         let min = ctx.th.get("entropy_collapse.min_steps").max(1.0) as usize;
-        let flags: Vec<bool> = s
-            .iter()
-            .map(|(_, v)| *v < abs || *v < ratio * initial)
-            .collect();
+        let flags: Vec<bool> = s.values().map(|v| v < abs || v < ratio * initial).collect();
         let Some((a, b)) = runs(&flags).into_iter().find(|(a, b)| b + 1 - a >= min) else {
             return vec![];
         };
         let steps: Vec<i64> = flags
             .iter()
-            .zip(&s)
+            .zip(s.iter())
             .filter(|(f, _)| **f)
-            .map(|(_, (st, _))| *st)
+            .map(|(_, (st, _))| st)
             .collect();
-        let lowest = s.iter().map(|(_, v)| *v).fold(f64::INFINITY, f64::min);
+        let lowest = s.values().fold(f64::INFINITY, f64::min);
+        let step = |i: usize| s.get(i).map_or(i64::MIN, |p| p.0);
         vec![Finding::new(
             self.name(),
             Severity::Warning,
@@ -191,7 +179,7 @@ impl Detector for EntropyCollapse {
                 "entropy falls from {} to {}, collapsed from step {} on",
                 G(initial),
                 G(lowest),
-                s[a].0
+                step(a)
             ),
             &[
                 "policy converging to deterministic outputs (reward hacking a format)",
@@ -201,8 +189,8 @@ impl Detector for EntropyCollapse {
         )
         .num("initial_entropy", initial)
         .num("min_entropy", lowest)
-        .with("collapse_from_step", s[a].0)
-        .with("first_run_end_step", s[b].0)]
+        .with("collapse_from_step", step(a))
+        .with("first_run_end_step", step(b))]
     }
 }
 

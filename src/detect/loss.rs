@@ -2,6 +2,7 @@
 //! that does not improve.
 
 use super::{Context, Detector, Finding, Severity, G};
+use crate::frames::log::series::Series;
 
 /// `--zero-loss`: loss ≈ 0 together with zero reward std / zero advantages / zero grad.
 pub struct ZeroLoss;
@@ -212,11 +213,7 @@ impl Detector for Plateau {
         &PLATEAU_READS
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
-        let s: Vec<(i64, f64)> = ctx
-            .frame
-            .points("reward_mean")
-            .filter(|(_, v)| v.is_finite())
-            .collect();
+        let s = ctx.frame.view_where("reward_mean", f64::is_finite);
         if s.is_empty() {
             return frozen_supervised_loss(self.name(), ctx)
                 .into_iter()
@@ -227,18 +224,19 @@ impl Detector for Plateau {
         }
         let min_points = ctx.th.get("plateau.min_points").max(2.0) as usize;
         if s.len() < min_points {
-            return flat_over_long_horizon(self.name(), &s, ctx);
+            return flat_over_long_horizon(self.name(), &s.to_vec(), ctx);
         }
         let q = (s.len() / 4).max(1);
-        let mean = |xs: &[(i64, f64)]| xs.iter().map(|(_, v)| v).sum::<f64>() / xs.len() as f64;
-        let first = mean(&s[..q]);
-        let last = mean(&s[s.len() - q..]);
+        let mean = |a: usize, b: usize| s.range(a, b).map(|(_, v)| v).sum::<f64>() / (b - a) as f64;
+        let first = mean(0, q);
+        let last = mean(s.len() - q, s.len());
         let gain = last - first;
         if gain >= ctx.th.get("plateau.min_gain") {
             return vec![];
         }
-        let max = s.iter().map(|(_, v)| *v).fold(f64::NEG_INFINITY, f64::max);
-        let steps = vec![s[0].0, s[s.len() - 1].0];
+        let max = s.values().fold(f64::NEG_INFINITY, f64::max);
+        let step = |i: usize| s.get(i).map_or(i64::MIN, |p| p.0);
+        let steps = vec![step(0), step(s.len() - 1)];
         let mut f = Finding::new(
             self.name(),
             Severity::Warning,
@@ -362,27 +360,33 @@ fn flat_over_long_horizon(name: &str, s: &[(i64, f64)], ctx: &Context) -> Vec<Fi
 /// least `plateau.collapse_min_steps` of them (OpenRLHF#1120, verl#747: the policy
 /// degenerates into `!!!!!!` and nothing scores again): a collapse, whatever the run's
 /// length.
-fn collapsed_to_zero(name: &str, s: &[(i64, f64)], ctx: &Context) -> Option<Finding> {
+fn collapsed_to_zero(name: &str, s: &Series, ctx: &Context) -> Option<Finding> {
     let need = ctx.th.get("plateau.collapse_min_steps").max(2.0) as usize;
-    let zeros = s.iter().rev().take_while(|(_, v)| *v == 0.0).count();
+    // The zeros at the end: counted forwards (the points are read in place, in order).
+    let zeros = s.values().fold(0, |z, v| if v == 0.0 { z + 1 } else { 0 });
     if zeros < need || zeros == s.len() {
         return None;
     }
-    let before = &s[..s.len() - zeros];
-    let (last_step, last) = *before.last()?;
-    let earned = before.iter().any(|(_, v)| *v > 0.0);
+    let cut = s.len() - zeros;
+    let (last_step, last) = s.get(cut.checked_sub(1)?)?;
+    let earned = s.range(0, cut).any(|(_, v)| v > 0.0);
     if !earned {
         return None;
     }
-    let tail = &s[s.len() - zeros..];
-    let (lo, hi) = super::value_range(before);
+    let tail: Vec<i64> = s.range(cut, s.len()).map(|(st, _)| st).collect();
+    let first_zero = tail[0];
+    let (lo, hi) = s
+        .range(0, cut)
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), (_, v)| {
+            (lo.min(v), hi.max(v))
+        });
     let mut f = Finding::new(
         name,
         Severity::Warning,
-        tail.iter().map(|(st, _)| *st).collect(),
+        tail,
         format!(
             "reward falls to exactly 0 at step {} and stays 0 on all {zeros} logged steps to the end (before: {}–{}, {} at step {last_step}): the run stopped earning any reward",
-            tail[0].0,
+            first_zero,
             G(lo),
             G(hi),
             G(last),
@@ -395,7 +399,7 @@ fn collapsed_to_zero(name: &str, s: &[(i64, f64)], ctx: &Context) -> Option<Find
     )
     .num("reward_before", last)
     .with("zero_steps", zeros)
-    .with("first_zero_step", tail[0].0);
+    .with("first_zero_step", first_zero);
     f.count = zeros;
     Some(f)
 }

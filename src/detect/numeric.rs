@@ -207,7 +207,7 @@ impl Detector for GradSpike {
         &GRAD_SPIKE_READS
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
-        let s = ctx.frame.series("grad_norm");
+        let s = ctx.frame.view("grad_norm");
         let hits = spikes(
             &s,
             ctx.th.get("grad_spike.factor"),
@@ -234,7 +234,8 @@ impl Detector for GradSpike {
                     a
                 }
             });
-        let steps: Vec<i64> = hits.iter().map(|(i, _, _)| s[*i].0).collect();
+        let step = |i: usize| s.get(i).map_or(i64::MIN, |p| p.0);
+        let steps: Vec<i64> = hits.iter().map(|(i, _, _)| step(*i)).collect();
         vec![Finding::new(
             self.name(),
             Severity::Warning,
@@ -242,7 +243,7 @@ impl Detector for GradSpike {
             format!(
                 "grad_norm spikes to {} at step {} ({:.1}x the recent median {})",
                 G(wv),
-                s[wi].0,
+                step(wi),
                 wv / wm.max(1e-300),
                 G(wm)
             ),
@@ -251,7 +252,7 @@ impl Detector for GradSpike {
         .num("max_grad_norm", wv)
         .num("median_before", wm)
         .num("ratio", wv / wm.max(1e-300))
-        .with("worst_step", s[wi].0)]
+        .with("worst_step", step(wi))]
     }
 }
 
@@ -303,7 +304,7 @@ impl Detector for ZeroGrad {
         &READS
     }
     fn detect(&self, ctx: &Context) -> Vec<Finding> {
-        let s = ctx.frame.series("grad_norm");
+        let s = ctx.frame.view("grad_norm");
         let eps = ctx.th.get("zero_grad.eps");
         // A preference loss (DPO: -log σ(β·margin)) always has a gradient: one zero step is
         // already a broken update (frozen weights, a detached loss, an empty batch).
@@ -313,14 +314,14 @@ impl Detector for ZeroGrad {
             ctx.th.get("zero_grad.min_steps").max(1.0) as usize
         };
         let flags: Vec<bool> = s
-            .iter()
-            .map(|(_, v)| v.is_finite() && v.abs() <= eps)
+            .values()
+            .map(|v| v.is_finite() && v.abs() <= eps)
             .collect();
         runs(&flags)
             .into_iter()
             .filter(|(a, b)| b + 1 - a >= min)
             .map(|(a, b)| {
-                let steps: Vec<i64> = s[a..=b].iter().map(|(st, _)| *st).collect();
+                let steps: Vec<i64> = s.range(a, b + 1).map(|(st, _)| st).collect();
                 Finding::new(
                     self.name(),
                     Severity::Error,
@@ -337,7 +338,7 @@ impl Detector for ZeroGrad {
                 )
                 .num(
                     "max_grad_norm",
-                    s[a..=b].iter().map(|(_, v)| *v).fold(0.0, f64::max),
+                    s.range(a, b + 1).map(|(_, v)| v).fold(0.0, f64::max),
                 )
             })
             .collect()

@@ -3,10 +3,11 @@
 
 use super::{median_in_place, spikes, Context, Detector, Finding, Severity};
 use crate::frames::log::frame::LogFrame;
+use crate::frames::log::series::Series;
 
 /// Seconds per step: `step_time`, else `1 / it_per_sec`, else timestamp deltas.
-pub fn step_times(f: &LogFrame) -> (Vec<(i64, f64)>, &'static str) {
-    let s = f.series_where("step_time", |v| v.is_finite() && v > 0.0);
+pub fn step_times(f: &LogFrame) -> (Series<'_>, &'static str) {
+    let s = f.view_where("step_time", |v| v.is_finite() && v > 0.0);
     if !s.is_empty() {
         return (s, "step_time");
     }
@@ -15,7 +16,7 @@ pub fn step_times(f: &LogFrame) -> (Vec<(i64, f64)>, &'static str) {
         p.1 = 1.0 / p.1;
     }
     if !s.is_empty() {
-        return (s, "1/it_per_sec");
+        return (Series::owned(s), "1/it_per_sec");
     }
     // Sized up front, as `series_where` does.
     let mut ts: Vec<(i64, f64)> = Vec::with_capacity(f.timestamps().len());
@@ -26,7 +27,7 @@ pub fn step_times(f: &LogFrame) -> (Vec<(i64, f64)>, &'static str) {
             .filter(|w| w[1].0 > w[0].0 && w[1].1 >= w[0].1)
             .map(|w| (w[1].0, (w[1].1 - w[0].1) / (w[1].0 - w[0].0) as f64)),
     );
-    (out, "timestamp deltas")
+    (Series::owned(out), "timestamp deltas")
 }
 
 /// The lower quartile of `xs` (the faster steps of a stretch): a trend in it is sustained,
@@ -91,10 +92,13 @@ impl Detector for Slowdown {
         }
         let marks = eval_or_checkpoint_steps(ctx);
         let mut out = Vec::new();
-        let first = s[0];
-        let rest = &s[1..];
+        let Some(first) = s.first() else {
+            return vec![];
+        };
+        let rest = s.tail(1);
+        let rstep = |i: usize| rest.get(i).map_or(i64::MIN, |p| p.0);
         // Selected in place: the lower quartile below reads the values in any order.
-        let mut rest_vals: Vec<f64> = rest.iter().map(|(_, v)| *v).collect();
+        let mut rest_vals: Vec<f64> = rest.values().collect();
         let med_rest = median_in_place(&mut rest_vals).unwrap_or(f64::NAN);
         // rows written in one burst (a tracker file replayed, a generator) are milliseconds
         // apart: their timestamps say nothing about how long a step took
@@ -120,11 +124,8 @@ impl Detector for Slowdown {
             );
         }
         // Later steps slower than a first step that already paid for compilation.
-        let slower_than_first: Vec<(i64, f64)> = rest
-            .iter()
-            .copied()
-            .filter(|(_, v)| *v > cf * first.1)
-            .collect();
+        let slower_than_first: Vec<(i64, f64)> =
+            rest.iter().filter(|(_, v)| *v > cf * first.1).collect();
         // Sustained: even the faster steps afterwards (lower quartile) are that slow.
         if slower_than_first.len() >= 2
             && lower_quartile_in_place(&mut rest_vals) > cf * first.1
@@ -161,7 +162,7 @@ impl Detector for Slowdown {
             );
         }
         let hits = spikes(
-            rest,
+            &rest,
             ctx.th.get("slowdown.spike_factor"),
             ctx.th.get("slowdown.window") as usize,
             5,
@@ -169,8 +170,8 @@ impl Detector for Slowdown {
         );
         // Spikes an evaluation/checkpoint inside the step's window explains.
         let why = |i: usize| -> Option<&'static str> {
-            let cur = rest[i].0;
-            let prev = if i == 0 { first.0 } else { rest[i - 1].0 };
+            let cur = rstep(i);
+            let prev = if i == 0 { first.0 } else { rstep(i - 1) };
             marks
                 .iter()
                 .find(|(m, _)| prev <= *m && *m <= cur)
@@ -179,7 +180,7 @@ impl Detector for Slowdown {
         let (explained, mut open): (Vec<_>, Vec<_>) =
             hits.iter().copied().partition(|h| why(h.0).is_some());
         // Spikes recurring with one period (3 or more, equal gaps) are periodic work.
-        let open_steps: Vec<i64> = open.iter().map(|h| rest[h.0].0).collect();
+        let open_steps: Vec<i64> = open.iter().map(|h| rstep(h.0)).collect();
         let period = (open_steps.len() >= 3)
             .then(|| open_steps[1].saturating_sub(open_steps[0]))
             .filter(|&p| {
@@ -217,13 +218,13 @@ impl Detector for Slowdown {
                 Finding::new(
                     self.name(),
                     Severity::Info,
-                    excluded.iter().map(|(i, _, _)| rest[*i].0).collect(),
+                    excluded.iter().map(|(i, _, _)| rstep(*i)).collect(),
                     format!(
                         "{} step-time spike(s) excluded from the trend ({}); largest {:.3}s at step {} ({:.1}x the recent median)",
                         excluded.len(),
                         reasons.join("; "),
                         worst.1,
-                        rest[worst.0].0,
+                        rstep(worst.0),
                         worst.1 / worst.2
                     ),
                     &["evaluation or checkpoint saving inside the logged interval, or periodic generation vs reuse of a batch"],
@@ -242,11 +243,11 @@ impl Detector for Slowdown {
                 Finding::new(
                     self.name(),
                     Severity::Warning,
-                    open.iter().map(|(i, _, _)| rest[*i].0).collect(),
+                    open.iter().map(|(i, _, _)| rstep(*i)).collect(),
                     format!(
                         "step time spikes to {:.3}s at step {} ({:.1}x the recent median) with no evaluation or checkpoint logged there",
                         worst.1,
-                        rest[worst.0].0,
+                        rstep(worst.0),
                         worst.1 / worst.2
                     ),
                     &[
@@ -265,11 +266,11 @@ impl Detector for Slowdown {
         let skip: Vec<usize> = hits.iter().map(|h| h.0).collect();
         let mut kept: Vec<f64> = Vec::with_capacity(rest.len());
         kept.extend(
-            rest.iter()
+            rest.values()
                 .enumerate()
                 // `skip` ascends: the spikes come in series order.
                 .filter(|(i, _)| skip.binary_search(i).is_err())
-                .map(|(_, (_, v))| *v),
+                .map(|(_, v)| v),
         );
         if kept.len() >= 8 {
             let q = kept.len() / 4;
@@ -281,7 +282,7 @@ impl Detector for Slowdown {
                     Finding::new(
                         self.name(),
                         Severity::Warning,
-                        vec![rest[0].0, rest[rest.len() - 1].0],
+                        vec![rstep(0), rstep(rest.len() - 1)],
                         format!(
                             "steps slow down over the run: the faster steps (lower quartile) take {a:.3}s early vs {b:.3}s late ({} spike(s) left out)",
                             skip.len()

@@ -5,6 +5,8 @@
 
 use rayon::prelude::*;
 
+use crate::frames::log::series::Series;
+
 /// Points per part judged on one worker: a 2.5 M-step log is ~40 parts, so the last
 /// detector of a scan (kl-explosion, often) no longer runs alone on one core.
 const PART_POINTS: usize = 1 << 16;
@@ -34,7 +36,7 @@ fn from_order_key(k: u64) -> f64 {
 /// the count of smaller keys, a branch-free pass over at most `window` integers, so a long
 /// series costs a few nanoseconds per point; parts of [`PART_POINTS`] run in parallel.
 pub(crate) fn spikes(
-    series: &[(i64, f64)],
+    series: &Series,
     factor: f64,
     window: usize,
     min_history: usize,
@@ -46,7 +48,7 @@ pub(crate) fn spikes(
 /// [`spikes`] judged in parts of `part` points (small in tests, to cut the series at
 /// every place).
 fn spikes_in_parts(
-    series: &[(i64, f64)],
+    series: &Series,
     factor: f64,
     window: usize,
     min_history: usize,
@@ -54,26 +56,63 @@ fn spikes_in_parts(
     part: usize,
 ) -> Vec<(usize, f64, f64)> {
     let part = part.max(1);
-    if series.len() <= part {
-        return spikes_from(series, 0, series.len(), factor, window, min_history, floor);
+    let window = window.max(1);
+    let n = series.len();
+    if n <= part {
+        return spikes_from(series, 0, n, &[], factor, window, min_history, floor);
     }
-    let starts: Vec<usize> = (0..series.len()).step_by(part).collect();
-    let parts: Vec<Vec<(usize, f64, f64)>> = starts
+    let starts: Vec<usize> = (0..n).step_by(part).collect();
+    // The last `window` finite values of each part (oldest first), read backwards from
+    // its end: a part's window starts as the newest of those before it.
+    let tails: Vec<Vec<u64>> = starts
         .par_iter()
         .map(|&a| {
-            let b = (a + part).min(series.len());
-            spikes_from(series, a, b, factor, window, min_history, floor)
+            let b = (a + part).min(n);
+            let mut t: Vec<u64> = (a..b)
+                .rev()
+                .filter_map(|i| series.get(i))
+                .filter(|(_, v)| v.is_finite())
+                .take(window)
+                .map(|(_, v)| order_key(v))
+                .collect();
+            t.reverse();
+            t
+        })
+        .collect();
+    let inits: Vec<Vec<u64>> = (0..starts.len())
+        .map(|p| {
+            let mut newest_first: Vec<u64> = tails
+                .get(..p)
+                .unwrap_or_default()
+                .iter()
+                .rev()
+                .flat_map(|t| t.iter().rev().copied())
+                .take(window)
+                .collect();
+            newest_first.reverse();
+            newest_first
+        })
+        .collect();
+    let parts: Vec<Vec<(usize, f64, f64)>> = starts
+        .par_iter()
+        .zip(&inits)
+        .map(|(&a, init)| {
+            let b = (a + part).min(n);
+            spikes_from(series, a, b, init, factor, window, min_history, floor)
         })
         .collect();
     parts.concat()
 }
 
-/// The hits of [`spikes`] among points `from..to` of `series`: the window starts as the
-/// last `window` finite values before `from`, as a pass from the start leaves it.
+/// The hits of [`spikes`] among points `from..to` of `series`, the window starting as
+/// `init` (the last `window` finite values before `from`, oldest first, as [`order_key`]s,
+/// as a pass from the start leaves it).
+#[allow(clippy::too_many_arguments)]
 fn spikes_from(
-    series: &[(i64, f64)],
+    series: &Series,
     from: usize,
     to: usize,
+    init: &[u64],
     factor: f64,
     window: usize,
     min_history: usize,
@@ -82,23 +121,13 @@ fn spikes_from(
     let mut out = Vec::new();
     let window = window.max(1);
     // The window in arrival order, and the same values kept sorted for the median.
-    let mut hist: std::collections::VecDeque<u64> = series
-        .get(..from)
-        .unwrap_or_default()
-        .iter()
-        .rev()
-        .filter(|(_, v)| v.is_finite())
-        .take(window)
-        .map(|&(_, v)| order_key(v))
-        .collect();
-    hist.make_contiguous().reverse();
+    let mut hist: std::collections::VecDeque<u64> = init.iter().copied().collect();
     let mut sorted: Vec<u64> = hist.iter().copied().collect();
-    sorted.reserve(window + 1 - sorted.len());
+    sorted.reserve((window + 1).saturating_sub(sorted.len()));
     sorted.sort_unstable();
     let pos = |sorted: &[u64], k: u64| sorted.iter().map(|&y| usize::from(y < k)).sum::<usize>();
     let need = min_history.max(1);
-    let points = series.get(from..to).unwrap_or_default();
-    for (i, &(_, v)) in (from..).zip(points) {
+    for (i, (_, v)) in (from..).zip(series.range(from, to)) {
         if !v.is_finite() {
             continue;
         }
@@ -150,6 +179,7 @@ fn spikes_from(
 mod tests {
     use super::*;
     use crate::detect::median;
+    use crate::frames::log::column::{Column, Steps};
 
     #[test]
     fn order_keys_sort_like_total_cmp() {
@@ -187,7 +217,7 @@ mod tests {
             3.0,
             3.0,
         ];
-        let series: Vec<(i64, f64)> = xs.iter().enumerate().map(|(i, v)| (i as i64, *v)).collect();
+        let series = Series::owned(xs.iter().enumerate().map(|(i, v)| (i as i64, *v)).collect());
         for window in 1..6 {
             for min_history in 0..4 {
                 // The obvious way: the median of a copy of the last `window` finite values.
@@ -235,7 +265,7 @@ mod tests {
         // 300,000 points (several parts): noise with ties, NaN stretches longer than the
         // window across part boundaries, and spikes.
         let mut x: u64 = 7;
-        let series: Vec<(i64, f64)> = (0..300_000i64)
+        let points: Vec<(i64, f64)> = (0..300_000i64)
             .map(|i| {
                 x = x
                     .wrapping_mul(6364136223846793005)
@@ -251,7 +281,8 @@ mod tests {
                 (i, v)
             })
             .collect();
-        let one_pass = spikes_from(&series, 0, series.len(), 3.0, 20, 5, 0.1);
+        let series = Series::owned(points.clone());
+        let one_pass = spikes_from(&series, 0, series.len(), &[], 3.0, 20, 5, 0.1);
         assert!(one_pass.len() > 100, "{}", one_pass.len());
         let bits = |h: Vec<(usize, f64, f64)>| -> Vec<(usize, u64, u64)> {
             h.into_iter()
@@ -259,5 +290,24 @@ mod tests {
                 .collect()
         };
         assert_eq!(bits(spikes(&series, 3.0, 20, 5, 0.1)), bits(one_pass));
+        // Read in place from a column with holes (every 11th row missing, a stretch of
+        // missing rows across a part's edge): the hits of the copied points, in parts of
+        // every size.
+        let cells: Vec<Option<f64>> = points
+            .iter()
+            .map(|&(i, v)| (i % 11 != 5 && !(131_000..131_300).contains(&i)).then_some(v))
+            .collect();
+        let col = Column::from_cells(cells.iter().copied());
+        let steps: Steps = (0..cells.len() as i64).collect();
+        let view = Series::cells(&col, &steps);
+        let copied = Series::owned(view.to_vec());
+        let want = bits(spikes_from(&copied, 0, copied.len(), &[], 3.0, 20, 5, 0.1));
+        for part in [1 << 16, 4096, 1000, 37] {
+            assert_eq!(
+                bits(spikes_in_parts(&view, 3.0, 20, 5, 0.1, part)),
+                want,
+                "part {part}"
+            );
+        }
     }
 }

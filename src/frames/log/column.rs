@@ -271,14 +271,73 @@ impl Column {
 
     /// `(row, value)` of the present cells, in row order.
     pub fn present(&self) -> Present<'_> {
+        self.present_from(0)
+    }
+
+    /// [`Column::present`] from row `row` on.
+    pub fn present_from(&self, row: usize) -> Present<'_> {
         Present {
             blocks: &self.blocks,
             len: self.len,
-            b: 0,
-            k: 0,
+            b: row / BLOCK_ROWS,
+            k: row % BLOCK_ROWS,
             run: &[],
             run_row: 0,
         }
+    }
+
+    /// Present cells in the blocks before each block, then the column's total: cell `j`
+    /// (in row order) lies in the block `b` with `counts[b] <= j < counts[b + 1]`.
+    pub(crate) fn present_counts(&self) -> Vec<usize> {
+        let mut out = Vec::with_capacity(self.blocks.len() + 1);
+        let mut total = 0;
+        out.push(0);
+        for (b, blk) in self.blocks.iter().enumerate() {
+            let n = self.len.saturating_sub(b * BLOCK_ROWS).min(BLOCK_ROWS);
+            total += match &blk.bits {
+                Bits::None => 0,
+                Bits::All => n,
+                Bits::Some(w) => w
+                    .iter()
+                    .enumerate()
+                    .map(|(wi, &x)| {
+                        let below = n.saturating_sub(wi * 64).min(64);
+                        let mask = if below == 64 { !0 } else { (1u64 << below) - 1 };
+                        (x & mask).count_ones() as usize
+                    })
+                    .sum(),
+            };
+            out.push(total);
+        }
+        out
+    }
+
+    /// The row of the `k`-th present cell (from 0) of block `b`.
+    pub(crate) fn nth_present_row(&self, b: usize, k: usize) -> Option<usize> {
+        let base = b * BLOCK_ROWS;
+        let n = self.len.checked_sub(base)?.min(BLOCK_ROWS);
+        let off = match &self.blocks.get(b)?.bits {
+            Bits::None => None,
+            Bits::All => (k < n).then_some(k),
+            Bits::Some(w) => {
+                let mut left = k;
+                let mut found = None;
+                for (wi, &x) in w.iter().enumerate() {
+                    let c = x.count_ones() as usize;
+                    if left < c {
+                        let mut x = x;
+                        for _ in 0..left {
+                            x &= x - 1;
+                        }
+                        found = Some(wi * 64 + x.trailing_zeros() as usize);
+                        break;
+                    }
+                    left -= c;
+                }
+                found.filter(|&o| o < n)
+            }
+        };
+        off.map(|o| base + o)
     }
 
     /// True when at least one cell is present.

@@ -8,6 +8,7 @@ use polars::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::frames::log::column::{Column, Steps, BLOCK_ROWS};
+use crate::frames::log::series::Series;
 use crate::logs::aliases::{
     is_bookkeeping_key, is_zero_std_count, stage_metric, FRAC_ZERO_STD, STAGES, STAGE_PREFIX,
     ZERO_STD_GROUPS,
@@ -667,6 +668,24 @@ impl LogFrame {
         let mut out = Vec::with_capacity(self.col(name).map_or(0, Column::len));
         out.extend(self.points(name).filter(|&(_, v)| keep(v)));
         out
+    }
+
+    /// The present cells of column `name` as a [`Series`] read in place (no copy).
+    pub fn view(&self, name: &str) -> Series<'_> {
+        match self.col(name) {
+            Some(c) => Series::cells(c, &self.steps),
+            None => Series::empty(),
+        }
+    }
+
+    /// [`LogFrame::series_where`] as a [`Series`]: read in place when `keep` accepts every
+    /// present value (one pass to check), else the kept points as a list.
+    pub fn view_where(&self, name: &str, keep: impl Fn(f64) -> bool) -> Series<'_> {
+        if self.points(name).all(|(_, v)| keep(v)) {
+            self.view(name)
+        } else {
+            Series::owned(self.series_where(name, keep))
+        }
     }
 
     /// The value of column `name` at row `i`.

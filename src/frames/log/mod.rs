@@ -3,3 +3,4 @@
 
 pub mod column;
 pub mod frame;
+pub mod series;

@@ -245,24 +245,17 @@ fn read_mlflow(
     push: &mut dyn FnMut(&mut LogRecord),
 ) -> Result<()> {
     let (run, _) = mlflow_run(path, conn, want)?;
-    let mut st = conn
-        .prepare(
-            "SELECT step, timestamp, key, value, is_nan FROM metrics WHERE run_uuid = ?1 \
-             ORDER BY step, timestamp, key",
-        )
-        .map_err(|e| db_error(path, e))?;
-    let mut rows = st.query([&run]).map_err(|e| db_error(path, e))?;
+    let (rows, keys) = if plain_metrics_table(path, conn)? {
+        mlflow_rows_sorted(path, conn, &run)?
+    } else {
+        mlflow_rows_sql(path, conn, &run)?
+    };
     let mut cur: Option<LogRecord> = None;
     let mut n: u64 = 0;
-    while let Some(row) = rows.next().map_err(|e| db_error(path, e))? {
+    for row in &rows {
         n += 1;
-        let step: i64 = row.get(0).map_err(|e| db_error(path, e))?;
-        let ts: i64 = row.get(1).map_err(|e| db_error(path, e))?;
-        let key: String = row.get(2).map_err(|e| db_error(path, e))?;
-        let raw: f64 = row.get(3).map_err(|e| db_error(path, e))?;
-        let is_nan: bool = row.get(4).map_err(|e| db_error(path, e))?;
-        let v = mlflow_value(raw, is_nan);
-        let ts = ts as f64 / 1000.0;
+        let (step, v) = (row.step, row.value);
+        let ts = row.ts as f64 / 1000.0;
         let same = cur
             .as_ref()
             .is_some_and(|r| r.step == Some(step) && r.timestamp == Some(ts));
@@ -281,8 +274,8 @@ fn read_mlflow(
             });
         }
         stats.non_finite += (!v.is_finite()) as u64;
-        if let Some(r) = cur.as_mut() {
-            r.fields.push((key, v));
+        if let (Some(r), Some(key)) = (cur.as_mut(), keys.get(row.key as usize)) {
+            r.fields.push((key.clone(), v));
         }
     }
     if let Some(mut r) = cur.take() {
@@ -291,6 +284,135 @@ fn read_mlflow(
     }
     stats.lines = n;
     Ok(())
+}
+
+/// One MLflow metric row: `key` indexes the run's key list.
+#[derive(Debug, Clone, Copy)]
+struct MetricRow {
+    step: i64,
+    ts: i64,
+    key: u32,
+    value: f64,
+}
+
+/// True when `metrics` is a rowid table whose keys compare as bytes (no `COLLATE`, not
+/// `WITHOUT ROWID`, as MLflow creates it): then sorting its rows in Rust gives SQLite's
+/// `ORDER BY step, timestamp, key`.
+fn plain_metrics_table(path: &Path, conn: &Connection) -> Result<bool> {
+    let sql: Option<String> = conn
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'metrics'",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(|e| db_error(path, e))?;
+    let sql = sql.unwrap_or_default().to_ascii_lowercase();
+    Ok(!sql.contains("collate") && !sql.contains("without rowid"))
+}
+
+/// Read one row's columns `step, timestamp, key, value, is_nan`; `keys`/`ids` intern the key.
+fn metric_row(
+    path: &Path,
+    row: &rusqlite::Row,
+    keys: &mut Vec<String>,
+    ids: &mut crate::logs::fastline::FxMap<Vec<u8>, u32>,
+) -> Result<MetricRow> {
+    let step: i64 = row.get(0).map_err(|e| db_error(path, e))?;
+    let ts: i64 = row.get(1).map_err(|e| db_error(path, e))?;
+    // A key seen before is found by its bytes; a new one is read as `String` (its
+    // errors, a BLOB or bad UTF-8, are those of the plain read).
+    let known = match row.get_ref(2) {
+        Ok(ValueRef::Text(b)) => ids.get(b).copied(),
+        _ => None,
+    };
+    let key = match known {
+        Some(k) => k,
+        None => {
+            let k: String = row.get(2).map_err(|e| db_error(path, e))?;
+            let id = keys.len() as u32;
+            ids.insert(k.as_bytes().to_vec(), id);
+            keys.push(k);
+            id
+        }
+    };
+    let raw: f64 = row.get(3).map_err(|e| db_error(path, e))?;
+    let is_nan: bool = row.get(4).map_err(|e| db_error(path, e))?;
+    Ok(MetricRow {
+        step,
+        ts,
+        key,
+        value: mlflow_value(raw, is_nan),
+    })
+}
+
+/// The run's rows in table order (SQLite reads the run's index in rowid order, which is
+/// the order its sort receives them in), then sorted by `(step, timestamp, key bytes)`
+/// with a stable sort: SQLite's sorter keeps rows with equal sort keys in the order it
+/// received them (its merges take the earlier list first on ties), so this is the order
+/// of `ORDER BY step, timestamp, key` without SQLite's one-threaded sort (a test compares
+/// the two on ties).
+fn mlflow_rows_sorted(
+    path: &Path,
+    conn: &Connection,
+    run: &str,
+) -> Result<(Vec<MetricRow>, Vec<String>)> {
+    // A database of one run is read straight through the table (its leaf pages in rowid
+    // order) rather than by the run index, a table lookup per row; both give rowid order.
+    let runs: i64 = conn
+        .query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
+        .map_err(|e| db_error(path, e))?;
+    let sql = if runs == 1 {
+        "SELECT step, timestamp, key, value, is_nan FROM metrics NOT INDEXED \
+         WHERE run_uuid = ?1 ORDER BY rowid"
+    } else {
+        "SELECT step, timestamp, key, value, is_nan FROM metrics WHERE run_uuid = ?1 \
+         ORDER BY rowid"
+    };
+    let mut st = conn.prepare(sql).map_err(|e| db_error(path, e))?;
+    let mut rows = st.query([run]).map_err(|e| db_error(path, e))?;
+    let (mut keys, mut ids) = (Vec::new(), Default::default());
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(|e| db_error(path, e))? {
+        out.push(metric_row(path, row, &mut keys, &mut ids)?);
+    }
+    // Each key's place in byte order (SQLite's BINARY collation).
+    let mut order: Vec<u32> = (0..keys.len() as u32).collect();
+    order.sort_by(|a, b| {
+        keys[*a as usize]
+            .as_bytes()
+            .cmp(keys[*b as usize].as_bytes())
+    });
+    let mut rank = vec![0u32; keys.len()];
+    for (r, k) in order.iter().enumerate() {
+        rank[*k as usize] = r as u32;
+    }
+    let sort_key = |r: &MetricRow| (r.step, r.ts, rank[r.key as usize]);
+    if !out.is_sorted_by_key(sort_key) {
+        out.sort_by_key(sort_key);
+    }
+    Ok((out, keys))
+}
+
+/// The run's rows as SQLite sorts them (a `metrics` table this reader does not sort
+/// itself).
+fn mlflow_rows_sql(
+    path: &Path,
+    conn: &Connection,
+    run: &str,
+) -> Result<(Vec<MetricRow>, Vec<String>)> {
+    let mut st = conn
+        .prepare(
+            "SELECT step, timestamp, key, value, is_nan FROM metrics WHERE run_uuid = ?1 \
+             ORDER BY step, timestamp, key",
+        )
+        .map_err(|e| db_error(path, e))?;
+    let mut rows = st.query([run]).map_err(|e| db_error(path, e))?;
+    let (mut keys, mut ids) = (Vec::new(), Default::default());
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(|e| db_error(path, e))? {
+        out.push(metric_row(path, row, &mut keys, &mut ids)?);
+    }
+    Ok((out, keys))
 }
 
 /// A metric value as MLflow meant it: `is_nan` rows are NaN, and the largest finite
@@ -508,6 +630,92 @@ mod tests {
         assert_eq!(mlflow_value(f64::MAX, false), f64::INFINITY);
         assert_eq!(mlflow_value(f64::MIN, false), f64::NEG_INFINITY);
         assert_eq!(mlflow_value(0.25, false), 0.25);
+    }
+
+    /// Rows as `(step, timestamp, key, value bits)`.
+    fn listed(rows: &[MetricRow], keys: &[String]) -> Vec<(i64, i64, String, u64)> {
+        rows.iter()
+            .map(|r| {
+                (
+                    r.step,
+                    r.ts,
+                    keys[r.key as usize].clone(),
+                    r.value.to_bits(),
+                )
+            })
+            .collect()
+    }
+
+    /// The stable sort in Rust gives SQLite's `ORDER BY step, timestamp, key` row for row,
+    /// ties included (same step, timestamp and key, values apart), on MLflow's schema with
+    /// rows written out of order, keys that are prefixes of others or differ in case, a
+    /// second run interleaved, and a sort large enough for SQLite to spill to disk.
+    #[test]
+    fn rows_sorted_in_rust_equal_sqlites_order_by_on_ties() {
+        let dir = std::env::temp_dir().join(format!("rlf-sqlite-ties-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = dir.join("mlflow.db");
+        let _ = std::fs::remove_file(&db);
+        let conn = Connection::open(&db).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE runs (run_uuid VARCHAR(32) PRIMARY KEY, name VARCHAR(250), \
+               lifecycle_stage VARCHAR(20), start_time BIGINT);
+             CREATE TABLE metrics (\"key\" VARCHAR(250) NOT NULL, value FLOAT NOT NULL, \
+               timestamp BIGINT NOT NULL, run_uuid VARCHAR(32) NOT NULL, \
+               step BIGINT DEFAULT '0' NOT NULL, is_nan BOOLEAN DEFAULT '0' NOT NULL, \
+               CONSTRAINT metric_pk PRIMARY KEY (\"key\", timestamp, step, run_uuid, value, is_nan));
+             CREATE INDEX index_metrics_run_uuid ON metrics (run_uuid);
+             CREATE INDEX index_metrics_run_uuid_key_step ON metrics (run_uuid, \"key\", step);",
+        )
+        .unwrap();
+        let keys = ["loss", "loss/x", "Loss", "a", "ab", "a b", "é", "train/kl"];
+        let mut x: u64 = 11;
+        let mut next = |m: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % m
+        };
+        let tx = conn.unchecked_transaction().unwrap();
+        for i in 0..40_000u64 {
+            let run = if next(5) == 0 { "other" } else { "r1" };
+            let step = next(300) as i64 - 20;
+            let ts = 1_000 + next(3) as i64;
+            let key = keys[next(keys.len() as u64) as usize];
+            // Ties: the same (step, ts, key) with values apart (the PK keeps them distinct).
+            let value = (i % 7) as f64 * 0.5 + i as f64 * 1e-9;
+            let is_nan = next(50) == 0;
+            tx.execute(
+                "INSERT OR IGNORE INTO metrics VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                rusqlite::params![key, value, ts, run, step, is_nan],
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+        // A sorter with little memory: SQLite sorts in runs merged from disk.
+        conn.execute_batch("PRAGMA cache_size = 8; PRAGMA temp_store = FILE;")
+            .unwrap();
+        let path = db.as_path();
+        for runs in [1, 2] {
+            conn.execute("DELETE FROM runs", []).unwrap();
+            for r in ["r1", "other"].iter().take(runs) {
+                conn.execute("INSERT INTO runs VALUES (?1, ?1, 'active', 0)", [r])
+                    .unwrap();
+            }
+            assert!(plain_metrics_table(path, &conn).unwrap());
+            let (a, ka) = mlflow_rows_sorted(path, &conn, "r1").unwrap();
+            let (b, kb) = mlflow_rows_sql(path, &conn, "r1").unwrap();
+            let (a, b) = (listed(&a, &ka), listed(&b, &kb));
+            assert!(a.len() > 25_000, "{}", a.len());
+            let ties = b
+                .windows(2)
+                .filter(|w| (w[0].0, w[0].1, &w[0].2) == (w[1].0, w[1].1, &w[1].2))
+                .count();
+            assert!(ties > 1_000, "{ties} ties");
+            assert_eq!(a, b, "runs {runs}");
+        }
+        drop(conn);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
