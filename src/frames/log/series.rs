@@ -65,19 +65,8 @@ impl<'a> Series<'a> {
     /// Point `i` (`None` past the end).
     pub fn get(&self, i: usize) -> Option<(i64, f64)> {
         match &self.0 {
-            Inner::Cells {
-                col,
-                steps,
-                counts,
-                start,
-            } => {
-                let j = start.checked_add(i)?;
-                if j >= *counts.last()? {
-                    return None;
-                }
-                // The block holding cell j: the last whose count before it is <= j.
-                let b = counts.partition_point(|&c| c <= j).checked_sub(1)?;
-                let row = col.nth_present_row(b, j - counts.get(b)?)?;
+            Inner::Cells { col, steps, .. } => {
+                let row = self.row_of(i)?;
                 Some((steps.get(row).unwrap_or(i64::MIN), col.get(row)?))
             }
             Inner::Owned(v) => v.get(i).copied(),
@@ -123,7 +112,7 @@ impl<'a> Series<'a> {
         }
     }
 
-    /// The row of point `i` (cells only).
+    /// The row of point `i` (cells only; `None` past the end).
     fn row_of(&self, i: usize) -> Option<usize> {
         let Inner::Cells {
             col, counts, start, ..
@@ -132,6 +121,10 @@ impl<'a> Series<'a> {
             return None;
         };
         let j = start.checked_add(i)?;
+        if j >= *counts.last()? {
+            return None;
+        }
+        // The block holding cell j: the last whose count before it is <= j.
         let b = counts.partition_point(|&c| c <= j).checked_sub(1)?;
         col.nth_present_row(b, j - counts.get(b)?)
     }
