@@ -42,7 +42,7 @@ use crate::error::Result;
 use crate::kernels::aggregate::AggMode;
 use crate::kernels::kl::KlEstimator;
 use crate::kernels::loss::{KlPlacement, KlTerm, LossConfig};
-pub use convention::{Convention, Source};
+pub use convention::{mark_preset, Convention, Source};
 use fit::fit;
 use prep::{explains_agg, explains_term};
 
@@ -744,34 +744,6 @@ pub fn resolve(
         agg_rival,
         own_pg_mode: prep::own_pg_mode(preps, tol),
     })
-}
-
-/// Mark each convention that `cfg` settles at `base`'s value (`matches_preset`). A caller
-/// that settles again from an already settled `cfg` (the policy search) marks them against
-/// the preset it started from.
-/// `coefficients_only`: only `entropy_coeff` and `kl_coef` are marked again (the search's
-/// own conventions, `policy` among them, keep their marks).
-pub fn mark_preset(
-    conventions: &mut [Convention],
-    cfg: &LossConfig,
-    base: &LossConfig,
-    coefficients_only: bool,
-) {
-    for c in conventions
-        .iter_mut()
-        .filter(|c| !coefficients_only || matches!(c.name, "entropy_coeff" | "kl_coef"))
-    {
-        c.matches_preset = match c.name {
-            "agg" => cfg.agg == base.agg,
-            "kl_estimator" => {
-                cfg.kl.as_ref().map(|k| k.estimator) == base.kl.as_ref().map(|k| k.estimator)
-            }
-            "entropy_coeff" => cfg.entropy_coeff == base.entropy_coeff,
-            "loss_scale" => cfg.loss_scale == base.loss_scale,
-            KL_TERM => false,
-            _ => cfg.kl.as_ref().map(|k| k.coef) == base.kl.as_ref().map(|k| k.coef),
-        };
-    }
 }
 
 /// The advantage epsilon of a self-hosted tree's step as [`super::check_tree_inferred`]

@@ -1,6 +1,8 @@
 //! One convention of a step as the judge settled it, and where it came from (the
 //! conventions record every report prints).
 
+use crate::kernels::loss::LossConfig;
+
 /// Where a convention came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -79,5 +81,33 @@ impl Convention {
         }
         s.push(')');
         s
+    }
+}
+
+/// Mark each convention that `cfg` settles at `base`'s value (`matches_preset`). A caller
+/// that settles again from an already settled `cfg` (the policy search) marks them against
+/// the preset it started from.
+/// `coefficients_only`: only `entropy_coeff` and `kl_coef` are marked again (the search's
+/// own conventions, `policy` among them, keep their marks).
+pub fn mark_preset(
+    conventions: &mut [Convention],
+    cfg: &LossConfig,
+    base: &LossConfig,
+    coefficients_only: bool,
+) {
+    for c in conventions
+        .iter_mut()
+        .filter(|c| !coefficients_only || matches!(c.name, "entropy_coeff" | "kl_coef"))
+    {
+        c.matches_preset = match c.name {
+            "agg" => cfg.agg == base.agg,
+            "kl_estimator" => {
+                cfg.kl.as_ref().map(|k| k.estimator) == base.kl.as_ref().map(|k| k.estimator)
+            }
+            "entropy_coeff" => cfg.entropy_coeff == base.entropy_coeff,
+            "loss_scale" => cfg.loss_scale == base.loss_scale,
+            super::KL_TERM => false,
+            _ => cfg.kl.as_ref().map(|k| k.coef) == base.kl.as_ref().map(|k| k.coef),
+        };
     }
 }
