@@ -233,6 +233,51 @@ fn a_cut_weaver_forward_data_leaves_its_cell_cannot_judge_not_inconsistent() {
         };
         assert_eq!(s, want, "{f}");
     }
+    // dumpdiff's adjudication judges that side as losscheck does
+    let (code, dd) = crate::real_weights::dumpdiff(&copy);
+    assert_eq!(code, Some(2));
+    let side = dd["adjudication"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["rank"] == 2 && a["micro"] == 1)
+        .and_then(|a| {
+            a["sides"]
+                .as_array()?
+                .iter()
+                .find(|s| s["role"] == "weaver")
+        })
+        .cloned()
+        .unwrap();
+    assert_eq!(side["status"], "cannot-judge", "{side}");
+}
+
+#[test]
+fn a_cut_loss_file_is_still_one_of_the_steps_micros_for_the_loss_scale() {
+    // 9217 (truncate_one, seed 0): the weaver's pg terms are all 0, so its totals hold the
+    // entropy coefficient times the loss scale 2/8, read as the scale 1/4 when 4 is no more
+    // than the step's micros; with one weaver loss file cut the bound counted 3 loss files
+    // read, the scale became a coefficient 4x smaller ("entropy_coeff differs") and six
+    // clean cells failed
+    let name = "real-novel-pg-free-scale-9217";
+    let Some((_tmp, copy)) = perturbed(name, "truncate_one", 0) else {
+        return;
+    };
+    let (code, got) = crate::real_weights::dumpdiff(&copy);
+    assert_eq!(code, Some(2));
+    assert!(got["coefficients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["differ"] == false));
+    let (_, base) = crate::real_weights::dumpdiff(&scenario(name));
+    let others = |r: &Json| -> Vec<_> {
+        cell_verdicts(r)
+            .into_iter()
+            .filter(|c| (c.1, c.2) != (Some(0), Some(3)))
+            .collect()
+    };
+    assert_eq!(others(&got), others(&base));
 }
 
 #[test]
