@@ -167,18 +167,6 @@ pub fn gather_weaver(tree: &DumpTree, step: i64, rank: u32, micro: u32) -> Resul
             None => Ok(None),
         }
     };
-    // the grid the values under the mask lie on, no finer than stored (bf16 widened to f32)
-    let m = to_f64_vec(&inputs.mask).map_err(|e| kerr(path, e))?;
-    let grid = |dt: Option<DType>, t: Option<&candle_core::Tensor>| -> Result<Option<DType>> {
-        let Some(t) = t else { return Ok(dt) };
-        let v = to_f64_vec(t).map_err(|e| kerr(path, e))?;
-        Ok(super::terms::values_dtype(dt, &v, &m))
-    };
-    let logprob_dtype = tb
-        .log_probs(LogProbSource::Current)
-        .map(|t| t.tensor.dtype());
-    let logprob_dtype = grid(logprob_dtype, Some(&inputs.log_probs))?;
-    let entropy_dtype = grid(entropy_dtype, inputs.entropy.as_ref())?;
     let (record, stated, kl_loss) = match tree.get(Kind::Loss, step, Some(rank), Some(micro)) {
         Some(lf) => {
             let (r, s, k) = loss_file(&lf.path, weaver::loss_record)?;
@@ -192,7 +180,9 @@ pub fn gather_weaver(tree: &DumpTree, step: i64, rank: u32, micro: u32) -> Resul
         step,
         rank,
         micro,
-        logprob_dtype,
+        logprob_dtype: tb
+            .log_probs(LogProbSource::Current)
+            .map(|t| t.tensor.dtype()),
         inputs,
         entropy_dtype,
         dumped_loss: weaver::is_loss_debug_loss(path, &v)?,

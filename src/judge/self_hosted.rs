@@ -35,6 +35,7 @@ use crate::value::Value;
 
 mod advantages;
 mod by_order;
+use crate::compare::metrics::effective_dtype;
 use advantages::advantages_of;
 pub use advantages::Advantages;
 
@@ -158,10 +159,21 @@ pub(super) fn dense(
     Ok((t.tensor.shape().to_vec(), t.tensor.to_f64_vec(), t.dtype))
 }
 
-/// The rounding `values` carry ([`super::terms::values_dtype`]: the grid the values under
-/// the mask lie on, no finer than the stored dtype; a jsonl dump states none).
+/// The rounding `values` carry: their stored dtype, else — a list of numbers (NexRL's
+/// `dump_format: jsonl`) has none — the grid the values themselves lie on (bf16 log-probs
+/// written as JSON numbers). Asked only of the tensors whose rounding is used.
+/// The stored dtype, or the coarsest one every value under the mask fits (a jsonl dump
+/// states none); values outside the mask are nobody's numbers and never make it finer.
 fn stored_or_detected(dtype: Option<DType>, values: &[f64], mask: &[f64]) -> Option<DType> {
-    super::terms::values_dtype(dtype, values, mask)
+    dtype.or_else(|| {
+        let inside: Vec<f64> = values
+            .iter()
+            .zip(mask)
+            .filter(|(_, m)| **m != 0.0)
+            .map(|(v, _)| *v)
+            .collect();
+        Some(effective_dtype(DType::F64, &inside))
+    })
 }
 
 fn dims2(path: &Path, key: &str, shape: &[usize]) -> Result<(usize, usize)> {

@@ -52,25 +52,6 @@ pub fn masked_sum(x: &[f64], mask: &[f64]) -> f64 {
         .sum()
 }
 
-/// The rounding values carry: the coarsest grid every value under `mask` lies on, never
-/// finer than the stored dtype (`None`, a jsonl dump's numbers: f64). bf16 log-probs a
-/// dump widened to f32 carry bf16's rounding all the same (issue 28, metamorphic
-/// `dtype_up`); values outside the mask are nobody's numbers and never make it finer.
-/// A 16-bit or non-float stored dtype is kept as it is.
-pub fn values_dtype(stored: Option<DType>, values: &[f64], mask: &[f64]) -> Option<DType> {
-    let declared = stored.unwrap_or(DType::F64);
-    if !matches!(declared, DType::F32 | DType::F64) {
-        return stored;
-    }
-    let inside: Vec<f64> = values
-        .iter()
-        .zip(mask)
-        .filter(|(_, m)| **m != 0.0)
-        .map(|(v, _)| *v)
-        .collect();
-    Some(crate::compare::metrics::effective_dtype(declared, &inside))
-}
-
 /// The rounding the reduction `Σ wᵢ·x̂ᵢ` inherits from `x̂` stored in `dtype` when the
 /// producer reduced the unrounded values (weaver: entropy computed in f32, its loss term
 /// from those, then dumped in bf16). The bound of

@@ -525,12 +525,10 @@ impl Derive {
                 None => (None, None),
             };
             // A signed difference is only known where both sides computed their loss
-            // from the values they dumped: inputs stored in f32 or f64 off the 16-bit
-            // grids (bf16 values a dump widened to f32 were rounded after the loss), or
-            // (the other side) a dumped prob_ratio that its stored log-probs reproduce to f32.
-            let fine = |m: Option<&Mat>| {
-                m.is_some_and(|m| matches!(m.precision(), DType::F32 | DType::F64))
-            };
+            // from the values they dumped: inputs stored in f32 or f64, or (the other
+            // side) a dumped prob_ratio that its stored log-probs reproduce to f32.
+            let fine =
+                |m: Option<&Mat>| m.is_some_and(|m| matches!(m.dtype, DType::F32 | DType::F64));
             let own_fine = fine(Some(lp)) && fine(Some(o));
             let peer_fine = self
                 .peer
