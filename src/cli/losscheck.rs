@@ -231,6 +231,22 @@ fn run(a: &Args, stderr_notes: bool) -> Result<(String, u8), Error> {
             let (unjudged, unreadable): (Vec<_>, Vec<_>) =
                 unreadable.into_iter().partition(|u| u.cannot_judge);
             let mut checked = checked;
+            // a cell with a file set aside is not failed without that file (a weaver cell
+            // without its forward_data has no entropy: its total never adds up): what it
+            // finds there is "cannot judge", the file named unreadable
+            for v in &mut checked.verdicts {
+                let gone = unreadable
+                    .iter()
+                    .find(|u| u.rank == Some(v.rank) && u.micro.is_none_or(|m| m == v.micro));
+                if let (Some(u), crate::judge::Status::Inconsistent) = (gone, v.status) {
+                    v.status = crate::judge::Status::CannotJudge;
+                    v.differs.clear();
+                    v.notes.push(format!(
+                        "cannot judge: {} could not be read, and the cell's loss needs it",
+                        u.path.display()
+                    ));
+                }
+            }
             if !unjudged.is_empty() {
                 let tree = DumpTree::discover(dir)?;
                 let step = step_of(&tree, a.step)?;

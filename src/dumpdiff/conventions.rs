@@ -21,7 +21,7 @@ pub struct SideLosses {
     pub terms: Vec<LossTerms>,
     /// Values echoed under each coefficient name (`extra_info`), over all cells.
     pub echoed: BTreeMap<String, BTreeSet<u64>>,
-    /// Cells read.
+    /// Cells read (at least the step's cells with a loss file on either side, once read).
     pub cells: usize,
     /// The (rank, micro) of each of `terms`.
     pub keys: Vec<(u32, Option<u32>)>,

@@ -263,6 +263,7 @@ pub fn run_with_progress(opts: &Options, progress: &dyn Progress) -> Result<Repo
                 .any(|u| (u.rank, u.micro) == (o.rank, o.micro))
     });
     set_aside_cells(&mut report, &unreadable);
+    verdicts::set_aside_sides(&mut report.adjudication, &unreadable);
     report.unreadable = unreadable;
     Ok(report)
 }

@@ -287,6 +287,9 @@ pub struct Adjudication {
     pub sides: Vec<SideVerdict>,
     /// The answer in one line ("weaver loss disagrees with its own inputs; self-hosted matches").
     pub conclusion: String,
+    /// The step's own conventions that differ, said in `conclusion`.
+    #[serde(skip)]
+    pub differ: Option<String>,
 }
 
 /// One side's self-consistency at a rank/micro.

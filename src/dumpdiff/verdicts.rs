@@ -160,19 +160,17 @@ pub(super) fn adjudicate(
                         },
                     );
                     match verdict {
-                        Ok((v, under)) => {
-                            report::SideVerdict {
-                                role: (*role).into(),
-                                status: Some(v.status),
-                                dumped_loss: Some(v.dumped_loss),
-                                recomputed_loss: Some(v.recomputed_loss),
-                                detail: match under {
-                                    Some(u) => format!("{} ({u})", v.line()),
-                                    None => v.line(),
-                                },
-                                own_sum: v.status == Status::Inconsistent && v.own_sum,
-                            }
-                        }
+                        Ok((v, under)) => report::SideVerdict {
+                            role: (*role).into(),
+                            status: Some(v.status),
+                            dumped_loss: Some(v.dumped_loss),
+                            recomputed_loss: Some(v.recomputed_loss),
+                            detail: match under {
+                                Some(u) => format!("{} ({u})", v.line()),
+                                None => v.line(),
+                            },
+                            own_sum: v.status == Status::Inconsistent && v.own_sum,
+                        },
                         Err(e) => report::SideVerdict {
                             role: (*role).into(),
                             status: None,
@@ -184,61 +182,14 @@ pub(super) fn adjudicate(
                     }
                 })
                 .collect();
-            let with = |st: Status| -> Vec<&str> {
-                verdicts
-                    .iter()
-                    .filter(|v| v.status == Some(st))
-                    .map(|v| v.role.as_str())
-                    .collect()
-            };
-            let (bad, good) = (with(Status::Inconsistent), with(Status::Consistent));
-            let open = with(Status::Undetermined);
-            let doubt = with(Status::CannotJudge);
-            let conclusion = match (bad.as_slice(), good.as_slice(), open.as_slice()) {
-                ([], [], []) if !doubt.is_empty() => format!(
-                    "cannot judge {}: the conventions found do not reproduce most of its own cells, so which side is wrong is not said",
-                    doubt.join(" or ")
-                ),
-                ([], [], []) => "neither side could be recomputed from its own inputs".to_string(),
-                ([], _, []) if doubt.is_empty() => "every side's loss follows from its own inputs: the inputs differ (see the first divergence)".to_string(),
-                _ => {
-                    // what disagrees, what matches, and a side that dumps only its total
-                    // with coefficients nothing states
-                    let mut parts = Vec::new();
-                    if !bad.is_empty() {
-                        parts.push(format!("{} loss disagrees with its own inputs", bad.join(" and ")));
-                    }
-                    if !good.is_empty() {
-                        parts.push(format!("{} matches", good.join(" and ")));
-                    }
-                    if !doubt.is_empty() {
-                        parts.push(format!(
-                            "cannot judge {}: the conventions found do not reproduce most of its own cells",
-                            doubt.join(" and ")
-                        ));
-                    }
-                    if !open.is_empty() {
-                        parts.push(format!(
-                            "{} loss cannot be judged: only its total is dumped and nothing states its coefficients (--entropy-coeff, --kl-coef)",
-                            open.join(" and ")
-                        ));
-                    }
-                    parts.join("; ")
-                }
-            };
-            let conclusion = match &differ {
-                Some(d) if good.len() == verdicts.len() => {
-                    format!("every side's loss follows from its own inputs; {d}")
-                }
-                Some(d) => format!("{conclusion}; {d}"),
-                None => conclusion,
-            };
+            let conclusion = conclusion_of(&verdicts, differ.as_ref());
             report::Adjudication {
                 rank,
                 micro,
                 preset: preset.to_string(),
                 sides: verdicts,
                 conclusion,
+                differ: differ.clone(),
             }
         })
         .collect();
@@ -476,5 +427,92 @@ pub(super) fn finding(sec: &Section, cell: &Cell, c: &report::Comparison) -> Fin
         excess,
         verdict: c.verdict,
         reason: c.reason.clone(),
+    }
+}
+
+/// The one-line answer of a cell's adjudication from its sides' verdicts, and the step's
+/// own conventions that differ (`differ`).
+fn conclusion_of(verdicts: &[report::SideVerdict], differ: Option<&String>) -> String {
+    use crate::judge::Status;
+    let with = |st: Status| -> Vec<&str> {
+        verdicts
+            .iter()
+            .filter(|v| v.status == Some(st))
+            .map(|v| v.role.as_str())
+            .collect()
+    };
+    let (bad, good) = (with(Status::Inconsistent), with(Status::Consistent));
+    let open = with(Status::Undetermined);
+    let doubt = with(Status::CannotJudge);
+    let conclusion = match (bad.as_slice(), good.as_slice(), open.as_slice()) {
+        ([], [], []) if !doubt.is_empty() => format!(
+            "cannot judge {}: the conventions found do not reproduce most of its own cells, so which side is wrong is not said",
+            doubt.join(" or ")
+        ),
+        ([], [], []) => "neither side could be recomputed from its own inputs".to_string(),
+        ([], _, []) if doubt.is_empty() => "every side's loss follows from its own inputs: the inputs differ (see the first divergence)".to_string(),
+        _ => {
+            // what disagrees, what matches, and a side that dumps only its total
+            // with coefficients nothing states
+            let mut parts = Vec::new();
+            if !bad.is_empty() {
+                parts.push(format!("{} loss disagrees with its own inputs", bad.join(" and ")));
+            }
+            if !good.is_empty() {
+                parts.push(format!("{} matches", good.join(" and ")));
+            }
+            if !doubt.is_empty() {
+                parts.push(format!(
+                    "cannot judge {}: the conventions found do not reproduce most of its own cells",
+                    doubt.join(" and ")
+                ));
+            }
+            if !open.is_empty() {
+                parts.push(format!(
+                    "{} loss cannot be judged: only its total is dumped and nothing states its coefficients (--entropy-coeff, --kl-coef)",
+                    open.join(" and ")
+                ));
+            }
+            parts.join("; ")
+        }
+    };
+    let conclusion = match &differ {
+        Some(d) if good.len() == verdicts.len() => {
+            format!("every side's loss follows from its own inputs; {d}")
+        }
+        Some(d) => format!("{conclusion}; {d}"),
+        None => conclusion,
+    };
+    conclusion
+}
+
+/// A side judged without a file of its cell that was set aside as unreadable is not
+/// called inconsistent there: "cannot judge", the file named (a weaver cell whose
+/// forward_data is cut has no entropy and no rows for its loss scale; 7947), and the
+/// cell's conclusion said again.
+pub(super) fn set_aside_sides(
+    adjudication: &mut [report::Adjudication],
+    unreadable: &[crate::model::unreadable::Unreadable],
+) {
+    use crate::judge::Status;
+    for a in adjudication {
+        let mut changed = false;
+        for sd in &mut a.sides {
+            let gone = unreadable.iter().find(|u| {
+                u.role == sd.role && u.rank == Some(a.rank) && u.micro.is_none_or(|m| m == a.micro)
+            });
+            if let (Some(u), Some(Status::Inconsistent)) = (gone, sd.status) {
+                sd.status = Some(Status::CannotJudge);
+                sd.detail = format!(
+                    "cannot judge: {} could not be read, and the cell's loss needs it; {}",
+                    u.path.display(),
+                    sd.detail
+                );
+                changed = true;
+            }
+        }
+        if changed {
+            a.conclusion = conclusion_of(&a.sides, a.differ.as_ref());
+        }
     }
 }

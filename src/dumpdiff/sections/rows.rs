@@ -206,7 +206,16 @@ impl<'v> Tensors<'v> {
     /// and NexRL's forward_data hold them: a single trailing pad tells too); `None` when
     /// no row shows one.
     pub fn pad_candidate(&self) -> Option<i64> {
-        let (ids, w) = self.id_rows()?;
+        self.pad_candidates().into_iter().next()
+    }
+
+    /// Every token [`Tensors::pad_candidate`] weighs, the most telling first: after a
+    /// multi-turn row's last valid position a tool turn's tokens sit beside a lone pad,
+    /// each once, and only the pairing can tell them apart (7947, 8159).
+    fn pad_candidates(&self) -> Vec<i64> {
+        let Some((ids, w)) = self.id_rows() else {
+            return Vec::new();
+        };
         let mut counts: HashMap<i64, usize> = HashMap::new();
         for r in ids.chunks(w) {
             for (x, y) in [(r[0], r[1]), (r[w - 1], r[w - 2])] {
@@ -228,10 +237,9 @@ impl<'v> Tensors<'v> {
                 }
             }
         }
-        counts
-            .into_iter()
-            .max_by_key(|(v, n)| (*n, std::cmp::Reverse(*v)))
-            .map(|(v, _)| v)
+        let mut out: Vec<(i64, usize)> = counts.into_iter().collect();
+        out.sort_by_key(|(v, n)| (std::cmp::Reverse(*n), *v));
+        out.into_iter().map(|(v, _)| v).collect()
     }
 
     /// [`match_rows`] of this file's `input_ids` against `other`'s, computed once per pair
@@ -254,12 +262,15 @@ impl<'v> Tensors<'v> {
             // both sides share a tokenizer: a pad one side shows in runs (a weaver row in
             // the datum layout keeps a single trailing pad) is the other's pad too
             let mut pads = vec![0];
-            pads.extend(self.pad_candidate());
-            pads.extend(other.pad_candidate().filter(|p| !pads.contains(p)));
+            let (ca, cb) = (self.pad_candidates(), other.pad_candidates());
+            pads.extend(ca.first().copied());
+            pads.extend(cb.first().copied().filter(|p| !pads.contains(p)));
             // a micro too small to show its pad in runs (one row, one left pad): the
-            // token at a row's edge on either side, kept only where it pairs more rows
-            for p in self.edge_tokens().into_iter().chain(other.edge_tokens()) {
-                if !pads.contains(&p) && pads.len() < 6 {
+            // token at a row's edge on either side, and the lesser candidates of a
+            // lone trailing pad, kept only where it pairs more rows
+            let more = ca.into_iter().skip(1).chain(cb.into_iter().skip(1));
+            for p in more.chain(self.edge_tokens()).chain(other.edge_tokens()) {
+                if !pads.contains(&p) && pads.len() < 8 {
                     pads.push(p);
                 }
             }

@@ -109,34 +109,65 @@ impl SelfHostedStep {
             .map(|o| ("NexRL's batch order", o))
             .into_iter()
             .chain([("trajectory-file order", identity.as_slice())]);
+        // ranks dealt in their numbers' order, as NexRL does; failing that, in the one
+        // other order of the ranks that fits (the names a launcher gave its ranks)
+        let orders: Vec<(&str, &[usize])> = orders.collect();
+        let dealings = rank_orders(cells);
+        let tail = share.map_or(String::new(), |s| {
+            format!(
+                ", the micro files of each rank holding the last mini-batch of its {s} rows \
+                 ({total} of {n} rows dumped: earlier mini-batches' files are overwritten)"
+            )
+        });
         let mut tried = Vec::new();
-        for (name, order) in orders {
-            for (how, per_rank) in [("micro by micro", false), ("rank by rank", true)] {
-                match self.deal(cells, order, per_rank, share) {
-                    Ok(dealt) => {
-                        let rows = dealt
+        let mut other: Vec<(Vec<u32>, String, Vec<usize>)> = Vec::new();
+        for (k, ranks) in dealings.iter().enumerate() {
+            for (name, order) in &orders {
+                for (how, per_rank) in [("micro by micro", false), ("rank by rank", true)] {
+                    let dealt_cells: Vec<CellRows> = ranks
+                        .iter()
+                        .flat_map(|r| cells.iter().filter(move |(c, _)| c.0 == *r).cloned())
+                        .collect();
+                    let rows_of = |dealt: Dealt| {
+                        dealt
                             .into_iter()
                             .find(|(c, _)| *c == (rank, micro))
                             .map(|(_, r)| r)
-                            .unwrap_or_default();
-                        let tail = share.map_or(String::new(), |s| {
-                            format!(
-                                ", the micro files of each rank holding the last mini-batch of \
-                                 its {s} rows ({total} of {n} rows dumped: earlier mini-batches' \
-                                 files are overwritten)"
-                            )
-                        });
-                        let note = format!(
-                            "no input_ids and no whole-batch old_log_probs: rows placed as \
-                             NexRL deals them, {name} over ranks then micros ({how}){tail}; \
-                             every row's valid count equals its trajectory's response length \
-                             ({n} rows)"
-                        );
-                        return Ok((rows, note));
+                            .unwrap_or_default()
+                    };
+                    match self.deal(&dealt_cells, order, per_rank, share) {
+                        Ok(dealt) if k == 0 => {
+                            let note = format!(
+                                "no input_ids and no whole-batch old_log_probs: rows placed as \
+                                 NexRL deals them, {name} over ranks then micros ({how}){tail}; \
+                                 every row's valid count equals its trajectory's response \
+                                 length ({n} rows)"
+                            );
+                            return Ok((rows_of(dealt), note));
+                        }
+                        Ok(dealt) if !other.iter().any(|(r, _, _)| r == ranks) => {
+                            let how = format!("{name} over ranks in the order {ranks:?} ({how})");
+                            other.push((ranks.clone(), how, rows_of(dealt)));
+                        }
+                        Err(e) if k == 0 => tried.push(format!("{name} {how}: {e}")),
+                        _ => {}
                     }
-                    Err(e) => tried.push(format!("{name} {how}: {e}")),
                 }
             }
+        }
+        if let [(_, how, rows)] = other.as_slice() {
+            let note = format!(
+                "no input_ids and no whole-batch old_log_probs: rows placed as NexRL deals \
+                 them, {how}{tail}: the only order of the ranks under which every row's valid \
+                 count equals its trajectory's response length ({n} rows)"
+            );
+            return Ok((rows.clone(), note));
+        }
+        if other.len() > 1 {
+            tried.push(format!(
+                "{} other orders of the ranks fit alike",
+                other.len()
+            ));
         }
         Err(fail(tried.join("; ")))
     }
@@ -224,6 +255,38 @@ impl SelfHostedStep {
     fn same_advantage(&self, a: usize, b: usize) -> bool {
         self.advantages_f64[a] == self.advantages_f64[b]
     }
+}
+
+/// The ranks of `cells` in their numbers' order first, then every other order (none past
+/// six ranks: 720 dealings).
+fn rank_orders(cells: &[CellRows]) -> Vec<Vec<u32>> {
+    let mut ranks: Vec<u32> = cells.iter().map(|(c, _)| c.0).collect();
+    ranks.dedup();
+    let mut out = vec![ranks.clone()];
+    if ranks.len() > 6 {
+        return out;
+    }
+    fn permute(head: &mut Vec<u32>, rest: &[u32], out: &mut Vec<Vec<u32>>) {
+        if rest.is_empty() {
+            if out[0] != *head {
+                out.push(head.clone());
+            }
+            return;
+        }
+        for (i, r) in rest.iter().enumerate() {
+            head.push(*r);
+            let others: Vec<u32> = rest
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, r)| *r)
+                .collect();
+            permute(head, &others, out);
+            head.pop();
+        }
+    }
+    permute(&mut Vec::new(), &ranks, &mut out);
+    out
 }
 
 /// Every forward_data cell of `step` in rank then micro order, with its rows' valid
