@@ -636,7 +636,7 @@ mod tests {
             adv_eps: None,
             old_of_traj: None,
             response_lens: Vec::new(),
-            dealt: None,
+            dealer: None,
         }
     }
 

@@ -351,16 +351,16 @@ pub(super) fn old_order(
 }
 
 /// Where NexRL deals the self-hosted rows when the step dumps no old log-probs to place
-/// them by ([`crate::judge::SelfHostedStep::dealt_rows`]); `None` with old log-probs, without
-/// trajectories, or when no dealing fits the step's valid counts.
-pub(super) fn dealt_rows(
+/// them by ([`crate::judge::Dealer`], asked only by cells whose rows no token ids place);
+/// `None` with old log-probs or without trajectories.
+pub(super) fn dealer(
     s: &SideData,
     traj: Option<&crate::model::trajectory::TrajectorySummary>,
     inputs: &crate::dumpdiff::sections::BatchInputs,
-) -> Option<crate::judge::DealtRows> {
+) -> Option<std::sync::Arc<crate::judge::Dealer>> {
     if inputs.old_log_probs.is_some() {
         return None;
     }
     let cfg = crate::kernels::presets::preset("nexrl-is").ok()?;
-    crate::judge::SelfHostedStep::dealt_rows(traj?, &cfg.advantage, &s.tree, s.step)
+    crate::judge::Dealer::new(traj?, &cfg.advantage, &s.tree, s.step).map(std::sync::Arc::new)
 }

@@ -309,13 +309,8 @@ pub(super) fn weaver_sections(
     let (old_of_traj, order_note) = crate::dumpdiff::cell_conventions::old_order(s, traj);
     conv.notes.extend(order_note);
     inputs.old_of_traj = old_of_traj.clone();
-    let dealt = crate::dumpdiff::cell_conventions::dealt_rows(s, traj, &inputs);
-    if let Some((_, how)) = dealt.as_ref().and_then(|d| d.values().next()) {
-        conv.notes.push(format!(
-            "self-hosted rows of a forward_data file without input_ids: {how}"
-        ));
-    }
-    inputs.dealt = dealt.clone();
+    let dealer = crate::dumpdiff::cell_conventions::dealer(s, traj, &inputs);
+    inputs.dealer = dealer.clone();
     // One cell a task (`with_max_len(1)`): rayon otherwise runs a split-off range of cells
     // in one sequential piece that no idle thread can steal from, and a run ended with one
     // thread comparing its last few cells alone.
@@ -326,6 +321,11 @@ pub(super) fn weaver_sections(
             .collect()
     };
     let mut outs = run_cells(&inputs)?;
+    if let Some(how) = dealer.as_deref().and_then(crate::judge::Dealer::how) {
+        conv.notes.push(format!(
+            "self-hosted rows of a forward_data file without input_ids: {how}"
+        ));
+    }
     if outs.iter().any(|o| o.realigned) {
         conv.notes.push(
             "self-hosted rows realigned to the weaver's: their response-width tensors hold the \
@@ -352,7 +352,7 @@ pub(super) fn weaver_sections(
                 conv.adv_eps = Some(eps);
                 inputs = batch_inputs(s, r, traj, adv_preset, Some(eps))?;
                 inputs.old_of_traj = old_of_traj.clone();
-                inputs.dealt = dealt.clone();
+                inputs.dealer = dealer.clone();
                 outs = run_cells(&inputs)?;
             }
         }
@@ -744,7 +744,7 @@ pub(super) fn batch_inputs(
         response_lens: traj.map_or_else(Vec::new, |t| {
             t.rows.iter().map(|r| r.response_len).collect()
         }),
-        dealt: None,
+        dealer: None,
     })
 }
 

@@ -57,7 +57,7 @@ use infer::Convention;
 use overrides::Overrides;
 use under::judge_under;
 
-pub use self_hosted::{DealtRows, SelfHostedStep};
+pub use self_hosted::{Dealer, SelfHostedStep};
 
 /// Tolerance of "dumped equals recomputed": the shared type, symmetric
 /// ([`Tolerance::self_consistency`]; `Default`: rtol 1e-4, atol 1e-6, dumps are f32 and

@@ -38,7 +38,7 @@ mod by_order;
 use crate::compare::metrics::effective_dtype;
 use advantages::advantages_of;
 pub use advantages::Advantages;
-pub use by_order::DealtRows;
+pub use by_order::Dealer;
 
 /// The whole-batch half of a self-hosted step: every trajectory's advantage and old
 /// log-probs, and indexes from token content to trajectory. Load once per step, then

@@ -204,9 +204,9 @@ pub struct BatchInputs {
     pub old_of_traj: Option<Vec<usize>>,
     /// Each trajectory's response length (by batch index), to place rows without ids.
     pub response_lens: Vec<Option<usize>>,
-    /// `(rank, micro)` → each row's trajectory as NexRL deals a step with neither token
-    /// ids nor old log-probs ([`crate::judge::SelfHostedStep::dealt_rows`]), and how.
-    pub dealt: Option<crate::judge::DealtRows>,
+    /// Each row's trajectory as NexRL deals a step with neither token ids nor old
+    /// log-probs ([`crate::judge::Dealer`]).
+    pub dealer: Option<std::sync::Arc<crate::judge::Dealer>>,
 }
 
 impl BatchInputs {
@@ -264,9 +264,9 @@ pub(super) fn batch_indices(
     // no old log-probs at all: where NexRL deals the rows, checked against every cell's
     // valid counts (losscheck's placement; seed 8461: arrival-order trajectories)
     if inputs.old_log_probs.is_none() {
-        if let Some((rows, how)) = inputs.dealt.as_ref().and_then(|d| d.get(&(rank, micro))) {
+        if let Some((rows, how)) = inputs.dealer.as_ref().and_then(|d| d.rows(rank, micro)) {
             if rows.len() == nrows {
-                return (rows.iter().copied().map(Some).collect(), how.clone());
+                return (rows.into_iter().map(Some).collect(), how);
             }
         }
     }

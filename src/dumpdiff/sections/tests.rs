@@ -54,7 +54,7 @@ fn chain_with_old(
         adv_eps: None,
         old_of_traj: None,
         response_lens: Vec::new(),
-        dealt: None,
+        dealer: None,
     };
     let peer = ChainPeer {
         fwd: None,
@@ -690,7 +690,7 @@ fn mode_inputs_follow_the_chains_runs_element_for_element() {
         adv_eps: None,
         old_of_traj: None,
         response_lens: Vec::new(),
-        dealt: None,
+        dealer: None,
     };
     let policy = TolerancePolicy::default();
     let ch = chain(&policy, &inputs, &a_fwd, ChainPeer::default(), None, (0, 0));

@@ -13,8 +13,8 @@
 //! the cell's terms (old = current log-probs, ratio 1; or their trajectories' advantages
 //! equal).
 
-use std::collections::HashMap;
 use std::path::Path;
+use std::sync::OnceLock;
 
 use super::{dense, key_err, OldRows, SelfHostedStep};
 use crate::error::Result;
@@ -27,36 +27,60 @@ use crate::producers::nexrl_self_hosted;
 /// One forward_data cell: `(rank, micro)` and each row's valid count.
 pub(super) type CellRows = ((u32, u32), Vec<usize>);
 
-/// `(rank, micro)` → each row's trajectory and how the rows were placed
-/// ([`SelfHostedStep::dealt_rows`]).
-pub type DealtRows = HashMap<(u32, u32), (Vec<usize>, String)>;
+/// Where NexRL deals each forward_data row of a step that dumps neither token ids nor
+/// old log-probs (`do_old_log_prob_compute: false`), asked cell by cell: dumpdiff places
+/// such rows as losscheck does ([this module](self)). Building one reads nothing; the
+/// step's forward_data files are read once, by the first cell that asks.
+pub struct Dealer {
+    step: SelfHostedStep,
+    tree: DumpTree,
+    at: i64,
+    used: OnceLock<String>,
+}
+
+impl Dealer {
+    /// A dealer of `tree`'s step `at` over the trajectories `ts` (`None` when a trajectory
+    /// lacks what advantages need).
+    pub fn new(
+        ts: &TrajectorySummary,
+        adv: &AdvantageConfig,
+        tree: &DumpTree,
+        at: i64,
+    ) -> Option<Dealer> {
+        let mut step = SelfHostedStep::from_parts(ts, adv).ok()?;
+        step.old = OldRows::Current;
+        Some(Dealer {
+            step,
+            tree: tree.clone(),
+            at,
+            used: OnceLock::new(),
+        })
+    }
+
+    /// Each row's trajectory (by index in the trajectories) of `(rank, micro)` and how
+    /// they were placed; `None` when no dealing fits the step's valid counts.
+    pub fn rows(&self, rank: u32, micro: u32) -> Option<(Vec<usize>, String)> {
+        let f = self
+            .tree
+            .get(Kind::ForwardData, self.at, Some(rank), Some(micro))?;
+        let placed = self
+            .step
+            .place_by_order(&self.tree, self.at, (rank, micro), &f.path)
+            .ok()?;
+        self.used.get_or_init(|| placed.1.clone());
+        Some(placed)
+    }
+
+    /// How the first cell that was placed was placed (`None`: no cell asked, or none fit).
+    pub fn how(&self) -> Option<&str> {
+        self.used.get().map(String::as_str)
+    }
+}
 
 /// Each cell's trajectory per row, under one way of dealing the batch.
 type Dealt = Vec<((u32, u32), Vec<usize>)>;
 
 impl SelfHostedStep {
-    /// Where NexRL deals each forward_data row of a step that dumps neither token ids nor
-    /// old log-probs (`do_old_log_prob_compute: false`): `(rank, micro)` → each row's
-    /// trajectory (by index in `ts`) and how they were placed, checked against every
-    /// cell's valid counts as losscheck places them ([this module](self)). `None` when no dealing
-    /// fits; dumpdiff's rows then stay unplaced.
-    pub fn dealt_rows(
-        ts: &TrajectorySummary,
-        adv: &AdvantageConfig,
-        tree: &DumpTree,
-        step: i64,
-    ) -> Option<DealtRows> {
-        let mut s = Self::from_parts(ts, adv).ok()?;
-        s.old = OldRows::Current;
-        let mut out = HashMap::new();
-        for f in tree.files_of(Kind::ForwardData, step) {
-            let cell = (f.rank?, f.micro?);
-            let placed = s.place_by_order(tree, step, cell, &f.path).ok()?;
-            out.insert(cell, placed);
-        }
-        Some(out)
-    }
-
     /// The trajectory of each row of `(rank, micro)` and a note saying how they were
     /// placed ([`self`](self) module doc), for a step whose rows neither token ids nor
     /// whole-batch old log-probs place.
