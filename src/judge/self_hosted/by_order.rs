@@ -109,14 +109,13 @@ impl SelfHostedStep {
                 &format!("missing, and no old_log_probs place the rows by their values: {why}"),
             )
         };
+        // ranks dealt in their numbers' order, as NexRL does; failing that, in the one
+        // other order of the ranks that fits (the names a launcher gave its ranks)
+        let dealings = rank_orders(cells);
         // fewer rows than trajectories: each rank's micro files hold its last
         // mini-batch (NexRL names them by micro index alone, so an earlier mini-batch's
         // are overwritten); each rank's share of the batch is then its tail
-        let ranks = {
-            let mut r: Vec<u32> = cells.iter().map(|(c, _)| c.0).collect();
-            r.dedup();
-            r.len().max(1)
-        };
+        let ranks = dealings[0].len().max(1);
         let share = match total.cmp(&n) {
             std::cmp::Ordering::Equal => None,
             std::cmp::Ordering::Less if n.is_multiple_of(ranks) => Some(n / ranks),
@@ -133,10 +132,7 @@ impl SelfHostedStep {
             .map(|o| ("NexRL's batch order", o))
             .into_iter()
             .chain([("trajectory-file order", identity.as_slice())]);
-        // ranks dealt in their numbers' order, as NexRL does; failing that, in the one
-        // other order of the ranks that fits (the names a launcher gave its ranks)
         let orders: Vec<(&str, &[usize])> = orders.collect();
-        let dealings = rank_orders(cells);
         let tail = share.map_or(String::new(), |s| {
             format!(
                 ", the micro files of each rank holding the last mini-batch of its {s} rows \
@@ -146,12 +142,12 @@ impl SelfHostedStep {
         let mut tried = Vec::new();
         let mut other: Vec<(Vec<u32>, String, Vec<usize>)> = Vec::new();
         for (k, ranks) in dealings.iter().enumerate() {
+            let dealt_cells: Vec<CellRows> = ranks
+                .iter()
+                .flat_map(|r| cells.iter().filter(move |(c, _)| c.0 == *r).cloned())
+                .collect();
             for (name, order) in &orders {
                 for (how, per_rank) in [("micro by micro", false), ("rank by rank", true)] {
-                    let dealt_cells: Vec<CellRows> = ranks
-                        .iter()
-                        .flat_map(|r| cells.iter().filter(move |(c, _)| c.0 == *r).cloned())
-                        .collect();
                     let rows_of = |dealt: Dealt| {
                         dealt
                             .into_iter()
